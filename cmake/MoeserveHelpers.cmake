@@ -1,0 +1,36 @@
+# moeserve_add_library(<mod> [DEPS ...] [PRIVATE_DEPS ...])
+#   Builds moeserve_<mod> from every .cpp under src/moeserve/<mod>/ (recursively), include root src/.
+#   DEPS are PUBLIC (types in headers), PRIVATE_DEPS are implementation-only.
+function(moeserve_add_library mod)
+  cmake_parse_arguments(ARG "" "" "DEPS;PRIVATE_DEPS;EXCLUDE" ${ARGN})
+  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
+  foreach(ex ${ARG_EXCLUDE})
+    list(FILTER srcs EXCLUDE REGEX "${ex}")
+  endforeach()
+  add_library(moeserve_${mod} STATIC ${srcs})
+  target_include_directories(moeserve_${mod} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(moeserve_${mod} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+endfunction()
+
+# moeserve_add_test_suite(<mod> [LIBS ...])
+#   One GoogleTest binary per module from tests/<mod>/**/*_test.cpp, discovered into CTest.
+function(moeserve_add_test_suite mod)
+  cmake_parse_arguments(ARG "" "" "LIBS;LABELS" ${ARGN})
+  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*_test.cpp)
+  if(NOT srcs)
+    return()
+  endif()
+  add_executable(moeserve_${mod}_tests ${srcs})
+  target_include_directories(moeserve_${mod}_tests PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
+  target_link_libraries(moeserve_${mod}_tests PRIVATE ${ARG_LIBS} moeserve_test_support GTest::gtest GTest::gtest_main GTest::gmock)
+  gtest_discover_tests(moeserve_${mod}_tests DISCOVERY_MODE PRE_TEST
+    PROPERTIES LABELS "${mod};${ARG_LABELS}" ENVIRONMENT "${MOESERVE_TEST_ENV}")
+endfunction()
+
+# moeserve_add_benchmark(<name> [LIBS ...]) from benchmarks/<name>_bench.cpp
+function(moeserve_add_benchmark name)
+  cmake_parse_arguments(ARG "" "" "LIBS" ${ARGN})
+  add_executable(${name}_bench ${CMAKE_CURRENT_SOURCE_DIR}/${name}_bench.cpp)
+  target_include_directories(${name}_bench PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(${name}_bench PRIVATE ${ARG_LIBS} benchmark::benchmark)
+endfunction()

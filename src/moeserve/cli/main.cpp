@@ -1,0 +1,30 @@
+// moeserve: one binary, one subcommand per file in cli/. The CLI is the only place that wires
+// the layers together and the outermost error boundary: a user error prints its message, exit 2.
+#include <cstdio>
+#include <exception>
+
+#include "moeserve/cli/commands.h"
+#include "moeserve/core/error.h"
+
+int main(int argc, char** argv) {
+    CLI::App app{"moeserve: a serving engine for Mixture-of-Experts language models"};
+    app.require_subcommand(1);
+    moeserve::cli::Action action;
+    moeserve::cli::add_make_model_command(app, &action);
+    moeserve::cli::add_tokenize_command(app, &action);
+    moeserve::cli::add_generate_command(app, &action);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e) == 0 ? 0 : 2;
+    }
+    try {
+        return action ? action() : 0;
+    } catch (const moeserve::Error& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 2;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "internal error: %s\n", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,74 @@
+#include "moeserve/core/thread_pool.h"
+
+#include <immintrin.h>
+
+#include "moeserve/core/error.h"
+
+namespace moeserve {
+
+namespace {
+// About 50-100 us of spinning before a worker sleeps: long enough to bridge the gaps between
+// the kernels of one decode step, short enough not to burn a core between steps.
+constexpr int kSpinIterations = 20000;
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads) {
+    MOESERVE_CHECK(num_threads >= 1, "ThreadPool needs at least one thread, got {}", num_threads);
+    workers_.reserve(static_cast<size_t>(num_threads - 1));
+    for (int tid = 1; tid < num_threads; ++tid) workers_.emplace_back([this, tid] { worker_loop(tid); });
+}
+
+ThreadPool::~ThreadPool() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stop_.store(true);
+        generation_.fetch_add(1);
+    }
+    wake_.notify_all();
+    for (auto& w : workers_) w.join();
+}
+
+void ThreadPool::run_erased(TaskFn fn, void* ctx) {
+    MOESERVE_CHECK(pending_.load(std::memory_order_relaxed) == 0, "ThreadPool::run is not re-entrant");
+    task_fn_ = fn;
+    task_ctx_ = ctx;
+    pending_.store(num_threads_ - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_seq_cst);
+    if (sleeping_.load(std::memory_order_seq_cst) > 0) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        wake_.notify_all();
+    }
+    fn(ctx, 0);
+    int spins = 0;
+    while (pending_.load(std::memory_order_acquire) != 0) {
+        if (++spins < kSpinIterations) {
+            _mm_pause();
+        } else {
+            std::this_thread::yield();
+        }
+    }
+}
+
+void ThreadPool::worker_loop(int tid) {
+    uint64_t seen = 0;
+    for (;;) {
+        int spins = 0;
+        uint64_t gen;
+        while ((gen = generation_.load(std::memory_order_acquire)) == seen && ++spins < kSpinIterations) {
+            _mm_pause();
+        }
+        if (gen == seen) {
+            std::unique_lock<std::mutex> lock(mutex_);
+            sleeping_.fetch_add(1, std::memory_order_seq_cst);
+            wake_.wait(lock, [&] { return generation_.load(std::memory_order_seq_cst) != seen; });
+            sleeping_.fetch_sub(1, std::memory_order_relaxed);
+            gen = generation_.load(std::memory_order_acquire);
+        }
+        seen = gen;
+        if (stop_.load(std::memory_order_acquire)) return;
+        task_fn_(task_ctx_, tid);
+        pending_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+}
+
+}  // namespace moeserve

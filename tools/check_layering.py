@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Fails when a module includes a module it must not (CONVENTIONS.md section 2, layering table)."""
+import pathlib
+import re
+import sys
+
+ALLOWED = {
+    "core": set(),
+    "io": {"core"},
+    "tokenizer": {"core"},
+    "kernels": {"core"},
+    "parallel": {"core"},
+    "ipc": {"core"},
+    "model": {"core", "io", "kernels", "parallel"},
+    "engine": {"core", "model", "parallel", "ipc", "io", "kernels"},
+    "serve": {"core", "tokenizer", "ipc"},
+    "bench": {"core", "serve", "tokenizer"},
+    "cli": None,  # may include everything
+}
+
+INCLUDE = re.compile(r'#include\s+"moeserve/([a-z_]+)/')
+
+
+def main() -> int:
+    root = pathlib.Path(__file__).resolve().parent.parent / "src" / "moeserve"
+    bad = []
+    for path in sorted(root.rglob("*")):
+        if path.suffix not in (".h", ".cpp"):
+            continue
+        mod = path.relative_to(root).parts[0]
+        allowed = ALLOWED.get(mod)
+        if allowed is None:
+            continue
+        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            m = INCLUDE.match(line.strip())
+            if m and m.group(1) != mod and m.group(1) not in allowed:
+                bad.append(f"{path.relative_to(root.parent.parent)}:{lineno}: {mod} must not include {m.group(1)}")
+    for b in bad:
+        print(b, file=sys.stderr)
+    if bad:
+        print(f"layering: {len(bad)} upward include(s); see CONVENTIONS.md section 2", file=sys.stderr)
+        return 1
+    print("layering: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
