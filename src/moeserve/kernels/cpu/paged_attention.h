@@ -1,0 +1,50 @@
+// Causal attention over a paged KV cache (GQA), for prefill chunks and decode alike.
+//
+// KV cache of one layer, f32:
+//   k_cache, v_cache [num_blocks, block_size, num_kv_heads, head_dim]
+// A sequence's token at position p lives in block block_table[p / block_size], row p % block_size.
+// Block 0 is never handed to a sequence (the engine's null block).
+//
+// A batch holds num_seqs sequences; sequence s contributes query tokens
+// [query_start[s], query_start[s+1]) which are its LAST q_len tokens: with seq_len[s] tokens in
+// the cache in total (its new tokens already written), query i of s sits at position
+// seq_len[s] - q_len + i and attends to positions 0..that position (causal).
+#pragma once
+
+#include <cstdint>
+
+#include "moeserve/core/thread_pool.h"
+
+namespace moeserve::kernels::cpu {
+
+struct PagedKvLayer {
+    float* k_cache;        // [num_blocks, block_size, num_kv_heads, head_dim]
+    float* v_cache;        // [num_blocks, block_size, num_kv_heads, head_dim]
+    int64_t num_blocks;
+    int64_t block_size;
+    int64_t num_kv_heads;
+    int64_t head_dim;
+};
+
+// Writes k, v f32 [num_tokens, num_kv_heads, head_dim] into the cache at slot_mapping[t]
+// (= block_id * block_size + row). A negative slot skips the token (padding).
+void write_kv(const PagedKvLayer& kv, const float* k, const float* v, int64_t num_tokens,
+              const int64_t* slot_mapping);
+
+struct PagedAttentionArgs {
+    const float* q;             // [num_tokens, num_heads, head_dim]
+    float* out;                 // [num_tokens, num_heads, head_dim]
+    int64_t num_tokens;
+    int64_t num_heads;          // multiple of kv.num_kv_heads
+    int64_t num_seqs;
+    const int32_t* query_start; // [num_seqs + 1], query_start[num_seqs] == num_tokens
+    const int32_t* seq_lens;    // [num_seqs] total tokens in cache per sequence
+    const int32_t* block_tables;// [num_seqs, max_blocks_per_seq]
+    int64_t max_blocks_per_seq;
+    float scale;                // softmax scale, usually 1/sqrt(head_dim)
+};
+
+void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttentionArgs& args);
+void paged_attention_ref(const PagedKvLayer& kv, const PagedAttentionArgs& args);
+
+}  // namespace moeserve::kernels::cpu
