@@ -1,0 +1,60 @@
+// Helpers for the kernel tests: seeded random buffers, deliberately misaligned storage (one float
+// past a 32-byte boundary) and the relative max-error check used against the scalar references.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "moeserve/core/dtype.h"
+
+namespace moeserve::kernels::test {
+
+// A float buffer whose data() is offset by one float from an aligned base, so kernels see
+// unaligned pointers.
+class Floats {
+public:
+    explicit Floats(int64_t n) : storage_(static_cast<size_t>(n) + 8, 0.0f) {}
+    float* data() { return storage_.data() + 1; }
+    const float* data() const { return storage_.data() + 1; }
+    float& operator[](int64_t i) { return data()[i]; }
+    float operator[](int64_t i) const { return data()[i]; }
+
+private:
+    std::vector<float> storage_;
+};
+
+inline void fill_uniform(float* p, int64_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
+    std::uniform_real_distribution<float> d(lo, hi);
+    for (int64_t i = 0; i < n; ++i) p[i] = d(rng);
+}
+
+inline std::vector<uint16_t> random_bf16(int64_t n, std::mt19937& rng, float scale = 1.0f) {
+    std::uniform_real_distribution<float> d(-scale, scale);
+    std::vector<uint16_t> v(static_cast<size_t>(n) + 1);  // +1: callers may offset by one element
+    for (auto& h : v) h = f32_to_bf16(d(rng));
+    return v;
+}
+
+// Asserts max|a - b| <= tol * (1 + max|ref|) over n values.
+inline void expect_close(const float* got, const float* ref, int64_t n, float tol, const char* what) {
+    float max_ref = 0.0f, max_err = 0.0f;
+    int64_t worst = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        max_ref = std::max(max_ref, std::fabs(ref[i]));
+        const float e = std::fabs(got[i] - ref[i]);
+        if (!(e <= max_err)) {
+            max_err = e;
+            worst = i;
+        }
+    }
+    EXPECT_LE(max_err, tol * (1.0f + max_ref))
+        << what << ": worst index " << worst << " got " << (n ? got[worst] : 0.0f) << " ref "
+        << (n ? ref[worst] : 0.0f);
+}
+
+}  // namespace moeserve::kernels::test
