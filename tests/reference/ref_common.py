@@ -1,0 +1,253 @@
+# Shared float64 building blocks of the numpy reference models: weights, RMSNorm, SwiGLU,
+# RoPE tables (default / linear / YaRN), rotate-half and interleaved RoPE, causal attention,
+# stable top-k, and the CLI driver (logits file, greedy decoding, per-layer traces).
+"""Pieces shared by qwen3_moe_ref.py and deepseek_v3_ref.py. All math is float64."""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safetensors_np  # noqa: E402
+
+
+class Weights(dict):
+    """{name: float64 ndarray}; integer tensors are kept as they are."""
+
+
+def prepare_weights(raw):
+    """Converts a {name: ndarray} dict (as load_model_dir returns) to float64 Weights once."""
+    if isinstance(raw, Weights):
+        return raw
+    out = Weights()
+    for name, a in raw.items():
+        a = np.asarray(a)
+        out[name] = a.astype(np.float64) if a.dtype.kind == "f" else a
+    return out
+
+
+def load_model(model_dir):
+    """(Weights, config dict) of a HF model directory."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        config = json.load(f)
+    return prepare_weights(safetensors_np.load_model_dir(model_dir)), config
+
+
+def need(weights, name):
+    if name not in weights:
+        raise KeyError(f"weight {name} is missing from the checkpoint")
+    return weights[name]
+
+
+def linear(weights, prefix, x):
+    """x [n, in] @ W.T (+ bias when the checkpoint has one) -> [n, out]; W is [out, in]."""
+    y = x @ need(weights, prefix + ".weight").T
+    bias = weights.get(prefix + ".bias")
+    return y if bias is None else y + bias
+
+
+def rms_norm(x, weight, eps):
+    """x * rsqrt(mean(x^2, last axis) + eps) * weight (HF RMSNorm, float64 here)."""
+    var = np.mean(x * x, axis=-1, keepdims=True)
+    return x / np.sqrt(var + eps) * weight
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def swiglu_mlp(weights, prefix, x):
+    """down(silu(gate(x)) * up(x)) for prefix.{gate,up,down}_proj."""
+    return linear(weights, prefix + ".down_proj",
+                  silu(linear(weights, prefix + ".gate_proj", x)) *
+                  linear(weights, prefix + ".up_proj", x))
+
+
+def topk_stable(values, k):
+    """Indices of the k largest entries of a 1-D array, largest first; ties -> lower index."""
+    return np.argsort(-np.asarray(values), kind="stable")[:k]
+
+
+# ----------------------------------------------------------------------------------------------
+# RoPE
+
+def rope_settings(config):
+    """(rope_theta, rope_scaling dict or None) from either config layout: rope_theta +
+    rope_scaling (classic), or rope_parameters (newer transformers)."""
+    params = config.get("rope_parameters")
+    scaling = config.get("rope_scaling")
+    theta = config.get("rope_theta")
+    if isinstance(params, dict):
+        theta = params.get("rope_theta", theta)
+        if scaling is None and params.get("rope_type", params.get("type", "default")) != "default":
+            scaling = params
+    if theta is None:
+        theta = 10000.0
+    if scaling is not None:
+        kind = scaling.get("rope_type", scaling.get("type", "default"))
+        if kind == "default":
+            scaling = None
+    return float(theta), scaling
+
+
+def yarn_get_mscale(scale, mscale=1.0):
+    """0.1 * mscale * ln(scale) + 1 for scale > 1, else 1 (DeepSeek / HF yarn_get_mscale)."""
+    if scale <= 1:
+        return 1.0
+    return 0.1 * mscale * math.log(scale) + 1.0
+
+
+def yarn_correction_range(beta_fast, beta_slow, dim, base, original_max, truncate=True):
+    """(low, high) pair indices of the YaRN ramp, as HF find_correction_range computes them."""
+    def corr_dim(rot):
+        return dim * math.log(original_max / (rot * 2 * math.pi)) / (2 * math.log(base))
+    low, high = corr_dim(beta_fast), corr_dim(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    return max(low, 0), min(high, dim - 1)
+
+
+def yarn_inv_freq(dim, base, scaling, default_original_max):
+    """YaRN inverse frequencies [dim/2]: blend of extrapolated (1/base^(2i/dim)) and
+    interpolated (that / factor) frequencies with a linear ramp over pair index i."""
+    factor = float(scaling["factor"])
+    beta_fast = scaling.get("beta_fast") or 32
+    beta_slow = scaling.get("beta_slow") or 1
+    original_max = scaling.get("original_max_position_embeddings") or default_original_max
+    low, high = yarn_correction_range(beta_fast, beta_slow, dim, base, original_max,
+                                      scaling.get("truncate", True))
+    pos_freqs = base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    extrapolation = 1.0 / pos_freqs
+    interpolation = 1.0 / (factor * pos_freqs)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    extrapolation_weight = 1.0 - ramp
+    return interpolation * (1.0 - extrapolation_weight) + extrapolation * extrapolation_weight
+
+
+def rope_tables(inv_freq, positions, attention_factor):
+    """cos, sin [n, dim] laid out as cat(freqs, freqs) (HF), each times attention_factor."""
+    freqs = np.outer(np.asarray(positions, dtype=np.float64), inv_freq)
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    return np.cos(emb) * attention_factor, np.sin(emb) * attention_factor
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def apply_rope_neox(x, cos, sin):
+    """x [..., n, d] with cos/sin [n, d]: x*cos + rotate_half(x)*sin (pairs (i, i + d/2))."""
+    return x * cos + rotate_half(x) * sin
+
+
+def deinterleave(x):
+    """[x0, x1, x2, x3, ...] -> [x0, x2, ..., x1, x3, ...] on the last axis (HF's
+    view(d/2, 2).transpose(-1, -2).reshape(d))."""
+    return np.concatenate([x[..., 0::2], x[..., 1::2]], axis=-1)
+
+
+def apply_rope_interleave(x, cos, sin):
+    """HF apply_rotary_pos_emb_interleave: deinterleave, then rotate-half RoPE. Rotates pairs
+    (x[2i], x[2i+1]) by freq i; the result is in the de-interleaved order."""
+    return apply_rope_neox(deinterleave(x), cos, sin)
+
+
+# ----------------------------------------------------------------------------------------------
+# attention
+
+def causal_attention(q, k, v, scale, sliding_window=None):
+    """q [H, n, dq], k [H, n, dq], v [H, n, dv] -> [n, H * dv]; query i sees keys j <= i
+    (and i - j < sliding_window when given). Softmax in float64 with max subtraction."""
+    n = q.shape[1]
+    scores = np.einsum("hid,hjd->hij", q, k) * scale
+    i = np.arange(n)[:, None]
+    j = np.arange(n)[None, :]
+    allowed = j <= i
+    if sliding_window:
+        allowed &= (i - j) < sliding_window
+    scores = np.where(allowed[None], scores, -np.inf)
+    scores -= scores.max(axis=-1, keepdims=True)
+    p = np.exp(scores)
+    p /= p.sum(axis=-1, keepdims=True)
+    out = np.einsum("hij,hjd->hid", p, v)  # [H, n, dv]
+    return out.transpose(1, 0, 2).reshape(n, -1)
+
+
+def lm_head_weight(weights, config):
+    if config.get("tie_word_embeddings", False) or "lm_head.weight" not in weights:
+        if not config.get("tie_word_embeddings", False):
+            raise KeyError("lm_head.weight is missing and tie_word_embeddings is false")
+        return need(weights, "model.embed_tokens.weight")
+    return weights["lm_head.weight"]
+
+
+def embed(weights, token_ids):
+    table = need(weights, "model.embed_tokens.weight")
+    ids = np.asarray(token_ids, dtype=np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
+        raise ValueError(f"token id out of range [0, {table.shape[0]})")
+    return table[ids].astype(np.float64)
+
+
+# ----------------------------------------------------------------------------------------------
+# CLI
+
+def greedy(hidden_fn, weights, config, prompt, steps):
+    """Extends prompt by `steps` argmax tokens (lowest id on ties), recomputing the whole
+    sequence each step. Returns (generated ids, top1 - top2 logit margins)."""
+    head = lm_head_weight(weights, config)
+    seq = list(prompt)
+    generated, margins = [], []
+    for _ in range(steps):
+        h = hidden_fn(weights, config, seq)[-1]
+        logits = head @ h
+        best = int(np.argmax(logits))
+        top2 = np.partition(logits, -2)[-2:] if logits.size > 1 else np.array([0, logits[0]])
+        margins.append(float(top2[1] - top2[0]))
+        generated.append(best)
+        seq.append(best)
+    return generated, margins
+
+
+def main(argv, hidden_fn, model_types):
+    """CLI: --model DIR --tokens 1,2,3 --out logits.f32 [--greedy N --greedy-out x.json]
+    [--trace-dir DIR]. Logits of every prompt position: raw little-endian float32
+    [num_tokens, vocab]."""
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--tokens", required=True, help="comma-separated token ids")
+    ap.add_argument("--out", help="logits output file (float32 LE, [num_tokens, vocab])")
+    ap.add_argument("--greedy", type=int, default=0)
+    ap.add_argument("--greedy-out")
+    ap.add_argument("--trace-dir", help="writes embed.f32, layer_<i>.f32, norm.f32 [n, hidden]")
+    args = ap.parse_args(argv)
+    weights, config = load_model(args.model)
+    if config.get("model_type") not in model_types:
+        sys.exit(f"{args.model}: model_type {config.get('model_type')!r} is not one of "
+                 f"{sorted(model_types)}")
+    prompt = [int(t) for t in args.tokens.split(",") if t.strip()]
+    if not prompt:
+        sys.exit("--tokens: at least one token id is needed")
+    trace = {} if args.trace_dir else None
+    hidden = hidden_fn(weights, config, prompt, trace=trace)
+    if args.out:
+        logits = hidden @ lm_head_weight(weights, config).T
+        logits.astype("<f4").tofile(args.out)
+    if trace is not None:
+        os.makedirs(args.trace_dir, exist_ok=True)
+        for name, a in trace.items():
+            a.astype("<f4").tofile(os.path.join(args.trace_dir, name + ".f32"))
+    if args.greedy:
+        if not args.greedy_out:
+            sys.exit("--greedy needs --greedy-out")
+        gen, margins = greedy(hidden_fn, weights, config, prompt, args.greedy)
+        with open(args.greedy_out, "w") as f:
+            json.dump({"tokens": gen, "prompt": prompt, "sequence": prompt + gen,
+                       "margins": margins}, f)

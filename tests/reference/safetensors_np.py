@@ -1,0 +1,245 @@
+# Plain-numpy safetensors reader/writer for the reference models (no torch, no safetensors pkg).
+# Reads one file or a sharded model directory (model.safetensors.index.json); converts BF16,
+# F16 and F8_E4M3 to exact float32; writes files with round-to-nearest-even encoders.
+"""Read and write Hugging Face safetensors files with numpy only.
+
+File layout: 8-byte little-endian header length N, N bytes of JSON
+{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}},
+then the data section; offsets are relative to the start of the data section.
+"""
+
+import json
+import mmap
+import os
+import struct
+
+import numpy as np
+
+# dtype string -> (bytes per element, numpy dtype of the stored bits)
+_STORAGE = {
+    "F64": (8, np.dtype("<f8")),
+    "F32": (4, np.dtype("<f4")),
+    "F16": (2, np.dtype("<f2")),
+    "BF16": (2, np.dtype("<u2")),
+    "F8_E4M3": (1, np.dtype("u1")),
+    "I8": (1, np.dtype("i1")),
+    "U8": (1, np.dtype("u1")),
+    "I16": (2, np.dtype("<i2")),
+    "I32": (4, np.dtype("<i4")),
+    "I64": (8, np.dtype("<i8")),
+    "BOOL": (1, np.dtype("u1")),
+}
+
+
+def _f8e4m3_table():
+    """float32[256]: the value of every OCP E4M3 ("fn") byte; 0x7f and 0xff are NaN."""
+    table = np.zeros(256, dtype=np.float64)
+    for v in range(256):
+        sign = -1.0 if v & 0x80 else 1.0
+        exp = (v >> 3) & 0xF
+        man = v & 0x7
+        if exp == 0xF and man == 0x7:
+            table[v] = np.nan
+        elif exp == 0:
+            table[v] = sign * (man / 8.0) * 2.0 ** -6
+        else:
+            table[v] = sign * (1.0 + man / 8.0) * 2.0 ** (exp - 7)
+    return table.astype(np.float32)
+
+
+F8E4M3_TABLE = _f8e4m3_table()
+
+
+def bf16_bits_to_f32(bits):
+    """uint16 array of bf16 bit patterns -> float32 (exact)."""
+    return (np.asarray(bits, dtype=np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16_bits(x):
+    """float array -> uint16 bf16 bits, round to nearest, ties to even; NaN stays quiet NaN."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    rounded = np.where(nan, ((u >> 16) | 0x40) & 0xFFFF, rounded)
+    return rounded.astype(np.uint16)
+
+
+def f8e4m3_bytes_to_f32(raw):
+    return F8E4M3_TABLE[np.asarray(raw, dtype=np.uint8)]
+
+
+def f32_to_f8e4m3_bytes(x):
+    """float array -> E4M3 bytes: round to nearest even, saturate to +-448, NaN -> 0x7f."""
+    x = np.asarray(x, dtype=np.float64)
+    positive = F8E4M3_TABLE[:0x7F].astype(np.float64)  # codes 0..126, increasing
+    mag = np.minimum(np.abs(x), 448.0)
+    hi = np.clip(np.searchsorted(positive, mag, side="left"), 0, 126)
+    lo = np.clip(hi - 1, 0, 126)
+    d_hi = positive[hi] - mag
+    d_lo = mag - positive[lo]
+    pick_lo = (d_lo < d_hi) | ((d_lo == d_hi) & (lo % 2 == 0))
+    code = np.where(pick_lo, lo, hi).astype(np.uint8)
+    code = np.where(np.signbit(x), code | 0x80, code).astype(np.uint8)
+    return np.where(np.isnan(x), np.uint8(0x7F), code).astype(np.uint8)
+
+
+def read_header(path):
+    """(header dict without __metadata__, metadata dict, byte offset of the data section)."""
+    with open(path, "rb") as f:
+        raw_len = f.read(8)
+        if len(raw_len) != 8:
+            raise ValueError(f"{path}: file is shorter than the 8-byte header length")
+        (n,) = struct.unpack("<Q", raw_len)
+        size = os.fstat(f.fileno()).st_size
+        if n > size - 8:
+            raise ValueError(f"{path}: header length {n} exceeds file size {size}")
+        header = json.loads(f.read(n).decode("utf-8"))
+    metadata = header.pop("__metadata__", {}) or {}
+    return header, metadata, 8 + n
+
+
+def _decode(name, info, buf, data_start, path):
+    dtype = info["dtype"]
+    if dtype not in _STORAGE:
+        raise ValueError(f"{path}: tensor {name} has unsupported dtype {dtype}")
+    elem, storage = _STORAGE[dtype]
+    shape = tuple(int(d) for d in info["shape"])
+    begin, end = (int(o) for o in info["data_offsets"])
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if end - begin != count * elem:
+        raise ValueError(
+            f"{path}: tensor {name} spans {end - begin} bytes, expected {count * elem} "
+            f"for {dtype}{list(shape)}")
+    raw = np.frombuffer(buf, dtype=storage, count=count, offset=data_start + begin).reshape(shape)
+    if dtype == "BF16":
+        return bf16_bits_to_f32(raw)
+    if dtype == "F16":
+        return raw.astype(np.float32)
+    if dtype == "F8_E4M3":
+        return f8e4m3_bytes_to_f32(raw)
+    if dtype == "BOOL":
+        return raw.astype(bool)
+    return np.array(raw)  # copy: detach from the mapping
+
+
+def read_safetensors(path, names=None, with_dtypes=False):
+    """Tensors of one file as numpy arrays: float dtypes -> float32 (exact), ints unchanged.
+
+    names: optional iterable restricting what is decoded. With with_dtypes, returns
+    (tensors, {name: stored dtype string}).
+    """
+    header, _, data_start = read_header(path)
+    wanted = header.keys() if names is None else [n for n in names if n in header]
+    out, dtypes = {}, {}
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == data_start:
+            buf = b""
+        else:
+            buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        for name in wanted:
+            out[name] = _decode(name, header[name], buf, data_start, path)
+            dtypes[name] = header[name]["dtype"]
+    return (out, dtypes) if with_dtypes else out
+
+
+def _dequantize(tensors, dtypes, block_size):
+    """Applies checkpoint scales in place: FP8 block scales (weight_scale_inv) and int8
+    per-channel scales (compressed-tensors weight_scale), as exact float64 products.
+    Scale tensors are removed. Activation quantization (W8A8) is not modelled."""
+    for name in list(tensors):
+        if not name.endswith(".weight"):
+            continue
+        w = tensors[name]
+        if dtypes.get(name) == "F8_E4M3" and name + "_scale_inv" in tensors:
+            s = np.asarray(tensors.pop(name + "_scale_inv"), dtype=np.float64)
+            br, bc = block_size
+            full = np.repeat(np.repeat(s, br, axis=0), bc, axis=1)[: w.shape[0], : w.shape[1]]
+            tensors[name] = w.astype(np.float64) * full  # exact product
+        elif dtypes.get(name) == "I8" and name + "_scale" in tensors:
+            s = np.asarray(tensors.pop(name + "_scale"), dtype=np.float64).reshape(-1, 1)
+            tensors[name] = w.astype(np.float64) * s  # exact product
+
+
+def load_model_dir(model_dir, dequantize=True):
+    """All tensors of a HF model directory: model.safetensors, or the shards named by
+    model.safetensors.index.json. Returns {name: ndarray}."""
+    index_path = os.path.join(model_dir, "model.safetensors.index.json")
+    single = os.path.join(model_dir, "model.safetensors")
+    tensors, dtypes = {}, {}
+    if os.path.exists(index_path):
+        with open(index_path) as f:
+            weight_map = json.load(f)["weight_map"]
+        by_file = {}
+        for name, fname in weight_map.items():
+            by_file.setdefault(fname, []).append(name)
+        for fname, names in sorted(by_file.items()):
+            part, part_dtypes = read_safetensors(os.path.join(model_dir, fname), names, True)
+            missing = set(names) - set(part)
+            if missing:
+                raise ValueError(f"{fname}: index names {sorted(missing)[:3]} absent from shard")
+            tensors.update(part)
+            dtypes.update(part_dtypes)
+    elif os.path.exists(single):
+        tensors, dtypes = read_safetensors(single, with_dtypes=True)
+    else:
+        raise FileNotFoundError(f"{model_dir}: no model.safetensors or index.json")
+    if dequantize:
+        block = [128, 128]
+        cfg_path = os.path.join(model_dir, "config.json")
+        if os.path.exists(cfg_path):
+            with open(cfg_path) as f:
+                q = json.load(f).get("quantization_config") or {}
+            block = q.get("weight_block_size") or block
+        _dequantize(tensors, dtypes, block)
+    return tensors
+
+
+def _encode(dtype, array):
+    a = np.asarray(array)
+    if dtype == "BF16":
+        return f32_to_bf16_bits(a).astype("<u2").tobytes()
+    if dtype == "F8_E4M3":
+        return f32_to_f8e4m3_bytes(a).tobytes()
+    if dtype == "BOOL":
+        return a.astype(np.uint8).tobytes()
+    if dtype not in _STORAGE:
+        raise ValueError(f"cannot write dtype {dtype}")
+    return np.ascontiguousarray(a, dtype=_STORAGE[dtype][1]).tobytes()
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """tensors: {name: (dtype string, ndarray)}. Floats are rounded to the dtype (RNE).
+    Tensors are laid out in sorted-name order, header padded with spaces to 8 bytes."""
+    header = {}
+    blobs = []
+    offset = 0
+    for name in sorted(tensors):
+        dtype, array = tensors[name]
+        blob = _encode(dtype, array)
+        header[name] = {"dtype": dtype, "shape": list(np.shape(array)),
+                        "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+
+
+def write_sharded(model_dir, tensors, num_shards):
+    """Writes tensors over num_shards files model-0000i-of-0000n.safetensors plus the index."""
+    names = sorted(tensors)
+    weight_map = {}
+    for s in range(num_shards):
+        fname = f"model-{s + 1:05d}-of-{num_shards:05d}.safetensors"
+        part = {n: tensors[n] for n in names[s::num_shards]}
+        write_safetensors(os.path.join(model_dir, fname), part, {"format": "pt"})
+        weight_map.update({n: fname for n in part})
+    with open(os.path.join(model_dir, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f, indent=1)
