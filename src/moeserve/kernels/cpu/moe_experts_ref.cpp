@@ -1,0 +1,41 @@
+// Scalar reference for moe_experts_bf16: token by token, expert by expert, no grouping.
+#include <cmath>
+#include <vector>
+
+#include "moeserve/core/dtype.h"
+#include "moeserve/kernels/cpu/moe_experts.h"
+
+namespace moeserve::kernels::cpu {
+
+void moe_experts_bf16_ref(const float* x, int64_t num_tokens, const int32_t* topk_ids, const float* topk_weights,
+                          int k, const MoeExpertsBf16& ex, float* out) {
+    const int64_t h = ex.hidden, inter = ex.inter;
+    std::vector<float> act(static_cast<size_t>(inter));
+    for (int64_t t = 0; t < num_tokens; ++t) {
+        const float* xt = x + t * h;
+        float* ot = out + t * h;
+        for (int64_t i = 0; i < h; ++i) ot[i] = 0.0f;
+        for (int j = 0; j < k; ++j) {
+            const int64_t e = int64_t{topk_ids[t * k + j]} - ex.expert_begin;
+            if (e < 0 || e >= ex.num_experts) continue;
+            const uint16_t* gu = ex.gate_up + e * 2 * inter * h;
+            const uint16_t* down = ex.down + e * h * inter;
+            for (int64_t r = 0; r < inter; ++r) {
+                double g = 0, u = 0;
+                for (int64_t p = 0; p < h; ++p) {
+                    g += double(xt[p]) * double(bf16_to_f32(gu[r * h + p]));
+                    u += double(xt[p]) * double(bf16_to_f32(gu[(inter + r) * h + p]));
+                }
+                act[size_t(r)] = float(g / (1.0 + std::exp(-g)) * u);
+            }
+            const float w = topk_weights[t * k + j];
+            for (int64_t i = 0; i < h; ++i) {
+                double d = 0;
+                for (int64_t r = 0; r < inter; ++r) d += double(act[size_t(r)]) * double(bf16_to_f32(down[i * inter + r]));
+                ot[i] += w * float(d);
+            }
+        }
+    }
+}
+
+}  // namespace moeserve::kernels::cpu
