@@ -1,0 +1,140 @@
+// WeightSource: opening a model directory and looking tensors up across files (see weight_source.h).
+#include "moeserve/io/weight_source.h"
+
+#include <algorithm>
+
+#include "moeserve/core/error.h"
+#include "moeserve/io/safetensors_index.h"
+
+namespace moeserve::io {
+
+std::unique_ptr<WeightSource> WeightSource::open(const std::filesystem::path& model_dir) {
+    std::error_code ec;
+    if (!std::filesystem::exists(model_dir, ec)) {
+        raise(ErrorCode::kNotFound, "model directory {} does not exist", model_dir.string());
+    }
+    if (!std::filesystem::is_directory(model_dir, ec)) {
+        raise(ErrorCode::kNotFound, "{} is not a directory; pass the model directory", model_dir.string());
+    }
+    std::unique_ptr<WeightSource> src(new WeightSource());
+    src->dir_ = model_dir;
+    if (std::filesystem::exists(model_dir / kSafetensorsIndexFile, ec)) {
+        src->open_index(model_dir / kSafetensorsIndexFile);
+    } else if (std::filesystem::exists(model_dir / "model.safetensors", ec)) {
+        src->open_single(model_dir / "model.safetensors");
+    } else {
+        src->open_all_in_dir();
+    }
+    return src;
+}
+
+void WeightSource::open_index(const std::filesystem::path& index_path) {
+    const SafetensorsIndex index = read_safetensors_index(index_path);
+    index_path_ = index_path;
+    source_desc_ = index_path.string();
+    std::map<std::string, size_t> file_pos;
+    for (const std::string& shard : index.shard_files) {
+        const std::filesystem::path path = dir_ / shard;
+        std::error_code ec;
+        if (!std::filesystem::exists(path, ec)) {
+            const auto example = std::find_if(index.weight_map.begin(), index.weight_map.end(),
+                                              [&](const auto& kv) { return kv.second == shard; });
+            raise(ErrorCode::kNotFound,
+                  "{}: shard '{}' (which holds '{}', among others) is missing from {}; the download may be "
+                  "incomplete",
+                  index_path.string(), shard, example->first, dir_.string());
+        }
+        file_pos[shard] = files_.size();
+        files_.push_back(std::make_unique<SafetensorsFile>(path));
+    }
+    for (const auto& [name, shard] : index.weight_map) file_of_[name] = file_pos.at(shard);
+}
+
+void WeightSource::open_single(const std::filesystem::path& file) {
+    source_desc_ = file.string();
+    files_.push_back(std::make_unique<SafetensorsFile>(file));
+    for (const std::string& name : files_.back()->names()) file_of_[name] = 0;
+}
+
+void WeightSource::open_all_in_dir() {
+    std::vector<std::filesystem::path> paths;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+        if (entry.path().extension() == ".safetensors" && entry.is_regular_file(ec)) paths.push_back(entry.path());
+    }
+    if (ec) raise(ErrorCode::kIo, "{}: cannot list directory: {}", dir_.string(), ec.message());
+    if (paths.empty()) {
+        raise(ErrorCode::kNotFound, "no model.safetensors or {} in {} (and no other *.safetensors files)",
+              kSafetensorsIndexFile, dir_.string());
+    }
+    std::sort(paths.begin(), paths.end());
+    source_desc_ = fmt::format("the {} *.safetensors files in {}", paths.size(), dir_.string());
+    for (const auto& path : paths) {
+        files_.push_back(std::make_unique<SafetensorsFile>(path));
+        for (const std::string& name : files_.back()->names()) {
+            auto [it, inserted] = file_of_.emplace(name, files_.size() - 1);
+            if (!inserted) {
+                raise(ErrorCode::kInvalidModel, "{}: tensor '{}' is in both {} and {}; which one is meant?",
+                      dir_.string(), name, files_[it->second]->path().filename().string(),
+                      path.filename().string());
+            }
+        }
+    }
+}
+
+std::vector<std::string> WeightSource::names() const {
+    std::vector<std::string> out;
+    out.reserve(file_of_.size());
+    for (const auto& [name, pos] : file_of_) out.push_back(name);
+    return out;
+}
+
+const SafetensorsFile& WeightSource::file_of(const std::string& name) const {
+    auto it = file_of_.find(name);
+    if (it == file_of_.end()) {
+        raise(ErrorCode::kNotFound, "{}: no tensor '{}' in the checkpoint ({})", dir_.string(), name,
+              source_desc_);
+    }
+    const SafetensorsFile& file = *files_[it->second];
+    if (!file.contains(name)) {  // only possible with an index
+        raise(ErrorCode::kNotFound, "{}: '{}' is mapped to '{}', which does not contain it",
+              index_path_ ? index_path_->string() : dir_.string(), name, file.path().filename().string());
+    }
+    return file;
+}
+
+const TensorInfo& WeightSource::info(const std::string& name) const { return file_of(name).info(name); }
+
+TensorView WeightSource::get(const std::string& name) const { return file_of(name).view(name); }
+
+TensorView WeightSource::get(const std::string& name, DType dtype, const Shape& shape) const {
+    const SafetensorsFile& file = file_of(name);
+    TensorView view = file.view(name);
+    if (view.dtype != dtype || !(view.shape == shape)) {
+        raise(ErrorCode::kInvalidModel, "{}: tensor '{}' should be {} {}, but the file has {} {}",
+              file.path().string(), name, dtype_name(dtype), shape.str(), dtype_name(view.dtype),
+              view.shape.str());
+    }
+    return view;
+}
+
+Tensor WeightSource::load_f32(const std::string& name) const {
+    const TensorView src = get(name);
+    Tensor out(DType::kF32, src.shape);
+    convert_to_f32(src, out.as<float>());
+    return out;
+}
+
+std::vector<std::shared_ptr<const MappedFile>> WeightSource::mappings() const {
+    std::vector<std::shared_ptr<const MappedFile>> out;
+    for (const auto& f : files_) out.push_back(f->mapping());
+    return out;
+}
+
+std::vector<std::filesystem::path> WeightSource::files() const {
+    std::vector<std::filesystem::path> out;
+    for (const auto& f : files_) out.push_back(f->path());
+    return out;
+}
+
+}  // namespace moeserve::io

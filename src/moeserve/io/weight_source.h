@@ -1,0 +1,72 @@
+// WeightSource: the tensors of a Hugging Face model directory by name, across a single
+// model.safetensors, a sharded checkpoint with model.safetensors.index.json, or loose
+// *.safetensors files. Views are zero-copy into read-only mmaps. Depends on core only.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "moeserve/core/tensor.h"
+#include "moeserve/io/safetensors.h"
+
+namespace moeserve::io {
+
+class WeightSource {
+public:
+    // Opens `model_dir`, preferring, in order:
+    //   1. model.safetensors.index.json and every shard it lists;
+    //   2. model.safetensors;
+    //   3. every *.safetensors file in the directory (a tensor in two of them is an error).
+    // Every file is mapped and its header validated now. Throws Error naming the directory or
+    // file: kNotFound (no directory, no checkpoint, a shard listed in the index is missing),
+    // kInvalidModel / kUnsupported (malformed index or file), kIo.
+    static std::unique_ptr<WeightSource> open(const std::filesystem::path& model_dir);
+
+    const std::filesystem::path& dir() const { return dir_; }
+    // True when the checkpoint lists `name` (with an index: when the index maps it).
+    bool contains(const std::string& name) const { return file_of_.count(name) != 0; }
+    // Every tensor name, sorted.
+    std::vector<std::string> names() const;
+    size_t num_tensors() const { return file_of_.size(); }
+
+    // The tensor's dtype, shape and byte range in its file; throws like get().
+    const TensorInfo& info(const std::string& name) const;
+    // Zero-copy, read-only view of the tensor. Throws kNotFound naming the tensor and, with an
+    // index, the shard that was expected to hold it. Valid while this object (or mappings()) lives.
+    TensorView get(const std::string& name) const;
+    // As get(), and also checks the dtype and shape; a mismatch throws kInvalidModel with the
+    // expected and the actual dtype and shape.
+    TensorView get(const std::string& name, DType dtype, const Shape& shape) const;
+    // The tensor converted to an owned f32 Tensor of the same shape (any dtype; see convert_to_f32).
+    Tensor load_f32(const std::string& name) const;
+
+    // The file that holds `name` (throws like get()).
+    const SafetensorsFile& file_of(const std::string& name) const;
+    // The mappings behind every view; holding them keeps views valid past this object.
+    std::vector<std::shared_ptr<const MappedFile>> mappings() const;
+    // The checkpoint files, in the order they were opened.
+    std::vector<std::filesystem::path> files() const;
+
+private:
+    WeightSource() = default;
+    void open_index(const std::filesystem::path& index_path);
+    void open_single(const std::filesystem::path& file);
+    void open_all_in_dir();
+
+    std::filesystem::path dir_;
+    std::optional<std::filesystem::path> index_path_;  // set when opened through an index
+    std::string source_desc_;                           // what was opened, for messages
+    std::vector<std::unique_ptr<SafetensorsFile>> files_;
+    std::map<std::string, size_t> file_of_;  // tensor name -> position in files_
+};
+
+// Converts every element of `src` to f32 into `dst` (room for src.numel() floats).
+// F32 copies; F16, BF16 and F8_E4M3 convert exactly; I8, U8, I32, I64 convert by value
+// (I64/I32 round to the nearest f32); BOOL gives 0 or 1. `src` may be unaligned.
+void convert_to_f32(const TensorView& src, float* dst);
+
+}  // namespace moeserve::io
