@@ -1,0 +1,46 @@
+// Scalar reference for paged_attention: per query and head, full softmax over the causal range
+// in double, reading keys/values through the block table one position at a time.
+#include <cmath>
+#include <vector>
+
+#include "moeserve/kernels/cpu/paged_attention.h"
+
+namespace moeserve::kernels::cpu {
+
+void paged_attention_ref(const PagedKvLayer& kv, const PagedAttentionArgs& a) {
+    const int64_t d = kv.head_dim, group = a.num_heads / kv.num_kv_heads;
+    std::vector<double> sc;
+    for (int64_t s = 0; s < a.num_seqs; ++s) {
+        const int64_t q0 = a.query_start[s], q_len = a.query_start[s + 1] - q0;
+        const int32_t* table = a.block_tables + s * a.max_blocks_per_seq;
+        for (int64_t i = 0; i < q_len; ++i) {
+            const int64_t pos = a.seq_lens[s] - q_len + i;
+            for (int64_t h = 0; h < a.num_heads; ++h) {
+                const float* q = a.q + ((q0 + i) * a.num_heads + h) * d;
+                const int64_t kvh = h / group;
+                auto row = [&](const float* cache, int64_t p) {
+                    const int64_t slot = int64_t{table[p / kv.block_size]} * kv.block_size + p % kv.block_size;
+                    return cache + (slot * kv.num_kv_heads + kvh) * d;
+                };
+                sc.assign(size_t(pos + 1), 0.0);
+                double mx = -INFINITY, sum = 0.0;
+                for (int64_t p = 0; p <= pos; ++p) {
+                    const float* kr = row(kv.k_cache, p);
+                    double dot = 0;
+                    for (int64_t x = 0; x < d; ++x) dot += double(q[x]) * double(kr[x]);
+                    sc[size_t(p)] = dot * double(a.scale);
+                    mx = std::max(mx, sc[size_t(p)]);
+                }
+                for (auto& v : sc) sum += v = std::exp(v - mx);
+                float* o = a.out + ((q0 + i) * a.num_heads + h) * d;
+                for (int64_t x = 0; x < d; ++x) {
+                    double acc = 0;
+                    for (int64_t p = 0; p <= pos; ++p) acc += sc[size_t(p)] * double(row(kv.v_cache, p)[x]);
+                    o[x] = float(acc / sum);
+                }
+            }
+        }
+    }
+}
+
+}  // namespace moeserve::kernels::cpu
