@@ -37,12 +37,14 @@ void WeightSource::open_index(const std::filesystem::path& index_path) {
         const std::filesystem::path path = dir_ / shard;
         std::error_code ec;
         if (!std::filesystem::exists(path, ec)) {
-            const auto example = std::find_if(index.weight_map.begin(), index.weight_map.end(),
-                                              [&](const auto& kv) { return kv.second == shard; });
+            std::vector<std::string> held;
+            for (const auto& [name, file] : index.weight_map) {
+                if (file == shard) held.push_back(name);
+            }
             raise(ErrorCode::kNotFound,
-                  "{}: shard '{}' (which holds '{}', among others) is missing from {}; the download may be "
-                  "incomplete",
-                  index_path.string(), shard, example->first, dir_.string());
+                  "{}: shard '{}' is missing from {} (it should hold '{}'{}); the download may be incomplete",
+                  index_path.string(), shard, dir_.string(), held.front(),
+                  held.size() > 1 ? fmt::format(" and {} more tensors", held.size() - 1) : "");
         }
         file_pos[shard] = files_.size();
         files_.push_back(std::make_unique<SafetensorsFile>(path));
