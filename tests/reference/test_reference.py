@@ -316,6 +316,14 @@ class Qwen3MoeTest(TempDirTest):
         layer2 = np.fromfile(os.path.join(self.tmp, "trace", "layer_2.f32"), dtype="<f4")
         self.assertEqual(layer2.size, len(PROMPT) * cfg["hidden_size"])
 
+    def test_sharded_checkpoint_gives_same_logits(self):
+        tensors, cfg = tm.make_qwen3_moe(self.tmp)
+        sharded = os.path.join(self.tmp, "sharded")
+        tm.write_model(sharded, cfg, tensors, num_shards=3)
+        weights, _ = rc.load_model(sharded)
+        np.testing.assert_array_equal(qwr.forward(weights, cfg, PROMPT),
+                                      qwr.forward(tensors, cfg, PROMPT))
+
     def test_prefix_logits_equal_full_sequence_logits(self):
         tensors, cfg = tm.make_qwen3_moe(self.tmp)
         full = qwr.forward(tensors, cfg, PROMPT)
@@ -541,6 +549,11 @@ class TorchCrossCheckTest(unittest.TestCase):
         np.testing.assert_array_equal(st.f32_to_bf16_bits(x), want)
         back = torch.from_numpy(want.view(np.int16)).view(torch.bfloat16).float().numpy()
         np.testing.assert_array_equal(st.bf16_bits_to_f32(want), back)
+        path = os.path.join(tempfile.mkdtemp(prefix="moeserve_ref_"), "h.safetensors")
+        st.write_safetensors(path, {"h": ("F16", x)})
+        got = st.read_safetensors(path)["h"]
+        shutil.rmtree(os.path.dirname(path))
+        np.testing.assert_array_equal(got, torch.from_numpy(x).half().float().numpy())
 
     def test_rope_and_attention_match_torch(self):
         rng = np.random.default_rng(10)
