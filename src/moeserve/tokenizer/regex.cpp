@@ -1,0 +1,102 @@
+// PCRE2 wrapper: compile once with JIT, match with per-call match data.
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "moeserve/tokenizer/regex.h"
+
+#include <pcre2.h>
+
+#include "moeserve/core/error.h"
+
+namespace moeserve::tokenizer {
+namespace {
+
+// See the NOTE in regex.h: widen \s to Oniguruma's White_Space set, which includes U+0085.
+std::string onig_compatible(std::string_view pattern) {
+    std::string out;
+    out.reserve(pattern.size() + 16);
+    bool in_class = false;
+    for (size_t i = 0; i < pattern.size(); ++i) {
+        char c = pattern[i];
+        if (c == '\\' && i + 1 < pattern.size()) {
+            char next = pattern[i + 1];
+            ++i;
+            if (next == 's') {
+                out += in_class ? "\\s\\x{85}" : "[\\s\\x{85}]";
+            } else if (next == 'S' && !in_class) {
+                out += "[^\\s\\x{85}]";
+            } else {
+                out += c;
+                out += next;
+            }
+            continue;
+        }
+        if (!in_class && c == '[') {
+            in_class = true;
+            out += c;
+            // A ']' right after '[' or '[^' is a literal member, not the end of the class.
+            if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
+            if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];
+            continue;
+        }
+        if (in_class && c == ']') in_class = false;
+        out += c;
+    }
+    return out;
+}
+
+}  // namespace
+
+struct Regex::Impl {
+    pcre2_code* code = nullptr;
+    ~Impl() { pcre2_code_free(code); }
+};
+
+Regex::Regex(std::string_view pattern, std::string_view where, Options options)
+    : pattern_(pattern), impl_(std::make_unique<Impl>()) {
+    std::string compiled = options.literal ? std::string(pattern) : onig_compatible(pattern);
+    uint32_t flags = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK;
+    if (options.literal) flags |= PCRE2_LITERAL;
+    int error_code = 0;
+    PCRE2_SIZE error_offset = 0;
+    impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(),
+                                flags, &error_code, &error_offset, nullptr);
+    if (impl_->code == nullptr) {
+        PCRE2_UCHAR message[256];
+        pcre2_get_error_message(error_code, message, sizeof(message));
+        raise(ErrorCode::kInvalidModel, "{}: cannot compile regex '{}' at offset {}: {}", where,
+              pattern, error_offset, reinterpret_cast<const char*>(message));
+    }
+    pcre2_jit_compile(impl_->code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter on failure
+}
+
+Regex::~Regex() = default;
+Regex::Regex(Regex&&) noexcept = default;
+Regex& Regex::operator=(Regex&&) noexcept = default;
+
+std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) const {
+    std::vector<std::pair<size_t, size_t>> matches;
+    pcre2_match_data* data = pcre2_match_data_create_from_pattern(impl_->code, nullptr);
+    MOESERVE_CHECK(data != nullptr, "pcre2_match_data_create_from_pattern failed");
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    size_t start = 0;
+    while (start <= text.size()) {
+        int rc = pcre2_match(impl_->code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, data,
+                             nullptr);
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        MOESERVE_CHECK(rc >= 0, "pcre2_match failed with {} on pattern '{}'", rc, pattern_);
+        PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data);
+        size_t begin = ovector[0];
+        size_t end = ovector[1];
+        matches.emplace_back(begin, end);
+        if (end > begin) {
+            start = end;
+            continue;
+        }
+        if (end >= text.size()) break;
+        start = end + 1;  // step over one whole character after an empty match
+        while (start < text.size() && (static_cast<uint8_t>(text[start]) & 0xC0) == 0x80) ++start;
+    }
+    pcre2_match_data_free(data);
+    return matches;
+}
+
+}  // namespace moeserve::tokenizer

@@ -1,0 +1,73 @@
+// Writes tests/data/tokenizer/<name>_goldens.json with Hugging Face's own `tokenizers` (Rust core,
+// Node bindings), the independent reference for moeserve's C++ tokenizer. Run once, check in.
+// Usage: cd tools/goldens && npm install && node make_tokenizer_goldens.js [tokenizer cache dir]
+'use strict';
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const { Tokenizer, templateProcessing } = require('tokenizers');
+const { cases } = require('./tokenizer_cases');
+
+const cacheDir = process.argv[2] || path.join(os.homedir(), '.cache', 'moeserve', 'tokenizers');
+const outDir = path.join(__dirname, '..', '..', 'tests', 'data', 'tokenizer');
+const hfVersion = require('tokenizers/package.json').version;
+
+function tokenContent(t) {
+    if (t === null || t === undefined) return null;
+    return typeof t === 'string' ? t : t.content;
+}
+
+// transformers' LlamaTokenizerFast (DeepSeek-V3) rebuilds the post-processor from add_bos_token /
+// add_eos_token as a TemplateProcessing; Qwen2TokenizerFast keeps tokenizer.json's. Mirror that.
+function applyTransformersPostProcessor(tokenizer, config) {
+    if (config.tokenizer_class !== 'LlamaTokenizerFast') return;
+    const bos = tokenContent(config.bos_token);
+    const eos = tokenContent(config.eos_token);
+    const addBos = config.add_bos_token !== false;  // LlamaTokenizerFast defaults to true
+    const addEos = config.add_eos_token === true;
+    const special = [];
+    let single = '$A:0';
+    if (addBos) { single = `${bos}:0 ${single}`; special.push([bos, tokenizer.tokenToId(bos)]); }
+    if (addEos) { single = `${single} ${eos}:0`; special.push([eos, tokenizer.tokenToId(eos)]); }
+    tokenizer.setPostProcessor(templateProcessing(single, null, special));
+}
+
+async function makeGoldens(name) {
+    const dir = path.join(cacheDir, name);
+    const tokenizer = Tokenizer.fromFile(path.join(dir, 'tokenizer.json'));
+    const config = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8'));
+    applyTransformersPostProcessor(tokenizer, config);
+    const out = [];
+    for (const text of cases) {
+        for (const addSpecialTokens of [true, false]) {
+            const enc = await tokenizer.encode(text, null, { addSpecialTokens });
+            const ids = Array.from(enc.getIds());
+            out.push({
+                text,
+                add_special_tokens: addSpecialTokens,
+                ids,
+                decoded: await tokenizer.decode(ids, false),
+                decoded_skip_special: await tokenizer.decode(ids, true),
+            });
+        }
+    }
+    const doc = {
+        generator: `tools/goldens/make_tokenizer_goldens.js with npm tokenizers@${hfVersion}`,
+        tokenizer: name,
+        vocab_size: tokenizer.getVocabSize(true),
+        cases: out,
+    };
+    // One case per line keeps diffs readable and the file small.
+    const lines = out.map((c) => '    ' + JSON.stringify(c));
+    const head = JSON.stringify({ generator: doc.generator, tokenizer: name, vocab_size: doc.vocab_size });
+    const text = head.slice(0, -1) + ',\n  "cases": [\n' + lines.join(',\n') + '\n  ]\n}\n';
+    JSON.parse(text);  // sanity: the hand-joined document is valid JSON
+    const file = path.join(outDir, `${name}_goldens.json`);
+    fs.writeFileSync(file, text);
+    console.log(`${file}: ${out.length} cases, ${text.length} bytes`);
+}
+
+(async () => {
+    fs.mkdirSync(outDir, { recursive: true });
+    for (const name of ['qwen3', 'deepseek_v3']) await makeGoldens(name);
+})().catch((e) => { console.error(e); process.exit(1); });
