@@ -130,6 +130,8 @@ void pack_panel(const W* w, int64_t k, int64_t rows, int64_t p0, int64_t kc, flo
 }
 
 // c[MR, ncols] (+)= a[MR, kc] (row stride lda) @ b[kc, 16] (packed panel).
+// NOTE: the accumulators go to a local tile once after the loop; indexing them by a runtime
+// column count made GCC keep them in memory inside the loop.
 template <int MR>
 void micro_kernel(const float* a, int64_t lda, const float* b, int64_t kc, float* c, int64_t ldc,
                   int64_t ncols, bool accumulate) {
@@ -146,25 +148,28 @@ void micro_kernel(const float* a, int64_t lda, const float* b, int64_t kc, float
             acc1[i] = _mm256_fmadd_ps(av, b1, acc1[i]);
         }
     }
-    if (ncols == kNr) {
+    alignas(32) float tile[MR][kNr];
 #pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+        _mm256_store_ps(tile[i], acc0[i]);
+        _mm256_store_ps(tile[i] + 8, acc1[i]);
+    }
+    if (ncols == kNr) {
         for (int i = 0; i < MR; ++i) {
             float* ci = c + i * ldc;
+            __m256 v0 = _mm256_load_ps(tile[i]), v1 = _mm256_load_ps(tile[i] + 8);
             if (accumulate) {
-                acc0[i] = _mm256_add_ps(acc0[i], _mm256_loadu_ps(ci));
-                acc1[i] = _mm256_add_ps(acc1[i], _mm256_loadu_ps(ci + 8));
+                v0 = _mm256_add_ps(v0, _mm256_loadu_ps(ci));
+                v1 = _mm256_add_ps(v1, _mm256_loadu_ps(ci + 8));
             }
-            _mm256_storeu_ps(ci, acc0[i]);
-            _mm256_storeu_ps(ci + 8, acc1[i]);
+            _mm256_storeu_ps(ci, v0);
+            _mm256_storeu_ps(ci + 8, v1);
         }
         return;
     }
-    alignas(32) float tmp[kNr];
     for (int i = 0; i < MR; ++i) {
-        _mm256_store_ps(tmp, acc0[i]);
-        _mm256_store_ps(tmp + 8, acc1[i]);
         float* ci = c + i * ldc;
-        for (int64_t j = 0; j < ncols; ++j) ci[j] = accumulate ? ci[j] + tmp[j] : tmp[j];
+        for (int64_t j = 0; j < ncols; ++j) ci[j] = accumulate ? ci[j] + tile[i][j] : tile[i][j];
     }
 }
 

@@ -1,0 +1,99 @@
+// linear_bf16 on the bench model's shapes (Qwen3-MoE-like: hidden 1024, q 2048, kv 512, experts
+// 768|1024 and 1024|384, lm_head 151936), 2 threads. Decode rows (m <= 8) report GB/s of weights
+// against a STREAM-style read of the same bytes; prefill rows report GFLOP/s against OpenBLAS
+// cblas_sgemm (f32 weights, 2 threads), both baselines measured in this process.
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "bench_baselines.h"
+#include "moeserve/core/dtype.h"
+#include "moeserve/kernels/cpu/linear.h"
+
+namespace {
+
+using moeserve::ThreadPool;
+using namespace moeserve::bench;
+
+constexpr int kThreads = 2;
+
+void fill_bf16(std::vector<uint16_t>& w, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> d(-0.05f, 0.05f);
+    // Random values for the first 1M elements, then repeat (init of GiBs would dominate the run).
+    const size_t pattern = std::min<size_t>(w.size(), 1 << 20);
+    for (size_t i = 0; i < pattern; ++i) w[i] = moeserve::f32_to_bf16(d(rng));
+    for (size_t i = pattern; i < w.size(); ++i) w[i] = w[i - pattern];
+}
+
+// args: m, n, k.
+void BM_LinearBf16(benchmark::State& state) {
+    const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+    ThreadPool pool(kThreads);
+    std::vector<float> x(size_t(m * k), 0.5f), out(size_t(m * n));
+    const bool decode = m <= 8;
+    const int64_t wbytes = n * k * 2;
+    const int64_t copies = decode ? cold_copies(wbytes) : 1;
+    std::vector<uint16_t> w(size_t(copies * n * k));
+    fill_bf16(w, 1);
+
+    double baseline = 0;
+    if (decode) {
+        baseline = stream_gbps(pool, reinterpret_cast<const uint8_t*>(w.data()), wbytes);
+    } else {
+        std::vector<float> wf(size_t(n * k));
+        for (size_t i = 0; i < wf.size(); ++i) wf[i] = moeserve::bf16_to_f32(w[i]);
+        const double s = sgemm_seconds(x.data(), m, k, wf.data(), n, out.data(), 3);
+        baseline = 2.0 * double(m * n * k) / s / 1e9;
+    }
+
+    int64_t c = 0, iters = 0;
+    double total = 0;
+    for (auto _ : state) {
+        const double t0 = now_s();
+        moeserve::kernels::cpu::linear_bf16(pool, x.data(), m, k, w.data() + c * n * k, n, out.data());
+        total += now_s() - t0;
+        benchmark::DoNotOptimize(out.data());
+        c = (c + 1) % copies;
+        ++iters;
+    }
+    if (decode) {
+        const double gbps = double(wbytes) * double(iters) / total / 1e9;
+        state.counters["GBps"] = gbps;
+        state.counters["stream_GBps"] = baseline;
+        state.counters["ratio_vs_stream"] = gbps / baseline;
+    } else {
+        const double gflops = 2.0 * double(m * n * k) * double(iters) / total / 1e9;
+        state.counters["GFLOPS"] = gflops;
+        state.counters["openblas_GFLOPS"] = baseline;
+        state.counters["ratio_vs_openblas"] = gflops / baseline;
+    }
+}
+
+void shapes(benchmark::internal::Benchmark* b) {
+    // (n, k): q_proj, k_proj/v_proj, o_proj, experts gate|up, experts down, lm_head.
+    const std::vector<std::pair<int64_t, int64_t>> nk = {{2048, 1024}, {512, 1024}, {1024, 2048},
+                                                         {768, 1024},  {1024, 384}, {151936, 1024}};
+    for (int64_t m : {1, 4, 128, 512}) {
+        for (auto [n, k] : nk) {
+            if (n > 100000 && m > 128) continue;  // lm_head runs only on the sampled rows
+            b->Args({m, n, k});
+        }
+    }
+    b->ArgNames({"m", "n", "k"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+
+BENCHMARK(BM_LinearBf16)->Apply(shapes);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    openblas_set_num_threads(kThreads);
+    benchmark::Initialize(&argc, argv);
+    benchmark::AddCustomContext("openblas", openblas_description());
+    benchmark::AddCustomContext("kernel_threads", std::to_string(kThreads));
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}
