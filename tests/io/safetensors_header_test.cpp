@@ -149,6 +149,14 @@ TEST(SafetensorsHeaderTest, RejectsBadMetadata) {
     expect_invalid(R"({"__metadata__":{"format":1}})", 0, {"__metadata__", "'format'", "must be a string"});
 }
 
+TEST(SafetensorsHeaderTest, DeepNestingIsRejectedWithoutExhaustingTheStack) {
+    const size_t depth = 100000;
+    expect_invalid(std::string(depth, '[') + std::string(depth, ']'), 0, {"must be a JSON object"});
+    expect_invalid(R"({"w":{"dtype":"F32","shape":)" + std::string(depth, '[') + std::string(depth, ']') + "}}",
+                   0, {"tensor 'w'"});
+    expect_invalid(std::string(depth, '['), 0, {"not valid JSON"});
+}
+
 // A valid header of `n` random tensors, packed with random gaps; returns its data size via out.
 std::string random_valid_header(Rng& rng, uint64_t* data_size) {
     static constexpr const char* kDtypes[] = {"F32", "F16", "BF16", "F8_E4M3", "I8", "U8", "I32", "I64", "BOOL"};

@@ -24,12 +24,30 @@ std::optional<uint64_t> as_uint(const Json& v) {
     return std::nullopt;
 }
 
-// Renders a JSON value for an error message, shortened so a huge value cannot flood the log.
-std::string brief(const Json& v) {
+std::string brief_scalar(const Json& v) {
+    if (v.is_array()) return v.empty() ? "[]" : "[...]";
+    if (v.is_object()) return v.empty() ? "{}" : "{...}";
     std::string s = v.dump(-1, ' ', false, Json::error_handler_t::replace);
-    constexpr size_t kMax = 60;
+    constexpr size_t kMax = 40;
     if (s.size() > kMax) s = s.substr(0, kMax) + "...";
     return s;
+}
+
+// Renders a JSON value for an error message, one level deep and shortened, so neither a huge
+// nor a deeply nested value can flood the log or exhaust the stack (dump() recurses).
+std::string brief(const Json& v) {
+    if (!v.is_array()) return brief_scalar(v);
+    std::string s = "[";
+    size_t i = 0;
+    for (const Json& e : v) {
+        if (i > 0) s += ",";
+        if (i++ == 6) {
+            s += "...";
+            break;
+        }
+        s += brief_scalar(e);
+    }
+    return s + "]";
 }
 
 Json parse_json(std::string_view text, const std::string& file) {

@@ -31,7 +31,9 @@ SafetensorsIndex parse_safetensors_index(const nlohmann::json& json, const std::
         if (!file.is_string() || !is_plain_file_name(file.get<std::string>())) {
             raise(ErrorCode::kInvalidModel,
                   "{}: weight_map['{}'] must be the name of a file in the model directory, got {}", file_label,
-                  name, file.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+                  name,
+                  file.is_primitive() ? file.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                                      : std::string("a JSON ") + file.type_name());
         }
         index.weight_map.emplace(name, file.get<std::string>());
         shards.insert(file.get<std::string>());
