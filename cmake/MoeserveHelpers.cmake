@@ -18,10 +18,11 @@ function(moeserve_add_library mod)
   target_link_libraries(moeserve_${mod} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
 endfunction()
 
-# moeserve_add_test_suite(<mod> [LIBS ...])
-#   One GoogleTest binary per module from tests/<mod>/**/*_test.cpp, discovered into CTest.
+# moeserve_add_test_suite(<mod> [LIBS ...] [FIXTURES ...])
+#   One GoogleTest binary per module from tests/<mod>/**/*_test.cpp, discovered into CTest;
+#   FIXTURES are CTest fixtures every test of the suite requires (e.g. generated models).
 function(moeserve_add_test_suite mod)
-  cmake_parse_arguments(ARG "" "" "LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "LIBS;LABELS;FIXTURES" ${ARGN})
   file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*_test.cpp)
   if(NOT srcs)
     return()
@@ -30,7 +31,7 @@ function(moeserve_add_test_suite mod)
   target_include_directories(moeserve_${mod}_tests PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
   target_link_libraries(moeserve_${mod}_tests PRIVATE ${ARG_LIBS} moeserve_test_support GTest::gtest GTest::gtest_main GTest::gmock)
   gtest_discover_tests(moeserve_${mod}_tests DISCOVERY_MODE PRE_TEST
-    PROPERTIES LABELS "${mod};${ARG_LABELS}" ENVIRONMENT "${MOESERVE_TEST_ENV}")
+    PROPERTIES LABELS "${mod};${ARG_LABELS}" FIXTURES_REQUIRED "${ARG_FIXTURES}")
 endfunction()
 
 # moeserve_add_benchmark(<name> [LIBS ...]) from benchmarks/<name>_bench.cpp

@@ -82,7 +82,9 @@ public:
     }
     DType dtype() const { return dtype_; }
     const Shape& shape() const { return shape_; }
-    int64_t numel() const { return shape_.numel(); }
+    // A default-constructed Tensor is empty: numel() == 0 (not a rank-0 scalar).
+    int64_t numel() const { return data_ ? shape_.numel() : 0; }
+    bool empty() const { return data_ == nullptr; }
     size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
     int64_t dim(int i) const { return shape_[i]; }
 

@@ -1,0 +1,30 @@
+// ForwardBatch: what the model sees of a step (vLLM's model-runner boundary, llama.cpp's ubatch).
+// Flattened tokens of all sequences, their positions and KV slots, per-sequence block tables,
+// and the rows that need logits. The model never sees a Request.
+//
+//   seq 0: 5 new tokens (prefill chunk)   seq 1: 1 new token (decode)
+//   token_ids    [t t t t t | t]          query_start [0, 5, 6]
+//   positions    [0 1 2 3 4 | 9]          seq_lens    [5, 10]   (tokens in cache after this step)
+//   logits_rows  [4, 5]                   -> logits [2, vocab]
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace moeserve::model {
+
+struct ForwardBatch {
+    std::vector<int32_t> token_ids;     // [num_tokens]
+    std::vector<int32_t> positions;     // [num_tokens]
+    std::vector<int64_t> slot_mapping;  // [num_tokens] block_id * block_size + offset; < 0: padding
+    std::vector<int32_t> query_start;   // [num_seqs + 1]
+    std::vector<int32_t> seq_lens;      // [num_seqs] total tokens in the cache after this step
+    std::vector<int32_t> block_tables;  // [num_seqs, max_blocks_per_seq], unused entries 0
+    int64_t max_blocks_per_seq = 0;
+    std::vector<int32_t> logits_rows;   // token rows (indices into token_ids) that need logits
+
+    int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+    int64_t num_seqs() const { return static_cast<int64_t>(seq_lens.size()); }
+};
+
+}  // namespace moeserve::model

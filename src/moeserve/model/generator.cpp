@@ -1,0 +1,208 @@
+#include "moeserve/model/generator.h"
+
+#include <fstream>
+
+#include "moeserve/core/error.h"
+#include "moeserve/core/rng.h"
+#include "moeserve/io/hf_config.h"
+#include "moeserve/io/safetensors_writer.h"
+#include "moeserve/model/deepseek_v3/weight_specs.h"
+#include "moeserve/model/qwen3_moe/weight_specs.h"
+
+namespace moeserve::model {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+nlohmann::json qwen3_moe_preset(const std::string& size) {
+    nlohmann::json c = {
+        {"architectures", {"Qwen3MoeForCausalLM"}},
+        {"model_type", "qwen3_moe"},
+        {"vocab_size", 151936},
+        {"hidden_act", "silu"},
+        {"rms_norm_eps", 1e-6},
+        {"rope_theta", 1000000.0},
+        {"rope_scaling", nullptr},
+        {"attention_bias", false},
+        {"attention_dropout", 0.0},
+        {"use_sliding_window", false},
+        {"decoder_sparse_step", 1},
+        {"norm_topk_prob", true},
+        {"tie_word_embeddings", false},
+        {"bos_token_id", 151643},
+        {"eos_token_id", 151645},
+        {"torch_dtype", "bfloat16"},
+        {"max_position_embeddings", 40960},
+    };
+    if (size == "tiny") {
+        // head_dim 64 != hidden/heads (32): exercises the explicit head_dim; layer 1 is dense.
+        c.update({{"hidden_size", 128}, {"intermediate_size", 256}, {"num_hidden_layers", 3},
+                  {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 64},
+                  {"num_experts", 8}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 64},
+                  {"mlp_only_layers", {1}}});
+    } else if (size == "bench") {
+        // The bench size of the targets: hidden 1024, 12 layers, 64 experts top-8, moe_inter 384.
+        c.update({{"hidden_size", 1024}, {"intermediate_size", 3072}, {"num_hidden_layers", 12},
+                  {"num_attention_heads", 16}, {"num_key_value_heads", 4}, {"head_dim", 128},
+                  {"num_experts", 64}, {"num_experts_per_tok", 8}, {"moe_intermediate_size", 384},
+                  {"mlp_only_layers", nlohmann::json::array()}});
+    } else {
+        raise(ErrorCode::kInvalidArgument, "unknown model size '{}' (expected tiny or bench)", size);
+    }
+    return c;
+}
+
+nlohmann::json deepseek_preset(const std::string& arch, const std::string& size) {
+    const bool v3 = arch == "deepseek_v3";
+    nlohmann::json c = {
+        {"architectures", {v3 ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM"}},
+        {"model_type", arch},
+        {"vocab_size", 129280},
+        {"hidden_act", "silu"},
+        {"rms_norm_eps", 1e-6},
+        {"rope_theta", 10000.0},
+        {"attention_bias", false},
+        {"tie_word_embeddings", false},
+        {"bos_token_id", 0},
+        {"eos_token_id", 1},
+        {"torch_dtype", "bfloat16"},
+        {"max_position_embeddings", 16384},
+        {"rope_scaling",
+         {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 4096}, {"beta_fast", 32},
+          {"beta_slow", 1}, {"mscale", 1.0}, {"mscale_all_dim", 1.0}}},
+        {"moe_layer_freq", 1},
+        {"first_k_dense_replace", 1},
+        {"n_shared_experts", 1},
+        {"routed_scaling_factor", v3 ? 2.5 : 1.0},
+        {"norm_topk_prob", v3},
+        {"scoring_func", v3 ? "sigmoid" : "softmax"},
+        {"topk_method", v3 ? "noaux_tc" : "group_limited_greedy"},
+    };
+    if (size == "tiny") {
+        c.update({{"hidden_size", 128}, {"intermediate_size", 256}, {"moe_intermediate_size", 64},
+                  {"num_hidden_layers", 3}, {"num_attention_heads", 4}, {"num_key_value_heads", 4},
+                  {"q_lora_rank", 64}, {"kv_lora_rank", 32}, {"qk_nope_head_dim", 32}, {"qk_rope_head_dim", 16},
+                  {"v_head_dim", 32}, {"n_routed_experts", 16}, {"n_group", 4}, {"topk_group", 2},
+                  {"num_experts_per_tok", 4}});
+    } else if (size == "bench") {
+        c.update({{"hidden_size", 1024}, {"intermediate_size", 3072}, {"moe_intermediate_size", 384},
+                  {"num_hidden_layers", 12}, {"num_attention_heads", 16}, {"num_key_value_heads", 16},
+                  {"q_lora_rank", 384}, {"kv_lora_rank", 256}, {"qk_nope_head_dim", 64}, {"qk_rope_head_dim", 32},
+                  {"v_head_dim", 64}, {"n_routed_experts", 64}, {"n_group", 8}, {"topk_group", 4},
+                  {"num_experts_per_tok", 8}});
+    } else {
+        raise(ErrorCode::kInvalidArgument, "unknown model size '{}' (expected tiny or bench)", size);
+    }
+    return c;
+}
+
+uint64_t fnv1a(const std::string& s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
+    return h;
+}
+
+// Each tensor has its own stream (seed x name), so adding a tensor never changes the others.
+Tensor make_tensor(const WeightSpec& spec, uint64_t seed) {
+    Tensor t(spec.dtype, spec.shape);
+    Rng rng(seed ^ fnv1a(spec.name));
+    const int64_t n = t.numel();
+    for (int64_t i = 0; i < n; ++i) {
+        float v = spec.scale * rng.normal();
+        if (spec.init == WeightInit::kNormOnes) v += 1.0f;
+        switch (spec.dtype) {
+            case DType::kBF16: t.as<uint16_t>()[i] = f32_to_bf16(v); break;
+            case DType::kF32: t.as<float>()[i] = v; break;
+            default: MOESERVE_CHECK(false, "generator: dtype {} not generated", dtype_name(spec.dtype));
+        }
+    }
+    return t;
+}
+
+void apply_overrides(nlohmann::json& config, const std::vector<std::string>& overrides) {
+    for (const auto& kv : overrides) {
+        const auto eq = kv.find('=');
+        if (eq == std::string::npos || eq == 0) {
+            raise(ErrorCode::kInvalidArgument, "config override '{}' must look like key=value", kv);
+        }
+        const std::string value = kv.substr(eq + 1);
+        nlohmann::json parsed = nlohmann::json::parse(value, nullptr, false);
+        config[kv.substr(0, eq)] = parsed.is_discarded() ? nlohmann::json(value) : parsed;
+    }
+}
+
+void copy_tokenizer(const fs::path& from, const fs::path& to) {
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+        if (!fs::exists(from / name)) {
+            raise(ErrorCode::kNotFound, "tokenizer file {} is missing; run `make setup` (scripts/setup.sh) to fetch it",
+                  (from / name).string());
+        }
+        fs::copy_file(from / name, to / name, fs::copy_options::overwrite_existing);
+    }
+}
+
+void write_json(const fs::path& path, const nlohmann::json& j) {
+    std::ofstream out(path);
+    out << j.dump(2) << "\n";
+    if (!out) raise(ErrorCode::kIo, "{}: write failed", path.string());
+}
+
+}  // namespace
+
+nlohmann::json preset_config(const std::string& arch, const std::string& size) {
+    if (arch == "qwen3_moe") return qwen3_moe_preset(size);
+    if (arch == "deepseek_v3" || arch == "deepseek_v2") return deepseek_preset(arch, size);
+    raise(ErrorCode::kInvalidArgument, "unknown architecture '{}' (expected qwen3_moe, deepseek_v3 or deepseek_v2)", arch);
+}
+
+GeneratedModel generate_random_model(const GeneratorOptions& options) {
+    nlohmann::json config = preset_config(options.arch, options.size);
+    apply_overrides(config, options.overrides);
+    const io::HfConfig hf(config, "generated config.json");
+    const std::vector<WeightSpec> specs = options.arch == "qwen3_moe"
+                                              ? qwen3_moe_weight_specs(Qwen3MoeConfig::from_json(hf))
+                                              : deepseek_v3_weight_specs(DeepseekV3Config::from_json(hf));
+    if (options.num_shards < 1 || options.num_shards > static_cast<int>(specs.size())) {
+        raise(ErrorCode::kInvalidArgument, "--shards must be in [1, {}]; got {}", specs.size(), options.num_shards);
+    }
+    fs::create_directories(options.out_dir);
+    for (const auto& entry : fs::directory_iterator(options.out_dir)) {
+        if (entry.path().extension() == ".safetensors") fs::remove(entry.path());
+    }
+    fs::remove(options.out_dir / "model.safetensors.index.json");
+
+    GeneratedModel result;
+    const size_t per_shard = (specs.size() + static_cast<size_t>(options.num_shards) - 1) /
+                             static_cast<size_t>(options.num_shards);
+    nlohmann::json weight_map = nlohmann::json::object();
+    for (int shard = 0; shard < options.num_shards; ++shard) {
+        const std::string file = options.num_shards == 1
+                                     ? std::string("model.safetensors")
+                                     : fmt::format("model-{:05d}-of-{:05d}.safetensors", shard + 1, options.num_shards);
+        io::SafetensorsWriter writer;
+        const size_t begin = static_cast<size_t>(shard) * per_shard;
+        const size_t end = std::min(specs.size(), begin + per_shard);
+        for (size_t i = begin; i < end; ++i) {
+            Tensor t = make_tensor(specs[i], options.seed);
+            result.num_parameters += t.numel();
+            result.num_bytes += static_cast<int64_t>(t.nbytes());
+            result.num_tensors += 1;
+            weight_map[specs[i].name] = file;
+            writer.add(specs[i].name, std::move(t));
+        }
+        writer.write(options.out_dir / file);
+    }
+    if (options.num_shards > 1) {
+        write_json(options.out_dir / "model.safetensors.index.json",
+                   {{"metadata", {{"total_size", result.num_bytes}}}, {"weight_map", weight_map}});
+    }
+    write_json(options.out_dir / "config.json", config);
+    write_json(options.out_dir / "generation_config.json",
+               {{"bos_token_id", config["bos_token_id"]}, {"eos_token_id", config["eos_token_id"]},
+                {"do_sample", false}});
+    copy_tokenizer(options.tokenizer_dir, options.out_dir);
+    return result;
+}
+
+}  // namespace moeserve::model

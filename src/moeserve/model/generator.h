@@ -1,0 +1,38 @@
+// Deterministic random-weight model generator: writes a real Hugging Face model directory
+// (config.json, bf16 safetensors with the exact HF tensor names, optional shards + index, the real
+// tokenizer files) for an architecture at a preset size. Same seed, same bytes, on every machine.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace moeserve::model {
+
+struct GeneratorOptions {
+    std::string arch = "qwen3_moe";  // model_type: qwen3_moe | deepseek_v3 | deepseek_v2
+    std::string size = "tiny";       // tiny (tests) | bench (~1B parameters, performance)
+    uint64_t seed = 0;
+    std::filesystem::path out_dir;
+    std::filesystem::path tokenizer_dir;  // holds tokenizer.json + tokenizer_config.json
+    int num_shards = 1;                   // > 1 writes model-0000i-of-0000N + index
+    // config.json overrides, "key=json value", e.g. "q_lora_rank=null", "num_hidden_layers=2".
+    std::vector<std::string> overrides;
+};
+
+// The preset config.json of an architecture and size; Error kInvalidArgument for unknown ones.
+nlohmann::json preset_config(const std::string& arch, const std::string& size);
+
+struct GeneratedModel {
+    int64_t num_parameters = 0;
+    int64_t num_bytes = 0;
+    int64_t num_tensors = 0;
+};
+
+// Writes the directory (created if missing; existing model files replaced).
+GeneratedModel generate_random_model(const GeneratorOptions& options);
+
+}  // namespace moeserve::model

@@ -1,0 +1,44 @@
+// KV cache storage, owned here and nowhere else; the engine's KV cache manager owns the block
+// *ids*. Each architecture creates its own kind (GQA keys/values, or MLA's compressed latent).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "moeserve/core/tensor.h"
+#include "moeserve/kernels/cpu/paged_attention.h"
+
+namespace moeserve::model {
+
+class KvCache {
+public:
+    KvCache(int64_t num_blocks, int64_t block_size) : num_blocks_(num_blocks), block_size_(block_size) {}
+    virtual ~KvCache() = default;
+    KvCache(const KvCache&) = delete;
+    KvCache& operator=(const KvCache&) = delete;
+
+    int64_t num_blocks() const { return num_blocks_; }
+    int64_t block_size() const { return block_size_; }
+
+private:
+    int64_t num_blocks_;
+    int64_t block_size_;
+};
+
+// Keys and values per layer, f32, layout (kernels/cpu/paged_attention.h):
+//   k[layer], v[layer]: [num_blocks, block_size, num_kv_heads, head_dim]
+class GqaKvCache : public KvCache {
+public:
+    GqaKvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t num_kv_heads, int64_t head_dim);
+
+    kernels::cpu::PagedKvLayer layer(int64_t i);
+    static int64_t bytes_per_token(int64_t num_layers, int64_t num_kv_heads, int64_t head_dim) {
+        return num_layers * 2 * num_kv_heads * head_dim * static_cast<int64_t>(sizeof(float));
+    }
+
+private:
+    int64_t num_kv_heads_, head_dim_;
+    std::vector<Tensor> k_, v_;
+};
+
+}  // namespace moeserve::model

@@ -1,0 +1,76 @@
+#include "moeserve/model/layers/attention_gqa.h"
+
+#include <cmath>
+
+#include "moeserve/kernels/cpu/norm.h"
+#include "moeserve/model/layers/weight_loading.h"
+
+namespace moeserve::model {
+
+namespace kc = kernels::cpu;
+
+GqaAttention GqaAttention::load(const io::WeightSource& weights, const std::string& prefix, const GqaShape& s) {
+    GqaAttention a;
+    a.shape_ = s;
+    const int64_t q_dim = s.num_heads * s.head_dim;
+    const int64_t kv_dim = s.num_kv_heads * s.head_dim;
+    a.q_proj_ = Linear::load(weights, prefix + "q_proj", q_dim, s.hidden_size, s.bias);
+    a.k_proj_ = Linear::load(weights, prefix + "k_proj", kv_dim, s.hidden_size, s.bias);
+    a.v_proj_ = Linear::load(weights, prefix + "v_proj", kv_dim, s.hidden_size, s.bias);
+    a.o_proj_ = Linear::load(weights, prefix + "o_proj", s.hidden_size, q_dim);
+    if (s.qk_norm) {
+        a.q_norm_ = load_vector_f32(weights, prefix + "q_norm.weight", s.head_dim);
+        a.k_norm_ = load_vector_f32(weights, prefix + "k_norm.weight", s.head_dim);
+    }
+    return a;
+}
+
+size_t GqaAttention::weight_bytes() const {
+    return q_proj_.weight_bytes() + k_proj_.weight_bytes() + v_proj_.weight_bytes() + o_proj_.weight_bytes();
+}
+
+void GqaAttention::forward(ThreadPool& pool, const float* h, const ForwardBatch& batch, const kc::PagedKvLayer& kv,
+                           const RotaryEmbedding& rope, GqaScratch& scratch, float* out) const {
+    const GqaShape& s = shape_;
+    const int64_t t = batch.num_tokens();
+    const int64_t q_dim = s.num_heads * s.head_dim;
+    const int64_t kv_dim = s.num_kv_heads * s.head_dim;
+    scratch.q.resize(static_cast<size_t>(t * q_dim));
+    scratch.k.resize(static_cast<size_t>(t * kv_dim));
+    scratch.v.resize(static_cast<size_t>(t * kv_dim));
+    scratch.attn.resize(static_cast<size_t>(t * q_dim));
+    float* q = scratch.q.data();
+    float* k = scratch.k.data();
+    float* v = scratch.v.data();
+
+    // 1. [T, hidden] -> q [T, H*D], k/v [T, KV*D]
+    q_proj_.forward(pool, h, t, q);
+    k_proj_.forward(pool, h, t, k);
+    v_proj_.forward(pool, h, t, v);
+    // 2. per-head RMSNorm over D: [T*H, D] and [T*KV, D]
+    if (s.qk_norm) {
+        kc::rms_norm(pool, q, q_norm_.as<float>(), t * s.num_heads, s.head_dim, static_cast<float>(s.rms_norm_eps), q);
+        kc::rms_norm(pool, k, k_norm_.as<float>(), t * s.num_kv_heads, s.head_dim, static_cast<float>(s.rms_norm_eps),
+                     k);
+    }
+    // 3. RoPE on q and k at the tokens' positions
+    rope.apply(q, t, s.num_heads, s.head_dim, q_dim, batch.positions.data());
+    rope.apply(k, t, s.num_kv_heads, s.head_dim, kv_dim, batch.positions.data());
+    // 4. K/V into the paged cache, then causal attention over each sequence's cached tokens
+    kc::write_kv(kv, k, v, t, batch.slot_mapping.data());
+    kc::PagedAttentionArgs args{q,
+                                scratch.attn.data(),
+                                t,
+                                s.num_heads,
+                                batch.num_seqs(),
+                                batch.query_start.data(),
+                                batch.seq_lens.data(),
+                                batch.block_tables.data(),
+                                batch.max_blocks_per_seq,
+                                static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)))};
+    kc::paged_attention(pool, kv, args);
+    // 5. [T, H*D] -> [T, hidden]
+    o_proj_.forward(pool, scratch.attn.data(), t, out);
+}
+
+}  // namespace moeserve::model

@@ -1,0 +1,17 @@
+// Helpers shared by the layers to fetch checkpoint tensors with shape checks.
+#pragma once
+
+#include <string>
+
+#include "moeserve/core/tensor.h"
+#include "moeserve/io/weight_source.h"
+
+namespace moeserve::model {
+
+// A tensor with the expected shape (any dtype); Error kInvalidModel naming it otherwise.
+TensorView get_checked(const io::WeightSource& weights, const std::string& name, const Shape& shape);
+
+// A 1-D parameter (norm gain, bias) converted to f32 [n].
+Tensor load_vector_f32(const io::WeightSource& weights, const std::string& name, int64_t n);
+
+}  // namespace moeserve::model

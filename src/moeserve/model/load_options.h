@@ -1,0 +1,12 @@
+// Options that shape how a model is built from its checkpoint (not from config.json).
+#pragma once
+
+#include <cstdint>
+
+namespace moeserve::model {
+
+struct LoadOptions {
+    int64_t max_model_len = 0;  // longest sequence served (RoPE tables); 0 = max_position_embeddings
+};
+
+}  // namespace moeserve::model

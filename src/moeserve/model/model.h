@@ -1,0 +1,43 @@
+// Model: the interface every architecture implements (built by registry.h from config.json).
+// forward() runs one ForwardBatch through the network, reading and writing a KvCache the model
+// created, and returns the logits of the batch's logits_rows. Not thread-safe: one caller (the
+// rank's compute thread); the model's kernels use the rank's ThreadPool.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "moeserve/core/tensor.h"
+#include "moeserve/model/forward_batch.h"
+#include "moeserve/model/kv_cache.h"
+
+namespace moeserve::model {
+
+struct ModelInfo {
+    std::string model_type;
+    int64_t vocab_size = 0;
+    int64_t num_hidden_layers = 0;
+    int64_t max_position_embeddings = 0;
+    std::optional<int32_t> bos_token_id;
+    std::vector<int32_t> eos_token_ids;
+    int64_t kv_bytes_per_token = 0;  // KV cache bytes one token occupies over all layers
+    int64_t weight_bytes = 0;        // bytes of weights the model holds
+    int64_t num_parameters = 0;
+    int64_t active_weight_bytes_per_token = 0;  // bytes one decoded token reads (decode roofline)
+};
+
+class Model {
+public:
+    virtual ~Model() = default;
+    virtual const ModelInfo& info() const = 0;
+    // KV storage for num_blocks blocks of block_size tokens (block 0 is the engine's null block).
+    virtual std::unique_ptr<KvCache> create_kv_cache(int64_t num_blocks, int64_t block_size) const = 0;
+    // Runs the batch. Returns logits f32 [batch.logits_rows.size(), vocab_size], valid until the
+    // next call. The batch's new tokens' K/V are written to `kv` at batch.slot_mapping.
+    virtual TensorView forward(const ForwardBatch& batch, KvCache& kv) = 0;
+};
+
+}  // namespace moeserve::model

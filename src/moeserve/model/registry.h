@@ -1,0 +1,27 @@
+// Model registry: config.json model_type -> architecture. The one place that knows every
+// supported architecture; tests check that supported_model_types() and the factory agree.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "moeserve/core/thread_pool.h"
+#include "moeserve/model/load_options.h"
+#include "moeserve/model/model.h"
+
+namespace moeserve::model {
+
+// Every model_type the registry can build (config parsing included).
+std::vector<std::string> supported_model_types();
+// model_types whose config parses but whose forward is not built yet.
+std::vector<std::string> config_only_model_types();
+
+// Reads config.json and the weights of model_dir and builds the model. Errors (kNotFound,
+// kInvalidModel, kUnsupported) name the file and the problem; an unknown model_type lists the
+// supported ones.
+std::unique_ptr<Model> load_model(const std::filesystem::path& model_dir, ThreadPool& pool,
+                                  const LoadOptions& options = {});
+
+}  // namespace moeserve::model

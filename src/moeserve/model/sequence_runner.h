@@ -1,0 +1,35 @@
+// SequenceRunner: runs one sequence through a Model with its own KV cache (blocks 1..N in order),
+// by prefill chunks and decode steps. The offline `generate` command and the model tests use it;
+// the engine (scheduler + KV cache manager) replaces it for batched serving.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "moeserve/model/model.h"
+
+namespace moeserve::model {
+
+class SequenceRunner {
+public:
+    // Room for max_len tokens in blocks of block_size. The model must outlive the runner.
+    SequenceRunner(Model& model, int64_t max_len, int64_t block_size);
+
+    // Appends tokens in chunks of at most chunk_size (0 = all at once). Returns the logits of
+    // every appended token, f32 [tokens.size(), vocab] (all_logits) or of the last one [1, vocab].
+    std::vector<float> append(std::span<const int32_t> tokens, int64_t chunk_size = 0, bool all_logits = false);
+
+    int64_t length() const { return length_; }
+    void reset() { length_ = 0; }
+
+private:
+    Model& model_;
+    int64_t max_len_, block_size_;
+    std::unique_ptr<KvCache> kv_;
+    std::vector<int32_t> block_table_;
+    int64_t length_ = 0;
+};
+
+}  // namespace moeserve::model
