@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+# Cross-checks tests/data/chat_template/*_goldens.json (made by make_goldens.mjs with
+# @huggingface/jinja) against Python jinja2 configured as transformers' apply_chat_template
+# does. Exit status 1 and a diff on any mismatch. Needs jinja2 >= 3.1.
+import glob
+import json
+import os
+import sys
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "../../.."))
+CACHE = os.environ.get("MOESERVE_CACHE_DIR", os.path.expanduser("~/.cache/moeserve"))
+
+
+def make_env():
+    # transformers/utils/chat_template_utils.py: _compile_jinja_template
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    return env
+
+
+def main():
+    env = make_env()
+    failures = 0
+    files = sorted(glob.glob(os.path.join(REPO, "tests/data/chat_template/*_goldens.json")))
+    for path in files:
+        model = os.path.basename(path)[: -len("_goldens.json")]
+        with open(os.path.join(CACHE, "tokenizers", model, "tokenizer_config.json")) as f:
+            template = env.from_string(json.load(f)["chat_template"])
+        with open(path) as f:
+            goldens = json.load(f)
+        for case in goldens:
+            expected = template.render(**case["context"])
+            if expected != case["rendered"]:
+                failures += 1
+                print(f"MISMATCH {model}/{case['name']}")
+                print("  jinja2:  ", repr(expected))
+                print("  golden:  ", repr(case["rendered"]))
+        print(f"{model}: {len(goldens)} goldens checked")
+    print(f"{failures} mismatches")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
