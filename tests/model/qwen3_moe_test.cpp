@@ -74,7 +74,7 @@ Model* Qwen3MoeTest::model_ = nullptr;
 
 // Logits are O(1-10); float32 activations vs the float64 oracle differ by rounding only.
 // The bound is relative to the largest reference logit.
-constexpr float kRelTolerance = 2e-4f;
+constexpr float kRelTolerance = 2e-5f;  // measured: 7e-7 (3.8e-6 of 5.46)
 
 TEST_F(Qwen3MoeTest, FullPrefillMatchesReference) {
     const auto ids = prompt_ids();
