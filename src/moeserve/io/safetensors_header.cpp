@@ -15,6 +15,11 @@ namespace {
 // NOTE: ordered_json keeps the header's key order, so names() can report the file's order.
 using Json = nlohmann::ordered_json;
 
+// A real header nests three levels (root, tensor, shape). Deeper input is rejected while parsing:
+// NOTE: ordered_json copies a nested value whenever an enclosing object grows, recursively, so
+// unbounded nesting could exhaust the stack (found by fuzz/safetensors_header_fuzz).
+constexpr int kMaxJsonDepth = 32;
+
 constexpr const char* kSupportedDtypes = "F32, F16, BF16, F8_E4M3, I8, U8, I32, I64, BOOL";
 
 // A non-negative JSON integer that fits in uint64, or nullopt (floats, negatives, others).
@@ -60,6 +65,11 @@ Json parse_json(std::string_view text, const std::string& file) {
     std::string duplicate;
     bool has_duplicate = false;
     auto on_event = [&](int depth, Json::parse_event_t event, Json& parsed) {
+        const bool opens = event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start;
+        if (opens && depth >= kMaxJsonDepth) {
+            raise(ErrorCode::kInvalidModel, "{}: safetensors header nests deeper than {} levels", file,
+                  kMaxJsonDepth);
+        }
         if (event == Json::parse_event_t::key && depth == 1 && !has_duplicate && parsed.is_string()) {
             if (!seen.insert(parsed.get_ref<const std::string&>()).second) {
                 has_duplicate = true;
