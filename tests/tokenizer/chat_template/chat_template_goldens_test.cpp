@@ -1,15 +1,14 @@
 // Renders the real Qwen3 and DeepSeek-V3 chat templates for the conversations of
 // tests/data/chat_template/<model>_goldens.json (made by tools/goldens/chat_template/ with
 // @huggingface/jinja and cross-checked against Python jinja2) and compares byte for byte.
-#include "moeserve/tokenizer/chat_template/chat_template.h"
-
-#include "test_support.h"
-
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <thread>
 #include <vector>
+
+#include "moeserve/tokenizer/chat_template/chat_template.h"
+#include "test_support.h"
 
 namespace moeserve::tokenizer {
 namespace {
@@ -69,8 +68,7 @@ TEST(RenderChatTest, WrapsMessagesAndExtraVariables) {
     nlohmann::ordered_json messages = {{{"role", "user"}, {"content", "Hi"}}};
     EXPECT_EQ(render_chat(chat_template, messages, true, {{"enable_thinking", false}}),
               "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
-    EXPECT_EQ(render_chat(chat_template, messages, false),
-              "<|im_start|>user\nHi<|im_end|>\n");
+    EXPECT_EQ(render_chat(chat_template, messages, false), "<|im_start|>user\nHi<|im_end|>\n");
 }
 
 }  // namespace

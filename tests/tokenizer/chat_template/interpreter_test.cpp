@@ -1,15 +1,14 @@
 // Unit tests of the Jinja interpreter: one small template per feature, expected output made by
 // Python jinja2 (tools/goldens/chat_template/make_unit_goldens.py -> unit_goldens.json), plus
 // errors: unsupported constructs and syntax errors name the construct and the line.
-#include "moeserve/core/error.h"
-#include "moeserve/tokenizer/chat_template/chat_template.h"
-
-#include "test_support.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
+
+#include "moeserve/core/error.h"
+#include "moeserve/tokenizer/chat_template/chat_template.h"
+#include "test_support.h"
 
 namespace moeserve::tokenizer {
 namespace {
@@ -41,7 +40,8 @@ TEST(InterpreterTest, MatchesPythonJinja2OnFeatureTemplates) {
     for (const auto& c : cases) {
         SCOPED_TRACE(c.at("name").get<std::string>() + ": " + c.at("template").get<std::string>());
         try {
-            EXPECT_EQ(render(c.at("template"), c.at("context")), c.at("expected").get<std::string>());
+            EXPECT_EQ(render(c.at("template"), c.at("context")),
+                      c.at("expected").get<std::string>());
         } catch (const Error& e) {
             ADD_FAILURE() << e.what();
         }
@@ -89,8 +89,8 @@ TEST(InterpreterTest, ListMutationIsUnsupported) {
 }
 
 TEST(InterpreterTest, SyntaxErrorsNameTheLine) {
-    expect_error([] { ChatTemplate::parse("ok\n{% if x %}\nno end"); },
-                 ErrorCode::kInvalidArgument, {"line 3", "'endif'"});
+    expect_error([] { ChatTemplate::parse("ok\n{% if x %}\nno end"); }, ErrorCode::kInvalidArgument,
+                 {"line 3", "'endif'"});
     expect_error([] { ChatTemplate::parse("{{ 1 +\n }}"); }, ErrorCode::kInvalidArgument,
                  {"line 2", "expected an expression"});
     expect_error([] { ChatTemplate::parse("a\nb {{ x "); }, ErrorCode::kInvalidArgument,
@@ -112,10 +112,16 @@ TEST(InterpreterTest, UndefinedErrorsOnlyWhereJinja2Raises) {
 }
 
 TEST(InterpreterTest, TypeErrorsAreReported) {
-    expect_error([] { render("{{ x + 'a' }}", {{"x", nullptr}}); }, ErrorCode::kInvalidArgument,
-                 {"unsupported operand type(s) for +: 'NoneType' and 'str'"});
-    expect_error([] { render("{{ 'a' in x }}", {{"x", nullptr}}); }, ErrorCode::kInvalidArgument,
-                 {"not iterable"});
+    expect_error(
+        [] {
+            render("{{ x + 'a' }}", {{"x", nullptr}});
+        },
+        ErrorCode::kInvalidArgument, {"unsupported operand type(s) for +: 'NoneType' and 'str'"});
+    expect_error(
+        [] {
+            render("{{ 'a' in x }}", {{"x", nullptr}});
+        },
+        ErrorCode::kInvalidArgument, {"not iterable"});
     expect_error([] { render("{% set x = 1 %}{% set x.a = 2 %}"); }, ErrorCode::kInvalidArgument,
                  {"namespace"});
 }
@@ -128,7 +134,8 @@ TEST(InterpreterTest, TojsonKeepsKeyOrderOfOrderedJson) {
 }
 
 TEST(InterpreterTest, ParsedTemplateRendersManyTimes) {
-    ChatTemplate t = ChatTemplate::parse("{% set ns = namespace(n=0) %}{% set ns.n = ns.n + x %}{{ ns.n }}");
+    ChatTemplate t =
+        ChatTemplate::parse("{% set ns = namespace(n=0) %}{% set ns.n = ns.n + x %}{{ ns.n }}");
     EXPECT_EQ(t.render(nlohmann::json{{"x", 1}}), "1");
     EXPECT_EQ(t.render(nlohmann::json{{"x", 2}}), "2");
 }

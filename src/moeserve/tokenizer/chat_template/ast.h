@@ -2,12 +2,12 @@
 // so one tree can be rendered from many threads at once.
 #pragma once
 
-#include "moeserve/tokenizer/chat_template/value.h"
-
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "moeserve/tokenizer/chat_template/value.h"
 
 namespace moeserve::tokenizer::jinja {
 
@@ -49,17 +49,17 @@ struct IfBranch {
 
 struct Stmt {
     enum class Kind {
-        kText,        // text
-        kOutput,      // {{ expr }}
-        kIf,          // branches
-        kFor,         // for targets in expr [if filter]: body [else: else_body]
-        kSet,         // set targets[0] (or targets[0].attr) = expr
-        kSetBlock,    // set targets[0] %} body {% endset
-        kMacro,       // macro name(params = defaults): body
-        kCallBlock,   // call expr: body (body is caller())
+        kText,       // text
+        kOutput,     // {{ expr }}
+        kIf,         // branches
+        kFor,        // for targets in expr [if filter]: body [else: else_body]
+        kSet,        // set targets[0] (or targets[0].attr) = expr
+        kSetBlock,   // set targets[0] %} body {% endset
+        kMacro,      // macro name(params = defaults): body
+        kCallBlock,  // call expr: body (body is caller())
         kBreak,
         kContinue,
-        kScope,       // a body rendered as is ({% generation %} of transformers)
+        kScope,  // a body rendered as is ({% generation %} of transformers)
     };
     Kind kind;
     int line = 0;

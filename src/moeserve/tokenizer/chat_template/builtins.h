@@ -2,11 +2,11 @@
 // with jinja2 + transformers semantics. Everything not listed raises Error(kUnsupported).
 #pragma once
 
-#include "moeserve/tokenizer/chat_template/value.h"
-
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "moeserve/tokenizer/chat_template/value.h"
 
 namespace moeserve::tokenizer::jinja {
 

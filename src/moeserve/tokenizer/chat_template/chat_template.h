@@ -3,9 +3,8 @@
 // loopcontrols, transformers' tojson filter and raise_exception / strftime_now functions).
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace moeserve::tokenizer {

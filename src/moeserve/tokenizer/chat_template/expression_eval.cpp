@@ -1,11 +1,11 @@
 // Expression evaluation with Python semantics: attribute/item lookup falling back to
 // Undefined as jinja2 does, slices, arithmetic, comparisons, calls, filters and tests.
+#include <cmath>
+
 #include "moeserve/core/error.h"
 #include "moeserve/tokenizer/chat_template/builtins.h"
 #include "moeserve/tokenizer/chat_template/helpers.h"
 #include "moeserve/tokenizer/chat_template/renderer.h"
-
-#include <cmath>
 
 namespace moeserve::tokenizer::jinja {
 namespace {
@@ -42,7 +42,8 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, int line
             return out;
         }
         List out;
-        for (int64_t i = 0; i < n; ++i) out.insert(out.end(), a.as_list().begin(), a.as_list().end());
+        for (int64_t i = 0; i < n; ++i)
+            out.insert(out.end(), a.as_list().begin(), a.as_list().end());
         return Value::list(std::move(out));
     }
     if (op == "%" && a.is_string()) {
@@ -89,8 +90,8 @@ bool compare_less(const Value& a, const Value& b, const std::string& op, int lin
 }
 
 // Python slice index normalization (PySlice_AdjustIndices).
-List slice_items(const List& items, const Value& start_v, const Value& stop_v,
-                 const Value& step_v, int line) {
+List slice_items(const List& items, const Value& start_v, const Value& stop_v, const Value& step_v,
+                 int line) {
     auto n = static_cast<int64_t>(items.size());
     auto opt_int = [&](const Value& v) -> std::optional<int64_t> {
         if (v.is_none() || v.is_undefined()) return std::nullopt;
@@ -99,7 +100,8 @@ List slice_items(const List& items, const Value& start_v, const Value& stop_v,
               line);
     };
     int64_t step = opt_int(step_v).value_or(1);
-    if (step == 0) raise(ErrorCode::kInvalidArgument, "chat template line {}: slice step is 0", line);
+    if (step == 0)
+        raise(ErrorCode::kInvalidArgument, "chat template line {}: slice step is 0", line);
     auto adjust = [&](std::optional<int64_t> v, int64_t dflt) {
         if (!v) return dflt;
         int64_t i = *v < 0 ? *v + n : *v;
@@ -174,12 +176,12 @@ Value Renderer::eval_call(const Expr& call, const Value& caller) {
     CallArgs a = eval_args(call, 1);
     if (!caller.is_undefined()) a.keyword.emplace_back("caller", caller);
     if (callee.is_callable()) return callee.call(a);
-    std::string what = call.args[0]->kind == Expr::Kind::kName ? call.args[0]->name
-                                                                : callee.undefined_name();
+    std::string what =
+        call.args[0]->kind == Expr::Kind::kName ? call.args[0]->name : callee.undefined_name();
     if (callee.is_undefined()) {
         raise(ErrorCode::kUnsupported,
-              "chat template line {}: the function '{}' is not defined or not supported",
-              call.line, what);
+              "chat template line {}: the function '{}' is not defined or not supported", call.line,
+              what);
     }
     raise(ErrorCode::kInvalidArgument, "chat template line {}: '{}' object is not callable",
           call.line, callee.type_name());
@@ -214,7 +216,8 @@ Value Renderer::eval(const Expr& e) {
         case Expr::Kind::kList: {
             List items;
             for (const auto& item : e.args) items.push_back(eval(*item));
-            return e.name == "tuple" ? Value::tuple(std::move(items)) : Value::list(std::move(items));
+            return e.name == "tuple" ? Value::tuple(std::move(items))
+                                     : Value::list(std::move(items));
         }
         case Expr::Kind::kDict: {
             Dict items;

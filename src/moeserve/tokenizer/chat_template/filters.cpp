@@ -1,10 +1,10 @@
 // Built-in filters and tests (jinja2 semantics; tojson as transformers overrides it).
+#include <algorithm>
+#include <cmath>
+
 #include "moeserve/core/error.h"
 #include "moeserve/tokenizer/chat_template/builtins.h"
 #include "moeserve/tokenizer/chat_template/helpers.h"
-
-#include <algorithm>
-#include <cmath>
 
 namespace moeserve::tokenizer::jinja {
 namespace {
@@ -145,12 +145,23 @@ std::string html_escape(const std::string& s) {
     std::string out;
     for (char c : s) {
         switch (c) {
-            case '&': out += "&amp;"; break;
-            case '<': out += "&lt;"; break;
-            case '>': out += "&gt;"; break;
-            case '"': out += "&#34;"; break;
-            case '\'': out += "&#39;"; break;
-            default: out += c;
+            case '&':
+                out += "&amp;";
+                break;
+            case '<':
+                out += "&lt;";
+                break;
+            case '>':
+                out += "&gt;";
+                break;
+            case '"':
+                out += "&#34;";
+                break;
+            case '\'':
+                out += "&#39;";
+                break;
+            default:
+                out += c;
         }
     }
     return out;
@@ -194,8 +205,7 @@ Value apply_filter(const std::string& name, const Value& input, const CallArgs& 
     }
     if (name == "trim") {
         Value chars = arg(a, 0, "chars");
-        return py_strip(input.str(), chars.is_string() ? &chars.as_string() : nullptr, true,
-                        true);
+        return py_strip(input.str(), chars.is_string() ? &chars.as_string() : nullptr, true, true);
     }
     if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
         if (name == "title") {  // jinja2's title filter: word starts follow - space ( { [ <
@@ -274,8 +284,8 @@ Value apply_filter(const std::string& name, const Value& input, const CallArgs& 
     if (name == "unique") {
         List out;
         for (const Value& item : iterate(input, a.line)) {
-            bool seen = std::any_of(out.begin(), out.end(),
-                                    [&](const Value& o) { return o.equals(item); });
+            bool seen =
+                std::any_of(out.begin(), out.end(), [&](const Value& o) { return o.equals(item); });
             if (!seen) out.push_back(item);
         }
         return Value::list(std::move(out));
@@ -309,7 +319,8 @@ bool apply_test(const std::string& name, const Value& v, const CallArgs& a) {
         if (name == "odd") return v.as_int() % 2 != 0;
         if (name == "even") return v.as_int() % 2 == 0;
         int64_t d = int_arg(a, 0, "num", 0);
-        if (d == 0) raise(ErrorCode::kInvalidArgument, "chat template line {}: divisibleby 0", a.line);
+        if (d == 0)
+            raise(ErrorCode::kInvalidArgument, "chat template line {}: divisibleby 0", a.line);
         return v.as_int() % d == 0;
     }
     if (name == "lower" || name == "upper") {

@@ -19,8 +19,9 @@ int64_t int_arg(const CallArgs& a, size_t pos, const char* name, int64_t fallbac
     if (v.is_undefined() || v.is_none()) return fallback;
     if (v.is_int()) return v.as_int();
     if (v.is_bool()) return v.as_bool() ? 1 : 0;
-    raise(ErrorCode::kInvalidArgument, "chat template line {}: argument '{}' must be an integer, got '{}'",
-          a.line, name, v.type_name());
+    raise(ErrorCode::kInvalidArgument,
+          "chat template line {}: argument '{}' must be an integer, got '{}'", a.line, name,
+          v.type_name());
 }
 
 List iterate(const Value& v, int line) {
@@ -58,8 +59,9 @@ bool contains(const Value& container, const Value& item, int line) {
         return false;
     }
     if (container.is_undefined()) return false;
-    raise(ErrorCode::kInvalidArgument, "chat template line {}: argument of type '{}' is not iterable",
-          line, container.type_name());
+    raise(ErrorCode::kInvalidArgument,
+          "chat template line {}: argument of type '{}' is not iterable", line,
+          container.type_name());
 }
 
 void set_item(Dict& d, const std::string& key, Value value) {

@@ -2,10 +2,10 @@
 // iteration and dict updates. Internal to chat_template/.
 #pragma once
 
-#include "moeserve/tokenizer/chat_template/value.h"
-
 #include <cstdint>
 #include <string>
+
+#include "moeserve/tokenizer/chat_template/value.h"
 
 namespace moeserve::tokenizer::jinja {
 

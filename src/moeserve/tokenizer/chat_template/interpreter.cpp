@@ -121,9 +121,10 @@ Value Renderer::make_loop_object(const List& items, size_t i) const {
     auto n = static_cast<int64_t>(items.size());
     auto k = static_cast<int64_t>(i);
     // depth counts recursive-loop levels in jinja2, so it is 1 for every (non-recursive) loop.
-    Dict loop = {{"index", k + 1},       {"index0", k},          {"revindex", n - k},
-                 {"revindex0", n - k - 1}, {"first", k == 0},    {"last", k == n - 1},
-                 {"length", n},          {"depth", 1},           {"depth0", 0}};
+    Dict loop = {
+        {"index", k + 1},  {"index0", k},        {"revindex", n - k}, {"revindex0", n - k - 1},
+        {"first", k == 0}, {"last", k == n - 1}, {"length", n},       {"depth", 1},
+        {"depth0", 0}};
     if (i > 0) loop.emplace_back("previtem", items[i - 1]);
     if (i + 1 < items.size()) loop.emplace_back("nextitem", items[i + 1]);
     loop.emplace_back("cycle", Value::function("loop.cycle", [k](const CallArgs& a) {

@@ -2,10 +2,10 @@
 // (scoping of for loops, Undefined, Python operators).
 #pragma once
 
+#include <string>
+
 #include "moeserve/tokenizer/chat_template/ast.h"
 #include "moeserve/tokenizer/chat_template/value.h"
-
-#include <string>
 
 namespace moeserve::tokenizer::jinja {
 

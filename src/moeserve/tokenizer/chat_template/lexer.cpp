@@ -1,15 +1,17 @@
 // Lexer: text/tag splitting with jinja2's whitespace rules, then expression tokens inside tags.
 #include "moeserve/tokenizer/chat_template/lexer.h"
 
-#include "moeserve/core/error.h"
-
 #include <cctype>
 #include <cstdint>
+
+#include "moeserve/core/error.h"
 
 namespace moeserve::tokenizer::jinja {
 namespace {
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_space(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 // jinja2 normalizes newlines and drops one trailing newline before lexing.
 std::string normalize_source(const std::string& source) {
@@ -135,8 +137,8 @@ private:
     size_t lex_comment_end(size_t pos, bool& strip_next) {
         size_t end = src_.find("#}", pos);
         if (end == std::string::npos) {
-            raise(ErrorCode::kInvalidArgument, "chat template line {}: comment is never closed with '#}}'",
-                  line_);
+            raise(ErrorCode::kInvalidArgument,
+                  "chat template line {}: comment is never closed with '#}}'", line_);
         }
         line_ += count_newlines(src_, pos, end);
         bool minus = end > pos && src_[end - 1] == '-';
@@ -204,8 +206,8 @@ private:
     size_t lex_number(size_t pos) {
         size_t end = pos;
         auto digits = [&] {
-            while (end < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[end])) ||
-                                         src_[end] == '_')) {
+            while (end < src_.size() &&
+                   (std::isdigit(static_cast<unsigned char>(src_[end])) || src_[end] == '_')) {
                 ++end;
             }
         };
@@ -256,25 +258,49 @@ private:
             char e = src_[i + 1];
             i += 2;
             switch (e) {
-                case 'n': value += '\n'; break;
-                case 't': value += '\t'; break;
-                case 'r': value += '\r'; break;
-                case '\\': value += '\\'; break;
-                case '\'': value += '\''; break;
-                case '"': value += '"'; break;
-                case 'a': value += '\a'; break;
-                case 'b': value += '\b'; break;
-                case 'f': value += '\f'; break;
-                case 'v': value += '\v'; break;
-                case '0': value += '\0'; break;
-                case '\n': ++line_; break;  // line continuation
+                case 'n':
+                    value += '\n';
+                    break;
+                case 't':
+                    value += '\t';
+                    break;
+                case 'r':
+                    value += '\r';
+                    break;
+                case '\\':
+                    value += '\\';
+                    break;
+                case '\'':
+                    value += '\'';
+                    break;
+                case '"':
+                    value += '"';
+                    break;
+                case 'a':
+                    value += '\a';
+                    break;
+                case 'b':
+                    value += '\b';
+                    break;
+                case 'f':
+                    value += '\f';
+                    break;
+                case 'v':
+                    value += '\v';
+                    break;
+                case '0':
+                    value += '\0';
+                    break;
+                case '\n':
+                    ++line_;
+                    break;  // line continuation
                 case 'x':
                 case 'u':
                 case 'U': {
                     size_t len = e == 'x' ? 2 : e == 'u' ? 4 : 8;
                     std::string hex = src_.substr(i, len);
-                    if (hex.size() != len || hex.find_first_not_of("0123456789abcdefABCDEF") !=
-                                                 std::string::npos) {
+                    if (hex.size() != len ||
+                        hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) {
                         raise(ErrorCode::kInvalidArgument,
                               "chat template line {}: bad \\{} escape in string literal", line_, e);
                     }

@@ -1,22 +1,21 @@
 // Python str and dict methods, UTF-8 helpers and the global functions of the Jinja subset.
-#include "moeserve/tokenizer/chat_template/builtins.h"
-#include "moeserve/tokenizer/chat_template/helpers.h"
-
-#include "moeserve/core/error.h"
-
 #include <algorithm>
 #include <ctime>
 #include <set>
+
+#include "moeserve/core/error.h"
+#include "moeserve/tokenizer/chat_template/builtins.h"
+#include "moeserve/tokenizer/chat_template/helpers.h"
 
 namespace moeserve::tokenizer::jinja {
 namespace {
 
 bool is_py_space(const std::string& ch) {
     static constexpr const char* kUnicodeSpaces[] = {
-        "\xc2\x85", "\xc2\xa0", "\xe1\x9a\x80", "\xe2\x80\x80", "\xe2\x80\x81", "\xe2\x80\x82",
-        "\xe2\x80\x83", "\xe2\x80\x84", "\xe2\x80\x85", "\xe2\x80\x86", "\xe2\x80\x87",
-        "\xe2\x80\x88", "\xe2\x80\x89", "\xe2\x80\x8a", "\xe2\x80\xa8", "\xe2\x80\xa9",
-        "\xe2\x80\xaf", "\xe2\x81\x9f", "\xe3\x80\x80"};
+        "\xc2\x85",     "\xc2\xa0",     "\xe1\x9a\x80", "\xe2\x80\x80", "\xe2\x80\x81",
+        "\xe2\x80\x82", "\xe2\x80\x83", "\xe2\x80\x84", "\xe2\x80\x85", "\xe2\x80\x86",
+        "\xe2\x80\x87", "\xe2\x80\x88", "\xe2\x80\x89", "\xe2\x80\x8a", "\xe2\x80\xa8",
+        "\xe2\x80\xa9", "\xe2\x80\xaf", "\xe2\x81\x9f", "\xe3\x80\x80"};
     if (ch.size() == 1) {
         char c = ch[0];
         return c == ' ' || (c >= '\t' && c <= '\r') || (c >= '\x1c' && c <= '\x1f');
@@ -124,7 +123,8 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
 bool affix_match(const std::string& s, const Value& affix, bool at_start) {
     auto match = [&](const Value& a) {
         if (!a.is_string()) {
-            raise(ErrorCode::kInvalidArgument, "{}: argument must be str or a tuple of str, got '{}'",
+            raise(ErrorCode::kInvalidArgument,
+                  "{}: argument must be str or a tuple of str, got '{}'",
                   at_start ? "startswith" : "endswith", a.type_name());
         }
         const std::string& p = a.as_string();
@@ -167,8 +167,8 @@ Value string_method(const std::string& s, const std::string& name, const CallArg
         Value from = arg(a, 0, "old");
         Value to = arg(a, 1, "new");
         if (!from.is_string() || !to.is_string()) {
-            raise(ErrorCode::kInvalidArgument, "chat template line {}: str.replace needs two strings",
-                  a.line);
+            raise(ErrorCode::kInvalidArgument,
+                  "chat template line {}: str.replace needs two strings", a.line);
         }
         return py_replace(s, from.as_string(), to.as_string(), int_arg(a, 2, "count", -1));
     }
@@ -240,21 +240,22 @@ Value dict_method(const Value& d, const std::string& name, const CallArgs& a) {
 }
 
 const std::set<std::string> kStrMethods = {
-    "startswith", "endswith", "strip",   "lstrip",  "rstrip",  "split",   "upper",
-    "lower",      "title",    "capitalize", "replace", "find", "count",   "join",
-    "isdigit",    "isalpha",  "isalnum", "isspace", "islower", "isupper"};
+    "startswith", "endswith", "strip",      "lstrip",  "rstrip",  "split",  "upper",
+    "lower",      "title",    "capitalize", "replace", "find",    "count",  "join",
+    "isdigit",    "isalpha",  "isalnum",    "isspace", "islower", "isupper"};
 // Python str methods that exist but are not implemented: using one is an error, not Undefined.
 const std::set<std::string> kStrUnsupported = {
-    "format", "format_map", "center", "ljust", "rjust", "zfill", "expandtabs", "partition",
-    "rpartition", "rsplit", "splitlines", "rfind", "index", "rindex", "swapcase", "casefold",
-    "encode", "translate", "maketrans", "removeprefix", "removesuffix", "isnumeric",
-    "isdecimal", "isidentifier", "isprintable", "istitle"};
+    "format",      "format_map",   "center",       "ljust",     "rjust",      "zfill",
+    "expandtabs",  "partition",    "rpartition",   "rsplit",    "splitlines", "rfind",
+    "index",       "rindex",       "swapcase",     "casefold",  "encode",     "translate",
+    "maketrans",   "removeprefix", "removesuffix", "isnumeric", "isdecimal",  "isidentifier",
+    "isprintable", "istitle"};
 const std::set<std::string> kDictMethods = {"items", "keys", "values", "get"};
-const std::set<std::string> kDictUnsupported = {"pop", "popitem", "setdefault", "update",
-                                                "clear", "copy", "fromkeys"};
-const std::set<std::string> kListUnsupported = {"append", "pop", "extend", "insert", "remove",
-                                                "sort", "reverse", "index", "count", "copy",
-                                                "clear"};
+const std::set<std::string> kDictUnsupported = {"pop",   "popitem", "setdefault", "update",
+                                                "clear", "copy",    "fromkeys"};
+const std::set<std::string> kListUnsupported = {"append", "pop",  "extend",  "insert",
+                                                "remove", "sort", "reverse", "index",
+                                                "count",  "copy", "clear"};
 
 }  // namespace
 
@@ -295,9 +296,8 @@ std::optional<Value> get_method(const Value& obj, const std::string& name, int l
     if (obj.is_string()) {
         if (kStrMethods.count(name)) {
             std::string s = obj.as_string();
-            return Value::function("str." + name, [s, name](const CallArgs& a) {
-                return string_method(s, name, a);
-            });
+            return Value::function(
+                "str." + name, [s, name](const CallArgs& a) { return string_method(s, name, a); });
         }
         if (kStrUnsupported.count(name)) {
             raise(ErrorCode::kUnsupported,

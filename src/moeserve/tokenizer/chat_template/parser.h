@@ -1,10 +1,10 @@
 // Parser: tokens -> syntax tree, with jinja2's operator precedence.
 #pragma once
 
+#include <vector>
+
 #include "moeserve/tokenizer/chat_template/ast.h"
 #include "moeserve/tokenizer/chat_template/lexer.h"
-
-#include <vector>
 
 namespace moeserve::tokenizer::jinja {
 

@@ -2,11 +2,11 @@
 // evaluation. Internal to chat_template/; one Renderer per render call, never shared.
 #pragma once
 
-#include "moeserve/tokenizer/chat_template/ast.h"
-#include "moeserve/tokenizer/chat_template/value.h"
-
 #include <string>
 #include <vector>
+
+#include "moeserve/tokenizer/chat_template/ast.h"
+#include "moeserve/tokenizer/chat_template/value.h"
 
 namespace moeserve::tokenizer::jinja {
 

@@ -1,12 +1,12 @@
 // Value: construction from JSON, Python truthiness/str/repr/==, and transformers' tojson.
 #include "moeserve/tokenizer/chat_template/value.h"
 
-#include "moeserve/core/error.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+
+#include "moeserve/core/error.h"
 
 namespace moeserve::tokenizer::jinja {
 
@@ -109,13 +109,27 @@ void json_escape_into(const std::string& s, bool ensure_ascii, std::string& out)
     for (size_t i = 0; i < s.size(); ++i) {
         auto c = static_cast<unsigned char>(s[i]);
         switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            case '\b': out += "\\b"; break;
-            case '\f': out += "\\f"; break;
+            case '"':
+                out += "\\\"";
+                break;
+            case '\\':
+                out += "\\\\";
+                break;
+            case '\n':
+                out += "\\n";
+                break;
+            case '\r':
+                out += "\\r";
+                break;
+            case '\t':
+                out += "\\t";
+                break;
+            case '\b':
+                out += "\\b";
+                break;
+            case '\f':
+                out += "\\f";
+                break;
             default:
                 if (c < 0x20) {
                     out += fmt::format("\\u{:04x}", c);
@@ -154,8 +168,9 @@ void to_json_into(const Value& v, const JsonDumpOptions& opt, int depth, std::st
         out += std::to_string(v.as_int());
     } else if (v.is_float()) {
         double d = v.as_float();
-        out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
-                                                     : format_python_float(d);
+        out += std::isnan(d)   ? "NaN"
+               : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
+                               : format_python_float(d);
     } else if (v.is_string()) {
         json_escape_into(v.as_string(), opt.ensure_ascii, out);
     } else if (v.is_list()) {

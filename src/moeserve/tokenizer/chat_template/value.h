@@ -3,11 +3,10 @@
 // Depends on core and nlohmann::json only.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <variant>
@@ -119,11 +118,11 @@ std::string format_python_float(double d);
 
 // Options of Python's json.dumps, as transformers' tojson filter exposes them.
 struct JsonDumpOptions {
-    bool indented = false;        // indent is not None
-    std::string indent;           // one level of indentation (indent=2 -> "  ")
+    bool indented = false;              // indent is not None
+    std::string indent;                 // one level of indentation (indent=2 -> "  ")
     std::string item_separator = ", ";  // json.dumps default; "," when indented
     std::string key_separator = ": ";
-    bool ensure_ascii = false;    // transformers' default (Python's own default is True)
+    bool ensure_ascii = false;  // transformers' default (Python's own default is True)
     bool sort_keys = false;
 };
 
