@@ -1,7 +1,8 @@
 // AVX2 paged attention: work items are (sequence, query head) pairs handed out dynamically; each
-// walks its queries and, per query, tiles of up to kTile keys with an online softmax (running
-// max m, sum l, accumulator rescaled by exp(m_old - m_new)). Scores of 8 keys come out of one
-// transpose-reduce (hsum8). write_kv copies new keys/values into their slots.
+// walks its queries in groups of 4 consecutive ones and, per group, tiles of kTile keys with an
+// online softmax (running max m, sum l, accumulator rescaled by exp(m_old - m_new)); the group
+// shares each tile's K/V loads from L1. Scores of 8 keys come out of one transpose-reduce
+// (hsum8). write_kv copies new keys/values into their slots.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -15,16 +16,17 @@
 namespace moeserve::kernels::cpu {
 namespace {
 
-constexpr int64_t kTile = 64;
+constexpr int64_t kTile = 32;   // keys per tile: K and V rows of a tile (2 x 16 KiB at d=128) stay in L1
+constexpr int64_t kQueries = 4; // consecutive queries of one head sharing each key tile
 
 struct Tile {
     const float* k[kTile];
     const float* v[kTile];
-    alignas(32) float p[kTile];
+    alignas(32) float p[kQueries][kTile];
 };
 
-// scores[j] = dot(q, k[j]) * scale for j < n.
-void tile_scores(const float* q, int64_t d, Tile& t, int64_t n, float scale) {
+// p[j] = dot(q, k[j]) * scale for j < n.
+void tile_scores(const float* q, int64_t d, const Tile& t, int64_t n, float scale, float* p) {
     int64_t j = 0;
     if (d % 8 == 0) {
         for (; j + 8 <= n; j += 8) {
@@ -36,7 +38,7 @@ void tile_scores(const float* q, int64_t d, Tile& t, int64_t n, float scale) {
                 for (int u = 0; u < 8; ++u) a[u] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(t.k[j + u] + x), a[u]);
             }
             const __m256 s = simd::hsum8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
-            _mm256_store_ps(t.p + j, _mm256_mul_ps(s, _mm256_set1_ps(scale)));
+            _mm256_store_ps(p + j, _mm256_mul_ps(s, _mm256_set1_ps(scale)));
         }
     }
     for (; j < n; ++j) {
@@ -45,53 +47,109 @@ void tile_scores(const float* q, int64_t d, Tile& t, int64_t n, float scale) {
         for (; x + 8 <= d; x += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + x), _mm256_loadu_ps(t.k[j] + x), a);
         float s = simd::hsum(a);
         for (; x < d; ++x) s += q[x] * t.k[j][x];
-        t.p[j] = s * scale;
+        p[j] = s * scale;
     }
 }
 
-// One query against keys [0, pos]; out f32 [d]. acc: scratch of d floats.
-void attend_one(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, const float* q, int64_t pos,
-                float scale, Tile& t, float* acc, float* out) {
+// acc[qi, :] = acc[qi, :] * alpha[qi] + sum_j p[qi][j] * v[j], for qi < nq; each V row is loaded
+// once for all queries.
+void accumulate_pv(const Tile& t, int64_t n, int64_t nq, int64_t d, const float* alpha, float* acc) {
+    int64_t x = 0;
+    if (nq == kQueries) {
+        for (; x + 8 <= d; x += 8) {
+            __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(acc + x), _mm256_set1_ps(alpha[0]));
+            __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(acc + d + x), _mm256_set1_ps(alpha[1]));
+            __m256 a2 = _mm256_mul_ps(_mm256_loadu_ps(acc + 2 * d + x), _mm256_set1_ps(alpha[2]));
+            __m256 a3 = _mm256_mul_ps(_mm256_loadu_ps(acc + 3 * d + x), _mm256_set1_ps(alpha[3]));
+            for (int64_t j = 0; j < n; ++j) {
+                const __m256 v = _mm256_loadu_ps(t.v[j] + x);
+                a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(&t.p[0][j]), v, a0);
+                a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(&t.p[1][j]), v, a1);
+                a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(&t.p[2][j]), v, a2);
+                a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(&t.p[3][j]), v, a3);
+            }
+            _mm256_storeu_ps(acc + x, a0);
+            _mm256_storeu_ps(acc + d + x, a1);
+            _mm256_storeu_ps(acc + 2 * d + x, a2);
+            _mm256_storeu_ps(acc + 3 * d + x, a3);
+        }
+    } else {
+        for (; x + 8 <= d; x += 8) {
+            for (int64_t qi = 0; qi < nq; ++qi) {
+                __m256 a = _mm256_mul_ps(_mm256_loadu_ps(acc + qi * d + x), _mm256_set1_ps(alpha[qi]));
+                for (int64_t j = 0; j < n; ++j) {
+                    a = _mm256_fmadd_ps(_mm256_broadcast_ss(&t.p[qi][j]), _mm256_loadu_ps(t.v[j] + x), a);
+                }
+                _mm256_storeu_ps(acc + qi * d + x, a);
+            }
+        }
+    }
+    for (; x < d; ++x) {
+        for (int64_t qi = 0; qi < nq; ++qi) {
+            float a = acc[qi * d + x] * alpha[qi];
+            for (int64_t j = 0; j < n; ++j) a += t.p[qi][j] * t.v[j][x];
+            acc[qi * d + x] = a;
+        }
+    }
+}
+
+// Online-softmax state of the queries of one group.
+struct GroupState {
+    float m[kQueries], l[kQueries];
+    float* acc;  // [kQueries, d]
+};
+
+// Queries qi < nq at positions pos0 + qi (rows q + qi * q_stride) against keys [0, pos0 + nq - 1],
+// each causal. Writes out + qi * q_stride.
+void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, const float* q, int64_t q_stride,
+                  int64_t pos0, int64_t nq, float scale, Tile& t, GroupState& st, float* out) {
     const int64_t d = kv.head_dim, bs = kv.block_size, row_stride = kv.num_kv_heads * d;
-    float m = -INFINITY, l = 0.0f;
-    std::fill(acc, acc + d, 0.0f);
-    for (int64_t j0 = 0; j0 <= pos; j0 += kTile) {
-        const int64_t n = std::min(kTile, pos + 1 - j0);
+    for (int64_t qi = 0; qi < nq; ++qi) {
+        st.m[qi] = -INFINITY;
+        st.l[qi] = 0.0f;
+    }
+    std::fill(st.acc, st.acc + nq * d, 0.0f);
+    const int64_t last = pos0 + nq - 1;
+    for (int64_t j0 = 0; j0 <= last; j0 += kTile) {
+        const int64_t n = std::min(kTile, last + 1 - j0);
         for (int64_t j = 0; j < n; ++j) {
             const int64_t p = j0 + j;
             const int64_t off = (int64_t{table[p / bs]} * bs + p % bs) * row_stride + kvh * d;
             t.k[j] = kv.k_cache + off;
             t.v[j] = kv.v_cache + off;
         }
-        tile_scores(q, d, t, n, scale);
-        float mt = -INFINITY;
-        for (int64_t j = 0; j < n; ++j) mt = std::max(mt, t.p[j]);
-        const float m_new = std::max(m, mt);
-        const float alpha = std::exp(m - m_new);  // 0 on the first tile (m = -inf)
-        float lt = 0.0f;
-        int64_t j = 0;
-        for (; j + 8 <= n; j += 8) {
-            const __m256 e = simd::exp8(_mm256_sub_ps(_mm256_load_ps(t.p + j), _mm256_set1_ps(m_new)));
-            _mm256_store_ps(t.p + j, e);
-            lt += simd::hsum(e);
+        float alpha[kQueries];
+        for (int64_t qi = 0; qi < nq; ++qi) {
+            float* p = t.p[qi];
+            const int64_t nv = std::min(n, pos0 + qi + 1 - j0);  // keys this query may see
+            if (nv <= 0) {  // only when j0 > pos0 + qi: nothing new for this query
+                alpha[qi] = 1.0f;
+                std::fill(p, p + n, 0.0f);
+                continue;
+            }
+            tile_scores(q + qi * q_stride, d, t, nv, scale, p);
+            float mt = -INFINITY;
+            for (int64_t j = 0; j < nv; ++j) mt = std::max(mt, p[j]);
+            const float m_new = std::max(st.m[qi], mt);
+            alpha[qi] = std::exp(st.m[qi] - m_new);  // 0 on the first tile (m = -inf)
+            float lt = 0.0f;
+            int64_t j = 0;
+            for (; j + 8 <= nv; j += 8) {
+                const __m256 e = simd::exp8(_mm256_sub_ps(_mm256_load_ps(p + j), _mm256_set1_ps(m_new)));
+                _mm256_store_ps(p + j, e);
+                lt += simd::hsum(e);
+            }
+            for (; j < nv; ++j) lt += p[j] = std::exp(p[j] - m_new);
+            std::fill(p + nv, p + n, 0.0f);  // causal mask inside the tile
+            st.l[qi] = st.l[qi] * alpha[qi] + lt;
+            st.m[qi] = m_new;
         }
-        for (; j < n; ++j) lt += t.p[j] = std::exp(t.p[j] - m_new);
-        l = l * alpha + lt;
-        m = m_new;
-        int64_t x = 0;
-        for (; x + 8 <= d; x += 8) {
-            __m256 a = _mm256_mul_ps(_mm256_loadu_ps(acc + x), _mm256_set1_ps(alpha));
-            for (int64_t u = 0; u < n; ++u) a = _mm256_fmadd_ps(_mm256_set1_ps(t.p[u]), _mm256_loadu_ps(t.v[u] + x), a);
-            _mm256_storeu_ps(acc + x, a);
-        }
-        for (; x < d; ++x) {
-            float a = acc[x] * alpha;
-            for (int64_t u = 0; u < n; ++u) a += t.p[u] * t.v[u][x];
-            acc[x] = a;
-        }
+        accumulate_pv(t, n, nq, d, alpha, st.acc);
     }
-    const float inv = 1.0f / l;
-    for (int64_t x = 0; x < d; ++x) out[x] = acc[x] * inv;
+    for (int64_t qi = 0; qi < nq; ++qi) {
+        const float inv = 1.0f / st.l[qi];
+        for (int64_t x = 0; x < d; ++x) out[qi * q_stride + x] = st.acc[qi * d + x] * inv;
+    }
 }
 
 }  // namespace
@@ -116,15 +174,16 @@ void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttent
     std::atomic<int64_t> next{0};
     pool.run([&](int) {
         Tile tile;
-        std::vector<float> acc(static_cast<size_t>(d));
+        std::vector<float> acc(static_cast<size_t>(kQueries * d));
+        GroupState st{{}, {}, acc.data()};
         for (int64_t item = next.fetch_add(1); item < num_items; item = next.fetch_add(1)) {
             const int64_t s = item / a.num_heads, h = item % a.num_heads;
             const int64_t q0 = a.query_start[s], q_len = a.query_start[s + 1] - q0;
             const int32_t* table = a.block_tables + s * a.max_blocks_per_seq;
-            for (int64_t i = 0; i < q_len; ++i) {
+            for (int64_t i = 0; i < q_len; i += kQueries) {
                 const int64_t tok = (q0 + i) * a.num_heads + h;
-                attend_one(kv, table, h / group, a.q + tok * d, a.seq_lens[s] - q_len + i, a.scale, tile,
-                           acc.data(), a.out + tok * d);
+                attend_group(kv, table, h / group, a.q + tok * d, a.num_heads * d, a.seq_lens[s] - q_len + i,
+                             std::min(kQueries, q_len - i), a.scale, tile, st, a.out + tok * d);
             }
         }
     });

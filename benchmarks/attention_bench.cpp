@@ -1,0 +1,105 @@
+// paged_attention on the bench model's attention (16 query heads, 4 kv heads, head_dim 128,
+// block size 16), 2 threads. Decode (8 sequences x context 2048) reports GB/s of K/V read against a
+// STREAM-style read of the same bytes; prefill (one 512-token chunk after 0 or 1536 tokens of
+// context) reports GFLOP/s (QK^T and PV multiply-adds of the causal part). No OpenBLAS baseline:
+// it has no paged attention; the ratio to STREAM bounds decode.
+#include <benchmark/benchmark.h>
+
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "bench_baselines.h"
+#include "moeserve/kernels/cpu/paged_attention.h"
+
+namespace {
+
+using moeserve::ThreadPool;
+using namespace moeserve::bench;
+namespace kc = moeserve::kernels::cpu;
+
+constexpr int kThreads = 2;
+constexpr int64_t kHeads = 16, kKvHeads = 4, kDim = 128, kBlock = 16;
+
+struct Batch {
+    std::vector<float> k, v, q, out;
+    std::vector<int32_t> tables, qstart, lens;
+    int64_t max_blocks = 0, tokens = 0;
+    kc::PagedKvLayer kv{};
+    kc::PagedAttentionArgs args{};
+};
+
+// num_seqs sequences of seq_len tokens each, the last q_len of which are queries.
+void make_batch(Batch& b, int64_t num_seqs, int64_t seq_len, int64_t q_len) {
+    b.max_blocks = (seq_len + kBlock - 1) / kBlock;
+    const int64_t num_blocks = num_seqs * b.max_blocks + 1;
+    b.k.assign(size_t(num_blocks * kBlock * kKvHeads * kDim), 0.01f);
+    b.v.assign(b.k.size(), 0.02f);
+    std::vector<int32_t> ids(size_t(num_blocks - 1));
+    std::iota(ids.begin(), ids.end(), 1);
+    std::mt19937 rng(1);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    b.tables.assign(ids.begin(), ids.end());
+    b.qstart.resize(size_t(num_seqs + 1));
+    b.lens.assign(size_t(num_seqs), int32_t(seq_len));
+    for (int64_t s = 0; s <= num_seqs; ++s) b.qstart[size_t(s)] = int32_t(s * q_len);
+    b.tokens = num_seqs * q_len;
+    b.q.assign(size_t(b.tokens * kHeads * kDim), 0.1f);
+    b.out.resize(b.q.size());
+    b.kv = {b.k.data(), b.v.data(), num_blocks, kBlock, kKvHeads, kDim};
+    b.args = {b.q.data(), b.out.data(), b.tokens, kHeads, num_seqs, b.qstart.data(), b.lens.data(),
+              b.tables.data(), b.max_blocks, 0.0883883f};
+}
+
+void BM_AttentionDecode(benchmark::State& state) {
+    const int64_t num_seqs = 8, ctx = state.range(0);
+    ThreadPool pool(kThreads);
+    // Several batches so the K/V of one call is not still in L3 from the previous one.
+    const int64_t kv_bytes = num_seqs * ctx * kKvHeads * kDim * 4 * 2;
+    const int64_t copies = cold_copies(kv_bytes);
+    std::vector<Batch> batches(static_cast<size_t>(copies));
+    for (auto& b : batches) make_batch(b, num_seqs, ctx, 1);
+    std::vector<uint8_t> buf(size_t(copies * kv_bytes), 1);
+    const double stream = stream_gbps(pool, buf.data(), kv_bytes);
+    int64_t it = 0;
+    double total = 0;
+    for (auto _ : state) {
+        Batch& b = batches[size_t(it % copies)];
+        const double t0 = now_s();
+        kc::paged_attention(pool, b.kv, b.args);
+        total += now_s() - t0;
+        benchmark::DoNotOptimize(b.out.data());
+        ++it;
+    }
+    const double gbps = double(kv_bytes) * double(it) / total / 1e9;
+    state.counters["GBps"] = gbps;
+    state.counters["stream_GBps"] = stream;
+    state.counters["ratio_vs_stream"] = gbps / stream;
+}
+
+void BM_AttentionPrefill(benchmark::State& state) {
+    const int64_t q_len = 512, ctx = state.range(0) + q_len;
+    ThreadPool pool(kThreads);
+    Batch b;
+    make_batch(b, 1, ctx, q_len);
+    double keys = 0;  // sum over queries of attended keys
+    for (int64_t i = 0; i < q_len; ++i) keys += double(ctx - q_len + i + 1);
+    const double flops = keys * double(kHeads) * double(kDim) * 4.0;
+    int64_t it = 0;
+    double total = 0;
+    for (auto _ : state) {
+        const double t0 = now_s();
+        kc::paged_attention(pool, b.kv, b.args);
+        total += now_s() - t0;
+        benchmark::DoNotOptimize(b.out.data());
+        ++it;
+    }
+    state.counters["GFLOPS"] = flops * double(it) / total / 1e9;
+}
+
+BENCHMARK(BM_AttentionDecode)->Arg(2048)->ArgName("ctx")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_AttentionPrefill)->Arg(0)->Arg(1536)->ArgName("ctx_before")->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
