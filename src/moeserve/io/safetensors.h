@@ -17,6 +17,7 @@
 
 namespace moeserve::io {
 
+// Immutable after construction: every const method is safe to call from many threads.
 class SafetensorsFile {
 public:
     // Maps and validates the file (see parse_safetensors_header for the header checks).

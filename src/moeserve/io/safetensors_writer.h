@@ -13,6 +13,7 @@
 
 namespace moeserve::io {
 
+// Not thread-safe; one writer per thread. Holds every added tensor in memory until destroyed.
 class SafetensorsWriter {
 public:
     // Starts with metadata {"format": "pt"}, as transformers writes it.

@@ -15,6 +15,8 @@
 
 namespace moeserve::io {
 
+// Immutable after open(): every const method is safe to call from many threads (ranks load their
+// shards in parallel).
 class WeightSource {
 public:
     // Opens `model_dir`, preferring, in order:
