@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "moeserve/tokenizer/detokenizer.h"
@@ -26,10 +27,23 @@ std::string describe(const nlohmann::json& c) {
            (c["add_special_tokens"].get<bool>() ? "true" : "false");
 }
 
-class GoldenTest : public ::testing::TestWithParam<std::string> {};
+// Loading a 150k-token tokenizer takes a fraction of a second; share one per tokenizer name.
+class GoldenTest : public ::testing::TestWithParam<std::string> {
+protected:
+    static void SetUpTestSuite() {
+        for (const char* name : {"qwen3", "deepseek_v3"}) {
+            tokenizers_.emplace(name, Tokenizer::from_dir(test::tokenizer_dir(name)));
+        }
+    }
+    static void TearDownTestSuite() { tokenizers_.clear(); }
+    static const Tokenizer& tokenizer() { return tokenizers_.at(GetParam()); }
+
+private:
+    static inline std::map<std::string, Tokenizer> tokenizers_;
+};
 
 TEST_P(GoldenTest, EncodeMatchesHuggingFaceIdsExactly) {
-    const auto tokenizer = Tokenizer::from_dir(test::tokenizer_dir(GetParam()));
+    const Tokenizer& tokenizer = GoldenTest::tokenizer();
     const auto goldens = load_goldens(GetParam());
     ASSERT_GE(goldens["cases"].size(), 70u);
     for (const auto& c : goldens["cases"]) {
@@ -39,7 +53,7 @@ TEST_P(GoldenTest, EncodeMatchesHuggingFaceIdsExactly) {
 }
 
 TEST_P(GoldenTest, DecodeMatchesHuggingFaceText) {
-    const auto tokenizer = Tokenizer::from_dir(test::tokenizer_dir(GetParam()));
+    const Tokenizer& tokenizer = GoldenTest::tokenizer();
     for (const auto& c : load_goldens(GetParam())["cases"]) {
         auto ids = c["ids"].get<std::vector<int32_t>>();
         EXPECT_EQ(tokenizer.decode(ids), c["decoded"].get<std::string>()) << describe(c);
@@ -51,7 +65,7 @@ TEST_P(GoldenTest, DecodeMatchesHuggingFaceText) {
 
 TEST_P(GoldenTest, DecodeOfEncodeRoundTripsWithoutSpecialTokens) {
     // Byte-level BPE is lossless: only normalization (NFC for Qwen3) may change the text.
-    const auto tokenizer = Tokenizer::from_dir(test::tokenizer_dir(GetParam()));
+    const Tokenizer& tokenizer = GoldenTest::tokenizer();
     for (const auto& c : load_goldens(GetParam())["cases"]) {
         if (c["add_special_tokens"].get<bool>()) continue;
         const auto text = c["text"].get<std::string>();
@@ -61,7 +75,7 @@ TEST_P(GoldenTest, DecodeOfEncodeRoundTripsWithoutSpecialTokens) {
 }
 
 TEST_P(GoldenTest, StreamingDetokenizerEqualsDecode) {
-    const auto tokenizer = Tokenizer::from_dir(test::tokenizer_dir(GetParam()));
+    const Tokenizer& tokenizer = GoldenTest::tokenizer();
     for (const auto& c : load_goldens(GetParam())["cases"]) {
         auto ids = c["ids"].get<std::vector<int32_t>>();
         for (bool skip : {false, true}) {
@@ -76,7 +90,7 @@ TEST_P(GoldenTest, StreamingDetokenizerEqualsDecode) {
 }
 
 TEST_P(GoldenTest, VocabSizeMatchesHuggingFace) {
-    const auto tokenizer = Tokenizer::from_dir(test::tokenizer_dir(GetParam()));
+    const Tokenizer& tokenizer = GoldenTest::tokenizer();
     EXPECT_EQ(tokenizer.vocab_size(), load_goldens(GetParam())["vocab_size"].get<int32_t>());
 }
 

@@ -53,8 +53,8 @@ struct Regex::Impl {
 Regex::Regex(std::string_view pattern, std::string_view where, Options options)
     : pattern_(pattern), impl_(std::make_unique<Impl>()) {
     std::string compiled = options.literal ? std::string(pattern) : onig_compatible(pattern);
-    uint32_t flags = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK;
-    if (options.literal) flags |= PCRE2_LITERAL;
+    // PCRE2_LITERAL rejects PCRE2_UCP, which only matters for classes anyway.
+    uint32_t flags = PCRE2_UTF | PCRE2_NO_UTF_CHECK | (options.literal ? PCRE2_LITERAL : PCRE2_UCP);
     int error_code = 0;
     PCRE2_SIZE error_offset = 0;
     impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(),

@@ -1,0 +1,156 @@
+// The Tokenizer facade: config metadata of the real files, added-token flags on a tiny
+// tokenizer, errors for unsupported components and bad input, and streaming detokenization.
+#include "moeserve/tokenizer/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "moeserve/core/error.h"
+#include "moeserve/tokenizer/detokenizer.h"
+#include "moeserve/tokenizer/utf8.h"
+#include "test_support.h"
+
+namespace moeserve::tokenizer {
+namespace {
+
+// A byte-level tokenizer over a few letters, with added tokens exercising each flag.
+nlohmann::json tiny_tokenizer() {
+    auto doc = nlohmann::json::parse(R"({
+      "version": "1.0", "normalizer": null,
+      "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+      "decoder": {"type": "ByteLevel"}, "post_processor": null,
+      "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "Ġ": 2, "Ġa": 3}, "merges": ["Ġ a"]},
+      "added_tokens": [
+        {"id": 10, "content": "<s>", "special": true, "normalized": false,
+         "lstrip": false, "rstrip": false, "single_word": false},
+        {"id": 11, "content": "<L>", "special": false, "normalized": false,
+         "lstrip": true, "rstrip": false, "single_word": false},
+        {"id": 12, "content": "<R>", "special": false, "normalized": false,
+         "lstrip": false, "rstrip": true, "single_word": false},
+        {"id": 13, "content": "ab", "special": false, "normalized": false,
+         "lstrip": false, "rstrip": false, "single_word": true},
+        {"id": 14, "content": "<s>x", "special": false, "normalized": true,
+         "lstrip": false, "rstrip": false, "single_word": false}]})");
+    return doc;
+}
+
+Tokenizer make_tiny(const nlohmann::json& doc) { return Tokenizer::from_json(doc.dump(), ""); }
+
+using Ids = std::vector<int32_t>;
+
+TEST(TokenizerTest, AddedTokenFlagsFollowHuggingFace) {
+    auto tokenizer = make_tiny(tiny_tokenizer());
+    EXPECT_EQ(tokenizer.encode("a<s>a"), (Ids{0, 10, 0}));
+    EXPECT_EQ(tokenizer.encode("a <L>"), (Ids{0, 11}));      // lstrip swallows the space
+    EXPECT_EQ(tokenizer.encode("<R> a"), (Ids{12, 0}));      // rstrip swallows the space
+    EXPECT_EQ(tokenizer.encode("<R>  a"), (Ids{12, 0}));
+    EXPECT_EQ(tokenizer.encode("a ab b"), (Ids{0, 2, 13, 2, 1}));  // single word: matches
+    EXPECT_EQ(tokenizer.encode("aab"), (Ids{0, 0, 1}));     // inside a word: no match
+    // Leftmost-longest between the raw "<s>" and the normalized "<s>x": raw tokens go first.
+    EXPECT_EQ(tokenizer.encode("<s>x"), (Ids{10}));
+}
+
+TEST(TokenizerTest, DecodeSkipsSpecialTokensOnRequest) {
+    auto tokenizer = make_tiny(tiny_tokenizer());
+    EXPECT_EQ(tokenizer.decode(Ids{10, 3, 11}), "<s> a<L>");
+    EXPECT_EQ(tokenizer.decode(Ids{10, 3, 11}, true), " a<L>");
+    EXPECT_EQ(tokenizer.decode(Ids{3, 999}), " a");  // unknown ids are skipped, as in HF
+    EXPECT_TRUE(tokenizer.is_special(10));
+    EXPECT_FALSE(tokenizer.is_special(11));
+    EXPECT_EQ(tokenizer.vocab_size(), 9);
+}
+
+TEST(TokenizerTest, UnsupportedComponentsAreNamed) {
+    const std::pair<const char*, nlohmann::json> cases[] = {
+        {"normalizer", nlohmann::json::parse(R"({"type": "Lowercase"})")},
+        {"pre_tokenizer", nlohmann::json::parse(R"({"type": "Whitespace"})")},
+        {"decoder", nlohmann::json::parse(R"({"type": "WordPiece"})")},
+        {"post_processor", nlohmann::json::parse(R"({"type": "BertProcessing"})")},
+    };
+    for (const auto& [field, spec] : cases) {
+        auto doc = tiny_tokenizer();
+        doc[field] = spec;
+        try {
+            make_tiny(doc);
+            ADD_FAILURE() << field << ": expected an error";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+            EXPECT_NE(std::string(e.what()).find(spec["type"].get<std::string>()),
+                      std::string::npos)
+                << e.what();
+            EXPECT_NE(std::string(e.what()).find("tokenizer.json"), std::string::npos) << e.what();
+        }
+    }
+    auto doc = tiny_tokenizer();
+    doc["model"]["type"] = "Unigram";
+    EXPECT_THROW(make_tiny(doc), Error);
+}
+
+TEST(TokenizerTest, InvalidInputIsAUserError) {
+    auto tokenizer = make_tiny(tiny_tokenizer());
+    try {
+        tokenizer.encode("ab\xC3");
+        FAIL() << "expected an error";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    }
+    EXPECT_THROW(Tokenizer::from_dir(test::scratch_dir("tokenizer_missing")), Error);
+    EXPECT_THROW(Tokenizer::from_json("{not json", ""), Error);
+}
+
+TEST(TokenizerTest, RealTokenizerMetadata) {
+    auto qwen = Tokenizer::from_dir(test::tokenizer_dir("qwen3"));
+    EXPECT_EQ(qwen.bos_token_id(), std::nullopt);
+    EXPECT_EQ(qwen.eos_token(), "<|im_end|>");
+    EXPECT_EQ(qwen.eos_token_id(), 151645);
+    EXPECT_EQ(qwen.pad_token_id(), 151643);
+    EXPECT_FALSE(qwen.adds_bos_token());
+    EXPECT_EQ(qwen.added_tokens().size(), 26u);
+    ASSERT_TRUE(qwen.chat_template().has_value());
+    EXPECT_NE(qwen.chat_template()->find("<|im_start|>"), std::string::npos);
+    EXPECT_EQ(qwen.token_to_id("<think>"), 151667);
+    EXPECT_EQ(qwen.id_to_token(9707), "Hello");
+
+    auto deepseek = Tokenizer::from_dir(test::tokenizer_dir("deepseek_v3"));
+    EXPECT_EQ(deepseek.bos_token(), "<｜begin▁of▁sentence｜>");
+    EXPECT_EQ(deepseek.bos_token_id(), 0);
+    EXPECT_EQ(deepseek.eos_token_id(), 1);
+    EXPECT_EQ(deepseek.pad_token_id(), 1);
+    EXPECT_TRUE(deepseek.adds_bos_token());
+    EXPECT_EQ(deepseek.added_tokens().size(), 818u);
+    EXPECT_TRUE(deepseek.chat_template().has_value());
+    EXPECT_EQ(deepseek.encode("").size(), 1u);
+}
+
+TEST(DetokenizerTest, HoldsBackPartialCharactersTokenByToken) {
+    auto tokenizer = Tokenizer::from_dir(test::tokenizer_dir("qwen3"));
+    const std::string text = "家族👨‍👩‍👧‍👦 国旗🇯🇵 肌色👍🏽 한국어 ひらがな";
+    const auto ids = tokenizer.encode(text, false);
+    IncrementalDetokenizer detokenizer(tokenizer);
+    std::string streamed;
+    int num_empty = 0;
+    for (int32_t id : ids) {
+        std::string piece = detokenizer.push(id);
+        EXPECT_TRUE(utf8_is_valid(piece));
+        // Never a replacement character: every piece is whole characters of the input.
+        EXPECT_EQ(piece.find("\xEF\xBF\xBD"), std::string::npos);
+        num_empty += piece.empty() ? 1 : 0;
+        streamed += piece;
+    }
+    streamed += detokenizer.flush();
+    EXPECT_EQ(streamed, text);
+    EXPECT_GT(num_empty, 0) << "some emoji tokens should be partial characters";
+}
+
+TEST(DetokenizerTest, FlushEmitsAnUnfinishedCharacterAsReplacement) {
+    auto tokenizer = Tokenizer::from_dir(test::tokenizer_dir("qwen3"));
+    auto ids = tokenizer.encode("🫠", false);  // three byte-level tokens in Qwen3
+    ASSERT_GT(ids.size(), 1u);
+    IncrementalDetokenizer detokenizer(tokenizer);
+    EXPECT_EQ(detokenizer.push(ids[0]), "");
+    EXPECT_EQ(detokenizer.flush(), tokenizer.decode(std::span<const int32_t>(ids.data(), 1)));
+}
+
+}  // namespace
+}  // namespace moeserve::tokenizer
