@@ -5,11 +5,9 @@
 #   python3 make_unit_goldens.py   (needs jinja2 >= 3.1)
 import json
 import os
+import random
 import sys
 
-import jinja2
-import jinja2.ext
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from verify_with_jinja2 import REPO, make_env  # noqa: E402
@@ -64,6 +62,33 @@ cases = [
  ("UnicodeLengthAndStrip", "{{ '日本語' | length }} {{ '\u3000 x \u00a0'.strip() }}|", {}),
  ("MessagesLoop", "{% for m in messages %}{{ m.role }}:{{ m['content'] }}{% if not loop.last %}\n{% endif %}{% endfor %}", {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}),
 ]
+
+
+def whitespace_cases(count):
+    """Random mixes of text and tags with every whitespace-control form ('-', '+',
+    trim_blocks, lstrip_blocks), seeded so the file is reproducible."""
+    rng = random.Random(7)
+    pieces = [" ", "  ", "\n", "\t", "x", " \n ", "\n\n", "{% if true %}", "{%- if true %}",
+              "{% if true -%}", "{%+ if true %}", "{% if true +%}", "{{ 'v' }}", "{{- 'v' }}",
+              "{{ 'v' -}}", "{# c #}", "{#- c #}", "{# c -#}", "{% set a = 1 %}",
+              "{%- set a = 1 -%}"]
+    ends = ["{% endif %}", "{%- endif %}", "{% endif -%}", "{%+ endif %}"]
+    result = []
+    for n in range(count):
+        parts, depth = [], 0
+        for _ in range(rng.randint(1, 12)):
+            p = rng.choice(pieces)
+            depth += "if true" in p
+            parts.append(p)
+            if depth and rng.random() < 0.3:
+                parts.append(rng.choice(ends))
+                depth -= 1
+        src = "".join(parts) + "{% endif %}" * depth + ("\n" if rng.random() < 0.3 else "")
+        result.append((f"Whitespace{n}", src, {}))
+    return result
+
+
+cases += whitespace_cases(120)
 out = []
 for name, tpl, ctx in cases:
     try:
