@@ -1,0 +1,106 @@
+// The messages between the API server and the engine cores (DESIGN.md, Processes): plain
+// structs, token ids only (never text). codec.h turns them into msgpack bytes; channel.h moves
+// them over ZeroMQ. The engine and the server both see these types, nothing of each other.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace moeserve::ipc {
+
+using TokenId = int32_t;
+
+// What the engine needs to sample one sequence. Text-level options (stop strings,
+// skip_special_tokens, include_stop_str_in_output) stay in the server; n > 1 is fanned out by
+// the server into n requests that share the prompt's KV blocks through prefix caching.
+struct SamplingParams {
+    float temperature = 1.0f;  // 0 = greedy
+    float top_p = 1.0f;
+    int32_t top_k = 0;         // 0 or -1 = off
+    float min_p = 0.0f;
+    float presence_penalty = 0.0f;
+    float frequency_penalty = 0.0f;
+    float repetition_penalty = 1.0f;
+    std::optional<uint64_t> seed;       // per-request reproducible stream when set
+    int32_t max_tokens = 16;
+    int32_t min_tokens = 0;             // no EOS / stop token before this many
+    std::vector<TokenId> stop_token_ids;
+    bool ignore_eos = false;
+    std::optional<int32_t> logprobs;        // top-k logprobs per sampled token (0 = sampled only)
+    std::optional<int32_t> prompt_logprobs; // top-k logprobs per prompt token
+};
+
+struct AddRequest {
+    std::string request_id;
+    std::vector<TokenId> prompt_token_ids;
+    SamplingParams sampling;
+    double arrival_time = 0;  // seconds, steady clock of the server
+};
+
+struct Abort {
+    std::vector<std::string> request_ids;
+};
+
+enum class FinishReason : uint8_t { kNone, kStop, kLength, kAbort, kError };
+
+// Log-probabilities at one position: the chosen token's, then the top-k (descending).
+struct TokenLogprobs {
+    TokenId token_id = 0;
+    float logprob = 0;
+    int32_t rank = 0;  // 1 = most likely
+    std::vector<std::pair<TokenId, float>> top;
+};
+
+// What one request produced in one engine step (only requests that produced something).
+struct RequestOutput {
+    std::string request_id;
+    std::vector<TokenId> new_token_ids;
+    std::vector<TokenLogprobs> new_logprobs;                    // when sampling.logprobs is set
+    std::optional<std::vector<TokenLogprobs>> prompt_logprobs;  // once, with the first output
+    FinishReason finish_reason = FinishReason::kNone;
+    std::optional<TokenId> stop_token_id;  // the stop/EOS token that finished it
+    int32_t num_prompt_tokens = 0;
+    int32_t num_cached_tokens = 0;         // prompt tokens served from the prefix cache
+    std::string error;                     // when finish_reason == kError
+};
+
+// Load and health of one engine core, sent with every StepOutputs and on request.
+struct Stats {
+    int32_t engine_index = 0;
+    int32_t num_running = 0;
+    int32_t num_waiting = 0;
+    float kv_cache_usage = 0;  // used blocks / usable blocks
+    int64_t prefix_cache_queries = 0;  // tokens looked up (cumulative)
+    int64_t prefix_cache_hits = 0;     // tokens found (cumulative)
+    int64_t num_preemptions = 0;       // cumulative
+    int64_t num_steps = 0;             // cumulative
+    int64_t num_prefill_steps = 0;     // cumulative, steps that ran any prompt tokens
+    int64_t num_decode_steps = 0;      // cumulative, steps that ran only decode tokens
+    int64_t num_dummy_steps = 0;       // cumulative (PD hybrid / DP lock-step)
+    int64_t num_prompt_tokens = 0;     // cumulative tokens computed for prompts
+    int64_t num_generation_tokens = 0; // cumulative tokens sampled
+};
+
+struct StepOutputs {
+    int32_t engine_index = 0;
+    std::vector<RequestOutput> outputs;
+    Stats stats;
+};
+
+struct Shutdown {};
+struct HealthCheck {};
+struct HealthReply {
+    int32_t engine_index = 0;
+    bool healthy = true;
+    std::string detail;
+};
+
+// Server -> engine.
+using ClientMessage = std::variant<AddRequest, Abort, HealthCheck, Shutdown>;
+// Engine -> server.
+using EngineMessage = std::variant<StepOutputs, HealthReply>;
+
+}  // namespace moeserve::ipc
