@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "moeserve/core/error.h"
+#include "moeserve/tokenizer/tokenizer_json.h"
 #include "moeserve/tokenizer/utf8.h"
 
 namespace moeserve::tokenizer {
@@ -209,18 +210,14 @@ std::string optional_string(const nlohmann::json& model, const char* key) {
 }
 
 // Splits one merge entry ("a b" or ["a", "b"]) into its two parts.
-std::pair<std::string_view, std::string_view> merge_parts(const nlohmann::json& merge,
-                                                          std::string_view where, size_t rank) {
-    if (merge.is_string()) {
-        const auto& s = merge.get_ref<const std::string&>();
-        size_t space = s.find(' ');
-        if (space != std::string::npos && s.find(' ', space + 1) == std::string::npos) {
-            std::string_view view(s);
-            return {view.substr(0, space), view.substr(space + 1)};
-        }
-    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
-               merge[1].is_string()) {
-        return {merge[0].get_ref<const std::string&>(), merge[1].get_ref<const std::string&>()};
+std::pair<std::string, std::string> merge_parts(const nlohmann::json& merge,
+                                                std::string_view where, size_t rank) {
+    std::pair<std::string, std::string> parts;
+    if (merge.is_string() && split_merge_string(merge.get_ref<const std::string&>(), &parts)) {
+        return parts;
+    }
+    if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
+        return {merge[0].get<std::string>(), merge[1].get<std::string>()};
     }
     raise(ErrorCode::kInvalidModel,
           "{}: merges[{}] must be \"left right\" or [\"left\", \"right\"]; got {}", where, rank,
@@ -230,11 +227,29 @@ std::pair<std::string_view, std::string_view> merge_parts(const nlohmann::json& 
 }  // namespace
 
 Bpe Bpe::from_json(const nlohmann::json& model, std::string_view where) {
-    auto impl = std::make_unique<Impl>();
-    const auto& vocab = model.at("vocab");
-    if (!vocab.is_object()) {
+    const auto& vocab_json = model.at("vocab");
+    if (!vocab_json.is_object()) {
         raise(ErrorCode::kInvalidModel, "{}: model.vocab must be an object of token -> id", where);
     }
+    std::vector<std::pair<std::string, int64_t>> vocab;
+    vocab.reserve(vocab_json.size());
+    for (auto it = vocab_json.begin(); it != vocab_json.end(); ++it) {
+        vocab.emplace_back(it.key(), it.value().get<int64_t>());
+    }
+    const auto& merges_json = model.at("merges");
+    std::vector<std::pair<std::string, std::string>> merges;
+    merges.reserve(merges_json.size());
+    for (size_t rank = 0; rank < merges_json.size(); ++rank) {
+        merges.push_back(merge_parts(merges_json[rank], where, rank));
+    }
+    return from_parts(model, std::move(vocab), merges, where);
+}
+
+Bpe Bpe::from_parts(const nlohmann::json& model,
+                    std::vector<std::pair<std::string, int64_t>> vocab,
+                    const std::vector<std::pair<std::string, std::string>>& merges,
+                    std::string_view where) {
+    auto impl = std::make_unique<Impl>();
     if (model.contains("dropout") && !model["dropout"].is_null() &&
         model["dropout"].get<double>() > 0.0) {
         raise(ErrorCode::kUnsupported, "{}: BPE dropout {} is not supported (expected null or 0)",
@@ -242,13 +257,12 @@ Bpe Bpe::from_json(const nlohmann::json& model, std::string_view where) {
     }
     impl->vocab.reserve(vocab.size());
     int32_t id_end = 0;
-    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-        auto id = it.value().get<int64_t>();
+    for (auto& [token, id] : vocab) {
         if (id < 0 || id > INT32_MAX - 1) {
             raise(ErrorCode::kInvalidModel, "{}: vocab id {} of '{}' is out of range", where, id,
-                  it.key());
+                  token);
         }
-        impl->vocab.emplace(it.key(), static_cast<int32_t>(id));
+        impl->vocab.emplace(std::move(token), static_cast<int32_t>(id));
         id_end = std::max(id_end, static_cast<int32_t>(id) + 1);
     }
     impl->id_to_token.assign(static_cast<size_t>(id_end), nullptr);
@@ -279,16 +293,15 @@ Bpe Bpe::from_json(const nlohmann::json& model, std::string_view where) {
         if (auto id = impl->lookup(fmt::format("<0x{:02X}>", b))) impl->byte_fallback_ids[b] = *id;
     }
     // Merges: rank = position in the list; the merged token drops the right part's prefix.
-    const auto& merges = model.at("merges");
     impl->merges.reserve(merges.size());
     const size_t prefix_len = impl->continuing_subword_prefix.size();
     std::string merged;
     for (size_t rank = 0; rank < merges.size(); ++rank) {
-        auto [left, right] = merge_parts(merges[rank], where, rank);
+        const auto& [left, right] = merges[rank];
         auto left_id = impl->lookup(left);
         auto right_id = impl->lookup(right);
         merged.assign(left);
-        merged.append(right.substr(std::min(prefix_len, right.size())));
+        merged.append(std::string_view(right).substr(std::min(prefix_len, right.size())));
         auto new_id = impl->lookup(merged);
         if (!left_id || !right_id || !new_id) {
             raise(ErrorCode::kInvalidModel,

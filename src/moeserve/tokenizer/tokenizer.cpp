@@ -12,6 +12,7 @@
 #include "moeserve/tokenizer/normalizer.h"
 #include "moeserve/tokenizer/pre_tokenizer.h"
 #include "moeserve/tokenizer/tokenizer_config.h"
+#include "moeserve/tokenizer/tokenizer_json.h"
 #include "moeserve/tokenizer/utf8.h"
 
 namespace moeserve::tokenizer {
@@ -81,18 +82,14 @@ Tokenizer Tokenizer::load(std::string_view tokenizer_json, std::string_view conf
                           std::string_view where, std::string_view config_where) {
     auto impl = std::make_unique<Impl>();
     impl->config = TokenizerConfig::parse(config_json, config_where);
-    nlohmann::json doc;
-    try {
-        doc = nlohmann::json::parse(tokenizer_json);
-    } catch (const nlohmann::json::exception& e) {
-        raise(ErrorCode::kInvalidModel, "{}: not valid JSON: {}", where, e.what());
-    }
+    TokenizerJson parsed = parse_tokenizer_json(tokenizer_json, where);
+    const nlohmann::json& doc = parsed.doc;
     if (!doc.is_object() || !doc.contains("model")) {
         raise(ErrorCode::kInvalidModel, "{}: expected an object with a \"model\"", where);
     }
     const auto& model = doc["model"];
     // Old files omit "type" for BPE; a vocab plus merges is BPE.
-    std::string model_type = model.value("type", model.contains("merges") ? "BPE" : "");
+    std::string model_type = model.value("type", parsed.has_merges ? "BPE" : "");
     if (model_type != "BPE") {
         raise(ErrorCode::kUnsupported, "{}: model type '{}' is not supported (supported: BPE)",
               where, model_type);
@@ -108,7 +105,11 @@ Tokenizer Tokenizer::load(std::string_view tokenizer_json, std::string_view conf
               "{}: post_processor type '{}' is not supported (supported: ByteLevel, null)", where,
               post_processor.value("type", std::string()));
     }
-    impl->model = std::make_unique<Bpe>(Bpe::from_json(model, where));
+    if (!parsed.has_vocab || !parsed.has_merges) {
+        raise(ErrorCode::kInvalidModel, "{}: the BPE model needs \"vocab\" and \"merges\"", where);
+    }
+    impl->model = std::make_unique<Bpe>(
+        Bpe::from_parts(model, std::move(parsed.vocab), parsed.merges, where));
     impl->added = AddedVocabulary::from_json(doc.value("added_tokens", nlohmann::json()), where);
     impl->vocab_size = impl->model->num_tokens();
     for (const auto& token : impl->added.tokens()) {
