@@ -6,7 +6,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { Tokenizer, templateProcessing } = require('tokenizers');
-const { cases } = require('./tokenizer_cases');
+const { cases, randomStrings } = require('./tokenizer_cases');
 
 const cacheDir = process.argv[2] || path.join(os.homedir(), '.cache', 'moeserve', 'tokenizers');
 const outDir = path.join(__dirname, '..', '..', 'tests', 'data', 'tokenizer');
@@ -38,8 +38,10 @@ async function makeGoldens(name) {
     const config = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8'));
     applyTransformersPostProcessor(tokenizer, config);
     const out = [];
-    for (const text of cases) {
-        for (const addSpecialTokens of [true, false]) {
+    const runs = cases.flatMap((text) => [[text, true], [text, false]]);
+    for (const text of randomStrings) runs.push([text, false]);
+    for (const [text, addSpecialTokens] of runs) {
+        {
             const enc = await tokenizer.encode(text, null, { addSpecialTokens });
             const ids = Array.from(enc.getIds());
             out.push({

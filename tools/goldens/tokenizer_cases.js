@@ -60,4 +60,35 @@ const cases = [
     longParagraph(2048),
 ];
 
-module.exports = { cases };
+// Deterministic random strings over an alphabet of troublemakers: whitespace variants, digits of
+// several scripts, apostrophes, CJK/kana/hangul, emoji parts, combining marks, RTL letters and
+// fragments of special tokens. A fixed LCG keeps the list the same on every run.
+const alphabet = [
+    'a', 'Z', 'q', 'é', 'ß', 'İ', 'ſ', 'K', '0', '7', '٣', '५', '²', '½', 'Ⅻ',
+    ' ', ' ', '  ', '\t', '\n', '\r\n', '\r', '\u00a0', '\u0085', '\u3000', '\u2028', '\u200b', '\u000b', '\f',
+    "'", "'s", "'LL", "'ve", "'d", '’', '-', '.', ',', '!', '?', '(', ')', '"', '#', '$', '%', '&', '*',
+    '+', '/', ':', ';', '<', '>', '=', '@', '[', '\\', ']', '^', '_', '`', '{', '|', '}', '~',
+    '中', '文', '字', '龥', '鿿', '〇', 'ひ', 'カ', 'ー', '・', '한', 'ㄱ', '！', '，', '。', '「',
+    '😀', '👍', '🏽', '\u200d', '❤', '\ufe0f', '🇫', '🇷', '🫠', '𝔘',
+    '\u0301', '\u0308', '\u0323', 'ا', 'ل', 'ע', 'ש', 'ก', '्', 'क',
+    '<|im_start|>', '<|im_end|>', '<think>', '<|', '|>', '<｜', '｜>', '▁', '<｜User｜>',
+    '<｜begin▁of▁sentence｜>', 'the', 'The', ' of', 'ing', 'http', '://', 'www', 'def', '    ',
+];
+function randomCases(count, seed) {
+    let state = BigInt(seed);
+    const next = () => {
+        state = (state * 6364136223846793005n + 1442695040888963407n) & 0xffffffffffffffffn;
+        return Number(state >> 33n);
+    };
+    const out = [];
+    for (let i = 0; i < count; i++) {
+        const length = 1 + (next() % 24);
+        let s = '';
+        for (let j = 0; j < length; j++) s += alphabet[next() % alphabet.length];
+        out.push(s);
+    }
+    return out;
+}
+const randomStrings = randomCases(120, 20241129);
+
+module.exports = { cases, randomStrings };
