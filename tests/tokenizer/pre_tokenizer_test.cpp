@@ -86,3 +86,18 @@ TEST(PreTokenizerTest, UnknownTypeIsUnsupportedAndNamed) {
 
 }  // namespace
 }  // namespace moeserve::tokenizer
+
+namespace moeserve::tokenizer {
+namespace {
+
+// Checked with HF: sequencePreTokenizer([splitPreTokenizer('-', 'isolated'),
+// byteLevelPreTokenizer(true, true)]).preTokenizeString('a-b c').
+TEST(ByteLevelTest, PrefixSpaceIsAddedToEverySplit) {
+    const std::string spec = R"({"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"String": "-"}, "behavior": "Isolated"},
+        {"type": "ByteLevel", "add_prefix_space": true, "use_regex": true}]})";
+    EXPECT_EQ(run(spec, "a-b c"), (Pieces{"Ġa", "Ġ-", "Ġb", "Ġc"}));
+}
+
+}  // namespace
+}  // namespace moeserve::tokenizer

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "moeserve/core/error.h"
 #include "moeserve/tokenizer/detokenizer.h"
@@ -121,6 +122,20 @@ TEST(TokenizerTest, RealTokenizerMetadata) {
     EXPECT_EQ(deepseek.added_tokens().size(), 818u);
     EXPECT_TRUE(deepseek.chat_template().has_value());
     EXPECT_EQ(deepseek.encode("").size(), 1u);
+}
+
+TEST(TokenizerTest, ConcurrentEncodesAgree) {
+    auto tokenizer = Tokenizer::from_dir(test::tokenizer_dir("deepseek_v3"));
+    std::string text;
+    for (int i = 0; i < 200; ++i) text += "Thread " + std::to_string(i) + " 说：héllo wörld! ";
+    const auto expected = tokenizer.encode(text);
+    std::vector<std::vector<int32_t>> results(4);
+    std::vector<std::thread> threads;
+    for (auto& result : results) {
+        threads.emplace_back([&tokenizer, &text, &result] { result = tokenizer.encode(text); });
+    }
+    for (auto& thread : threads) thread.join();
+    for (const auto& result : results) EXPECT_EQ(result, expected);
 }
 
 TEST(DetokenizerTest, HoldsBackPartialCharactersTokenByToken) {
