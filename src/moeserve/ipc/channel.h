@@ -1,0 +1,82 @@
+// ZeroMQ transport of the ipc messages (DESIGN.md, Processes): the API server binds one PULL
+// socket that every engine pushes its outputs to, and one PUSH socket per engine for requests.
+// ipc:// addresses on one host, tcp:// across hosts. Every wait is bounded; a dropped connection
+// is reported as an event so a dead engine is noticed (plus ZMTP heartbeats for tcp peers).
+//
+//   API server                         engine i
+//   PUSH bind  inputs[i]   ------->    PULL connect inputs[i]
+//   PULL bind  output      <-------    PUSH connect output     (shared by all engines)
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "moeserve/ipc/messages.h"
+
+namespace moeserve::ipc {
+
+struct ChannelOptions {
+    int send_timeout_ms = 5000;        // a send that cannot be queued in this time fails
+    int heartbeat_interval_ms = 1000;  // ZMTP PING on idle tcp connections
+    int heartbeat_timeout_ms = 10000;  // a tcp peer silent this long is disconnected
+};
+
+// The API server's end. Thread-safe for send(); poll() must be called from one thread only.
+class ServerChannel {
+public:
+    // Binds output_address and one input address per engine. Raises Error(kIo) naming the
+    // address when a bind fails (in use, bad path).
+    ServerChannel(const std::string& output_address, const std::vector<std::string>& input_addresses,
+                  ChannelOptions options = {});
+    ~ServerChannel();
+    ServerChannel(const ServerChannel&) = delete;
+    ServerChannel& operator=(const ServerChannel&) = delete;
+
+    int num_engines() const;
+
+    // Queues message for engine. False if it could not be queued within send_timeout_ms
+    // (engine not connected or not reading). Thread-safe.
+    bool send(int engine, const ClientMessage& message);
+
+    struct Event {
+        enum class Kind { kMessage, kConnected, kDisconnected, kMalformed, kTimeout };
+        Kind kind = Kind::kTimeout;
+        int engine = -1;                       // kConnected / kDisconnected
+        std::optional<EngineMessage> message;  // kMessage
+        std::string detail;                    // kMalformed: what was wrong
+    };
+    // Waits up to timeout_ms (-1 = no limit) for the next message or connection event of the
+    // input sockets. Call from one thread only.
+    Event poll(int timeout_ms);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+// An engine's end. Not thread-safe: the engine loop owns it.
+class EngineChannel {
+public:
+    // Connects to the server's input address of this engine and to its output address.
+    EngineChannel(const std::string& input_address, const std::string& output_address,
+                  ChannelOptions options = {});
+    ~EngineChannel();
+    EngineChannel(const EngineChannel&) = delete;
+    EngineChannel& operator=(const EngineChannel&) = delete;
+
+    // False if it could not be queued within send_timeout_ms.
+    bool send(const EngineMessage& message);
+    // The next message, waiting up to timeout_ms (-1 = no limit, 0 = do not wait); nullopt on
+    // timeout. Raises Error(kInvalidArgument) for a malformed message.
+    std::optional<ClientMessage> receive(int timeout_ms);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace moeserve::ipc
