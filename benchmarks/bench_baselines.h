@@ -53,31 +53,38 @@ inline float stream_read(ThreadPool& pool, const uint8_t* p, int64_t bytes) {
     return s;
 }
 
-// STREAM-style read bandwidth (GB/s) for chunks of `bytes` bytes, cycling over copies in `buf`
-// (buf holds cold_copies(bytes) chunks back to back). Best of `reps` full cycles.
-inline double stream_gbps(ThreadPool& pool, const uint8_t* buf, int64_t bytes, int reps = 3) {
-    const int64_t copies = cold_copies(bytes);
-    volatile float sink = 0;
-    double best = 1e30;
-    for (int r = 0; r < reps; ++r) {
-        const double t0 = now_s();
-        for (int64_t c = 0; c < copies; ++c) sink = sink + stream_read(pool, buf + c * bytes, bytes);
-        best = std::min(best, (now_s() - t0) / double(copies));
-    }
-    return double(bytes) / best / 1e9;
+// Median of the samples (robust to the other processes sharing the two cores).
+inline double median(std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::nth_element(v.begin(), v.begin() + ptrdiff_t(v.size() / 2), v.end());
+    return v[v.size() / 2];
 }
 
-// Best time (s) of out[m, n] = x[m, k] @ w[n, k]^T by cblas_sgemm (row-major, W transposed).
+// STREAM-style read bandwidth (GB/s) for chunks of `bytes` bytes, cycling once over the copies
+// in `buf` (cold_copies(bytes) chunks back to back): bytes / median time per chunk.
+inline double stream_gbps(ThreadPool& pool, const uint8_t* buf, int64_t bytes) {
+    const int64_t copies = cold_copies(bytes);
+    volatile float sink = 0;
+    std::vector<double> times;
+    for (int64_t c = 0; c < copies; ++c) {
+        const double t0 = now_s();
+        sink = sink + stream_read(pool, buf + c * bytes, bytes);
+        times.push_back(now_s() - t0);
+    }
+    return double(bytes) / median(times) / 1e9;
+}
+
+// Median time (s) of out[m, n] = x[m, k] @ w[n, k]^T by cblas_sgemm (row-major, W transposed).
 inline double sgemm_seconds(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* out,
                             int reps) {
-    double best = 1e30;
+    std::vector<double> times;
     for (int r = 0; r < reps; ++r) {
         const double t0 = now_s();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(n), int(k), 1.0f, x, int(k), w, int(k),
                     0.0f, out, int(n));
-        best = std::min(best, now_s() - t0);
+        times.push_back(now_s() - t0);
     }
-    return best;
+    return median(times);
 }
 
 inline std::string openblas_description() {

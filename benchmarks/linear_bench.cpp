@@ -1,7 +1,8 @@
 // linear_bf16 on the bench model's shapes (Qwen3-MoE-like: hidden 1024, q 2048, kv 512, experts
 // 768|1024 and 1024|384, lm_head 151936), 2 threads. Decode rows (m <= 8) report GB/s of weights
 // against a STREAM-style read of the same bytes; prefill rows report GFLOP/s against OpenBLAS
-// cblas_sgemm (f32 weights, 2 threads), both baselines measured in this process.
+// cblas_sgemm (f32 weights, 2 threads), both baselines measured in this process. All figures are
+// medians over calls (the machine's two cores are shared with other work).
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -44,27 +45,27 @@ void BM_LinearBf16(benchmark::State& state) {
     } else {
         std::vector<float> wf(size_t(n * k));
         for (size_t i = 0; i < wf.size(); ++i) wf[i] = moeserve::bf16_to_f32(w[i]);
-        const double s = sgemm_seconds(x.data(), m, k, wf.data(), n, out.data(), 3);
+        const double s = sgemm_seconds(x.data(), m, k, wf.data(), n, out.data(), 5);
         baseline = 2.0 * double(m * n * k) / s / 1e9;
     }
 
-    int64_t c = 0, iters = 0;
-    double total = 0;
+    int64_t c = 0;
+    std::vector<double> times;
     for (auto _ : state) {
         const double t0 = now_s();
         moeserve::kernels::cpu::linear_bf16(pool, x.data(), m, k, w.data() + c * n * k, n, out.data());
-        total += now_s() - t0;
+        times.push_back(now_s() - t0);
         benchmark::DoNotOptimize(out.data());
         c = (c + 1) % copies;
-        ++iters;
     }
+    const double t = median(times);
     if (decode) {
-        const double gbps = double(wbytes) * double(iters) / total / 1e9;
+        const double gbps = double(wbytes) / t / 1e9;
         state.counters["GBps"] = gbps;
         state.counters["stream_GBps"] = baseline;
         state.counters["ratio_vs_stream"] = gbps / baseline;
     } else {
-        const double gflops = 2.0 * double(m * n * k) * double(iters) / total / 1e9;
+        const double gflops = 2.0 * double(m * n * k) / t / 1e9;
         state.counters["GFLOPS"] = gflops;
         state.counters["openblas_GFLOPS"] = baseline;
         state.counters["ratio_vs_openblas"] = gflops / baseline;

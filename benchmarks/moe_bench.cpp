@@ -2,6 +2,7 @@
 // 2 threads. Decode (1 token) reports GB/s of expert weights read against a STREAM-style read of
 // the same byte count; prefill (128, 512 tokens) reports GFLOP/s against OpenBLAS cblas_sgemm
 // running the same per-expert matmuls (f32 weights, 2 threads), both measured in this process.
+// All figures are medians over calls.
 #include <benchmark/benchmark.h>
 
 #include <numeric>
@@ -72,17 +73,17 @@ void BM_MoeDecode(benchmark::State& state) {
     std::vector<float> x(kHidden, 0.1f), out(kHidden);
     kc::MoeScratch scratch;
     int64_t it = 0;
-    double total = 0;
+    std::vector<double> times;
     for (auto _ : state) {
         const Routing& r = routes[size_t(it % 64)];
         const double t0 = now_s();
         kc::moe_experts_bf16(pool, x.data(), 1, r.ids.data(), r.weights.data(), kTopK, ex.view(it % copies),
                              scratch, out.data());
-        total += now_s() - t0;
+        times.push_back(now_s() - t0);
         benchmark::DoNotOptimize(out.data());
         ++it;
     }
-    const double gbps = double(bytes_per_call) * double(it) / total / 1e9;
+    const double gbps = double(bytes_per_call) / median(times) / 1e9;
     state.counters["GBps"] = gbps;
     state.counters["stream_GBps"] = stream;
     state.counters["ratio_vs_stream"] = gbps / stream;
@@ -95,8 +96,8 @@ double openblas_grouped_seconds(const std::vector<float>& wf, const Routing& r, 
     const int64_t total_rows = tokens * kTopK;
     std::vector<float> xs(size_t(total_rows * kHidden), 0.1f), gu(size_t(total_rows * 2 * kInter), 0.1f);
     std::vector<float> dn(size_t(total_rows * kHidden));
-    double best = 1e30;
-    for (int rep = 0; rep < 3; ++rep) {
+    std::vector<double> times;
+    for (int rep = 0; rep < 5; ++rep) {
         const double t0 = now_s();
         int64_t off = 0;
         for (int64_t e = 0; e < kExperts; ++e) {
@@ -110,9 +111,9 @@ double openblas_grouped_seconds(const std::vector<float>& wf, const Routing& r, 
                         dn.data() + off * kHidden, int(kHidden));
             off += c;
         }
-        best = std::min(best, now_s() - t0);
+        times.push_back(now_s() - t0);
     }
-    return best;
+    return median(times);
 }
 
 void BM_MoePrefill(benchmark::State& state) {
@@ -131,17 +132,15 @@ void BM_MoePrefill(benchmark::State& state) {
 
     std::vector<float> x(size_t(tokens * kHidden), 0.1f), out(x.size());
     kc::MoeScratch scratch;
-    int64_t it = 0;
-    double total = 0;
+    std::vector<double> times;
     for (auto _ : state) {
         const double t0 = now_s();
         kc::moe_experts_bf16(pool, x.data(), tokens, r.ids.data(), r.weights.data(), kTopK, ex.view(0), scratch,
                              out.data());
-        total += now_s() - t0;
+        times.push_back(now_s() - t0);
         benchmark::DoNotOptimize(out.data());
-        ++it;
     }
-    const double gflops = flops * double(it) / total / 1e9;
+    const double gflops = flops / median(times) / 1e9;
     state.counters["GFLOPS"] = gflops;
     state.counters["openblas_GFLOPS"] = blas;
     state.counters["ratio_vs_openblas"] = gflops / blas;

@@ -22,6 +22,12 @@ inline void gemv_block(const float* x, int64_t ldx, int64_t k, const W* w, float
         for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
     int64_t p = 0;
     for (; p + 8 <= k; p += 8) {
+        if ((p & 31) == 0) {
+            // NOTE: the hardware prefetcher alone left DRAM idle while the FMAs ran (m = 4 read
+            // at the sum of compute and memory time); fetch the next row block's lines now.
+#pragma GCC unroll 8
+            for (int j = 0; j < NR; ++j) _mm_prefetch(reinterpret_cast<const char*>(w + (NR + j) * k + p), _MM_HINT_T0);
+        }
         __m256 wv[NR];
 #pragma GCC unroll 8
         for (int j = 0; j < NR; ++j) wv[j] = load8(w + j * k + p);
@@ -79,7 +85,8 @@ void gemv(const float* x, int64_t ldx, int64_t m, int64_t k, const W* w, int64_t
     } else if (m == 2) {
         gemv_impl<4, 2>(x, ldx, m, k, w, n, out, ldo);
     } else {
-        gemv_impl<2, 4>(x, ldx, m, k, w, n, out, ldo);
+        // 12 accumulators + 3 weight rows + 1 x row = the 16 ymm registers.
+        gemv_impl<3, 4>(x, ldx, m, k, w, n, out, ldo);
     }
 }
 
