@@ -28,9 +28,8 @@ public:
 
     void reserve(size_t n) {
         size_t capacity = 16;
-        while (capacity < n * 2) capacity <<= 1;
-        keys_.assign(capacity, kEmpty);
-        values_.resize(capacity);
+        while (capacity < n * 3) capacity <<= 1;  // load factor <= 1/3: short probe chains
+        entries_.assign(capacity, Entry{kEmpty, {0, 0}});
         mask_ = capacity - 1;
     }
 
@@ -38,10 +37,9 @@ public:
     void insert(int32_t left, int32_t right, Value value) {
         uint64_t key = make_key(left, right);
         for (size_t i = slot(key);; i = (i + 1) & mask_) {
-            if (keys_[i] == key) return;
-            if (keys_[i] == kEmpty) {
-                keys_[i] = key;
-                values_[i] = value;
+            if (entries_[i].key == key) return;
+            if (entries_[i].key == kEmpty) {
+                entries_[i] = Entry{key, value};
                 return;
             }
         }
@@ -50,22 +48,26 @@ public:
     const Value* find(int32_t left, int32_t right) const {
         uint64_t key = make_key(left, right);
         for (size_t i = slot(key);; i = (i + 1) & mask_) {
-            if (keys_[i] == key) return &values_[i];
-            if (keys_[i] == kEmpty) return nullptr;
+            if (entries_[i].key == key) return &entries_[i].value;
+            if (entries_[i].key == kEmpty) return nullptr;
         }
     }
 
 private:
+    // Key and value side by side: one cache miss per probe.
+    struct Entry {
+        uint64_t key;
+        Value value;
+    };
     static constexpr uint64_t kEmpty = ~uint64_t{0};
     static uint64_t make_key(int32_t left, int32_t right) {
         return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
                static_cast<uint32_t>(right);
     }
     size_t slot(uint64_t key) const {
-        return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 20) & mask_;
+        return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 24) & mask_;
     }
-    std::vector<uint64_t> keys_;
-    std::vector<Value> values_;
+    std::vector<Entry> entries_;
     size_t mask_ = 0;
 };
 
@@ -75,9 +77,12 @@ struct StringHash {
 };
 
 // Min-heap order on (rank, pos): std heap functions build a max-heap, so invert the comparison.
-bool heap_after(const BpeScratch::Candidate& a, const BpeScratch::Candidate& b) {
-    return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
-}
+struct HeapAfter {
+    bool operator()(const BpeScratch::Candidate& a, const BpeScratch::Candidate& b) const {
+        return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
+    }
+};
+constexpr HeapAfter heap_after{};
 
 constexpr char32_t kCharTableSize = 0x10000;
 

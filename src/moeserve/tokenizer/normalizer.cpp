@@ -8,19 +8,46 @@
 #include <vector>
 
 #include "moeserve/core/error.h"
+#include "moeserve/tokenizer/utf8.h"
 
 namespace moeserve::tokenizer {
 namespace {
 
+// Code points with NFC_Quick_Check=Yes and canonical combining class 0 in the ranges that make up
+// most text: Latin below the combining marks, general and CJK punctuation, kana, CJK ideographs,
+// Hangul syllables, fullwidth ASCII. A string of
+// only such characters is already in NFC (the Unicode quick-check rule), so utf8proc is skipped.
+// Any other character (combining marks, jamo, compatibility ideographs...) takes the full path.
+bool nfc_inert(char32_t cp) {
+    return cp < 0x300 || (cp >= 0x2010 && cp <= 0x2027) || (cp >= 0x2030 && cp <= 0x205E) ||
+           (cp >= 0x3000 && cp <= 0x3029) || (cp >= 0x3041 && cp <= 0x3096) ||
+           (cp >= 0x30A1 && cp <= 0x30FA) || (cp >= 0x4E00 && cp <= 0x9FFF) ||
+           (cp >= 0xAC00 && cp <= 0xD7A3) || (cp >= 0xFF01 && cp <= 0xFF60);
+}
+
+bool all_nfc_inert(std::string_view text) {
+    size_t pos = 0;
+    while (pos < text.size()) {
+        if (static_cast<unsigned char>(text[pos]) < 0x80) {
+            ++pos;
+            continue;
+        }
+        size_t n = 0;
+        if (!nfc_inert(utf8_decode(text, pos, &n))) return false;
+        pos += n;
+    }
+    return true;
+}
+
 class UnicodeNormalizer final : public Normalizer {
 public:
-    explicit UnicodeNormalizer(int options) : options_(options) {}
+    UnicodeNormalizer(int options, bool skip_inert) : options_(options), skip_inert_(skip_inert) {}
 
     std::string normalize(std::string_view text) const override {
         // Pure ASCII is invariant under every normalization form.
         bool ascii = true;
         for (char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
-        if (ascii) return std::string(text);
+        if (ascii || (skip_inert_ && all_nfc_inert(text))) return std::string(text);
         utf8proc_uint8_t* mapped = nullptr;
         utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
                                           static_cast<utf8proc_ssize_t>(text.size()), &mapped,
@@ -36,6 +63,7 @@ public:
 
 private:
     int options_;
+    bool skip_inert_;  // NFC only: see nfc_inert
 };
 
 class SequenceNormalizer final : public Normalizer {
@@ -63,13 +91,17 @@ std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& spec, std::str
     }
     const std::string type = spec["type"].get<std::string>();
     constexpr int kBase = UTF8PROC_STABLE;
-    if (type == "NFC") return std::make_unique<UnicodeNormalizer>(kBase | UTF8PROC_COMPOSE);
-    if (type == "NFD") return std::make_unique<UnicodeNormalizer>(kBase | UTF8PROC_DECOMPOSE);
+    if (type == "NFC") return std::make_unique<UnicodeNormalizer>(kBase | UTF8PROC_COMPOSE, true);
+    if (type == "NFD") {
+        return std::make_unique<UnicodeNormalizer>(kBase | UTF8PROC_DECOMPOSE, false);
+    }
     if (type == "NFKC") {
-        return std::make_unique<UnicodeNormalizer>(kBase | UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
+        return std::make_unique<UnicodeNormalizer>(kBase | UTF8PROC_COMPOSE | UTF8PROC_COMPAT,
+                                                   false);
     }
     if (type == "NFKD") {
-        return std::make_unique<UnicodeNormalizer>(kBase | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
+        return std::make_unique<UnicodeNormalizer>(kBase | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT,
+                                                   false);
     }
     if (type == "Sequence") {
         std::vector<std::unique_ptr<Normalizer>> parts;

@@ -82,6 +82,14 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
         int rc = pcre2_match(impl_->code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, data,
                              nullptr);
         if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT ||
+            rc == PCRE2_ERROR_JIT_STACKLIMIT) {
+            pcre2_match_data_free(data);
+            raise(ErrorCode::kInvalidArgument,
+                  "the text is too complex for the pre-tokenizer regex '{}' (PCRE2 error {} at "
+                  "byte {}); split the input",
+                  pattern_, rc, start);
+        }
         MOESERVE_CHECK(rc >= 0, "pcre2_match failed with {} on pattern '{}'", rc, pattern_);
         PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data);
         size_t begin = ovector[0];
