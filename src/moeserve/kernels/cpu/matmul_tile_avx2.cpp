@@ -91,8 +91,8 @@ void gemv(const float* x, int64_t ldx, int64_t m, int64_t k, const W* w, int64_t
 }
 
 // ---- GEMM ----
-constexpr int64_t kKc = 256;  // k block: a 6 x kKc tile of x stays in L1
-constexpr int64_t kNc = 192;  // weight rows per packed block: kKc * kNc * 4 B = 192 KiB in L2
+constexpr int64_t kKcMax = 384;  // k block: a 6 x kc tile of x stays in L1 (9 KiB)
+constexpr int64_t kNc = 192;     // weight rows per packed block: kc * kNc * 4 B <= 288 KiB in L2
 constexpr int kMr = 6;
 constexpr int kNr = 16;
 
@@ -195,11 +195,14 @@ void micro_dispatch(int mr, const float* a, int64_t lda, const float* b, int64_t
 template <typename W>
 void gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const W* w, int64_t n, float* out,
           int64_t ldo, float* pack) {
+    // Equal k blocks (k = 384 is one block, 1024 is three of 344) rather than a short last one.
+    const int64_t num_kb = (k + kKcMax - 1) / kKcMax;
+    const int64_t kc_even = ((k + num_kb - 1) / num_kb + 7) / 8 * 8;
     for (int64_t j0 = 0; j0 < n; j0 += kNc) {
         const int64_t nc = std::min(kNc, n - j0);
         const int64_t num_panels = (nc + kNr - 1) / kNr;
-        for (int64_t p0 = 0; p0 < k; p0 += kKc) {
-            const int64_t kc = std::min(kKc, k - p0);
+        for (int64_t p0 = 0; p0 < k; p0 += kc_even) {
+            const int64_t kc = std::min(kc_even, k - p0);
             for (int64_t q = 0; q < num_panels; ++q) {
                 pack_panel(w + (j0 + q * kNr) * k, k, std::min<int64_t>(kNr, nc - q * kNr), p0, kc,
                            pack + q * kc * kNr);
@@ -229,7 +232,7 @@ void tile(const float* x, int64_t ldx, int64_t m, int64_t k, const W* w, int64_t
 
 }  // namespace
 
-int64_t matmul_pack_floats() { return kKc * kNc; }
+int64_t matmul_pack_floats() { return kKcMax * kNc; }
 
 void matmul_tile(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n,
                  float* out, int64_t ldo, float* pack) {
