@@ -52,6 +52,18 @@ TEST(TokenizerTest, AddedTokenFlagsFollowHuggingFace) {
     EXPECT_EQ(tokenizer.encode("<s>x"), (Ids{10}));
 }
 
+TEST(TokenizerTest, NormalizedAddedTokensMatchNormalizedText) {
+    // The token is written decomposed; with NFC both it and the text are composed before matching.
+    auto doc = tiny_tokenizer();
+    doc["normalizer"] = nlohmann::json{{"type", "NFC"}};
+    doc["added_tokens"].push_back(nlohmann::json::parse(R"({"id": 15, "content": "<e\u0301>",
+        "special": false, "normalized": true, "lstrip": false, "rstrip": false,
+        "single_word": false})"));
+    auto tokenizer = make_tiny(doc);
+    EXPECT_EQ(tokenizer.encode("a<\u00e9>"), (Ids{0, 15}));
+    EXPECT_EQ(tokenizer.encode("a<e\u0301>"), (Ids{0, 15}));
+}
+
 TEST(TokenizerTest, DecodeSkipsSpecialTokensOnRequest) {
     auto tokenizer = make_tiny(tiny_tokenizer());
     EXPECT_EQ(tokenizer.decode(Ids{10, 3, 11}), "<s> a<L>");

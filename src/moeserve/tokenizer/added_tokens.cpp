@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "moeserve/core/error.h"
+#include "moeserve/tokenizer/normalizer.h"
 #include "moeserve/tokenizer/utf8.h"
 
 namespace moeserve::tokenizer {
@@ -98,7 +99,7 @@ std::pair<size_t, int32_t> AddedVocabulary::Trie::longest_at(std::string_view te
 }
 
 AddedVocabulary AddedVocabulary::from_json(const nlohmann::json& added_tokens,
-                                           std::string_view where) {
+                                           const Normalizer* normalizer, std::string_view where) {
     AddedVocabulary vocab;
     if (added_tokens.is_null()) return vocab;
     if (!added_tokens.is_array()) {
@@ -118,7 +119,12 @@ AddedVocabulary AddedVocabulary::from_json(const nlohmann::json& added_tokens,
         token.single_word = entry.value("single_word", false);
         token.normalized = entry.value("normalized", !token.special);
         auto index = static_cast<int32_t>(vocab.tokens_.size());
-        (token.normalized ? vocab.normalized_trie_ : vocab.raw_trie_).insert(token.content, index);
+        if (token.normalized) {
+            vocab.normalized_trie_.insert(
+                normalizer != nullptr ? normalizer->normalize(token.content) : token.content, index);
+        } else {
+            vocab.raw_trie_.insert(token.content, index);
+        }
         vocab.by_id_.emplace(token.id, vocab.tokens_.size());
         vocab.by_content_.emplace(token.content, token.id);
         vocab.tokens_.push_back(std::move(token));

@@ -14,6 +14,8 @@
 
 namespace moeserve::tokenizer {
 
+class Normalizer;
+
 struct AddedToken {
     int32_t id = -1;
     std::string content;
@@ -34,8 +36,11 @@ struct AddedTokenSplit {
 class AddedVocabulary {
 public:
     AddedVocabulary() = default;
-    // Parses the "added_tokens" array; `where` prefixes errors.
-    static AddedVocabulary from_json(const nlohmann::json& added_tokens, std::string_view where);
+    // Parses the "added_tokens" array; `where` prefixes errors. Tokens with normalized=true are
+    // matched on normalized text, so (as in HF) their contents are normalized with normalizer
+    // (may be null) for matching.
+    static AddedVocabulary from_json(const nlohmann::json& added_tokens, const Normalizer* normalizer,
+                                     std::string_view where);
 
     // Splits text (valid UTF-8) on the tokens whose `normalized` flag equals normalized_pass.
     // The splits tile text in order; empty text gives one empty plain split.
