@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "moeserve/core/tensor.h"
+#include "moeserve/kernels/cpu/mla_attention.h"
 #include "moeserve/kernels/cpu/paged_attention.h"
 
 namespace moeserve::model {
@@ -39,6 +40,23 @@ public:
 private:
     int64_t num_kv_heads_, head_dim_;
     std::vector<Tensor> k_, v_;
+};
+
+// Multi-head latent attention (DeepSeek): per layer only the compressed latent (after
+// kv_a_layernorm) and the shared rope key (after RoPE), f32, layout (kernels/cpu/mla_attention.h):
+//   cache[layer]: [num_blocks, block_size, kv_lora_rank + rope_dim]
+class MlaKvCache : public KvCache {
+public:
+    MlaKvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_lora_rank, int64_t rope_dim);
+
+    kernels::cpu::PagedLatentLayer layer(int64_t i);
+    static int64_t bytes_per_token(int64_t num_layers, int64_t kv_lora_rank, int64_t rope_dim) {
+        return num_layers * (kv_lora_rank + rope_dim) * static_cast<int64_t>(sizeof(float));
+    }
+
+private:
+    int64_t kv_lora_rank_, rope_dim_;
+    std::vector<Tensor> cache_;
 };
 
 }  // namespace moeserve::model

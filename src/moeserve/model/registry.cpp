@@ -7,12 +7,13 @@
 #include "moeserve/io/hf_config.h"
 #include "moeserve/io/weight_source.h"
 #include "moeserve/model/deepseek_v3/config.h"
+#include "moeserve/model/deepseek_v3/model.h"
 #include "moeserve/model/qwen3_moe/model.h"
 
 namespace moeserve::model {
 
-std::vector<std::string> supported_model_types() { return {"qwen3_moe"}; }
-std::vector<std::string> config_only_model_types() { return {"deepseek_v3", "deepseek_v2"}; }
+std::vector<std::string> supported_model_types() { return {"qwen3_moe", "deepseek_v3", "deepseek_v2"}; }
+std::vector<std::string> config_only_model_types() { return {}; }
 
 std::unique_ptr<Model> load_model(const std::filesystem::path& model_dir, ThreadPool& pool,
                                   const LoadOptions& options) {
@@ -24,9 +25,9 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& model_dir, Thread
         return std::make_unique<Qwen3MoeModel>(c, std::move(weights), pool, options);
     }
     if (model_type == "deepseek_v3" || model_type == "deepseek_v2") {
-        DeepseekV3Config::from_json(config);  // validates the config, so its errors come first
-        raise(ErrorCode::kUnsupported, "{}: model_type '{}' is recognized but its forward pass is not built yet",
-              config.label(), model_type);
+        const DeepseekV3Config c = DeepseekV3Config::from_json(config);
+        std::shared_ptr<const io::WeightSource> weights = io::WeightSource::open(model_dir);
+        return std::make_unique<DeepseekV3Model>(c, std::move(weights), pool, options);
     }
     raise(ErrorCode::kUnsupported, "{}: model_type '{}' is not supported; supported: {}", config.label(),
           model_type.empty() ? "(missing)" : model_type, fmt::join(supported_model_types(), ", "));

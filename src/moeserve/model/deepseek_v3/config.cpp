@@ -1,5 +1,7 @@
 #include "moeserve/model/deepseek_v3/config.h"
 
+#include <cmath>
+
 #include "moeserve/core/error.h"
 
 namespace moeserve::model {
@@ -61,6 +63,7 @@ DeepseekV3Config DeepseekV3Config::from_json(const io::HfConfig& j) {
     c.tie_word_embeddings = j.get_bool("tie_word_embeddings", c.tie_word_embeddings);
     c.attention_bias = j.get_bool("attention_bias", c.attention_bias);
     c.rope = RopeScaling::parse(j, 10000.0);
+    c.rope_interleave = j.get_bool("rope_interleave", c.rope_interleave);
     if (j.json().contains("bos_token_id")) c.bos_token_id = j.get_optional_int("bos_token_id");
     if (j.has("eos_token_id")) c.eos_token_id = j.get_int_or_list("eos_token_id");
 
@@ -92,6 +95,22 @@ DeepseekV3Config DeepseekV3Config::from_json(const io::HfConfig& j) {
         raise(ErrorCode::kUnsupported, "{}: hidden_act '{}' is not supported (only silu)", j.label(), c.hidden_act);
     }
     return c;
+}
+
+namespace {
+double mscale(double factor, double m) { return factor <= 1.0 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; }
+}  // namespace
+
+double DeepseekV3Config::softmax_scale() const {
+    const double base = 1.0 / std::sqrt(static_cast<double>(qk_head_dim()));
+    if (rope.rope_type == "default" || rope.mscale_all_dim == 0.0) return base;
+    const double m = mscale(rope.factor, rope.mscale_all_dim);
+    return base * m * m;
+}
+
+double DeepseekV3Config::rope_attention_factor() const {
+    if (rope.rope_type != "yarn") return 1.0;
+    return mscale(rope.factor, rope.mscale) / mscale(rope.factor, rope.mscale_all_dim);
 }
 
 bool DeepseekV3Config::is_moe_layer(int64_t layer) const {

@@ -43,12 +43,19 @@ struct DeepseekV3Config {
     bool tie_word_embeddings = false;
     bool attention_bias = false;
     RopeScaling rope;  // rope_theta (default 10000) and rope_scaling (YaRN in V3)
+    bool rope_interleave = true;  // q_pe/k_pe rotated in pairs (2i, 2i+1) (HF default); false: rotate-half
     std::optional<int64_t> bos_token_id = 0;
     std::vector<int64_t> eos_token_id = {1};
 
     int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
     // Per token per layer, the latent KV cache holds kv_lora_rank + qk_rope_head_dim values.
     int64_t latent_cache_dim() const { return kv_lora_rank + qk_rope_head_dim; }
+    // Softmax scale: qk_head_dim^-0.5, times mscale(factor, mscale_all_dim)^2 when rope_scaling
+    // is set and mscale_all_dim is non-zero (DeepSeek's YaRN correction).
+    double softmax_scale() const;
+    // cos/sin multiplier of YaRN (DeepSeek's rule): mscale(factor, mscale) / mscale(factor,
+    // mscale_all_dim); 1 for other RoPE types.
+    double rope_attention_factor() const;
 
     // Parses and validates; Error kInvalidModel / kUnsupported naming the field.
     static DeepseekV3Config from_json(const io::HfConfig& config);

@@ -1,0 +1,196 @@
+#include "moeserve/model/layers/attention_mla.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "moeserve/core/error.h"
+#include "moeserve/kernels/cpu/norm.h"
+#include "moeserve/kernels/cpu/paged_attention.h"
+#include "moeserve/model/layers/weight_loading.h"
+
+namespace moeserve::model {
+
+namespace kc = kernels::cpu;
+
+MlaAttention MlaAttention::load(const io::WeightSource& weights, const std::string& prefix, const MlaShape& s) {
+    MlaAttention a;
+    a.shape_ = s;
+    const int64_t qk = s.qk_nope_head_dim + s.qk_rope_head_dim;
+    if (s.q_lora_rank > 0) {
+        a.q_a_proj_ = Linear::load(weights, prefix + "q_a_proj", s.q_lora_rank, s.hidden_size, s.bias);
+        a.q_a_norm_ = load_vector_f32(weights, prefix + "q_a_layernorm.weight", s.q_lora_rank);
+        a.q_b_proj_ = Linear::load(weights, prefix + "q_b_proj", s.num_heads * qk, s.q_lora_rank);
+    } else {
+        a.q_proj_ = Linear::load(weights, prefix + "q_proj", s.num_heads * qk, s.hidden_size);
+    }
+    a.kv_a_proj_ = Linear::load(weights, prefix + "kv_a_proj_with_mqa", s.kv_lora_rank + s.qk_rope_head_dim,
+                                s.hidden_size, s.bias);
+    a.kv_a_norm_ = load_vector_f32(weights, prefix + "kv_a_layernorm.weight", s.kv_lora_rank);
+    const int64_t kv_b_rows = s.num_heads * (s.qk_nope_head_dim + s.v_head_dim);
+    a.kv_b_proj_ = Linear::load(weights, prefix + "kv_b_proj", kv_b_rows, s.kv_lora_rank);
+    a.kv_b_w_ = get_checked(weights, prefix + "kv_b_proj.weight", Shape{kv_b_rows, s.kv_lora_rank});
+    if (a.kv_b_w_.dtype != DType::kBF16 && a.kv_b_w_.dtype != DType::kF32) {
+        a.kv_b_owned_ = weights.load_f32(prefix + "kv_b_proj.weight");
+        a.kv_b_w_ = a.kv_b_owned_.view();
+    }
+    a.o_proj_ = Linear::load(weights, prefix + "o_proj", s.hidden_size, s.num_heads * s.v_head_dim, s.bias);
+    return a;
+}
+
+size_t MlaAttention::weight_bytes() const {
+    return q_proj_.weight_bytes() + q_a_proj_.weight_bytes() + q_b_proj_.weight_bytes() + kv_a_proj_.weight_bytes() +
+           kv_b_proj_.weight_bytes() + o_proj_.weight_bytes();
+}
+
+kc::MlaKvB MlaAttention::kv_b() const {
+    const bool bf16 = kv_b_w_.dtype == DType::kBF16;
+    return {bf16 ? kv_b_w_.as<const uint16_t>() : nullptr, bf16 ? nullptr : kv_b_w_.as<const float>(),
+            shape_.num_heads, shape_.qk_nope_head_dim, shape_.v_head_dim, shape_.kv_lora_rank};
+}
+
+void MlaAttention::forward(ThreadPool& pool, const float* h, const ForwardBatch& batch, const kc::PagedLatentLayer& kv,
+                           const RotaryEmbedding& rope, MlaPath path, MlaScratch& s, float* out) const {
+    const MlaShape& c = shape_;
+    const int64_t t = batch.num_tokens(), heads = c.num_heads;
+    const int64_t dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, r = c.kv_lora_rank;
+    const int64_t qk = dn + dr, row = r + dr;
+    const auto eps = static_cast<float>(c.lora_norm_eps);
+    MOESERVE_CHECK(kv.kv_lora_rank == r && kv.rope_dim == dr, "latent cache [{}, {}] for a layer of [{}, {}]",
+                   kv.kv_lora_rank, kv.rope_dim, r, dr);
+    s.q.resize(static_cast<size_t>(t * heads * qk));
+    s.kv_a.resize(static_cast<size_t>(t * row));
+    s.latent.resize(static_cast<size_t>(t * r));
+    s.attn.resize(static_cast<size_t>(t * heads * c.v_head_dim));
+    float* q = s.q.data();
+    float* kv_a = s.kv_a.data();
+
+    // 1. queries: [T, hidden] -> q [T, H, nope + rope]
+    if (c.q_lora_rank > 0) {
+        s.q_a.resize(static_cast<size_t>(t * c.q_lora_rank));
+        q_a_proj_.forward(pool, h, t, s.q_a.data());
+        kc::rms_norm(pool, s.q_a.data(), q_a_norm_.as<float>(), t, c.q_lora_rank, eps, s.q_a.data());
+        q_b_proj_.forward(pool, s.q_a.data(), t, q);
+    } else {
+        q_proj_.forward(pool, h, t, q);
+    }
+    // 2. compressed kv: [T, hidden] -> [T, latent + k_pe]; RMSNorm on the latent part
+    kv_a_proj_.forward(pool, h, t, kv_a);
+    for (int64_t i = 0; i < t; ++i) std::copy_n(kv_a + i * row, r, s.latent.data() + i * r);
+    kc::rms_norm(pool, s.latent.data(), kv_a_norm_.as<float>(), t, r, eps, s.latent.data());
+    for (int64_t i = 0; i < t; ++i) std::copy_n(s.latent.data() + i * r, r, kv_a + i * row);
+    // 3. RoPE on q_pe (every head) and on the shared k_pe
+    rope.apply(q + dn, t, heads, qk, heads * qk, batch.positions.data());
+    rope.apply(kv_a + r, t, 1, row, row, batch.positions.data());
+    // 4. cache the [latent, k_pe] rows, then attend per sequence -> attn [T, H, v]
+    kc::write_latent(kv, kv_a, t, batch.slot_mapping.data());
+    std::vector<int64_t> absorbed;
+    for (int64_t seq = 0; seq < batch.num_seqs(); ++seq) {
+        const int64_t q_len = batch.query_start[size_t(seq + 1)] - batch.query_start[size_t(seq)];
+        if (q_len == 0) continue;
+        if (path == MlaPath::kAbsorbed || (path == MlaPath::kAuto && q_len == 1)) {
+            absorbed.push_back(seq);
+        } else {
+            attend_expanded(pool, batch, seq, kv, s);
+        }
+    }
+    if (!absorbed.empty()) attend_absorbed(pool, batch, absorbed, kv, s);
+    // 5. [T, H * v] -> [T, hidden]
+    o_proj_.forward(pool, s.attn.data(), t, out);
+}
+
+void MlaAttention::attend_absorbed(ThreadPool& pool, const ForwardBatch& batch, const std::vector<int64_t>& seqs,
+                                   const kc::PagedLatentLayer& kv, MlaScratch& s) const {
+    const MlaShape& c = shape_;
+    const int64_t heads = c.num_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, r = c.kv_lora_rank;
+    const int64_t qk = dn + dr, row = r + dr, dv = c.v_head_dim, mb = batch.max_blocks_per_seq;
+    // The absorbed sequences as a sub-batch: their token rows, query starts, lengths and tables.
+    s.abs_rows.clear();
+    s.abs_start.assign(1, 0);
+    s.abs_lens.clear();
+    s.abs_tables.clear();
+    for (int64_t seq : seqs) {
+        for (int32_t i = batch.query_start[size_t(seq)]; i < batch.query_start[size_t(seq + 1)]; ++i) {
+            s.abs_rows.push_back(i);
+        }
+        s.abs_start.push_back(static_cast<int32_t>(s.abs_rows.size()));
+        s.abs_lens.push_back(batch.seq_lens[size_t(seq)]);
+        s.abs_tables.insert(s.abs_tables.end(), batch.block_tables.begin() + seq * mb,
+                            batch.block_tables.begin() + (seq + 1) * mb);
+    }
+    const auto ta = static_cast<int64_t>(s.abs_rows.size());
+    s.q_abs.resize(static_cast<size_t>(ta * heads * row));
+    s.lat_out.resize(static_cast<size_t>(ta * heads * r));
+    s.v_out.resize(static_cast<size_t>(ta * heads * dv));
+    const kc::MlaKvB w = kv_b();
+    // 1. q_abs [Ta, H, latent + rope] = [q_nope W_UK, q_pe]
+    const float* q = s.q.data();
+    if (ta != batch.num_tokens()) {  // gather the sub-batch's query rows: [Ta, H, nope + rope]
+        s.q_pad.resize(static_cast<size_t>(ta * heads * qk));
+        for (int64_t a = 0; a < ta; ++a) {
+            std::copy_n(s.q.data() + int64_t{s.abs_rows[size_t(a)]} * heads * qk, heads * qk,
+                        s.q_pad.data() + a * heads * qk);
+        }
+        q = s.q_pad.data();
+    }
+    kc::mla_absorb_q(pool, w, q, ta, heads * qk, qk, s.q_abs.data(), heads * row, row);
+    for (int64_t i = 0; i < ta * heads; ++i) std::copy_n(q + i * qk + dn, dr, s.q_abs.data() + i * row + r);
+    // 2. attention in the latent space -> [Ta, H, latent]; 3. W_UV -> [Ta, H, v]
+    const kc::MlaAttentionArgs args{s.q_abs.data(),   s.lat_out.data(),   ta,
+                                    heads,            static_cast<int64_t>(seqs.size()),
+                                    s.abs_start.data(), s.abs_lens.data(), s.abs_tables.data(),
+                                    mb,               static_cast<float>(c.softmax_scale)};
+    kc::mla_attention(pool, kv, args);
+    kc::mla_expand_v(pool, w, s.lat_out.data(), ta, s.v_out.data());
+    for (int64_t a = 0; a < ta; ++a) {
+        std::copy_n(s.v_out.data() + a * heads * dv, heads * dv,
+                    s.attn.data() + int64_t{s.abs_rows[size_t(a)]} * heads * dv);
+    }
+}
+
+void MlaAttention::attend_expanded(ThreadPool& pool, const ForwardBatch& batch, int64_t seq,
+                                   const kc::PagedLatentLayer& kv, MlaScratch& s) const {
+    const MlaShape& c = shape_;
+    const int64_t heads = c.num_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, r = c.kv_lora_rank;
+    const int64_t qk = dn + dr, row = r + dr, dv = c.v_head_dim;
+    const int64_t dp = std::max(qk, dv);  // K and V padded with zeros to one head_dim
+    const int64_t q0 = batch.query_start[size_t(seq)];
+    const int64_t q_len = batch.query_start[size_t(seq + 1)] - q0;
+    const int64_t len = batch.seq_lens[size_t(seq)];
+    const int32_t* table = batch.block_tables.data() + seq * batch.max_blocks_per_seq;
+    // 1. every cached latent of the sequence -> kv_b_proj -> [L, H, k_nope + v]
+    s.latent.resize(static_cast<size_t>(std::max(len, batch.num_tokens()) * r));
+    s.kv.resize(static_cast<size_t>(len * heads * (dn + dv)));
+    for (int64_t j = 0; j < len; ++j) {
+        const float* src = kv.cache + (int64_t{table[j / kv.block_size]} * kv.block_size + j % kv.block_size) * row;
+        std::copy_n(src, r, s.latent.data() + j * r);
+    }
+    kv_b_proj_.forward(pool, s.latent.data(), len, s.kv.data());
+    // 2. K [L, H, dp] = [k_nope, k_pe, 0], V [L, H, dp] = [v, 0], Q [q_len, H, dp] = [q, 0]
+    s.k.assign(static_cast<size_t>(len * heads * dp), 0.0f);
+    s.v.assign(static_cast<size_t>(len * heads * dp), 0.0f);
+    for (int64_t j = 0; j < len; ++j) {
+        const float* k_pe =
+            kv.cache + (int64_t{table[j / kv.block_size]} * kv.block_size + j % kv.block_size) * row + r;
+        for (int64_t hd = 0; hd < heads; ++hd) {
+            const float* src = s.kv.data() + (j * heads + hd) * (dn + dv);
+            float* k = s.k.data() + (j * heads + hd) * dp;
+            std::copy_n(src, dn, k);
+            std::copy_n(k_pe, dr, k + dn);
+            std::copy_n(src + dn, dv, s.v.data() + (j * heads + hd) * dp);
+        }
+    }
+    s.q_pad.assign(static_cast<size_t>(q_len * heads * dp), 0.0f);
+    s.o_pad.resize(static_cast<size_t>(q_len * heads * dp));
+    for (int64_t i = 0; i < q_len * heads; ++i) std::copy_n(s.q.data() + (q0 * heads + i) * qk, qk, s.q_pad.data() + i * dp);
+    // 3. causal attention over one block holding the whole sequence
+    const kc::PagedKvLayer layer{s.k.data(), s.v.data(), 1, len, heads, dp};
+    const int32_t local_start[2] = {0, static_cast<int32_t>(q_len)};
+    const int32_t local_len = static_cast<int32_t>(len);
+    const int32_t local_table = 0;
+    const kc::PagedAttentionArgs args{s.q_pad.data(), s.o_pad.data(), q_len,        heads, 1,
+                                      local_start,    &local_len,     &local_table, 1,     static_cast<float>(c.softmax_scale)};
+    kc::paged_attention(pool, layer, args);
+    for (int64_t i = 0; i < q_len * heads; ++i) std::copy_n(s.o_pad.data() + i * dp, dv, s.attn.data() + (q0 * heads + i) * dv);
+}
+
+}  // namespace moeserve::model

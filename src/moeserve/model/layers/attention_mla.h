@@ -1,0 +1,72 @@
+// Multi-head latent attention (DeepSeek-V2/V3) over a paged cache of compressed latents.
+// q: q_proj, or q_a_proj -> q_a_layernorm -> q_b_proj; per head [q_nope, q_pe].
+// kv_a_proj_with_mqa -> [latent, k_pe]; latent -> kv_a_layernorm; k_pe -> RoPE (one key for
+// all heads). The cache keeps [latent, k_pe] per token. Two equal ways to attend:
+//   expanded: kv_b_proj turns every cached latent into per-head [k_nope, v]; standard attention
+//   absorbed: q_nope is folded through W_UK into the latent space, scores are
+//             q_abs . latent + q_pe . k_pe, the output latent goes through W_UV afterwards.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "moeserve/core/tensor.h"
+#include "moeserve/core/thread_pool.h"
+#include "moeserve/io/weight_source.h"
+#include "moeserve/kernels/cpu/mla_attention.h"
+#include "moeserve/model/forward_batch.h"
+#include "moeserve/model/layers/linear.h"
+#include "moeserve/model/layers/rotary_embedding.h"
+
+namespace moeserve::model {
+
+struct MlaShape {
+    int64_t hidden_size, num_heads;
+    int64_t q_lora_rank;  // 0: q_proj (no q compression)
+    int64_t kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+    double softmax_scale;
+    double lora_norm_eps;  // q_a_layernorm / kv_a_layernorm (1e-6 in HF and DeepSeek code)
+    bool bias;             // attention_bias: q_a_proj, kv_a_proj_with_mqa and o_proj have biases
+};
+
+// Which form each sequence of a batch attends with.
+enum class MlaPath {
+    kAuto,      // absorbed for decode (one new token), expanded for prefill chunks
+    kAbsorbed,  // absorbed for every sequence
+    kExpanded,  // expanded for every sequence
+};
+
+// Per-forward buffers, grown on demand and reused across layers and steps.
+struct MlaScratch {
+    std::vector<float> q_a, q, kv_a, latent, attn;
+    std::vector<float> q_abs, lat_out, v_out;                  // absorbed path
+    std::vector<float> kv, k, v, q_pad, o_pad;                  // expanded path
+    std::vector<int32_t> abs_rows, abs_start, abs_lens, abs_tables;
+};
+
+class MlaAttention {
+public:
+    // prefix: "model.layers.N.self_attn."
+    static MlaAttention load(const io::WeightSource& weights, const std::string& prefix, const MlaShape& shape);
+
+    // h f32 [T, hidden] -> out f32 [T, hidden]; writes this layer's latents of the batch into kv.
+    void forward(ThreadPool& pool, const float* h, const ForwardBatch& batch, const kernels::cpu::PagedLatentLayer& kv,
+                 const RotaryEmbedding& rope, MlaPath path, MlaScratch& scratch, float* out) const;
+
+    size_t weight_bytes() const;
+
+private:
+    void attend_absorbed(ThreadPool& pool, const ForwardBatch& batch, const std::vector<int64_t>& seqs,
+                         const kernels::cpu::PagedLatentLayer& kv, MlaScratch& s) const;
+    void attend_expanded(ThreadPool& pool, const ForwardBatch& batch, int64_t seq,
+                         const kernels::cpu::PagedLatentLayer& kv, MlaScratch& s) const;
+    kernels::cpu::MlaKvB kv_b() const;
+
+    MlaShape shape_{};
+    Linear q_proj_, q_a_proj_, q_b_proj_, kv_a_proj_, kv_b_proj_, o_proj_;
+    Tensor q_a_norm_, kv_a_norm_;  // f32 [q_lora_rank], [kv_lora_rank]
+    TensorView kv_b_w_;            // bf16 | f32 [num_heads * (nope + v), kv_lora_rank]
+    Tensor kv_b_owned_;            // f32 copy when the checkpoint's kv_b_proj is neither
+};
+
+}  // namespace moeserve::model
