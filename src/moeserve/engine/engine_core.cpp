@@ -1,0 +1,88 @@
+#include "moeserve/engine/engine_core.h"
+
+#include "moeserve/core/error.h"
+#include "moeserve/engine/scheduler/policy_mixed.h"
+
+namespace moeserve::engine {
+
+namespace {
+
+SchedulerConfig scheduler_config(const EngineConfig& c, const model::ModelInfo& info) {
+    return SchedulerConfig{.max_num_seqs = c.max_num_seqs,
+                           .max_num_batched_tokens = c.max_num_batched_tokens,
+                           .max_model_len = c.max_model_len,
+                           .enable_chunked_prefill = c.enable_chunked_prefill,
+                           .vocab_size = info.vocab_size,
+                           .eos_token_ids = info.eos_token_ids};
+}
+
+const EngineConfig& checked(const EngineConfig& c) {
+    if (c.num_blocks < 2) {
+        raise(ErrorCode::kInvalidArgument,
+              "the KV cache has {} blocks; it needs at least 2 (give it more memory with --kv-cache-memory or "
+              "--gpu-memory-utilization)",
+              c.num_blocks);
+    }
+    if (c.block_size < 1) raise(ErrorCode::kInvalidArgument, "--block-size must be >= 1; got {}", c.block_size);
+    return c;
+}
+
+}  // namespace
+
+EngineCore::EngineCore(model::Model& model, ThreadPool& pool, const EngineConfig& config,
+                       std::unique_ptr<SchedulingPolicy> policy)
+    : config_(checked(config)),
+      model_(model),
+      kv_(config.num_blocks, config.block_size, config.enable_prefix_caching),
+      scheduler_(scheduler_config(config, model.info()), kv_,
+                 policy ? std::move(policy) : std::make_unique<MixedPolicy>()),
+      sampler_(model.info().vocab_size, model.info().eos_token_ids, &pool),
+      runner_(model, sampler_, config.num_blocks, config.block_size) {
+    stats_.engine_index = config.engine_index;
+}
+
+void EngineCore::add_request(const ipc::AddRequest& add) {
+    // A request without a seed gets a stream derived from the engine seed and its arrival order,
+    // so a whole run is reproducible from --seed.
+    uint64_t state = config_.seed ^ (0x5851f42d4c957f2dull * static_cast<uint64_t>(++num_added_));
+    const uint64_t seed = add.sampling.seed ? *add.sampling.seed : Rng::splitmix64(state);
+    scheduler_.add_request(
+        std::make_unique<Request>(add.request_id, add.prompt_token_ids, add.sampling, seed, num_added_));
+}
+
+void EngineCore::abort(const ipc::Abort& abort) { scheduler_.abort_requests(abort.request_ids); }
+
+StepOutcome EngineCore::step(std::optional<Phase> forced) {
+    StepOutcome out;
+    const ScheduledBatch batch = scheduler_.schedule(forced);
+    const StepResult result = runner_.execute(batch);
+    out.outputs = scheduler_.update(batch, result);
+    out.phase = batch.phase;
+    out.dummy = batch.dummy;
+    out.num_tokens = batch.num_tokens;
+    ++stats_.num_steps;
+    if (batch.dummy) {
+        ++stats_.num_dummy_steps;
+    } else if (batch.num_prefill_tokens > 0) {
+        ++stats_.num_prefill_steps;
+    } else {
+        ++stats_.num_decode_steps;
+    }
+    return out;
+}
+
+ipc::Stats EngineCore::stats() const {
+    ipc::Stats s = stats_;
+    s.num_running = scheduler_.num_running();
+    s.num_waiting = scheduler_.num_waiting();
+    s.kv_cache_usage = kv_.pool().usage();
+    s.prefix_cache_queries = kv_.prefix_cache_queries();
+    s.prefix_cache_hits = kv_.prefix_cache_hits();
+    const auto& c = scheduler_.counters();
+    s.num_preemptions = c.num_preemptions;
+    s.num_prompt_tokens = c.num_prompt_tokens;
+    s.num_generation_tokens = c.num_generation_tokens;
+    return s;
+}
+
+}  // namespace moeserve::engine

@@ -1,0 +1,76 @@
+// EngineCore: one rank's engine, callable in-process: step() = schedule -> execute -> update
+// (vLLM's EngineCore; the process loop with IPC and DP coordination goes around it). Owns its
+// KV cache manager, scheduler, sampler and model runner; borrows the model and thread pool.
+// Not thread-safe: every call from one thread (the engine thread).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "moeserve/core/thread_pool.h"
+#include "moeserve/engine/kv_cache/kv_cache_manager.h"
+#include "moeserve/engine/model_runner.h"
+#include "moeserve/engine/sampler.h"
+#include "moeserve/engine/scheduler/scheduler.h"
+#include "moeserve/ipc/messages.h"
+#include "moeserve/model/model.h"
+
+namespace moeserve::engine {
+
+struct EngineConfig {
+    int32_t max_num_seqs = 256;
+    int32_t max_num_batched_tokens = 2048;
+    int32_t max_model_len = 4096;
+    int32_t block_size = 16;
+    int32_t num_blocks = 0;  // KV blocks incl. the null block (see num_blocks_for_bytes)
+    bool enable_prefix_caching = true;
+    bool enable_chunked_prefill = true;
+    uint64_t seed = 0;  // streams of requests without their own seed derive from it
+    int32_t engine_index = 0;
+};
+
+struct StepOutcome {
+    std::vector<ipc::RequestOutput> outputs;
+    Phase phase = Phase::kIdle;  // what ran (kMixed: prefill and decode tokens together)
+    bool dummy = true;           // nothing of the (forced) phase to run; no forward happened
+    int32_t num_tokens = 0;      // tokens computed in the forward
+};
+
+class EngineCore {
+public:
+    // model and pool must outlive the engine. policy: null = MixedPolicy. Raises Error
+    // kInvalidArgument for inconsistent limits (e.g. fewer than 2 blocks).
+    EngineCore(model::Model& model, ThreadPool& pool, const EngineConfig& config,
+               std::unique_ptr<SchedulingPolicy> policy = nullptr);
+
+    // Queues a request; problems with it (too long, bad parameters) come back as a kError
+    // output from the next step, never as an exception.
+    void add_request(const ipc::AddRequest& request);
+    // Frees the requests' blocks now; each comes back as a kAbort output from the next step.
+    void abort(const ipc::Abort& abort);
+
+    // Runs one step. forced: the phase to run (PD hybrid, DP lock-step); kIdle runs a dummy step.
+    StepOutcome step(std::optional<Phase> forced = std::nullopt);
+    // What this core would like to run next (Scheduler::propose_phase).
+    Phase propose_phase() { return scheduler_.propose_phase(); }
+
+    bool has_unfinished_requests() const { return scheduler_.has_unfinished_requests(); }
+    ipc::Stats stats() const;
+    const KvCacheManager& kv_cache_manager() const { return kv_; }
+    const Scheduler& scheduler() const { return scheduler_; }
+    const EngineConfig& config() const { return config_; }
+
+private:
+    EngineConfig config_;
+    model::Model& model_;
+    KvCacheManager kv_;
+    Scheduler scheduler_;
+    Sampler sampler_;
+    ModelRunner runner_;
+    int64_t num_added_ = 0;
+    ipc::Stats stats_;
+};
+
+}  // namespace moeserve::engine

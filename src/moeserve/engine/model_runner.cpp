@@ -1,0 +1,84 @@
+#include "moeserve/engine/model_runner.h"
+
+#include <algorithm>
+
+#include "moeserve/core/error.h"
+
+namespace moeserve::engine {
+
+ModelRunner::ModelRunner(model::Model& model, Sampler& sampler, int64_t num_blocks, int64_t block_size)
+    : model_(model), sampler_(sampler), block_size_(block_size), kv_(model.create_kv_cache(num_blocks, block_size)) {}
+
+ModelRunner::Layout ModelRunner::build(const ScheduledBatch& batch) const {
+    Layout out;
+    auto& fb = out.forward;
+    size_t max_blocks = 1;
+    for (const auto& s : batch.requests) max_blocks = std::max(max_blocks, s.request->block_ids.size());
+    fb.max_blocks_per_seq = static_cast<int64_t>(max_blocks);
+    fb.query_start.push_back(0);
+    for (size_t i = 0; i < batch.requests.size(); ++i) {
+        const ScheduledRequest& s = batch.requests[i];
+        const Request& r = *s.request;
+        const int32_t begin = r.num_computed_tokens, end = begin + s.num_tokens;
+        MOESERVE_CHECK(static_cast<int64_t>(r.block_ids.size()) * block_size_ >= end, "{}: {} blocks for {} tokens",
+                       r.request_id, r.block_ids.size(), end);
+        const auto row0 = static_cast<int32_t>(fb.token_ids.size());
+        for (int32_t p = begin; p < end; ++p) {
+            fb.token_ids.push_back(r.token_at(p));
+            fb.positions.push_back(p);
+            fb.slot_mapping.push_back(r.block_ids[static_cast<size_t>(p / block_size_)] * block_size_ + p % block_size_);
+        }
+        fb.query_start.push_back(static_cast<int32_t>(fb.token_ids.size()));
+        fb.seq_lens.push_back(end);
+        for (size_t b = 0; b < max_blocks; ++b) fb.block_tables.push_back(b < r.block_ids.size() ? r.block_ids[b] : 0);
+        // Rows whose logits give prompt logprobs: position p predicts prompt token p + 1.
+        if (r.wants_prompt_logprobs()) {
+            for (int32_t p = begin; p < std::min(end, r.num_prompt_tokens() - 1); ++p) {
+                fb.logits_rows.push_back(row0 + (p - begin));
+                out.row_request.push_back(static_cast<int32_t>(i));
+                out.row_position.push_back(p);
+            }
+        }
+        if (s.samples()) {
+            fb.logits_rows.push_back(row0 + s.num_tokens - 1);
+            out.row_request.push_back(static_cast<int32_t>(i));
+            out.row_position.push_back(end - 1);
+        }
+    }
+    return out;
+}
+
+StepResult ModelRunner::execute(const ScheduledBatch& batch) {
+    StepResult result;
+    result.sampled.resize(batch.requests.size());
+    result.prompt_logprobs.resize(batch.requests.size());
+    if (batch.requests.empty()) return result;
+    Layout layout = build(batch);
+    const TensorView logits = model_.forward(layout.forward, *kv_);
+    const int64_t vocab = model_.info().vocab_size;
+    MOESERVE_CHECK(logits.numel() == static_cast<int64_t>(layout.forward.logits_rows.size()) * vocab,
+                   "model returned {} logits for {} rows of {}", logits.numel(), layout.forward.logits_rows.size(), vocab);
+    auto* data = logits.as<float>();
+    std::vector<float*> sample_rows;
+    std::vector<Request*> sample_requests;
+    std::vector<size_t> sample_index;
+    for (size_t row = 0; row < layout.row_request.size(); ++row) {
+        const auto i = static_cast<size_t>(layout.row_request[row]);
+        Request* r = batch.requests[i].request;
+        float* logits_row = data + static_cast<int64_t>(row) * vocab;
+        const int32_t p = layout.row_position[row];
+        if (p < r->num_prompt_tokens() - 1 && r->wants_prompt_logprobs()) {
+            result.prompt_logprobs[i].push_back(
+                compute_logprobs(logits_row, vocab, r->token_at(p + 1), *r->sampling.prompt_logprobs));
+        } else {
+            sample_rows.push_back(logits_row);
+            sample_requests.push_back(r);
+            sample_index.push_back(i);
+        }
+    }
+    std::vector<SampledToken> tokens = sampler_.sample(sample_rows, sample_requests);
+    for (size_t k = 0; k < tokens.size(); ++k) result.sampled[sample_index[k]] = std::move(tokens[k]);
+    return result;
+}
+
+}  // namespace moeserve::engine

@@ -1,0 +1,41 @@
+// ModelRunner: ScheduledBatch -> ForwardBatch -> Model::forward -> logits -> Sampler ->
+// StepResult. Owns the KV storage (the model's KvCache); the KvCacheManager owns the block ids.
+// Engine thread only.
+#pragma once
+
+#include <memory>
+
+#include "moeserve/engine/sampler.h"
+#include "moeserve/engine/scheduler/scheduled_batch.h"
+#include "moeserve/model/forward_batch.h"
+#include "moeserve/model/model.h"
+
+namespace moeserve::engine {
+
+class ModelRunner {
+public:
+    // model and sampler must outlive the runner. Creates num_blocks blocks of KV storage.
+    ModelRunner(model::Model& model, Sampler& sampler, int64_t num_blocks, int64_t block_size);
+
+    // Runs the step: one forward over every scheduled request's new tokens (none for a dummy
+    // batch), then samples the requests that reach their last token. Reads the requests'
+    // num_computed_tokens as they were at schedule() time (call before Scheduler::update).
+    StepResult execute(const ScheduledBatch& batch);
+
+    // The ForwardBatch execute() would run, and for each of its logits rows the scheduled
+    // request index and position. Exposed for tests.
+    struct Layout {
+        model::ForwardBatch forward;
+        std::vector<int32_t> row_request;   // [logits rows] index into batch.requests
+        std::vector<int32_t> row_position;  // [logits rows] token position of the row
+    };
+    Layout build(const ScheduledBatch& batch) const;
+
+private:
+    model::Model& model_;
+    Sampler& sampler_;
+    int64_t block_size_;
+    std::unique_ptr<model::KvCache> kv_;
+};
+
+}  // namespace moeserve::engine

@@ -1,0 +1,75 @@
+// Request: the engine's state of one sequence (token ids only, never text), owned by the
+// Scheduler from add_request until it finishes. Depends on core and ipc only.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "moeserve/core/rng.h"
+#include "moeserve/ipc/messages.h"
+
+namespace moeserve::engine {
+
+using TokenId = int32_t;
+using ipc::FinishReason;
+
+enum class RequestStatus { kWaiting, kRunning, kPreempted, kFinished };
+
+// The token sequence is prompt + outputs. KV of tokens [0, num_computed_tokens) is in the cache
+// at block_ids; a step computes the next chunk, and when the chunk reaches num_tokens() the
+// sampler appends one output token. After a preemption num_computed_tokens is 0 again and the
+// request recomputes prompt + outputs (recompute preemption), keeping its outputs.
+struct Request {
+    Request(std::string id, std::vector<TokenId> prompt, const ipc::SamplingParams& params, uint64_t rng_seed,
+            int64_t order)
+        : request_id(std::move(id)),
+          prompt_token_ids(std::move(prompt)),
+          sampling(params),
+          rng(rng_seed),
+          arrival_order(order) {}
+
+    std::string request_id;
+    std::vector<TokenId> prompt_token_ids;
+    std::vector<TokenId> output_token_ids;
+    ipc::SamplingParams sampling;
+    Rng rng;                    // per-request stream: seeded from sampling.seed when set
+    int64_t arrival_order = 0;  // FCFS position among all requests this engine has seen
+
+    RequestStatus status = RequestStatus::kWaiting;
+    int32_t num_computed_tokens = 0;  // tokens whose KV is in the cache
+    int32_t num_cached_tokens = -1;   // prompt tokens hit in the prefix cache (first admission)
+    int32_t num_preemptions = 0;
+    std::vector<int32_t> block_ids;     // block table: block i holds tokens [i*bs, (i+1)*bs)
+    std::vector<uint64_t> block_hashes; // hashes of the full blocks of the token sequence so far
+
+    std::unordered_map<TokenId, int32_t> output_token_counts;  // for presence/frequency penalties
+    std::vector<ipc::TokenLogprobs> prompt_logprobs;           // collected until the first output
+    bool prompt_logprobs_sent = false;
+
+    FinishReason finish_reason = FinishReason::kNone;
+    std::optional<TokenId> stop_token_id;
+    std::string error;
+
+    int32_t num_prompt_tokens() const { return static_cast<int32_t>(prompt_token_ids.size()); }
+    int32_t num_output_tokens() const { return static_cast<int32_t>(output_token_ids.size()); }
+    int32_t num_tokens() const { return num_prompt_tokens() + num_output_tokens(); }
+    TokenId token_at(int32_t i) const {
+        return i < num_prompt_tokens() ? prompt_token_ids[static_cast<size_t>(i)]
+                                       : output_token_ids[static_cast<size_t>(i - num_prompt_tokens())];
+    }
+    // Tokens still to compute before the next sample (1 for a decode step).
+    int32_t num_tokens_to_compute() const { return num_tokens() - num_computed_tokens; }
+    // A decode: the only token left is the last sampled one.
+    bool is_decode() const { return num_output_tokens() > 0 && num_tokens_to_compute() == 1; }
+    bool wants_prompt_logprobs() const { return sampling.prompt_logprobs.has_value() && !prompt_logprobs_sent; }
+
+    void append_output(TokenId id) {
+        output_token_ids.push_back(id);
+        ++output_token_counts[id];
+    }
+};
+
+}  // namespace moeserve::engine

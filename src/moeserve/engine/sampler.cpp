@@ -1,0 +1,111 @@
+#include "moeserve/engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "moeserve/core/error.h"
+
+namespace moeserve::engine {
+
+ipc::TokenLogprobs compute_logprobs(const float* logits, int64_t vocab, TokenId token, int32_t top_k) {
+    float max_logit = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < vocab; ++i) max_logit = std::max(max_logit, logits[i]);
+    double total = 0;
+    for (int64_t i = 0; i < vocab; ++i) total += std::exp(static_cast<double>(logits[i] - max_logit));
+    const double lse = static_cast<double>(max_logit) + std::log(total);
+    ipc::TokenLogprobs out;
+    out.token_id = token;
+    out.logprob = static_cast<float>(static_cast<double>(logits[token]) - lse);
+    int32_t rank = 1;
+    for (int64_t i = 0; i < vocab; ++i) rank += logits[i] > logits[token] || (logits[i] == logits[token] && i < token);
+    out.rank = rank;
+    if (top_k > 0) {
+        const auto k = static_cast<size_t>(std::min<int64_t>(top_k, vocab));
+        std::vector<int32_t> ids(static_cast<size_t>(vocab));
+        std::iota(ids.begin(), ids.end(), 0);
+        std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), [&](int32_t a, int32_t b) {
+            return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+        });
+        for (size_t i = 0; i < k; ++i) {
+            out.top.emplace_back(ids[i], static_cast<float>(static_cast<double>(logits[ids[i]]) - lse));
+        }
+    }
+    return out;
+}
+
+void apply_penalties(float* logits, int64_t vocab, const Request& r, std::span<const TokenId> eos_token_ids) {
+    const auto& s = r.sampling;
+    const auto in_vocab = [vocab](TokenId t) { return t >= 0 && t < vocab; };
+    if (s.repetition_penalty != 1.0f) {
+        // Every token seen in the prompt or the output, once.
+        std::vector<TokenId> seen(r.prompt_token_ids);
+        seen.insert(seen.end(), r.output_token_ids.begin(), r.output_token_ids.end());
+        std::sort(seen.begin(), seen.end());
+        seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+        for (TokenId t : seen) {
+            if (!in_vocab(t)) continue;
+            float& x = logits[t];
+            x = x > 0 ? x / s.repetition_penalty : x * s.repetition_penalty;
+        }
+    }
+    if (s.frequency_penalty != 0.0f || s.presence_penalty != 0.0f) {
+        for (const auto& [t, count] : r.output_token_counts) {
+            if (!in_vocab(t)) continue;
+            logits[t] -= s.frequency_penalty * static_cast<float>(count) + s.presence_penalty;
+        }
+    }
+    if (r.num_output_tokens() < s.min_tokens) {
+        constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+        if (!s.ignore_eos) {
+            for (TokenId t : eos_token_ids) if (in_vocab(t)) logits[t] = kNegInf;
+        }
+        for (TokenId t : s.stop_token_ids) if (in_vocab(t)) logits[t] = kNegInf;
+    }
+}
+
+Sampler::Sampler(int64_t vocab_size, std::vector<TokenId> eos_token_ids, ThreadPool* pool)
+    : vocab_(vocab_size),
+      eos_token_ids_(std::move(eos_token_ids)),
+      pool_(pool),
+      scratch_(static_cast<size_t>(pool ? pool->num_threads() : 1)) {
+    MOESERVE_CHECK(vocab_size > 0, "vocab size {}", vocab_size);
+}
+
+SampledToken Sampler::sample_row(float* logits, Request& r, kernels::cpu::SampleScratch& scratch) const {
+    const auto& s = r.sampling;
+    SampledToken out;
+    // Raw logits are needed for logprobs after sampling; keep a copy only when asked.
+    std::vector<float> raw;
+    if (s.logprobs) raw.assign(logits, logits + vocab_);
+    apply_penalties(logits, vocab_, r, eos_token_ids_);
+    const kernels::cpu::SamplingSettings settings{s.temperature, s.top_k, s.top_p, s.min_p};
+    out.token_id = s.temperature <= 0.0f ? kernels::cpu::argmax(logits, vocab_)
+                                         : kernels::cpu::sample_token(logits, vocab_, settings, r.rng, scratch);
+    if (s.logprobs) out.logprobs = compute_logprobs(raw.data(), vocab_, out.token_id, *s.logprobs);
+    return out;
+}
+
+std::vector<SampledToken> Sampler::sample(std::span<float* const> rows, std::span<Request* const> requests) {
+    MOESERVE_CHECK(rows.size() == requests.size(), "{} logits rows for {} requests", rows.size(), requests.size());
+    std::vector<SampledToken> out(rows.size());
+    const auto n = static_cast<int64_t>(rows.size());
+    if (pool_ == nullptr || pool_->num_threads() == 1 || n == 1) {
+        for (int64_t i = 0; i < n; ++i) {
+            const auto k = static_cast<size_t>(i);
+            out[k] = sample_row(rows[k], *requests[k], scratch_[0]);
+        }
+        return out;
+    }
+    const int64_t num_threads = pool_->num_threads();
+    pool_->run([&](int tid) {
+        for (int64_t i = tid; i < n; i += num_threads) {
+            const auto k = static_cast<size_t>(i);
+            out[k] = sample_row(rows[k], *requests[k], scratch_[static_cast<size_t>(tid)]);
+        }
+    });
+    return out;
+}
+
+}  // namespace moeserve::engine

@@ -1,0 +1,49 @@
+// Sampler: turns one step's logits rows into tokens, one row per sampling request (vLLM's
+// Sampler): penalties, min_tokens masking, temperature/top-k/top-p/min-p with the request's own
+// Rng, and logprobs. Rows run in parallel on the rank's ThreadPool; each row touches only its
+// own request, so results do not depend on the thread count. Engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "moeserve/core/thread_pool.h"
+#include "moeserve/engine/request.h"
+#include "moeserve/engine/scheduler/scheduled_batch.h"
+#include "moeserve/kernels/cpu/sample.h"
+
+namespace moeserve::engine {
+
+// Log-probabilities (log_softmax of the raw logits row f32 [vocab]) of `token` and the top_k
+// most likely tokens (descending, lower id first on ties).
+ipc::TokenLogprobs compute_logprobs(const float* logits, int64_t vocab, TokenId token, int32_t top_k);
+
+// Applies in place, as vLLM does and in this order: repetition_penalty to tokens seen in the
+// prompt or output (logit > 0 ? logit / p : logit * p), then frequency_penalty * count and
+// presence_penalty to tokens seen in the output, then -inf for the stop tokens (eos unless
+// ignore_eos, and stop_token_ids) while fewer than min_tokens were generated. logits f32 [vocab].
+void apply_penalties(float* logits, int64_t vocab, const Request& request, std::span<const TokenId> eos_token_ids);
+
+class Sampler {
+public:
+    // pool: the rank's pool (may be null: one thread); it must outlive the sampler.
+    Sampler(int64_t vocab_size, std::vector<TokenId> eos_token_ids, ThreadPool* pool);
+
+    // rows[i]: f32 [vocab] logits of requests[i]'s last token; modified in place. Logprobs (when
+    // requested) come from the raw logits, before penalties and temperature (vLLM's default
+    // raw_logprobs). Advances each non-greedy request's Rng.
+    std::vector<SampledToken> sample(std::span<float* const> rows, std::span<Request* const> requests);
+
+    int64_t vocab_size() const { return vocab_; }
+
+private:
+    SampledToken sample_row(float* logits, Request& request, kernels::cpu::SampleScratch& scratch) const;
+
+    int64_t vocab_;
+    std::vector<TokenId> eos_token_ids_;
+    ThreadPool* pool_;
+    std::vector<kernels::cpu::SampleScratch> scratch_;  // one per thread
+};
+
+}  // namespace moeserve::engine

@@ -1,0 +1,31 @@
+// SchedulingPolicy: which kinds of work one engine step may run. The mixed policy (vLLM) runs
+// decodes, prefill chunks and admissions together; a PD-hybrid policy (later) restricts a step
+// to one phase. A phase can also be forced from outside (DP lock-step, PD-hybrid coordinator).
+#pragma once
+
+#include <optional>
+
+namespace moeserve::engine {
+
+// kPrefill: prompt (or recompute) tokens only; kDecode: one token per running request;
+// kIdle: nothing (a dummy step). kMixed is only reported, never forced.
+enum class Phase { kIdle, kPrefill, kDecode, kMixed };
+
+const char* phase_name(Phase phase);
+
+// What a step may schedule.
+struct StepPlan {
+    bool run_decodes = true;    // running requests with one token left (decode)
+    bool run_prefills = true;   // running requests with a prompt/recompute chunk left
+    bool admit_waiting = true;  // waiting requests may start (their first chunk runs this step)
+};
+
+class SchedulingPolicy {
+public:
+    virtual ~SchedulingPolicy() = default;
+    virtual const char* name() const = 0;
+    // The plan for the next step. forced: a phase imposed from outside, or nullopt.
+    virtual StepPlan plan(std::optional<Phase> forced) const = 0;
+};
+
+}  // namespace moeserve::engine

@@ -1,0 +1,44 @@
+// ScheduledBatch (what the scheduler chose for one step) and StepResult (what the model runner
+// and sampler made of it): the two values that flow schedule -> execute -> update.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "moeserve/engine/request.h"
+#include "moeserve/engine/scheduler/policy.h"
+#include "moeserve/ipc/messages.h"
+
+namespace moeserve::engine {
+
+struct ScheduledRequest {
+    Request* request = nullptr;  // owned by the Scheduler; valid until update() returns
+    int32_t num_tokens = 0;      // tokens computed this step, from request->num_computed_tokens
+    std::vector<int32_t> new_block_ids;
+    bool is_decode = false;
+    // The step computes through the request's last token, so the sampler draws its next token.
+    bool samples() const { return request->num_computed_tokens + num_tokens == request->num_tokens(); }
+};
+
+struct ScheduledBatch {
+    std::vector<ScheduledRequest> requests;  // running ones first (by age), then new admissions
+    std::vector<std::string> preempted;      // request ids sent back to waiting this step
+    Phase phase = Phase::kIdle;              // what ran: kIdle when nothing did
+    bool dummy = true;                       // nothing scheduled (the forward is skipped)
+    int32_t num_tokens = 0;
+    int32_t num_prefill_tokens = 0;
+};
+
+struct SampledToken {
+    TokenId token_id = 0;
+    std::optional<ipc::TokenLogprobs> logprobs;  // when the request asked for logprobs
+};
+
+// One entry per ScheduledBatch::requests, in order.
+struct StepResult {
+    std::vector<std::optional<SampledToken>> sampled;             // set where samples()
+    std::vector<std::vector<ipc::TokenLogprobs>> prompt_logprobs;  // this step's prompt positions
+};
+
+}  // namespace moeserve::engine

@@ -1,0 +1,275 @@
+#include "moeserve/engine/scheduler/scheduler.h"
+
+#include <algorithm>
+
+#include "moeserve/core/error.h"
+
+namespace moeserve::engine {
+
+namespace {
+
+ipc::RequestOutput output_of(const Request& r) {
+    ipc::RequestOutput out;
+    out.request_id = r.request_id;
+    out.num_prompt_tokens = r.num_prompt_tokens();
+    out.num_cached_tokens = std::max(0, r.num_cached_tokens);
+    return out;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, std::unique_ptr<SchedulingPolicy> policy)
+    : config_(config), kv_(kv), policy_(std::move(policy)) {
+    MOESERVE_CHECK(policy_ != nullptr, "scheduler without a policy");
+    if (config.max_num_seqs < 1 || config.max_num_batched_tokens < 1 || config.max_model_len < 1) {
+        raise(ErrorCode::kInvalidArgument,
+              "--max-num-seqs, --max-num-batched-tokens and --max-model-len must be >= 1; got {}, {}, {}",
+              config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len);
+    }
+    if (!config.enable_chunked_prefill && config.max_num_batched_tokens < config.max_model_len) {
+        raise(ErrorCode::kInvalidArgument,
+              "without chunked prefill --max-num-batched-tokens ({}) must be >= --max-model-len ({}), or a long "
+              "prompt could never run",
+              config.max_num_batched_tokens, config.max_model_len);
+    }
+}
+
+std::optional<std::string> Scheduler::validate(const Request& r) const {
+    const auto& s = r.sampling;
+    if (requests_.count(r.request_id)) return fmt::format("request id '{}' is already in use", r.request_id);
+    if (r.prompt_token_ids.empty()) return std::string("the prompt is empty; it needs at least one token");
+    if (s.max_tokens < 1) return fmt::format("max_tokens must be >= 1; got {}", s.max_tokens);
+    if (r.num_prompt_tokens() + s.max_tokens > config_.max_model_len) {
+        return fmt::format("prompt tokens + max_tokens must be <= {} (max-model-len); got {} + {}",
+                           config_.max_model_len, r.num_prompt_tokens(), s.max_tokens);
+    }
+    const int64_t usable = kv_.pool().num_blocks() - 1;
+    const int64_t needed = (r.num_prompt_tokens() + s.max_tokens + kv_.block_size() - 1) / kv_.block_size();
+    if (needed > usable) {
+        return fmt::format("prompt tokens + max_tokens ({} + {}) need {} KV cache blocks of {} tokens, but the cache "
+                           "has {}; lower max_tokens or give the KV cache more memory (--kv-cache-memory)",
+                           r.num_prompt_tokens(), s.max_tokens, needed, kv_.block_size(), usable);
+    }
+    for (TokenId t : r.prompt_token_ids) {
+        if (t < 0 || (config_.vocab_size > 0 && t >= config_.vocab_size)) {
+            return fmt::format("prompt token id {} is outside the vocabulary [0, {})", t, config_.vocab_size);
+        }
+    }
+    if (!(s.temperature >= 0)) return fmt::format("temperature must be >= 0; got {}", s.temperature);
+    if (!(s.top_p > 0 && s.top_p <= 1)) return fmt::format("top_p must be in (0, 1]; got {}", s.top_p);
+    if (s.top_k < -1) return fmt::format("top_k must be -1, 0 (off) or >= 1; got {}", s.top_k);
+    if (!(s.min_p >= 0 && s.min_p <= 1)) return fmt::format("min_p must be in [0, 1]; got {}", s.min_p);
+    if (!(s.repetition_penalty > 0)) return fmt::format("repetition_penalty must be > 0; got {}", s.repetition_penalty);
+    if (s.min_tokens < 0 || s.min_tokens > s.max_tokens) {
+        return fmt::format("min_tokens must be in [0, max_tokens={}]; got {}", s.max_tokens, s.min_tokens);
+    }
+    for (const auto& k : {s.logprobs, s.prompt_logprobs}) {
+        if (k && (*k < 0 || (config_.vocab_size > 0 && *k > config_.vocab_size))) {
+            return fmt::format("logprobs and prompt_logprobs must be in [0, vocab size {}]; got {}", config_.vocab_size, *k);
+        }
+    }
+    return std::nullopt;
+}
+
+void Scheduler::add_request(std::unique_ptr<Request> request) {
+    MOESERVE_CHECK(request != nullptr, "null request");
+    if (auto reason = validate(*request)) {
+        ipc::RequestOutput out = output_of(*request);
+        out.finish_reason = FinishReason::kError;
+        out.error = std::move(*reason);
+        finished_.push_back(std::move(out));
+        return;
+    }
+    Request* r = request.get();
+    r->status = RequestStatus::kWaiting;
+    requests_.emplace(r->request_id, std::move(request));
+    waiting_.push_back(r);
+}
+
+void Scheduler::abort_requests(std::span<const std::string> request_ids) {
+    for (const auto& id : request_ids) {
+        const auto it = requests_.find(id);
+        if (it != requests_.end()) finished_.push_back(finish(it->second.get(), FinishReason::kAbort));
+    }
+}
+
+const Request* Scheduler::find(const std::string& request_id) const {
+    const auto it = requests_.find(request_id);
+    return it == requests_.end() ? nullptr : it->second.get();
+}
+
+ipc::RequestOutput Scheduler::finish(Request* r, FinishReason reason) {
+    r->finish_reason = reason;
+    r->status = RequestStatus::kFinished;
+    kv_.free(*r);
+    if (auto it = std::find(running_.begin(), running_.end(), r); it != running_.end()) running_.erase(it);
+    if (auto it = std::find(waiting_.begin(), waiting_.end(), r); it != waiting_.end()) waiting_.erase(it);
+    ipc::RequestOutput out = output_of(*r);
+    out.finish_reason = reason;
+    out.stop_token_id = r->stop_token_id;
+    requests_.erase(r->request_id);  // r is gone from here on
+    return out;
+}
+
+void Scheduler::preempt(Request* r, ScheduledBatch& out) {
+    kv_.free(*r);
+    r->num_computed_tokens = 0;
+    r->status = RequestStatus::kPreempted;
+    ++r->num_preemptions;
+    if (!r->prompt_logprobs_sent) r->prompt_logprobs.clear();  // recomputed from the start
+    waiting_.push_front(r);
+    out.preempted.push_back(r->request_id);
+    ++counters_.num_preemptions;
+}
+
+bool Scheduler::admissible(Request& r, int32_t num_tokens, const CachedPrefix& prefix) const {
+    return num_running() < config_.max_num_seqs && num_tokens > 0 && kv_.can_allocate(r, num_tokens, prefix);
+}
+
+void Scheduler::schedule_running(const StepPlan& plan, TokenBudget& budget, ScheduledBatch& out) {
+    size_t i = 0;
+    while (i < running_.size() && budget.has_room()) {
+        Request* r = running_[i];
+        const bool decode = r->is_decode();
+        const int32_t n = (decode ? plan.run_decodes : plan.run_prefills)
+                              ? budget.grant(r->num_tokens_to_compute(), config_.enable_chunked_prefill)
+                              : 0;
+        if (n == 0) {
+            ++i;
+            continue;
+        }
+        std::optional<NewBlocks> blocks;
+        while (!(blocks = kv_.allocate_slots(*r, n))) {
+            // Out of blocks: recompute-preempt the youngest running request (maybe r itself).
+            Request* victim = running_.back();
+            running_.pop_back();
+            preempt(victim, out);
+            if (victim == r) break;
+        }
+        if (!blocks) break;
+        out.requests.push_back(ScheduledRequest{r, n, std::move(blocks->block_ids), decode});
+        budget.consume(n);
+        ++i;
+    }
+}
+
+void Scheduler::schedule_waiting(TokenBudget& budget, ScheduledBatch& out) {
+    while (!waiting_.empty() && budget.has_room()) {
+        Request* r = waiting_.front();
+        const CachedPrefix prefix = kv_.find_cached_prefix(*r);
+        const int32_t n = budget.grant(r->num_tokens() - prefix.num_tokens, config_.enable_chunked_prefill);
+        if (!admissible(*r, n, prefix)) break;  // FCFS: nobody overtakes the head
+        auto blocks = kv_.allocate_slots(*r, n, prefix);
+        MOESERVE_CHECK(blocks.has_value(), "{}: admissible but allocation failed", r->request_id);
+        waiting_.pop_front();
+        if (r->num_cached_tokens < 0) r->num_cached_tokens = prefix.num_tokens;
+        r->status = RequestStatus::kRunning;
+        running_.push_back(r);
+        out.requests.push_back(ScheduledRequest{r, n, std::move(blocks->block_ids), false});
+        budget.consume(n);
+    }
+}
+
+ScheduledBatch Scheduler::schedule(std::optional<Phase> forced) {
+    ScheduledBatch out;
+    const StepPlan plan = policy_->plan(forced);
+    TokenBudget budget(config_.max_num_batched_tokens, config_.max_num_seqs);
+    schedule_running(plan, budget, out);
+    // NOTE(#5): no admissions in a step that preempted: the cache is full (vLLM does the same).
+    if (plan.admit_waiting && out.preempted.empty()) schedule_waiting(budget, out);
+    bool any_prefill = false, any_decode = false;
+    for (const auto& s : out.requests) {
+        out.num_tokens += s.num_tokens;
+        if (s.is_decode) {
+            any_decode = true;
+        } else {
+            any_prefill = true;
+            out.num_prefill_tokens += s.num_tokens;
+        }
+    }
+    out.dummy = out.requests.empty();
+    out.phase = any_prefill && any_decode ? Phase::kMixed
+                : any_prefill             ? Phase::kPrefill
+                : any_decode              ? Phase::kDecode
+                                          : (forced ? *forced : Phase::kIdle);
+    return out;
+}
+
+bool Scheduler::check_stop(Request& r) const {
+    const TokenId last = r.output_token_ids.back();
+    const auto& s = r.sampling;
+    if (r.num_output_tokens() >= s.min_tokens) {  // vLLM: no stop of any kind before min_tokens
+        const bool eos = !s.ignore_eos &&
+                         std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), last) !=
+                             config_.eos_token_ids.end();
+        const bool stop = std::find(s.stop_token_ids.begin(), s.stop_token_ids.end(), last) != s.stop_token_ids.end();
+        if (eos || stop) {
+            r.stop_token_id = last;
+            r.finish_reason = FinishReason::kStop;
+            return true;
+        }
+    }
+    if (r.num_output_tokens() >= s.max_tokens || r.num_tokens() >= config_.max_model_len) {
+        r.finish_reason = FinishReason::kLength;
+        return true;
+    }
+    return false;
+}
+
+std::vector<ipc::RequestOutput> Scheduler::update(const ScheduledBatch& batch, const StepResult& result) {
+    MOESERVE_CHECK(result.sampled.size() == batch.requests.size(), "step result for {} of {} requests",
+                   result.sampled.size(), batch.requests.size());
+    std::vector<ipc::RequestOutput> outputs = take_finished();
+    for (size_t i = 0; i < batch.requests.size(); ++i) {
+        const ScheduledRequest& s = batch.requests[i];
+        Request* r = s.request;
+        const bool samples = s.samples();
+        r->num_computed_tokens += s.num_tokens;
+        if (!s.is_decode) counters_.num_prompt_tokens += s.num_tokens;
+        if (i < result.prompt_logprobs.size() && r->wants_prompt_logprobs()) {
+            const auto& chunk = result.prompt_logprobs[i];
+            r->prompt_logprobs.insert(r->prompt_logprobs.end(), chunk.begin(), chunk.end());
+        }
+        if (!samples) continue;
+        MOESERVE_CHECK(result.sampled[i].has_value(), "{}: no token sampled at the end of its tokens", r->request_id);
+        const SampledToken& tok = *result.sampled[i];
+        r->append_output(tok.token_id);
+        ++counters_.num_generation_tokens;
+        ipc::RequestOutput out = output_of(*r);
+        out.new_token_ids.push_back(tok.token_id);
+        if (tok.logprobs) out.new_logprobs.push_back(*tok.logprobs);
+        if (r->sampling.prompt_logprobs && !r->prompt_logprobs_sent) {
+            out.prompt_logprobs = std::move(r->prompt_logprobs);
+            r->prompt_logprobs.clear();
+            r->prompt_logprobs_sent = true;
+        }
+        if (check_stop(*r)) {
+            const ipc::RequestOutput fin = finish(r, r->finish_reason);
+            out.finish_reason = fin.finish_reason;
+            out.stop_token_id = fin.stop_token_id;
+        }
+        outputs.push_back(std::move(out));
+    }
+    return outputs;
+}
+
+std::vector<ipc::RequestOutput> Scheduler::take_finished() {
+    std::vector<ipc::RequestOutput> out;
+    out.swap(finished_);
+    return out;
+}
+
+Phase Scheduler::propose_phase() {
+    for (Request* r : running_) {
+        if (!r->is_decode()) return Phase::kPrefill;
+    }
+    if (!waiting_.empty()) {
+        Request* r = waiting_.front();
+        const CachedPrefix prefix = kv_.find_cached_prefix(*r);
+        const int32_t n = std::min(r->num_tokens() - prefix.num_tokens, config_.max_num_batched_tokens);
+        if (admissible(*r, n, prefix)) return Phase::kPrefill;
+    }
+    return running_.empty() ? Phase::kIdle : Phase::kDecode;
+}
+
+}  // namespace moeserve::engine

@@ -1,0 +1,98 @@
+// Scheduler: continuous batching over running and waiting requests (vLLM v1 core/sched). Each
+// step it picks tokens per request within a TokenBudget, admits waiting requests FCFS while the
+// KV cache has blocks for them (admission), preempts the youngest running request by recompute
+// when blocks run out, and after the forward applies the sampled tokens and finish rules.
+// Not thread-safe: called only from the engine thread.
+//
+//   step:  schedule() -> ScheduledBatch -> ModelRunner::execute -> StepResult -> update()
+//   running [r0 r1 r2]   decodes/chunks in age order; r2 is preempted first (youngest)
+//   waiting [r5 r3 r4]   preempted ones go to the front; admitted from the front only (FCFS)
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "moeserve/engine/kv_cache/kv_cache_manager.h"
+#include "moeserve/engine/request.h"
+#include "moeserve/engine/scheduler/policy.h"
+#include "moeserve/engine/scheduler/scheduled_batch.h"
+#include "moeserve/engine/scheduler/token_budget.h"
+
+namespace moeserve::engine {
+
+struct SchedulerConfig {
+    int32_t max_num_seqs = 256;             // running requests at once
+    int32_t max_num_batched_tokens = 2048;  // tokens per step
+    int32_t max_model_len = 4096;           // prompt + output tokens of one request
+    bool enable_chunked_prefill = true;
+    int64_t vocab_size = 0;                 // token ids must be < this (0 = unchecked)
+    std::vector<TokenId> eos_token_ids;     // stop unless ignore_eos
+};
+
+struct SchedulerCounters {
+    int64_t num_preemptions = 0;
+    int64_t num_prompt_tokens = 0;      // tokens computed for prompts / recomputes
+    int64_t num_generation_tokens = 0;  // tokens sampled
+};
+
+class Scheduler {
+public:
+    // kv must outlive the scheduler. Raises Error kInvalidArgument for inconsistent limits.
+    Scheduler(const SchedulerConfig& config, KvCacheManager& kv, std::unique_ptr<SchedulingPolicy> policy);
+
+    // Queues a request. One that can never run (empty prompt, over max_model_len, more blocks
+    // than the cache has, bad parameters, duplicate id) is finished with kError and a reason,
+    // reported by the next update()/take_finished().
+    void add_request(std::unique_ptr<Request> request);
+    // Removes the requests (unknown ids are ignored) and frees their blocks at once; each is
+    // reported finished with kAbort. Not to be called between schedule() and update().
+    void abort_requests(std::span<const std::string> request_ids);
+
+    // Picks the next step's work. forced: a phase imposed from outside (see SchedulingPolicy).
+    ScheduledBatch schedule(std::optional<Phase> forced = std::nullopt);
+    // Applies a step's results: advances computed tokens, appends sampled tokens, finishes
+    // requests (stop token, max_tokens, max_model_len) and frees their blocks. Returns the
+    // outputs of requests that produced a token or finished (incl. rejected/aborted ones).
+    std::vector<ipc::RequestOutput> update(const ScheduledBatch& batch, const StepResult& result);
+    // Outputs of requests finished outside a step (rejections, aborts), cleared.
+    std::vector<ipc::RequestOutput> take_finished();
+
+    // What this scheduler would run next: kPrefill if a running request has prompt tokens left
+    // or the first waiting request is admissible now (seats and KV blocks), else kDecode if any
+    // request runs, else kIdle.
+    Phase propose_phase();
+
+    int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+    int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+    bool has_unfinished_requests() const { return !running_.empty() || !waiting_.empty() || !finished_.empty(); }
+    const SchedulerCounters& counters() const { return counters_; }
+    const SchedulingPolicy& policy() const { return *policy_; }
+    // The request with this id, if it is queued or running (tests and debugging).
+    const Request* find(const std::string& request_id) const;
+
+private:
+    std::optional<std::string> validate(const Request& request) const;
+    bool admissible(Request& request, int32_t num_tokens, const CachedPrefix& prefix) const;
+    void schedule_running(const StepPlan& plan, TokenBudget& budget, ScheduledBatch& out);
+    void schedule_waiting(TokenBudget& budget, ScheduledBatch& out);
+    void preempt(Request* request, ScheduledBatch& out);
+    // Finishes a request: the one place that frees its blocks.
+    ipc::RequestOutput finish(Request* request, FinishReason reason);
+    bool check_stop(Request& request) const;
+
+    SchedulerConfig config_;
+    KvCacheManager& kv_;
+    std::unique_ptr<SchedulingPolicy> policy_;
+    std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
+    std::vector<Request*> running_;
+    std::deque<Request*> waiting_;
+    std::vector<ipc::RequestOutput> finished_;
+    SchedulerCounters counters_;
+};
+
+}  // namespace moeserve::engine

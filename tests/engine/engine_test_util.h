@@ -1,0 +1,98 @@
+// Test helpers for the engine without weights: a fake Model whose logits are a deterministic
+// function of the whole context it reads back through the block table (so a wrong block table,
+// slot or prefix-cache hit changes the tokens), and request builders.
+#pragma once
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "moeserve/core/error.h"
+#include "moeserve/engine/request.h"
+#include "moeserve/model/model.h"
+
+namespace moeserve::engine::testing {
+
+// KV storage of the fake model: the token id and position written at each slot (-1 = never).
+class FakeKvCache : public model::KvCache {
+public:
+    FakeKvCache(int64_t num_blocks, int64_t block_size)
+        : KvCache(num_blocks, block_size),
+          tokens(static_cast<size_t>(num_blocks * block_size), -1),
+          positions(static_cast<size_t>(num_blocks * block_size), -1) {}
+    std::vector<int32_t> tokens, positions;
+};
+
+// vocab 32, eos 1. The logits of a row peak at hash(context tokens 0..p) % vocab, where the
+// context is read from the KV cache; reading a slot not written for that position aborts.
+class FakeModel : public model::Model {
+public:
+    explicit FakeModel(int64_t vocab = 32) {
+        info_.model_type = "fake";
+        info_.vocab_size = vocab;
+        info_.eos_token_ids = {1};
+        info_.kv_bytes_per_token = 64;
+    }
+    const model::ModelInfo& info() const override { return info_; }
+    std::unique_ptr<model::KvCache> create_kv_cache(int64_t num_blocks, int64_t block_size) const override {
+        return std::make_unique<FakeKvCache>(num_blocks, block_size);
+    }
+    TensorView forward(const model::ForwardBatch& b, model::KvCache& kv_base) override {
+        auto& kv = static_cast<FakeKvCache&>(kv_base);
+        const int64_t bs = kv.block_size();
+        num_forward_tokens.push_back(b.num_tokens());
+        for (int64_t t = 0; t < b.num_tokens(); ++t) {
+            const auto slot = static_cast<size_t>(b.slot_mapping[static_cast<size_t>(t)]);
+            kv.tokens[slot] = b.token_ids[static_cast<size_t>(t)];
+            kv.positions[slot] = b.positions[static_cast<size_t>(t)];
+        }
+        const int64_t vocab = info_.vocab_size;
+        logits_.assign(b.logits_rows.size() * static_cast<size_t>(vocab), 0.0f);
+        for (size_t r = 0; r < b.logits_rows.size(); ++r) {
+            const int32_t row = b.logits_rows[r];
+            int64_t seq = 0;
+            while (b.query_start[static_cast<size_t>(seq + 1)] <= row) ++seq;
+            const int32_t pos = b.positions[static_cast<size_t>(row)];
+            uint64_t h = 1469598103934665603ull;
+            for (int32_t p = 0; p <= pos; ++p) {
+                const int32_t block = b.block_tables[static_cast<size_t>(seq * b.max_blocks_per_seq + p / bs)];
+                const auto slot = static_cast<size_t>(block * bs + p % bs);
+                MOESERVE_CHECK(block > 0 && kv.positions[slot] == p, "seq {} pos {} reads block {} slot {} holding pos {}",
+                               seq, p, block, slot, kv.positions[slot]);
+                h = (h ^ static_cast<uint64_t>(kv.tokens[slot] + 7)) * 1099511628211ull;
+            }
+            float* out = logits_.data() + r * static_cast<size_t>(vocab);
+            for (int64_t v = 0; v < vocab; ++v) {
+                out[v] = static_cast<float>((h >> 7) % 1000 + static_cast<uint64_t>(v) * 37 % 101) * 0.01f;
+            }
+            out[(h >> 20) % static_cast<uint64_t>(vocab)] += 3.0f;
+        }
+        return TensorView{logits_.data(), DType::kF32,
+                          Shape({static_cast<int64_t>(b.logits_rows.size()), vocab})};
+    }
+
+    std::vector<int64_t> num_forward_tokens;  // tokens per forward call
+
+private:
+    model::ModelInfo info_;
+    std::vector<float> logits_;
+};
+
+// Prompt of prompt_len tokens 2, 3, ... (mod vocab, skipping 0 and the eos 1) starting at `first`.
+inline std::vector<int32_t> make_prompt(int32_t prompt_len, int32_t first = 2, int32_t vocab = 32) {
+    std::vector<int32_t> out;
+    for (int32_t i = 0; i < prompt_len; ++i) out.push_back(2 + (first - 2 + i) % (vocab - 2));
+    return out;
+}
+
+inline std::unique_ptr<Request> make_request(const std::string& id, int32_t prompt_len, int32_t max_tokens,
+                                             int32_t first_token = 2) {
+    ipc::SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    return std::make_unique<Request>(id, make_prompt(prompt_len, first_token), p, 0, 0);
+}
+
+}  // namespace moeserve::engine::testing

@@ -1,0 +1,231 @@
+// Scheduler: per-step token progress under the budget, seats, preemption order, prefix hits,
+// aborts, rejections and forced phases. The "model" here samples token 7 for every sequence.
+#include "moeserve/engine/scheduler/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "engine/engine_test_util.h"
+#include "moeserve/engine/scheduler/policy_mixed.h"
+
+namespace moeserve::engine {
+namespace {
+
+using testing::make_request;
+using Ids = std::vector<int32_t>;
+using Progress = std::map<std::string, int32_t>;  // request id -> tokens this step
+
+struct Harness {
+    Harness(int32_t num_blocks, int32_t block_size, SchedulerConfig config, bool caching = true)
+        : kv(num_blocks, block_size, caching), scheduler(config, kv, std::make_unique<MixedPolicy>()) {}
+
+    // One step; returns {id -> tokens scheduled}, records the batch and outputs.
+    Progress step(std::optional<Phase> forced = std::nullopt) {
+        batch = scheduler.schedule(forced);
+        StepResult result;
+        Progress progress;
+        for (const auto& s : batch.requests) {
+            progress[s.request->request_id] = s.num_tokens;
+            result.sampled.emplace_back();
+            if (s.samples()) result.sampled.back().emplace().token_id = 7;
+        }
+        outputs = scheduler.update(batch, result);
+        return progress;
+    }
+    FinishReason finish_of(const std::string& id) const {
+        for (const auto& o : outputs) {
+            if (o.request_id == id) return o.finish_reason;
+        }
+        return FinishReason::kNone;
+    }
+
+    KvCacheManager kv;
+    Scheduler scheduler;
+    ScheduledBatch batch;
+    std::vector<ipc::RequestOutput> outputs;
+};
+
+SchedulerConfig config(int32_t max_seqs, int32_t max_tokens, int32_t max_len = 256) {
+    SchedulerConfig c;
+    c.max_num_seqs = max_seqs;
+    c.max_num_batched_tokens = max_tokens;
+    c.max_model_len = max_len;
+    c.eos_token_ids = {1};
+    return c;
+}
+
+TEST(SchedulerTest, ChunkedPrefillKeepsWithinTheTokenBudget) {
+    // budget 8 tokens/step; r0: 10-token prompt, 3 outputs; r1: 5-token prompt, 2 outputs.
+    //   step   r0            r1           tokens
+    //   1      8 (chunk)     -            8   budget used up by r0's first chunk
+    //   2      2 -> out 1    5 -> out 1   7
+    //   3      1 -> out 2    1 -> out 2   2   r1 finishes (length)
+    //   4      1 -> out 3    -            1   r0 finishes (length)
+    Harness h(32, 4, config(8, 8));
+    h.scheduler.add_request(make_request("r0", 10, 3));
+    h.scheduler.add_request(make_request("r1", 5, 2, 20));
+    EXPECT_EQ(h.step(), (Progress{{"r0", 8}}));
+    EXPECT_EQ(h.batch.phase, Phase::kPrefill);
+    EXPECT_TRUE(h.outputs.empty());
+    EXPECT_EQ(h.step(), (Progress{{"r0", 2}, {"r1", 5}}));
+    EXPECT_EQ(h.outputs.size(), 2u);
+    EXPECT_EQ(h.step(), (Progress{{"r0", 1}, {"r1", 1}}));
+    EXPECT_EQ(h.batch.phase, Phase::kDecode);
+    EXPECT_EQ(h.finish_of("r1"), FinishReason::kLength);
+    EXPECT_EQ(h.step(), (Progress{{"r0", 1}}));
+    EXPECT_EQ(h.finish_of("r0"), FinishReason::kLength);
+    EXPECT_FALSE(h.scheduler.has_unfinished_requests());
+    EXPECT_EQ(h.kv.pool().num_free_blocks(), 31);
+}
+
+TEST(SchedulerTest, DecodesAndNewPrefillShareAStep) {
+    // r0 decoding when r1 arrives: step 2 is mixed (1 decode token + r1's 6 prompt tokens).
+    Harness h(32, 4, config(8, 64));
+    h.scheduler.add_request(make_request("r0", 3, 5));
+    EXPECT_EQ(h.step(), (Progress{{"r0", 3}}));
+    h.scheduler.add_request(make_request("r1", 6, 5));
+    EXPECT_EQ(h.step(), (Progress{{"r0", 1}, {"r1", 6}}));
+    EXPECT_EQ(h.batch.phase, Phase::kMixed);
+    EXPECT_EQ(h.batch.num_prefill_tokens, 6);
+}
+
+TEST(SchedulerTest, WithoutChunkingALongPromptWaitsForAWholeBudget) {
+    // budget 12, no chunking: r1's 10 tokens do not fit next to r0's 4 in step 1.
+    SchedulerConfig c = config(8, 12, 12);
+    c.enable_chunked_prefill = false;
+    Harness h(32, 4, c);
+    h.scheduler.add_request(make_request("r0", 4, 2));
+    h.scheduler.add_request(make_request("r1", 10, 2, 20));
+    EXPECT_EQ(h.step(), (Progress{{"r0", 4}}));
+    EXPECT_EQ(h.step(), (Progress{{"r0", 1}, {"r1", 10}}));
+}
+
+TEST(SchedulerTest, MaxNumSeqsBoundsRunningRequests) {
+    Harness h(32, 4, config(2, 64));
+    h.scheduler.add_request(make_request("r0", 4, 1));
+    h.scheduler.add_request(make_request("r1", 4, 3));
+    h.scheduler.add_request(make_request("r2", 4, 3));
+    EXPECT_EQ(h.step(), (Progress{{"r0", 4}, {"r1", 4}}));  // r0 finishes (1 token)
+    EXPECT_EQ(h.finish_of("r0"), FinishReason::kLength);
+    EXPECT_EQ(h.step(), (Progress{{"r1", 1}, {"r2", 4}}));
+}
+
+TEST(SchedulerTest, PreemptsTheYoungestAndRecomputesFromItsOwnCachedBlocks) {
+    // 4 usable blocks of 4 tokens; r0, r1: 4-token prompts, 8 outputs each.
+    //   step 1: r0 [1], r1 [2]     steps 2-5: r0 [1 3], r1 [2 4]   (9 tokens each after step 5)
+    //   step 6: r0 needs a 3rd block; none free -> r1 preempted (frees 4, 2); r0 takes 4
+    //   step 7: r0 decodes; r1 (hit: block 2 still cached) needs 1 revived + 2 new > 1 free: waits
+    //   step 8: r0's 8th output -> finished, blocks freed
+    //   step 9: r1 re-admitted: 4 tokens from block 2, recomputes 5 (prompt + its 5 outputs)
+    Harness h(5, 4, config(8, 64));
+    h.scheduler.add_request(make_request("r0", 4, 8));
+    h.scheduler.add_request(make_request("r1", 4, 8, 20));
+    EXPECT_EQ(h.step(), (Progress{{"r0", 4}, {"r1", 4}}));
+    EXPECT_EQ(h.scheduler.find("r1")->block_ids, (Ids{2}));
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(h.step(), (Progress{{"r0", 1}, {"r1", 1}}));
+    EXPECT_EQ(h.scheduler.find("r0")->block_ids, (Ids{1, 3}));
+    EXPECT_EQ(h.scheduler.find("r1")->block_ids, (Ids{2, 4}));
+    EXPECT_EQ(h.step(), (Progress{{"r0", 1}}));  // step 6
+    EXPECT_EQ(h.batch.preempted, std::vector<std::string>{"r1"});
+    const Request* r1 = h.scheduler.find("r1");
+    EXPECT_EQ(r1->status, RequestStatus::kPreempted);
+    EXPECT_EQ(r1->num_computed_tokens, 0);
+    EXPECT_EQ(r1->num_output_tokens(), 5);  // outputs kept
+    EXPECT_EQ(h.scheduler.find("r0")->block_ids, (Ids{1, 3, 4}));
+    EXPECT_EQ(h.scheduler.counters().num_preemptions, 1);
+    EXPECT_EQ(h.step(), (Progress{{"r0", 1}}));  // step 7
+    EXPECT_EQ(h.step(), (Progress{{"r0", 1}}));  // step 8
+    EXPECT_EQ(h.finish_of("r0"), FinishReason::kLength);
+    EXPECT_EQ(h.step(), (Progress{{"r1", 5}}));  // step 9
+    EXPECT_EQ(r1->block_ids[0], 2);
+    EXPECT_EQ(r1->num_output_tokens(), 6);
+    EXPECT_EQ(h.scheduler.propose_phase(), Phase::kDecode);
+}
+
+TEST(SchedulerTest, PrefixHitsAreReportedAsCachedTokens) {
+    Harness h(32, 4, config(8, 64));
+    h.scheduler.add_request(make_request("r0", 10, 1));
+    h.step();
+    h.scheduler.add_request(make_request("r1", 10, 1));
+    EXPECT_EQ(h.step(), (Progress{{"r1", 2}}));  // 8 of 10 prompt tokens from the cache
+    ASSERT_EQ(h.outputs.size(), 1u);
+    EXPECT_EQ(h.outputs[0].num_cached_tokens, 8);
+    EXPECT_EQ(h.outputs[0].num_prompt_tokens, 10);
+    EXPECT_EQ(h.kv.prefix_cache_hits(), 8);
+    EXPECT_EQ(h.kv.prefix_cache_queries(), 20);
+}
+
+TEST(SchedulerTest, AbortFreesBlocksAtOnce) {
+    Harness h(32, 4, config(8, 64));
+    h.scheduler.add_request(make_request("r0", 10, 5));
+    h.scheduler.add_request(make_request("r1", 10, 5, 9));
+    h.step();
+    EXPECT_EQ(h.kv.pool().num_free_blocks(), 31 - 6);
+    const std::vector<std::string> ids{"r0", "unknown"};
+    h.scheduler.abort_requests(ids);
+    EXPECT_EQ(h.kv.pool().num_free_blocks(), 31 - 3);
+    EXPECT_EQ(h.scheduler.num_running(), 1);
+    EXPECT_EQ(h.step(), (Progress{{"r1", 1}}));
+    EXPECT_EQ(h.finish_of("r0"), FinishReason::kAbort);
+}
+
+TEST(SchedulerTest, RequestsThatCanNeverFitAreRejectedWithAReason) {
+    Harness h(5, 4, config(8, 64, 20));  // 4 usable blocks = 16 tokens; max_model_len 20
+    h.scheduler.add_request(make_request("long", 15, 6));
+    h.scheduler.add_request(make_request("big", 10, 8));
+    h.scheduler.add_request(make_request("empty", 0, 8));
+    h.scheduler.add_request(make_request("ok", 4, 4));
+    EXPECT_EQ(h.step(), (Progress{{"ok", 4}}));
+    ASSERT_EQ(h.outputs.size(), 4u);
+    EXPECT_EQ(h.outputs[0].finish_reason, FinishReason::kError);
+    EXPECT_EQ(h.outputs[0].error, "prompt tokens + max_tokens must be <= 20 (max-model-len); got 15 + 6");
+    EXPECT_NE(h.outputs[1].error.find("need 5 KV cache blocks of 4 tokens, but the cache has 4"), std::string::npos)
+        << h.outputs[1].error;
+    EXPECT_NE(h.outputs[2].error.find("empty"), std::string::npos);
+}
+
+TEST(SchedulerTest, StopTokensRespectMinTokensAndIgnoreEos) {
+    // the fake "model" always samples 7: a stop token after min_tokens.
+    Harness h(32, 4, config(8, 64));
+    auto r = make_request("r0", 4, 10);
+    r->sampling.stop_token_ids = {7};
+    r->sampling.min_tokens = 3;
+    h.scheduler.add_request(std::move(r));
+    h.step();
+    h.step();
+    EXPECT_EQ(h.finish_of("r0"), FinishReason::kNone);
+    h.step();
+    ASSERT_EQ(h.finish_of("r0"), FinishReason::kStop);
+    EXPECT_EQ(h.outputs[0].stop_token_id, 7);
+}
+
+TEST(SchedulerTest, ForcedPhasesRestrictTheStep) {
+    Harness h(32, 4, config(8, 64));
+    h.scheduler.add_request(make_request("r0", 4, 5));
+    EXPECT_EQ(h.scheduler.propose_phase(), Phase::kPrefill);
+    EXPECT_EQ(h.step(Phase::kDecode), Progress{});  // nothing decodes yet: dummy step
+    EXPECT_TRUE(h.batch.dummy);
+    EXPECT_EQ(h.batch.phase, Phase::kDecode);
+    EXPECT_EQ(h.step(Phase::kPrefill), (Progress{{"r0", 4}}));
+    h.scheduler.add_request(make_request("r1", 6, 5, 9));
+    EXPECT_EQ(h.scheduler.propose_phase(), Phase::kPrefill);
+    EXPECT_EQ(h.step(Phase::kPrefill), (Progress{{"r1", 6}}));  // r0's decode waits
+    EXPECT_EQ(h.batch.phase, Phase::kPrefill);
+    EXPECT_EQ(h.scheduler.propose_phase(), Phase::kDecode);
+    EXPECT_EQ(h.step(Phase::kDecode), (Progress{{"r0", 1}, {"r1", 1}}));
+    EXPECT_EQ(h.step(Phase::kIdle), Progress{});
+    EXPECT_TRUE(h.batch.dummy);
+    EXPECT_EQ(h.batch.phase, Phase::kIdle);
+}
+
+TEST(SchedulerTest, ProposesDecodeWhenTheHeadOfWaitingDoesNotFit) {
+    Harness h(4, 4, config(8, 64));  // 3 usable blocks
+    h.scheduler.add_request(make_request("r0", 8, 4));
+    h.step();
+    h.scheduler.add_request(make_request("r1", 8, 4, 9));  // needs 2 + more blocks: only 1 free
+    EXPECT_EQ(h.scheduler.propose_phase(), Phase::kDecode);
+}
+
+}  // namespace
+}  // namespace moeserve::engine
