@@ -1,0 +1,170 @@
+// MLA kernels: mla_attention (AVX2) vs its scalar reference over several sequences, block
+// tables out of order and head counts that do not fill a head group; mla_absorb_q / mla_expand_v
+// vs their references (bf16 and f32 weights); and the absorbed pipeline vs the expanded
+// attention (per-head K = [W_UK latent, k_pe], V = W_UV latent) computed in double.
+#include "moeserve/kernels/cpu/mla_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernel_test_util.h"
+
+namespace moeserve::kernels::cpu {
+namespace {
+
+struct Case {
+    int64_t heads, rank, rope, block_size;
+};
+
+// Two sequences: A decodes 1 token at position 40, B prefills 6 tokens at positions 3..8.
+struct Batch {
+    std::vector<int32_t> query_start{0, 1, 7}, seq_lens{41, 9};
+    std::vector<int32_t> tables;
+    int64_t max_blocks = 0;
+    int64_t num_tokens() const { return query_start.back(); }
+};
+
+Batch make_batch(int64_t block_size, int64_t num_blocks) {
+    Batch b;
+    b.max_blocks = (41 + block_size - 1) / block_size;
+    // A takes blocks from the top down, B from 1 upwards: interleaved, out of order.
+    for (int64_t i = 0; i < b.max_blocks; ++i) b.tables.push_back(static_cast<int32_t>(num_blocks - 1 - i));
+    for (int64_t i = 0; i < b.max_blocks; ++i) b.tables.push_back(static_cast<int32_t>(i < 9 / block_size + 1 ? 1 + i : 0));
+    return b;
+}
+
+TEST(MlaAttentionTest, MatchesReference) {
+    std::mt19937 rng(3);
+    for (const Case& c : {Case{4, 32, 16, 16}, Case{16, 256, 32, 16}, Case{3, 20, 6, 5}, Case{9, 64, 8, 1}}) {
+        const int64_t num_blocks = 2 * ((41 + c.block_size - 1) / c.block_size) + 2;
+        const Batch b = make_batch(c.block_size, num_blocks);
+        const int64_t row = c.rank + c.rope, t = b.num_tokens();
+        test::Floats cache(num_blocks * c.block_size * row), q(t * c.heads * row);
+        test::fill_uniform(cache.data(), num_blocks * c.block_size * row, rng);
+        test::fill_uniform(q.data(), t * c.heads * row, rng, -0.5f, 0.5f);
+        const PagedLatentLayer kv{cache.data(), num_blocks, c.block_size, c.rank, c.rope};
+        test::Floats out(t * c.heads * c.rank), ref(t * c.heads * c.rank);
+        MlaAttentionArgs args{q.data(), out.data(), t, c.heads, 2, b.query_start.data(), b.seq_lens.data(),
+                              b.tables.data(), b.max_blocks, 0.3f};
+        for (int threads : {1, 2}) {
+            ThreadPool pool(threads);
+            mla_attention(pool, kv, args);
+            args.out = ref.data();
+            mla_attention_ref(kv, args);
+            args.out = out.data();
+            test::expect_close(out.data(), ref.data(), t * c.heads * c.rank, 2e-6f, "mla_attention");
+        }
+    }
+}
+
+TEST(MlaAttentionTest, WriteLatentSkipsPadding) {
+    std::vector<float> cache(4 * 2 * 3, -1.0f);
+    const PagedLatentLayer kv{cache.data(), 4, 2, 2, 1};
+    const std::vector<float> rows = {1, 2, 3, 4, 5, 6};
+    const std::vector<int64_t> slots = {5, -1};
+    write_latent(kv, rows.data(), 2, slots.data());
+    for (int64_t i = 0; i < 24; ++i) {
+        const float want = i >= 15 && i < 18 ? float(i - 14) : -1.0f;
+        EXPECT_EQ(cache[size_t(i)], want) << i;
+    }
+}
+
+TEST(MlaAttentionTest, AbsorbAndExpandMatchReference) {
+    std::mt19937 rng(5);
+    for (const auto& [heads, nope, v, rank] : {std::tuple{4, 32, 32, 32}, std::tuple{16, 64, 64, 256},
+                                               std::tuple{3, 12, 20, 44}}) {
+        const int64_t t = 5, w_n = heads * (nope + v) * rank;
+        const auto w16 = test::random_bf16(w_n, rng, 0.2f);
+        std::vector<float> w32(static_cast<size_t>(w_n));
+        test::fill_uniform(w32.data(), w_n, rng, -0.2f, 0.2f);
+        // q rows as the model holds them: [T, H, nope + rope] with rope = 8 unused values
+        const int64_t qs = nope + 8;
+        test::Floats q(t * heads * qs), lat(t * heads * rank);
+        test::fill_uniform(q.data(), t * heads * qs, rng);
+        test::fill_uniform(lat.data(), t * heads * rank, rng);
+        for (bool bf16 : {true, false}) {
+            const MlaKvB w{bf16 ? w16.data() : nullptr, bf16 ? nullptr : w32.data(), heads, nope, v, rank};
+            ThreadPool pool(2);
+            // out rows [T, H, rank + 3] to check the strides
+            const int64_t os = rank + 3;
+            test::Floats got(t * heads * os), ref(t * heads * os);
+            mla_absorb_q(pool, w, q.data(), t, heads * qs, qs, got.data(), heads * os, os);
+            mla_absorb_q_ref(w, q.data(), t, heads * qs, qs, ref.data(), heads * os, os);
+            for (int64_t i = 0; i < t * heads; ++i) {
+                test::expect_close(got.data() + i * os, ref.data() + i * os, rank, 2e-6f, "mla_absorb_q");
+            }
+            test::Floats got_v(t * heads * v), ref_v(t * heads * v);
+            mla_expand_v(pool, w, lat.data(), t, got_v.data());
+            mla_expand_v_ref(w, lat.data(), t, ref_v.data());
+            test::expect_close(got_v.data(), ref_v.data(), t * heads * v, 2e-6f, "mla_expand_v");
+        }
+    }
+}
+
+// absorb_q -> mla_attention -> expand_v equals softmax(q_nope k_nope + q_pe k_pe) v with
+// k_nope = W_UK latent and v = W_UV latent per head (one sequence, causal, in double).
+TEST(MlaAttentionTest, AbsorbedEqualsExpandedAttention) {
+    std::mt19937 rng(9);
+    const int64_t heads = 4, nope = 16, rope = 8, v = 12, rank = 24, len = 13, q_len = 5, bs = 4;
+    const int64_t row = rank + rope, nb = (len + bs - 1) / bs + 1;
+    const auto w16 = test::random_bf16(heads * (nope + v) * rank, rng, 0.3f);
+    const MlaKvB w{w16.data(), nullptr, heads, nope, v, rank};
+    test::Floats cache(nb * bs * row), q(q_len * heads * (nope + rope));
+    test::fill_uniform(cache.data(), nb * bs * row, rng);
+    test::fill_uniform(q.data(), q_len * heads * (nope + rope), rng);
+    std::vector<int32_t> table;
+    for (int64_t i = 0; i < nb - 1; ++i) table.push_back(static_cast<int32_t>(nb - 1 - i));
+    const PagedLatentLayer kv{cache.data(), nb, bs, rank, rope};
+    const auto at = [&](int64_t p) { return cache.data() + (int64_t{table[size_t(p / bs)]} * bs + p % bs) * row; };
+    const auto wt = [&](int64_t h, int64_t r, int64_t c) {
+        return double(bf16_to_f32(w16[size_t((h * (nope + v) + r) * rank + c)]));
+    };
+    const float scale = 0.25f;
+    ThreadPool pool(2);
+    const int64_t qs = nope + rope;
+    test::Floats q_abs(q_len * heads * row), lat_out(q_len * heads * rank), got(q_len * heads * v);
+    mla_absorb_q(pool, w, q.data(), q_len, heads * qs, qs, q_abs.data(), heads * row, row);
+    for (int64_t i = 0; i < q_len * heads; ++i) {
+        for (int64_t x = 0; x < rope; ++x) q_abs[i * row + rank + x] = q[i * qs + nope + x];
+    }
+    const int32_t start[2] = {0, static_cast<int32_t>(q_len)};
+    const int32_t lens[1] = {static_cast<int32_t>(len)};
+    mla_attention(pool, kv,
+                  {q_abs.data(), lat_out.data(), q_len, heads, 1, start, lens, table.data(), nb - 1, scale});
+    mla_expand_v(pool, w, lat_out.data(), q_len, got.data());
+    std::vector<float> want(size_t(q_len * heads * v));
+    for (int64_t i = 0; i < q_len; ++i) {
+        const int64_t pos = len - q_len + i;
+        for (int64_t h = 0; h < heads; ++h) {
+            const float* qh = q.data() + (i * heads + h) * qs;
+            std::vector<double> p(size_t(pos + 1));
+            double mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; j <= pos; ++j) {
+                double s = 0;
+                for (int64_t d = 0; d < nope; ++d) {
+                    double k = 0;
+                    for (int64_t c = 0; c < rank; ++c) k += wt(h, d, c) * at(j)[c];
+                    s += qh[d] * k;
+                }
+                for (int64_t d = 0; d < rope; ++d) s += double(qh[nope + d]) * at(j)[rank + d];
+                mx = std::max(mx, p[size_t(j)] = s * scale);
+            }
+            for (auto& x : p) sum += x = std::exp(x - mx);
+            for (int64_t d = 0; d < v; ++d) {
+                double acc = 0;
+                for (int64_t j = 0; j <= pos; ++j) {
+                    double val = 0;
+                    for (int64_t c = 0; c < rank; ++c) val += wt(h, nope + d, c) * at(j)[c];
+                    acc += p[size_t(j)] * val;
+                }
+                want[size_t((i * heads + h) * v + d)] = float(acc / sum);
+            }
+        }
+    }
+    test::expect_close(got.data(), want.data(), q_len * heads * v, 5e-6f, "absorbed vs expanded");
+}
+
+}  // namespace
+}  // namespace moeserve::kernels::cpu
