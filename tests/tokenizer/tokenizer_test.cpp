@@ -23,15 +23,15 @@ nlohmann::json tiny_tokenizer() {
       "decoder": {"type": "ByteLevel"}, "post_processor": null,
       "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "Ġ": 2, "Ġa": 3}, "merges": ["Ġ a"]},
       "added_tokens": [
-        {"id": 10, "content": "<s>", "special": true, "normalized": false,
+        {"id": 4, "content": "<s>", "special": true, "normalized": false,
          "lstrip": false, "rstrip": false, "single_word": false},
-        {"id": 11, "content": "<L>", "special": false, "normalized": false,
+        {"id": 5, "content": "<L>", "special": false, "normalized": false,
          "lstrip": true, "rstrip": false, "single_word": false},
-        {"id": 12, "content": "<R>", "special": false, "normalized": false,
+        {"id": 6, "content": "<R>", "special": false, "normalized": false,
          "lstrip": false, "rstrip": true, "single_word": false},
-        {"id": 13, "content": "ab", "special": false, "normalized": false,
+        {"id": 7, "content": "ab", "special": false, "normalized": false,
          "lstrip": false, "rstrip": false, "single_word": true},
-        {"id": 14, "content": "<s>x", "special": false, "normalized": true,
+        {"id": 8, "content": "<s>x", "special": false, "normalized": true,
          "lstrip": false, "rstrip": false, "single_word": false}]})");
     return doc;
 }
@@ -42,35 +42,52 @@ using Ids = std::vector<int32_t>;
 
 TEST(TokenizerTest, AddedTokenFlagsFollowHuggingFace) {
     auto tokenizer = make_tiny(tiny_tokenizer());
-    EXPECT_EQ(tokenizer.encode("a<s>a"), (Ids{0, 10, 0}));
-    EXPECT_EQ(tokenizer.encode("a <L>"), (Ids{0, 11}));      // lstrip swallows the space
-    EXPECT_EQ(tokenizer.encode("<R> a"), (Ids{12, 0}));      // rstrip swallows the space
-    EXPECT_EQ(tokenizer.encode("<R>  a"), (Ids{12, 0}));
-    EXPECT_EQ(tokenizer.encode("a ab b"), (Ids{0, 2, 13, 2, 1}));  // single word: matches
-    EXPECT_EQ(tokenizer.encode("aab"), (Ids{0, 0, 1}));     // inside a word: no match
+    // Expected ids checked with HF tokenizers (Tokenizer.fromString of the same JSON).
+    EXPECT_EQ(tokenizer.encode("a<s>a"), (Ids{0, 4, 0}));
+    EXPECT_EQ(tokenizer.encode("a <L>"), (Ids{0, 5}));       // lstrip swallows the space
+    EXPECT_EQ(tokenizer.encode("<R> a"), (Ids{6, 0}));       // rstrip swallows the space
+    EXPECT_EQ(tokenizer.encode("<R>  a"), (Ids{6, 0}));
+    EXPECT_EQ(tokenizer.encode("a ab b"), (Ids{0, 2, 7, 2, 1}));  // single word: matches
+    EXPECT_EQ(tokenizer.encode("aab"), (Ids{0, 0, 1}));      // inside a word: no match
     // Leftmost-longest between the raw "<s>" and the normalized "<s>x": raw tokens go first.
-    EXPECT_EQ(tokenizer.encode("<s>x"), (Ids{10}));
+    EXPECT_EQ(tokenizer.encode("<s>x"), (Ids{4}));
+}
+
+TEST(TokenizerTest, AddedTokenIdsFollowHuggingFaceNotTheFile) {
+    // HF ignores an added token's "id" and numbers new contents after the vocabulary.
+    auto doc = tiny_tokenizer();
+    for (size_t i = 0; i < doc["added_tokens"].size(); ++i) {
+        doc["added_tokens"][i]["id"] = 10 + static_cast<int>(i);
+    }
+    doc["added_tokens"].push_back(nlohmann::json::parse(R"({"id": 99, "content": "Ġa",
+        "special": true, "normalized": false})"));
+    auto tokenizer = make_tiny(doc);
+    EXPECT_EQ(tokenizer.encode("a<s>a"), (Ids{0, 4, 0}));
+    EXPECT_EQ(tokenizer.token_to_id("<R>"), 6);
+    EXPECT_EQ(tokenizer.token_to_id("Ġa"), 3);  // already in the vocabulary: keeps its id
+    EXPECT_TRUE(tokenizer.is_special(3));
+    EXPECT_EQ(tokenizer.decode(Ids{3, 0}, true), "a");
 }
 
 TEST(TokenizerTest, NormalizedAddedTokensMatchNormalizedText) {
     // The token is written decomposed; with NFC both it and the text are composed before matching.
     auto doc = tiny_tokenizer();
     doc["normalizer"] = nlohmann::json{{"type", "NFC"}};
-    doc["added_tokens"].push_back(nlohmann::json::parse(R"({"id": 15, "content": "<e\u0301>",
+    doc["added_tokens"].push_back(nlohmann::json::parse(R"({"id": 9, "content": "<e\u0301>",
         "special": false, "normalized": true, "lstrip": false, "rstrip": false,
         "single_word": false})"));
     auto tokenizer = make_tiny(doc);
-    EXPECT_EQ(tokenizer.encode("a<\u00e9>"), (Ids{0, 15}));
-    EXPECT_EQ(tokenizer.encode("a<e\u0301>"), (Ids{0, 15}));
+    EXPECT_EQ(tokenizer.encode("a<\u00e9>"), (Ids{0, 9}));
+    EXPECT_EQ(tokenizer.encode("a<e\u0301>"), (Ids{0, 9}));
 }
 
 TEST(TokenizerTest, DecodeSkipsSpecialTokensOnRequest) {
     auto tokenizer = make_tiny(tiny_tokenizer());
-    EXPECT_EQ(tokenizer.decode(Ids{10, 3, 11}), "<s> a<L>");
-    EXPECT_EQ(tokenizer.decode(Ids{10, 3, 11}, true), " a<L>");
+    EXPECT_EQ(tokenizer.decode(Ids{4, 3, 5}), "<s> a<L>");
+    EXPECT_EQ(tokenizer.decode(Ids{4, 3, 5}, true), " a<L>");
     EXPECT_EQ(tokenizer.decode(Ids{3, 999}), " a");  // unknown ids are skipped, as in HF
-    EXPECT_TRUE(tokenizer.is_special(10));
-    EXPECT_FALSE(tokenizer.is_special(11));
+    EXPECT_TRUE(tokenizer.is_special(4));
+    EXPECT_FALSE(tokenizer.is_special(5));
     EXPECT_EQ(tokenizer.vocab_size(), 9);
 }
 

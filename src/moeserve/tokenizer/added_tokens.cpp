@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "moeserve/core/error.h"
+#include "moeserve/tokenizer/bpe.h"
 #include "moeserve/tokenizer/normalizer.h"
 #include "moeserve/tokenizer/utf8.h"
 
@@ -98,21 +99,30 @@ std::pair<size_t, int32_t> AddedVocabulary::Trie::longest_at(std::string_view te
     return best;
 }
 
-AddedVocabulary AddedVocabulary::from_json(const nlohmann::json& added_tokens,
+AddedVocabulary AddedVocabulary::from_json(const nlohmann::json& added_tokens, const Bpe& model,
                                            const Normalizer* normalizer, std::string_view where) {
     AddedVocabulary vocab;
     if (added_tokens.is_null()) return vocab;
     if (!added_tokens.is_array()) {
         raise(ErrorCode::kInvalidModel, "{}: added_tokens must be an array", where);
     }
+    int32_t max_id = -1;  // largest id among the added tokens so far
     for (const auto& entry : added_tokens) {
         AddedToken token;
-        if (!entry.contains("id") || !entry.contains("content")) {
-            raise(ErrorCode::kInvalidModel, "{}: added token {} lacks \"id\" or \"content\"",
+        if (!entry.contains("content") || !entry["content"].is_string()) {
+            raise(ErrorCode::kInvalidModel, "{}: added token {} lacks a \"content\" string",
                   where, entry.dump());
         }
-        token.id = entry["id"].get<int32_t>();
         token.content = entry["content"].get<std::string>();
+        if (vocab.by_content_.count(token.content) != 0) continue;  // HF adds a content once
+        if (auto id = model.token_to_id(token.content)) {
+            token.id = *id;
+        } else {
+            const int32_t model_size = model.num_tokens();
+            token.id = (max_id < 0 || (max_id < model_size && model_size != 0)) ? model_size
+                                                                               : max_id + 1;
+        }
+        max_id = std::max(max_id, token.id);
         token.special = entry.value("special", false);
         token.lstrip = entry.value("lstrip", false);
         token.rstrip = entry.value("rstrip", false);

@@ -14,6 +14,7 @@
 
 namespace moeserve::tokenizer {
 
+class Bpe;
 class Normalizer;
 
 struct AddedToken {
@@ -39,8 +40,12 @@ public:
     // Parses the "added_tokens" array; `where` prefixes errors. Tokens with normalized=true are
     // matched on normalized text, so (as in HF) their contents are normalized with normalizer
     // (may be null) for matching.
-    static AddedVocabulary from_json(const nlohmann::json& added_tokens, const Normalizer* normalizer,
-                                     std::string_view where);
+    // NOTE: ids follow HF's AddedVocabulary::add_tokens, not the file's "id" field: a content in
+    // the model vocabulary keeps the model's id, a new content gets the next id after the model
+    // vocabulary and the added tokens so far. For consistent files (Qwen3, DeepSeek-V3) the two
+    // agree; for inconsistent ones this reproduces HF.
+    static AddedVocabulary from_json(const nlohmann::json& added_tokens, const Bpe& model,
+                                     const Normalizer* normalizer, std::string_view where);
 
     // Splits text (valid UTF-8) on the tokens whose `normalized` flag equals normalized_pass.
     // The splits tile text in order; empty text gives one empty plain split.

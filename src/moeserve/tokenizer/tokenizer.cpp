@@ -111,7 +111,7 @@ Tokenizer Tokenizer::load(std::string_view tokenizer_json, std::string_view conf
     impl->model = std::make_unique<Bpe>(
         Bpe::from_parts(model, std::move(parsed.vocab), parsed.merges, where));
     impl->added = AddedVocabulary::from_json(doc.value("added_tokens", nlohmann::json()),
-                                              impl->normalizer.get(), where);
+                                              *impl->model, impl->normalizer.get(), where);
     impl->vocab_size = impl->model->num_tokens();
     for (const auto& token : impl->added.tokens()) {
         if (impl->model->id_to_token(token.id) == nullptr) ++impl->vocab_size;
