@@ -96,3 +96,67 @@ inline std::unique_ptr<Request> make_request(const std::string& id, int32_t prom
 }
 
 }  // namespace moeserve::engine::testing
+
+#include <map>
+
+#include "moeserve/engine/engine_core.h"
+#include "moeserve/kernels/cpu/sample.h"
+#include "moeserve/model/sequence_runner.h"
+
+namespace moeserve::engine::testing {
+
+// Greedy tokens of prompt run alone through SequenceRunner (no engine): the reference.
+// Stops after max_tokens or at an eos when stop_at_eos.
+inline std::vector<int32_t> greedy_alone(model::Model& model, const std::vector<int32_t>& prompt, int32_t max_tokens,
+                                         bool stop_at_eos = false) {
+    model::SequenceRunner runner(model, static_cast<int64_t>(prompt.size()) + max_tokens, 16);
+    const int64_t vocab = model.info().vocab_size;
+    std::vector<float> logits = runner.append(prompt);
+    std::vector<int32_t> out;
+    for (int32_t i = 0; i < max_tokens; ++i) {
+        const int32_t next = kernels::cpu::argmax(logits.data(), vocab);
+        out.push_back(next);
+        const auto& eos = model.info().eos_token_ids;
+        if (stop_at_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) break;
+        if (i + 1 < max_tokens) logits = runner.append(std::span<const int32_t>(&next, 1));
+    }
+    return out;
+}
+
+inline ipc::AddRequest greedy_add(const std::string& id, std::vector<int32_t> prompt, int32_t max_tokens) {
+    ipc::AddRequest add;
+    add.request_id = id;
+    add.prompt_token_ids = std::move(prompt);
+    add.sampling.temperature = 0;
+    add.sampling.max_tokens = max_tokens;
+    add.sampling.ignore_eos = true;
+    return add;
+}
+
+// Everything the engine emitted, per request id.
+struct Collected {
+    std::map<std::string, std::vector<int32_t>> tokens;
+    std::map<std::string, ipc::RequestOutput> last;  // the finishing output
+    int steps = 0;
+};
+
+// Steps the engine until nothing is left; arrivals[s] are added before step s.
+inline Collected run_to_completion(EngineCore& engine, std::map<int, std::vector<ipc::AddRequest>> arrivals = {}) {
+    Collected c;
+    for (int s = 0; engine.has_unfinished_requests() || !arrivals.empty(); ++s) {
+        if (auto it = arrivals.find(s); it != arrivals.end()) {
+            for (const auto& a : it->second) engine.add_request(a);
+            arrivals.erase(it);
+        }
+        for (auto& o : engine.step().outputs) {
+            auto& t = c.tokens[o.request_id];
+            t.insert(t.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+            if (o.finish_reason != FinishReason::kNone) c.last[o.request_id] = o;
+        }
+        ++c.steps;
+        MOESERVE_CHECK(c.steps < 100000, "engine does not finish");
+    }
+    return c;
+}
+
+}  // namespace moeserve::engine::testing
