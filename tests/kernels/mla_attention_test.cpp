@@ -31,7 +31,8 @@ Batch make_batch(int64_t block_size, int64_t num_blocks) {
     b.max_blocks = (41 + block_size - 1) / block_size;
     // A takes blocks from the top down, B from 1 upwards: interleaved, out of order.
     for (int64_t i = 0; i < b.max_blocks; ++i) b.tables.push_back(static_cast<int32_t>(num_blocks - 1 - i));
-    for (int64_t i = 0; i < b.max_blocks; ++i) b.tables.push_back(static_cast<int32_t>(i < 9 / block_size + 1 ? 1 + i : 0));
+    for (int64_t i = 0; i < b.max_blocks; ++i)
+        b.tables.push_back(static_cast<int32_t>(i < 9 / block_size + 1 ? 1 + i : 0));
     return b;
 }
 
@@ -46,7 +47,7 @@ TEST(MlaAttentionTest, MatchesReference) {
         test::fill_uniform(q.data(), t * c.heads * row, rng, -0.5f, 0.5f);
         const PagedLatentLayer kv{cache.data(), num_blocks, c.block_size, c.rank, c.rope};
         test::Floats out(t * c.heads * c.rank), ref(t * c.heads * c.rank);
-        MlaAttentionArgs args{q.data(), out.data(), t, c.heads, 2, b.query_start.data(), b.seq_lens.data(),
+        MlaAttentionArgs args{q.data(),        out.data(),   t,   c.heads, 2, b.query_start.data(), b.seq_lens.data(),
                               b.tables.data(), b.max_blocks, 0.3f};
         for (int threads : {1, 2}) {
             ThreadPool pool(threads);
@@ -73,8 +74,8 @@ TEST(MlaAttentionTest, WriteLatentSkipsPadding) {
 
 TEST(MlaAttentionTest, AbsorbAndExpandMatchReference) {
     std::mt19937 rng(5);
-    for (const auto& [heads, nope, v, rank] : {std::tuple{4, 32, 32, 32}, std::tuple{16, 64, 64, 256},
-                                               std::tuple{3, 12, 20, 44}}) {
+    for (const auto& [heads, nope, v, rank] :
+         {std::tuple{4, 32, 32, 32}, std::tuple{16, 64, 64, 256}, std::tuple{3, 12, 20, 44}}) {
         const int64_t t = 5, w_n = heads * (nope + v) * rank;
         const auto w16 = test::random_bf16(w_n, rng, 0.2f);
         std::vector<float> w32(static_cast<size_t>(w_n));
@@ -131,8 +132,7 @@ TEST(MlaAttentionTest, AbsorbedEqualsExpandedAttention) {
     }
     const int32_t start[2] = {0, static_cast<int32_t>(q_len)};
     const int32_t lens[1] = {static_cast<int32_t>(len)};
-    mla_attention(pool, kv,
-                  {q_abs.data(), lat_out.data(), q_len, heads, 1, start, lens, table.data(), nb - 1, scale});
+    mla_attention(pool, kv, {q_abs.data(), lat_out.data(), q_len, heads, 1, start, lens, table.data(), nb - 1, scale});
     mla_expand_v(pool, w, lat_out.data(), q_len, got.data());
     std::vector<float> want(size_t(q_len * heads * v));
     for (int64_t i = 0; i < q_len; ++i) {

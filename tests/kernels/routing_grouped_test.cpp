@@ -108,7 +108,7 @@ TEST(GroupedTopkTest, MatchesSortingReference) {
     std::mt19937 rng(11);
     std::uniform_real_distribution<float> d(-3.0f, 3.0f), db(-0.1f, 0.1f);
     for (const auto& [e, k, groups, keep] : {std::tuple{256, 8, 8, 4}, std::tuple{64, 8, 8, 4}, std::tuple{16, 4, 4, 2},
-                                              std::tuple{160, 6, 1, 1}, std::tuple{12, 12, 3, 3}}) {
+                                             std::tuple{160, 6, 1, 1}, std::tuple{12, 12, 3, 3}}) {
         for (const auto& [scoring, gs] : {std::pair{RouterScoring::kSigmoid, GroupScore::kTop2Sum},
                                           std::pair{RouterScoring::kSoftmax, GroupScore::kMax},
                                           std::pair{RouterScoring::kSoftmax, GroupScore::kNone}}) {
@@ -117,12 +117,20 @@ TEST(GroupedTopkTest, MatchesSortingReference) {
             std::vector<float> logits(static_cast<size_t>(tokens * e)), bias(static_cast<size_t>(e));
             for (auto& x : logits) x = std::round(d(rng) * 4) / 4;  // coarse values: ties happen
             for (auto& x : bias) x = db(rng);
-            GroupedTopkArgs a{e, k, scoring, gs, groups, keep, scoring == RouterScoring::kSigmoid ? bias.data() : nullptr,
-                              scoring == RouterScoring::kSigmoid, 2.5f};
+            GroupedTopkArgs a{e,
+                              k,
+                              scoring,
+                              gs,
+                              groups,
+                              keep,
+                              scoring == RouterScoring::kSigmoid ? bias.data() : nullptr,
+                              scoring == RouterScoring::kSigmoid,
+                              2.5f};
             std::vector<int32_t> ids(size_t(tokens * k)), rids(ids.size());
             std::vector<float> w(ids.size()), rw(ids.size());
             grouped_topk(logits.data(), tokens, a, ids.data(), w.data());
-            for (int64_t t = 0; t < tokens; ++t) sorting_reference(&logits[size_t(t * e)], a, &rids[size_t(t * k)], &rw[size_t(t * k)]);
+            for (int64_t t = 0; t < tokens; ++t)
+                sorting_reference(&logits[size_t(t * e)], a, &rids[size_t(t * k)], &rw[size_t(t * k)]);
             EXPECT_EQ(ids, rids) << "e " << e << " k " << k;
             for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], rw[i], 1e-6) << i;
         }

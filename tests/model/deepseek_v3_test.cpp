@@ -150,8 +150,8 @@ TEST_P(DeepseekV3Test, AbsorbedEqualsExpanded) {
     }
     const float d_prefill = max_abs_diff(prefill[0], prefill[1]);
     const float d_decode = max_abs_diff(decode[0], decode[1]);
-    std::printf("%s absorbed vs expanded: prefill %.3g, decode %.3g (max |logit| %.3g)\n", GetParam().name,
-                d_prefill, d_decode, max_abs(ref));
+    std::printf("%s absorbed vs expanded: prefill %.3g, decode %.3g (max |logit| %.3g)\n", GetParam().name, d_prefill,
+                d_decode, max_abs(ref));
     EXPECT_LE(d_prefill, 1e-5f * max_abs(ref));
     EXPECT_LE(d_decode, 1e-5f * max_abs(ref));
 }

@@ -17,7 +17,7 @@
 namespace moeserve::kernels::cpu {
 
 struct PagedLatentLayer {
-    float* cache;         // [num_blocks, block_size, kv_lora_rank + rope_dim]
+    float* cache;  // [num_blocks, block_size, kv_lora_rank + rope_dim]
     int64_t num_blocks;
     int64_t block_size;
     int64_t kv_lora_rank;
@@ -31,16 +31,16 @@ struct PagedLatentLayer {
 void write_latent(const PagedLatentLayer& kv, const float* rows, int64_t num_tokens, const int64_t* slot_mapping);
 
 struct MlaAttentionArgs {
-    const float* q;              // [num_tokens, num_heads, kv_lora_rank + rope_dim]: [q absorbed, q_pe]
-    float* out;                  // [num_tokens, num_heads, kv_lora_rank]: softmax-weighted latents
+    const float* q;  // [num_tokens, num_heads, kv_lora_rank + rope_dim]: [q absorbed, q_pe]
+    float* out;      // [num_tokens, num_heads, kv_lora_rank]: softmax-weighted latents
     int64_t num_tokens;
     int64_t num_heads;
     int64_t num_seqs;
-    const int32_t* query_start;  // [num_seqs + 1]
-    const int32_t* seq_lens;     // [num_seqs]
-    const int32_t* block_tables; // [num_seqs, max_blocks_per_seq]
+    const int32_t* query_start;   // [num_seqs + 1]
+    const int32_t* seq_lens;      // [num_seqs]
+    const int32_t* block_tables;  // [num_seqs, max_blocks_per_seq]
     int64_t max_blocks_per_seq;
-    float scale;                 // softmax scale (qk_head_dim^-0.5, times the YaRN correction)
+    float scale;  // softmax scale (qk_head_dim^-0.5, times the YaRN correction)
 };
 
 void mla_attention(ThreadPool& pool, const PagedLatentLayer& kv, const MlaAttentionArgs& args);

@@ -50,7 +50,8 @@ void accumulate(const Tile& t, int64_t n, int64_t dv, const float* alpha, float*
     int64_t x = 0;
     for (; x + 8 <= dv; x += 8) {
         __m256 a[kHeads];
-        for (int u = 0; u < kHeads; ++u) a[u] = _mm256_mul_ps(_mm256_loadu_ps(acc + u * dv + x), _mm256_set1_ps(alpha[u]));
+        for (int u = 0; u < kHeads; ++u)
+            a[u] = _mm256_mul_ps(_mm256_loadu_ps(acc + u * dv + x), _mm256_set1_ps(alpha[u]));
         for (int64_t j = 0; j < n; ++j) {
             const __m256 v = _mm256_loadu_ps(t.rows[j] + x);
 #pragma GCC unroll 8
@@ -87,7 +88,8 @@ void absorb_q_head(const W* wk, int64_t nope, int64_t rank, const float* qn, flo
     }
     for (; x + 8 <= rank; x += 8) {
         __m256 a = _mm256_setzero_ps();
-        for (int64_t i = 0; i < nope; ++i) a = _mm256_fmadd_ps(_mm256_set1_ps(qn[i]), simd::load8(wk + i * rank + x), a);
+        for (int64_t i = 0; i < nope; ++i)
+            a = _mm256_fmadd_ps(_mm256_set1_ps(qn[i]), simd::load8(wk + i * rank + x), a);
         _mm256_storeu_ps(o + x, a);
     }
     for (; x < rank; ++x) {
@@ -149,7 +151,8 @@ void mla_attention(ThreadPool& pool, const PagedLatentLayer& kv, const MlaAttent
                 const int64_t n = std::min(kTile, pos + 1 - j0);
                 for (int64_t j = 0; j < n; ++j) {
                     const int64_t p = j0 + j;
-                    tile.rows[j] = kv.cache + (int64_t{table[p / kv.block_size]} * kv.block_size + p % kv.block_size) * dk;
+                    tile.rows[j] =
+                        kv.cache + (int64_t{table[p / kv.block_size]} * kv.block_size + p % kv.block_size) * dk;
                 }
                 tile_scores(q, dk, tile, n, a.scale);
                 for (int u = 0; u < kHeads; ++u) {

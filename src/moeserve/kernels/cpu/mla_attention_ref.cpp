@@ -26,7 +26,8 @@ void mla_attention_ref(const PagedLatentLayer& kv, const MlaAttentionArgs& a) {
                 std::vector<double> p(static_cast<size_t>(pos + 1));
                 double mx = -INFINITY;
                 for (int64_t j = 0; j <= pos; ++j) {
-                    const float* row = kv.cache + (int64_t{table[j / kv.block_size]} * kv.block_size + j % kv.block_size) * dk;
+                    const float* row =
+                        kv.cache + (int64_t{table[j / kv.block_size]} * kv.block_size + j % kv.block_size) * dk;
                     double dot = 0;
                     for (int64_t x = 0; x < dk; ++x) dot += double(q[x]) * row[x];
                     p[size_t(j)] = dot * a.scale;

@@ -26,9 +26,9 @@ void grouped_topk(const float* logits, int64_t num_tokens, const GroupedTopkArgs
     const int64_t e_count = a.num_experts;
     MOESERVE_CHECK(a.k >= 1 && a.k <= e_count, "grouped_topk: k={} num_experts={}", a.k, e_count);
     const bool grouped = a.group_score != GroupScore::kNone;
-    MOESERVE_CHECK(!grouped || (a.n_group >= 1 && e_count % a.n_group == 0 && a.topk_group >= 1 &&
-                                a.topk_group <= a.n_group),
-                   "grouped_topk: num_experts={} n_group={} topk_group={}", e_count, a.n_group, a.topk_group);
+    MOESERVE_CHECK(
+        !grouped || (a.n_group >= 1 && e_count % a.n_group == 0 && a.topk_group >= 1 && a.topk_group <= a.n_group),
+        "grouped_topk: num_experts={} n_group={} topk_group={}", e_count, a.n_group, a.topk_group);
     const int64_t per_group = grouped ? e_count / a.n_group : e_count;
     MOESERVE_CHECK(a.group_score != GroupScore::kTop2Sum || per_group >= 2, "grouped_topk: top-2 of {} per group",
                    per_group);
@@ -46,7 +46,8 @@ void grouped_topk(const float* logits, int64_t num_tokens, const GroupedTopkArgs
             for (int64_t e = 0; e < e_count; ++e) sum += scores[size_t(e)] = std::exp(double(l[e]) - mx);
             for (auto& s : scores) s /= sum;
         }
-        for (int64_t e = 0; e < e_count; ++e) choice[size_t(e)] = scores[size_t(e)] + (a.bias ? double(a.bias[e]) : 0.0);
+        for (int64_t e = 0; e < e_count; ++e)
+            choice[size_t(e)] = scores[size_t(e)] + (a.bias ? double(a.bias[e]) : 0.0);
         if (grouped) {
             for (int64_t g = 0; g < a.n_group; ++g) {
                 const double* c = choice.data() + g * per_group;

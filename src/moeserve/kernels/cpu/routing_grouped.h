@@ -18,11 +18,11 @@ struct GroupedTopkArgs {
     int k;
     RouterScoring scoring;
     GroupScore group_score;
-    int64_t n_group;         // num_experts % n_group == 0; contiguous groups of experts
-    int64_t topk_group;      // groups kept
-    const float* bias;       // [num_experts] added to the scores for selection only; null = none
-    bool renormalize;        // weights /= (sum of the k weights + 1e-20)
-    float scale;             // then weights *= scale (routed_scaling_factor, or 1)
+    int64_t n_group;     // num_experts % n_group == 0; contiguous groups of experts
+    int64_t topk_group;  // groups kept
+    const float* bias;   // [num_experts] added to the scores for selection only; null = none
+    bool renormalize;    // weights /= (sum of the k weights + 1e-20)
+    float scale;         // then weights *= scale (routed_scaling_factor, or 1)
 };
 
 // Per token: s = scoring(logits); choice = s + bias; with a group limit the topk_group best

@@ -72,14 +72,16 @@ DeepseekV3Model::DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr
             const std::string bias_name = p + "mlp.gate.e_score_correction_bias";
             if (w.contains(bias_name)) layer.score_bias = load_vector_f32(w, bias_name, c.n_routed_experts);
             std::vector<std::string> prefixes;
-            for (int64_t e = 0; e < c.n_routed_experts; ++e) prefixes.push_back(p + "mlp.experts." + std::to_string(e) + ".");
+            for (int64_t e = 0; e < c.n_routed_experts; ++e)
+                prefixes.push_back(p + "mlp.experts." + std::to_string(e) + ".");
             layer.experts = Experts::load(w, prefixes, h, c.moe_intermediate_size);
             if (c.n_shared_experts > 0) {
-                layer.shared = Experts::load(w, {p + "mlp.shared_experts."}, h, c.n_shared_experts * c.moe_intermediate_size);
+                layer.shared =
+                    Experts::load(w, {p + "mlp.shared_experts."}, h, c.n_shared_experts * c.moe_intermediate_size);
             }
-            active_bytes += static_cast<int64_t>(layer.gate.weight_bytes() + layer.shared.weight_bytes() +
-                                                 layer.experts.bytes_per_expert() *
-                                                     static_cast<size_t>(c.num_experts_per_tok));
+            active_bytes +=
+                static_cast<int64_t>(layer.gate.weight_bytes() + layer.shared.weight_bytes() +
+                                     layer.experts.bytes_per_expert() * static_cast<size_t>(c.num_experts_per_tok));
         } else {
             layer.experts = Experts::load(w, {p + "mlp."}, h, c.intermediate_size);
             active_bytes += static_cast<int64_t>(layer.experts.weight_bytes());
@@ -182,7 +184,8 @@ TensorView DeepseekV3Model::forward(const ForwardBatch& batch, KvCache& kv_base)
         kc::add_rms_norm(pool_, x, out, layer.post_attention_layernorm.as<float>(), t, h, eps, hs);
         // 3. MoE / MLP block: x += mlp(norm(x)); fused with the next layer's input norm
         mlp_forward(layer, hs, t, out);
-        const float* next_norm = i + 1 < layers_.size() ? layers_[i + 1].input_layernorm.as<float>() : norm_.as<float>();
+        const float* next_norm =
+            i + 1 < layers_.size() ? layers_[i + 1].input_layernorm.as<float>() : norm_.as<float>();
         kc::add_rms_norm(pool_, x, out, next_norm, t, h, eps, hs);
     }
     // 4. final norm (done above) on the rows that need logits -> lm_head [R, vocab]

@@ -23,8 +23,8 @@ namespace moeserve::model {
 class DeepseekV3Model : public Model {
 public:
     // Keeps `weights` alive (bf16 tensors are views into its mapping). The pool must outlive the model.
-    DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr<const io::WeightSource> weights,
-                    ThreadPool& pool, const LoadOptions& options);
+    DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr<const io::WeightSource> weights, ThreadPool& pool,
+                    const LoadOptions& options);
 
     const ModelInfo& info() const override { return info_; }
     std::unique_ptr<KvCache> create_kv_cache(int64_t num_blocks, int64_t block_size) const override;
@@ -42,10 +42,10 @@ private:
         Tensor post_attention_layernorm;  // f32 [hidden]
         MlaAttention attention;
         bool is_moe = false;
-        Linear gate;                      // [n_routed_experts, hidden]
-        Tensor score_bias;                // f32 [n_routed_experts] (noaux_tc), or empty
-        Experts experts;                  // routed experts, or the dense MLP as one expert
-        Experts shared;                   // shared experts as one expert, or empty
+        Linear gate;        // [n_routed_experts, hidden]
+        Tensor score_bias;  // f32 [n_routed_experts] (noaux_tc), or empty
+        Experts experts;    // routed experts, or the dense MLP as one expert
+        Experts shared;     // shared experts as one expert, or empty
     };
     void mlp_forward(const Layer& layer, const float* h, int64_t num_tokens, float* out);
 
@@ -57,8 +57,8 @@ private:
     MlaPath path_ = MlaPath::kAuto;
     TensorView embed_tokens_;  // bf16 [vocab, hidden]
     std::vector<Layer> layers_;
-    Tensor norm_;              // f32 [hidden]
-    Linear lm_head_;           // [vocab, hidden]
+    Tensor norm_;     // f32 [hidden]
+    Linear lm_head_;  // [vocab, hidden]
     std::unique_ptr<RotaryEmbedding> rope_;
 
     // Scratch, reused across steps.

@@ -44,8 +44,12 @@ size_t MlaAttention::weight_bytes() const {
 
 kc::MlaKvB MlaAttention::kv_b() const {
     const bool bf16 = kv_b_w_.dtype == DType::kBF16;
-    return {bf16 ? kv_b_w_.as<const uint16_t>() : nullptr, bf16 ? nullptr : kv_b_w_.as<const float>(),
-            shape_.num_heads, shape_.qk_nope_head_dim, shape_.v_head_dim, shape_.kv_lora_rank};
+    return {bf16 ? kv_b_w_.as<const uint16_t>() : nullptr,
+            bf16 ? nullptr : kv_b_w_.as<const float>(),
+            shape_.num_heads,
+            shape_.qk_nope_head_dim,
+            shape_.v_head_dim,
+            shape_.kv_lora_rank};
 }
 
 void MlaAttention::forward(ThreadPool& pool, const float* h, const ForwardBatch& batch, const kc::PagedLatentLayer& kv,
@@ -135,10 +139,16 @@ void MlaAttention::attend_absorbed(ThreadPool& pool, const ForwardBatch& batch, 
     kc::mla_absorb_q(pool, w, q, ta, heads * qk, qk, s.q_abs.data(), heads * row, row);
     for (int64_t i = 0; i < ta * heads; ++i) std::copy_n(q + i * qk + dn, dr, s.q_abs.data() + i * row + r);
     // 2. attention in the latent space -> [Ta, H, latent]; 3. W_UV -> [Ta, H, v]
-    const kc::MlaAttentionArgs args{s.q_abs.data(),   s.lat_out.data(),   ta,
-                                    heads,            static_cast<int64_t>(seqs.size()),
-                                    s.abs_start.data(), s.abs_lens.data(), s.abs_tables.data(),
-                                    mb,               static_cast<float>(c.softmax_scale)};
+    const kc::MlaAttentionArgs args{s.q_abs.data(),
+                                    s.lat_out.data(),
+                                    ta,
+                                    heads,
+                                    static_cast<int64_t>(seqs.size()),
+                                    s.abs_start.data(),
+                                    s.abs_lens.data(),
+                                    s.abs_tables.data(),
+                                    mb,
+                                    static_cast<float>(c.softmax_scale)};
     kc::mla_attention(pool, kv, args);
     kc::mla_expand_v(pool, w, s.lat_out.data(), ta, s.v_out.data());
     for (int64_t a = 0; a < ta; ++a) {
@@ -181,16 +191,19 @@ void MlaAttention::attend_expanded(ThreadPool& pool, const ForwardBatch& batch, 
     }
     s.q_pad.assign(static_cast<size_t>(q_len * heads * dp), 0.0f);
     s.o_pad.resize(static_cast<size_t>(q_len * heads * dp));
-    for (int64_t i = 0; i < q_len * heads; ++i) std::copy_n(s.q.data() + (q0 * heads + i) * qk, qk, s.q_pad.data() + i * dp);
+    for (int64_t i = 0; i < q_len * heads; ++i)
+        std::copy_n(s.q.data() + (q0 * heads + i) * qk, qk, s.q_pad.data() + i * dp);
     // 3. causal attention over one block holding the whole sequence
     const kc::PagedKvLayer layer{s.k.data(), s.v.data(), 1, len, heads, dp};
     const int32_t local_start[2] = {0, static_cast<int32_t>(q_len)};
     const int32_t local_len = static_cast<int32_t>(len);
     const int32_t local_table = 0;
-    const kc::PagedAttentionArgs args{s.q_pad.data(), s.o_pad.data(), q_len,        heads, 1,
-                                      local_start,    &local_len,     &local_table, 1,     static_cast<float>(c.softmax_scale)};
+    const kc::PagedAttentionArgs args{
+        s.q_pad.data(), s.o_pad.data(), q_len,        heads, 1,
+        local_start,    &local_len,     &local_table, 1,     static_cast<float>(c.softmax_scale)};
     kc::paged_attention(pool, layer, args);
-    for (int64_t i = 0; i < q_len * heads; ++i) std::copy_n(s.o_pad.data() + i * dp, dv, s.attn.data() + (q0 * heads + i) * dv);
+    for (int64_t i = 0; i < q_len * heads; ++i)
+        std::copy_n(s.o_pad.data() + i * dp, dv, s.attn.data() + (q0 * heads + i) * dv);
 }
 
 }  // namespace moeserve::model

@@ -39,8 +39,8 @@ enum class MlaPath {
 // Per-forward buffers, grown on demand and reused across layers and steps.
 struct MlaScratch {
     std::vector<float> q_a, q, kv_a, latent, attn;
-    std::vector<float> q_abs, lat_out, v_out;                  // absorbed path
-    std::vector<float> kv, k, v, q_pad, o_pad;                  // expanded path
+    std::vector<float> q_abs, lat_out, v_out;   // absorbed path
+    std::vector<float> kv, k, v, q_pad, o_pad;  // expanded path
     std::vector<int32_t> abs_rows, abs_start, abs_lens, abs_tables;
 };
 
