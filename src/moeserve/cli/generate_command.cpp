@@ -1,5 +1,6 @@
 // `moeserve generate`: offline generation for one prompt, streamed to stdout, then a line with
-// prefill and decode speed. The batched engine (continuous batching) serves many at once.
+// prefill and decode speed; or, with --input/--output, a JSON-lines file of requests through the
+// batched engine (generate_batch.h).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -8,6 +9,7 @@
 #include <thread>
 
 #include "moeserve/cli/commands.h"
+#include "moeserve/cli/generate_batch.h"
 #include "moeserve/core/error.h"
 #include "moeserve/core/rng.h"
 #include "moeserve/kernels/cpu/sample.h"
@@ -35,7 +37,30 @@ struct GenerateOptions {
     int threads = 0;
     int64_t max_model_len = 4096;
     int64_t block_size = 16;
+    GenerateBatchOptions batch;  // --input / --output mode
+    bool no_prefix_caching = false;
+    bool prefix_caching_flag = false;
+    bool no_progress = false;
 };
+
+int run_generate_command(GenerateOptions& o) {
+    if (o.batch.input.empty() == o.prompt.empty()) {
+        raise(ErrorCode::kInvalidArgument, "generate needs either --prompt or --input (with --output), not {}",
+              o.prompt.empty() ? "neither" : "both");
+    }
+    if (o.prompt.empty()) {
+        if (o.batch.output.empty()) raise(ErrorCode::kInvalidArgument, "--input needs --output FILE");
+        o.batch.model = o.model;
+        o.batch.engine.max_model_len = o.max_model_len;
+        o.batch.engine.block_size = static_cast<int32_t>(o.block_size);
+        o.batch.engine.seed = o.seed;
+        o.batch.engine.threads = o.threads;
+        o.batch.engine.enable_prefix_caching = !o.no_prefix_caching;
+        o.batch.progress = !o.no_progress;
+        return run_generate_batch(o.batch);
+    }
+    return -1;  // single-prompt mode
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -122,7 +147,23 @@ void add_generate_command(CLI::App& app, Action* action) {
     auto o = std::make_shared<GenerateOptions>();
     CLI::App* sub = app.add_subcommand("generate", "Generate a completion offline (no server)");
     sub->add_option("--model", o->model, "Hugging Face model directory")->required();
-    sub->add_option("--prompt", o->prompt, "prompt text")->required();
+    sub->add_option("--prompt", o->prompt, "prompt text (single-prompt mode)");
+    sub->add_option("--input", o->batch.input,
+                    "JSON lines of requests: {\"prompt\"|\"prompt_token_ids\"|\"messages\", max_tokens, temperature, "
+                    "top_p, top_k, min_p, seed, n, stop, stop_token_ids, ignore_eos, min_tokens, presence_penalty, "
+                    "frequency_penalty, repetition_penalty, logprobs, prompt_logprobs, skip_special_tokens, "
+                    "include_stop_str_in_output} (batch mode through the engine)");
+    sub->add_option("--output", o->batch.output, "JSON lines of results, in input order (batch mode)");
+    sub->add_option("--max-num-seqs", o->batch.engine.max_num_seqs, "running requests at once")->capture_default_str();
+    sub->add_option("--max-num-batched-tokens", o->batch.engine.max_num_batched_tokens, "tokens per engine step")
+        ->capture_default_str();
+    sub->add_option("--gpu-memory-utilization", o->batch.engine.gpu_memory_utilization,
+                    "share of total RAM for weights + KV cache")
+        ->capture_default_str();
+    sub->add_option("--kv-cache-memory", o->batch.engine.kv_cache_memory, "KV cache bytes (overrides the utilization)");
+    sub->add_flag("--enable-prefix-caching", o->prefix_caching_flag, "reuse KV blocks of shared prefixes (default)");
+    sub->add_flag("--no-enable-prefix-caching", o->no_prefix_caching, "turn prefix caching off");
+    sub->add_flag("--no-progress", o->no_progress, "no progress bar on stderr");
     sub->add_flag("--chat", o->chat, "render the prompt as a user message with the model's chat template");
     sub->add_option("--max-tokens", o->max_tokens, "tokens to generate")->capture_default_str();
     sub->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
@@ -134,7 +175,12 @@ void add_generate_command(CLI::App& app, Action* action) {
     sub->add_option("--threads", o->threads, "compute threads (default: all cores)");
     sub->add_option("--max-model-len", o->max_model_len, "longest sequence (prompt + output)")->capture_default_str();
     sub->add_option("--block-size", o->block_size, "KV cache block size in tokens")->capture_default_str();
-    sub->callback([o, action] { *action = [o] { return run_generate(*o); }; });
+    sub->callback([o, action] {
+        *action = [o] {
+            const int rc = run_generate_command(*o);
+            return rc >= 0 ? rc : run_generate(*o);
+        };
+    });
 }
 
 }  // namespace moeserve::cli

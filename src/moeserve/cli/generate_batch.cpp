@@ -1,0 +1,310 @@
+// Offline batch generation: parse the JSON-lines input at the edge into engine requests (token
+// ids + sampling) and text options, drive EngineCore::step until all finish, and write the
+// outputs in input order with a progress bar and a throughput line on stderr.
+#include "moeserve/cli/generate_batch.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "moeserve/core/error.h"
+#include "moeserve/engine/engine_core.h"
+#include "moeserve/engine/kv_cache/kv_cache_manager.h"
+#include "moeserve/model/registry.h"
+#include "moeserve/serve/output_processor.h"
+#include "moeserve/tokenizer/chat_template/chat_template.h"
+#include "moeserve/tokenizer/tokenizer.h"
+
+namespace moeserve::cli {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+// One input line, parsed.
+struct Item {
+    Json prompt;  // echoed back: the prompt string, the token ids or the messages
+    std::vector<int32_t> prompt_token_ids;
+    ipc::SamplingParams sampling;
+    serve::OutputOptions text;
+    int32_t n = 1;
+};
+
+// One of the n samples of an item, as it accumulates.
+struct Sample {
+    std::string text;
+    std::vector<int32_t> token_ids;
+    std::vector<ipc::TokenLogprobs> logprobs;
+    ipc::FinishReason finish = ipc::FinishReason::kNone;
+    std::optional<std::string> stop_string;
+    std::optional<int32_t> stop_token_id;
+    std::string error;
+};
+
+struct ItemResult {
+    std::vector<Sample> samples;
+    std::optional<std::vector<ipc::TokenLogprobs>> prompt_logprobs;
+    int32_t num_prompt_tokens = 0, num_cached_tokens = 0;
+};
+
+std::string where(const std::string& file, size_t line) { return fmt::format("{}:{}", file, line); }
+
+template <typename T>
+T field(const Json& j, const char* name, const std::string& at) {
+    try {
+        return j.at(name).get<T>();
+    } catch (const nlohmann::json::exception&) {
+        raise(ErrorCode::kInvalidArgument, "{}: field '{}' has the wrong type ({}); see `moeserve generate --help`", at,
+              name, j.at(name).type_name());
+    }
+}
+
+std::vector<int32_t> tokens_of(const Json& j, const tokenizer::Tokenizer& tok, const std::string& at,
+                               const std::optional<tokenizer::ChatTemplate>& tmpl) {
+    const int n = int(j.contains("prompt")) + int(j.contains("prompt_token_ids")) + int(j.contains("messages"));
+    if (n != 1) {
+        raise(ErrorCode::kInvalidArgument, "{}: each line needs exactly one of \"prompt\", \"prompt_token_ids\" or "
+              "\"messages\"; got {}", at, n);
+    }
+    if (j.contains("prompt")) return tok.encode(field<std::string>(j, "prompt", at), true);
+    if (j.contains("prompt_token_ids")) return field<std::vector<int32_t>>(j, "prompt_token_ids", at);
+    if (!tmpl) raise(ErrorCode::kInvalidArgument, "{}: \"messages\" needs a chat_template in tokenizer_config.json", at);
+    Json extra = Json::object();
+    if (tok.bos_token()) extra["bos_token"] = *tok.bos_token();
+    if (tok.eos_token()) extra["eos_token"] = *tok.eos_token();
+    if (!j.at("messages").is_array()) raise(ErrorCode::kInvalidArgument, "{}: \"messages\" must be an array", at);
+    return tok.encode(tokenizer::render_chat(*tmpl, j.at("messages"), true, extra), false);
+}
+
+Item parse_item(const Json& j, const tokenizer::Tokenizer& tok, const std::optional<tokenizer::ChatTemplate>& tmpl,
+                const std::string& at) {
+    if (!j.is_object()) raise(ErrorCode::kInvalidArgument, "{}: expected a JSON object, got {}", at, j.type_name());
+    static constexpr const char* kKnown[] = {
+        "prompt", "prompt_token_ids", "messages", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "n",
+        "stop", "stop_token_ids", "ignore_eos", "min_tokens", "presence_penalty", "frequency_penalty",
+        "repetition_penalty", "logprobs", "prompt_logprobs", "skip_special_tokens", "include_stop_str_in_output"};
+    for (const auto& [key, value] : j.items()) {
+        if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return key == k; }) == std::end(kKnown)) {
+            raise(ErrorCode::kInvalidArgument, "{}: unknown field '{}'", at, key);
+        }
+    }
+    Item it;
+    it.prompt_token_ids = tokens_of(j, tok, at, tmpl);
+    it.prompt = j.contains("prompt") ? j["prompt"] : j.contains("messages") ? j["messages"] : j["prompt_token_ids"];
+    auto& s = it.sampling;
+    if (j.contains("max_tokens")) s.max_tokens = field<int32_t>(j, "max_tokens", at);
+    if (j.contains("temperature")) s.temperature = field<float>(j, "temperature", at);
+    if (j.contains("top_p")) s.top_p = field<float>(j, "top_p", at);
+    if (j.contains("top_k")) s.top_k = field<int32_t>(j, "top_k", at);
+    if (j.contains("min_p")) s.min_p = field<float>(j, "min_p", at);
+    if (j.contains("seed")) s.seed = field<uint64_t>(j, "seed", at);
+    if (j.contains("n")) it.n = field<int32_t>(j, "n", at);
+    if (it.n < 1) raise(ErrorCode::kInvalidArgument, "{}: n must be >= 1; got {}", at, it.n);
+    if (j.contains("stop")) {
+        it.text.stop = j["stop"].is_string() ? std::vector<std::string>{j["stop"].get<std::string>()}
+                                             : field<std::vector<std::string>>(j, "stop", at);
+    }
+    if (j.contains("stop_token_ids")) s.stop_token_ids = field<std::vector<int32_t>>(j, "stop_token_ids", at);
+    if (j.contains("ignore_eos")) s.ignore_eos = field<bool>(j, "ignore_eos", at);
+    if (j.contains("min_tokens")) s.min_tokens = field<int32_t>(j, "min_tokens", at);
+    if (j.contains("presence_penalty")) s.presence_penalty = field<float>(j, "presence_penalty", at);
+    if (j.contains("frequency_penalty")) s.frequency_penalty = field<float>(j, "frequency_penalty", at);
+    if (j.contains("repetition_penalty")) s.repetition_penalty = field<float>(j, "repetition_penalty", at);
+    if (j.contains("logprobs")) s.logprobs = field<int32_t>(j, "logprobs", at);
+    if (j.contains("prompt_logprobs")) s.prompt_logprobs = field<int32_t>(j, "prompt_logprobs", at);
+    if (j.contains("skip_special_tokens")) it.text.skip_special_tokens = field<bool>(j, "skip_special_tokens", at);
+    if (j.contains("include_stop_str_in_output")) {
+        it.text.include_stop_str_in_output = field<bool>(j, "include_stop_str_in_output", at);
+    }
+    // The tokenizer's EOS (e.g. Qwen3's <|im_end|>) stops too, as in the single-prompt mode.
+    if (!s.ignore_eos && tok.eos_token_id()) s.stop_token_ids.push_back(*tok.eos_token_id());
+    return it;
+}
+
+std::vector<Item> read_items(const std::string& path, const tokenizer::Tokenizer& tok) {
+    std::ifstream in(path);
+    if (!in) raise(ErrorCode::kNotFound, "--input {}: cannot open the file", path);
+    std::optional<tokenizer::ChatTemplate> tmpl;
+    if (tok.chat_template()) tmpl = tokenizer::ChatTemplate::parse(*tok.chat_template());
+    std::vector<Item> items;
+    std::string line;
+    for (size_t n = 1; std::getline(in, line); ++n) {
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        Json j;
+        try {
+            j = Json::parse(line);
+        } catch (const nlohmann::json::parse_error& e) {
+            raise(ErrorCode::kInvalidArgument, "{}: not valid JSON ({})", where(path, n), e.what());
+        }
+        items.push_back(parse_item(j, tok, tmpl, where(path, n)));
+    }
+    if (items.empty()) raise(ErrorCode::kInvalidArgument, "--input {}: no requests in the file", path);
+    return items;
+}
+
+int32_t kv_blocks(const EngineFlags& f, const model::ModelInfo& info) {
+    int64_t bytes = f.kv_cache_memory;
+    if (bytes <= 0) {
+        const auto total = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+        bytes = static_cast<int64_t>(f.gpu_memory_utilization * static_cast<double>(total)) - info.weight_bytes;
+    }
+    int64_t blocks = engine::num_blocks_for_bytes(bytes, info.kv_bytes_per_token, f.block_size) + 1;
+    // NOTE(#5): more blocks than max_num_seqs full-length sequences only serve the prefix cache;
+    // cap there so the default 0.9 of RAM is not committed for a small model.
+    const int64_t cap = int64_t{f.max_num_seqs} * ((f.max_model_len + f.block_size - 1) / f.block_size) + 1;
+    return static_cast<int32_t>(std::min(blocks, cap));
+}
+
+const char* finish_name(ipc::FinishReason r) {
+    switch (r) {
+        case ipc::FinishReason::kStop: return "stop";
+        case ipc::FinishReason::kLength: return "length";
+        case ipc::FinishReason::kAbort: return "abort";
+        case ipc::FinishReason::kError: return "error";
+        default: return nullptr;
+    }
+}
+
+Json logprobs_json(const std::vector<ipc::TokenLogprobs>& lps, const tokenizer::Tokenizer& tok) {
+    Json out = Json::array();
+    for (const auto& lp : lps) {
+        Json top = Json::array();
+        for (const auto& [id, logprob] : lp.top) {
+            top.push_back({{"token_id", id}, {"token", tok.id_to_token(id).value_or("")}, {"logprob", logprob}});
+        }
+        out.push_back({{"token_id", lp.token_id}, {"token", tok.id_to_token(lp.token_id).value_or("")},
+                       {"logprob", lp.logprob}, {"rank", lp.rank}, {"top_logprobs", top}});
+    }
+    return out;
+}
+
+Json result_json(size_t index, const Item& item, const ItemResult& r, const tokenizer::Tokenizer& tok) {
+    Json outputs = Json::array();
+    for (size_t i = 0; i < r.samples.size(); ++i) {
+        const Sample& s = r.samples[i];
+        Json o = {{"index", i}, {"text", s.text}, {"token_ids", s.token_ids}};
+        const char* finish = finish_name(s.finish);
+        o["finish_reason"] = finish ? Json(finish) : Json(nullptr);
+        if (s.stop_string) o["stop_reason"] = *s.stop_string;
+        else if (s.stop_token_id) o["stop_reason"] = *s.stop_token_id;
+        if (item.sampling.logprobs) o["logprobs"] = logprobs_json(s.logprobs, tok);
+        if (!s.error.empty()) o["error"] = s.error;
+        outputs.push_back(std::move(o));
+    }
+    Json line = {{"index", index}, {"prompt", item.prompt}, {"outputs", outputs},
+                 {"num_prompt_tokens", r.num_prompt_tokens}, {"num_cached_tokens", r.num_cached_tokens}};
+    if (r.prompt_logprobs) {
+        Json lp = logprobs_json(*r.prompt_logprobs, tok);
+        lp.insert(lp.begin(), Json(nullptr));  // the first prompt token has no logprob (as vLLM)
+        line["prompt_logprobs"] = lp;
+    }
+    return line;
+}
+
+void draw_progress(size_t done, size_t total, double secs, int64_t out_tokens) {
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(kWidth * done / std::max<size_t>(total, 1));
+    std::fprintf(stderr, "\r[%s%s] %zu/%zu requests | %.1f s | %.1f output tok/s ", std::string(filled, '=').c_str(),
+                 std::string(kWidth - filled, ' ').c_str(), done, total, secs,
+                 secs > 0 ? static_cast<double>(out_tokens) / secs : 0.0);
+}
+
+}  // namespace
+
+int run_generate_batch(const GenerateBatchOptions& o) {
+    const EngineFlags& f = o.engine;
+    const int threads = f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    ThreadPool pool(threads);
+    const auto tok = tokenizer::Tokenizer::from_dir(o.model);
+    const std::vector<Item> items = read_items(o.input, tok);
+    std::ofstream out(o.output);
+    if (!out) raise(ErrorCode::kIo, "--output {}: cannot create the file", o.output);
+    auto model = model::load_model(o.model, pool, model::LoadOptions{.max_model_len = f.max_model_len});
+
+    engine::EngineConfig config;
+    config.max_num_seqs = f.max_num_seqs;
+    config.max_num_batched_tokens = f.max_num_batched_tokens;
+    config.max_model_len = static_cast<int32_t>(f.max_model_len);
+    config.block_size = f.block_size;
+    config.num_blocks = kv_blocks(f, model->info());
+    config.enable_prefix_caching = f.enable_prefix_caching;
+    config.seed = f.seed;
+    engine::EngineCore core(*model, pool, config);
+    std::fprintf(stderr, "generate: %zu requests, KV cache %d blocks of %d tokens (%.1f MiB), prefix caching %s\n",
+                 items.size(), config.num_blocks - 1, config.block_size,
+                 static_cast<double>(int64_t{config.num_blocks} * config.block_size * model->info().kv_bytes_per_token) /
+                     (1 << 20),
+                 config.enable_prefix_caching ? "on" : "off");
+
+    // n > 1 fans out into n engine requests "<index>-<i>" that share the prompt's blocks.
+    serve::OutputProcessor processor(tok);
+    std::vector<ItemResult> results(items.size());
+    std::unordered_map<std::string, std::pair<size_t, size_t>> owner;  // engine id -> (item, sample)
+    int64_t num_input_tokens = 0;
+    for (size_t i = 0; i < items.size(); ++i) {
+        results[i].samples.resize(static_cast<size_t>(items[i].n));
+        for (int32_t k = 0; k < items[i].n; ++k) {
+            const std::string id = fmt::format("{}-{}", i, k);
+            owner[id] = {i, static_cast<size_t>(k)};
+            processor.add_request(id, items[i].text);
+            core.add_request(ipc::AddRequest{id, items[i].prompt_token_ids, items[i].sampling, 0});
+            num_input_tokens += static_cast<int64_t>(items[i].prompt_token_ids.size());
+        }
+    }
+    const auto start = Clock::now();
+    auto last_draw = start;
+    size_t num_done = 0;
+    int64_t num_output_tokens = 0;
+    const size_t total = owner.size();
+    while (core.has_unfinished_requests()) {
+        const engine::StepOutcome step = core.step();
+        const auto processed = processor.process(step.outputs);
+        if (!processed.engine_aborts.empty()) core.abort(ipc::Abort{processed.engine_aborts});
+        for (const auto& d : processed.deltas) {
+            const auto [item, k] = owner.at(d.request_id);
+            ItemResult& r = results[item];
+            Sample& s = r.samples[k];
+            s.text += d.text;
+            s.token_ids.insert(s.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
+            s.logprobs.insert(s.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+            num_output_tokens += static_cast<int64_t>(d.token_ids.size());
+            r.num_prompt_tokens = d.num_prompt_tokens;
+            if (k == 0) r.num_cached_tokens = d.num_cached_tokens;
+            if (d.prompt_logprobs && k == 0) r.prompt_logprobs = d.prompt_logprobs;
+            if (d.finished) {
+                s.finish = d.finish_reason;
+                s.stop_string = d.stop_string;
+                s.stop_token_id = d.stop_token_id;
+                s.error = d.error;
+                ++num_done;
+            }
+        }
+        const auto now = Clock::now();
+        if (o.progress && (now - last_draw > std::chrono::milliseconds(200) || num_done == total)) {
+            draw_progress(num_done, total, std::chrono::duration<double>(now - start).count(), num_output_tokens);
+            last_draw = now;
+        }
+    }
+    const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+    for (size_t i = 0; i < items.size(); ++i) out << result_json(i, items[i], results[i], tok).dump() << '\n';
+    const ipc::Stats st = core.stats();
+    if (o.progress) std::fputc('\n', stderr);
+    std::fprintf(stderr,
+                 "generate: %zu requests in %.2f s: %.2f requests/s, input %.1f tok/s, output %.1f tok/s | prefix cache "
+                 "hit rate %.1f%% | %lld preemptions | %lld steps | threads=%d\n",
+                 total, secs, static_cast<double>(total) / secs, static_cast<double>(num_input_tokens) / secs,
+                 static_cast<double>(num_output_tokens) / secs,
+                 st.prefix_cache_queries > 0 ? 100.0 * static_cast<double>(st.prefix_cache_hits) /
+                                                   static_cast<double>(st.prefix_cache_queries)
+                                             : 0.0,
+                 static_cast<long long>(st.num_preemptions), static_cast<long long>(st.num_steps), threads);
+    return 0;
+}
+
+}  // namespace moeserve::cli
