@@ -1,8 +1,9 @@
-// AVX2 paged attention: work items are (sequence, query head) pairs handed out dynamically; each
-// walks its queries in groups of 4 consecutive ones and, per group, tiles of kTile keys with an
-// online softmax (running max m, sum l, accumulator rescaled by exp(m_old - m_new)); the group
-// shares each tile's K/V loads from L1. Scores of 8 keys come out of one transpose-reduce
-// (hsum8). write_kv copies new keys/values into their slots.
+// AVX2 paged attention: work items are (sequence, kv head, chunk of query tokens) handed out
+// dynamically; each walks its queries in groups of 4 that read the same kv head (the GQA heads of
+// a token, then consecutive tokens) and, per group, tiles of kTile keys with an online softmax
+// (running max m, sum l, accumulator rescaled by exp(m_old - m_new)); the group shares each
+// tile's K/V loads. Scores of 8 keys come out of one transpose-reduce (hsum8). write_kv copies
+// new keys/values into their slots.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -17,7 +18,8 @@ namespace moeserve::kernels::cpu {
 namespace {
 
 constexpr int64_t kTile = 32;   // keys per tile: K and V rows of a tile (2 x 16 KiB at d=128) stay in L1
-constexpr int64_t kQueries = 4; // consecutive queries of one head sharing each key tile
+constexpr int64_t kQueries = 4; // queries sharing each key tile (GQA heads and/or positions)
+constexpr int64_t kChunk = 16;  // query tokens per work item
 
 struct Tile {
     const float* k[kTile];
@@ -93,23 +95,28 @@ void accumulate_pv(const Tile& t, int64_t n, int64_t nq, int64_t d, const float*
     }
 }
 
-// Online-softmax state of the queries of one group.
-struct GroupState {
+// A group of up to kQueries queries that read the same kv head of one sequence: the heads of a
+// GQA group at one position, and/or consecutive positions. Online-softmax state per query.
+struct Group {
+    int64_t nq = 0;
+    const float* q[kQueries];
+    float* out[kQueries];
+    int64_t pos[kQueries];
     float m[kQueries], l[kQueries];
     float* acc;  // [kQueries, d]
 };
 
-// Queries qi < nq at positions pos0 + qi (rows q + qi * q_stride) against keys [0, pos0 + nq - 1],
-// each causal. Writes out + qi * q_stride.
-void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, const float* q, int64_t q_stride,
-                  int64_t pos0, int64_t nq, float scale, Tile& t, GroupState& st, float* out) {
+// Each query g.q[qi] attends keys [0, g.pos[qi]] of kv head kvh; writes g.out[qi].
+void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, float scale, Tile& t, Group& g) {
     const int64_t d = kv.head_dim, bs = kv.block_size, row_stride = kv.num_kv_heads * d;
+    const int64_t nq = g.nq;
+    int64_t last = 0;
     for (int64_t qi = 0; qi < nq; ++qi) {
-        st.m[qi] = -INFINITY;
-        st.l[qi] = 0.0f;
+        g.m[qi] = -INFINITY;
+        g.l[qi] = 0.0f;
+        last = std::max(last, g.pos[qi]);
     }
-    std::fill(st.acc, st.acc + nq * d, 0.0f);
-    const int64_t last = pos0 + nq - 1;
+    std::fill(g.acc, g.acc + nq * d, 0.0f);
     for (int64_t j0 = 0; j0 <= last; j0 += kTile) {
         const int64_t n = std::min(kTile, last + 1 - j0);
         for (int64_t j = 0; j < n; ++j) {
@@ -121,17 +128,17 @@ void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, con
         float alpha[kQueries];
         for (int64_t qi = 0; qi < nq; ++qi) {
             float* p = t.p[qi];
-            const int64_t nv = std::min(n, pos0 + qi + 1 - j0);  // keys this query may see
-            if (nv <= 0) {  // only when j0 > pos0 + qi: nothing new for this query
+            const int64_t nv = std::min(n, g.pos[qi] + 1 - j0);  // keys this query may see
+            if (nv <= 0) {  // only when j0 > pos[qi]: nothing new for this query
                 alpha[qi] = 1.0f;
                 std::fill(p, p + n, 0.0f);
                 continue;
             }
-            tile_scores(q + qi * q_stride, d, t, nv, scale, p);
+            tile_scores(g.q[qi], d, t, nv, scale, p);
             float mt = -INFINITY;
             for (int64_t j = 0; j < nv; ++j) mt = std::max(mt, p[j]);
-            const float m_new = std::max(st.m[qi], mt);
-            alpha[qi] = std::exp(st.m[qi] - m_new);  // 0 on the first tile (m = -inf)
+            const float m_new = std::max(g.m[qi], mt);
+            alpha[qi] = std::exp(g.m[qi] - m_new);  // 0 on the first tile (m = -inf)
             float lt = 0.0f;
             int64_t j = 0;
             for (; j + 8 <= nv; j += 8) {
@@ -141,14 +148,14 @@ void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, con
             }
             for (; j < nv; ++j) lt += p[j] = std::exp(p[j] - m_new);
             std::fill(p + nv, p + n, 0.0f);  // causal mask inside the tile
-            st.l[qi] = st.l[qi] * alpha[qi] + lt;
-            st.m[qi] = m_new;
+            g.l[qi] = g.l[qi] * alpha[qi] + lt;
+            g.m[qi] = m_new;
         }
-        accumulate_pv(t, n, nq, d, alpha, st.acc);
+        accumulate_pv(t, n, nq, d, alpha, g.acc);
     }
     for (int64_t qi = 0; qi < nq; ++qi) {
-        const float inv = 1.0f / st.l[qi];
-        for (int64_t x = 0; x < d; ++x) out[qi * q_stride + x] = st.acc[qi * d + x] * inv;
+        const float inv = 1.0f / g.l[qi];
+        for (int64_t x = 0; x < d; ++x) g.out[qi][x] = g.acc[qi * d + x] * inv;
     }
 }
 
@@ -170,21 +177,43 @@ void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttent
     MOESERVE_CHECK(a.num_heads % kv.num_kv_heads == 0, "paged_attention: num_heads={} num_kv_heads={}",
                    a.num_heads, kv.num_kv_heads);
     const int64_t d = kv.head_dim, group = a.num_heads / kv.num_kv_heads;
-    const int64_t num_items = a.num_seqs * a.num_heads;
+    // Work items: (sequence, kv head, chunk of kChunk query tokens), handed out dynamically
+    // (later chunks of a prefill see more keys). item_start[s] = first item of sequence s.
+    std::vector<int64_t> item_start(static_cast<size_t>(a.num_seqs + 1), 0);
+    for (int64_t s = 0; s < a.num_seqs; ++s) {
+        const int64_t q_len = a.query_start[s + 1] - a.query_start[s];
+        item_start[size_t(s + 1)] = item_start[size_t(s)] + kv.num_kv_heads * ((q_len + kChunk - 1) / kChunk);
+    }
+    const int64_t num_items = item_start.back();
     std::atomic<int64_t> next{0};
     pool.run([&](int) {
         Tile tile;
         std::vector<float> acc(static_cast<size_t>(kQueries * d));
-        GroupState st{{}, {}, acc.data()};
+        Group g;
+        g.acc = acc.data();
+        int64_t s = 0;
         for (int64_t item = next.fetch_add(1); item < num_items; item = next.fetch_add(1)) {
-            const int64_t s = item / a.num_heads, h = item % a.num_heads;
+            s = std::upper_bound(item_start.begin(), item_start.end(), item) - item_start.begin() - 1;
+            const int64_t local = item - item_start[size_t(s)];
+            const int64_t kvh = local % kv.num_kv_heads, chunk = local / kv.num_kv_heads;
             const int64_t q0 = a.query_start[s], q_len = a.query_start[s + 1] - q0;
             const int32_t* table = a.block_tables + s * a.max_blocks_per_seq;
-            for (int64_t i = 0; i < q_len; i += kQueries) {
-                const int64_t tok = (q0 + i) * a.num_heads + h;
-                attend_group(kv, table, h / group, a.q + tok * d, a.num_heads * d, a.seq_lens[s] - q_len + i,
-                             std::min(kQueries, q_len - i), a.scale, tile, st, a.out + tok * d);
+            const int64_t i_end = std::min(q_len, (chunk + 1) * kChunk);
+            // Token-major, then the heads of the kv group: a decode token's GQA heads share tiles.
+            g.nq = 0;
+            for (int64_t i = chunk * kChunk; i < i_end; ++i) {
+                for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+                    const int64_t tok = (q0 + i) * a.num_heads + h;
+                    g.q[g.nq] = a.q + tok * d;
+                    g.out[g.nq] = a.out + tok * d;
+                    g.pos[g.nq] = a.seq_lens[s] - q_len + i;
+                    if (++g.nq == kQueries) {
+                        attend_group(kv, table, kvh, a.scale, tile, g);
+                        g.nq = 0;
+                    }
+                }
             }
+            if (g.nq > 0) attend_group(kv, table, kvh, a.scale, tile, g);
         }
     });
 }
