@@ -1,0 +1,260 @@
+// GlooComm: the Communicator over one gloo::Context. Gloo failures (peer closed the connection,
+// timeout) become Error kUnavailable and leave the communicator broken.
+#include "moeserve/parallel/gloo_comm.h"
+
+#include <fmt/format.h>
+#include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/alltoallv.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <cstring>
+
+#include "moeserve/core/error.h"
+#include "moeserve/parallel/rendezvous.h"
+
+namespace moeserve::parallel {
+
+namespace {
+
+using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+
+class GlooComm : public Communicator {
+public:
+    GlooComm(std::shared_ptr<gloo::Context> ctx, std::string name, std::chrono::milliseconds timeout)
+        : ctx_(std::move(ctx)), name_(std::move(name)), timeout_(timeout) {}
+
+    int rank() const override { return ctx_->rank; }
+    int size() const override { return ctx_->size; }
+    const std::string& name() const override { return name_; }
+    std::chrono::milliseconds timeout() const override { return timeout_; }
+
+    void all_reduce_sum(std::span<float> d) override {
+        all_reduce(d.data(), d.size(), static_cast<ReduceFn>(&gloo::sum<float>), "all_reduce_sum");
+    }
+    void all_reduce_sum(std::span<int64_t> d) override {
+        all_reduce(d.data(), d.size(), static_cast<ReduceFn>(&gloo::sum<int64_t>), "all_reduce_sum");
+    }
+    void all_reduce_max(std::span<int64_t> d) override {
+        all_reduce(d.data(), d.size(), static_cast<ReduceFn>(&gloo::max<int64_t>), "all_reduce_max");
+    }
+
+    void all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out) override {
+        MOESERVE_CHECK(out.size() == in.size() * static_cast<size_t>(size()), "all_gather: out {} != {} x {}",
+                       out.size(), size(), in.size());
+        if (in.empty()) return;  // same size on every rank: all skip
+        guarded("all_gather", [&] {
+            gloo::AllgatherOptions o(ctx_);
+            o.setInput(const_cast<char*>(reinterpret_cast<const char*>(in.data())), in.size());
+            o.setOutput(reinterpret_cast<char*>(out.data()), out.size());
+            o.setTimeout(timeout_);
+            gloo::allgather(o);
+        });
+    }
+
+    void all_gather_v_bytes(std::span<const std::byte> in, const std::vector<size_t>& counts,
+                            std::span<std::byte> out) override {
+        size_t total = 0;
+        for (size_t c : counts) total += c;
+        MOESERVE_CHECK(counts.size() == static_cast<size_t>(size()) && out.size() >= total &&
+                           in.size() == counts[static_cast<size_t>(rank())],
+                       "all_gather_v: bad counts");
+        if (total == 0) return;
+        guarded("all_gather_v", [&] {
+            gloo::AllgathervOptions o(ctx_);
+            o.setInput(const_cast<char*>(ptr(in)), in.size());
+            o.setOutput(reinterpret_cast<char*>(out.data()), counts);
+            o.setTimeout(timeout_);
+            gloo::allgatherv(o);
+        });
+    }
+
+    void all_to_all_v_bytes(std::span<const std::byte> in, const std::vector<size_t>& send,
+                            std::span<std::byte> out, const std::vector<size_t>& recv) override {
+        MOESERVE_CHECK(send.size() == static_cast<size_t>(size()) && recv.size() == send.size(),
+                       "all_to_all_v: counts for {} ranks", size());
+        std::vector<int64_t> s(send.begin(), send.end()), r(recv.begin(), recv.end());
+        guarded("all_to_all_v", [&] {
+            gloo::AlltoallvOptions o(ctx_);
+            o.setInput(const_cast<char*>(ptr(in)), s);
+            o.setOutput(out.empty() ? &dummy_ : reinterpret_cast<char*>(out.data()), r);
+            o.setTimeout(timeout_);
+            gloo::alltoallv(o);
+        });
+    }
+
+    void reduce_scatter_sum(std::span<const float> in, std::span<float> out) override {
+        const size_t n = out.size();
+        MOESERVE_CHECK(in.size() == n * static_cast<size_t>(size()), "reduce_scatter: in {} != {} x {}", in.size(),
+                       size(), n);
+        if (n == 0) return;
+        // NOTE: Gloo 2022 has no free-function reduce-scatter; an all-to-all of the blocks and a
+        // local sum in rank order moves the same bytes as a direct reduce-scatter.
+        recv_.resize(in.size());
+        guarded("reduce_scatter", [&] {
+            gloo::AlltoallOptions o(ctx_);
+            o.setInput(const_cast<float*>(in.data()), in.size());
+            o.setOutput(recv_.data(), recv_.size());
+            o.setTimeout(timeout_);
+            gloo::alltoall(o);
+        });
+        std::fill(out.begin(), out.end(), 0.0f);
+        for (int r = 0; r < size(); ++r) {
+            const float* src = recv_.data() + static_cast<size_t>(r) * n;
+            for (size_t i = 0; i < n; ++i) out[i] += src[i];
+        }
+    }
+
+    void broadcast_bytes(std::span<std::byte> data, int root) override {
+        if (data.empty()) return;
+        guarded("broadcast", [&] {
+            gloo::BroadcastOptions o(ctx_);
+            o.setOutput(reinterpret_cast<char*>(data.data()), data.size());
+            o.setRoot(root);
+            o.setTimeout(timeout_);
+            gloo::broadcast(o);
+        });
+    }
+
+    void barrier() override {
+        guarded("barrier", [&] {
+            gloo::BarrierOptions o(ctx_);
+            o.setTimeout(timeout_);
+            gloo::barrier(o);
+        });
+    }
+
+private:
+    char* ptr(std::span<const std::byte> s) {
+        return s.empty() ? &dummy_ : const_cast<char*>(reinterpret_cast<const char*>(s.data()));
+    }
+
+    void all_reduce(void* data, size_t n, ReduceFn fn, const char* op) {
+        if (n == 0) return;
+        guarded(op, [&] {
+            gloo::AllreduceOptions o(ctx_);
+            if (fn == static_cast<ReduceFn>(&gloo::sum<float>)) {
+                o.setOutput(static_cast<float*>(data), n);
+            } else {
+                o.setOutput(static_cast<int64_t*>(data), n);
+            }
+            o.setReduceFunction(fn);
+            o.setTimeout(timeout_);
+            gloo::allreduce(o);
+        });
+    }
+
+    template <typename F>
+    void guarded(const char* op, F&& f) {
+        if (broken_) raise(ErrorCode::kUnavailable, "{}: {} after an earlier failure: {}", name_, op, broken_reason_);
+        try {
+            f();
+        } catch (const gloo::Exception& e) {
+            broken_ = true;
+            broken_reason_ = e.what();
+            raise(ErrorCode::kUnavailable, "{}: {} failed: {} (a peer rank died, stalled past {} ms, or ran a "
+                  "different collective)", name_, op, e.what(), timeout_.count());
+        } catch (const gloo::EnforceNotMet& e) {
+            broken_ = true;
+            broken_reason_ = e.what();
+            raise(ErrorCode::kUnavailable, "{}: {} failed: {}", name_, op, e.what());
+        }
+    }
+
+    std::shared_ptr<gloo::Context> ctx_;
+    const std::string name_;
+    const std::chrono::milliseconds timeout_;
+    bool broken_ = false;
+    std::string broken_reason_;
+    std::vector<float> recv_;
+    char dummy_ = 0;
+};
+
+struct GlooResources {
+    std::unique_ptr<TcpStore> store;
+    std::shared_ptr<gloo::transport::Device> device;
+};
+
+int index_in(const std::vector<int>& ranks, int rank) {
+    for (size_t i = 0; i < ranks.size(); ++i) {
+        if (ranks[i] == rank) return static_cast<int>(i);
+    }
+    return -1;
+}
+
+std::unique_ptr<Communicator> connect_group(GlooResources& res, const std::string& key,
+                                            const std::vector<int>& ranks, int rank,
+                                            std::chrono::milliseconds timeout) {
+    const std::string name = fmt::format("{}[{}]", key, fmt::join(ranks, " "));
+    if (ranks.size() == 1) return make_single_rank_communicator(name);
+    gloo::rendezvous::PrefixStore prefixed(key, *res.store);
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(index_in(ranks, rank), static_cast<int>(ranks.size()));
+    ctx->setTimeout(timeout);
+    try {
+        ctx->connectFullMesh(prefixed, res.device);
+    } catch (const gloo::Exception& e) {
+        raise(ErrorCode::kUnavailable, "{}: cannot connect to the group's ranks: {}", name, e.what());
+    } catch (const gloo::EnforceNotMet& e) {
+        raise(ErrorCode::kUnavailable, "{}: cannot connect to the group's ranks: {}", name, e.what());
+    }
+    return std::make_unique<GlooComm>(std::move(ctx), name, timeout);
+}
+
+void check_fingerprints(TcpStore& store, const GlooConnectOptions& o) {
+    store.set(fmt::format("fingerprint/{}", o.rank), std::vector<char>(o.fingerprint.begin(), o.fingerprint.end()));
+    for (int r = 0; r < o.sizes.world(); ++r) {
+        const std::string key = fmt::format("fingerprint/{}", r);
+        store.wait({key}, o.timeout);
+        const std::vector<char> v = store.get(key);
+        const std::string theirs(v.begin(), v.end());
+        if (theirs != o.fingerprint) {
+            raise(ErrorCode::kInvalidArgument,
+                  "rank {} and rank {} disagree on the model or parallel configuration: rank {} has '{}', rank {} "
+                  "has '{}'; start every node with the same --model and parallel sizes",
+                  o.rank, r, o.rank, o.fingerprint, r, theirs);
+        }
+    }
+}
+
+}  // namespace
+
+ParallelContext connect_gloo(const GlooConnectOptions& o) {
+    validate(o.sizes);
+    if (o.rank < 0 || o.rank >= o.sizes.world()) {
+        raise(ErrorCode::kInvalidArgument, "rank {} outside [0, {}) for data-parallel-size {} x tensor-parallel-size {}",
+              o.rank, o.sizes.world(), o.sizes.dp, o.sizes.tp);
+    }
+    auto res = std::make_shared<GlooResources>();
+    res->store = std::make_unique<TcpStore>(o.store_host, o.store_port, o.timeout);
+    check_fingerprints(*res->store, o);
+    gloo::transport::tcp::attr attr;
+    if (!o.iface.empty()) {
+        attr.iface = o.iface;
+    } else {
+        attr.hostname = o.hostname;
+    }
+    try {
+        res->device = gloo::transport::tcp::CreateDevice(attr);
+    } catch (const std::exception& e) {
+        raise(ErrorCode::kInvalidArgument, "cannot open the Gloo TCP transport on {}: {}",
+              o.iface.empty() ? "address '" + o.hostname + "'" : "interface '" + o.iface + "'", e.what());
+    }
+    ParallelContext c;
+    c.sizes = o.sizes;
+    c.groups = rank_groups(o.sizes, o.rank);
+    c.tp = connect_group(*res, fmt::format("tp{}", c.groups.dp_rank), c.groups.tp_group, o.rank, o.timeout);
+    c.dp = connect_group(*res, fmt::format("dp{}", c.groups.tp_rank), c.groups.dp_group, o.rank, o.timeout);
+    c.ep = connect_group(*res, fmt::format("ep{}", c.groups.ep_group_index), c.groups.ep_group, o.rank, o.timeout);
+    c.resources = res;
+    return c;
+}
+
+}  // namespace moeserve::parallel

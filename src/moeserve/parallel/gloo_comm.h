@@ -1,0 +1,33 @@
+// Gloo-backed Communicators for rank processes: connect_gloo() meets the other ranks through the
+// head's rendezvous store (rendezvous.h), checks that all ranks agree on the configuration, and
+// builds the TP, DP and EP groups over gloo::transport::tcp.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "moeserve/parallel/groups.h"
+
+namespace moeserve::parallel {
+
+struct GlooConnectOptions {
+    ParallelSizes sizes;
+    int rank = 0;                 // global rank, dp_rank * tp + tp_rank
+    std::string store_host;       // the head's --data-parallel-address
+    int store_port = 0;           // its rendezvous port (--data-parallel-rpc-port)
+    // Transport address of this rank: the interface named by GLOO_SOCKET_IFNAME (read in cli/), or
+    // else this hostname/address; both empty: the machine's hostname.
+    std::string iface;
+    std::string hostname;
+    std::chrono::milliseconds timeout{30000};  // rendezvous and every collective
+    // Model + sizes (+ anything all ranks must share). A rank whose fingerprint differs from rank
+    // 0's is refused with Error kInvalidArgument naming both, instead of hanging later.
+    std::string fingerprint;
+};
+
+// Blocks until every rank of the world has connected (bounded by options.timeout). Throws Error
+// kUnavailable when the store or a peer cannot be reached in time, kInvalidArgument on a
+// fingerprint mismatch or an invalid layout. The returned context owns the transport.
+ParallelContext connect_gloo(const GlooConnectOptions& options);
+
+}  // namespace moeserve::parallel

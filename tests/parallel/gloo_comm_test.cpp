@@ -1,0 +1,98 @@
+// Gloo across real processes on loopback: collectives, a dead peer, a desynchronized MoE
+// exchange, a configuration mismatch. Every wait is bounded; no test waits past ~20 s.
+#include "moeserve/parallel/gloo_comm.h"
+
+#include "moeserve/core/error.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "moeserve/parallel/rendezvous.h"
+#include "parallel/process_util.h"
+
+namespace moeserve::parallel {
+namespace {
+
+using namespace std::chrono_literals;
+using moeserve::testing::ExitStatus;
+
+std::vector<ExitStatus> run_world(int world, const std::string& mode, int timeout_ms,
+                                  const std::vector<std::string>& fingerprints = {}) {
+    auto server = TcpStoreServer::start("127.0.0.1", 0);
+    std::vector<pid_t> pids;
+    for (int r = 0; r < world; ++r) {
+        std::vector<std::string> argv{MOESERVE_PARALLEL_RANK_HELPER, "--rank", std::to_string(r), "--world",
+                                      std::to_string(world), "--store", "127.0.0.1:" + std::to_string(server->port()),
+                                      "--addr", "127.0.0.1", "--timeout-ms", std::to_string(timeout_ms), "--mode", mode};
+        if (!fingerprints.empty()) {
+            argv.push_back("--fingerprint");
+            argv.push_back(fingerprints[static_cast<size_t>(r)]);
+        }
+        pids.push_back(moeserve::testing::spawn_process(argv));
+        EXPECT_GT(pids.back(), 0);
+    }
+    return moeserve::testing::wait_all(pids, std::chrono::steady_clock::now() + 20s);
+}
+
+TEST(GlooCommTest, CollectivesAcrossFourProcesses) {
+    const auto st = run_world(4, "check", 10000);
+    for (size_t r = 0; r < st.size(); ++r) {
+        EXPECT_FALSE(st[r].timed_out) << "rank " << r;
+        EXPECT_EQ(st[r].code, 0) << "rank " << r;
+    }
+}
+
+TEST(GlooCommTest, DeadPeerGivesUnavailableWithinTheTimeout) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto st = run_world(3, "die", 3000);
+    EXPECT_EQ(st[1].signal, SIGKILL);
+    for (size_t r : {0u, 2u}) {
+        EXPECT_FALSE(st[r].timed_out) << "rank " << r << " hung";
+        EXPECT_EQ(st[r].code, 3) << "rank " << r << " should exit with Error kUnavailable";
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 15s);
+}
+
+TEST(GlooCommTest, MismatchedMoeExchangeFailsInBoundedTime) {
+    const auto st = run_world(2, "mismatch", 2000);
+    for (size_t r = 0; r < st.size(); ++r) {
+        EXPECT_FALSE(st[r].timed_out) << "rank " << r << " hung";
+        EXPECT_NE(st[r].code, 0) << "rank " << r;
+    }
+}
+
+TEST(GlooCommTest, ConfigurationMismatchIsRefused) {
+    const auto st = run_world(2, "check", 5000, {"model=a dp=2", "model=b dp=2"});
+    for (size_t r = 0; r < st.size(); ++r) {
+        EXPECT_FALSE(st[r].timed_out) << "rank " << r;
+        EXPECT_EQ(st[r].code, 2) << "rank " << r << " should refuse with kInvalidArgument";
+    }
+}
+
+TEST(RendezvousTest, SetGetWait) {
+    auto server = TcpStoreServer::start("127.0.0.1", 0);
+    TcpStore a("127.0.0.1", server->port(), 2000ms);
+    TcpStore b("127.0.0.1", server->port(), 2000ms);
+    a.set("k", {'x', 'y'});
+    b.wait({"k"});
+    EXPECT_EQ(b.get("k"), (std::vector<char>{'x', 'y'}));
+    EXPECT_THROW(b.wait({"missing"}, 100ms), Error);
+}
+
+TEST(RendezvousTest, UnreachableStoreIsUnavailable) {
+    int port = 0;
+    {
+        auto server = TcpStoreServer::start("127.0.0.1", 0);
+        port = server->port();
+    }
+    try {
+        TcpStore s("127.0.0.1", port, 300ms);
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kUnavailable);
+    }
+}
+
+}  // namespace
+}  // namespace moeserve::parallel
