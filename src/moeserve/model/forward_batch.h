@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "moeserve/parallel/moe_exchange.h"
+
 namespace moeserve::model {
 
 struct ForwardBatch {
@@ -22,6 +24,9 @@ struct ForwardBatch {
     std::vector<int32_t> block_tables;  // [num_seqs, max_blocks_per_seq], unused entries 0
     int64_t max_blocks_per_seq = 0;
     std::vector<int32_t> logits_rows;   // token rows (indices into token_ids) that need logits
+    // MoE exchange of this step under expert parallelism; every rank of the EP group must pass the
+    // same (parallel/dp_control.h exchange_for_phase). Ignored on a single rank.
+    parallel::MoeExchangeKind moe_exchange = parallel::MoeExchangeKind::kAllToAll;
 
     int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
     int64_t num_seqs() const { return static_cast<int64_t>(seq_lens.size()); }

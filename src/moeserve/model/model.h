@@ -24,7 +24,8 @@ struct ModelInfo {
     std::optional<int32_t> bos_token_id;
     std::vector<int32_t> eos_token_ids;
     int64_t kv_bytes_per_token = 0;  // KV cache bytes one token occupies over all layers
-    int64_t weight_bytes = 0;        // bytes of weights the model holds
+    int64_t weight_bytes = 0;        // bytes of weights the model holds (a TP/EP rank: its shard)
+    int64_t rank_weight_bytes = 0;   // bytes of the weights this rank loaded (its TP/EP shard)
     int64_t num_parameters = 0;
     int64_t active_weight_bytes_per_token = 0;  // bytes one decoded token reads (decode roofline)
 };

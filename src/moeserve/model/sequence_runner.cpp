@@ -37,6 +37,7 @@ std::vector<float> SequenceRunner::append(std::span<const int32_t> tokens, int64
         batch.seq_lens = {static_cast<int32_t>(length_ + count)};
         batch.block_tables = block_table_;
         batch.max_blocks_per_seq = static_cast<int64_t>(block_table_.size());
+        batch.moe_exchange = moe_exchange_;
         if (all_logits) {
             for (int32_t r = 0; r < count; ++r) batch.logits_rows.push_back(r);
         } else if (end == n) {

@@ -22,6 +22,8 @@ public:
     std::vector<float> append(std::span<const int32_t> tokens, int64_t chunk_size = 0, bool all_logits = false);
 
     int64_t length() const { return length_; }
+    // The MoE exchange the batches ask for (expert parallelism; all ranks must use the same).
+    void set_moe_exchange(parallel::MoeExchangeKind kind) { moe_exchange_ = kind; }
     void reset() { length_ = 0; }
 
 private:
@@ -30,6 +32,7 @@ private:
     std::unique_ptr<KvCache> kv_;
     std::vector<int32_t> block_table_;
     int64_t length_ = 0;
+    parallel::MoeExchangeKind moe_exchange_ = parallel::MoeExchangeKind::kAllToAll;
 };
 
 }  // namespace moeserve::model

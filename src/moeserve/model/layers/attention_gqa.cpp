@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "moeserve/core/error.h"
 #include "moeserve/kernels/cpu/norm.h"
 #include "moeserve/model/layers/weight_loading.h"
 
@@ -9,15 +10,40 @@ namespace moeserve::model {
 
 namespace kc = kernels::cpu;
 
-GqaAttention GqaAttention::load(const io::WeightSource& weights, const std::string& prefix, const GqaShape& s) {
+int64_t GqaAttention::local_kv_heads(const GqaShape& s, int tp) {
+    if (s.num_heads % tp != 0) {
+        raise(ErrorCode::kInvalidArgument,
+              "num_attention_heads ({}) must be divisible by tensor-parallel-size ({})", s.num_heads, tp);
+    }
+    if (s.num_kv_heads % tp == 0) return s.num_kv_heads / tp;
+    if (tp % s.num_kv_heads == 0) return 1;  // replicated
+    raise(ErrorCode::kInvalidArgument,
+          "num_key_value_heads ({}) and tensor-parallel-size ({}) must divide one another", s.num_kv_heads, tp);
+}
+
+GqaAttention GqaAttention::load(const io::WeightSource& weights, const std::string& prefix, const GqaShape& s,
+                                int tp_rank, int tp_size) {
     GqaAttention a;
-    a.shape_ = s;
+    const int64_t kv_local = local_kv_heads(s, tp_size);
+    const int64_t heads_local = s.num_heads / tp_size;
+    const int64_t q_begin = tp_rank * heads_local;
+    // the KV head of q head h is h / (H / KV); replicated KV heads follow the rank's q heads
+    const int64_t kv_begin = s.num_kv_heads % tp_size == 0 ? tp_rank * kv_local
+                                                            : q_begin / (s.num_heads / s.num_kv_heads);
     const int64_t q_dim = s.num_heads * s.head_dim;
     const int64_t kv_dim = s.num_kv_heads * s.head_dim;
-    a.q_proj_ = Linear::load(weights, prefix + "q_proj", q_dim, s.hidden_size, s.bias);
-    a.k_proj_ = Linear::load(weights, prefix + "k_proj", kv_dim, s.hidden_size, s.bias);
-    a.v_proj_ = Linear::load(weights, prefix + "v_proj", kv_dim, s.hidden_size, s.bias);
-    a.o_proj_ = Linear::load(weights, prefix + "o_proj", s.hidden_size, q_dim);
+    const int64_t d = s.head_dim;
+    a.shape_ = s;
+    a.shape_.num_heads = heads_local;
+    a.shape_.num_kv_heads = kv_local;
+    a.q_proj_ = Linear::load_shard(weights, prefix + "q_proj", q_dim, s.hidden_size,
+                                   {q_begin * d, heads_local * d, 0, -1}, s.bias);
+    a.k_proj_ = Linear::load_shard(weights, prefix + "k_proj", kv_dim, s.hidden_size,
+                                   {kv_begin * d, kv_local * d, 0, -1}, s.bias);
+    a.v_proj_ = Linear::load_shard(weights, prefix + "v_proj", kv_dim, s.hidden_size,
+                                   {kv_begin * d, kv_local * d, 0, -1}, s.bias);
+    a.o_proj_ = Linear::load_shard(weights, prefix + "o_proj", s.hidden_size, q_dim,
+                                   {0, -1, q_begin * d, heads_local * d});
     if (s.qk_norm) {
         a.q_norm_ = load_vector_f32(weights, prefix + "q_norm.weight", s.head_dim);
         a.k_norm_ = load_vector_f32(weights, prefix + "k_norm.weight", s.head_dim);

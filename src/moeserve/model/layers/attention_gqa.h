@@ -29,8 +29,17 @@ struct GqaScratch {
 
 class GqaAttention {
 public:
-    // prefix: "model.layers.N.self_attn."
-    static GqaAttention load(const io::WeightSource& weights, const std::string& prefix, const GqaShape& shape);
+    // prefix: "model.layers.N.self_attn.". Tensor parallelism (tp_size > 1): this rank keeps heads
+    // [tp_rank * H/tp, +H/tp) (q/k/v column-parallel, o_proj row-parallel: forward() then returns
+    // a partial sum the caller all-reduces over TP). KV heads: KV/tp per rank when tp divides KV,
+    // else (tp a multiple of KV) the one KV head its q heads use, replicated. Other head counts
+    // are Error kInvalidArgument.
+    static GqaAttention load(const io::WeightSource& weights, const std::string& prefix, const GqaShape& shape,
+                             int tp_rank = 0, int tp_size = 1);
+    // The shape this rank holds (heads and KV heads local).
+    const GqaShape& shape() const { return shape_; }
+    // KV heads one rank of tp_size holds (see load()).
+    static int64_t local_kv_heads(const GqaShape& shape, int tp_size);
 
     // h f32 [T, hidden] -> out f32 [T, hidden]; writes this layer's K/V of the batch into kv.
     void forward(ThreadPool& pool, const float* h, const ForwardBatch& batch, const kernels::cpu::PagedKvLayer& kv,

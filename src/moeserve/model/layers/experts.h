@@ -17,8 +17,10 @@ public:
     Experts() = default;
     // prefixes[e] + "gate_proj.weight" / "up_proj.weight" [inter, hidden], "down_proj.weight"
     // [hidden, inter]; expert e gets global id expert_begin + e.
+    // With inter_count > 0, only the intermediate rows [inter_begin, inter_begin + inter_count) of
+    // gate/up and the same columns of down are kept (tensor parallelism; partial sums result).
     static Experts load(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
-                        int64_t inter, int64_t expert_begin = 0);
+                        int64_t inter, int64_t expert_begin = 0, int64_t inter_begin = 0, int64_t inter_count = 0);
 
     // out f32 [num_tokens, hidden] = sum_j w[t, j] * Expert_{ids[t, j]}(x[t]).
     void forward(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
@@ -29,6 +31,7 @@ public:
 
     int64_t num_experts() const { return gate_up_.numel() ? gate_up_.dim(0) : 0; }
     int64_t inter() const { return inter_; }
+    int64_t hidden() const { return hidden_; }
     size_t weight_bytes() const { return gate_up_.nbytes() + down_.nbytes(); }
     size_t bytes_per_expert() const { return num_experts() ? weight_bytes() / static_cast<size_t>(num_experts()) : 0; }
 

@@ -1,5 +1,7 @@
 #include "moeserve/model/layers/linear.h"
 
+#include <cstring>
+
 #include "moeserve/core/error.h"
 #include "moeserve/kernels/cpu/linear.h"
 #include "moeserve/model/layers/weight_loading.h"
@@ -24,6 +26,41 @@ Linear Linear::load(const io::WeightSource& weights, const std::string& prefix, 
                   dtype_name(l.weight_.dtype));
     }
     if (has_bias) l.bias_ = load_vector_f32(weights, prefix + ".bias", out_features);
+    return l;
+}
+
+Linear Linear::load_shard(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
+                          int64_t in_features, const LinearShard& shard, bool has_bias) {
+    const int64_t rows = shard.rows < 0 ? out_features : shard.rows;
+    const int64_t cols = shard.cols < 0 ? in_features : shard.cols;
+    MOESERVE_CHECK(shard.row_begin >= 0 && shard.row_begin + rows <= out_features && shard.col_begin >= 0 &&
+                       shard.col_begin + cols <= in_features,
+                   "shard rows [{}, +{}) cols [{}, +{}) outside [{}, {}]", shard.row_begin, rows, shard.col_begin,
+                   cols, out_features, in_features);
+    Linear full = load(weights, prefix, out_features, in_features, has_bias);
+    if (rows == out_features && cols == in_features) return full;
+    Linear l;
+    const size_t es = dtype_size(full.weight_.dtype);
+    const auto* src = static_cast<const char*>(full.weight_.data);
+    if (cols == in_features && full.owned_.empty()) {
+        // 1. row slice of a mapped weight: a view
+        l.weight_ = TensorView{const_cast<char*>(src) + static_cast<size_t>(shard.row_begin * in_features) * es,
+                               full.weight_.dtype, Shape{rows, in_features}};
+    } else {
+        // 2. otherwise copy the rectangle [rows, cols]
+        l.owned_ = Tensor(full.weight_.dtype, {rows, cols});
+        auto* dst = static_cast<char*>(l.owned_.data());
+        for (int64_t r = 0; r < rows; ++r) {
+            std::memcpy(dst + static_cast<size_t>(r * cols) * es,
+                        src + static_cast<size_t>((shard.row_begin + r) * in_features + shard.col_begin) * es,
+                        static_cast<size_t>(cols) * es);
+        }
+        l.weight_ = l.owned_.view();
+    }
+    if (has_bias) {
+        l.bias_ = Tensor(DType::kF32, {rows});
+        std::memcpy(l.bias_.as<float>(), full.bias_.as<float>() + shard.row_begin, static_cast<size_t>(rows) * 4);
+    }
     return l;
 }
 

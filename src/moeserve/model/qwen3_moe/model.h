@@ -10,6 +10,7 @@
 #include "moeserve/model/layers/attention_gqa.h"
 #include "moeserve/model/layers/experts.h"
 #include "moeserve/model/layers/linear.h"
+#include "moeserve/model/layers/parallel_ops.h"
 #include "moeserve/model/layers/rotary_embedding.h"
 #include "moeserve/model/load_options.h"
 #include "moeserve/model/model.h"
@@ -36,16 +37,21 @@ private:
         Linear router;                    // bf16 [num_experts, hidden]
         Experts experts;                  // routed experts, or the dense MLP as one expert
     };
-    void moe_forward(const Layer& layer, const float* h, int64_t num_tokens, float* out);
+    void moe_forward(const Layer& layer, const float* h, int64_t num_tokens, parallel::MoeExchangeKind exchange,
+                     float* out);
 
     const Qwen3MoeConfig config_;
+    const ParallelConfig par_;     // this rank's TP/EP shard
+    ShardRange vocab_shard_;       // embedding / lm_head rows held here
+    ShardRange expert_shard_;      // routed experts held here
+    int64_t local_kv_heads_ = 0;
     std::shared_ptr<const io::WeightSource> weights_;
     ThreadPool& pool_;
     ModelInfo info_;
-    TensorView embed_tokens_;  // bf16 [vocab, hidden]
+    TensorView embed_tokens_;  // bf16 [vocab_shard.count, hidden]
     std::vector<Layer> layers_;
     Tensor norm_;              // f32 [hidden]
-    Linear lm_head_;           // [vocab, hidden] (embed_tokens when tied)
+    Linear lm_head_;           // [vocab_shard.count, hidden] (embed_tokens when tied)
     std::unique_ptr<RotaryEmbedding> rope_;
 
     // Scratch, reused across steps.
@@ -55,6 +61,8 @@ private:
     std::vector<int32_t> dense_ids_;
     GqaScratch attn_scratch_;
     kernels::cpu::MoeScratch moe_scratch_;
+    ParallelMoe parallel_moe_;
+    std::vector<float> logits_gather_;
     Tensor logits_;
 };
 

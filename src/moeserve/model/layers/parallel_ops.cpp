@@ -1,0 +1,104 @@
+// Collective steps of the sharded model (parallel_ops.h).
+#include "moeserve/model/layers/parallel_ops.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "moeserve/core/error.h"
+#include "moeserve/kernels/cpu/embedding.h"
+
+namespace moeserve::model {
+
+void tp_all_reduce(const ParallelConfig& par, float* data, int64_t n) {
+    if (par.tp_size == 1) return;
+    par.tp->all_reduce_sum(std::span<float>(data, static_cast<size_t>(n)));
+}
+
+ShardRange local_experts(const ParallelConfig& par, int64_t num_experts) {
+    if (par.ep_size == 1) return {0, num_experts};
+    if (num_experts % par.ep_size != 0) {
+        raise(ErrorCode::kInvalidArgument, "the expert-parallel size ({}) must divide the number of experts ({})",
+              par.ep_size, num_experts);
+    }
+    return shard_range(num_experts, par.ep_size, par.ep_rank);
+}
+
+ShardRange local_moe_inter(const ParallelConfig& par, int64_t moe_inter) {
+    if (par.ep_size > 1 || par.tp_size == 1) return {0, moe_inter};
+    if (moe_inter % par.tp_size != 0) {
+        raise(ErrorCode::kInvalidArgument,
+              "moe_intermediate_size ({}) must be divisible by tensor-parallel-size ({}) when experts are split "
+              "TP-wise (or enable expert parallelism)",
+              moe_inter, par.tp_size);
+    }
+    return shard_range(moe_inter, par.tp_size, par.tp_rank);
+}
+
+void embed_vocab_parallel(const ParallelConfig& par, const TensorView& table, ShardRange vocab, int64_t hidden,
+                          const int32_t* ids, int64_t num_tokens, float* x) {
+    if (par.tp_size == 1) {
+        kernels::cpu::embedding_bf16(table.as<const uint16_t>(), vocab.count, hidden, ids, num_tokens, x);
+        return;
+    }
+    // 1. rows of ids this rank holds; zeros elsewhere; 2. sum over TP gives every row once
+    std::fill(x, x + num_tokens * hidden, 0.0f);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+        const int32_t local = static_cast<int32_t>(ids[t] - vocab.begin);
+        if (local < 0 || local >= vocab.count) continue;
+        kernels::cpu::embedding_bf16(table.as<const uint16_t>(), vocab.count, hidden, &local, 1, x + t * hidden);
+    }
+    tp_all_reduce(par, x, num_tokens * hidden);
+}
+
+void lm_head_vocab_parallel(const ParallelConfig& par, ThreadPool& pool, const Linear& head, int64_t vocab,
+                            const float* x, int64_t rows, std::vector<float>& scratch, float* logits) {
+    if (par.tp_size == 1) {
+        head.forward(pool, x, rows, logits);
+        return;
+    }
+    // 1. local logits [R, V_r]; 2. all-gather [tp][R, V_r]; 3. transpose to [R, V]
+    const int64_t local = head.out_features();
+    std::vector<float> mine(static_cast<size_t>(std::max<int64_t>(rows * local, 1)));
+    head.forward(pool, x, rows, mine.data());
+    std::vector<int64_t> counts(static_cast<size_t>(par.tp_size));
+    for (int r = 0; r < par.tp_size; ++r) counts[static_cast<size_t>(r)] = rows * shard_range(vocab, par.tp_size, r).count;
+    scratch.resize(static_cast<size_t>(rows * vocab));
+    par.tp->all_gather_v<float>(std::span<const float>(mine.data(), static_cast<size_t>(rows * local)), counts,
+                                scratch);
+    size_t off = 0;
+    for (int r = 0; r < par.tp_size; ++r) {
+        const ShardRange s = shard_range(vocab, par.tp_size, r);
+        for (int64_t i = 0; i < rows; ++i) {
+            std::memcpy(logits + i * vocab + s.begin, scratch.data() + off + static_cast<size_t>(i * s.count),
+                        static_cast<size_t>(s.count) * sizeof(float));
+        }
+        off += static_cast<size_t>(rows * s.count);
+    }
+}
+
+void ParallelMoe::forward(ThreadPool& pool, const Experts& experts, const ParallelConfig& par,
+                          const RoutedMoeArgs& a, int64_t experts_per_rank, kernels::cpu::MoeScratch& scratch,
+                          float* out) {
+    const int64_t hidden = experts.hidden();
+    if (par.ep_size == 1) {
+        if (a.num_tokens > 0) {
+            experts.forward(pool, a.x, a.num_tokens, a.topk_ids, a.topk_weights, a.k, scratch, out);
+        }
+        tp_all_reduce(par, out, a.num_tokens * hidden);  // TP-split experts: partial sums
+        return;
+    }
+    parallel::MoeExchangeKind kind = a.exchange;
+    if (par.debug_flip_moe_exchange) {
+        kind = kind == parallel::MoeExchangeKind::kAllToAll ? parallel::MoeExchangeKind::kAllGather
+                                                            : parallel::MoeExchangeKind::kAllToAll;
+    }
+    // 1. dispatch rows to the EP ranks owning their experts; 2. local experts; 3. combine
+    exchange_.dispatch(*par.ep, kind, {a.x, a.topk_ids, a.topk_weights, a.num_tokens, hidden, a.k}, experts_per_rank);
+    if (exchange_.num_local() > 0) {
+        experts.forward(pool, exchange_.local_x(), exchange_.num_local(), exchange_.local_ids(),
+                        exchange_.local_weights(), a.k, scratch, exchange_.local_out());
+    }
+    exchange_.combine(*par.ep, out);
+}
+
+}  // namespace moeserve::model
