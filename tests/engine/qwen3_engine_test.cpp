@@ -19,11 +19,11 @@ protected:
     static void SetUpTestSuite() {
         pool_ = new ThreadPool(2);
         model_ = model::load_model(kModelDir, *pool_, model::LoadOptions{.max_model_len = 256}).release();
-        // Prompts of 5..61 tokens; prompts 0, 3, 6 share a 32-token prefix (prefix-cache hits).
+        // 64 prompts of 5..66 tokens; every third shares a 32-token prefix (prefix-cache hits).
         Rng rng(11);
         std::vector<int32_t> shared;
         for (int i = 0; i < 32; ++i) shared.push_back(static_cast<int32_t>(rng.next_u64() % 150000));
-        for (int i = 0; i < 8; ++i) {
+        for (int i = 0; i < kNumPrompts; ++i) {
             std::vector<int32_t> p = i % 3 == 0 ? shared : std::vector<int32_t>{};
             const int extra = 5 + (i * 11) % 30;
             for (int k = 0; k < extra; ++k) p.push_back(static_cast<int32_t>(rng.next_u64() % 150000));
@@ -40,7 +40,7 @@ protected:
         EngineCore engine(*model_, *pool_, config);
         std::map<int, std::vector<ipc::AddRequest>> arrivals;
         for (size_t i = 0; i < prompts_->size(); ++i) {
-            arrivals[static_cast<int>(i % 4) * 2].push_back(greedy_add("r" + std::to_string(i), (*prompts_)[i], kMaxTokens));
+            arrivals[static_cast<int>(i % 8) * 2].push_back(greedy_add("r" + std::to_string(i), (*prompts_)[i], kMaxTokens));
         }
         Collected c = run_to_completion(engine, arrivals);
         const auto& pool = engine.kv_cache_manager().pool();
@@ -57,15 +57,16 @@ protected:
     }
     static EngineConfig config() {
         EngineConfig c;
-        c.max_num_seqs = 16;
-        c.max_num_batched_tokens = 256;
+        c.max_num_seqs = 64;
+        c.max_num_batched_tokens = 512;
         c.max_model_len = 256;
         c.block_size = 8;
-        c.num_blocks = 128;
+        c.num_blocks = 1024;
         return c;
     }
 
-    static constexpr int32_t kMaxTokens = 12;
+    static constexpr int kNumPrompts = 64;
+    static constexpr int32_t kMaxTokens = 10;
     static ThreadPool* pool_;
     static model::Model* model_;
     static std::vector<std::vector<int32_t>>* prompts_;
@@ -87,22 +88,22 @@ TEST_F(Qwen3EngineTest, BatchedGreedyEqualsAloneWithoutPrefixCaching) {
 
 TEST_F(Qwen3EngineTest, BatchedGreedyEqualsAloneWithPrefixCacheHits) {
     expect_alone_outputs(run(config()));
-    EXPECT_GE(stats_.prefix_cache_hits, 2 * 32);  // prompts 3 and 6 reuse prompt 0's 32 tokens
+    EXPECT_GE(stats_.prefix_cache_hits, 20 * 32);  // 21 prompts share prompt 0's 32 tokens
 }
 
 TEST_F(Qwen3EngineTest, BatchedGreedyEqualsAloneWithChunkedPrefill) {
     EngineConfig c = config();
-    c.max_num_batched_tokens = 24;  // prompts of up to 61 tokens run in chunks next to decodes
+    c.max_num_batched_tokens = 24;  // prompts of up to 66 tokens run in chunks next to decodes
     c.enable_prefix_caching = false;
     expect_alone_outputs(run(c));
     // Every step computes at most 24 tokens, so the prompts took at least this many steps.
     EXPECT_GE(stats_.num_prefill_steps, (stats_.num_prompt_tokens + 23) / 24);
-    EXPECT_GT(stats_.num_prompt_tokens, 8 * 24);
+    EXPECT_GT(stats_.num_prompt_tokens, 64 * 24);
 }
 
 TEST_F(Qwen3EngineTest, BatchedGreedyEqualsAloneUnderPreemption) {
     EngineConfig c = config();
-    c.num_blocks = 13;  // 12 usable blocks of 8 = 96 tokens for ~8 x 45 tokens
+    c.num_blocks = 17;  // 16 usable blocks of 8 = 128 tokens for 64 x ~45 tokens
     expect_alone_outputs(run(c));
     EXPECT_GT(stats_.num_preemptions, 0);
 }
