@@ -150,7 +150,7 @@ void FakeOpenAiServer::stream_response(tcp::socket& socket, const nlohmann::json
             chat ? nlohmann::json{{"index", 0}, {"delta", {{"content", options_.chunk_text}}}}
                  : nlohmann::json{{"index", 0}, {"text", options_.chunk_text}};
         write_chunk(socket, event(choice));
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::this_thread::sleep_for(std::chrono::milliseconds(i == 0 ? std::max(1, options_.pause_after_first_ms) : 1));
     }
     const bool usage = options_.send_usage && body.contains("stream_options") &&
                        body["stream_options"].value("include_usage", false);

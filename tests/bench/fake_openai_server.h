@@ -24,6 +24,7 @@ struct FakeServerOptions {
     bool chat = false;             // chat.completion.chunk shapes (opening role chunk included)
     // HTTP status for a request body; 200 streams, anything else answers an OpenAI error.
     std::function<int(const nlohmann::json&)> status_for{};
+    int pause_after_first_ms = 0;  // pause between the first content chunk and the rest
     int hold_until_in_flight = 0;  // the first N requests wait until N are open (<= 5 s)
 };
 

@@ -65,6 +65,16 @@ TEST(ServeBenchTest, StreamsAllRequests) {
     EXPECT_EQ(server.authorizations()[0], "Bearer sk-test");
 }
 
+TEST(ServeBenchTest, ChunksAreTimedAsTheyArrive) {
+    // The server pauses 200 ms after the first chunk: a client that timestamps chunks as they
+    // arrive sees TTFT well before E2EL (one that waits for the whole body sees them equal).
+    FakeOpenAiServer server({.num_chunks = 3, .pause_after_first_ms = 200});
+    const BenchRun run = run_benchmark_requests(options_for(server.port()), requests(1));
+    ASSERT_TRUE(run.outputs[0].success) << run.outputs[0].error;
+    EXPECT_GT(run.outputs[0].latency_s - run.outputs[0].ttft_s, 0.1);
+    EXPECT_GT(run.outputs[0].itl_s.at(0), 0.1);
+}
+
 TEST(ServeBenchTest, ChatBackend) {
     FakeOpenAiServer server({.num_chunks = 3, .chunk_text = "ok", .send_usage = false, .chat = true});
     auto o = options_for(server.port());
@@ -80,7 +90,7 @@ TEST(ServeBenchTest, ChatBackend) {
     }
     const auto body = server.bodies()[0];
     EXPECT_EQ(body["messages"][0]["role"], "user");
-    EXPECT_EQ(body["messages"][0]["content"], "prompt 0");
+    EXPECT_EQ(body["messages"][0]["content"].get<std::string>().rfind("prompt ", 0), 0u);
     EXPECT_EQ(body["max_completion_tokens"], 4);
     EXPECT_EQ(body["ignore_eos"], true);
 }

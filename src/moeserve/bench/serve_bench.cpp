@@ -150,7 +150,8 @@ awaitable<bool> attempt(Client& client, beast::tcp_stream& stream, bool reused,
     while (!parser.is_done()) {
         parser.get().body().data = chunk;
         parser.get().body().size = sizeof(chunk);
-        co_await http::async_read(stream, buffer, parser, asio::redirect_error(use_awaitable, ec));
+        // read_some: return with whatever arrived (async_read would wait for a full buffer).
+        co_await http::async_read_some(stream, buffer, parser, asio::redirect_error(use_awaitable, ec));
         if (ec == http::error::need_buffer) ec = {};
         if (ec) throw boost::system::system_error(ec);
         const size_t n = sizeof(chunk) - parser.get().body().size;
