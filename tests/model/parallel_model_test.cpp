@@ -146,6 +146,19 @@ INSTANTIATE_TEST_SUITE_P(Qwen3Moe, ParallelModelTest,
                                     std::to_string(s.tp) + "_ep" + std::to_string(s.ep);
                          });
 
+const ModelCase kDsv3{"deepseek_v3", MOESERVE_DSV3_TINY_DIR, MOESERVE_DSV3_PROMPT};
+const ModelCase kDsv3NoQ{"deepseek_v3_noq", MOESERVE_DSV3_NOQ_TINY_DIR, MOESERVE_DSV3_PROMPT};
+
+INSTANTIATE_TEST_SUITE_P(DeepseekV3, ParallelModelTest,
+                         ::testing::Combine(::testing::Values(kDsv3, kDsv3NoQ),
+                                            ::testing::Values(ParallelSizes{1, 2, 1}, ParallelSizes{2, 1, 2},
+                                                              ParallelSizes{2, 2, 4}, ParallelSizes{4, 1, 2})),
+                         [](const auto& info) {
+                             const ParallelSizes& s = std::get<1>(info.param);
+                             return std::string(std::get<0>(info.param).name) + "_dp" + std::to_string(s.dp) + "_tp" +
+                                    std::to_string(s.tp) + "_ep" + std::to_string(s.ep);
+                         });
+
 TEST(ParallelModelMismatchTest, ForcedExchangeMismatchFailsInBoundedTime) {
     const std::vector<int32_t> ids = parse_ids(MOESERVE_QWEN3_PROMPT);
     const auto start = std::chrono::steady_clock::now();

@@ -36,11 +36,28 @@ kc::GroupedTopkArgs routing_args(const DeepseekV3Config& c) {
 
 DeepseekV3Model::DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr<const io::WeightSource> weights,
                                  ThreadPool& pool, const LoadOptions& options)
-    : config_(config), weights_(std::move(weights)), pool_(pool), routing_(routing_args(config)) {
+    : config_(config), par_(options.parallel), weights_(std::move(weights)), pool_(pool),
+      routing_(routing_args(config)) {
     const DeepseekV3Config& c = config_;
     const io::WeightSource& w = *weights_;
     const int64_t h = c.hidden_size;
-    embed_tokens_ = get_checked(w, "model.embed_tokens.weight", {c.vocab_size, h});
+    // Shards of this rank (parallel_config.h).
+    vocab_shard_ = shard_range(c.vocab_size, par_.tp_size, par_.tp_rank);
+    expert_shard_ = local_experts(par_, c.n_routed_experts);
+    const ShardRange moe_inter = local_moe_inter(par_, c.moe_intermediate_size);
+    const int64_t shared_inter = c.n_shared_experts * c.moe_intermediate_size;
+    if (c.intermediate_size % par_.tp_size != 0 || shared_inter % par_.tp_size != 0) {
+        raise(ErrorCode::kInvalidArgument,
+              "intermediate_size ({}) and the shared experts' size ({}) must be divisible by tensor-parallel-size "
+              "({})",
+              c.intermediate_size, shared_inter, par_.tp_size);
+    }
+    const ShardRange dense_inter = shard_range(c.intermediate_size, par_.tp_size, par_.tp_rank);
+    const ShardRange shared_shard = shard_range(shared_inter, par_.tp_size, par_.tp_rank);
+    int64_t rank_bytes = h * 4;
+    embed_tokens_ = get_checked(w, "model.embed_tokens.weight", {c.vocab_size, h})
+                        .rows(vocab_shard_.begin, vocab_shard_.begin + vocab_shard_.count);
+    rank_bytes += static_cast<int64_t>(embed_tokens_.nbytes());
     if (embed_tokens_.dtype != DType::kBF16) {
         raise(ErrorCode::kUnsupported, "model.embed_tokens.weight has dtype {}; only BF16 embeddings are supported",
               dtype_name(embed_tokens_.dtype));
@@ -60,7 +77,7 @@ DeepseekV3Model::DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr
         const std::string p = "model.layers." + std::to_string(i) + ".";
         Layer layer{load_vector_f32(w, p + "input_layernorm.weight", h),
                     load_vector_f32(w, p + "post_attention_layernorm.weight", h),
-                    MlaAttention::load(w, p + "self_attn.", attn_shape),
+                    MlaAttention::load(w, p + "self_attn.", attn_shape, par_.tp_rank, par_.tp_size),
                     c.is_moe_layer(i),
                     {},
                     {},
@@ -72,25 +89,31 @@ DeepseekV3Model::DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr
             const std::string bias_name = p + "mlp.gate.e_score_correction_bias";
             if (w.contains(bias_name)) layer.score_bias = load_vector_f32(w, bias_name, c.n_routed_experts);
             std::vector<std::string> prefixes;
-            for (int64_t e = 0; e < c.n_routed_experts; ++e)
+            for (int64_t e = expert_shard_.begin; e < expert_shard_.begin + expert_shard_.count; ++e)
                 prefixes.push_back(p + "mlp.experts." + std::to_string(e) + ".");
-            layer.experts = Experts::load(w, prefixes, h, c.moe_intermediate_size);
+            layer.experts = Experts::load(w, prefixes, h, c.moe_intermediate_size, expert_shard_.begin,
+                                          moe_inter.begin, moe_inter.count);
             if (c.n_shared_experts > 0) {
-                layer.shared =
-                    Experts::load(w, {p + "mlp.shared_experts."}, h, c.n_shared_experts * c.moe_intermediate_size);
+                layer.shared = Experts::load(w, {p + "mlp.shared_experts."}, h, shared_inter, 0, shared_shard.begin,
+                                             shared_shard.count);
             }
+            rank_bytes += static_cast<int64_t>(layer.gate.weight_bytes() + layer.shared.weight_bytes());
             active_bytes +=
                 static_cast<int64_t>(layer.gate.weight_bytes() + layer.shared.weight_bytes() +
                                      layer.experts.bytes_per_expert() * static_cast<size_t>(c.num_experts_per_tok));
         } else {
-            layer.experts = Experts::load(w, {p + "mlp."}, h, c.intermediate_size);
+            layer.experts = Experts::load(w, {p + "mlp."}, h, c.intermediate_size, 0, dense_inter.begin,
+                                          dense_inter.count);
             active_bytes += static_cast<int64_t>(layer.experts.weight_bytes());
         }
+        rank_bytes += static_cast<int64_t>(layer.attention.weight_bytes() + layer.experts.weight_bytes()) + 2 * h * 4;
         layers_.push_back(std::move(layer));
     }
     norm_ = load_vector_f32(w, "model.norm.weight", h);
-    lm_head_ = Linear::load(w, c.tie_word_embeddings ? "model.embed_tokens" : "lm_head", c.vocab_size, h);
+    lm_head_ = Linear::load_shard(w, c.tie_word_embeddings ? "model.embed_tokens" : "lm_head", c.vocab_size, h,
+                                  {vocab_shard_.begin, vocab_shard_.count, 0, -1});
     active_bytes += static_cast<int64_t>(lm_head_.weight_bytes());
+    if (!c.tie_word_embeddings) rank_bytes += static_cast<int64_t>(lm_head_.weight_bytes());
 
     const int64_t max_len = options.max_model_len > 0 ? options.max_model_len : c.max_position_embeddings;
     RopeScaling rope = c.rope;
@@ -110,6 +133,8 @@ DeepseekV3Model::DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr
         info_.weight_bytes += static_cast<int64_t>(t.nbytes());
         info_.num_parameters += t.numel();
     }
+    info_.rank_weight_bytes = rank_bytes;
+    if (!par_.is_single()) info_.weight_bytes = rank_bytes;  // what this rank holds
     info_.active_weight_bytes_per_token = active_bytes;
 }
 
@@ -124,9 +149,12 @@ std::unique_ptr<KvCache> DeepseekV3Model::create_kv_cache(int64_t num_blocks, in
                                         config_.qk_rope_head_dim);
 }
 
-void DeepseekV3Model::mlp_forward(const Layer& layer, const float* h, int64_t num_tokens, float* out) {
+void DeepseekV3Model::mlp_forward(const Layer& layer, const float* h, int64_t num_tokens,
+                                  parallel::MoeExchangeKind exchange, float* out) {
     if (!layer.is_moe) {
+        // dense MLP: column-parallel gate/up, row-parallel down -> partial sums over TP
         layer.experts.forward_dense(pool_, h, num_tokens, moe_scratch_, dense_ids_, dense_weights_, out);
+        tp_all_reduce(par_, out, num_tokens * config_.hidden_size);
         return;
     }
     const int64_t e = config_.n_routed_experts;
@@ -139,13 +167,15 @@ void DeepseekV3Model::mlp_forward(const Layer& layer, const float* h, int64_t nu
     kc::GroupedTopkArgs args = routing_;
     args.bias = layer.score_bias.empty() ? nullptr : layer.score_bias.as<float>();
     kc::grouped_topk(router_logits_.data(), num_tokens, args, topk_ids_.data(), topk_weights_.data());
-    // 2. routed experts, weighted sum -> out [T, hidden]
-    layer.experts.forward(pool_, h, num_tokens, topk_ids_.data(), topk_weights_.data(), k, moe_scratch_, out);
+    // 2. routed experts, weighted sum -> out [T, hidden] (EP dispatch/combine, or TP-split + all-reduce)
+    parallel_moe_.forward(pool_, layer.experts, par_, {h, num_tokens, topk_ids_.data(), topk_weights_.data(), k, exchange},
+                          std::max<int64_t>(expert_shard_.count, 1), moe_scratch_, out);
     // 3. shared experts added unweighted
     if (layer.shared.num_experts() > 0) {
         const int64_t n = num_tokens * config_.hidden_size;
         shared_out_.resize(static_cast<size_t>(n));
         layer.shared.forward_dense(pool_, h, num_tokens, moe_scratch_, dense_ids_, dense_weights_, shared_out_.data());
+        tp_all_reduce(par_, shared_out_.data(), n);
         for (int64_t i = 0; i < n; ++i) out[i] += shared_out_[static_cast<size_t>(i)];
     }
 }
@@ -175,15 +205,16 @@ TensorView DeepseekV3Model::forward(const ForwardBatch& batch, KvCache& kv_base)
     float* out = tmp_.data();  // block output [T, hidden]
 
     // 1. embedding: ids [T] -> x [T, hidden]
-    kc::embedding_bf16(embed_tokens_.as<const uint16_t>(), c.vocab_size, h, batch.token_ids.data(), t, x);
+    embed_vocab_parallel(par_, embed_tokens_, vocab_shard_, h, batch.token_ids.data(), t, x);
     kc::rms_norm(pool_, x, layers_[0].input_layernorm.as<float>(), t, h, eps, hs);
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& layer = layers_[i];
         // 2. attention block: x += o_proj(mla(norm(x)))
         layer.attention.forward(pool_, hs, batch, kv.layer(static_cast<int64_t>(i)), *rope_, path_, attn_scratch_, out);
+        tp_all_reduce(par_, out, t * h);  // row-parallel o_proj: partial sums over TP
         kc::add_rms_norm(pool_, x, out, layer.post_attention_layernorm.as<float>(), t, h, eps, hs);
         // 3. MoE / MLP block: x += mlp(norm(x)); fused with the next layer's input norm
-        mlp_forward(layer, hs, t, out);
+        mlp_forward(layer, hs, t, batch.moe_exchange, out);
         const float* next_norm =
             i + 1 < layers_.size() ? layers_[i + 1].input_layernorm.as<float>() : norm_.as<float>();
         kc::add_rms_norm(pool_, x, out, next_norm, t, h, eps, hs);
@@ -197,7 +228,8 @@ TensorView DeepseekV3Model::forward(const ForwardBatch& batch, KvCache& kv_base)
         std::copy_n(hs + row * h, h, final_rows_.data() + j * h);
     }
     if (logits_.numel() < r * c.vocab_size) logits_ = Tensor(DType::kF32, {std::max<int64_t>(r, 1), c.vocab_size});
-    lm_head_.forward(pool_, final_rows_.data(), r, logits_.as<float>());
+    lm_head_vocab_parallel(par_, pool_, lm_head_, c.vocab_size, final_rows_.data(), r, logits_gather_,
+                           logits_.as<float>());
     return TensorView{logits_.data(), DType::kF32, Shape{r, c.vocab_size}};
 }
 

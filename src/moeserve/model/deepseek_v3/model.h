@@ -14,6 +14,7 @@
 #include "moeserve/model/layers/attention_mla.h"
 #include "moeserve/model/layers/experts.h"
 #include "moeserve/model/layers/linear.h"
+#include "moeserve/model/layers/parallel_ops.h"
 #include "moeserve/model/layers/rotary_embedding.h"
 #include "moeserve/model/load_options.h"
 #include "moeserve/model/model.h"
@@ -47,9 +48,13 @@ private:
         Experts experts;    // routed experts, or the dense MLP as one expert
         Experts shared;     // shared experts as one expert, or empty
     };
-    void mlp_forward(const Layer& layer, const float* h, int64_t num_tokens, float* out);
+    void mlp_forward(const Layer& layer, const float* h, int64_t num_tokens, parallel::MoeExchangeKind exchange,
+                     float* out);
 
     const DeepseekV3Config config_;
+    const ParallelConfig par_;  // this rank's TP/EP shard
+    ShardRange vocab_shard_;    // embedding / lm_head rows held here
+    ShardRange expert_shard_;   // routed experts held here
     std::shared_ptr<const io::WeightSource> weights_;
     ThreadPool& pool_;
     ModelInfo info_;
@@ -68,6 +73,8 @@ private:
     std::vector<int32_t> dense_ids_;
     MlaScratch attn_scratch_;
     kernels::cpu::MoeScratch moe_scratch_;
+    ParallelMoe parallel_moe_;
+    std::vector<float> logits_gather_;
     Tensor logits_;
 };
 

@@ -46,8 +46,12 @@ struct MlaScratch {
 
 class MlaAttention {
 public:
-    // prefix: "model.layers.N.self_attn."
-    static MlaAttention load(const io::WeightSource& weights, const std::string& prefix, const MlaShape& shape);
+    // prefix: "model.layers.N.self_attn.". Tensor parallelism (tp_size > 1): this rank keeps heads
+    // [tp_rank * H/tp, +H/tp) of q_b/q_proj and kv_b (column-parallel) and of o_proj (row-parallel:
+    // forward() returns a partial sum the caller all-reduces over TP); the latent path (q_a, kv_a)
+    // and the latent cache are replicated. H not divisible by tp is Error kInvalidArgument.
+    static MlaAttention load(const io::WeightSource& weights, const std::string& prefix, const MlaShape& shape,
+                             int tp_rank = 0, int tp_size = 1);
 
     // h f32 [T, hidden] -> out f32 [T, hidden]; writes this layer's latents of the batch into kv.
     void forward(ThreadPool& pool, const float* h, const ForwardBatch& batch, const kernels::cpu::PagedLatentLayer& kv,
