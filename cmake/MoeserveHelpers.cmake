@@ -30,8 +30,17 @@ function(moeserve_add_test_suite mod)
   add_executable(moeserve_${mod}_tests ${srcs})
   target_include_directories(moeserve_${mod}_tests PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
   target_link_libraries(moeserve_${mod}_tests PRIVATE ${ARG_LIBS} moeserve_test_support GTest::gtest GTest::gtest_main GTest::gmock)
+  # gtest_discover_tests cannot pass a list-valued property, so several fixtures are gathered
+  # behind one no-op setup test that requires them all.
+  set(fixture_name "")
+  if(ARG_FIXTURES)
+    set(fixture_name ${mod}_fixtures)
+    add_test(NAME fixture.${mod}_ready COMMAND ${CMAKE_COMMAND} -E true)
+    set_tests_properties(fixture.${mod}_ready PROPERTIES
+      FIXTURES_SETUP ${fixture_name} FIXTURES_REQUIRED "${ARG_FIXTURES}")
+  endif()
   gtest_discover_tests(moeserve_${mod}_tests DISCOVERY_MODE PRE_TEST
-    PROPERTIES LABELS "${mod};${ARG_LABELS}" FIXTURES_REQUIRED "${ARG_FIXTURES}")
+    PROPERTIES LABELS ${mod} FIXTURES_REQUIRED "${fixture_name}")
 endfunction()
 
 # moeserve_add_benchmark(<name> [LIBS ...]) from benchmarks/<name>_bench.cpp

@@ -1,0 +1,239 @@
+// EngineClient: request routing to engine cores and output fan-in. Only the receive thread
+// calls callbacks and removes finished requests, so a request's outputs arrive in order and
+// exactly one of them is final.
+#include "moeserve/serve/engine_client.h"
+
+#include <chrono>
+
+namespace moeserve::serve {
+
+namespace {
+constexpr int kPollMs = 50;
+}
+
+EngineClient::EngineClient(EngineClientOptions options, Logger& logger)
+    : options_(std::move(options)), logger_(logger),
+      channel_(options_.output_address, options_.input_addresses),
+      engines_(options_.input_addresses.size()) {
+    for (auto& e : engines_) e.last_heard_ms = now_ms();
+    thread_ = std::thread([this] { receive_loop(); });
+}
+
+EngineClient::~EngineClient() { shutdown(); }
+
+int64_t EngineClient::now_ms() const {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+bool EngineClient::wait_ready(int timeout_ms) {
+    std::unique_lock lock(mutex_);
+    const auto all_ready = [&] {
+        for (const auto& e : engines_) {
+            if (!e.ready || e.dead) return false;
+        }
+        return true;
+    };
+    const auto any_dead = [&] {
+        for (const auto& e : engines_) {
+            if (e.dead) return true;
+        }
+        return false;
+    };
+    ready_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                       [&] { return all_ready() || any_dead(); });
+    return all_ready();
+}
+
+bool EngineClient::add(ipc::AddRequest request, OutputCallback callback) {
+    int best = -1;
+    {
+        std::lock_guard lock(mutex_);
+        for (size_t i = 0; i < engines_.size(); ++i) {
+            const auto& e = engines_[i];
+            if (!e.ready || e.dead) continue;
+            if (best < 0 || e.in_flight < engines_[static_cast<size_t>(best)].in_flight) {
+                best = static_cast<int>(i);
+            }
+        }
+        if (best < 0) return false;
+        engines_[static_cast<size_t>(best)].in_flight++;
+        pending_[request.request_id] =
+            Pending{best, std::make_shared<OutputCallback>(std::move(callback))};
+    }
+    const std::string id = request.request_id;
+    if (!channel_.send(best, std::move(request))) {
+        std::lock_guard lock(mutex_);
+        if (pending_.erase(id)) engines_[static_cast<size_t>(best)].in_flight--;
+        return false;
+    }
+    return true;
+}
+
+void EngineClient::abort(const std::vector<std::string>& request_ids) {
+    std::vector<std::vector<std::string>> per_engine(engines_.size());
+    {
+        std::lock_guard lock(mutex_);
+        for (const auto& id : request_ids) {
+            const auto it = pending_.find(id);
+            if (it != pending_.end()) per_engine[static_cast<size_t>(it->second.engine)].push_back(id);
+        }
+    }
+    for (size_t i = 0; i < per_engine.size(); ++i) {
+        if (!per_engine[i].empty()) channel_.send(static_cast<int>(i), ipc::Abort{per_engine[i]});
+    }
+}
+
+void EngineClient::abort_all() {
+    std::vector<std::string> ids;
+    {
+        std::lock_guard lock(mutex_);
+        for (const auto& [id, p] : pending_) ids.push_back(id);
+    }
+    abort(ids);
+}
+
+void EngineClient::mark_dead(int engine, const std::string& reason) {
+    std::lock_guard lock(mutex_);
+    auto& e = engines_.at(static_cast<size_t>(engine));
+    if (!e.dead) {
+        e.dead = true;
+        e.dead_reason = reason;
+    }
+    ready_cv_.notify_all();
+}
+
+bool EngineClient::healthy() const {
+    std::lock_guard lock(mutex_);
+    for (const auto& e : engines_) {
+        if (!e.ready || e.dead) return false;
+    }
+    return true;
+}
+
+int EngineClient::num_in_flight() const {
+    std::lock_guard lock(mutex_);
+    return static_cast<int>(pending_.size());
+}
+
+std::vector<ipc::Stats> EngineClient::stats() const {
+    std::lock_guard lock(mutex_);
+    std::vector<ipc::Stats> out;
+    for (const auto& e : engines_) out.push_back(e.stats);
+    return out;
+}
+
+void EngineClient::shutdown() {
+    if (stop_.exchange(true)) return;
+    for (int i = 0; i < channel_.num_engines(); ++i) {
+        bool alive;
+        {
+            std::lock_guard lock(mutex_);
+            alive = engines_[static_cast<size_t>(i)].ready && !engines_[static_cast<size_t>(i)].dead;
+        }
+        if (alive) channel_.send(i, ipc::Shutdown{});
+    }
+    if (thread_.joinable()) thread_.join();
+}
+
+void EngineClient::receive_loop() {
+    while (!stop_.load()) {
+        auto event = channel_.poll(kPollMs);
+        using Kind = ipc::ServerChannel::Event::Kind;
+        if (event.kind == Kind::kMessage) {
+            if (auto* step = std::get_if<ipc::StepOutputs>(&*event.message)) {
+                on_step_outputs(*step);
+            } else if (auto* reply = std::get_if<ipc::HealthReply>(&*event.message)) {
+                std::lock_guard lock(mutex_);
+                auto& e = engines_.at(static_cast<size_t>(reply->engine_index));
+                e.last_heard_ms = now_ms();
+                if (!reply->healthy && !e.dead) {
+                    e.dead = true;
+                    e.dead_reason = "engine " + std::to_string(reply->engine_index) +
+                                    " reported unhealthy: " + reply->detail;
+                }
+                if (!e.ready) {
+                    e.ready = true;
+                    MOESERVE_LOG_I(logger_, "api", "engine %d ready", reply->engine_index);
+                }
+                ready_cv_.notify_all();
+            }
+        } else if (event.kind == Kind::kDisconnected) {
+            mark_dead(event.engine, "engine " + std::to_string(event.engine) + " disconnected");
+        } else if (event.kind == Kind::kMalformed) {
+            MOESERVE_LOG_E(logger_, "api", "malformed engine message: %s", event.detail.c_str());
+        }
+        check_engines();
+    }
+}
+
+void EngineClient::on_step_outputs(const ipc::StepOutputs& step) {
+    const size_t index = static_cast<size_t>(step.engine_index);
+    std::vector<std::pair<const ipc::RequestOutput*, std::shared_ptr<OutputCallback>>> calls;
+    {
+        std::lock_guard lock(mutex_);
+        if (index >= engines_.size()) return;
+        engines_[index].stats = step.stats;
+        engines_[index].last_heard_ms = now_ms();
+        for (const auto& out : step.outputs) {
+            const auto it = pending_.find(out.request_id);
+            if (it == pending_.end()) continue;
+            calls.emplace_back(&out, it->second.callback);
+            if (out.finish_reason != ipc::FinishReason::kNone) {
+                pending_.erase(it);
+                engines_[index].in_flight--;
+            }
+        }
+    }
+    for (auto& [out, cb] : calls) (*cb)(*out);
+}
+
+// Declares engines dead that went silent, and fails the requests of dead engines (once).
+void EngineClient::check_engines() {
+    std::vector<std::pair<int, std::string>> to_fail;
+    {
+        std::lock_guard lock(mutex_);
+        const int64_t now = now_ms();
+        for (size_t i = 0; i < engines_.size(); ++i) {
+            auto& e = engines_[i];
+            if (e.ready && !e.dead && now - e.last_heard_ms > options_.heartbeat_timeout_ms) {
+                e.dead = true;
+                e.dead_reason = "engine " + std::to_string(i) + " sent nothing for " +
+                                std::to_string(options_.heartbeat_timeout_ms) + " ms";
+                ready_cv_.notify_all();
+            }
+            if (e.dead && !e.failed) {
+                e.failed = true;
+                to_fail.emplace_back(static_cast<int>(i), e.dead_reason);
+            }
+        }
+    }
+    for (const auto& [engine, reason] : to_fail) fail_engine(engine, reason);
+}
+
+void EngineClient::fail_engine(int engine, const std::string& reason) {
+    MOESERVE_LOG_E(logger_, "api", "%s; failing its requests", reason.c_str());
+    std::vector<std::pair<std::string, std::shared_ptr<OutputCallback>>> failed;
+    {
+        std::lock_guard lock(mutex_);
+        for (auto it = pending_.begin(); it != pending_.end();) {
+            if (it->second.engine == engine) {
+                failed.emplace_back(it->first, it->second.callback);
+                it = pending_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        engines_[static_cast<size_t>(engine)].in_flight = 0;
+    }
+    for (auto& [id, cb] : failed) {
+        ipc::RequestOutput out;
+        out.request_id = id;
+        out.finish_reason = ipc::FinishReason::kError;
+        out.error = reason;
+        (*cb)(out);
+    }
+}
+
+}  // namespace moeserve::serve

@@ -1,0 +1,59 @@
+// Server metrics in the Prometheus text format (GET /metrics): request counters by finish
+// reason, token counters, TTFT/TPOT/e2e histograms, and the engines' gauges (running, waiting,
+// KV cache usage, prefix cache hit rate). Names follow vLLM's with the "moeserve:" prefix.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "moeserve/ipc/messages.h"
+
+namespace moeserve::serve {
+
+// One finished (engine) request, as the server saw it.
+struct FinishedRequest {
+    std::string finish_reason;  // "stop" | "length" | "abort" | "error"
+    int64_t num_prompt_tokens = 0;
+    int64_t num_generation_tokens = 0;
+    double ttft_s = 0;  // arrival -> first token
+    double e2e_s = 0;   // arrival -> finish
+};
+
+class Histogram {
+public:
+    explicit Histogram(std::vector<double> bounds);
+    void observe(double value);
+    // Lines "<name>_bucket{le=...}", "_sum", "_count" with labels (e.g. model_name="x").
+    void render(std::string& out, const std::string& name, const std::string& labels) const;
+
+private:
+    std::vector<double> bounds_;
+    std::vector<int64_t> counts_;  // per bucket (not cumulative), last = +Inf
+    double sum_ = 0;
+    int64_t count_ = 0;
+};
+
+class Metrics {
+public:
+    explicit Metrics(std::string model_name);
+    // Thread-safe.
+    void on_request_finished(const FinishedRequest& request);
+    // Counts an HTTP answer by status code. Thread-safe.
+    void on_http_status(int status);
+    // The exposition text, with the engines' latest stats. Thread-safe.
+    std::string render(const std::vector<ipc::Stats>& engines, int num_in_flight) const;
+
+private:
+    std::string model_name_;
+    mutable std::mutex mutex_;
+    std::map<std::string, int64_t> finished_by_reason_;
+    std::map<int, int64_t> http_by_status_;
+    int64_t prompt_tokens_ = 0, generation_tokens_ = 0;
+    Histogram ttft_, tpot_, e2e_;
+};
+
+}  // namespace moeserve::serve

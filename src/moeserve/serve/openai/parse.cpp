@@ -1,0 +1,435 @@
+// Request parsing and validation for the OpenAI routes. Each field is read by a typed getter
+// that raises ApiError(400, param=field) for a wrong type; ranges are checked in validate().
+#include "moeserve/serve/openai/parse.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace moeserve::serve::openai {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr int kMaxDepth = 64;
+constexpr int32_t kMaxN = 128;
+constexpr int32_t kMaxLogprobs = 20;
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+    throw ApiError(400, message, "invalid_request_error", param);
+}
+
+// The deepest [ / { nesting of text, scanning past strings; stops counting past the limit.
+bool nesting_too_deep(std::string_view text) {
+    int depth = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (in_string) {
+            if (c == '\\') ++i;
+            else if (c == '"') in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > kMaxDepth) return true;
+        } else if (c == ']' || c == '}') {
+            --depth;
+        }
+    }
+    return false;
+}
+
+const char* type_name(const Json& v) {
+    switch (v.type()) {
+        case Json::value_t::null: return "null";
+        case Json::value_t::boolean: return "boolean";
+        case Json::value_t::string: return "string";
+        case Json::value_t::array: return "array";
+        case Json::value_t::object: return "object";
+        case Json::value_t::number_float: return "number";
+        default: return "integer";
+    }
+}
+
+// Typed access to optional fields: absent or null leaves the default.
+class Fields {
+public:
+    explicit Fields(const Json& body) : body_(body) {}
+
+    const Json* get(const char* key) {
+        seen_.insert(key);
+        const auto it = body_.find(key);
+        return it == body_.end() || it->is_null() ? nullptr : &*it;
+    }
+    template <typename T>
+    void number(const char* key, T& out) {
+        if (const Json* v = get(key)) out = as_number<T>(*v, key);
+    }
+    template <typename T>
+    void number(const char* key, std::optional<T>& out) {
+        if (const Json* v = get(key)) out = as_number<T>(*v, key);
+    }
+    void boolean(const char* key, bool& out) {
+        if (const Json* v = get(key)) {
+            if (!v->is_boolean()) bad(key, fmt::format("'{}' must be a boolean; got {}", key, type_name(*v)));
+            out = v->get<bool>();
+        }
+    }
+    void string(const char* key, std::string& out) {
+        if (const Json* v = get(key)) {
+            if (!v->is_string()) bad(key, fmt::format("'{}' must be a string; got {}", key, type_name(*v)));
+            out = v->get<std::string>();
+        }
+    }
+    // OpenAI rejects fields it does not know; we do too, except those listed as ignorable.
+    void reject_unknown(std::initializer_list<const char*> ignored) {
+        for (const char* k : ignored) seen_.insert(k);
+        for (const auto& [key, value] : body_.items()) {
+            if (!seen_.count(key)) {
+                bad(key, fmt::format("Unrecognized request argument supplied: {}", key));
+            }
+        }
+    }
+
+    template <typename T>
+    static T as_number(const Json& v, const char* key) {
+        if constexpr (std::is_integral_v<T>) {
+            // Integers, or floats with an integral value (Python clients send 16.0 sometimes).
+            double d = 0;
+            if (v.is_number_integer()) {
+                if (v.is_number_unsigned()) {
+                    const auto u = v.get<uint64_t>();
+                    if (u > static_cast<uint64_t>(std::numeric_limits<T>::max())) {
+                        bad(key, fmt::format("'{}' is too large: {}", key, u));
+                    }
+                    return static_cast<T>(u);
+                }
+                const auto i = v.get<int64_t>();
+                if (i < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+                    (i > 0 && static_cast<uint64_t>(i) > static_cast<uint64_t>(std::numeric_limits<T>::max()))) {
+                    bad(key, fmt::format("'{}' is out of range: {}", key, i));
+                }
+                return static_cast<T>(i);
+            }
+            if (v.is_number_float()) d = v.get<double>();
+            else bad(key, fmt::format("'{}' must be an integer; got {}", key, type_name(v)));
+            if (!std::isfinite(d) || d != std::floor(d) ||
+                d < static_cast<double>(std::numeric_limits<T>::min()) ||
+                d > static_cast<double>(std::numeric_limits<T>::max())) {
+                bad(key, fmt::format("'{}' must be an integer; got {}", key, d));
+            }
+            return static_cast<T>(d);
+        } else {
+            if (!v.is_number()) bad(key, fmt::format("'{}' must be a number; got {}", key, type_name(v)));
+            const double d = v.get<double>();
+            if (!std::isfinite(d)) bad(key, fmt::format("'{}' must be finite", key));
+            return static_cast<T>(d);
+        }
+    }
+
+private:
+    const Json& body_;
+    std::set<std::string> seen_;
+};
+
+void check(bool ok, const char* param, const std::string& message) {
+    if (!ok) bad(param, message);
+}
+
+std::vector<TokenId> token_ids(const Json& v, const char* param, const ModelLimits& limits) {
+    std::vector<TokenId> ids;
+    ids.reserve(v.size());
+    for (const Json& x : v) {
+        if (!x.is_number_integer()) bad(param, fmt::format("'{}' token ids must be integers; got {}", param, type_name(x)));
+        const int64_t id = x.is_number_unsigned() ? std::numeric_limits<int64_t>::max() : x.get<int64_t>();
+        if (id < 0 || id >= limits.vocab_size) {
+            bad(param, fmt::format("token id {} is out of vocabulary (0..{})", id, limits.vocab_size - 1));
+        }
+        ids.push_back(static_cast<TokenId>(id));
+    }
+    return ids;
+}
+
+void check_model(Fields& f, const ModelLimits& limits, std::string& model) {
+    f.string("model", model);
+    if (!model.empty() && model != limits.served_model_name) {
+        throw ApiError(404, fmt::format("The model `{}` does not exist.", model),
+                       "invalid_request_error", "model", "model_not_found");
+    }
+    if (model.empty()) model = limits.served_model_name;
+}
+
+std::vector<std::string> stop_strings(const Json* v) {
+    std::vector<std::string> out;
+    if (!v) return out;
+    if (v->is_string()) {
+        out.push_back(v->get<std::string>());
+    } else if (v->is_array()) {
+        for (const Json& s : *v) {
+            if (!s.is_string()) bad("stop", "'stop' must be a string or a list of strings");
+            out.push_back(s.get<std::string>());
+        }
+    } else {
+        bad("stop", fmt::format("'stop' must be a string or a list of strings; got {}", type_name(*v)));
+    }
+    for (const auto& s : out) check(!s.empty(), "stop", "'stop' strings must not be empty");
+    return out;
+}
+
+// The fields both endpoints share; `max_tokens_key` differs (chat also takes
+// max_completion_tokens).
+void read_generation(Fields& f, GenerationParams& p, const ModelLimits& limits) {
+    f.number("n", p.n);
+    f.number("max_tokens", p.max_tokens);
+    f.number("temperature", p.temperature);
+    f.number("top_p", p.top_p);
+    f.number("top_k", p.top_k);
+    f.number("min_p", p.min_p);
+    f.number("presence_penalty", p.presence_penalty);
+    f.number("frequency_penalty", p.frequency_penalty);
+    f.number("repetition_penalty", p.repetition_penalty);
+    if (const Json* v = f.get("seed")) p.seed = static_cast<uint64_t>(Fields::as_number<int64_t>(*v, "seed"));
+    p.stop = stop_strings(f.get("stop"));
+    if (const Json* v = f.get("stop_token_ids")) {
+        check(v->is_array(), "stop_token_ids", "'stop_token_ids' must be a list of integers");
+        p.stop_token_ids = token_ids(*v, "stop_token_ids", limits);
+    }
+    f.boolean("ignore_eos", p.ignore_eos);
+    f.number("min_tokens", p.min_tokens);
+    f.boolean("skip_special_tokens", p.skip_special_tokens);
+    f.boolean("include_stop_str_in_output", p.include_stop_str_in_output);
+    f.boolean("stream", p.stream);
+    if (const Json* v = f.get("stream_options")) {
+        check(v->is_object(), "stream_options", "'stream_options' must be an object");
+        Fields so(*v);
+        so.boolean("include_usage", p.include_usage);
+        so.boolean("continuous_usage_stats", p.continuous_usage_stats);
+        so.reject_unknown({});
+        check(p.stream, "stream_options", "'stream_options' is only allowed when 'stream' is true");
+    }
+    if (const Json* v = f.get("best_of")) {
+        check(Fields::as_number<int32_t>(*v, "best_of") == p.n, "best_of",
+              "'best_of' other than n is not supported");
+    }
+}
+
+void validate(const GenerationParams& p) {
+    check(p.n >= 1 && p.n <= kMaxN, "n", fmt::format("'n' must be in [1, {}]; got {}", kMaxN, p.n));
+    if (p.max_tokens) {
+        check(*p.max_tokens >= 1, "max_tokens", fmt::format("'max_tokens' must be at least 1; got {}", *p.max_tokens));
+    }
+    check(p.temperature >= 0, "temperature", fmt::format("'temperature' must be >= 0; got {}", p.temperature));
+    check(p.top_p > 0 && p.top_p <= 1, "top_p", fmt::format("'top_p' must be in (0, 1]; got {}", p.top_p));
+    check(p.top_k >= -1, "top_k", fmt::format("'top_k' must be -1 (off), 0 (off) or positive; got {}", p.top_k));
+    check(p.min_p >= 0 && p.min_p <= 1, "min_p", fmt::format("'min_p' must be in [0, 1]; got {}", p.min_p));
+    check(p.presence_penalty >= -2 && p.presence_penalty <= 2, "presence_penalty",
+          fmt::format("'presence_penalty' must be in [-2, 2]; got {}", p.presence_penalty));
+    check(p.frequency_penalty >= -2 && p.frequency_penalty <= 2, "frequency_penalty",
+          fmt::format("'frequency_penalty' must be in [-2, 2]; got {}", p.frequency_penalty));
+    check(p.repetition_penalty > 0 && p.repetition_penalty <= 2, "repetition_penalty",
+          fmt::format("'repetition_penalty' must be in (0, 2]; got {}", p.repetition_penalty));
+    check(p.min_tokens >= 0, "min_tokens", fmt::format("'min_tokens' must be >= 0; got {}", p.min_tokens));
+    if (p.max_tokens) {
+        check(p.min_tokens <= *p.max_tokens, "min_tokens",
+              fmt::format("'min_tokens' ({}) must be <= 'max_tokens' ({})", p.min_tokens, *p.max_tokens));
+    }
+    if (p.logprobs) {
+        check(*p.logprobs >= 0 && *p.logprobs <= kMaxLogprobs, "logprobs",
+              fmt::format("'logprobs' must be in [0, {}]; got {}", kMaxLogprobs, *p.logprobs));
+    }
+}
+
+std::vector<PromptInput> read_prompts(const Json* v, const ModelLimits& limits) {
+    if (!v) bad("prompt", "'prompt' is required");
+    std::vector<PromptInput> out;
+    const auto text = [](const Json& s) { return PromptInput{s.get<std::string>(), {}}; };
+    if (v->is_string()) {
+        out.push_back(text(*v));
+    } else if (v->is_array() && !v->empty() && (*v)[0].is_string()) {
+        for (const Json& s : *v) {
+            if (!s.is_string()) bad("prompt", "'prompt' list items must all be strings");
+            out.push_back(text(s));
+        }
+    } else if (v->is_array() && !v->empty() && (*v)[0].is_array()) {
+        for (const Json& ids : *v) {
+            if (!ids.is_array()) bad("prompt", "'prompt' lists of token ids must all be lists");
+            out.push_back(PromptInput{std::nullopt, token_ids(ids, "prompt", limits)});
+        }
+    } else if (v->is_array() && !v->empty()) {
+        out.push_back(PromptInput{std::nullopt, token_ids(*v, "prompt", limits)});
+    } else {
+        bad("prompt", "'prompt' must be a string, a list of strings, a list of token ids or a list "
+                      "of lists of token ids, and not empty");
+    }
+    for (const auto& p : out) {
+        check(p.text ? !p.text->empty() : !p.token_ids.empty(), "prompt", "'prompt' must not be empty");
+    }
+    return out;
+}
+
+// messages: a non-empty list of objects with a role and string/array/null content.
+Json read_messages(const Json* v) {
+    if (!v || !v->is_array() || v->empty()) bad("messages", "'messages' must be a non-empty list");
+    static constexpr const char* kRoles[] = {"system", "developer", "user", "assistant", "tool"};
+    for (const Json& m : *v) {
+        if (!m.is_object()) bad("messages", "each message must be an object");
+        const auto role = m.find("role");
+        if (role == m.end() || !role->is_string()) bad("messages", "each message needs a string 'role'");
+        const std::string r = role->get<std::string>();
+        if (std::find(std::begin(kRoles), std::end(kRoles), r) == std::end(kRoles)) {
+            bad("messages", fmt::format("unknown message role '{}'", r));
+        }
+        const auto content = m.find("content");
+        if (content != m.end() && !content->is_string() && !content->is_null() && !content->is_array()) {
+            bad("messages", "message 'content' must be a string, a list of parts or null");
+        }
+        if (content != m.end() && content->is_array()) {
+            for (const Json& part : *content) {
+                const bool text_part = part.is_object() && part.contains("type") &&
+                                       part["type"] == "text" && part.contains("text") &&
+                                       part["text"].is_string();
+                if (!text_part) bad("messages", "only {\"type\": \"text\", \"text\": ...} content parts are supported");
+            }
+        }
+    }
+    return *v;
+}
+
+// Flattens list-of-text-parts content into one string, as vLLM does for text-only models.
+Json flatten_contents(Json messages) {
+    for (Json& m : messages) {
+        auto it = m.find("content");
+        if (it == m.end() || !it->is_array()) continue;
+        std::string text;
+        for (size_t i = 0; i < it->size(); ++i) text += (i ? "\n" : "") + (*it)[i]["text"].get<std::string>();
+        *it = text;
+    }
+    return messages;
+}
+
+Json object_or_empty(const Json* v, const char* param) {
+    if (!v) return Json::object();
+    check(v->is_object(), param, fmt::format("'{}' must be an object", param));
+    return *v;
+}
+
+}  // namespace
+
+Json parse_body(std::string_view body) {
+    if (nesting_too_deep(body)) {
+        throw ApiError(400, fmt::format("The JSON body nests deeper than {} levels.", kMaxDepth));
+    }
+    Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) {
+        throw ApiError(400, "We could not parse the JSON body of your request. (HINT: This likely "
+                            "means you aren't using your HTTP library correctly. The OpenAI API "
+                            "expects a JSON payload, but what was sent was not valid JSON.)");
+    }
+    if (!j.is_object()) throw ApiError(400, fmt::format("The request body must be a JSON object; got {}", type_name(j)));
+    return j;
+}
+
+CompletionRequest parse_completion_request(const Json& body, const ModelLimits& limits) {
+    Fields f(body);
+    CompletionRequest r;
+    check_model(f, limits, r.model);
+    r.prompts = read_prompts(f.get("prompt"), limits);
+    read_generation(f, r.params, limits);
+    f.boolean("echo", r.echo);
+    f.number("logprobs", r.params.logprobs);
+    if (const Json* v = f.get("suffix")) bad("suffix", "'suffix' is not supported");
+    f.reject_unknown({"user", "logit_bias", "service_tier", "metadata", "store", "priority"});
+    validate(r.params);
+    return r;
+}
+
+ChatCompletionRequest parse_chat_request(const Json& body, const ModelLimits& limits) {
+    Fields f(body);
+    ChatCompletionRequest r;
+    check_model(f, limits, r.model);
+    r.messages = flatten_contents(read_messages(f.get("messages")));
+    read_generation(f, r.params, limits);
+    if (const Json* v = f.get("max_completion_tokens")) {
+        r.params.max_tokens = Fields::as_number<int32_t>(*v, "max_completion_tokens");
+    }
+    bool logprobs = false;
+    std::optional<int32_t> top_logprobs;
+    f.boolean("logprobs", logprobs);
+    f.number("top_logprobs", top_logprobs);
+    if (top_logprobs && !logprobs) bad("top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
+    if (logprobs) r.params.logprobs = top_logprobs.value_or(0);
+    f.boolean("add_generation_prompt", r.add_generation_prompt);
+    f.boolean("continue_final_message", r.continue_final_message);
+    if (r.continue_final_message && r.add_generation_prompt && body.contains("add_generation_prompt")) {
+        bad("continue_final_message", "'continue_final_message' and 'add_generation_prompt' cannot both be true");
+    }
+    if (r.continue_final_message) r.add_generation_prompt = false;
+    if (const Json* v = f.get("tools")) {
+        check(v->is_array(), "tools", "'tools' must be a list");
+        r.tools = *v;
+    }
+    r.chat_template_kwargs = object_or_empty(f.get("chat_template_kwargs"), "chat_template_kwargs");
+    f.reject_unknown({"user", "logit_bias", "service_tier", "metadata", "store", "priority",
+                      "tool_choice", "parallel_tool_calls", "response_format", "modalities"});
+    if (r.params.logprobs) {
+        check(*r.params.logprobs <= kMaxLogprobs, "top_logprobs",
+              fmt::format("'top_logprobs' must be in [0, {}]; got {}", kMaxLogprobs, *r.params.logprobs));
+    }
+    validate(r.params);
+    return r;
+}
+
+TokenizeRequest parse_tokenize_request(const Json& body, const ModelLimits& limits) {
+    Fields f(body);
+    TokenizeRequest r;
+    std::string model;
+    check_model(f, limits, model);
+    if (const Json* v = f.get("prompt")) {
+        check(v->is_string(), "prompt", "'prompt' must be a string");
+        r.prompt = v->get<std::string>();
+    } else {
+        r.messages = flatten_contents(read_messages(f.get("messages")));
+    }
+    f.boolean("add_special_tokens", r.add_special_tokens);
+    f.boolean("add_generation_prompt", r.add_generation_prompt);
+    f.boolean("continue_final_message", r.continue_final_message);
+    if (r.continue_final_message) r.add_generation_prompt = false;
+    r.chat_template_kwargs = object_or_empty(f.get("chat_template_kwargs"), "chat_template_kwargs");
+    f.get("return_token_strs");
+    f.reject_unknown({});
+    return r;
+}
+
+DetokenizeRequest parse_detokenize_request(const Json& body, const ModelLimits& limits) {
+    Fields f(body);
+    std::string model;
+    check_model(f, limits, model);
+    const Json* v = f.get("tokens");
+    if (!v || !v->is_array()) bad("tokens", "'tokens' must be a list of token ids");
+    DetokenizeRequest r{token_ids(*v, "tokens", limits)};
+    f.reject_unknown({});
+    return r;
+}
+
+int32_t resolve_max_tokens(int64_t num_prompt_tokens, const GenerationParams& params,
+                           const ModelLimits& limits, bool chat) {
+    const int64_t room = limits.max_model_len - num_prompt_tokens;
+    int64_t max_tokens = params.max_tokens ? *params.max_tokens : (chat ? room : 16);
+    if (num_prompt_tokens + max_tokens > limits.max_model_len || room < 1) {
+        throw ApiError(400, fmt::format(
+            "This model's maximum context length is {} tokens. However, you requested {} tokens "
+            "({} in the messages, {} in the completion). Please reduce the length of the "
+            "messages or completion.", limits.max_model_len, num_prompt_tokens + std::max<int64_t>(max_tokens, 0),
+            num_prompt_tokens, std::max<int64_t>(max_tokens, 0)), "invalid_request_error",
+            chat ? "messages" : "prompt");
+    }
+    max_tokens = std::max<int64_t>(max_tokens, 1);
+    if (params.min_tokens > max_tokens) {
+        bad("min_tokens", fmt::format("'min_tokens' ({}) must be <= max_tokens ({})", params.min_tokens, max_tokens));
+    }
+    return static_cast<int32_t>(max_tokens);
+}
+
+}  // namespace moeserve::serve::openai

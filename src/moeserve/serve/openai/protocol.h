@@ -1,0 +1,106 @@
+// OpenAI (and vLLM-extra) request types of the server, after parsing and validation, and the
+// error type routes turn into {"error": {"message", "type", "param", "code"}}. Plain structs:
+// parse.cpp builds them from JSON, render.cpp writes responses. No I/O, no engine types.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "moeserve/core/error.h"
+
+namespace moeserve::serve::openai {
+
+using TokenId = int32_t;
+
+// A request the client got wrong (or a server state it must know about), with the HTTP status
+// and OpenAI's error fields. Thrown by parse/validation, caught by the route.
+class ApiError : public Error {
+public:
+    ApiError(int status, std::string message, std::string type = "invalid_request_error",
+             std::optional<std::string> param = std::nullopt,
+             std::optional<std::string> code = std::nullopt)
+        : Error(status >= 500 ? ErrorCode::kUnavailable : ErrorCode::kInvalidArgument, message),
+          status_(status), type_(std::move(type)), param_(std::move(param)), code_(std::move(code)) {}
+    int status() const { return status_; }
+    const std::string& type() const { return type_; }
+    const std::optional<std::string>& param() const { return param_; }
+    const std::optional<std::string>& code() const { return code_; }
+
+private:
+    int status_;
+    std::string type_;
+    std::optional<std::string> param_;
+    std::optional<std::string> code_;
+};
+
+// What the server knows about the model when it validates a request.
+struct ModelLimits {
+    std::string served_model_name;
+    int64_t max_model_len = 4096;
+    int32_t vocab_size = 0;  // token ids must be in [0, vocab_size)
+};
+
+// Sampling and output options shared by both endpoints (OpenAI's plus vLLM's extras).
+struct GenerationParams {
+    int32_t n = 1;
+    std::optional<int32_t> max_tokens;  // completions default 16; chat: up to max-model-len
+    float temperature = 1.0f;
+    float top_p = 1.0f;
+    int32_t top_k = 0;  // 0 = off (vLLM's -1 maps here)
+    float min_p = 0.0f;
+    float presence_penalty = 0.0f;
+    float frequency_penalty = 0.0f;
+    float repetition_penalty = 1.0f;
+    std::optional<uint64_t> seed;
+    std::vector<std::string> stop;
+    std::vector<TokenId> stop_token_ids;
+    bool ignore_eos = false;
+    int32_t min_tokens = 0;
+    bool skip_special_tokens = true;
+    bool include_stop_str_in_output = false;
+    bool stream = false;
+    bool include_usage = false;             // stream_options.include_usage
+    bool continuous_usage_stats = false;    // stream_options.continuous_usage_stats (vLLM)
+    std::optional<int32_t> logprobs;        // top-k per token (chat: top_logprobs when logprobs)
+};
+
+// One prompt of /v1/completions: text, or token ids given by the client.
+struct PromptInput {
+    std::optional<std::string> text;
+    std::vector<TokenId> token_ids;  // when text is empty: the client's ids
+};
+
+struct CompletionRequest {
+    std::string model;
+    std::vector<PromptInput> prompts;
+    bool echo = false;
+    GenerationParams params;
+};
+
+struct ChatCompletionRequest {
+    std::string model;
+    nlohmann::ordered_json messages;  // validated: array of {role, content, ...}
+    bool add_generation_prompt = true;
+    bool continue_final_message = false;
+    nlohmann::ordered_json tools;                 // null when absent
+    nlohmann::ordered_json chat_template_kwargs;  // object (maybe empty)
+    GenerationParams params;
+};
+
+struct TokenizeRequest {
+    std::optional<std::string> prompt;
+    nlohmann::ordered_json messages;  // when prompt is absent
+    bool add_special_tokens = true;
+    bool add_generation_prompt = true;
+    bool continue_final_message = false;
+    nlohmann::ordered_json chat_template_kwargs;
+};
+
+struct DetokenizeRequest {
+    std::vector<TokenId> tokens;
+};
+
+}  // namespace moeserve::serve::openai

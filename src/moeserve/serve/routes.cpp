@@ -1,0 +1,365 @@
+// Route dispatch, auth, and the generation routes' request lifecycle:
+//   HTTP thread: parse -> tokenize -> validate length -> EngineClient::add (one engine request
+//                per prompt x n)  -> (stream) send headers
+//   engine-client thread: outputs -> ChoiceStream -> SSE chunk / final JSON, metrics, log line
+//   client disconnect (HTTP thread): abort the job's engine requests.
+#include "moeserve/serve/routes.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <random>
+
+#include "moeserve/serve/openai/parse.h"
+#include "moeserve/serve/openai/render.h"
+#include "moeserve/serve/stream.h"
+
+namespace moeserve::serve {
+
+using openai::ApiError;
+using OJson = nlohmann::ordered_json;
+
+namespace {
+
+constexpr const char* kJson = "application/json";
+
+double steady_seconds() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int64_t unix_seconds() {
+    return std::chrono::duration_cast<std::chrono::seconds>(
+               std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string dump(const OJson& j) { return j.dump(-1, ' ', false, OJson::error_handler_t::replace); }
+
+}  // namespace
+
+// One HTTP generation request: its choices (prompt x n), each an engine request.
+struct Router::Job {
+    bool chat = false;
+    openai::ResponseMeta meta;
+    openai::GenerationParams params;
+    std::shared_ptr<Responder> responder;
+    std::vector<std::string> engine_ids;          // per choice
+    std::vector<std::unique_ptr<ChoiceStream>> streams;
+    std::vector<openai::ChoiceData> results;      // per choice: accumulated (non-streaming)
+    std::vector<int64_t> prompt_tokens;           // per choice
+    std::vector<size_t> prompt_of_choice;
+    std::vector<std::string> echo;                // per choice: prompt text to echo
+    std::vector<double> first_token_time;         // per choice, 0 = none yet
+    std::vector<int64_t> cached_tokens;
+    std::vector<bool> first_chunk_sent;
+    size_t num_finished = 0;
+    std::atomic<bool> done{false};
+    double arrival = 0;
+    std::atomic<bool> disconnected{false};
+};
+
+Router::Router(RouterConfig config, const tokenizer::Tokenizer& tokenizer, EngineClient& engines,
+               Metrics& metrics, Logger& logger)
+    : config_(std::move(config)), tokenizer_(tokenizer), engines_(engines), metrics_(metrics),
+      logger_(logger), id_salt_(std::random_device{}()) {
+    if (tokenizer_.chat_template()) chat_template_ = tokenizer::ChatTemplate::parse(*tokenizer_.chat_template());
+}
+
+Router::~Router() = default;
+
+std::string Router::new_request_id(const char* prefix) {
+    return fmt::format("{}-{:08x}{:x}", prefix, static_cast<uint32_t>(id_salt_), next_id_.fetch_add(1));
+}
+
+void Router::reply(const std::shared_ptr<Responder>& responder, int status, std::string content_type,
+                   std::string body) {
+    metrics_.on_http_status(status);
+    responder->respond(status, std::move(content_type), std::move(body));
+}
+
+void Router::handle(HttpRequest request, std::shared_ptr<Responder> responder) {
+    try {
+        route(request, responder);
+    } catch (const ApiError& e) {
+        reply(responder, e.status(), kJson, openai::error_body(e));
+    } catch (const Error& e) {
+        reply(responder, 400, kJson, openai::error_body(ApiError(400, e.what())));
+    } catch (const std::exception& e) {
+        MOESERVE_LOG_E(logger_, "api", "%s %s: internal error: %s", request.method.c_str(),
+                       request.target.c_str(), e.what());
+        reply(responder, 500, kJson, openai::error_body(ApiError(500, std::string("internal error: ") + e.what(), "server_error")));
+    }
+}
+
+void Router::route(const HttpRequest& request, const std::shared_ptr<Responder>& responder) {
+    const std::string path = request.target.substr(0, request.target.find('?'));
+    const bool get = request.method == "GET", post = request.method == "POST";
+    const auto method_check = [&](bool ok) {
+        if (!ok) throw ApiError(405, fmt::format("Method {} is not allowed on {}", request.method, path), "invalid_request_error", std::nullopt, "method_not_allowed");
+    };
+    if (path.rfind("/v1/", 0) == 0 && !config_.api_key.empty() &&
+        request.authorization != "Bearer " + config_.api_key) {
+        throw ApiError(401, "Incorrect API key provided. Send it as 'Authorization: Bearer <key>'.",
+                       "invalid_request_error", std::nullopt, "invalid_api_key");
+    }
+    if (path == "/health") {
+        method_check(get);
+        const bool ok = engines_.healthy();
+        return reply(responder, ok ? 200 : 503, kJson, ok ? "{}" : openai::error_body(ApiError(503, "The engine is not running.", "server_error", std::nullopt, "engine_unavailable")));
+    }
+    if (path == "/version") {
+        method_check(get);
+        return reply(responder, 200, kJson, dump(OJson{{"version", config_.version}}));
+    }
+    if (path == "/metrics") {
+        method_check(get);
+        return reply(responder, 200, "text/plain; version=0.0.4; charset=utf-8",
+                     metrics_.render(engines_.stats(), engines_.num_in_flight()));
+    }
+    if (path == "/v1/models") {
+        method_check(get);
+        const OJson model{{"id", config_.limits.served_model_name}, {"object", "model"},
+                          {"created", unix_seconds()}, {"owned_by", "moeserve"},
+                          {"root", config_.model_path}, {"parent", nullptr},
+                          {"max_model_len", config_.limits.max_model_len}};
+        return reply(responder, 200, kJson, dump(OJson{{"object", "list"}, {"data", OJson::array({model})}}));
+    }
+    if (path == "/v1/completions" || path == "/v1/chat/completions") {
+        method_check(post);
+        return generate(openai::parse_body(request.body), path == "/v1/chat/completions", responder);
+    }
+    if (path == "/tokenize") {
+        method_check(post);
+        const auto r = openai::parse_tokenize_request(openai::parse_body(request.body), config_.limits);
+        const std::vector<int32_t> ids =
+            r.prompt ? tokenizer_.encode(*r.prompt, r.add_special_tokens)
+                     : chat_prompt(r.messages, r.add_generation_prompt, r.continue_final_message,
+                                   nullptr, r.chat_template_kwargs);
+        return reply(responder, 200, kJson, dump(OJson{{"count", ids.size()}, {"max_model_len", config_.limits.max_model_len}, {"tokens", ids}, {"token_strs", nullptr}}));
+    }
+    if (path == "/detokenize") {
+        method_check(post);
+        const auto r = openai::parse_detokenize_request(openai::parse_body(request.body), config_.limits);
+        return reply(responder, 200, kJson, dump(OJson{{"prompt", tokenizer_.decode(r.tokens)}}));
+    }
+    throw ApiError(404, fmt::format("Route {} {} not found", request.method, path),
+                   "invalid_request_error", std::nullopt, "not_found");
+}
+
+std::vector<int32_t> Router::chat_prompt(const OJson& messages, bool add_generation_prompt,
+                                         bool continue_final_message, const OJson& tools,
+                                         const OJson& kwargs) const {
+    if (!chat_template_) {
+        throw ApiError(400, "This model's tokenizer_config.json has no chat_template; use /v1/completions.");
+    }
+    OJson extra = kwargs.is_object() ? kwargs : OJson::object();
+    if (tokenizer_.bos_token()) extra["bos_token"] = *tokenizer_.bos_token();
+    if (tokenizer_.eos_token()) extra["eos_token"] = *tokenizer_.eos_token();
+    if (tools.is_array()) extra["tools"] = tools;
+    std::string text = tokenizer::render_chat(*chat_template_, messages, add_generation_prompt, extra);
+    if (continue_final_message) {
+        // As vLLM: cut everything the template appended after the final message's content.
+        const auto& last = messages.back();
+        const auto content = last.find("content");
+        if (content != last.end() && content->is_string() && !content->get<std::string>().empty()) {
+            const size_t pos = text.rfind(content->get<std::string>());
+            if (pos != std::string::npos) text.resize(pos + content->get<std::string>().size());
+        }
+    }
+    // As transformers' apply_chat_template: the template adds any BOS itself.
+    return tokenizer_.encode(text, /*add_special_tokens=*/false);
+}
+
+void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Responder>& responder) {
+    if (draining_) throw ApiError(503, "The server is shutting down.", "server_error", std::nullopt, "shutting_down");
+    auto job = std::make_shared<Job>();
+    job->chat = chat;
+    job->responder = responder;
+    job->arrival = steady_seconds();
+    job->meta = {new_request_id(chat ? "chatcmpl" : "cmpl"), unix_seconds(), config_.limits.served_model_name};
+
+    // 1. Prompts as token ids (one per completion prompt, one for chat).
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<std::string> prompt_texts;
+    bool echo = false;
+    if (chat) {
+        auto r = openai::parse_chat_request(body, config_.limits);
+        job->params = std::move(r.params);
+        prompts.push_back(chat_prompt(r.messages, r.add_generation_prompt, r.continue_final_message, r.tools, r.chat_template_kwargs));
+        prompt_texts.emplace_back();
+    } else {
+        auto r = openai::parse_completion_request(body, config_.limits);
+        job->params = std::move(r.params);
+        echo = r.echo;
+        for (auto& p : r.prompts) {
+            if (p.text) {
+                prompts.push_back(tokenizer_.encode(*p.text, true));
+                prompt_texts.push_back(*p.text);
+            } else {
+                prompt_texts.push_back(echo ? tokenizer_.decode(p.token_ids) : "");
+                prompts.push_back(std::move(p.token_ids));
+            }
+        }
+    }
+    // 2. Validate lengths, then build one engine request per (prompt, n).
+    std::vector<ipc::AddRequest> adds;
+    const auto& p = job->params;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        if (prompts[i].empty()) throw ApiError(400, "The prompt is empty after tokenization.", "invalid_request_error", chat ? "messages" : "prompt");
+        const int32_t max_tokens = openai::resolve_max_tokens(static_cast<int64_t>(prompts[i].size()), p, config_.limits, chat);
+        for (int32_t k = 0; k < p.n; ++k) {
+            ipc::AddRequest a;
+            a.request_id = fmt::format("{}-{}", job->meta.id, adds.size());
+            a.prompt_token_ids = prompts[i];
+            a.arrival_time = job->arrival;
+            auto& s = a.sampling;
+            s.temperature = p.temperature;
+            s.top_p = p.top_p;
+            s.top_k = p.top_k < 0 ? 0 : p.top_k;
+            s.min_p = p.min_p;
+            s.presence_penalty = p.presence_penalty;
+            s.frequency_penalty = p.frequency_penalty;
+            s.repetition_penalty = p.repetition_penalty;
+            if (p.seed) s.seed = *p.seed + static_cast<uint64_t>(k);
+            s.max_tokens = max_tokens;
+            s.min_tokens = p.min_tokens;
+            s.stop_token_ids = p.stop_token_ids;
+            if (!p.ignore_eos) {
+                s.stop_token_ids.insert(s.stop_token_ids.end(), config_.eos_token_ids.begin(), config_.eos_token_ids.end());
+            }
+            s.ignore_eos = p.ignore_eos;
+            s.logprobs = p.logprobs;
+            job->engine_ids.push_back(a.request_id);
+            job->prompt_tokens.push_back(static_cast<int64_t>(prompts[i].size()));
+            job->prompt_of_choice.push_back(i);
+            job->echo.push_back(echo ? prompt_texts[i] : "");
+            adds.push_back(std::move(a));
+        }
+    }
+    const size_t num_choices = adds.size();
+    for (size_t c = 0; c < num_choices; ++c) {
+        job->streams.push_back(std::make_unique<ChoiceStream>(tokenizer_, job->params));
+        openai::ChoiceData d;
+        d.index = static_cast<int32_t>(c);
+        d.has_logprobs = p.logprobs.has_value();
+        job->results.push_back(std::move(d));
+    }
+    job->first_token_time.assign(num_choices, 0);
+    job->cached_tokens.assign(num_choices, 0);
+    job->first_chunk_sent.assign(num_choices, false);
+
+    // 3. Hand over to the engines. From here on, outputs arrive on the engine-client thread.
+    std::weak_ptr<Job> weak = job;
+    responder->on_disconnect([this, weak] {
+        if (auto j = weak.lock()) {
+            j->disconnected = true;
+            engines_.abort(j->engine_ids);
+        }
+    });
+    if (p.stream) {
+        metrics_.on_http_status(200);
+        responder->start_stream();
+    }
+    for (size_t c = 0; c < num_choices; ++c) {
+        const bool sent = engines_.add(std::move(adds[c]), [this, job, c](const ipc::RequestOutput& out) { on_output(job, c, out); });
+        if (!sent) {
+            job->done = true;  // later (abort) outputs are ignored
+            engines_.abort(std::vector<std::string>(job->engine_ids.begin(), job->engine_ids.begin() + static_cast<long>(c)));
+            if (p.stream) {
+                responder->send_chunk("data: " + openai::error_body(ApiError(503, "The engine is not running.", "server_error", std::nullopt, "engine_unavailable")) + "\n\n" + openai::sse_done());
+                responder->end_stream();
+                return;
+            }
+            throw ApiError(503, "The engine is not running.", "server_error", std::nullopt, "engine_unavailable");
+        }
+    }
+}
+
+void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::RequestOutput& out) {
+    if (job->done) return;
+    auto& stream = *job->streams[c];
+    if (stream.finished()) return;  // after a stop string: the engine's abort output
+    if (out.finish_reason == ipc::FinishReason::kError) {
+        const bool engine_down = !engines_.healthy();
+        MOESERVE_LOG_E(logger_, "api", "request %s failed: %s", out.request_id.c_str(), out.error.c_str());
+        metrics_.on_request_finished({"error", job->prompt_tokens[c], stream.num_tokens(), 0, steady_seconds() - job->arrival});
+        return fail_job(job, engine_down ? 503 : 500, (engine_down ? "The engine is not running: " : "The engine failed the request: ") + out.error);
+    }
+    if (out.num_cached_tokens > 0) job->cached_tokens[c] = out.num_cached_tokens;
+    auto delta = stream.push(out);
+    if (job->first_token_time[c] == 0 && stream.num_tokens() > 0) job->first_token_time[c] = steady_seconds();
+    if (stream.stopped_by_string()) engines_.abort({job->engine_ids[c]});
+    auto& result = job->results[c];
+    if (job->params.stream) {
+        openai::ChoiceData d;
+        d.index = result.index;
+        d.text = delta.text;
+        d.has_logprobs = result.has_logprobs;
+        d.logprobs = std::move(delta.logprobs);
+        d.text_offset = static_cast<int64_t>(stream.released() - delta.text.size());
+        if (!job->first_chunk_sent[c] && !job->echo[c].empty()) d.text = job->echo[c] + d.text;
+        if (stream.finished()) {
+            d.finish_reason = stream.finish_reason();
+            d.stop_reason = stream.stop_reason();
+        }
+        const bool first = !job->first_chunk_sent[c];
+        if (!d.text.empty() || d.finish_reason || !d.logprobs.empty() || (first && job->chat)) {
+            job->first_chunk_sent[c] = true;
+            if (!job->disconnected) {
+                job->responder->send_chunk(openai::sse_event(job->chat ? openai::chat_chunk(job->meta, d, first) : openai::completion_chunk(job->meta, d)));
+            }
+        }
+    } else {
+        for (auto& lp : delta.logprobs) result.logprobs.push_back(std::move(lp));
+    }
+    if (!stream.finished()) return;
+    const double now = steady_seconds();
+    const double ttft = job->first_token_time[c] > 0 ? job->first_token_time[c] - job->arrival : 0;
+    MOESERVE_LOG_I(logger_, "api", "request %s finished: reason=%s prompt_tokens=%lld output_tokens=%lld ttft=%.3fs e2e=%.3fs",
+                   job->engine_ids[c].c_str(), stream.finish_reason().c_str(), static_cast<long long>(job->prompt_tokens[c]),
+                   static_cast<long long>(stream.num_tokens()), ttft, now - job->arrival);
+    metrics_.on_request_finished({stream.finish_reason(), job->prompt_tokens[c], stream.num_tokens(), ttft, now - job->arrival});
+    result.text = job->echo[c] + stream.text();
+    result.finish_reason = stream.finish_reason();
+    result.stop_reason = stream.stop_reason();
+    if (++job->num_finished == job->streams.size()) finish_job(job);
+}
+
+void Router::finish_job(const std::shared_ptr<Job>& job) {
+    job->done = true;
+    openai::Usage usage;
+    std::vector<bool> counted(job->prompt_tokens.size(), false);
+    for (size_t c = 0; c < job->streams.size(); ++c) {
+        const size_t prompt = job->prompt_of_choice[c];
+        if (!counted[prompt]) {  // each prompt once, however many choices share it (as vLLM)
+            counted[prompt] = true;
+            usage.prompt_tokens += job->prompt_tokens[c];
+            usage.cached_tokens += job->cached_tokens[c];
+        }
+        usage.completion_tokens += job->streams[c]->num_tokens();
+    }
+    if (job->params.stream) {
+        std::string tail;
+        if (job->params.include_usage) tail += openai::sse_event(openai::usage_chunk(job->meta, usage, job->chat));
+        tail += openai::sse_done();
+        job->responder->send_chunk(std::move(tail));
+        job->responder->end_stream();
+        return;
+    }
+    const OJson body = job->chat ? openai::chat_response(job->meta, job->results, usage)
+                                 : openai::completion_response(job->meta, job->results, usage);
+    reply(job->responder, 200, kJson, dump(body));
+}
+
+void Router::fail_job(const std::shared_ptr<Job>& job, int status, const std::string& message) {
+    job->done = true;
+    engines_.abort(job->engine_ids);
+    const ApiError error(status, message, "server_error", std::nullopt, status == 503 ? std::optional<std::string>("engine_unavailable") : std::nullopt);
+    if (job->params.stream) {
+        job->responder->send_chunk("data: " + openai::error_body(error) + "\n\n" + openai::sse_done());
+        job->responder->end_stream();
+    } else {
+        reply(job->responder, status, kJson, openai::error_body(error));
+    }
+}
+
+}  // namespace moeserve::serve

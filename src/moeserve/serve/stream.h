@@ -1,0 +1,57 @@
+// Text of one choice as engine outputs arrive: incremental detokenization, stop strings (held
+// back while they may still be forming, cut when matched), the stop token, finish reasons and
+// logprob texts. One per (request, choice); not thread-safe (the engine client's thread).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "moeserve/ipc/messages.h"
+#include "moeserve/serve/openai/render.h"
+#include "moeserve/tokenizer/detokenizer.h"
+#include "moeserve/tokenizer/tokenizer.h"
+
+namespace moeserve::serve {
+
+class ChoiceStream {
+public:
+    // tokenizer must outlive this object.
+    ChoiceStream(const tokenizer::Tokenizer& tokenizer, const openai::GenerationParams& params);
+
+    struct Delta {
+        std::string text;                            // newly released text
+        std::vector<openai::TokenLogprob> logprobs;  // of the tokens fed (when asked)
+    };
+    // Feeds one engine output. After a stop string matched, finished() is true (the caller
+    // aborts the engine request) and later outputs are ignored.
+    Delta push(const ipc::RequestOutput& output);
+
+    bool finished() const { return finished_; }
+    // "stop" | "length" | "abort" | "error"; valid once finished.
+    const std::string& finish_reason() const { return finish_reason_; }
+    // null, the matched stop string, or the stop token id (if it was one of stop_token_ids).
+    const openai::OJson& stop_reason() const { return stop_reason_; }
+    // True when the finish came from a stop string (the engine does not know; abort it).
+    bool stopped_by_string() const { return stopped_by_string_; }
+    const std::string& text() const { return text_; }
+    int64_t num_tokens() const { return num_tokens_; }
+    // Bytes of text() already released.
+    size_t released() const { return released_; }
+
+private:
+    void check_stop_strings(size_t previous_size);
+    openai::TokenLogprob logprob_text(const ipc::TokenLogprobs& lp) const;
+
+    const tokenizer::Tokenizer& tokenizer_;
+    const openai::GenerationParams& params_;
+    tokenizer::IncrementalDetokenizer detok_;
+    size_t hold_back_ = 0;  // bytes withheld while a stop string may be forming
+    std::string text_;
+    size_t released_ = 0;
+    int64_t num_tokens_ = 0;
+    bool finished_ = false, stopped_by_string_ = false;
+    std::string finish_reason_;
+    openai::OJson stop_reason_ = nullptr;
+};
+
+}  // namespace moeserve::serve
