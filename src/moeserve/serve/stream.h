@@ -1,6 +1,7 @@
-// Text of one choice as engine outputs arrive: incremental detokenization, stop strings (held
-// back while they may still be forming, cut when matched), the stop token, finish reasons and
-// logprob texts. One per (request, choice); not thread-safe (the engine client's thread).
+// Text of one choice as engine outputs arrive: OutputProcessor (detokenization, stop strings
+// with hold-back, stop tokens) for one engine request, plus what the OpenAI responses need:
+// finish/stop reasons, token counts, logprob texts. One per (request, choice); not thread-safe
+// (the engine client's thread).
 #pragma once
 
 #include <string>
@@ -8,6 +9,7 @@
 
 #include "moeserve/ipc/messages.h"
 #include "moeserve/serve/openai/render.h"
+#include "moeserve/serve/output_processor.h"
 #include "moeserve/tokenizer/detokenizer.h"
 #include "moeserve/tokenizer/tokenizer.h"
 
@@ -39,13 +41,11 @@ public:
     size_t released() const { return released_; }
 
 private:
-    void check_stop_strings(size_t previous_size);
     openai::TokenLogprob logprob_text(const ipc::TokenLogprobs& lp) const;
 
     const tokenizer::Tokenizer& tokenizer_;
     const openai::GenerationParams& params_;
-    tokenizer::IncrementalDetokenizer detok_;
-    size_t hold_back_ = 0;  // bytes withheld while a stop string may be forming
+    OutputProcessor processor_;  // tracks the one engine request "c"
     std::string text_;
     size_t released_ = 0;
     int64_t num_tokens_ = 0;

@@ -143,7 +143,10 @@ std::vector<TokenId> token_ids(const Json& v, const char* param, const ModelLimi
     ids.reserve(v.size());
     for (const Json& x : v) {
         if (!x.is_number_integer()) bad(param, fmt::format("'{}' token ids must be integers; got {}", param, type_name(x)));
-        const int64_t id = x.is_number_unsigned() ? std::numeric_limits<int64_t>::max() : x.get<int64_t>();
+        const uint64_t big = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+        const int64_t id = x.is_number_unsigned()
+                               ? static_cast<int64_t>(std::min(x.get<uint64_t>(), big))
+                               : x.get<int64_t>();
         if (id < 0 || id >= limits.vocab_size) {
             bad(param, fmt::format("token id {} is out of vocabulary (0..{})", id, limits.vocab_size - 1));
         }
