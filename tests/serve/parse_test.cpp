@@ -1,0 +1,96 @@
+// OpenAI request parsing and validation: accepted shapes, defaults, and the 400/404 errors with
+// the offending parameter named.
+#include "moeserve/serve/openai/parse.h"
+
+#include <gtest/gtest.h>
+
+namespace moeserve::serve::openai {
+namespace {
+
+const ModelLimits kLimits{"tiny", 64, 1000};
+
+int status_of(const std::string& body, bool chat = false, std::string* param = nullptr) {
+    try {
+        const auto j = parse_body(body);
+        if (chat) parse_chat_request(j, kLimits);
+        else parse_completion_request(j, kLimits);
+    } catch (const ApiError& e) {
+        if (param) *param = e.param().value_or("");
+        return e.status();
+    }
+    return 200;
+}
+
+TEST(ParseTest, PromptForms) {
+    auto r = parse_completion_request(parse_body(R"({"prompt": "hi"})"), kLimits);
+    EXPECT_EQ(r.prompts.size(), 1u);
+    EXPECT_EQ(*r.prompts[0].text, "hi");
+    EXPECT_EQ(r.model, "tiny");
+    r = parse_completion_request(parse_body(R"({"prompt": ["a", "b"]})"), kLimits);
+    EXPECT_EQ(r.prompts.size(), 2u);
+    r = parse_completion_request(parse_body(R"({"prompt": [1, 2, 3]})"), kLimits);
+    EXPECT_EQ(r.prompts[0].token_ids, (std::vector<TokenId>{1, 2, 3}));
+    r = parse_completion_request(parse_body(R"({"prompt": [[1], [2, 3]], "n": 2})"), kLimits);
+    EXPECT_EQ(r.prompts.size(), 2u);
+    EXPECT_EQ(r.params.n, 2);
+}
+
+TEST(ParseTest, ExtrasAndDefaults) {
+    const auto r = parse_completion_request(parse_body(
+        R"({"prompt": "x", "top_k": -1, "min_p": 0.1, "repetition_penalty": 1.1, "ignore_eos": true,
+            "min_tokens": 2, "max_tokens": 8.0, "skip_special_tokens": false, "stop": "\n",
+            "include_stop_str_in_output": true, "stream": true, "stream_options": {"include_usage": true},
+            "seed": 7, "logprobs": 3, "user": "u"})"), kLimits);
+    EXPECT_EQ(r.params.top_k, -1);
+    EXPECT_FLOAT_EQ(r.params.min_p, 0.1f);
+    EXPECT_TRUE(r.params.ignore_eos);
+    EXPECT_EQ(r.params.max_tokens, 8);
+    EXPECT_FALSE(r.params.skip_special_tokens);
+    EXPECT_EQ(r.params.stop, std::vector<std::string>{"\n"});
+    EXPECT_TRUE(r.params.include_usage);
+    EXPECT_EQ(r.params.seed, std::optional<uint64_t>(7));
+    EXPECT_EQ(r.params.logprobs, 3);
+    EXPECT_EQ(resolve_max_tokens(10, r.params, kLimits, false), 8);
+    GenerationParams defaults;
+    EXPECT_EQ(resolve_max_tokens(10, defaults, kLimits, false), 16);
+    EXPECT_EQ(resolve_max_tokens(10, defaults, kLimits, true), 54);
+}
+
+TEST(ParseTest, ChatLogprobs) {
+    const auto r = parse_chat_request(parse_body(
+        R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+            "logprobs": true, "top_logprobs": 2, "max_completion_tokens": 5})"), kLimits);
+    EXPECT_EQ(r.params.logprobs, 2);
+    EXPECT_EQ(r.params.max_tokens, 5);
+    EXPECT_EQ(r.messages[0]["content"], "a\nb");
+}
+
+TEST(ParseTest, ErrorsNameTheParameter) {
+    std::string param;
+    EXPECT_EQ(status_of(R"({"prompt": "x", "max_tokens": 0})", false, &param), 400);
+    EXPECT_EQ(param, "max_tokens");
+    EXPECT_EQ(status_of(R"({"prompt": "x", "temperature": -0.5})", false, &param), 400);
+    EXPECT_EQ(param, "temperature");
+    EXPECT_EQ(status_of(R"({"prompt": "x", "max_tokens": "3"})", false, &param), 400);
+    EXPECT_EQ(param, "max_tokens");
+    EXPECT_EQ(status_of(R"({"prompt": "x", "whatever": 1})", false, &param), 400);
+    EXPECT_EQ(param, "whatever");
+    EXPECT_EQ(status_of(R"({"prompt": [5000]})", false, &param), 400);
+    EXPECT_EQ(param, "prompt");
+    EXPECT_EQ(status_of(R"({"prompt": "x", "model": "other"})", false, &param), 404);
+    EXPECT_EQ(status_of(R"({"prompt": "x", "stream_options": {"include_usage": true}})"), 400);
+    EXPECT_EQ(status_of(R"({"messages": []})", true), 400);
+    EXPECT_EQ(status_of(R"({"messages": [{"role": "user", "content": 5}]})", true), 400);
+    EXPECT_EQ(status_of(R"({"messages": [{"content": "x"}]})", true), 400);
+    EXPECT_EQ(status_of("not json"), 400);
+    EXPECT_EQ(status_of("[]"), 400);
+    EXPECT_EQ(status_of(std::string(100, '[')), 400);
+    EXPECT_EQ(status_of(R"({"prompt": "x", "n": 1e300})"), 400);
+    EXPECT_EQ(status_of(R"({"prompt": "x", "seed": 18446744073709551615})"), 400);
+    GenerationParams p;
+    p.max_tokens = 60;
+    EXPECT_THROW(resolve_max_tokens(10, p, kLimits, false), ApiError);
+}
+
+}  // namespace
+}  // namespace moeserve::serve::openai
