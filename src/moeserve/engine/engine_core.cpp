@@ -53,9 +53,19 @@ void EngineCore::add_request(const ipc::AddRequest& add) {
 void EngineCore::abort(const ipc::Abort& abort) { scheduler_.abort_requests(abort.request_ids); }
 
 StepOutcome EngineCore::step(std::optional<Phase> forced) {
+    return step_lockstep(forced, runner_.moe_exchange(), false);
+}
+
+StepOutcome EngineCore::step_lockstep(std::optional<Phase> forced, parallel::MoeExchangeKind exchange,
+                                      bool dummy_forward) {
     StepOutcome out;
+    runner_.set_moe_exchange(exchange);
     const ScheduledBatch batch = scheduler_.schedule(forced);
     const StepResult result = runner_.execute(batch);
+    if (batch.dummy && dummy_forward) {
+        runner_.execute_dummy();
+        out.dummy_forward = true;
+    }
     out.outputs = scheduler_.update(batch, result);
     out.phase = batch.phase;
     out.dummy = batch.dummy;

@@ -34,7 +34,8 @@ struct EngineConfig {
 struct StepOutcome {
     std::vector<ipc::RequestOutput> outputs;
     Phase phase = Phase::kIdle;  // what ran (kMixed: prefill and decode tokens together)
-    bool dummy = true;           // nothing of the (forced) phase to run; no forward happened
+    bool dummy = true;           // nothing of the (forced) phase to run; no real forward happened
+    bool dummy_forward = false;  // a dummy batch ran through the model instead (step_lockstep)
     int32_t num_tokens = 0;      // tokens computed in the forward
 };
 
@@ -53,6 +54,14 @@ public:
 
     // Runs one step. forced: the phase to run (PD hybrid, DP lock-step); kIdle runs a dummy step.
     StepOutcome step(std::optional<Phase> forced = std::nullopt);
+    // DP lock-step (DpCoordinator): step(forced) with the MoE exchange the DP group agreed on; when
+    // nothing of the phase gets scheduled and dummy_forward is set, a dummy batch runs through the
+    // model (ModelRunner::execute_dummy) so this rank joins the step's collectives anyway.
+    StepOutcome step_lockstep(std::optional<Phase> forced, parallel::MoeExchangeKind exchange, bool dummy_forward);
+    // Outputs of requests finished outside a step (rejected, aborted), without stepping.
+    std::vector<ipc::RequestOutput> take_finished() { return scheduler_.take_finished(); }
+    // Running requests whose next step is a decode.
+    int32_t num_running_decodes() const { return scheduler_.num_running_decodes(); }
     // What this core would like to run next (Scheduler::propose_phase).
     Phase propose_phase() { return scheduler_.propose_phase(); }
 

@@ -54,6 +54,7 @@ StepResult ModelRunner::execute(const ScheduledBatch& batch) {
     result.prompt_logprobs.resize(batch.requests.size());
     if (batch.requests.empty()) return result;
     Layout layout = build(batch);
+    layout.forward.moe_exchange = moe_exchange_;
     const TensorView logits = model_.forward(layout.forward, *kv_);
     const int64_t vocab = model_.info().vocab_size;
     MOESERVE_CHECK(logits.numel() == static_cast<int64_t>(layout.forward.logits_rows.size()) * vocab,
@@ -79,6 +80,19 @@ StepResult ModelRunner::execute(const ScheduledBatch& batch) {
     std::vector<SampledToken> tokens = sampler_.sample(sample_rows, sample_requests);
     for (size_t k = 0; k < tokens.size(); ++k) result.sampled[sample_index[k]] = std::move(tokens[k]);
     return result;
+}
+
+void ModelRunner::execute_dummy() {
+    model::ForwardBatch fb;
+    fb.token_ids = {0};
+    fb.positions = {0};
+    fb.slot_mapping = {0};  // null block 0, slot 0: scratch (the dummy attends to its own K/V only)
+    fb.query_start = {0, 1};
+    fb.seq_lens = {1};
+    fb.block_tables = {0};
+    fb.max_blocks_per_seq = 1;
+    fb.moe_exchange = moe_exchange_;
+    model_.forward(fb, *kv_);
 }
 
 }  // namespace moeserve::engine

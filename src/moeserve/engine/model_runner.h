@@ -22,6 +22,16 @@ public:
     // num_computed_tokens as they were at schedule() time (call before Scheduler::update).
     StepResult execute(const ScheduledBatch& batch);
 
+    // Runs the model on a dummy batch whose results are thrown away: one token (id 0) at position 0,
+    // its K/V written to slot 0 of the null block 0 (never read by a request), no logits rows. It
+    // takes part in every collective of a forward with the same kinds as a real batch (DP lock-step:
+    // a rank with nothing of the agreed phase still joins the MoE exchanges).
+    void execute_dummy();
+
+    // The MoE exchange the following forwards ask for (expert parallelism; DP ranks must agree).
+    void set_moe_exchange(parallel::MoeExchangeKind kind) { moe_exchange_ = kind; }
+    parallel::MoeExchangeKind moe_exchange() const { return moe_exchange_; }
+
     // The ForwardBatch execute() would run, and for each of its logits rows the scheduled
     // request index and position. Exposed for tests.
     struct Layout {
@@ -36,6 +46,7 @@ private:
     Sampler& sampler_;
     int64_t block_size_;
     std::unique_ptr<model::KvCache> kv_;
+    parallel::MoeExchangeKind moe_exchange_ = parallel::MoeExchangeKind::kAllToAll;
 };
 
 }  // namespace moeserve::engine

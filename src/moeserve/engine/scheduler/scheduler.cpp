@@ -172,6 +172,9 @@ void Scheduler::schedule_waiting(TokenBudget& budget, ScheduledBatch& out) {
 
 ScheduledBatch Scheduler::schedule(std::optional<Phase> forced) {
     ScheduledBatch out;
+    if (!forced && policy_->separates_phases()) {
+        forced = policy_->choose_phase(propose_phase() == Phase::kPrefill, num_running_decodes() > 0);
+    }
     const StepPlan plan = policy_->plan(forced);
     TokenBudget budget(config_.max_num_batched_tokens, config_.max_num_seqs);
     schedule_running(plan, budget, out);
@@ -257,6 +260,10 @@ std::vector<ipc::RequestOutput> Scheduler::take_finished() {
     std::vector<ipc::RequestOutput> out;
     out.swap(finished_);
     return out;
+}
+
+int32_t Scheduler::num_running_decodes() const {
+    return static_cast<int32_t>(std::count_if(running_.begin(), running_.end(), [](const Request* r) { return r->is_decode(); }));
 }
 
 Phase Scheduler::propose_phase() {

@@ -53,7 +53,8 @@ public:
     // reported finished with kAbort. Not to be called between schedule() and update().
     void abort_requests(std::span<const std::string> request_ids);
 
-    // Picks the next step's work. forced: a phase imposed from outside (see SchedulingPolicy).
+    // Picks the next step's work. forced: a phase imposed from outside (see SchedulingPolicy);
+    // when none is and the policy separates phases, the policy's choose_phase() picks it.
     ScheduledBatch schedule(std::optional<Phase> forced = std::nullopt);
     // Applies a step's results: advances computed tokens, appends sampled tokens, finishes
     // requests (stop token, max_tokens, max_model_len) and frees their blocks. Returns the
@@ -68,6 +69,8 @@ public:
     Phase propose_phase();
 
     int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+    // Running requests whose next step is a decode (they wait during a prefill-only step).
+    int32_t num_running_decodes() const;
     int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
     bool has_unfinished_requests() const { return !running_.empty() || !waiting_.empty() || !finished_.empty(); }
     const SchedulerCounters& counters() const { return counters_; }
