@@ -106,6 +106,25 @@ struct Group {
     float* acc;  // [kQueries, d]
 };
 
+// Prefetches the K and V rows of keys [j0, j0 + n) of kv head kvh (n <= 0: nothing). The rows of
+// one head are 4 * head_dim bytes every num_kv_heads * 4 * head_dim, in shuffled blocks, which
+// the hardware prefetcher follows poorly.
+void prefetch_tile(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, int64_t j0, int64_t n) {
+    const int64_t d = kv.head_dim, bs = kv.block_size, row_stride = kv.num_kv_heads * d;
+    int64_t blk = j0 / bs, row = j0 % bs;
+    for (int64_t j = 0; j < n; ++j) {
+        const int64_t off = (int64_t{table[blk]} * bs + row) * row_stride + kvh * d;
+        for (int64_t x = 0; x < d; x += 16) {
+            _mm_prefetch(reinterpret_cast<const char*>(kv.k_cache + off + x), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(kv.v_cache + off + x), _MM_HINT_T0);
+        }
+        if (++row == bs) {
+            row = 0;
+            ++blk;
+        }
+    }
+}
+
 // Each query g.q[qi] attends keys [0, g.pos[qi]] of kv head kvh; writes g.out[qi].
 void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, float scale, Tile& t, Group& g) {
     const int64_t d = kv.head_dim, bs = kv.block_size, row_stride = kv.num_kv_heads * d;
@@ -119,12 +138,18 @@ void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, flo
     std::fill(g.acc, g.acc + nq * d, 0.0f);
     for (int64_t j0 = 0; j0 <= last; j0 += kTile) {
         const int64_t n = std::min(kTile, last + 1 - j0);
+        // Walk block/row incrementally: a division per key cost as much as its dot product.
+        int64_t blk = j0 / bs, row = j0 % bs;
         for (int64_t j = 0; j < n; ++j) {
-            const int64_t p = j0 + j;
-            const int64_t off = (int64_t{table[p / bs]} * bs + p % bs) * row_stride + kvh * d;
+            const int64_t off = (int64_t{table[blk]} * bs + row) * row_stride + kvh * d;
             t.k[j] = kv.k_cache + off;
             t.v[j] = kv.v_cache + off;
+            if (++row == bs) {
+                row = 0;
+                ++blk;
+            }
         }
+        prefetch_tile(kv, table, kvh, j0 + kTile, std::min(kTile, last + 1 - j0 - kTile));
         float alpha[kQueries];
         for (int64_t qi = 0; qi < nq; ++qi) {
             float* p = t.p[qi];
