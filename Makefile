@@ -5,7 +5,7 @@ CACHE ?= $(HOME)/.cache/moeserve
 DEMO_MODEL ?= $(CACHE)/models/demo-qwen3-moe-tiny
 PROMPT ?= The capital of France is
 
-.PHONY: setup configure build test run bench format clean
+.PHONY: setup configure build test run generate bench format clean
 
 setup:
 	@bash scripts/setup.sh
@@ -21,11 +21,13 @@ test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
 run: build
-	@$(BUILD)/moeserve make-model --arch qwen3_moe --size tiny --seed 1 --out $(DEMO_MODEL)
-	@$(BUILD)/moeserve generate --model $(DEMO_MODEL) --prompt "$(PROMPT)" --max-tokens 32
+	@bash scripts/run_demo.sh $(BUILD)/src/moeserve/cli/moeserve $(DEMO_MODEL)
+
+generate: build
+	@$(BUILD)/src/moeserve/cli/moeserve generate --model $(DEMO_MODEL) --prompt "$(PROMPT)" --max-tokens 32
 
 bench: build
-	@for b in $(BUILD)/benchmarks/*_bench; do $$b; done
+	@for b in $(BUILD)/benchmarks/*_bench; do $$b --benchmark_min_time=0.3; done
 
 format:
 	@find src tests benchmarks -name '*.h' -o -name '*.cpp' | xargs clang-format -i
