@@ -66,7 +66,8 @@ parallel::StepPhase DpCoordinator::choose_phase(const std::vector<parallel::DpCo
 
 DpStepResult DpCoordinator::step() {
     DpStepResult out;
-    const parallel::DpControlRow mine = parallel::encode_vote(vote());
+    const parallel::DpVote my_vote = vote();
+    const parallel::DpControlRow mine = parallel::encode_vote(my_vote);
     std::vector<parallel::DpControlRow> rows(static_cast<size_t>(dp_.size()));
     const auto t0 = Clock::now();
     dp_.all_gather_bytes(std::as_bytes(std::span<const parallel::DpControlRow>(&mine, 1)),
@@ -111,7 +112,9 @@ DpStepResult DpCoordinator::step() {
                                                : counters_.dummy_mixed_steps) += 1;
         }
     }
-    if (options_.record_timeline) timeline_.push_back({round, out.phase, out.dummy, out.num_tokens});
+    if (options_.record_timeline) {
+        timeline_.push_back({round, out.phase, out.dummy, out.num_tokens, my_vote.can_prefill, my_vote.has_decode});
+    }
     return out;
 }
 

@@ -85,6 +85,7 @@ struct TimelineEntry {
     parallel::StepPhase phase = parallel::StepPhase::kIdle;
     bool dummy = false;
     int32_t num_tokens = 0;
+    bool voted_prefill = false, voted_decode = false;  // this rank's vote (can prefill / has decode)
 };
 
 class DpCoordinator {
