@@ -26,6 +26,8 @@ struct RankRun {
     ipc::Stats stats;
     int64_t rounds = 0;
     bool shutdown = false;
+    int64_t ep_calls = 0;        // EP collectives the model ran (when it counts them)
+    double ep_seconds = 0;       // time in them
     std::string error;  // what() of an exception the rank's loop threw
 };
 
