@@ -1,6 +1,7 @@
-// `moeserve serve`: the API server process plus its rank process(es) (DESIGN.md, Processes),
-// with vllm serve's flags; and the hidden `moeserve rank`, the engine process `serve` starts
-// (fork + exec of /proc/self/exe) and talks to over ZeroMQ. SIGTERM drains and exits 0.
+// `moeserve serve`: the API server process plus its rank processes (DESIGN.md, Processes), with
+// vllm serve's flags. One rank process per local (dp_rank, tp_rank); the head also hosts the
+// rendezvous store and the ZeroMQ sockets every DP group's engine connects to; `--headless` nodes
+// run only their ranks. SIGTERM drains and exits 0. The rank process itself: rank_command.cpp.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <signal.h>
@@ -12,18 +13,16 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "moeserve/cli/commands.h"
+#include "moeserve/cli/serve_layout.h"
 #include "moeserve/core/error.h"
 #include "moeserve/core/log.h"
-#include "moeserve/core/thread_pool.h"
-#include "moeserve/engine/engine_core.h"
-#include "moeserve/engine/engine_proc.h"
-#include "moeserve/engine/kv_cache/kv_cache_manager.h"
-#include "moeserve/model/registry.h"
+#include "moeserve/parallel/rendezvous.h"
 #include "moeserve/serve/engine_client.h"
 #include "moeserve/serve/http_server.h"
 #include "moeserve/serve/metrics.h"
@@ -34,154 +33,20 @@ namespace moeserve::cli {
 
 namespace {
 
-// Options of the engine (shared by `serve`, which forwards them, and `rank`).
-struct EngineOptions {
-    std::string model;
-    int32_t max_num_seqs = 256;
-    int32_t max_model_len = 0;  // 0 = min(max_position_embeddings, 4096)
-    int32_t max_num_batched_tokens = 2048;
-    int32_t block_size = 16;
-    double gpu_memory_utilization = 0.9;
-    std::string kv_cache_memory;  // bytes, with an optional K/M/G suffix; empty = from utilization
-    bool enable_prefix_caching = true;
-    uint64_t seed = 0;
-    int threads = 0;
-    std::string log_level = "info";
-};
-
 struct ServeOptions {
     EngineOptions engine;
+    ParallelFlags parallel;
     std::string served_model_name;
     std::string host = "127.0.0.1";
     int port = 8000;
     std::string api_key;
     bool trust_remote_code = false;
-    int data_parallel_size = 1;
-    int tensor_parallel_size = 1;
     int http_threads = 1;
     int64_t max_request_body_bytes = 16 << 20;
     double drain_timeout = 30;
     double engine_ready_timeout = 600;
     int heartbeat_timeout_ms = 30000;
 };
-
-struct RankOptions {
-    EngineOptions engine;
-    int32_t engine_index = 0;
-    std::string input_address, output_address;
-};
-
-int64_t parse_bytes(const std::string& text) {
-    size_t used = 0;
-    double value = 0;
-    try {
-        value = std::stod(text, &used);
-    } catch (const std::exception&) {
-        raise(ErrorCode::kInvalidArgument, "--kv-cache-memory '{}' is not a size like 4G or 512M", text);
-    }
-    const std::string suffix = text.substr(used);
-    double scale = 1;
-    if (suffix == "K" || suffix == "KiB" || suffix == "k") scale = 1024.0;
-    else if (suffix == "M" || suffix == "MiB") scale = 1024.0 * 1024;
-    else if (suffix == "G" || suffix == "GiB") scale = 1024.0 * 1024 * 1024;
-    else if (!suffix.empty()) raise(ErrorCode::kInvalidArgument, "--kv-cache-memory '{}': unknown unit '{}' (K, M or G)", text, suffix);
-    if (value <= 0) raise(ErrorCode::kInvalidArgument, "--kv-cache-memory must be > 0; got '{}'", text);
-    return static_cast<int64_t>(value * scale);
-}
-
-nlohmann::json read_model_config(const std::string& dir) {
-    std::ifstream in(std::filesystem::path(dir) / "config.json");
-    if (!in) raise(ErrorCode::kNotFound, "--model {}: no config.json there", dir);
-    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    if (!j.is_object()) raise(ErrorCode::kInvalidModel, "{}/config.json is not a JSON object", dir);
-    return j;
-}
-
-int32_t resolve_max_model_len(const EngineOptions& o, const nlohmann::json& config) {
-    const int64_t positions = config.value("max_position_embeddings", int64_t{4096});
-    if (o.max_model_len < 0) raise(ErrorCode::kInvalidArgument, "--max-model-len must be > 0; got {}", o.max_model_len);
-    if (o.max_model_len == 0) return static_cast<int32_t>(std::min<int64_t>(positions, 4096));
-    if (o.max_model_len > positions) {
-        raise(ErrorCode::kInvalidArgument, "--max-model-len {} exceeds the model's max_position_embeddings {}", o.max_model_len, positions);
-    }
-    return o.max_model_len;
-}
-
-int64_t total_ram_bytes() {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{8} << 30;
-}
-
-int num_threads(int requested) {
-    return requested > 0 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
-// ---- the rank process ----
-
-int run_rank(const RankOptions& o) {
-    Logger logger(fmt::format("dp{} tp0", o.engine_index), parse_log_level(o.engine.log_level));
-    const auto config = read_model_config(o.engine.model);
-    const int32_t max_model_len = resolve_max_model_len(o.engine, config);
-    ThreadPool pool(num_threads(o.engine.threads));
-    auto model = model::load_model(o.engine.model, pool, model::LoadOptions{.max_model_len = max_model_len});
-    const auto& info = model->info();
-    // KV blocks: --kv-cache-memory, else the RAM share left after weights, capped at what
-    // max_num_seqs full-length sequences can use.
-    const int64_t budget = !o.engine.kv_cache_memory.empty()
-        ? parse_bytes(o.engine.kv_cache_memory)
-        : static_cast<int64_t>(o.engine.gpu_memory_utilization * static_cast<double>(total_ram_bytes())) - info.weight_bytes;
-    const int64_t per_seq = (max_model_len + o.engine.block_size - 1) / o.engine.block_size;
-    int64_t blocks = engine::num_blocks_for_bytes(budget, info.kv_bytes_per_token, o.engine.block_size);
-    blocks = std::min<int64_t>(blocks, per_seq * o.engine.max_num_seqs + 1);
-    if (blocks < per_seq + 1) {
-        raise(ErrorCode::kInvalidArgument, "the KV cache has room for {} blocks of {} tokens, less than one {}-token sequence needs; "
-              "raise --kv-cache-memory / --gpu-memory-utilization or lower --max-model-len", blocks, o.engine.block_size, max_model_len);
-    }
-    engine::EngineConfig ec;
-    ec.max_num_seqs = o.engine.max_num_seqs;
-    ec.max_num_batched_tokens = o.engine.max_num_batched_tokens;
-    ec.max_model_len = max_model_len;
-    ec.block_size = o.engine.block_size;
-    ec.num_blocks = static_cast<int32_t>(blocks);
-    ec.enable_prefix_caching = o.engine.enable_prefix_caching;
-    ec.seed = o.engine.seed;
-    ec.engine_index = o.engine_index;
-    engine::EngineCore core(*model, pool, ec);
-    MOESERVE_LOG_I(logger, "engine", "model %s loaded: %d KV blocks of %d tokens, %d threads",
-                   info.model_type.c_str(), ec.num_blocks, ec.block_size, pool.num_threads());
-    ipc::EngineChannel channel(o.input_address, o.output_address);
-    return engine::run_engine_loop(core, channel, logger, {.engine_index = o.engine_index});
-}
-
-void add_engine_options(CLI::App* sub, EngineOptions& o) {
-    sub->add_option("--model", o.model, "Hugging Face model directory")->required();
-    sub->add_option("--max-num-seqs", o.max_num_seqs, "most sequences in one batch")->capture_default_str();
-    sub->add_option("--max-model-len", o.max_model_len, "longest sequence, prompt + output (default: min(max_position_embeddings, 4096))");
-    sub->add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "most tokens in one step")->capture_default_str();
-    sub->add_option("--block-size", o.block_size, "KV cache block size in tokens")->capture_default_str();
-    sub->add_option("--gpu-memory-utilization", o.gpu_memory_utilization, "on CPU: share of RAM for weights + KV cache")->capture_default_str();
-    sub->add_option("--kv-cache-memory", o.kv_cache_memory, "KV cache size, e.g. 2G (overrides --gpu-memory-utilization)");
-    sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching, "reuse KV blocks of shared prompt prefixes (default on)");
-    sub->add_option("--seed", o.seed, "seed of requests without their own")->capture_default_str();
-    sub->add_option("--threads", o.threads, "compute threads of the rank (default: all cores)");
-    sub->add_option("--log-level", o.log_level, "debug | info | warning | error")->capture_default_str();
-}
-
-// Arguments that make `moeserve rank` run engine `index` with the serve options.
-std::vector<std::string> rank_argv(const ServeOptions& o, int index, const std::string& input,
-                                   const std::string& output) {
-    const auto& e = o.engine;
-    std::vector<std::string> a = {"moeserve", "rank", "--model", e.model, "--engine-index", std::to_string(index),
-        "--input-address", input, "--output-address", output,
-        "--max-num-seqs", std::to_string(e.max_num_seqs), "--max-model-len", std::to_string(e.max_model_len),
-        "--max-num-batched-tokens", std::to_string(e.max_num_batched_tokens),
-        "--block-size", std::to_string(e.block_size),
-        "--gpu-memory-utilization", fmt::format("{}", e.gpu_memory_utilization),
-        "--seed", std::to_string(e.seed), "--threads", std::to_string(e.threads), "--log-level", e.log_level};
-    if (!e.kv_cache_memory.empty()) a.insert(a.end(), {"--kv-cache-memory", e.kv_cache_memory});
-    if (!e.enable_prefix_caching) a.push_back("--no-enable-prefix-caching");
-    return a;
-}
 
 // fork + exec of this binary as a rank; the child dies with us (PR_SET_PDEATHSIG).
 pid_t spawn_rank(const std::vector<std::string>& args) {
@@ -209,27 +74,144 @@ std::string describe_status(int status) {
     return "stopped";
 }
 
-// Waits up to timeout_s for pid to exit, then kills it.
-void reap(pid_t pid, double timeout_s) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-    int status = 0;
-    while (std::chrono::steady_clock::now() < deadline) {
-        if (waitpid(pid, &status, WNOHANG) != 0) return;
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+// The rank processes this node started, and which of them have exited (reaped by watch()).
+class RankProcesses {
+public:
+    struct Rank {
+        pid_t pid = 0;
+        int rank = 0;
+        bool exited = false;
+        int status = 0;
+    };
+
+    void spawn(const std::vector<std::string>& argv, int rank) {
+        std::lock_guard lock(mutex_);
+        ranks_.push_back({spawn_rank(argv), rank});
     }
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
+    std::vector<Rank> snapshot() const {
+        std::lock_guard lock(mutex_);
+        return ranks_;
+    }
+    // Reaps children until all have exited; on_exit(rank) for each (watcher thread).
+    template <typename F>
+    void watch(F&& on_exit) {
+        while (true) {
+            int status = 0;
+            const pid_t pid = waitpid(-1, &status, 0);
+            if (pid < 0) return;  // no children left
+            Rank exited;
+            {
+                std::lock_guard lock(mutex_);
+                for (auto& r : ranks_) {
+                    if (r.pid == pid) {
+                        r.exited = true;
+                        r.status = status;
+                        exited = r;
+                    }
+                }
+            }
+            if (exited.pid != 0) on_exit(exited);
+        }
+    }
+    bool all_exited() const {
+        std::lock_guard lock(mutex_);
+        for (const auto& r : ranks_) if (!r.exited) return false;
+        return true;
+    }
+    void signal_all(int sig) const {
+        std::lock_guard lock(mutex_);
+        for (const auto& r : ranks_) if (!r.exited) kill(r.pid, sig);
+    }
+    // Waits up to timeout_s for every rank to exit (someone runs watch()), then SIGKILLs the rest.
+    void wait_or_kill(double timeout_s) const {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+        while (!all_exited() && std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        signal_all(SIGKILL);
+    }
+
+private:
+    mutable std::mutex mutex_;
+    std::vector<Rank> ranks_;
+};
+
+
+// Compute threads per rank: --threads, else the host's cores divided between its ranks.
+int threads_per_rank(const EngineOptions& e, int local_ranks) {
+    if (e.threads > 0) return e.threads;
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    return std::max(1, cores / std::max(1, local_ranks));
+}
+
+// Starts this node's ranks: DP ranks [start, start + local) x every tp_rank.
+void spawn_local_ranks(RankProcesses& ranks, const EngineOptions& e, const Deployment& d, int store_port,
+                       const std::string& ipc_dir, Logger& logger) {
+    const int threads = threads_per_rank(e, d.local * d.sizes.tp);
+    for (int dp_rank = d.start; dp_rank < d.start + d.local; ++dp_rank) {
+        for (int tp_rank = 0; tp_rank < d.sizes.tp; ++tp_rank) {
+            const int rank = dp_rank * d.sizes.tp + tp_rank;
+            ranks.spawn(rank_argv(e, d, rank, store_port, ipc_dir, threads), rank);
+        }
+    }
+    MOESERVE_LOG_I(logger, "api", "started %d rank processes (DP ranks %d..%d, tp %d, ep %d, %d threads each); loading %s",
+                   d.local * d.sizes.tp, d.start, d.start + d.local - 1, d.sizes.tp, d.sizes.ep, threads, e.model.c_str());
+}
+
+void block_signals(sigset_t& signals) {
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+// ---- a --headless node: only ranks ----
+
+int run_headless(const ServeOptions& o, const Deployment& d) {
+    Logger logger(fmt::format("node dp{}..{}", d.start, d.start + d.local - 1), parse_log_level(o.engine.log_level));
+    sigset_t signals;
+    block_signals(signals);
+    sigaddset(&signals, SIGUSR1);  // the watcher wakes the signal thread with it
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    RankProcesses ranks;
+    spawn_local_ranks(ranks, o.engine, d, d.rpc_port, "", logger);
+    std::atomic<int> failures{0};
+    std::thread signal_thread([&] {
+        int sig = 0;
+        sigwait(&signals, &sig);
+        if (sig == SIGUSR1) return;  // our own wake-up: the ranks are gone
+        MOESERVE_LOG_I(logger, "api", "signal %d: stopping the ranks", sig);
+        ranks.signal_all(SIGTERM);
+    });
+    // The node lives as long as its ranks: the first one that fails takes the others down (the
+    // deployment steps in lock-step; a partial node is of no use to the head).
+    ranks.watch([&](const RankProcesses::Rank& r) {
+        const bool ok = WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
+        if (!ok) {
+            MOESERVE_LOG_E(logger, "api", "rank %d (process %d) %s; stopping this node's ranks", r.rank, r.pid,
+                           describe_status(r.status).c_str());
+            if (failures++ == 0) ranks.signal_all(SIGTERM);
+        }
+    });
+    pthread_kill(signal_thread.native_handle(), SIGUSR1);
+    signal_thread.join();
+    MOESERVE_LOG_I(logger, "api", "all ranks exited");
+    return failures > 0 ? 1 : 0;
 }
 
 // ---- the API server ----
 
 int run_serve(ServeOptions o) {
-    if (o.data_parallel_size != 1) raise(ErrorCode::kUnsupported, "--data-parallel-size {}: data parallelism is not built yet (issue: parallelism); use 1", o.data_parallel_size);
-    if (o.tensor_parallel_size != 1) raise(ErrorCode::kUnsupported, "--tensor-parallel-size {}: tensor parallelism is not built yet (issue: parallelism); use 1", o.tensor_parallel_size);
     if (o.port < 0 || o.port > 65535) raise(ErrorCode::kInvalidArgument, "--port must be in [0, 65535]; got {}", o.port);
-    Logger logger("api", parse_log_level(o.engine.log_level));
     const auto config = read_model_config(o.engine.model);
     o.engine.max_model_len = resolve_max_model_len(o.engine, config);
+    // env: GLOO_SOCKET_IFNAME, the network interface the ranks' Gloo transport binds.
+    const char* iface = std::getenv("GLOO_SOCKET_IFNAME");
+    const Deployment d = make_deployment(o.parallel, config, iface ? iface : "");
+    if (o.parallel.headless) return run_headless(o, d);
+
+    Logger logger("api", parse_log_level(o.engine.log_level));
     const auto tok = tokenizer::Tokenizer::from_dir(o.engine.model);
 
     serve::RouterConfig rc;
@@ -247,46 +229,67 @@ int run_serve(ServeOptions o) {
 
     // Signals go to the signal thread only (blocked everywhere else, before threads start).
     sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGTERM);
-    sigaddset(&signals, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-    signal(SIGPIPE, SIG_IGN);
+    block_signals(signals);
     rlimit files{};  // one descriptor per connection: allow as many as the hard limit does
     if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
         files.rlim_cur = files.rlim_max;
         setrlimit(RLIMIT_NOFILE, &files);
     }
 
-    const auto ipc_dir = std::filesystem::temp_directory_path() / fmt::format("moeserve-{}", getpid());
-    std::filesystem::create_directories(ipc_dir);
-    const std::string output = "ipc://" + (ipc_dir / "out").string();
-    const std::string input = "ipc://" + (ipc_dir / "in0").string();
-    serve::EngineClient engines({output, {input}, o.heartbeat_timeout_ms}, logger);
-    const pid_t rank = spawn_rank(rank_argv(o, 0, input, output));
-    MOESERVE_LOG_I(logger, "api", "started rank process %d; loading %s", rank, o.engine.model.c_str());
+    const auto ipc_path = std::filesystem::temp_directory_path() / fmt::format("moeserve-{}", getpid());
+    std::filesystem::create_directories(ipc_path);
+    const std::string ipc_dir = ipc_path.string();
+    // The rendezvous store of the ranks' Gloo world (more than one rank only).
+    std::unique_ptr<parallel::TcpStoreServer> store;
+    int store_port = d.rpc_port;
+    if (d.world() > 1) {
+        store = parallel::TcpStoreServer::start(d.address, d.rpc_port);
+        store_port = store->port();
+        MOESERVE_LOG_I(logger, "api", "rendezvous store on %s:%d for %d ranks (dp %d, tp %d, ep %d)", d.address.c_str(),
+                       store_port, d.world(), d.sizes.dp, d.sizes.tp, d.sizes.ep);
+    }
+    serve::EngineClientOptions eco{d.output_address(ipc_dir), {}, o.heartbeat_timeout_ms};
+    for (int i = 0; i < d.sizes.dp; ++i) eco.input_addresses.push_back(d.input_address(ipc_dir, i));
+    serve::EngineClient engines(eco, logger);
+    const auto started = std::chrono::steady_clock::now();
+    RankProcesses ranks;
+    spawn_local_ranks(ranks, o.engine, d, store_port, ipc_dir, logger);
 
-    // Wait for the engine, but not for a rank that died.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.engine_ready_timeout);
+    std::atomic<bool> stopping{false};
+    // A rank that exits while we serve fails every engine's requests: the DP groups step in
+    // lock-step, so one missing rank stops them all (the others' collectives time out and exit).
+    std::thread watcher([&] {
+        ranks.watch([&](const RankProcesses::Rank& r) {
+            if (stopping) return;
+            const std::string reason = fmt::format("rank process {} (rank {}) {}", r.pid, r.rank, describe_status(r.status));
+            MOESERVE_LOG_E(logger, "api", "%s", reason.c_str());
+            for (int i = 0; i < d.sizes.dp; ++i) engines.mark_dead(i, reason);
+        });
+    });
+    const auto cleanup = [&] {
+        stopping = true;
+        ranks.signal_all(SIGTERM);
+        ranks.wait_or_kill(5);
+        watcher.join();
+        std::filesystem::remove_all(ipc_path);
+    };
+
+    // Wait for every DP engine (local and remote), but not for ranks that died.
+    const auto deadline = started + std::chrono::duration<double>(o.engine_ready_timeout);
     while (!engines.wait_ready(200)) {
-        int status = 0;
-        if (waitpid(rank, &status, WNOHANG) == rank) {
-            std::filesystem::remove_all(ipc_dir);
-            raise(ErrorCode::kUnavailable, "the rank process {} during startup (see its messages above)", describe_status(status));
+        for (const auto& r : ranks.snapshot()) {
+            if (r.exited) {
+                cleanup();
+                raise(ErrorCode::kUnavailable, "rank {} {} during startup (see its messages above)", r.rank, describe_status(r.status));
+            }
         }
-        if (std::chrono::steady_clock::now() > deadline) {
-            kill(rank, SIGKILL);
-            reap(rank, 5);
-            raise(ErrorCode::kUnavailable, "the engine was not ready within --engine-ready-timeout {} s", o.engine_ready_timeout);
+        if (!engines.healthy() && std::chrono::steady_clock::now() > deadline) {
+            cleanup();
+            raise(ErrorCode::kUnavailable, "the engines were not ready within --engine-ready-timeout {} s", o.engine_ready_timeout);
         }
     }
-    std::atomic<bool> stopping{false};
-    std::thread watcher([&] {  // a rank that exits while we serve fails its requests
-        int status = 0;
-        if (waitpid(rank, &status, 0) == rank && !stopping) {
-            engines.mark_dead(0, fmt::format("rank process {} {}", rank, describe_status(status)));
-        }
-    });
+    MOESERVE_LOG_I(logger, "api", "%d engine(s) ready in %.2f s", d.sizes.dp,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
 
     serve::Metrics metrics(rc.limits.served_model_name);
     serve::Router router(rc, tok, engines, metrics, logger);
@@ -320,9 +323,8 @@ int run_serve(ServeOptions o) {
     });
     server.run();
     signal_thread.join();
-    reap(rank, 10);
-    watcher.join();
-    std::filesystem::remove_all(ipc_dir);
+    ranks.wait_or_kill(10);
+    cleanup();
     MOESERVE_LOG_I(logger, "api", "stopped");
     return 0;
 }
@@ -338,8 +340,18 @@ void add_serve_command(CLI::App& app, Action* action) {
     sub->add_option("--port", o->port, "0 = any free port")->capture_default_str();
     sub->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on /v1 (env: MOESERVE_API_KEY)");
     sub->add_flag("--trust-remote-code", o->trust_remote_code, "accepted for vllm compatibility; no effect");
-    sub->add_option("--data-parallel-size", o->data_parallel_size)->capture_default_str();
-    sub->add_option("--tensor-parallel-size", o->tensor_parallel_size)->capture_default_str();
+    auto& p = o->parallel;
+    sub->add_option("--data-parallel-size", p.data_parallel_size, "DP groups (engine cores) in the deployment")->capture_default_str();
+    sub->add_option("--tensor-parallel-size", p.tensor_parallel_size, "ranks per DP group (heads, MLP, vocabulary split)")->capture_default_str();
+    sub->add_option("--data-parallel-size-local", p.data_parallel_size_local, "DP groups on this node (default: all from the start rank)");
+    sub->add_option("--data-parallel-start-rank", p.data_parallel_start_rank, "first DP rank on this node")->capture_default_str();
+    sub->add_option("--data-parallel-address", p.data_parallel_address, "the head's address, reachable from every node (default 127.0.0.1)");
+    sub->add_option("--data-parallel-rpc-port", p.data_parallel_rpc_port,
+                    "the head's rendezvous port; the API server's ZeroMQ sockets use the dp+1 ports after it (0: any, single node)")->capture_default_str();
+    sub->add_flag("--enable-expert-parallel", p.enable_expert_parallel, "split the routed experts over all dp*tp ranks (ep = dp*tp)");
+    sub->add_flag("--headless", p.headless, "run only this node's ranks (no API server); they connect to the head");
+    sub->add_option("--distributed-timeout-ms", p.distributed_timeout_ms,
+                    "bound on rendezvous and every collective; a dead peer fails its ranks after this")->capture_default_str();
     sub->add_option("--http-threads", o->http_threads, "I/O threads of the API server")->capture_default_str();
     sub->add_option("--max-request-body-bytes", o->max_request_body_bytes, "larger bodies get 413")->capture_default_str();
     sub->add_option("--drain-timeout", o->drain_timeout, "seconds SIGTERM waits for running requests")->capture_default_str();
@@ -350,16 +362,11 @@ void add_serve_command(CLI::App& app, Action* action) {
         if (o->api_key.empty()) {
             if (const char* key = std::getenv("MOESERVE_API_KEY")) o->api_key = key;
         }
+        // env: OMNI_PD_HYBRID=1 turns PD hybrid scheduling on, as --pd-hybrid does.
+        if (const char* hybrid = std::getenv("OMNI_PD_HYBRID"); hybrid && std::string(hybrid) == "1") o->engine.pd_hybrid = true;
         *action = [o] { return run_serve(*o); };
     });
-
-    auto r = std::make_shared<RankOptions>();
-    CLI::App* rank = app.add_subcommand("rank", "")->group("");  // hidden: started by serve
-    add_engine_options(rank, r->engine);
-    rank->add_option("--engine-index", r->engine_index);
-    rank->add_option("--input-address", r->input_address)->required();
-    rank->add_option("--output-address", r->output_address)->required();
-    rank->callback([r, action] { *action = [r] { return run_rank(*r); }; });
+    add_rank_command(app, action);
 }
 
 }  // namespace moeserve::cli

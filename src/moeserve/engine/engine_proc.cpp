@@ -1,11 +1,14 @@
 // Engine process loop: drain the socket without waiting while there is work, step, send.
 #include "moeserve/engine/engine_proc.h"
 
+#include <chrono>
 #include <variant>
 
 namespace moeserve::engine {
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 // Applies one message; false on Shutdown.
 bool apply(EngineCore& core, ipc::EngineChannel& channel, const ipc::ClientMessage& message,
@@ -22,6 +25,43 @@ bool apply(EngineCore& core, ipc::EngineChannel& channel, const ipc::ClientMessa
     return true;
 }
 
+// Receives everything queued, the first message waiting up to timeout_ms. False on Shutdown.
+// `received` tells whether anything came.
+bool drain(EngineCore& core, ipc::EngineChannel& channel, Logger& logger, int timeout_ms, int32_t engine_index,
+           bool& received) {
+    received = false;
+    while (true) {
+        std::optional<ipc::ClientMessage> message;
+        try {
+            message = channel.receive(timeout_ms);
+        } catch (const Error& e) {
+            MOESERVE_LOG_E(logger, "engine", "skipping a message: %s", e.what());
+            continue;
+        }
+        if (!message) return true;
+        received = true;
+        timeout_ms = 0;
+        if (!apply(core, channel, *message, engine_index)) return false;
+    }
+}
+
+void send_outputs(EngineCore& core, ipc::EngineChannel& channel, Logger& logger, int32_t engine_index,
+                  std::vector<ipc::RequestOutput> outputs) {
+    ipc::StepOutputs step;  // empty outputs: a heartbeat (liveness plus fresh stats)
+    step.engine_index = engine_index;
+    step.outputs = std::move(outputs);
+    step.stats = core.stats();
+    step.stats.engine_index = engine_index;
+    if (!channel.send(step)) MOESERVE_LOG_E(logger, "engine", "could not send step outputs to the API server");
+}
+
+// A failed step: tell the API server why, then leave (the caller exits the process).
+int fail(ipc::EngineChannel& channel, Logger& logger, int32_t engine_index, const Error& e) {
+    MOESERVE_LOG_E(logger, "engine", "engine %d: step failed, exiting: %s", engine_index, e.what());
+    channel.send(ipc::HealthReply{engine_index, false, e.what()});
+    return 1;
+}
+
 }  // namespace
 
 int run_engine_loop(EngineCore& core, ipc::EngineChannel& channel, Logger& logger,
@@ -30,40 +70,56 @@ int run_engine_loop(EngineCore& core, ipc::EngineChannel& channel, Logger& logge
     MOESERVE_LOG_I(logger, "engine", "engine %d ready", options.engine_index);
     while (true) {
         // Idle: block on the socket up to one heartbeat. Busy: take what is queued, no waiting.
-        int timeout = core.has_unfinished_requests() ? 0 : options.heartbeat_ms;
+        const int timeout = core.has_unfinished_requests() ? 0 : options.heartbeat_ms;
         bool received = false;
-        while (true) {
-            std::optional<ipc::ClientMessage> message;
-            try {
-                message = channel.receive(timeout);
-            } catch (const Error& e) {
-                MOESERVE_LOG_E(logger, "engine", "skipping a message: %s", e.what());
-                continue;
-            }
-            if (!message) break;
-            received = true;
-            timeout = 0;
-            if (!apply(core, channel, *message, options.engine_index)) {
-                MOESERVE_LOG_I(logger, "engine", "shutdown requested");
-                return 0;
-            }
+        if (!drain(core, channel, logger, timeout, options.engine_index, received)) {
+            MOESERVE_LOG_I(logger, "engine", "shutdown requested");
+            return 0;
         }
-        if (core.has_unfinished_requests()) {
-            StepOutcome outcome = core.step();
-            ipc::StepOutputs step;
-            step.engine_index = options.engine_index;
-            step.outputs = std::move(outcome.outputs);
-            step.stats = core.stats();
-            step.stats.engine_index = options.engine_index;
-            if (!channel.send(step)) {
-                MOESERVE_LOG_E(logger, "engine", "could not send step outputs to the API server");
+        try {
+            if (options.on_iteration) options.on_iteration();
+            if (core.has_unfinished_requests()) {
+                StepOutcome outcome = core.step();
+                send_outputs(core, channel, logger, options.engine_index, std::move(outcome.outputs));
+            } else if (!received) {
+                send_outputs(core, channel, logger, options.engine_index, {});
             }
-        } else if (!received) {
-            ipc::StepOutputs heartbeat;  // empty outputs: liveness plus fresh stats
-            heartbeat.engine_index = options.engine_index;
-            heartbeat.stats = core.stats();
-            heartbeat.stats.engine_index = options.engine_index;
-            channel.send(heartbeat);
+        } catch (const Error& e) {
+            return fail(channel, logger, options.engine_index, e);
+        }
+    }
+}
+
+int run_engine_loop_dp(EngineCore& core, DpCoordinator& coordinator, ipc::EngineChannel& channel,
+                       Logger& logger, const EngineProcOptions& options) {
+    channel.send(ipc::HealthReply{options.engine_index, true, "ready"});
+    MOESERVE_LOG_I(logger, "engine", "engine %d ready (DP lock-step%s)", options.engine_index,
+                   coordinator.options().pd_hybrid ? ", PD hybrid" : "");
+    auto last_sent = Clock::now();
+    while (true) {
+        const int wait = coordinator.global_has_work() ? 0 : coordinator.options().idle_wait_ms;
+        bool received = false;
+        if (!drain(core, channel, logger, wait, options.engine_index, received)) {
+            MOESERVE_LOG_I(logger, "engine", "shutdown requested; telling the other DP groups");
+            coordinator.request_shutdown();
+        }
+        DpStepResult r;
+        try {
+            if (options.on_iteration) options.on_iteration();
+            r = coordinator.step();
+        } catch (const Error& e) {
+            return fail(channel, logger, options.engine_index, e);
+        }
+        const bool stepped = r.phase != parallel::StepPhase::kIdle;
+        const auto now = Clock::now();
+        if (stepped || !r.outputs.empty() ||
+            now - last_sent >= std::chrono::milliseconds(options.heartbeat_ms)) {
+            send_outputs(core, channel, logger, options.engine_index, std::move(r.outputs));
+            last_sent = now;
+        }
+        if (r.shutdown) {
+            MOESERVE_LOG_I(logger, "engine", "engine %d: all DP groups stop", options.engine_index);
+            return 0;
         }
     }
 }

@@ -1,9 +1,14 @@
 // The engine process loop (DESIGN.md, Processes): EngineCore + the ipc channel to the API
 // server. Receives AddRequest/Abort, steps while there is work, sends every step's outputs with
-// the core's stats, and blocks on the socket when idle (waking only to send a heartbeat).
+// the core's stats, and blocks on the socket when idle (waking only to send a heartbeat). Under
+// data parallelism the DP variant runs one DpCoordinator round per iteration instead, so all DP
+// groups step in lock-step (real or dummy forward of the agreed phase).
 #pragma once
 
+#include <functional>
+
 #include "moeserve/core/log.h"
+#include "moeserve/engine/dp_coordinator.h"
 #include "moeserve/engine/engine_core.h"
 #include "moeserve/ipc/channel.h"
 
@@ -12,11 +17,23 @@ namespace moeserve::engine {
 struct EngineProcOptions {
     int32_t engine_index = 0;
     int heartbeat_ms = 1000;  // an idle engine says it is alive this often
+    // Called once per loop iteration on the engine thread (e.g. the TP leader's keepalive).
+    std::function<void()> on_iteration;
 };
 
 // Sends a ready HealthReply, then serves until a Shutdown message; returns 0. Malformed messages
-// are logged and skipped. Not thread-safe: owns the calling thread until shutdown.
+// are logged and skipped. A step that throws Error (a collective whose peer is gone) is fatal:
+// the engine sends an unhealthy HealthReply naming it and returns 1. Not thread-safe: owns the
+// calling thread until it returns.
 int run_engine_loop(EngineCore& core, ipc::EngineChannel& channel, Logger& logger,
                     const EngineProcOptions& options);
+
+// The DP lock-step loop (DpCoordinator's call pattern): every iteration drains the inbox (waiting
+// only while no DP group anywhere has work, at most the coordinator's idle_wait_ms) and runs one
+// coordinator round, a collective over the DP group. Sends outputs after rounds that produced any
+// or ran a forward, and a heartbeat at least every heartbeat_ms. A Shutdown message stops every
+// DP group in the same round; returns 0 then, 1 after a failed collective (as above).
+int run_engine_loop_dp(EngineCore& core, DpCoordinator& coordinator, ipc::EngineChannel& channel,
+                       Logger& logger, const EngineProcOptions& options);
 
 }  // namespace moeserve::engine

@@ -3,6 +3,7 @@
 // exactly one of them is final.
 #include "moeserve/serve/engine_client.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace moeserve::serve {
@@ -48,24 +49,36 @@ bool EngineClient::wait_ready(int timeout_ms) {
 
 bool EngineClient::add(ipc::AddRequest request, OutputCallback callback) {
     int best = -1;
+    const int64_t prompt = static_cast<int64_t>(request.prompt_token_ids.size());
+    const int64_t output = std::max<int64_t>(0, request.sampling.max_tokens);
     {
         std::lock_guard lock(mutex_);
+        const auto less_loaded = [](const EngineState& a, const EngineState& b) {
+            if (a.outstanding_tokens != b.outstanding_tokens) return a.outstanding_tokens < b.outstanding_tokens;
+            return a.in_flight < b.in_flight;
+        };
         for (size_t i = 0; i < engines_.size(); ++i) {
             const auto& e = engines_[i];
             if (!e.ready || e.dead) continue;
-            if (best < 0 || e.in_flight < engines_[static_cast<size_t>(best)].in_flight) {
-                best = static_cast<int>(i);
-            }
+            if (best < 0 || less_loaded(e, engines_[static_cast<size_t>(best)])) best = static_cast<int>(i);
         }
         if (best < 0) return false;
-        engines_[static_cast<size_t>(best)].in_flight++;
+        auto& e = engines_[static_cast<size_t>(best)];
+        e.in_flight++;
+        e.routed++;
+        e.outstanding_tokens += prompt + output;
         pending_[request.request_id] =
-            Pending{best, std::make_shared<OutputCallback>(std::move(callback))};
+            Pending{best, prompt, output, std::make_shared<OutputCallback>(std::move(callback))};
     }
     const std::string id = request.request_id;
     if (!channel_.send(best, std::move(request))) {
         std::lock_guard lock(mutex_);
-        if (pending_.erase(id)) engines_[static_cast<size_t>(best)].in_flight--;
+        if (pending_.erase(id)) {
+            auto& e = engines_[static_cast<size_t>(best)];
+            e.in_flight--;
+            e.routed--;
+            e.outstanding_tokens -= prompt + output;
+        }
         return false;
     }
     return true;
@@ -115,6 +128,20 @@ bool EngineClient::healthy() const {
 int EngineClient::num_in_flight() const {
     std::lock_guard lock(mutex_);
     return static_cast<int>(pending_.size());
+}
+
+std::vector<int64_t> EngineClient::requests_routed() const {
+    std::lock_guard lock(mutex_);
+    std::vector<int64_t> out;
+    for (const auto& e : engines_) out.push_back(e.routed);
+    return out;
+}
+
+std::vector<int64_t> EngineClient::outstanding_tokens() const {
+    std::lock_guard lock(mutex_);
+    std::vector<int64_t> out;
+    for (const auto& e : engines_) out.push_back(e.outstanding_tokens);
+    return out;
 }
 
 std::vector<ipc::Stats> EngineClient::stats() const {
@@ -176,13 +203,21 @@ void EngineClient::on_step_outputs(const ipc::StepOutputs& step) {
         if (index >= engines_.size()) return;
         engines_[index].stats = step.stats;
         engines_[index].last_heard_ms = now_ms();
+        auto& e = engines_[index];
         for (const auto& out : step.outputs) {
             const auto it = pending_.find(out.request_id);
             if (it == pending_.end()) continue;
-            calls.emplace_back(&out, it->second.callback);
+            Pending& p = it->second;
+            calls.emplace_back(&out, p.callback);
+            // The prompt is done by the first output; each new token pays one owed token.
+            const int64_t got = std::min<int64_t>(p.output_owed, static_cast<int64_t>(out.new_token_ids.size()));
+            e.outstanding_tokens -= p.prompt_owed + got;
+            p.prompt_owed = 0;
+            p.output_owed -= got;
             if (out.finish_reason != ipc::FinishReason::kNone) {
+                e.outstanding_tokens -= p.output_owed;
                 pending_.erase(it);
-                engines_[index].in_flight--;
+                e.in_flight--;
             }
         }
     }
@@ -226,6 +261,7 @@ void EngineClient::fail_engine(int engine, const std::string& reason) {
             }
         }
         engines_[static_cast<size_t>(engine)].in_flight = 0;
+        engines_[static_cast<size_t>(engine)].outstanding_tokens = 0;
     }
     for (auto& [id, cb] : failed) {
         ipc::RequestOutput out;

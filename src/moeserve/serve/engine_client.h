@@ -1,6 +1,10 @@
 // The API server's client of N engine cores (the DP client of DESIGN.md): sends each request to
 // the least-loaded healthy engine, routes its outputs back to a per-request callback, and fails
 // the in-flight requests of an engine that disconnects or stops answering. Sees only ipc types.
+// Load = outstanding work in tokens: prompt tokens not yet prefilled plus output tokens still owed
+// (max_tokens minus those produced), as the client itself counts them (issue: parallelism; request
+// counts alone leave DP ranks uneven under mixed lengths). Ties go to fewer requests, then the
+// lower index.
 #pragma once
 
 #include <atomic>
@@ -56,6 +60,9 @@ public:
     int num_in_flight() const;
     // Latest stats of each engine (index = engine). Thread-safe.
     std::vector<ipc::Stats> stats() const;
+    // Per engine: requests sent to it (cumulative) and its outstanding tokens now. Thread-safe.
+    std::vector<int64_t> requests_routed() const;
+    std::vector<int64_t> outstanding_tokens() const;
 
     // Sends Shutdown to every engine and stops the receive thread. Idempotent.
     void shutdown();
@@ -67,11 +74,15 @@ private:
         std::string dead_reason;  // set by mark_dead; the receive thread fails the requests
         bool failed = false;      // its requests have been failed
         int in_flight = 0;
+        int64_t outstanding_tokens = 0;  // sum of the Pending::owed of its requests
+        int64_t routed = 0;              // requests sent (cumulative)
         int64_t last_heard_ms = 0;
         ipc::Stats stats;
     };
     struct Pending {
         int engine = 0;
+        int64_t prompt_owed = 0;  // prompt tokens until the first output
+        int64_t output_owed = 0;  // max_tokens minus tokens received
         std::shared_ptr<OutputCallback> callback;
     };
 

@@ -95,6 +95,28 @@ std::string Metrics::render(const std::vector<ipc::Stats>& engines, int num_in_f
     out += fmt::format("moeserve:engine_steps_total{{{},phase=\"decode\"}} {}\n", model, decode_steps);
     out += fmt::format("moeserve:engine_steps_total{{{},phase=\"dummy\"}} {}\n", model, dummy_steps);
     out += fmt::format("moeserve:engine_steps_total{{{},phase=\"all\"}} {}\n", model, steps);
+    // Per DP engine (label engine = its DP rank); the families above are the totals.
+    head("moeserve:engine_requests_running", "gauge", "Requests in model execution batches, per engine.");
+    for (const auto& s : engines) {
+        out += fmt::format("moeserve:engine_requests_running{{{},engine=\"{}\"}} {}\n", model, s.engine_index, s.num_running);
+    }
+    head("moeserve:engine_requests_waiting", "gauge", "Requests waiting to be scheduled, per engine.");
+    for (const auto& s : engines) {
+        out += fmt::format("moeserve:engine_requests_waiting{{{},engine=\"{}\"}} {}\n", model, s.engine_index, s.num_waiting);
+    }
+    head("moeserve:engine_steps_by_engine_total", "counter", "Engine steps by phase, per engine (dummy: lock-step steps without work).");
+    for (const auto& s : engines) {
+        for (const auto& [phase, n] : {std::pair{"prefill", s.num_prefill_steps}, std::pair{"decode", s.num_decode_steps},
+                                       std::pair{"dummy", s.num_dummy_steps}, std::pair{"all", s.num_steps}}) {
+            out += fmt::format("moeserve:engine_steps_by_engine_total{{{},engine=\"{}\",phase=\"{}\"}} {}\n", model,
+                               s.engine_index, phase, n);
+        }
+    }
+    head("moeserve:engine_generation_tokens_total", "counter", "Tokens sampled, per engine.");
+    for (const auto& s : engines) {
+        out += fmt::format("moeserve:engine_generation_tokens_total{{{},engine=\"{}\"}} {}\n", model, s.engine_index,
+                           s.num_generation_tokens);
+    }
 
     std::lock_guard lock(mutex_);
     head("moeserve:request_success_total", "counter", "Finished requests by finish reason.");

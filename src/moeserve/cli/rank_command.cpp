@@ -1,0 +1,166 @@
+// The hidden `moeserve rank`: one rank process of a deployment (serve starts one per local
+// (dp_rank, tp_rank)). Joins the Gloo world through the head's rendezvous store, loads its TP/EP
+// shard, and then either runs its DP group's EngineCore and talks to the API server (tp_rank 0),
+// or follows its TP leader's forwards (tp_rank > 0).
+#include <fmt/format.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "moeserve/cli/serve_layout.h"
+#include "moeserve/core/error.h"
+#include "moeserve/core/log.h"
+#include "moeserve/core/thread_pool.h"
+#include "moeserve/engine/dp_coordinator.h"
+#include "moeserve/engine/engine_core.h"
+#include "moeserve/engine/engine_proc.h"
+#include "moeserve/engine/engine_proc_tp.h"
+#include "moeserve/engine/kv_cache/kv_cache_manager.h"
+#include "moeserve/engine/scheduler/policy_pd_hybrid.h"
+#include "moeserve/model/registry.h"
+#include "moeserve/parallel/gloo_comm.h"
+
+namespace moeserve::cli {
+
+namespace {
+
+struct RankOptions {
+    EngineOptions engine;
+    int rank = 0;
+    int dp = 1, tp = 1, ep = 1;
+    std::string input_address, output_address;
+    std::string store_host = "127.0.0.1";
+    int store_port = 0;
+    std::string gloo_iface, gloo_hostname;
+    int distributed_timeout_ms = 30000;
+};
+
+int64_t total_ram_bytes() {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{8} << 30;
+}
+
+// VmRSS of this process in bytes (0 if unreadable).
+int64_t resident_bytes() {
+    std::ifstream in("/proc/self/status");
+    std::string key;
+    int64_t kb = 0;
+    while (in >> key) {
+        if (key == "VmRSS:") {
+            in >> kb;
+            return kb * 1024;
+        }
+        in.ignore(1 << 12, '\n');
+    }
+    return 0;
+}
+
+double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+int run_rank(const RankOptions& o) {
+    const auto started = std::chrono::steady_clock::now();
+    const parallel::ParallelSizes sizes{o.dp, o.tp, o.ep};
+    parallel::validate(sizes);
+    const auto groups = parallel::rank_groups(sizes, o.rank);
+    Logger logger(parallel::rank_tag(groups), parse_log_level(o.engine.log_level));
+    const std::string config_text = read_text_file(o.engine.model + "/config.json");
+    const auto config = read_model_config(o.engine.model);
+    EngineOptions engine = o.engine;
+    engine.max_model_len = resolve_max_model_len(o.engine, config);
+    ThreadPool pool(std::max(1, o.engine.threads > 0 ? o.engine.threads : static_cast<int>(std::thread::hardware_concurrency())));
+
+    parallel::ParallelContext ctx;
+    model::LoadOptions load{.max_model_len = engine.max_model_len};
+    if (sizes.world() > 1) {
+        Deployment d;  // only the fields the fingerprint reads
+        d.sizes = sizes;
+        parallel::GlooConnectOptions go;
+        go.sizes = sizes;
+        go.rank = o.rank;
+        go.store_host = o.store_host;
+        go.store_port = o.store_port;
+        go.iface = o.gloo_iface;
+        go.hostname = o.gloo_hostname;
+        go.timeout = std::chrono::milliseconds(o.distributed_timeout_ms);
+        go.fingerprint = deployment_fingerprint(engine, d, config_text);
+        ctx = parallel::connect_gloo(go);
+        load.parallel = model::ParallelConfig::from_context(ctx);
+    }
+    auto model = model::load_model(o.engine.model, pool, load);
+    const auto& info = model->info();
+    const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    MOESERVE_LOG_I(logger, "engine", "rank %d of %d: weights %.1f MiB, resident %.1f MiB after load, connect + load %.2f s, %d threads",
+                   o.rank, sizes.world(), mib(info.rank_weight_bytes > 0 ? info.rank_weight_bytes : info.weight_bytes),
+                   mib(resident_bytes()), load_s, pool.num_threads());
+
+    if (groups.tp_rank != 0) return engine::run_tp_follower(*model, *ctx.tp, logger);
+
+    std::unique_ptr<engine::TpLeaderModel> leader;
+    model::Model* served = model.get();
+    if (sizes.tp > 1) {
+        leader = std::make_unique<engine::TpLeaderModel>(*model, *ctx.tp);
+        served = leader.get();
+    }
+    // KV blocks: --kv-cache-memory, else the RAM share left after weights, capped at what
+    // max_num_seqs full-length sequences can use.
+    const int64_t budget = !engine.kv_cache_memory.empty()
+        ? parse_bytes(engine.kv_cache_memory)
+        : static_cast<int64_t>(engine.gpu_memory_utilization * static_cast<double>(total_ram_bytes())) - info.weight_bytes;
+    const int64_t per_seq = (engine.max_model_len + engine.block_size - 1) / engine.block_size;
+    int64_t blocks = engine::num_blocks_for_bytes(budget, info.kv_bytes_per_token, engine.block_size);
+    blocks = std::min<int64_t>(blocks, per_seq * engine.max_num_seqs + 1);
+    if (blocks < per_seq + 1) {
+        raise(ErrorCode::kInvalidArgument, "the KV cache has room for {} blocks of {} tokens, less than one {}-token sequence needs; "
+              "raise --kv-cache-memory / --gpu-memory-utilization or lower --max-model-len", blocks, engine.block_size, engine.max_model_len);
+    }
+    engine::EngineConfig ec;
+    ec.max_num_seqs = engine.max_num_seqs;
+    ec.max_num_batched_tokens = engine.max_num_batched_tokens;
+    ec.max_model_len = engine.max_model_len;
+    ec.block_size = engine.block_size;
+    ec.num_blocks = static_cast<int32_t>(blocks);
+    ec.enable_prefix_caching = engine.enable_prefix_caching;
+    ec.seed = engine.seed;
+    ec.engine_index = groups.dp_rank;
+    std::unique_ptr<engine::SchedulingPolicy> policy;
+    if (engine.pd_hybrid) policy = std::make_unique<engine::PdHybridPolicy>();
+    engine::EngineCore core(*served, pool, ec, std::move(policy));
+    MOESERVE_LOG_I(logger, "engine", "model %s loaded: %d KV blocks of %d tokens, resident %.1f MiB",
+                   info.model_type.c_str(), ec.num_blocks, ec.block_size, mib(resident_bytes()));
+    ipc::EngineChannel channel(o.input_address, o.output_address);
+    engine::EngineProcOptions eo{.engine_index = groups.dp_rank};
+    if (leader) eo.on_iteration = [&leader] { leader->keepalive(); };
+    int rc = 0;
+    if (sizes.dp > 1) {
+        engine::DpCoordinator coordinator(core, *ctx.dp, {.pd_hybrid = engine.pd_hybrid});
+        rc = engine::run_engine_loop_dp(core, coordinator, channel, logger, eo);
+    } else {
+        rc = engine::run_engine_loop(core, channel, logger, eo);
+    }
+    if (leader && rc == 0) leader->shutdown();
+    return rc;
+}
+
+}  // namespace
+
+void add_rank_command(CLI::App& app, std::function<int()>* action) {
+    auto r = std::make_shared<RankOptions>();
+    CLI::App* rank = app.add_subcommand("rank", "")->group("");  // hidden: started by serve
+    add_engine_options(rank, r->engine);
+    rank->add_option("--rank", r->rank);
+    rank->add_option("--dp-size", r->dp);
+    rank->add_option("--tp-size", r->tp);
+    rank->add_option("--ep-size", r->ep);
+    rank->add_option("--input-address", r->input_address)->required();
+    rank->add_option("--output-address", r->output_address)->required();
+    rank->add_option("--store-host", r->store_host);
+    rank->add_option("--store-port", r->store_port);
+    rank->add_option("--gloo-iface", r->gloo_iface);
+    rank->add_option("--gloo-hostname", r->gloo_hostname);
+    rank->add_option("--distributed-timeout-ms", r->distributed_timeout_ms);
+    rank->callback([r, action] { *action = [r] { return run_rank(*r); }; });
+}
+
+}  // namespace moeserve::cli

@@ -1,0 +1,86 @@
+// What `moeserve serve` and its hidden `moeserve rank` share: the engine flags, the parallel
+// deployment (which (dp_rank, tp_rank) ranks this node runs, where the head's rendezvous store and
+// ZeroMQ sockets are), its validation with clear messages, and the rank process's argv.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moeserve/parallel/layout.h"
+
+namespace moeserve::cli {
+
+// Options of the engine (shared by `serve`, which forwards them, and `rank`).
+struct EngineOptions {
+    std::string model;
+    int32_t max_num_seqs = 256;
+    int32_t max_model_len = 0;  // 0 = min(max_position_embeddings, 4096)
+    int32_t max_num_batched_tokens = 2048;
+    int32_t block_size = 16;
+    double gpu_memory_utilization = 0.9;
+    std::string kv_cache_memory;  // bytes, with an optional K/M/G suffix; empty = from utilization
+    bool enable_prefix_caching = true;
+    uint64_t seed = 0;
+    int threads = 0;
+    std::string log_level = "info";
+    bool pd_hybrid = false;  // --pd-hybrid or env OMNI_PD_HYBRID=1 (read by serve)
+};
+
+void add_engine_options(CLI::App* sub, EngineOptions& o);
+
+// The parallel flags of serve, as given.
+struct ParallelFlags {
+    int data_parallel_size = 1;
+    int tensor_parallel_size = 1;
+    int data_parallel_size_local = -1;  // -1: data_parallel_size - start rank
+    int data_parallel_start_rank = 0;
+    std::string data_parallel_address;  // the head's address; default 127.0.0.1
+    int data_parallel_rpc_port = 0;     // 0: any free port (only when every rank is local)
+    bool enable_expert_parallel = false;
+    bool headless = false;
+    int distributed_timeout_ms = 30000;
+};
+
+// The validated deployment of this node.
+struct Deployment {
+    parallel::ParallelSizes sizes;
+    int start = 0, local = 1;  // DP ranks [start, start + local) run here
+    bool all_local = true;     // every DP rank on this node: ipc:// sockets and loopback Gloo
+    std::string address;       // the head: rendezvous store and (not all_local) ZeroMQ over tcp
+    int rpc_port = 0;          // rendezvous store port (0 = ephemeral, all_local only)
+    std::string gloo_iface;    // env GLOO_SOCKET_IFNAME
+    std::string gloo_hostname; // the address ranks bind when no interface is named
+    int timeout_ms = 30000;
+
+    int world() const { return sizes.world(); }
+    // The API server's PULL socket and engine i's PUSH socket (all_local: under ipc_dir).
+    std::string output_address(const std::string& ipc_dir) const;
+    std::string input_address(const std::string& ipc_dir, int engine) const;
+};
+
+// Checks the flags against each other and the model's config (heads divisible by tp, or KV heads
+// replicated, ep | dp*tp, start + local <= dp, ports); raises Error kInvalidArgument with a
+// sentence naming the flags. gloo_iface: the environment's GLOO_SOCKET_IFNAME (may be empty).
+Deployment make_deployment(const ParallelFlags& flags, const nlohmann::json& config, const std::string& gloo_iface);
+
+// What every rank must agree on (model config digest, sizes, engine limits, PD hybrid).
+std::string deployment_fingerprint(const EngineOptions& engine, const Deployment& d, const std::string& config_text);
+
+// argv of `moeserve rank` for global rank `rank` (store_port: the bound rendezvous port).
+std::vector<std::string> rank_argv(const EngineOptions& engine, const Deployment& d, int rank, int store_port,
+                                   const std::string& ipc_dir, int threads);
+
+// Registers the hidden `rank` subcommand (the rank process serve starts).
+void add_rank_command(CLI::App& app, std::function<int()>* action);
+
+// Shared helpers.
+nlohmann::json read_model_config(const std::string& dir);
+std::string read_text_file(const std::string& path);
+int32_t resolve_max_model_len(const EngineOptions& o, const nlohmann::json& config);
+int64_t parse_bytes(const std::string& text);
+
+}  // namespace moeserve::cli
