@@ -1,0 +1,314 @@
+#!/usr/bin/python3
+"""`moeserve serve` over several rank processes (stdlib only; every wait bounded).
+
+Suites (one CTest each):
+  dp_ep     dp=2 + --enable-expert-parallel: greedy texts of concurrent prompts == single rank; both
+            engines get requests; per-engine /metrics
+  tp        tp=2: same check
+  pd_hybrid dp=2 + ep + --pd-hybrid: same texts; /metrics shows dummy steps
+  netns     two emulated hosts (ip netns + veth, 10.201.x.{1,2}): head with DP rank 0, a --headless
+            node with DP rank 1; requests to the head answer correctly (skipped if not permitted)
+  kill      dp=2: SIGKILL of one rank process -> in-flight request ends with an error, /health 503,
+            new requests 503, within a bounded time
+  validate  bad layouts are refused at start with a message naming the flags
+"""
+import argparse
+import concurrent.futures
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+ARGS = None
+TIMEOUT = 60  # seconds for any single HTTP exchange
+PROMPTS = ["The capital of France is", "Hello", "Once upon a time", "1 2 3 4 5", "def main():", "Bye"]
+MAX_TOKENS = 8
+COMMON = ["--threads", "1", "--served-model-name", "tiny", "--max-model-len", "256", "--kv-cache-memory", "32M",
+          "--heartbeat-timeout-ms", "5000", "--max-num-seqs", "8"]
+
+
+def free_port(host="127.0.0.1"):
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A `moeserve serve` process (optionally prefixed, e.g. by `ip netns exec NS`)."""
+
+    def __init__(self, *extra, prefix=(), host="127.0.0.1", wait=True, env=None):
+        self.host = host
+        self.port = free_port() if host == "127.0.0.1" else 18000 + os.getpid() % 1000
+        cmd = [*prefix, ARGS.moeserve, "serve", "--model", ARGS.model, "--host", host, "--port", str(self.port), *COMMON, *extra]
+        self.log = tempfile.TemporaryFile()  # an unread pipe could fill up and block the server
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log, env=env)
+        self.prefix = prefix
+        if wait:
+            self.wait_healthy()
+
+    def log_text(self):
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def wait_healthy(self, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("server exited: " + self.log_text())
+            try:
+                if self.request("GET", "/health")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.proc.kill()
+        raise RuntimeError("server not healthy within %d s: %s" % (timeout, self.log_text()[-3000:]))
+
+    def request(self, method, path, body=None):
+        if self.prefix:  # inside a namespace: reach it from there with a tiny client
+            return netns_request(self.prefix, self.host, self.port, method, path, body)
+        c = http.client.HTTPConnection(self.host, self.port, timeout=TIMEOUT)
+        c.request(method, path, body=json.dumps(body) if body is not None else None,
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        payload = r.read()
+        c.close()
+        return r.status, payload
+
+    def complete(self, prompt, max_tokens=MAX_TOKENS):
+        status, payload = self.request("POST", "/v1/completions",
+                                       {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True})
+        assert status == 200, (status, payload)
+        return json.loads(payload)["choices"][0]["text"]
+
+    def complete_all(self, prompts):
+        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+            return list(pool.map(self.complete, prompts))
+
+    def metrics(self):
+        status, payload = self.request("GET", "/metrics")
+        assert status == 200
+        out = {}
+        for line in payload.decode().splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
+    def stop(self, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+            return None
+
+    def rank_pids(self):
+        with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+
+
+def netns_request(prefix, host, port, method, path, body):
+    code = ("import http.client,json,sys\n"
+            "c=http.client.HTTPConnection(sys.argv[1],int(sys.argv[2]),timeout=%d)\n"
+            "b=sys.argv[5]\n"
+            "c.request(sys.argv[3],sys.argv[4],body=b if b else None,headers={'Content-Type':'application/json'})\n"
+            "r=c.getresponse();d=r.read();sys.stdout.write(str(r.status)+'\\n');sys.stdout.flush();"
+            "sys.stdout.buffer.write(d)\n") % TIMEOUT
+    out = subprocess.run([*prefix, "/usr/bin/python3", "-c", code, host, str(port), method, path,
+                          json.dumps(body) if body is not None else ""], capture_output=True, timeout=TIMEOUT + 10)
+    if out.returncode != 0:
+        raise OSError(out.stderr.decode())
+    status, _, payload = out.stdout.partition(b"\n")
+    return int(status), payload
+
+
+def per_engine(m, family, **labels):
+    """{engine: value} of a per-engine metric family, filtered by extra labels."""
+    out = {}
+    for k, v in m.items():
+        if not k.startswith(family + "{"):
+            continue
+        if all(f'{lk}="{lv}"' in k for lk, lv in labels.items()):
+            engine = k.split('engine="')[1].split('"')[0]
+            out[int(engine)] = v
+    return out
+
+
+REFERENCE = {}
+
+
+def reference_texts():
+    """Greedy texts of PROMPTS from a single-rank server (computed once)."""
+    if not REFERENCE:
+        s = Server()
+        try:
+            REFERENCE["texts"] = [s.complete(p) for p in PROMPTS]
+        finally:
+            assert s.stop() == 0
+    return REFERENCE["texts"]
+
+
+class Parallel(unittest.TestCase):
+    def check_equal_outputs(self, s, n_engines, extra_tokens=0):
+        expected = reference_texts()
+        got = s.complete_all(PROMPTS)
+        self.assertEqual(got, expected)
+        m = s.metrics()
+        generated = per_engine(m, "moeserve:engine_generation_tokens_total")
+        self.assertEqual(sorted(generated), list(range(n_engines)))
+        self.assertEqual(sum(generated.values()), len(PROMPTS) * MAX_TOKENS + extra_tokens)
+        if n_engines > 1:
+            self.assertTrue(all(v > 0 for v in generated.values()), generated)  # both engines got work
+        return m
+
+    def test_dp_ep(self):
+        s = Server("--data-parallel-size", "2", "--enable-expert-parallel")
+        try:
+            m = self.check_equal_outputs(s, 2)
+            self.assertEqual(set(per_engine(m, "moeserve:engine_requests_running")), {0, 1})
+            self.assertEqual(set(per_engine(m, "moeserve:kv_cache_usage_perc")), {0, 1})
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_tp(self):
+        s = Server("--tensor-parallel-size", "2")
+        try:
+            self.check_equal_outputs(s, 1)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_pd_hybrid(self):
+        s = Server("--data-parallel-size", "2", "--enable-expert-parallel", "--pd-hybrid")
+        try:
+            # An uneven load: one long request on top, so one engine idles while the other decodes.
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                long_one = pool.submit(s.complete, PROMPTS[0], 24)
+                time.sleep(0.05)
+                self.check_equal_outputs(s, 2, extra_tokens=24)
+                self.assertTrue(long_one.result(TIMEOUT).startswith(reference_texts()[0]))
+            m = s.metrics()
+            dummy = per_engine(m, "moeserve:engine_steps_by_engine_total", phase="dummy")
+            self.assertGreater(sum(dummy.values()), 0, dummy)
+            self.assertIn("PD hybrid", s.log_text())
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_kill_rank(self):
+        s = Server("--data-parallel-size", "2", "--enable-expert-parallel", "--distributed-timeout-ms", "3000")
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=TIMEOUT)
+            c.request("POST", "/v1/completions", body=json.dumps({"prompt": "Hello", "max_tokens": 200, "ignore_eos": True,
+                                                                   "stream": True}), headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            self.assertTrue(r.read(6).startswith(b"data: "))
+            start = time.time()
+            os.kill(s.rank_pids()[1], signal.SIGKILL)
+            body = r.read().decode()  # ends (error event + [DONE]) rather than hanging
+            self.assertIn('"error"', body)
+            self.assertTrue(body.rstrip().endswith("data: [DONE]"))
+            deadline = time.time() + 15
+            while s.request("GET", "/health")[0] != 503 and time.time() < deadline:
+                time.sleep(0.05)
+            self.assertEqual(s.request("GET", "/health")[0], 503)
+            status, _ = s.request("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2})
+            self.assertEqual(status, 503)
+            print(f"\nkilled rank noticed in {time.time() - start:.2f} s", file=sys.stderr)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_validate(self):
+        cases = [
+            (["--data-parallel-size", "2", "--data-parallel-size-local", "3"], "exceeds --data-parallel-size"),
+            (["--data-parallel-size", "2", "--data-parallel-start-rank", "1", "--data-parallel-size-local", "1"], "--headless"),
+            (["--data-parallel-size", "2", "--data-parallel-size-local", "1"], "--data-parallel-rpc-port"),
+            (["--tensor-parallel-size", "3"], "num_attention_heads"),
+            (["--headless", "--data-parallel-size", "2", "--data-parallel-start-rank", "1"], "--data-parallel-rpc-port"),
+        ]
+        for flags, message in cases:
+            out = subprocess.run([ARGS.moeserve, "serve", "--model", ARGS.model, *COMMON, *flags], capture_output=True, timeout=30)
+            self.assertNotEqual(out.returncode, 0, flags)
+            self.assertIn(message, out.stderr.decode(), flags)
+
+
+def sh(cmd):
+    return subprocess.run(cmd, shell=True, capture_output=True).returncode
+
+
+class Netns(unittest.TestCase):
+    def test_two_hosts(self):
+        pid = os.getpid()
+        a, b = f"msw_a_{pid}", f"msw_b_{pid}"
+        va, vb = f"mswa{pid % 100000}", f"mswb{pid % 100000}"
+        net = f"10.201.{pid % 200 + 20}"
+        addr_a, addr_b = net + ".1", net + ".2"
+        try:
+            if sh(f"ip netns add {a}") != 0 or sh(f"ip netns add {b}") != 0:
+                self.skipTest("cannot create network namespaces here (needs root / CAP_NET_ADMIN)")
+            for cmd in [f"ip link add {va} type veth peer name {vb}", f"ip link set {va} netns {a}", f"ip link set {vb} netns {b}",
+                        f"ip -n {a} addr add {addr_a}/24 dev {va}", f"ip -n {b} addr add {addr_b}/24 dev {vb}",
+                        f"ip -n {a} link set {va} up", f"ip -n {b} link set {vb} up",
+                        f"ip -n {a} link set lo up", f"ip -n {b} link set lo up"]:
+                if sh(cmd) != 0:
+                    self.skipTest("cannot set up the veth pair: " + cmd)
+            expected = reference_texts()
+            rpc = 29600 + pid % 300
+            layout = ["--data-parallel-size", "2", "--data-parallel-size-local", "1", "--enable-expert-parallel",
+                      "--data-parallel-address", addr_a, "--data-parallel-rpc-port", str(rpc), "--distributed-timeout-ms", "8000"]
+            head = Server(*layout, "--data-parallel-start-rank", "0", prefix=("ip", "netns", "exec", a), host=addr_a,
+                          wait=False, env={**os.environ, "GLOO_SOCKET_IFNAME": va})
+            node_log = tempfile.TemporaryFile()
+            node = subprocess.Popen(["ip", "netns", "exec", b, ARGS.moeserve, "serve", "--model", ARGS.model, "--headless",
+                                     *COMMON, *layout, "--data-parallel-start-rank", "1"],
+                                    stdout=subprocess.DEVNULL, stderr=node_log, env={**os.environ, "GLOO_SOCKET_IFNAME": vb})
+            try:
+                head.wait_healthy(60)
+                got = head.complete_all(PROMPTS[:3])  # concurrent: both engines get some
+                self.assertEqual(got, expected[:3])
+                m = head.metrics()
+                generated = per_engine(m, "moeserve:engine_generation_tokens_total")
+                self.assertGreater(generated.get(1, 0), 0, generated)  # the headless node's engine answered
+                # Kill the headless node: the head reports it (503) within a bounded time, no hang.
+                start = time.time()
+                node.kill()
+                node.wait(5)
+                deadline = time.time() + 30
+                while head.request("GET", "/health")[0] != 503 and time.time() < deadline:
+                    time.sleep(0.1)
+                self.assertEqual(head.request("GET", "/health")[0], 503)
+                status, _ = head.request("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2})
+                self.assertEqual(status, 503)
+                print(f"\nheadless node loss noticed in {time.time() - start:.2f} s", file=sys.stderr)
+                self.assertEqual(head.stop(), 0)
+            finally:
+                head.stop(5)
+                if node.poll() is None:
+                    node.kill()
+                    node.wait(5)
+                node_log.seek(0)
+                sys.stderr.write(node_log.read().decode(errors="replace")[-2000:] if ARGS.verbose_logs else "")
+        finally:
+            sh(f"ip netns del {a}")
+            sh(f"ip netns del {b}")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--moeserve", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--verbose-logs", action="store_true")
+    p.add_argument("--suite", required=True, choices=["dp_ep", "tp", "pd_hybrid", "netns", "kill", "validate"])
+    ARGS, rest = p.parse_known_args()
+    names = {"dp_ep": "Parallel.test_dp_ep", "tp": "Parallel.test_tp", "pd_hybrid": "Parallel.test_pd_hybrid",
+             "kill": "Parallel.test_kill_rank", "validate": "Parallel.test_validate", "netns": "Netns.test_two_hosts"}
+    suite = unittest.defaultTestLoader.loadTestsFromName(names[ARGS.suite], sys.modules[__name__])
+    ok = unittest.TextTestRunner(verbosity=2).run(suite).wasSuccessful()
+    sys.exit(0 if ok else 1)
