@@ -4,13 +4,15 @@
 Suites (one CTest each):
   dp_ep     dp=2 + --enable-expert-parallel: greedy texts of concurrent prompts == single rank; both
             engines get requests; per-engine /metrics
+  dp_tp_ep  dp=2, tp=2, ep=4: same check
   tp        tp=2: same check
   pd_hybrid dp=2 + ep + --pd-hybrid: same texts; /metrics shows dummy steps
   netns     two emulated hosts (ip netns + veth, 10.201.x.{1,2}): head with DP rank 0, a --headless
             node with DP rank 1; requests to the head answer correctly (skipped if not permitted)
   kill      dp=2: SIGKILL of one rank process -> in-flight request ends with an error, /health 503,
             new requests 503, within a bounded time
-  validate  bad layouts are refused at start with a message naming the flags
+  validate  bad layouts are refused at start with a message naming the flags; nodes whose
+            configurations differ are refused with a message (no hang)
 """
 import argparse
 import concurrent.futures
@@ -179,6 +181,13 @@ class Parallel(unittest.TestCase):
         finally:
             self.assertEqual(s.stop(), 0)
 
+    def test_dp_tp_ep(self):
+        s = Server("--data-parallel-size", "2", "--tensor-parallel-size", "2", "--enable-expert-parallel")
+        try:
+            self.check_equal_outputs(s, 2)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
     def test_tp(self):
         s = Server("--tensor-parallel-size", "2")
         try:
@@ -237,6 +246,18 @@ class Parallel(unittest.TestCase):
             out = subprocess.run([ARGS.moeserve, "serve", "--model", ARGS.model, *COMMON, *flags], capture_output=True, timeout=30)
             self.assertNotEqual(out.returncode, 0, flags)
             self.assertIn(message, out.stderr.decode(), flags)
+        # Nodes that disagree (here --block-size) are refused with a message, not a hang.
+        rpc = free_port()
+        layout = [ARGS.moeserve, "serve", "--model", ARGS.model, *COMMON, "--data-parallel-size", "2", "--data-parallel-size-local", "1",
+                  "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", str(rpc), "--distributed-timeout-ms", "5000"]
+        head = subprocess.Popen([*layout, "--port", str(free_port())], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        node = subprocess.run([*layout, "--headless", "--data-parallel-start-rank", "1", "--block-size", "32"],
+                              capture_output=True, timeout=30)
+        _, head_err = head.communicate(timeout=30)
+        self.assertNotEqual(node.returncode, 0)
+        self.assertIn("disagree on the model or parallel configuration", node.stderr.decode())
+        self.assertNotEqual(head.returncode, 0)
+        self.assertIn("during startup", head_err.decode())
 
 
 def sh(cmd):
@@ -305,9 +326,9 @@ if __name__ == "__main__":
     p.add_argument("--moeserve", required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--verbose-logs", action="store_true")
-    p.add_argument("--suite", required=True, choices=["dp_ep", "tp", "pd_hybrid", "netns", "kill", "validate"])
+    p.add_argument("--suite", required=True, choices=["dp_ep", "dp_tp_ep", "tp", "pd_hybrid", "netns", "kill", "validate"])
     ARGS, rest = p.parse_known_args()
-    names = {"dp_ep": "Parallel.test_dp_ep", "tp": "Parallel.test_tp", "pd_hybrid": "Parallel.test_pd_hybrid",
+    names = {"dp_ep": "Parallel.test_dp_ep", "dp_tp_ep": "Parallel.test_dp_tp_ep", "tp": "Parallel.test_tp", "pd_hybrid": "Parallel.test_pd_hybrid",
              "kill": "Parallel.test_kill_rank", "validate": "Parallel.test_validate", "netns": "Netns.test_two_hosts"}
     suite = unittest.defaultTestLoader.loadTestsFromName(names[ARGS.suite], sys.modules[__name__])
     ok = unittest.TextTestRunner(verbosity=2).run(suite).wasSuccessful()
