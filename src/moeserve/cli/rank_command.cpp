@@ -57,6 +57,11 @@ int64_t resident_bytes() {
     return 0;
 }
 
+// How often an idle TP leader pings its followers: a quarter of the collective timeout, at most 1 s.
+std::chrono::milliseconds keepalive_interval(const RankOptions& o) {
+    return std::chrono::milliseconds(std::min(1000, std::max(10, o.distributed_timeout_ms / 4)));
+}
+
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
 int run_rank(const RankOptions& o) {
@@ -100,7 +105,8 @@ int run_rank(const RankOptions& o) {
     std::unique_ptr<engine::TpLeaderModel> leader;
     model::Model* served = model.get();
     if (sizes.tp > 1) {
-        leader = std::make_unique<engine::TpLeaderModel>(*model, *ctx.tp);
+        // Idle followers wait in a broadcast bounded by the timeout: keep them fed well within it.
+        leader = std::make_unique<engine::TpLeaderModel>(*model, *ctx.tp, keepalive_interval(o));
         served = leader.get();
     }
     // KV blocks: --kv-cache-memory, else the RAM share left after weights, capped at what
@@ -131,6 +137,7 @@ int run_rank(const RankOptions& o) {
                    info.model_type.c_str(), ec.num_blocks, ec.block_size, mib(resident_bytes()));
     ipc::EngineChannel channel(o.input_address, o.output_address);
     engine::EngineProcOptions eo{.engine_index = groups.dp_rank};
+    if (leader) eo.heartbeat_ms = static_cast<int>(std::min<int64_t>(eo.heartbeat_ms, keepalive_interval(o).count()));
     if (leader) eo.on_iteration = [&leader] { leader->keepalive(); };
     int rc = 0;
     if (sizes.dp > 1) {
