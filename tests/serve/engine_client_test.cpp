@@ -1,0 +1,82 @@
+// EngineClient's DP routing: requests go to the engine with the fewest outstanding tokens (prompt
+// not yet prefilled + output still owed), not the fewest requests; outputs pay the debt back.
+// Two fake engines over real ipc:// sockets.
+#include "moeserve/serve/engine_client.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "test_support.h"
+
+namespace moeserve::serve {
+namespace {
+
+ipc::AddRequest make_request(const std::string& id, int prompt_tokens, int max_tokens) {
+    ipc::AddRequest r;
+    r.request_id = id;
+    r.prompt_token_ids.assign(static_cast<size_t>(prompt_tokens), 7);
+    r.sampling.max_tokens = max_tokens;
+    return r;
+}
+
+// The id of the next AddRequest the fake engine receives (empty if none within 5 s).
+std::string next_add(ipc::EngineChannel& engine) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::chrono::steady_clock::now() < deadline) {
+        const auto m = engine.receive(100);
+        if (!m) continue;
+        if (const auto* add = std::get_if<ipc::AddRequest>(&*m)) return add->request_id;
+    }
+    return "";
+}
+
+TEST(EngineClientTest, RoutesByOutstandingTokens) {
+    const auto dir = moeserve::test::scratch_dir("engine_client_" + std::to_string(getpid()));
+    const std::string out = "ipc://" + (dir / "out").string();
+    const std::vector<std::string> in = {"ipc://" + (dir / "in0").string(), "ipc://" + (dir / "in1").string()};
+    Logger logger("test", LogLevel::kError);
+    EngineClient client({out, in, 30000}, logger);
+    ipc::EngineChannel e0(in[0], out), e1(in[1], out);
+    e0.send(ipc::HealthReply{0, true, "ready"});
+    e1.send(ipc::HealthReply{1, true, "ready"});
+    ASSERT_TRUE(client.wait_ready(5000));
+
+    const auto ignore = [](const ipc::RequestOutput&) {};
+    ASSERT_TRUE(client.add(make_request("long", 100, 100), ignore));  // tie -> engine 0
+    EXPECT_EQ(next_add(e0), "long");
+    for (int i = 0; i < 3; ++i) {  // 3 short requests: engine 1 still owes fewer tokens than engine 0
+        ASSERT_TRUE(client.add(make_request("short" + std::to_string(i), 4, 4), ignore));
+        EXPECT_EQ(next_add(e1), "short" + std::to_string(i));
+    }
+    EXPECT_EQ(client.outstanding_tokens(), (std::vector<int64_t>{200, 24}));
+    EXPECT_EQ(client.requests_routed(), (std::vector<int64_t>{1, 3}));
+
+    // Engine 0 prefills and samples 10 tokens: it now owes 90; then it finishes early (stop).
+    ipc::StepOutputs step;
+    step.engine_index = 0;
+    ipc::RequestOutput first;
+    first.request_id = "long";
+    first.new_token_ids.assign(10, 1);
+    step.outputs.push_back(first);
+    e0.send(step);
+    const auto wait_for = [&](std::vector<int64_t> want) {
+        for (int i = 0; i < 100 && client.outstanding_tokens() != want; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        return client.outstanding_tokens();
+    };
+    EXPECT_EQ(wait_for({90, 24}), (std::vector<int64_t>{90, 24}));
+    step.outputs[0].new_token_ids = {1};
+    step.outputs[0].finish_reason = ipc::FinishReason::kStop;
+    e0.send(step);
+    EXPECT_EQ(wait_for({0, 24}), (std::vector<int64_t>{0, 24}));
+    EXPECT_EQ(client.num_in_flight(), 3);
+    ASSERT_TRUE(client.add(make_request("next", 4, 4), ignore));  // engine 0 is the least loaded again
+    EXPECT_EQ(next_add(e0), "next");
+    client.shutdown();
+    std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace moeserve::serve
