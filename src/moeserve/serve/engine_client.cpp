@@ -186,7 +186,7 @@ void EngineClient::receive_loop() {
                 }
                 ready_cv_.notify_all();
             }
-        } else if (event.kind == Kind::kDisconnected) {
+        } else if (event.kind == Kind::kDisconnected && !stop_.load()) {  // after Shutdown: expected
             mark_dead(event.engine, "engine " + std::to_string(event.engine) + " disconnected");
         } else if (event.kind == Kind::kMalformed) {
             MOESERVE_LOG_E(logger_, "api", "malformed engine message: %s", event.detail.c_str());
