@@ -14,5 +14,6 @@ void add_make_model_command(CLI::App& app, Action* action);
 void add_tokenize_command(CLI::App& app, Action* action);
 void add_generate_command(CLI::App& app, Action* action);
 void add_serve_command(CLI::App& app, Action* action);
+void add_bench_command(CLI::App& app, Action* action);
 
 }  // namespace moeserve::cli

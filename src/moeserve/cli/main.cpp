@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
     moeserve::cli::add_tokenize_command(app, &action);
     moeserve::cli::add_generate_command(app, &action);
     moeserve::cli::add_serve_command(app, &action);
+    moeserve::cli::add_bench_command(app, &action);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
