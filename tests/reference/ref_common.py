@@ -16,7 +16,24 @@ import safetensors_np  # noqa: E402
 
 
 class Weights(dict):
-    """{name: float64 ndarray}; integer tensors are kept as they are."""
+    """{name: float64 ndarray}; integer tensors are kept as they are. act_quant: simulate W8A8's
+    dynamic per-token int8 activation quantization at the input of every int8 linear."""
+
+    act_quant = False
+
+
+def int8_module(prefix):
+    """The linears a W8A8 run keeps in int8 (moeserve's Quantization::int8_module): all but
+    lm_head, routers (*.mlp.gate) and MLA's kv_b_proj (absorbed, kept dequantized)."""
+    return not (prefix == "lm_head" or prefix.endswith(".mlp.gate") or prefix.endswith("kv_b_proj"))
+
+
+def quant_dequant_rows(x):
+    """Per-row symmetric int8: s = max|row| / 127, q = round-half-even(x * 127 / max|row|),
+    returns q * s (an all-zero row stays zero)."""
+    amax = np.max(np.abs(x), axis=-1, keepdims=True)
+    inv = np.where(amax > 0, 127.0 / np.where(amax > 0, amax, 1.0), 0.0)
+    return np.rint(x * inv) * (amax / 127.0)
 
 
 def prepare_weights(raw):
@@ -45,6 +62,8 @@ def need(weights, name):
 
 def linear(weights, prefix, x):
     """x [n, in] @ W.T (+ bias when the checkpoint has one) -> [n, out]; W is [out, in]."""
+    if weights.act_quant and int8_module(prefix):
+        x = quant_dequant_rows(x)
     y = x @ need(weights, prefix + ".weight").T
     bias = weights.get(prefix + ".bias")
     return y if bias is None else y + bias
@@ -226,9 +245,12 @@ def main(argv, hidden_fn, model_types):
     ap.add_argument("--out", help="logits output file (float32 LE, [num_tokens, vocab])")
     ap.add_argument("--greedy", type=int, default=0)
     ap.add_argument("--greedy-out")
+    ap.add_argument("--act-quant", action="store_true",
+                    help="simulate W8A8 per-token int8 activations at int8 linears' inputs")
     ap.add_argument("--trace-dir", help="writes embed.f32, layer_<i>.f32, norm.f32 [n, hidden]")
     args = ap.parse_args(argv)
     weights, config = load_model(args.model)
+    weights.act_quant = args.act_quant
     if config.get("model_type") not in model_types:
         sys.exit(f"{args.model}: model_type {config.get('model_type')!r} is not one of "
                  f"{sorted(model_types)}")

@@ -41,6 +41,7 @@ struct GenerateOptions {
     bool no_prefix_caching = false;
     bool prefix_caching_flag = false;
     bool no_progress = false;
+    std::string quantization;  // --quantization: "" (as the checkpoint), w8a8, fp8, none
 };
 
 int run_generate_command(GenerateOptions& o) {
@@ -90,7 +91,7 @@ int run_generate(const GenerateOptions& o) {
     ThreadPool pool(threads);
     const auto load_start = Clock::now();
     const auto tok = tokenizer::Tokenizer::from_dir(o.model);
-    auto model = model::load_model(o.model, pool, model::LoadOptions{.max_model_len = o.max_model_len});
+    auto model = model::load_model(o.model, pool, model::LoadOptions{.max_model_len = o.max_model_len, .quantization = o.quantization});
     const double load_secs = seconds_since(load_start);
 
     const std::vector<int32_t> prompt = prompt_tokens(o, tok);
@@ -173,6 +174,9 @@ void add_generate_command(CLI::App& app, Action* action) {
     sub->add_option("--seed", o->seed)->capture_default_str();
     sub->add_flag("--ignore-eos", o->ignore_eos, "keep generating after an end-of-sequence token");
     sub->add_option("--threads", o->threads, "compute threads (default: all cores)");
+    sub->add_option("--quantization", o->quantization,
+                    "w8a8 (int8 weights + per-token int8 activations; quantizes bf16/FP8 checkpoints at load), "
+                    "fp8 (FP8 checkpoint -> bf16), none; default: as the checkpoint's quantization_config");
     sub->add_option("--max-model-len", o->max_model_len, "longest sequence (prompt + output)")->capture_default_str();
     sub->add_option("--block-size", o->block_size, "KV cache block size in tokens")->capture_default_str();
     sub->callback([o, action] {

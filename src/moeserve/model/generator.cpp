@@ -7,6 +7,7 @@
 #include "moeserve/io/hf_config.h"
 #include "moeserve/io/safetensors_writer.h"
 #include "moeserve/model/deepseek_v3/weight_specs.h"
+#include "moeserve/model/quantization.h"
 #include "moeserve/model/qwen3_moe/weight_specs.h"
 
 namespace moeserve::model {
@@ -120,6 +121,72 @@ Tensor make_tensor(const WeightSpec& spec, uint64_t seed) {
     return t;
 }
 
+// Linear weights the quantized checkpoints hold in 8 bits (embeddings, lm_head, routers and norms
+// stay bf16, as in the published W8A8 and FP8 checkpoints).
+bool quantized_in_checkpoint(const WeightSpec& spec) {
+    const std::string& n = spec.name;
+    auto ends = [&](const std::string& s) { return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0; };
+    return spec.shape.rank() == 2 && ends(".weight") && n.rfind("model.embed_tokens", 0) != 0 && n != "lm_head.weight" &&
+           !ends(".mlp.gate.weight");
+}
+
+// Adds `t` (bf16 [rows, cols]) to the writer in the requested 8-bit form, or as is. Returns the
+// names written.
+std::vector<std::string> add_quantized(io::SafetensorsWriter& writer, const std::string& name, Tensor t,
+                                       const std::string& quantization) {
+    const int64_t rows = t.shape()[0], cols = t.shape()[1];
+    std::vector<float> f(static_cast<size_t>(rows * cols));
+    for (size_t i = 0; i < f.size(); ++i) f[i] = bf16_to_f32(t.as<uint16_t>()[i]);
+    if (quantization == "w8a8") {
+        Int8Matrix m = quantize_matrix_int8(f.data(), rows, cols);
+        writer.add(name, DType::kI8, {rows, cols}, m.data.data());
+        writer.add(name + "_scale", DType::kF32, {rows, 1}, m.scale.data());
+        return {name, name + "_scale"};
+    }
+    // fp8: per 128 x 128 block, scale = the power of two >= absmax / 448 (E4M3's largest finite)
+    constexpr int64_t kBlock = 128;
+    const int64_t br = (rows + kBlock - 1) / kBlock, bc = (cols + kBlock - 1) / kBlock;
+    std::vector<float> scale(static_cast<size_t>(br * bc));
+    std::vector<uint8_t> q(f.size());
+    for (int64_t bi = 0; bi < br; ++bi) {
+        for (int64_t bj = 0; bj < bc; ++bj) {
+            float amax = 0.0f;
+            for (int64_t r = bi * kBlock; r < std::min(rows, (bi + 1) * kBlock); ++r) {
+                for (int64_t c = bj * kBlock; c < std::min(cols, (bj + 1) * kBlock); ++c) {
+                    amax = std::max(amax, std::fabs(f[static_cast<size_t>(r * cols + c)]));
+                }
+            }
+            const float s = amax > 0.0f ? std::exp2(std::ceil(std::log2(amax / 448.0f))) : 1.0f;
+            scale[static_cast<size_t>(bi * bc + bj)] = s;
+            for (int64_t r = bi * kBlock; r < std::min(rows, (bi + 1) * kBlock); ++r) {
+                for (int64_t c = bj * kBlock; c < std::min(cols, (bj + 1) * kBlock); ++c) {
+                    q[static_cast<size_t>(r * cols + c)] = f32_to_f8e4m3(f[static_cast<size_t>(r * cols + c)] / s);
+                }
+            }
+        }
+    }
+    writer.add(name, DType::kF8E4M3, {rows, cols}, q.data());
+    writer.add(name + "_scale_inv", DType::kF32, {br, bc}, scale.data());
+    return {name, name + "_scale_inv"};
+}
+
+nlohmann::json quantization_config(const std::string& quantization) {
+    if (quantization == "w8a8") {
+        return {{"quant_method", "compressed-tensors"},
+                {"format", "int-quantized"},
+                {"quantization_status", "compressed"},
+                {"config_groups",
+                 {{"group_0",
+                   {{"targets", {"Linear"}},
+                    {"weights",
+                     {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "channel"}, {"dynamic", false}}},
+                    {"input_activations",
+                     {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "token"}, {"dynamic", true}}}}}}},
+                {"ignore", {"lm_head", "re:.*mlp\\.gate$"}}};
+    }
+    return {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
+}
+
 void apply_overrides(nlohmann::json& config, const std::vector<std::string>& overrides) {
     for (const auto& kv : overrides) {
         const auto eq = kv.find('=');
@@ -163,6 +230,11 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
     const std::vector<WeightSpec> specs = options.arch == "qwen3_moe"
                                               ? qwen3_moe_weight_specs(Qwen3MoeConfig::from_json(hf))
                                               : deepseek_v3_weight_specs(DeepseekV3Config::from_json(hf));
+    if (!options.quantization.empty() && options.quantization != "w8a8" && options.quantization != "fp8") {
+        raise(ErrorCode::kInvalidArgument, "--quantization '{}' is not supported (expected w8a8 or fp8)",
+              options.quantization);
+    }
+    if (!options.quantization.empty()) config["quantization_config"] = quantization_config(options.quantization);
     if (options.num_shards < 1 || options.num_shards > static_cast<int>(specs.size())) {
         raise(ErrorCode::kInvalidArgument, "--shards must be in [1, {}]; got {}", specs.size(), options.num_shards);
     }
@@ -188,6 +260,12 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
             result.num_parameters += t.numel();
             result.num_bytes += static_cast<int64_t>(t.nbytes());
             result.num_tensors += 1;
+            if (!options.quantization.empty() && quantized_in_checkpoint(specs[i])) {
+                for (const std::string& n : add_quantized(writer, specs[i].name, std::move(t), options.quantization)) {
+                    weight_map[n] = file;
+                }
+                continue;
+            }
             weight_map[specs[i].name] = file;
             writer.add(specs[i].name, std::move(t));
         }

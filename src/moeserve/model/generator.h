@@ -1,6 +1,7 @@
 // Deterministic random-weight model generator: writes a real Hugging Face model directory
 // (config.json, bf16 safetensors with the exact HF tensor names, optional shards + index, the real
-// tokenizer files) for an architecture at a preset size. Same seed, same bytes, on every machine.
+// tokenizer files) for an architecture at a preset size, optionally as W8A8 int8 or FP8
+// block-scaled. Same seed, same bytes, on every machine.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -21,6 +22,10 @@ struct GeneratorOptions {
     int num_shards = 1;                   // > 1 writes model-0000i-of-0000N + index
     // config.json overrides, "key=json value", e.g. "q_lora_rank=null", "num_hidden_layers=2".
     std::vector<std::string> overrides;
+    // "" (bf16), "w8a8" (compressed-tensors int8: linear weights I8 + weight_scale [out, 1] per
+    // channel, ignore lm_head and routers), "fp8" (F8_E4M3 + weight_scale_inv per 128 x 128 block,
+    // power-of-two scales). Both quantize the same bf16 weights the plain model has.
+    std::string quantization;
 };
 
 // The preset config.json of an architecture and size; Error kInvalidArgument for unknown ones.

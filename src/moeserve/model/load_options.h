@@ -3,13 +3,18 @@
 
 #include <cstdint>
 
+#include <string>
+
 #include "moeserve/model/parallel_config.h"
+#include "moeserve/model/quantization.h"
 
 namespace moeserve::model {
 
 struct LoadOptions {
     int64_t max_model_len = 0;  // longest sequence served (RoPE tables); 0 = max_position_embeddings
     ParallelConfig parallel{};  // this rank's TP/EP shard; default: the whole model on one rank
+    std::string quantization;   // --quantization: "" (as the checkpoint), "w8a8", "fp8", "none"
+    Quantization quant{};       // resolved by load_model() from config.json and `quantization`
 };
 
 }  // namespace moeserve::model

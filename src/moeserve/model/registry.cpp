@@ -19,15 +19,19 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& model_dir, Thread
                                   const LoadOptions& options) {
     const io::HfConfig config = io::HfConfig::from_model_dir(model_dir.string());
     const std::string model_type = config.get_string("model_type", "");
+    LoadOptions resolved = options;
+    if (model_type == "qwen3_moe" || model_type == "deepseek_v3" || model_type == "deepseek_v2") {
+        resolved.quant = resolve_quantization(config, options.quantization);
+    }
     if (model_type == "qwen3_moe") {
         const Qwen3MoeConfig c = Qwen3MoeConfig::from_json(config);
         std::shared_ptr<const io::WeightSource> weights = io::WeightSource::open(model_dir);
-        return std::make_unique<Qwen3MoeModel>(c, std::move(weights), pool, options);
+        return std::make_unique<Qwen3MoeModel>(c, std::move(weights), pool, resolved);
     }
     if (model_type == "deepseek_v3" || model_type == "deepseek_v2") {
         const DeepseekV3Config c = DeepseekV3Config::from_json(config);
         std::shared_ptr<const io::WeightSource> weights = io::WeightSource::open(model_dir);
-        return std::make_unique<DeepseekV3Model>(c, std::move(weights), pool, options);
+        return std::make_unique<DeepseekV3Model>(c, std::move(weights), pool, resolved);
     }
     raise(ErrorCode::kUnsupported, "{}: model_type '{}' is not supported; supported: {}", config.label(),
           model_type.empty() ? "(missing)" : model_type, fmt::join(supported_model_types(), ", "));

@@ -77,7 +77,7 @@ DeepseekV3Model::DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr
         const std::string p = "model.layers." + std::to_string(i) + ".";
         Layer layer{load_vector_f32(w, p + "input_layernorm.weight", h),
                     load_vector_f32(w, p + "post_attention_layernorm.weight", h),
-                    MlaAttention::load(w, p + "self_attn.", attn_shape, par_.tp_rank, par_.tp_size),
+                    MlaAttention::load(w, p + "self_attn.", attn_shape, par_.tp_rank, par_.tp_size, options.quant),
                     c.is_moe_layer(i),
                     {},
                     {},
@@ -85,17 +85,17 @@ DeepseekV3Model::DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr
                     {}};
         active_bytes += static_cast<int64_t>(layer.attention.weight_bytes());
         if (layer.is_moe) {
-            layer.gate = Linear::load(w, p + "mlp.gate", c.n_routed_experts, h);
+            layer.gate = Linear::load(w, p + "mlp.gate", c.n_routed_experts, h, false, options.quant);
             const std::string bias_name = p + "mlp.gate.e_score_correction_bias";
             if (w.contains(bias_name)) layer.score_bias = load_vector_f32(w, bias_name, c.n_routed_experts);
             std::vector<std::string> prefixes;
             for (int64_t e = expert_shard_.begin; e < expert_shard_.begin + expert_shard_.count; ++e)
                 prefixes.push_back(p + "mlp.experts." + std::to_string(e) + ".");
             layer.experts = Experts::load(w, prefixes, h, c.moe_intermediate_size, expert_shard_.begin,
-                                          moe_inter.begin, moe_inter.count);
+                                          moe_inter.begin, moe_inter.count, options.quant);
             if (c.n_shared_experts > 0) {
                 layer.shared = Experts::load(w, {p + "mlp.shared_experts."}, h, shared_inter, 0, shared_shard.begin,
-                                             shared_shard.count);
+                                             shared_shard.count, options.quant);
             }
             rank_bytes += static_cast<int64_t>(layer.gate.weight_bytes() + layer.shared.weight_bytes());
             active_bytes +=
@@ -103,7 +103,7 @@ DeepseekV3Model::DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr
                                      layer.experts.bytes_per_expert() * static_cast<size_t>(c.num_experts_per_tok));
         } else {
             layer.experts = Experts::load(w, {p + "mlp."}, h, c.intermediate_size, 0, dense_inter.begin,
-                                          dense_inter.count);
+                                          dense_inter.count, options.quant);
             active_bytes += static_cast<int64_t>(layer.experts.weight_bytes());
         }
         rank_bytes += static_cast<int64_t>(layer.attention.weight_bytes() + layer.experts.weight_bytes()) + 2 * h * 4;
@@ -111,7 +111,7 @@ DeepseekV3Model::DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr
     }
     norm_ = load_vector_f32(w, "model.norm.weight", h);
     lm_head_ = Linear::load_shard(w, c.tie_word_embeddings ? "model.embed_tokens" : "lm_head", c.vocab_size, h,
-                                  {vocab_shard_.begin, vocab_shard_.count, 0, -1});
+                                  {vocab_shard_.begin, vocab_shard_.count, 0, -1}, false, options.quant);
     active_bytes += static_cast<int64_t>(lm_head_.weight_bytes());
     if (!c.tie_word_embeddings) rank_bytes += static_cast<int64_t>(lm_head_.weight_bytes());
 

@@ -22,7 +22,7 @@ int64_t GqaAttention::local_kv_heads(const GqaShape& s, int tp) {
 }
 
 GqaAttention GqaAttention::load(const io::WeightSource& weights, const std::string& prefix, const GqaShape& s,
-                                int tp_rank, int tp_size) {
+                                int tp_rank, int tp_size, const Quantization& quant) {
     GqaAttention a;
     const int64_t kv_local = local_kv_heads(s, tp_size);
     const int64_t heads_local = s.num_heads / tp_size;
@@ -37,13 +37,13 @@ GqaAttention GqaAttention::load(const io::WeightSource& weights, const std::stri
     a.shape_.num_heads = heads_local;
     a.shape_.num_kv_heads = kv_local;
     a.q_proj_ = Linear::load_shard(weights, prefix + "q_proj", q_dim, s.hidden_size,
-                                   {q_begin * d, heads_local * d, 0, -1}, s.bias);
+                                   {q_begin * d, heads_local * d, 0, -1}, s.bias, quant);
     a.k_proj_ = Linear::load_shard(weights, prefix + "k_proj", kv_dim, s.hidden_size,
-                                   {kv_begin * d, kv_local * d, 0, -1}, s.bias);
+                                   {kv_begin * d, kv_local * d, 0, -1}, s.bias, quant);
     a.v_proj_ = Linear::load_shard(weights, prefix + "v_proj", kv_dim, s.hidden_size,
-                                   {kv_begin * d, kv_local * d, 0, -1}, s.bias);
+                                   {kv_begin * d, kv_local * d, 0, -1}, s.bias, quant);
     a.o_proj_ = Linear::load_shard(weights, prefix + "o_proj", s.hidden_size, q_dim,
-                                   {0, -1, q_begin * d, heads_local * d});
+                                   {0, -1, q_begin * d, heads_local * d}, false, quant);
     if (s.qk_norm) {
         a.q_norm_ = load_vector_f32(weights, prefix + "q_norm.weight", s.head_dim);
         a.k_norm_ = load_vector_f32(weights, prefix + "k_norm.weight", s.head_dim);

@@ -34,8 +34,9 @@ public:
     // a partial sum the caller all-reduces over TP). KV heads: KV/tp per rank when tp divides KV,
     // else (tp a multiple of KV) the one KV head its q heads use, replicated. Other head counts
     // are Error kInvalidArgument.
+    // quant: which projections run W8A8 int8 (see Quantization::int8_module).
     static GqaAttention load(const io::WeightSource& weights, const std::string& prefix, const GqaShape& shape,
-                             int tp_rank = 0, int tp_size = 1);
+                             int tp_rank = 0, int tp_size = 1, const Quantization& quant = {});
     // The shape this rank holds (heads and KV heads local).
     const GqaShape& shape() const { return shape_; }
     // KV heads one rank of tp_size holds (see load()).

@@ -13,7 +13,7 @@ namespace moeserve::model {
 namespace kc = kernels::cpu;
 
 MlaAttention MlaAttention::load(const io::WeightSource& weights, const std::string& prefix, const MlaShape& s,
-                                int tp_rank, int tp_size) {
+                                int tp_rank, int tp_size, const Quantization& quant) {
     if (s.num_heads % tp_size != 0) {
         raise(ErrorCode::kInvalidArgument, "num_attention_heads ({}) must be divisible by tensor-parallel-size ({})",
               s.num_heads, tp_size);
@@ -25,30 +25,30 @@ MlaAttention MlaAttention::load(const io::WeightSource& weights, const std::stri
     a.shape_.num_heads = heads;
     const int64_t qk = s.qk_nope_head_dim + s.qk_rope_head_dim;
     if (s.q_lora_rank > 0) {
-        a.q_a_proj_ = Linear::load(weights, prefix + "q_a_proj", s.q_lora_rank, s.hidden_size, s.bias);
+        a.q_a_proj_ = Linear::load(weights, prefix + "q_a_proj", s.q_lora_rank, s.hidden_size, s.bias, quant);
         a.q_a_norm_ = load_vector_f32(weights, prefix + "q_a_layernorm.weight", s.q_lora_rank);
         a.q_b_proj_ = Linear::load_shard(weights, prefix + "q_b_proj", s.num_heads * qk, s.q_lora_rank,
-                                         {h0 * qk, heads * qk, 0, -1});
+                                         {h0 * qk, heads * qk, 0, -1}, false, quant);
     } else {
         a.q_proj_ = Linear::load_shard(weights, prefix + "q_proj", s.num_heads * qk, s.hidden_size,
-                                       {h0 * qk, heads * qk, 0, -1});
+                                       {h0 * qk, heads * qk, 0, -1}, false, quant);
     }
     a.kv_a_proj_ = Linear::load(weights, prefix + "kv_a_proj_with_mqa", s.kv_lora_rank + s.qk_rope_head_dim,
-                                s.hidden_size, s.bias);
+                                s.hidden_size, s.bias, quant);
     a.kv_a_norm_ = load_vector_f32(weights, prefix + "kv_a_layernorm.weight", s.kv_lora_rank);
     const int64_t per_head = s.qk_nope_head_dim + s.v_head_dim;
     const int64_t kv_b_rows = s.num_heads * per_head;
     a.kv_b_proj_ = Linear::load_shard(weights, prefix + "kv_b_proj", kv_b_rows, s.kv_lora_rank,
-                                      {h0 * per_head, heads * per_head, 0, -1});
+                                      {h0 * per_head, heads * per_head, 0, -1}, false, quant);
     a.kv_b_w_ = get_checked(weights, prefix + "kv_b_proj.weight", Shape{kv_b_rows, s.kv_lora_rank});
     if (a.kv_b_w_.dtype != DType::kBF16 && a.kv_b_w_.dtype != DType::kF32) {
-        a.kv_b_owned_ = weights.load_f32(prefix + "kv_b_proj.weight");
+        a.kv_b_owned_ = load_dequantized_f32(weights, prefix + "kv_b_proj.weight", quant.block_rows, quant.block_cols);
         a.kv_b_w_ = a.kv_b_owned_.view();
     }
     a.kv_b_w_ = a.kv_b_w_.rows(h0 * per_head, (h0 + heads) * per_head);
     // NOTE: o_proj's bias (if any) is added once: by TP rank 0 only, before the all-reduce.
     a.o_proj_ = Linear::load_shard(weights, prefix + "o_proj", s.hidden_size, s.num_heads * s.v_head_dim,
-                                   {0, -1, h0 * s.v_head_dim, heads * s.v_head_dim}, s.bias && tp_rank == 0);
+                                   {0, -1, h0 * s.v_head_dim, heads * s.v_head_dim}, s.bias && tp_rank == 0, quant);
     return a;
 }
 

@@ -50,8 +50,9 @@ public:
     // [tp_rank * H/tp, +H/tp) of q_b/q_proj and kv_b (column-parallel) and of o_proj (row-parallel:
     // forward() returns a partial sum the caller all-reduces over TP); the latent path (q_a, kv_a)
     // and the latent cache are replicated. H not divisible by tp is Error kInvalidArgument.
+    // quant: which projections run W8A8 int8 (kv_b_proj never: it is absorbed, kept dequantized).
     static MlaAttention load(const io::WeightSource& weights, const std::string& prefix, const MlaShape& shape,
-                             int tp_rank = 0, int tp_size = 1);
+                             int tp_rank = 0, int tp_size = 1, const Quantization& quant = {});
 
     // h f32 [T, hidden] -> out f32 [T, hidden]; writes this layer's latents of the batch into kv.
     void forward(ThreadPool& pool, const float* h, const ForwardBatch& batch, const kernels::cpu::PagedLatentLayer& kv,

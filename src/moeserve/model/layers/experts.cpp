@@ -11,7 +11,7 @@ namespace {
 // Copies the [rows, cols] rectangle at (row0, col0) of a `shape` weight into dst as bf16 (bf16
 // bytes copied, other float dtypes rounded).
 void copy_as_bf16(const io::WeightSource& weights, const std::string& name, const Shape& shape, int64_t row0,
-                  int64_t rows, int64_t col0, int64_t cols, uint16_t* dst) {
+                  int64_t rows, int64_t col0, int64_t cols, const Quantization& quant, uint16_t* dst) {
     TensorView src = get_checked(weights, name, shape);
     const int64_t width = shape[1];
     if (src.dtype == DType::kBF16) {
@@ -21,15 +21,31 @@ void copy_as_bf16(const io::WeightSource& weights, const std::string& name, cons
         }
         return;
     }
-    Tensor f = weights.load_f32(name);
+    Tensor f = load_dequantized_f32(weights, name, quant.block_rows, quant.block_cols);
     for (int64_t r = 0; r < rows; ++r) {
         for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = f32_to_bf16(f.as<float>()[(row0 + r) * width + col0 + c]);
     }
 }
+
+// Copies the [rows, cols] rectangle at (row0, col0) of the int8 form of a `shape` weight into
+// dst, and the scales of its rows into scale_dst.
+void copy_as_int8(const io::WeightSource& weights, const std::string& name, const Shape& shape, int64_t row0,
+                  int64_t rows, int64_t col0, int64_t cols, const Quantization& quant, int8_t* dst,
+                  float* scale_dst) {
+    get_checked(weights, name, shape);
+    const Int8Matrix m = load_int8_matrix(weights, name, quant);
+    const int64_t width = shape[1];
+    for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(dst + r * cols, m.data.as<int8_t>() + (row0 + r) * width + col0, static_cast<size_t>(cols));
+        scale_dst[r] = m.scale.as<float>()[row0 + r];
+    }
+}
+
 }  // namespace
 
 Experts Experts::load(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
-                      int64_t inter, int64_t expert_begin, int64_t inter_begin, int64_t inter_count) {
+                      int64_t inter, int64_t expert_begin, int64_t inter_begin, int64_t inter_count,
+                      const Quantization& quant) {
     Experts e;
     const auto n = static_cast<int64_t>(prefixes.size());
     const int64_t full_inter = inter;
@@ -40,19 +56,44 @@ Experts Experts::load(const io::WeightSource& weights, const std::vector<std::st
     e.hidden_ = hidden;
     e.inter_ = inter;
     e.expert_begin_ = expert_begin;
+    e.num_experts_ = n;
+    const int64_t proj = inter * hidden;
+    if (n > 0 && quant.int8_module(prefixes[0] + "gate_proj")) {
+        e.int8_ = true;
+        e.gate_up_ = Tensor(DType::kI8, {n, 2 * inter, hidden});
+        e.down_ = Tensor(DType::kI8, {n, hidden, inter});
+        e.gate_up_scale_ = Tensor(DType::kF32, {n, 2 * inter});
+        e.down_scale_ = Tensor(DType::kF32, {n, hidden});
+        for (int64_t i = 0; i < n; ++i) {
+            const std::string& p = prefixes[static_cast<size_t>(i)];
+            int8_t* gu = e.gate_up_.as<int8_t>() + i * 2 * proj;
+            float* gus = e.gate_up_scale_.as<float>() + i * 2 * inter;
+            copy_as_int8(weights, p + "gate_proj.weight", {full_inter, hidden}, inter_begin, inter, 0, hidden, quant,
+                         gu, gus);
+            copy_as_int8(weights, p + "up_proj.weight", {full_inter, hidden}, inter_begin, inter, 0, hidden, quant,
+                         gu + proj, gus + inter);
+            copy_as_int8(weights, p + "down_proj.weight", {hidden, full_inter}, 0, hidden, inter_begin, inter, quant,
+                         e.down_.as<int8_t>() + i * proj, e.down_scale_.as<float>() + i * hidden);
+        }
+        return e;
+    }
     e.gate_up_ = Tensor(DType::kBF16, {n, 2 * inter, hidden});
     e.down_ = Tensor(DType::kBF16, {n, hidden, inter});
-    const int64_t proj = inter * hidden;
     for (int64_t i = 0; i < n; ++i) {
         const std::string& p = prefixes[static_cast<size_t>(i)];
         uint16_t* gate_up = e.gate_up_.as<uint16_t>() + i * 2 * proj;
-        copy_as_bf16(weights, p + "gate_proj.weight", {full_inter, hidden}, inter_begin, inter, 0, hidden, gate_up);
-        copy_as_bf16(weights, p + "up_proj.weight", {full_inter, hidden}, inter_begin, inter, 0, hidden,
+        copy_as_bf16(weights, p + "gate_proj.weight", {full_inter, hidden}, inter_begin, inter, 0, hidden, quant, gate_up);
+        copy_as_bf16(weights, p + "up_proj.weight", {full_inter, hidden}, inter_begin, inter, 0, hidden, quant,
                      gate_up + proj);
-        copy_as_bf16(weights, p + "down_proj.weight", {hidden, full_inter}, 0, hidden, inter_begin, inter,
+        copy_as_bf16(weights, p + "down_proj.weight", {hidden, full_inter}, 0, hidden, inter_begin, inter, quant,
                      e.down_.as<uint16_t>() + i * proj);
     }
     return e;
+}
+
+kernels::cpu::MoeExpertsInt8 Experts::desc_int8() const {
+    return {gate_up_.as<const int8_t>(), gate_up_scale_.as<const float>(), down_.as<const int8_t>(),
+            down_scale_.as<const float>(), num_experts(), expert_begin_, hidden_, inter_};
 }
 
 kernels::cpu::MoeExpertsBf16 Experts::desc() const {
@@ -61,6 +102,12 @@ kernels::cpu::MoeExpertsBf16 Experts::desc() const {
 
 void Experts::forward(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
                       const float* topk_weights, int k, kernels::cpu::MoeScratch& scratch, float* out) const {
+    if (int8_) {
+        kernels::cpu::MoeInt8Scratch qscratch;
+        kernels::cpu::moe_experts_int8(pool, x, num_tokens, topk_ids, topk_weights, k, desc_int8(), scratch, qscratch,
+                                       out);
+        return;
+    }
     kernels::cpu::moe_experts_bf16(pool, x, num_tokens, topk_ids, topk_weights, k, desc(), scratch, out);
 }
 

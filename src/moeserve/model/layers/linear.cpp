@@ -4,42 +4,78 @@
 
 #include "moeserve/core/error.h"
 #include "moeserve/kernels/cpu/linear.h"
+#include "moeserve/kernels/cpu/linear_int8.h"
 #include "moeserve/model/layers/weight_loading.h"
 
 namespace moeserve::model {
 
 Linear Linear::load(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
-                    int64_t in_features, bool has_bias) {
+                    int64_t in_features, bool has_bias, const Quantization& quant) {
     Linear l;
     const std::string name = prefix + ".weight";
     l.weight_ = get_checked(weights, name, Shape{out_features, in_features});
-    switch (l.weight_.dtype) {
-        case DType::kBF16:
-        case DType::kF32: break;
-        case DType::kF16:
-        case DType::kF8E4M3:
-            l.owned_ = weights.load_f32(name);
-            l.weight_ = l.owned_.view();
-            break;
-        default:
-            raise(ErrorCode::kUnsupported, "tensor '{}' has dtype {}; linear weights must be BF16, F16 or F32", name,
-                  dtype_name(l.weight_.dtype));
+    if (quant.int8_module(prefix)) {
+        Int8Matrix m = load_int8_matrix(weights, name, quant);
+        l.int8_ = true;
+        l.w8_ = std::move(m.data);
+        l.w8_scale_ = std::move(m.scale);
+        l.weight_ = TensorView{};
+    } else {
+        switch (l.weight_.dtype) {
+            case DType::kBF16:
+            case DType::kF32: break;
+            case DType::kF16:
+            case DType::kI8:
+                l.owned_ = load_dequantized_f32(weights, name, quant.block_rows, quant.block_cols);
+                l.weight_ = l.owned_.view();
+                break;
+            case DType::kF8E4M3: {
+                // FP8 -> bf16 (exact when the block scales are powers of two, as UE8M0 scales are)
+                const Tensor f = load_dequantized_f32(weights, name, quant.block_rows, quant.block_cols);
+                l.owned_ = Tensor(DType::kBF16, {out_features, in_features});
+                for (int64_t i = 0; i < f.numel(); ++i) l.owned_.as<uint16_t>()[i] = f32_to_bf16(f.as<float>()[i]);
+                l.weight_ = l.owned_.view();
+                break;
+            }
+            default:
+                raise(ErrorCode::kUnsupported,
+                      "tensor '{}' has dtype {}; linear weights must be BF16, F16, F32, I8 or F8_E4M3", name,
+                      dtype_name(l.weight_.dtype));
+        }
     }
     if (has_bias) l.bias_ = load_vector_f32(weights, prefix + ".bias", out_features);
     return l;
 }
 
 Linear Linear::load_shard(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
-                          int64_t in_features, const LinearShard& shard, bool has_bias) {
+                          int64_t in_features, const LinearShard& shard, bool has_bias,
+                          const Quantization& quant) {
     const int64_t rows = shard.rows < 0 ? out_features : shard.rows;
     const int64_t cols = shard.cols < 0 ? in_features : shard.cols;
     MOESERVE_CHECK(shard.row_begin >= 0 && shard.row_begin + rows <= out_features && shard.col_begin >= 0 &&
                        shard.col_begin + cols <= in_features,
                    "shard rows [{}, +{}) cols [{}, +{}) outside [{}, {}]", shard.row_begin, rows, shard.col_begin,
                    cols, out_features, in_features);
-    Linear full = load(weights, prefix, out_features, in_features, has_bias);
+    Linear full = load(weights, prefix, out_features, in_features, has_bias, quant);
     if (rows == out_features && cols == in_features) return full;
     Linear l;
+    if (full.int8_) {
+        // int8 rectangle; the per-row scales of the full rows stay valid for a column slice
+        l.int8_ = true;
+        l.w8_ = Tensor(DType::kI8, {rows, cols});
+        l.w8_scale_ = Tensor(DType::kF32, {rows});
+        for (int64_t r = 0; r < rows; ++r) {
+            std::memcpy(l.w8_.as<int8_t>() + r * cols,
+                        full.w8_.as<int8_t>() + (shard.row_begin + r) * in_features + shard.col_begin,
+                        static_cast<size_t>(cols));
+            l.w8_scale_.as<float>()[r] = full.w8_scale_.as<float>()[shard.row_begin + r];
+        }
+        if (has_bias) {
+            l.bias_ = Tensor(DType::kF32, {rows});
+            std::memcpy(l.bias_.as<float>(), full.bias_.as<float>() + shard.row_begin, static_cast<size_t>(rows) * 4);
+        }
+        return l;
+    }
     const size_t es = dtype_size(full.weight_.dtype);
     const auto* src = static_cast<const char*>(full.weight_.data);
     if (cols == in_features && full.owned_.empty()) {
@@ -67,7 +103,11 @@ Linear Linear::load_shard(const io::WeightSource& weights, const std::string& pr
 void Linear::forward(ThreadPool& pool, const float* x, int64_t rows, float* out) const {
     const int64_t n = out_features();
     const int64_t k = in_features();
-    if (weight_.dtype == DType::kBF16) {
+    if (int8_) {
+        kernels::cpu::Int8Scratch scratch;
+        kernels::cpu::linear_int8(pool, x, rows, k, w8_.as<const int8_t>(), w8_scale_.as<const float>(), n, out,
+                                  scratch);
+    } else if (weight_.dtype == DType::kBF16) {
         kernels::cpu::linear_bf16(pool, x, rows, k, weight_.as<const uint16_t>(), n, out);
     } else {
         kernels::cpu::linear_f32(pool, x, rows, k, weight_.as<const float>(), n, out);

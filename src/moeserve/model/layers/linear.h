@@ -1,5 +1,7 @@
 // Linear layer y = x @ W^T (+ b). The weight stays in the checkpoint's precision: a bf16 view of
-// the mapped file (zero-copy), or f32 (F32 kept as is, F16 converted to f32 at load).
+// the mapped file (zero-copy), or f32 (F32 kept as is, F16 converted to f32 at load); FP8
+// block-scaled weights become bf16, int8 ones f32, unless the layer runs W8A8: then int8
+// [out, in] with one f32 scale per output channel, activations quantized per token.
 #pragma once
 
 #include <string>
@@ -7,6 +9,7 @@
 #include "moeserve/core/tensor.h"
 #include "moeserve/core/thread_pool.h"
 #include "moeserve/io/weight_source.h"
+#include "moeserve/model/quantization.h"
 
 namespace moeserve::model {
 
@@ -21,26 +24,31 @@ struct LinearShard {
 class Linear {
 public:
     Linear() = default;
-    // Loads PREFIX.weight [out, in] (and PREFIX.bias [out] when has_bias).
+    // Loads PREFIX.weight [out, in] (and PREFIX.bias [out] when has_bias). With
+    // quant.int8_module(PREFIX) the weight is kept (I8 checkpoint) or made per-channel int8.
     static Linear load(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
-                       int64_t in_features, bool has_bias = false);
+                       int64_t in_features, bool has_bias = false, const Quantization& quant = {});
 
     // Loads the `shard` of PREFIX.weight [out_features, in_features] (and of its bias rows). A row
     // slice stays a zero-copy view; a column slice is copied (same dtype).
     static Linear load_shard(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
-                             int64_t in_features, const LinearShard& shard, bool has_bias = false);
+                             int64_t in_features, const LinearShard& shard, bool has_bias = false,
+                             const Quantization& quant = {});
 
     // x f32 [rows, in] -> out f32 [rows, out].
     void forward(ThreadPool& pool, const float* x, int64_t rows, float* out) const;
 
-    int64_t in_features() const { return weight_.dim(1); }
-    int64_t out_features() const { return weight_.dim(0); }
-    size_t weight_bytes() const { return weight_.nbytes(); }
+    int64_t in_features() const { return int8_ ? w8_.dim(1) : weight_.dim(1); }
+    int64_t out_features() const { return int8_ ? w8_.dim(0) : weight_.dim(0); }
+    size_t weight_bytes() const { return int8_ ? w8_.nbytes() + w8_scale_.nbytes() : weight_.nbytes(); }
+    bool is_int8() const { return int8_; }
 
 private:
     TensorView weight_;  // bf16 | f32 [out_features, in_features]
     Tensor owned_;       // backing store when the weight had to be converted
     Tensor bias_;        // f32 [out_features], or empty
+    bool int8_ = false;  // W8A8: w8_ int8 [out_features, in_features], w8_scale_ f32 [out_features]
+    Tensor w8_, w8_scale_;
 };
 
 }  // namespace moeserve::model

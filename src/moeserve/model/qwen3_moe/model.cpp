@@ -42,25 +42,25 @@ Qwen3MoeModel::Qwen3MoeModel(const Qwen3MoeConfig& config, std::shared_ptr<const
         const std::string p = "model.layers." + std::to_string(i) + ".";
         Layer layer{load_vector_f32(w, p + "input_layernorm.weight", h),
                     load_vector_f32(w, p + "post_attention_layernorm.weight", h),
-                    GqaAttention::load(w, p + "self_attn.", attn_shape, par_.tp_rank, par_.tp_size),
+                    GqaAttention::load(w, p + "self_attn.", attn_shape, par_.tp_rank, par_.tp_size, options.quant),
                     c.is_moe_layer(i), {}, {}};
         active_bytes += static_cast<int64_t>(layer.attention.weight_bytes());
         rank_bytes += static_cast<int64_t>(layer.attention.weight_bytes()) + 2 * h * 4;
         if (layer.is_moe) {
-            layer.router = Linear::load(w, p + "mlp.gate", c.num_experts, h);
+            layer.router = Linear::load(w, p + "mlp.gate", c.num_experts, h, false, options.quant);
             std::vector<std::string> prefixes;
             for (int64_t e = expert_shard_.begin; e < expert_shard_.begin + expert_shard_.count; ++e) {
                 prefixes.push_back(p + "mlp.experts." + std::to_string(e) + ".");
             }
             layer.experts = Experts::load(w, prefixes, h, c.moe_intermediate_size, expert_shard_.begin,
-                                          moe_inter.begin, moe_inter.count);
+                                          moe_inter.begin, moe_inter.count, options.quant);
             active_bytes += static_cast<int64_t>(layer.router.weight_bytes() +
                                                  layer.experts.bytes_per_expert() *
                                                      static_cast<size_t>(c.num_experts_per_tok));
             rank_bytes += static_cast<int64_t>(layer.router.weight_bytes());
         } else {
             layer.experts = Experts::load(w, {p + "mlp."}, h, c.intermediate_size, 0, dense_inter.begin,
-                                          dense_inter.count);
+                                          dense_inter.count, options.quant);
             active_bytes += static_cast<int64_t>(layer.experts.weight_bytes());
         }
         rank_bytes += static_cast<int64_t>(layer.experts.weight_bytes());
@@ -68,7 +68,7 @@ Qwen3MoeModel::Qwen3MoeModel(const Qwen3MoeConfig& config, std::shared_ptr<const
     }
     norm_ = load_vector_f32(w, "model.norm.weight", h);
     lm_head_ = Linear::load_shard(w, c.tie_word_embeddings ? "model.embed_tokens" : "lm_head", c.vocab_size, h,
-                                  {vocab_shard_.begin, vocab_shard_.count, 0, -1});
+                                  {vocab_shard_.begin, vocab_shard_.count, 0, -1}, false, options.quant);
     active_bytes += static_cast<int64_t>(lm_head_.weight_bytes());
     if (!c.tie_word_embeddings) rank_bytes += static_cast<int64_t>(lm_head_.weight_bytes());
     rank_bytes += h * 4;
