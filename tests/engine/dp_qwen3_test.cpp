@@ -1,5 +1,5 @@
 // The DP + EP step protocol on the real tiny Qwen3-MoE (fixture qwen3_moe_tiny_model): dp = 2 and
-// dp = 4 ranks as threads over LocalComm, experts split across them (ep = dp), each rank its own
+// dp = 4 ranks as threads over LocalComm, experts split across them (ep = dp, and ep = 2 < dp), each rank its own
 // EngineCore + DpCoordinator, requests spread unevenly and arriving mid-run, PD hybrid on and off:
 // every request's greedy tokens equal the single-rank SequenceRunner result, the phase timelines
 // line up, dummies run exactly where a rank had nothing of the phase. A rank that disagrees on the
@@ -62,9 +62,10 @@ protected:
     }
     static void TearDownTestSuite() { delete pool_; }
 
-    static DpWorldSpec spec(int dp, bool hybrid, int flip_rank = -1, std::chrono::milliseconds timeout = 30s) {
+    static DpWorldSpec spec(int dp, bool hybrid, int flip_rank = -1, std::chrono::milliseconds timeout = 30s,
+                            int ep = 0) {
         DpWorldSpec s;
-        s.sizes = {dp, 1, dp};
+        s.sizes = {dp, 1, ep > 0 ? ep : dp};
         s.timeout = timeout;
         s.engine.max_num_seqs = 16;
         s.engine.max_num_batched_tokens = 16;  // chunked prefill of the longer prompts
@@ -166,10 +167,14 @@ TEST_F(DpQwen3Test, Dp2FiveRequestsArrivingMidRun) {
 }
 
 TEST_F(DpQwen3Test, Dp4UnevenRequests) {
-    for (bool hybrid : {false, true}) {
-        const auto runs = run_dp_world(spec(4, hybrid), arrivals(4, {0, 1, 2, 0, 1, 0}, {0, 0, 1, 2, 4, 8}));
-        expect_equal_single_rank(runs, 6, hybrid);
-        print(hybrid ? "dp4 6-req hybrid" : "dp4 6-req mixed", runs);
+    for (int ep : {4, 2}) {  // ep = 2: two EP groups [0 1] [2 3], the DP control still spans all four
+        for (bool hybrid : {false, true}) {
+            const auto runs =
+                run_dp_world(spec(4, hybrid, -1, 30s, ep), arrivals(4, {0, 1, 2, 0, 1, 0}, {0, 0, 1, 2, 4, 8}));
+            expect_equal_single_rank(runs, 6, hybrid);
+            const std::string label = "dp4 ep" + std::to_string(ep) + (hybrid ? " hybrid" : " mixed");
+            print(label.c_str(), runs);
+        }
     }
 }
 
