@@ -178,6 +178,8 @@ TEST_F(W8A8ModelTest, QuantizedVersusBf16) {
     report_vs_bf16(*d_w8a8, *d_bf16, MOESERVE_DSV3_PROMPT, "deepseek_v3 w8a8");
     auto d_fp8_int8 = open(MOESERVE_DSV3_FP8_DIR, "w8a8");
     report_vs_bf16(*d_fp8_int8, *d_bf16, MOESERVE_DSV3_PROMPT, "deepseek_v3 fp8 -> w8a8");
+    auto q_all = open(MOESERVE_QWEN3_TINY_DIR, "w8a8-all");
+    report_vs_bf16(*q_all, *q_bf16, MOESERVE_QWEN3_PROMPT, "qwen3_moe w8a8-all (lm_head int8)");
     auto d_fp8 = open(MOESERVE_DSV3_FP8_DIR, "fp8");
     report_vs_bf16(*d_fp8, *d_bf16, MOESERVE_DSV3_PROMPT, "deepseek_v3 fp8 -> bf16");
 }
@@ -210,6 +212,10 @@ TEST(QuantizationConfigTest, ParsesCompressedTensorsW8A8) {
     EXPECT_FALSE(q.int8_module("lm_head"));
     EXPECT_FALSE(q.int8_module("model.layers.0.self_attn.kv_b_proj"));
     EXPECT_FALSE(resolve_quantization(config_with(w8a8_config()), "none").int8);
+    const Quantization all = resolve_quantization(config_with(w8a8_config()), "w8a8-all");
+    EXPECT_TRUE(all.int8_module("lm_head"));                          // overrides the ignore list
+    EXPECT_FALSE(all.int8_module("model.layers.0.self_attn.o_proj"));  // the rest of it still holds
+    EXPECT_FALSE(q.int8_module("model.embed_tokens"));                // tied lm_head
 }
 
 TEST(QuantizationConfigTest, ParsesFp8AndRequests) {

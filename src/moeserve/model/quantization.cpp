@@ -53,7 +53,8 @@ void check_compressed_tensors(const nlohmann::json& q, const std::string& where)
 
 bool Quantization::int8_module(const std::string& module) const {
     if (!int8) return false;
-    if (module == "lm_head" || ends_with(module, ".mlp.gate") || ends_with(module, "kv_b_proj")) return false;
+    if (module == "lm_head" || module == "model.embed_tokens") return int8_lm_head;
+    if (ends_with(module, ".mlp.gate") || ends_with(module, "kv_b_proj")) return false;
     for (const std::string& pattern : ignore) {
         if (pattern.rfind("re:", 0) == 0) {
             if (std::regex_match(module, std::regex(pattern.substr(3)))) return false;
@@ -69,7 +70,7 @@ std::string Quantization::describe() const {
                      : checkpoint == CheckpointQuant::kFp8Block
                          ? fmt::format("fp8 checkpoint (blocks {}x{})", block_rows, block_cols)
                          : std::string("unquantized checkpoint");
-    return ck + (int8 ? ", running W8A8 int8" : ", running bf16");
+    return ck + (int8 ? (int8_lm_head ? ", running W8A8 int8 (lm_head too)" : ", running W8A8 int8") : ", running bf16");
 }
 
 Quantization resolve_quantization(const io::HfConfig& config, const std::string& requested) {
@@ -117,6 +118,9 @@ Quantization resolve_quantization(const io::HfConfig& config, const std::string&
         q.int8 = q.checkpoint == CheckpointQuant::kW8A8Int8;
     } else if (requested == "w8a8") {
         q.int8 = true;
+    } else if (requested == "w8a8-all") {
+        q.int8 = true;
+        q.int8_lm_head = true;
     } else if (requested == "fp8") {
         if (q.checkpoint != CheckpointQuant::kFp8Block) {
             raise(ErrorCode::kInvalidArgument, "--quantization fp8 needs an FP8 checkpoint; {} has none", config.label());
@@ -125,7 +129,7 @@ Quantization resolve_quantization(const io::HfConfig& config, const std::string&
     } else if (requested == "none") {
         q.int8 = false;
     } else {
-        raise(ErrorCode::kInvalidArgument, "--quantization '{}' is not supported (expected w8a8, fp8 or none)",
+        raise(ErrorCode::kInvalidArgument, "--quantization '{}' is not supported (expected w8a8, w8a8-all, fp8 or none)",
               requested);
     }
     return q;

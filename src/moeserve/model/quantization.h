@@ -23,13 +23,14 @@ enum class CheckpointQuant {
 struct Quantization {
     CheckpointQuant checkpoint = CheckpointQuant::kNone;
     bool int8 = false;                    // run linears and experts as W8A8 int8
+    bool int8_lm_head = false;            // also the lm_head (llama.cpp's Q8_0 does; vLLM's W8A8 does not)
     int64_t block_rows = 128, block_cols = 128;  // FP8 weight_block_size
     std::vector<std::string> ignore;      // compressed-tensors ignore: module names, or "re:<regex>"
 
     // Whether the module (weight name without ".weight", e.g. "model.layers.0.mlp.gate") runs in
     // int8: int8 is on and the module is not high precision. High precision: the ignore list,
-    // lm_head, routers (*.mlp.gate) and MLA's kv_b_proj (its weight is absorbed into attention
-    // in f32/bf16, so it is dequantized).
+    // lm_head (or the tied embedding) unless int8_lm_head, routers (*.mlp.gate) and MLA's
+    // kv_b_proj (its weight is absorbed into attention in f32/bf16, so it is dequantized).
     bool int8_module(const std::string& module) const;
     // "none", "w8a8 (compressed-tensors)", "fp8 block 128x128 -> bf16", ... for logs.
     std::string describe() const;
@@ -37,7 +38,8 @@ struct Quantization {
 
 // Resolves what the checkpoint holds (config.json quantization_config, absent -> kNone) and what
 // the user asked: requested "" or "auto" (as the checkpoint: W8A8 runs int8, FP8 converts to
-// bf16), "w8a8" (int8; quantizes bf16 and FP8 weights at load), "fp8" (an FP8 checkpoint,
+// bf16), "w8a8" (int8; quantizes bf16 and FP8 weights at load), "w8a8-all" (w8a8 and the
+// lm_head in int8 too, overriding an ignore list's lm_head), "fp8" (an FP8 checkpoint,
 // converted to bf16), "none" (dequantize everything to bf16/f32). Errors (kInvalidArgument /
 // kUnsupported) name config.json or the flag, what was found and what is supported.
 Quantization resolve_quantization(const io::HfConfig& config, const std::string& requested);
