@@ -6,9 +6,9 @@
 //     our linear_bf16 GEMM and vs oneDNN's s8 x s8 -> s32 matmul (no scales: less work than ours);
 //   MoE decode / prefill on the bench experts (64 x [768|384, 1024], top-8): int8 vs bf16.
 #include <benchmark/benchmark.h>
-#include <oneapi/dnnl/dnnl.hpp>
 
 #include <numeric>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <random>
 #include <vector>
 
@@ -64,9 +64,10 @@ void BM_LinearInt8(benchmark::State& state) {
     const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
     ThreadPool pool(kThreads);
     std::vector<float> x(size_t(m * k)), out(size_t(m * n)), out_bf16(size_t(m * n)), ws(size_t(n), 0.01f);
-    fill_pattern<float>(x, [](float v) { return v; }, 3);
+    fill_pattern<float>(
+        x, [](float v) { return v; }, 3);
     const bool decode = m <= 8;
-    const int64_t wbytes = n * k + n * 4;  // int8 weights + f32 scales
+    const int64_t wbytes = n * k + n * 4;                        // int8 weights + f32 scales
     const int64_t copies = decode ? cold_copies(n * k * 2) : 1;  // cold for the bf16 copies too
     std::vector<int8_t> w(size_t(copies * n * k));
     std::vector<uint16_t> wb(size_t(copies * n * k));
@@ -144,7 +145,8 @@ void BM_MoeInt8(benchmark::State& state) {
     fill_pattern(wb, make_bf16, 2);
     std::vector<float> gus(size_t(e * 2 * inter), 0.001f), ds(size_t(e * h), 0.001f);
     std::vector<float> x(size_t(tokens * h)), out(x.size());
-    fill_pattern<float>(x, [](float v) { return v; }, 3);
+    fill_pattern<float>(
+        x, [](float v) { return v; }, 3);
     std::vector<int32_t> ids(size_t(tokens * k));
     std::vector<float> tw(ids.size(), 0.125f);
     std::mt19937 rng(5);

@@ -51,7 +51,8 @@ TEST(LinearInt8Test, ExtremeValuesDoNotSaturate) {
     std::vector<float> x(static_cast<size_t>(m * k));
     for (int64_t p = 0; p < m * k; ++p) x[static_cast<size_t>(p)] = (p % 2) ? -1.0f : 1.0f;
     std::vector<int8_t> w(static_cast<size_t>(n * k), -128);
-    std::vector<float> ws(static_cast<size_t>(n), 1.0f), out(static_cast<size_t>(m * n)), ref(static_cast<size_t>(m * n));
+    std::vector<float> ws(static_cast<size_t>(n), 1.0f), out(static_cast<size_t>(m * n)),
+        ref(static_cast<size_t>(m * n));
     ThreadPool pool(2);
     Int8Scratch scratch;
     linear_int8(pool, x.data(), m, k, w.data(), ws.data(), n, out.data(), scratch);
@@ -66,7 +67,8 @@ TEST(LinearInt8Test, CloseToFloatProduct) {
     // Per-channel weights and per-token activations in 8 bits: relative error of a few 1e-3.
     const int64_t m = 5, k = 512, n = 64;
     std::mt19937 rng(11);
-    std::vector<float> x(static_cast<size_t>(m * k)), wf(static_cast<size_t>(n * k)), ws(static_cast<size_t>(n)), out(static_cast<size_t>(m * n)), ref(static_cast<size_t>(m * n));
+    std::vector<float> x(static_cast<size_t>(m * k)), wf(static_cast<size_t>(n * k)), ws(static_cast<size_t>(n)),
+        out(static_cast<size_t>(m * n)), ref(static_cast<size_t>(m * n));
     test::fill_uniform(x.data(), m * k, rng);
     test::fill_uniform(wf.data(), n * k, rng);
     std::vector<int8_t> w(static_cast<size_t>(n * k));
@@ -74,7 +76,9 @@ TEST(LinearInt8Test, CloseToFloatProduct) {
         float amax = 0;
         for (int64_t p = 0; p < k; ++p) amax = std::max(amax, std::fabs(wf[static_cast<size_t>(j * k + p)]));
         ws[static_cast<size_t>(j)] = amax / 127.0f;
-        for (int64_t p = 0; p < k; ++p) w[static_cast<size_t>(j * k + p)] = int8_t(std::nearbyint(wf[static_cast<size_t>(j * k + p)] / ws[static_cast<size_t>(j)]));
+        for (int64_t p = 0; p < k; ++p)
+            w[static_cast<size_t>(j * k + p)] =
+                int8_t(std::nearbyint(wf[static_cast<size_t>(j * k + p)] / ws[static_cast<size_t>(j)]));
     }
     ThreadPool pool(1);
     Int8Scratch scratch;

@@ -33,8 +33,8 @@ void check(const Case& c, int threads, uint32_t seed) {
                        1.0f / 127 / std::sqrt(float(c.hidden)));
     test::fill_uniform(ds.data(), c.num_experts * c.hidden, rng, 0.5f / 127 / std::sqrt(float(c.inter)),
                        1.0f / 127 / std::sqrt(float(c.inter)));
-    MoeExpertsInt8 ex{gu.data() + 1, gus.data(), down.data() + 1, ds.data(), c.num_experts, c.expert_begin,
-                      c.hidden, c.inter};
+    MoeExpertsInt8 ex{gu.data() + 1, gus.data(),     down.data() + 1, ds.data(),
+                      c.num_experts, c.expert_begin, c.hidden,        c.inter};
     test::Floats x(c.tokens * c.hidden), out(c.tokens * c.hidden), ref(c.tokens * c.hidden);
     test::fill_uniform(x.data(), c.tokens * c.hidden, rng, -2.0f, 2.0f);
     std::vector<int32_t> ids(size_t(c.tokens * c.k));
@@ -44,9 +44,8 @@ void check(const Case& c, int threads, uint32_t seed) {
     for (int64_t t = 0; t < c.tokens; ++t) {
         std::shuffle(perm.begin(), perm.end(), rng);
         if (t == c.tokens - 1 && c.global_experts - c.num_experts >= c.k) {
-            std::stable_partition(perm.begin(), perm.end(), [&](int32_t e) {
-                return e < c.expert_begin || e >= c.expert_begin + c.num_experts;
-            });
+            std::stable_partition(perm.begin(), perm.end(),
+                                  [&](int32_t e) { return e < c.expert_begin || e >= c.expert_begin + c.num_experts; });
         }
         for (int j = 0; j < c.k; ++j) {
             ids[size_t(t * c.k + j)] = perm[size_t(j)];
@@ -79,9 +78,7 @@ TEST(MoeExpertsInt8Test, MatchesReference) {
     }
 }
 
-TEST(MoeExpertsInt8Test, BenchModelDecodeShape) {
-    check({1, 1024, 384, 64, 0, 64, 8}, 2, 77);
-}
+TEST(MoeExpertsInt8Test, BenchModelDecodeShape) { check({1, 1024, 384, 64, 0, 64, 8}, 2, 77); }
 
 }  // namespace
 }  // namespace moeserve::kernels::cpu

@@ -28,7 +28,8 @@ TEST(QuantizeInt8Test, MatchesReferenceBitExact) {
             for (int64_t i = 0; i < m; ++i) {
                 ASSERT_EQ(s[static_cast<size_t>(i)], sr[static_cast<size_t>(i)]) << "row " << i;
                 for (int64_t p = 0; p < ldq; ++p) {
-                    ASSERT_EQ(q[static_cast<size_t>(1 + i * ldq + p)], qr[static_cast<size_t>(1 + i * ldq + p)]) << i << "," << p;
+                    ASSERT_EQ(q[static_cast<size_t>(1 + i * ldq + p)], qr[static_cast<size_t>(1 + i * ldq + p)])
+                        << i << "," << p;
                     if (p >= k) {
                         ASSERT_EQ(q[static_cast<size_t>(1 + i * ldq + p)], 0);
                     }

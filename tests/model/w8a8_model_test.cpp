@@ -96,7 +96,7 @@ protected:
         return load_model(dir, *pool_, LoadOptions{.max_model_len = 256, .quantization = quantization});
     }
     static void check_against_reference(Model& m, const std::filesystem::path& ref_file, const char* prompt,
-                                         float tolerance, const char* what) {
+                                        float tolerance, const char* what) {
         const auto ids = parse_ids(prompt);
         const auto ref = read_f32(ref_file);
         const int64_t vocab = m.info().vocab_size;
@@ -129,10 +129,11 @@ protected:
         size_t same = 0;
         while (same < seq.size() && seq[same] == gq[same]) ++same;
         const float diff = max_abs_diff(lq, lb);
-        std::printf("%s vs bf16: max |logit diff| = %.3g (max |logit| %.3g, %.2f%%), teacher-forced top-1 agreement "
-                    "%d/%zu = %.1f%%, greedy continuation identical for %zu of 32 tokens\n",
-                    what, diff, max_abs(lb), 100.0 * diff / max_abs(lb), agree, seq.size(),
-                    100.0 * agree / double(seq.size()), same - parse_ids(prompt).size());
+        std::printf(
+            "%s vs bf16: max |logit diff| = %.3g (max |logit| %.3g, %.2f%%), teacher-forced top-1 agreement "
+            "%d/%zu = %.1f%%, greedy continuation identical for %zu of 32 tokens\n",
+            what, diff, max_abs(lb), 100.0 * diff / max_abs(lb), agree, seq.size(), 100.0 * agree / double(seq.size()),
+            same - parse_ids(prompt).size());
         // Only a sanity bound: in the tiny random DeepSeek model a small change flips expert
         // choices (sigmoid scores, group-limited top-k), so even FP8 -> bf16 moves logits by ~40%.
         EXPECT_LE(diff, max_abs(lb));
@@ -208,14 +209,14 @@ TEST(QuantizationConfigTest, ParsesCompressedTensorsW8A8) {
     EXPECT_TRUE(q.int8_module("model.layers.0.self_attn.q_proj"));
     EXPECT_TRUE(q.int8_module("model.layers.3.mlp.experts.5.down_proj"));
     EXPECT_FALSE(q.int8_module("model.layers.0.self_attn.o_proj"));  // ignored by name
-    EXPECT_FALSE(q.int8_module("model.layers.2.mlp.gate"));            // router
+    EXPECT_FALSE(q.int8_module("model.layers.2.mlp.gate"));          // router
     EXPECT_FALSE(q.int8_module("lm_head"));
     EXPECT_FALSE(q.int8_module("model.layers.0.self_attn.kv_b_proj"));
     EXPECT_FALSE(resolve_quantization(config_with(w8a8_config()), "none").int8);
     const Quantization all = resolve_quantization(config_with(w8a8_config()), "w8a8-all");
-    EXPECT_TRUE(all.int8_module("lm_head"));                          // overrides the ignore list
+    EXPECT_TRUE(all.int8_module("lm_head"));                           // overrides the ignore list
     EXPECT_FALSE(all.int8_module("model.layers.0.self_attn.o_proj"));  // the rest of it still holds
-    EXPECT_FALSE(q.int8_module("model.embed_tokens"));                // tied lm_head
+    EXPECT_FALSE(q.int8_module("model.embed_tokens"));                 // tied lm_head
 }
 
 TEST(QuantizationConfigTest, ParsesFp8AndRequests) {

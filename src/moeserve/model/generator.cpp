@@ -125,9 +125,11 @@ Tensor make_tensor(const WeightSpec& spec, uint64_t seed) {
 // stay bf16, as in the published W8A8 and FP8 checkpoints).
 bool quantized_in_checkpoint(const WeightSpec& spec) {
     const std::string& n = spec.name;
-    auto ends = [&](const std::string& s) { return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0; };
-    return spec.shape.rank() == 2 && ends(".weight") && n.rfind("model.embed_tokens", 0) != 0 && n != "lm_head.weight" &&
-           !ends(".mlp.gate.weight");
+    auto ends = [&](const std::string& s) {
+        return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0;
+    };
+    return spec.shape.rank() == 2 && ends(".weight") && n.rfind("model.embed_tokens", 0) != 0 &&
+           n != "lm_head.weight" && !ends(".mlp.gate.weight");
 }
 
 // Adds `t` (bf16 [rows, cols]) to the writer in the requested 8-bit form, or as is. Returns the
@@ -172,19 +174,21 @@ std::vector<std::string> add_quantized(io::SafetensorsWriter& writer, const std:
 
 nlohmann::json quantization_config(const std::string& quantization) {
     if (quantization == "w8a8") {
-        return {{"quant_method", "compressed-tensors"},
-                {"format", "int-quantized"},
-                {"quantization_status", "compressed"},
-                {"config_groups",
-                 {{"group_0",
-                   {{"targets", {"Linear"}},
-                    {"weights",
-                     {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "channel"}, {"dynamic", false}}},
-                    {"input_activations",
-                     {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "token"}, {"dynamic", true}}}}}}},
-                {"ignore", {"lm_head", "re:.*mlp\\.gate$"}}};
+        return {
+            {"quant_method", "compressed-tensors"},
+            {"format", "int-quantized"},
+            {"quantization_status", "compressed"},
+            {"config_groups",
+             {{"group_0",
+               {{"targets", {"Linear"}},
+                {"weights",
+                 {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "channel"}, {"dynamic", false}}},
+                {"input_activations",
+                 {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "token"}, {"dynamic", true}}}}}}},
+            {"ignore", {"lm_head", "re:.*mlp\\.gate$"}}};
     }
-    return {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
+    return {
+        {"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
 }
 
 void apply_overrides(nlohmann::json& config, const std::vector<std::string>& overrides) {
@@ -220,7 +224,8 @@ void write_json(const fs::path& path, const nlohmann::json& j) {
 nlohmann::json preset_config(const std::string& arch, const std::string& size) {
     if (arch == "qwen3_moe") return qwen3_moe_preset(size);
     if (arch == "deepseek_v3" || arch == "deepseek_v2") return deepseek_preset(arch, size);
-    raise(ErrorCode::kInvalidArgument, "unknown architecture '{}' (expected qwen3_moe, deepseek_v3 or deepseek_v2)", arch);
+    raise(ErrorCode::kInvalidArgument, "unknown architecture '{}' (expected qwen3_moe, deepseek_v3 or deepseek_v2)",
+          arch);
 }
 
 GeneratedModel generate_random_model(const GeneratorOptions& options) {
@@ -261,6 +266,10 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
             result.num_bytes += static_cast<int64_t>(t.nbytes());
             result.num_tensors += 1;
             if (!options.quantization.empty() && quantized_in_checkpoint(specs[i])) {
+                const int64_t rows = t.shape()[0], cols = t.shape()[1];
+                const int64_t scale_count =
+                    options.quantization == "w8a8" ? rows : ((rows + 127) / 128) * ((cols + 127) / 128);
+                result.num_bytes += rows * cols + 4 * scale_count - static_cast<int64_t>(t.nbytes());
                 for (const std::string& n : add_quantized(writer, specs[i].name, std::move(t), options.quantization)) {
                     weight_map[n] = file;
                 }

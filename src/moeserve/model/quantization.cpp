@@ -70,14 +70,14 @@ std::string Quantization::describe() const {
                      : checkpoint == CheckpointQuant::kFp8Block
                          ? fmt::format("fp8 checkpoint (blocks {}x{})", block_rows, block_cols)
                          : std::string("unquantized checkpoint");
-    return ck + (int8 ? (int8_lm_head ? ", running W8A8 int8 (lm_head too)" : ", running W8A8 int8") : ", running bf16");
+    return ck +
+           (int8 ? (int8_lm_head ? ", running W8A8 int8 (lm_head too)" : ", running W8A8 int8") : ", running bf16");
 }
 
 Quantization resolve_quantization(const io::HfConfig& config, const std::string& requested) {
     Quantization q;
     const nlohmann::json& root = config.json();
-    const nlohmann::json* qc =
-        root.contains("quantization_config") ? &root["quantization_config"] : nullptr;
+    const nlohmann::json* qc = root.contains("quantization_config") ? &root["quantization_config"] : nullptr;
     if (qc && qc->is_object()) {
         const std::string method = qc->value("quant_method", "");
         if (method == "compressed-tensors") {
@@ -95,8 +95,10 @@ Quantization resolve_quantization(const io::HfConfig& config, const std::string&
             if (qc->contains("weight_block_size")) {
                 const auto& b = (*qc)["weight_block_size"];
                 if (!b.is_array() || b.size() != 2 || b[0].get<int64_t>() < 1 || b[1].get<int64_t>() < 1) {
-                    raise(ErrorCode::kInvalidModel, "{}: quantization_config.weight_block_size must be [rows, cols]; "
-                          "got {}", config.label(), b.dump());
+                    raise(ErrorCode::kInvalidModel,
+                          "{}: quantization_config.weight_block_size must be [rows, cols]; "
+                          "got {}",
+                          config.label(), b.dump());
                 }
                 q.block_rows = b[0].get<int64_t>();
                 q.block_cols = b[1].get<int64_t>();
@@ -123,14 +125,15 @@ Quantization resolve_quantization(const io::HfConfig& config, const std::string&
         q.int8_lm_head = true;
     } else if (requested == "fp8") {
         if (q.checkpoint != CheckpointQuant::kFp8Block) {
-            raise(ErrorCode::kInvalidArgument, "--quantization fp8 needs an FP8 checkpoint; {} has none", config.label());
+            raise(ErrorCode::kInvalidArgument, "--quantization fp8 needs an FP8 checkpoint; {} has none",
+                  config.label());
         }
         q.int8 = false;
     } else if (requested == "none") {
         q.int8 = false;
     } else {
-        raise(ErrorCode::kInvalidArgument, "--quantization '{}' is not supported (expected w8a8, w8a8-all, fp8 or none)",
-              requested);
+        raise(ErrorCode::kInvalidArgument,
+              "--quantization '{}' is not supported (expected w8a8, w8a8-all, fp8 or none)", requested);
     }
     return q;
 }

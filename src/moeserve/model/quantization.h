@@ -22,10 +22,10 @@ enum class CheckpointQuant {
 
 struct Quantization {
     CheckpointQuant checkpoint = CheckpointQuant::kNone;
-    bool int8 = false;                    // run linears and experts as W8A8 int8
-    bool int8_lm_head = false;            // also the lm_head (llama.cpp's Q8_0 does; vLLM's W8A8 does not)
+    bool int8 = false;                           // run linears and experts as W8A8 int8
+    bool int8_lm_head = false;                   // also the lm_head (llama.cpp's Q8_0 does; vLLM's W8A8 does not)
     int64_t block_rows = 128, block_cols = 128;  // FP8 weight_block_size
-    std::vector<std::string> ignore;      // compressed-tensors ignore: module names, or "re:<regex>"
+    std::vector<std::string> ignore;             // compressed-tensors ignore: module names, or "re:<regex>"
 
     // Whether the module (weight name without ".weight", e.g. "model.layers.0.mlp.gate") runs in
     // int8: int8 is on and the module is not high precision. High precision: the ignore list,

@@ -77,8 +77,8 @@ void block(const int8_t* qx, int64_t ldx, const float* sx, int64_t k, const int8
 // All n columns for MR rows, NR at a time, then the leftover columns one by one.
 // int16 block: qx16 rows and the w16 panel rows both hold kp (multiple of 16) values.
 template <int MR, int NR>
-void block16(const int16_t* qx, int64_t ldx, const float* sx, int64_t kp, const int16_t* w, const float* sw,
-             float* out, int64_t ldo) {
+void block16(const int16_t* qx, int64_t ldx, const float* sx, int64_t kp, const int16_t* w, const float* sw, float* out,
+             int64_t ldo) {
     __m256i acc[MR][NR];
     for (int r = 0; r < MR; ++r) {
         for (int c = 0; c < NR; ++c) acc[r][c] = _mm256_setzero_si256();
@@ -140,7 +140,8 @@ void gemm16(const int8_t* qx, int64_t ldx, const float* sx, int64_t m, int64_t k
             for (; j + 2 <= nb; j += 2) {
                 block16<4, 2>(x16 + i * kp, kp, sx + i, kp, w16 + j * kp, sw + j0 + j, out + i * ldo + j0 + j, ldo);
             }
-            if (j < nb) block16<4, 1>(x16 + i * kp, kp, sx + i, kp, w16 + j * kp, sw + j0 + j, out + i * ldo + j0 + j, ldo);
+            if (j < nb)
+                block16<4, 1>(x16 + i * kp, kp, sx + i, kp, w16 + j * kp, sw + j0 + j, out + i * ldo + j0 + j, ldo);
         }
         for (; i < m; ++i) {
             int64_t j = 0;

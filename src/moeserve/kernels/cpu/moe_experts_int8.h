@@ -13,10 +13,10 @@ namespace moeserve::kernels::cpu {
 
 // int8 weights of the experts this rank holds: global ids [expert_begin, expert_begin + num_experts).
 struct MoeExpertsInt8 {
-    const int8_t* gate_up;        // int8 [num_experts, 2 * inter, hidden]: gate rows, then up rows
-    const float* gate_up_scale;   // f32 [num_experts, 2 * inter]
-    const int8_t* down;           // int8 [num_experts, hidden, inter]
-    const float* down_scale;      // f32 [num_experts, hidden]
+    const int8_t* gate_up;       // int8 [num_experts, 2 * inter, hidden]: gate rows, then up rows
+    const float* gate_up_scale;  // f32 [num_experts, 2 * inter]
+    const int8_t* down;          // int8 [num_experts, hidden, inter]
+    const float* down_scale;     // f32 [num_experts, hidden]
     int64_t num_experts;
     int64_t expert_begin;
     int64_t hidden;
@@ -37,7 +37,7 @@ void moe_experts_int8(ThreadPool& pool, const float* x, int64_t num_tokens, cons
                       MoeInt8Scratch& qscratch, float* out);
 
 // Token by token, expert by expert (uses the scalar quantize/dot references); for tests.
-void moe_experts_int8_ref(const float* x, int64_t num_tokens, const int32_t* topk_ids, const float* topk_weights,
-                          int k, const MoeExpertsInt8& experts, float* out);
+void moe_experts_int8_ref(const float* x, int64_t num_tokens, const int32_t* topk_ids, const float* topk_weights, int k,
+                          const MoeExpertsInt8& experts, float* out);
 
 }  // namespace moeserve::kernels::cpu

@@ -47,8 +47,8 @@ void run_items(ThreadPool& pool, int64_t num_items, F&& item) {
 }  // namespace
 
 void moe_experts_int8(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
-                      const float* topk_weights, int k, const MoeExpertsInt8& ex, MoeScratch& s,
-                      MoeInt8Scratch& q, float* out) {
+                      const float* topk_weights, int k, const MoeExpertsInt8& ex, MoeScratch& s, MoeInt8Scratch& q,
+                      float* out) {
     const int64_t num_e = ex.num_experts, h = ex.hidden, inter = ex.inter;
     const int64_t num_slots = num_tokens * k;
     const int64_t ldh = int8_padded_cols(h), ldi = int8_padded_cols(inter);

@@ -17,8 +17,8 @@ float dot_rescaled(const int8_t* q, float sq, const int8_t* w, float sw, int64_t
 
 }  // namespace
 
-void moe_experts_int8_ref(const float* x, int64_t num_tokens, const int32_t* topk_ids, const float* topk_weights,
-                          int k, const MoeExpertsInt8& ex, float* out) {
+void moe_experts_int8_ref(const float* x, int64_t num_tokens, const int32_t* topk_ids, const float* topk_weights, int k,
+                          const MoeExpertsInt8& ex, float* out) {
     const int64_t h = ex.hidden, inter = ex.inter;
     std::vector<int8_t> qx(static_cast<size_t>(h)), qa(static_cast<size_t>(inter));
     std::vector<float> act(static_cast<size_t>(inter));
@@ -40,7 +40,8 @@ void moe_experts_int8_ref(const float* x, int64_t num_tokens, const int32_t* top
             quantize_rows_int8_ref(act.data(), inter, 1, inter, qa.data(), inter, &sa);
             const float w = topk_weights[t * k + j];
             for (int64_t i = 0; i < h; ++i) {
-                ot[i] += w * dot_rescaled(qa.data(), sa, ex.down + (e * h + i) * inter, ex.down_scale[e * h + i], inter);
+                ot[i] +=
+                    w * dot_rescaled(qa.data(), sa, ex.down + (e * h + i) * inter, ex.down_scale[e * h + i], inter);
             }
         }
     }

@@ -18,7 +18,6 @@ inline constexpr int64_t int8_padded_cols(int64_t k) { return (k + kInt8RowAlign
 void quantize_rows_int8(const float* x, int64_t ldx, int64_t m, int64_t k, int8_t* q, int64_t ldq, float* scales);
 
 // Scalar reference.
-void quantize_rows_int8_ref(const float* x, int64_t ldx, int64_t m, int64_t k, int8_t* q, int64_t ldq,
-                            float* scales);
+void quantize_rows_int8_ref(const float* x, int64_t ldx, int64_t m, int64_t k, int8_t* q, int64_t ldq, float* scales);
 
 }  // namespace moeserve::kernels::cpu

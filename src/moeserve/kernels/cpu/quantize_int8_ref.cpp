@@ -5,8 +5,7 @@
 
 namespace moeserve::kernels::cpu {
 
-void quantize_rows_int8_ref(const float* x, int64_t ldx, int64_t m, int64_t k, int8_t* q, int64_t ldq,
-                            float* scales) {
+void quantize_rows_int8_ref(const float* x, int64_t ldx, int64_t m, int64_t k, int8_t* q, int64_t ldq, float* scales) {
     for (int64_t i = 0; i < m; ++i) {
         const float* xi = x + i * ldx;
         int8_t* qi = q + i * ldq;

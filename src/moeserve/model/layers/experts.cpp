@@ -23,7 +23,8 @@ void copy_as_bf16(const io::WeightSource& weights, const std::string& name, cons
     }
     Tensor f = load_dequantized_f32(weights, name, quant.block_rows, quant.block_cols);
     for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = f32_to_bf16(f.as<float>()[(row0 + r) * width + col0 + c]);
+        for (int64_t c = 0; c < cols; ++c)
+            dst[r * cols + c] = f32_to_bf16(f.as<float>()[(row0 + r) * width + col0 + c]);
     }
 }
 
@@ -82,7 +83,8 @@ Experts Experts::load(const io::WeightSource& weights, const std::vector<std::st
     for (int64_t i = 0; i < n; ++i) {
         const std::string& p = prefixes[static_cast<size_t>(i)];
         uint16_t* gate_up = e.gate_up_.as<uint16_t>() + i * 2 * proj;
-        copy_as_bf16(weights, p + "gate_proj.weight", {full_inter, hidden}, inter_begin, inter, 0, hidden, quant, gate_up);
+        copy_as_bf16(weights, p + "gate_proj.weight", {full_inter, hidden}, inter_begin, inter, 0, hidden, quant,
+                     gate_up);
         copy_as_bf16(weights, p + "up_proj.weight", {full_inter, hidden}, inter_begin, inter, 0, hidden, quant,
                      gate_up + proj);
         copy_as_bf16(weights, p + "down_proj.weight", {hidden, full_inter}, 0, hidden, inter_begin, inter, quant,
