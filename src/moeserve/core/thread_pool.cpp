@@ -12,7 +12,7 @@ namespace {
 constexpr int kSpinIterations = 20000;
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads) {
+ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads), open_(static_cast<size_t>(num_threads)) {
     MOESERVE_CHECK(num_threads >= 1, "ThreadPool needs at least one thread, got {}", num_threads);
     workers_.reserve(static_cast<size_t>(num_threads - 1));
     for (int tid = 1; tid < num_threads; ++tid) workers_.emplace_back([this, tid] { worker_loop(tid); });
@@ -33,12 +33,22 @@ void ThreadPool::run_erased(TaskFn fn, void* ctx) {
     task_fn_ = fn;
     task_ctx_ = ctx;
     pending_.store(num_threads_ - 1, std::memory_order_relaxed);
+    for (int tid = 1; tid < num_threads_; ++tid) {
+        open_[static_cast<size_t>(tid)].open.store(1, std::memory_order_release);
+    }
     generation_.fetch_add(1, std::memory_order_seq_cst);
     if (sleeping_.load(std::memory_order_seq_cst) > 0) {
         std::lock_guard<std::mutex> lock(mutex_);
         wake_.notify_all();
     }
     fn(ctx, 0);
+    // Shares no worker has claimed yet: run them here rather than wait for a worker to be scheduled.
+    for (int tid = 1; tid < num_threads_; ++tid) {
+        if (open_[static_cast<size_t>(tid)].open.exchange(0, std::memory_order_acq_rel) == 1) {
+            fn(ctx, tid);
+            pending_.fetch_sub(1, std::memory_order_acq_rel);
+        }
+    }
     int spins = 0;
     while (pending_.load(std::memory_order_acquire) != 0) {
         if (++spins < kSpinIterations) {
@@ -66,6 +76,9 @@ void ThreadPool::worker_loop(int tid) {
         }
         seen = gen;
         if (stop_.load(std::memory_order_acquire)) return;
+        // The claim orders the reads of task_fn_/task_ctx_ after the caller's writes of this run
+        // (it may be a later run than `gen` if this worker was slow; that one is open too).
+        if (open_[static_cast<size_t>(tid)].open.exchange(0, std::memory_order_acq_rel) != 1) continue;
         task_fn_(task_ctx_, tid);
         pending_.fetch_sub(1, std::memory_order_acq_rel);
     }

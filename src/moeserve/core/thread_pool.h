@@ -1,6 +1,9 @@
 // ThreadPool: a fixed team of threads for data-parallel kernels. The caller is thread 0 and
 // takes part in every run, so ThreadPool(1) runs everything inline. Workers spin briefly
-// between runs (decode issues many short parallel regions per token) and then sleep.
+// between runs (decode issues many short parallel regions per token) and then sleep. A worker
+// that has not picked up its share by the time the caller finished its own (descheduled on a
+// busy machine, or still waking) has that share run by the caller instead, so a run never
+// waits on a thread that is not running.
 // One pool per rank; not re-entrant: a task must not call run() on the same pool.
 // Depends on std only.
 #pragma once
@@ -24,8 +27,10 @@ public:
 
     int num_threads() const { return num_threads_; }
 
-    // Calls fn(thread_index) once on each of the num_threads() threads; returns when all return.
-    // Call from one thread at a time (the rank's compute thread).
+    // Calls fn(thread_index) once for each thread_index in [0, num_threads()), concurrently on
+    // the pool's threads, except that the caller runs the index of any worker that has not
+    // started it yet (sequentially, after its own): fn must not wait for another index.
+    // Returns when all calls have returned. Call from one thread at a time.
     template <typename F>
     void run(F&& fn) {
         if (num_threads_ == 1) {
@@ -68,6 +73,12 @@ private:
     alignas(64) std::atomic<uint64_t> generation_{0};
     alignas(64) std::atomic<int> pending_{0};
     alignas(64) std::atomic<int> sleeping_{0};
+    // open_[tid].open = 1 while index tid of the current run is unclaimed; the caller or worker
+    // tid claims it by exchanging in 0 (one cache line each).
+    struct alignas(64) Slot {
+        std::atomic<int> open{0};
+    };
+    std::vector<Slot> open_;
     std::atomic<bool> stop_{false};
     std::mutex mutex_;
     std::condition_variable wake_;

@@ -1,6 +1,8 @@
-// linear_bf16 / linear_f32: splits the output features n across the pool's threads; each thread
-// runs the single-threaded GEMV (m <= 8) or packed GEMM tile of matmul_tile_avx2.cpp on its slice.
+// linear_bf16 / linear_f32: splits the output features n into chunks the pool's threads pull
+// dynamically; each runs the single-threaded GEMV (m <= 8) or packed GEMM tile of
+// matmul_tile_avx2.cpp on its chunk.
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "moeserve/kernels/cpu/linear.h"
@@ -18,15 +20,28 @@ void linear_impl(ThreadPool& pool, const float* x, int64_t m, int64_t k, const W
     if (m <= 0) return;
     const bool gemm = m > detail::kGemvMaxRows;
     const int64_t grain = gemm ? 16 : 8;
-    auto slice = [&](int64_t j0, int64_t j1) {
-        std::vector<float> pack(gemm ? static_cast<size_t>(detail::matmul_pack_floats()) : 0);
-        detail::matmul_tile(x, k, m, k, w + j0 * k, j1 - j0, out + j0, n, pack.data());
-    };
     if (pool.num_threads() == 1 || m * n * k < kMinParallelMacs || n < 2 * grain) {
-        slice(0, n);
+        std::vector<float> pack(gemm ? static_cast<size_t>(detail::matmul_pack_floats()) : 0);
+        detail::matmul_tile(x, k, m, k, w, n, out, n, pack.data());
         return;
     }
-    pool.parallel_for(n, slice, grain);
+    // Chunks of n pulled dynamically (about 8 per thread for GEMV, 4 for GEMM, whose chunks
+    // each re-stream x): a thread that starts late or runs slower (another process on its
+    // core) takes fewer, instead of the others waiting for it.
+    const int64_t parts = (gemm ? 4 : 8) * int64_t{pool.num_threads()};
+    const int64_t per_chunk = std::max<int64_t>(grain, (n + parts - 1) / parts);
+    const int64_t chunk = (per_chunk + grain - 1) / grain * grain;
+    const int64_t num_chunks = (n + chunk - 1) / chunk;
+    std::atomic<int64_t> next{0};
+    pool.run([&](int) {
+        int64_t c = next.fetch_add(1, std::memory_order_relaxed);
+        if (c >= num_chunks) return;
+        std::vector<float> pack(gemm ? static_cast<size_t>(detail::matmul_pack_floats()) : 0);
+        for (; c < num_chunks; c = next.fetch_add(1, std::memory_order_relaxed)) {
+            const int64_t j0 = c * chunk, j1 = std::min(n, j0 + chunk);
+            detail::matmul_tile(x, k, m, k, w + j0 * k, j1 - j0, out + j0, n, pack.data());
+        }
+    });
 }
 
 }  // namespace

@@ -1,17 +1,67 @@
 #include "moeserve/kernels/cpu/sample.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 namespace moeserve::kernels::cpu {
 
-int32_t argmax(const float* values, int64_t n) {
+int32_t argmax_ref(const float* values, int64_t n) {
     int64_t best = 0;
     for (int64_t i = 1; i < n; ++i) {
         if (values[i] > values[best]) best = i;
     }
     return static_cast<int32_t>(best);
+}
+
+// AVX2: 4 x 8 lanes each keep their running maximum and its first index (strictly greater
+// replaces, so each lane holds its lowest index among equal maxima); the lanes are reduced by
+// (value, then lowest index). Lanes start at values[0] / index 0, so NaNs never win, exactly as
+// in the scalar loop (which also returns 0 when values[0] is NaN).
+int32_t argmax(const float* values, int64_t n) {
+    if (n < 64 || values[0] != values[0]) return argmax_ref(values, n);
+    const __m256 first = _mm256_set1_ps(values[0]);
+    __m256 best_v[4] = {first, first, first, first};
+    __m256i best_i[4];
+    for (auto& b : best_i) b = _mm256_setzero_si256();
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i idx[4];
+    for (int u = 0; u < 4; ++u) idx[u] = _mm256_add_epi32(lane, _mm256_set1_epi32(8 * u));
+    const __m256i step32 = _mm256_set1_epi32(32);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) {
+            const __m256 v = _mm256_loadu_ps(values + i + 8 * u);
+            const __m256 gt = _mm256_cmp_ps(v, best_v[u], _CMP_GT_OQ);
+            best_v[u] = _mm256_blendv_ps(best_v[u], v, gt);
+            best_i[u] = _mm256_blendv_epi8(best_i[u], idx[u], _mm256_castps_si256(gt));
+            idx[u] = _mm256_add_epi32(idx[u], step32);
+        }
+    }
+    alignas(32) float lv[32];
+    alignas(32) int32_t li[32];
+    for (int u = 0; u < 4; ++u) {
+        _mm256_store_ps(lv + 8 * u, best_v[u]);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(li + 8 * u), best_i[u]);
+    }
+    float bv = lv[0];
+    int64_t bi = li[0];
+    for (int j = 1; j < 32; ++j) {
+        if (lv[j] > bv || (lv[j] == bv && li[j] < bi)) {
+            bv = lv[j];
+            bi = li[j];
+        }
+    }
+    for (; i < n; ++i) {
+        if (values[i] > bv) {
+            bv = values[i];
+            bi = i;
+        }
+    }
+    return static_cast<int32_t>(bi);
 }
 
 namespace {

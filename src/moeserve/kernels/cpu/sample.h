@@ -26,7 +26,10 @@ struct SampleScratch {
 int32_t sample_token(const float* logits, int64_t vocab, const SamplingSettings& settings, Rng& rng,
                      SampleScratch& scratch);
 
-// Index of the largest value; the lowest index on ties.
+// Index of the largest value; the lowest index on ties; NaNs never win (0 when values[0] is NaN).
+// AVX2, indices must fit int32 (n < 2^31).
 int32_t argmax(const float* values, int64_t n);
+// Scalar reference of argmax, used by the tests.
+int32_t argmax_ref(const float* values, int64_t n);
 
 }  // namespace moeserve::kernels::cpu
