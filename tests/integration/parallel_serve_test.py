@@ -207,6 +207,13 @@ class Parallel(unittest.TestCase):
             m = s.metrics()
             dummy = per_engine(m, "moeserve:engine_steps_by_engine_total", phase="dummy")
             self.assertGreater(sum(dummy.values()), 0, dummy)
+            # The coordinator's counters: dummy forwards by phase, time in the control collective.
+            by_phase = {p: sum(per_engine(m, "moeserve:dummy_steps_total", phase=p).values())
+                        for p in ("prefill", "decode")}
+            self.assertGreater(sum(by_phase.values()), 0, by_phase)
+            control = per_engine(m, "moeserve:dp_control_seconds_total")
+            self.assertEqual(sorted(control), [0, 1], control)
+            self.assertTrue(all(v > 0 for v in control.values()), control)
             self.assertIn("PD hybrid", s.log_text())
         finally:
             self.assertEqual(s.stop(), 0)

@@ -46,12 +46,20 @@ bool drain(EngineCore& core, ipc::EngineChannel& channel, Logger& logger, int ti
 }
 
 void send_outputs(EngineCore& core, ipc::EngineChannel& channel, Logger& logger, int32_t engine_index,
-                  std::vector<ipc::RequestOutput> outputs) {
+                  std::vector<ipc::RequestOutput> outputs, const DpCounters* dp = nullptr) {
     ipc::StepOutputs step;  // empty outputs: a heartbeat (liveness plus fresh stats)
     step.engine_index = engine_index;
     step.outputs = std::move(outputs);
     step.stats = core.stats();
     step.stats.engine_index = engine_index;
+    if (dp) {
+        step.stats.num_dummy_prefill_steps = dp->dummy_prefill_steps;
+        step.stats.num_dummy_decode_steps = dp->dummy_decode_steps + dp->dummy_mixed_steps;
+        step.stats.num_guard_decode_steps = dp->guard_decode_steps;
+        step.stats.num_decode_requests_stalled = dp->decode_requests_stalled;
+        step.stats.dp_control_seconds = dp->control_seconds;
+        step.stats.forward_seconds = dp->forward_seconds;
+    }
     if (!channel.send(step)) MOESERVE_LOG_E(logger, "engine", "could not send step outputs to the API server");
 }
 
@@ -114,7 +122,7 @@ int run_engine_loop_dp(EngineCore& core, DpCoordinator& coordinator, ipc::Engine
         const auto now = Clock::now();
         if (stepped || !r.outputs.empty() ||
             now - last_sent >= std::chrono::milliseconds(options.heartbeat_ms)) {
-            send_outputs(core, channel, logger, options.engine_index, std::move(r.outputs));
+            send_outputs(core, channel, logger, options.engine_index, std::move(r.outputs), &coordinator.counters());
             last_sent = now;
         }
         if (r.shutdown) {

@@ -35,7 +35,9 @@ auto fields(T& v) {
         return std::tie(v.engine_index, v.num_running, v.num_waiting, v.kv_cache_usage,
                         v.prefix_cache_queries, v.prefix_cache_hits, v.num_preemptions,
                         v.num_steps, v.num_prefill_steps, v.num_decode_steps, v.num_dummy_steps,
-                        v.num_prompt_tokens, v.num_generation_tokens);
+                        v.num_prompt_tokens, v.num_generation_tokens, v.num_dummy_prefill_steps,
+                        v.num_dummy_decode_steps, v.num_guard_decode_steps,
+                        v.num_decode_requests_stalled, v.dp_control_seconds, v.forward_seconds);
     } else if constexpr (std::is_same_v<S, StepOutputs>) {
         return std::tie(v.engine_index, v.outputs, v.stats);
     } else if constexpr (std::is_same_v<S, HealthReply>) {

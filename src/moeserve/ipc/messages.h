@@ -82,6 +82,13 @@ struct Stats {
     int64_t num_dummy_steps = 0;       // cumulative (PD hybrid / DP lock-step)
     int64_t num_prompt_tokens = 0;     // cumulative tokens computed for prompts
     int64_t num_generation_tokens = 0; // cumulative tokens sampled
+    // DP lock-step / PD hybrid (engine/dp_coordinator.h), cumulative; zero without a coordinator.
+    int64_t num_dummy_prefill_steps = 0;
+    int64_t num_dummy_decode_steps = 0;
+    int64_t num_guard_decode_steps = 0;       // decode steps forced by the starvation guard
+    int64_t num_decode_requests_stalled = 0;  // sum over prefill steps of decodes kept waiting
+    double dp_control_seconds = 0;            // in the per-step DP control collective
+    double forward_seconds = 0;               // in forwards, MoE collectives included
 };
 
 struct StepOutputs {

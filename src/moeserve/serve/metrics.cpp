@@ -112,6 +112,34 @@ std::string Metrics::render(const std::vector<ipc::Stats>& engines, int num_in_f
                                s.engine_index, phase, n);
         }
     }
+    // DP lock-step / PD hybrid counters (engine/dp_coordinator.h); zero for a single engine.
+    head("moeserve:dummy_steps_total", "counter", "Dummy forwards (no work of the agreed phase), per engine and phase.");
+    for (const auto& s : engines) {
+        out += fmt::format("moeserve:dummy_steps_total{{{},engine=\"{}\",phase=\"prefill\"}} {}\n", model, s.engine_index,
+                           s.num_dummy_prefill_steps);
+        out += fmt::format("moeserve:dummy_steps_total{{{},engine=\"{}\",phase=\"decode\"}} {}\n", model, s.engine_index,
+                           s.num_dummy_decode_steps);
+    }
+    head("moeserve:guard_decode_steps_total", "counter", "Decode steps forced by the PD-hybrid starvation guard.");
+    for (const auto& s : engines) {
+        out += fmt::format("moeserve:guard_decode_steps_total{{{},engine=\"{}\"}} {}\n", model, s.engine_index,
+                           s.num_guard_decode_steps);
+    }
+    head("moeserve:decode_requests_stalled_total", "counter", "Sum over prefill steps of the decodes kept waiting.");
+    for (const auto& s : engines) {
+        out += fmt::format("moeserve:decode_requests_stalled_total{{{},engine=\"{}\"}} {}\n", model, s.engine_index,
+                           s.num_decode_requests_stalled);
+    }
+    head("moeserve:dp_control_seconds_total", "counter", "Seconds in the per-step DP control collective.");
+    for (const auto& s : engines) {
+        out += fmt::format("moeserve:dp_control_seconds_total{{{},engine=\"{}\"}} {}\n", model, s.engine_index,
+                           s.dp_control_seconds);
+    }
+    head("moeserve:forward_seconds_total", "counter", "Seconds in forwards, MoE collectives included.");
+    for (const auto& s : engines) {
+        out += fmt::format("moeserve:forward_seconds_total{{{},engine=\"{}\"}} {}\n", model, s.engine_index,
+                           s.forward_seconds);
+    }
     head("moeserve:engine_generation_tokens_total", "counter", "Tokens sampled, per engine.");
     for (const auto& s : engines) {
         out += fmt::format("moeserve:engine_generation_tokens_total{{{},engine=\"{}\"}} {}\n", model, s.engine_index,
