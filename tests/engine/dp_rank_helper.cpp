@@ -5,6 +5,7 @@
 //   dp_rank_helper --rank R --dp D --store HOST:PORT --model DIR --workload FILE --out FILE
 //                  [--hybrid 0|1] [--timeout-ms T] [--flip 0|1]
 // Workload lines: "<dp rank> <round> <request id> <max_tokens> <tok,tok,...>".
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -127,6 +128,8 @@ int run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // A write to a peer that died must be an error (EPIPE -> Error kUnavailable), not a kill.
+    signal(SIGPIPE, SIG_IGN);
     const Args a = parse(argc, argv);
     try {
         return run(a);

@@ -172,6 +172,8 @@ int bench(ParallelContext& c, int rank, int world) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // A write to a peer that died must be an error (EPIPE -> Error kUnavailable), not a kill.
+    signal(SIGPIPE, SIG_IGN);
     const Args a = parse(argc, argv);
     const auto t0 = std::chrono::steady_clock::now();
     try {

@@ -1,5 +1,6 @@
 // moeserve: one binary, one subcommand per file in cli/. The CLI is the only place that wires
 // the layers together and the outermost error boundary: a user error prints its message, exit 2.
+#include <csignal>
 #include <cstdio>
 #include <exception>
 
@@ -7,6 +8,8 @@
 #include "moeserve/core/error.h"
 
 int main(int argc, char** argv) {
+    // Sockets (HTTP clients, ZeroMQ, Gloo peers) report a closed peer as EPIPE; never die of it.
+    signal(SIGPIPE, SIG_IGN);
     CLI::App app{"moeserve: a serving engine for Mixture-of-Experts language models"};
     app.require_subcommand(1);
     moeserve::cli::Action action;
