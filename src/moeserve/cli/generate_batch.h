@@ -18,6 +18,7 @@ struct EngineFlags {
     int64_t max_model_len = 4096;
     uint64_t seed = 0;
     int threads = 0;  // 0 = all cores
+    std::string quantization;  // "" (as the checkpoint says), w8a8, w8a8-all, fp8, none
 };
 
 struct GenerateBatchOptions {

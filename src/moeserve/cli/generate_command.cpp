@@ -56,6 +56,7 @@ int run_generate_command(GenerateOptions& o) {
         o.batch.engine.block_size = static_cast<int32_t>(o.block_size);
         o.batch.engine.seed = o.seed;
         o.batch.engine.threads = o.threads;
+        o.batch.engine.quantization = o.quantization;
         o.batch.engine.enable_prefix_caching = !o.no_prefix_caching;
         o.batch.progress = !o.no_progress;
         return run_generate_batch(o.batch);

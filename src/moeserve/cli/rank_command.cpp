@@ -77,7 +77,7 @@ int run_rank(const RankOptions& o) {
     ThreadPool pool(std::max(1, o.engine.threads > 0 ? o.engine.threads : static_cast<int>(std::thread::hardware_concurrency())));
 
     parallel::ParallelContext ctx;
-    model::LoadOptions load{.max_model_len = engine.max_model_len};
+    model::LoadOptions load{.max_model_len = engine.max_model_len, .quantization = engine.quantization};
     if (sizes.world() > 1) {
         Deployment d;  // only the fields the fingerprint reads
         d.sizes = sizes;

@@ -28,6 +28,7 @@ struct EngineOptions {
     int threads = 0;
     std::string log_level = "info";
     bool pd_hybrid = false;  // --pd-hybrid or env OMNI_PD_HYBRID=1 (read by serve)
+    std::string quantization;  // --quantization: "" (as the checkpoint says), w8a8, w8a8-all, fp8, none
 };
 
 void add_engine_options(CLI::App* sub, EngineOptions& o);
