@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "moeserve/core/error.h"
+#include "model/model_test_util.h"
 #include "moeserve/model/registry.h"
 #include "moeserve/model/sequence_runner.h"
 #include "moeserve/parallel/groups.h"
@@ -19,16 +20,12 @@
 namespace moeserve::model {
 namespace {
 
+using testutil::parse_ids;
+using testutil::max_abs_diff;
+
 using namespace std::chrono_literals;
 using parallel::MoeExchangeKind;
 using parallel::ParallelSizes;
-
-std::vector<int32_t> parse_ids(const char* csv) {
-    std::vector<int32_t> ids;
-    std::stringstream ss(csv);
-    for (std::string item; std::getline(ss, item, ',');) ids.push_back(std::stoi(item));
-    return ids;
-}
 
 // The sequence a DP rank runs: a prompt prefix of a rank-dependent length (so EP ranks exchange
 // different token counts), then kDecodeSteps decode tokens.
@@ -81,13 +78,6 @@ std::vector<RankResult> run_world(const std::filesystem::path& dir, const Parall
     }
     for (auto& t : threads) t.join();
     return results;
-}
-
-float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    EXPECT_EQ(a.size(), b.size());
-    float m = 0;
-    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-    return m;
 }
 
 struct ModelCase {

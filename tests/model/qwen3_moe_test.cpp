@@ -11,48 +11,21 @@
 #include <sstream>
 
 #include "moeserve/core/error.h"
+#include "model/model_test_util.h"
 #include "moeserve/model/registry.h"
 #include "moeserve/model/sequence_runner.h"
 
 namespace moeserve::model {
 namespace {
 
+using testutil::read_f32;
+using testutil::max_abs_diff;
+using testutil::max_abs;
+using testutil::argmax;
+
 const std::filesystem::path kModelDir = MOESERVE_QWEN3_TINY_DIR;
 
-std::vector<int32_t> prompt_ids() {
-    std::vector<int32_t> ids;
-    std::stringstream ss(MOESERVE_QWEN3_PROMPT);
-    for (std::string item; std::getline(ss, item, ',');) ids.push_back(std::stoi(item));
-    return ids;
-}
-
-std::vector<float> read_f32(const std::filesystem::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    EXPECT_TRUE(in) << path;
-    in.seekg(0, std::ios::end);
-    std::vector<float> out(static_cast<size_t>(in.tellg()) / sizeof(float));
-    in.seekg(0);
-    in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(out.size() * sizeof(float)));
-    return out;
-}
-
-// Largest |a - b| over all entries.
-float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    EXPECT_EQ(a.size(), b.size());
-    float m = 0;
-    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-    return m;
-}
-
-float max_abs(const std::vector<float>& a) {
-    float m = 0;
-    for (float v : a) m = std::max(m, std::fabs(v));
-    return m;
-}
-
-int32_t argmax(const float* row, int64_t n) {
-    return static_cast<int32_t>(std::max_element(row, row + n) - row);  // first (lowest id) on ties
-}
+std::vector<int32_t> prompt_ids() { return testutil::parse_ids(MOESERVE_QWEN3_PROMPT); }
 
 class Qwen3MoeTest : public ::testing::Test {
 protected:

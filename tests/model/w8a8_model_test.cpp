@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "moeserve/core/error.h"
+#include "model/model_test_util.h"
 #include "moeserve/model/quantization.h"
 #include "moeserve/model/registry.h"
 #include "moeserve/model/sequence_runner.h"
@@ -18,37 +19,11 @@
 namespace moeserve::model {
 namespace {
 
-std::vector<int32_t> parse_ids(const char* csv) {
-    std::vector<int32_t> ids;
-    std::stringstream ss(csv);
-    for (std::string item; std::getline(ss, item, ',');) ids.push_back(std::stoi(item));
-    return ids;
-}
-
-std::vector<float> read_f32(const std::filesystem::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    EXPECT_TRUE(in) << path;
-    in.seekg(0, std::ios::end);
-    std::vector<float> out(static_cast<size_t>(in.tellg()) / sizeof(float));
-    in.seekg(0);
-    in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(out.size() * sizeof(float)));
-    return out;
-}
-
-float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    EXPECT_EQ(a.size(), b.size());
-    float m = 0;
-    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-    return m;
-}
-
-float max_abs(const std::vector<float>& a) {
-    float m = 0;
-    for (float v : a) m = std::max(m, std::fabs(v));
-    return m;
-}
-
-int32_t argmax(const float* row, int64_t n) { return static_cast<int32_t>(std::max_element(row, row + n) - row); }
+using testutil::parse_ids;
+using testutil::read_f32;
+using testutil::max_abs_diff;
+using testutil::max_abs;
+using testutil::argmax;
 
 std::vector<float> prefill(Model& m, const std::vector<int32_t>& ids) {
     SequenceRunner runner(m, 256, 16);

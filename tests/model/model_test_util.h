@@ -1,0 +1,56 @@
+// Helpers shared by the model tests: token-id lists from CMake, reference logits files, and
+// the error measures the tests state their bounds in.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace moeserve::model::testutil {
+
+// "1,2,3" -> {1, 2, 3} (prompts are passed from tests/model/CMakeLists.txt as CSV).
+inline std::vector<int32_t> parse_ids(const char* csv) {
+    std::vector<int32_t> ids;
+    std::stringstream ss(csv);
+    for (std::string item; std::getline(ss, item, ',');) ids.push_back(std::stoi(item));
+    return ids;
+}
+
+// A raw little-endian float32 file, as the numpy reference writes logits.
+inline std::vector<float> read_f32(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    EXPECT_TRUE(in) << path;
+    in.seekg(0, std::ios::end);
+    std::vector<float> out(static_cast<size_t>(in.tellg()) / sizeof(float));
+    in.seekg(0);
+    in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(out.size() * sizeof(float)));
+    return out;
+}
+
+// Largest |a - b| over all entries (sizes must match).
+inline float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    float m = 0;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+    return m;
+}
+
+inline float max_abs(const std::vector<float>& a) {
+    float m = 0;
+    for (float v : a) m = std::max(m, std::fabs(v));
+    return m;
+}
+
+// Index of the largest logit; the lowest id on ties (the reference's greedy rule).
+inline int32_t argmax(const float* row, int64_t n) {
+    return static_cast<int32_t>(std::max_element(row, row + n) - row);
+}
+
+}  // namespace moeserve::model::testutil
