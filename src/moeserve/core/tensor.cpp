@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <sys/mman.h>
+
 namespace moeserve {
 
 Shape::Shape(std::initializer_list<int64_t> dims) : Shape(std::span<const int64_t>(dims.begin(), dims.size())) {}
@@ -58,18 +60,37 @@ TensorView TensorView::reshape(const Shape& new_shape) const {
     return {data, dtype, new_shape};
 }
 
+namespace {
+constexpr size_t kMapThreshold = size_t{1} << 20;
+}  // namespace
+
 void* aligned_alloc_zeroed(size_t bytes) {
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    if (bytes >= kMapThreshold) {
+        void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        MOESERVE_CHECK(p != MAP_FAILED, "out of memory mapping {} bytes", bytes);
+        return p;  // page-aligned, zero-filled on first touch
+    }
+    const size_t rounded = bytes == 0 ? 64 : (bytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
     MOESERVE_CHECK(p != nullptr, "out of memory allocating {} bytes", bytes);
-    std::memset(p, 0, rounded == 0 ? 64 : rounded);
+    std::memset(p, 0, rounded);
     return p;
 }
 
-void Tensor::FreeDeleter::operator()(void* p) const { std::free(p); }
+void aligned_free(void* p, size_t bytes) {
+    if (p == nullptr) return;
+    if (bytes >= kMapThreshold) {
+        munmap(p, bytes);
+    } else {
+        std::free(p);
+    }
+}
+
+void AlignedFree::operator()(void* p) const { aligned_free(p, bytes); }
 
 Tensor::Tensor(DType dtype, const Shape& shape)
-    : data_(aligned_alloc_zeroed(static_cast<size_t>(shape.numel()) * dtype_size(dtype))),
+    : data_(aligned_alloc_zeroed(static_cast<size_t>(shape.numel()) * dtype_size(dtype)),
+            AlignedFree{static_cast<size_t>(shape.numel()) * dtype_size(dtype)}),
       dtype_(dtype),
       shape_(shape) {}
 

@@ -61,6 +61,12 @@ struct TensorView {
     TensorView reshape(const Shape& new_shape) const;
 };
 
+// Frees what aligned_alloc_zeroed returned (it needs the size: large buffers are mappings).
+struct AlignedFree {
+    size_t bytes = 0;
+    void operator()(void* p) const;
+};
+
 // Owning, 64-byte aligned, zero-initialized buffer. Move-only; copy with clone().
 class Tensor {
 public:
@@ -89,15 +95,15 @@ public:
     int64_t dim(int i) const { return shape_[i]; }
 
 private:
-    struct FreeDeleter {
-        void operator()(void* p) const;
-    };
-    std::unique_ptr<void, FreeDeleter> data_;
+    std::unique_ptr<void, AlignedFree> data_;
     DType dtype_ = DType::kF32;
     Shape shape_;
 };
 
-// Allocates `bytes` bytes aligned to 64, zeroed; freed with std::free.
+// Allocates `bytes` bytes aligned to 64, zeroed; free with aligned_free(p, bytes). Buffers of
+// 1 MiB and more are anonymous mappings whose pages the kernel zeroes on first touch, so a large
+// KV cache costs nothing until it is used (a memset of 20 GiB took ~50 s at server start).
 void* aligned_alloc_zeroed(size_t bytes);
+void aligned_free(void* p, size_t bytes);
 
 }  // namespace moeserve
