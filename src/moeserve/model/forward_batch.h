@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "moeserve/core/error.h"
+
 #include "moeserve/parallel/moe_exchange.h"
 
 namespace moeserve::model {
@@ -31,5 +33,22 @@ struct ForwardBatch {
     int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
     int64_t num_seqs() const { return static_cast<int64_t>(seq_lens.size()); }
 };
+
+// Checks what a forward relies on (the engine builds batches; a bad one is a bug, so CHECK):
+// sizes agree, ids in [0, vocab_size), positions in [0, num_positions).
+inline void check_forward_batch(const ForwardBatch& b, int64_t vocab_size, int64_t num_positions) {
+    const int64_t t = b.num_tokens();
+    MOESERVE_CHECK(t > 0 && b.positions.size() == static_cast<size_t>(t) && b.slot_mapping.size() == static_cast<size_t>(t),
+                   "malformed batch: {} tokens, {} positions, {} slots", t, b.positions.size(), b.slot_mapping.size());
+    for (int32_t pos : b.positions) {
+        MOESERVE_CHECK(pos >= 0 && pos < num_positions, "position {} outside [0, {})", pos, num_positions);
+    }
+    for (int32_t id : b.token_ids) {
+        MOESERVE_CHECK(id >= 0 && id < vocab_size, "token id {} outside [0, {})", id, vocab_size);
+    }
+    for (int32_t row : b.logits_rows) {
+        MOESERVE_CHECK(row >= 0 && row < t, "logits row {} outside [0, {})", row, t);
+    }
+}
 
 }  // namespace moeserve::model

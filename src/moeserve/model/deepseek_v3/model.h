@@ -67,15 +67,14 @@ private:
     std::unique_ptr<RotaryEmbedding> rope_;
 
     // Scratch, reused across steps.
-    std::vector<float> x_, h_, tmp_, shared_out_, router_logits_, topk_weights_, final_rows_;
+    std::vector<float> x_, h_, tmp_, shared_out_, router_logits_, topk_weights_;
     std::vector<int32_t> topk_ids_;
     std::vector<float> dense_weights_;
     std::vector<int32_t> dense_ids_;
     MlaScratch attn_scratch_;
     kernels::cpu::MoeScratch moe_scratch_;
     ParallelMoe parallel_moe_;
-    std::vector<float> logits_gather_;
-    Tensor logits_;
+    LogitsScratch logits_scratch_;
 };
 
 }  // namespace moeserve::model

@@ -101,4 +101,16 @@ void ParallelMoe::forward(ThreadPool& pool, const Experts& experts, const Parall
     exchange_.combine(*par.ep, out);
 }
 
+TensorView compute_logits(const ParallelConfig& par, ThreadPool& pool, const Linear& head, int64_t vocab,
+                          const float* hs, int64_t hidden, const std::vector<int32_t>& rows, LogitsScratch& scratch) {
+    const auto r = static_cast<int64_t>(rows.size());
+    scratch.rows.resize(static_cast<size_t>(std::max<int64_t>(r, 1) * hidden));
+    for (int64_t j = 0; j < r; ++j) {
+        std::copy_n(hs + rows[static_cast<size_t>(j)] * hidden, hidden, scratch.rows.data() + j * hidden);
+    }
+    if (scratch.logits.numel() < r * vocab) scratch.logits = Tensor(DType::kF32, {std::max<int64_t>(r, 1), vocab});
+    lm_head_vocab_parallel(par, pool, head, vocab, scratch.rows.data(), r, scratch.gather, scratch.logits.as<float>());
+    return TensorView{scratch.logits.data(), DType::kF32, Shape{r, vocab}};
+}
+
 }  // namespace moeserve::model

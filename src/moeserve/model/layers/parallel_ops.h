@@ -34,6 +34,19 @@ void embed_vocab_parallel(const ParallelConfig& par, const TensorView& table_sha
 void lm_head_vocab_parallel(const ParallelConfig& par, ThreadPool& pool, const Linear& head_shard, int64_t vocab,
                             const float* x, int64_t rows, std::vector<float>& scratch, float* logits);
 
+// Buffers of compute_logits, reused across steps.
+struct LogitsScratch {
+    std::vector<float> rows;    // f32 [R, hidden]
+    std::vector<float> gather;  // lm_head_vocab_parallel's scratch
+    Tensor logits;              // f32 [>= R, vocab]
+};
+
+// The last step of every model: the final-normed hidden states hs f32 [T, hidden] at
+// `rows` (indices into the batch) through the (vocabulary-parallel) lm_head. Returns logits
+// f32 [rows.size(), vocab], a view into scratch valid until the next call.
+TensorView compute_logits(const ParallelConfig& par, ThreadPool& pool, const Linear& head, int64_t vocab,
+                          const float* hs, int64_t hidden, const std::vector<int32_t>& rows, LogitsScratch& scratch);
+
 struct RoutedMoeArgs {
     const float* x = nullptr;             // f32 [num_tokens, hidden]
     int64_t num_tokens = 0;

@@ -130,17 +130,7 @@ TensorView Qwen3MoeModel::forward(const ForwardBatch& batch, KvCache& kv_base) {
     const int64_t t = batch.num_tokens();
     const int64_t h = c.hidden_size;
     const auto eps = static_cast<float>(c.rms_norm_eps);
-    MOESERVE_CHECK(t > 0 && batch.positions.size() == static_cast<size_t>(t) &&
-                       batch.slot_mapping.size() == static_cast<size_t>(t),
-                   "malformed batch: {} tokens, {} positions, {} slots", t, batch.positions.size(),
-                   batch.slot_mapping.size());
-    for (int32_t pos : batch.positions) {
-        MOESERVE_CHECK(pos >= 0 && pos < rope_->num_positions(), "position {} outside [0, {})", pos,
-                       rope_->num_positions());
-    }
-    for (int32_t id : batch.token_ids) {
-        MOESERVE_CHECK(id >= 0 && id < c.vocab_size, "token id {} outside [0, {})", id, c.vocab_size);
-    }
+    check_forward_batch(batch, c.vocab_size, rope_->num_positions());
     x_.resize(static_cast<size_t>(t * h));
     h_.resize(static_cast<size_t>(t * h));
     tmp_.resize(static_cast<size_t>(t * h));
@@ -163,17 +153,7 @@ TensorView Qwen3MoeModel::forward(const ForwardBatch& batch, KvCache& kv_base) {
         kc::add_rms_norm(pool_, x, out, next_norm, t, h, eps, hs);
     }
     // 4. final norm (done above) on the rows that need logits -> lm_head [R, vocab]
-    const auto r = static_cast<int64_t>(batch.logits_rows.size());
-    final_rows_.resize(static_cast<size_t>(std::max<int64_t>(r, 1) * h));
-    for (int64_t j = 0; j < r; ++j) {
-        const int32_t row = batch.logits_rows[static_cast<size_t>(j)];
-        MOESERVE_CHECK(row >= 0 && row < t, "logits row {} outside [0, {})", row, t);
-        std::copy_n(hs + row * h, h, final_rows_.data() + j * h);
-    }
-    if (logits_.numel() < r * c.vocab_size) logits_ = Tensor(DType::kF32, {std::max<int64_t>(r, 1), c.vocab_size});
-    lm_head_vocab_parallel(par_, pool_, lm_head_, c.vocab_size, final_rows_.data(), r, logits_gather_,
-                           logits_.as<float>());
-    return TensorView{logits_.data(), DType::kF32, Shape{r, c.vocab_size}};
+    return compute_logits(par_, pool_, lm_head_, c.vocab_size, hs, h, batch.logits_rows, logits_scratch_);
 }
 
 }  // namespace moeserve::model
