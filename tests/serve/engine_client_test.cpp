@@ -78,5 +78,44 @@ TEST(EngineClientTest, RoutesByOutstandingTokens) {
     std::filesystem::remove_all(dir);
 }
 
+// The step watchdog: an engine that answers heartbeats but completes no step while requests
+// are in flight turns healthy() false (not dead: its requests stay), and true again once it steps.
+TEST(EngineClientTest, StepWatchdogFlagsAnEngineThatStopsStepping) {
+    const auto dir = moeserve::test::scratch_dir("engine_client_watchdog_" + std::to_string(getpid()));
+    const std::string out = "ipc://" + (dir / "out").string();
+    const std::vector<std::string> in = {"ipc://" + (dir / "in0").string()};
+    Logger logger("test", LogLevel::kError);
+    EngineClient client({out, in, 30000, /*step_watchdog_ms=*/200}, logger);
+    ipc::EngineChannel e0(in[0], out);
+    e0.send(ipc::HealthReply{0, true, "ready"});
+    ASSERT_TRUE(client.wait_ready(5000));
+    ipc::StepOutputs heartbeat;  // no outputs, same step count: alive but not stepping
+    heartbeat.engine_index = 0;
+    heartbeat.stats.num_steps = 5;
+    // Bounded wait for healthy() == want while the fake engine reports; when want is true it
+    // steps with every report (as a live engine does), else it repeats the same step count.
+    const auto until = [&](bool want) {
+        for (int i = 0; i < 100 && client.healthy() != want; ++i) {
+            if (want) heartbeat.stats.num_steps++;
+            e0.send(heartbeat);
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        return client.healthy();
+    };
+    // Idle: no work in flight, so silence about steps is fine.
+    e0.send(heartbeat);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    EXPECT_TRUE(client.healthy());
+
+    ASSERT_TRUE(client.add(make_request("r", 4, 4), [](const ipc::RequestOutput&) {}));
+    EXPECT_EQ(next_add(e0), "r");
+    EXPECT_FALSE(until(false)) << "the watchdog did not fire";
+    EXPECT_EQ(client.num_in_flight(), 1);  // stalled, not failed
+
+    EXPECT_TRUE(until(true));  // it steps again
+    client.shutdown();
+    std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace moeserve::serve

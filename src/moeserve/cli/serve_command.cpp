@@ -46,6 +46,7 @@ struct ServeOptions {
     double drain_timeout = 30;
     double engine_ready_timeout = 600;
     int heartbeat_timeout_ms = 30000;
+    double step_watchdog_timeout = 120;  // seconds; 0 = off
 };
 
 // fork + exec of this binary as a rank; the child dies with us (PR_SET_PDEATHSIG).
@@ -248,7 +249,8 @@ int run_serve(ServeOptions o) {
         MOESERVE_LOG_I(logger, "api", "rendezvous store on %s:%d for %d ranks (dp %d, tp %d, ep %d)", d.address.c_str(),
                        store_port, d.world(), d.sizes.dp, d.sizes.tp, d.sizes.ep);
     }
-    serve::EngineClientOptions eco{d.output_address(ipc_dir), {}, o.heartbeat_timeout_ms};
+    serve::EngineClientOptions eco{d.output_address(ipc_dir), {}, o.heartbeat_timeout_ms,
+                                   static_cast<int>(o.step_watchdog_timeout * 1000)};
     for (int i = 0; i < d.sizes.dp; ++i) eco.input_addresses.push_back(d.input_address(ipc_dir, i));
     serve::EngineClient engines(eco, logger);
     const auto started = std::chrono::steady_clock::now();
@@ -357,6 +359,9 @@ void add_serve_command(CLI::App& app, Action* action) {
     sub->add_option("--drain-timeout", o->drain_timeout, "seconds SIGTERM waits for running requests")->capture_default_str();
     sub->add_option("--engine-ready-timeout", o->engine_ready_timeout, "seconds to wait for the model to load")->capture_default_str();
     sub->add_option("--heartbeat-timeout-ms", o->heartbeat_timeout_ms, "an engine silent this long is declared dead")->capture_default_str();
+    sub->add_option("--step-watchdog-timeout", o->step_watchdog_timeout,
+                    "seconds an engine with requests in flight may go without completing a step before /health "
+                    "reports unhealthy (0 = off)")->capture_default_str();
     sub->callback([o, action] {
         // env: MOESERVE_API_KEY, the API key when --api-key is not given.
         if (o->api_key.empty()) {

@@ -64,6 +64,7 @@ bool EngineClient::add(ipc::AddRequest request, OutputCallback callback) {
         }
         if (best < 0) return false;
         auto& e = engines_[static_cast<size_t>(best)];
+        if (e.in_flight == 0) e.last_progress_ms = now_ms();  // the watchdog counts from here
         e.in_flight++;
         e.routed++;
         e.outstanding_tokens += prompt + output;
@@ -120,7 +121,7 @@ void EngineClient::mark_dead(int engine, const std::string& reason) {
 bool EngineClient::healthy() const {
     std::lock_guard lock(mutex_);
     for (const auto& e : engines_) {
-        if (!e.ready || e.dead) return false;
+        if (!e.ready || e.dead || e.stalled) return false;
     }
     return true;
 }
@@ -201,9 +202,14 @@ void EngineClient::on_step_outputs(const ipc::StepOutputs& step) {
     {
         std::lock_guard lock(mutex_);
         if (index >= engines_.size()) return;
-        engines_[index].stats = step.stats;
-        engines_[index].last_heard_ms = now_ms();
         auto& e = engines_[index];
+        if (step.stats.num_steps != e.stats.num_steps) {
+            e.last_progress_ms = now_ms();
+            if (e.stalled) MOESERVE_LOG_I(logger_, "api", "engine %zu steps again; healthy", index);
+            e.stalled = false;
+        }
+        e.stats = step.stats;
+        e.last_heard_ms = now_ms();
         for (const auto& out : step.outputs) {
             const auto it = pending_.find(out.request_id);
             if (it == pending_.end()) continue;
@@ -237,6 +243,14 @@ void EngineClient::check_engines() {
                 e.dead_reason = "engine " + std::to_string(i) + " sent nothing for " +
                                 std::to_string(options_.heartbeat_timeout_ms) + " ms";
                 ready_cv_.notify_all();
+            }
+            if (options_.step_watchdog_ms > 0 && e.ready && !e.dead && !e.stalled && e.in_flight > 0 &&
+                now - e.last_progress_ms > options_.step_watchdog_ms) {
+                e.stalled = true;
+                MOESERVE_LOG_E(logger_, "api",
+                               "engine %zu (DP rank %zu): %d requests in flight but no step completed for %d ms; "
+                               "/health reports unhealthy until it steps (a rank of its group may be stuck)",
+                               i, i, e.in_flight, options_.step_watchdog_ms);
             }
             if (e.dead && !e.failed) {
                 e.failed = true;

@@ -26,6 +26,10 @@ struct EngineClientOptions {
     std::string output_address;               // the server's PULL socket (bound)
     std::vector<std::string> input_addresses;  // one per engine (bound)
     int heartbeat_timeout_ms = 30000;  // an engine silent this long is declared dead
+    // Watchdog: an engine that has requests in flight but completes no step for this long makes
+    // healthy() false (and is logged) until it steps again; 0 = off. It catches a rank that still
+    // answers heartbeats but no longer steps (e.g. a peer stuck in a collective).
+    int step_watchdog_ms = 120000;
 };
 
 class EngineClient {
@@ -54,7 +58,7 @@ public:
 
     // Marks engine dead (e.g. its process exited): its requests fail with kError. Thread-safe.
     void mark_dead(int engine, const std::string& reason);
-    // True when every engine is alive and ready. Thread-safe.
+    // True when every engine is alive, ready and (with work in flight) stepping. Thread-safe.
     bool healthy() const;
     // Requests added and not yet finished. Thread-safe.
     int num_in_flight() const;
@@ -77,6 +81,8 @@ private:
         int64_t outstanding_tokens = 0;  // sum of the Pending::owed of its requests
         int64_t routed = 0;              // requests sent (cumulative)
         int64_t last_heard_ms = 0;
+        int64_t last_progress_ms = 0;  // last completed step, or when work became pending
+        bool stalled = false;          // the step watchdog fired and the engine has not stepped since
         ipc::Stats stats;
     };
     struct Pending {
