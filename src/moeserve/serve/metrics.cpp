@@ -96,14 +96,18 @@ std::string Metrics::render(const std::vector<ipc::Stats>& engines, int num_in_f
     out += fmt::format("moeserve:engine_steps_total{{{},phase=\"dummy\"}} {}\n", model, dummy_steps);
     out += fmt::format("moeserve:engine_steps_total{{{},phase=\"all\"}} {}\n", model, steps);
     // Per DP engine (label engine = its DP rank); the families above are the totals.
-    head("moeserve:engine_requests_running", "gauge", "Requests in model execution batches, per engine.");
-    for (const auto& s : engines) {
-        out += fmt::format("moeserve:engine_requests_running{{{},engine=\"{}\"}} {}\n", model, s.engine_index, s.num_running);
-    }
-    head("moeserve:engine_requests_waiting", "gauge", "Requests waiting to be scheduled, per engine.");
-    for (const auto& s : engines) {
-        out += fmt::format("moeserve:engine_requests_waiting{{{},engine=\"{}\"}} {}\n", model, s.engine_index, s.num_waiting);
-    }
+    // One series per engine (label engine = its DP rank) of a Stats field.
+    const auto per_engine = [&](const char* name, const char* type, const char* help, auto field) {
+        head(name, type, help);
+        for (const auto& s : engines) {
+            out += fmt::format("{}{{{},engine=\"{}\"}} {}\n", name, model, s.engine_index, field(s));
+        }
+    };
+    using S = const ipc::Stats&;
+    per_engine("moeserve:engine_requests_running", "gauge", "Requests in model execution batches, per engine.",
+               [](S s) { return s.num_running; });
+    per_engine("moeserve:engine_requests_waiting", "gauge", "Requests waiting to be scheduled, per engine.",
+               [](S s) { return s.num_waiting; });
     head("moeserve:engine_steps_by_engine_total", "counter", "Engine steps by phase, per engine (dummy: lock-step steps without work).");
     for (const auto& s : engines) {
         for (const auto& [phase, n] : {std::pair{"prefill", s.num_prefill_steps}, std::pair{"decode", s.num_decode_steps},
@@ -115,36 +119,22 @@ std::string Metrics::render(const std::vector<ipc::Stats>& engines, int num_in_f
     // DP lock-step / PD hybrid counters (engine/dp_coordinator.h); zero for a single engine.
     head("moeserve:dummy_steps_total", "counter", "Dummy forwards (no work of the agreed phase), per engine and phase.");
     for (const auto& s : engines) {
-        out += fmt::format("moeserve:dummy_steps_total{{{},engine=\"{}\",phase=\"prefill\"}} {}\n", model, s.engine_index,
-                           s.num_dummy_prefill_steps);
-        out += fmt::format("moeserve:dummy_steps_total{{{},engine=\"{}\",phase=\"decode\"}} {}\n", model, s.engine_index,
-                           s.num_dummy_decode_steps);
+        for (const auto& [phase, n] : {std::pair{"prefill", s.num_dummy_prefill_steps},
+                                       std::pair{"decode", s.num_dummy_decode_steps}}) {
+            out += fmt::format("moeserve:dummy_steps_total{{{},engine=\"{}\",phase=\"{}\"}} {}\n", model,
+                               s.engine_index, phase, n);
+        }
     }
-    head("moeserve:guard_decode_steps_total", "counter", "Decode steps forced by the PD-hybrid starvation guard.");
-    for (const auto& s : engines) {
-        out += fmt::format("moeserve:guard_decode_steps_total{{{},engine=\"{}\"}} {}\n", model, s.engine_index,
-                           s.num_guard_decode_steps);
-    }
-    head("moeserve:decode_requests_stalled_total", "counter", "Sum over prefill steps of the decodes kept waiting.");
-    for (const auto& s : engines) {
-        out += fmt::format("moeserve:decode_requests_stalled_total{{{},engine=\"{}\"}} {}\n", model, s.engine_index,
-                           s.num_decode_requests_stalled);
-    }
-    head("moeserve:dp_control_seconds_total", "counter", "Seconds in the per-step DP control collective.");
-    for (const auto& s : engines) {
-        out += fmt::format("moeserve:dp_control_seconds_total{{{},engine=\"{}\"}} {}\n", model, s.engine_index,
-                           s.dp_control_seconds);
-    }
-    head("moeserve:forward_seconds_total", "counter", "Seconds in forwards, MoE collectives included.");
-    for (const auto& s : engines) {
-        out += fmt::format("moeserve:forward_seconds_total{{{},engine=\"{}\"}} {}\n", model, s.engine_index,
-                           s.forward_seconds);
-    }
-    head("moeserve:engine_generation_tokens_total", "counter", "Tokens sampled, per engine.");
-    for (const auto& s : engines) {
-        out += fmt::format("moeserve:engine_generation_tokens_total{{{},engine=\"{}\"}} {}\n", model, s.engine_index,
-                           s.num_generation_tokens);
-    }
+    per_engine("moeserve:guard_decode_steps_total", "counter", "Decode steps forced by the PD-hybrid starvation guard.",
+               [](S s) { return s.num_guard_decode_steps; });
+    per_engine("moeserve:decode_requests_stalled_total", "counter", "Sum over prefill steps of the decodes kept waiting.",
+               [](S s) { return s.num_decode_requests_stalled; });
+    per_engine("moeserve:dp_control_seconds_total", "counter", "Seconds in the per-step DP control collective.",
+               [](S s) { return s.dp_control_seconds; });
+    per_engine("moeserve:forward_seconds_total", "counter", "Seconds in forwards, MoE collectives included.",
+               [](S s) { return s.forward_seconds; });
+    per_engine("moeserve:engine_generation_tokens_total", "counter", "Tokens sampled, per engine.",
+               [](S s) { return s.num_generation_tokens; });
 
     std::lock_guard lock(mutex_);
     head("moeserve:request_success_total", "counter", "Finished requests by finish reason.");
