@@ -12,6 +12,7 @@
 
 #include "moeserve/kernels/cpu/matmul_tile.h"
 #include "moeserve/kernels/cpu/moe_experts.h"
+#include "moeserve/kernels/cpu/moe_grouping.h"
 #include "moeserve/kernels/cpu/simd_avx2.h"
 
 namespace moeserve::kernels::cpu {
@@ -19,18 +20,6 @@ namespace {
 
 constexpr int64_t kInterBlock = 64;    // gate/up rows per phase-A item
 constexpr int64_t kHiddenBlock = 128;  // down rows per phase-B item
-
-// out[i] = silu(g[i]) * u[i].
-void silu_mul_span(const float* g, const float* u, int64_t n, float* out) {
-    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 gv = _mm256_loadu_ps(g + i);
-        const __m256 s = _mm256_div_ps(gv, _mm256_add_ps(one, simd::exp8(_mm256_xor_ps(gv, sign))));
-        _mm256_storeu_ps(out + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
-    }
-    for (; i < n; ++i) out[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-}
 
 // Runs item(tid, index, pack) for index in [0, num_items), handed out dynamically.
 template <typename F>
@@ -47,41 +36,15 @@ void run_items(ThreadPool& pool, int64_t num_items, bool need_pack, F&& item) {
 void moe_experts_bf16(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
                       const float* topk_weights, int k, const MoeExpertsBf16& ex, MoeScratch& s, float* out) {
     const int64_t num_e = ex.num_experts, h = ex.hidden, inter = ex.inter;
-    const int64_t num_slots = num_tokens * k;
     // 1. Counting sort of the slots by local expert. offsets [num_e + 1], then the active experts.
-    s.offsets.assign(size_t(2 * num_e + 1), 0);
-    s.slot_index.assign(size_t(num_slots), -1);  // slot -> position in the grouped order, or -1
-    for (int64_t a = 0; a < num_slots; ++a) {
-        const int64_t e = int64_t{topk_ids[a]} - ex.expert_begin;
-        if (e >= 0 && e < num_e) s.offsets[size_t(e + 1)]++;
-    }
-    int64_t num_active = 0, max_count = 0;
-    for (int64_t e = 0; e < num_e; ++e) {
-        const int32_t c = s.offsets[size_t(e + 1)];
-        if (c > 0) s.offsets[size_t(num_e + 1 + num_active++)] = int32_t(e);
-        max_count = std::max<int64_t>(max_count, c);
-        s.offsets[size_t(e + 1)] += s.offsets[size_t(e)];
-    }
-    const int64_t total = s.offsets[size_t(num_e)];
-    s.token_index.resize(size_t(total));
-    {
-        std::vector<int32_t>& off = s.offsets;  // use off[e] as a fill cursor, then restore
-        for (int64_t a = 0; a < num_slots; ++a) {
-            const int64_t e = int64_t{topk_ids[a]} - ex.expert_begin;
-            if (e < 0 || e >= num_e) continue;
-            const int32_t pos = off[size_t(e)]++;
-            s.token_index[size_t(pos)] = int32_t(a / k);
-            s.slot_index[size_t(a)] = pos;
-        }
-        for (int64_t e = num_e; e > 0; --e) off[size_t(e)] = off[size_t(e - 1)];
-        off[0] = 0;
-    }
+    const detail::MoeGroups groups = detail::group_slots_by_expert(topk_ids, num_tokens, k, ex.expert_begin, num_e, s);
+    const int64_t num_active = groups.num_active, total = groups.total;
     const int32_t* active = s.offsets.data() + num_e + 1;
     s.gathered.resize(size_t(total * h));
     s.gate_up.resize(size_t(total * 2 * inter));
     s.act.resize(size_t(total * inter));
     s.down_out.resize(size_t(total * h));
-    const bool need_pack = max_count > detail::kGemvMaxRows;
+    const bool need_pack = groups.max_count > detail::kGemvMaxRows;
 
     // 2. Gather the tokens of each expert into contiguous rows.
     for (int64_t pos = 0; pos < total; ++pos) {
@@ -100,7 +63,7 @@ void moe_experts_bf16(ThreadPool& pool, const float* x, int64_t num_tokens, cons
         detail::matmul_tile(xs, h, cnt, h, gu + r0 * h, rb, g + r0, 2 * inter, pack);
         detail::matmul_tile(xs, h, cnt, h, gu + (inter + r0) * h, rb, g + inter + r0, 2 * inter, pack);
         for (int64_t i = 0; i < cnt; ++i) {
-            silu_mul_span(g + i * 2 * inter + r0, g + i * 2 * inter + inter + r0, rb,
+            detail::silu_mul_span(g + i * 2 * inter + r0, g + i * 2 * inter + inter + r0, rb,
                           s.act.data() + (off + i) * inter + r0);
         }
     });
@@ -116,28 +79,7 @@ void moe_experts_bf16(ThreadPool& pool, const float* x, int64_t num_tokens, cons
     });
 
     // 5. Weighted sum per token, in slot order.
-    auto combine = [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; ++t) {
-            float* ot = out + t * h;
-            std::memset(ot, 0, size_t(h) * 4);
-            for (int j = 0; j < k; ++j) {
-                const int32_t pos = s.slot_index[size_t(t * k + j)];
-                if (pos < 0) continue;
-                const __m256 w = _mm256_set1_ps(topk_weights[t * k + j]);
-                const float* d = s.down_out.data() + int64_t{pos} * h;
-                int64_t i = 0;
-                for (; i + 8 <= h; i += 8) {
-                    _mm256_storeu_ps(ot + i, _mm256_fmadd_ps(w, _mm256_loadu_ps(d + i), _mm256_loadu_ps(ot + i)));
-                }
-                for (; i < h; ++i) ot[i] += topk_weights[t * k + j] * d[i];
-            }
-        }
-    };
-    if (num_tokens * h < (1 << 14)) {
-        combine(0, num_tokens);
-    } else {
-        pool.parallel_for(num_tokens, combine);
-    }
+    detail::combine_expert_outputs(pool, s, topk_weights, num_tokens, k, h, out);
 }
 
 }  // namespace moeserve::kernels::cpu

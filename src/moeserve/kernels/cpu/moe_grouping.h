@@ -1,0 +1,33 @@
+// Internal to the MoE expert kernels (bf16 and int8): the steps they share around their
+// per-expert matmuls. Not part of the kernels API.
+#pragma once
+
+#include <cstdint>
+
+#include "moeserve/core/thread_pool.h"
+#include "moeserve/kernels/cpu/moe_experts.h"
+
+namespace moeserve::kernels::cpu::detail {
+
+struct MoeGroups {
+    int64_t num_active = 0;  // experts with at least one token; their ids: s.offsets[num_e + 1 ..]
+    int64_t total = 0;       // (token, slot) pairs routed to local experts
+    int64_t max_count = 0;   // most tokens of one expert
+};
+
+// Counting sort of the num_tokens * k slots by local expert (ids outside [expert_begin,
+// expert_begin + num_e) are skipped). Fills s.offsets [num_e + 1] (+ the active expert ids after
+// them), s.token_index [total] (grouped position -> token) and s.slot_index [num_tokens * k]
+// (slot -> grouped position, or -1).
+MoeGroups group_slots_by_expert(const int32_t* topk_ids, int64_t num_tokens, int k, int64_t expert_begin,
+                                int64_t num_e, MoeScratch& s);
+
+// out[i] = silu(g[i]) * u[i].
+void silu_mul_span(const float* g, const float* u, int64_t n, float* out);
+
+// out[t] = sum_j weight[t, j] * s.down_out[s.slot_index[t, j]] (zero where no local expert), in
+// slot order so the result is deterministic. out f32 [num_tokens, hidden].
+void combine_expert_outputs(ThreadPool& pool, const MoeScratch& s, const float* topk_weights, int64_t num_tokens,
+                            int k, int64_t hidden, float* out);
+
+}  // namespace moeserve::kernels::cpu::detail
