@@ -7,12 +7,43 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <vector>
 
 #include "moeserve/core/dtype.h"
+#include "moeserve/kernels/cpu/isa.h"
 
 namespace moeserve::kernels::test {
+
+// Every ISA level this CPU can run (ref and avx2 always: the tree is built for x86-64-v3); the
+// others are skipped with the reason printed once per process.
+inline std::vector<cpu::Isa> test_isas() {
+    static const std::vector<cpu::Isa> isas = [] {
+        std::vector<cpu::Isa> v;
+        for (cpu::Isa isa : {cpu::Isa::kRef, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAmx}) {
+            if (cpu::isa_supported(isa)) {
+                v.push_back(isa);
+            } else {
+                std::printf("[ isa skip ] %s: %s\n", cpu::isa_name(isa), cpu::isa_missing(isa).c_str());
+            }
+        }
+        return v;
+    }();
+    return isas;
+}
+
+// Runs fn(isa) with each level of test_isas() forced, restoring the previous level after.
+template <typename F>
+void for_each_isa(F&& fn) {
+    const cpu::Isa prev = cpu::active_isa();
+    for (cpu::Isa isa : test_isas()) {
+        cpu::set_active_isa(isa);
+        SCOPED_TRACE(testing::Message() << "isa=" << cpu::isa_name(isa));
+        fn(isa);
+    }
+    cpu::set_active_isa(prev);
+}
 
 // A float buffer whose data() is offset by one float from an aligned base, so kernels see
 // unaligned pointers.

@@ -68,17 +68,21 @@ void check(const Case& c, int threads, uint32_t seed) {
 }
 
 TEST(MoeExpertsInt8Test, MatchesReference) {
-    uint32_t seed = 10;
-    for (int threads : {1, 2, 3}) {
-        check({1, 100, 33, 16, 0, 16, 8}, threads, seed++);
-        check({3, 64, 40, 8, 4, 16, 1}, threads, seed++);
-        check({40, 72, 50, 4, 8, 12, 8}, threads, seed++);
-        check({17, 33, 7, 32, 0, 64, 2}, threads, seed++);
-        check({255, 40, 17, 4, 0, 4, 2}, threads, seed++);
-    }
+    test::for_each_isa([&](cpu::Isa) {
+        uint32_t seed = 10;
+        for (int threads : {1, 2, 3}) {
+            check({1, 100, 33, 16, 0, 16, 8}, threads, seed++);
+            check({3, 64, 40, 8, 4, 16, 1}, threads, seed++);
+            check({40, 72, 50, 4, 8, 12, 8}, threads, seed++);
+            check({17, 33, 7, 32, 0, 64, 2}, threads, seed++);
+            check({255, 40, 17, 4, 0, 4, 2}, threads, seed++);
+        }
+    });
 }
 
-TEST(MoeExpertsInt8Test, BenchModelDecodeShape) { check({1, 1024, 384, 64, 0, 64, 8}, 2, 77); }
+TEST(MoeExpertsInt8Test, BenchModelDecodeShape) {
+    test::for_each_isa([&](cpu::Isa) { check({1, 1024, 384, 64, 0, 64, 8}, 2, 77); });
+}
 
 }  // namespace
 }  // namespace moeserve::kernels::cpu

@@ -57,22 +57,26 @@ void check(const Case& c, int threads, uint32_t seed) {
 }
 
 TEST(MoeExpertsTest, MatchesReference) {
-    uint32_t seed = 10;
-    for (int threads : {1, 2, 3}) {
-        // Decode-like: 1 token top-8 of 16 (all local), odd sizes.
-        check({1, 100, 33, 16, 0, 16, 8}, threads, seed++);
-        // A few tokens, k = 1, EP slice [4, 12) of 16 experts.
-        check({3, 64, 40, 8, 4, 16, 1}, threads, seed++);
-        // GEMM path: 40 tokens over 4 local experts of 12, k = 8 -> experts with many tokens.
-        check({40, 72, 50, 4, 8, 12, 8}, threads, seed++);
-        // Odd hidden/inter and many idle experts.
-        check({17, 33, 7, 32, 0, 64, 2}, threads, seed++);
-    }
+    test::for_each_isa([&](cpu::Isa) {
+        uint32_t seed = 10;
+        for (int threads : {1, 2, 3}) {
+            // Decode-like: 1 token top-8 of 16 (all local), odd sizes.
+            check({1, 100, 33, 16, 0, 16, 8}, threads, seed++);
+            // A few tokens, k = 1, EP slice [4, 12) of 16 experts.
+            check({3, 64, 40, 8, 4, 16, 1}, threads, seed++);
+            // GEMM path: 40 tokens over 4 local experts of 12, k = 8 -> experts with many tokens.
+            check({40, 72, 50, 4, 8, 12, 8}, threads, seed++);
+            // Odd hidden/inter and many idle experts.
+            check({17, 33, 7, 32, 0, 64, 2}, threads, seed++);
+        }
+    });
 }
 
 TEST(MoeExpertsTest, BenchModelDecodeShape) {
-    // Bench model (Qwen3-MoE-like): 64 experts top-8, hidden 1024, moe_intermediate_size 384.
-    check({1, 1024, 384, 64, 0, 64, 8}, 2, 77);
+    test::for_each_isa([&](cpu::Isa) {
+        // Bench model (Qwen3-MoE-like): 64 experts top-8, hidden 1024, moe_intermediate_size 384.
+        check({1, 1024, 384, 64, 0, 64, 8}, 2, 77);
+    });
 }
 
 }  // namespace

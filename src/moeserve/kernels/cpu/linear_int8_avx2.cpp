@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "moeserve/kernels/cpu/linear_int8.h"
+#include "moeserve/kernels/cpu/matmul_tile_isa.h"
 #include "moeserve/kernels/cpu/quantize_int8.h"
 
 namespace moeserve::kernels::cpu {
@@ -166,8 +167,8 @@ void rows(const int8_t* qx, int64_t ldx, const float* sx, int64_t k, const int8_
 
 }  // namespace
 
-void matmul_tile_int8(const int8_t* qx, int64_t ldx, const float* sx, int64_t m, int64_t k, const int8_t* w,
-                      const float* sw, int64_t n, float* out, int64_t ldo) {
+void matmul_tile_int8_avx2(const int8_t* qx, int64_t ldx, const float* sx, int64_t m, int64_t k, const int8_t* w,
+                           const float* sw, int64_t n, float* out, int64_t ldo) {
     if (m == 1) {
         rows<1, 4>(qx, ldx, sx, k, w, sw, n, out, ldo);
         return;

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "moeserve/kernels/cpu/matmul_tile.h"
+#include "moeserve/kernels/cpu/matmul_tile_isa.h"
 #include "moeserve/kernels/cpu/simd_avx2.h"
 
 namespace moeserve::kernels::cpu::detail {
@@ -232,15 +233,15 @@ void tile(const float* x, int64_t ldx, int64_t m, int64_t k, const W* w, int64_t
 
 }  // namespace
 
-int64_t matmul_pack_floats() { return kKcMax * kNc; }
+int64_t matmul_pack_floats_avx2() { return kKcMax * kNc; }
 
-void matmul_tile(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n,
-                 float* out, int64_t ldo, float* pack) {
+void matmul_tile_avx2(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n,
+                      float* out, int64_t ldo, float* pack) {
     tile(x, ldx, m, k, w, n, out, ldo, pack);
 }
 
-void matmul_tile(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n,
-                 float* out, int64_t ldo, float* pack) {
+void matmul_tile_avx2(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n,
+                      float* out, int64_t ldo, float* pack) {
     tile(x, ldx, m, k, w, n, out, ldo, pack);
 }
 

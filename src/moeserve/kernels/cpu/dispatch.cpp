@@ -1,0 +1,104 @@
+// The one place the matmul tiles (behind linear_bf16/f32/int8 and the MoE
+// experts) are picked by ISA, plus the scalar tiles of the `ref` level. The
+// choice is a relaxed load of the process-wide level per tile call (a tile is
+// at least one weight-row block, so the branch costs nothing).
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <memory>
+
+#include "moeserve/core/dtype.h"
+#include "moeserve/kernels/cpu/isa.h"
+#include "moeserve/kernels/cpu/linear_int8.h"
+#include "moeserve/kernels/cpu/matmul_tile.h"
+#include "moeserve/kernels/cpu/matmul_tile_isa.h"
+
+namespace moeserve::kernels::cpu::detail {
+namespace {
+
+inline float widen(uint16_t h) { return bf16_to_f32(h); }
+inline float widen(float f) { return f; }
+
+template <typename W>
+void tile_ref(const float* x, int64_t ldx, int64_t m, int64_t k, const W* w, int64_t n, float* out, int64_t ldo) {
+    for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+            float acc = 0.0f;
+            for (int64_t p = 0; p < k; ++p) acc += x[i * ldx + p] * widen(w[j * k + p]);
+            out[i * ldo + j] = acc;
+        }
+    }
+}
+
+}  // namespace
+
+void* thread_scratch(int slot, int64_t bytes) {
+    struct Buf {
+        std::unique_ptr<std::byte[]> data;
+        int64_t size = 0;
+    };
+    thread_local Buf bufs[4];
+    Buf& b = bufs[slot];
+    if (b.size < bytes) {
+        const int64_t size = std::max<int64_t>(bytes, 2 * b.size);
+        b.data = std::make_unique<std::byte[]>(size_t(size) + 64);
+        b.size = size;
+    }
+    const auto addr = reinterpret_cast<uintptr_t>(b.data.get());
+    return reinterpret_cast<void*>((addr + 63) & ~uintptr_t{63});
+}
+
+void matmul_tile_ref(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out,
+                     int64_t ldo) {
+    tile_ref(x, ldx, m, k, w, n, out, ldo);
+}
+void matmul_tile_ref(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* out,
+                     int64_t ldo) {
+    tile_ref(x, ldx, m, k, w, n, out, ldo);
+}
+
+void matmul_tile_int8_ref(const int8_t* qx, int64_t ldx, const float* sx, int64_t m, int64_t k, const int8_t* w,
+                          const float* sw, int64_t n, float* out, int64_t ldo) {
+    for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+            int32_t acc = 0;
+            for (int64_t p = 0; p < k; ++p) acc += int32_t{qx[i * ldx + p]} * int32_t{w[j * k + p]};
+            out[i * ldo + j] = static_cast<float>(acc) * (sx[i] * sw[j]);
+        }
+    }
+}
+
+int64_t matmul_pack_floats() { return std::max(matmul_pack_floats_avx2(), matmul_pack_floats_avx512()); }
+
+void matmul_tile(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out,
+                 int64_t ldo, float* pack) {
+    switch (active_isa()) {
+        case Isa::kRef: matmul_tile_ref(x, ldx, m, k, w, n, out, ldo); return;
+        case Isa::kAvx2: matmul_tile_avx2(x, ldx, m, k, w, n, out, ldo, pack); return;
+        case Isa::kAvx512:
+        case Isa::kAmx: matmul_tile_avx512(x, ldx, m, k, w, n, out, ldo, pack); return;
+    }
+}
+
+void matmul_tile(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* out, int64_t ldo,
+                 float* pack) {
+    // f32 weights (small matrices: routers, tests) stay on the AVX2 path at every
+    // level above ref.
+    if (active_isa() == Isa::kRef) {
+        matmul_tile_ref(x, ldx, m, k, w, n, out, ldo);
+    } else {
+        matmul_tile_avx2(x, ldx, m, k, w, n, out, ldo, pack);
+    }
+}
+
+void matmul_tile_int8(const int8_t* qx, int64_t ldx, const float* sx, int64_t m, int64_t k, const int8_t* w,
+                      const float* sw, int64_t n, float* out, int64_t ldo) {
+    switch (active_isa()) {
+        case Isa::kRef: matmul_tile_int8_ref(qx, ldx, sx, m, k, w, sw, n, out, ldo); return;
+        case Isa::kAvx2: matmul_tile_int8_avx2(qx, ldx, sx, m, k, w, sw, n, out, ldo); return;
+        case Isa::kAvx512:
+        case Isa::kAmx: matmul_tile_int8_avx512(qx, ldx, sx, m, k, w, sw, n, out, ldo); return;
+    }
+}
+
+}  // namespace moeserve::kernels::cpu::detail

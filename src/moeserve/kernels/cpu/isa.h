@@ -1,0 +1,62 @@
+// The CPU instruction-set level the kernels run at, chosen once per process:
+// the best level this CPU and the operating system support (CPUID feature bits
+// and the XCR0 state the OS saves), or the level
+// MOESERVE_ISA=ref|avx2|avx512|amx names, refused if the CPU lacks it. Every
+// kernel family that has per-ISA code reads it through its own dispatch;
+// nothing ISA-specific lives in a header. The tree itself is built for
+// x86-64-v3, so avx2 is the floor of any CPU that runs it.
+//   ref     scalar matmul tiles (linear bf16/f32/int8, MoE experts); other
+//   kernels stay AVX2 avx2    AVX2 + FMA (x86-64-v3): every kernel avx512
+//   AVX-512 F/BW/VL/DQ + AVX512_BF16 + AVX512_VNNI (Zen4, Sapphire Rapids and
+//   later):
+//           vdpbf16ps bf16 GEMV/GEMM and vpdpbusd int8 GEMV/GEMM
+//   amx     avx512 plus AMX-TILE/BF16/INT8 with the XTILEDATA permission
+//   granted; no AMX tile
+//           kernels yet, so it runs the avx512 kernels. Only chosen when
+//           forced.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace moeserve::kernels::cpu {
+
+enum class Isa { kRef = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };
+
+const char* isa_name(Isa isa);
+
+// What CPUID + XCR0 report (probed once).
+struct CpuFeatures {
+    bool avx2 = false, fma = false;
+    bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
+    bool avx512_bf16 = false, avx512_vnni = false;
+    bool os_avx = false, os_avx512 = false;  // XCR0: YMM state; opmask + ZMM state
+    bool amx_tile = false, amx_bf16 = false, amx_int8 = false,
+         os_amx = false;  // os_amx: XCR0 tile state
+    std::string brand;    // e.g. "AMD EPYC 9R14 96-Core Processor"
+};
+const CpuFeatures& cpu_features();
+
+// True when this CPU and OS can run `isa` (amx also requests the XTILEDATA
+// permission).
+bool isa_supported(Isa isa);
+// Why `isa` is not supported ("" when it is): the first missing feature.
+std::string isa_missing(Isa isa);
+// The best level auto-selection picks: avx512 where supported, else avx2 (amx
+// only when forced).
+Isa best_isa();
+
+// The level in use. The first call chooses it (MOESERVE_ISA, else best_isa())
+// and throws moeserve::Error if MOESERVE_ISA is malformed or names a level this
+// CPU lacks; call it at startup so that error comes out there.
+Isa active_isa();
+// Forces a level (tests, benchmarks); throws moeserve::Error if unsupported.
+// Not thread-safe against kernels running at the same time.
+void set_active_isa(Isa isa);
+// "ref" | "avx2" | "avx512" | "amx" -> Isa; throws moeserve::Error otherwise.
+Isa parse_isa(std::string_view name);
+// One line for logs and `moeserve env`: "isa=avx512 (best avx512; cpu: ...;
+// avx512_bf16 avx512_vnni)".
+std::string isa_summary();
+
+}  // namespace moeserve::kernels::cpu

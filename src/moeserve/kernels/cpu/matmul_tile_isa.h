@@ -1,0 +1,44 @@
+// Internal: the per-ISA implementations behind detail::matmul_tile and
+// detail::matmul_tile_int8 (matmul_tile.h, linear_int8.h), which dispatch.cpp
+// picks from by active_isa(). Plain types only: each *_avx2.cpp / *_avx512.cpp
+// keeps its intrinsics to itself (nothing compiled with different -m flags is
+// shared through a header, so no inline function can be merged across ISAs).
+#pragma once
+
+#include <cstdint>
+
+namespace moeserve::kernels::cpu::detail {
+
+// A per-thread scratch buffer of at least `bytes` bytes, 64-byte aligned,
+// reused across calls (dispatch.cpp). The AVX-512 files use it instead of
+// std::vector: a std template instantiated in a file built with -mavx512* may
+// be the copy the linker keeps for the whole program, and would then run
+// AVX-512 code on an AVX2-only CPU. So those files call no inline std code at
+// all.
+void* thread_scratch(int slot, int64_t bytes);
+
+// Scalar (dispatch.cpp), AVX2 (matmul_tile_avx2.cpp) and AVX-512 BF16
+// (matmul_tile_avx512.cpp).
+void matmul_tile_ref(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out,
+                     int64_t ldo);
+void matmul_tile_ref(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* out,
+                     int64_t ldo);
+void matmul_tile_avx2(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out,
+                      int64_t ldo, float* pack);
+void matmul_tile_avx2(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* out,
+                      int64_t ldo, float* pack);
+int64_t matmul_pack_floats_avx2();
+void matmul_tile_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out,
+                        int64_t ldo, float* pack);
+int64_t matmul_pack_floats_avx512();
+
+// int8: scalar, AVX2 (linear_int8_avx2.cpp), AVX-512 VNNI
+// (linear_int8_avx512.cpp).
+void matmul_tile_int8_ref(const int8_t* qx, int64_t ldx, const float* sx, int64_t m, int64_t k, const int8_t* w,
+                          const float* sw, int64_t n, float* out, int64_t ldo);
+void matmul_tile_int8_avx2(const int8_t* qx, int64_t ldx, const float* sx, int64_t m, int64_t k, const int8_t* w,
+                           const float* sw, int64_t n, float* out, int64_t ldo);
+void matmul_tile_int8_avx512(const int8_t* qx, int64_t ldx, const float* sx, int64_t m, int64_t k, const int8_t* w,
+                             const float* sw, int64_t n, float* out, int64_t ldo);
+
+}  // namespace moeserve::kernels::cpu::detail

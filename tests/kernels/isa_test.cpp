@@ -1,0 +1,46 @@
+// The ISA choice: names round-trip, unsupported levels are refused with
+// moeserve::Error, avx2 and ref are always available (the tree is built for
+// x86-64-v3), and forcing a level sticks.
+#include "moeserve/kernels/cpu/isa.h"
+
+#include <gtest/gtest.h>
+
+#include "kernel_test_util.h"
+#include "moeserve/core/error.h"
+
+namespace moeserve::kernels::cpu {
+namespace {
+
+TEST(IsaTest, NamesRoundTrip) {
+    for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) EXPECT_EQ(parse_isa(isa_name(isa)), isa);
+    EXPECT_THROW(parse_isa("sse2"), Error);
+    EXPECT_THROW(parse_isa(""), Error);
+}
+
+TEST(IsaTest, BaselineAlwaysSupported) {
+    EXPECT_TRUE(isa_supported(Isa::kRef));
+    EXPECT_TRUE(isa_supported(Isa::kAvx2)) << isa_missing(Isa::kAvx2);
+    const Isa best = best_isa();
+    EXPECT_TRUE(best == Isa::kAvx2 || best == Isa::kAvx512);
+    std::printf("[ isa      ] %s\n", isa_summary().c_str());
+}
+
+TEST(IsaTest, ForcingSticksAndUnsupportedIsRefused) {
+    const Isa prev = active_isa();
+    test::for_each_isa([](Isa isa) { EXPECT_EQ(active_isa(), isa); });
+    EXPECT_EQ(active_isa(), prev);
+    for (Isa isa : {Isa::kAvx512, Isa::kAmx}) {
+        if (isa_supported(isa)) continue;
+        EXPECT_FALSE(isa_missing(isa).empty());
+        try {
+            set_active_isa(isa);
+            ADD_FAILURE() << "set_active_isa(" << isa_name(isa) << ") was accepted";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(isa_name(isa)), std::string::npos) << e.what();
+        }
+        EXPECT_EQ(active_isa(), prev);
+    }
+}
+
+}  // namespace
+}  // namespace moeserve::kernels::cpu
