@@ -11,9 +11,10 @@ ALLOWED = {
     "kernels": {"core"},
     "parallel": {"core"},
     "ipc": {"core"},
+    "structured": {"core"},
     "model": {"core", "io", "kernels", "parallel"},
-    "engine": {"core", "model", "parallel", "ipc", "io", "kernels"},
-    "serve": {"core", "tokenizer", "ipc"},
+    "engine": {"core", "model", "parallel", "ipc", "io", "kernels", "structured"},
+    "serve": {"core", "tokenizer", "ipc", "structured"},
     "bench": {"core", "serve", "tokenizer"},
     "cli": None,  # may include everything
 }

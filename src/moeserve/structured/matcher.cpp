@@ -1,0 +1,248 @@
+#include "moeserve/structured/matcher.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "moeserve/core/error.h"
+
+namespace moeserve::structured {
+namespace {
+
+// More stacks than this in one state means an ambiguous grammar blowing up; fail the request.
+constexpr size_t kMaxStacks = 4096;
+// Masks kept per compiled grammar before the cache is cleared (each is vocab/8 bytes).
+constexpr size_t kMaxCachedMasks = 2048;
+
+std::string state_key(const StackSet& s) {
+    std::string key(s.ends.size() * 4 + s.data.size() * 4, '\0');
+    std::memcpy(key.data(), s.ends.data(), s.ends.size() * 4);
+    std::memcpy(key.data() + s.ends.size() * 4, s.data.data(), s.data.size() * 4);
+    return key;
+}
+
+bool has_stack(const StackSet& out, const int32_t* data, size_t n) {
+    uint32_t begin = 0;
+    for (uint32_t end : out.ends) {
+        if (end - begin == n && std::equal(data, data + n, out.data.begin() + begin)) return true;
+        begin = end;
+    }
+    return false;
+}
+
+}  // namespace
+
+CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const Vocabulary> vocabulary)
+    : grammar_(std::move(grammar)), vocab_(std::move(vocabulary)) {
+    MOESERVE_CHECK(vocab_ != nullptr, "null vocabulary");
+    for (int32_t start : grammar_.alt_starts[static_cast<size_t>(grammar_.root)]) {
+        std::vector<int32_t> stack{start};
+        expand(stack, initial_);
+    }
+}
+
+void CompiledGrammar::expand(std::vector<int32_t>& stack, StackSet& out) const {
+    expand_prefix(stack, stack.size(), out);
+}
+
+// Expands the stack stack[0, len). Writes only at or above len - 1 and restores stack[len - 1],
+// so the caller's prefix survives (no copies on the way down).
+void CompiledGrammar::expand_prefix(std::vector<int32_t>& stack, size_t len, StackSet& out) const {
+    const auto kind = [&](int32_t pos) { return grammar_.elements[static_cast<size_t>(pos)].kind; };
+    // Pop finished alternatives; a finished rule returns to the position its caller pushed.
+    while (len > 0 && kind(stack[len - 1]) == Element::kEnd) --len;
+    if (len == 0 || kind(stack[len - 1]) == Element::kBytes) {
+        if (has_stack(out, stack.data(), len)) return;
+        if (out.size() >= kMaxStacks) {
+            raise(ErrorCode::kInvalidArgument,
+                  "grammar: more than {} parses are alive at once; the grammar is too ambiguous", kMaxStacks);
+        }
+        out.data.insert(out.data.end(), stack.begin(), stack.begin() + static_cast<std::ptrdiff_t>(len));
+        out.ends.push_back(static_cast<uint32_t>(out.data.size()));
+        return;
+    }
+    // A rule reference: replace it by its continuation (unless that is the end: a tail call
+    // keeps the stack flat for right recursion), then each alternative on top.
+    const int32_t pos = stack[len - 1];
+    const int32_t rule = grammar_.elements[static_cast<size_t>(pos)].value;
+    const bool tail = kind(pos + 1) == Element::kEnd;
+    for (int32_t start : grammar_.alt_starts[static_cast<size_t>(rule)]) {
+        size_t l = len - 1;
+        if (!tail) stack[l++] = pos + 1;
+        if (stack.size() <= l) stack.resize(l + 1);
+        stack[l] = start;
+        expand_prefix(stack, l + 1, out);
+    }
+    stack[len - 1] = pos;
+}
+
+void CompiledGrammar::advance(const StackSet& in, uint8_t b, StackSet& out, std::vector<int32_t>& scratch) const {
+    out.clear();
+    uint32_t begin = 0;
+    for (uint32_t end : in.ends) {
+        if (end > begin) {
+            const int32_t top = in.data[end - 1];
+            const Element& e = grammar_.elements[static_cast<size_t>(top)];
+            if (grammar_.byte_sets[static_cast<size_t>(e.value)].test(b)) {
+                scratch.assign(in.data.begin() + begin, in.data.begin() + end);
+                scratch.back() = top + 1;
+                expand(scratch, out);
+            }
+        }
+        begin = end;
+    }
+}
+
+std::shared_ptr<const std::vector<uint32_t>> CompiledGrammar::token_mask(const StackSet& state) const {
+    std::string key = state_key(state);
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        const auto it = masks_.find(key);
+        if (it != masks_.end()) return it->second;
+    }
+    auto mask = std::make_shared<const std::vector<uint32_t>>(compute_mask(state));
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++num_computed_;
+    if (masks_.size() >= kMaxCachedMasks) masks_.clear();
+    masks_.emplace(std::move(key), mask);
+    return mask;
+}
+
+int64_t CompiledGrammar::num_mask_computations() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return num_computed_;
+}
+
+// Depth-first walk of the vocabulary trie, carrying the stack set after each prefix; a subtree
+// is skipped as soon as its first byte is not allowed (most of the vocabulary, most steps).
+std::vector<uint32_t> CompiledGrammar::compute_mask(const StackSet& state) const {
+    const Vocabulary& v = *vocab_;
+    std::vector<uint32_t> mask(static_cast<size_t>((v.size() + 31) / 32), 0);
+    const auto& nodes = v.nodes();
+    const auto& edges = v.edges();
+    const auto& tokens = v.node_tokens();
+    std::vector<StackSet> levels(1);
+    levels[0] = state;
+    std::vector<int32_t> scratch;
+    struct Frame {
+        uint32_t node;
+        uint32_t next_edge;
+        ByteSet first;  // bytes the stacks of this level may consume
+    };
+    const auto first_bytes = [&](const StackSet& s) {
+        ByteSet f;
+        uint32_t begin = 0;
+        for (uint32_t end : s.ends) {
+            if (end > begin)
+                f |= grammar_
+                         .byte_sets[static_cast<size_t>(grammar_.elements[static_cast<size_t>(s.data[end - 1])].value)];
+            begin = end;
+        }
+        return f;
+    };
+    std::vector<Frame> frames;
+    frames.push_back({0, 0, first_bytes(state)});
+    while (!frames.empty()) {
+        Frame& f = frames.back();
+        const Vocabulary::Node& node = nodes[f.node];
+        if (f.next_edge == node.num_edges) {
+            frames.pop_back();
+            continue;
+        }
+        const Vocabulary::Edge& e = edges[node.first_edge + f.next_edge++];
+        if (!f.first.test(e.byte)) continue;
+        const size_t depth = frames.size();
+        if (levels.size() <= depth) levels.resize(depth + 1);
+        advance(levels[depth - 1], e.byte, levels[depth], scratch);
+        if (levels[depth].empty()) continue;
+        const Vocabulary::Node& child = nodes[e.child];
+        for (uint32_t t = child.tokens_begin; t < child.tokens_end; ++t) {
+            const auto id = static_cast<uint32_t>(tokens[t]);
+            mask[id >> 5] |= 1u << (id & 31);
+        }
+        if (child.num_edges > 0) {
+            ByteSet next = first_bytes(levels[depth]);
+            if (!next.empty()) frames.push_back({e.child, 0, next});
+        }
+    }
+    return mask;
+}
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar)
+    : grammar_(std::move(grammar)), state_(grammar_->initial()) {}
+
+bool GrammarMatcher::is_eos(TokenId token) const {
+    const auto& eos = grammar_->vocabulary().eos_token_ids();
+    return std::find(eos.begin(), eos.end(), token) != eos.end();
+}
+
+bool GrammarMatcher::accept_token(TokenId token) {
+    if (is_eos(token)) return is_accepting();
+    if (token < 0 || token >= grammar_->vocabulary().size()) return false;
+    const std::string& bytes = grammar_->vocabulary().bytes(token);
+    return !bytes.empty() && accept_bytes(bytes);
+}
+
+bool GrammarMatcher::accept_bytes(std::string_view bytes) {
+    StackSet cur = state_;
+    for (const char c : bytes) {
+        grammar_->advance(cur, static_cast<uint8_t>(c), next_, scratch_);
+        if (next_.empty()) return false;
+        std::swap(cur, next_);
+    }
+    state_ = std::move(cur);
+    return true;
+}
+
+void GrammarMatcher::fill_next_token_bitmask(std::vector<uint32_t>& mask) const {
+    const auto cached = grammar_->token_mask(state_);
+    mask.assign(cached->begin(), cached->end());
+    if (is_accepting()) {
+        for (TokenId t : grammar_->vocabulary().eos_token_ids()) {
+            if (t >= 0 && static_cast<size_t>(t >> 5) < mask.size())
+                mask[static_cast<size_t>(t >> 5)] |= 1u << (t & 31);
+        }
+    }
+}
+
+bool GrammarMatcher::is_accepting() const {
+    uint32_t begin = 0;
+    for (uint32_t end : state_.ends) {
+        if (end == begin) return true;
+        begin = end;
+    }
+    return false;
+}
+
+bool GrammarMatcher::is_terminated() const {
+    uint32_t begin = 0;
+    for (uint32_t end : state_.ends) {
+        if (end != begin) return false;
+        begin = end;
+    }
+    return is_accepting();
+}
+
+GrammarCompiler::GrammarCompiler(std::shared_ptr<const Vocabulary> vocabulary, size_t max_entries)
+    : vocab_(std::move(vocabulary)), max_entries_(std::max<size_t>(1, max_entries)) {}
+
+std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const std::string& gbnf) {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        const auto it = cache_.find(gbnf);
+        if (it != cache_.end()) {
+            it->second.first = ++clock_;
+            return it->second.second;
+        }
+    }
+    auto compiled = std::make_shared<const CompiledGrammar>(parse_gbnf(gbnf), vocab_);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (cache_.size() >= max_entries_) {
+        auto oldest = std::min_element(cache_.begin(), cache_.end(),
+                                       [](const auto& a, const auto& b) { return a.second.first < b.second.first; });
+        cache_.erase(oldest);
+    }
+    cache_[gbnf] = {++clock_, compiled};
+    return compiled;
+}
+
+}  // namespace moeserve::structured

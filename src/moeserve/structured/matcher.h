@@ -1,0 +1,110 @@
+// Grammar-constrained decoding: a byte-level pushdown matcher (llama.cpp's stack set: each stack
+// lists what is left to match, its top always a byte set) advanced token by token, and the
+// per-step token bitmask, found by walking the vocabulary trie once with pruning and cached per
+// matcher state in the compiled grammar (states repeat: inside a string, after a comma, ...).
+// Depends on core only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "moeserve/structured/grammar.h"
+#include "moeserve/structured/vocabulary.h"
+
+namespace moeserve::structured {
+
+// A set of stacks, flat: stack i is data[ends[i-1] .. ends[i]) (bottom first); an empty stack
+// means "the grammar is complete here".
+struct StackSet {
+    std::vector<int32_t> data;
+    std::vector<uint32_t> ends;
+    size_t size() const { return ends.size(); }
+    bool empty() const { return ends.empty(); }
+    void clear() {
+        data.clear();
+        ends.clear();
+    }
+};
+
+// A grammar bound to a vocabulary. Shared (read-only except its mask cache, which is locked)
+// by every request that uses the same grammar text. Thread-safe.
+class CompiledGrammar {
+public:
+    CompiledGrammar(Grammar grammar, std::shared_ptr<const Vocabulary> vocabulary);
+
+    const Grammar& grammar() const { return grammar_; }
+    const Vocabulary& vocabulary() const { return *vocab_; }
+    const StackSet& initial() const { return initial_; }
+
+    // Expands stack (top = back) until every top is a byte set, appending the results to out.
+    void expand(std::vector<int32_t>& stack, StackSet& out) const;
+    // out = the stacks of in after consuming byte b (deduplicated); empty = b is not allowed.
+    void advance(const StackSet& in, uint8_t b, StackSet& out, std::vector<int32_t>& scratch) const;
+
+    // Bitmask words (bit t of word t/32) of the tokens allowed next in state, EOS excluded.
+    std::shared_ptr<const std::vector<uint32_t>> token_mask(const StackSet& state) const;
+
+    int64_t num_mask_computations() const;  // cache misses so far (for tests and benchmarks)
+
+private:
+    void expand_prefix(std::vector<int32_t>& stack, size_t len, StackSet& out) const;
+    std::vector<uint32_t> compute_mask(const StackSet& state) const;
+
+    Grammar grammar_;
+    std::shared_ptr<const Vocabulary> vocab_;
+    StackSet initial_;
+    mutable std::mutex mutex_;
+    mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<uint32_t>>> masks_;
+    mutable int64_t num_computed_ = 0;
+};
+
+// One sequence's position in a grammar. Not thread-safe (one request, one thread at a time).
+class GrammarMatcher {
+public:
+    explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar);
+
+    // Consumes token's bytes; false (state unchanged) if the grammar does not allow them. An EOS
+    // id is accepted (and changes nothing) exactly when is_accepting().
+    bool accept_token(TokenId token);
+    bool accept_bytes(std::string_view bytes);
+
+    // Bit t of mask[t / 32]: token t may come next. EOS ids are set when is_accepting().
+    // mask: ceil(vocab / 32) words, overwritten.
+    void fill_next_token_bitmask(std::vector<uint32_t>& mask) const;
+
+    bool is_accepting() const;   // the text so far is a complete sentence of the grammar
+    bool is_terminated() const;  // complete, and nothing may follow
+    const StackSet& state() const { return state_; }
+
+private:
+    bool is_eos(TokenId token) const;
+
+    std::shared_ptr<const CompiledGrammar> grammar_;
+    StackSet state_;
+    StackSet next_;
+    std::vector<int32_t> scratch_;
+};
+
+// Compiles GBNF text against a vocabulary, caching compiled grammars by their text (up to
+// max_entries, least recently used dropped). Thread-safe.
+class GrammarCompiler {
+public:
+    explicit GrammarCompiler(std::shared_ptr<const Vocabulary> vocabulary, size_t max_entries = 64);
+    // Raises Error kInvalidArgument for a bad grammar (see parse_gbnf).
+    std::shared_ptr<const CompiledGrammar> compile(const std::string& gbnf);
+    const std::shared_ptr<const Vocabulary>& vocabulary() const { return vocab_; }
+
+private:
+    std::shared_ptr<const Vocabulary> vocab_;
+    size_t max_entries_;
+    std::mutex mutex_;
+    int64_t clock_ = 0;
+    std::unordered_map<std::string, std::pair<int64_t, std::shared_ptr<const CompiledGrammar>>> cache_;
+};
+
+}  // namespace moeserve::structured
