@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "kernel_test_util.h"
@@ -50,7 +51,13 @@ void check(const Case& c, int threads, uint32_t seed) {
         moe_experts_bf16(pool, x.data(), c.tokens, ids.data(), w.data(), c.k, ex, scratch, out.data());
     }
     moe_experts_bf16_ref(x.data(), c.tokens, ids.data(), w.data(), c.k, ex, ref.data());
-    test::expect_close(out.data(), ref.data(), c.tokens * c.hidden, 1e-5f, "moe");
+    // The avx512 GEMM (experts with > 8 tokens) rounds activations to bf16 once: 2^-9 relative
+    // per element, a few 1e-3 on these sums (linear_test checks that GEMM exactly).
+    std::vector<int> per_expert(size_t(c.global_experts), 0);
+    for (int32_t e : ids) per_expert[size_t(e)]++;
+    const bool gemm = *std::max_element(per_expert.begin(), per_expert.end()) > 8;
+    const float tol = active_isa() >= Isa::kAvx512 && gemm ? 1e-2f : 1e-5f;
+    test::expect_close(out.data(), ref.data(), c.tokens * c.hidden, tol, "moe");
     if (c.global_experts - c.num_experts >= c.k) {
         for (int64_t i = 0; i < c.hidden; ++i) ASSERT_EQ(out[(c.tokens - 1) * c.hidden + i], 0.0f);
     }

@@ -131,9 +131,122 @@ void gemv(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, 
     }
 }
 
+// ---- GEMM (m > kGemvMaxRows, prefill): bf16 pairs. ----
+// x is rounded to bf16 once per call (one rounding, 2^-9 relative per element: the same choice
+// as the bf16 weights themselves; the GEMV keeps hi + lo because decode is memory-bound and the
+// second product is free there, while here it would halve the throughput). Weights are packed
+// per block into panels of 32 rows x kc as bf16 pairs: panel[q * 32 + c] = (w[c, 2q], w[c, 2q+1])
+// as one 32-bit word, so a micro-kernel step is two 64-byte loads, one broadcast pair of x per
+// row and two vdpbf16ps per row (64 MACs), with MR x 32 outputs in 2 * MR zmm accumulators.
+constexpr int64_t kKc = 512;  // k per block (256 pairs): an 8-row x block is 8 KiB in L1
+constexpr int64_t kNc = 128;  // weight rows per packed block: 128 KiB of pairs in L2
+constexpr int kPr = 32;       // panel width (2 zmm of f32 outputs)
+constexpr int kMr = 8;
+
+// dst[q * 32 + c] = bf16 pair (w[c, p0 + 2q], w[c, p0 + 2q + 1]), zero past k and past `rows`.
+void pack_panel(const uint16_t* w, int64_t k, int64_t rows, int64_t p0, int64_t kc, uint32_t* dst) {
+    const int64_t pairs = (kc + 1) / 2;
+    const int64_t full = kc / 2;  // pairs with both elements inside the block (and inside k)
+    for (int64_t c = 0; c < kPr; ++c) {
+        if (c >= rows) {
+            for (int64_t q = 0; q < pairs; ++q) dst[q * kPr + c] = 0;
+            continue;
+        }
+        const uint16_t* wc = w + c * k + p0;
+        for (int64_t q = 0; q < full; ++q) {
+            dst[q * kPr + c] = uint32_t{wc[2 * q]} | (uint32_t{wc[2 * q + 1]} << 16);
+        }
+        if (full < pairs) dst[full * kPr + c] = uint32_t{wc[2 * full]};
+    }
+}
+
+// c[MR, ncols] (+)= x pairs [MR, pairs] (row stride ldxa words) @ panel [pairs, 32].
+template <int MR>
+void micro_kernel(const uint32_t* xa, int64_t ldxa, const uint32_t* b, int64_t pairs, float* c, int64_t ldc,
+                  int64_t ncols, bool accumulate) {
+    __m512 acc0[MR], acc1[MR];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+    for (int64_t q = 0; q < pairs; ++q) {
+        const __m512bh b0 = as_bh(_mm512_load_si512(b + q * kPr));
+        const __m512bh b1 = as_bh(_mm512_load_si512(b + q * kPr + 16));
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+            const __m512bh a = as_bh(_mm512_set1_epi32(static_cast<int>(xa[i * ldxa + q])));
+            acc0[i] = _mm512_dpbf16_ps(acc0[i], a, b0);
+            acc1[i] = _mm512_dpbf16_ps(acc1[i], a, b1);
+        }
+    }
+    const __mmask16 m0 = tail_mask16(ncols), m1 = tail_mask16(ncols - 16);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+        float* ci = c + i * ldc;
+        __m512 v0 = acc0[i], v1 = acc1[i];
+        if (accumulate) {
+            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ci));
+            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ci + 16));
+        }
+        _mm512_mask_storeu_ps(ci, m0, v0);
+        _mm512_mask_storeu_ps(ci + 16, m1, v1);
+    }
+}
+
+void micro_dispatch(int mr, const uint32_t* xa, int64_t ldxa, const uint32_t* b, int64_t pairs, float* c, int64_t ldc,
+                    int64_t ncols, bool accumulate) {
+    switch (mr) {
+        case 1: micro_kernel<1>(xa, ldxa, b, pairs, c, ldc, ncols, accumulate); break;
+        case 2: micro_kernel<2>(xa, ldxa, b, pairs, c, ldc, ncols, accumulate); break;
+        case 3: micro_kernel<3>(xa, ldxa, b, pairs, c, ldc, ncols, accumulate); break;
+        case 4: micro_kernel<4>(xa, ldxa, b, pairs, c, ldc, ncols, accumulate); break;
+        case 5: micro_kernel<5>(xa, ldxa, b, pairs, c, ldc, ncols, accumulate); break;
+        case 6: micro_kernel<6>(xa, ldxa, b, pairs, c, ldc, ncols, accumulate); break;
+        case 7: micro_kernel<7>(xa, ldxa, b, pairs, c, ldc, ncols, accumulate); break;
+        default: micro_kernel<8>(xa, ldxa, b, pairs, c, ldc, ncols, accumulate); break;
+    }
+}
+
+// xb [m, kp] bf16 (kp a multiple of 32, zero past k) from x [m, k]: one rounding per element.
+void round_rows(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t kp, uint16_t* xb) {
+    for (int64_t i = 0; i < m; ++i) {
+        for (int64_t p = 0; p < kp; p += 16) {
+            const __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(tail_mask16(k - p), x + i * ldx + p));
+            _mm256_store_si256(reinterpret_cast<__m256i*>(xb + i * kp + p), (__m256i)h);
+        }
+    }
+}
+
+void gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out, int64_t ldo,
+          uint32_t* pack) {
+    const int64_t kp = (k + 31) / 32 * 32;
+    auto* xb = static_cast<uint16_t*>(thread_scratch(1, m * kp * 2));
+    round_rows(x, ldx, m, k, kp, xb);
+    const auto* xa = reinterpret_cast<const uint32_t*>(xb);
+    const int64_t ldxa = kp / 2;
+    // Equal k blocks of even length (k = 1024: two of 512; 384: one).
+    const int64_t num_kb = (k + kKc - 1) / kKc;
+    const int64_t kc_even = ((k + num_kb - 1) / num_kb + 1) / 2 * 2;
+    for (int64_t j0 = 0; j0 < n; j0 += kNc) {
+        const int64_t nc = imin(kNc, n - j0);
+        const int64_t num_panels = (nc + kPr - 1) / kPr;
+        for (int64_t p0 = 0; p0 < k; p0 += kc_even) {
+            const int64_t kc = imin(kc_even, k - p0), pairs = (kc + 1) / 2;
+            for (int64_t q = 0; q < num_panels; ++q) {
+                pack_panel(w + (j0 + q * kPr) * k, k, imin(kPr, nc - q * kPr), p0, kc, pack + q * pairs * kPr);
+            }
+            for (int64_t i0 = 0; i0 < m; i0 += kMr) {
+                const int mr = static_cast<int>(imin(kMr, m - i0));
+                for (int64_t q = 0; q < num_panels; ++q) {
+                    micro_dispatch(mr, xa + i0 * ldxa + p0 / 2, ldxa, pack + q * pairs * kPr, pairs,
+                                   out + i0 * ldo + j0 + q * kPr, ldo, imin(kPr, nc - q * kPr), p0 > 0);
+                }
+            }
+        }
+    }
+}
+
 }  // namespace
 
-int64_t matmul_pack_floats_avx512() { return 0; }
+int64_t matmul_pack_floats_avx512() { return kNc * (kKc / 2) + 16; }
 
 void matmul_tile_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out,
                         int64_t ldo, float* pack) {
@@ -141,7 +254,9 @@ void matmul_tile_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, const
     if (m <= kGemvMaxRows) {
         gemv(x, ldx, m, k, w, n, out, ldo);
     } else {
-        matmul_tile_avx2(x, ldx, m, k, w, n, out, ldo, pack);
+        // The pack buffer is 32-byte aligned at best; the panels want 64 for aligned loads.
+        const auto addr = reinterpret_cast<uintptr_t>(pack);
+        gemm(x, ldx, m, k, w, n, out, ldo, reinterpret_cast<uint32_t*>((addr + 63) & ~uintptr_t{63}));
     }
 }
 
