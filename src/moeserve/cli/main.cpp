@@ -6,6 +6,9 @@
 
 #include "moeserve/cli/commands.h"
 #include "moeserve/core/error.h"
+#include "moeserve/core/log.h"
+#include "moeserve/kernels/cpu/isa.h"
+#include "moeserve/serve/metrics.h"
 
 int main(int argc, char** argv) {
     // Sockets (HTTP clients, ZeroMQ, Gloo peers) report a closed peer as EPIPE; never die of it.
@@ -18,12 +21,20 @@ int main(int argc, char** argv) {
     moeserve::cli::add_generate_command(app, &action);
     moeserve::cli::add_serve_command(app, &action);
     moeserve::cli::add_bench_command(app, &action);
+    moeserve::cli::add_env_command(app, &action);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
         return app.exit(e) == 0 ? 0 : 2;
     }
     try {
+        // The kernels' ISA is chosen here, once: a bad MOESERVE_ISA fails now, with its reason.
+        const auto isa = moeserve::kernels::cpu::active_isa();
+        moeserve::serve::set_kernel_isa_info(moeserve::kernels::cpu::isa_name(isa));
+        if (app.got_subcommand("serve") || app.got_subcommand("generate")) {
+            moeserve::Logger logger;
+            MOESERVE_LOG_I(logger, "kernels", "%s", moeserve::kernels::cpu::isa_summary().c_str());
+        }
         return action ? action() : 0;
     } catch (const moeserve::Error& e) {
         std::fprintf(stderr, "error: %s\n", e.what());

@@ -5,6 +5,15 @@
 
 namespace moeserve::serve {
 
+namespace {
+std::string& kernel_isa() {
+    static std::string isa;
+    return isa;
+}
+}  // namespace
+
+void set_kernel_isa_info(const std::string& isa) { kernel_isa() = isa; }
+
 Histogram::Histogram(std::vector<double> bounds)
     : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
 
@@ -157,6 +166,10 @@ std::string Metrics::render(const std::vector<ipc::Stats>& engines, int num_in_f
     tpot_.render(out, "moeserve:time_per_output_token_seconds", model);
     head("moeserve:e2e_request_latency_seconds", "histogram", "Arrival to finish.");
     e2e_.render(out, "moeserve:e2e_request_latency_seconds", model);
+    if (!kernel_isa().empty()) {
+        head("moeserve:kernel_isa_info", "gauge", "The ISA level the CPU kernels run at (MOESERVE_ISA or the best found).");
+        out += fmt::format("moeserve:kernel_isa_info{{isa=\"{}\"}} 1\n", kernel_isa());
+    }
     return out;
 }
 

@@ -37,6 +37,10 @@ private:
     int64_t count_ = 0;
 };
 
+// The CPU kernels' ISA level ("avx512"), set once by the CLI before serving (serve does not see
+// kernels); rendered as moeserve:kernel_isa_info{isa="..."} 1 when set.
+void set_kernel_isa_info(const std::string& isa);
+
 class Metrics {
 public:
     explicit Metrics(std::string model_name);
