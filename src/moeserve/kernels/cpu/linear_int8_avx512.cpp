@@ -20,7 +20,9 @@ namespace moeserve::kernels::cpu::detail {
 namespace {
 
 inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-inline __mmask64 tail_mask64(int64_t n) { return n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1; }
+inline __mmask64 tail_mask64(int64_t n) {
+    return n >= 64 ? ~__mmask64{0} : n <= 0 ? __mmask64{0} : (__mmask64{1} << n) - 1;
+}
 
 template <int MR, int NR>
 void block(const int8_t* qx, int64_t ldx, const float* sx, int64_t k, const int8_t* w, const float* sw, float* out,
@@ -71,6 +73,58 @@ void block(const int8_t* qx, int64_t ldx, const float* sx, int64_t k, const int8
     }
 }
 
+// Decode (m <= 2): the weight rows one at a time, one sequential stream (see the bf16 GEMV in
+// matmul_tile_avx512.cpp: interleaved row blocks read at about half the rate). xu: the MR
+// activation rows already shifted to unsigned, kp64 bytes each (the padding is never used:
+// masked-off weights are zero). U accumulator pairs per row hide the vpdpbusd latency.
+template <int MR, int U>
+void rows_seq(const uint8_t* xu, int64_t kp64, const float* sx, int64_t k, const int8_t* w, const float* sw, int64_t n,
+              float* out, int64_t ldo) {
+    const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
+    const int64_t k64 = k & ~int64_t{63};
+    const __mmask64 tail = tail_mask64(k - k64);
+    for (int64_t j = 0; j < n; ++j) {
+        const int8_t* wj = w + j * k;
+        __m512i acc[MR][U], corr[U];
+#pragma GCC unroll 4
+        for (int u = 0; u < U; ++u) {
+            corr[u] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int i = 0; i < MR; ++i) acc[i][u] = _mm512_setzero_si512();
+        }
+        int64_t p = 0;
+        for (; p + 64 * U <= k64; p += 64 * U) {
+#pragma GCC unroll 4
+            for (int u = 0; u < U; ++u) {
+                const int64_t q = p + 64 * u;
+                const __m512i wv = _mm512_loadu_si512(wj + q);
+                corr[u] = _mm512_dpbusd_epi32(corr[u], c128, wv);
+#pragma GCC unroll 4
+                for (int i = 0; i < MR; ++i)
+                    acc[i][u] = _mm512_dpbusd_epi32(acc[i][u], _mm512_load_si512(xu + i * kp64 + q), wv);
+            }
+        }
+        for (; p < k; p += 64) {
+            const __m512i wv = _mm512_maskz_loadu_epi8(p + 64 <= k ? ~__mmask64{0} : tail, wj + p);
+            corr[0] = _mm512_dpbusd_epi32(corr[0], c128, wv);
+#pragma GCC unroll 4
+            for (int i = 0; i < MR; ++i)
+                acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], _mm512_load_si512(xu + i * kp64 + p), wv);
+        }
+        __m512i cs = corr[0];
+#pragma GCC unroll 4
+        for (int u = 1; u < U; ++u) cs = _mm512_add_epi32(cs, corr[u]);
+#pragma GCC unroll 4
+        for (int i = 0; i < MR; ++i) {
+            __m512i a = acc[i][0];
+#pragma GCC unroll 4
+            for (int u = 1; u < U; ++u) a = _mm512_add_epi32(a, acc[i][u]);
+            const int32_t dot = _mm512_reduce_add_epi32(_mm512_sub_epi32(a, cs));
+            out[i * ldo + j] = static_cast<float>(dot) * (sx[i] * sw[j]);
+        }
+    }
+}
+
 // MR rows against all n weight rows, NR at a time, the leftovers one by one.
 template <int MR, int NR>
 void rows(const int8_t* qx, int64_t ldx, const float* sx, int64_t k, const int8_t* w, const float* sw, int64_t n,
@@ -85,12 +139,21 @@ void rows(const int8_t* qx, int64_t ldx, const float* sx, int64_t k, const int8_
 void matmul_tile_int8_avx512(const int8_t* qx, int64_t ldx, const float* sx, int64_t m, int64_t k, const int8_t* w,
                              const float* sw, int64_t n, float* out, int64_t ldo) {
     if (m <= 0 || n <= 0) return;
-    if (m == 1) {
-        rows<1, 8>(qx, ldx, sx, k, w, sw, n, out, ldo);
-        return;
-    }
-    if (m == 2) {
-        rows<2, 4>(qx, ldx, sx, k, w, sw, n, out, ldo);
+    if (m <= 2) {
+        const int64_t kp64 = (k + 63) / 64 * 64;
+        auto* xu = static_cast<uint8_t*>(thread_scratch(2, m * kp64));
+        const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
+        for (int64_t i = 0; i < m; ++i) {
+            for (int64_t p = 0; p < kp64; p += 64) {
+                const __m512i v = _mm512_maskz_loadu_epi8(tail_mask64(k - p), qx + i * ldx + p);
+                _mm512_store_si512(xu + i * kp64 + p, _mm512_xor_si512(v, c128));
+            }
+        }
+        if (m == 1) {
+            rows_seq<1, 4>(xu, kp64, sx, k, w, sw, n, out, ldo);
+        } else {
+            rows_seq<2, 2>(xu, kp64, sx, k, w, sw, n, out, ldo);
+        }
         return;
     }
     constexpr int64_t kPanel = 16;
