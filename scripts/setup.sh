@@ -13,7 +13,7 @@ PACKAGES=(
   libgloo-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libboost-dev
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev libdnnl-dev libopenblas-dev
   libcli11-dev libfmt-dev
-  python3 python3-numpy
+  python3 python3-numpy python3-jsonschema
   iproute2 curl ca-certificates
 )
 

@@ -11,6 +11,7 @@
 
 #include "moeserve/cli/serve_layout.h"
 #include "moeserve/core/error.h"
+#include "moeserve/cli/structured_vocabulary.h"
 #include "moeserve/core/log.h"
 #include "moeserve/core/thread_pool.h"
 #include "moeserve/engine/dp_coordinator.h"
@@ -142,6 +143,9 @@ int run_rank(const RankOptions& o) {
     int rc = 0;
     if (sizes.dp > 1) {
         engine::DpCoordinator coordinator(core, *ctx.dp, {.pd_hybrid = engine.pd_hybrid});
+    std::string vocab_error;
+    ec.vocabulary = load_structured_vocabulary(o.engine.model, info.vocab_size, info.eos_token_ids, &vocab_error);
+    if (!ec.vocabulary) MOESERVE_LOG_W(logger, "engine", "structured outputs are off: %s", vocab_error.c_str());
         rc = engine::run_engine_loop_dp(core, coordinator, channel, logger, eo);
     } else {
         rc = engine::run_engine_loop(core, channel, logger, eo);

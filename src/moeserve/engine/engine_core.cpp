@@ -39,6 +39,7 @@ EngineCore::EngineCore(model::Model& model, ThreadPool& pool, const EngineConfig
       sampler_(model.info().vocab_size, model.info().eos_token_ids, &pool),
       runner_(model, sampler_, config.num_blocks, config.block_size) {
     stats_.engine_index = config.engine_index;
+    if (config.vocabulary) grammars_ = std::make_unique<structured::GrammarCompiler>(config.vocabulary);
 }
 
 void EngineCore::add_request(const ipc::AddRequest& add) {
@@ -46,8 +47,20 @@ void EngineCore::add_request(const ipc::AddRequest& add) {
     // so a whole run is reproducible from --seed.
     uint64_t state = config_.seed ^ (0x5851f42d4c957f2dull * static_cast<uint64_t>(++num_added_));
     const uint64_t seed = add.sampling.seed ? *add.sampling.seed : Rng::splitmix64(state);
-    scheduler_.add_request(
-        std::make_unique<Request>(add.request_id, add.prompt_token_ids, add.sampling, seed, num_added_));
+    auto request = std::make_unique<Request>(add.request_id, add.prompt_token_ids, add.sampling, seed, num_added_);
+    if (!add.sampling.grammar.empty()) {
+        // A bad grammar fails this request (a kError output from the next step), not the engine.
+        if (!grammars_) {
+            request->error = "structured outputs need the tokenizer's vocabulary, which this engine was started without";
+        } else {
+            try {
+                request->grammar = std::make_unique<structured::GrammarMatcher>(grammars_->compile(add.sampling.grammar));
+            } catch (const Error& e) {
+                request->error = std::string("structured output: ") + e.what();
+            }
+        }
+    }
+    scheduler_.add_request(std::move(request));
 }
 
 void EngineCore::abort(const ipc::Abort& abort) { scheduler_.abort_requests(abort.request_ids); }

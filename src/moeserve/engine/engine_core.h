@@ -16,6 +16,7 @@
 #include "moeserve/engine/scheduler/scheduler.h"
 #include "moeserve/ipc/messages.h"
 #include "moeserve/model/model.h"
+#include "moeserve/structured/matcher.h"
 
 namespace moeserve::engine {
 
@@ -29,6 +30,9 @@ struct EngineConfig {
     bool enable_chunked_prefill = true;
     uint64_t seed = 0;  // streams of requests without their own seed derive from it
     int32_t engine_index = 0;
+    // The bytes of each token id, for structured outputs (requests with sampling.grammar); null:
+    // such requests are rejected. The cli decodes it from the model's tokenizer.
+    std::shared_ptr<const structured::Vocabulary> vocabulary;
 };
 
 struct StepOutcome {
@@ -78,6 +82,7 @@ private:
     Scheduler scheduler_;
     Sampler sampler_;
     ModelRunner runner_;
+    std::unique_ptr<structured::GrammarCompiler> grammars_;  // compiled grammars by text
     int64_t num_added_ = 0;
     ipc::Stats stats_;
 };

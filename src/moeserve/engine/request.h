@@ -1,8 +1,9 @@
 // Request: the engine's state of one sequence (token ids only, never text), owned by the
-// Scheduler from add_request until it finishes. Depends on core and ipc only.
+// Scheduler from add_request until it finishes. Depends on core, ipc and structured only.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -10,6 +11,7 @@
 
 #include "moeserve/core/rng.h"
 #include "moeserve/ipc/messages.h"
+#include "moeserve/structured/matcher.h"
 
 namespace moeserve::engine {
 
@@ -51,7 +53,11 @@ struct Request {
 
     FinishReason finish_reason = FinishReason::kNone;
     std::optional<TokenId> stop_token_id;
-    std::string error;
+    std::string error;  // set before admission: the request is rejected with it
+
+    // Structured outputs: where the outputs so far stand in sampling.grammar (null when
+    // unconstrained). It follows output_token_ids, so a recompute preemption keeps it as is.
+    std::unique_ptr<structured::GrammarMatcher> grammar;
 
     int32_t num_prompt_tokens() const { return static_cast<int32_t>(prompt_token_ids.size()); }
     int32_t num_output_tokens() const { return static_cast<int32_t>(output_token_ids.size()); }

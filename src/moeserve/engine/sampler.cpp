@@ -67,6 +67,35 @@ void apply_penalties(float* logits, int64_t vocab, const Request& r, std::span<c
     }
 }
 
+void apply_grammar_mask(float* logits, int64_t vocab, const Request& r) {
+    if (!r.grammar) return;
+    std::vector<uint32_t> mask;
+    r.grammar->fill_next_token_bitmask(mask);
+    if (r.grammar->is_accepting()) {
+        for (TokenId t : r.sampling.stop_token_ids) {
+            if (t >= 0 && static_cast<size_t>(t >> 5) < mask.size()) mask[static_cast<size_t>(t >> 5)] |= 1u << (t & 31);
+        }
+    }
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    bool any = false;
+    for (int64_t w = 0; w * 32 < vocab; ++w) {
+        const uint32_t bits = static_cast<size_t>(w) < mask.size() ? mask[static_cast<size_t>(w)] : 0;
+        const int64_t end = std::min<int64_t>(vocab, (w + 1) * 32);
+        if (bits == 0xFFFFFFFFu && end == (w + 1) * 32) {
+            any = true;
+            continue;
+        }
+        for (int64_t t = w * 32; t < end; ++t) {
+            if ((bits >> (t & 31)) & 1) {
+                any = true;
+            } else {
+                logits[t] = kNegInf;
+            }
+        }
+    }
+    if (!any) logits[0] = 0;  // a dead end: the scheduler fails the request when token 0 is rejected
+}
+
 Sampler::Sampler(int64_t vocab_size, std::vector<TokenId> eos_token_ids, ThreadPool* pool)
     : vocab_(vocab_size),
       eos_token_ids_(std::move(eos_token_ids)),
@@ -78,6 +107,7 @@ Sampler::Sampler(int64_t vocab_size, std::vector<TokenId> eos_token_ids, ThreadP
 SampledToken Sampler::sample_row(float* logits, Request& r, kernels::cpu::SampleScratch& scratch) const {
     const auto& s = r.sampling;
     SampledToken out;
+    apply_grammar_mask(logits, vocab_, r);
     // Raw logits are needed for logprobs after sampling; keep a copy only when asked.
     std::vector<float> raw;
     if (s.logprobs) raw.assign(logits, logits + vocab_);

@@ -25,6 +25,11 @@ ipc::TokenLogprobs compute_logprobs(const float* logits, int64_t vocab, TokenId 
 // ignore_eos, and stop_token_ids) while fewer than min_tokens were generated. logits f32 [vocab].
 void apply_penalties(float* logits, int64_t vocab, const Request& request, std::span<const TokenId> eos_token_ids);
 
+// Structured outputs: -inf for every token the request's grammar does not allow next (EOS and
+// the stop tokens are allowed only where the grammar is complete). No-op without a grammar.
+// logits f32 [vocab]. If nothing is allowed, token 0 is left open and fails the request later.
+void apply_grammar_mask(float* logits, int64_t vocab, const Request& request);
+
 class Sampler {
 public:
     // pool: the rank's pool (may be null: one thread); it must outlive the sampler.
@@ -32,7 +37,8 @@ public:
 
     // rows[i]: f32 [vocab] logits of requests[i]'s last token; modified in place. Logprobs (when
     // requested) come from the raw logits, before penalties and temperature (vLLM's default
-    // raw_logprobs). Advances each non-greedy request's Rng.
+    // raw_logprobs), but after the grammar mask of a structured output. Advances each non-greedy
+    // request's Rng.
     std::vector<SampledToken> sample(std::span<float* const> rows, std::span<Request* const> requests);
 
     int64_t vocab_size() const { return vocab_; }

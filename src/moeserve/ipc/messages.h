@@ -31,6 +31,9 @@ struct SamplingParams {
     bool ignore_eos = false;
     std::optional<int32_t> logprobs;        // top-k logprobs per sampled token (0 = sampled only)
     std::optional<int32_t> prompt_logprobs; // top-k logprobs per prompt token
+    // Structured outputs: a GBNF grammar (structured/grammar.h) the output must match; empty =
+    // unconstrained. The server converts JSON Schema / regex / choices into it.
+    std::string grammar;
 };
 
 struct AddRequest {

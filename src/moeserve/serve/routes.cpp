@@ -363,3 +363,4 @@ void Router::fail_job(const std::shared_ptr<Job>& job, int status, const std::st
 }
 
 }  // namespace moeserve::serve
+            s.grammar = p.grammar;

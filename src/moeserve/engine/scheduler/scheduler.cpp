@@ -36,6 +36,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, std::uni
 
 std::optional<std::string> Scheduler::validate(const Request& r) const {
     const auto& s = r.sampling;
+    if (!r.error.empty()) return r.error;
     if (requests_.count(r.request_id)) return fmt::format("request id '{}' is already in use", r.request_id);
     if (r.prompt_token_ids.empty()) return std::string("the prompt is empty; it needs at least one token");
     if (s.max_tokens < 1) return fmt::format("max_tokens must be >= 1; got {}", s.max_tokens);
@@ -236,6 +237,16 @@ std::vector<ipc::RequestOutput> Scheduler::update(const ScheduledBatch& batch, c
         if (!samples) continue;
         MOESERVE_CHECK(result.sampled[i].has_value(), "{}: no token sampled at the end of its tokens", r->request_id);
         const SampledToken& tok = *result.sampled[i];
+        if (r->grammar && !r->grammar->accept_token(tok.token_id)) {
+            // Only when no token of the vocabulary can continue the grammar (the mask was empty).
+            std::string error = fmt::format(
+                "structured output: no token of the vocabulary can continue the grammar after {} tokens",
+                r->num_output_tokens());
+            ipc::RequestOutput fail = finish(r, FinishReason::kError);  // r is gone from here on
+            fail.error = std::move(error);
+            outputs.push_back(std::move(fail));
+            continue;
+        }
         r->append_output(tok.token_id);
         ++counters_.num_generation_tokens;
         ipc::RequestOutput out = output_of(*r);

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <set>
 
+#include "moeserve/serve/openai/structured_output_parse.h"
+
 namespace moeserve::serve::openai {
 namespace {
 
@@ -343,7 +345,9 @@ CompletionRequest parse_completion_request(const Json& body, const ModelLimits& 
     f.boolean("echo", r.echo);
     f.number("logprobs", r.params.logprobs);
     if (const Json* v = f.get("suffix")) bad("suffix", "'suffix' is not supported");
+    for (const char* k : kStructuredOutputFields) f.get(k);
     f.reject_unknown({"user", "logit_bias", "service_tier", "metadata", "store", "priority"});
+    r.params.grammar = parse_structured_output(body);
     validate(r.params);
     return r;
 }
@@ -374,8 +378,10 @@ ChatCompletionRequest parse_chat_request(const Json& body, const ModelLimits& li
         r.tools = *v;
     }
     r.chat_template_kwargs = object_or_empty(f.get("chat_template_kwargs"), "chat_template_kwargs");
+    for (const char* k : kStructuredOutputFields) f.get(k);
     f.reject_unknown({"user", "logit_bias", "service_tier", "metadata", "store", "priority",
-                      "tool_choice", "parallel_tool_calls", "response_format", "modalities"});
+                      "tool_choice", "parallel_tool_calls", "modalities"});
+    r.params.grammar = parse_structured_output(body);
     if (r.params.logprobs) {
         check(*r.params.logprobs <= kMaxLogprobs, "top_logprobs",
               fmt::format("'top_logprobs' must be in [0, {}]; got {}", kMaxLogprobs, *r.params.logprobs));

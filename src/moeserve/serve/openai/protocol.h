@@ -65,6 +65,7 @@ struct GenerationParams {
     bool include_usage = false;             // stream_options.include_usage
     bool continuous_usage_stats = false;    // stream_options.continuous_usage_stats (vLLM)
     std::optional<int32_t> logprobs;        // top-k per token (chat: top_logprobs when logprobs)
+    std::string grammar;  // structured outputs: GBNF the output must match (structured_output_parse.h)
 };
 
 // One prompt of /v1/completions: text, or token ids given by the client.

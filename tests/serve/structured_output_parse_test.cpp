@@ -1,0 +1,77 @@
+// The structured-output request fields -> GBNF, and their 400 errors (param + path in message).
+#include "moeserve/serve/openai/structured_output_parse.h"
+
+#include <gtest/gtest.h>
+
+#include "moeserve/serve/openai/parse.h"
+#include "moeserve/structured/grammar.h"
+
+namespace moeserve::serve::openai {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+const ModelLimits kLimits{"tiny", 512, 1000};
+
+std::pair<std::string, std::string> error_of(const char* body) {
+    try {
+        parse_chat_request(Json::parse(body), kLimits);
+    } catch (const ApiError& e) {
+        EXPECT_EQ(e.status(), 400);
+        return {e.param().value_or(""), e.what()};
+    }
+    return {"", "no error"};
+}
+
+TEST(StructuredOutputParseTest, EveryShapeGivesAGrammar) {
+    const char* bodies[] = {
+        R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
+        R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {"name": "a", "strict": true, "schema": {"type": "integer"}}}})",
+        R"({"messages": [{"role": "user", "content": "x"}], "guided_json": "{\"type\": \"boolean\"}"})",
+        R"({"messages": [{"role": "user", "content": "x"}], "guided_regex": "[ab]+", "guided_decoding_backend": "xgrammar"})",
+        R"({"messages": [{"role": "user", "content": "x"}], "guided_choice": ["a", "b"]})",
+        R"({"messages": [{"role": "user", "content": "x"}], "guided_grammar": "root ::= \"x\""})",
+        R"({"messages": [{"role": "user", "content": "x"}], "structured_outputs": {"json": {"type": "null"}}})",
+        R"({"messages": [{"role": "user", "content": "x"}], "structured_outputs": {"choice": ["x"]}})",
+    };
+    for (const char* b : bodies) {
+        const auto r = parse_chat_request(Json::parse(b), kLimits);
+        EXPECT_FALSE(r.params.grammar.empty()) << b;
+        EXPECT_NO_THROW(structured::parse_gbnf(r.params.grammar)) << r.params.grammar;
+    }
+    const auto text = parse_chat_request(
+        Json::parse(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "text"}})"),
+        kLimits);
+    EXPECT_TRUE(text.params.grammar.empty());
+    const auto c = parse_completion_request(
+        Json::parse(R"({"prompt": "x", "response_format": {"type": "json_object"}})"), kLimits);
+    EXPECT_FALSE(c.params.grammar.empty());
+}
+
+TEST(StructuredOutputParseTest, ErrorsNameParamAndPath) {
+    EXPECT_EQ(
+        error_of(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "bogus"}})"),
+        std::make_pair(
+            std::string("response_format"),
+            std::string("'response_format.type' must be one of 'text', 'json_object', 'json_schema'; got 'bogus'")));
+    const auto [param, message] = error_of(
+        R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {"properties": {"age": {"type": "foo"}}}}}})");
+    EXPECT_EQ(param, "response_format");
+    EXPECT_EQ(message.rfind("response_format.json_schema.schema.properties.age: unsupported type 'foo'", 0), 0u)
+        << message;
+    EXPECT_EQ(
+        error_of(R"({"messages": [{"role": "user", "content": "x"}], "guided_regex": "(", "guided_choice": ["a"]})")
+            .first,
+        "guided_choice");
+    EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "guided_regex": "("})").first,
+              "guided_regex");
+    EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "guided_grammar": "root ::= ("})").first,
+              "guided_grammar");
+    EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "structured_outputs": {"regex": 3}})").first,
+              "structured_outputs");
+    EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "response_format": "json"})").first,
+              "response_format");
+}
+
+}  // namespace
+}  // namespace moeserve::serve::openai
