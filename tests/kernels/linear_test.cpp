@@ -17,6 +17,19 @@ using test::Floats;
 constexpr float kTol = 2e-6f;
 float bf16_tol(cpu::Isa isa) { return isa >= cpu::Isa::kAvx512 ? 4e-6f : kTol; }
 
+// Runs fn(isa) for every ISA, and the avx512 levels also with the prefill GEMM's rounded x.
+template <typename F>
+void for_each_mode(F&& fn) {
+    test::for_each_isa([&](cpu::Isa isa) {
+        fn(isa);
+        if (isa < cpu::Isa::kAvx512) return;
+        SCOPED_TRACE("MOESERVE_BF16_ACTIVATIONS=round");
+        cpu::set_bf16_round_activations(true);
+        fn(isa);
+        cpu::set_bf16_round_activations(false);
+    });
+}
+
 struct Shape {
     int64_t m, k, n;
 };
@@ -29,10 +42,10 @@ void check_shape(const Shape& s, int threads, uint32_t seed, cpu::Isa isa) {
     // bf16 weights, starting one element past the vector start (unaligned).
     std::vector<uint16_t> wb = test::random_bf16(s.n * s.k, rng);
     linear_bf16(pool, x.data(), s.m, s.k, wb.data() + 1, s.n, out.data());
-    // The avx512 GEMM (m > 8) rounds x to bf16 once (see matmul_tile_avx512.cpp): its reference
-    // takes the same rounded x, so the check stays as tight as the f32 paths'.
+    // With MOESERVE_BF16_ACTIVATIONS=round the avx512 GEMM (m > 8) rounds x to bf16 once (see
+    // matmul_tile_avx512.cpp): its reference takes the same rounded x, so the check stays as tight.
     Floats xr(s.m * s.k);
-    const bool rounds_x = isa >= cpu::Isa::kAvx512 && s.m > 8;
+    const bool rounds_x = isa >= cpu::Isa::kAvx512 && s.m > 8 && cpu::bf16_round_activations();
     for (int64_t i = 0; i < s.m * s.k; ++i) xr[i] = rounds_x ? bf16_to_f32(f32_to_bf16(x[i])) : x[i];
     linear_bf16_ref(xr.data(), s.m, s.k, wb.data() + 1, s.n, ref.data());
     expect_close(out.data(), ref.data(), s.m * s.n, bf16_tol(isa) * float(s.k), "bf16");
@@ -45,7 +58,7 @@ void check_shape(const Shape& s, int threads, uint32_t seed, cpu::Isa isa) {
 }
 
 TEST(LinearTest, OddShapesMatchReference) {
-    test::for_each_isa([&](cpu::Isa isa) {
+    for_each_mode([&](cpu::Isa isa) {
         uint32_t seed = 1;
         for (int threads : {1, 2, 3}) {
             for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 17, 255}) {
@@ -62,7 +75,7 @@ TEST(LinearTest, OddShapesMatchReference) {
 }
 
 TEST(LinearTest, LargeShapesMatchReference) {
-    test::for_each_isa([&](cpu::Isa isa) {
+    for_each_mode([&](cpu::Isa isa) {
         // Qwen3-30B-A3B-like slices: o_proj [1024, 2048] at decode and prefill, k across blocks.
         for (Shape s : {Shape{1, 1000, 517}, Shape{4, 2048, 256}, Shape{8, 1024, 300}, Shape{64, 1000, 200},
                         Shape{130, 600, 400}}) {

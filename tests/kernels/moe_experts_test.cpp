@@ -51,12 +51,13 @@ void check(const Case& c, int threads, uint32_t seed) {
         moe_experts_bf16(pool, x.data(), c.tokens, ids.data(), w.data(), c.k, ex, scratch, out.data());
     }
     moe_experts_bf16_ref(x.data(), c.tokens, ids.data(), w.data(), c.k, ex, ref.data());
-    // The avx512 GEMM (experts with > 8 tokens) rounds activations to bf16 once: 2^-9 relative
-    // per element, a few 1e-3 on these sums (linear_test checks that GEMM exactly).
+    // With MOESERVE_BF16_ACTIVATIONS=round the avx512 GEMM (experts with > 8 tokens) rounds
+    // activations to bf16 once: 2^-9 relative per element, a few 1e-3 on these sums (linear_test
+    // checks that GEMM exactly).
     std::vector<int> per_expert(size_t(c.global_experts), 0);
     for (int32_t e : ids) per_expert[size_t(e)]++;
     const bool gemm = *std::max_element(per_expert.begin(), per_expert.end()) > 8;
-    const float tol = active_isa() >= Isa::kAvx512 && gemm ? 1e-2f : 1e-5f;
+    const float tol = active_isa() >= Isa::kAvx512 && bf16_round_activations() && gemm ? 1e-2f : 1e-5f;
     test::expect_close(out.data(), ref.data(), c.tokens * c.hidden, tol, "moe");
     if (c.global_experts - c.num_experts >= c.k) {
         for (int64_t i = 0; i < c.hidden; ++i) ASSERT_EQ(out[(c.tokens - 1) * c.hidden + i], 0.0f);
@@ -64,18 +65,24 @@ void check(const Case& c, int threads, uint32_t seed) {
 }
 
 TEST(MoeExpertsTest, MatchesReference) {
-    test::for_each_isa([&](cpu::Isa) {
-        uint32_t seed = 10;
-        for (int threads : {1, 2, 3}) {
-            // Decode-like: 1 token top-8 of 16 (all local), odd sizes.
-            check({1, 100, 33, 16, 0, 16, 8}, threads, seed++);
-            // A few tokens, k = 1, EP slice [4, 12) of 16 experts.
-            check({3, 64, 40, 8, 4, 16, 1}, threads, seed++);
-            // GEMM path: 40 tokens over 4 local experts of 12, k = 8 -> experts with many tokens.
-            check({40, 72, 50, 4, 8, 12, 8}, threads, seed++);
-            // Odd hidden/inter and many idle experts.
-            check({17, 33, 7, 32, 0, 64, 2}, threads, seed++);
+    test::for_each_isa([&](cpu::Isa isa) {
+        for (bool round : {false, true}) {
+            if (round && isa < Isa::kAvx512) continue;
+            SCOPED_TRACE(testing::Message() << "bf16 activations rounded: " << round);
+            set_bf16_round_activations(round);
+            uint32_t seed = 10;
+            for (int threads : {1, 2, 3}) {
+                // Decode-like: 1 token top-8 of 16 (all local), odd sizes.
+                check({1, 100, 33, 16, 0, 16, 8}, threads, seed++);
+                // A few tokens, k = 1, EP slice [4, 12) of 16 experts.
+                check({3, 64, 40, 8, 4, 16, 1}, threads, seed++);
+                // GEMM path: 40 tokens over 4 local experts of 12, k = 8 -> experts with many tokens.
+                check({40, 72, 50, 4, 8, 12, 8}, threads, seed++);
+                // Odd hidden/inter and many idle experts.
+                check({17, 33, 7, 32, 0, 64, 2}, threads, seed++);
+            }
         }
+        set_bf16_round_activations(false);
     });
 }
 

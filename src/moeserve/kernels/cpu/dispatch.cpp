@@ -76,7 +76,7 @@ void matmul_tile(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16
         case Isa::kRef: matmul_tile_ref(x, ldx, m, k, w, n, out, ldo); return;
         case Isa::kAvx2: matmul_tile_avx2(x, ldx, m, k, w, n, out, ldo, pack); return;
         case Isa::kAvx512:
-        case Isa::kAmx: matmul_tile_avx512(x, ldx, m, k, w, n, out, ldo, pack); return;
+        case Isa::kAmx: matmul_tile_avx512(x, ldx, m, k, w, n, out, ldo, pack, bf16_round_activations()); return;
     }
 }
 

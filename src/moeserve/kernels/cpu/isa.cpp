@@ -153,6 +153,25 @@ void set_active_isa(Isa isa) {
     g_isa.store(static_cast<int>(isa));
 }
 
+namespace {
+std::atomic<int> g_round{-1};
+}  // namespace
+
+bool bf16_round_activations() {
+    int v = g_round.load(std::memory_order_relaxed);
+    if (v >= 0) return v == 1;
+    const char* env = std::getenv("MOESERVE_BF16_ACTIVATIONS");
+    const std::string_view s = env == nullptr ? "" : env;
+    if (!s.empty() && s != "split" && s != "round") {
+        raise(ErrorCode::kInvalidArgument, "MOESERVE_BF16_ACTIVATIONS='{}' is not one of split, round", s);
+    }
+    v = s == "round" ? 1 : 0;
+    g_round.store(v);
+    return v == 1;
+}
+
+void set_bf16_round_activations(bool round) { g_round.store(round ? 1 : 0); }
+
 std::string isa_summary() {
     const CpuFeatures& f = cpu_features();
     std::string s = std::string("isa=") + isa_name(active_isa()) + " (best " + isa_name(best_isa()) +
@@ -165,6 +184,7 @@ std::string isa_summary() {
     add(f.avx512_bf16, "avx512_bf16");
     add(f.avx512_vnni, "avx512_vnni");
     add(f.amx_tile && f.os_amx, "amx");
+    if (active_isa() >= Isa::kAvx512 && bf16_round_activations()) s += "; bf16 prefill activations rounded";
     return s + ")";
 }
 

@@ -185,12 +185,14 @@ void gemv(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, 
 }
 
 // ---- GEMM (m > kGemvMaxRows, prefill): bf16 pairs. ----
-// x is rounded to bf16 once per call (one rounding, 2^-9 relative per element: the same choice
-// as the bf16 weights themselves; the GEMV keeps hi + lo because decode is memory-bound and the
-// second product is free there, while here it would halve the throughput). Weights are packed
-// per block into panels of 32 rows x kc as bf16 pairs: panel[q * 32 + c] = (w[c, 2q], w[c, 2q+1])
-// as one 32-bit word, so a micro-kernel step is two 64-byte loads, one broadcast pair of x per
-// row and two vdpbf16ps per row (64 MACs), with MR x 32 outputs in 2 * MR zmm accumulators.
+// By default x is split into hi + lo bf16 as in the GEMV, so prefill logits keep the f32 bound
+// the model tests hold (2e-5 of the largest logit vs the float64 reference); that costs two
+// vdpbf16ps per product, the f32-FMA rate. MOESERVE_BF16_ACTIVATIONS=round rounds x to bf16 once
+// instead (2^-9 relative per element, what llama.cpp does for bf16 weights): twice the rate,
+// logits off by ~1e-3 relative. Weights are packed per block into panels of 32 rows x kc as bf16
+// pairs: panel[q * 32 + c] = (w[c, 2q], w[c, 2q+1]) as one 32-bit word, so a micro-kernel step
+// is two 64-byte loads, one broadcast pair of x (two when split) per row and two (four)
+// vdpbf16ps per row, with MR x 32 outputs in 2 * MR zmm accumulators.
 constexpr int64_t kKc = 512;  // k per block (256 pairs): an 8-row x block is 8 KiB in L1
 constexpr int64_t kNc = 128;  // weight rows per packed block: 128 KiB of pairs in L2
 constexpr int kPr = 32;       // panel width (2 zmm of f32 outputs)
@@ -213,10 +215,11 @@ void pack_panel(const uint16_t* w, int64_t k, int64_t rows, int64_t p0, int64_t 
     }
 }
 
-// c[MR, ncols] (+)= x pairs [MR, pairs] (row stride ldxa words) @ panel [pairs, 32].
-template <int MR>
-void micro_kernel(const uint32_t* xa, int64_t ldxa, const uint32_t* b, int64_t pairs, float* c, int64_t ldc,
-                  int64_t ncols, bool accumulate) {
+// c[MR, ncols] (+)= x pairs [MR, pairs] (row stride ldxa words) @ panel [pairs, 32]; with
+// kSplit, x = hi + lo pairs (xh, xl) and each panel step is multiplied by both.
+template <int MR, bool kSplit>
+void micro_kernel(const uint32_t* xh, const uint32_t* xl, int64_t ldxa, const uint32_t* b, int64_t pairs, float* c,
+                  int64_t ldc, int64_t ncols, bool accumulate) {
     __m512 acc0[MR], acc1[MR];
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
@@ -225,9 +228,14 @@ void micro_kernel(const uint32_t* xa, int64_t ldxa, const uint32_t* b, int64_t p
         const __m512bh b1 = as_bh(_mm512_load_si512(b + q * kPr + 16));
 #pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) {
-            const __m512bh a = as_bh(_mm512_set1_epi32(static_cast<int>(xa[i * ldxa + q])));
+            const __m512bh a = as_bh(_mm512_set1_epi32(static_cast<int>(xh[i * ldxa + q])));
             acc0[i] = _mm512_dpbf16_ps(acc0[i], a, b0);
             acc1[i] = _mm512_dpbf16_ps(acc1[i], a, b1);
+            if constexpr (kSplit) {
+                const __m512bh l = as_bh(_mm512_set1_epi32(static_cast<int>(xl[i * ldxa + q])));
+                acc0[i] = _mm512_dpbf16_ps(acc0[i], l, b0);
+                acc1[i] = _mm512_dpbf16_ps(acc1[i], l, b1);
+            }
         }
     }
     const __mmask16 m0 = tail_mask16(ncols), m1 = tail_mask16(ncols - 16);
@@ -244,17 +252,18 @@ void micro_kernel(const uint32_t* xa, int64_t ldxa, const uint32_t* b, int64_t p
     }
 }
 
-void micro_dispatch(int mr, const uint32_t* xa, int64_t ldxa, const uint32_t* b, int64_t pairs, float* c, int64_t ldc,
-                    int64_t ncols, bool accumulate) {
+template <bool kSplit>
+void micro_dispatch(int mr, const uint32_t* xh, const uint32_t* xl, int64_t ldxa, const uint32_t* b, int64_t pairs,
+                    float* c, int64_t ldc, int64_t ncols, bool acc) {
     switch (mr) {
-        case 1: micro_kernel<1>(xa, ldxa, b, pairs, c, ldc, ncols, accumulate); break;
-        case 2: micro_kernel<2>(xa, ldxa, b, pairs, c, ldc, ncols, accumulate); break;
-        case 3: micro_kernel<3>(xa, ldxa, b, pairs, c, ldc, ncols, accumulate); break;
-        case 4: micro_kernel<4>(xa, ldxa, b, pairs, c, ldc, ncols, accumulate); break;
-        case 5: micro_kernel<5>(xa, ldxa, b, pairs, c, ldc, ncols, accumulate); break;
-        case 6: micro_kernel<6>(xa, ldxa, b, pairs, c, ldc, ncols, accumulate); break;
-        case 7: micro_kernel<7>(xa, ldxa, b, pairs, c, ldc, ncols, accumulate); break;
-        default: micro_kernel<8>(xa, ldxa, b, pairs, c, ldc, ncols, accumulate); break;
+        case 1: micro_kernel<1, kSplit>(xh, xl, ldxa, b, pairs, c, ldc, ncols, acc); break;
+        case 2: micro_kernel<2, kSplit>(xh, xl, ldxa, b, pairs, c, ldc, ncols, acc); break;
+        case 3: micro_kernel<3, kSplit>(xh, xl, ldxa, b, pairs, c, ldc, ncols, acc); break;
+        case 4: micro_kernel<4, kSplit>(xh, xl, ldxa, b, pairs, c, ldc, ncols, acc); break;
+        case 5: micro_kernel<5, kSplit>(xh, xl, ldxa, b, pairs, c, ldc, ncols, acc); break;
+        case 6: micro_kernel<6, kSplit>(xh, xl, ldxa, b, pairs, c, ldc, ncols, acc); break;
+        case 7: micro_kernel<7, kSplit>(xh, xl, ldxa, b, pairs, c, ldc, ncols, acc); break;
+        default: micro_kernel<8, kSplit>(xh, xl, ldxa, b, pairs, c, ldc, ncols, acc); break;
     }
 }
 
@@ -268,12 +277,18 @@ void round_rows(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t kp, u
     }
 }
 
+template <bool kSplit>
 void gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out, int64_t ldo,
           uint32_t* pack) {
     const int64_t kp = (k + 31) / 32 * 32;
-    auto* xb = static_cast<uint16_t*>(thread_scratch(1, m * kp * 2));
-    round_rows(x, ldx, m, k, kp, xb);
-    const auto* xa = reinterpret_cast<const uint32_t*>(xb);
+    auto* xb = static_cast<uint16_t*>(thread_scratch(1, 2 * m * kp * 2));
+    if (kSplit) {
+        split_rows(x, ldx, m, k, kp, xb, xb + m * kp);
+    } else {
+        round_rows(x, ldx, m, k, kp, xb);
+    }
+    const auto* xh = reinterpret_cast<const uint32_t*>(xb);
+    const auto* xl = reinterpret_cast<const uint32_t*>(xb + m * kp);
     const int64_t ldxa = kp / 2;
     // Equal k blocks of even length (k = 1024: two of 512; 384: one).
     const int64_t num_kb = (k + kKc - 1) / kKc;
@@ -288,9 +303,10 @@ void gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, 
             }
             for (int64_t i0 = 0; i0 < m; i0 += kMr) {
                 const int mr = static_cast<int>(imin(kMr, m - i0));
+                const int64_t xo = i0 * ldxa + p0 / 2;
                 for (int64_t q = 0; q < num_panels; ++q) {
-                    micro_dispatch(mr, xa + i0 * ldxa + p0 / 2, ldxa, pack + q * pairs * kPr, pairs,
-                                   out + i0 * ldo + j0 + q * kPr, ldo, imin(kPr, nc - q * kPr), p0 > 0);
+                    micro_dispatch<kSplit>(mr, xh + xo, xl + xo, ldxa, pack + q * pairs * kPr, pairs,
+                                           out + i0 * ldo + j0 + q * kPr, ldo, imin(kPr, nc - q * kPr), p0 > 0);
                 }
             }
         }
@@ -302,14 +318,19 @@ void gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, 
 int64_t matmul_pack_floats_avx512() { return kNc * (kKc / 2) + 16; }
 
 void matmul_tile_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out,
-                        int64_t ldo, float* pack) {
+                        int64_t ldo, float* pack, bool round_x) {
     if (m <= 0 || n <= 0) return;
     if (m <= kGemvMaxRows) {
         gemv(x, ldx, m, k, w, n, out, ldo);
     } else {
         // The pack buffer is 32-byte aligned at best; the panels want 64 for aligned loads.
         const auto addr = reinterpret_cast<uintptr_t>(pack);
-        gemm(x, ldx, m, k, w, n, out, ldo, reinterpret_cast<uint32_t*>((addr + 63) & ~uintptr_t{63}));
+        auto* aligned = reinterpret_cast<uint32_t*>((addr + 63) & ~uintptr_t{63});
+        if (round_x) {
+            gemm<false>(x, ldx, m, k, w, n, out, ldo, aligned);
+        } else {
+            gemm<true>(x, ldx, m, k, w, n, out, ldo, aligned);
+        }
     }
 }
 
