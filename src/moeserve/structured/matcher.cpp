@@ -12,6 +12,8 @@ namespace {
 constexpr size_t kMaxStacks = 4096;
 // Masks kept per compiled grammar before the cache is cleared (each is vocab/8 bytes).
 constexpr size_t kMaxCachedMasks = 2048;
+// Interned stack sets a matcher's transition memo keeps between steps (each ~1 KiB + its stacks).
+constexpr size_t kMaxMemoSets = 4096;
 
 std::string state_key(const StackSet& s) {
     std::string key(s.ends.size() * 4 + s.data.size() * 4, '\0');
@@ -92,14 +94,49 @@ void CompiledGrammar::advance(const StackSet& in, uint8_t b, StackSet& out, std:
     }
 }
 
-std::shared_ptr<const std::vector<uint32_t>> CompiledGrammar::token_mask(const StackSet& state) const {
+int32_t TransitionMemo::intern(const StackSet& s) {
+    std::string key = state_key(s);
+    const auto it = ids_.find(key);
+    if (it != ids_.end()) return it->second;
+    const auto id = static_cast<int32_t>(sets_.size());
+    ids_.emplace(std::move(key), id);
+    sets_.push_back(s);
+    next_.resize(next_.size() + 256, -2);
+    uint32_t begin = 0;
+    bool live = false;
+    for (uint32_t end : s.ends) {
+        live = live || end > begin;
+        begin = end;
+    }
+    live_.push_back(live ? 1 : 0);
+    return id;
+}
+
+int32_t TransitionMemo::next(const CompiledGrammar& g, int32_t id, uint8_t b) {
+    const int32_t known = next_[static_cast<size_t>(id) * 256 + b];
+    if (known != -2) return known;
+    g.advance(sets_[static_cast<size_t>(id)], b, tmp_, scratch_);
+    const int32_t to = tmp_.empty() ? kDead : intern(tmp_);
+    next_[static_cast<size_t>(id) * 256 + b] = to;  // after intern, which may grow next_
+    return to;
+}
+
+void TransitionMemo::clear() {
+    sets_.clear();
+    ids_.clear();
+    next_.clear();
+    live_.clear();
+}
+
+std::shared_ptr<const std::vector<uint32_t>> CompiledGrammar::token_mask(const StackSet& state,
+                                                                         TransitionMemo& memo) const {
     std::string key = state_key(state);
     {
         std::lock_guard<std::mutex> lock(mutex_);
         const auto it = masks_.find(key);
         if (it != masks_.end()) return it->second;
     }
-    auto mask = std::make_shared<const std::vector<uint32_t>>(compute_mask(state));
+    auto mask = std::make_shared<const std::vector<uint32_t>>(compute_mask(state, memo));
     std::lock_guard<std::mutex> lock(mutex_);
     ++num_computed_;
     if (masks_.size() >= kMaxCachedMasks) masks_.clear();
@@ -112,35 +149,30 @@ int64_t CompiledGrammar::num_mask_computations() const {
     return num_computed_;
 }
 
-// Depth-first walk of the vocabulary trie, carrying the stack set after each prefix; a subtree
-// is skipped as soon as its first byte is not allowed (most of the vocabulary, most steps).
 std::vector<uint32_t> CompiledGrammar::compute_mask(const StackSet& state) const {
+    TransitionMemo memo;
+    return compute_mask(state, memo);
+}
+
+// Depth-first walk of the vocabulary trie, carrying the (interned) stack set after each prefix;
+// a subtree is skipped as soon as its first byte is not allowed (most of the vocabulary, most
+// steps). Each (set, byte) transition is computed once per memo.
+std::vector<uint32_t> CompiledGrammar::compute_mask(const StackSet& state, TransitionMemo& memo) const {
+    // Bounded memory: a memo that grew large over many steps starts again.
+    if (memo.size() > kMaxMemoSets) memo.clear();
     const Vocabulary& v = *vocab_;
     std::vector<uint32_t> mask(static_cast<size_t>((v.size() + 31) / 32), 0);
     const auto& nodes = v.nodes();
     const auto& edges = v.edges();
     const auto& tokens = v.node_tokens();
-    std::vector<StackSet> levels(1);
-    levels[0] = state;
-    std::vector<int32_t> scratch;
     struct Frame {
         uint32_t node;
         uint32_t next_edge;
-        ByteSet first;  // bytes the stacks of this level may consume
-    };
-    const auto first_bytes = [&](const StackSet& s) {
-        ByteSet f;
-        uint32_t begin = 0;
-        for (uint32_t end : s.ends) {
-            if (end > begin)
-                f |= grammar_
-                         .byte_sets[static_cast<size_t>(grammar_.elements[static_cast<size_t>(s.data[end - 1])].value)];
-            begin = end;
-        }
-        return f;
+        int32_t set;
     };
     std::vector<Frame> frames;
-    frames.push_back({0, 0, first_bytes(state)});
+    const int32_t start = memo.intern(state);
+    if (memo.can_consume(start)) frames.push_back({0, 0, start});
     while (!frames.empty()) {
         Frame& f = frames.back();
         const Vocabulary::Node& node = nodes[f.node];
@@ -149,20 +181,14 @@ std::vector<uint32_t> CompiledGrammar::compute_mask(const StackSet& state) const
             continue;
         }
         const Vocabulary::Edge& e = edges[node.first_edge + f.next_edge++];
-        if (!f.first.test(e.byte)) continue;
-        const size_t depth = frames.size();
-        if (levels.size() <= depth) levels.resize(depth + 1);
-        advance(levels[depth - 1], e.byte, levels[depth], scratch);
-        if (levels[depth].empty()) continue;
+        const int32_t to = memo.next(*this, f.set, e.byte);
+        if (to == TransitionMemo::kDead) continue;
         const Vocabulary::Node& child = nodes[e.child];
         for (uint32_t t = child.tokens_begin; t < child.tokens_end; ++t) {
             const auto id = static_cast<uint32_t>(tokens[t]);
             mask[id >> 5] |= 1u << (id & 31);
         }
-        if (child.num_edges > 0) {
-            ByteSet next = first_bytes(levels[depth]);
-            if (!next.empty()) frames.push_back({e.child, 0, next});
-        }
+        if (child.num_edges > 0 && memo.can_consume(to)) frames.push_back({e.child, 0, to});
     }
     return mask;
 }
@@ -194,7 +220,7 @@ bool GrammarMatcher::accept_bytes(std::string_view bytes) {
 }
 
 void GrammarMatcher::fill_next_token_bitmask(std::vector<uint32_t>& mask) const {
-    const auto cached = grammar_->token_mask(state_);
+    const auto cached = grammar_->token_mask(state_, memo_);
     mask.assign(cached->begin(), cached->end());
     if (is_accepting()) {
         for (TokenId t : grammar_->vocabulary().eos_token_ids()) {

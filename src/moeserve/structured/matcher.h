@@ -31,6 +31,30 @@ struct StackSet {
     }
 };
 
+class CompiledGrammar;
+
+// The stack sets a matcher has reached while walking the trie, interned, with their byte
+// transitions: a DFA built lazily (inside a JSON string every byte leads to one of a handful of
+// sets, so most trie nodes cost one table lookup). Owned by one matcher; not thread-safe.
+class TransitionMemo {
+public:
+    static constexpr int32_t kDead = -1;
+    int32_t intern(const StackSet& s);
+    // The set reached from set `id` by byte b (kDead when b is not allowed).
+    int32_t next(const CompiledGrammar& g, int32_t id, uint8_t b);
+    bool can_consume(int32_t id) const { return live_[static_cast<size_t>(id)] != 0; }
+    size_t size() const { return sets_.size(); }
+    void clear();
+
+private:
+    std::vector<StackSet> sets_;
+    std::unordered_map<std::string, int32_t> ids_;
+    std::vector<int32_t> next_;  // [set * 256 + byte], -2 = not computed yet
+    std::vector<uint8_t> live_;  // the set has a stack that can consume a byte
+    StackSet tmp_;
+    std::vector<int32_t> scratch_;
+};
+
 // A grammar bound to a vocabulary. Shared (read-only except its mask cache, which is locked)
 // by every request that uses the same grammar text. Thread-safe.
 class CompiledGrammar {
@@ -46,14 +70,19 @@ public:
     // out = the stacks of in after consuming byte b (deduplicated); empty = b is not allowed.
     void advance(const StackSet& in, uint8_t b, StackSet& out, std::vector<int32_t>& scratch) const;
 
-    // Bitmask words (bit t of word t/32) of the tokens allowed next in state, EOS excluded.
-    std::shared_ptr<const std::vector<uint32_t>> token_mask(const StackSet& state) const;
+    // Bitmask words (bit t of word t/32) of the tokens allowed next in state, EOS excluded;
+    // from the cache, else computed with memo (the caller's, reused across its steps).
+    std::shared_ptr<const std::vector<uint32_t>> token_mask(const StackSet& state, TransitionMemo& memo) const;
 
     int64_t num_mask_computations() const;  // cache misses so far (for tests and benchmarks)
 
+    // The mask of state computed afresh, bypassing the cache (with a fresh memo: what a cold
+    // cache miss costs; for tests and benchmarks).
+    std::vector<uint32_t> compute_mask(const StackSet& state, TransitionMemo& memo) const;
+    std::vector<uint32_t> compute_mask(const StackSet& state) const;
+
 private:
     void expand_prefix(std::vector<int32_t>& stack, size_t len, StackSet& out) const;
-    std::vector<uint32_t> compute_mask(const StackSet& state) const;
 
     Grammar grammar_;
     std::shared_ptr<const Vocabulary> vocab_;
@@ -88,6 +117,7 @@ private:
     StackSet state_;
     StackSet next_;
     std::vector<int32_t> scratch_;
+    mutable TransitionMemo memo_;
 };
 
 // Compiles GBNF text against a vocabulary, caching compiled grammars by their text (up to
