@@ -13,7 +13,7 @@ using test::expect_close;
 using test::Floats;
 
 // f32 accumulation in a different order than the (double) reference; the avx512 bf16 GEMV also
-// splits x into hi + lo bf16 (|x - hi - lo| <= 2^-18 |x|).
+// splits x into three bf16 parts (|x - parts| <= 2^-27 |x|) and sums three products.
 constexpr float kTol = 2e-6f;
 float bf16_tol(cpu::Isa isa) { return isa >= cpu::Isa::kAvx512 ? 4e-6f : kTol; }
 
