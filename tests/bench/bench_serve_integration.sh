@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # Integration: `moeserve bench serve` against the real `moeserve serve` with the tiny model on a
-# free loopback port: 8 prompts (32 in / 16 out) must all succeed and the result JSON must have
+# port it binds itself: 8 prompts (32 in / 16 out) must all succeed and the result JSON must have
 # every field. Every wait is bounded; the server is stopped by its pid.
 set -euo pipefail
 BIN="$1"
 WORK="$2"
 rm -rf "$WORK" && mkdir -p "$WORK"
 timeout 120 "$BIN" make-model --arch qwen3_moe --size tiny --out "$WORK/tiny" > /dev/null
-PORT=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$BIN" serve --model "$WORK/tiny" --port "$PORT" --kv-cache-memory 256M > "$WORK/serve.log" 2>&1 &
+# --port 0: the server binds a free port and logs it (a port picked here could be taken meanwhile).
+"$BIN" serve --model "$WORK/tiny" --port 0 --kv-cache-memory 256M > "$WORK/serve.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true' EXIT
-for _ in $(seq 1 120); do
-  if curl -s -m 1 "http://127.0.0.1:$PORT/health" > /dev/null; then break; fi
-  sleep 0.5
+PORT=""
+for _ in $(seq 1 240); do
+  [ -z "$PORT" ] && PORT=$(sed -n 's|.*listening on http://[^ ]*:\([0-9]*\) .*|\1|p' "$WORK/serve.log" | head -1)
+  if [ -n "$PORT" ] && curl -sf -m 1 "http://127.0.0.1:$PORT/health" > /dev/null; then break; fi
+  sleep 0.25
 done
 timeout 180 "$BIN" bench serve --port "$PORT" --tokenizer "$WORK/tiny" --num-prompts 8 \
   --random-input-len 32 --random-output-len 16 --ignore-eos --disable-tqdm \

@@ -19,8 +19,8 @@ import concurrent.futures
 import http.client
 import json
 import os
+import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,10 +35,22 @@ COMMON = ["--threads", "1", "--served-model-name", "tiny", "--max-model-len", "2
           "--heartbeat-timeout-ms", "5000", "--max-num-seqs", "8"]
 
 
-def free_port(host="127.0.0.1"):
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+# Multi-node deployments share one rank-plane key (ipc/auth.h); a fixed one is fine in tests.
+RANK_PLANE_KEY = "integration-test-rank-plane-key-0123456789"
+
+
+def wait_for_store_port(proc, log, timeout=30):
+    """The rendezvous port a head started with --data-parallel-rpc-port 0 reports once bound."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        log.seek(0)
+        m = re.search(r"rendezvous store on \S+?:(\d+) ", log.read().decode(errors="replace"))
+        if m:
+            return int(m.group(1))
+        if proc.poll() is not None:
+            raise RuntimeError("head exited before binding its rendezvous store")
+        time.sleep(0.05)
+    raise RuntimeError("head did not report its rendezvous port")
 
 
 class Server:
@@ -46,8 +58,8 @@ class Server:
 
     def __init__(self, *extra, prefix=(), host="127.0.0.1", wait=True, env=None):
         self.host = host
-        self.port = free_port() if host == "127.0.0.1" else 18000 + os.getpid() % 1000
-        cmd = [*prefix, ARGS.moeserve, "serve", "--model", ARGS.model, "--host", host, "--port", str(self.port), *COMMON, *extra]
+        self.port = None  # --port 0: the server reports the port it bound
+        cmd = [*prefix, ARGS.moeserve, "serve", "--model", ARGS.model, "--host", host, "--port", "0", *COMMON, *extra]
         self.log = tempfile.TemporaryFile()  # an unread pipe could fill up and block the server
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log, env=env)
         self.prefix = prefix
@@ -63,6 +75,12 @@ class Server:
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError("server exited: " + self.log_text())
+            if self.port is None:
+                m = re.search(r"listening on http://\S+?:(\d+) ", self.log_text())
+                if m is None:
+                    time.sleep(0.05)
+                    continue
+                self.port = int(m.group(1))
             try:
                 if self.request("GET", "/health")[0] == 200:
                     return
@@ -245,7 +263,8 @@ class Parallel(unittest.TestCase):
         cases = [
             (["--data-parallel-size", "2", "--data-parallel-size-local", "3"], "exceeds --data-parallel-size"),
             (["--data-parallel-size", "2", "--data-parallel-start-rank", "1", "--data-parallel-size-local", "1"], "--headless"),
-            (["--data-parallel-size", "2", "--data-parallel-size-local", "1"], "--data-parallel-rpc-port"),
+            (["--data-parallel-size", "2", "--data-parallel-size-local", "1"], "--data-parallel-address"),
+            (["--data-parallel-size", "2", "--data-parallel-size-local", "1", "--data-parallel-address", "127.0.0.1"], "MOESERVE_RANK_PLANE_KEY"),
             (["--tensor-parallel-size", "3"], "num_attention_heads"),
             (["--headless", "--data-parallel-size", "2", "--data-parallel-start-rank", "1"], "--data-parallel-rpc-port"),
         ]
@@ -254,13 +273,18 @@ class Parallel(unittest.TestCase):
             self.assertNotEqual(out.returncode, 0, flags)
             self.assertIn(message, out.stderr.decode(), flags)
         # Nodes that disagree (here --block-size) are refused with a message, not a hang.
-        rpc = free_port()
         layout = [ARGS.moeserve, "serve", "--model", ARGS.model, *COMMON, "--data-parallel-size", "2", "--data-parallel-size-local", "1",
-                  "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", str(rpc), "--distributed-timeout-ms", "5000"]
-        head = subprocess.Popen([*layout, "--port", str(free_port())], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        node = subprocess.run([*layout, "--headless", "--data-parallel-start-rank", "1", "--block-size", "32"],
-                              capture_output=True, timeout=30)
-        _, head_err = head.communicate(timeout=30)
+                  "--data-parallel-address", "127.0.0.1", "--distributed-timeout-ms", "5000"]
+        env = {**os.environ, "MOESERVE_RANK_PLANE_KEY": RANK_PLANE_KEY}
+        head_log = tempfile.TemporaryFile()
+        head = subprocess.Popen([*layout, "--port", "0", "--data-parallel-rpc-port", "0"], stdout=subprocess.DEVNULL,
+                                stderr=head_log, env=env)
+        rpc = wait_for_store_port(head, head_log)
+        node = subprocess.run([*layout, "--data-parallel-rpc-port", str(rpc), "--headless", "--data-parallel-start-rank", "1",
+                               "--block-size", "32"], capture_output=True, timeout=30, env=env)
+        head.wait(timeout=30)
+        head_log.seek(0)
+        head_err = head_log.read()
         self.assertNotEqual(node.returncode, 0)
         # Whichever side sees the mismatch first names it; the other may only see the peer leave
         # (e.g. "lost the rendezvous store" when the head aborts first).
@@ -291,15 +315,16 @@ class Netns(unittest.TestCase):
                 if sh(cmd) != 0:
                     self.skipTest("cannot set up the veth pair: " + cmd)
             expected = reference_texts()
-            rpc = 29600 + pid % 300
             layout = ["--data-parallel-size", "2", "--data-parallel-size-local", "1", "--enable-expert-parallel",
-                      "--data-parallel-address", addr_a, "--data-parallel-rpc-port", str(rpc), "--distributed-timeout-ms", "8000"]
-            head = Server(*layout, "--data-parallel-start-rank", "0", prefix=("ip", "netns", "exec", a), host=addr_a,
-                          wait=False, env={**os.environ, "GLOO_SOCKET_IFNAME": va})
+                      "--data-parallel-address", addr_a, "--distributed-timeout-ms", "8000"]
+            key = {"MOESERVE_RANK_PLANE_KEY": RANK_PLANE_KEY}
+            head = Server(*layout, "--data-parallel-start-rank", "0", "--data-parallel-rpc-port", "0", prefix=("ip", "netns", "exec", a),
+                          host=addr_a, wait=False, env={**os.environ, **key, "GLOO_SOCKET_IFNAME": va})
+            rpc = wait_for_store_port(head.proc, head.log)
             node_log = tempfile.TemporaryFile()
             node = subprocess.Popen(["ip", "netns", "exec", b, ARGS.moeserve, "serve", "--model", ARGS.model, "--headless",
-                                     *COMMON, *layout, "--data-parallel-start-rank", "1"],
-                                    stdout=subprocess.DEVNULL, stderr=node_log, env={**os.environ, "GLOO_SOCKET_IFNAME": vb})
+                                     *COMMON, *layout, "--data-parallel-rpc-port", str(rpc), "--data-parallel-start-rank", "1"],
+                                    stdout=subprocess.DEVNULL, stderr=node_log, env={**os.environ, **key, "GLOO_SOCKET_IFNAME": vb})
             try:
                 head.wait_healthy(60)
                 got = head.complete_all(PROMPTS[:3])  # concurrent: both engines get some

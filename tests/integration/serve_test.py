@@ -11,6 +11,7 @@ import asyncio
 import http.client
 import json
 import os
+import re
 import resource
 import signal
 import socket
@@ -25,29 +26,36 @@ TIMEOUT = 30  # seconds for any single HTTP exchange
 API_KEY = "test-key"
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def listening_port(log_text):
+    """The port a `serve --port 0` reports once bound (never guessed by the test)."""
+    m = re.search(r"listening on http://\S+?:(\d+) ", log_text)
+    return int(m.group(1)) if m else None
 
 
 class Server:
-    def __init__(self, *extra, api_key=API_KEY):
-        self.port = free_port()
+    def __init__(self, *extra, api_key=API_KEY, model=None, env=None, preexec_fn=None, new_session=False):
+        self.port = None
         self.api_key = api_key
-        cmd = [ARGS.moeserve, "serve", "--model", ARGS.model, "--port", str(self.port),
+        cmd = [ARGS.moeserve, "serve", "--model", model or ARGS.model, "--port", "0",
                "--threads", "1", "--served-model-name", "tiny", "--max-model-len", "512",
-               "--kv-cache-memory", "64M", "--heartbeat-timeout-ms", "5000", *extra]
+               "--kv-cache-memory", "64M", *extra]
+        if "--heartbeat-timeout-ms" not in extra:
+            cmd += ["--heartbeat-timeout-ms", "5000"]
         if api_key:
             cmd += ["--api-key", api_key]
         # The log goes to a file: an unread pipe would fill up and block the server.
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log, env=env, preexec_fn=preexec_fn,
+                                     start_new_session=new_session)
         deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                self.log.seek(0)
-                raise RuntimeError("server exited: " + self.log.read().decode())
+                raise RuntimeError("server exited: " + self.log_text())
+            if self.port is None:
+                self.port = listening_port(self.log_text())
+                if self.port is None:
+                    time.sleep(0.05)
+                    continue
             try:
                 if self.request("GET", "/health")[0] == 200:
                     return
@@ -56,6 +64,10 @@ class Server:
             time.sleep(0.1)
         self.proc.kill()
         raise RuntimeError("server not healthy within 60 s")
+
+    def log_text(self):
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
 
     def conn(self):
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=TIMEOUT)
@@ -373,7 +385,7 @@ class Load(unittest.TestCase):
 
         async def one(i):
             reader, writer = await asyncio.open_connection("127.0.0.1", s.port)
-            writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                          b"Authorization: Bearer " + API_KEY.encode() + b"\r\nConnection: close\r\n"
                          b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
             await writer.drain()

@@ -76,6 +76,46 @@ TEST(ChannelTest, PollTimesOut) {
     EXPECT_EQ(server.poll(10).kind, ServerChannel::Event::Kind::kTimeout);
 }
 
+constexpr const char* kKey = "a-test-rank-plane-key-of-enough-length-0123";
+
+TEST(ChannelAuthTest, EnginesWithTheKeyTalk) {
+    const auto a = make_addresses("channel_auth_ok", 1);
+    ServerChannel server(a.output, a.inputs, {.rank_plane_key = kKey});
+    EngineChannel engine(a.inputs[0], a.output, {.rank_plane_key = kKey});
+    EXPECT_EQ(wait_for(server, ServerChannel::Event::Kind::kConnected).engine, 0);
+    ASSERT_TRUE(server.send(0, Abort{{"r"}}));
+    const auto got = engine.receive(5000);
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(std::get<Abort>(*got).request_ids[0], "r");
+    ASSERT_TRUE(engine.send(HealthReply{0, true, "hi"}));
+    EXPECT_TRUE(wait_for(server, ServerChannel::Event::Kind::kMessage).message.has_value());
+}
+
+TEST(ChannelAuthTest, APeerWithoutTheKeyGetsNothingAndSendsNothing) {
+    const auto a = make_addresses("channel_auth_stranger", 1);
+    ServerChannel server(a.output, a.inputs, {.rank_plane_key = kKey});
+    // Without a key, and with another key: the handshake fails; the request is not delivered.
+    EngineChannel plain(a.inputs[0], a.output);
+    EngineChannel wrong(a.inputs[0], a.output, {.rank_plane_key = "another-key-that-is-long-enough-0123456789"});
+    EXPECT_EQ(wait_for(server, ServerChannel::Event::Kind::kRejected).kind, ServerChannel::Event::Kind::kRejected);
+    plain.send(HealthReply{0, true, "forged"});
+    wrong.send(HealthReply{0, true, "forged"});
+    for (int i = 0; i < 10; ++i) EXPECT_NE(server.poll(50).kind, ServerChannel::Event::Kind::kMessage);
+    EngineChannel real(a.inputs[0], a.output, {.rank_plane_key = kKey});
+    EXPECT_EQ(wait_for(server, ServerChannel::Event::Kind::kConnected).engine, 0);
+    ASSERT_TRUE(server.send(0, Abort{{"only-for-the-real-one"}}));
+    const auto got = real.receive(5000);
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(std::get<Abort>(*got).request_ids[0], "only-for-the-real-one");
+    EXPECT_FALSE(plain.receive(200).has_value());
+    EXPECT_FALSE(wrong.receive(200).has_value());
+}
+
+TEST(ChannelAuthTest, ShortKeysAreRefused) {
+    const auto a = make_addresses("channel_auth_short", 1);
+    EXPECT_THROW(ServerChannel(a.output, a.inputs, {.rank_plane_key = "short"}), Error);
+}
+
 TEST(ChannelTest, BindingABadAddressRaises) {
     EXPECT_THROW(ServerChannel("ipc:///nonexistent-dir/out", {}), Error);
     EXPECT_THROW(ServerChannel("nonsense://x", {}), Error);

@@ -38,7 +38,7 @@ TEST(EngineClientTest, RoutesByOutstandingTokens) {
     const std::string out = "ipc://" + (dir / "out").string();
     const std::vector<std::string> in = {"ipc://" + (dir / "in0").string(), "ipc://" + (dir / "in1").string()};
     Logger logger("test", LogLevel::kError);
-    EngineClient client({out, in, 30000}, logger);
+    EngineClient client({.output_address = out, .input_addresses = in, .heartbeat_timeout_ms = 30000}, logger);
     ipc::EngineChannel e0(in[0], out), e1(in[1], out);
     e0.send(ipc::HealthReply{0, true, "ready"});
     e1.send(ipc::HealthReply{1, true, "ready"});
@@ -85,7 +85,7 @@ TEST(EngineClientTest, StepWatchdogFlagsAnEngineThatStopsStepping) {
     const std::string out = "ipc://" + (dir / "out").string();
     const std::vector<std::string> in = {"ipc://" + (dir / "in0").string()};
     Logger logger("test", LogLevel::kError);
-    EngineClient client({out, in, 30000, /*step_watchdog_ms=*/200}, logger);
+    EngineClient client({.output_address = out, .input_addresses = in, .heartbeat_timeout_ms = 30000, .step_watchdog_ms = 200}, logger);
     ipc::EngineChannel e0(in[0], out);
     e0.send(ipc::HealthReply{0, true, "ready"});
     ASSERT_TRUE(client.wait_ready(5000));

@@ -5,13 +5,14 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <thread>
 
 #include "moeserve/cli/serve_layout.h"
-#include "moeserve/core/error.h"
 #include "moeserve/cli/structured_vocabulary.h"
+#include "moeserve/core/error.h"
 #include "moeserve/core/log.h"
 #include "moeserve/core/thread_pool.h"
 #include "moeserve/engine/dp_coordinator.h"
@@ -20,8 +21,10 @@
 #include "moeserve/engine/engine_proc_tp.h"
 #include "moeserve/engine/kv_cache/kv_cache_manager.h"
 #include "moeserve/engine/scheduler/policy_pd_hybrid.h"
+#include "moeserve/ipc/auth.h"
 #include "moeserve/model/registry.h"
 #include "moeserve/parallel/gloo_comm.h"
+#include "moeserve/parallel/rendezvous.h"
 
 namespace moeserve::cli {
 
@@ -36,7 +39,16 @@ struct RankOptions {
     int store_port = 0;
     std::string gloo_iface, gloo_hostname;
     int distributed_timeout_ms = 30000;
+    int heartbeat_timeout_ms = 30000;
 };
+
+// An engine socket address: as given, or (kAddressFromStore) as the head published it.
+std::string engine_address(const RankOptions& o, const std::string& given, const std::string& key) {
+    if (given != kAddressFromStore) return given;
+    parallel::TcpStore store(o.store_host, o.store_port, std::chrono::milliseconds(o.distributed_timeout_ms));
+    const std::vector<char> value = store.get(key);
+    return std::string(value.begin(), value.end());
+}
 
 int64_t total_ram_bytes() {
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
@@ -131,21 +143,25 @@ int run_rank(const RankOptions& o) {
     ec.enable_prefix_caching = engine.enable_prefix_caching;
     ec.seed = engine.seed;
     ec.engine_index = groups.dp_rank;
+    std::string vocab_error;
+    ec.vocabulary = load_structured_vocabulary(o.engine.model, info.vocab_size, info.eos_token_ids, &vocab_error);
+    if (!ec.vocabulary) MOESERVE_LOG_W(logger, "engine", "structured outputs are off: %s", vocab_error.c_str());
     std::unique_ptr<engine::SchedulingPolicy> policy;
     if (engine.pd_hybrid) policy = std::make_unique<engine::PdHybridPolicy>();
     engine::EngineCore core(*served, pool, ec, std::move(policy));
     MOESERVE_LOG_I(logger, "engine", "model %s loaded: %d KV blocks of %d tokens, resident %.1f MiB",
                    info.model_type.c_str(), ec.num_blocks, ec.block_size, mib(resident_bytes()));
-    ipc::EngineChannel channel(o.input_address, o.output_address);
+    // The deployment's rank-plane key comes in the environment (never argv, which ps shows).
+    const char* key = std::getenv(ipc::kRankPlaneKeyEnv);
+    ipc::EngineChannel channel(engine_address(o, o.input_address, store_key_input_address(groups.dp_rank)),
+                               engine_address(o, o.output_address, store_key_output_address()),
+                               {.heartbeat_timeout_ms = o.heartbeat_timeout_ms, .rank_plane_key = key ? key : ""});
     engine::EngineProcOptions eo{.engine_index = groups.dp_rank};
     if (leader) eo.heartbeat_ms = static_cast<int>(std::min<int64_t>(eo.heartbeat_ms, keepalive_interval(o).count()));
     if (leader) eo.on_iteration = [&leader] { leader->keepalive(); };
     int rc = 0;
     if (sizes.dp > 1) {
         engine::DpCoordinator coordinator(core, *ctx.dp, {.pd_hybrid = engine.pd_hybrid});
-    std::string vocab_error;
-    ec.vocabulary = load_structured_vocabulary(o.engine.model, info.vocab_size, info.eos_token_ids, &vocab_error);
-    if (!ec.vocabulary) MOESERVE_LOG_W(logger, "engine", "structured outputs are off: %s", vocab_error.c_str());
         rc = engine::run_engine_loop_dp(core, coordinator, channel, logger, eo);
     } else {
         rc = engine::run_engine_loop(core, channel, logger, eo);
@@ -171,6 +187,7 @@ void add_rank_command(CLI::App& app, std::function<int()>* action) {
     rank->add_option("--gloo-iface", r->gloo_iface);
     rank->add_option("--gloo-hostname", r->gloo_hostname);
     rank->add_option("--distributed-timeout-ms", r->distributed_timeout_ms);
+    rank->add_option("--heartbeat-timeout-ms", r->heartbeat_timeout_ms);
     rank->callback([r, action] { *action = [r] { return run_rank(*r); }; });
 }
 

@@ -10,8 +10,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
+#include <cctype>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <optional>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -22,6 +29,7 @@
 #include "moeserve/cli/serve_layout.h"
 #include "moeserve/core/error.h"
 #include "moeserve/core/log.h"
+#include "moeserve/ipc/auth.h"
 #include "moeserve/parallel/rendezvous.h"
 #include "moeserve/serve/engine_client.h"
 #include "moeserve/serve/http_server.h"
@@ -39,21 +47,33 @@ struct ServeOptions {
     std::string served_model_name;
     std::string host = "127.0.0.1";
     int port = 8000;
-    std::string api_key;
+    std::vector<std::string> api_keys;
+    std::vector<std::string> allowed_hosts;
     bool trust_remote_code = false;
     int http_threads = 1;
+    int api_workers = 4;
+    int max_connections = 0;
+    int max_choices_per_request = 256;
     int64_t max_request_body_bytes = 16 << 20;
     double drain_timeout = 30;
     double engine_ready_timeout = 600;
+    double request_queue_timeout = 600;  // seconds; 0 = off
     int heartbeat_timeout_ms = 30000;
     double step_watchdog_timeout = 120;  // seconds; 0 = off
+    std::string rank_plane_key_file;
 };
 
-// fork + exec of this binary as a rank; the child dies with us (PR_SET_PDEATHSIG).
-pid_t spawn_rank(const std::vector<std::string>& args) {
-    std::vector<char*> argv;
-    for (const auto& s : args) argv.push_back(const_cast<char*>(s.c_str()));
+// fork + exec of this binary as a rank. The child ignores SIGINT and SIGTERM: a signal to the
+// whole process group (Ctrl-C, systemd's stop) must not kill the ranks under the requests the
+// head is still draining; the head stops them (Shutdown, then SIGKILL), and they die with it
+// (PR_SET_PDEATHSIG). env: the child's whole environment (built before fork: no allocation in
+// the child of a threaded parent).
+pid_t spawn_rank(const std::vector<std::string>& args, const std::vector<std::string>& env) {
+    std::vector<char*> argv, envp;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
+    for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
     const pid_t parent = getpid();
     const pid_t pid = fork();
     if (pid < 0) raise(ErrorCode::kIo, "fork of the rank process failed: {}", std::strerror(errno));
@@ -61,12 +81,24 @@ pid_t spawn_rank(const std::vector<std::string>& args) {
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, nullptr);
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        signal(SIGINT, SIG_IGN);  // kept across exec
+        signal(SIGTERM, SIG_IGN);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent) _exit(1);
-        execv("/proc/self/exe", argv.data());
+        execve("/proc/self/exe", argv.data(), envp.data());
         _exit(127);
     }
     return pid;
+}
+
+// This process's environment with `name=value` set (replacing any earlier value).
+std::vector<std::string> environment_with(const std::string& name, const std::string& value) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+        if (std::string_view(*e).rfind(name + "=", 0) != 0) env.emplace_back(*e);
+    }
+    env.push_back(name + "=" + value);
+    return env;
 }
 
 std::string describe_status(int status) {
@@ -85,9 +117,15 @@ public:
         int status = 0;
     };
 
+    explicit RankProcesses(std::vector<std::string> env) : env_(std::move(env)) {}
+
     void spawn(const std::vector<std::string>& argv, int rank) {
         std::lock_guard lock(mutex_);
-        ranks_.push_back({spawn_rank(argv), rank});
+        ranks_.push_back({spawn_rank(argv, env_), rank});
+    }
+    bool empty() const {
+        std::lock_guard lock(mutex_);
+        return ranks_.empty();
     }
     std::vector<Rank> snapshot() const {
         std::lock_guard lock(mutex_);
@@ -119,24 +157,142 @@ public:
         for (const auto& r : ranks_) if (!r.exited) return false;
         return true;
     }
-    void signal_all(int sig) const {
+    void kill_all() const {
         std::lock_guard lock(mutex_);
-        for (const auto& r : ranks_) if (!r.exited) kill(r.pid, sig);
+        for (const auto& r : ranks_) if (!r.exited) kill(r.pid, SIGKILL);
     }
-    // Waits up to timeout_s for every rank to exit (someone runs watch()), then SIGKILLs the rest.
+    // Waits up to timeout_s for every rank to exit (someone runs watch()), then kills the rest.
     void wait_or_kill(double timeout_s) const {
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
         while (!all_exited() && std::chrono::steady_clock::now() < deadline) {
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
-        signal_all(SIGKILL);
+        kill_all();
     }
 
 private:
+    const std::vector<std::string> env_;
     mutable std::mutex mutex_;
     std::vector<Rank> ranks_;
 };
 
+// SIGINT / SIGTERM, taken by one thread (blocked in every other thread, before any starts).
+class SignalWatcher {
+public:
+    SignalWatcher() {
+        sigemptyset(&set_);
+        sigaddset(&set_, SIGTERM);
+        sigaddset(&set_, SIGINT);
+        pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+        signal(SIGPIPE, SIG_IGN);
+    }
+    ~SignalWatcher() {
+        quit_ = true;
+        if (thread_.joinable()) thread_.join();
+    }
+    void start() {
+        thread_ = std::thread([this] {
+            while (!quit_) {
+                const timespec tick{0, 100'000'000};
+                const int sig = sigtimedwait(&set_, nullptr, &tick);
+                if (sig <= 0) continue;
+                std::lock_guard lock(mutex_);
+                last_ = sig;
+                ++count_;
+                cv_.notify_all();
+            }
+        });
+    }
+    // Signals received so far (the first asks for a drain, a second for an immediate stop).
+    int count() const {
+        std::lock_guard lock(mutex_);
+        return count_;
+    }
+    int last() const {
+        std::lock_guard lock(mutex_);
+        return last_;
+    }
+    // Waits until more than `seen` signals arrived, at most timeout; the count then.
+    int wait_beyond(int seen, std::chrono::milliseconds timeout) {
+        std::unique_lock lock(mutex_);
+        cv_.wait_for(lock, timeout, [&] { return count_ > seen; });
+        return count_;
+    }
+
+private:
+    sigset_t set_;
+    std::atomic<bool> quit_{false};
+    mutable std::mutex mutex_;
+    std::condition_variable cv_;
+    int count_ = 0, last_ = 0;
+    std::thread thread_;
+};
+
+// Runs fn when the scope ends, however it ends (the cleanup of a failed startup).
+class ScopeExit {
+public:
+    explicit ScopeExit(std::function<void()> fn) : fn_(std::move(fn)) {}
+    ~ScopeExit() {
+        if (fn_) fn_();
+    }
+    ScopeExit(const ScopeExit&) = delete;
+    ScopeExit& operator=(const ScopeExit&) = delete;
+
+private:
+    std::function<void()> fn_;
+};
+
+// The private folder of the ipc:// sockets, /tmp/moeserve-<pid> (mode 0700: only this user can
+// connect). Removed when destroyed; folders of earlier servers that no longer run (killed,
+// crashed) are removed when one is created.
+class IpcDir {
+public:
+    IpcDir() {
+        remove_stale();
+        path_ = std::filesystem::temp_directory_path() / fmt::format("moeserve-{}", getpid());
+        std::error_code ignored;
+        std::filesystem::remove_all(path_, ignored);  // a dead server's, whose pid we now have
+        if (mkdir(path_.c_str(), 0700) != 0) {
+            raise(ErrorCode::kIo, "cannot create the ipc folder {}: {}", path_.string(), std::strerror(errno));
+        }
+    }
+    ~IpcDir() {
+        std::error_code ignored;
+        std::filesystem::remove_all(path_, ignored);
+    }
+    std::string path() const { return path_.string(); }
+
+private:
+    static void remove_stale() {
+        std::error_code ec;
+        for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::temp_directory_path(), ec)) {
+            const std::string name = entry.path().filename().string();
+            if (name.rfind("moeserve-", 0) != 0 || name.size() == 9) continue;
+            if (name.find_first_not_of("0123456789", 9) != std::string::npos) continue;
+            struct stat st {};
+            if (stat(entry.path().c_str(), &st) != 0 || st.st_uid != getuid()) continue;
+            const long pid = std::strtol(name.c_str() + 9, nullptr, 10);
+            if (pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+                std::filesystem::remove_all(entry.path(), ec);
+            }
+        }
+    }
+    std::filesystem::path path_;
+};
+
+// The deployment's rank-plane key (ipc/auth.h): --rank-plane-key-file, else the environment,
+// else (all ranks on this node) a fresh one. Ranks on other nodes must be given the same key.
+std::string rank_plane_key(const ServeOptions& o, const Deployment& d) {
+    if (!o.rank_plane_key_file.empty()) {
+        std::string key = read_text_file(o.rank_plane_key_file);
+        while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
+        return key;
+    }
+    if (const char* key = std::getenv(ipc::kRankPlaneKeyEnv); key && *key) return key;
+    if (d.all_local) return ipc::random_rank_plane_key();
+    raise(ErrorCode::kInvalidArgument, "ranks on several nodes need the same rank-plane key on every node: set {} "
+          "(32+ random characters, e.g. from `head -c 32 /dev/urandom | xxd -p -c 64`) or --rank-plane-key-file", ipc::kRankPlaneKeyEnv);
+}
 
 // Compute threads per rank: --threads, else the host's cores divided between its ranks.
 int threads_per_rank(const EngineOptions& e, int local_ranks) {
@@ -159,57 +315,72 @@ void spawn_local_ranks(RankProcesses& ranks, const EngineOptions& e, const Deplo
                    d.local * d.sizes.tp, d.start, d.start + d.local - 1, d.sizes.tp, d.sizes.ep, threads, e.model.c_str());
 }
 
-void block_signals(sigset_t& signals) {
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGTERM);
-    sigaddset(&signals, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-    signal(SIGPIPE, SIG_IGN);
-}
-
 // ---- a --headless node: only ranks ----
 
 int run_headless(const ServeOptions& o, const Deployment& d) {
     Logger logger(fmt::format("node dp{}..{}", d.start, d.start + d.local - 1), parse_log_level(o.engine.log_level));
-    sigset_t signals;
-    block_signals(signals);
-    sigaddset(&signals, SIGUSR1);  // the watcher wakes the signal thread with it
-    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-    RankProcesses ranks;
-    spawn_local_ranks(ranks, o.engine, d, d.rpc_port, "", logger);
+    SignalWatcher signals;
+    RankProcesses ranks(environment_with(ipc::kRankPlaneKeyEnv, rank_plane_key(o, d)));
     std::atomic<int> failures{0};
-    std::thread signal_thread([&] {
-        int sig = 0;
-        sigwait(&signals, &sig);
-        if (sig == SIGUSR1) return;  // our own wake-up: the ranks are gone
-        MOESERVE_LOG_I(logger, "api", "signal %d: stopping the ranks", sig);
-        ranks.signal_all(SIGTERM);
+    std::thread watcher;
+    ScopeExit cleanup([&] {
+        ranks.kill_all();
+        if (watcher.joinable()) watcher.join();
     });
+    spawn_local_ranks(ranks, o.engine, d, d.rpc_port, "", logger);
     // The node lives as long as its ranks: the first one that fails takes the others down (the
     // deployment steps in lock-step; a partial node is of no use to the head).
-    ranks.watch([&](const RankProcesses::Rank& r) {
-        const bool ok = WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
-        if (!ok) {
-            MOESERVE_LOG_E(logger, "api", "rank %d (process %d) %s; stopping this node's ranks", r.rank, r.pid,
-                           describe_status(r.status).c_str());
-            if (failures++ == 0) ranks.signal_all(SIGTERM);
-        }
+    watcher = std::thread([&] {
+        ranks.watch([&](const RankProcesses::Rank& r) {
+            const bool ok = WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
+            if (!ok) {
+                MOESERVE_LOG_E(logger, "api", "rank %d (process %d) %s; stopping this node's ranks", r.rank, r.pid,
+                               describe_status(r.status).c_str());
+                if (failures++ == 0) ranks.kill_all();
+            }
+        });
     });
-    pthread_kill(signal_thread.native_handle(), SIGUSR1);
-    signal_thread.join();
-    MOESERVE_LOG_I(logger, "api", "all ranks exited");
+    signals.start();
+    // The ranks leave when the head shuts the deployment down; a signal here stops them at once
+    // (there is nothing to drain on a node without the API server).
+    while (!ranks.all_exited()) {
+        if (signals.wait_beyond(0, std::chrono::milliseconds(100)) > 0) {
+            MOESERVE_LOG_I(logger, "api", "signal %d: stopping the ranks", signals.last());
+            ranks.kill_all();
+            break;
+        }
+    }
     return failures > 0 ? 1 : 0;
 }
 
 // ---- the API server ----
 
+// Waits for the requests in flight to finish (at most drain_timeout, or until a second signal),
+// then aborts the rest and gives their answers a moment to go out.
+void drain(const ServeOptions& o, serve::EngineClient& engines, SignalWatcher& signals, Logger& logger) {
+    const int seen = signals.count();
+    const auto drain_end = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.drain_timeout);
+    while (engines.num_in_flight() > 0 && std::chrono::steady_clock::now() < drain_end) {
+        if (signals.wait_beyond(seen, std::chrono::milliseconds(20)) > seen) {
+            MOESERVE_LOG_W(logger, "api", "second signal: not waiting for the running requests");
+            break;
+        }
+    }
+    if (engines.num_in_flight() > 0) {
+        MOESERVE_LOG_W(logger, "api", "aborting %d requests still running", engines.num_in_flight());
+        engines.abort_all();
+        for (int i = 0; i < 100 && engines.num_in_flight() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let the last answers go out
+}
+
 int run_serve(ServeOptions o) {
-    if (o.port < 0 || o.port > 65535) raise(ErrorCode::kInvalidArgument, "--port must be in [0, 65535]; got {}", o.port);
     const auto config = read_model_config(o.engine.model);
     o.engine.max_model_len = resolve_max_model_len(o.engine, config);
     // env: GLOO_SOCKET_IFNAME, the network interface the ranks' Gloo transport binds.
     const char* iface = std::getenv("GLOO_SOCKET_IFNAME");
-    const Deployment d = make_deployment(o.parallel, config, iface ? iface : "");
+    Deployment d = make_deployment(o.parallel, config, iface ? iface : "");
+    d.heartbeat_timeout_ms = o.heartbeat_timeout_ms;
     if (o.parallel.headless) return run_headless(o, d);
 
     Logger logger("api", parse_log_level(o.engine.log_level));
@@ -218,8 +389,12 @@ int run_serve(ServeOptions o) {
     serve::RouterConfig rc;
     rc.limits.served_model_name = o.served_model_name.empty() ? o.engine.model : o.served_model_name;
     rc.limits.max_model_len = o.engine.max_model_len;
-    rc.limits.vocab_size = static_cast<int32_t>(config.value("vocab_size", int64_t{tok.vocab_size()}));
-    rc.api_key = o.api_key;
+    rc.limits.vocab_size = config_int(config, "vocab_size", tok.vocab_size(), o.engine.model);
+    rc.api_keys = o.api_keys;
+    rc.allowed_hosts = o.allowed_hosts;
+    rc.loopback_only = serve::is_loopback_host(o.host);
+    rc.max_choices_per_request = o.max_choices_per_request;
+    rc.num_workers = o.api_workers;
     rc.model_path = o.engine.model;
     rc.version = MOESERVE_VERSION;
     if (const auto eos = config.find("eos_token_id"); eos != config.end()) {
@@ -228,18 +403,16 @@ int run_serve(ServeOptions o) {
     }
     if (tok.eos_token_id()) rc.eos_token_ids.push_back(*tok.eos_token_id());
 
-    // Signals go to the signal thread only (blocked everywhere else, before threads start).
-    sigset_t signals;
-    block_signals(signals);
+    SignalWatcher signals;  // first: blocks SIGINT/SIGTERM before any thread starts
     rlimit files{};  // one descriptor per connection: allow as many as the hard limit does
     if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
         files.rlim_cur = files.rlim_max;
         setrlimit(RLIMIT_NOFILE, &files);
     }
-
-    const auto ipc_path = std::filesystem::temp_directory_path() / fmt::format("moeserve-{}", getpid());
-    std::filesystem::create_directories(ipc_path);
-    const std::string ipc_dir = ipc_path.string();
+    const std::string key = rank_plane_key(o, d);
+    std::optional<IpcDir> ipc_dir;
+    if (d.all_local) ipc_dir.emplace();
+    const std::string ipc_path = ipc_dir ? ipc_dir->path() : "";
     // The rendezvous store of the ranks' Gloo world (more than one rank only).
     std::unique_ptr<parallel::TcpStoreServer> store;
     int store_port = d.rpc_port;
@@ -249,18 +422,42 @@ int run_serve(ServeOptions o) {
         MOESERVE_LOG_I(logger, "api", "rendezvous store on %s:%d for %d ranks (dp %d, tp %d, ep %d)", d.address.c_str(),
                        store_port, d.world(), d.sizes.dp, d.sizes.tp, d.sizes.ep);
     }
-    serve::EngineClientOptions eco{d.output_address(ipc_dir), {}, o.heartbeat_timeout_ms,
-                                   static_cast<int>(o.step_watchdog_timeout * 1000)};
-    for (int i = 0; i < d.sizes.dp; ++i) eco.input_addresses.push_back(d.input_address(ipc_dir, i));
+    serve::EngineClientOptions eco{.output_address = d.all_local ? d.output_address(ipc_path) : d.bind_address(), .input_addresses = {},
+                                   .heartbeat_timeout_ms = o.heartbeat_timeout_ms,
+                                   .step_watchdog_ms = static_cast<int>(o.step_watchdog_timeout * 1000),
+                                   .queue_timeout_ms = static_cast<int>(o.request_queue_timeout * 1000),
+                                   .rank_plane_key = key};
+    for (int i = 0; i < d.sizes.dp; ++i) eco.input_addresses.push_back(d.all_local ? d.input_address(ipc_path, i) : d.bind_address());
     serve::EngineClient engines(eco, logger);
+    if (!d.all_local) {  // tell the ranks on other nodes where the engine sockets are
+        parallel::TcpStore publish(d.address, store_port, std::chrono::milliseconds(d.timeout_ms));
+        const auto set = [&](const std::string& k, const std::string& v) { publish.set(k, std::vector<char>(v.begin(), v.end())); };
+        set(store_key_output_address(), engines.output_endpoint());
+        for (int i = 0; i < d.sizes.dp; ++i) set(store_key_input_address(i), engines.input_endpoint(i));
+    }
+    serve::Metrics metrics(rc.limits.served_model_name);
+    serve::Router router(rc, tok, engines, metrics, logger);  // a malformed chat template fails here
+    // Bound before any rank starts: a busy port or a bad --host fails now, not after the load.
+    serve::HttpServer server({.host = o.host, .port = o.port, .num_threads = o.http_threads,
+                              .max_body_bytes = static_cast<size_t>(o.max_request_body_bytes),
+                              .max_connections = o.max_connections, .logger = &logger},
+                             [&router](serve::HttpRequest r, std::shared_ptr<serve::Responder> s) { router.handle(std::move(r), std::move(s)); });
     const auto started = std::chrono::steady_clock::now();
-    RankProcesses ranks;
-    spawn_local_ranks(ranks, o.engine, d, store_port, ipc_dir, logger);
-
+    RankProcesses ranks(environment_with(ipc::kRankPlaneKeyEnv, key));
     std::atomic<bool> stopping{false};
+    std::thread watcher, http;
+    ScopeExit cleanup([&] {  // however run_serve ends: nothing left running, nothing left behind
+        stopping = true;
+        server.stop();
+        if (http.joinable()) http.join();
+        engines.shutdown();
+        ranks.wait_or_kill(ranks.all_exited() ? 0 : 5);
+        if (watcher.joinable()) watcher.join();
+    });
+    spawn_local_ranks(ranks, o.engine, d, store_port, ipc_path, logger);
     // A rank that exits while we serve fails every engine's requests: the DP groups step in
     // lock-step, so one missing rank stops them all (the others' collectives time out and exit).
-    std::thread watcher([&] {
+    watcher = std::thread([&] {
         ranks.watch([&](const RankProcesses::Rank& r) {
             if (stopping) return;
             const std::string reason = fmt::format("rank process {} (rank {}) {}", r.pid, r.rank, describe_status(r.status));
@@ -268,65 +465,42 @@ int run_serve(ServeOptions o) {
             for (int i = 0; i < d.sizes.dp; ++i) engines.mark_dead(i, reason);
         });
     });
-    const auto cleanup = [&] {
-        stopping = true;
-        ranks.signal_all(SIGTERM);
-        ranks.wait_or_kill(5);
-        watcher.join();
-        std::filesystem::remove_all(ipc_path);
-    };
+    signals.start();
+    // Serving from now on: /health says 503 and generation requests get 503 until the engines are up.
+    http = std::thread([&server] { server.run(); });
+    MOESERVE_LOG_I(logger, "api", "listening on http://%s:%d (max %d connections); waiting for the engines",
+                   o.host.c_str(), server.port(), server.max_connections());
 
-    // Wait for every DP engine (local and remote), but not for ranks that died.
+    // Wait for every DP engine (local and remote), but not for ranks that died, nor past a signal.
     const auto deadline = started + std::chrono::duration<double>(o.engine_ready_timeout);
     while (!engines.wait_ready(200)) {
+        if (signals.count() > 0) {
+            MOESERVE_LOG_I(logger, "api", "signal %d before the engines were ready: stopping", signals.last());
+            return 0;
+        }
         for (const auto& r : ranks.snapshot()) {
-            if (r.exited) {
-                cleanup();
-                raise(ErrorCode::kUnavailable, "rank {} {} during startup (see its messages above)", r.rank, describe_status(r.status));
-            }
+            if (r.exited) raise(ErrorCode::kUnavailable, "rank {} {} during startup (see its messages above)", r.rank, describe_status(r.status));
         }
         if (!engines.healthy() && std::chrono::steady_clock::now() > deadline) {
-            cleanup();
             raise(ErrorCode::kUnavailable, "the engines were not ready within --engine-ready-timeout {} s", o.engine_ready_timeout);
         }
     }
     MOESERVE_LOG_I(logger, "api", "%d engine(s) ready in %.2f s", d.sizes.dp,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-
-    serve::Metrics metrics(rc.limits.served_model_name);
-    serve::Router router(rc, tok, engines, metrics, logger);
-    serve::HttpServer server({.host = o.host, .port = o.port, .num_threads = o.http_threads,
-                              .max_body_bytes = static_cast<size_t>(o.max_request_body_bytes)},
-                             [&router](serve::HttpRequest r, std::shared_ptr<serve::Responder> s) { router.handle(std::move(r), std::move(s)); });
     MOESERVE_LOG_I(logger, "api", "serving %s on http://%s:%d", rc.limits.served_model_name.c_str(), o.host.c_str(), server.port());
     std::fprintf(stderr, "try: curl http://%s:%d/v1/completions -H 'Content-Type: application/json'%s -d '{\"model\": \"%s\", \"prompt\": \"Hello\", \"max_tokens\": 16}'\n",
-                 o.host.c_str(), server.port(), o.api_key.empty() ? "" : " -H 'Authorization: Bearer $MOESERVE_API_KEY'",
+                 o.host.c_str(), server.port(), o.api_keys.empty() ? "" : " -H 'Authorization: Bearer $MOESERVE_API_KEY'",
                  rc.limits.served_model_name.c_str());
 
-    std::thread signal_thread([&] {
-        int sig = 0;
-        sigwait(&signals, &sig);
-        MOESERVE_LOG_I(logger, "api", "signal %d: draining (up to %.0f s)", sig, o.drain_timeout);
-        router.set_draining();
-        server.stop_accepting();
-        const auto drain_end = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.drain_timeout);
-        while (engines.num_in_flight() > 0 && std::chrono::steady_clock::now() < drain_end) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-        if (engines.num_in_flight() > 0) {
-            MOESERVE_LOG_W(logger, "api", "aborting %d requests still running", engines.num_in_flight());
-            engines.abort_all();
-            for (int i = 0; i < 100 && engines.num_in_flight() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let the last answers go out
-        stopping = true;
-        engines.shutdown();
-        server.stop();
-    });
-    server.run();
-    signal_thread.join();
+    while (signals.wait_beyond(0, std::chrono::seconds(1)) == 0) {
+    }
+    MOESERVE_LOG_I(logger, "api", "signal %d: draining (up to %.0f s; a second signal stops at once)", signals.last(), o.drain_timeout);
+    router.set_draining();
+    server.stop_accepting();
+    drain(o, engines, signals, logger);
+    stopping = true;
+    engines.shutdown();
     ranks.wait_or_kill(10);
-    cleanup();
     MOESERVE_LOG_I(logger, "api", "stopped");
     return 0;
 }
@@ -340,7 +514,17 @@ void add_serve_command(CLI::App& app, Action* action) {
     sub->add_option("--served-model-name", o->served_model_name, "model name in the API (default: --model)");
     sub->add_option("--host", o->host)->capture_default_str();
     sub->add_option("--port", o->port, "0 = any free port")->capture_default_str();
-    sub->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on /v1 (env: MOESERVE_API_KEY)");
+    sub->add_option("--api-key", o->api_keys, "require 'Authorization: Bearer KEY' on /v1; several keys allowed "
+                    "(env: VLLM_API_KEY or MOESERVE_API_KEY, which ps does not show)")->expected(1, -1);
+    sub->add_option("--allowed-hosts", o->allowed_hosts, "Host/Origin names accepted besides loopback ones when --host is a "
+                    "loopback address ('*' = any); with another --host, if given, the only ones accepted")->expected(1, -1);
+    sub->add_option("--max-connections", o->max_connections, "open HTTP connections at most; more get 503 (0 = the open-file limit less 256)")->capture_default_str();
+    sub->add_option("--max-choices-per-request", o->max_choices_per_request, "prompts x n of one request at most (more is a 400)")->capture_default_str();
+    sub->add_option("--request-queue-timeout", o->request_queue_timeout,
+                    "seconds a request may wait without any output before it fails with 503 (0 = no limit)")->capture_default_str();
+    sub->add_option("--api-workers", o->api_workers, "threads that parse, render chat templates and tokenize (off the I/O threads)")->capture_default_str();
+    sub->add_option("--rank-plane-key-file", o->rank_plane_key_file, "file with the key that authenticates the engine sockets "
+                    "(else env MOESERVE_RANK_PLANE_KEY; a single node makes its own)");
     sub->add_flag("--trust-remote-code", o->trust_remote_code, "accepted for vllm compatibility; no effect");
     auto& p = o->parallel;
     sub->add_option("--data-parallel-size", p.data_parallel_size, "DP groups (engine cores) in the deployment")->capture_default_str();
@@ -349,7 +533,7 @@ void add_serve_command(CLI::App& app, Action* action) {
     sub->add_option("--data-parallel-start-rank", p.data_parallel_start_rank, "first DP rank on this node")->capture_default_str();
     sub->add_option("--data-parallel-address", p.data_parallel_address, "the head's address, reachable from every node (default 127.0.0.1)");
     sub->add_option("--data-parallel-rpc-port", p.data_parallel_rpc_port,
-                    "the head's rendezvous port; the API server's ZeroMQ sockets use the dp+1 ports after it (0: any, single node)")->capture_default_str();
+                    "the head's rendezvous port (0: any, single node); the engine sockets get ports the kernel picks")->capture_default_str();
     sub->add_flag("--enable-expert-parallel", p.enable_expert_parallel, "split the routed experts over all dp*tp ranks (ep = dp*tp)");
     sub->add_flag("--headless", p.headless, "run only this node's ranks (no API server); they connect to the head");
     sub->add_option("--distributed-timeout-ms", p.distributed_timeout_ms,
@@ -363,9 +547,17 @@ void add_serve_command(CLI::App& app, Action* action) {
                     "seconds an engine with requests in flight may go without completing a step before /health "
                     "reports unhealthy (0 = off)")->capture_default_str();
     sub->callback([o, action] {
-        // env: MOESERVE_API_KEY, the API key when --api-key is not given.
-        if (o->api_key.empty()) {
-            if (const char* key = std::getenv("MOESERVE_API_KEY")) o->api_key = key;
+        // env: VLLM_API_KEY or MOESERVE_API_KEY, the API key when --api-key is not given.
+        if (o->api_keys.empty()) {
+            for (const char* name : {"VLLM_API_KEY", "MOESERVE_API_KEY"}) {
+                if (const char* key = std::getenv(name); key && *key) {
+                    o->api_keys.emplace_back(key);
+                    break;
+                }
+            }
+        }
+        for (const auto& k : o->api_keys) {
+            if (k.empty()) throw CLI::ValidationError("--api-key", "an API key may not be empty");
         }
         // env: OMNI_PD_HYBRID=1 turns PD hybrid scheduling on, as --pd-hybrid does.
         if (const char* hybrid = std::getenv("OMNI_PD_HYBRID"); hybrid && std::string(hybrid) == "1") o->engine.pd_hybrid = true;

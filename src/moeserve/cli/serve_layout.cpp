@@ -45,8 +45,17 @@ nlohmann::json read_model_config(const std::string& dir) {
     return j;
 }
 
+int32_t config_int(const nlohmann::json& config, const char* field, int32_t fallback, const std::string& dir) {
+    const auto it = config.find(field);
+    if (it == config.end() || it->is_null()) return fallback;
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > INT32_MAX) {
+        raise(ErrorCode::kInvalidModel, "{}/config.json: field '{}' must be a non-negative integer; got {}", dir, field, it->dump());
+    }
+    return it->get<int32_t>();
+}
+
 int32_t resolve_max_model_len(const EngineOptions& o, const nlohmann::json& config) {
-    const int64_t positions = config.value("max_position_embeddings", int64_t{4096});
+    const int64_t positions = config_int(config, "max_position_embeddings", 4096, o.model);
     if (o.max_model_len < 0) raise(ErrorCode::kInvalidArgument, "--max-model-len must be > 0; got {}", o.max_model_len);
     if (o.max_model_len == 0) return static_cast<int32_t>(std::min<int64_t>(positions, 4096));
     if (o.max_model_len > positions) {
@@ -72,15 +81,23 @@ void add_engine_options(CLI::App* sub, EngineOptions& o) {
     sub->add_flag("--pd-hybrid", o.pd_hybrid, "PD hybrid scheduling: all DP ranks agree each step on prefill or decode (env: OMNI_PD_HYBRID=1)");
 }
 
+// Across nodes the API server binds its ZeroMQ sockets on ports the kernel picks (never ports
+// guessed from the rendezvous port: an outgoing connection may hold one) and publishes them in
+// the rendezvous store; the ranks read them there (kAddressFromStore).
 std::string Deployment::output_address(const std::string& ipc_dir) const {
     if (all_local) return "ipc://" + ipc_dir + "/out";
-    return fmt::format("tcp://{}:{}", address, rpc_port + 1);
+    return kAddressFromStore;
 }
 
 std::string Deployment::input_address(const std::string& ipc_dir, int engine) const {
     if (all_local) return fmt::format("ipc://{}/in{}", ipc_dir, engine);
-    return fmt::format("tcp://{}:{}", address, rpc_port + 2 + engine);
+    return kAddressFromStore;
 }
+
+std::string Deployment::bind_address() const { return fmt::format("tcp://{}:*", address); }
+
+std::string store_key_output_address() { return "moeserve/ipc/output"; }
+std::string store_key_input_address(int engine) { return fmt::format("moeserve/ipc/input/{}", engine); }
 
 Deployment make_deployment(const ParallelFlags& f, const nlohmann::json& config, const std::string& gloo_iface) {
     Deployment d;
@@ -106,12 +123,12 @@ Deployment make_deployment(const ParallelFlags& f, const nlohmann::json& config,
     d.all_local = !f.headless && d.local == dp;
     d.address = f.data_parallel_address.empty() ? "127.0.0.1" : f.data_parallel_address;
     d.rpc_port = f.data_parallel_rpc_port;
-    if (d.rpc_port < 0 || d.rpc_port + 2 + dp > 65535) {
-        raise(ErrorCode::kInvalidArgument, "--data-parallel-rpc-port {}: the port and the {} after it must be valid ports", d.rpc_port, dp + 1);
+    if (d.rpc_port < 0 || d.rpc_port > 65535) {
+        raise(ErrorCode::kInvalidArgument, "--data-parallel-rpc-port must be in [0, 65535]; got {}", d.rpc_port);
     }
-    if (!d.all_local && d.rpc_port == 0) {
-        raise(ErrorCode::kInvalidArgument, "ranks on several nodes need --data-parallel-rpc-port (the head's rendezvous port; "
-              "the API server's ZeroMQ sockets use the {} ports after it)", dp + 1);
+    // The head may take any free port (0; it logs the one it bound), the other nodes must be told it.
+    if (f.headless && d.rpc_port == 0) {
+        raise(ErrorCode::kInvalidArgument, "a --headless node needs --data-parallel-rpc-port (the head's rendezvous port)");
     }
     if (!d.all_local && f.data_parallel_address.empty()) {
         raise(ErrorCode::kInvalidArgument, "ranks on several nodes need --data-parallel-address (the head's address, reachable from every node)");
@@ -120,8 +137,8 @@ Deployment make_deployment(const ParallelFlags& f, const nlohmann::json& config,
         raise(ErrorCode::kInvalidArgument, "--distributed-timeout-ms must be >= 100; got {}", f.distributed_timeout_ms);
     }
     d.timeout_ms = f.distributed_timeout_ms;
-    const int64_t heads = config.value("num_attention_heads", int64_t{1});
-    const int64_t kv_heads = config.value("num_key_value_heads", heads);
+    const int64_t heads = config_int(config, "num_attention_heads", 1, "--model");
+    const int64_t kv_heads = config_int(config, "num_key_value_heads", static_cast<int32_t>(heads), "--model");
     if (heads % tp != 0) {
         raise(ErrorCode::kInvalidArgument, "--tensor-parallel-size {} does not divide the model's num_attention_heads {}", tp, heads);
     }
@@ -151,7 +168,7 @@ std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, 
         "--dp-size", std::to_string(d.sizes.dp), "--tp-size", std::to_string(d.sizes.tp), "--ep-size", std::to_string(d.sizes.ep),
         "--input-address", d.input_address(ipc_dir, dp_rank), "--output-address", d.output_address(ipc_dir),
         "--store-host", d.address, "--store-port", std::to_string(store_port),
-        "--distributed-timeout-ms", std::to_string(d.timeout_ms),
+        "--distributed-timeout-ms", std::to_string(d.timeout_ms), "--heartbeat-timeout-ms", std::to_string(d.heartbeat_timeout_ms),
         "--max-num-seqs", std::to_string(e.max_num_seqs), "--max-model-len", std::to_string(e.max_model_len),
         "--max-num-batched-tokens", std::to_string(e.max_num_batched_tokens),
         "--block-size", std::to_string(e.block_size),

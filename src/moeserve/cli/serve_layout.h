@@ -56,12 +56,20 @@ struct Deployment {
     std::string gloo_iface;    // env GLOO_SOCKET_IFNAME
     std::string gloo_hostname; // the address ranks bind when no interface is named
     int timeout_ms = 30000;
+    int heartbeat_timeout_ms = 30000;  // --heartbeat-timeout-ms: the engine sockets' liveness bound
 
     int world() const { return sizes.world(); }
-    // The API server's PULL socket and engine i's PUSH socket (all_local: under ipc_dir).
+    // The API server's PULL socket and engine i's PUSH socket as the ranks are told: under
+    // ipc_dir when all_local, else kAddressFromStore (the head binds bind_address() and
+    // publishes what it got under the store keys below).
     std::string output_address(const std::string& ipc_dir) const;
     std::string input_address(const std::string& ipc_dir, int engine) const;
+    std::string bind_address() const;  // tcp://address:* (a port the kernel picks)
 };
+
+inline constexpr const char* kAddressFromStore = "from-rendezvous-store";
+std::string store_key_output_address();
+std::string store_key_input_address(int engine);
 
 // Checks the flags against each other and the model's config (heads divisible by tp, or KV heads
 // replicated, ep | dp*tp, start + local <= dp, ports); raises Error kInvalidArgument with a
@@ -81,6 +89,9 @@ void add_rank_command(CLI::App& app, std::function<int()>* action);
 // Shared helpers.
 nlohmann::json read_model_config(const std::string& dir);
 std::string read_text_file(const std::string& path);
+// config[field] as an int32, fallback when absent; Error naming dir/config.json and the field
+// when it is not a non-negative integer.
+int32_t config_int(const nlohmann::json& config, const char* field, int32_t fallback, const std::string& dir);
 int32_t resolve_max_model_len(const EngineOptions& o, const nlohmann::json& config);
 int64_t parse_bytes(const std::string& text);
 

@@ -1,16 +1,27 @@
-// ZeroMQ implementation of the ipc channel (cppzmq). Connection events of the server's per-engine
-// input sockets come from zmq socket monitors polled together with the output socket.
+// ZeroMQ implementation of the ipc channel (cppzmq). Connection events of the server's sockets
+// come from zmq socket monitors polled together with the output socket. With a rank-plane key
+// every socket speaks CURVE: the server's bound sockets are CURVE servers whose ZAP handler (a
+// thread of the ServerChannel) admits only the engines' derived public key.
 #include "moeserve/ipc/channel.h"
 
 #include <zmq.hpp>
 
+#include <array>
+#include <atomic>
 #include <cstring>
+#include <thread>
 
 #include "moeserve/core/error.h"
+#include "moeserve/ipc/auth.h"
 #include "moeserve/ipc/codec.h"
 
 namespace moeserve::ipc {
 namespace {
+
+constexpr const char* kZapDomain = "moeserve";
+constexpr int kMonitorEvents = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
 
 void set_common_options(zmq::socket_t& socket, const ChannelOptions& options) {
     socket.set(zmq::sockopt::linger, 0);
@@ -19,6 +30,20 @@ void set_common_options(zmq::socket_t& socket, const ChannelOptions& options) {
     socket.set(zmq::sockopt::rcvhwm, 0);
     socket.set(zmq::sockopt::heartbeat_ivl, options.heartbeat_interval_ms);
     socket.set(zmq::sockopt::heartbeat_timeout, options.heartbeat_timeout_ms);
+    socket.set(zmq::sockopt::heartbeat_ttl, options.heartbeat_timeout_ms);
+    socket.set(zmq::sockopt::handshake_ivl, options.send_timeout_ms);  // a silent peer is dropped
+}
+
+void set_server_auth(zmq::socket_t& socket, const CurveKeys& keys) {
+    socket.set(zmq::sockopt::zap_domain, kZapDomain);
+    socket.set(zmq::sockopt::curve_server, true);
+    socket.set(zmq::sockopt::curve_secretkey, keys.server_secret);
+}
+
+void set_client_auth(zmq::socket_t& socket, const CurveKeys& keys) {
+    socket.set(zmq::sockopt::curve_serverkey, keys.server_public);
+    socket.set(zmq::sockopt::curve_publickey, keys.client_public);
+    socket.set(zmq::sockopt::curve_secretkey, keys.client_secret);
 }
 
 bool send_bytes(zmq::socket_t& socket, const std::string& bytes) {
@@ -29,13 +54,69 @@ bool send_bytes(zmq::socket_t& socket, const std::string& bytes) {
     }
 }
 
+std::string last_endpoint(const zmq::socket_t& socket) { return socket.get(zmq::sockopt::last_endpoint); }
+
+
+// ZAP (ZeroMQ RFC 27) handler: admits CURVE clients whose public key is the engines' one.
+class ZapHandler {
+public:
+    ZapHandler(zmq::context_t& context, const std::string& client_public_z85) : socket_(context, zmq::socket_type::rep) {
+        if (zmq_z85_decode(allowed_.data(), client_public_z85.c_str()) == nullptr) raise(ErrorCode::kInternal, "bad z85 key");
+        socket_.set(zmq::sockopt::linger, 0);
+        socket_.bind("inproc://zeromq.zap.01");  // before any socket with a ZAP domain accepts
+        thread_ = std::thread([this] { run(); });
+    }
+    ~ZapHandler() {
+        stop_ = true;
+        thread_.join();
+    }
+
+private:
+    void run() {
+        while (!stop_) {
+            zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+            try {
+                zmq::poll(&item, 1, std::chrono::milliseconds(100));
+                if (!(item.revents & ZMQ_POLLIN)) continue;
+                std::vector<zmq::message_t> frames;
+                do {
+                    frames.emplace_back();
+                    (void)socket_.recv(frames.back(), zmq::recv_flags::none);
+                } while (frames.back().more());
+                answer(frames);
+            } catch (const zmq::error_t&) {  // EINTR, or the context ends: look at stop_ again
+            }
+        }
+    }
+
+    // Request: version, request id, domain, address, identity, mechanism, credentials...
+    void answer(const std::vector<zmq::message_t>& f) {
+        const std::string request_id = f.size() > 1 ? f[1].to_string() : "";
+        bool ok = f.size() >= 7 && f[0].to_string_view() == "1.0" && f[5].to_string_view() == "CURVE" &&
+                  f[6].size() == allowed_.size() && std::memcmp(f[6].data(), allowed_.data(), allowed_.size()) == 0;
+        const std::string status = ok ? "200" : "400", text = ok ? "OK" : "unknown key";
+        socket_.send(zmq::buffer(std::string("1.0")), zmq::send_flags::sndmore);
+        socket_.send(zmq::buffer(request_id), zmq::send_flags::sndmore);
+        socket_.send(zmq::buffer(status), zmq::send_flags::sndmore);
+        socket_.send(zmq::buffer(text), zmq::send_flags::sndmore);
+        socket_.send(zmq::buffer(std::string()), zmq::send_flags::sndmore);  // user id
+        socket_.send(zmq::buffer(std::string()), zmq::send_flags::none);     // metadata
+    }
+
+    zmq::socket_t socket_;
+    std::array<uint8_t, 32> allowed_{};
+    std::atomic<bool> stop_{false};
+    std::thread thread_;
+};
+
 }  // namespace
 
 struct ServerChannel::Impl {
     zmq::context_t context{1};
+    std::unique_ptr<ZapHandler> zap;  // after context, before the sockets: stops before they close
     zmq::socket_t output{context, zmq::socket_type::pull};
     std::vector<zmq::socket_t> inputs;
-    std::vector<zmq::socket_t> monitors;  // PAIR sockets receiving the inputs' events
+    std::vector<zmq::socket_t> monitors;  // PAIRs receiving socket events: [0, n) the inputs', n the output's
     std::vector<std::unique_ptr<std::mutex>> send_mutexes;
 };
 
@@ -44,6 +125,11 @@ ServerChannel::ServerChannel(const std::string& output_address,
                              ChannelOptions options)
     : impl_(std::make_unique<Impl>()) {
     auto& s = *impl_;
+    std::optional<CurveKeys> keys;
+    if (!options.rank_plane_key.empty()) {
+        keys = derive_curve_keys(options.rank_plane_key);
+        s.zap = std::make_unique<ZapHandler>(s.context, keys->client_public);
+    }
     const auto bind = [](zmq::socket_t& socket, const std::string& address) {
         try {
             socket.bind(address);
@@ -51,30 +137,40 @@ ServerChannel::ServerChannel(const std::string& output_address,
             raise(ErrorCode::kIo, "ipc: cannot bind '{}': {}", address, e.what());
         }
     };
-    set_common_options(s.output, options);
-    bind(s.output, output_address);
+    const auto monitor = [&s](zmq::socket_t& socket, size_t index, const std::string& address) {
+        // Monitor endpoints are per-ServerChannel (the context address space is ours alone).
+        const std::string monitor_address = "inproc://monitor-" + std::to_string(index);
+        if (zmq_socket_monitor(socket.handle(), monitor_address.c_str(), kMonitorEvents) != 0) {
+            raise(ErrorCode::kIo, "ipc: cannot monitor '{}': {}", address, zmq_strerror(zmq_errno()));
+        }
+        zmq::socket_t pair(s.context, zmq::socket_type::pair);
+        pair.connect(monitor_address);
+        s.monitors.push_back(std::move(pair));
+    };
     for (size_t i = 0; i < input_addresses.size(); ++i) {
         zmq::socket_t input(s.context, zmq::socket_type::push);
         set_common_options(input, options);
+        if (keys) set_server_auth(input, *keys);
+        monitor(input, i, input_addresses[i]);
         bind(input, input_addresses[i]);
-        // Monitor endpoints are per-ServerChannel (the context address space is ours alone).
-        const std::string monitor_address = "inproc://monitor-" + std::to_string(i);
-        if (zmq_socket_monitor(input.handle(), monitor_address.c_str(),
-                               ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
-            raise(ErrorCode::kIo, "ipc: cannot monitor '{}': {}", input_addresses[i],
-                  zmq_strerror(zmq_errno()));
-        }
-        zmq::socket_t monitor(s.context, zmq::socket_type::pair);
-        monitor.connect(monitor_address);
         s.inputs.push_back(std::move(input));
-        s.monitors.push_back(std::move(monitor));
         s.send_mutexes.push_back(std::make_unique<std::mutex>());
     }
+    set_common_options(s.output, options);
+    if (keys) set_server_auth(s.output, *keys);
+    monitor(s.output, input_addresses.size(), output_address);
+    bind(s.output, output_address);
 }
 
 ServerChannel::~ServerChannel() = default;
 
 int ServerChannel::num_engines() const { return static_cast<int>(impl_->inputs.size()); }
+
+std::string ServerChannel::output_endpoint() const { return last_endpoint(impl_->output); }
+
+std::string ServerChannel::input_endpoint(int engine) const {
+    return last_endpoint(impl_->inputs.at(static_cast<size_t>(engine)));
+}
 
 bool ServerChannel::send(int engine, const ClientMessage& message) {
     MOESERVE_CHECK(engine >= 0 && engine < num_engines(), "engine {} of {}", engine, num_engines());
@@ -101,8 +197,16 @@ ServerChannel::Event ServerChannel::poll(int timeout_ms) {
         (void)s.monitors[i - 1].recv(address, zmq::recv_flags::none);
         uint16_t id = 0;
         if (head.size() >= sizeof(id)) std::memcpy(&id, head.data(), sizeof(id));
-        event.engine = static_cast<int>(i - 1);
-        event.kind = id == ZMQ_EVENT_ACCEPTED ? Event::Kind::kConnected : Event::Kind::kDisconnected;
+        const bool is_input = i - 1 < s.inputs.size();
+        event.engine = is_input ? static_cast<int>(i - 1) : -1;
+        event.detail = address.to_string();
+        if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+            event.kind = is_input ? Event::Kind::kConnected : Event::Kind::kTimeout;
+        } else if (id == ZMQ_EVENT_DISCONNECTED) {
+            event.kind = is_input ? Event::Kind::kDisconnected : Event::Kind::kTimeout;
+        } else {
+            event.kind = Event::Kind::kRejected;
+        }
         return event;
     }
     if (items[0].revents & ZMQ_POLLIN) {
@@ -130,6 +234,11 @@ EngineChannel::EngineChannel(const std::string& input_address, const std::string
     : impl_(std::make_unique<Impl>()) {
     set_common_options(impl_->input, options);
     set_common_options(impl_->output, options);
+    if (!options.rank_plane_key.empty()) {
+        const CurveKeys keys = derive_curve_keys(options.rank_plane_key);
+        set_client_auth(impl_->input, keys);
+        set_client_auth(impl_->output, keys);
+    }
     try {
         impl_->input.connect(input_address);
         impl_->output.connect(output_address);

@@ -21,8 +21,11 @@ namespace moeserve::ipc {
 
 struct ChannelOptions {
     int send_timeout_ms = 5000;        // a send that cannot be queued in this time fails
-    int heartbeat_interval_ms = 1000;  // ZMTP PING on idle tcp connections
-    int heartbeat_timeout_ms = 10000;  // a tcp peer silent this long is disconnected
+    int heartbeat_interval_ms = 1000;  // ZMTP PING on idle connections
+    int heartbeat_timeout_ms = 30000;  // a peer silent this long is disconnected (--heartbeat-timeout-ms)
+    // The deployment's rank-plane key (auth.h): every connection is CURVE-authenticated both
+    // ways; empty = no authentication (unit tests of the transport only).
+    std::string rank_plane_key = {};
 };
 
 // The API server's end. Thread-safe for send(); poll() must be called from one thread only.
@@ -37,17 +40,25 @@ public:
     ServerChannel& operator=(const ServerChannel&) = delete;
 
     int num_engines() const;
+    // The addresses actually bound (a tcp://host:* address gets its port here).
+    std::string output_endpoint() const;
+    std::string input_endpoint(int engine) const;
 
     // Queues message for engine. False if it could not be queued within send_timeout_ms
     // (engine not connected or not reading). Thread-safe.
     bool send(int engine, const ClientMessage& message);
 
     struct Event {
-        enum class Kind { kMessage, kConnected, kDisconnected, kMalformed, kTimeout };
+        // kConnected: a peer of input `engine` completed the handshake (with a key: it holds
+        // the key); kDisconnected: a connection of input `engine` closed, which may be a
+        // stranger's (zmq does not say whose), so it is no proof that the engine is gone;
+        // kRejected: a peer failed the handshake (no or wrong key); kMalformed: a message that
+        // does not decode.
+        enum class Kind { kMessage, kConnected, kDisconnected, kRejected, kMalformed, kTimeout };
         Kind kind = Kind::kTimeout;
-        int engine = -1;                       // kConnected / kDisconnected
+        int engine = -1;                       // kConnected / kDisconnected / kRejected (-1: output socket)
         std::optional<EngineMessage> message;  // kMessage
-        std::string detail;                    // kMalformed: what was wrong
+        std::string detail;                    // kMalformed: what was wrong; kRejected: the peer
     };
     // Waits up to timeout_ms (-1 = no limit) for the next message or connection event of the
     // input sockets. Call from one thread only.

@@ -68,6 +68,9 @@ struct RequestOutput {
     int32_t num_prompt_tokens = 0;
     int32_t num_cached_tokens = 0;         // prompt tokens served from the prefix cache
     std::string error;                     // when finish_reason == kError
+    // Set by the API server's own client, never sent: the error is the server's load (a queue
+    // timeout), not a failure of the engine (HTTP 503 rather than 500).
+    bool overloaded = false;
 };
 
 // Load and health of one engine core, sent with every StepOutputs and on request.

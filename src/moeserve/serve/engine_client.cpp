@@ -3,8 +3,11 @@
 // exactly one of them is final.
 #include "moeserve/serve/engine_client.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 namespace moeserve::serve {
 
@@ -14,7 +17,8 @@ constexpr int kPollMs = 50;
 
 EngineClient::EngineClient(EngineClientOptions options, Logger& logger)
     : options_(std::move(options)), logger_(logger),
-      channel_(options_.output_address, options_.input_addresses),
+      channel_(options_.output_address, options_.input_addresses,
+               {.heartbeat_timeout_ms = options_.heartbeat_timeout_ms, .rank_plane_key = options_.rank_plane_key}),
       engines_(options_.input_addresses.size()) {
     for (auto& e : engines_) e.last_heard_ms = now_ms();
     thread_ = std::thread([this] { receive_loop(); });
@@ -69,7 +73,7 @@ bool EngineClient::add(ipc::AddRequest request, OutputCallback callback) {
         e.routed++;
         e.outstanding_tokens += prompt + output;
         pending_[request.request_id] =
-            Pending{best, prompt, output, std::make_shared<OutputCallback>(std::move(callback))};
+            Pending{best, prompt, output, now_ms(), std::make_shared<OutputCallback>(std::move(callback))};
     }
     const std::string id = request.request_id;
     if (!channel_.send(best, std::move(request))) {
@@ -111,10 +115,9 @@ void EngineClient::abort_all() {
 void EngineClient::mark_dead(int engine, const std::string& reason) {
     std::lock_guard lock(mutex_);
     auto& e = engines_.at(static_cast<size_t>(engine));
-    if (!e.dead) {
-        e.dead = true;
-        e.dead_reason = reason;
-    }
+    if (!e.dead) e.dead_reason = reason;
+    e.dead = true;
+    e.gone = true;
     ready_cv_.notify_all();
 }
 
@@ -173,22 +176,39 @@ void EngineClient::receive_loop() {
             if (auto* step = std::get_if<ipc::StepOutputs>(&*event.message)) {
                 on_step_outputs(*step);
             } else if (auto* reply = std::get_if<ipc::HealthReply>(&*event.message)) {
-                std::lock_guard lock(mutex_);
-                auto& e = engines_.at(static_cast<size_t>(reply->engine_index));
-                e.last_heard_ms = now_ms();
-                if (!reply->healthy && !e.dead) {
+                std::vector<std::string> orphans;
+                std::unique_lock lock(mutex_);
+                const auto index = static_cast<size_t>(reply->engine_index);
+                if (reply->engine_index < 0 || index >= engines_.size()) {
+                    MOESERVE_LOG_E(logger_, "api", "health reply of unknown engine %d ignored", reply->engine_index);
+                    continue;
+                }
+                auto& e = engines_[index];
+                if (!reply->healthy) {
+                    if (!e.dead) e.dead_reason = "engine " + std::to_string(reply->engine_index) + " reported unhealthy: " + reply->detail;
                     e.dead = true;
-                    e.dead_reason = "engine " + std::to_string(reply->engine_index) +
-                                    " reported unhealthy: " + reply->detail;
+                    e.gone = true;  // it exits after saying so
+                } else {
+                    orphans = heard_from(index);
                 }
                 if (!e.ready) {
                     e.ready = true;
                     MOESERVE_LOG_I(logger_, "api", "engine %d ready", reply->engine_index);
                 }
                 ready_cv_.notify_all();
+                lock.unlock();
+                abort_orphans(index, std::move(orphans));
             }
         } else if (event.kind == Kind::kDisconnected && !stop_.load()) {  // after Shutdown: expected
-            mark_dead(event.engine, "engine " + std::to_string(event.engine) + " disconnected");
+            // Not proof of death (a stranger's connection closing looks the same): an engine is
+            // dead when silent for heartbeat_timeout_ms, or when its process exits (mark_dead).
+            MOESERVE_LOG_D(logger_, "api", "a connection of engine %d's socket closed", event.engine);
+        } else if (event.kind == Kind::kRejected) {
+            if (now_ms() - last_rejected_log_ms_ > 10000) {
+                last_rejected_log_ms_ = now_ms();
+                MOESERVE_LOG_W(logger_, "api", "refused a connection from %s: it failed the rank-plane handshake (no or wrong key)",
+                               event.detail.c_str());
+            }
         } else if (event.kind == Kind::kMalformed) {
             MOESERVE_LOG_E(logger_, "api", "malformed engine message: %s", event.detail.c_str());
         }
@@ -199,20 +219,24 @@ void EngineClient::receive_loop() {
 void EngineClient::on_step_outputs(const ipc::StepOutputs& step) {
     const size_t index = static_cast<size_t>(step.engine_index);
     std::vector<std::pair<const ipc::RequestOutput*, std::shared_ptr<OutputCallback>>> calls;
+    std::vector<std::string> orphans;
     {
         std::lock_guard lock(mutex_);
-        if (index >= engines_.size()) return;
+        if (step.engine_index < 0 || index >= engines_.size()) {
+            MOESERVE_LOG_E(logger_, "api", "outputs of unknown engine %d ignored", step.engine_index);
+            return;
+        }
         auto& e = engines_[index];
+        orphans = heard_from(index);
         if (step.stats.num_steps != e.stats.num_steps) {
             e.last_progress_ms = now_ms();
             if (e.stalled) MOESERVE_LOG_I(logger_, "api", "engine %zu steps again; healthy", index);
             e.stalled = false;
         }
         e.stats = step.stats;
-        e.last_heard_ms = now_ms();
         for (const auto& out : step.outputs) {
             const auto it = pending_.find(out.request_id);
-            if (it == pending_.end()) continue;
+            if (it == pending_.end() || it->second.engine != static_cast<int>(index)) continue;
             Pending& p = it->second;
             calls.emplace_back(&out, p.callback);
             // The prompt is done by the first output; each new token pays one owed token.
@@ -227,12 +251,31 @@ void EngineClient::on_step_outputs(const ipc::StepOutputs& step) {
             }
         }
     }
+    abort_orphans(index, std::move(orphans));
     for (auto& [out, cb] : calls) (*cb)(*out);
 }
 
-// Declares engines dead that went silent, and fails the requests of dead engines (once).
+std::vector<std::string> EngineClient::heard_from(size_t index) {
+    auto& e = engines_[index];
+    e.last_heard_ms = now_ms();
+    if (!e.dead || e.gone || !e.ready) return {};
+    MOESERVE_LOG_I(logger_, "api", "engine %zu is answering again; healthy", index);
+    e.dead = false;
+    e.failed = false;
+    e.last_progress_ms = e.last_heard_ms;
+    return std::exchange(e.orphaned, {});  // failed while it was silent: not wanted any more
+}
+
+void EngineClient::abort_orphans(size_t index, std::vector<std::string> ids) {
+    if (!ids.empty()) channel_.send(static_cast<int>(index), ipc::Abort{std::move(ids)});
+}
+
+// Declares engines dead that went silent, fails the requests of dead engines (once), and fails
+// requests that waited longer than queue_timeout_ms for their first output.
 void EngineClient::check_engines() {
     std::vector<std::pair<int, std::string>> to_fail;
+    std::vector<std::pair<std::string, std::shared_ptr<OutputCallback>>> timed_out;
+    std::vector<std::vector<std::string>> aborts(engines_.size());
     {
         std::lock_guard lock(mutex_);
         const int64_t now = now_ms();
@@ -257,6 +300,32 @@ void EngineClient::check_engines() {
                 to_fail.emplace_back(static_cast<int>(i), e.dead_reason);
             }
         }
+        if (options_.queue_timeout_ms > 0) {
+            for (auto it = pending_.begin(); it != pending_.end();) {
+                Pending& p = it->second;
+                if (p.prompt_owed > 0 && now - p.added_ms > options_.queue_timeout_ms) {
+                    auto& e = engines_[static_cast<size_t>(p.engine)];
+                    e.in_flight--;
+                    e.outstanding_tokens -= p.prompt_owed + p.output_owed;
+                    aborts[static_cast<size_t>(p.engine)].push_back(it->first);
+                    timed_out.emplace_back(it->first, p.callback);
+                    it = pending_.erase(it);
+                } else {
+                    ++it;
+                }
+            }
+        }
+    }
+    for (size_t i = 0; i < aborts.size(); ++i) {
+        if (!aborts[i].empty()) channel_.send(static_cast<int>(i), ipc::Abort{std::move(aborts[i])});
+    }
+    if (!timed_out.empty()) {
+        MOESERVE_LOG_W(logger_, "api", "%zu requests waited over %d ms without output; failing them (--request-queue-timeout)",
+                       timed_out.size(), options_.queue_timeout_ms);
+        fail_requests(std::move(timed_out),
+                      fmt::format("The request waited more than {} s in the queue without being scheduled (--request-queue-timeout).",
+                                  options_.queue_timeout_ms / 1000.0),
+                      true);
     }
     for (const auto& [engine, reason] : to_fail) fail_engine(engine, reason);
 }
@@ -266,9 +335,11 @@ void EngineClient::fail_engine(int engine, const std::string& reason) {
     std::vector<std::pair<std::string, std::shared_ptr<OutputCallback>>> failed;
     {
         std::lock_guard lock(mutex_);
+        auto& e = engines_[static_cast<size_t>(engine)];
         for (auto it = pending_.begin(); it != pending_.end();) {
             if (it->second.engine == engine) {
                 failed.emplace_back(it->first, it->second.callback);
+                if (!e.gone) e.orphaned.push_back(it->first);
                 it = pending_.erase(it);
             } else {
                 ++it;
@@ -277,11 +348,17 @@ void EngineClient::fail_engine(int engine, const std::string& reason) {
         engines_[static_cast<size_t>(engine)].in_flight = 0;
         engines_[static_cast<size_t>(engine)].outstanding_tokens = 0;
     }
+    fail_requests(std::move(failed), reason, false);
+}
+
+void EngineClient::fail_requests(std::vector<std::pair<std::string, std::shared_ptr<OutputCallback>>> failed,
+                                 const std::string& reason, bool overloaded) {
     for (auto& [id, cb] : failed) {
         ipc::RequestOutput out;
         out.request_id = id;
         out.finish_reason = ipc::FinishReason::kError;
         out.error = reason;
+        out.overloaded = overloaded;
         (*cb)(out);
     }
 }

@@ -25,11 +25,19 @@ namespace moeserve::serve {
 struct EngineClientOptions {
     std::string output_address;               // the server's PULL socket (bound)
     std::vector<std::string> input_addresses;  // one per engine (bound)
-    int heartbeat_timeout_ms = 30000;  // an engine silent this long is declared dead
+    // An engine silent this long (no step outputs, no heartbeat, or its connection lost for
+    // that long) is declared dead: its requests fail. Dead is not forever: an engine that is
+    // heard from again (it was paused, or the network came back) is healthy again, and the
+    // requests failed meanwhile are aborted on it. Only mark_dead() (its process exited) is final.
+    int heartbeat_timeout_ms = 30000;
     // Watchdog: an engine that has requests in flight but completes no step for this long makes
     // healthy() false (and is logged) until it steps again; 0 = off. It catches a rank that still
     // answers heartbeats but no longer steps (e.g. a peer stuck in a collective).
     int step_watchdog_ms = 120000;
+    // A request that has produced nothing (still queued, or prefilling) this long after it was
+    // added fails with a 503-style error and is aborted on its engine; 0 = no limit.
+    int queue_timeout_ms = 0;
+    std::string rank_plane_key = {};  // ipc/auth.h; empty = unauthenticated (tests only)
 };
 
 class EngineClient {
@@ -56,7 +64,7 @@ public:
     // Aborts every request in flight. Thread-safe.
     void abort_all();
 
-    // Marks engine dead (e.g. its process exited): its requests fail with kError. Thread-safe.
+    // Marks engine dead for good (its process exited): its requests fail with kError. Thread-safe.
     void mark_dead(int engine, const std::string& reason);
     // True when every engine is alive, ready and (with work in flight) stepping. Thread-safe.
     bool healthy() const;
@@ -68,6 +76,10 @@ public:
     std::vector<int64_t> requests_routed() const;
     std::vector<int64_t> outstanding_tokens() const;
 
+    // The bound addresses (a tcp://host:* address with its port); see ipc::ServerChannel.
+    std::string output_endpoint() const { return channel_.output_endpoint(); }
+    std::string input_endpoint(int engine) const { return channel_.input_endpoint(engine); }
+
     // Sends Shutdown to every engine and stops the receive thread. Idempotent.
     void shutdown();
 
@@ -75,8 +87,10 @@ private:
     struct EngineState {
         bool ready = false;
         bool dead = false;
-        std::string dead_reason;  // set by mark_dead; the receive thread fails the requests
+        bool gone = false;        // dead for good (mark_dead: its process exited)
+        std::string dead_reason;  // the receive thread fails the requests
         bool failed = false;      // its requests have been failed
+        std::vector<std::string> orphaned;  // failed while dead: aborted on it if it comes back
         int in_flight = 0;
         int64_t outstanding_tokens = 0;  // sum of the Pending::owed of its requests
         int64_t routed = 0;              // requests sent (cumulative)
@@ -89,13 +103,20 @@ private:
         int engine = 0;
         int64_t prompt_owed = 0;  // prompt tokens until the first output
         int64_t output_owed = 0;  // max_tokens minus tokens received
+        int64_t added_ms = 0;
         std::shared_ptr<OutputCallback> callback;
     };
 
     void receive_loop();
     void on_step_outputs(const ipc::StepOutputs& outputs);
+    // Called with mutex_ held on any message of engine: it is alive (again). Returns the ids
+    // to abort on it (failed while it was silent); send them with abort_orphans, unlocked.
+    std::vector<std::string> heard_from(size_t engine);
+    void abort_orphans(size_t engine, std::vector<std::string> ids);
     void check_engines();
     void fail_engine(int engine, const std::string& reason);
+    void fail_requests(std::vector<std::pair<std::string, std::shared_ptr<OutputCallback>>> failed,
+                       const std::string& reason, bool overloaded);
     int64_t now_ms() const;
 
     EngineClientOptions options_;
@@ -106,6 +127,7 @@ private:
     std::vector<EngineState> engines_;
     std::unordered_map<std::string, Pending> pending_;
     std::atomic<bool> stop_{false};
+    int64_t last_rejected_log_ms_ = 0;  // receive thread: rejected peers are logged at most every 10 s
     std::thread thread_;
 };
 

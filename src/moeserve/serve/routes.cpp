@@ -1,12 +1,15 @@
-// Route dispatch, auth, and the generation routes' request lifecycle:
-//   HTTP thread: parse -> tokenize -> validate length -> EngineClient::add (one engine request
-//                per prompt x n)  -> (stream) send headers
+// Route dispatch, access checks, and the generation routes' request lifecycle:
+//   HTTP thread: Host/Origin/auth/Content-Type checks; cheap routes answered at once
+//   worker thread (WorkQueue): parse -> fan-out limit -> tokenize -> validate length ->
+//                (stream) send headers -> EngineClient::add (one engine request per prompt x n)
 //   engine-client thread: outputs -> ChoiceStream -> SSE chunk / final JSON, metrics, log line
 //   client disconnect (HTTP thread): abort the job's engine requests.
 #include "moeserve/serve/routes.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <random>
 
@@ -60,8 +63,18 @@ struct Router::Job {
 Router::Router(RouterConfig config, const tokenizer::Tokenizer& tokenizer, EngineClient& engines,
                Metrics& metrics, Logger& logger)
     : config_(std::move(config)), tokenizer_(tokenizer), engines_(engines), metrics_(metrics),
-      logger_(logger), id_salt_(std::random_device{}()) {
+      logger_(logger), id_salt_(std::random_device{}()), workers_(config_.num_workers) {
     if (tokenizer_.chat_template()) chat_template_ = tokenizer::ChatTemplate::parse(*tokenizer_.chat_template());
+    // Every token decodes to at most max_token bytes; Unicode normalization before the model
+    // can shrink text at most 3x (decomposed Hangul to a syllable), so a text of more than
+    // max_model_len * max_token * 4 bytes cannot fit, however it is split.
+    size_t max_token = 1;
+    std::string bytes;
+    for (int32_t id = 0; id < tokenizer_.vocab_size(); ++id) {
+        bytes.clear();
+        if (tokenizer_.append_token_bytes(id, false, false, bytes)) max_token = std::max(max_token, bytes.size());
+    }
+    max_prompt_bytes_ = static_cast<size_t>(config_.limits.max_model_len) * max_token * 4;
 }
 
 Router::~Router() = default;
@@ -76,9 +89,51 @@ void Router::reply(const std::shared_ptr<Responder>& responder, int status, std:
     responder->respond(status, std::move(content_type), std::move(body));
 }
 
-void Router::handle(HttpRequest request, std::shared_ptr<Responder> responder) {
+namespace {
+
+bool constant_time_equal(std::string_view a, std::string_view b) {
+    size_t diff = a.size() ^ b.size();
+    const size_t n = std::max(a.size(), b.size());
+    for (size_t i = 0; i < n; ++i) {
+        diff |= static_cast<unsigned char>(i < a.size() ? a[i] : 0) ^ static_cast<unsigned char>(i < b.size() ? b[i] : 0);
+    }
+    return diff == 0;
+}
+
+std::string lower(std::string s) {
+    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+}
+
+// "Host: name[:port]" or "[v6]:port" -> the name, lower case.
+std::string host_name(const std::string& host) {
+    if (!host.empty() && host[0] == '[') return lower(host.substr(1, host.find(']') - 1));
+    const size_t colon = host.find(':');
+    if (colon != std::string::npos && host.find(':', colon + 1) == std::string::npos) return lower(host.substr(0, colon));
+    return lower(host);
+}
+
+bool is_loopback_name(const std::string& name) {
+    if (name == "localhost" || name == "::1" || name == "0:0:0:0:0:0:0:1") return true;
+    if (name.size() > 10 && name.compare(name.size() - 10, 10, ".localhost") == 0) return true;
+    if (name.rfind("127.", 0) != 0) return false;
+    return name.find_first_not_of("0123456789.") == std::string::npos;
+}
+
+// "application/json" or "application/json; charset=utf-8" (case-insensitive).
+bool is_json_media_type(const std::string& content_type) {
+    std::string media = lower(content_type.substr(0, content_type.find(';')));
+    media.erase(media.find_last_not_of(" \t") + 1);
+    media.erase(0, media.find_first_not_of(" \t"));
+    return media == "application/json";
+}
+
+}  // namespace
+
+template <typename F>
+void Router::guarded(const HttpRequest& request, const std::shared_ptr<Responder>& responder, F&& fn) {
     try {
-        route(request, responder);
+        fn();
     } catch (const ApiError& e) {
         reply(responder, e.status(), kJson, openai::error_body(e));
     } catch (const Error& e) {
@@ -90,17 +145,78 @@ void Router::handle(HttpRequest request, std::shared_ptr<Responder> responder) {
     }
 }
 
-void Router::route(const HttpRequest& request, const std::shared_ptr<Responder>& responder) {
+template <typename F>
+void Router::defer(HttpRequest request, std::shared_ptr<Responder> responder, F fn) {
+    workers_.post([this, request = std::move(request), responder = std::move(responder), fn = std::move(fn)] {
+        guarded(request, responder, [&] { fn(request, responder); });
+    });
+}
+
+void Router::handle(HttpRequest request, std::shared_ptr<Responder> responder) {
+    guarded(request, responder, [&] { route(request, responder); });
+}
+
+bool Router::host_allowed(const std::string& host) const {
+    const std::string name = host_name(host);
+    for (const auto& allowed : config_.allowed_hosts) {
+        if (allowed == "*" || lower(allowed) == name) return true;
+    }
+    if (config_.loopback_only) return is_loopback_name(name);
+    return config_.allowed_hosts.empty();
+}
+
+// Auth, then the Host / Origin policy (DNS rebinding, cross-site requests): before any work.
+void Router::check_access(const HttpRequest& request, const std::string& path) const {
+    if (!request.host.empty() && !host_allowed(request.host)) {
+        throw ApiError(403, fmt::format("Host '{}' is not allowed: this server answers loopback names only; "
+                                        "name other hosts with --allowed-hosts.", request.host),
+                       "invalid_request_error", std::nullopt, "host_not_allowed");
+    }
+    if (!request.origin.empty()) {
+        const size_t scheme = request.origin.find("://");
+        const std::string origin_host = scheme == std::string::npos ? request.origin : request.origin.substr(scheme + 3);
+        if (!host_allowed(origin_host)) {
+            throw ApiError(403, fmt::format("Cross-origin requests from '{}' are not allowed; name the host with --allowed-hosts.", request.origin),
+                           "invalid_request_error", std::nullopt, "origin_not_allowed");
+        }
+    }
+    if (path.rfind("/v1/", 0) == 0 && !config_.api_keys.empty()) {
+        const std::string_view prefix = "Bearer ";
+        const std::string_view auth = request.authorization;
+        const std::string_view given = auth.substr(0, prefix.size()) == prefix ? auth.substr(prefix.size()) : std::string_view();
+        bool ok = false;
+        for (const auto& key : config_.api_keys) ok |= constant_time_equal(given, key);  // no early exit
+        if (!ok) {
+            throw ApiError(401, "Incorrect API key provided. Send it as 'Authorization: Bearer <key>'.",
+                           "invalid_request_error", std::nullopt, "invalid_api_key");
+        }
+    }
+}
+
+std::vector<int32_t> Router::encode_prompt(const std::string& text, bool add_special_tokens, const char* param) const {
+    if (text.size() > max_prompt_bytes_) {
+        throw ApiError(400, fmt::format("This model's maximum context length is {} tokens; the prompt has {} bytes, "
+                                        "more than any {}-token text can have.",
+                                        config_.limits.max_model_len, text.size(), config_.limits.max_model_len),
+                       "invalid_request_error", param);
+    }
+    return tokenizer_.encode(text, add_special_tokens);
+}
+
+void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& responder) {
     const std::string path = request.target.substr(0, request.target.find('?'));
-    const bool get = request.method == "GET", post = request.method == "POST";
+    check_access(request, path);
+    const bool get = request.method == "GET" || request.method == "HEAD", post = request.method == "POST";
     const auto method_check = [&](bool ok) {
         if (!ok) throw ApiError(405, fmt::format("Method {} is not allowed on {}", request.method, path), "invalid_request_error", std::nullopt, "method_not_allowed");
     };
-    if (path.rfind("/v1/", 0) == 0 && !config_.api_key.empty() &&
-        request.authorization != "Bearer " + config_.api_key) {
-        throw ApiError(401, "Incorrect API key provided. Send it as 'Authorization: Bearer <key>'.",
-                       "invalid_request_error", std::nullopt, "invalid_api_key");
-    }
+    // JSON routes take JSON only: a cross-site form or text/plain POST (no CORS preflight) is refused.
+    const auto json_check = [&] {
+        if ((request.has_body || !request.content_type.empty()) && !is_json_media_type(request.content_type)) {
+            throw ApiError(415, fmt::format("Content-Type must be application/json; got '{}'.", request.content_type),
+                           "invalid_request_error", std::nullopt, "unsupported_media_type");
+        }
+    };
     if (path == "/health") {
         method_check(get);
         const bool ok = engines_.healthy();
@@ -125,21 +241,31 @@ void Router::route(const HttpRequest& request, const std::shared_ptr<Responder>&
     }
     if (path == "/v1/completions" || path == "/v1/chat/completions") {
         method_check(post);
-        return generate(openai::parse_body(request.body), path == "/v1/chat/completions", responder);
+        json_check();
+        const bool chat = path == "/v1/chat/completions";
+        return defer(std::move(request), responder, [this, chat](const HttpRequest& r, const std::shared_ptr<Responder>& resp) {
+            generate(openai::parse_body(r.body), chat, resp);
+        });
     }
     if (path == "/tokenize") {
         method_check(post);
-        const auto r = openai::parse_tokenize_request(openai::parse_body(request.body), config_.limits);
-        const std::vector<int32_t> ids =
-            r.prompt ? tokenizer_.encode(*r.prompt, r.add_special_tokens)
-                     : chat_prompt(r.messages, r.add_generation_prompt, r.continue_final_message,
-                                   nullptr, r.chat_template_kwargs);
-        return reply(responder, 200, kJson, dump(OJson{{"count", ids.size()}, {"max_model_len", config_.limits.max_model_len}, {"tokens", ids}, {"token_strs", nullptr}}));
+        json_check();
+        return defer(std::move(request), responder, [this](const HttpRequest& req, const std::shared_ptr<Responder>& resp) {
+            const auto r = openai::parse_tokenize_request(openai::parse_body(req.body), config_.limits);
+            const std::vector<int32_t> ids =
+                r.prompt ? encode_prompt(*r.prompt, r.add_special_tokens, "prompt")
+                         : chat_prompt(r.messages, r.add_generation_prompt, r.continue_final_message,
+                                       nullptr, r.chat_template_kwargs);
+            reply(resp, 200, kJson, dump(OJson{{"count", ids.size()}, {"max_model_len", config_.limits.max_model_len}, {"tokens", ids}, {"token_strs", nullptr}}));
+        });
     }
     if (path == "/detokenize") {
         method_check(post);
-        const auto r = openai::parse_detokenize_request(openai::parse_body(request.body), config_.limits);
-        return reply(responder, 200, kJson, dump(OJson{{"prompt", tokenizer_.decode(r.tokens)}}));
+        json_check();
+        return defer(std::move(request), responder, [this](const HttpRequest& req, const std::shared_ptr<Responder>& resp) {
+            const auto r = openai::parse_detokenize_request(openai::parse_body(req.body), config_.limits);
+            reply(resp, 200, kJson, dump(OJson{{"prompt", tokenizer_.decode(r.tokens)}}));
+        });
     }
     throw ApiError(404, fmt::format("Route {} {} not found", request.method, path),
                    "invalid_request_error", std::nullopt, "not_found");
@@ -152,6 +278,12 @@ std::vector<int32_t> Router::chat_prompt(const OJson& messages, bool add_generat
         throw ApiError(400, "This model's tokenizer_config.json has no chat_template; use /v1/completions.");
     }
     OJson extra = kwargs.is_object() ? kwargs : OJson::object();
+    for (const char* reserved : {"messages", "add_generation_prompt", "tools"}) {  // validated above
+        if (extra.contains(reserved)) {
+            throw ApiError(400, fmt::format("chat_template_kwargs may not set '{}'; pass it as a request field.", reserved),
+                           "invalid_request_error", fmt::format("chat_template_kwargs.{}", reserved));
+        }
+    }
     if (tokenizer_.bos_token()) extra["bos_token"] = *tokenizer_.bos_token();
     if (tokenizer_.eos_token()) extra["eos_token"] = *tokenizer_.eos_token();
     if (tools.is_array()) extra["tools"] = tools;
@@ -166,10 +298,18 @@ std::vector<int32_t> Router::chat_prompt(const OJson& messages, bool add_generat
         }
     }
     // As transformers' apply_chat_template: the template adds any BOS itself.
-    return tokenizer_.encode(text, /*add_special_tokens=*/false);
+    return encode_prompt(text, /*add_special_tokens=*/false, "messages");
 }
 
 void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Responder>& responder) {
+    const auto check_fan_out = [this](size_t num_prompts, int32_t n) {
+        const size_t choices = num_prompts * static_cast<size_t>(std::max(1, n));
+        if (choices > static_cast<size_t>(config_.max_choices_per_request)) {
+            throw ApiError(400, fmt::format("This request asks for {} sequences ({} prompts x n={}); the limit is {} "
+                                            "(--max-choices-per-request).", choices, num_prompts, n, config_.max_choices_per_request),
+                           "invalid_request_error", "n");
+        }
+    };
     if (draining_) throw ApiError(503, "The server is shutting down.", "server_error", std::nullopt, "shutting_down");
     auto job = std::make_shared<Job>();
     job->chat = chat;
@@ -184,15 +324,17 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
     if (chat) {
         auto r = openai::parse_chat_request(body, config_.limits);
         job->params = std::move(r.params);
+        check_fan_out(1, job->params.n);
         prompts.push_back(chat_prompt(r.messages, r.add_generation_prompt, r.continue_final_message, r.tools, r.chat_template_kwargs));
         prompt_texts.emplace_back();
     } else {
         auto r = openai::parse_completion_request(body, config_.limits);
         job->params = std::move(r.params);
         echo = r.echo;
+        check_fan_out(r.prompts.size(), job->params.n);
         for (auto& p : r.prompts) {
             if (p.text) {
-                prompts.push_back(tokenizer_.encode(*p.text, true));
+                prompts.push_back(encode_prompt(*p.text, true, "prompt"));
                 prompt_texts.push_back(*p.text);
             } else {
                 prompt_texts.push_back(echo ? tokenizer_.decode(p.token_ids) : "");
@@ -228,6 +370,7 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
             }
             s.ignore_eos = p.ignore_eos;
             s.logprobs = p.logprobs;
+            s.grammar = p.grammar;
             job->engine_ids.push_back(a.request_id);
             job->prompt_tokens.push_back(static_cast<int64_t>(prompts[i].size()));
             job->prompt_of_choice.push_back(i);
@@ -256,6 +399,8 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
         }
     });
     if (p.stream) {
+        // A stream's status is sent before any output: refuse it while no engine can take it.
+        if (!engines_.healthy()) throw ApiError(503, "The engine is not running.", "server_error", std::nullopt, "engine_unavailable");
         metrics_.on_http_status(200);
         responder->start_stream();
     }
@@ -282,7 +427,9 @@ void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::Req
         const bool engine_down = !engines_.healthy();
         MOESERVE_LOG_E(logger_, "api", "request %s failed: %s", out.request_id.c_str(), out.error.c_str());
         metrics_.on_request_finished({"error", job->prompt_tokens[c], stream.num_tokens(), 0, steady_seconds() - job->arrival});
-        return fail_job(job, engine_down ? 503 : 500, (engine_down ? "The engine is not running: " : "The engine failed the request: ") + out.error);
+        if (out.overloaded) return fail_job(job, 503, out.error, "queue_timeout");
+        return fail_job(job, engine_down ? 503 : 500, (engine_down ? "The engine is not running: " : "The engine failed the request: ") + out.error,
+                        engine_down ? "engine_unavailable" : nullptr);
     }
     if (out.num_cached_tokens > 0) job->cached_tokens[c] = out.num_cached_tokens;
     auto delta = stream.push(out);
@@ -350,10 +497,10 @@ void Router::finish_job(const std::shared_ptr<Job>& job) {
     reply(job->responder, 200, kJson, dump(body));
 }
 
-void Router::fail_job(const std::shared_ptr<Job>& job, int status, const std::string& message) {
+void Router::fail_job(const std::shared_ptr<Job>& job, int status, const std::string& message, const char* code) {
     job->done = true;
     engines_.abort(job->engine_ids);
-    const ApiError error(status, message, "server_error", std::nullopt, status == 503 ? std::optional<std::string>("engine_unavailable") : std::nullopt);
+    const ApiError error(status, message, "server_error", std::nullopt, code ? std::optional<std::string>(code) : std::nullopt);
     if (job->params.stream) {
         job->responder->send_chunk("data: " + openai::error_body(error) + "\n\n" + openai::sse_done());
         job->responder->end_stream();
@@ -363,4 +510,3 @@ void Router::fail_job(const std::shared_ptr<Job>& job, int status, const std::st
 }
 
 }  // namespace moeserve::serve
-            s.grammar = p.grammar;

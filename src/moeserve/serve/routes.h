@@ -14,6 +14,7 @@
 #include "moeserve/serve/http_server.h"
 #include "moeserve/serve/metrics.h"
 #include "moeserve/serve/openai/protocol.h"
+#include "moeserve/serve/work_queue.h"
 #include "moeserve/tokenizer/chat_template/chat_template.h"
 #include "moeserve/tokenizer/tokenizer.h"
 
@@ -21,7 +22,16 @@ namespace moeserve::serve {
 
 struct RouterConfig {
     openai::ModelLimits limits;
-    std::string api_key;     // empty = no auth; else /v1/* needs "Authorization: Bearer <key>"
+    // Empty = no auth; else /v1/* needs "Authorization: Bearer <one of them>" (compared in
+    // constant time).
+    std::vector<std::string> api_keys;
+    // Host (and Origin) header policy against DNS rebinding: with loopback_only (the server
+    // listens on a loopback address) only loopback names and addresses plus allowed_hosts pass;
+    // otherwise any host passes unless allowed_hosts is non-empty. "*" in allowed_hosts = any.
+    bool loopback_only = true;
+    std::vector<std::string> allowed_hosts;
+    int max_choices_per_request = 256;  // prompts x n of one request; more is a 400
+    int num_workers = 4;                // threads that parse, render and tokenize (WorkQueue)
     std::string model_path;  // shown as "root" in /v1/models
     std::string version;
     std::vector<int32_t> eos_token_ids;  // finish a request unless ignore_eos (the engine's job)
@@ -43,7 +53,17 @@ public:
 
 private:
     struct Job;
-    void route(const HttpRequest& request, const std::shared_ptr<Responder>& responder);
+    void route(HttpRequest& request, const std::shared_ptr<Responder>& responder);
+    // Runs fn, answering its ApiError / Error / other exception as an OpenAI-shaped error.
+    template <typename F>
+    void guarded(const HttpRequest& request, const std::shared_ptr<Responder>& responder, F&& fn);
+    // Runs fn on a worker thread (guarded), off the I/O thread.
+    template <typename F>
+    void defer(HttpRequest request, std::shared_ptr<Responder> responder, F fn);
+    void check_access(const HttpRequest& request, const std::string& path) const;
+    bool host_allowed(const std::string& host) const;
+    // encode(), after refusing a text too long to fit max_model_len in any tokenization.
+    std::vector<int32_t> encode_prompt(const std::string& text, bool add_special_tokens, const char* param) const;
     void generate(const nlohmann::ordered_json& body, bool chat,
                   const std::shared_ptr<Responder>& responder);
     std::vector<int32_t> chat_prompt(const nlohmann::ordered_json& messages,
@@ -52,7 +72,7 @@ private:
                                      const nlohmann::ordered_json& kwargs) const;
     void on_output(const std::shared_ptr<Job>& job, size_t choice, const ipc::RequestOutput& out);
     void finish_job(const std::shared_ptr<Job>& job);
-    void fail_job(const std::shared_ptr<Job>& job, int status, const std::string& message);
+    void fail_job(const std::shared_ptr<Job>& job, int status, const std::string& message, const char* code);
     void reply(const std::shared_ptr<Responder>& responder, int status, std::string content_type,
                std::string body);
     std::string new_request_id(const char* prefix);
@@ -66,6 +86,8 @@ private:
     std::atomic<bool> draining_{false};
     std::atomic<uint64_t> next_id_{0};
     uint64_t id_salt_;
+    size_t max_prompt_bytes_ = 0;  // no text longer than this fits in max_model_len tokens
+    WorkQueue workers_;            // last: its threads stop before the rest is destroyed
 };
 
 }  // namespace moeserve::serve
