@@ -59,7 +59,7 @@ struct ServeOptions {
     double engine_ready_timeout = 600;
     double request_queue_timeout = 600;  // seconds; 0 = off
     int heartbeat_timeout_ms = 30000;
-    double step_watchdog_timeout = 120;  // seconds; 0 = off
+    double step_watchdog_timeout = -1;  // seconds; 0 = off, < 0 = half the heartbeat timeout
     std::string rank_plane_key_file;
 };
 
@@ -424,7 +424,8 @@ int run_serve(ServeOptions o) {
     }
     serve::EngineClientOptions eco{.output_address = d.all_local ? d.output_address(ipc_path) : d.bind_address(), .input_addresses = {},
                                    .heartbeat_timeout_ms = o.heartbeat_timeout_ms,
-                                   .step_watchdog_ms = static_cast<int>(o.step_watchdog_timeout * 1000),
+                                   .step_watchdog_ms = o.step_watchdog_timeout < 0 ? o.heartbeat_timeout_ms / 2
+                                                                                   : static_cast<int>(o.step_watchdog_timeout * 1000),
                                    .queue_timeout_ms = static_cast<int>(o.request_queue_timeout * 1000),
                                    .rank_plane_key = key};
     for (int i = 0; i < d.sizes.dp; ++i) eco.input_addresses.push_back(d.all_local ? d.input_address(ipc_path, i) : d.bind_address());
@@ -545,7 +546,8 @@ void add_serve_command(CLI::App& app, Action* action) {
     sub->add_option("--heartbeat-timeout-ms", o->heartbeat_timeout_ms, "an engine silent this long is declared dead")->capture_default_str();
     sub->add_option("--step-watchdog-timeout", o->step_watchdog_timeout,
                     "seconds an engine with requests in flight may go without completing a step before /health "
-                    "reports unhealthy (0 = off)")->capture_default_str();
+                    "reports unhealthy, its requests kept (0 = off; default: half of --heartbeat-timeout-ms, so it "
+                    "warns before the heartbeat declares the engine dead)");
     sub->callback([o, action] {
         // env: VLLM_API_KEY or MOESERVE_API_KEY, the API key when --api-key is not given.
         if (o->api_keys.empty()) {
