@@ -185,6 +185,17 @@ TEST_F(StructuredOutputTest, LogprobsAreReportedAfterMasking) {
     EXPECT_GT(lps[0].logprob, -std::numeric_limits<float>::infinity());
 }
 
+TEST_F(StructuredOutputTest, CompleteGrammarEndsEvenBeforeMinTokens) {
+    EngineCore engine(*model_, *pool_, config());
+    ipc::AddRequest a = add("m", structured::choices_to_gbnf({"ok"}, "choice"), 1.0f, 20, 1);
+    a.sampling.min_tokens = 8;
+    engine.add_request(a);
+    const Collected got = run_to_completion(engine);
+    const auto& last = got.last.at("m");
+    ASSERT_EQ(last.finish_reason, FinishReason::kStop) << last.error;
+    EXPECT_EQ(text_of(got.tokens.at("m")), "ok");
+}
+
 TEST_F(StructuredOutputTest, BadGrammarFailsOnlyThatRequest) {
     EngineCore engine(*model_, *pool_, config());
     engine.add_request(add("bad", "root ::= nope", 0.0f, 8, 0));

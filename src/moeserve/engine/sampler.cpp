@@ -58,7 +58,9 @@ void apply_penalties(float* logits, int64_t vocab, const Request& r, std::span<c
             logits[t] -= s.frequency_penalty * static_cast<float>(count) + s.presence_penalty;
         }
     }
-    if (r.num_output_tokens() < s.min_tokens) {
+    // A structured output whose grammar is complete can only end: min_tokens must not block EOS.
+    const bool grammar_done = r.grammar && r.grammar->is_terminated();
+    if (r.num_output_tokens() < s.min_tokens && !grammar_done) {
         constexpr float kNegInf = -std::numeric_limits<float>::infinity();
         if (!s.ignore_eos) {
             for (TokenId t : eos_token_ids) if (in_vocab(t)) logits[t] = kNegInf;

@@ -22,7 +22,8 @@ ipc::TokenLogprobs compute_logprobs(const float* logits, int64_t vocab, TokenId 
 // Applies in place, as vLLM does and in this order: repetition_penalty to tokens seen in the
 // prompt or output (logit > 0 ? logit / p : logit * p), then frequency_penalty * count and
 // presence_penalty to tokens seen in the output, then -inf for the stop tokens (eos unless
-// ignore_eos, and stop_token_ids) while fewer than min_tokens were generated. logits f32 [vocab].
+// ignore_eos, and stop_token_ids) while fewer than min_tokens were generated (unless the
+// request's grammar is complete and allows nothing else). logits f32 [vocab].
 void apply_penalties(float* logits, int64_t vocab, const Request& request, std::span<const TokenId> eos_token_ids);
 
 // Structured outputs: -inf for every token the request's grammar does not allow next (EOS and

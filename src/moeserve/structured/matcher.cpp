@@ -14,6 +14,9 @@ constexpr size_t kMaxStacks = 4096;
 constexpr size_t kMaxCachedMasks = 2048;
 // Interned stack sets a matcher's transition memo keeps between steps (each ~1 KiB + its stacks).
 constexpr size_t kMaxMemoSets = 4096;
+// Subtrees with at least this many tokens are tested for bulk acceptance (self_loops costs 256
+// transitions the first time a set is tested).
+constexpr uint32_t kMinBulkTokens = 16;
 
 std::string state_key(const StackSet& s) {
     std::string key(s.ends.size() * 4 + s.data.size() * 4, '\0');
@@ -109,7 +112,22 @@ int32_t TransitionMemo::intern(const StackSet& s) {
         begin = end;
     }
     live_.push_back(live ? 1 : 0);
+    loops_.emplace_back();
+    loops_known_.push_back(0);
     return id;
+}
+
+const ByteSet& TransitionMemo::self_loops(const CompiledGrammar& g, int32_t id) {
+    const auto i = static_cast<size_t>(id);
+    if (!loops_known_[i]) {
+        ByteSet loops;
+        for (int b = 0; b < 256; ++b) {
+            if (next(g, id, static_cast<uint8_t>(b)) == id) loops.set(static_cast<uint8_t>(b));
+        }
+        loops_[i] = loops;
+        loops_known_[i] = 1;
+    }
+    return loops_[i];
 }
 
 int32_t TransitionMemo::next(const CompiledGrammar& g, int32_t id, uint8_t b) {
@@ -126,6 +144,8 @@ void TransitionMemo::clear() {
     ids_.clear();
     next_.clear();
     live_.clear();
+    loops_.clear();
+    loops_known_.clear();
 }
 
 std::shared_ptr<const std::vector<uint32_t>> CompiledGrammar::token_mask(const StackSet& state,
@@ -188,7 +208,23 @@ std::vector<uint32_t> CompiledGrammar::compute_mask(const StackSet& state, Trans
             const auto id = static_cast<uint32_t>(tokens[t]);
             mask[id >> 5] |= 1u << (id & 31);
         }
-        if (child.num_edges > 0 && memo.can_consume(to)) frames.push_back({e.child, 0, to});
+        if (child.num_edges == 0 || !memo.can_consume(to)) continue;
+        // Inside a string most bytes lead back to the same set: when every byte below the child
+        // does, its whole subtree is allowed without walking it.
+        if (child.subtree_end - child.tokens_end >= kMinBulkTokens) {
+            const ByteSet& loops = memo.self_loops(*this, to);
+            const uint64_t* below = v.below(e.child);
+            bool closed = true;
+            for (size_t w = 0; w < 4; ++w) closed = closed && (below[w] & ~loops.bits[w]) == 0;
+            if (closed) {
+                for (uint32_t t = child.tokens_end; t < child.subtree_end; ++t) {
+                    const auto id = static_cast<uint32_t>(tokens[t]);
+                    mask[id >> 5] |= 1u << (id & 31);
+                }
+                continue;
+            }
+        }
+        frames.push_back({e.child, 0, to});
     }
     return mask;
 }

@@ -43,14 +43,18 @@ public:
     // The set reached from set `id` by byte b (kDead when b is not allowed).
     int32_t next(const CompiledGrammar& g, int32_t id, uint8_t b);
     bool can_consume(int32_t id) const { return live_[static_cast<size_t>(id)] != 0; }
+    // The bytes that lead from set id back to itself (computed on first use: 256 transitions).
+    const ByteSet& self_loops(const CompiledGrammar& g, int32_t id);
     size_t size() const { return sets_.size(); }
     void clear();
 
 private:
     std::vector<StackSet> sets_;
     std::unordered_map<std::string, int32_t> ids_;
-    std::vector<int32_t> next_;  // [set * 256 + byte], -2 = not computed yet
-    std::vector<uint8_t> live_;  // the set has a stack that can consume a byte
+    std::vector<int32_t> next_;   // [set * 256 + byte], -2 = not computed yet
+    std::vector<uint8_t> live_;   // the set has a stack that can consume a byte
+    std::vector<ByteSet> loops_;  // self_loops, valid where loops_known_
+    std::vector<uint8_t> loops_known_;
     StackSet tmp_;
     std::vector<int32_t> scratch_;
 };

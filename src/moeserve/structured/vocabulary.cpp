@@ -15,6 +15,16 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId
               [&](TokenId a, TokenId b) { return bytes(a) < bytes(b) || (bytes(a) == bytes(b) && a < b); });
     nodes_.reserve(ids.size() * 2);
     build(ids, 0, ids.size(), 0);
+    // Children come after their parent (preorder): fill the byte sets bottom-up.
+    below_.assign(nodes_.size() * 4, 0);
+    for (size_t n = nodes_.size(); n-- > 0;) {
+        const Node& node = nodes_[n];
+        for (uint32_t e = node.first_edge; e < node.first_edge + node.num_edges; ++e) {
+            const Edge& edge = edges_[e];
+            below_[n * 4 + (edge.byte >> 6)] |= uint64_t{1} << (edge.byte & 63);
+            for (size_t w = 0; w < 4; ++w) below_[n * 4 + w] |= below_[static_cast<size_t>(edge.child) * 4 + w];
+        }
+    }
 }
 
 // Builds the node of the common prefix of sorted[begin, end) (length depth) and its subtree;
@@ -45,6 +55,7 @@ uint32_t Vocabulary::build(const std::vector<TokenId>& sorted, size_t begin, siz
         const uint32_t child = build(sorted, runs[k].first, runs[k].second, depth + 1);
         edges_[first_edge + k] = Edge{b, child};
     }
+    nodes_[id].subtree_end = static_cast<uint32_t>(node_tokens_.size());
     return id;
 }
 
