@@ -1,15 +1,14 @@
-// Single-threaded AVX-512 VNNI int8 tile (built with -mavx512vnni etc.; only
-// called when active_isa() >= avx512). vpdpbusd multiplies unsigned by signed
-// bytes, 64 per instruction with the four products of each int32 lane summed
-// in. The activations are signed, so they are shifted to unsigned, u = x + 128
-// (an xor of the sign bit), and the shift is taken back out per weight row: sum
-// u*w = sum x*w + 128 * sum w, where 128 * sum w is one more vpdpbusd of the
-// constant 128 by the same weight vector (shared by every activation row of the
-// block). All int32 arithmetic is exact (k < 2^17: |sum| < 2^31), so the result
-// is bit-identical to the reference. One kernel for every m: MR activation rows
-// x NR weight rows over the whole k; for m >= 3 the weights go in panels of 16
-// rows that stay in L1 while every row block passes over them. NOTE: no std or
-// project inline code here (see matmul_tile_isa.h).
+// Single-threaded AVX-512 VNNI int8 tile (built with -mavx512vnni etc.; only called when
+// active_isa() >= avx512). vpdpbusd multiplies unsigned by signed bytes, 64 per instruction with
+// the four products of each int32 lane summed in. The activations are signed, so they are shifted
+// to unsigned, u = x + 128 (an xor of the sign bit), and the shift is taken back out per weight
+// row: sum u*w = sum x*w + 128 * sum w. All int32 arithmetic is exact (k < 2^17: |sum| < 2^31),
+// so the result is bit-identical to the reference.
+//   decode (m <= 2): weight rows streamed one at a time; 128 * sum w is one more vpdpbusd of
+//     the constant 128 by the same weight vector.
+//   prefill (m >= 3): weights packed into 32-row panels of 4-byte groups (8 x 32 micro-kernel,
+//     no horizontal sums); 128 * sum w summed while packing.
+// NOTE: no std or project inline code here (see matmul_tile_isa.h).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -20,57 +19,11 @@ namespace moeserve::kernels::cpu::detail {
 namespace {
 
 inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+inline __mmask16 tail_mask16(int64_t n) {
+    return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
 inline __mmask64 tail_mask64(int64_t n) {
     return n >= 64 ? ~__mmask64{0} : n <= 0 ? __mmask64{0} : (__mmask64{1} << n) - 1;
-}
-
-template <int MR, int NR>
-void block(const int8_t* qx, int64_t ldx, const float* sx, int64_t k, const int8_t* w, const float* sw, float* out,
-           int64_t ldo) {
-    __m512i acc[MR][NR], corr[NR];
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) {
-        corr[j] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_setzero_si512();
-    }
-    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-    auto step = [&](const __m512i* wv, int64_t p, __mmask64 xmask) {
-#pragma GCC unroll 8
-        for (int j = 0; j < NR; ++j) corr[j] = _mm512_dpbusd_epi32(corr[j], flip, wv[j]);
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; ++i) {
-            const __m512i u = _mm512_xor_si512(_mm512_maskz_loadu_epi8(xmask, qx + i * ldx + p), flip);
-#pragma GCC unroll 8
-            for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], u, wv[j]);
-        }
-    };
-    const int64_t k64 = k & ~int64_t{63};
-    __m512i wv[NR];
-    for (int64_t p = 0; p < k64; p += 64) {
-#pragma GCC unroll 8
-        for (int j = 0; j < NR; ++j) {
-            wv[j] = _mm512_loadu_si512(w + j * k + p);
-            _mm_prefetch(reinterpret_cast<const char*>(w + (NR + j) * k + p), _MM_HINT_T0);
-        }
-        step(wv, p, ~__mmask64{0});
-    }
-    if (k64 < k) {
-        // Masked-off weights are 0, so the 128s the xor puts in masked-off
-        // activation lanes add nothing.
-        const __mmask64 mask = tail_mask64(k - k64);
-#pragma GCC unroll 8
-        for (int j = 0; j < NR; ++j) wv[j] = _mm512_maskz_loadu_epi8(mask, w + j * k + k64);
-        step(wv, k64, mask);
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 8
-        for (int j = 0; j < NR; ++j) {
-            const int32_t dot = _mm512_reduce_add_epi32(_mm512_sub_epi32(acc[i][j], corr[j]));
-            out[i * ldo + j] = static_cast<float>(dot) * (sx[i] * sw[j]);
-        }
-    }
 }
 
 // Decode (m <= 2): the weight rows one at a time, one sequential stream (see the bf16 GEMV in
@@ -125,13 +78,111 @@ void rows_seq(const uint8_t* xu, int64_t kp64, const float* sx, int64_t k, const
     }
 }
 
-// MR rows against all n weight rows, NR at a time, the leftovers one by one.
-template <int MR, int NR>
-void rows(const int8_t* qx, int64_t ldx, const float* sx, int64_t k, const int8_t* w, const float* sw, int64_t n,
-          float* out, int64_t ldo) {
-    int64_t j = 0;
-    for (; j + NR <= n; j += NR) block<MR, NR>(qx, ldx, sx, k, w + j * k, sw + j, out + j, ldo);
-    for (; j < n; ++j) block<MR, 1>(qx, ldx, sx, k, w + j * k, sw + j, out + j, ldo);
+// Prefill (m >= 3): weights packed per 32 rows into panels of int32 words, panel[q * 32 + c] =
+// the 4 bytes w[c, 4q .. 4q+3] (zero past k and past the rows), so that one vpdpbusd of a
+// broadcast 4-byte group of x by one 64-byte panel line gives 16 outputs x 4 k (no horizontal
+// sums at the end); an 8 x 32 micro-kernel keeps 16 zmm accumulators. The +128 correction is
+// 128 * sum_k w[c, k] per panel column, summed while packing. The whole k is one block (the
+// panel, 32 * k bytes, stays in L1/L2 while every row block passes over it), so the int32 dot
+// is complete before the one rescale, as in the reference.
+constexpr int kPr = 32;
+constexpr int kMr = 8;
+
+// dst [ceil(k / 4)][32] words; corr[c] = 128 * sum_k w[c, k].
+void pack_panel(const int8_t* w, int64_t k, int64_t rows, int32_t* dst, int32_t* corr) {
+    const int64_t k4 = (k + 3) / 4, full = k / 4;
+    for (int64_t c = 0; c < kPr; ++c) {
+        int32_t sum = 0;
+        if (c < rows) {
+            const int8_t* wc = w + c * k;
+            for (int64_t q = 0; q < full; ++q) {
+                int32_t v;
+                __builtin_memcpy(&v, wc + 4 * q, 4);
+                dst[q * kPr + c] = v;
+            }
+            if (full < k4) {
+                uint32_t v = 0;
+                for (int64_t b = 0; b < k - 4 * full; ++b) v |= uint32_t{uint8_t(wc[4 * full + b])} << (8 * b);
+                dst[full * kPr + c] = static_cast<int32_t>(v);
+            }
+            for (int64_t p = 0; p < k; ++p) sum += wc[p];
+        } else {
+            for (int64_t q = 0; q < k4; ++q) dst[q * kPr + c] = 0;
+        }
+        corr[c] = 128 * sum;
+    }
+}
+
+// out[MR, ncols] = float(xu @ panel - corr) * (sx[i] * sw[c]); xu rows of ldu bytes (k4 words used).
+template <int MR>
+void micro_kernel(const uint8_t* xu, int64_t ldu, const float* sx, const int32_t* panel, int64_t k4,
+                  const int32_t* corr, const float* sw, float* out, int64_t ldo, int64_t ncols) {
+    __m512i acc0[MR], acc1[MR];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm512_setzero_si512();
+    for (int64_t q = 0; q < k4; ++q) {
+        const __m512i b0 = _mm512_load_si512(panel + q * kPr);
+        const __m512i b1 = _mm512_load_si512(panel + q * kPr + 16);
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+            int32_t word;
+            __builtin_memcpy(&word, xu + i * ldu + 4 * q, 4);
+            const __m512i a = _mm512_set1_epi32(word);
+            acc0[i] = _mm512_dpbusd_epi32(acc0[i], a, b0);
+            acc1[i] = _mm512_dpbusd_epi32(acc1[i], a, b1);
+        }
+    }
+    const __mmask16 m0 = tail_mask16(ncols), m1 = tail_mask16(ncols - 16);
+    const __m512i c0 = _mm512_loadu_si512(corr), c1 = _mm512_loadu_si512(corr + 16);
+    const __m512 s0 = _mm512_maskz_loadu_ps(m0, sw), s1 = _mm512_maskz_loadu_ps(m1, sw + 16);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+        const __m512 si = _mm512_set1_ps(sx[i]);
+        const __m512 v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc0[i], c0)), _mm512_mul_ps(si, s0));
+        const __m512 v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc1[i], c1)), _mm512_mul_ps(si, s1));
+        _mm512_mask_storeu_ps(out + i * ldo, m0, v0);
+        _mm512_mask_storeu_ps(out + i * ldo + 16, m1, v1);
+    }
+}
+
+void micro_dispatch(int mr, const uint8_t* xu, int64_t ldu, const float* sx, const int32_t* panel, int64_t k4,
+                    const int32_t* corr, const float* sw, float* out, int64_t ldo, int64_t ncols) {
+    switch (mr) {
+        case 1: micro_kernel<1>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols); break;
+        case 2: micro_kernel<2>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols); break;
+        case 3: micro_kernel<3>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols); break;
+        case 4: micro_kernel<4>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols); break;
+        case 5: micro_kernel<5>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols); break;
+        case 6: micro_kernel<6>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols); break;
+        case 7: micro_kernel<7>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols); break;
+        default: micro_kernel<8>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols); break;
+    }
+}
+
+void gemm(const int8_t* qx, int64_t ldx, const float* sx, int64_t m, int64_t k, const int8_t* w, const float* sw,
+          int64_t n, float* out, int64_t ldo) {
+    const int64_t k4 = (k + 3) / 4, ldu = (k4 * 4 + 63) / 64 * 64;
+    // xu: x + 128 as bytes (the padding past k meets zero weights); then the panel and its sums.
+    auto* xu = static_cast<uint8_t*>(thread_scratch(2, m * ldu + 64 * (k4 * kPr * 4 / 64 + 2)));
+    auto* panel = reinterpret_cast<int32_t*>(xu + m * ldu);
+    alignas(64) int32_t corr[kPr];
+    alignas(64) float swp[kPr];
+    const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int64_t i = 0; i < m; ++i) {
+        for (int64_t p = 0; p < ldu; p += 64) {
+            const __m512i v = _mm512_maskz_loadu_epi8(tail_mask64(k - p), qx + i * ldx + p);
+            _mm512_store_si512(xu + i * ldu + p, _mm512_xor_si512(v, c128));
+        }
+    }
+    for (int64_t j0 = 0; j0 < n; j0 += kPr) {
+        const int64_t nc = imin(kPr, n - j0);
+        pack_panel(w + j0 * k, k, nc, panel, corr);
+        for (int64_t c = 0; c < kPr; ++c) swp[c] = c < nc ? sw[j0 + c] : 0.0f;
+        for (int64_t i0 = 0; i0 < m; i0 += kMr) {
+            micro_dispatch(static_cast<int>(imin(kMr, m - i0)), xu + i0 * ldu, ldu, sx + i0, panel, k4, corr, swp,
+                           out + i0 * ldo + j0, ldo, nc);
+        }
+    }
 }
 
 }  // namespace
@@ -156,19 +207,7 @@ void matmul_tile_int8_avx512(const int8_t* qx, int64_t ldx, const float* sx, int
         }
         return;
     }
-    constexpr int64_t kPanel = 16;
-    for (int64_t j0 = 0; j0 < n; j0 += kPanel) {
-        const int64_t nb = imin(kPanel, n - j0);
-        const int8_t* wj = w + j0 * k;
-        int64_t i = 0;
-        for (; i + 4 <= m; i += 4) rows<4, 4>(qx + i * ldx, ldx, sx + i, k, wj, sw + j0, nb, out + i * ldo + j0, ldo);
-        const int64_t rest = m - i;
-        const int8_t* qr = qx + i * ldx;
-        float* orow = out + i * ldo + j0;
-        if (rest == 3) rows<3, 4>(qr, ldx, sx + i, k, wj, sw + j0, nb, orow, ldo);
-        if (rest == 2) rows<2, 4>(qr, ldx, sx + i, k, wj, sw + j0, nb, orow, ldo);
-        if (rest == 1) rows<1, 4>(qr, ldx, sx + i, k, wj, sw + j0, nb, orow, ldo);
-    }
+    gemm(qx, ldx, sx, m, k, w, sw, n, out, ldo);
 }
 
 }  // namespace moeserve::kernels::cpu::detail
