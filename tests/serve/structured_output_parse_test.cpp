@@ -11,7 +11,14 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-const ModelLimits kLimits{"tiny", 512, 1000};
+ModelLimits limits() {
+    ModelLimits l;
+    l.served_model_name = "tiny";
+    l.max_model_len = 512;
+    l.vocab_size = 1000;
+    return l;
+}
+const ModelLimits kLimits = limits();
 
 std::pair<std::string, std::string> error_of(const char* body) {
     try {
