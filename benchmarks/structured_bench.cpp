@@ -104,6 +104,48 @@ void BM_MaskCacheHitApplied(benchmark::State& state) {
 }
 BENCHMARK(BM_MaskCacheHitApplied)->Unit(benchmark::kMicrosecond);
 
+// A whole constrained generation as the engine runs it: per step the mask applied to a logits
+// row, a token picked among the allowed ones (a fixed pseudo-random rule), accept_token. Time per
+// step; warm: the compiled grammar (and its mask cache) is reused across iterations.
+void BM_GenerationStep(benchmark::State& state) {
+    const bool bounded = state.range(0) != 0, warm = state.range(1) != 0;
+    const std::string schema = bounded ? R"({"type": "array", "items": {"type": "string", "maxLength": 200}})"
+                                       : R"({"type": "array", "items": {"type": "string"}})";
+    const std::string gbnf = structured::json_schema_to_gbnf(Json::parse(schema), "schema");
+    auto shared = std::make_shared<const structured::CompiledGrammar>(structured::parse_gbnf(gbnf), vocab());
+    std::vector<float> logits(151936);
+    constexpr int kSteps = 64;
+    const auto generate = [&](const std::shared_ptr<const structured::CompiledGrammar>& g) {
+        ipc::SamplingParams params;
+        engine::Request r("r", {1}, params, 0, 0);
+        r.grammar = std::make_unique<structured::GrammarMatcher>(g);
+        uint64_t x = 88172645463325252ull;
+        for (int step = 0; step < kSteps; ++step) {
+            std::fill(logits.begin(), logits.end(), 0.0f);
+            engine::apply_grammar_mask(logits.data(), 151936, r);
+            // The k-th allowed token, k pseudo-random: long tokens inside strings, like a model.
+            std::vector<int32_t> allowed;
+            for (int32_t t = 0; t < 151936; ++t) {
+                if (logits[static_cast<size_t>(t)] == 0.0f && t != 151645) allowed.push_back(t);
+            }
+            if (allowed.empty()) break;
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            r.grammar->accept_token(allowed[x % allowed.size()]);
+        }
+    };
+    if (warm) generate(shared);  // the same generation once before: every state is in the cache
+    for (auto _ : state) {
+        state.PauseTiming();
+        auto g =
+            warm ? shared : std::make_shared<const structured::CompiledGrammar>(structured::parse_gbnf(gbnf), vocab());
+        state.ResumeTiming();
+        generate(g);
+    }
+    state.SetItemsProcessed(state.iterations() * kSteps);
+    state.SetLabel(std::string(bounded ? "maxLength 200" : "unbounded") + (warm ? ", warm" : ", cold"));
+}
+BENCHMARK(BM_GenerationStep)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond)->Iterations(3);
+
 void BM_BuildVocabularyTrie(benchmark::State& state) {
     const auto bytes = qwen3_token_bytes();
     for (auto _ : state) {

@@ -242,6 +242,29 @@ class StructuredOutputs(unittest.TestCase):
             stopped += self.check_json(schema, text, finish, f"{json.dumps(schema)} -> {text!r}")
         self.assertGreaterEqual(stopped, total - 3)
 
+    def test_openai_sdk_zod_shaped_request(self):
+        """What openai-node's chat.completions.parse sends for zodResponseFormat(...): draft-07
+        $schema, strict, nullable as a type list, a reused object under definitions; parse() needs
+        finish_reason 'stop' and JSON content (the SDK itself is not installed here)."""
+        schema = {"type": "object", "properties": {
+            "name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"},
+            "email": {"type": ["string", "null"], "format": "email"},
+            "home": {"$ref": "#/definitions/place"}, "work": {"anyOf": [{"$ref": "#/definitions/place"}, {"type": "null"}]}},
+            "required": ["name", "age", "email", "home", "work"], "additionalProperties": False,
+            "definitions": {"place": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+                                      "required": ["city"], "additionalProperties": False}},
+            "$schema": "http://json-schema.org/draft-07/schema#"}
+        # z.string().max(12) (zod writes maxLength): a random-weight model would write an unbounded
+        # string until max_tokens ('length', which the SDK raises as LengthFinishReasonError).
+        stopped = 0
+        for seed in range(6):
+            body = {"model": "tiny", "messages": [{"role": "user", "content": "Who?"}], "temperature": 1.0, "seed": seed,
+                    "response_format": {"type": "json_schema", "json_schema": {"name": "person", "strict": True, "schema": schema}}}
+            r = self.post("/v1/chat/completions", body)
+            c = r["choices"][0]
+            stopped += self.check_json(schema, c["message"]["content"], c["finish_reason"], c["message"]["content"])
+        self.assertGreaterEqual(stopped, 5)
+
     def test_errors_name_the_problem(self):
         def err(path, body, param, fragment):
             status, r = self.s.json("POST", path, body)
