@@ -36,16 +36,10 @@ class Server:
     def __init__(self, *extra, api_key=API_KEY, model=None, env=None, preexec_fn=None, new_session=False):
         self.port = None
         self.api_key = api_key
-        cmd = [ARGS.moeserve, "serve", "--model", model or ARGS.model, "--port", "0",
-               "--threads", "1", "--served-model-name", "tiny", "--max-model-len", "512",
-               "--kv-cache-memory", "64M", *extra]
-        if "--heartbeat-timeout-ms" not in extra:
-            cmd += ["--heartbeat-timeout-ms", "5000"]
-        if api_key:
-            cmd += ["--api-key", api_key]
+        self.model, self.extra = model or ARGS.model, extra
         # The log goes to a file: an unread pipe would fill up and block the server.
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log, env=env, preexec_fn=preexec_fn,
+        self.proc = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=self.log, env=env, preexec_fn=preexec_fn,
                                      start_new_session=new_session)
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -64,6 +58,16 @@ class Server:
             time.sleep(0.1)
         self.proc.kill()
         raise RuntimeError("server not healthy within 60 s")
+
+    def command(self):
+        cmd = [ARGS.moeserve, "serve", "--model", self.model, "--port", "0",
+               "--threads", "1", "--served-model-name", "tiny", "--max-model-len", "512",
+               "--kv-cache-memory", "64M", *self.extra]
+        if "--heartbeat-timeout-ms" not in self.extra:
+            cmd += ["--heartbeat-timeout-ms", "5000"]
+        if self.api_key:
+            cmd += ["--api-key", self.api_key]
+        return cmd
 
     def log_text(self):
         self.log.seek(0)

@@ -1,10 +1,12 @@
 // moeserve: one binary, one subcommand per file in cli/. The CLI is the only place that wires
 // the layers together and the outermost error boundary: a user error prints its message, exit 2.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <exception>
 
 #include "moeserve/cli/commands.h"
+#include "moeserve/cli/vllm_flags.h"
 #include "moeserve/core/error.h"
 #include "moeserve/core/log.h"
 #include "moeserve/kernels/cpu/isa.h"
@@ -23,7 +25,10 @@ int main(int argc, char** argv) {
     moeserve::cli::add_bench_command(app, &action);
     moeserve::cli::add_env_command(app, &action);
     try {
-        app.parse(argc, argv);
+        std::vector<std::string> args = moeserve::cli::expand_vllm_short_flags(argc, argv);
+        args.erase(args.begin());  // CLI11 takes them without argv[0], last first
+        std::reverse(args.begin(), args.end());
+        app.parse(std::move(args));
     } catch (const CLI::ParseError& e) {
         return app.exit(e) == 0 ? 0 : 2;
     }

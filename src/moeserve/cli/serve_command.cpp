@@ -27,6 +27,7 @@
 
 #include "moeserve/cli/commands.h"
 #include "moeserve/cli/serve_layout.h"
+#include "moeserve/cli/vllm_flags.h"
 #include "moeserve/core/error.h"
 #include "moeserve/core/log.h"
 #include "moeserve/ipc/auth.h"
@@ -44,7 +45,11 @@ namespace {
 struct ServeOptions {
     EngineOptions engine;
     ParallelFlags parallel;
-    std::string served_model_name;
+    std::vector<std::string> served_model_names;  // the first is reported
+    std::string chat_template;                    // a file, or the template itself
+    std::string root_path;
+    bool disable_log_requests = false;
+    VllmFlags vllm;
     std::string host = "127.0.0.1";
     int port = 8000;
     std::vector<std::string> api_keys;
@@ -384,10 +389,17 @@ int run_serve(ServeOptions o) {
     if (o.parallel.headless) return run_headless(o, d);
 
     Logger logger("api", parse_log_level(o.engine.log_level));
+    for (const auto& note : o.vllm.no_effect) MOESERVE_LOG_I(logger, "api", "flag with no effect here: %s", note.c_str());
     const auto tok = tokenizer::Tokenizer::from_dir(o.engine.model);
 
     serve::RouterConfig rc;
-    rc.limits.served_model_name = o.served_model_name.empty() ? o.engine.model : o.served_model_name;
+    rc.limits.served_model_name = o.served_model_names.empty() ? o.engine.model : o.served_model_names.front();
+    if (o.served_model_names.size() > 1) rc.limits.model_aliases.assign(o.served_model_names.begin() + 1, o.served_model_names.end());
+    if (!o.chat_template.empty()) {  // as vLLM: a file's path, else the template text itself
+        rc.chat_template = std::filesystem::is_regular_file(o.chat_template) ? read_text_file(o.chat_template) : o.chat_template;
+    }
+    rc.root_path = o.root_path;
+    rc.log_requests = !o.disable_log_requests;
     rc.limits.max_model_len = o.engine.max_model_len;
     rc.limits.vocab_size = config_int(config, "vocab_size", tok.vocab_size(), o.engine.model);
     rc.api_keys = o.api_keys;
@@ -511,8 +523,13 @@ int run_serve(ServeOptions o) {
 void add_serve_command(CLI::App& app, Action* action) {
     auto o = std::make_shared<ServeOptions>();
     CLI::App* sub = app.add_subcommand("serve", "Serve a model over the OpenAI HTTP API");
-    add_engine_options(sub, o->engine);
-    sub->add_option("--served-model-name", o->served_model_name, "model name in the API (default: --model)");
+    add_engine_options(sub, o->engine, /*positional_model=*/true);
+    add_vllm_flags(sub, o->vllm);
+    sub->add_option("--served-model-name", o->served_model_names,
+                    "model names in the API, the first reported (default: the model path)")->expected(1, -1);
+    sub->add_option("--chat-template", o->chat_template, "a chat template file, or the template itself (default: the tokenizer's)");
+    sub->add_option("--root-path", o->root_path, "a path prefix a proxy may leave on request paths (stripped)");
+    sub->add_flag("--disable-log-requests", o->disable_log_requests, "no log line per finished request");
     sub->add_option("--host", o->host)->capture_default_str();
     sub->add_option("--port", o->port, "0 = any free port")->capture_default_str();
     sub->add_option("--api-key", o->api_keys, "require 'Authorization: Bearer KEY' on /v1; several keys allowed "
@@ -561,9 +578,13 @@ void add_serve_command(CLI::App& app, Action* action) {
         for (const auto& k : o->api_keys) {
             if (k.empty()) throw CLI::ValidationError("--api-key", "an API key may not be empty");
         }
+        if (o->engine.model.empty()) throw CLI::RequiredError("the model directory (`serve DIR` or --model DIR)");
         // env: OMNI_PD_HYBRID=1 turns PD hybrid scheduling on, as --pd-hybrid does.
         if (const char* hybrid = std::getenv("OMNI_PD_HYBRID"); hybrid && std::string(hybrid) == "1") o->engine.pd_hybrid = true;
-        *action = [o] { return run_serve(*o); };
+        *action = [o] {
+            check_vllm_flags(o->vllm);
+            return run_serve(*o);
+        };
     });
     add_rank_command(app, action);
 }

@@ -64,14 +64,19 @@ int32_t resolve_max_model_len(const EngineOptions& o, const nlohmann::json& conf
     return o.max_model_len;
 }
 
-void add_engine_options(CLI::App* sub, EngineOptions& o) {
-    sub->add_option("--model", o.model, "Hugging Face model directory")->required();
+void add_engine_options(CLI::App* sub, EngineOptions& o, bool positional_model) {
+    if (positional_model) {  // `serve MODEL` as `vllm serve MODEL`; --model stays (the caller checks one is given)
+        sub->add_option("model_tag", o.model, "Hugging Face model directory");
+        sub->add_option("--model", o.model, "Hugging Face model directory (or give it first, as `serve DIR`)");
+    } else {
+        sub->add_option("--model", o.model, "Hugging Face model directory")->required();
+    }
     sub->add_option("--max-num-seqs", o.max_num_seqs, "most sequences in one batch")->capture_default_str();
     sub->add_option("--max-model-len", o.max_model_len, "longest sequence, prompt + output (default: min(max_position_embeddings, 4096))");
     sub->add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "most tokens in one step")->capture_default_str();
     sub->add_option("--block-size", o.block_size, "KV cache block size in tokens")->capture_default_str();
     sub->add_option("--gpu-memory-utilization", o.gpu_memory_utilization, "on CPU: share of RAM for weights + KV cache")->capture_default_str();
-    sub->add_option("--kv-cache-memory", o.kv_cache_memory, "KV cache size per rank, e.g. 2G (overrides --gpu-memory-utilization)");
+    sub->add_option("--kv-cache-memory,--kv-cache-memory-bytes", o.kv_cache_memory, "KV cache size per rank, e.g. 2G (overrides --gpu-memory-utilization)");
     sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching, "reuse KV blocks of shared prompt prefixes (default on)");
     sub->add_option("--seed", o.seed, "seed of requests without their own")->capture_default_str();
     sub->add_option("--threads", o.threads, "compute threads per rank (default: the host's cores divided between its ranks)");

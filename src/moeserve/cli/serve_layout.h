@@ -31,7 +31,8 @@ struct EngineOptions {
     std::string quantization;  // --quantization: "" (as the checkpoint says), w8a8, w8a8-all, fp8, none
 };
 
-void add_engine_options(CLI::App* sub, EngineOptions& o);
+// positional_model: the model may also come as the first positional argument (serve).
+void add_engine_options(CLI::App* sub, EngineOptions& o, bool positional_model = false);
 
 // The parallel flags of serve, as given.
 struct ParallelFlags {

@@ -64,7 +64,11 @@ Router::Router(RouterConfig config, const tokenizer::Tokenizer& tokenizer, Engin
                Metrics& metrics, Logger& logger)
     : config_(std::move(config)), tokenizer_(tokenizer), engines_(engines), metrics_(metrics),
       logger_(logger), id_salt_(std::random_device{}()), workers_(config_.num_workers) {
-    if (tokenizer_.chat_template()) chat_template_ = tokenizer::ChatTemplate::parse(*tokenizer_.chat_template());
+    if (!config_.chat_template.empty()) {
+        chat_template_ = tokenizer::ChatTemplate::parse(config_.chat_template);
+    } else if (tokenizer_.chat_template()) {
+        chat_template_ = tokenizer::ChatTemplate::parse(*tokenizer_.chat_template());
+    }
     // Every token decodes to at most max_token bytes; Unicode normalization before the model
     // can shrink text at most 3x (decomposed Hangul to a syllable), so a text of more than
     // max_model_len * max_token * 4 bytes cannot fit, however it is split.
@@ -204,7 +208,11 @@ std::vector<int32_t> Router::encode_prompt(const std::string& text, bool add_spe
 }
 
 void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& responder) {
-    const std::string path = request.target.substr(0, request.target.find('?'));
+    std::string path = request.target.substr(0, request.target.find('?'));
+    const std::string& root = config_.root_path;
+    if (!root.empty() && path.rfind(root, 0) == 0 && (path.size() == root.size() || path[root.size()] == '/')) {
+        path = path.size() == root.size() ? "/" : path.substr(root.size());
+    }
     check_access(request, path);
     const bool get = request.method == "GET" || request.method == "HEAD", post = request.method == "POST";
     const auto method_check = [&](bool ok) {
@@ -217,8 +225,8 @@ void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& respo
                            "invalid_request_error", std::nullopt, "unsupported_media_type");
         }
     };
-    if (path == "/health") {
-        method_check(get);
+    if (path == "/health" || path == "/ping") {  // /ping: SageMaker's, GET or POST, as vLLM
+        method_check(get || (post && path == "/ping"));
         const bool ok = engines_.healthy();
         return reply(responder, ok ? 200 : 503, kJson, ok ? "{}" : openai::error_body(ApiError(503, "The engine is not running.", "server_error", std::nullopt, "engine_unavailable")));
     }
@@ -231,13 +239,24 @@ void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& respo
         return reply(responder, 200, "text/plain; version=0.0.4; charset=utf-8",
                      metrics_.render(engines_.stats(), engines_.num_in_flight()));
     }
-    if (path == "/v1/models") {
+    if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
         method_check(get);
-        const OJson model{{"id", config_.limits.served_model_name}, {"object", "model"},
-                          {"created", unix_seconds()}, {"owned_by", "moeserve"},
-                          {"root", config_.model_path}, {"parent", nullptr},
-                          {"max_model_len", config_.limits.max_model_len}};
-        return reply(responder, 200, kJson, dump(OJson{{"object", "list"}, {"data", OJson::array({model})}}));
+        const auto model = [&](const std::string& id) {
+            return OJson{{"id", id}, {"object", "model"}, {"created", unix_seconds()}, {"owned_by", "moeserve"},
+                         {"root", config_.model_path}, {"parent", nullptr}, {"max_model_len", config_.limits.max_model_len}};
+        };
+        std::vector<std::string> names = {config_.limits.served_model_name};
+        names.insert(names.end(), config_.limits.model_aliases.begin(), config_.limits.model_aliases.end());
+        if (path == "/v1/models") {
+            OJson data = OJson::array();
+            for (const auto& n : names) data.push_back(model(n));
+            return reply(responder, 200, kJson, dump(OJson{{"object", "list"}, {"data", data}}));
+        }
+        const std::string id = path.substr(std::string("/v1/models/").size());
+        if (std::find(names.begin(), names.end(), id) == names.end()) {
+            throw ApiError(404, fmt::format("The model `{}` does not exist.", id), "invalid_request_error", "model", "model_not_found");
+        }
+        return reply(responder, 200, kJson, dump(model(id)));
     }
     if (path == "/v1/completions" || path == "/v1/chat/completions") {
         method_check(post);
@@ -417,6 +436,10 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
             throw ApiError(503, "The engine is not running.", "server_error", std::nullopt, "engine_unavailable");
         }
     }
+    // This runs on a worker, not the connection's strand: a client that left while the requests
+    // were being added had its abort run before they existed. The disconnect handler sets the
+    // flag before it aborts, so one of the two aborts sees every request.
+    if (job->disconnected) engines_.abort(job->engine_ids);
 }
 
 void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::RequestOutput& out) {
@@ -461,7 +484,7 @@ void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::Req
     if (!stream.finished()) return;
     const double now = steady_seconds();
     const double ttft = job->first_token_time[c] > 0 ? job->first_token_time[c] - job->arrival : 0;
-    MOESERVE_LOG_I(logger_, "api", "request %s finished: reason=%s prompt_tokens=%lld output_tokens=%lld ttft=%.3fs e2e=%.3fs",
+    if (config_.log_requests) MOESERVE_LOG_I(logger_, "api", "request %s finished: reason=%s prompt_tokens=%lld output_tokens=%lld ttft=%.3fs e2e=%.3fs",
                    job->engine_ids[c].c_str(), stream.finish_reason().c_str(), static_cast<long long>(job->prompt_tokens[c]),
                    static_cast<long long>(stream.num_tokens()), ttft, now - job->arrival);
     metrics_.on_request_finished({stream.finish_reason(), job->prompt_tokens[c], stream.num_tokens(), ttft, now - job->arrival});

@@ -31,6 +31,9 @@ struct RouterConfig {
     bool loopback_only = true;
     std::vector<std::string> allowed_hosts;
     int max_choices_per_request = 256;  // prompts x n of one request; more is a 400
+    std::string chat_template;          // overrides the tokenizer's (--chat-template); empty = its own
+    std::string root_path;              // a path prefix a proxy may leave on requests (--root-path)
+    bool log_requests = true;           // one info line per finished request (--disable-log-requests)
     int num_workers = 4;                // threads that parse, render and tokenize (WorkQueue)
     std::string model_path;  // shown as "root" in /v1/models
     std::string version;
@@ -39,8 +42,8 @@ struct RouterConfig {
 
 class Router {
 public:
-    // All references must outlive the router. Parses the tokenizer's chat template (Error if it
-    // is malformed; a model without one gets 400 on /v1/chat/completions).
+    // All references must outlive the router. Parses the chat template (config.chat_template, else
+    // the tokenizer's; Error if it is malformed; a model without one gets 400 on /v1/chat/completions).
     Router(RouterConfig config, const tokenizer::Tokenizer& tokenizer, EngineClient& engines,
            Metrics& metrics, Logger& logger);
     ~Router();

@@ -159,7 +159,9 @@ std::vector<TokenId> token_ids(const Json& v, const char* param, const ModelLimi
 
 void check_model(Fields& f, const ModelLimits& limits, std::string& model) {
     f.string("model", model);
-    if (!model.empty() && model != limits.served_model_name) {
+    const auto& aliases = limits.model_aliases;
+    if (!model.empty() && model != limits.served_model_name &&
+        std::find(aliases.begin(), aliases.end(), model) == aliases.end()) {
         throw ApiError(404, fmt::format("The model `{}` does not exist.", model),
                        "invalid_request_error", "model", "model_not_found");
     }

@@ -1,0 +1,135 @@
+#!/usr/bin/python3
+"""vLLM launch lines start `moeserve serve` unchanged but for the binary name and the model path
+(issue: vLLM CLI). Each line must start, answer a completion and a chat request, and stop with
+exit 0 on SIGTERM; refused lines fail at once with one `error:` line and exit 2. The port of a
+line is replaced by 0 (the server binds a free one and logs it). Every wait is bounded.
+"""
+import argparse
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import serve_test
+from serve_test import Server
+
+ARGS = None
+
+# Lines as users write them (the vLLM docs' and the seeds' shapes), model path first.
+STARTS = [
+    "--served-model-name qwen3 --max-model-len 512",
+    "--tensor-parallel-size 1 --max-model-len 512 --gpu-memory-utilization 0.9 --enforce-eager --trust-remote-code "
+    "--disable-log-requests --swap-space 4 --dtype bfloat16 --kv-cache-dtype auto --enable-chunked-prefill "
+    "--max-num-batched-tokens 2048 --max-num-seqs 8 --seed 0 --uvicorn-log-level warning --disable-log-stats "
+    "--enable-prefix-caching --distributed-executor-backend mp --block-size 16 --load-format safetensors",
+    "-tp 1 -pp 1 --max-model-len 512 --served-model-name qwen3 other-name --max-log-len 100 --revision main "
+    "--api-server-count 1 --generation-config vllm --disable-custom-all-reduce --enable-prompt-tokens-details",
+    "-dp 2 --enable-expert-parallel --max-model-len 512 --data-parallel-size-local 2 --kv-cache-memory-bytes 64M",
+    "--max-model-len=512 --compilation-config 3 --tokenizer-mode auto --root-path /api",
+]
+REFUSED = [
+    ("--distributed-executor-backend ray -tp 1", "there is no Ray here"),
+    ("--distributed-executor-backend=ray", "there is no Ray here"),
+    ("--ssl-keyfile k.pem --ssl-certfile c.pem", "TLS is not built in"),
+    ("-pp 2", "no pipeline parallelism"),
+    ("--dtype float16", "--dtype float16"),
+    ("--not-a-vllm-flag", "not-a-vllm-flag"),
+]
+
+
+def launch(line):
+    args = shlex.split(line)
+    return [ARGS.model, *args, "--kv-cache-memory", "64M"] if "--kv-cache-memory-bytes" not in line else [ARGS.model, *args]
+
+
+class LaunchLines(unittest.TestCase):
+    def test_lines_start_serve_and_stop(self):
+        for line in STARTS:
+            with self.subTest(line=line):
+                s = VllmServer(*launch(line))
+                try:
+                    prefix = "/api" if "--root-path /api" in line else ""
+                    status, r = s.json("POST", prefix + "/v1/completions", {"prompt": "Hello", "max_tokens": 3})
+                    self.assertEqual(status, 200, r)
+                    status, r = s.json("POST", "/v1/chat/completions",
+                                       {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
+                    self.assertEqual(status, 200, r)
+                    if "qwen3" in line:
+                        self.assertEqual(r["model"], "qwen3")
+                    if "other-name" in line:  # any served name is accepted, the first reported
+                        status, r = s.json("POST", "/v1/completions", {"model": "other-name", "prompt": "a", "max_tokens": 1})
+                        self.assertEqual((status, r["model"]), (200, "qwen3"))
+                        status, models = s.json("GET", "/v1/models")
+                        self.assertEqual([m["id"] for m in models["data"]], ["qwen3", "other-name"])
+                        self.assertEqual(s.json("GET", "/v1/models/other-name")[0], 200)
+                        self.assertEqual(s.json("GET", "/v1/models/nope")[0], 404)
+                    if "--enforce-eager" in line:
+                        self.assertIn("flag with no effect here: --enforce-eager", s.log_text())
+                    if "--disable-log-requests" in line:
+                        self.assertNotIn("finished: reason=", s.log_text())
+                    self.assertEqual(s.request("GET", "/ping")[0], 200)
+                    self.assertEqual(s.request("POST", "/ping")[0], 200)
+                finally:
+                    self.assertEqual(s.stop(), 0)
+
+    def test_refused_lines_fail_with_one_line(self):
+        for line, message in REFUSED:
+            with self.subTest(line=line):
+                out = subprocess.run([ARGS.moeserve, "serve", ARGS.model, *shlex.split(line), "--port", "0"],
+                                     capture_output=True, timeout=30)
+                self.assertEqual(out.returncode, 2, out.stderr[-500:])
+                err = out.stderr.decode()
+                self.assertIn(message, err)
+                self.assertNotIn("terminate called", err)
+
+    def test_chat_template_flag_file_and_text(self):
+        template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<a>{% endif %}"
+        with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False) as f:
+            f.write(template)
+        try:
+            for value in (f.name, template):
+                s = VllmServer(ARGS.model, "--max-model-len", "512", "--kv-cache-memory", "64M", "--chat-template", value)
+                try:
+                    status, r = s.json("POST", "/tokenize", {"messages": [{"role": "user", "content": "hi"}]})
+                    self.assertEqual(status, 200, r)
+                    status, d = s.json("POST", "/detokenize", {"tokens": r["tokens"]})
+                    self.assertEqual(d["prompt"], "<user>hi<a>")
+                finally:
+                    self.assertEqual(s.stop(), 0)
+        finally:
+            os.unlink(f.name)
+
+    def test_vllm_api_key_env(self):
+        s = VllmServer(ARGS.model, "--max-model-len", "512", "--kv-cache-memory", "64M",
+                       env={**os.environ, "VLLM_API_KEY": "k-env"}, api_key=None)
+        try:
+            self.assertEqual(s.request("GET", "/v1/models")[0], 401)
+            s.api_key = "k-env"
+            self.assertEqual(s.request("GET", "/v1/models")[0], 200)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+
+class VllmServer(Server):
+    """A server started from a launch line alone (no test defaults but --port 0)."""
+
+    def __init__(self, *line, env=None, api_key=None):
+        self.raw_line = list(line)
+        super().__init__(api_key=api_key, env=env)
+
+    def command(self):
+        return [ARGS.moeserve, "serve", *self.raw_line, "--port", "0"]
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--moeserve", required=True)
+    p.add_argument("--model", required=True)
+    ARGS, rest = p.parse_known_args()
+    serve_test.ARGS = ARGS
+    suite = unittest.TestLoader().loadTestsFromTestCase(LaunchLines)
+    result = unittest.TextTestRunner(verbosity=2).run(suite)
+    sys.exit(0 if result.wasSuccessful() else 1)
