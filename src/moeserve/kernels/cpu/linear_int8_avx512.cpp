@@ -88,11 +88,11 @@ void rows_seq(const uint8_t* xu, int64_t kp64, const float* sx, int64_t k, const
 constexpr int kPr = 32;
 constexpr int kMr = 8;
 
-// dst [ceil(k / 4)][32] words; corr[c] = 128 * sum_k w[c, k].
+// dst [ceil(k / 4)][32] words (64-byte aligned); corr[c] = 128 * sum_k w[c, k], by vpdpbusd of
+// the constant 128 over the packed lines (zero padding adds nothing).
 void pack_panel(const int8_t* w, int64_t k, int64_t rows, int32_t* dst, int32_t* corr) {
     const int64_t k4 = (k + 3) / 4, full = k / 4;
     for (int64_t c = 0; c < kPr; ++c) {
-        int32_t sum = 0;
         if (c < rows) {
             const int8_t* wc = w + c * k;
             for (int64_t q = 0; q < full; ++q) {
@@ -105,12 +105,18 @@ void pack_panel(const int8_t* w, int64_t k, int64_t rows, int32_t* dst, int32_t*
                 for (int64_t b = 0; b < k - 4 * full; ++b) v |= uint32_t{uint8_t(wc[4 * full + b])} << (8 * b);
                 dst[full * kPr + c] = static_cast<int32_t>(v);
             }
-            for (int64_t p = 0; p < k; ++p) sum += wc[p];
         } else {
             for (int64_t q = 0; q < k4; ++q) dst[q * kPr + c] = 0;
         }
-        corr[c] = 128 * sum;
     }
+    const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
+    __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+    for (int64_t q = 0; q < k4; ++q) {
+        s0 = _mm512_dpbusd_epi32(s0, c128, _mm512_load_si512(dst + q * kPr));
+        s1 = _mm512_dpbusd_epi32(s1, c128, _mm512_load_si512(dst + q * kPr + 16));
+    }
+    _mm512_storeu_si512(corr, s0);
+    _mm512_storeu_si512(corr + 16, s1);
 }
 
 // out[MR, ncols] = float(xu @ panel - corr) * (sx[i] * sw[c]); xu rows of ldu bytes (k4 words used).
