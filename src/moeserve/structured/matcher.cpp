@@ -20,8 +20,8 @@ constexpr uint32_t kMinBulkTokens = 16;
 
 std::string state_key(const StackSet& s) {
     std::string key(s.ends.size() * 4 + s.data.size() * 4, '\0');
-    std::memcpy(key.data(), s.ends.data(), s.ends.size() * 4);
-    std::memcpy(key.data() + s.ends.size() * 4, s.data.data(), s.data.size() * 4);
+    if (!s.ends.empty()) std::memcpy(key.data(), s.ends.data(), s.ends.size() * 4);
+    if (!s.data.empty()) std::memcpy(key.data() + s.ends.size() * 4, s.data.data(), s.data.size() * 4);
     return key;
 }
 
