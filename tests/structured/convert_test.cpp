@@ -130,6 +130,18 @@ TEST(RegexTest, WholeOutputMatches) {
     EXPECT_NE(error_of([] { regex_to_gbnf("*a", "guided_regex"); }).find("nothing to repeat"), std::string::npos);
 }
 
+TEST(ConvertTest, DeepNestingIsAnErrorNotACrash) {
+    EXPECT_NE(error_of([] {
+                  regex_to_gbnf(std::string(50000, '(') + "a" + std::string(50000, ')'), "guided_regex");
+              }).find("nest deeper"),
+              std::string::npos);
+    Json defs = Json::object();
+    for (int i = 0; i < 2000; ++i) defs["d" + std::to_string(i)] = {{"$ref", "#/$defs/d" + std::to_string(i + 1)}};
+    defs["d2000"] = {{"type", "null"}};
+    const Json schema = {{"$defs", defs}, {"$ref", "#/$defs/d0"}};
+    EXPECT_NE(error_of([&] { json_schema_to_gbnf(schema, "s"); }).find("deeper than 256"), std::string::npos);
+}
+
 TEST(RegexTest, InsideJsonStringsEscapes) {
     const std::string g = "root ::= \"\\\"\" " + regex_expression(R"(a"b\\.)", true, "p") + " \"\\\"\"\n";
     EXPECT_TRUE(accepts(g, R"("a\"b\\x")"));

@@ -94,6 +94,31 @@ TEST(GbnfTest, ErrorsNameTheProblem) {
     EXPECT_NE(message("root ::= \"a\"\nroot ::= \"b\"").find("defined twice"), std::string::npos);
 }
 
+TEST(GbnfTest, DeepNestingIsAnErrorNotACrash) {
+    const std::string deep = "root ::= " + std::string(100000, '(') + "\"a\"" + std::string(100000, ')');
+    EXPECT_THROW(parse_gbnf(deep), Error);
+    // A chain of rules, each only naming the next: expansion depth is bounded too.
+    std::string chain = "root ::= r0\n";
+    for (int i = 0; i < 5000; ++i) chain += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + "\n";
+    chain += "r5000 ::= \"x\"\n";
+    EXPECT_THROW(CompiledGrammar(parse_gbnf(chain), small_vocab()), Error);
+}
+
+TEST(MatcherTest, AnAmbiguousGrammarFailsTheMatcherNotTheProcess) {
+    // After n a's, each of the 2^n ways to close them ("b" or "c" each) is a distinct stack.
+    auto g = std::make_shared<CompiledGrammar>(parse_gbnf("root ::= x\nx ::= \"a\" x \"b\" | \"a\" x \"c\" | \"d\"\n"),
+                                               small_vocab());
+    GrammarMatcher m(g);
+    bool ok = true;
+    for (int i = 0; i < 40 && ok; ++i) ok = m.accept_bytes("a");
+    EXPECT_FALSE(ok);
+    EXPECT_NE(m.error().find("too ambiguous"), std::string::npos) << m.error();
+    std::vector<uint32_t> mask;
+    m.fill_next_token_bitmask(mask);
+    EXPECT_EQ(allowed(m), (std::set<TokenId>{}));
+    EXPECT_FALSE(m.accept_token(0));
+}
+
 TEST(GbnfTest, GeneratedNamesDoNotCollideWithUserNames) {
     EXPECT_TRUE(matches("root ::= (\"a\" | \"b\")+ root_1\nroot_1 ::= \"c\"", "abc"));
 }

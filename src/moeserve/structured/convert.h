@@ -26,7 +26,8 @@ std::string regex_to_gbnf(std::string_view regex, const std::string& path);
 // Exactly one of the choices.
 std::string choices_to_gbnf(const std::vector<std::string>& choices, const std::string& path);
 
-// A user's GBNF grammar, checked (parse_gbnf) and returned unchanged; the error names path.
+// A user's GBNF grammar, checked (parse_gbnf, then the expansion of its start) and returned
+// unchanged; the error names path.
 std::string checked_gbnf(const std::string& gbnf, const std::string& path);
 
 // Internal to the converters, exposed for tests: a GBNF expression matching the regex; inside a

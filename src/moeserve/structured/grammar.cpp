@@ -13,6 +13,7 @@ namespace {
 
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 constexpr int64_t kMaxRepeat = 10000;
+constexpr int kMaxNesting = 200;
 
 struct Sym {
     bool rule = false;
@@ -211,6 +212,12 @@ private:
     }
 
     Alts parse_alternatives(const std::string& owner, bool nested) {
+        // The parser recurses per '(': bound it (requests carry grammars; the stack is not theirs).
+        if (++depth_ > kMaxNesting) fail(pos_, "groups nest deeper than " + std::to_string(kMaxNesting));
+        struct Leave {
+            int& d;
+            ~Leave() { --d; }
+        } leave{depth_};
         Alts alts;
         alts.push_back(parse_sequence(owner, nested));
         while (pos_ < text_.size() && text_[pos_] == '|') {
@@ -531,6 +538,7 @@ private:
     std::vector<ByteSet> sets_;
     std::map<std::array<uint64_t, 4>, int32_t> set_ids_;
     int generated_ = 0;
+    int depth_ = 0;
 };
 
 }  // namespace

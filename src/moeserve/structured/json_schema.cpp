@@ -131,6 +131,12 @@ private:
     }
 
     std::string visit(const Json& s, const std::string& path) {
+        // Recursion per nested schema and per $ref: bounded, the schema comes from a request.
+        if (++depth_ > 256) fail(path, "the schema nests (or chains $refs) deeper than 256 levels");
+        struct Leave {
+            int& d;
+            ~Leave() { --d; }
+        } leave{depth_};
         if (s.is_boolean()) {
             if (!s.get<bool>()) fail(path, "the schema 'false' matches nothing");
             return use("json-value");
@@ -452,6 +458,7 @@ private:
     }
 
     const Json& root_;
+    int depth_ = 0;
     std::map<std::string, std::string> rules_;
     std::map<std::string, std::string> refs_;
 };

@@ -17,6 +17,8 @@ constexpr size_t kMaxMemoSets = 4096;
 // Subtrees with at least this many tokens are tested for bulk acceptance (self_loops costs 256
 // transitions the first time a set is tested).
 constexpr uint32_t kMinBulkTokens = 16;
+// Rule references expanded in a row without consuming a byte (the recursion of expand).
+constexpr int kMaxExpandDepth = 2000;
 
 std::string state_key(const StackSet& s) {
     std::string key(s.ends.size() * 4 + s.data.size() * 4, '\0');
@@ -46,12 +48,16 @@ CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const Vocabula
 }
 
 void CompiledGrammar::expand(std::vector<int32_t>& stack, StackSet& out) const {
-    expand_prefix(stack, stack.size(), out);
+    expand_prefix(stack, stack.size(), out, 0);
 }
 
 // Expands the stack stack[0, len). Writes only at or above len - 1 and restores stack[len - 1],
 // so the caller's prefix survives (no copies on the way down).
-void CompiledGrammar::expand_prefix(std::vector<int32_t>& stack, size_t len, StackSet& out) const {
+void CompiledGrammar::expand_prefix(std::vector<int32_t>& stack, size_t len, StackSet& out, int depth) const {
+    if (depth > kMaxExpandDepth) {
+        raise(ErrorCode::kInvalidArgument, "grammar: rules nest deeper than {} without consuming input",
+              kMaxExpandDepth);
+    }
     const auto kind = [&](int32_t pos) { return grammar_.elements[static_cast<size_t>(pos)].kind; };
     // Pop finished alternatives; a finished rule returns to the position its caller pushed.
     while (len > 0 && kind(stack[len - 1]) == Element::kEnd) --len;
@@ -75,7 +81,7 @@ void CompiledGrammar::expand_prefix(std::vector<int32_t>& stack, size_t len, Sta
         if (!tail) stack[l++] = pos + 1;
         if (stack.size() <= l) stack.resize(l + 1);
         stack[l] = start;
-        expand_prefix(stack, l + 1, out);
+        expand_prefix(stack, l + 1, out, depth + 1);
     }
     stack[len - 1] = pos;
 }
@@ -238,6 +244,7 @@ bool GrammarMatcher::is_eos(TokenId token) const {
 }
 
 bool GrammarMatcher::accept_token(TokenId token) {
+    if (!error_.empty()) return false;
     if (is_eos(token)) return is_accepting();
     if (token < 0 || token >= grammar_->vocabulary().size()) return false;
     const std::string& bytes = grammar_->vocabulary().bytes(token);
@@ -245,18 +252,35 @@ bool GrammarMatcher::accept_token(TokenId token) {
 }
 
 bool GrammarMatcher::accept_bytes(std::string_view bytes) {
+    if (!error_.empty()) return false;
     StackSet cur = state_;
-    for (const char c : bytes) {
-        grammar_->advance(cur, static_cast<uint8_t>(c), next_, scratch_);
-        if (next_.empty()) return false;
-        std::swap(cur, next_);
+    try {
+        for (const char c : bytes) {
+            grammar_->advance(cur, static_cast<uint8_t>(c), next_, scratch_);
+            if (next_.empty()) return false;
+            std::swap(cur, next_);
+        }
+    } catch (const Error& e) {
+        error_ = e.what();
+        return false;
     }
     state_ = std::move(cur);
     return true;
 }
 
 void GrammarMatcher::fill_next_token_bitmask(std::vector<uint32_t>& mask) const {
-    const auto cached = grammar_->token_mask(state_, memo_);
+    std::shared_ptr<const std::vector<uint32_t>> cached;
+    if (error_.empty()) {
+        try {
+            cached = grammar_->token_mask(state_, memo_);
+        } catch (const Error& e) {
+            error_ = e.what();
+        }
+    }
+    if (!cached) {
+        mask.assign(static_cast<size_t>((grammar_->vocabulary().size() + 31) / 32), 0);
+        return;
+    }
     mask.assign(cached->begin(), cached->end());
     if (is_accepting()) {
         for (TokenId t : grammar_->vocabulary().eos_token_ids()) {

@@ -86,7 +86,7 @@ public:
     std::vector<uint32_t> compute_mask(const StackSet& state) const;
 
 private:
-    void expand_prefix(std::vector<int32_t>& stack, size_t len, StackSet& out) const;
+    void expand_prefix(std::vector<int32_t>& stack, size_t len, StackSet& out, int depth) const;
 
     Grammar grammar_;
     std::shared_ptr<const Vocabulary> vocab_;
@@ -107,8 +107,12 @@ public:
     bool accept_bytes(std::string_view bytes);
 
     // Bit t of mask[t / 32]: token t may come next. EOS ids are set when is_accepting().
-    // mask: ceil(vocab / 32) words, overwritten.
+    // mask: ceil(vocab / 32) words, overwritten (all zero once error() is set).
     void fill_next_token_bitmask(std::vector<uint32_t>& mask) const;
+
+    // Why the matcher stopped (a grammar too ambiguous or too deep to expand); once set, nothing
+    // is accepted and the mask is empty. Errors never leave the matcher (it runs on pool threads).
+    const std::string& error() const { return error_; }
 
     bool is_accepting() const;   // the text so far is a complete sentence of the grammar
     bool is_terminated() const;  // complete, and nothing may follow
@@ -122,6 +126,7 @@ private:
     StackSet next_;
     std::vector<int32_t> scratch_;
     mutable TransitionMemo memo_;
+    mutable std::string error_;
 };
 
 // Compiles GBNF text against a vocabulary, caching compiled grammars by their text (up to

@@ -7,6 +7,7 @@
 #include "moeserve/core/error.h"
 #include "moeserve/structured/convert.h"
 #include "moeserve/structured/grammar.h"
+#include "moeserve/structured/matcher.h"
 
 namespace moeserve::structured {
 namespace {
@@ -111,6 +112,12 @@ private:
     bool at_end_anchor() const { return pos_ + 1 == re_.size() && re_[pos_] == '$'; }
 
     std::string alternation() {
+        // Recursion per '(': bounded, the regex comes from a request.
+        if (++depth_ > 200) fail("groups nest deeper than 200");
+        struct Leave {
+            int& d;
+            ~Leave() { --d; }
+        } leave{depth_};
         std::vector<std::string> alts{concatenation()};
         while (pos_ < re_.size() && re_[pos_] == '|') {
             ++pos_;
@@ -370,6 +377,7 @@ private:
     bool json_;
     const std::string& path_;
     size_t pos_ = 0;
+    int depth_ = 0;
 };
 
 // Equal-length digit strings a <= b: the expression of every digit string in [a, b].
@@ -436,7 +444,9 @@ std::string choices_to_gbnf(const std::vector<std::string>& choices, const std::
 
 std::string checked_gbnf(const std::string& gbnf, const std::string& path) {
     try {
-        parse_gbnf(gbnf);
+        // Parse, and expand the start (what the engine does first), against an empty vocabulary.
+        CompiledGrammar(parse_gbnf(gbnf),
+                        std::make_shared<const Vocabulary>(std::vector<std::string>{}, std::vector<TokenId>{}));
     } catch (const Error& e) {
         raise(ErrorCode::kInvalidArgument, "{}: {}", path, e.what());
     }

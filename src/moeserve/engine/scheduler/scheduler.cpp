@@ -239,9 +239,11 @@ std::vector<ipc::RequestOutput> Scheduler::update(const ScheduledBatch& batch, c
         const SampledToken& tok = *result.sampled[i];
         if (r->grammar && !r->grammar->accept_token(tok.token_id)) {
             // Only when no token of the vocabulary can continue the grammar (the mask was empty).
-            std::string error = fmt::format(
-                "structured output: no token of the vocabulary can continue the grammar after {} tokens",
-                r->num_output_tokens());
+            std::string error =
+                !r->grammar->error().empty()
+                    ? "structured output: " + r->grammar->error()
+                    : fmt::format("structured output: no token of the vocabulary can continue the grammar after {} tokens",
+                                  r->num_output_tokens());
             ipc::RequestOutput fail = finish(r, FinishReason::kError);  // r is gone from here on
             fail.error = std::move(error);
             outputs.push_back(std::move(fail));
