@@ -24,7 +24,9 @@ class StructuredOutputTest : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
         pool_ = new ThreadPool(2);
-        model_ = model::load_model(kModelDir, *pool_, model::LoadOptions{.max_model_len = 512}).release();
+        model::LoadOptions load;
+        load.max_model_len = 512;
+        model_ = model::load_model(kModelDir, *pool_, load).release();
         tok_ = new tokenizer::Tokenizer(tokenizer::Tokenizer::from_dir(kModelDir));
         const int64_t vocab = model_->info().vocab_size;
         std::vector<std::string> bytes(static_cast<size_t>(vocab));
@@ -138,7 +140,9 @@ TEST_F(StructuredOutputTest, EveryOutputMatchesItsGrammarBatchedWithFreeRequests
         }
         arrivals[1].push_back(greedy_add("free", tok_->encode("hello", false), 20));
         const Collected got = run_to_completion(engine, arrivals);
-        if (num_blocks == 10) EXPECT_GT(engine.stats().num_preemptions, 0);
+        if (num_blocks == 10) {
+            EXPECT_GT(engine.stats().num_preemptions, 0);
+        }
         ASSERT_EQ(got.tokens.at("free").size(), 20u);
         const auto& eos = model_->info().eos_token_ids;
         int stopped = 0;
