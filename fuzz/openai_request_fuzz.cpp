@@ -8,7 +8,10 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     using namespace moeserve::serve::openai;
-    const ModelLimits limits{"m", 4096, 151936};
+    ModelLimits limits;
+    limits.served_model_name = "m";
+    limits.max_model_len = 4096;
+    limits.vocab_size = 151936;
     const std::string_view body(reinterpret_cast<const char*>(data), size);
     try {
         const auto json = parse_body(body);
