@@ -11,7 +11,7 @@ HF=$P/models/qwen3moe-bench-hf
 STREAM=${STREAM_BIN:-$P/stream_read}
 P518="$(/usr/bin/python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog near the river bank.']*37))")"
 DEC='The history of the Roman Empire spans many centuries, and'
-ms() { "$MS" generate --model "$HF" --quantization "$1" --prompt "$2" --max-tokens "$3" --ignore-eos --threads 2 2>&1 |
+ms() { "$MS" generate --model "$HF" --quantization "$1" --prompt "$2" --max-tokens "$3" --ignore-eos --threads "${T:-2}" 2>&1 |
   grep -o "generate:.*" | sed -E 's/.*prefill ([0-9.]+) tok\/s.*decode ([0-9.]+) tok\/s.*/prefill \1 tok\/s, decode \2 tok\/s/'; }
 lscpu | grep -E "Model name|^CPU\(s\)"
 MOESERVE_ISA=avx512 "$MS" env 2>/dev/null | grep -E "isa|cpu" || "$MS" env
@@ -24,7 +24,12 @@ for round in ${ROUNDS:-1 2 3}; do
     echo "ms $isa bf16 p518:   $(MOESERVE_ISA=$isa ms none "$P518" 1)"
   done
   echo "ms avx512 bf16 p518 (MOESERVE_BF16_ACTIVATIONS=round): $(MOESERVE_ISA=avx512 MOESERVE_BF16_ACTIVATIONS=round ms none "$P518" 1)"
+  # 1 thread each: on a machine busy with other work, 2 spinning threads can collapse (llama.cpp's do).
+  "$LB" -m "$P/models/qwen3moe-bench-bf16.gguf" -t 1 -p 0 -n 32 -r 2 2>/dev/null | grep qwen3moe | awk -F'|' '{print "llama bf16 1 thread:", $7, $8}'
+  echo "ms avx512 bf16 decode, 1 thread: $(T=1 MOESERVE_ISA=avx512 ms none "$DEC" 32)"
   "$LB" -m "$P/models/qwen3moe-bench-q8_0.gguf" -t 2 -p 512 -n 64 -r 2 2>/dev/null | grep qwen3moe | awk -F'|' '{print "llama q8_0 pp512/tg64:", $7, $8}'
+  "$LB" -m "$P/models/qwen3moe-bench-q8_0.gguf" -t 1 -p 0 -n 32 -r 2 2>/dev/null | grep qwen3moe | awk -F'|' '{print "llama q8_0 1 thread:", $7, $8}'
+  echo "ms avx512 w8a8-all decode, 1 thread: $(T=1 MOESERVE_ISA=avx512 ms w8a8-all "$DEC" 32)"
   for isa in avx512 avx2; do
     echo "ms $isa w8a8-all decode: $(MOESERVE_ISA=$isa ms w8a8-all "$DEC" 64)"
     echo "ms $isa w8a8-all p518:   $(MOESERVE_ISA=$isa ms w8a8-all "$P518" 1)"
