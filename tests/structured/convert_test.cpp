@@ -104,6 +104,29 @@ TEST(JsonSchemaTest, ErrorsNameThePath) {
               std::string::npos);
 }
 
+TEST(JsonSchemaTest, RulesComposeIntoALargerGrammar) {
+    // What tool calling needs: one of several functions, each with its arguments' schema.
+    const std::string weather = json_schema_to_gbnf_rules(
+        Json::parse(R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})"),
+        "tools[0]", "weather-args");
+    const std::string add = json_schema_to_gbnf_rules(
+        Json::parse(
+            R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]})"),
+        "tools[1]", "add-args");
+    const std::string g = merge_gbnf(
+        {R"(root ::= "{\"name\":\"weather\",\"arguments\":" weather-args "}" | "{\"name\":\"add\",\"arguments\":" add-args "}")",
+         weather, add});
+    EXPECT_TRUE(accepts(g, R"({"name":"weather","arguments":{"city":"Oslo"}})"));
+    EXPECT_TRUE(accepts(g, R"({"name":"add","arguments":{"a":1,"b":-2}})"));
+    EXPECT_FALSE(accepts(g, R"({"name":"add","arguments":{"city":"Oslo"}})"));
+    EXPECT_NE(error_of([] {
+                  merge_gbnf({"x ::= \"a\"\n", "x ::= \"b\"\n"});
+              }).find("defined twice"),
+              std::string::npos);
+    EXPECT_NE(error_of([] { json_schema_to_gbnf_rules(Json::object(), "p", "json-x"); }).find("bad rule name"),
+              std::string::npos);
+}
+
 TEST(RegexTest, WholeOutputMatches) {
     const auto re = [](const char* r, const std::string& text) {
         return accepts(regex_to_gbnf(r, "guided_regex"), text);

@@ -16,6 +16,16 @@ namespace moeserve::structured {
 // A JSON Schema (the subset docs/serving.md lists). Properties keep the schema's order.
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema, const std::string& path);
 
+// The same as rules to embed in a larger grammar (tool calls): defines `rule_name` instead of
+// root, its helper rules named `<rule_name>-...`, and the shared json-* / fmt-* primitives
+// (identical in every output, so merge_gbnf can combine several).
+std::string json_schema_to_gbnf_rules(const nlohmann::ordered_json& schema, const std::string& path,
+                                      const std::string& rule_name);
+
+// Concatenates one-rule-per-line GBNF texts made by these converters, keeping one copy of a rule
+// defined identically in several; Error kInvalidArgument if a name is defined differently.
+std::string merge_gbnf(const std::vector<std::string>& parts);
+
 // Any JSON object (response_format json_object).
 std::string json_object_gbnf();
 

@@ -76,11 +76,13 @@ std::string join_alternatives(const std::vector<std::string>& alts) {
 
 class SchemaConverter {
 public:
-    explicit SchemaConverter(const Json& root) : root_(root) {}
+    // prefix: put before every rule name made here (not the shared json-*/fmt-* primitives).
+    SchemaConverter(const Json& root, std::string prefix) : root_(root), prefix_(std::move(prefix)) {}
 
-    std::string convert(const std::string& path) {
+    std::string convert(const std::string& path, const std::string& root_name = "root") {
+        root_name_ = root_name;
         const std::string root = visit(root_, path);
-        std::string out = "root ::= " + root + "\n";
+        std::string out = root_name + " ::= " + root + "\n";
         for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
         return out;
     }
@@ -107,9 +109,11 @@ private:
         std::string base;
         for (const char c : hint) base += std::isalnum(static_cast<unsigned char>(c)) ? c : '-';
         if (base.empty() || !std::isalpha(static_cast<unsigned char>(base[0]))) base = "s-" + base;
+        base = prefix_ + base;
         std::string name = base;
         for (int i = 2;
-             rules_.count(name) || name == "root" || name.rfind("json-", 0) == 0 || name.rfind("fmt-", 0) == 0; ++i) {
+             rules_.count(name) || name == root_name_ || name.rfind("json-", 0) == 0 || name.rfind("fmt-", 0) == 0;
+             ++i) {
             name = base + "-" + std::to_string(i);
         }
         rules_[name] = body;
@@ -458,6 +462,8 @@ private:
     }
 
     const Json& root_;
+    std::string prefix_;
+    std::string root_name_ = "root";
     int depth_ = 0;
     std::map<std::string, std::string> rules_;
     std::map<std::string, std::string> refs_;
@@ -466,7 +472,40 @@ private:
 }  // namespace
 
 std::string json_schema_to_gbnf(const Json& schema, const std::string& path) {
-    return checked_gbnf(SchemaConverter(schema).convert(path), path);
+    return checked_gbnf(SchemaConverter(schema, "").convert(path), path);
+}
+
+std::string json_schema_to_gbnf_rules(const Json& schema, const std::string& path, const std::string& rule_name) {
+    const bool ok = !rule_name.empty() && std::all_of(rule_name.begin(), rule_name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+    });
+    if (!ok || rule_name.rfind("json-", 0) == 0 || rule_name.rfind("fmt-", 0) == 0) {
+        raise(ErrorCode::kInvalidArgument, "{}: bad rule name '{}'", path, rule_name);
+    }
+    return SchemaConverter(schema, rule_name + "-").convert(path, rule_name);
+}
+
+std::string merge_gbnf(const std::vector<std::string>& parts) {
+    std::map<std::string, std::string> seen;  // rule name -> its line
+    std::string out;
+    for (const std::string& part : parts) {
+        size_t begin = 0;
+        while (begin < part.size()) {
+            size_t end = part.find('\n', begin);
+            if (end == std::string::npos) end = part.size();
+            const std::string line = part.substr(begin, end - begin);
+            begin = end + 1;
+            const size_t def = line.find(" ::= ");
+            if (line.empty()) continue;
+            MOESERVE_CHECK(def != std::string::npos, "merge_gbnf: not a one-line rule: {}", line);
+            const auto [it, added] = seen.emplace(line.substr(0, def), line);
+            if (!added && it->second != line) {
+                raise(ErrorCode::kInvalidArgument, "grammar: rule '{}' is defined twice, differently", it->first);
+            }
+            if (added) out += line + "\n";
+        }
+    }
+    return out;
 }
 
 std::string json_object_gbnf() { return json_schema_to_gbnf(Json{{"type", "object"}}, "json_object"); }
