@@ -5,7 +5,7 @@ CACHE ?= $(HOME)/.cache/moeserve
 DEMO_MODEL ?= $(CACHE)/models/demo-qwen3-moe-tiny
 PROMPT ?= The capital of France is
 
-.PHONY: setup configure build test run generate bench format clean
+.PHONY: setup configure build test test-sanitize test-asan test-tsan run generate bench format clean
 
 setup:
 	@bash scripts/setup.sh
@@ -19,6 +19,26 @@ build: configure
 test: build
 	@python3 tools/check_layering.py
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+# Sanitizer builds (CI runs them after `make test`). ASan + UBSan: every suite. TSan: the threaded
+# pieces (thread pool, HTTP server, engine client, ipc channel) in their unit suites.
+ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+ASAN_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tools/tsan.supp
+TSAN_TARGETS = moeserve_core_tests moeserve_serve_tests moeserve_ipc_tests
+
+test-sanitize: test-asan test-tsan
+
+test-asan: setup
+	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOESERVE_SANITIZE=address -DMOESERVE_BENCHMARKS=OFF -DMOESERVE_CACHE_DIR=$(CACHE) >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	@cd $(ASAN_BUILD) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 900
+
+test-tsan: setup
+	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOESERVE_SANITIZE=thread -DMOESERVE_BENCHMARKS=OFF -DMOESERVE_CACHE_DIR=$(CACHE) >/dev/null
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TARGETS)
+	@cd $(TSAN_BUILD) && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 900 -L '^(core|serve|ipc)$$'
 
 run: build
 	@bash scripts/run_demo.sh $(BUILD)/src/moeserve/cli/moeserve $(DEMO_MODEL)

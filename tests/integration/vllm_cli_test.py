@@ -5,6 +5,7 @@ exit 0 on SIGTERM; refused lines fail at once with one `error:` line and exit 2.
 line is replaced by 0 (the server binds a free one and logs it). Every wait is bounded.
 """
 import argparse
+import json
 import os
 import shlex
 import signal
@@ -26,7 +27,7 @@ STARTS = [
     "--max-num-batched-tokens 2048 --max-num-seqs 8 --seed 0 --uvicorn-log-level warning --disable-log-stats "
     "--enable-prefix-caching --distributed-executor-backend mp --block-size 16 --load-format safetensors",
     "-tp 1 -pp 1 --max-model-len 512 --served-model-name qwen3 other-name --max-log-len 100 --revision main "
-    "--api-server-count 1 --generation-config vllm --disable-custom-all-reduce --enable-prompt-tokens-details",
+    "--api-server-count 1 --generation-config auto --disable-custom-all-reduce --enable-prompt-tokens-details",
     "-dp 2 --enable-expert-parallel --max-model-len 512 --data-parallel-size-local 2 --kv-cache-memory-bytes 64M",
     "--max-model-len=512 --compilation-config 3 --tokenizer-mode auto --root-path /api",
 ]
@@ -101,6 +102,41 @@ class LaunchLines(unittest.TestCase):
                     self.assertEqual(s.stop(), 0)
         finally:
             os.unlink(f.name)
+
+    def test_generation_config(self):
+        base = ["--max-model-len", "512", "--kv-cache-memory", "64M"]
+        greedy_body = {"prompt": "Hello there", "max_tokens": 4, "temperature": 0, "ignore_eos": True}
+        s = VllmServer(ARGS.model, *base, "--generation-config", "vllm")
+        try:
+            greedy = s.json("POST", "/v1/completions", greedy_body)[1]
+            sampled = s.json("POST", "/v1/completions", {**greedy_body, "temperature": None, "seed": 7})[1]
+            first = s.json("POST", "/tokenize", {"prompt": greedy["choices"][0]["text"], "add_special_tokens": False})[1]["tokens"][0]
+        finally:
+            self.assertEqual(s.stop(), 0)
+        self.assertNotEqual(sampled["choices"][0]["text"], greedy["choices"][0]["text"])  # temperature 1 (seeded)
+        with tempfile.TemporaryDirectory() as d:
+            for name in os.listdir(ARGS.model):
+                if name != "generation_config.json":
+                    os.symlink(os.path.abspath(os.path.join(ARGS.model, name)), os.path.join(d, name))
+            with open(os.path.join(d, "generation_config.json"), "w") as f:
+                json.dump({"temperature": 0.0, "max_new_tokens": 3, "eos_token_id": [first]}, f)
+            s = VllmServer(d, *base)  # --generation-config auto, the default
+            try:
+                r = s.json("POST", "/v1/completions", {**greedy_body, "temperature": None, "seed": 7, "ignore_eos": False})[1]
+                # greedy by the file's temperature, and its extra EOS id stops at the first token
+                self.assertEqual(r["choices"][0]["finish_reason"], "stop", r)
+                self.assertEqual(r["usage"]["completion_tokens"], 1, r)
+                r = s.json("POST", "/v1/completions", {"prompt": "Hello there", "ignore_eos": True})[1]
+                self.assertEqual(r["usage"]["completion_tokens"], 3, r)  # max_new_tokens when max_tokens is absent
+                self.assertIn("generation_config.json (--generation-config)", s.log_text())
+            finally:
+                self.assertEqual(s.stop(), 0)
+            s = VllmServer(d, *base, "--override-generation-config", '{"max_new_tokens": 2}')
+            try:
+                r = s.json("POST", "/v1/completions", {"prompt": "Hello there", "ignore_eos": True})[1]
+                self.assertEqual(r["usage"]["completion_tokens"], 2, r)
+            finally:
+                self.assertEqual(s.stop(), 0)
 
     def test_vllm_api_key_env(self):
         s = VllmServer(ARGS.model, "--max-model-len", "512", "--kv-cache-memory", "64M",

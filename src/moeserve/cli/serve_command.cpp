@@ -12,6 +12,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <condition_variable>
@@ -26,6 +27,7 @@
 #include <thread>
 
 #include "moeserve/cli/commands.h"
+#include "moeserve/cli/generation_config.h"
 #include "moeserve/cli/serve_layout.h"
 #include "moeserve/cli/vllm_flags.h"
 #include "moeserve/core/error.h"
@@ -414,6 +416,12 @@ int run_serve(ServeOptions o) {
         if (eos->is_array()) for (const auto& e : *eos) if (e.is_number_integer()) rc.eos_token_ids.push_back(e.get<int32_t>());
     }
     if (tok.eos_token_id()) rc.eos_token_ids.push_back(*tok.eos_token_id());
+    const GenerationConfig gen = read_generation_config(o.vllm.generation_config, o.engine.model, o.vllm.override_generation_config);
+    rc.generation_defaults = gen.defaults;
+    for (const int32_t id : gen.eos_token_ids) {
+        if (std::find(rc.eos_token_ids.begin(), rc.eos_token_ids.end(), id) == rc.eos_token_ids.end()) rc.eos_token_ids.push_back(id);
+    }
+    if (!gen.source.empty()) MOESERVE_LOG_I(logger, "api", "sampling defaults and EOS ids from %s (--generation-config)", gen.source.c_str());
 
     SignalWatcher signals;  // first: blocks SIGINT/SIGTERM before any thread starts
     rlimit files{};  // one descriptor per connection: allow as many as the hard limit does

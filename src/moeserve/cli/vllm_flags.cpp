@@ -8,9 +8,9 @@ namespace moeserve::cli {
 namespace {
 
 struct NoEffect {
-  const char *name;
-  bool takes_value;
-  const char *why;
+    const char* name;
+    bool takes_value;
+    const char* why;
 };
 
 // vLLM flags that have nothing to act on in a CPU engine that loads local
@@ -18,39 +18,28 @@ struct NoEffect {
 constexpr NoEffect kNoEffect[] = {
     {"--enforce-eager", false, "no CUDA graphs on a CPU engine"},
     {"--disable-custom-all-reduce", false, "Gloo does every all-reduce"},
-    {"--disable-log-stats", false,
-     "there is no periodic stats log; /metrics has the figures"},
+    {"--disable-log-stats", false, "there is no periodic stats log; /metrics has the figures"},
     {"--disable-fastapi-docs", false, "there are no /docs routes"},
-    {"--disable-frontend-multiprocessing", false,
-     "the API server is one process already"},
+    {"--disable-frontend-multiprocessing", false, "the API server is one process already"},
     {"--enable-prompt-tokens-details", false,
      "usage.prompt_tokens_details is sent whenever tokens came from the cache"},
-    {"--enable-chunked-prefill", false,
-     "prefill is always chunked by --max-num-batched-tokens"},
-    {"--no-enable-chunked-prefill", false,
-     "prefill is always chunked by --max-num-batched-tokens"},
+    {"--enable-chunked-prefill", false, "prefill is always chunked by --max-num-batched-tokens"},
+    {"--no-enable-chunked-prefill", false, "prefill is always chunked by --max-num-batched-tokens"},
     {"--enable-log-requests", false,
      "each finished request is logged anyway (--disable-log-requests turns it "
      "off)"},
-    {"--swap-space", true,
-     "no GPU memory to swap from; preempted requests are recomputed"},
+    {"--swap-space", true, "no GPU memory to swap from; preempted requests are recomputed"},
     {"--cpu-offload-gb", true, "the weights live in host memory already"},
-    {"--uvicorn-log-level", true,
-     "there is no uvicorn; --log-level sets the log"},
+    {"--uvicorn-log-level", true, "there is no uvicorn; --log-level sets the log"},
     {"--max-log-len", true, "prompts are never logged"},
     {"--revision", true, "a local model directory has no revisions"},
-    {"--tokenizer-revision", true,
-     "a local tokenizer directory has no revisions"},
+    {"--tokenizer-revision", true, "a local tokenizer directory has no revisions"},
     {"--code-revision", true, "no remote code is run"},
     {"--download-dir", true, "models are never downloaded"},
-    {"--max-parallel-loading-workers", true,
-     "weights are memory-mapped, not loaded by workers"},
-    {"--max-num-partial-prefills", true,
-     "there is no partial-prefill scheduling"},
-    {"--max-long-partial-prefills", true,
-     "there is no partial-prefill scheduling"},
-    {"--long-prefill-token-threshold", true,
-     "there is no partial-prefill scheduling"},
+    {"--max-parallel-loading-workers", true, "weights are memory-mapped, not loaded by workers"},
+    {"--max-num-partial-prefills", true, "there is no partial-prefill scheduling"},
+    {"--max-long-partial-prefills", true, "there is no partial-prefill scheduling"},
+    {"--long-prefill-token-threshold", true, "there is no partial-prefill scheduling"},
     {"--max-seq-len-to-capture", true, "no CUDA graphs on a CPU engine"},
     {"--compilation-config,-O", true, "nothing is compiled at run time"},
     {"--tokenizer-mode", true, "tokenizer.json is always used"},
@@ -58,177 +47,146 @@ constexpr NoEffect kNoEffect[] = {
 
 // Flags refused with what to do instead.
 struct Refused {
-  const char *name;
-  const char *why;
+    const char* name;
+    const char* why;
 };
 constexpr Refused kRefused[] = {
-    {"--ssl-keyfile",
-     "TLS is not built in: put a TLS-terminating proxy in front of the server"},
-    {"--ssl-certfile",
-     "TLS is not built in: put a TLS-terminating proxy in front of the server"},
-    {"--ssl-ca-certs",
-     "TLS is not built in: put a TLS-terminating proxy in front of the server"},
-    {"--allowed-origins", "CORS is not implemented yet: browser pages of other "
-                          "origins cannot call this server"},
-    {"--allowed-methods", "CORS is not implemented yet: browser pages of other "
-                          "origins cannot call this server"},
-    {"--allowed-headers", "CORS is not implemented yet: browser pages of other "
-                          "origins cannot call this server"},
-    {"--override-generation-config",
-     "generation_config.json defaults are not applied yet (as "
-     "--generation-config vllm)"},
+    {"--ssl-keyfile", "TLS is not built in: put a TLS-terminating proxy in front of the server"},
+    {"--ssl-certfile", "TLS is not built in: put a TLS-terminating proxy in front of the server"},
+    {"--ssl-ca-certs", "TLS is not built in: put a TLS-terminating proxy in front of the server"},
+    {"--allowed-origins",
+     "CORS is not implemented yet: browser pages of other "
+     "origins cannot call this server"},
+    {"--allowed-methods",
+     "CORS is not implemented yet: browser pages of other "
+     "origins cannot call this server"},
+    {"--allowed-headers",
+     "CORS is not implemented yet: browser pages of other "
+     "origins cannot call this server"},
 };
 
-[[noreturn]] void unsupported(const std::string &flag, const std::string &value,
-                              const std::string &what) {
-  raise(ErrorCode::kInvalidArgument, "{} {}: {}", flag, value, what);
+[[noreturn]] void unsupported(const std::string& flag, const std::string& value, const std::string& what) {
+    raise(ErrorCode::kInvalidArgument, "{} {}: {}", flag, value, what);
 }
 
-} // namespace
+}  // namespace
 
-void add_vllm_flags(CLI::App *sub, VllmFlags &f) {
-  const auto group = "vLLM compatibility";
-  for (const auto &n : kNoEffect) {
-    const std::string first =
-        std::string(n.name).substr(0, std::string(n.name).find(','));
-    const std::string note = fmt::format("{} ({})", first, n.why);
-    if (n.takes_value) {
-      sub->add_option_function<std::string>(
-             n.name,
-             [&f, note](const std::string &) { f.no_effect.push_back(note); },
-             fmt::format("no effect here: {}", n.why))
-          ->group(group);
-    } else {
-      sub->add_flag_callback(
-             n.name, [&f, note] { f.no_effect.push_back(note); },
-             fmt::format("no effect here: {}", n.why))
-          ->group(group);
+void add_vllm_flags(CLI::App* sub, VllmFlags& f) {
+    const auto group = "vLLM compatibility";
+    for (const auto& n : kNoEffect) {
+        const std::string first = std::string(n.name).substr(0, std::string(n.name).find(','));
+        const std::string note = fmt::format("{} ({})", first, n.why);
+        if (n.takes_value) {
+            sub->add_option_function<std::string>(
+                   n.name, [&f, note](const std::string&) { f.no_effect.push_back(note); },
+                   fmt::format("no effect here: {}", n.why))
+                ->group(group);
+        } else {
+            sub->add_flag_callback(
+                   n.name, [&f, note] { f.no_effect.push_back(note); }, fmt::format("no effect here: {}", n.why))
+                ->group(group);
+        }
     }
-  }
-  for (const auto &r : kRefused) {
-    const std::string note = fmt::format("{}: {}", r.name, r.why);
-    sub->add_option_function<std::string>(
-           r.name,
-           [&f, note](const std::string &) { f.refused.push_back(note); },
-           fmt::format("refused: {}", r.why))
+    for (const auto& r : kRefused) {
+        const std::string note = fmt::format("{}: {}", r.name, r.why);
+        sub->add_option_function<std::string>(
+               r.name, [&f, note](const std::string&) { f.refused.push_back(note); }, fmt::format("refused: {}", r.why))
+            ->group(group);
+    }
+    sub->add_flag_callback(
+           "--allow-credentials",
+           [&f] {
+               f.refused.push_back(
+                   "--allow-credentials: CORS is not implemented yet: browser "
+                   "pages of other origins cannot call this server");
+           },
+           "refused: CORS is not implemented yet")
         ->group(group);
-  }
-  sub->add_flag_callback(
-         "--allow-credentials",
-         [&f] {
-           f.refused.push_back(
-               "--allow-credentials: CORS is not implemented yet: browser "
-               "pages of other origins cannot call this server");
-         },
-         "refused: CORS is not implemented yet")
-      ->group(group);
-  sub->add_option(
-         "--dtype", f.dtype,
-         "auto | bfloat16: the checkpoint's bf16 weights (others are refused)")
-      ->group(group)
-      ->capture_default_str();
-  sub->add_option("--kv-cache-dtype", f.kv_cache_dtype,
-                  "auto (the KV cache is f32; others are refused)")
-      ->group(group)
-      ->capture_default_str();
-  sub->add_option("--distributed-executor-backend",
-                  f.distributed_executor_backend,
-                  "mp: rank processes per node, as here (ray is refused: start "
-                  "--headless nodes instead)")
-      ->group(group)
-      ->capture_default_str();
-  sub->add_option("--scheduling-policy", f.scheduling_policy,
-                  "fcfs (priority is refused)")
-      ->group(group)
-      ->capture_default_str();
-  sub->add_option("--load-format", f.load_format, "auto | safetensors")
-      ->group(group)
-      ->capture_default_str();
-  sub->add_option("--generation-config", f.generation_config,
-                  "vllm: generation_config.json is not read (auto and a folder "
-                  "are refused for now)")
-      ->group(group)
-      ->capture_default_str();
-  sub->add_option("--pipeline-parallel-size", f.pipeline_parallel_size,
-                  "1 (pipeline parallelism is refused)")
-      ->group(group)
-      ->capture_default_str();
-  sub->add_option("--api-server-count", f.api_server_count,
-                  "1 (one API server process)")
-      ->group(group)
-      ->capture_default_str();
+    sub->add_option("--dtype", f.dtype, "auto | bfloat16: the checkpoint's bf16 weights (others are refused)")
+        ->group(group)
+        ->capture_default_str();
+    sub->add_option("--kv-cache-dtype", f.kv_cache_dtype, "auto (the KV cache is f32; others are refused)")
+        ->group(group)
+        ->capture_default_str();
+    sub->add_option("--distributed-executor-backend", f.distributed_executor_backend,
+                    "mp: rank processes per node, as here (ray is refused: start "
+                    "--headless nodes instead)")
+        ->group(group)
+        ->capture_default_str();
+    sub->add_option("--scheduling-policy", f.scheduling_policy, "fcfs (priority is refused)")
+        ->group(group)
+        ->capture_default_str();
+    sub->add_option("--load-format", f.load_format, "auto | safetensors")->group(group)->capture_default_str();
+    sub->add_option("--generation-config", f.generation_config,
+                    "auto: the model's generation_config.json sets sampling defaults and extra EOS ids; "
+                    "vllm: not read; or a folder with one")
+        ->group(group)
+        ->capture_default_str();
+    sub->add_option("--override-generation-config", f.override_generation_config,
+                    "a JSON object whose keys replace generation_config.json's, e.g. '{\"temperature\": 0.5}'")
+        ->group(group);
+    sub->add_option("--pipeline-parallel-size", f.pipeline_parallel_size, "1 (pipeline parallelism is refused)")
+        ->group(group)
+        ->capture_default_str();
+    sub->add_option("--api-server-count", f.api_server_count, "1 (one API server process)")
+        ->group(group)
+        ->capture_default_str();
 }
 
-std::vector<std::string> expand_vllm_short_flags(int argc, char **argv) {
-  // vLLM's multi-letter short forms (CLI11 takes one-letter short names only).
-  static const std::pair<const char *, const char *> kShort[] = {
-      {"-tp", "--tensor-parallel-size"},
-      {"-pp", "--pipeline-parallel-size"},
-      {"-dp", "--data-parallel-size"},
-      {"-dpl", "--data-parallel-size-local"},
-      {"-dpr", "--data-parallel-start-rank"},
-      {"-dpa", "--data-parallel-address"},
-      {"-dpp", "--data-parallel-rpc-port"},
-  };
-  std::vector<std::string> out;
-  for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    for (const auto &[from, to] : kShort) {
-      const std::string f = from;
-      if (a == f)
-        a = to;
-      else if (a.rfind(f + "=", 0) == 0)
-        a = std::string(to) + a.substr(f.size());
+std::vector<std::string> expand_vllm_short_flags(int argc, char** argv) {
+    // vLLM's multi-letter short forms (CLI11 takes one-letter short names only).
+    static const std::pair<const char*, const char*> kShort[] = {
+        {"-tp", "--tensor-parallel-size"},      {"-pp", "--pipeline-parallel-size"},
+        {"-dp", "--data-parallel-size"},        {"-dpl", "--data-parallel-size-local"},
+        {"-dpr", "--data-parallel-start-rank"}, {"-dpa", "--data-parallel-address"},
+        {"-dpp", "--data-parallel-rpc-port"},
+    };
+    std::vector<std::string> out;
+    for (int i = 0; i < argc; ++i) {
+        std::string a = argv[i];
+        for (const auto& [from, to] : kShort) {
+            const std::string f = from;
+            if (a == f)
+                a = to;
+            else if (a.rfind(f + "=", 0) == 0)
+                a = std::string(to) + a.substr(f.size());
+        }
+        out.push_back(std::move(a));
     }
-    out.push_back(std::move(a));
-  }
-  return out;
+    return out;
 }
 
-void check_vllm_flags(const VllmFlags &f) {
-  if (!f.refused.empty())
-    raise(ErrorCode::kInvalidArgument, "{}", f.refused.front());
-  if (f.dtype != "auto" && f.dtype != "bfloat16" && f.dtype != "bf16") {
-    unsupported(
-        "--dtype", f.dtype,
-        "only the checkpoint's bfloat16 weights run here (auto | bfloat16)");
-  }
-  if (f.kv_cache_dtype != "auto")
-    unsupported("--kv-cache-dtype", f.kv_cache_dtype,
-                "the KV cache is f32 here; only auto is accepted");
-  if (f.distributed_executor_backend == "ray") {
-    unsupported("--distributed-executor-backend", "ray",
-                "there is no Ray here: start one `moeserve serve --headless` "
-                "per other node with the same "
-                "--data-parallel-* flags (docs/parallelism.md), or use mp");
-  }
-  if (f.distributed_executor_backend != "mp") {
-    unsupported("--distributed-executor-backend",
-                f.distributed_executor_backend,
-                "only mp (one rank process per rank) runs here");
-  }
-  if (f.scheduling_policy != "fcfs")
-    unsupported("--scheduling-policy", f.scheduling_policy,
-                "only fcfs is implemented");
-  if (f.load_format != "auto" && f.load_format != "safetensors") {
-    unsupported("--load-format", f.load_format,
-                "only safetensors checkpoints are read (auto | safetensors)");
-  }
-  if (f.generation_config != "vllm") {
-    unsupported("--generation-config", f.generation_config,
-                "generation_config.json is not read yet; only vllm (the "
-                "engine's own defaults) is accepted");
-  }
-  if (f.pipeline_parallel_size != 1) {
-    unsupported("--pipeline-parallel-size",
-                std::to_string(f.pipeline_parallel_size),
-                "no pipeline parallelism: use --tensor-parallel-size and "
-                "--data-parallel-size with --enable-expert-parallel");
-  }
-  if (f.api_server_count != 1) {
-    unsupported("--api-server-count", std::to_string(f.api_server_count),
-                "one API server process serves all engines here");
-  }
+void check_vllm_flags(const VllmFlags& f) {
+    if (!f.refused.empty()) raise(ErrorCode::kInvalidArgument, "{}", f.refused.front());
+    if (f.dtype != "auto" && f.dtype != "bfloat16" && f.dtype != "bf16") {
+        unsupported("--dtype", f.dtype, "only the checkpoint's bfloat16 weights run here (auto | bfloat16)");
+    }
+    if (f.kv_cache_dtype != "auto")
+        unsupported("--kv-cache-dtype", f.kv_cache_dtype, "the KV cache is f32 here; only auto is accepted");
+    if (f.distributed_executor_backend == "ray") {
+        unsupported("--distributed-executor-backend", "ray",
+                    "there is no Ray here: start one `moeserve serve --headless` "
+                    "per other node with the same "
+                    "--data-parallel-* flags (docs/parallelism.md), or use mp");
+    }
+    if (f.distributed_executor_backend != "mp") {
+        unsupported("--distributed-executor-backend", f.distributed_executor_backend,
+                    "only mp (one rank process per rank) runs here");
+    }
+    if (f.scheduling_policy != "fcfs")
+        unsupported("--scheduling-policy", f.scheduling_policy, "only fcfs is implemented");
+    if (f.load_format != "auto" && f.load_format != "safetensors") {
+        unsupported("--load-format", f.load_format, "only safetensors checkpoints are read (auto | safetensors)");
+    }
+    if (f.pipeline_parallel_size != 1) {
+        unsupported("--pipeline-parallel-size", std::to_string(f.pipeline_parallel_size),
+                    "no pipeline parallelism: use --tensor-parallel-size and "
+                    "--data-parallel-size with --enable-expert-parallel");
+    }
+    if (f.api_server_count != 1) {
+        unsupported("--api-server-count", std::to_string(f.api_server_count),
+                    "one API server process serves all engines here");
+    }
 }
 
-} // namespace moeserve::cli
+}  // namespace moeserve::cli

@@ -19,28 +19,27 @@
 namespace moeserve::cli {
 
 struct VllmFlags {
-  std::vector<std::string>
-      no_effect; // "--enforce-eager (no CUDA graphs on a CPU engine)", as given
-  std::string dtype = "auto";
-  std::string kv_cache_dtype = "auto";
-  std::string distributed_executor_backend = "mp";
-  std::string scheduling_policy = "fcfs";
-  std::string load_format = "auto";
-  std::string generation_config = "vllm";
-  int pipeline_parallel_size = 1;
-  int api_server_count = 1;
-  std::vector<std::string>
-      refused; // flags given that are refused, with the reason
+    std::vector<std::string> no_effect;  // "--enforce-eager (no CUDA graphs on a CPU engine)", as given
+    std::string dtype = "auto";
+    std::string kv_cache_dtype = "auto";
+    std::string distributed_executor_backend = "mp";
+    std::string scheduling_policy = "fcfs";
+    std::string load_format = "auto";
+    std::string generation_config = "auto";  // generation_config.cpp reads it
+    std::string override_generation_config;
+    int pipeline_parallel_size = 1;
+    int api_server_count = 1;
+    std::vector<std::string> refused;  // flags given that are refused, with the reason
 };
 
-void add_vllm_flags(CLI::App *sub, VllmFlags &flags);
+void add_vllm_flags(CLI::App* sub, VllmFlags& flags);
 
 // argv with vLLM's multi-letter short flags (-tp, -dp, -pp, -dpl, -dpr, -dpa,
 // -dpp) spelled long.
-std::vector<std::string> expand_vllm_short_flags(int argc, char **argv);
+std::vector<std::string> expand_vllm_short_flags(int argc, char** argv);
 
 // Raises Error(kInvalidArgument) naming the first flag whose value is not
 // supported here.
-void check_vllm_flags(const VllmFlags &flags);
+void check_vllm_flags(const VllmFlags& flags);
 
-} // namespace moeserve::cli
+}  // namespace moeserve::cli

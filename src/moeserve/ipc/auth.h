@@ -16,11 +16,11 @@ namespace moeserve::ipc {
 
 // The environment variable that carries the key to rank processes (never argv:
 // ps shows that).
-inline constexpr const char *kRankPlaneKeyEnv = "MOESERVE_RANK_PLANE_KEY";
+inline constexpr const char* kRankPlaneKeyEnv = "MOESERVE_RANK_PLANE_KEY";
 
-struct CurveKeys { // Z85 text, 40 characters each
-  std::string server_public, server_secret;
-  std::string client_public, client_secret;
+struct CurveKeys {  // Z85 text, 40 characters each
+    std::string server_public, server_secret;
+    std::string client_public, client_secret;
 };
 
 // A fresh random key (64 hex characters).
@@ -30,4 +30,4 @@ std::string random_rank_plane_key();
 // (guessable).
 CurveKeys derive_curve_keys(std::string_view rank_plane_key);
 
-} // namespace moeserve::ipc
+}  // namespace moeserve::ipc

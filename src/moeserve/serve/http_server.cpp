@@ -10,7 +10,7 @@
 // get wrong (double free).
 #include "moeserve/serve/http_server.h"
 
-#include <utility> // boost 1.74 asio/awaitable.hpp misses it under C++20
+#include <utility>  // boost 1.74 asio/awaitable.hpp misses it under C++20
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -34,396 +34,342 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
 
-const char *reason_phrase(int status) {
-  if (status == 431)
-    return "Request Header Fields Too Large"; // unknown to boost 1.74
-  return http::obsolete_reason(static_cast<http::status>(status)).data();
+const char* reason_phrase(int status) {
+    if (status == 431) return "Request Header Fields Too Large";  // unknown to boost 1.74
+    return http::obsolete_reason(static_cast<http::status>(status)).data();
 }
 
-std::string response_head(int status, const std::string &content_type,
-                          size_t content_length, bool keep_alive) {
-  return fmt::format(
-      "HTTP/1.1 {} {}\r\nServer: moeserve\r\nContent-Type: {}\r\n"
-      "Content-Length: {}\r\nConnection: {}\r\n\r\n",
-      status, reason_phrase(status), content_type, content_length,
-      keep_alive ? "keep-alive" : "close");
+std::string response_head(int status, const std::string& content_type, size_t content_length, bool keep_alive) {
+    return fmt::format(
+        "HTTP/1.1 {} {}\r\nServer: moeserve\r\nContent-Type: {}\r\n"
+        "Content-Length: {}\r\nConnection: {}\r\n\r\n",
+        status, reason_phrase(status), content_type, content_length, keep_alive ? "keep-alive" : "close");
 }
 
-std::string error_json(const std::string &message, const char *code) {
-  return fmt::format(
-      R"({{"error":{{"message":"{}","type":"invalid_request_error","param":null,"code":"{}"}}}})",
-      message, code);
+std::string error_json(const std::string& message, const char* code) {
+    return fmt::format(R"({{"error":{{"message":"{}","type":"invalid_request_error","param":null,"code":"{}"}}}})",
+                       message, code);
 }
 
 // A whole answer that ends the connection (protocol errors, the connection
 // limit).
-std::string closing_response(int status, const std::string &message,
-                             const char *code) {
-  const std::string body = error_json(message, code);
-  return response_head(status, "application/json", body.size(), false) + body;
+std::string closing_response(int status, const std::string& message, const char* code) {
+    const std::string body = error_json(message, code);
+    return response_head(status, "application/json", body.size(), false) + body;
 }
 
-std::string header(const http::request<http::string_body> &request,
-                   http::field field) {
-  const auto it = request.find(field);
-  return it == request.end() ? std::string() : std::string(it->value());
+std::string header(const http::request<http::string_body>& request, http::field field) {
+    const auto it = request.find(field);
+    return it == request.end() ? std::string() : std::string(it->value());
 }
 
 class Session : public std::enable_shared_from_this<Session> {
 public:
-  Session(tcp::socket socket, const HttpServerOptions &options,
-          const Handler &handler, std::atomic<int> &counter)
-      : socket_(std::move(socket)), idle_timer_(socket_.get_executor()),
-        write_timer_(socket_.get_executor()), options_(options),
-        handler_(handler), counter_(counter) {
-    ++counter_;
-  }
-  ~Session() { --counter_; }
-
-  void start() {
-    net::dispatch(socket_.get_executor(), [self = shared_from_this()] {
-      self->arm_idle_timer();
-      self->read_next();
-    });
-  }
-
-  // The Responder calls of request `generation`, on the strand.
-  void respond(uint64_t generation, int status, const std::string &content_type,
-               const std::string &body) {
-    if (!current(generation) || answered_)
-      return;
-    answered_ = true;
-    busy_ = false;
-    std::string bytes =
-        response_head(status, content_type, body.size(), keep_alive_);
-    if (!head_request_)
-      bytes += body;
-    enqueue(std::move(bytes));
-    after_answer();
-  }
-
-  void start_stream(uint64_t generation) {
-    if (!current(generation) || answered_ || streaming_)
-      return;
-    streaming_ = true;
-    if (http10_) { // no chunked encoding in HTTP/1.0: the body ends when the
-                   // connection does
-      keep_alive_ = false;
-      enqueue("HTTP/1.1 200 OK\r\nServer: moeserve\r\nContent-Type: "
-              "text/event-stream\r\n"
-              "Cache-Control: no-cache\r\nConnection: close\r\n\r\n");
-      return;
+    Session(tcp::socket socket, const HttpServerOptions& options, const Handler& handler, std::atomic<int>& counter)
+        : socket_(std::move(socket)),
+          idle_timer_(socket_.get_executor()),
+          write_timer_(socket_.get_executor()),
+          options_(options),
+          handler_(handler),
+          counter_(counter) {
+        ++counter_;
     }
-    enqueue(fmt::format("HTTP/1.1 200 OK\r\nServer: moeserve\r\nContent-Type: "
+    ~Session() { --counter_; }
+
+    void start() {
+        net::dispatch(socket_.get_executor(), [self = shared_from_this()] {
+            self->arm_idle_timer();
+            self->read_next();
+        });
+    }
+
+    // The Responder calls of request `generation`, on the strand.
+    void respond(uint64_t generation, int status, const std::string& content_type, const std::string& body) {
+        if (!current(generation) || answered_) return;
+        answered_ = true;
+        busy_ = false;
+        std::string bytes = response_head(status, content_type, body.size(), keep_alive_);
+        if (!head_request_) bytes += body;
+        enqueue(std::move(bytes));
+        after_answer();
+    }
+
+    void start_stream(uint64_t generation) {
+        if (!current(generation) || answered_ || streaming_) return;
+        streaming_ = true;
+        if (http10_) {  // no chunked encoding in HTTP/1.0: the body ends when the
+                        // connection does
+            keep_alive_ = false;
+            enqueue(
+                "HTTP/1.1 200 OK\r\nServer: moeserve\r\nContent-Type: "
+                "text/event-stream\r\n"
+                "Cache-Control: no-cache\r\nConnection: close\r\n\r\n");
+            return;
+        }
+        enqueue(
+            fmt::format("HTTP/1.1 200 OK\r\nServer: moeserve\r\nContent-Type: "
                         "text/event-stream\r\n"
                         "Cache-Control: no-cache\r\nTransfer-Encoding: "
                         "chunked\r\nConnection: {}\r\n\r\n",
                         keep_alive_ ? "keep-alive" : "close"));
-  }
-
-  void send_chunk(uint64_t generation, std::string data) {
-    if (!current(generation) || !streaming_ || answered_ || data.empty())
-      return;
-    enqueue(http10_ ? std::move(data)
-                    : fmt::format("{:x}\r\n", data.size()) + data + "\r\n");
-  }
-
-  void end_stream(uint64_t generation) {
-    if (!current(generation) || !streaming_ || answered_)
-      return;
-    answered_ = true;
-    busy_ = false;
-    if (!http10_)
-      enqueue("0\r\n\r\n");
-    after_answer();
-  }
-
-  void on_disconnect(uint64_t generation, std::function<void()> fn) {
-    if (!current(generation))
-      return;
-    if (closed_) {
-      if (!answered_ && fn)
-        fn();
-      return;
     }
-    disconnect_fn_ = std::move(fn);
-  }
 
-  net::any_io_executor executor() { return socket_.get_executor(); }
+    void send_chunk(uint64_t generation, std::string data) {
+        if (!current(generation) || !streaming_ || answered_ || data.empty()) return;
+        enqueue(http10_ ? std::move(data) : fmt::format("{:x}\r\n", data.size()) + data + "\r\n");
+    }
+
+    void end_stream(uint64_t generation) {
+        if (!current(generation) || !streaming_ || answered_) return;
+        answered_ = true;
+        busy_ = false;
+        if (!http10_) enqueue("0\r\n\r\n");
+        after_answer();
+    }
+
+    void on_disconnect(uint64_t generation, std::function<void()> fn) {
+        if (!current(generation)) return;
+        if (closed_) {
+            if (!answered_ && fn) fn();
+            return;
+        }
+        disconnect_fn_ = std::move(fn);
+    }
+
+    net::any_io_executor executor() { return socket_.get_executor(); }
 
 private:
-  bool current(uint64_t generation) const {
-    return generation == generation_ && busy_;
-  }
+    bool current(uint64_t generation) const { return generation == generation_ && busy_; }
 
-  void arm_idle_timer() {
-    idle_timer_.expires_after(std::chrono::seconds(options_.idle_timeout_s));
-    idle_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
-      if (!ec && !self->busy_)
-        self->close(); // not cancelled, and still idle
-    });
-  }
-
-  void read_next() {
-    if (closed_ || reading_ || pending_ || pending_error_ || close_after_write_)
-      return;
-    reading_ = true;
-    parser_.emplace();
-    parser_->body_limit(options_.max_body_bytes);
-    parser_->header_limit(static_cast<uint32_t>(options_.max_header_bytes));
-    http::async_read_header(
-        socket_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) {
-          self->on_header(ec);
+    void arm_idle_timer() {
+        idle_timer_.expires_after(std::chrono::seconds(options_.idle_timeout_s));
+        idle_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+            if (!ec && !self->busy_) self->close();  // not cancelled, and still idle
         });
-  }
-
-  void on_header(beast::error_code ec) {
-    if (ec)
-      return on_read_failed(ec);
-    const auto &r = parser_->get();
-    if (!busy_ && r.version() >= 11 &&
-        beast::iequals(header(r, http::field::expect), "100-continue")) {
-      enqueue("HTTP/1.1 100 Continue\r\n\r\n");
     }
-    if (parser_->is_done())
-      return on_request();
-    http::async_read(socket_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code e, size_t) {
-                       if (e)
-                         return self->on_read_failed(e);
-                       self->on_request();
-                     });
-  }
 
-  void on_request() {
-    reading_ = false;
-    auto request = parser_->release();
-    if (busy_) { // pipelined while answering: answered in order afterwards
-      pending_.emplace(std::move(request));
-      return;
+    void read_next() {
+        if (closed_ || reading_ || pending_ || pending_error_ || close_after_write_) return;
+        reading_ = true;
+        parser_.emplace();
+        parser_->body_limit(options_.max_body_bytes);
+        parser_->header_limit(static_cast<uint32_t>(options_.max_header_bytes));
+        http::async_read_header(socket_, buffer_, *parser_,
+                                [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
     }
-    dispatch(std::move(request));
-  }
 
-  void on_read_failed(beast::error_code ec) {
-    reading_ = false;
-    if (closed_)
-      return;
-    if (ec == http::error::body_limit) {
-      return fail_protocol(
-          413,
-          fmt::format("The request body is larger than {} bytes.",
-                      options_.max_body_bytes),
-          "request_too_large");
+    void on_header(beast::error_code ec) {
+        if (ec) return on_read_failed(ec);
+        const auto& r = parser_->get();
+        if (!busy_ && r.version() >= 11 && beast::iequals(header(r, http::field::expect), "100-continue")) {
+            enqueue("HTTP/1.1 100 Continue\r\n\r\n");
+        }
+        if (parser_->is_done()) return on_request();
+        http::async_read(socket_, buffer_, *parser_, [self = shared_from_this()](beast::error_code e, size_t) {
+            if (e) return self->on_read_failed(e);
+            self->on_request();
+        });
     }
-    if (ec == http::error::header_limit) {
-      return fail_protocol(
-          431,
-          fmt::format("The request headers are larger than {} bytes.",
-                      options_.max_header_bytes),
-          "request_header_fields_too_large");
+
+    void on_request() {
+        reading_ = false;
+        auto request = parser_->release();
+        if (busy_) {  // pipelined while answering: answered in order afterwards
+            pending_.emplace(std::move(request));
+            return;
+        }
+        dispatch(std::move(request));
     }
-    if (ec.category() ==
-            http::make_error_code(http::error::bad_method).category() &&
-        ec != http::error::end_of_stream &&
-        ec != http::error::partial_message) {
-      return fail_protocol(400, "Malformed HTTP request: " + ec.message(),
-                           "bad_request");
+
+    void on_read_failed(beast::error_code ec) {
+        reading_ = false;
+        if (closed_) return;
+        if (ec == http::error::body_limit) {
+            return fail_protocol(413, fmt::format("The request body is larger than {} bytes.", options_.max_body_bytes),
+                                 "request_too_large");
+        }
+        if (ec == http::error::header_limit) {
+            return fail_protocol(
+                431, fmt::format("The request headers are larger than {} bytes.", options_.max_header_bytes),
+                "request_header_fields_too_large");
+        }
+        if (ec.category() == http::make_error_code(http::error::bad_method).category() &&
+            ec != http::error::end_of_stream && ec != http::error::partial_message) {
+            return fail_protocol(400, "Malformed HTTP request: " + ec.message(), "bad_request");
+        }
+        close();  // end of stream, reset, or aborted by close()
     }
-    close(); // end of stream, reset, or aborted by close()
-  }
 
-  // A request that cannot be read: answer it (after the answer in progress, if
-  // any), then close.
-  void fail_protocol(int status, const std::string &message, const char *code) {
-    std::string bytes = closing_response(status, message, code);
-    if (busy_) {
-      pending_error_ = std::move(bytes);
-      return;
+    // A request that cannot be read: answer it (after the answer in progress, if
+    // any), then close.
+    void fail_protocol(int status, const std::string& message, const char* code) {
+        std::string bytes = closing_response(status, message, code);
+        if (busy_) {
+            pending_error_ = std::move(bytes);
+            return;
+        }
+        enqueue(std::move(bytes));
+        close_when_written();
     }
-    enqueue(std::move(bytes));
-    close_when_written();
-  }
 
-  void dispatch(http::request<http::string_body> request) {
-    ++generation_;
-    busy_ = true;
-    answered_ = false;
-    streaming_ = false;
-    disconnect_fn_ = nullptr;
-    idle_timer_.cancel();
-    keep_alive_ = request.keep_alive();
-    http10_ = request.version() < 11;
-    head_request_ = request.method() == http::verb::head;
-    HttpRequest r;
-    r.method = std::string(request.method_string());
-    r.target = std::string(request.target());
-    r.authorization = header(request, http::field::authorization);
-    r.content_type = header(request, http::field::content_type);
-    r.host = header(request, http::field::host);
-    r.origin = header(request, http::field::origin);
-    r.has_body = request.has_content_length()
-                     ? !request.body().empty() ||
-                           header(request, http::field::content_length) != "0"
-                     : request.chunked();
-    r.body = std::move(request.body());
-    handler_(std::move(r), make_exchange());
-    read_next(); // the next request, or the end of the connection while this
-                 // one is answered
-  }
-
-  std::shared_ptr<Responder> make_exchange();
-
-  // After a complete answer: a deferred protocol error, the pipelined request,
-  // or read on.
-  void after_answer() {
-    streaming_ = false;
-    disconnect_fn_ = nullptr;
-    if (pending_error_) {
-      enqueue(std::move(*pending_error_));
-      pending_error_.reset();
-      return close_when_written();
+    void dispatch(http::request<http::string_body> request) {
+        ++generation_;
+        busy_ = true;
+        answered_ = false;
+        streaming_ = false;
+        disconnect_fn_ = nullptr;
+        idle_timer_.cancel();
+        keep_alive_ = request.keep_alive();
+        http10_ = request.version() < 11;
+        head_request_ = request.method() == http::verb::head;
+        HttpRequest r;
+        r.method = std::string(request.method_string());
+        r.target = std::string(request.target());
+        r.authorization = header(request, http::field::authorization);
+        r.content_type = header(request, http::field::content_type);
+        r.host = header(request, http::field::host);
+        r.origin = header(request, http::field::origin);
+        r.has_body = request.has_content_length()
+                         ? !request.body().empty() || header(request, http::field::content_length) != "0"
+                         : request.chunked();
+        r.body = std::move(request.body());
+        handler_(std::move(r), make_exchange());
+        read_next();  // the next request, or the end of the connection while this
+                      // one is answered
     }
-    if (!keep_alive_)
-      return close_when_written();
-    if (pending_) {
-      auto next = std::move(*pending_);
-      pending_.reset();
-      return dispatch(std::move(next));
+
+    std::shared_ptr<Responder> make_exchange();
+
+    // After a complete answer: a deferred protocol error, the pipelined request,
+    // or read on.
+    void after_answer() {
+        streaming_ = false;
+        disconnect_fn_ = nullptr;
+        if (pending_error_) {
+            enqueue(std::move(*pending_error_));
+            pending_error_.reset();
+            return close_when_written();
+        }
+        if (!keep_alive_) return close_when_written();
+        if (pending_) {
+            auto next = std::move(*pending_);
+            pending_.reset();
+            return dispatch(std::move(next));
+        }
+        arm_idle_timer();
+        read_next();
     }
-    arm_idle_timer();
-    read_next();
-  }
 
-  void close_when_written() {
-    close_after_write_ = true;
-    if (!writing_)
-      close();
-  }
-
-  void enqueue(std::string bytes) {
-    if (closed_)
-      return;
-    queued_bytes_ += bytes.size();
-    writes_.push_back(std::move(bytes));
-    if (!writing_)
-      return write_front();
-    if (queued_bytes_ - writes_.front().size() >
-        options_.max_queued_write_bytes)
-      close(); // a reader far behind
-  }
-
-  void write_front() {
-    writing_ = true;
-    write_timer_.expires_after(std::chrono::seconds(options_.idle_timeout_s));
-    write_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
-      if (!ec && self->writing_)
-        self->close(); // no progress for idle_timeout_s
-    });
-    net::async_write(socket_, net::buffer(writes_.front()),
-                     [self = shared_from_this()](beast::error_code ec, size_t) {
-                       self->on_written(ec);
-                     });
-  }
-
-  void on_written(beast::error_code ec) {
-    writing_ = false;
-    write_timer_.cancel();
-    queued_bytes_ -= writes_.front().size();
-    writes_.pop_front();
-    if (closed_) {
-      writes_.clear();
-      return;
+    void close_when_written() {
+        close_after_write_ = true;
+        if (!writing_) close();
     }
-    if (ec)
-      return close();
-    if (!writes_.empty())
-      return write_front();
-    if (close_after_write_)
-      close();
-  }
 
-  void close() {
-    if (closed_)
-      return;
-    closed_ = true;
-    idle_timer_.cancel();
-    if (!writing_) { // else the write's completion frees the queue
-      writes_.clear();
-      queued_bytes_ = 0;
+    void enqueue(std::string bytes) {
+        if (closed_) return;
+        queued_bytes_ += bytes.size();
+        writes_.push_back(std::move(bytes));
+        if (!writing_) return write_front();
+        if (queued_bytes_ - writes_.front().size() > options_.max_queued_write_bytes) close();  // a reader far behind
     }
-    beast::error_code ignored;
-    socket_.shutdown(tcp::socket::shutdown_both, ignored);
-    socket_.close(ignored);
-    if (busy_ && !answered_ && disconnect_fn_) {
-      auto fn = std::move(disconnect_fn_);
-      fn();
-    }
-  }
 
-  tcp::socket socket_;
-  net::steady_timer idle_timer_, write_timer_;
-  const HttpServerOptions &options_;
-  const Handler &handler_;
-  std::atomic<int> &counter_;
-  beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
-  std::optional<http::request<http::string_body>> pending_;
-  std::optional<std::string> pending_error_;
-  std::deque<std::string>
-      writes_; // front: the write in flight (while writing_)
-  size_t queued_bytes_ = 0;
-  std::function<void()> disconnect_fn_;
-  uint64_t generation_ = 0; // of the request being answered
-  bool reading_ = false, writing_ = false, busy_ = false, answered_ = false,
-       streaming_ = false;
-  bool keep_alive_ = true, http10_ = false, head_request_ = false;
-  bool close_after_write_ = false, closed_ = false;
+    void write_front() {
+        writing_ = true;
+        write_timer_.expires_after(std::chrono::seconds(options_.idle_timeout_s));
+        write_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+            if (!ec && self->writing_) self->close();  // no progress for idle_timeout_s
+        });
+        net::async_write(socket_, net::buffer(writes_.front()),
+                         [self = shared_from_this()](beast::error_code ec, size_t) { self->on_written(ec); });
+    }
+
+    void on_written(beast::error_code ec) {
+        writing_ = false;
+        write_timer_.cancel();
+        queued_bytes_ -= writes_.front().size();
+        writes_.pop_front();
+        if (closed_) {
+            writes_.clear();
+            return;
+        }
+        if (ec) return close();
+        if (!writes_.empty()) return write_front();
+        if (close_after_write_) close();
+    }
+
+    void close() {
+        if (closed_) return;
+        closed_ = true;
+        idle_timer_.cancel();
+        if (!writing_) {  // else the write's completion frees the queue
+            writes_.clear();
+            queued_bytes_ = 0;
+        }
+        beast::error_code ignored;
+        socket_.shutdown(tcp::socket::shutdown_both, ignored);
+        socket_.close(ignored);
+        if (busy_ && !answered_ && disconnect_fn_) {
+            auto fn = std::move(disconnect_fn_);
+            fn();
+        }
+    }
+
+    tcp::socket socket_;
+    net::steady_timer idle_timer_, write_timer_;
+    const HttpServerOptions& options_;
+    const Handler& handler_;
+    std::atomic<int>& counter_;
+    beast::flat_buffer buffer_;
+    std::optional<http::request_parser<http::string_body>> parser_;
+    std::optional<http::request<http::string_body>> pending_;
+    std::optional<std::string> pending_error_;
+    std::deque<std::string> writes_;  // front: the write in flight (while writing_)
+    size_t queued_bytes_ = 0;
+    std::function<void()> disconnect_fn_;
+    uint64_t generation_ = 0;  // of the request being answered
+    bool reading_ = false, writing_ = false, busy_ = false, answered_ = false, streaming_ = false;
+    bool keep_alive_ = true, http10_ = false, head_request_ = false;
+    bool close_after_write_ = false, closed_ = false;
 };
 
 // The Responder of one request: posts to its session's strand, tagged with the
 // request.
 class Exchange : public Responder {
 public:
-  Exchange(std::shared_ptr<Session> session, uint64_t generation)
-      : session_(std::move(session)), generation_(generation) {}
+    Exchange(std::shared_ptr<Session> session, uint64_t generation)
+        : session_(std::move(session)), generation_(generation) {}
 
-  void respond(int status, std::string content_type,
-               std::string body) override {
-    post([status, ct = std::move(content_type), b = std::move(body)](
-             Session &s, uint64_t g) { s.respond(g, status, ct, b); });
-  }
-  void start_stream() override {
-    post([](Session &s, uint64_t g) { s.start_stream(g); });
-  }
-  void send_chunk(std::string data) override {
-    post([d = std::move(data)](Session &s, uint64_t g) mutable {
-      s.send_chunk(g, std::move(d));
-    });
-  }
-  void end_stream() override {
-    post([](Session &s, uint64_t g) { s.end_stream(g); });
-  }
-  void on_disconnect(std::function<void()> fn) override {
-    post([f = std::move(fn)](Session &s, uint64_t g) mutable {
-      s.on_disconnect(g, std::move(f));
-    });
-  }
+    void respond(int status, std::string content_type, std::string body) override {
+        post([status, ct = std::move(content_type), b = std::move(body)](Session& s, uint64_t g) {
+            s.respond(g, status, ct, b);
+        });
+    }
+    void start_stream() override {
+        post([](Session& s, uint64_t g) { s.start_stream(g); });
+    }
+    void send_chunk(std::string data) override {
+        post([d = std::move(data)](Session& s, uint64_t g) mutable { s.send_chunk(g, std::move(d)); });
+    }
+    void end_stream() override {
+        post([](Session& s, uint64_t g) { s.end_stream(g); });
+    }
+    void on_disconnect(std::function<void()> fn) override {
+        post([f = std::move(fn)](Session& s, uint64_t g) mutable { s.on_disconnect(g, std::move(f)); });
+    }
 
 private:
-  template <typename F> void post(F &&f) {
-    net::post(session_->executor(),
-              [s = session_, g = generation_,
-               fn = std::forward<F>(f)]() mutable { fn(*s, g); });
-  }
+    template <typename F>
+    void post(F&& f) {
+        net::post(session_->executor(),
+                  [s = session_, g = generation_, fn = std::forward<F>(f)]() mutable { fn(*s, g); });
+    }
 
-  std::shared_ptr<Session> session_;
-  uint64_t generation_;
+    std::shared_ptr<Session> session_;
+    uint64_t generation_;
 };
 
 std::shared_ptr<Responder> Session::make_exchange() {
-  return std::make_shared<Exchange>(shared_from_this(), generation_);
+    return std::make_shared<Exchange>(shared_from_this(), generation_);
 }
 
 // Room left for descriptors that are not connections (model files, ZeroMQ,
@@ -431,168 +377,142 @@ std::shared_ptr<Responder> Session::make_exchange() {
 constexpr int kReservedDescriptors = 256;
 
 int default_max_connections() {
-  rlimit files{};
-  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur == RLIM_INFINITY)
-    return 65536;
-  return std::max(16,
-                  static_cast<int>(std::min<rlim_t>(files.rlim_cur, 1 << 20)) -
-                      kReservedDescriptors);
+    rlimit files{};
+    if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur == RLIM_INFINITY) return 65536;
+    return std::max(16, static_cast<int>(std::min<rlim_t>(files.rlim_cur, 1 << 20)) - kReservedDescriptors);
 }
 
-tcp::endpoint resolve_endpoint(const std::string &host, int port) {
-  beast::error_code ec;
-  const auto address = net::ip::make_address(host, ec);
-  if (!ec)
-    return {address, static_cast<unsigned short>(port)};
-  net::io_context ioc;
-  tcp::resolver resolver(ioc);
-  const auto results =
-      resolver.resolve(host, std::to_string(port), tcp::resolver::passive, ec);
-  if (ec || results.empty()) {
-    raise(ErrorCode::kInvalidArgument,
-          "--host '{}' is neither an IP address nor a name that resolves: {}",
-          host, ec ? ec.message() : "no addresses");
-  }
-  for (const auto &r :
-       results) { // IPv4 first: "localhost" clients mostly dial 127.0.0.1
-    if (r.endpoint().address().is_v4())
-      return r.endpoint();
-  }
-  return results.begin()->endpoint();
+tcp::endpoint resolve_endpoint(const std::string& host, int port) {
+    beast::error_code ec;
+    const auto address = net::ip::make_address(host, ec);
+    if (!ec) return {address, static_cast<unsigned short>(port)};
+    net::io_context ioc;
+    tcp::resolver resolver(ioc);
+    const auto results = resolver.resolve(host, std::to_string(port), tcp::resolver::passive, ec);
+    if (ec || results.empty()) {
+        raise(ErrorCode::kInvalidArgument, "--host '{}' is neither an IP address nor a name that resolves: {}", host,
+              ec ? ec.message() : "no addresses");
+    }
+    for (const auto& r : results) {  // IPv4 first: "localhost" clients mostly dial 127.0.0.1
+        if (r.endpoint().address().is_v4()) return r.endpoint();
+    }
+    return results.begin()->endpoint();
 }
 
-} // namespace
+}  // namespace
 
 struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
-  HttpServerOptions options;
-  Handler handler;
-  int max_connections = 0;
-  std::atomic<int> connections{
-      0}; // before ioc: sessions die with ioc's pending handlers
-  net::io_context ioc;
-  tcp::acceptor acceptor;
-  net::steady_timer backoff;
-  net::executor_work_guard<net::io_context::executor_type> work;
-  int reserve_fd =
-      -1; // given up to accept-and-close a client when descriptors run out
-  bool accept_failing = false; // logged once per burst
-  bool at_limit = false;       // likewise
+    HttpServerOptions options;
+    Handler handler;
+    int max_connections = 0;
+    std::atomic<int> connections{0};  // before ioc: sessions die with ioc's pending handlers
+    net::io_context ioc;
+    tcp::acceptor acceptor;
+    net::steady_timer backoff;
+    net::executor_work_guard<net::io_context::executor_type> work;
+    int reserve_fd = -1;          // given up to accept-and-close a client when descriptors run out
+    bool accept_failing = false;  // logged once per burst
+    bool at_limit = false;        // likewise
 
-  Impl(HttpServerOptions o, Handler h)
-      : options(std::move(o)), handler(std::move(h)),
-        ioc(std::max(1, options.num_threads)), acceptor(net::make_strand(ioc)),
-        backoff(acceptor.get_executor()), work(net::make_work_guard(ioc)) {
-    max_connections = options.max_connections > 0 ? options.max_connections
-                                                  : default_max_connections();
-    reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  }
-  ~Impl() {
-    if (reserve_fd >= 0)
-      ::close(reserve_fd);
-  }
-
-  template <typename... Args>
-  void log_warning(const char *format, Args... args) {
-    if (options.logger)
-      MOESERVE_LOG_W(*options.logger, "http", format, args...);
-  }
-
-  void accept() {
-    acceptor.async_accept(
-        net::make_strand(ioc),
-        [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
-          self->on_accept(ec, std::move(socket));
-        });
-  }
-
-  void on_accept(beast::error_code ec, tcp::socket socket) {
-    if (ec == net::error::operation_aborted || !acceptor.is_open())
-      return;
-    if (ec)
-      return on_accept_error(ec);
-    if (accept_failing) {
-      accept_failing = false;
-      log_warning("accepting connections again");
+    Impl(HttpServerOptions o, Handler h)
+        : options(std::move(o)),
+          handler(std::move(h)),
+          ioc(std::max(1, options.num_threads)),
+          acceptor(net::make_strand(ioc)),
+          backoff(acceptor.get_executor()),
+          work(net::make_work_guard(ioc)) {
+        max_connections = options.max_connections > 0 ? options.max_connections : default_max_connections();
+        reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     }
-    beast::error_code ignored;
-    if (connections.load() >= max_connections) {
-      if (!at_limit) {
-        at_limit = true;
-        log_warning("%d connections open, the limit (--max-connections): new "
+    ~Impl() {
+        if (reserve_fd >= 0) ::close(reserve_fd);
+    }
+
+    template <typename... Args>
+    void log_warning(const char* format, Args... args) {
+        if (options.logger) MOESERVE_LOG_W(*options.logger, "http", format, args...);
+    }
+
+    void accept() {
+        acceptor.async_accept(net::make_strand(ioc),
+                              [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
+                                  self->on_accept(ec, std::move(socket));
+                              });
+    }
+
+    void on_accept(beast::error_code ec, tcp::socket socket) {
+        if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
+        if (ec) return on_accept_error(ec);
+        if (accept_failing) {
+            accept_failing = false;
+            log_warning("accepting connections again");
+        }
+        beast::error_code ignored;
+        if (connections.load() >= max_connections) {
+            if (!at_limit) {
+                at_limit = true;
+                log_warning(
+                    "%d connections open, the limit (--max-connections): new "
                     "clients get 503 until some close",
                     max_connections);
-      }
-      socket.non_blocking(
-          true, ignored); // best effort: never wait on a client we refuse
-      net::write(socket,
-                 net::buffer(closing_response(
-                     503, "Too many open connections; retry later.",
-                     "too_many_connections")),
-                 ignored);
-      socket.shutdown(tcp::socket::shutdown_both, ignored);
-      socket.close(ignored);
-    } else {
-      at_limit = false;
-      socket.set_option(tcp::no_delay(true), ignored);
-      std::make_shared<Session>(std::move(socket), options, handler,
-                                connections)
-          ->start();
+            }
+            socket.non_blocking(true, ignored);  // best effort: never wait on a client we refuse
+            net::write(
+                socket,
+                net::buffer(closing_response(503, "Too many open connections; retry later.", "too_many_connections")),
+                ignored);
+            socket.shutdown(tcp::socket::shutdown_both, ignored);
+            socket.close(ignored);
+        } else {
+            at_limit = false;
+            socket.set_option(tcp::no_delay(true), ignored);
+            std::make_shared<Session>(std::move(socket), options, handler, connections)->start();
+        }
+        accept();
     }
-    accept();
-  }
 
-  // Out of descriptors (or kernel memory): the pending client would make accept
-  // fail again at once, a busy loop. Accept it with the reserve descriptor and
-  // close it, then back off.
-  void on_accept_error(beast::error_code ec) {
-    if (!accept_failing) {
-      accept_failing = true;
-      log_warning("accept failed (%s) with %d connections open; closing new "
-                  "clients and backing off",
-                  ec.message().c_str(), connections.load());
+    // Out of descriptors (or kernel memory): the pending client would make accept
+    // fail again at once, a busy loop. Accept it with the reserve descriptor and
+    // close it, then back off.
+    void on_accept_error(beast::error_code ec) {
+        if (!accept_failing) {
+            accept_failing = true;
+            log_warning(
+                "accept failed (%s) with %d connections open; closing new "
+                "clients and backing off",
+                ec.message().c_str(), connections.load());
+        }
+        if (ec.value() == EMFILE || ec.value() == ENFILE) {
+            if (reserve_fd >= 0) ::close(reserve_fd);
+            const int fd = ::accept(acceptor.native_handle(), nullptr, nullptr);
+            if (fd >= 0) ::close(fd);
+            reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+        }
+        backoff.expires_after(std::chrono::milliseconds(100));
+        backoff.async_wait([self = shared_from_this()](beast::error_code e) {
+            if (!e) self->accept();
+        });
     }
-    if (ec.value() == EMFILE || ec.value() == ENFILE) {
-      if (reserve_fd >= 0)
-        ::close(reserve_fd);
-      const int fd = ::accept(acceptor.native_handle(), nullptr, nullptr);
-      if (fd >= 0)
-        ::close(fd);
-      reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    }
-    backoff.expires_after(std::chrono::milliseconds(100));
-    backoff.async_wait([self = shared_from_this()](beast::error_code e) {
-      if (!e)
-        self->accept();
-    });
-  }
 };
 
-bool is_loopback_host(const std::string &host) {
-  return resolve_endpoint(host, 0).address().is_loopback();
-}
+bool is_loopback_host(const std::string& host) { return resolve_endpoint(host, 0).address().is_loopback(); }
 
 HttpServer::HttpServer(HttpServerOptions options, Handler handler)
     : impl_(std::make_shared<Impl>(std::move(options), std::move(handler))) {
-  auto &s = *impl_;
-  if (s.options.port < 0 || s.options.port > 65535) {
-    raise(ErrorCode::kInvalidArgument, "--port must be in [0, 65535]; got {}",
-          s.options.port);
-  }
-  const tcp::endpoint endpoint =
-      resolve_endpoint(s.options.host, s.options.port);
-  beast::error_code ec;
-  s.acceptor.open(endpoint.protocol(), ec);
-  if (!ec)
-    s.acceptor.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec)
-    s.acceptor.bind(endpoint, ec);
-  if (!ec)
-    s.acceptor.listen(net::socket_base::max_listen_connections, ec);
-  if (ec) {
-    raise(ErrorCode::kIo, "cannot listen on {}:{}: {}", s.options.host,
-          s.options.port, ec.message());
-  }
-  s.accept();
+    auto& s = *impl_;
+    if (s.options.port < 0 || s.options.port > 65535) {
+        raise(ErrorCode::kInvalidArgument, "--port must be in [0, 65535]; got {}", s.options.port);
+    }
+    const tcp::endpoint endpoint = resolve_endpoint(s.options.host, s.options.port);
+    beast::error_code ec;
+    s.acceptor.open(endpoint.protocol(), ec);
+    if (!ec) s.acceptor.set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) s.acceptor.bind(endpoint, ec);
+    if (!ec) s.acceptor.listen(net::socket_base::max_listen_connections, ec);
+    if (ec) {
+        raise(ErrorCode::kIo, "cannot listen on {}:{}: {}", s.options.host, s.options.port, ec.message());
+    }
+    s.accept();
 }
 
 HttpServer::~HttpServer() { stop(); }
@@ -602,28 +522,27 @@ int HttpServer::port() const { return impl_->acceptor.local_endpoint().port(); }
 int HttpServer::max_connections() const { return impl_->max_connections; }
 
 void HttpServer::run() {
-  std::vector<std::thread> threads;
-  for (int i = 1; i < impl_->options.num_threads; ++i) {
-    threads.emplace_back([impl = impl_] { impl->ioc.run(); });
-  }
-  impl_->ioc.run();
-  for (auto &t : threads)
-    t.join();
+    std::vector<std::thread> threads;
+    for (int i = 1; i < impl_->options.num_threads; ++i) {
+        threads.emplace_back([impl = impl_] { impl->ioc.run(); });
+    }
+    impl_->ioc.run();
+    for (auto& t : threads) t.join();
 }
 
 void HttpServer::stop_accepting() {
-  net::post(impl_->acceptor.get_executor(), [impl = impl_] {
-    beast::error_code ignored;
-    impl->acceptor.close(ignored);
-    impl->backoff.cancel();
-  });
+    net::post(impl_->acceptor.get_executor(), [impl = impl_] {
+        beast::error_code ignored;
+        impl->acceptor.close(ignored);
+        impl->backoff.cancel();
+    });
 }
 
 void HttpServer::stop() {
-  impl_->work.reset();
-  impl_->ioc.stop();
+    impl_->work.reset();
+    impl_->ioc.stop();
 }
 
 int HttpServer::num_connections() const { return impl_->connections.load(); }
 
-} // namespace moeserve::serve
+}  // namespace moeserve::serve

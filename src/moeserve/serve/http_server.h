@@ -17,14 +17,14 @@
 namespace moeserve::serve {
 
 struct HttpRequest {
-  std::string method;        // "GET", "POST", "HEAD", ...
-  std::string target;        // path and query, e.g. "/v1/completions"
-  std::string authorization; // the Authorization header, or empty
-  std::string content_type;  // the Content-Type header, or empty
-  std::string host;          // the Host header, or empty
-  std::string origin;        // the Origin header, or empty
-  bool has_body = false;     // a body was sent (Content-Length > 0 or chunked)
-  std::string body;
+    std::string method;         // "GET", "POST", "HEAD", ...
+    std::string target;         // path and query, e.g. "/v1/completions"
+    std::string authorization;  // the Authorization header, or empty
+    std::string content_type;   // the Content-Type header, or empty
+    std::string host;           // the Host header, or empty
+    std::string origin;         // the Origin header, or empty
+    bool has_body = false;      // a body was sent (Content-Length > 0 or chunked)
+    std::string body;
 };
 
 // How a handler answers one request. Thread-safe: calls are posted to the
@@ -33,74 +33,69 @@ struct HttpRequest {
 // calls after the client left are dropped.
 class Responder {
 public:
-  virtual ~Responder() = default;
-  // For a HEAD request only the head goes out (with the body's Content-Length).
-  virtual void respond(int status, std::string content_type,
-                       std::string body) = 0;
-  // Sends 200 headers for a text/event-stream body (chunked transfer encoding;
-  // for an HTTP/1.0 client the raw body, ended by closing the connection).
-  virtual void start_stream() = 0;
-  virtual void send_chunk(std::string data) = 0;
-  virtual void end_stream() = 0;
-  // fn runs once, on an I/O thread, if the client disconnects before the answer
-  // is complete (streaming or not: the connection is read while a request is
-  // answered). Set it before start_stream().
-  virtual void on_disconnect(std::function<void()> fn) = 0;
+    virtual ~Responder() = default;
+    // For a HEAD request only the head goes out (with the body's Content-Length).
+    virtual void respond(int status, std::string content_type, std::string body) = 0;
+    // Sends 200 headers for a text/event-stream body (chunked transfer encoding;
+    // for an HTTP/1.0 client the raw body, ended by closing the connection).
+    virtual void start_stream() = 0;
+    virtual void send_chunk(std::string data) = 0;
+    virtual void end_stream() = 0;
+    // fn runs once, on an I/O thread, if the client disconnects before the answer
+    // is complete (streaming or not: the connection is read while a request is
+    // answered). Set it before start_stream().
+    virtual void on_disconnect(std::function<void()> fn) = 0;
 };
 
-using Handler = std::function<void(HttpRequest request,
-                                   std::shared_ptr<Responder> responder)>;
+using Handler = std::function<void(HttpRequest request, std::shared_ptr<Responder> responder)>;
 
 struct HttpServerOptions {
-  std::string host =
-      "127.0.0.1"; // an IP address or a name that resolves to one
-  int port = 8000; // 0 = any free port (see HttpServer::port())
-  int num_threads = 1;
-  size_t max_body_bytes = 16u << 20;
-  size_t max_header_bytes = 64u << 10;
-  int idle_timeout_s =
-      120; // a connection silent this long between requests is closed
-  int max_connections =
-      0; // 0 = from the open-file limit (leaving room for other descriptors)
-  // A client that reads its stream this far behind (bytes queued, not yet sent)
-  // is disconnected.
-  size_t max_queued_write_bytes = 8u << 20;
-  Logger *logger = nullptr; // accept failures and connection-limit hits, logged
-                            // once per burst
+    std::string host = "127.0.0.1";  // an IP address or a name that resolves to one
+    int port = 8000;                 // 0 = any free port (see HttpServer::port())
+    int num_threads = 1;
+    size_t max_body_bytes = 16u << 20;
+    size_t max_header_bytes = 64u << 10;
+    int idle_timeout_s = 120;  // a connection silent this long between requests is closed
+    int max_connections = 0;   // 0 = from the open-file limit (leaving room for other descriptors)
+    // A client that reads its stream this far behind (bytes queued, not yet sent)
+    // is disconnected.
+    size_t max_queued_write_bytes = 8u << 20;
+    Logger* logger = nullptr;  // accept failures and connection-limit hits, logged
+                               // once per burst
 };
 
 // Whether host (as HttpServerOptions::host, resolved the same way) is a
 // loopback address. Raises as HttpServer does when it does not resolve.
-bool is_loopback_host(const std::string &host);
+bool is_loopback_host(const std::string& host);
 
 // A bound, listening server. Create, then run() on the thread that should
 // block.
 class HttpServer {
 public:
-  // Resolves host, binds and listens (connections queue until run()); raises
-  // Error(kIo) naming host:port when that fails, Error(kInvalidArgument) when
-  // host does not resolve.
-  HttpServer(HttpServerOptions options, Handler handler);
-  ~HttpServer();
-  HttpServer(const HttpServer &) = delete;
-  HttpServer &operator=(const HttpServer &) = delete;
+    // Resolves host, binds and listens (connections queue until run()); raises
+    // Error(kIo) naming host:port when that fails, Error(kInvalidArgument) when
+    // host does not resolve.
+    HttpServer(HttpServerOptions options, Handler handler);
+    ~HttpServer();
+    HttpServer(const HttpServer&) = delete;
+    HttpServer& operator=(const HttpServer&) = delete;
 
-  int port() const;
-  // The limit on open connections in force (max_connections resolved).
-  int max_connections() const;
-  // Serves on options.num_threads threads (this one included) until stop().
-  // Call once.
-  void run();
-  // Closes the listening socket; open connections go on. Thread-safe.
-  void stop_accepting();
-  // Stops every I/O thread; run() returns. Thread-safe.
-  void stop();
-  // Connections currently open. Thread-safe.
-  int num_connections() const;
+    int port() const;
+    // The limit on open connections in force (max_connections resolved).
+    int max_connections() const;
+    // Serves on options.num_threads threads (this one included) until stop().
+    // Call once.
+    void run();
+    // Closes the listening socket; open connections go on. Thread-safe.
+    void stop_accepting();
+    // Stops every I/O thread; run() returns. Thread-safe.
+    void stop();
+    // Connections currently open. Thread-safe.
+    int num_connections() const;
 
 private:
-  struct Impl;
-  std::shared_ptr<Impl> impl_;
+    struct Impl;
+    std::shared_ptr<Impl> impl_;
 };
 
-} // namespace moeserve::serve
+}  // namespace moeserve::serve

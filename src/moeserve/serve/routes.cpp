@@ -361,12 +361,26 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
             }
         }
     }
-    // 2. Validate lengths, then build one engine request per (prompt, n).
+    // 2. The model's defaults where the request is silent, validate lengths, then build one
+    // engine request per (prompt, n).
+    const auto& g = config_.generation_defaults;
+    const auto absent = [&body](const char* key) { return !body.contains(key) || body[key].is_null(); };
+    auto& params = job->params;
+    if (g.temperature && absent("temperature")) params.temperature = *g.temperature;
+    if (g.top_p && absent("top_p")) params.top_p = *g.top_p;
+    if (g.top_k && absent("top_k")) params.top_k = std::max(0, *g.top_k);
+    if (g.min_p && absent("min_p")) params.min_p = *g.min_p;
+    if (g.repetition_penalty && absent("repetition_penalty")) params.repetition_penalty = *g.repetition_penalty;
     std::vector<ipc::AddRequest> adds;
     const auto& p = job->params;
     for (size_t i = 0; i < prompts.size(); ++i) {
         if (prompts[i].empty()) throw ApiError(400, "The prompt is empty after tokenization.", "invalid_request_error", chat ? "messages" : "prompt");
-        const int32_t max_tokens = openai::resolve_max_tokens(static_cast<int64_t>(prompts[i].size()), p, config_.limits, chat);
+        openai::GenerationParams sized = p;
+        if (!p.max_tokens && g.max_tokens) {
+            const int64_t room = config_.limits.max_model_len - static_cast<int64_t>(prompts[i].size());
+            sized.max_tokens = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(*g.max_tokens, room)));
+        }
+        const int32_t max_tokens = openai::resolve_max_tokens(static_cast<int64_t>(prompts[i].size()), sized, config_.limits, chat);
         for (int32_t k = 0; k < p.n; ++k) {
             ipc::AddRequest a;
             a.request_id = fmt::format("{}-{}", job->meta.id, adds.size());

@@ -20,6 +20,14 @@
 
 namespace moeserve::serve {
 
+// Sampling defaults of the model's generation_config.json (--generation-config), used where a
+// request leaves the field out, as vLLM does. max_tokens (max_new_tokens) is capped by the room
+// the prompt leaves.
+struct GenerationDefaults {
+    std::optional<float> temperature, top_p, min_p, repetition_penalty;
+    std::optional<int32_t> top_k, max_tokens;
+};
+
 struct RouterConfig {
     openai::ModelLimits limits;
     // Empty = no auth; else /v1/* needs "Authorization: Bearer <one of them>" (compared in
@@ -34,6 +42,7 @@ struct RouterConfig {
     std::string chat_template;          // overrides the tokenizer's (--chat-template); empty = its own
     std::string root_path;              // a path prefix a proxy may leave on requests (--root-path)
     bool log_requests = true;           // one info line per finished request (--disable-log-requests)
+    GenerationDefaults generation_defaults;
     int num_workers = 4;                // threads that parse, render and tokenize (WorkQueue)
     std::string model_path;  // shown as "root" in /v1/models
     std::string version;

@@ -15,26 +15,26 @@ namespace moeserve::serve {
 
 class WorkQueue {
 public:
-  explicit WorkQueue(int num_threads);
-  // Runs the jobs already posted, then joins the threads.
-  ~WorkQueue();
-  WorkQueue(const WorkQueue &) = delete;
-  WorkQueue &operator=(const WorkQueue &) = delete;
+    explicit WorkQueue(int num_threads);
+    // Runs the jobs already posted, then joins the threads.
+    ~WorkQueue();
+    WorkQueue(const WorkQueue&) = delete;
+    WorkQueue& operator=(const WorkQueue&) = delete;
 
-  // Thread-safe. job must not throw (an escaping exception is caught and
-  // dropped).
-  void post(std::function<void()> job);
-  // Jobs posted and not yet started. Thread-safe.
-  size_t backlog() const;
+    // Thread-safe. job must not throw (an escaping exception is caught and
+    // dropped).
+    void post(std::function<void()> job);
+    // Jobs posted and not yet started. Thread-safe.
+    size_t backlog() const;
 
 private:
-  void run();
+    void run();
 
-  mutable std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  bool stop_ = false;
-  std::vector<std::thread> threads_;
+    mutable std::mutex mutex_;
+    std::condition_variable cv_;
+    std::deque<std::function<void()>> jobs_;
+    bool stop_ = false;
+    std::vector<std::thread> threads_;
 };
 
-} // namespace moeserve::serve
+}  // namespace moeserve::serve

@@ -39,9 +39,9 @@ private:
 // What the server knows about the model when it validates a request.
 struct ModelLimits {
     std::string served_model_name;         // the name responses report
-    std::vector<std::string> model_aliases;  // more names requests may use (--served-model-name a b)
     int64_t max_model_len = 4096;
     int32_t vocab_size = 0;  // token ids must be in [0, vocab_size)
+    std::vector<std::string> model_aliases = {};  // more names requests may use (--served-model-name a b)
 };
 
 // Sampling and output options shared by both endpoints (OpenAI's plus vLLM's extras).
