@@ -10,7 +10,7 @@ TOK_DIR="$CACHE_DIR/tokenizers"
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
-  libgloo-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libboost-dev
+  libgloo-dev libzmq3-dev libsodium-dev cppzmq-dev libmsgpack-cxx-dev libboost-dev
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev libdnnl-dev libopenblas-dev
   libcli11-dev libfmt-dev
   python3 python3-numpy python3-jsonschema
@@ -59,4 +59,14 @@ for entry in "${TOKENIZERS[@]}"; do
     exit 1
   fi
 done
-echo "setup: ready (tokenizers in $TOK_DIR)"
+# The official OpenAI Node SDK (and zod) for tests/integration/openai_sdk_test.py, pinned.
+SDK_DIR="$CACHE_DIR/openai-sdk"
+SDK_PACKAGES="openai@5.12.0 zod@3.25.76"
+if [ "$(cat "$SDK_DIR/.installed" 2>/dev/null)" != "$SDK_PACKAGES" ]; then
+  echo "setup: installing $SDK_PACKAGES (npm) for the SDK test"
+  rm -rf "$SDK_DIR" && mkdir -p "$SDK_DIR"
+  # shellcheck disable=SC2086  # the list is word-split on purpose
+  npm install --silent --no-audit --no-fund --prefix "$SDK_DIR" $SDK_PACKAGES >/dev/null
+  echo "$SDK_PACKAGES" > "$SDK_DIR/.installed"
+fi
+echo "setup: ready (tokenizers in $TOK_DIR, OpenAI SDK in $SDK_DIR)"
