@@ -402,14 +402,20 @@ class Chaos(unittest.TestCase):
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
         # Few descriptors for the server: connections beyond the limit are refused, not a spin.
-        limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (300, 300))
+        # Not under the sanitizers: UBSan's own checks open a pipe to probe memory, and report a
+        # false error when no descriptor is left (make test-asan sets MOESERVE_SANITIZER).
+        exhaust = not os.environ.get("MOESERVE_SANITIZER")
+        if not exhaust:
+            print("\nsanitizer build: the storm runs without the descriptor limit", file=sys.stderr)
+        limit = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (300, 300))) if exhaust else None
         s = Server("--http-threads", "2", "--heartbeat-timeout-ms", "2000", "--max-choices-per-request", "8",
                    "--max-connections", "5000", preexec_fn=limit, new_session=True)
         try:
             # Defect 5: out of descriptors, the accept loop spun; now it backs off and logs once.
             asyncio.run(disconnect_storm(s.port, 600, 1.0, 7))
-            self.assertIsNone(s.proc.poll())
-            self.assertIn("accept failed", s.log_text())
+            self.assertIsNone(s.proc.poll(), s.log_text()[-3000:])
+            if exhaust:
+                self.assertIn("accept failed", s.log_text())
             fan_out = lambda: s.json("POST", "/v1/completions", {"prompt": ["x"] * 9, "max_tokens": 1})[0]
             self.assertTrue(wait_for(lambda: fan_out() == 400, 30))
             self.assertTrue(wait_for(lambda: idle(s), 60), s.metrics())

@@ -54,7 +54,8 @@ TEST_P(GoldenTest, EncodeMatchesHuggingFaceIdsExactly) {
 
 TEST_P(GoldenTest, DecodeMatchesHuggingFaceText) {
     const Tokenizer& tokenizer = GoldenTest::tokenizer();
-    for (const auto& c : load_goldens(GetParam())["cases"]) {
+    const auto goldens = load_goldens(GetParam());  // named: a temporary would die before the loop
+    for (const auto& c : goldens["cases"]) {
         auto ids = c["ids"].get<std::vector<int32_t>>();
         EXPECT_EQ(tokenizer.decode(ids), c["decoded"].get<std::string>()) << describe(c);
         EXPECT_EQ(tokenizer.decode(ids, /*skip_special_tokens=*/true),
@@ -66,7 +67,8 @@ TEST_P(GoldenTest, DecodeMatchesHuggingFaceText) {
 TEST_P(GoldenTest, DecodeOfEncodeRoundTripsWithoutSpecialTokens) {
     // Byte-level BPE is lossless: only normalization (NFC for Qwen3) may change the text.
     const Tokenizer& tokenizer = GoldenTest::tokenizer();
-    for (const auto& c : load_goldens(GetParam())["cases"]) {
+    const auto goldens = load_goldens(GetParam());  // named: a temporary would die before the loop
+    for (const auto& c : goldens["cases"]) {
         if (c["add_special_tokens"].get<bool>()) continue;
         const auto text = c["text"].get<std::string>();
         auto decoded = tokenizer.decode(tokenizer.encode(text, false));
@@ -76,7 +78,8 @@ TEST_P(GoldenTest, DecodeOfEncodeRoundTripsWithoutSpecialTokens) {
 
 TEST_P(GoldenTest, StreamingDetokenizerEqualsDecode) {
     const Tokenizer& tokenizer = GoldenTest::tokenizer();
-    for (const auto& c : load_goldens(GetParam())["cases"]) {
+    const auto goldens = load_goldens(GetParam());  // named: a temporary would die before the loop
+    for (const auto& c : goldens["cases"]) {
         auto ids = c["ids"].get<std::vector<int32_t>>();
         for (bool skip : {false, true}) {
             IncrementalDetokenizer detokenizer(tokenizer, skip);

@@ -429,6 +429,16 @@ int run_serve(ServeOptions o) {
         files.rlim_cur = files.rlim_max;
         setrlimit(RLIMIT_NOFILE, &files);
     }
+    // The HTTP server is bound first (a busy port or a bad --host fails at once, before any rank
+    // starts) and destroyed last: the router's requests hold its connections until they end.
+    // It serves only once the router exists (run() below).
+    serve::Router* router_ptr = nullptr;
+    serve::HttpServer server({.host = o.host, .port = o.port, .num_threads = o.http_threads,
+                              .max_body_bytes = static_cast<size_t>(o.max_request_body_bytes),
+                              .max_connections = o.max_connections, .logger = &logger},
+                             [&router_ptr](serve::HttpRequest r, std::shared_ptr<serve::Responder> s) {
+                                 router_ptr->handle(std::move(r), std::move(s));
+                             });
     const std::string key = rank_plane_key(o, d);
     std::optional<IpcDir> ipc_dir;
     if (d.all_local) ipc_dir.emplace();
@@ -458,11 +468,7 @@ int run_serve(ServeOptions o) {
     }
     serve::Metrics metrics(rc.limits.served_model_name);
     serve::Router router(rc, tok, engines, metrics, logger);  // a malformed chat template fails here
-    // Bound before any rank starts: a busy port or a bad --host fails now, not after the load.
-    serve::HttpServer server({.host = o.host, .port = o.port, .num_threads = o.http_threads,
-                              .max_body_bytes = static_cast<size_t>(o.max_request_body_bytes),
-                              .max_connections = o.max_connections, .logger = &logger},
-                             [&router](serve::HttpRequest r, std::shared_ptr<serve::Responder> s) { router.handle(std::move(r), std::move(s)); });
+    router_ptr = &router;
     const auto started = std::chrono::steady_clock::now();
     RankProcesses ranks(environment_with(ipc::kRankPlaneKeyEnv, key));
     std::atomic<bool> stopping{false};

@@ -29,7 +29,7 @@ public:
                        out.size(), size(), in.size());
         round(fmt::format("all_gather {}", in.size()), in, {}, [&](const auto& slots) {
             for (int r = 0; r < size(); ++r) {
-                std::memcpy(out.data() + static_cast<size_t>(r) * in.size(), slots[r].data.data(), in.size());
+                if (!in.empty()) std::memcpy(out.data() + static_cast<size_t>(r) * in.size(), slots[r].data.data(), in.size());
             }
         });
     }
@@ -44,7 +44,7 @@ public:
             for (int r = 0; r < size(); ++r) {
                 const auto& d = slots[r].data;
                 MOESERVE_CHECK(off + d.size() <= out.size(), "all_gather_v: out too small");
-                std::memcpy(out.data() + off, d.data(), d.size());
+                if (!d.empty()) std::memcpy(out.data() + off, d.data(), d.size());
                 off += d.size();
             }
         });
@@ -67,7 +67,7 @@ public:
                                             "expects {}",
                                             name_, s, n, rank_, recv_bytes[static_cast<size_t>(s)]));
                 }
-                std::memcpy(out.data() + out_off, slots[s].data.data() + in_off, n);
+                if (n > 0) std::memcpy(out.data() + out_off, slots[s].data.data() + in_off, n);  // data() may be null
                 out_off += n;
             }
         });
@@ -88,7 +88,7 @@ public:
 
     void broadcast_bytes(std::span<std::byte> data, int root) override {
         round(fmt::format("broadcast {} from {}", data.size(), root), data, {}, [&](const auto& slots) {
-            std::memcpy(data.data(), slots[root].data.data(), data.size());
+            if (!data.empty()) std::memcpy(data.data(), slots[root].data.data(), data.size());
         });
     }
 

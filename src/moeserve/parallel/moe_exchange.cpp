@@ -102,13 +102,13 @@ void MoeExchange::combine(Communicator& ep, float* out) {
         size_t src = 0;
         for (size_t r = 0; r < size; ++r) {
             const size_t n = static_cast<size_t>(counts_[r]) * row;
-            std::memcpy(padded_.data() + r * static_cast<size_t>(max_rows) * row, local_out_.data() + src,
+            if (n > 0) std::memcpy(padded_.data() + r * static_cast<size_t>(max_rows) * row, local_out_.data() + src,
                         n * sizeof(float));
             src += n;
         }
         recv_.resize(static_cast<size_t>(max_rows) * row);
         ep.reduce_scatter_sum(padded_, recv_);
-        std::memcpy(out, recv_.data(), static_cast<size_t>(num_tokens_) * row * sizeof(float));
+        if (num_tokens_ > 0) std::memcpy(out, recv_.data(), static_cast<size_t>(num_tokens_) * row * sizeof(float));
         return;
     }
     // 1. partial rows back to their senders: [num_local, hidden] -> [sent rows, hidden]

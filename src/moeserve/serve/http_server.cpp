@@ -434,10 +434,11 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     }
 
     void accept() {
-        acceptor.async_accept(net::make_strand(ioc),
-                              [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
-                                  self->on_accept(ec, std::move(socket));
-                              });
+        // Handlers the server's own io_context holds keep only weak references: a strong one
+        // would be a cycle (Impl owns the io_context), and the server would never be freed.
+        acceptor.async_accept(net::make_strand(ioc), [weak = weak_from_this()](beast::error_code ec, tcp::socket socket) {
+            if (auto self = weak.lock()) self->on_accept(ec, std::move(socket));
+        });
     }
 
     void on_accept(beast::error_code ec, tcp::socket socket) {
@@ -489,8 +490,9 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
             reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
         }
         backoff.expires_after(std::chrono::milliseconds(100));
-        backoff.async_wait([self = shared_from_this()](beast::error_code e) {
-            if (!e) self->accept();
+        backoff.async_wait([weak = weak_from_this()](beast::error_code e) {
+            auto self = weak.lock();
+            if (!e && self) self->accept();
         });
     }
 };
@@ -531,7 +533,9 @@ void HttpServer::run() {
 }
 
 void HttpServer::stop_accepting() {
-    net::post(impl_->acceptor.get_executor(), [impl = impl_] {
+    net::post(impl_->acceptor.get_executor(), [weak = std::weak_ptr<Impl>(impl_)] {
+        auto impl = weak.lock();
+        if (!impl) return;
         beast::error_code ignored;
         impl->acceptor.close(ignored);
         impl->backoff.cancel();
