@@ -169,7 +169,7 @@ bool Router::host_allowed(const std::string& host) const {
     return config_.allowed_hosts.empty();
 }
 
-// Auth, then the Host / Origin policy (DNS rebinding, cross-site requests): before any work.
+// The Host / Origin policy (DNS rebinding, cross-site requests), then auth: before any work.
 void Router::check_access(const HttpRequest& request, const std::string& path) const {
     if (!request.host.empty() && !host_allowed(request.host)) {
         throw ApiError(403, fmt::format("Host '{}' is not allowed: this server answers loopback names only; "
