@@ -42,12 +42,19 @@ struct RankOptions {
     int heartbeat_timeout_ms = 30000;
 };
 
-// An engine socket address: as given, or (kAddressFromStore) as the head published it.
-std::string engine_address(const RankOptions& o, const std::string& given, const std::string& key) {
-    if (given != kAddressFromStore) return given;
+// The engine socket addresses (input, output): as given, or (kAddressFromStore) as the head
+// published them, read over one store connection.
+std::pair<std::string, std::string> engine_addresses(const RankOptions& o, int dp_rank) {
+    std::pair<std::string, std::string> out{o.input_address, o.output_address};
+    if (out.first != kAddressFromStore && out.second != kAddressFromStore) return out;
     parallel::TcpStore store(o.store_host, o.store_port, std::chrono::milliseconds(o.distributed_timeout_ms));
-    const std::vector<char> value = store.get(key);
-    return std::string(value.begin(), value.end());
+    const auto read = [&store](const std::string& key) {
+        const std::vector<char> value = store.get(key);
+        return std::string(value.begin(), value.end());
+    };
+    if (out.first == kAddressFromStore) out.first = read(store_key_input_address(dp_rank));
+    if (out.second == kAddressFromStore) out.second = read(store_key_output_address());
+    return out;
 }
 
 int64_t total_ram_bytes() {
@@ -153,8 +160,8 @@ int run_rank(const RankOptions& o) {
                    info.model_type.c_str(), ec.num_blocks, ec.block_size, mib(resident_bytes()));
     // The deployment's rank-plane key comes in the environment (never argv, which ps shows).
     const char* key = std::getenv(ipc::kRankPlaneKeyEnv);
-    ipc::EngineChannel channel(engine_address(o, o.input_address, store_key_input_address(groups.dp_rank)),
-                               engine_address(o, o.output_address, store_key_output_address()),
+    const auto [input_address, output_address] = engine_addresses(o, groups.dp_rank);
+    ipc::EngineChannel channel(input_address, output_address,
                                {.heartbeat_timeout_ms = o.heartbeat_timeout_ms, .rank_plane_key = key ? key : ""});
     engine::EngineProcOptions eo{.engine_index = groups.dp_rank};
     if (leader) eo.heartbeat_ms = static_cast<int>(std::min<int64_t>(eo.heartbeat_ms, keepalive_interval(o).count()));

@@ -229,9 +229,6 @@ private:
         r.content_type = header(request, http::field::content_type);
         r.host = header(request, http::field::host);
         r.origin = header(request, http::field::origin);
-        r.has_body = request.has_content_length()
-                         ? !request.body().empty() || header(request, http::field::content_length) != "0"
-                         : request.chunked();
         r.body = std::move(request.body());
         handler_(std::move(r), make_exchange());
         read_next();  // the next request, or the end of the connection while this

@@ -23,7 +23,6 @@ struct HttpRequest {
     std::string content_type;   // the Content-Type header, or empty
     std::string host;           // the Host header, or empty
     std::string origin;         // the Origin header, or empty
-    bool has_body = false;      // a body was sent (Content-Length > 0 or chunked)
     std::string body;
 };
 

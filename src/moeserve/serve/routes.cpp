@@ -220,7 +220,7 @@ void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& respo
     };
     // JSON routes take JSON only: a cross-site form or text/plain POST (no CORS preflight) is refused.
     const auto json_check = [&] {
-        if ((request.has_body || !request.content_type.empty()) && !is_json_media_type(request.content_type)) {
+        if ((!request.body.empty() || !request.content_type.empty()) && !is_json_media_type(request.content_type)) {
             throw ApiError(415, fmt::format("Content-Type must be application/json; got '{}'.", request.content_type),
                            "invalid_request_error", std::nullopt, "unsupported_media_type");
         }

@@ -25,11 +25,6 @@ void WorkQueue::post(std::function<void()> job) {
     cv_.notify_one();
 }
 
-size_t WorkQueue::backlog() const {
-    std::lock_guard lock(mutex_);
-    return jobs_.size();
-}
-
 void WorkQueue::run() {
     while (true) {
         std::function<void()> job;

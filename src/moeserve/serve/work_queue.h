@@ -21,16 +21,13 @@ public:
     WorkQueue(const WorkQueue&) = delete;
     WorkQueue& operator=(const WorkQueue&) = delete;
 
-    // Thread-safe. job must not throw (an escaping exception is caught and
-    // dropped).
+    // Thread-safe. job must not throw (an escaping exception is caught and dropped).
     void post(std::function<void()> job);
-    // Jobs posted and not yet started. Thread-safe.
-    size_t backlog() const;
 
 private:
     void run();
 
-    mutable std::mutex mutex_;
+    std::mutex mutex_;
     std::condition_variable cv_;
     std::deque<std::function<void()>> jobs_;
     bool stop_ = false;
