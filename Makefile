@@ -24,7 +24,7 @@ test: build
 # pieces (thread pool, HTTP server, engine client, ipc channel) in their unit suites.
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
-ASAN_ENV = MOESERVE_SANITIZER=address ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+ASAN_ENV = MOESERVE_SANITIZER=address ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan.supp UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tools/tsan.supp
 TSAN_TARGETS = moeserve_core_tests moeserve_serve_tests moeserve_ipc_tests
 

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "moeserve/core/error.h"
 #include "test_support.h"
 
@@ -22,9 +24,11 @@ Addresses make_addresses(const std::string& name, int engines) {
     return a;
 }
 
-// Polls until an event of kind arrives (at most 5 s).
+// Polls until an event of kind arrives, for at most 5 s however many other events arrive first
+// (a rejected stranger reconnects every 100 ms, each attempt bringing several events).
 ServerChannel::Event wait_for(ServerChannel& server, ServerChannel::Event::Kind kind) {
-    for (int i = 0; i < 50; ++i) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::chrono::steady_clock::now() < deadline) {
         auto e = server.poll(100);
         if (e.kind == kind) return e;
     }

@@ -113,11 +113,18 @@ private:
 
 struct ServerChannel::Impl {
     zmq::context_t context{1};
-    std::unique_ptr<ZapHandler> zap;  // after context, before the sockets: stops before they close
+    std::unique_ptr<ZapHandler> zap;  // destroyed after the sockets: it answers until they are closed
     zmq::socket_t output{context, zmq::socket_type::pull};
     std::vector<zmq::socket_t> inputs;
     std::vector<zmq::socket_t> monitors;  // PAIRs receiving socket events: [0, n) the inputs', n the output's
     std::vector<std::unique_ptr<std::mutex>> send_mutexes;
+
+    // Monitoring stops before any socket closes: libzmq's internal monitor socket then closes while
+    // its reader (our PAIR) still exists, so no event is left in a pipe nobody drains.
+    ~Impl() {
+        for (auto& input : inputs) (void)zmq_socket_monitor(input.handle(), nullptr, 0);
+        (void)zmq_socket_monitor(output.handle(), nullptr, 0);
+    }
 };
 
 ServerChannel::ServerChannel(const std::string& output_address,
