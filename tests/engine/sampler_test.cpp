@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "engine/engine_test_util.h"
@@ -111,6 +112,23 @@ TEST(SamplerTest, PenaltiesMatchAHandComputation) {
         0.5f,                       // unseen
         3.0f / 2 - 0.5f - 0.25f,    // output x1
     };
+    EXPECT_EQ(logits, expected);
+}
+
+TEST(SamplerTest, LogitProcessorsAllowBanAndBias) {
+    ipc::SamplingParams p;
+    p.allowed_token_ids = {1, 3, 4, 5};
+    p.bad_words_token_ids = {{4}, {2, 5}, {3, 3, 1}};
+    p.logit_bias = {{3, -1.5f}, {0, 100.0f}};
+    auto r = sampling_request(p, 0, {2});
+    r->append_output(3);
+    r->append_output(3);
+    std::vector<float> logits = {1.0f, -1.0f, 4.0f, -2.0f, 0.5f, 3.0f};
+    apply_logit_processors(logits.data(), 6, *r);
+    const float inf = std::numeric_limits<float>::infinity();
+    // 0 and 2 not allowed (0's bias does not bring it back); 4 banned alone; "3 3 1": the output
+    // ends with 3 3, so 1 is banned; "2 5": the output does not end with 2, so 5 stays.
+    const std::vector<float> expected = {-inf + 100.0f, -inf, -inf, -2.0f - 1.5f, -inf, 3.0f};
     EXPECT_EQ(logits, expected);
 }
 

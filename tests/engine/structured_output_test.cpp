@@ -200,6 +200,25 @@ TEST_F(StructuredOutputTest, CompleteGrammarEndsEvenBeforeMinTokens) {
     EXPECT_EQ(text_of(got.tokens.at("m")), "ok");
 }
 
+// A reasoning model's grammar starts after its end-of-thinking tokens: here the greedy first
+// token of the unconstrained run stands in for `</think>`; the grammar then forces "ok".
+TEST_F(StructuredOutputTest, GrammarStartsAfterItsTokens) {
+    EngineCore free_run(*model_, *pool_, config());
+    free_run.add_request(add("f", "", 0.0f, 1, 0));
+    const TokenId first = run_to_completion(free_run).tokens.at("f").at(0);
+
+    EngineCore engine(*model_, *pool_, config());
+    ipc::AddRequest a = add("f", structured::choices_to_gbnf({"ok"}, "choice"), 0.0f, 20, 0);
+    a.sampling.grammar_after_token_ids = {first};
+    engine.add_request(a);
+    const Collected got = run_to_completion(engine);
+    ASSERT_EQ(got.last.at("f").finish_reason, FinishReason::kStop) << got.last.at("f").error;
+    const auto& tokens = got.tokens.at("f");
+    ASSERT_GE(tokens.size(), 2u);
+    EXPECT_EQ(tokens[0], first);
+    EXPECT_EQ(text_of(std::vector<int32_t>(tokens.begin() + 1, tokens.end())), "ok");
+}
+
 TEST_F(StructuredOutputTest, BadGrammarFailsOnlyThatRequest) {
     EngineCore engine(*model_, *pool_, config());
     engine.add_request(add("bad", "root ::= nope", 0.0f, 8, 0));

@@ -43,9 +43,11 @@ EngineCore::EngineCore(model::Model& model, ThreadPool& pool, const EngineConfig
 }
 
 void EngineCore::add_request(const ipc::AddRequest& add) {
-    // A request without a seed gets a stream derived from the engine seed and its arrival order,
-    // so a whole run is reproducible from --seed.
-    uint64_t state = config_.seed ^ (0x5851f42d4c957f2dull * static_cast<uint64_t>(++num_added_));
+    // A request without a seed gets a stream derived from the engine seed, the engine's index
+    // and its arrival order: a whole run is reproducible from --seed, and two DP engines (same
+    // --seed, same arrival counts) never hand out the same stream.
+    uint64_t state = config_.seed ^ (0x5851f42d4c957f2dull * static_cast<uint64_t>(++num_added_)) ^
+                     (0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(config_.engine_index) + 1));
     const uint64_t seed = add.sampling.seed ? *add.sampling.seed : Rng::splitmix64(state);
     auto request = std::make_unique<Request>(add.request_id, add.prompt_token_ids, add.sampling, seed, num_added_);
     if (!add.sampling.grammar.empty()) {
@@ -55,6 +57,7 @@ void EngineCore::add_request(const ipc::AddRequest& add) {
         } else {
             try {
                 request->grammar = std::make_unique<structured::GrammarMatcher>(grammars_->compile(add.sampling.grammar));
+                request->grammar_active = add.sampling.grammar_after_token_ids.empty();
             } catch (const Error& e) {
                 request->error = std::string("structured output: ") + e.what();
             }

@@ -2,6 +2,7 @@
 // Scheduler from add_request until it finishes. Depends on core, ipc and structured only.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -58,6 +59,12 @@ struct Request {
     // Structured outputs: where the outputs so far stand in sampling.grammar (null when
     // unconstrained). It follows output_token_ids, so a recompute preemption keeps it as is.
     std::unique_ptr<structured::GrammarMatcher> grammar;
+    // False until the output ends with sampling.grammar_after_token_ids (then the grammar masks
+    // and follows every later token).
+    bool grammar_active = true;
+
+    // The grammar decides the next token (there is one and it is active).
+    bool constrained() const { return grammar && grammar_active; }
 
     int32_t num_prompt_tokens() const { return static_cast<int32_t>(prompt_token_ids.size()); }
     int32_t num_output_tokens() const { return static_cast<int32_t>(output_token_ids.size()); }
@@ -75,6 +82,11 @@ struct Request {
     void append_output(TokenId id) {
         output_token_ids.push_back(id);
         ++output_token_counts[id];
+        if (!grammar_active) grammar_active = output_ends_with(sampling.grammar_after_token_ids);
+    }
+    bool output_ends_with(const std::vector<TokenId>& tail) const {
+        return output_token_ids.size() >= tail.size() &&
+               std::equal(tail.begin(), tail.end(), output_token_ids.end() - static_cast<std::ptrdiff_t>(tail.size()));
     }
 };
 

@@ -59,7 +59,7 @@ void apply_penalties(float* logits, int64_t vocab, const Request& r, std::span<c
         }
     }
     // A structured output whose grammar is complete can only end: min_tokens must not block EOS.
-    const bool grammar_done = r.grammar && r.grammar->is_terminated();
+    const bool grammar_done = r.constrained() && r.grammar->is_terminated();
     if (r.num_output_tokens() < s.min_tokens && !grammar_done) {
         constexpr float kNegInf = -std::numeric_limits<float>::infinity();
         if (!s.ignore_eos) {
@@ -69,8 +69,31 @@ void apply_penalties(float* logits, int64_t vocab, const Request& r, std::span<c
     }
 }
 
+void apply_logit_processors(float* logits, int64_t vocab, const Request& r) {
+    const auto& s = r.sampling;
+    const auto in_vocab = [vocab](TokenId t) { return t >= 0 && t < vocab; };
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    if (!s.allowed_token_ids.empty()) {
+        std::vector<float> kept;
+        kept.reserve(s.allowed_token_ids.size());
+        for (TokenId t : s.allowed_token_ids) kept.push_back(in_vocab(t) ? logits[t] : kNegInf);
+        std::fill(logits, logits + vocab, kNegInf);
+        for (size_t i = 0; i < kept.size(); ++i) {
+            if (in_vocab(s.allowed_token_ids[i])) logits[s.allowed_token_ids[i]] = kept[i];
+        }
+    }
+    for (const auto& word : s.bad_words_token_ids) {
+        if (word.empty() || !in_vocab(word.back())) continue;
+        const std::vector<TokenId> prefix(word.begin(), word.end() - 1);
+        if (r.output_ends_with(prefix)) logits[word.back()] = kNegInf;
+    }
+    for (const auto& [t, bias] : s.logit_bias) {
+        if (in_vocab(t)) logits[t] += bias;
+    }
+}
+
 void apply_grammar_mask(float* logits, int64_t vocab, const Request& r) {
-    if (!r.grammar) return;
+    if (!r.constrained()) return;
     std::vector<uint32_t> mask;
     r.grammar->fill_next_token_bitmask(mask);
     if (r.grammar->is_accepting()) {
@@ -113,6 +136,7 @@ SampledToken Sampler::sample_row(float* logits, Request& r, kernels::cpu::Sample
     // Raw logits are needed for logprobs after sampling; keep a copy only when asked.
     std::vector<float> raw;
     if (s.logprobs) raw.assign(logits, logits + vocab_);
+    apply_logit_processors(logits, vocab_, r);
     apply_penalties(logits, vocab_, r, eos_token_ids_);
     const kernels::cpu::SamplingSettings settings{s.temperature, s.top_k, s.top_p, s.min_p};
     out.token_id = s.temperature <= 0.0f ? kernels::cpu::argmax(logits, vocab_)

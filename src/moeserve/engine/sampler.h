@@ -1,5 +1,5 @@
 // Sampler: turns one step's logits rows into tokens, one row per sampling request (vLLM's
-// Sampler): penalties, min_tokens masking, temperature/top-k/top-p/min-p with the request's own
+// Sampler): grammar mask, logit processors, penalties, min_tokens masking, temperature/top-k/top-p/min-p with the request's own
 // Rng, and logprobs. Rows run in parallel on the rank's ThreadPool; each row touches only its
 // own request, so results do not depend on the thread count. Engine thread only.
 #pragma once
@@ -25,6 +25,11 @@ ipc::TokenLogprobs compute_logprobs(const float* logits, int64_t vocab, TokenId 
 // ignore_eos, and stop_token_ids) while fewer than min_tokens were generated (unless the
 // request's grammar is complete and allows nothing else). logits f32 [vocab].
 void apply_penalties(float* logits, int64_t vocab, const Request& request, std::span<const TokenId> eos_token_ids);
+
+// The request's allowed_token_ids (every other token -inf), bad words (a word's last token -inf
+// where the output ends with the rest of it) and logit_bias (added), in that order, as vLLM's
+// logits processors. logits f32 [vocab].
+void apply_logit_processors(float* logits, int64_t vocab, const Request& request);
 
 // Structured outputs: -inf for every token the request's grammar does not allow next (EOS and
 // the stop tokens are allowed only where the grammar is complete). No-op without a grammar.

@@ -20,7 +20,8 @@ auto fields(T& v) {
         return std::tie(v.temperature, v.top_p, v.top_k, v.min_p, v.presence_penalty,
                         v.frequency_penalty, v.repetition_penalty, v.seed, v.max_tokens,
                         v.min_tokens, v.stop_token_ids, v.ignore_eos, v.logprobs,
-                        v.prompt_logprobs, v.grammar);
+                        v.prompt_logprobs, v.grammar, v.grammar_after_token_ids, v.logit_bias,
+                        v.allowed_token_ids, v.bad_words_token_ids, v.cache_salt);
     } else if constexpr (std::is_same_v<S, AddRequest>) {
         return std::tie(v.request_id, v.prompt_token_ids, v.sampling, v.arrival_time);
     } else if constexpr (std::is_same_v<S, Abort>) {

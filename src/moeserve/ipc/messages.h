@@ -34,6 +34,17 @@ struct SamplingParams {
     // Structured outputs: a GBNF grammar (structured/grammar.h) the output must match; empty =
     // unconstrained. The server converts JSON Schema / regex / choices into it.
     std::string grammar;
+    // The grammar applies only once the output ends with these tokens (a reasoning model's end of
+    // thinking, e.g. `</think>`); empty = from the first token.
+    std::vector<TokenId> grammar_after_token_ids;
+    // Logit processors (vLLM's names), applied after logprobs are taken: the bias added to each
+    // listed token; when allowed_token_ids is non-empty every other token is excluded; a bad word
+    // (token sequence) has its last token excluded wherever the output ends with the rest of it.
+    std::vector<std::pair<TokenId, float>> logit_bias;
+    std::vector<TokenId> allowed_token_ids;
+    std::vector<std::vector<TokenId>> bad_words_token_ids;
+    // Prefix-cache namespace: requests share cached blocks only with requests of the same salt.
+    std::string cache_salt;
 };
 
 struct AddRequest {

@@ -63,6 +63,21 @@ TEST(KvCacheManagerTest, FreedCachedBlocksAreStillHits) {
     EXPECT_EQ(kv.num_blocks_needed(*r1, 1, p), 3);
 }
 
+TEST(KvCacheManagerTest, CacheSaltsSeparatePrefixes) {
+    KvCacheManager kv(12, 4, true);
+    auto r0 = make_request("r0", 9, 4);
+    r0->sampling.cache_salt = "tenant-a";
+    ASSERT_TRUE(kv.allocate_slots(*r0, 9, kv.find_cached_prefix(*r0)));
+    auto unsalted = make_request("r1", 9, 4);  // same tokens
+    EXPECT_EQ(kv.find_cached_prefix(*unsalted).block_ids, Ids{});
+    auto other = make_request("r1", 9, 4);
+    other->sampling.cache_salt = "tenant-b";
+    EXPECT_EQ(kv.find_cached_prefix(*other).block_ids, Ids{});
+    auto same = make_request("r2", 9, 4);
+    same->sampling.cache_salt = "tenant-a";
+    EXPECT_EQ(kv.find_cached_prefix(*same).block_ids, (Ids{1, 2}));
+}
+
 TEST(KvCacheManagerTest, PrefixCachingOffFindsNothing) {
     KvCacheManager kv(6, 4, false);
     auto r0 = make_request("r0", 9, 4);

@@ -20,8 +20,15 @@ uint64_t hash_block_tokens(uint64_t parent_hash, std::span<const int32_t> tokens
     return h;
 }
 
-void extend_block_hashes(std::vector<uint64_t>& hashes, int32_t block_size, std::span<const int32_t> prompt,
-                         std::span<const int32_t> outputs) {
+uint64_t root_block_hash(std::string_view cache_salt) {
+    if (cache_salt.empty()) return kRootBlockHash;
+    uint64_t h = mix(kRootBlockHash, cache_salt.size());
+    for (unsigned char c : cache_salt) h = mix(h, c);
+    return h;
+}
+
+void extend_block_hashes(std::vector<uint64_t>& hashes, uint64_t root, int32_t block_size,
+                         std::span<const int32_t> prompt, std::span<const int32_t> outputs) {
     const size_t total = prompt.size() + outputs.size();
     const auto bs = static_cast<size_t>(block_size);
     std::vector<int32_t> block(bs);
@@ -31,7 +38,7 @@ void extend_block_hashes(std::vector<uint64_t>& hashes, int32_t block_size, std:
             const size_t t = begin + i;
             block[i] = t < prompt.size() ? prompt[t] : outputs[t - prompt.size()];
         }
-        hashes.push_back(hash_block_tokens(hashes.empty() ? kRootBlockHash : hashes.back(), block));
+        hashes.push_back(hash_block_tokens(hashes.empty() ? root : hashes.back(), block));
     }
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace moeserve::engine {
@@ -15,9 +16,13 @@ namespace moeserve::engine {
 inline constexpr uint64_t kRootBlockHash = 0x6d6f657365727665ull;  // "moeserve"
 uint64_t hash_block_tokens(uint64_t parent_hash, std::span<const int32_t> tokens);
 
-// Extends `hashes` (the hashes of the first hashes.size() full blocks of tokens) to cover every
-// full block of `tokens`.
-void extend_block_hashes(std::vector<uint64_t>& hashes, int32_t block_size, std::span<const int32_t> prompt,
-                         std::span<const int32_t> outputs);
+// The parent hash of a sequence's first block: kRootBlockHash, or one derived from the request's
+// cache_salt, so that differently salted requests never share a block.
+uint64_t root_block_hash(std::string_view cache_salt);
+
+// Extends `hashes` (the hashes of the first hashes.size() full blocks of tokens, chained from
+// root) to cover every full block of `tokens`.
+void extend_block_hashes(std::vector<uint64_t>& hashes, uint64_t root, int32_t block_size,
+                         std::span<const int32_t> prompt, std::span<const int32_t> outputs);
 
 }  // namespace moeserve::engine

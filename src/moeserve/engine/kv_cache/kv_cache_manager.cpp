@@ -21,7 +21,7 @@ KvCacheManager::KvCacheManager(int32_t num_blocks, int32_t block_size, bool enab
 CachedPrefix KvCacheManager::find_cached_prefix(Request& request) {
     CachedPrefix prefix;
     if (!enable_prefix_caching_ || !request.block_ids.empty() || request.wants_prompt_logprobs()) return prefix;
-    extend_block_hashes(request.block_hashes, block_size_, request.prompt_token_ids, request.output_token_ids);
+    extend_block_hashes(request.block_hashes, root_block_hash(request.sampling.cache_salt), block_size_, request.prompt_token_ids, request.output_token_ids);
     const int32_t max_blocks = (request.num_tokens() - 1) / block_size_;
     for (int32_t i = 0; i < max_blocks; ++i) {
         const auto block = pool_.lookup(request.block_hashes[static_cast<size_t>(i)]);
@@ -65,7 +65,7 @@ std::optional<NewBlocks> KvCacheManager::allocate_slots(Request& request, int32_
 }
 
 void KvCacheManager::cache_full_blocks(Request& request, int32_t num_tokens) {
-    extend_block_hashes(request.block_hashes, block_size_, request.prompt_token_ids, request.output_token_ids);
+    extend_block_hashes(request.block_hashes, root_block_hash(request.sampling.cache_salt), block_size_, request.prompt_token_ids, request.output_token_ids);
     const int32_t num_full = std::min<int32_t>(num_tokens / block_size_, static_cast<int32_t>(request.block_hashes.size()));
     for (int32_t i = 0; i < num_full; ++i) {
         pool_.cache_block(request.block_ids[static_cast<size_t>(i)], request.block_hashes[static_cast<size_t>(i)]);

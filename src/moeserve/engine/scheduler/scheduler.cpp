@@ -1,6 +1,7 @@
 #include "moeserve/engine/scheduler/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "moeserve/core/error.h"
 
@@ -63,6 +64,18 @@ std::optional<std::string> Scheduler::validate(const Request& r) const {
     if (!(s.repetition_penalty > 0)) return fmt::format("repetition_penalty must be > 0; got {}", s.repetition_penalty);
     if (s.min_tokens < 0 || s.min_tokens > s.max_tokens) {
         return fmt::format("min_tokens must be in [0, max_tokens={}]; got {}", s.max_tokens, s.min_tokens);
+    }
+    const auto outside = [this](TokenId t) { return t < 0 || (config_.vocab_size > 0 && t >= config_.vocab_size); };
+    for (const auto& [t, bias] : s.logit_bias) {
+        if (outside(t) || !std::isfinite(bias)) return fmt::format("logit_bias: token {} bias {} is invalid", t, bias);
+    }
+    for (TokenId t : s.allowed_token_ids) {
+        if (outside(t)) return fmt::format("allowed_token_ids: token id {} is outside the vocabulary", t);
+    }
+    for (const auto& word : s.bad_words_token_ids) {
+        for (TokenId t : word) {
+            if (outside(t)) return fmt::format("bad_words: token id {} is outside the vocabulary", t);
+        }
     }
     for (const auto& k : {s.logprobs, s.prompt_logprobs}) {
         if (k && (*k < 0 || (config_.vocab_size > 0 && *k > config_.vocab_size))) {
@@ -237,7 +250,7 @@ std::vector<ipc::RequestOutput> Scheduler::update(const ScheduledBatch& batch, c
         if (!samples) continue;
         MOESERVE_CHECK(result.sampled[i].has_value(), "{}: no token sampled at the end of its tokens", r->request_id);
         const SampledToken& tok = *result.sampled[i];
-        if (r->grammar && !r->grammar->accept_token(tok.token_id)) {
+        if (r->constrained() && !r->grammar->accept_token(tok.token_id)) {
             // Only when no token of the vocabulary can continue the grammar (the mask was empty).
             std::string error =
                 !r->grammar->error().empty()
