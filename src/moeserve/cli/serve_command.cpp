@@ -35,6 +35,8 @@
 #include "moeserve/ipc/auth.h"
 #include "moeserve/parallel/rendezvous.h"
 #include "moeserve/serve/engine_client.h"
+#include "moeserve/serve/openai/reasoning_parser.h"
+#include "moeserve/serve/openai/tool_parser.h"
 #include "moeserve/serve/http_server.h"
 #include "moeserve/serve/metrics.h"
 #include "moeserve/serve/routes.h"
@@ -51,6 +53,9 @@ struct ServeOptions {
     std::string chat_template;                    // a file, or the template itself
     std::string root_path;
     bool disable_log_requests = false;
+    bool enable_auto_tool_choice = false;
+    std::string tool_call_parser;
+    std::string reasoning_parser;
     VllmFlags vllm;
     std::string host = "127.0.0.1";
     int port = 8000;
@@ -401,6 +406,9 @@ int run_serve(ServeOptions o) {
         rc.chat_template = std::filesystem::is_regular_file(o.chat_template) ? read_text_file(o.chat_template) : o.chat_template;
     }
     rc.root_path = o.root_path;
+    if (o.enable_auto_tool_choice) rc.tool_call_parser = o.tool_call_parser;
+    serve::openai::ReasoningParser::Format reasoning{};
+    if (serve::openai::reasoning_format_of(o.reasoning_parser, reasoning)) rc.reasoning_format = reasoning;
     rc.log_requests = !o.disable_log_requests;
     rc.limits.max_model_len = o.engine.max_model_len;
     rc.limits.vocab_size = config_int(config, "vocab_size", tok.vocab_size(), o.engine.model);
@@ -543,6 +551,13 @@ void add_serve_command(CLI::App& app, Action* action) {
                     "model names in the API, the first reported (default: the model path)")->expected(1, -1);
     sub->add_option("--chat-template", o->chat_template, "a chat template file, or the template itself (default: the tokenizer's)");
     sub->add_option("--root-path", o->root_path, "a path prefix a proxy may leave on request paths (stripped)");
+    sub->add_flag("--enable-auto-tool-choice", o->enable_auto_tool_choice,
+                  "tool_choice auto: parse the model's tool calls (needs --tool-call-parser)");
+    sub->add_option("--tool-call-parser", o->tool_call_parser,
+                    fmt::format("how the model writes tool calls: {}", fmt::join(serve::openai::tool_parser_names(), " | ")));
+    sub->add_option("--reasoning-parser", o->reasoning_parser,
+                    fmt::format("split <think> reasoning into reasoning_content: {}",
+                                fmt::join(serve::openai::reasoning_parser_names(), " | ")));
     sub->add_flag("--disable-log-requests", o->disable_log_requests, "no log line per finished request");
     sub->add_option("--host", o->host)->capture_default_str();
     sub->add_option("--port", o->port, "0 = any free port")->capture_default_str();
@@ -595,6 +610,20 @@ void add_serve_command(CLI::App& app, Action* action) {
         if (o->engine.model.empty()) throw CLI::RequiredError("the model directory (`serve DIR` or --model DIR)");
         // env: OMNI_PD_HYBRID=1 turns PD hybrid scheduling on, as --pd-hybrid does.
         if (const char* hybrid = std::getenv("OMNI_PD_HYBRID"); hybrid && std::string(hybrid) == "1") o->engine.pd_hybrid = true;
+        const auto known = [](const std::vector<std::string>& names, const std::string& name) {
+            return std::find(names.begin(), names.end(), name) != names.end();
+        };
+        if (!o->tool_call_parser.empty() && !known(serve::openai::tool_parser_names(), o->tool_call_parser)) {
+            throw CLI::ValidationError("--tool-call-parser", fmt::format("'{}' is not one of: {}", o->tool_call_parser,
+                                                                         fmt::join(serve::openai::tool_parser_names(), ", ")));
+        }
+        if (o->enable_auto_tool_choice && o->tool_call_parser.empty()) {
+            throw CLI::ValidationError("--enable-auto-tool-choice", "needs --tool-call-parser");
+        }
+        if (!o->reasoning_parser.empty() && !known(serve::openai::reasoning_parser_names(), o->reasoning_parser)) {
+            throw CLI::ValidationError("--reasoning-parser", fmt::format("'{}' is not one of: {}", o->reasoning_parser,
+                                                                         fmt::join(serve::openai::reasoning_parser_names(), ", ")));
+        }
         *action = [o] {
             check_vllm_flags(o->vllm);
             return run_serve(*o);

@@ -1,9 +1,6 @@
-// Route dispatch, access checks, and the generation routes' request lifecycle:
-//   HTTP thread: Host/Origin/auth/Content-Type checks; cheap routes answered at once
-//   worker thread (WorkQueue): parse -> fan-out limit -> tokenize -> validate length ->
-//                (stream) send headers -> EngineClient::add (one engine request per prompt x n)
-//   engine-client thread: outputs -> ChoiceStream -> SSE chunk / final JSON, metrics, log line
-//   client disconnect (HTTP thread): abort the job's engine requests.
+// Route dispatch and access checks: on the HTTP thread, Host/Origin/auth/Content-Type checks,
+// cheap routes answered at once; generation and tokenization run on a worker (WorkQueue), the
+// generation lifecycle in generate_route.cpp.
 #include "moeserve/serve/routes.h"
 
 #include <fmt/format.h>
@@ -15,50 +12,12 @@
 
 #include "moeserve/serve/openai/parse.h"
 #include "moeserve/serve/openai/render.h"
-#include "moeserve/serve/stream.h"
+#include "moeserve/serve/route_util.h"
 
 namespace moeserve::serve {
 
 using openai::ApiError;
 using OJson = nlohmann::ordered_json;
-
-namespace {
-
-constexpr const char* kJson = "application/json";
-
-double steady_seconds() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-int64_t unix_seconds() {
-    return std::chrono::duration_cast<std::chrono::seconds>(
-               std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string dump(const OJson& j) { return j.dump(-1, ' ', false, OJson::error_handler_t::replace); }
-
-}  // namespace
-
-// One HTTP generation request: its choices (prompt x n), each an engine request.
-struct Router::Job {
-    bool chat = false;
-    openai::ResponseMeta meta;
-    openai::GenerationParams params;
-    std::shared_ptr<Responder> responder;
-    std::vector<std::string> engine_ids;          // per choice
-    std::vector<std::unique_ptr<ChoiceStream>> streams;
-    std::vector<openai::ChoiceData> results;      // per choice: accumulated (non-streaming)
-    std::vector<int64_t> prompt_tokens;           // per choice
-    std::vector<size_t> prompt_of_choice;
-    std::vector<std::string> echo;                // per choice: prompt text to echo
-    std::vector<double> first_token_time;         // per choice, 0 = none yet
-    std::vector<int64_t> cached_tokens;
-    std::vector<bool> first_chunk_sent;
-    size_t num_finished = 0;
-    std::atomic<bool> done{false};
-    double arrival = 0;
-    std::atomic<bool> disconnected{false};
-};
 
 Router::Router(RouterConfig config, const tokenizer::Tokenizer& tokenizer, EngineClient& engines,
                Metrics& metrics, Logger& logger)
@@ -139,13 +98,13 @@ void Router::guarded(const HttpRequest& request, const std::shared_ptr<Responder
     try {
         fn();
     } catch (const ApiError& e) {
-        reply(responder, e.status(), kJson, openai::error_body(e));
+        reply(responder, e.status(), kJsonMediaType, openai::error_body(e));
     } catch (const Error& e) {
-        reply(responder, 400, kJson, openai::error_body(ApiError(400, e.what())));
+        reply(responder, 400, kJsonMediaType, openai::error_body(ApiError(400, e.what())));
     } catch (const std::exception& e) {
         MOESERVE_LOG_E(logger_, "api", "%s %s: internal error: %s", request.method.c_str(),
                        request.target.c_str(), e.what());
-        reply(responder, 500, kJson, openai::error_body(ApiError(500, std::string("internal error: ") + e.what(), "server_error")));
+        reply(responder, 500, kJsonMediaType, openai::error_body(ApiError(500, std::string("internal error: ") + e.what(), "server_error")));
     }
 }
 
@@ -228,11 +187,11 @@ void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& respo
     if (path == "/health" || path == "/ping") {  // /ping: SageMaker's, GET or POST, as vLLM
         method_check(get || (post && path == "/ping"));
         const bool ok = engines_.healthy();
-        return reply(responder, ok ? 200 : 503, kJson, ok ? "{}" : openai::error_body(ApiError(503, "The engine is not running.", "server_error", std::nullopt, "engine_unavailable")));
+        return reply(responder, ok ? 200 : 503, kJsonMediaType, ok ? "{}" : openai::error_body(ApiError(503, "The engine is not running.", "server_error", std::nullopt, "engine_unavailable")));
     }
     if (path == "/version") {
         method_check(get);
-        return reply(responder, 200, kJson, dump(OJson{{"version", config_.version}}));
+        return reply(responder, 200, kJsonMediaType, dump(OJson{{"version", config_.version}}));
     }
     if (path == "/metrics") {
         method_check(get);
@@ -250,13 +209,13 @@ void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& respo
         if (path == "/v1/models") {
             OJson data = OJson::array();
             for (const auto& n : names) data.push_back(model(n));
-            return reply(responder, 200, kJson, dump(OJson{{"object", "list"}, {"data", data}}));
+            return reply(responder, 200, kJsonMediaType, dump(OJson{{"object", "list"}, {"data", data}}));
         }
         const std::string id = path.substr(std::string("/v1/models/").size());
         if (std::find(names.begin(), names.end(), id) == names.end()) {
             throw ApiError(404, fmt::format("The model `{}` does not exist.", id), "invalid_request_error", "model", "model_not_found");
         }
-        return reply(responder, 200, kJson, dump(model(id)));
+        return reply(responder, 200, kJsonMediaType, dump(model(id)));
     }
     if (path == "/v1/completions" || path == "/v1/chat/completions") {
         method_check(post);
@@ -271,11 +230,17 @@ void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& respo
         json_check();
         return defer(std::move(request), responder, [this](const HttpRequest& req, const std::shared_ptr<Responder>& resp) {
             const auto r = openai::parse_tokenize_request(openai::parse_body(req.body), config_.limits);
+            warn_unknown_fields(r.unknown_fields, "/tokenize");
             const std::vector<int32_t> ids =
                 r.prompt ? encode_prompt(*r.prompt, r.add_special_tokens, "prompt")
-                         : chat_prompt(r.messages, r.add_generation_prompt, r.continue_final_message,
-                                       nullptr, r.chat_template_kwargs);
-            reply(resp, 200, kJson, dump(OJson{{"count", ids.size()}, {"max_model_len", config_.limits.max_model_len}, {"tokens", ids}, {"token_strs", nullptr}}));
+                         : chat_prompt({&r.messages, r.add_generation_prompt, r.continue_final_message, false, r.tools,
+                                        r.chat_template_kwargs, ""}).ids;
+            OJson strs = nullptr;
+            if (r.return_token_strs) {  // the vocabulary's tokens, as transformers' convert_ids_to_tokens
+                strs = OJson::array();
+                for (int32_t id : ids) strs.push_back(tokenizer_.id_to_token(id).value_or(""));
+            }
+            reply(resp, 200, kJsonMediaType, dump(OJson{{"count", ids.size()}, {"max_model_len", config_.limits.max_model_len}, {"tokens", ids}, {"token_strs", strs}}));
         });
     }
     if (path == "/detokenize") {
@@ -283,267 +248,11 @@ void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& respo
         json_check();
         return defer(std::move(request), responder, [this](const HttpRequest& req, const std::shared_ptr<Responder>& resp) {
             const auto r = openai::parse_detokenize_request(openai::parse_body(req.body), config_.limits);
-            reply(resp, 200, kJson, dump(OJson{{"prompt", tokenizer_.decode(r.tokens)}}));
+            reply(resp, 200, kJsonMediaType, dump(OJson{{"prompt", tokenizer_.decode(r.tokens)}}));
         });
     }
     throw ApiError(404, fmt::format("Route {} {} not found", request.method, path),
                    "invalid_request_error", std::nullopt, "not_found");
-}
-
-std::vector<int32_t> Router::chat_prompt(const OJson& messages, bool add_generation_prompt,
-                                         bool continue_final_message, const OJson& tools,
-                                         const OJson& kwargs) const {
-    if (!chat_template_) {
-        throw ApiError(400, "This model's tokenizer_config.json has no chat_template; use /v1/completions.");
-    }
-    OJson extra = kwargs.is_object() ? kwargs : OJson::object();
-    for (const char* reserved : {"messages", "add_generation_prompt", "tools"}) {  // validated above
-        if (extra.contains(reserved)) {
-            throw ApiError(400, fmt::format("chat_template_kwargs may not set '{}'; pass it as a request field.", reserved),
-                           "invalid_request_error", fmt::format("chat_template_kwargs.{}", reserved));
-        }
-    }
-    if (tokenizer_.bos_token()) extra["bos_token"] = *tokenizer_.bos_token();
-    if (tokenizer_.eos_token()) extra["eos_token"] = *tokenizer_.eos_token();
-    if (tools.is_array()) extra["tools"] = tools;
-    std::string text = tokenizer::render_chat(*chat_template_, messages, add_generation_prompt, extra);
-    if (continue_final_message) {
-        // As vLLM: cut everything the template appended after the final message's content.
-        const auto& last = messages.back();
-        const auto content = last.find("content");
-        if (content != last.end() && content->is_string() && !content->get<std::string>().empty()) {
-            const size_t pos = text.rfind(content->get<std::string>());
-            if (pos != std::string::npos) text.resize(pos + content->get<std::string>().size());
-        }
-    }
-    // As transformers' apply_chat_template: the template adds any BOS itself.
-    return encode_prompt(text, /*add_special_tokens=*/false, "messages");
-}
-
-void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Responder>& responder) {
-    const auto check_fan_out = [this](size_t num_prompts, int32_t n) {
-        const size_t choices = num_prompts * static_cast<size_t>(std::max(1, n));
-        if (choices > static_cast<size_t>(config_.max_choices_per_request)) {
-            throw ApiError(400, fmt::format("This request asks for {} sequences ({} prompts x n={}); the limit is {} "
-                                            "(--max-choices-per-request).", choices, num_prompts, n, config_.max_choices_per_request),
-                           "invalid_request_error", "n");
-        }
-    };
-    if (draining_) throw ApiError(503, "The server is shutting down.", "server_error", std::nullopt, "shutting_down");
-    auto job = std::make_shared<Job>();
-    job->chat = chat;
-    job->responder = responder;
-    job->arrival = steady_seconds();
-    job->meta = {new_request_id(chat ? "chatcmpl" : "cmpl"), unix_seconds(), config_.limits.served_model_name};
-
-    // 1. Prompts as token ids (one per completion prompt, one for chat).
-    std::vector<std::vector<int32_t>> prompts;
-    std::vector<std::string> prompt_texts;
-    bool echo = false;
-    if (chat) {
-        auto r = openai::parse_chat_request(body, config_.limits);
-        job->params = std::move(r.params);
-        check_fan_out(1, job->params.n);
-        prompts.push_back(chat_prompt(r.messages, r.add_generation_prompt, r.continue_final_message, r.tools, r.chat_template_kwargs));
-        prompt_texts.emplace_back();
-    } else {
-        auto r = openai::parse_completion_request(body, config_.limits);
-        job->params = std::move(r.params);
-        echo = r.echo;
-        check_fan_out(r.prompts.size(), job->params.n);
-        for (auto& p : r.prompts) {
-            if (p.text) {
-                prompts.push_back(encode_prompt(*p.text, true, "prompt"));
-                prompt_texts.push_back(*p.text);
-            } else {
-                prompt_texts.push_back(echo ? tokenizer_.decode(p.token_ids) : "");
-                prompts.push_back(std::move(p.token_ids));
-            }
-        }
-    }
-    // 2. The model's defaults where the request is silent, validate lengths, then build one
-    // engine request per (prompt, n).
-    const auto& g = config_.generation_defaults;
-    const auto absent = [&body](const char* key) { return !body.contains(key) || body[key].is_null(); };
-    auto& params = job->params;
-    if (g.temperature && absent("temperature")) params.temperature = *g.temperature;
-    if (g.top_p && absent("top_p")) params.top_p = *g.top_p;
-    if (g.top_k && absent("top_k")) params.top_k = std::max(0, *g.top_k);
-    if (g.min_p && absent("min_p")) params.min_p = *g.min_p;
-    if (g.repetition_penalty && absent("repetition_penalty")) params.repetition_penalty = *g.repetition_penalty;
-    std::vector<ipc::AddRequest> adds;
-    const auto& p = job->params;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-        if (prompts[i].empty()) throw ApiError(400, "The prompt is empty after tokenization.", "invalid_request_error", chat ? "messages" : "prompt");
-        openai::GenerationParams sized = p;
-        if (!p.max_tokens && g.max_tokens) {
-            const int64_t room = config_.limits.max_model_len - static_cast<int64_t>(prompts[i].size());
-            sized.max_tokens = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(*g.max_tokens, room)));
-        }
-        const int32_t max_tokens = openai::resolve_max_tokens(static_cast<int64_t>(prompts[i].size()), sized, config_.limits, chat);
-        for (int32_t k = 0; k < p.n; ++k) {
-            ipc::AddRequest a;
-            a.request_id = fmt::format("{}-{}", job->meta.id, adds.size());
-            a.prompt_token_ids = prompts[i];
-            a.arrival_time = job->arrival;
-            auto& s = a.sampling;
-            s.temperature = p.temperature;
-            s.top_p = p.top_p;
-            s.top_k = p.top_k < 0 ? 0 : p.top_k;
-            s.min_p = p.min_p;
-            s.presence_penalty = p.presence_penalty;
-            s.frequency_penalty = p.frequency_penalty;
-            s.repetition_penalty = p.repetition_penalty;
-            if (p.seed) s.seed = *p.seed + static_cast<uint64_t>(k);
-            s.max_tokens = max_tokens;
-            s.min_tokens = p.min_tokens;
-            s.stop_token_ids = p.stop_token_ids;
-            if (!p.ignore_eos) {
-                s.stop_token_ids.insert(s.stop_token_ids.end(), config_.eos_token_ids.begin(), config_.eos_token_ids.end());
-            }
-            s.ignore_eos = p.ignore_eos;
-            s.logprobs = p.logprobs;
-            s.grammar = p.grammar;
-            job->engine_ids.push_back(a.request_id);
-            job->prompt_tokens.push_back(static_cast<int64_t>(prompts[i].size()));
-            job->prompt_of_choice.push_back(i);
-            job->echo.push_back(echo ? prompt_texts[i] : "");
-            adds.push_back(std::move(a));
-        }
-    }
-    const size_t num_choices = adds.size();
-    for (size_t c = 0; c < num_choices; ++c) {
-        job->streams.push_back(std::make_unique<ChoiceStream>(tokenizer_, job->params));
-        openai::ChoiceData d;
-        d.index = static_cast<int32_t>(c);
-        d.has_logprobs = p.logprobs.has_value();
-        job->results.push_back(std::move(d));
-    }
-    job->first_token_time.assign(num_choices, 0);
-    job->cached_tokens.assign(num_choices, 0);
-    job->first_chunk_sent.assign(num_choices, false);
-
-    // 3. Hand over to the engines. From here on, outputs arrive on the engine-client thread.
-    std::weak_ptr<Job> weak = job;
-    responder->on_disconnect([this, weak] {
-        if (auto j = weak.lock()) {
-            j->disconnected = true;
-            engines_.abort(j->engine_ids);
-        }
-    });
-    if (p.stream) {
-        // A stream's status is sent before any output: refuse it while no engine can take it.
-        if (!engines_.healthy()) throw ApiError(503, "The engine is not running.", "server_error", std::nullopt, "engine_unavailable");
-        metrics_.on_http_status(200);
-        responder->start_stream();
-    }
-    for (size_t c = 0; c < num_choices; ++c) {
-        const bool sent = engines_.add(std::move(adds[c]), [this, job, c](const ipc::RequestOutput& out) { on_output(job, c, out); });
-        if (!sent) {
-            job->done = true;  // later (abort) outputs are ignored
-            engines_.abort(std::vector<std::string>(job->engine_ids.begin(), job->engine_ids.begin() + static_cast<long>(c)));
-            if (p.stream) {
-                responder->send_chunk("data: " + openai::error_body(ApiError(503, "The engine is not running.", "server_error", std::nullopt, "engine_unavailable")) + "\n\n" + openai::sse_done());
-                responder->end_stream();
-                return;
-            }
-            throw ApiError(503, "The engine is not running.", "server_error", std::nullopt, "engine_unavailable");
-        }
-    }
-    // This runs on a worker, not the connection's strand: a client that left while the requests
-    // were being added had its abort run before they existed. The disconnect handler sets the
-    // flag before it aborts, so one of the two aborts sees every request.
-    if (job->disconnected) engines_.abort(job->engine_ids);
-}
-
-void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::RequestOutput& out) {
-    if (job->done) return;
-    auto& stream = *job->streams[c];
-    if (stream.finished()) return;  // after a stop string: the engine's abort output
-    if (out.finish_reason == ipc::FinishReason::kError) {
-        const bool engine_down = !engines_.healthy();
-        MOESERVE_LOG_E(logger_, "api", "request %s failed: %s", out.request_id.c_str(), out.error.c_str());
-        metrics_.on_request_finished({"error", job->prompt_tokens[c], stream.num_tokens(), 0, steady_seconds() - job->arrival});
-        if (out.overloaded) return fail_job(job, 503, out.error, "queue_timeout");
-        return fail_job(job, engine_down ? 503 : 500, (engine_down ? "The engine is not running: " : "The engine failed the request: ") + out.error,
-                        engine_down ? "engine_unavailable" : nullptr);
-    }
-    if (out.num_cached_tokens > 0) job->cached_tokens[c] = out.num_cached_tokens;
-    auto delta = stream.push(out);
-    if (job->first_token_time[c] == 0 && stream.num_tokens() > 0) job->first_token_time[c] = steady_seconds();
-    if (stream.stopped_by_string()) engines_.abort({job->engine_ids[c]});
-    auto& result = job->results[c];
-    if (job->params.stream) {
-        openai::ChoiceData d;
-        d.index = result.index;
-        d.text = delta.text;
-        d.has_logprobs = result.has_logprobs;
-        d.logprobs = std::move(delta.logprobs);
-        d.text_offset = static_cast<int64_t>(stream.released() - delta.text.size());
-        if (!job->first_chunk_sent[c] && !job->echo[c].empty()) d.text = job->echo[c] + d.text;
-        if (stream.finished()) {
-            d.finish_reason = stream.finish_reason();
-            d.stop_reason = stream.stop_reason();
-        }
-        const bool first = !job->first_chunk_sent[c];
-        if (!d.text.empty() || d.finish_reason || !d.logprobs.empty() || (first && job->chat)) {
-            job->first_chunk_sent[c] = true;
-            if (!job->disconnected) {
-                job->responder->send_chunk(openai::sse_event(job->chat ? openai::chat_chunk(job->meta, d, first) : openai::completion_chunk(job->meta, d)));
-            }
-        }
-    } else {
-        for (auto& lp : delta.logprobs) result.logprobs.push_back(std::move(lp));
-    }
-    if (!stream.finished()) return;
-    const double now = steady_seconds();
-    const double ttft = job->first_token_time[c] > 0 ? job->first_token_time[c] - job->arrival : 0;
-    if (config_.log_requests) MOESERVE_LOG_I(logger_, "api", "request %s finished: reason=%s prompt_tokens=%lld output_tokens=%lld ttft=%.3fs e2e=%.3fs",
-                   job->engine_ids[c].c_str(), stream.finish_reason().c_str(), static_cast<long long>(job->prompt_tokens[c]),
-                   static_cast<long long>(stream.num_tokens()), ttft, now - job->arrival);
-    metrics_.on_request_finished({stream.finish_reason(), job->prompt_tokens[c], stream.num_tokens(), ttft, now - job->arrival});
-    result.text = job->echo[c] + stream.text();
-    result.finish_reason = stream.finish_reason();
-    result.stop_reason = stream.stop_reason();
-    if (++job->num_finished == job->streams.size()) finish_job(job);
-}
-
-void Router::finish_job(const std::shared_ptr<Job>& job) {
-    job->done = true;
-    openai::Usage usage;
-    std::vector<bool> counted(job->prompt_tokens.size(), false);
-    for (size_t c = 0; c < job->streams.size(); ++c) {
-        const size_t prompt = job->prompt_of_choice[c];
-        if (!counted[prompt]) {  // each prompt once, however many choices share it (as vLLM)
-            counted[prompt] = true;
-            usage.prompt_tokens += job->prompt_tokens[c];
-            usage.cached_tokens += job->cached_tokens[c];
-        }
-        usage.completion_tokens += job->streams[c]->num_tokens();
-    }
-    if (job->params.stream) {
-        std::string tail;
-        if (job->params.include_usage) tail += openai::sse_event(openai::usage_chunk(job->meta, usage, job->chat));
-        tail += openai::sse_done();
-        job->responder->send_chunk(std::move(tail));
-        job->responder->end_stream();
-        return;
-    }
-    const OJson body = job->chat ? openai::chat_response(job->meta, job->results, usage)
-                                 : openai::completion_response(job->meta, job->results, usage);
-    reply(job->responder, 200, kJson, dump(body));
-}
-
-void Router::fail_job(const std::shared_ptr<Job>& job, int status, const std::string& message, const char* code) {
-    job->done = true;
-    engines_.abort(job->engine_ids);
-    const ApiError error(status, message, "server_error", std::nullopt, code ? std::optional<std::string>(code) : std::nullopt);
-    if (job->params.stream) {
-        job->responder->send_chunk("data: " + openai::error_body(error) + "\n\n" + openai::sse_done());
-        job->responder->end_stream();
-    } else {
-        reply(job->responder, status, kJson, openai::error_body(error));
-    }
 }
 
 }  // namespace moeserve::serve

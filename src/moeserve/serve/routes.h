@@ -1,11 +1,14 @@
 // The OpenAI-compatible routes (DESIGN.md serve/): /v1/completions, /v1/chat/completions,
 // /v1/models, /health, /version, /metrics, /tokenize, /detokenize. Turns HTTP requests into
-// validated requests, engine requests (token ids) and back into JSON/SSE. Depends on
+// validated requests, engine requests (token ids) and back into JSON/SSE. routes.cpp dispatches
+// and checks access; generate_route.cpp runs the generation requests. Depends on
 // tokenizer and ipc (via EngineClient), never on engine or model.
 #pragma once
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <optional>
 #include <string>
 
@@ -14,6 +17,7 @@
 #include "moeserve/serve/http_server.h"
 #include "moeserve/serve/metrics.h"
 #include "moeserve/serve/openai/protocol.h"
+#include "moeserve/serve/openai/reasoning_parser.h"
 #include "moeserve/serve/work_queue.h"
 #include "moeserve/tokenizer/chat_template/chat_template.h"
 #include "moeserve/tokenizer/tokenizer.h"
@@ -47,6 +51,10 @@ struct RouterConfig {
     std::string model_path;  // shown as "root" in /v1/models
     std::string version;
     std::vector<int32_t> eos_token_ids;  // finish a request unless ignore_eos (the engine's job)
+    // Tool calls for tool_choice auto (--enable-auto-tool-choice --tool-call-parser NAME); empty:
+    // auto is refused as vLLM does. Reasoning split (--reasoning-parser); none: content only.
+    std::string tool_call_parser;
+    std::optional<openai::ReasoningParser::Format> reasoning_format;
 };
 
 class Router {
@@ -78,11 +86,23 @@ private:
     std::vector<int32_t> encode_prompt(const std::string& text, bool add_special_tokens, const char* param) const;
     void generate(const nlohmann::ordered_json& body, bool chat,
                   const std::shared_ptr<Responder>& responder);
-    std::vector<int32_t> chat_prompt(const nlohmann::ordered_json& messages,
-                                     bool add_generation_prompt, bool continue_final_message,
-                                     const nlohmann::ordered_json& tools,
-                                     const nlohmann::ordered_json& kwargs) const;
+    struct ChatPromptInput {
+        const nlohmann::ordered_json* messages;  // as the client sent them (validated)
+        bool add_generation_prompt = true, continue_final_message = false, add_special_tokens = false;
+        nlohmann::ordered_json tools;   // rendered when a non-empty list
+        nlohmann::ordered_json kwargs;  // chat_template_kwargs
+        std::string chat_template;      // the request's own template; empty = the server's
+    };
+    struct ChatPrompt {
+        std::vector<int32_t> ids;
+        std::string text;  // as rendered (where it leaves the model: reasoning parsers)
+    };
+    // The history prepared as vLLM does, rendered and tokenized.
+    ChatPrompt chat_prompt(const ChatPromptInput& input) const;
     void on_output(const std::shared_ptr<Job>& job, size_t choice, const ipc::RequestOutput& out);
+    nlohmann::ordered_json prompt_logprobs_json(const std::vector<ipc::TokenLogprobs>& entries) const;
+    // Logs each request field nobody knows once per server (vLLM accepts them with a warning).
+    void warn_unknown_fields(const std::vector<std::string>& fields, const char* route);
     void finish_job(const std::shared_ptr<Job>& job);
     void fail_job(const std::shared_ptr<Job>& job, int status, const std::string& message, const char* code);
     void reply(const std::shared_ptr<Responder>& responder, int status, std::string content_type,
@@ -99,6 +119,8 @@ private:
     std::atomic<uint64_t> next_id_{0};
     uint64_t id_salt_;
     size_t max_prompt_bytes_ = 0;  // no text longer than this fits in max_model_len tokens
+    std::mutex warned_mutex_;
+    std::set<std::string> warned_fields_;
     WorkQueue workers_;            // last: its threads stop before the rest is destroyed
 };
 

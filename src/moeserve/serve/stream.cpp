@@ -46,6 +46,7 @@ ChoiceStream::Delta ChoiceStream::push(const ipc::RequestOutput& output) {
     if (processed.deltas.empty()) return delta;
     auto& d = processed.deltas.front();
     num_tokens_ += static_cast<int64_t>(d.token_ids.size());
+    delta.prompt_logprobs = std::move(d.prompt_logprobs);
     if (params_.logprobs) {
         for (const auto& lp : d.logprobs) delta.logprobs.push_back(logprob_text(lp));
     }

@@ -4,6 +4,7 @@
 // (the engine client's thread).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@ public:
     struct Delta {
         std::string text;                            // newly released text
         std::vector<openai::TokenLogprob> logprobs;  // of the tokens fed (when asked)
+        std::optional<std::vector<ipc::TokenLogprobs>> prompt_logprobs;  // once, with the first output (when asked)
     };
     // Feeds one engine output. After a stop string matched, finished() is true (the caller
     // aborts the engine request) and later outputs are ignored.
@@ -39,10 +41,10 @@ public:
     int64_t num_tokens() const { return num_tokens_; }
     // Bytes of text() already released.
     size_t released() const { return released_; }
-
-private:
+    // A logprob entry with its token texts.
     openai::TokenLogprob logprob_text(const ipc::TokenLogprobs& lp) const;
 
+private:
     const tokenizer::Tokenizer& tokenizer_;
     const openai::GenerationParams& params_;
     OutputProcessor processor_;  // tracks the one engine request "c"

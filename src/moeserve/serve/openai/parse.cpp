@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 
+#include "moeserve/serve/openai/chat_messages.h"
 #include "moeserve/serve/openai/structured_output_parse.h"
 
 namespace moeserve::serve::openai {
@@ -85,14 +87,20 @@ public:
             out = v->get<std::string>();
         }
     }
-    // OpenAI rejects fields it does not know; we do too, except those listed as ignorable.
-    void reject_unknown(std::initializer_list<const char*> ignored) {
+    // The fields nothing read (besides those listed as known and ignored): vLLM accepts them
+    // with a warning, so clients that send extra fields keep working; known fields keep their
+    // validation.
+    std::vector<std::string> unknown(std::initializer_list<const char*> ignored) {
         for (const char* k : ignored) seen_.insert(k);
+        std::vector<std::string> out;
         for (const auto& [key, value] : body_.items()) {
-            if (!seen_.count(key)) {
-                bad(key, fmt::format("Unrecognized request argument supplied: {}", key));
-            }
+            if (!seen_.count(key)) out.push_back(key);
         }
+        return out;
+    }
+    // Nested objects with a fixed shape (stream_options) stay strict.
+    void reject_unknown() {
+        for (const auto& key : unknown({})) bad(key, fmt::format("Unrecognized request argument supplied: {}", key));
     }
 
     template <typename T>
@@ -213,13 +221,45 @@ void read_generation(Fields& f, GenerationParams& p, const ModelLimits& limits) 
         Fields so(*v);
         so.boolean("include_usage", p.include_usage);
         so.boolean("continuous_usage_stats", p.continuous_usage_stats);
-        so.reject_unknown({});
+        so.reject_unknown();
         check(p.stream, "stream_options", "'stream_options' is only allowed when 'stream' is true");
     }
     if (const Json* v = f.get("best_of")) {
         check(Fields::as_number<int32_t>(*v, "best_of") == p.n, "best_of",
               "'best_of' other than n is not supported");
     }
+    f.number("prompt_logprobs", p.prompt_logprobs);
+    if (const Json* v = f.get("logit_bias")) {
+        check(v->is_object(), "logit_bias", "'logit_bias' must be an object mapping token ids to biases");
+        for (const auto& [key, bias] : v->items()) {
+            char* end = nullptr;
+            const long long id = std::strtoll(key.c_str(), &end, 10);
+            check(!key.empty() && *end == '\0', "logit_bias", fmt::format("'logit_bias' key '{}' is not a token id", key));
+            check(id >= 0 && id < limits.vocab_size, "logit_bias",
+                  fmt::format("'logit_bias' token id {} is out of vocabulary (0..{})", id, limits.vocab_size - 1));
+            const float b = Fields::as_number<float>(bias, "logit_bias");
+            p.logit_bias.emplace_back(static_cast<TokenId>(id), std::clamp(b, -100.0f, 100.0f));
+        }
+    }
+    if (const Json* v = f.get("allowed_token_ids")) {
+        check(v->is_array() && !v->empty(), "allowed_token_ids", "'allowed_token_ids' must be a non-empty list of token ids");
+        p.allowed_token_ids = token_ids(*v, "allowed_token_ids", limits);
+    }
+    if (const Json* v = f.get("bad_words")) {
+        check(v->is_array(), "bad_words", "'bad_words' must be a list of strings");
+        for (const Json& w : *v) {
+            check(w.is_string() && !w.get<std::string>().empty(), "bad_words", "'bad_words' must be a list of non-empty strings");
+            p.bad_words.push_back(w.get<std::string>());
+        }
+    }
+    if (const Json* v = f.get("truncate_prompt_tokens")) {
+        const auto k = Fields::as_number<int32_t>(*v, "truncate_prompt_tokens");
+        check(k >= 1 || k == -1, "truncate_prompt_tokens", fmt::format("'truncate_prompt_tokens' must be >= 1 or -1; got {}", k));
+        if (k >= 1) p.truncate_prompt_tokens = k;
+    }
+    f.string("cache_salt", p.cache_salt);
+    if (const Json* v = f.get("cache_salt")) check(!p.cache_salt.empty(), "cache_salt", "'cache_salt' must not be empty");
+    f.string("request_id", p.request_id);
 }
 
 void validate(const GenerationParams& p) {
@@ -245,6 +285,10 @@ void validate(const GenerationParams& p) {
     if (p.logprobs) {
         check(*p.logprobs >= 0 && *p.logprobs <= kMaxLogprobs, "logprobs",
               fmt::format("'logprobs' must be in [0, {}]; got {}", kMaxLogprobs, *p.logprobs));
+    }
+    if (p.prompt_logprobs) {
+        check(*p.prompt_logprobs >= 0 && *p.prompt_logprobs <= kMaxLogprobs, "prompt_logprobs",
+              fmt::format("'prompt_logprobs' must be in [0, {}]; got {}", kMaxLogprobs, *p.prompt_logprobs));
     }
 }
 
@@ -274,46 +318,6 @@ std::vector<PromptInput> read_prompts(const Json* v, const ModelLimits& limits) 
         check(p.text ? !p.text->empty() : !p.token_ids.empty(), "prompt", "'prompt' must not be empty");
     }
     return out;
-}
-
-// messages: a non-empty list of objects with a role and string/array/null content.
-Json read_messages(const Json* v) {
-    if (!v || !v->is_array() || v->empty()) bad("messages", "'messages' must be a non-empty list");
-    static constexpr const char* kRoles[] = {"system", "developer", "user", "assistant", "tool"};
-    for (const Json& m : *v) {
-        if (!m.is_object()) bad("messages", "each message must be an object");
-        const auto role = m.find("role");
-        if (role == m.end() || !role->is_string()) bad("messages", "each message needs a string 'role'");
-        const std::string r = role->get<std::string>();
-        if (std::find(std::begin(kRoles), std::end(kRoles), r) == std::end(kRoles)) {
-            bad("messages", fmt::format("unknown message role '{}'", r));
-        }
-        const auto content = m.find("content");
-        if (content != m.end() && !content->is_string() && !content->is_null() && !content->is_array()) {
-            bad("messages", "message 'content' must be a string, a list of parts or null");
-        }
-        if (content != m.end() && content->is_array()) {
-            for (const Json& part : *content) {
-                const bool text_part = part.is_object() && part.contains("type") &&
-                                       part["type"] == "text" && part.contains("text") &&
-                                       part["text"].is_string();
-                if (!text_part) bad("messages", "only {\"type\": \"text\", \"text\": ...} content parts are supported");
-            }
-        }
-    }
-    return *v;
-}
-
-// Flattens list-of-text-parts content into one string, as vLLM does for text-only models.
-Json flatten_contents(Json messages) {
-    for (Json& m : messages) {
-        auto it = m.find("content");
-        if (it == m.end() || !it->is_array()) continue;
-        std::string text;
-        for (size_t i = 0; i < it->size(); ++i) text += (i ? "\n" : "") + (*it)[i]["text"].get<std::string>();
-        *it = text;
-    }
-    return messages;
 }
 
 Json object_or_empty(const Json* v, const char* param) {
@@ -348,9 +352,13 @@ CompletionRequest parse_completion_request(const Json& body, const ModelLimits& 
     f.number("logprobs", r.params.logprobs);
     if (const Json* v = f.get("suffix")) bad("suffix", "'suffix' is not supported");
     for (const char* k : kStructuredOutputFields) f.get(k);
-    f.reject_unknown({"user", "logit_bias", "service_tier", "metadata", "store", "priority"});
+    r.unknown_fields = f.unknown({"user", "service_tier", "metadata", "store", "priority"});
     r.params.grammar = parse_structured_output(body);
+    // max_tokens 0 with echo: the prompt's logprobs only (lm-eval's loglikelihood requests).
+    const bool echo_only = r.echo && r.params.max_tokens && *r.params.max_tokens == 0;
+    if (echo_only) r.params.max_tokens = 1;
     validate(r.params);
+    if (echo_only) r.params.max_tokens = 0;
     return r;
 }
 
@@ -358,7 +366,8 @@ ChatCompletionRequest parse_chat_request(const Json& body, const ModelLimits& li
     Fields f(body);
     ChatCompletionRequest r;
     check_model(f, limits, r.model);
-    r.messages = flatten_contents(read_messages(f.get("messages")));
+    (void)prepare_chat_messages(f.get("messages"));  // validates; the route prepares them for its template
+    r.messages = *f.get("messages");
     read_generation(f, r.params, limits);
     if (const Json* v = f.get("max_completion_tokens")) {
         r.params.max_tokens = Fields::as_number<int32_t>(*v, "max_completion_tokens");
@@ -375,15 +384,29 @@ ChatCompletionRequest parse_chat_request(const Json& body, const ModelLimits& li
         bad("continue_final_message", "'continue_final_message' and 'add_generation_prompt' cannot both be true");
     }
     if (r.continue_final_message) r.add_generation_prompt = false;
-    if (const Json* v = f.get("tools")) {
-        check(v->is_array(), "tools", "'tools' must be a list");
-        r.tools = *v;
-    }
+    f.get("tools");
+    f.get("tool_choice");
+    f.get("parallel_tool_calls");
+    r.tools = parse_tool_request(body);
+    f.boolean("add_special_tokens", r.add_special_tokens);
+    f.boolean("echo", r.echo);
+    f.string("chat_template", r.chat_template);
     r.chat_template_kwargs = object_or_empty(f.get("chat_template_kwargs"), "chat_template_kwargs");
     for (const char* k : kStructuredOutputFields) f.get(k);
-    f.reject_unknown({"user", "logit_bias", "service_tier", "metadata", "store", "priority",
-                      "tool_choice", "parallel_tool_calls", "modalities"});
+    // Known to OpenAI or vLLM and without effect here (docs/serving.md lists them).
+    r.unknown_fields = f.unknown({"user", "service_tier", "metadata", "store", "priority", "modalities",
+                                  "reasoning_effort", "audio", "prediction", "web_search_options",
+                                  "documents", "mm_processor_kwargs", "kv_transfer_params", "vllm_xargs",
+                                  "return_tokens_as_token_ids", "length_penalty", "use_beam_search",
+                                  "spaces_between_special_tokens", "guided_decoding_backend",
+                                  "chat_template_content_format"});
     r.params.grammar = parse_structured_output(body);
+    if (r.tools.forced()) {
+        if (!r.params.grammar.empty()) {
+            bad("tool_choice", "a forced 'tool_choice' (required or a named function) cannot be combined with a structured output");
+        }
+        r.params.grammar = forced_tool_grammar(r.tools);
+    }
     if (r.params.logprobs) {
         check(*r.params.logprobs <= kMaxLogprobs, "top_logprobs",
               fmt::format("'top_logprobs' must be in [0, {}]; got {}", kMaxLogprobs, *r.params.logprobs));
@@ -401,15 +424,20 @@ TokenizeRequest parse_tokenize_request(const Json& body, const ModelLimits& limi
         check(v->is_string(), "prompt", "'prompt' must be a string");
         r.prompt = v->get<std::string>();
     } else {
-        r.messages = flatten_contents(read_messages(f.get("messages")));
+        (void)prepare_chat_messages(f.get("messages"));  // validates, as for chat
+        r.messages = *f.get("messages");
+        if (const Json* v = f.get("tools")) {
+            check(v->is_array(), "tools", "'tools' must be a list");
+            r.tools = *v;
+        }
     }
     f.boolean("add_special_tokens", r.add_special_tokens);
     f.boolean("add_generation_prompt", r.add_generation_prompt);
     f.boolean("continue_final_message", r.continue_final_message);
     if (r.continue_final_message) r.add_generation_prompt = false;
     r.chat_template_kwargs = object_or_empty(f.get("chat_template_kwargs"), "chat_template_kwargs");
-    f.get("return_token_strs");
-    f.reject_unknown({});
+    f.boolean("return_token_strs", r.return_token_strs);
+    r.unknown_fields = f.unknown({});
     return r;
 }
 
@@ -420,7 +448,7 @@ DetokenizeRequest parse_detokenize_request(const Json& body, const ModelLimits& 
     const Json* v = f.get("tokens");
     if (!v || !v->is_array()) bad("tokens", "'tokens' must be a list of token ids");
     DetokenizeRequest r{token_ids(*v, "tokens", limits)};
-    f.reject_unknown({});
+    (void)f.unknown({});  // vLLM ignores extra fields here too
     return r;
 }
 

@@ -12,8 +12,8 @@ namespace moeserve::serve::openai {
 // or nesting deeper than 64 levels.
 nlohmann::ordered_json parse_body(std::string_view body);
 
-// ApiError 400 for a wrong type or out-of-range value (param names the field), for unknown
-// fields (as OpenAI: "Unrecognized request argument supplied: x") and 404 for another model.
+// ApiError 400 for a wrong type or out-of-range value (param names the field) and 404 for another
+// model. Fields nobody knows are accepted and listed in unknown_fields (vLLM warns and goes on).
 CompletionRequest parse_completion_request(const nlohmann::ordered_json& body,
                                            const ModelLimits& limits);
 ChatCompletionRequest parse_chat_request(const nlohmann::ordered_json& body,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "moeserve/core/error.h"
+#include "moeserve/serve/openai/tools.h"
 
 namespace moeserve::serve::openai {
 
@@ -66,7 +67,16 @@ struct GenerationParams {
     bool include_usage = false;             // stream_options.include_usage
     bool continuous_usage_stats = false;    // stream_options.continuous_usage_stats (vLLM)
     std::optional<int32_t> logprobs;        // top-k per token (chat: top_logprobs when logprobs)
+    std::optional<int32_t> prompt_logprobs; // top-k per prompt token (vLLM)
     std::string grammar;  // structured outputs: GBNF the output must match (structured_output_parse.h)
+    // vLLM's logits processors: bias per token id (clamped to [-100, 100]), the only ids allowed,
+    // words never to generate (the route turns them into token sequences).
+    std::vector<std::pair<TokenId, float>> logit_bias;
+    std::vector<TokenId> allowed_token_ids;
+    std::vector<std::string> bad_words;
+    std::optional<int32_t> truncate_prompt_tokens;  // keep only the prompt's last k tokens
+    std::string cache_salt;                         // prefix-cache namespace
+    std::string request_id;                         // the client's: the response id is <prefix>-<it>
 };
 
 // One prompt of /v1/completions: text, or token ids given by the client.
@@ -80,25 +90,33 @@ struct CompletionRequest {
     std::vector<PromptInput> prompts;
     bool echo = false;
     GenerationParams params;
+    std::vector<std::string> unknown_fields;  // accepted and ignored (vLLM's leniency); the route logs them
 };
 
 struct ChatCompletionRequest {
     std::string model;
-    nlohmann::ordered_json messages;  // validated: array of {role, content, ...}
+    nlohmann::ordered_json messages;  // as given (prepare_chat_messages validated it)
     bool add_generation_prompt = true;
     bool continue_final_message = false;
-    nlohmann::ordered_json tools;                 // null when absent
+    bool add_special_tokens = false;  // encode the rendered prompt with BOS/EOS rules (vLLM)
+    bool echo = false;                // the answer starts with the last message when it is the assistant's
+    std::string chat_template;        // this request's template (vLLM's chat_template field); empty = the server's
+    ToolRequest tools;
     nlohmann::ordered_json chat_template_kwargs;  // object (maybe empty)
     GenerationParams params;
+    std::vector<std::string> unknown_fields;
 };
 
 struct TokenizeRequest {
     std::optional<std::string> prompt;
     nlohmann::ordered_json messages;  // when prompt is absent
+    nlohmann::ordered_json tools;     // rendered with the messages; null when absent
     bool add_special_tokens = true;
     bool add_generation_prompt = true;
     bool continue_final_message = false;
+    bool return_token_strs = false;
     nlohmann::ordered_json chat_template_kwargs;
+    std::vector<std::string> unknown_fields;
 };
 
 struct DetokenizeRequest {

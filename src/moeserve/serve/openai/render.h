@@ -4,10 +4,12 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "moeserve/serve/openai/protocol.h"
+#include "moeserve/serve/openai/tool_parser.h"
 
 namespace moeserve::serve::openai {
 
@@ -17,23 +19,32 @@ struct TokenLogprob {
     std::string token;  // its text
     float logprob = 0;
     std::vector<std::pair<std::string, float>> top;  // most likely first
+    bool unknown = false;  // the prompt's first token (echo): logprob and top are null
 };
 
 // One choice's output so far (non-streaming) or its delta (streaming).
-struct ChoiceData {
-    int32_t index = 0;
-    std::string text;
-    std::optional<std::string> finish_reason;  // "stop" | "length" | "abort" (null while running)
-    OJson stop_reason;                         // null | the stop string | the stop token id
-    bool has_logprobs = false;
-    std::vector<TokenLogprob> logprobs;
-    int64_t text_offset = 0;  // completions: offset of this text in the choice's whole text
-};
-
 struct Usage {
     int64_t prompt_tokens = 0;
     int64_t completion_tokens = 0;
     int64_t cached_tokens = 0;
+};
+
+struct ChoiceData {
+    int32_t index = 0;
+    std::string text;                          // chat: the content
+    std::optional<std::string> finish_reason;  // "stop" | "length" | "abort" | "tool_calls" (null while running)
+    OJson stop_reason;                         // null | the stop string | the stop token id
+    bool has_logprobs = false;
+    std::vector<TokenLogprob> logprobs;
+    int64_t text_offset = 0;  // completions: offset (in characters) of this text in the choice's whole text
+    // Chat: reasoning (rendered as reasoning_content and reasoning when a reasoning parser runs),
+    // the calls of a response and the call fragments of a chunk.
+    bool has_reasoning = false;
+    std::string reasoning;
+    std::vector<ToolCall> tool_calls;
+    std::vector<ToolCallDelta> tool_call_deltas;
+    OJson prompt_logprobs;        // null, or vLLM's list (null first, then {id: {logprob, rank, decoded_token}})
+    std::optional<Usage> usage;   // a chunk's usage so far (stream_options.continuous_usage_stats)
 };
 
 struct ResponseMeta {
@@ -41,6 +52,10 @@ struct ResponseMeta {
     int64_t created = 0;  // unix seconds
     std::string model;
 };
+
+// Characters (code points) of UTF-8 text, as Python's len(): OpenAI's text_offset unit. A byte
+// of a broken sequence counts as one.
+int64_t utf8_length(std::string_view text);
 
 // {"error": {"message", "type", "param", "code"}}.
 std::string error_body(const ApiError& error);

@@ -1,0 +1,357 @@
+// The hermes and deepseek_v3 tool-call parsers: small state machines over the streamed text that
+// hold back only what could still be the start of a marker.
+#include "moeserve/serve/openai/tool_parser.h"
+
+#include <nlohmann/json.hpp>
+
+#include <random>
+
+#include "moeserve/serve/openai/text_scan.h"
+
+namespace moeserve::serve::openai {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && is_json_space(s.front())) s.remove_prefix(1);
+    while (!s.empty() && is_json_space(s.back())) s.remove_suffix(1);
+    return s;
+}
+
+// Finds the extent of one JSON value in a growing text, character by character, without parsing
+// it: where it starts, and where it ends once it has (a container's closing bracket, a string's
+// closing quote, or the delimiter after a number / literal).
+class JsonValueScanner {
+public:
+    // Scans text[pos_, text.size()); text only ever grows between calls.
+    void scan(std::string_view text) {
+        for (; pos_ < text.size() && !done_; ++pos_) {
+            const char c = text[pos_];
+            if (!started_) {
+                if (is_json_space(c)) continue;
+                started_ = true;
+                begin_ = pos_;
+                if (c == '{' || c == '[') ++depth_;
+                else if (c == '"') in_string_ = true;
+                else primitive_ = true;
+                continue;
+            }
+            if (in_string_) {
+                if (escape_) escape_ = false;
+                else if (c == '\\') escape_ = true;
+                else if (c == '"') {
+                    in_string_ = false;
+                    if (depth_ == 0) finish_at(pos_ + 1);
+                }
+            } else if (primitive_) {
+                if (c == ',' || c == '}' || c == ']' || is_json_space(c)) {
+                    done_ = true;
+                    end_ = pos_;
+                    return;
+                }
+            } else if (c == '"') {
+                in_string_ = true;
+            } else if (c == '{' || c == '[') {
+                ++depth_;
+            } else if (c == '}' || c == ']') {
+                if (--depth_ == 0) finish_at(pos_ + 1);
+            }
+        }
+    }
+    bool started() const { return started_; }
+    bool done() const { return done_; }
+    size_t begin() const { return begin_; }
+    // End of the value when done; else how far it has been read.
+    size_t end() const { return done_ ? end_ : pos_; }
+    // A primitive's end is only known at its delimiter; the text ending also ends it.
+    void finish_text(size_t size) {
+        if (started_ && primitive_ && !done_) finish_at(size);
+    }
+
+private:
+    void finish_at(size_t end) {
+        done_ = true;
+        end_ = end;
+        pos_ = end - 1;  // the loop's ++ lands on end
+    }
+    size_t pos_ = 0, begin_ = 0, end_ = 0;
+    int depth_ = 0;
+    bool started_ = false, done_ = false, in_string_ = false, escape_ = false, primitive_ = false;
+};
+
+// Position just after `"key"` + optional spaces + `:` + optional spaces, or npos.
+size_t after_key(std::string_view text, std::string_view key) {
+    const std::string quoted = "\"" + std::string(key) + "\"";
+    for (size_t at = text.find(quoted); at != std::string_view::npos; at = text.find(quoted, at + 1)) {
+        size_t p = at + quoted.size();
+        while (p < text.size() && is_json_space(text[p])) ++p;
+        if (p < text.size() && text[p] == ':') return p + 1;
+    }
+    return std::string_view::npos;
+}
+
+// hermes: <tool_call>{"name": "f", "arguments": {...}}</tool_call>, repeated.
+class HermesParser : public ToolParser {
+public:
+    ToolParseDelta push(std::string_view text) override {
+        buffer_.append(text);
+        return advance(false);
+    }
+    ToolParseDelta finish() override { return advance(true); }
+
+private:
+    static constexpr std::string_view kBegin = "<tool_call>";
+    static constexpr std::string_view kEnd = "</tool_call>";
+
+    ToolParseDelta advance(bool at_end) {
+        ToolParseDelta out;
+        while (true) {
+            if (!in_call_) {
+                const size_t begin = buffer_.find(kBegin);
+                if (begin == std::string::npos) {
+                    const size_t keep = at_end ? 0 : partial_marker(buffer_, kBegin);
+                    if (num_calls_ == 0) out.content += buffer_.substr(0, buffer_.size() - keep);
+                    buffer_.erase(0, buffer_.size() - keep);
+                    return out;
+                }
+                if (num_calls_ == 0) out.content += buffer_.substr(0, begin);
+                buffer_.erase(0, begin + kBegin.size());
+                start_call();
+            }
+            const size_t end = buffer_.find(kEnd);
+            const bool closed = end != std::string::npos;
+            call_.append(buffer_, 0, closed ? end : buffer_.size());
+            buffer_.erase(0, closed ? end + kEnd.size() : buffer_.size());
+            if (!closed && !at_end) {
+                // Keep a partial "</tool_call>" out of the call text until it is known.
+                const size_t keep = partial_marker(call_, kEnd);
+                buffer_ = call_.substr(call_.size() - keep);
+                call_.resize(call_.size() - keep);
+                stream_call(out);
+                return out;
+            }
+            end_call(out);
+            if (!closed) return out;
+        }
+    }
+
+    void start_call() {
+        in_call_ = true;
+        call_.clear();
+        scanner_ = JsonValueScanner();
+        args_at_ = std::string::npos;
+        args_sent_ = 0;
+        name_sent_ = false;
+    }
+
+    // Releases the name once it is whole, then the arguments as far as they are read.
+    void stream_call(ToolParseDelta& out) {
+        if (!name_sent_) {
+            const size_t at = after_key(call_, "name");
+            if (at == std::string::npos) return;
+            JsonValueScanner name;
+            name.scan(std::string_view(call_).substr(at));
+            if (!name.done()) return;
+            const Json parsed = Json::parse(call_.substr(at + name.begin(), name.end() - name.begin()), nullptr, false);
+            if (!parsed.is_string()) return;
+            out.calls.push_back({num_calls_, new_tool_call_id(), parsed.get<std::string>(), ""});
+            name_sent_ = true;
+        }
+        if (args_at_ == std::string::npos) {
+            args_at_ = after_key(call_, "arguments");
+            if (args_at_ == std::string::npos) return;
+        }
+        const std::string_view args = std::string_view(call_).substr(args_at_);
+        scanner_.scan(args);
+        if (!scanner_.started()) return;
+        const size_t end = scanner_.end();
+        if (end > scanner_.begin() + args_sent_) {
+            out.calls.push_back({num_calls_, std::nullopt, std::nullopt,
+                                 std::string(args.substr(scanner_.begin() + args_sent_, end - scanner_.begin() - args_sent_))});
+            args_sent_ = end - scanner_.begin();
+        }
+    }
+
+    void end_call(ToolParseDelta& out) {
+        in_call_ = false;
+        const Json parsed = Json::parse(trim(call_), nullptr, false);
+        const bool valid = parsed.is_object() && parsed.contains("name") && parsed["name"].is_string();
+        if (valid) {
+            if (!name_sent_) {
+                out.calls.push_back({num_calls_, new_tool_call_id(), parsed["name"].get<std::string>(), ""});
+                name_sent_ = true;
+            }
+            stream_call(out);
+            if (args_at_ != std::string::npos) {
+                scanner_.finish_text(call_.size() - args_at_);
+                stream_call(out);
+            }
+            if (args_sent_ == 0) {
+                // No arguments key (or nothing streamed of it): the parsed value, or {}.
+                const Json args = parsed.contains("arguments") ? parsed["arguments"] : Json::object();
+                out.calls.push_back({num_calls_, std::nullopt, std::nullopt, args.dump()});
+            }
+        } else if (!name_sent_) {
+            // Not a call after all: give the text back as content while nothing of it went out.
+            if (num_calls_ == 0) out.content += std::string(kBegin) + call_;
+            return;
+        }
+        ++num_calls_;
+    }
+
+    std::string buffer_;  // text not yet looked at
+    std::string call_;    // the current call's text, between the markers
+    bool in_call_ = false, name_sent_ = false;
+    JsonValueScanner scanner_;
+    size_t args_at_ = std::string::npos, args_sent_ = 0;
+};
+
+// deepseek_v3: calls between <｜tool▁calls▁begin｜> and <｜tool▁calls▁end｜>, each
+// <｜tool▁call▁begin｜>TYPE<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>. Also the later
+// DeepSeek form without type and fence: <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>.
+class DeepSeekV3Parser : public ToolParser {
+public:
+    ToolParseDelta push(std::string_view text) override {
+        buffer_.append(text);
+        return advance(false);
+    }
+    ToolParseDelta finish() override { return advance(true); }
+
+private:
+    static constexpr std::string_view kCallsBegin = "<｜tool▁calls▁begin｜>";
+    static constexpr std::string_view kCallBegin = "<｜tool▁call▁begin｜>";
+    static constexpr std::string_view kSep = "<｜tool▁sep｜>";
+    static constexpr std::string_view kCallEnd = "<｜tool▁call▁end｜>";
+
+    ToolParseDelta advance(bool at_end) {
+        ToolParseDelta out;
+        while (true) {
+            if (!in_call_) {
+                // Before the calls, content runs to the first marker; after, text between calls
+                // (newlines, the closing marker) is dropped.
+                const bool before = !in_calls_;
+                const size_t calls = before ? buffer_.find(kCallsBegin) : std::string::npos;
+                const size_t call = buffer_.find(kCallBegin);
+                const size_t at = std::min(calls, call);
+                if (at == std::string::npos) {
+                    size_t keep = at_end ? 0 : partial_marker(buffer_, kCallBegin);
+                    if (before && !at_end) keep = std::max(keep, partial_marker(buffer_, kCallsBegin));
+                    if (before) out.content += buffer_.substr(0, buffer_.size() - keep);
+                    buffer_.erase(0, buffer_.size() - keep);
+                    return out;
+                }
+                if (before) out.content += buffer_.substr(0, at);
+                in_calls_ = true;
+                if (at == calls) {
+                    buffer_.erase(0, at + kCallsBegin.size());
+                    continue;
+                }
+                buffer_.erase(0, at + kCallBegin.size());
+                start_call();
+            }
+            const size_t end = buffer_.find(kCallEnd);
+            const bool closed = end != std::string::npos;
+            call_.append(buffer_, 0, closed ? end : buffer_.size());
+            buffer_.erase(0, closed ? end + kCallEnd.size() : buffer_.size());
+            if (!closed && !at_end) {
+                const size_t keep = partial_marker(call_, kCallEnd);
+                buffer_ = call_.substr(call_.size() - keep);
+                call_.resize(call_.size() - keep);
+                stream_call(out, false);
+                return out;
+            }
+            stream_call(out, true);
+            in_call_ = false;
+            if (name_sent_) ++num_calls_;
+            if (!closed) return out;
+        }
+    }
+
+    void start_call() {
+        in_call_ = true;
+        call_.clear();
+        name_sent_ = false;
+        args_at_ = std::string::npos;
+        args_sent_ = 0;
+    }
+
+    // Finds the name (and where the arguments start), then releases the arguments as far as they
+    // cannot be the closing fence.
+    void stream_call(ToolParseDelta& out, bool whole) {
+        if (!name_sent_) {
+            const size_t sep = call_.find(kSep);
+            if (sep == std::string::npos) return;
+            const size_t after = sep + kSep.size();
+            size_t p = after;
+            while (p < call_.size() && is_json_space(call_[p])) ++p;
+            if (p == call_.size() && !whole) return;
+            std::string name;
+            if (p < call_.size() && (call_[p] == '{' || call_[p] == '[')) {  // NAME<sep>ARGS
+                name = std::string(trim(std::string_view(call_).substr(0, sep)));
+                args_at_ = p;
+            } else {  // TYPE<sep>NAME\n```json\nARGS
+                const size_t newline = call_.find('\n', after);
+                if (newline == std::string::npos && !whole) return;
+                name = std::string(trim(std::string_view(call_).substr(after, newline == std::string::npos ? std::string::npos : newline - after)));
+                args_at_ = newline == std::string::npos ? call_.size() : newline + 1;
+                const std::string_view fence = "```json";
+                const std::string_view rest = std::string_view(call_).substr(args_at_);
+                if (rest.size() < fence.size() && fence.substr(0, rest.size()) == rest && !whole) {
+                    args_at_ = std::string::npos;  // the fence may still be coming
+                    return;
+                }
+                if (rest.substr(0, fence.size()) == fence) args_at_ += fence.size();
+            }
+            if (name.empty()) return;
+            out.calls.push_back({num_calls_, new_tool_call_id(), name, ""});
+            name_sent_ = true;
+        }
+        if (args_at_ == std::string::npos) return;
+        std::string_view args = std::string_view(call_).substr(std::min(args_at_, call_.size()));
+        while (!args.empty() && is_json_space(args.front())) args.remove_prefix(1), ++args_at_;
+        // The fence and spaces at the end are not arguments; while streaming they may be a
+        // partial end, so hold back trailing spaces and backticks.
+        while (!args.empty() && (is_json_space(args.back()) || args.back() == '`')) args.remove_suffix(1);
+        if (args.size() > args_sent_) {
+            out.calls.push_back({num_calls_, std::nullopt, std::nullopt, std::string(args.substr(args_sent_))});
+            args_sent_ = args.size();
+        }
+        if (whole && args_sent_ == 0) out.calls.push_back({num_calls_, std::nullopt, std::nullopt, "{}"});
+    }
+
+    std::string buffer_, call_;
+    bool in_calls_ = false, in_call_ = false, name_sent_ = false;
+    size_t args_at_ = std::string::npos, args_sent_ = 0;
+};
+
+}  // namespace
+
+std::vector<std::string> tool_parser_names() { return {"hermes", "deepseek_v3"}; }
+
+std::unique_ptr<ToolParser> make_tool_parser(const std::string& name) {
+    if (name == "hermes") return std::make_unique<HermesParser>();
+    if (name == "deepseek_v3") return std::make_unique<DeepSeekV3Parser>();
+    return nullptr;
+}
+
+std::string new_tool_call_id() {
+    static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    std::string id = "call_";
+    for (int i = 0; i < 24; ++i) id += kChars[rng() % (sizeof(kChars) - 1)];
+    return id;
+}
+
+void ToolParseResult::add(const ToolParseDelta& delta) {
+    content += delta.content;
+    for (const auto& d : delta.calls) {
+        if (static_cast<size_t>(d.index) >= calls.size()) calls.resize(static_cast<size_t>(d.index) + 1);
+        auto& call = calls[static_cast<size_t>(d.index)];
+        if (d.id) call.id = *d.id;
+        if (d.name) call.name = *d.name;
+        call.arguments += d.arguments;
+    }
+}
+
+}  // namespace moeserve::serve::openai
