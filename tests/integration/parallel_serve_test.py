@@ -164,6 +164,7 @@ def per_engine(m, family, **labels):
 
 
 REFERENCE = {}
+SEEDED = {}
 
 
 def reference_texts():
@@ -196,8 +197,25 @@ class Parallel(unittest.TestCase):
             m = self.check_equal_outputs(s, 2)
             self.assertEqual(set(per_engine(m, "moeserve:engine_requests_running")), {0, 1})
             self.assertEqual(set(per_engine(m, "moeserve:kv_cache_usage_perc")), {0, 1})
+            # Unseeded samples are independent across the DP engines (each gets two of the four);
+            # seeded ones reproduce whatever the layout.
+            body = {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 1.0, "n": 4, "ignore_eos": True}
+            status, r = s.request("POST", "/v1/completions", body)
+            self.assertEqual(status, 200, r)
+            texts = [c["text"] for c in json.loads(r)["choices"]]
+            self.assertEqual(len(set(texts)), 4, texts)
+            status, seeded = s.request("POST", "/v1/completions", {**body, "seed": 11})
+            self.assertEqual(status, 200, seeded)
+            SEEDED["dp_ep"] = [c["text"] for c in json.loads(seeded)["choices"]]
         finally:
             self.assertEqual(s.stop(), 0)
+        single = Server()
+        try:
+            status, r = single.request("POST", "/v1/completions", {**body, "seed": 11})
+            self.assertEqual(status, 200, r)
+            self.assertEqual([c["text"] for c in json.loads(r)["choices"]], SEEDED["dp_ep"])
+        finally:
+            self.assertEqual(single.stop(), 0)
 
     def test_dp_tp_ep(self):
         s = Server("--data-parallel-size", "2", "--tensor-parallel-size", "2", "--enable-expert-parallel")

@@ -130,9 +130,9 @@ OJson chat_response(const ResponseMeta& meta, const std::vector<ChoiceData>& cho
     for (const auto& c : choices) {
         OJson calls = OJson::array();
         for (const auto& call : c.tool_calls) calls.push_back(tool_call_json(call));
-        // As OpenAI: content is null when the answer is calls only.
-        OJson message{{"role", "assistant"},
-                      {"content", c.text.empty() && !c.tool_calls.empty() ? OJson(nullptr) : OJson(c.text)}};
+        // As OpenAI and vLLM: content is null when the answer is calls or reasoning only.
+        const bool no_content = c.text.empty() && (!c.tool_calls.empty() || !c.reasoning.empty());
+        OJson message{{"role", "assistant"}, {"content", no_content ? OJson(nullptr) : OJson(c.text)}};
         if (c.has_reasoning) {
             const OJson reasoning = c.reasoning.empty() ? OJson(nullptr) : OJson(c.reasoning);
             message["reasoning_content"] = reasoning;
