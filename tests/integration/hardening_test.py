@@ -67,8 +67,8 @@ def wait_for(predicate, timeout, step=0.05):
 def idle(s):
     """No request running or waiting and no KV block in use."""
     m = s.metrics()
-    return (metric(m, "moeserve:num_requests_running") == 0 and metric(m, "moeserve:num_requests_waiting") == 0
-            and metric(m, "moeserve:kv_cache_usage_perc") == 0)
+    return (metric(m, "vllm:num_requests_running") == 0 and metric(m, "vllm:num_requests_waiting") == 0
+            and metric(m, "vllm:kv_cache_usage_perc") == 0)
 
 
 async def disconnect_storm(port, clients, window_s, seed):
@@ -112,12 +112,12 @@ class Http(unittest.TestCase):
 
     def test_non_streaming_disconnect_aborts(self):
         # Defect 2: a non-streaming request went on after its client left.
-        before = metric(self.s.metrics(), 'moeserve:request_success_total{model_name="tiny",finished_reason="abort"}')
+        before = metric(self.s.metrics(), 'vllm:request_success_total{model_name="tiny",finished_reason="abort"}')
         body = json.dumps({"prompt": "Hello", "max_tokens": 400, "ignore_eos": True}).encode()
         with socket.create_connection(("127.0.0.1", self.s.port), timeout=10) as c:
             c.sendall(http_request("POST", "/v1/completions", body, ["Content-Type: application/json"]))
-            wait_for(lambda: metric(self.s.metrics(), "moeserve:num_requests_running") == 1, 10)
-        self.assertTrue(wait_for(lambda: metric(self.s.metrics(), 'moeserve:request_success_total{model_name="tiny",finished_reason="abort"}') == before + 1, 15))
+            wait_for(lambda: metric(self.s.metrics(), "vllm:num_requests_running") == 1, 10)
+        self.assertTrue(wait_for(lambda: metric(self.s.metrics(), 'vllm:request_success_total{model_name="tiny",finished_reason="abort"}') == before + 1, 15))
         self.assertTrue(wait_for(lambda: idle(self.s), 15))
 
     def test_fan_out_is_capped(self):

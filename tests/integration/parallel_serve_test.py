@@ -184,7 +184,7 @@ class Parallel(unittest.TestCase):
         got = s.complete_all(PROMPTS)
         self.assertEqual(got, expected)
         m = s.metrics()
-        generated = per_engine(m, "moeserve:engine_generation_tokens_total")
+        generated = per_engine(m, "vllm:generation_tokens_total")
         self.assertEqual(sorted(generated), list(range(n_engines)))
         self.assertEqual(sum(generated.values()), len(PROMPTS) * MAX_TOKENS + extra_tokens)
         if n_engines > 1:
@@ -195,8 +195,8 @@ class Parallel(unittest.TestCase):
         s = Server("--data-parallel-size", "2", "--enable-expert-parallel")
         try:
             m = self.check_equal_outputs(s, 2)
-            self.assertEqual(set(per_engine(m, "moeserve:engine_requests_running")), {0, 1})
-            self.assertEqual(set(per_engine(m, "moeserve:kv_cache_usage_perc")), {0, 1})
+            self.assertEqual(set(per_engine(m, "vllm:num_requests_running")), {0, 1})
+            self.assertEqual(set(per_engine(m, "vllm:kv_cache_usage_perc")), {0, 1})
             # Unseeded samples are independent across the DP engines (each gets two of the four);
             # seeded ones reproduce whatever the layout.
             body = {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 1.0, "n": 4, "ignore_eos": True}
@@ -241,7 +241,7 @@ class Parallel(unittest.TestCase):
                 self.check_equal_outputs(s, 2, extra_tokens=24)
                 self.assertTrue(long_one.result(TIMEOUT).startswith(reference_texts()[0]))
             m = s.metrics()
-            dummy = per_engine(m, "moeserve:engine_steps_by_engine_total", phase="dummy")
+            dummy = per_engine(m, "moeserve:engine_steps_total", phase="dummy")
             self.assertGreater(sum(dummy.values()), 0, dummy)
             # The coordinator's counters: dummy forwards by phase, time in the control collective.
             by_phase = {p: sum(per_engine(m, "moeserve:dummy_steps_total", phase=p).values())
@@ -348,7 +348,7 @@ class Netns(unittest.TestCase):
                 got = head.complete_all(PROMPTS[:3])  # concurrent: both engines get some
                 self.assertEqual(got, expected[:3])
                 m = head.metrics()
-                generated = per_engine(m, "moeserve:engine_generation_tokens_total")
+                generated = per_engine(m, "vllm:generation_tokens_total")
                 self.assertGreater(generated.get(1, 0), 0, generated)  # the headless node's engine answered
                 # Kill the headless node: the head reports it (503) within a bounded time, no hang.
                 start = time.time()

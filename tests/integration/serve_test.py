@@ -162,9 +162,9 @@ class Api(unittest.TestCase):
         self.assertEqual(models["data"][0]["object"], "model")
         self.assertEqual(models["data"][0]["max_model_len"], 512)
         m = self.s.metrics()
-        for name in ["moeserve:num_requests_running", "moeserve:num_requests_waiting",
-                     "moeserve:prefix_cache_hit_rate", "moeserve:generation_tokens_total",
-                     "moeserve:time_to_first_token_seconds_count", "moeserve:e2e_request_latency_seconds_count"]:
+        for name in ["vllm:num_requests_running", "vllm:num_requests_waiting",
+                     "vllm:prefix_cache_hits_total", "vllm:generation_tokens_total",
+                     "vllm:time_to_first_token_seconds_count", "vllm:e2e_request_latency_seconds_count"]:
             self.assertTrue(any(k.startswith(name) for k in m), name)
 
     def test_greedy_completion_equals_generate(self):
@@ -336,14 +336,14 @@ class Lifecycle(unittest.TestCase):
             deadline = time.time() + 15
             while time.time() < deadline:
                 m = s.metrics()
-                if metric(m, 'moeserve:request_success_total{model_name="tiny",finished_reason="abort"}') == 1 \
-                        and metric(m, "moeserve:kv_cache_usage_perc") == 0 and metric(m, "moeserve:num_requests_running") == 0:
+                if metric(m, 'vllm:request_success_total{model_name="tiny",finished_reason="abort"}') == 1 \
+                        and metric(m, "vllm:kv_cache_usage_perc") == 0 and metric(m, "vllm:num_requests_running") == 0:
                     break
                 time.sleep(0.1)
-            self.assertEqual(metric(m, 'moeserve:request_success_total{model_name="tiny",finished_reason="abort"}'), 1)
-            self.assertEqual(metric(m, "moeserve:kv_cache_usage_perc"), 0)
-            self.assertEqual(metric(m, "moeserve:num_requests_running"), 0)
-            self.assertLess(metric(m, "moeserve:generation_tokens_total"), 400)
+            self.assertEqual(metric(m, 'vllm:request_success_total{model_name="tiny",finished_reason="abort"}'), 1)
+            self.assertEqual(metric(m, "vllm:kv_cache_usage_perc"), 0)
+            self.assertEqual(metric(m, "vllm:num_requests_running"), 0)
+            self.assertLess(metric(m, "vllm:generation_tokens_total"), 400)
         finally:
             self.assertEqual(s.stop(), 0)
 

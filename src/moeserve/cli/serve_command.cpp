@@ -474,7 +474,11 @@ int run_serve(ServeOptions o) {
         set(store_key_output_address(), engines.output_endpoint());
         for (int i = 0; i < d.sizes.dp; ++i) set(store_key_input_address(i), engines.input_endpoint(i));
     }
-    serve::Metrics metrics(rc.limits.served_model_name);
+    serve::Metrics metrics(rc.limits.served_model_name, rc.limits.max_model_len,
+                           {{"block_size", std::to_string(o.engine.block_size)},
+                            {"cache_dtype", o.vllm.kv_cache_dtype},
+                            {"enable_prefix_caching", o.engine.enable_prefix_caching ? "True" : "False"},
+                            {"gpu_memory_utilization", fmt::format("{}", o.engine.gpu_memory_utilization)}});
     serve::Router router(rc, tok, engines, metrics, logger);  // a malformed chat template fails here
     router_ptr = &router;
     const auto started = std::chrono::steady_clock::now();

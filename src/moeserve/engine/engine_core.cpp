@@ -87,6 +87,14 @@ StepOutcome EngineCore::step_lockstep(std::optional<Phase> forced, parallel::Moe
     out.dummy = batch.dummy;
     out.num_tokens = batch.num_tokens;
     ++stats_.num_steps;
+    if (!batch.dummy) {
+        auto& steps = stats_.iteration_token_steps;
+        steps.resize(std::size(ipc::kIterationTokenBuckets) + 1);
+        size_t b = 0;
+        while (b < std::size(ipc::kIterationTokenBuckets) && batch.num_tokens > ipc::kIterationTokenBuckets[b]) ++b;
+        ++steps[b];
+        stats_.iteration_tokens_sum += batch.num_tokens;
+    }
     if (batch.dummy) {
         ++stats_.num_dummy_steps;
     } else if (batch.num_prefill_tokens > 0) {

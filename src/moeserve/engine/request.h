@@ -44,6 +44,8 @@ struct Request {
     RequestStatus status = RequestStatus::kWaiting;
     int32_t num_computed_tokens = 0;  // tokens whose KV is in the cache
     int32_t num_cached_tokens = -1;   // prompt tokens hit in the prefix cache (first admission)
+    double added_at = 0;              // steady seconds when the engine got it
+    double queue_seconds = 0;         // added_at to its first admission
     int32_t num_preemptions = 0;
     std::vector<int32_t> block_ids;     // block table: block i holds tokens [i*bs, (i+1)*bs)
     std::vector<uint64_t> block_hashes; // hashes of the full blocks of the token sequence so far

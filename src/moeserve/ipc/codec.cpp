@@ -31,14 +31,15 @@ auto fields(T& v) {
     } else if constexpr (std::is_same_v<S, RequestOutput>) {
         return std::tie(v.request_id, v.new_token_ids, v.new_logprobs, v.prompt_logprobs,
                         v.finish_reason, v.stop_token_id, v.num_prompt_tokens,
-                        v.num_cached_tokens, v.error);
+                        v.num_cached_tokens, v.error, v.queue_seconds);
     } else if constexpr (std::is_same_v<S, Stats>) {
         return std::tie(v.engine_index, v.num_running, v.num_waiting, v.kv_cache_usage,
                         v.prefix_cache_queries, v.prefix_cache_hits, v.num_preemptions,
                         v.num_steps, v.num_prefill_steps, v.num_decode_steps, v.num_dummy_steps,
                         v.num_prompt_tokens, v.num_generation_tokens, v.num_dummy_prefill_steps,
                         v.num_dummy_decode_steps, v.num_guard_decode_steps,
-                        v.num_decode_requests_stalled, v.dp_control_seconds, v.forward_seconds);
+                        v.num_decode_requests_stalled, v.dp_control_seconds, v.forward_seconds,
+                        v.iteration_token_steps, v.iteration_tokens_sum);
     } else if constexpr (std::is_same_v<S, StepOutputs>) {
         return std::tie(v.engine_index, v.outputs, v.stats);
     } else if constexpr (std::is_same_v<S, HealthReply>) {

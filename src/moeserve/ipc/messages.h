@@ -79,6 +79,7 @@ struct RequestOutput {
     int32_t num_prompt_tokens = 0;
     int32_t num_cached_tokens = 0;         // prompt tokens served from the prefix cache
     std::string error;                     // when finish_reason == kError
+    double queue_seconds = 0;              // in the engine's queue before its first step (every output)
     // Set by the API server's own client, never sent: the error is the server's load (a queue
     // timeout), not a failure of the engine (HTTP 503 rather than 500).
     bool overloaded = false;
@@ -106,7 +107,14 @@ struct Stats {
     int64_t num_decode_requests_stalled = 0;  // sum over prefill steps of decodes kept waiting
     double dp_control_seconds = 0;            // in the per-step DP control collective
     double forward_seconds = 0;               // in forwards, MoE collectives included
+    // Tokens computed per step (vLLM's vllm:iteration_tokens_total): steps per bucket of
+    // kIterationTokenBuckets (last = more), cumulative, and their sum.
+    std::vector<int64_t> iteration_token_steps;
+    int64_t iteration_tokens_sum = 0;
 };
+
+// Upper bounds of the iteration-token buckets (vLLM's, without the CUDA-graph sizes).
+inline constexpr int32_t kIterationTokenBuckets[] = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
 
 struct StepOutputs {
     int32_t engine_index = 0;

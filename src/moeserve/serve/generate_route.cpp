@@ -43,6 +43,8 @@ struct Router::Job {
     bool echo_only = false;      // max_tokens 0 with echo: the prompt, nothing generated
     std::vector<int64_t> chars_sent;              // completions, streaming: characters sent (text_offset)
     std::vector<double> first_token_time;         // per choice, 0 = none yet
+    std::vector<double> last_token_time;          // per choice: inter-token latency
+    std::vector<double> queue_seconds;            // per choice, as the engine reported
     std::vector<int64_t> cached_tokens;
     std::vector<bool> first_chunk_sent;
     size_t num_finished = 0;
@@ -291,6 +293,8 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
     job->parsed.resize(num_choices);
     job->chars_sent.assign(num_choices, 0);
     job->first_token_time.assign(num_choices, 0);
+    job->last_token_time.assign(num_choices, 0);
+    job->queue_seconds.assign(num_choices, 0);
     job->cached_tokens.assign(num_choices, 0);
     job->first_chunk_sent.assign(num_choices, false);
 
@@ -358,8 +362,14 @@ void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::Req
                         engine_down ? "engine_unavailable" : nullptr);
     }
     if (out.num_cached_tokens > 0) job->cached_tokens[c] = out.num_cached_tokens;
+    job->queue_seconds[c] = out.queue_seconds;
     auto delta = stream.push(out);
-    if (job->first_token_time[c] == 0 && stream.num_tokens() > 0) job->first_token_time[c] = steady_seconds();
+    if (!out.new_token_ids.empty()) {
+        const double now = steady_seconds();
+        if (job->last_token_time[c] > 0) metrics_.on_inter_token(now - job->last_token_time[c]);
+        job->last_token_time[c] = now;
+        if (job->first_token_time[c] == 0) job->first_token_time[c] = now;
+    }
     if (stream.stopped_by_string()) engines_.abort({job->engine_ids[c]});
     auto& result = job->results[c];
     const bool first = !job->first_chunk_sent[c];
@@ -453,7 +463,8 @@ void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::Req
     if (config_.log_requests) MOESERVE_LOG_I(logger_, "api", "request %s finished: reason=%s prompt_tokens=%lld output_tokens=%lld ttft=%.3fs e2e=%.3fs",
                    job->engine_ids[c].c_str(), stream.finish_reason().c_str(), static_cast<long long>(job->prompt_tokens[c]),
                    static_cast<long long>(num_generated), ttft, now - job->arrival);
-    metrics_.on_request_finished({stream.finish_reason(), job->prompt_tokens[c], num_generated, ttft, now - job->arrival});
+    metrics_.on_request_finished({stream.finish_reason(), job->prompt_tokens[c], num_generated, ttft, now - job->arrival,
+                                  job->queue_seconds[c]});
     if (job->chat) {
         result.text = job->echo[c] + job->parsed[c].content;
         result.tool_calls = std::move(job->parsed[c].calls);

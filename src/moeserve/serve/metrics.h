@@ -1,6 +1,7 @@
-// Server metrics in the Prometheus text format (GET /metrics): request counters by finish
-// reason, token counters, TTFT/TPOT/e2e histograms, and the engines' gauges (running, waiting,
-// KV cache usage, prefix cache hit rate). Names follow vLLM's with the "moeserve:" prefix.
+// Server metrics in the Prometheus text format (GET /metrics). What vLLM also reports has vLLM's
+// name and labels (vllm:num_requests_running{model_name, engine}, vllm:time_to_first_token_seconds,
+// ...: its Grafana dashboard and autoscalers work unchanged); what only this engine has (DP
+// lock-step and PD-hybrid counters, HTTP statuses, in-flight requests, kernel ISA) is "moeserve:".
 #pragma once
 
 #include <array>
@@ -19,9 +20,13 @@ struct FinishedRequest {
     std::string finish_reason;  // "stop" | "length" | "abort" | "error"
     int64_t num_prompt_tokens = 0;
     int64_t num_generation_tokens = 0;
-    double ttft_s = 0;  // arrival -> first token
-    double e2e_s = 0;   // arrival -> finish
+    double ttft_s = 0;   // arrival -> first token
+    double e2e_s = 0;    // arrival -> finish
+    double queue_s = 0;  // in the engine's queue before its first step
 };
+
+// Labels of vllm:cache_config_info (block_size, cache_dtype, enable_prefix_caching, ...).
+using CacheConfigInfo = std::vector<std::pair<std::string, std::string>>;
 
 class Histogram {
 public:
@@ -43,9 +48,11 @@ void set_kernel_isa_info(const std::string& isa);
 
 class Metrics {
 public:
-    explicit Metrics(std::string model_name);
+    Metrics(std::string model_name, int64_t max_model_len = 4096, CacheConfigInfo cache_config = {});
     // Thread-safe.
     void on_request_finished(const FinishedRequest& request);
+    // The gap between a request's consecutive outputs (vllm:inter_token_latency_seconds). Thread-safe.
+    void on_inter_token(double seconds);
     // Counts an HTTP answer by status code. Thread-safe.
     void on_http_status(int status);
     // The exposition text, with the engines' latest stats. Thread-safe.
@@ -53,11 +60,11 @@ public:
 
 private:
     std::string model_name_;
+    CacheConfigInfo cache_config_;
     mutable std::mutex mutex_;
     std::map<std::string, int64_t> finished_by_reason_;
     std::map<int, int64_t> http_by_status_;
-    int64_t prompt_tokens_ = 0, generation_tokens_ = 0;
-    Histogram ttft_, tpot_, e2e_;
+    Histogram ttft_, tpot_, itl_, e2e_, queue_, prompt_tokens_, generation_tokens_;
 };
 
 }  // namespace moeserve::serve

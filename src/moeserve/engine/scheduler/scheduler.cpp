@@ -1,6 +1,7 @@
 #include "moeserve/engine/scheduler/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "moeserve/core/error.h"
@@ -9,11 +10,16 @@ namespace moeserve::engine {
 
 namespace {
 
+double steady_seconds() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 ipc::RequestOutput output_of(const Request& r) {
     ipc::RequestOutput out;
     out.request_id = r.request_id;
     out.num_prompt_tokens = r.num_prompt_tokens();
     out.num_cached_tokens = std::max(0, r.num_cached_tokens);
+    out.queue_seconds = r.queue_seconds;
     return out;
 }
 
@@ -87,6 +93,7 @@ std::optional<std::string> Scheduler::validate(const Request& r) const {
 
 void Scheduler::add_request(std::unique_ptr<Request> request) {
     MOESERVE_CHECK(request != nullptr, "null request");
+    request->added_at = steady_seconds();
     if (auto reason = validate(*request)) {
         ipc::RequestOutput out = output_of(*request);
         out.finish_reason = FinishReason::kError;
@@ -176,7 +183,10 @@ void Scheduler::schedule_waiting(TokenBudget& budget, ScheduledBatch& out) {
         auto blocks = kv_.allocate_slots(*r, n, prefix);
         MOESERVE_CHECK(blocks.has_value(), "{}: admissible but allocation failed", r->request_id);
         waiting_.pop_front();
-        if (r->num_cached_tokens < 0) r->num_cached_tokens = prefix.num_tokens;
+        if (r->num_cached_tokens < 0) {
+            r->num_cached_tokens = prefix.num_tokens;
+            r->queue_seconds = std::max(0.0, steady_seconds() - r->added_at);
+        }
         r->status = RequestStatus::kRunning;
         running_.push_back(r);
         out.requests.push_back(ScheduledRequest{r, n, std::move(blocks->block_ids), false});
