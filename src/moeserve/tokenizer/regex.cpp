@@ -4,13 +4,56 @@
 
 #include <pcre2.h>
 
+#include <optional>
+
 #include "moeserve/core/error.h"
+#include "moeserve/tokenizer/unicode_compat.h"
 
 namespace moeserve::tokenizer {
 namespace {
 
-// See the NOTE in regex.h: widen \s to Oniguruma's White_Space set, which includes U+0085.
-std::string onig_compatible(std::string_view pattern) {
+// \p{X} / \P{X} (also Oniguruma's \p{^X}) at pattern[i] (the backslash), rewritten so that the
+// general category X has HF's members (see the NOTE in regex.h). Appends the text to out and
+// returns the index of the escape's last character; nullopt (nothing appended) when the escape
+// is not of that form or X needs no change.
+std::optional<size_t> rewrite_category(std::string_view pattern, size_t i, bool in_class, std::string_view where,
+                        std::string& out) {
+    if (i + 2 >= pattern.size() || pattern[i + 2] != '{') return std::nullopt;
+    size_t close = pattern.find('}', i + 3);
+    if (close == std::string_view::npos) return std::nullopt;
+    bool negated = pattern[i + 1] == 'P';
+    std::string_view name = pattern.substr(i + 3, close - i - 3);
+    if (!name.empty() && name.front() == '^') {
+        negated = !negated;
+        name.remove_prefix(1);
+    }
+    const CategoryDelta* delta = hf_category_delta(name);
+    if (delta == nullptr) return std::nullopt;
+    const std::string base = "\\p{" + std::string(name) + "}";
+    const std::string add(delta->add);
+    const std::string remove(delta->remove);
+    if (in_class && (negated || !remove.empty())) {
+        // PCRE2 10.42 has no class subtraction, so these cannot be written inside [...].
+        raise(ErrorCode::kUnsupported,
+              "{}: regex '{}' uses {} inside a character class; Hugging Face's Unicode data for "
+              "that category differs from PCRE2's in a way moeserve cannot express there",
+              where, pattern, pattern.substr(i, close - i + 1));
+    }
+    if (in_class) {
+        out += base + add;
+    } else if (!negated) {
+        out += remove.empty() ? "[" + base + add + "]"
+                              : "(?:(?![" + remove + "])[" + base + add + "])";
+    } else {
+        out += remove.empty() ? "[^" + base + add + "]"
+                              : "(?:[^" + base + add + "]|[" + remove + "])";
+    }
+    return close;
+}
+
+// See the NOTE in regex.h: \s becomes Oniguruma's White_Space set and \p{X} HF's category X.
+std::string onig_compatible(std::string_view pattern, std::string_view where) {
+    const std::string space(kHfWhiteSpaceItems);
     std::string out;
     out.reserve(pattern.size() + 16);
     bool in_class = false;
@@ -18,11 +61,17 @@ std::string onig_compatible(std::string_view pattern) {
         char c = pattern[i];
         if (c == '\\' && i + 1 < pattern.size()) {
             char next = pattern[i + 1];
+            if (next == 'p' || next == 'P') {
+                if (auto last = rewrite_category(pattern, i, in_class, where, out)) {
+                    i = *last;
+                    continue;
+                }
+            }
             ++i;
             if (next == 's') {
-                out += in_class ? "\\s\\x{85}" : "[\\s\\x{85}]";
+                out += in_class ? space : "[" + space + "]";
             } else if (next == 'S' && !in_class) {
-                out += "[^\\s\\x{85}]";
+                out += "[^" + space + "]";
             } else {
                 out += c;
                 out += next;
@@ -52,7 +101,8 @@ struct Regex::Impl {
 
 Regex::Regex(std::string_view pattern, std::string_view where, Options options)
     : pattern_(pattern), impl_(std::make_unique<Impl>()) {
-    std::string compiled = options.literal ? std::string(pattern) : onig_compatible(pattern);
+    std::string compiled =
+        options.literal ? std::string(pattern) : onig_compatible(pattern, where);
     // PCRE2_LITERAL rejects PCRE2_UCP, which only matters for classes anyway.
     uint32_t flags = PCRE2_UTF | PCRE2_NO_UTF_CHECK | (options.literal ? PCRE2_LITERAL : PCRE2_UCP);
     int error_code = 0;
