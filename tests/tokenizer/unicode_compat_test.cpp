@@ -159,6 +159,18 @@ TEST(UnicodeCompatTest, OnigurumaLetterSyntaxAndOtherPropertiesStillWork) {
     EXPECT_EQ(Regex("\\p{L}+", "test").find_all("a\U00031350b").size(), 1u);
 }
 
+TEST(UnicodeCompatTest, DeltaDetectionPicksTheRewrittenPatternOnlyWhenNeeded) {
+    EXPECT_FALSE(has_hf_regex_delta(""));
+    EXPECT_FALSE(has_hf_regex_delta("plain ASCII, caf\u00e9, \u4e2d\u6587, \U0001F600"));
+    EXPECT_TRUE(has_hf_regex_delta("abc\U00031350"));  // CJK Extension H (Unicode 15.0)
+    EXPECT_TRUE(has_hf_regex_delta("x\u180Ey"));       // \s in PCRE2, not in Oniguruma
+    // Both paths of one Regex: without a delta code point, with one at the end.
+    Regex regex("\\p{L}+|\\s+", "test");
+    EXPECT_EQ(regex.find_all("ab cd").size(), 3u);
+    EXPECT_EQ(regex.find_all("ab cd\U00031350").size(), 3u);
+    EXPECT_EQ(regex.find_all("ab\u180Ecd").size(), 2u);
+}
+
 TEST(UnicodeCompatTest, WhiteSpaceMatchesHuggingFaceForEveryCodePoint) {
     const CpSet hf = parse_ranges(probe()["white_space"].get<std::string>());
     for (const char* p : {"\\s", "[\\s]"}) {

@@ -129,6 +129,26 @@ std::string class_items(const CpSet& set, int* count) {
     return out;
 }
 
+// A sorted table of [first, last] ranges of set, named `name`.
+void print_ranges(const char* comment, const char* name, const CpSet& set) {
+    std::printf("%s\nconstexpr char32_t %s[][2] = {\n", comment, name);
+    int column = 0;
+    for (char32_t cp = 0; cp <= kMax; ++cp) {
+        if (!set[cp]) continue;
+        char32_t hi = cp;
+        while (hi < kMax && set[hi + 1]) ++hi;
+        std::printf("%s{0x%X, 0x%X},", column == 0 ? "    " : " ", static_cast<unsigned>(cp),
+                    static_cast<unsigned>(hi));
+        if (++column == 5) {
+            std::printf("\n");
+            column = 0;
+        }
+        cp = hi;
+    }
+    if (column != 0) std::printf("\n");
+    std::printf("};\n");
+}
+
 size_t count(const CpSet& set) {
     size_t n = 0;
     for (bool b : set) n += b;
@@ -164,10 +184,15 @@ int main(int argc, char** argv) {
         hf[name] = h;
         ours[name] = o;
     }
+    // Every code point whose class membership the rewrite changes: a text without any of them
+    // matches the same under the plain pattern, which PCRE2 runs faster.
+    CpSet regex_delta(kMax + 1, false);
     CpSet hf_space = parse_ranges(probe["white_space"].get<std::string>());
-    CpSet our_space = pcre2_members("[\\s\\x{85}]");  // as Regex rewrites \s
+    CpSet our_space = pcre2_members("[\\s\\x{85}]");  // \s as Regex writes it without the delta
     for (char32_t cp = 0; cp <= kMax; ++cp) {
-        if (hf_space[cp] != our_space[cp]) std::fprintf(stderr, "\\s differs at U+%04X\n", static_cast<unsigned>(cp));
+        if (hf_space[cp] == our_space[cp]) continue;
+        std::fprintf(stderr, "\\s differs at U+%04X\n", static_cast<unsigned>(cp));
+        regex_delta[cp] = true;
     }
 
     // 2. NFC: replay HF's probes with utf8proc; a code point HF leaves wholly alone (no class,
@@ -277,6 +302,7 @@ int main(int argc, char** argv) {
             if (is_surrogate(cp)) continue;
             add[cp] = hf[name][cp] && !ours[name][cp];
             remove[cp] = !hf[name][cp] && ours[name][cp];
+            if (add[cp] || remove[cp]) regex_delta[cp] = true;
         }
         int add_ranges = 0, remove_ranges = 0;
         std::string a = class_items(add, &add_ranges), r = class_items(remove, &remove_ranges);
@@ -285,23 +311,12 @@ int main(int argc, char** argv) {
         std::printf("    {\"%s\",\n     \"%s\",\n     \"%s\"},\n", name.c_str(), a.c_str(), r.c_str());
         std::fprintf(stderr, "%s: +%zu -%zu\n", name.c_str(), count(add), count(remove));
     }
-    std::printf("};\n\n// Code points [first, last] that HF's normalizer leaves alone and utf8proc does not.\n");
-    std::printf("constexpr char32_t kNormalizerUnknown[][2] = {\n");
-    int column = 0;
-    for (char32_t cp = 0; cp <= kMax; ++cp) {
-        if (!differs[cp]) continue;
-        char32_t hi = cp;
-        while (hi < kMax && differs[hi + 1]) ++hi;
-        std::printf("%s{0x%X, 0x%X},", column == 0 ? "    " : " ", static_cast<unsigned>(cp),
-                    static_cast<unsigned>(hi));
-        if (++column == 5) {
-            std::printf("\n");
-            column = 0;
-        }
-        cp = hi;
-    }
-    if (column != 0) std::printf("\n");
-    std::printf("};\n");
+    std::printf("};\n\n");
+    print_ranges("// Code points [first, last] in some delta above or where \\s differs.",
+                 "kRegexDeltaCodePoints", regex_delta);
+    std::printf("\n");
+    print_ranges("// Code points [first, last] that HF's normalizer leaves alone and utf8proc does not.",
+                 "kNormalizerUnknown", differs);
     std::fprintf(stderr, "NFC: %zu exception code points (%zu by class only), %zu compositions differ\n",
                  count(differs), num_class_only, num_compositions);
     return failures == 0 ? 0 : 1;

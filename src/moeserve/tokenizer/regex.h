@@ -22,7 +22,9 @@ public:
     // U+0085 and has U+180E); \p{X} and \P{X} for a general category X (L, Lo, N, ...) get the
     // code points Oniguruma's Unicode 16.0 has in X and PCRE2's Unicode 14.0 does not. Other
     // properties (scripts, \w, \d) keep PCRE2's meaning. A category whose delta cannot be
-    // written inside a class (\P{L} in [...]) is Error kUnsupported.
+    // written inside a class (\P{L} in [...]) is Error kUnsupported. Text without any code
+    // point of has_hf_regex_delta runs on the pattern without the category rewrite (faster,
+    // same matches there).
     Regex(std::string_view pattern, std::string_view where, Options options);
     Regex(std::string_view pattern, std::string_view where) : Regex(pattern, where, Options{}) {}
     ~Regex();

@@ -1,7 +1,7 @@
 // Where Hugging Face tokenizers' Unicode data differs from ours, so that moeserve matches HF's ids
 // rather than a newer Unicode: its regex engine (Oniguruma, Unicode 16.0) knows letters PCRE2
 // (Unicode 14.0) does not, and its normalizer (Unicode 9.0) leaves alone marks that utf8proc
-// (Unicode 15.0) reorders. Generated table, see unicode_compat_table.inc. Depends on std only.
+// (Unicode 15.0) reorders. Generated tables, see unicode_compat_table.inc. Depends on utf8.h only.
 #pragma once
 
 #include <string_view>
@@ -20,6 +20,11 @@ struct CategoryDelta {
 // The delta for category `name`, or nullptr when PCRE2 and HF agree on it (or `name` is not a
 // general category, e.g. a script). Thread-safe (static tables only).
 const CategoryDelta* hf_category_delta(std::string_view name);
+
+// True if text (valid UTF-8) holds a code point whose membership in some general category or in
+// \s differs between HF's regex engine and PCRE2. Without one, a pattern matches the same with
+// or without the rewrite of regex.h, and PCRE2 is faster without. Thread-safe.
+bool has_hf_regex_delta(std::string_view text);
 
 // True if HF's normalizer treats cp as an unassigned, inert starter (no combining class, no
 // decomposition, no composition) while utf8proc gives it a combining class or a composition.
