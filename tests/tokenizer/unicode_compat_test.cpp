@@ -190,8 +190,8 @@ TEST(UnicodeCompatTest, NfcMatchesHuggingFaceOnEveryProbe) {
     auto check = [&](const std::string& input, const std::string& expected, const char* kind) {
         std::string got = nfc->normalize("|" + input);
         if (got == "|" + expected || ++failures > 20) return;
-        ADD_FAILURE() << kind << ": NFC(" << nlohmann::json("|" + input).dump() << ") = "
-                      << nlohmann::json(got).dump() << ", HF: " << nlohmann::json("|" + expected).dump();
+        ADD_FAILURE() << kind << ": NFC(" << nlohmann::json("|" + input).dump() << ") = " << nlohmann::json(got).dump()
+                      << ", HF: " << nlohmann::json("|" + expected).dump();
     };
     auto split = [](const std::string& entry) {
         auto gt = entry.find('>');
@@ -232,8 +232,9 @@ TEST(UnicodeCompatTest, NfcMatchesHuggingFaceOnEveryProbe) {
             const std::string input = x + marks[i];
             const std::string got = nfc->normalize("|" + input);
             if ((got != "|" + input) != changes && ++failures <= 20) {
-                ADD_FAILURE() << "class: NFC(" << nlohmann::json("|" + input).dump() << ") = "
-                              << nlohmann::json(got).dump() << "; HF " << (changes ? "changes" : "keeps") << " it";
+                ADD_FAILURE() << "class: NFC(" << nlohmann::json("|" + input).dump()
+                              << ") = " << nlohmann::json(got).dump() << "; HF " << (changes ? "changes" : "keeps")
+                              << " it";
             }
         }
     }

@@ -21,9 +21,7 @@ nlohmann::json load_unicode_goldens(const std::string& name) {
 }
 
 // The text with every non-ASCII code point as \uXXXX, for failure messages.
-std::string describe(const nlohmann::json& c) {
-    return nlohmann::json(c["text"]).dump(-1, ' ', /*ensure_ascii=*/true);
-}
+std::string describe(const nlohmann::json& c) { return nlohmann::json(c["text"]).dump(-1, ' ', /*ensure_ascii=*/true); }
 
 class UnicodeGoldenTest : public ::testing::TestWithParam<std::string> {
 protected:

@@ -24,9 +24,9 @@ namespace {
 constexpr char32_t kMax = 0x10FFFF;
 bool is_surrogate(char32_t cp) { return cp >= 0xD800 && cp <= 0xDFFF; }
 
-const std::vector<std::string> kCategories = {"Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "Nd",
-                                              "Nl", "No", "Pc", "Pd", "Ps", "Pe", "Pi", "Pf", "Po",
-                                              "Sm", "Sc", "Sk", "So", "Zs", "Zl", "Zp", "Cc", "Cf", "Co", "Cn"};
+const std::vector<std::string> kCategories = {"Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "Nd", "Nl",
+                                              "No", "Pc", "Pd", "Ps", "Pe", "Pi", "Pf", "Po", "Sm", "Sc",
+                                              "Sk", "So", "Zs", "Zl", "Zp", "Cc", "Cf", "Co", "Cn"};
 
 using CpSet = std::vector<bool>;
 
@@ -102,9 +102,9 @@ CpSet pcre2_members(const std::string& pattern) {
 
 std::string nfc(const std::string& text) {
     utf8proc_uint8_t* out = nullptr;
-    auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                          static_cast<utf8proc_ssize_t>(text.size()), &out,
-                          static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+    auto n =
+        utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
+                     &out, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
     if (n < 0) std::abort();
     std::string s(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
     std::free(out);
@@ -120,8 +120,10 @@ std::string class_items(const CpSet& set, int* count) {
         if (!set[cp]) continue;
         char32_t hi = cp;
         while (hi < kMax && set[hi + 1]) ++hi;
-        if (hi == cp) std::snprintf(buf, sizeof buf, "\\\\x{%X}", static_cast<unsigned>(cp));
-        else std::snprintf(buf, sizeof buf, "\\\\x{%X}-\\\\x{%X}", static_cast<unsigned>(cp), static_cast<unsigned>(hi));
+        if (hi == cp)
+            std::snprintf(buf, sizeof buf, "\\\\x{%X}", static_cast<unsigned>(cp));
+        else
+            std::snprintf(buf, sizeof buf, "\\\\x{%X}-\\\\x{%X}", static_cast<unsigned>(cp), static_cast<unsigned>(hi));
         out += buf;
         ++*count;
         cp = hi;
@@ -291,8 +293,9 @@ int main(int argc, char** argv) {
         "// know (%zu of HF's compositions probes differ).\n\n",
         probe["generator"].get<std::string>().c_str(), PCRE2_MAJOR, PCRE2_MINOR, utf8proc_version(),
         utf8proc_unicode_version(), count(differs), num_compositions);
-    std::printf("// {category, code points HF has and PCRE2 lacks, code points PCRE2 has and HF lacks},\n"
-                "// as PCRE2 class items.\n");
+    std::printf(
+        "// {category, code points HF has and PCRE2 lacks, code points PCRE2 has and HF lacks},\n"
+        "// as PCRE2 class items.\n");
     std::printf("constexpr CategoryDelta kCategoryDeltas[] = {\n");
     std::vector<std::string> names = kCategories;
     for (const char* major : {"L", "M", "N", "P", "S", "Z", "C"}) names.emplace_back(major);
@@ -312,8 +315,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s: +%zu -%zu\n", name.c_str(), count(add), count(remove));
     }
     std::printf("};\n\n");
-    print_ranges("// Code points [first, last] in some delta above or where \\s differs.",
-                 "kRegexDeltaCodePoints", regex_delta);
+    print_ranges("// Code points [first, last] in some delta above or where \\s differs.", "kRegexDeltaCodePoints",
+                 regex_delta);
     std::printf("\n");
     print_ranges("// Code points [first, last] that HF's normalizer leaves alone and utf8proc does not.",
                  "kNormalizerUnknown", differs);
