@@ -54,11 +54,12 @@ bool has_hf_regex_delta(std::string_view text) {
             continue;
         }
         size_t n = b0 < 0xE0 ? 2 : b0 < 0xF0 ? 3 : 4;
+        if (pos + n > text.size()) break;  // precondition broken (truncated); never read past it
         const unsigned b1 = bytes[pos + 1] & 0x3Fu;
         char32_t block = n == 2   ? (b0 & 0x1Fu) >> 2
                          : n == 3 ? ((b0 & 0x0Fu) << 4) | (b1 >> 2)
                                   : ((b0 & 0x07u) << 10) | (b1 << 4) | ((bytes[pos + 2] & 0x3Fu) >> 2);
-        if (((kRegexDeltaBlocks[block / 64] >> (block % 64)) & 1u) != 0 &&
+        if (block < kNumBlocks && ((kRegexDeltaBlocks[block / 64] >> (block % 64)) & 1u) != 0 &&
             in_ranges(kRegexDeltaCodePoints, utf8_decode(text, pos, &n))) {
             return true;
         }
