@@ -7,6 +7,7 @@ const os = require('os');
 const path = require('path');
 const { Tokenizer, templateProcessing } = require('tokenizers');
 const { cases, randomStrings } = require('./tokenizer_cases');
+const { unicodeCases } = require('./unicode_cases');
 
 const cacheDir = process.argv[2] || path.join(os.homedir(), '.cache', 'moeserve', 'tokenizers');
 const outDir = path.join(__dirname, '..', '..', 'tests', 'data', 'tokenizer');
@@ -59,14 +60,26 @@ async function makeGoldens(name) {
         vocab_size: tokenizer.getVocabSize(true),
         cases: out,
     };
+    writeCases(path.join(outDir, `${name}_goldens.json`), doc);
+
+    // Unicode edge cases (unicode_cases.js, issue #15): text, ids and decode only, no specials.
+    const unicodeOut = [];
+    for (const text of unicodeCases) {
+        const enc = await tokenizer.encode(text, null, { addSpecialTokens: false });
+        const ids = Array.from(enc.getIds());
+        unicodeOut.push({ text, ids, decoded: await tokenizer.decode(ids, false) });
+    }
+    writeCases(path.join(outDir, `${name}_unicode_goldens.json`), { ...doc, cases: unicodeOut });
+}
+
+function writeCases(file, doc) {
     // One case per line keeps diffs readable and the file small.
-    const lines = out.map((c) => '    ' + JSON.stringify(c));
-    const head = JSON.stringify({ generator: doc.generator, tokenizer: name, vocab_size: doc.vocab_size });
+    const lines = doc.cases.map((c) => '    ' + JSON.stringify(c));
+    const head = JSON.stringify({ generator: doc.generator, tokenizer: doc.tokenizer, vocab_size: doc.vocab_size });
     const text = head.slice(0, -1) + ',\n  "cases": [\n' + lines.join(',\n') + '\n  ]\n}\n';
     JSON.parse(text);  // sanity: the hand-joined document is valid JSON
-    const file = path.join(outDir, `${name}_goldens.json`);
     fs.writeFileSync(file, text);
-    console.log(`${file}: ${out.length} cases, ${text.length} bytes`);
+    console.log(`${file}: ${doc.cases.length} cases, ${text.length} bytes`);
 }
 
 (async () => {

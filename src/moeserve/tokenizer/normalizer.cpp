@@ -1,4 +1,5 @@
-// Normalizer implementations. NFC/NFD/NFKC/NFKD go through utf8proc_map.
+// Normalizer implementations. NFC/NFD/NFKC/NFKD go through utf8proc_map, around the code points
+// Hugging Face's older Unicode data does not know (unicode_compat.h).
 #include "moeserve/tokenizer/normalizer.h"
 
 #include <utf8proc.h>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "moeserve/core/error.h"
+#include "moeserve/tokenizer/unicode_compat.h"
 #include "moeserve/tokenizer/utf8.h"
 
 namespace moeserve::tokenizer {
@@ -39,25 +41,52 @@ bool all_nfc_inert(std::string_view text) {
     return true;
 }
 
+// utf8proc_map of text under options, appended to out.
+void append_mapped(std::string_view text, int options, std::string& out) {
+    if (text.empty()) return;
+    utf8proc_uint8_t* mapped = nullptr;
+    utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                                      static_cast<utf8proc_ssize_t>(text.size()), &mapped,
+                                      static_cast<utf8proc_option_t>(options));
+    if (n < 0) {
+        raise(ErrorCode::kInvalidArgument, "Unicode normalization failed: {}", utf8proc_errmsg(n));
+    }
+    out.append(reinterpret_cast<const char*>(mapped), static_cast<size_t>(n));
+    std::free(mapped);
+}
+
 class UnicodeNormalizer final : public Normalizer {
 public:
     UnicodeNormalizer(int options, bool skip_inert) : options_(options), skip_inert_(skip_inert) {}
 
+    // NOTE(#15): HF normalizes with Unicode 9.0 data, where the code points of
+    // hf_normalizer_unknown are unassigned: inert starters that nothing reorders across or
+    // composes with. So the text is cut at each of them, the pieces between are normalized by
+    // utf8proc (Unicode 15.0) and the code point itself is kept as it is.
     std::string normalize(std::string_view text) const override {
         // Pure ASCII is invariant under every normalization form.
         bool ascii = true;
         for (char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
         if (ascii || (skip_inert_ && all_nfc_inert(text))) return std::string(text);
-        utf8proc_uint8_t* mapped = nullptr;
-        utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                                          static_cast<utf8proc_ssize_t>(text.size()), &mapped,
-                                          static_cast<utf8proc_option_t>(options_));
-        if (n < 0) {
-            raise(ErrorCode::kInvalidArgument, "Unicode normalization failed: {}",
-                  utf8proc_errmsg(n));
+        std::string out;
+        out.reserve(text.size());
+        size_t piece = 0;
+        size_t pos = 0;
+        while (pos < text.size()) {
+            if (static_cast<unsigned char>(text[pos]) < 0x80) {
+                ++pos;
+                continue;
+            }
+            size_t n = 0;
+            char32_t cp = utf8_decode(text, pos, &n);
+            if (hf_normalizer_unknown(cp)) {
+                append_mapped(text.substr(piece, pos - piece), options_, out);
+                out.append(text.substr(pos, n));
+                piece = pos + n;
+            }
+            pos += n;
         }
-        std::string out(reinterpret_cast<const char*>(mapped), static_cast<size_t>(n));
-        std::free(mapped);
+        append_mapped(text.substr(piece), options_, out);
         return out;
     }
 

@@ -17,8 +17,14 @@ public:
         bool literal = false;  // match the pattern text literally (HF's {"String": ...} pattern)
     };
     // Compiles pattern; raises Error kInvalidModel naming `where` if PCRE2 rejects it.
-    // NOTE: Oniguruma's \s also matches U+0085 (NEL) and PCRE2's does not, so \s and \S outside
-    // character classes and \s inside them are rewritten to include it.
+    // NOTE(#15): the pattern is rewritten to Hugging Face's Unicode data (unicode_compat.h):
+    // \s and \S outside classes and \s inside them mean Oniguruma's White_Space (PCRE2's lacks
+    // U+0085 and has U+180E); \p{X} and \P{X} for a general category X (L, Lo, N, ...) get the
+    // code points Oniguruma's Unicode 16.0 has in X and PCRE2's Unicode 14.0 does not. Other
+    // properties (scripts, \w, \d) keep PCRE2's meaning. A category whose delta cannot be
+    // written inside a class (\P{L} in [...]) is Error kUnsupported. Text without any code
+    // point of has_hf_regex_delta runs on the pattern without the category rewrite (faster,
+    // same matches there).
     Regex(std::string_view pattern, std::string_view where, Options options);
     Regex(std::string_view pattern, std::string_view where) : Regex(pattern, where, Options{}) {}
     ~Regex();
