@@ -38,6 +38,10 @@ REFUSED = [
     ("-pp 2", "no pipeline parallelism"),
     ("--dtype float16", "--dtype float16"),
     ("--not-a-vllm-flag", "not-a-vllm-flag"),
+    ("--allowed-origins '*'", "expected a JSON list of strings"),
+    ("--tool-call-parser mistral_v9", "'mistral_v9' is not one of"),
+    ("--enable-auto-tool-choice", "needs --tool-call-parser"),
+    ("--reasoning-parser nope", "'nope' is not one of"),
 ]
 
 
@@ -149,6 +153,60 @@ class LaunchLines(unittest.TestCase):
             self.assertEqual(s.stop(), 0)
 
 
+def raw_request(s, method, path, headers):
+    c = s.conn()
+    c.request(method, path, headers=headers)
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    return r.status, {k.lower(): v for k, v in r.getheaders()}, body
+
+
+class Cors(unittest.TestCase):
+    def test_preflight_and_headers(self):
+        s = VllmServer(ARGS.model, "--max-model-len", "512", "--kv-cache-memory", "64M",
+                       "--allowed-origins", '["http://app.example"]', "--allowed-methods", '["GET", "POST"]',
+                       "--allow-credentials", api_key="k")
+        try:
+            pre = {"Origin": "http://app.example", "Access-Control-Request-Method": "POST",
+                   "Access-Control-Request-Headers": "authorization, content-type"}
+            status, h, _ = raw_request(s, "OPTIONS", "/v1/chat/completions", pre)
+            self.assertEqual(status, 200)
+            self.assertEqual(h["access-control-allow-origin"], "http://app.example")
+            self.assertEqual(h["access-control-allow-credentials"], "true")
+            self.assertEqual(h["access-control-allow-methods"], "GET, POST")
+            self.assertEqual(h["access-control-allow-headers"], "authorization, content-type")
+            self.assertEqual(h["access-control-max-age"], "600")
+            status, _, body = raw_request(s, "OPTIONS", "/v1/models", {**pre, "Access-Control-Request-Method": "DELETE"})
+            self.assertEqual((status, body), (400, b"Disallowed CORS method"))
+            status, _, body = raw_request(s, "OPTIONS", "/v1/models", {**pre, "Origin": "http://evil.example"})
+            self.assertEqual((status, body), (400, b"Disallowed CORS origin"))
+            # The listed origin's requests run (its Origin passes the loopback server's policy) and
+            # carry the CORS headers; another site's are refused.
+            auth = {"Authorization": "Bearer k"}
+            status, h, _ = raw_request(s, "GET", "/v1/models", {**auth, "Origin": "http://app.example"})
+            self.assertEqual(status, 200)
+            self.assertEqual(h["access-control-allow-origin"], "http://app.example")
+            self.assertEqual(h["vary"], "Origin")
+            status, h, _ = raw_request(s, "GET", "/v1/models", {**auth, "Origin": "http://evil.example"})
+            self.assertEqual(status, 403)
+            self.assertNotIn("access-control-allow-origin", h)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_defaults_answer_any_origin_with_a_star(self):
+        s = VllmServer(ARGS.model, "--max-model-len", "512", "--kv-cache-memory", "64M")
+        try:
+            status, h, _ = raw_request(s, "OPTIONS", "/v1/completions",
+                                       {"Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST"})
+            self.assertEqual(status, 200)
+            self.assertEqual(h["access-control-allow-origin"], "*")
+            status, h, _ = raw_request(s, "GET", "/v1/models", {"Origin": "http://localhost:3000"})
+            self.assertEqual((status, h["access-control-allow-origin"]), (200, "*"))
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+
 class VllmServer(Server):
     """A server started from a launch line alone (no test defaults but --port 0)."""
 
@@ -166,6 +224,7 @@ if __name__ == "__main__":
     p.add_argument("--model", required=True)
     ARGS, rest = p.parse_known_args()
     serve_test.ARGS = ARGS
-    suite = unittest.TestLoader().loadTestsFromTestCase(LaunchLines)
+    loader = unittest.TestLoader()
+    suite = unittest.TestSuite([loader.loadTestsFromTestCase(LaunchLines), loader.loadTestsFromTestCase(Cors)])
     result = unittest.TextTestRunner(verbosity=2).run(suite)
     sys.exit(0 if result.wasSuccessful() else 1)

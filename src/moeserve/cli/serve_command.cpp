@@ -46,6 +46,22 @@ namespace moeserve::cli {
 
 namespace {
 
+// vLLM's list flags (--allowed-origins '["*"]'): a JSON list of strings.
+std::vector<std::string> json_string_list(const char* flag, const std::string& text) {
+    const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    std::vector<std::string> out;
+    if (j.is_array()) {
+        for (const auto& v : j) {
+            if (!v.is_string()) break;
+            out.push_back(v.get<std::string>());
+        }
+    }
+    if (!j.is_array() || out.size() != j.size()) {
+        raise(ErrorCode::kInvalidArgument, "{}: expected a JSON list of strings such as '[\"*\"]'; got '{}'", flag, text);
+    }
+    return out;
+}
+
 struct ServeOptions {
     EngineOptions engine;
     ParallelFlags parallel;
@@ -53,6 +69,10 @@ struct ServeOptions {
     std::string chat_template;                    // a file, or the template itself
     std::string root_path;
     bool disable_log_requests = false;
+    // CORS (vLLM's flags: JSON lists; what was given, else the defaults).
+    std::string allowed_origins, allowed_methods, allowed_headers;
+    bool allow_credentials = false;
+    int max_logprobs = 20;
     bool enable_auto_tool_choice = false;
     std::string tool_call_parser;
     std::string reasoning_parser;
@@ -406,11 +426,17 @@ int run_serve(ServeOptions o) {
         rc.chat_template = std::filesystem::is_regular_file(o.chat_template) ? read_text_file(o.chat_template) : o.chat_template;
     }
     rc.root_path = o.root_path;
+    serve::CorsOptions cors;
+    cors.allow_credentials = o.allow_credentials;
+    if (!o.allowed_origins.empty()) cors.origins = rc.allowed_origins = json_string_list("--allowed-origins", o.allowed_origins);
+    if (!o.allowed_methods.empty()) cors.methods = json_string_list("--allowed-methods", o.allowed_methods);
+    if (!o.allowed_headers.empty()) cors.headers = json_string_list("--allowed-headers", o.allowed_headers);
     if (o.enable_auto_tool_choice) rc.tool_call_parser = o.tool_call_parser;
     serve::openai::ReasoningParser::Format reasoning{};
     if (serve::openai::reasoning_format_of(o.reasoning_parser, reasoning)) rc.reasoning_format = reasoning;
     rc.log_requests = !o.disable_log_requests;
     rc.limits.max_model_len = o.engine.max_model_len;
+    rc.limits.max_logprobs = o.max_logprobs;
     rc.limits.vocab_size = config_int(config, "vocab_size", tok.vocab_size(), o.engine.model);
     rc.api_keys = o.api_keys;
     rc.allowed_hosts = o.allowed_hosts;
@@ -443,7 +469,7 @@ int run_serve(ServeOptions o) {
     serve::Router* router_ptr = nullptr;
     serve::HttpServer server({.host = o.host, .port = o.port, .num_threads = o.http_threads,
                               .max_body_bytes = static_cast<size_t>(o.max_request_body_bytes),
-                              .max_connections = o.max_connections, .logger = &logger},
+                              .max_connections = o.max_connections, .logger = &logger, .cors = cors},
                              [&router_ptr](serve::HttpRequest r, std::shared_ptr<serve::Responder> s) {
                                  router_ptr->handle(std::move(r), std::move(s));
                              });
@@ -555,6 +581,14 @@ void add_serve_command(CLI::App& app, Action* action) {
                     "model names in the API, the first reported (default: the model path)")->expected(1, -1);
     sub->add_option("--chat-template", o->chat_template, "a chat template file, or the template itself (default: the tokenizer's)");
     sub->add_option("--root-path", o->root_path, "a path prefix a proxy may leave on request paths (stripped)");
+    sub->add_option("--allowed-origins", o->allowed_origins,
+                    "CORS: a JSON list of origins whose pages may call the server (default [\"*\"] for the CORS "
+                    "headers; on a loopback --host other sites' requests are still refused unless listed here)");
+    sub->add_option("--allowed-methods", o->allowed_methods, "CORS: a JSON list of methods (default [\"*\"])");
+    sub->add_option("--allowed-headers", o->allowed_headers, "CORS: a JSON list of request headers (default [\"*\"])");
+    sub->add_flag("--allow-credentials", o->allow_credentials, "CORS: allow credentials (cookies, Authorization)");
+    sub->add_option("--max-logprobs", o->max_logprobs, "logprobs / top_logprobs / prompt_logprobs a request may ask for at most")
+        ->capture_default_str();
     sub->add_flag("--enable-auto-tool-choice", o->enable_auto_tool_choice,
                   "tool_choice auto: parse the model's tool calls (needs --tool-call-parser)");
     sub->add_option("--tool-call-parser", o->tool_call_parser,

@@ -54,15 +54,6 @@ constexpr Refused kRefused[] = {
     {"--ssl-keyfile", "TLS is not built in: put a TLS-terminating proxy in front of the server"},
     {"--ssl-certfile", "TLS is not built in: put a TLS-terminating proxy in front of the server"},
     {"--ssl-ca-certs", "TLS is not built in: put a TLS-terminating proxy in front of the server"},
-    {"--allowed-origins",
-     "CORS is not implemented yet: browser pages of other "
-     "origins cannot call this server"},
-    {"--allowed-methods",
-     "CORS is not implemented yet: browser pages of other "
-     "origins cannot call this server"},
-    {"--allowed-headers",
-     "CORS is not implemented yet: browser pages of other "
-     "origins cannot call this server"},
 };
 
 [[noreturn]] void unsupported(const std::string& flag, const std::string& value, const std::string& what) {
@@ -93,15 +84,6 @@ void add_vllm_flags(CLI::App* sub, VllmFlags& f) {
                r.name, [&f, note](const std::string&) { f.refused.push_back(note); }, fmt::format("refused: {}", r.why))
             ->group(group);
     }
-    sub->add_flag_callback(
-           "--allow-credentials",
-           [&f] {
-               f.refused.push_back(
-                   "--allow-credentials: CORS is not implemented yet: browser "
-                   "pages of other origins cannot call this server");
-           },
-           "refused: CORS is not implemented yet")
-        ->group(group);
     sub->add_option("--dtype", f.dtype, "auto | bfloat16: the checkpoint's bf16 weights (others are refused)")
         ->group(group)
         ->capture_default_str();

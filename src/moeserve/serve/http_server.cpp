@@ -20,6 +20,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <deque>
 #include <optional>
 #include <thread>
@@ -39,11 +40,81 @@ const char* reason_phrase(int status) {
     return http::obsolete_reason(static_cast<http::status>(status)).data();
 }
 
-std::string response_head(int status, const std::string& content_type, size_t content_length, bool keep_alive) {
+// extra: more header lines, each ending in \r\n (CORS).
+std::string response_head(int status, const std::string& content_type, size_t content_length, bool keep_alive,
+                          const std::string& extra = "") {
     return fmt::format(
         "HTTP/1.1 {} {}\r\nServer: moeserve\r\nContent-Type: {}\r\n"
-        "Content-Length: {}\r\nConnection: {}\r\n\r\n",
-        status, reason_phrase(status), content_type, content_length, keep_alive ? "keep-alive" : "close");
+        "Content-Length: {}\r\nConnection: {}\r\n{}\r\n",
+        status, reason_phrase(status), content_type, content_length, keep_alive ? "keep-alive" : "close", extra);
+}
+
+bool listed(const std::vector<std::string>& list, const std::string& value) {
+    for (const auto& v : list) {
+        if (v == "*" || beast::iequals(v, value)) return true;
+    }
+    return false;
+}
+
+bool lists_any(const std::vector<std::string>& list) {
+    return std::find(list.begin(), list.end(), "*") != list.end();
+}
+
+std::string join(const std::vector<std::string>& list) {
+    std::string out;
+    for (const auto& v : list) out += (out.empty() ? "" : ", ") + v;
+    return out;
+}
+
+// The CORS header lines of an answer to a request from `origin` (empty: none).
+std::string cors_headers(const CorsOptions& cors, const std::string& origin) {
+    if (origin.empty() || !listed(cors.origins, origin)) return "";
+    std::string out;
+    if (lists_any(cors.origins) && !cors.allow_credentials) {
+        out = "Access-Control-Allow-Origin: *\r\n";
+    } else {  // the origin itself: the answer differs by Origin
+        out = "Access-Control-Allow-Origin: " + origin + "\r\nVary: Origin\r\n";
+    }
+    if (cors.allow_credentials) out += "Access-Control-Allow-Credentials: true\r\n";
+    return out;
+}
+
+// The answer to a CORS preflight, as Starlette's CORSMiddleware gives it.
+std::string preflight_response(const CorsOptions& cors, const std::string& origin, const std::string& method,
+                               const std::string& request_headers, bool keep_alive) {
+    std::vector<std::string> failures;
+    if (!listed(cors.origins, origin)) failures.push_back("origin");
+    if (!listed(cors.methods, method)) failures.push_back("method");
+    if (!lists_any(cors.headers) && !request_headers.empty()) {
+        size_t begin = 0;
+        while (begin < request_headers.size()) {
+            size_t end = request_headers.find(',', begin);
+            if (end == std::string::npos) end = request_headers.size();
+            std::string h = request_headers.substr(begin, end - begin);
+            h.erase(0, h.find_first_not_of(" \t"));
+            h.erase(h.find_last_not_of(" \t") + 1);
+            if (!h.empty() && !listed(cors.headers, h)) {
+                failures.push_back("headers");
+                break;
+            }
+            begin = end + 1;
+        }
+    }
+    if (!failures.empty()) {
+        std::string body = "Disallowed CORS " + failures.front();
+        for (size_t i = 1; i < failures.size(); ++i) body += ", " + failures[i];
+        return response_head(400, "text/plain; charset=utf-8", body.size(), keep_alive) + body;
+    }
+    std::string extra = cors_headers(cors, origin);
+    if (extra.empty()) extra = "Access-Control-Allow-Origin: " + origin + "\r\nVary: Origin\r\n";
+    extra += "Access-Control-Allow-Methods: " +
+             (lists_any(cors.methods) ? std::string("DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT") : join(cors.methods)) +
+             "\r\n";
+    const std::string allowed_headers = lists_any(cors.headers) ? request_headers : join(cors.headers);
+    if (!allowed_headers.empty()) extra += "Access-Control-Allow-Headers: " + allowed_headers + "\r\n";
+    extra += "Access-Control-Max-Age: 600\r\n";
+    const std::string body = "OK";
+    return response_head(200, "text/plain; charset=utf-8", body.size(), keep_alive, extra) + body;
 }
 
 std::string error_json(const std::string& message, const char* code) {
@@ -88,7 +159,7 @@ public:
         if (!current(generation) || answered_) return;
         answered_ = true;
         busy_ = false;
-        std::string bytes = response_head(status, content_type, body.size(), keep_alive_);
+        std::string bytes = response_head(status, content_type, body.size(), keep_alive_, cors_);
         if (!head_request_) bytes += body;
         enqueue(std::move(bytes));
         after_answer();
@@ -103,15 +174,15 @@ public:
             enqueue(
                 "HTTP/1.1 200 OK\r\nServer: moeserve\r\nContent-Type: "
                 "text/event-stream\r\n"
-                "Cache-Control: no-cache\r\nConnection: close\r\n\r\n");
+                "Cache-Control: no-cache\r\nConnection: close\r\n" + cors_ + "\r\n");
             return;
         }
         enqueue(
             fmt::format("HTTP/1.1 200 OK\r\nServer: moeserve\r\nContent-Type: "
                         "text/event-stream\r\n"
                         "Cache-Control: no-cache\r\nTransfer-Encoding: "
-                        "chunked\r\nConnection: {}\r\n\r\n",
-                        keep_alive_ ? "keep-alive" : "close"));
+                        "chunked\r\nConnection: {}\r\n{}\r\n",
+                        keep_alive_ ? "keep-alive" : "close", cors_));
     }
 
     void send_chunk(uint64_t generation, std::string data) {
@@ -229,6 +300,16 @@ private:
         r.content_type = header(request, http::field::content_type);
         r.host = header(request, http::field::host);
         r.origin = header(request, http::field::origin);
+        cors_ = cors_headers(options_.cors, r.origin);
+        const std::string preflight_method = header(request, http::field::access_control_request_method);
+        if (request.method() == http::verb::options && !r.origin.empty() && !preflight_method.empty()) {
+            answered_ = true;  // answered here: the handler never sees a preflight
+            busy_ = false;
+            enqueue(preflight_response(options_.cors, r.origin, preflight_method,
+                                       header(request, http::field::access_control_request_headers), keep_alive_));
+            after_answer();
+            return;
+        }
         r.body = std::move(request.body());
         handler_(std::move(r), make_exchange());
         read_next();  // the next request, or the end of the connection while this
@@ -323,6 +404,7 @@ private:
     std::deque<std::string> writes_;  // front: the write in flight (while writing_)
     size_t queued_bytes_ = 0;
     std::function<void()> disconnect_fn_;
+    std::string cors_;         // CORS header lines for the request being answered
     uint64_t generation_ = 0;  // of the request being answered
     bool reading_ = false, writing_ = false, busy_ = false, answered_ = false, streaming_ = false;
     bool keep_alive_ = true, http10_ = false, head_request_ = false;

@@ -48,6 +48,19 @@ public:
 
 using Handler = std::function<void(HttpRequest request, std::shared_ptr<Responder> responder)>;
 
+// CORS as vLLM configures it (--allowed-origins, --allowed-methods, --allowed-headers,
+// --allow-credentials; defaults "*", "*", "*", false), applied at the HTTP layer as Starlette's
+// middleware does: a preflight (OPTIONS with Origin and Access-Control-Request-Method) is answered
+// here (200, or 400 naming what is not allowed); every other answer to a request from an allowed
+// Origin carries Access-Control-Allow-Origin. Whether a request from some Origin may run at all is
+// the handler's policy (routes.h: loopback servers refuse other sites).
+struct CorsOptions {
+    std::vector<std::string> origins = {"*"};
+    std::vector<std::string> methods = {"*"};
+    std::vector<std::string> headers = {"*"};
+    bool allow_credentials = false;
+};
+
 struct HttpServerOptions {
     std::string host = "127.0.0.1";  // an IP address or a name that resolves to one
     int port = 8000;                 // 0 = any free port (see HttpServer::port())
@@ -61,6 +74,7 @@ struct HttpServerOptions {
     size_t max_queued_write_bytes = 8u << 20;
     Logger* logger = nullptr;  // accept failures and connection-limit hits, logged
                                // once per burst
+    CorsOptions cors;
 };
 
 // Whether host (as HttpServerOptions::host, resolved the same way) is a

@@ -138,8 +138,11 @@ void Router::check_access(const HttpRequest& request, const std::string& path) c
     if (!request.origin.empty()) {
         const size_t scheme = request.origin.find("://");
         const std::string origin_host = scheme == std::string::npos ? request.origin : request.origin.substr(scheme + 3);
-        if (!host_allowed(origin_host)) {
-            throw ApiError(403, fmt::format("Cross-origin requests from '{}' are not allowed; name the host with --allowed-hosts.", request.origin),
+        const auto& origins = config_.allowed_origins;
+        const bool listed = std::find(origins.begin(), origins.end(), "*") != origins.end() ||
+                            std::find(origins.begin(), origins.end(), request.origin) != origins.end();
+        if (!listed && !host_allowed(origin_host)) {
+            throw ApiError(403, fmt::format("Cross-origin requests from '{}' are not allowed; name the origin with --allowed-origins (or its host with --allowed-hosts).", request.origin),
                            "invalid_request_error", std::nullopt, "origin_not_allowed");
         }
     }

@@ -42,6 +42,7 @@ struct RouterConfig {
     // otherwise any host passes unless allowed_hosts is non-empty. "*" in allowed_hosts = any.
     bool loopback_only = true;
     std::vector<std::string> allowed_hosts;
+    std::vector<std::string> allowed_origins;  // --allowed-origins as given: these Origins pass too ("*": any)
     int max_choices_per_request = 256;  // prompts x n of one request; more is a 400
     std::string chat_template;          // overrides the tokenizer's (--chat-template); empty = its own
     std::string root_path;              // a path prefix a proxy may leave on requests (--root-path)

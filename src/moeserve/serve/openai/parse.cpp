@@ -19,7 +19,6 @@ using Json = nlohmann::ordered_json;
 
 constexpr int kMaxDepth = 64;
 constexpr int32_t kMaxN = 128;
-constexpr int32_t kMaxLogprobs = 20;
 
 [[noreturn]] void bad(const std::string& param, const std::string& message) {
     throw ApiError(400, message, "invalid_request_error", param);
@@ -262,7 +261,7 @@ void read_generation(Fields& f, GenerationParams& p, const ModelLimits& limits) 
     f.string("request_id", p.request_id);
 }
 
-void validate(const GenerationParams& p) {
+void validate(const GenerationParams& p, const ModelLimits& limits) {
     check(p.n >= 1 && p.n <= kMaxN, "n", fmt::format("'n' must be in [1, {}]; got {}", kMaxN, p.n));
     if (p.max_tokens) {
         check(*p.max_tokens >= 1, "max_tokens", fmt::format("'max_tokens' must be at least 1; got {}", *p.max_tokens));
@@ -283,12 +282,12 @@ void validate(const GenerationParams& p) {
               fmt::format("'min_tokens' ({}) must be <= 'max_tokens' ({})", p.min_tokens, *p.max_tokens));
     }
     if (p.logprobs) {
-        check(*p.logprobs >= 0 && *p.logprobs <= kMaxLogprobs, "logprobs",
-              fmt::format("'logprobs' must be in [0, {}]; got {}", kMaxLogprobs, *p.logprobs));
+        check(*p.logprobs >= 0 && *p.logprobs <= limits.max_logprobs, "logprobs",
+              fmt::format("'logprobs' must be in [0, {}]; got {}", limits.max_logprobs, *p.logprobs));
     }
     if (p.prompt_logprobs) {
-        check(*p.prompt_logprobs >= 0 && *p.prompt_logprobs <= kMaxLogprobs, "prompt_logprobs",
-              fmt::format("'prompt_logprobs' must be in [0, {}]; got {}", kMaxLogprobs, *p.prompt_logprobs));
+        check(*p.prompt_logprobs >= 0 && *p.prompt_logprobs <= limits.max_logprobs, "prompt_logprobs",
+              fmt::format("'prompt_logprobs' must be in [0, {}]; got {}", limits.max_logprobs, *p.prompt_logprobs));
     }
 }
 
@@ -357,7 +356,7 @@ CompletionRequest parse_completion_request(const Json& body, const ModelLimits& 
     // max_tokens 0 with echo: the prompt's logprobs only (lm-eval's loglikelihood requests).
     const bool echo_only = r.echo && r.params.max_tokens && *r.params.max_tokens == 0;
     if (echo_only) r.params.max_tokens = 1;
-    validate(r.params);
+    validate(r.params, limits);
     if (echo_only) r.params.max_tokens = 0;
     return r;
 }
@@ -408,10 +407,10 @@ ChatCompletionRequest parse_chat_request(const Json& body, const ModelLimits& li
         r.params.grammar = forced_tool_grammar(r.tools);
     }
     if (r.params.logprobs) {
-        check(*r.params.logprobs <= kMaxLogprobs, "top_logprobs",
-              fmt::format("'top_logprobs' must be in [0, {}]; got {}", kMaxLogprobs, *r.params.logprobs));
+        check(*r.params.logprobs <= limits.max_logprobs, "top_logprobs",
+              fmt::format("'top_logprobs' must be in [0, {}]; got {}", limits.max_logprobs, *r.params.logprobs));
     }
-    validate(r.params);
+    validate(r.params, limits);
     return r;
 }
 

@@ -43,6 +43,7 @@ struct ModelLimits {
     int64_t max_model_len = 4096;
     int32_t vocab_size = 0;  // token ids must be in [0, vocab_size)
     std::vector<std::string> model_aliases = {};  // more names requests may use (--served-model-name a b)
+    int32_t max_logprobs = 20;  // logprobs / top_logprobs / prompt_logprobs at most (--max-logprobs; vLLM's default)
 };
 
 // Sampling and output options shared by both endpoints (OpenAI's plus vLLM's extras).
