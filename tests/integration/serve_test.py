@@ -156,6 +156,8 @@ class Api(unittest.TestCase):
         status, v = self.s.json("GET", "/version")
         self.assertEqual(status, 200)
         self.assertIn("version", v)
+        status, load = self.s.json("GET", "/load")
+        self.assertEqual((status, load), (200, {"server_load": 0}))
         status, models = self.s.json("GET", "/v1/models")
         self.assertEqual(models["object"], "list")
         self.assertEqual(models["data"][0]["id"], "tiny")

@@ -43,6 +43,8 @@ constexpr NoEffect kNoEffect[] = {
     {"--max-seq-len-to-capture", true, "no CUDA graphs on a CPU engine"},
     {"--compilation-config,-O", true, "nothing is compiled at run time"},
     {"--tokenizer-mode", true, "tokenizer.json is always used"},
+    {"--enable-server-load-tracking", false, "the load (GET /load) is always tracked"},
+    {"--exclude-tools-when-tool-choice-none", false, "tools are never rendered for tool_choice none"},
 };
 
 // Flags refused with what to do instead.

@@ -192,6 +192,10 @@ void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& respo
         const bool ok = engines_.healthy();
         return reply(responder, ok ? 200 : 503, kJsonMediaType, ok ? "{}" : openai::error_body(ApiError(503, "The engine is not running.", "server_error", std::nullopt, "engine_unavailable")));
     }
+    if (path == "/load") {  // vLLM's: requests in flight (it counts them with --enable-server-load-tracking)
+        method_check(get);
+        return reply(responder, 200, kJsonMediaType, dump(OJson{{"server_load", engines_.num_in_flight()}}));
+    }
     if (path == "/version") {
         method_check(get);
         return reply(responder, 200, kJsonMediaType, dump(OJson{{"version", config_.version}}));
