@@ -12,7 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libzmq3-dev libsodium-dev cppzmq-dev libmsgpack-cxx-dev libboost-dev
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev libdnnl-dev libopenblas-dev
-  libcli11-dev libfmt-dev
+  libcli11-dev libfmt-dev libssl-dev openssl
   python3 python3-numpy python3-jsonschema
   iproute2 curl ca-certificates
 )

@@ -76,7 +76,7 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError("server exited: " + self.log_text())
             if self.port is None:
-                m = re.search(r"listening on http://\S+?:(\d+) ", self.log_text())
+                m = re.search(r"listening on https?://\S+?:(\d+) ", self.log_text())
                 if m is None:
                     time.sleep(0.05)
                     continue

@@ -28,13 +28,14 @@ API_KEY = "test-key"
 
 def listening_port(log_text):
     """The port a `serve --port 0` reports once bound (never guessed by the test)."""
-    m = re.search(r"listening on http://\S+?:(\d+) ", log_text)
+    m = re.search(r"listening on https?://\S+?:(\d+) ", log_text)
     return int(m.group(1)) if m else None
 
 
 class Server:
-    def __init__(self, *extra, api_key=API_KEY, model=None, env=None, preexec_fn=None, new_session=False):
+    def __init__(self, *extra, api_key=API_KEY, model=None, env=None, preexec_fn=None, new_session=False, ssl_context=None):
         self.port = None
+        self.ssl_context = ssl_context  # HTTPS: the client context (trusting the server's certificate)
         self.api_key = api_key
         self.model, self.extra = model or ARGS.model, extra
         # The log goes to a file: an unread pipe would fill up and block the server.
@@ -74,6 +75,8 @@ class Server:
         return self.log.read().decode(errors="replace")
 
     def conn(self):
+        if self.ssl_context:
+            return http.client.HTTPSConnection("127.0.0.1", self.port, timeout=TIMEOUT, context=self.ssl_context)
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=TIMEOUT)
 
     def headers(self, auth=True):

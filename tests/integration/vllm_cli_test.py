@@ -5,10 +5,12 @@ exit 0 on SIGTERM; refused lines fail at once with one `error:` line and exit 2.
 line is replaced by 0 (the server binds a free one and logs it). Every wait is bounded.
 """
 import argparse
+import http.client
 import json
 import os
 import shlex
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -34,7 +36,8 @@ STARTS = [
 REFUSED = [
     ("--distributed-executor-backend ray -tp 1", "there is no Ray here"),
     ("--distributed-executor-backend=ray", "there is no Ray here"),
-    ("--ssl-keyfile k.pem --ssl-certfile c.pem", "TLS is not built in"),
+    ("--ssl-keyfile /nonexistent/k.pem --ssl-certfile /nonexistent/c.pem", "--ssl-certfile '/nonexistent/c.pem'"),
+    ("--ssl-certfile /nonexistent/c.pem", "needs both --ssl-certfile and --ssl-keyfile"),
     ("-pp 2", "no pipeline parallelism"),
     ("--dtype float16", "--dtype float16"),
     ("--not-a-vllm-flag", "not-a-vllm-flag"),
@@ -207,12 +210,45 @@ class Cors(unittest.TestCase):
             self.assertEqual(s.stop(), 0)
 
 
+class Https(unittest.TestCase):
+    def test_self_signed_certificate(self):
+        with tempfile.TemporaryDirectory() as d:
+            key, cert = os.path.join(d, "k.pem"), os.path.join(d, "c.pem")
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                            "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                           check=True, capture_output=True, timeout=60)
+            ctx = ssl.create_default_context(cafile=cert)
+            s = VllmServer(ARGS.model, "--max-model-len", "512", "--kv-cache-memory", "64M",
+                           "--ssl-keyfile", key, "--ssl-certfile", cert, ssl_context=ctx)
+            try:
+                c = s.conn()
+                c.request("POST", "/v1/completions", body=json.dumps({"prompt": "Hello", "max_tokens": 3}),
+                          headers={"Content-Type": "application/json"})
+                r = c.getresponse()
+                self.assertEqual(r.status, 200)
+                self.assertEqual(len(json.loads(r.read())["choices"]), 1)
+                c.request("POST", "/v1/completions", body=json.dumps({"prompt": "Hi", "max_tokens": 2, "stream": True}),
+                          headers={"Content-Type": "application/json"})  # same connection, streamed
+                r = c.getresponse()
+                self.assertEqual(r.status, 200)
+                self.assertTrue(r.read().endswith(b"data: [DONE]\n\n"))
+                c.close()
+                # Plain HTTP on the TLS port gets no answer (the handshake fails, the server closes).
+                plain = http.client.HTTPConnection("127.0.0.1", s.port, timeout=10)
+                with self.assertRaises((http.client.HTTPException, ConnectionError, OSError)):
+                    plain.request("GET", "/health")
+                    plain.getresponse().read()
+                self.assertIn("listening on https://", s.log_text())
+            finally:
+                self.assertEqual(s.stop(), 0)
+
+
 class VllmServer(Server):
     """A server started from a launch line alone (no test defaults but --port 0)."""
 
-    def __init__(self, *line, env=None, api_key=None):
+    def __init__(self, *line, env=None, api_key=None, ssl_context=None):
         self.raw_line = list(line)
-        super().__init__(api_key=api_key, env=env)
+        super().__init__(api_key=api_key, env=env, ssl_context=ssl_context)
 
     def command(self):
         return [ARGS.moeserve, "serve", *self.raw_line, "--port", "0"]
@@ -225,6 +261,6 @@ if __name__ == "__main__":
     ARGS, rest = p.parse_known_args()
     serve_test.ARGS = ARGS
     loader = unittest.TestLoader()
-    suite = unittest.TestSuite([loader.loadTestsFromTestCase(LaunchLines), loader.loadTestsFromTestCase(Cors)])
+    suite = unittest.TestSuite([loader.loadTestsFromTestCase(c) for c in (LaunchLines, Cors, Https)])
     result = unittest.TextTestRunner(verbosity=2).run(suite)
     sys.exit(0 if result.wasSuccessful() else 1)

@@ -73,6 +73,7 @@ struct ServeOptions {
     std::string allowed_origins, allowed_methods, allowed_headers;
     bool allow_credentials = false;
     int max_logprobs = 20;
+    serve::HttpServerOptions::Tls tls;
     bool enable_auto_tool_choice = false;
     std::string tool_call_parser;
     std::string reasoning_parser;
@@ -469,7 +470,7 @@ int run_serve(ServeOptions o) {
     serve::Router* router_ptr = nullptr;
     serve::HttpServer server({.host = o.host, .port = o.port, .num_threads = o.http_threads,
                               .max_body_bytes = static_cast<size_t>(o.max_request_body_bytes),
-                              .max_connections = o.max_connections, .logger = &logger, .cors = cors},
+                              .max_connections = o.max_connections, .logger = &logger, .cors = cors, .tls = o.tls},
                              [&router_ptr](serve::HttpRequest r, std::shared_ptr<serve::Responder> s) {
                                  router_ptr->handle(std::move(r), std::move(s));
                              });
@@ -533,8 +534,8 @@ int run_serve(ServeOptions o) {
     signals.start();
     // Serving from now on: /health says 503 and generation requests get 503 until the engines are up.
     http = std::thread([&server] { server.run(); });
-    MOESERVE_LOG_I(logger, "api", "listening on http://%s:%d (max %d connections); waiting for the engines",
-                   o.host.c_str(), server.port(), server.max_connections());
+    MOESERVE_LOG_I(logger, "api", "listening on %s://%s:%d (max %d connections); waiting for the engines",
+                   o.tls.cert_file.empty() ? "http" : "https", o.host.c_str(), server.port(), server.max_connections());
 
     // Wait for every DP engine (local and remote), but not for ranks that died, nor past a signal.
     const auto deadline = started + std::chrono::duration<double>(o.engine_ready_timeout);
@@ -552,7 +553,8 @@ int run_serve(ServeOptions o) {
     }
     MOESERVE_LOG_I(logger, "api", "%d engine(s) ready in %.2f s", d.sizes.dp,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-    MOESERVE_LOG_I(logger, "api", "serving %s on http://%s:%d", rc.limits.served_model_name.c_str(), o.host.c_str(), server.port());
+    MOESERVE_LOG_I(logger, "api", "serving %s on %s://%s:%d", rc.limits.served_model_name.c_str(),
+                   o.tls.cert_file.empty() ? "http" : "https", o.host.c_str(), server.port());
     std::fprintf(stderr, "try: curl http://%s:%d/v1/completions -H 'Content-Type: application/json'%s -d '{\"model\": \"%s\", \"prompt\": \"Hello\", \"max_tokens\": 16}'\n",
                  o.host.c_str(), server.port(), o.api_keys.empty() ? "" : " -H 'Authorization: Bearer $MOESERVE_API_KEY'",
                  rc.limits.served_model_name.c_str());
@@ -587,6 +589,12 @@ void add_serve_command(CLI::App& app, Action* action) {
     sub->add_option("--allowed-methods", o->allowed_methods, "CORS: a JSON list of methods (default [\"*\"])");
     sub->add_option("--allowed-headers", o->allowed_headers, "CORS: a JSON list of request headers (default [\"*\"])");
     sub->add_flag("--allow-credentials", o->allow_credentials, "CORS: allow credentials (cookies, Authorization)");
+    sub->add_option("--ssl-certfile", o->tls.cert_file, "HTTPS: the server's certificate chain (PEM)");
+    sub->add_option("--ssl-keyfile", o->tls.key_file, "HTTPS: its private key (PEM, unencrypted)");
+    sub->add_option("--ssl-ca-certs", o->tls.ca_file, "HTTPS: CA certificates that client certificates are checked against");
+    sub->add_option("--ssl-cert-reqs", o->tls.cert_reqs, "HTTPS client certificates: 0 none, 1 optional, 2 required")
+        ->check(CLI::Range(0, 2))
+        ->capture_default_str();
     sub->add_option("--max-logprobs", o->max_logprobs, "logprobs / top_logprobs / prompt_logprobs a request may ask for at most")
         ->capture_default_str();
     sub->add_flag("--enable-auto-tool-choice", o->enable_auto_tool_choice,

@@ -53,9 +53,7 @@ struct Refused {
     const char* why;
 };
 constexpr Refused kRefused[] = {
-    {"--ssl-keyfile", "TLS is not built in: put a TLS-terminating proxy in front of the server"},
-    {"--ssl-certfile", "TLS is not built in: put a TLS-terminating proxy in front of the server"},
-    {"--ssl-ca-certs", "TLS is not built in: put a TLS-terminating proxy in front of the server"},
+    {"--ssl-keyfile-password", "encrypted private keys are not read: decrypt the key file (openssl pkey -in K -out K2)"},
 };
 
 [[noreturn]] void unsupported(const std::string& flag, const std::string& value, const std::string& what) {

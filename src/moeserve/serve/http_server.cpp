@@ -7,12 +7,14 @@
 //
 // The write queue owns the bytes of the write in flight: close() never frees
 // them (the completion handler does), which is what a disconnect storm used to
-// get wrong (double free).
+// get wrong (double free). With a certificate (HttpServerOptions::tls) each
+// connection runs the same session over TLS.
 #include "moeserve/serve/http_server.h"
 
 #include <utility>  // boost 1.74 asio/awaitable.hpp misses it under C++20
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <fcntl.h>
@@ -136,7 +138,9 @@ std::string header(const http::request<http::string_body>& request, http::field 
 
 class Session : public std::enable_shared_from_this<Session> {
 public:
-    Session(tcp::socket socket, const HttpServerOptions& options, const Handler& handler, std::atomic<int>& counter)
+    // tls: the server's TLS context (null: plain HTTP); it outlives the session.
+    Session(tcp::socket socket, const HttpServerOptions& options, const Handler& handler, std::atomic<int>& counter,
+            net::ssl::context* tls)
         : socket_(std::move(socket)),
           idle_timer_(socket_.get_executor()),
           write_timer_(socket_.get_executor()),
@@ -144,13 +148,18 @@ public:
           handler_(handler),
           counter_(counter) {
         ++counter_;
+        if (tls) tls_.emplace(socket_, *tls);
     }
     ~Session() { --counter_; }
 
     void start() {
         net::dispatch(socket_.get_executor(), [self = shared_from_this()] {
-            self->arm_idle_timer();
-            self->read_next();
+            self->arm_idle_timer();  // also bounds the TLS handshake
+            if (!self->tls_) return self->read_next();
+            self->tls_->async_handshake(net::ssl::stream_base::server, [self](beast::error_code ec) {
+                if (ec) return self->close();
+                self->read_next();
+            });
         });
     }
 
@@ -225,8 +234,10 @@ private:
         parser_.emplace();
         parser_->body_limit(options_.max_body_bytes);
         parser_->header_limit(static_cast<uint32_t>(options_.max_header_bytes));
-        http::async_read_header(socket_, buffer_, *parser_,
-                                [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+        with_stream([&](auto& stream) {
+            http::async_read_header(stream, buffer_, *parser_,
+                                    [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+        });
     }
 
     void on_header(beast::error_code ec) {
@@ -236,9 +247,11 @@ private:
             enqueue("HTTP/1.1 100 Continue\r\n\r\n");
         }
         if (parser_->is_done()) return on_request();
-        http::async_read(socket_, buffer_, *parser_, [self = shared_from_this()](beast::error_code e, size_t) {
-            if (e) return self->on_read_failed(e);
-            self->on_request();
+        with_stream([&](auto& stream) {
+            http::async_read(stream, buffer_, *parser_, [self = shared_from_this()](beast::error_code e, size_t) {
+                if (e) return self->on_read_failed(e);
+                self->on_request();
+            });
         });
     }
 
@@ -357,8 +370,10 @@ private:
         write_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
             if (!ec && self->writing_) self->close();  // no progress for idle_timeout_s
         });
-        net::async_write(socket_, net::buffer(writes_.front()),
-                         [self = shared_from_this()](beast::error_code ec, size_t) { self->on_written(ec); });
+        with_stream([&](auto& stream) {
+            net::async_write(stream, net::buffer(writes_.front()),
+                             [self = shared_from_this()](beast::error_code ec, size_t) { self->on_written(ec); });
+        });
     }
 
     void on_written(beast::error_code ec) {
@@ -392,7 +407,17 @@ private:
         }
     }
 
+    // The connection's byte stream: the socket, or TLS over it. (One read and one write may be
+    // in flight at once on either, from this strand.) Closing closes the socket under TLS
+    // without a close_notify, as a timeout or reset would.
+    template <typename F>
+    void with_stream(F&& f) {
+        if (tls_) f(*tls_);
+        else f(socket_);
+    }
+
     tcp::socket socket_;
+    std::optional<net::ssl::stream<tcp::socket&>> tls_;
     net::steady_timer idle_timer_, write_timer_;
     const HttpServerOptions& options_;
     const Handler& handler_;
@@ -461,6 +486,30 @@ int default_max_connections() {
     return std::max(16, static_cast<int>(std::min<rlim_t>(files.rlim_cur, 1 << 20)) - kReservedDescriptors);
 }
 
+// A server TLS context from the PEM files; Error(kInvalidArgument) naming the flag and file.
+std::unique_ptr<net::ssl::context> make_tls_context(const HttpServerOptions::Tls& t) {
+    if (t.cert_file.empty() || t.key_file.empty()) {
+        raise(ErrorCode::kInvalidArgument, "HTTPS needs both --ssl-certfile and --ssl-keyfile");
+    }
+    auto ctx = std::make_unique<net::ssl::context>(net::ssl::context::tls_server);
+    ctx->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                     net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1 |
+                     net::ssl::context::single_dh_use);
+    const auto load = [](const char* flag, const std::string& file, auto&& fn) {
+        beast::error_code ec;
+        fn(ec);
+        if (ec) raise(ErrorCode::kInvalidArgument, "{} '{}': {}", flag, file, ec.message());
+    };
+    load("--ssl-certfile", t.cert_file, [&](beast::error_code& ec) { ctx->use_certificate_chain_file(t.cert_file, ec); });
+    load("--ssl-keyfile", t.key_file, [&](beast::error_code& ec) { ctx->use_private_key_file(t.key_file, net::ssl::context::pem, ec); });
+    if (!t.ca_file.empty()) {
+        load("--ssl-ca-certs", t.ca_file, [&](beast::error_code& ec) { ctx->load_verify_file(t.ca_file, ec); });
+    }
+    if (t.cert_reqs == 1) ctx->set_verify_mode(net::ssl::verify_peer);
+    if (t.cert_reqs == 2) ctx->set_verify_mode(net::ssl::verify_peer | net::ssl::verify_fail_if_no_peer_cert);
+    return ctx;
+}
+
 tcp::endpoint resolve_endpoint(const std::string& host, int port) {
     beast::error_code ec;
     const auto address = net::ip::make_address(host, ec);
@@ -492,6 +541,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     int reserve_fd = -1;          // given up to accept-and-close a client when descriptors run out
     bool accept_failing = false;  // logged once per burst
     bool at_limit = false;        // likewise
+    std::unique_ptr<net::ssl::context> tls;  // HTTPS when options.tls has a certificate
 
     Impl(HttpServerOptions o, Handler h)
         : options(std::move(o)),
@@ -502,6 +552,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
           work(net::make_work_guard(ioc)) {
         max_connections = options.max_connections > 0 ? options.max_connections : default_max_connections();
         reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (!options.tls.cert_file.empty() || !options.tls.key_file.empty()) tls = make_tls_context(options.tls);
     }
     ~Impl() {
         if (reserve_fd >= 0) ::close(reserve_fd);
@@ -546,7 +597,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
         } else {
             at_limit = false;
             socket.set_option(tcp::no_delay(true), ignored);
-            std::make_shared<Session>(std::move(socket), options, handler, connections)->start();
+            std::make_shared<Session>(std::move(socket), options, handler, connections, tls.get())->start();
         }
         accept();
     }
