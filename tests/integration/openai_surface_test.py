@@ -104,6 +104,8 @@ class Extras(unittest.TestCase):
         self.assertNotEqual(free, banned)
 
     def test_request_fields(self):
+        status, r = self.s.json("POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 2, "priority": 1})
+        self.assertEqual((status, r["error"]["param"]), (400, "priority"))  # fcfs server: vLLM's 400
         r = self.complete(request_id="my-id-1")
         self.assertEqual(r["id"], "cmpl-my-id-1")
         r = self.complete(prompt="one two three four five six seven", truncate_prompt_tokens=3)

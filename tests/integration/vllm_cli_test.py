@@ -32,6 +32,7 @@ STARTS = [
     "--api-server-count 1 --generation-config auto --disable-custom-all-reduce --enable-prompt-tokens-details",
     "-dp 2 --enable-expert-parallel --max-model-len 512 --data-parallel-size-local 2 --kv-cache-memory-bytes 64M",
     "--max-model-len=512 --compilation-config 3 --tokenizer-mode auto --root-path /api",
+    "--max-model-len 512 --scheduling-policy priority --enable-server-load-tracking --max-logprobs 5",
 ]
 REFUSED = [
     ("--distributed-executor-backend ray -tp 1", "there is no Ray here"),

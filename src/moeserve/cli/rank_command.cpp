@@ -149,6 +149,8 @@ int run_rank(const RankOptions& o) {
     ec.num_blocks = static_cast<int32_t>(blocks);
     ec.enable_prefix_caching = engine.enable_prefix_caching;
     ec.seed = engine.seed;
+    ec.scheduling_order = engine.scheduling_policy == "priority" ? engine::SchedulingOrder::kPriority
+                                                                   : engine::SchedulingOrder::kFcfs;
     ec.engine_index = groups.dp_rank;
     std::string vocab_error;
     ec.vocabulary = load_structured_vocabulary(o.engine.model, info.vocab_size, info.eos_token_ids, &vocab_error);

@@ -427,6 +427,7 @@ int run_serve(ServeOptions o) {
         rc.chat_template = std::filesystem::is_regular_file(o.chat_template) ? read_text_file(o.chat_template) : o.chat_template;
     }
     rc.root_path = o.root_path;
+    rc.priority_scheduling = o.engine.scheduling_policy == "priority";
     serve::CorsOptions cors;
     cors.allow_credentials = o.allow_credentials;
     if (!o.allowed_origins.empty()) cors.origins = rc.allowed_origins = json_string_list("--allowed-origins", o.allowed_origins);

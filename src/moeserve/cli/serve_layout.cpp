@@ -83,6 +83,11 @@ void add_engine_options(CLI::App* sub, EngineOptions& o, bool positional_model) 
     sub->add_option("--log-level", o.log_level, "debug | info | warning | error")->capture_default_str();
     sub->add_option("--quantization,-q", o.quantization,
                     "w8a8 | w8a8-all (lm_head too) | fp8 | none; default: the checkpoint's quantization_config");
+    sub->add_option("--scheduling-policy", o.scheduling_policy,
+                    "fcfs: arrival order | priority: the requests' `priority` field, lower first (ties by arrival); "
+                    "the lowest priority is preempted first")
+        ->check(CLI::IsMember({"fcfs", "priority"}))
+        ->capture_default_str();
     sub->add_flag("--pd-hybrid", o.pd_hybrid, "PD hybrid scheduling: all DP ranks agree each step on prefill or decode (env: OMNI_PD_HYBRID=1)");
 }
 
@@ -185,6 +190,7 @@ std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, 
     if (!e.enable_prefix_caching) a.push_back("--no-enable-prefix-caching");
     if (e.pd_hybrid) a.push_back("--pd-hybrid");
     if (!e.quantization.empty()) a.insert(a.end(), {"--quantization", e.quantization});
+    a.insert(a.end(), {"--scheduling-policy", e.scheduling_policy});
     return a;
 }
 

@@ -95,9 +95,6 @@ void add_vllm_flags(CLI::App* sub, VllmFlags& f) {
                     "--headless nodes instead)")
         ->group(group)
         ->capture_default_str();
-    sub->add_option("--scheduling-policy", f.scheduling_policy, "fcfs (priority is refused)")
-        ->group(group)
-        ->capture_default_str();
     sub->add_option("--load-format", f.load_format, "auto | safetensors")->group(group)->capture_default_str();
     sub->add_option("--generation-config", f.generation_config,
                     "auto: the model's generation_config.json sets sampling defaults and extra EOS ids; "
@@ -155,8 +152,6 @@ void check_vllm_flags(const VllmFlags& f) {
         unsupported("--distributed-executor-backend", f.distributed_executor_backend,
                     "only mp (one rank process per rank) runs here");
     }
-    if (f.scheduling_policy != "fcfs")
-        unsupported("--scheduling-policy", f.scheduling_policy, "only fcfs is implemented");
     if (f.load_format != "auto" && f.load_format != "safetensors") {
         unsupported("--load-format", f.load_format, "only safetensors checkpoints are read (auto | safetensors)");
     }

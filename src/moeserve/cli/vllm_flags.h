@@ -23,7 +23,6 @@ struct VllmFlags {
     std::string dtype = "auto";
     std::string kv_cache_dtype = "auto";
     std::string distributed_executor_backend = "mp";
-    std::string scheduling_policy = "fcfs";
     std::string load_format = "auto";
     std::string generation_config = "auto";  // generation_config.cpp reads it
     std::string override_generation_config;

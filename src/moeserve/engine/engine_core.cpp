@@ -13,7 +13,8 @@ SchedulerConfig scheduler_config(const EngineConfig& c, const model::ModelInfo& 
                            .max_model_len = c.max_model_len,
                            .enable_chunked_prefill = c.enable_chunked_prefill,
                            .vocab_size = info.vocab_size,
-                           .eos_token_ids = info.eos_token_ids};
+                           .eos_token_ids = info.eos_token_ids,
+                           .order = c.scheduling_order};
 }
 
 const EngineConfig& checked(const EngineConfig& c) {
@@ -50,6 +51,7 @@ void EngineCore::add_request(const ipc::AddRequest& add) {
                      (0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(config_.engine_index) + 1));
     const uint64_t seed = add.sampling.seed ? *add.sampling.seed : Rng::splitmix64(state);
     auto request = std::make_unique<Request>(add.request_id, add.prompt_token_ids, add.sampling, seed, num_added_);
+    request->priority = add.priority;
     if (!add.sampling.grammar.empty()) {
         // A bad grammar fails this request (a kError output from the next step), not the engine.
         if (!grammars_) {

@@ -40,6 +40,7 @@ struct Request {
     ipc::SamplingParams sampling;
     Rng rng;                    // per-request stream: seeded from sampling.seed when set
     int64_t arrival_order = 0;  // FCFS position among all requests this engine has seen
+    int32_t priority = 0;       // lower first under SchedulingOrder::kPriority
 
     RequestStatus status = RequestStatus::kWaiting;
     int32_t num_computed_tokens = 0;  // tokens whose KV is in the cache

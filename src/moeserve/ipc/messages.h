@@ -52,6 +52,7 @@ struct AddRequest {
     std::vector<TokenId> prompt_token_ids;
     SamplingParams sampling;
     double arrival_time = 0;  // seconds, steady clock of the server
+    int32_t priority = 0;     // --scheduling-policy priority: lower runs first (vLLM's)
 };
 
 struct Abort {

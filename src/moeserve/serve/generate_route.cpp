@@ -213,6 +213,10 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
         job->echo_logprobs = echo && job->params.logprobs.has_value();
     }
     auto& params = job->params;
+    if (params.priority != 0 && !config_.priority_scheduling) {  // vLLM's check
+        throw ApiError(400, fmt::format("Got priority {} but Priority scheduling is not enabled (--scheduling-policy priority).",
+                                        params.priority), "invalid_request_error", "priority");
+    }
     if (!params.request_id.empty()) job->meta.id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", params.request_id);
     if (params.truncate_prompt_tokens) {
         for (auto& ids : prompts) {
@@ -246,6 +250,7 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
             a.request_id = fmt::format("{}-{}", engine_base, adds.size());
             a.prompt_token_ids = prompts[i];
             a.arrival_time = job->arrival;
+            a.priority = p.priority;
             auto& s = a.sampling;
             s.temperature = p.temperature;
             s.top_p = p.top_p;

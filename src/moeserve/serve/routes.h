@@ -55,6 +55,7 @@ struct RouterConfig {
     // Tool calls for tool_choice auto (--enable-auto-tool-choice --tool-call-parser NAME); empty:
     // auto is refused as vLLM does. Reasoning split (--reasoning-parser); none: content only.
     std::string tool_call_parser;
+    bool priority_scheduling = false;  // --scheduling-policy priority: requests' `priority` is honoured
     std::optional<openai::ReasoningParser::Format> reasoning_format;
 };
 

@@ -143,6 +143,47 @@ TEST(SchedulerTest, PreemptsTheYoungestAndRecomputesFromItsOwnCachedBlocks) {
     EXPECT_EQ(h.scheduler.propose_phase(), Phase::kDecode);
 }
 
+TEST(SchedulerTest, PriorityOrdersTheQueueAndPreemptsTheLowest) {
+    SchedulerConfig c = config(1, 64);
+    c.order = SchedulingOrder::kPriority;
+    Harness h(32, 4, c);
+    const auto add = [&](const char* id, int32_t priority, int64_t order) {
+        auto r = make_request(id, 4, 2);
+        r->priority = priority;
+        r->arrival_order = order;
+        h.scheduler.add_request(std::move(r));
+    };
+    add("late-low", 5, 0);
+    add("urgent", -1, 1);
+    add("normal-a", 0, 2);
+    add("normal-b", 0, 3);
+    // One seat: the queue runs by (priority, arrival).
+    std::vector<std::string> ran;
+    for (int step = 0; step < 12 && h.scheduler.has_unfinished_requests(); ++step) {
+        for (const auto& [id, n] : h.step()) {
+            if (ran.empty() || ran.back() != id) ran.push_back(id);
+        }
+    }
+    EXPECT_EQ(ran, (std::vector<std::string>{"urgent", "normal-a", "normal-b", "late-low"}));
+
+    // Out of blocks, the lowest priority running request is preempted, not the youngest.
+    SchedulerConfig c2 = config(8, 64);
+    c2.order = SchedulingOrder::kPriority;
+    Harness p(5, 4, c2);  // 4 usable blocks
+    auto hi = make_request("high", 4, 8);
+    hi->priority = 0;
+    hi->arrival_order = 1;
+    auto lo = make_request("low", 4, 8, 20);
+    lo->priority = 9;
+    lo->arrival_order = 0;  // older, but lower priority
+    p.scheduler.add_request(std::move(lo));
+    p.scheduler.add_request(std::move(hi));
+    EXPECT_EQ(p.step(), (Progress{{"high", 4}, {"low", 4}}));
+    for (int i = 0; i < 4; ++i) p.step();
+    p.step();  // "high" needs a third block
+    EXPECT_EQ(p.batch.preempted, std::vector<std::string>{"low"});
+}
+
 TEST(SchedulerTest, PrefixHitsAreReportedAsCachedTokens) {
     Harness h(32, 4, config(8, 64));
     h.scheduler.add_request(make_request("r0", 10, 1));

@@ -104,7 +104,27 @@ void Scheduler::add_request(std::unique_ptr<Request> request) {
     Request* r = request.get();
     r->status = RequestStatus::kWaiting;
     requests_.emplace(r->request_id, std::move(request));
-    waiting_.push_back(r);
+    enqueue_waiting(r, false);
+}
+
+void Scheduler::enqueue_waiting(Request* r, bool preempted) {
+    if (config_.order == SchedulingOrder::kFcfs) {
+        if (preempted) waiting_.push_front(r);
+        else waiting_.push_back(r);
+        return;
+    }
+    const auto before = [](const Request* a, const Request* b) {
+        return a->priority != b->priority ? a->priority < b->priority : a->arrival_order < b->arrival_order;
+    };
+    waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), r, before), r);
+}
+
+Request* Scheduler::preemption_victim(size_t first) const {
+    if (config_.order == SchedulingOrder::kFcfs) return running_.back();
+    const auto from = running_.begin() + static_cast<std::ptrdiff_t>(first);
+    return *std::max_element(from, running_.end(), [](const Request* a, const Request* b) {
+        return a->priority != b->priority ? a->priority < b->priority : a->arrival_order < b->arrival_order;
+    });
 }
 
 void Scheduler::abort_requests(std::span<const std::string> request_ids) {
@@ -138,7 +158,7 @@ void Scheduler::preempt(Request* r, ScheduledBatch& out) {
     r->status = RequestStatus::kPreempted;
     ++r->num_preemptions;
     if (!r->prompt_logprobs_sent) r->prompt_logprobs.clear();  // recomputed from the start
-    waiting_.push_front(r);
+    enqueue_waiting(r, true);
     out.preempted.push_back(r->request_id);
     ++counters_.num_preemptions;
 }
@@ -161,9 +181,10 @@ void Scheduler::schedule_running(const StepPlan& plan, TokenBudget& budget, Sche
         }
         std::optional<NewBlocks> blocks;
         while (!(blocks = kv_.allocate_slots(*r, n))) {
-            // Out of blocks: recompute-preempt the youngest running request (maybe r itself).
-            Request* victim = running_.back();
-            running_.pop_back();
+            // Out of blocks: recompute-preempt the youngest (or lowest-priority) running request,
+            // maybe r itself.
+            Request* victim = preemption_victim(i);
+            running_.erase(std::find(running_.begin(), running_.end(), victim));
             preempt(victim, out);
             if (victim == r) break;
         }

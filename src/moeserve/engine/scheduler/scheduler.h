@@ -25,6 +25,11 @@
 
 namespace moeserve::engine {
 
+// Which waiting request goes first, and which running one is preempted when blocks run out
+// (vLLM's --scheduling-policy): kFcfs = arrival order, the youngest preempted; kPriority = the
+// lowest (priority, arrival) first, the highest preempted.
+enum class SchedulingOrder { kFcfs, kPriority };
+
 struct SchedulerConfig {
     int32_t max_num_seqs = 256;             // running requests at once
     int32_t max_num_batched_tokens = 2048;  // tokens per step
@@ -32,6 +37,7 @@ struct SchedulerConfig {
     bool enable_chunked_prefill = true;
     int64_t vocab_size = 0;                 // token ids must be < this (0 = unchecked)
     std::vector<TokenId> eos_token_ids;     // stop unless ignore_eos
+    SchedulingOrder order = SchedulingOrder::kFcfs;
 };
 
 struct SchedulerCounters {
@@ -93,7 +99,13 @@ private:
     std::unique_ptr<SchedulingPolicy> policy_;
     std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
     std::vector<Request*> running_;
-    std::deque<Request*> waiting_;
+    std::deque<Request*> waiting_;  // in scheduling order (config_.order)
+    // Puts r where config_.order says: FCFS at the back (front: a preempted request); priority
+    // by (priority, arrival order).
+    void enqueue_waiting(Request* r, bool preempted);
+    // The running request to preempt when blocks run out, among running_[first, end) (those not
+    // scheduled yet this step; running_[first] is the one asking).
+    Request* preemption_victim(size_t first) const;
     std::vector<ipc::RequestOutput> finished_;
     SchedulerCounters counters_;
 };

@@ -259,6 +259,7 @@ void read_generation(Fields& f, GenerationParams& p, const ModelLimits& limits) 
     f.string("cache_salt", p.cache_salt);
     if (const Json* v = f.get("cache_salt")) check(!p.cache_salt.empty(), "cache_salt", "'cache_salt' must not be empty");
     f.string("request_id", p.request_id);
+    f.number("priority", p.priority);
 }
 
 void validate(const GenerationParams& p, const ModelLimits& limits) {
@@ -351,7 +352,7 @@ CompletionRequest parse_completion_request(const Json& body, const ModelLimits& 
     f.number("logprobs", r.params.logprobs);
     if (const Json* v = f.get("suffix")) bad("suffix", "'suffix' is not supported");
     for (const char* k : kStructuredOutputFields) f.get(k);
-    r.unknown_fields = f.unknown({"user", "service_tier", "metadata", "store", "priority"});
+    r.unknown_fields = f.unknown({"user", "service_tier", "metadata", "store"});
     r.params.grammar = parse_structured_output(body);
     // max_tokens 0 with echo: the prompt's logprobs only (lm-eval's loglikelihood requests).
     const bool echo_only = r.echo && r.params.max_tokens && *r.params.max_tokens == 0;
@@ -393,7 +394,7 @@ ChatCompletionRequest parse_chat_request(const Json& body, const ModelLimits& li
     r.chat_template_kwargs = object_or_empty(f.get("chat_template_kwargs"), "chat_template_kwargs");
     for (const char* k : kStructuredOutputFields) f.get(k);
     // Known to OpenAI or vLLM and without effect here (docs/serving.md lists them).
-    r.unknown_fields = f.unknown({"user", "service_tier", "metadata", "store", "priority", "modalities",
+    r.unknown_fields = f.unknown({"user", "service_tier", "metadata", "store", "modalities",
                                   "reasoning_effort", "audio", "prediction", "web_search_options",
                                   "documents", "mm_processor_kwargs", "kv_transfer_params", "vllm_xargs",
                                   "return_tokens_as_token_ids", "length_penalty", "use_beam_search",

@@ -78,6 +78,7 @@ struct GenerationParams {
     std::optional<int32_t> truncate_prompt_tokens;  // keep only the prompt's last k tokens
     std::string cache_salt;                         // prefix-cache namespace
     std::string request_id;                         // the client's: the response id is <prefix>-<it>
+    int32_t priority = 0;                           // --scheduling-policy priority: lower first
 };
 
 // One prompt of /v1/completions: text, or token ids given by the client.
