@@ -94,6 +94,7 @@ int run_generate(const GenerateOptions& o) {
     const auto tok = tokenizer::Tokenizer::from_dir(o.model);
     auto model = model::load_model(o.model, pool, model::LoadOptions{.max_model_len = o.max_model_len, .quantization = o.quantization});
     const double load_secs = seconds_since(load_start);
+    std::fprintf(stderr, "moeserve: quantization: %s\n", model->info().quantization.c_str());
 
     const std::vector<int32_t> prompt = prompt_tokens(o, tok);
     if (prompt.empty()) raise(ErrorCode::kInvalidArgument, "the prompt is empty after tokenization");
