@@ -44,8 +44,7 @@ TEST(LinearInt8StaticTest, OddShapesMatchReferenceBitExact) {
             for (int64_t m : {1, 2, 3, 5, 9, 17, 70}) {
                 for (int64_t k : {1, 7, 33, 100, 300}) {
                     for (int64_t n : {1, 7, 16, 33, 100}) {
-                        check_shape(m, k, n, threads, (seed % 3 == 0) ? -7.0f : (seed % 3 == 1 ? 0.0f : 12.0f),
-                                    seed);
+                        check_shape(m, k, n, threads, (seed % 3 == 0) ? -7.0f : (seed % 3 == 1 ? 0.0f : 12.0f), seed);
                         ++seed;
                     }
                 }

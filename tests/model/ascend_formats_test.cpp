@@ -92,8 +92,8 @@ std::vector<int32_t> greedy(Model& m, std::vector<int32_t> seq, int steps) {
 }
 
 // Rows of `got` [rows, vocab] further than bound from `ref`; prints them.
-int rows_beyond(const std::vector<float>& got, const std::vector<float>& ref, size_t vocab, float bound,
-                float* worst, const char* what) {
+int rows_beyond(const std::vector<float>& got, const std::vector<float>& ref, size_t vocab, float bound, float* worst,
+                const char* what) {
     int n = 0;
     *worst = 0.0f;
     for (size_t t = 0; t * vocab < ref.size(); ++t) {
@@ -129,9 +129,10 @@ TEST_F(AscendFormatsTest, LogitsMatchReference) {
         float diff = 0.0f, ddiff = 0.0f;
         const int bad = rows_beyond(logits, ref, vocab, bound, &diff, "prefill");
         const int dbad = rows_beyond(dec, ref, vocab, bound, &ddiff, "decode");
-        std::printf("%s: prefill max |logit - reference| = %.3g, decode %.3g, max |reference| = %.3g; rows beyond "
-                    "%.3g: %d, %d\n",
-                    f.name, diff, ddiff, max_abs(ref), bound, bad, dbad);
+        std::printf(
+            "%s: prefill max |logit - reference| = %.3g, decode %.3g, max |reference| = %.3g; rows beyond "
+            "%.3g: %d, %d\n",
+            f.name, diff, ddiff, max_abs(ref), bound, bad, dbad);
         EXPECT_LE(bad + dbad, 1);
         EXPECT_LE(std::max(diff, ddiff), 1e-2f * max_abs(ref));
         for (size_t t = 0; t < ids.size(); ++t) {
@@ -212,8 +213,8 @@ std::string load_error(const fs::path& dir) {
 const TensorEdit kKeep = [](const std::string&, const TensorView&, io::SafetensorsWriter&) { return false; };
 
 TEST(AscendMalformedTest, DescriptionMissingALinear) {
-    const std::string msg = load_error(malformed_copy(
-        "missing", kKeep, [](nlohmann::json& d) { d.erase("model.layers.1.self_attn.o_proj.weight"); }));
+    const std::string msg = load_error(
+        malformed_copy("missing", kKeep, [](nlohmann::json& d) { d.erase("model.layers.1.self_attn.o_proj.weight"); }));
     EXPECT_NE(msg.find("no entry for 'model.layers.1.self_attn.o_proj.weight'"), std::string::npos) << msg;
     EXPECT_NE(msg.find("quant_model_description.json"), std::string::npos) << msg;
 }
@@ -221,8 +222,7 @@ TEST(AscendMalformedTest, DescriptionMissingALinear) {
 TEST(AscendMalformedTest, UnknownType) {
     const std::string msg = load_error(malformed_copy(
         "unknown", kKeep, [](nlohmann::json& d) { d["model.layers.0.mlp.experts.0.gate_proj.weight"] = "W4A4_X"; }));
-    EXPECT_NE(msg.find("'model.layers.0.mlp.experts.0.gate_proj.weight' has type 'W4A4_X'"), std::string::npos)
-        << msg;
+    EXPECT_NE(msg.find("'model.layers.0.mlp.experts.0.gate_proj.weight' has type 'W4A4_X'"), std::string::npos) << msg;
 }
 
 TEST(AscendMalformedTest, FusedShardsWithDifferentScales) {
@@ -263,8 +263,7 @@ TEST(AscendMalformedTest, NonzeroWeightOffset) {
             return true;
         },
         [](nlohmann::json&) {}));
-    EXPECT_NE(msg.find("'model.layers.0.mlp.experts.3.up_proj.weight_offset' has a nonzero value"),
-              std::string::npos)
+    EXPECT_NE(msg.find("'model.layers.0.mlp.experts.3.up_proj.weight_offset' has a nonzero value"), std::string::npos)
         << msg;
 }
 
@@ -316,10 +315,13 @@ TEST(AscendStaticLinearTest, RowParallelShardsSumToTheFullLinear) {
 }
 
 TEST(AscendDescriptionTest, SkipsMetaKeysAndNonStrings) {
-    const auto m = parse_modelslim_description(
-        {{"model_quant_type", "W8A8_DYNAMIC"}, {"version", "1.0.0"}, {"metadata", {{"a", 1}}}, {"group_size", 0},
-         {"x.weight", "W8A8"}, {"y.weight", "FLOAT"}},
-        "test");
+    const auto m = parse_modelslim_description({{"model_quant_type", "W8A8_DYNAMIC"},
+                                                {"version", "1.0.0"},
+                                                {"metadata", {{"a", 1}}},
+                                                {"group_size", 0},
+                                                {"x.weight", "W8A8"},
+                                                {"y.weight", "FLOAT"}},
+                                               "test");
     EXPECT_EQ(m.size(), 2u);
     EXPECT_EQ(m.at("x.weight"), "W8A8");
 }

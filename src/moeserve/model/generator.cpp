@@ -467,10 +467,13 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
     nlohmann::json weight_map = nlohmann::json::object();
     for (int shard = 0; shard < options.num_shards; ++shard) {
         // ModelSlim's V1 saver and OmniInfer's converter do not name their shards model-*
-        const std::string stem = modelslim ? "quant_model_weights" : omniinfer ? "quant_model_weight_w8a8_dynamic" : "model";
-        const std::string file = options.num_shards == 1 && !omniinfer
-                                     ? stem + ".safetensors"
-                                     : fmt::format("{}-{:05d}-of-{:05d}.safetensors", stem, shard + 1, options.num_shards);
+        const std::string stem = modelslim   ? "quant_model_weights"
+                                 : omniinfer ? "quant_model_weight_w8a8_dynamic"
+                                             : "model";
+        const std::string file =
+            options.num_shards == 1 && !omniinfer
+                ? stem + ".safetensors"
+                : fmt::format("{}-{:05d}-of-{:05d}.safetensors", stem, shard + 1, options.num_shards);
         io::SafetensorsWriter writer;
         const size_t begin = static_cast<size_t>(shard) * per_shard;
         const size_t end = std::min(specs.size(), begin + per_shard);

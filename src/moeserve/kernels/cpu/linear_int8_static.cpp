@@ -34,15 +34,21 @@ void finish(float* out, int64_t ldo, int64_t m, int64_t j0, int64_t j1, const St
 }  // namespace
 
 namespace detail {
-void matmul_tile_int8_full(const int8_t* qx, int64_t ldx, int64_t m, int64_t k, const int8_t* w, int64_t n,
-                           float* out, int64_t ldo, const float* ones) {
+void matmul_tile_int8_full(const int8_t* qx, int64_t ldx, int64_t m, int64_t k, const int8_t* w, int64_t n, float* out,
+                           int64_t ldo, const float* ones) {
     // NOTE(#20): the AVX2 sign-trick tile needs activations in [-127, 127]; static activations
     // reach -128, so AVX2 takes its int16 path. The VNNI tile is exact for -128 already.
     switch (active_isa()) {
-        case Isa::kRef: matmul_tile_int8_ref(qx, ldx, ones, m, k, w, ones, n, out, ldo); return;
-        case Isa::kAvx2: matmul_tile_int8_avx2_int16(qx, ldx, ones, m, k, w, ones, n, out, ldo); return;
+        case Isa::kRef:
+            matmul_tile_int8_ref(qx, ldx, ones, m, k, w, ones, n, out, ldo);
+            return;
+        case Isa::kAvx2:
+            matmul_tile_int8_avx2_int16(qx, ldx, ones, m, k, w, ones, n, out, ldo);
+            return;
         case Isa::kAvx512:
-        case Isa::kAmx: matmul_tile_int8_avx512(qx, ldx, ones, m, k, w, ones, n, out, ldo); return;
+        case Isa::kAmx:
+            matmul_tile_int8_avx512(qx, ldx, ones, m, k, w, ones, n, out, ldo);
+            return;
     }
 }
 }  // namespace detail

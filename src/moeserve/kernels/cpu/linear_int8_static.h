@@ -27,8 +27,7 @@ struct StaticInt8Weights {
 
 // x f32 [m, k] -> q int8 [m, ldq]: q = clamp(rint(fp32(x * x_mul) + x_zero), -128, 127), two f32
 // roundings (no fused multiply-add), ties to even. Columns [k, ldq) are set to zero.
-void quantize_rows_int8_static(const float* x, int64_t m, int64_t k, float x_mul, float x_zero, int8_t* q,
-                               int64_t ldq);
+void quantize_rows_int8_static(const float* x, int64_t m, int64_t k, float x_mul, float x_zero, int8_t* q, int64_t ldq);
 
 // out f32 [m, n] as in the header comment. m >= 0, k < 2^16 (no int32 overflow of the full-range
 // products plus the bias). out must not alias x. Threads split the n outputs.
@@ -42,8 +41,8 @@ namespace detail {
 // int8 tile for activations that may be -128: out[i * ldo + j] = float(sum_p qx[i * ldx + p] *
 // w[j * k + p]) for i < m, j < n (ldx >= int8_padded_cols(k), zeros past k). ones: max(m, n)
 // values 1.0f (the unit scales handed to the scaled tiles).
-void matmul_tile_int8_full(const int8_t* qx, int64_t ldx, int64_t m, int64_t k, const int8_t* w, int64_t n,
-                           float* out, int64_t ldo, const float* ones);
+void matmul_tile_int8_full(const int8_t* qx, int64_t ldx, int64_t m, int64_t k, const int8_t* w, int64_t n, float* out,
+                           int64_t ldo, const float* ones);
 }  // namespace detail
 
 }  // namespace moeserve::kernels::cpu

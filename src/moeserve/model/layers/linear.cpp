@@ -90,7 +90,9 @@ Linear Linear::load_shard(const io::WeightSource& weights, const std::string& pr
                         full.w8_.as<int8_t>() + (shard.row_begin + r) * in_features + shard.col_begin,
                         static_cast<size_t>(cols));
             l.w8_scale_.as<float>()[r] = full.w8_scale_.as<float>()[shard.row_begin + r];
-            if (shard.adds_constants()) l.quant_bias_.as<int32_t>()[r] = full.quant_bias_.as<int32_t>()[shard.row_begin + r];
+            if (shard.adds_constants()) {
+                l.quant_bias_.as<int32_t>()[r] = full.quant_bias_.as<int32_t>()[shard.row_begin + r];
+            }
         }
         return l;
     }
