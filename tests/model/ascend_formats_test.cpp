@@ -36,6 +36,13 @@ using testutil::read_f32;
 constexpr float kW8A8RelTolerance = 1e-4f;
 constexpr int kGreedySteps = 8;
 
+LoadOptions options(int64_t max_model_len, const std::string& quantization = "") {
+    LoadOptions o;
+    o.max_model_len = max_model_len;
+    o.quantization = quantization;
+    return o;
+}
+
 struct Format {
     const char* name;
     const char* dir;
@@ -59,7 +66,7 @@ protected:
         pool_ = nullptr;
     }
     static std::unique_ptr<Model> open(const fs::path& dir) {
-        return load_model(dir, *pool_, LoadOptions{.max_model_len = 256});
+        return load_model(dir, *pool_, options(256));
     }
     static ThreadPool* pool_;
 };
@@ -201,7 +208,7 @@ fs::path malformed_copy(const std::string& tag, const TensorEdit& edit,
 std::string load_error(const fs::path& dir) {
     ThreadPool pool(1);
     try {
-        load_model(dir, pool, LoadOptions{.max_model_len = 64});
+        load_model(dir, pool, options(64));
     } catch (const Error& e) {
         fs::remove_all(dir);
         return e.what();
@@ -270,7 +277,7 @@ TEST(AscendMalformedTest, NonzeroWeightOffset) {
 TEST(AscendMalformedTest, RequestedQuantizationIsRefused) {
     ThreadPool pool(1);
     try {
-        load_model(MOESERVE_QWEN3_MODELSLIM_DIR, pool, LoadOptions{.max_model_len = 64, .quantization = "none"});
+        load_model(MOESERVE_QWEN3_MODELSLIM_DIR, pool, options(64, "none"));
         ADD_FAILURE() << "no error";
     } catch (const Error& e) {
         EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
@@ -324,6 +331,62 @@ TEST(AscendDescriptionTest, SkipsMetaKeysAndNonStrings) {
                                                "test");
     EXPECT_EQ(m.size(), 2u);
     EXPECT_EQ(m.at("x.weight"), "W8A8");
+}
+
+TEST(AscendDescriptionTest, DetectionOrder) {
+    // a description wins over config.json's quantization_config (MindIE writes one without
+    // quant_method); the MindIE file name quant_model_description_*.json is accepted too
+    const fs::path dir = fs::temp_directory_path() / ("moeserve_ascend_detect_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const io::HfConfig mindie({{"model_type", "deepseek_v3"},
+                               {"quantization_config", {{"kv_quant_type", nullptr}, {"group_size", 0}}}},
+                              "test config.json");
+    std::ofstream(dir / "quant_model_description_w8a8_dynamic.json")
+        << R"({"model_quant_type": "W8A8_DYNAMIC", "a.weight": "W8A8_DYNAMIC", "b.weight": "W8A8"})";
+    const Quantization q = resolve_quantization(mindie, "", dir);
+    EXPECT_EQ(q.checkpoint, CheckpointQuant::kModelSlim);
+    EXPECT_EQ(q.scheme("a"), LinearScheme::kW8A8Dynamic);
+    EXPECT_EQ(q.scheme("b"), LinearScheme::kW8A8Static);
+    EXPECT_TRUE(q.int8_module("a"));
+    EXPECT_FALSE(q.int8_module("b"));  // static: its own path
+    // without a description the same config is an unknown quant_method
+    fs::remove(dir / "quant_model_description_w8a8_dynamic.json");
+    EXPECT_THROW(resolve_quantization(mindie, "", dir), Error);
+    fs::remove_all(dir);
+}
+
+TEST(AscendDescriptionTest, OmniInferConfigs) {
+    // weights.num_bits as a {module: bits} object (all 8 accepted, 4 refused), npu_w8a8_dynamic
+    nlohmann::json ct = {
+        {"quant_method", "compressed-tensors"},
+        {"format", "int-quantized"},
+        {"ignore", {"model.layers.0.self_attn.kv_b_proj"}},
+        {"config_groups",
+         {{"group_0",
+           {{"weights",
+             {{"num_bits", {{"self_attn.kv_a_proj_with_mqa", 8}, {"mlp.experts", 8}}},
+              {"type", "int"},
+              {"symmetric", true},
+              {"strategy", "channel"}}},
+            {"input_activations",
+             {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "token"}, {"dynamic", true}}}}}}}};
+    const auto cfg = [](const nlohmann::json& q) {
+        return io::HfConfig({{"model_type", "deepseek_v3"}, {"quantization_config", q}}, "test config.json");
+    };
+    EXPECT_EQ(resolve_quantization(cfg(ct), "").checkpoint, CheckpointQuant::kW8A8Int8);
+    ct["config_groups"]["group_0"]["weights"]["num_bits"]["mlp.experts"] = 4;
+    try {
+        resolve_quantization(cfg(ct), "");
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("'mlp.experts' 4 bits"), std::string::npos) << e.what();
+    }
+    const Quantization npu = resolve_quantization(
+        cfg({{"quant_method", "npu_w8a8_dynamic"}, {"ignored_layers", {"model.layers.0.mlp.gate_proj"}}}), "");
+    EXPECT_EQ(npu.checkpoint, CheckpointQuant::kW8A8Int8);
+    EXPECT_FALSE(npu.int8_module("model.layers.0.mlp.gate_proj"));
+    EXPECT_TRUE(npu.int8_module("model.layers.0.mlp.up_proj"));
 }
 
 TEST(AscendDescriptionTest, GoldenStickIsRefusedClearly) {
