@@ -491,16 +491,21 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
                                                               : StaticCalibration{};
                     const bool deq64 = ends_with(spec.name, "o_proj.weight");  // exercises the int64 form
                     names = add_modelslim(writer, spec.name, t, is_static ? &calib : nullptr, deq64, desc);
+                    const int64_t rows = spec.shape[0], cols = spec.shape[1];
+                    result.num_bytes += rows * cols - static_cast<int64_t>(t.nbytes()) +
+                                        (is_static ? 8 + rows * (deq64 ? 12 : 8) : 8 * rows);
                 } else if (spec.init == WeightInit::kNormOnes && spec.shape.rank() == 1) {
                     // the V1 saver stores norms in f32
                     Tensor n32(DType::kF32, spec.shape);
                     for (int64_t j = 0; j < t.numel(); ++j) n32.as<float>()[j] = value_at(t, j);
                     writer.add(spec.name, std::move(n32));
                     names = {spec.name};
+                    result.num_bytes += 2 * spec.shape[0];  // bf16 -> f32
                     const std::string norm = module_of(spec.name);
                     if (calibrator.writes_bias(norm)) {
                         writer.add(norm + ".bias", make_norm_bias(norm + ".bias", spec.shape[0], options.seed));
                         names.push_back(norm + ".bias");
+                        result.num_bytes += 4 * spec.shape[0];
                     }
                 } else {
                     writer.add(spec.name, std::move(t));
