@@ -321,6 +321,13 @@ TEST(AscendStaticLinearTest, RowParallelShardsSumToTheFullLinear) {
     EXPECT_LE(diff, 1e-5f * big);
 }
 
+TEST(AscendMalformedTest, QuantizationAscendFlag) {
+    // vllm-ascend's old --quantization ascend: accepted on a ModelSlim checkpoint only
+    ThreadPool pool(1);
+    EXPECT_NE(load_model(MOESERVE_QWEN3_MODELSLIM_DIR, pool, options(64, "ascend")), nullptr);
+    EXPECT_THROW(load_model(MOESERVE_QWEN3_OMNI_DIR, pool, options(64, "ascend")), Error);
+}
+
 TEST(AscendDescriptionTest, SkipsMetaKeysAndNonStrings) {
     const auto m = parse_modelslim_description({{"model_quant_type", "W8A8_DYNAMIC"},
                                                 {"version", "1.0.0"},

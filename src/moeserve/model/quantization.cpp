@@ -162,11 +162,17 @@ std::string Quantization::describe() const {
 Quantization resolve_quantization(const io::HfConfig& config, const std::string& requested,
                                   const std::filesystem::path& model_dir) {
     const std::filesystem::path desc = find_modelslim_description(model_dir);
+    if (desc.empty() && requested == "ascend") {
+        raise(ErrorCode::kInvalidArgument,
+              "--quantization ascend needs a ModelSlim checkpoint; {} has no quant_model_description.json",
+              model_dir.string());
+    }
     if (desc.empty()) return resolve_quantization(config, requested);
-    if (!requested.empty() && requested != "auto") {
+    // "ascend": what older vllm-ascend releases needed for these checkpoints
+    if (!requested.empty() && requested != "auto" && requested != "ascend") {
         raise(ErrorCode::kInvalidArgument,
               "--quantization '{}': {} is a ModelSlim checkpoint ({}), which runs as stored; drop the flag or pass "
-              "auto",
+              "auto (or ascend)",
               requested, model_dir.string(), desc.filename().string());
     }
     Quantization q;

@@ -76,7 +76,8 @@ Quantization resolve_quantization(const io::HfConfig& config, const std::string&
 // As above, and first looks in model_dir for ModelSlim's quant_model_description.json (or one
 // quant_model_description_*.json): present, the checkpoint is ModelSlim whatever config.json's
 // quantization_config says (the MindIE saver writes one without quant_method). A ModelSlim
-// checkpoint runs as it is stored: requested must be "" or "auto".
+// checkpoint runs as it is stored: requested must be "", "auto" or "ascend" (vllm-ascend's old
+// flag; refused on a directory without a description).
 Quantization resolve_quantization(const io::HfConfig& config, const std::string& requested,
                                   const std::filesystem::path& model_dir);
 
