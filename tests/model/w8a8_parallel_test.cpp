@@ -96,16 +96,25 @@ void check(const Case& c, const ParallelSizes& sizes, float rel_bound) {
 
 const Case kQwen3{"qwen3_moe", MOESERVE_QWEN3_W8A8_DIR, MOESERVE_QWEN3_PROMPT};
 const Case kDsv3{"deepseek_v3", MOESERVE_DSV3_W8A8_DIR, MOESERVE_DSV3_PROMPT};
+// Ascend ModelSlim mix (static W8A8 attention, W8A8_DYNAMIC MLPs): the static per-tensor
+// quantization is elementwise, so a row-parallel o_proj's partial sums add up exactly (its
+// quant_bias is added on TP rank 0 only); the dynamic MLPs behave as above.
+const Case kQwen3Slim{"qwen3_moe modelslim", MOESERVE_QWEN3_MODELSLIM_DIR, MOESERVE_QWEN3_PROMPT};
+const Case kDsv3Slim{"deepseek_v3 modelslim", MOESERVE_DSV3_MODELSLIM_DIR, MOESERVE_DSV3_PROMPT};
 
 TEST(W8A8ParallelTest, ExpertParallelEqualsSingleRank) {
     check(kQwen3, ParallelSizes{2, 1, 2}, 2e-5f);
     check(kDsv3, ParallelSizes{2, 1, 2}, 2e-5f);
+    check(kQwen3Slim, ParallelSizes{2, 1, 2}, 2e-5f);
+    check(kDsv3Slim, ParallelSizes{2, 1, 2}, 2e-5f);
 }
 
 TEST(W8A8ParallelTest, TensorParallelCloseToSingleRank) {
     // Per-slice activation scales: a few int8 steps of difference in the row-parallel layers.
     check(kQwen3, ParallelSizes{1, 2, 1}, 0.05f);
     check(kDsv3, ParallelSizes{1, 2, 1}, 0.5f);  // routing flips in the tiny DeepSeek, see quantization.md
+    check(kQwen3Slim, ParallelSizes{1, 2, 1}, 0.05f);
+    check(kDsv3Slim, ParallelSizes{1, 2, 1}, 0.5f);
 }
 
 }  // namespace

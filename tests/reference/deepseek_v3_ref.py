@@ -78,14 +78,14 @@ def mla_attention(weights, config, layer, x, cos, sin):
         q = rc.linear(weights, p + ".q_proj", x)
     else:
         qa = rc.linear(weights, p + ".q_a_proj", x)
-        qa = rc.rms_norm(qa, rc.need(weights, p + ".q_a_layernorm.weight"), LORA_NORM_EPS)
+        qa = rc.norm(weights, p + ".q_a_layernorm", qa, LORA_NORM_EPS)
         q = rc.linear(weights, p + ".q_b_proj", qa)
     q = q.reshape(n, heads, d_nope + d_rope).transpose(1, 0, 2)  # [H, n, d_nope + d_rope]
     q_nope, q_pe = q[..., :d_nope], q[..., d_nope:]
 
     kv_a = rc.linear(weights, p + ".kv_a_proj_with_mqa", x)  # [n, rank + d_rope]
     latent, k_pe = kv_a[:, :rank], kv_a[:, rank:]
-    latent = rc.rms_norm(latent, rc.need(weights, p + ".kv_a_layernorm.weight"), LORA_NORM_EPS)
+    latent = rc.norm(weights, p + ".kv_a_layernorm", latent, LORA_NORM_EPS)
     kv = rc.linear(weights, p + ".kv_b_proj", latent)  # [n, H * (d_nope + d_v)]
     kv = kv.reshape(n, heads, d_nope + d_v).transpose(1, 0, 2)
     k_nope, v = kv[..., :d_nope], kv[..., d_nope:]
@@ -189,16 +189,16 @@ def forward_hidden(weights, config, token_ids, trace=None):
         trace["embed"] = x.copy()
     for layer in range(config["num_hidden_layers"]):
         p = f"model.layers.{layer}"
-        h = rc.rms_norm(x, rc.need(weights, p + ".input_layernorm.weight"), eps)
+        h = rc.norm(weights, p + ".input_layernorm", x, eps)
         x = x + mla_attention(weights, config, layer, h, cos, sin)
-        h = rc.rms_norm(x, rc.need(weights, p + ".post_attention_layernorm.weight"), eps)
+        h = rc.norm(weights, p + ".post_attention_layernorm", x, eps)
         if is_moe_layer(config, layer):
             x = x + moe(weights, config, layer, h)
         else:
             x = x + rc.swiglu_mlp(weights, p + ".mlp", h)
         if trace is not None:
             trace[f"layer_{layer}"] = x.copy()
-    x = rc.rms_norm(x, rc.need(weights, "model.norm.weight"), eps)
+    x = rc.norm(weights, "model.norm", x, eps)
     if trace is not None:
         trace["norm"] = x.copy()
     return x

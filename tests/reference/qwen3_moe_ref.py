@@ -68,8 +68,8 @@ def attention(weights, config, layer, x, cos, sin):
     q = rc.linear(weights, p + ".q_proj", x).reshape(n, heads, d)
     k = rc.linear(weights, p + ".k_proj", x).reshape(n, kv_heads, d)
     v = rc.linear(weights, p + ".v_proj", x).reshape(n, kv_heads, d)
-    q = rc.rms_norm(q, rc.need(weights, p + ".q_norm.weight"), eps)  # per head, before RoPE
-    k = rc.rms_norm(k, rc.need(weights, p + ".k_norm.weight"), eps)
+    q = rc.norm(weights, p + ".q_norm", q, eps)  # per head, before RoPE
+    k = rc.norm(weights, p + ".k_norm", k, eps)
     q = rc.apply_rope_neox(q.transpose(1, 0, 2), cos, sin)  # [heads, n, d]
     k = rc.apply_rope_neox(k.transpose(1, 0, 2), cos, sin)
     v = v.transpose(1, 0, 2)
@@ -119,16 +119,16 @@ def forward_hidden(weights, config, token_ids, trace=None):
         trace["embed"] = x.copy()
     for layer in range(config["num_hidden_layers"]):
         p = f"model.layers.{layer}"
-        h = rc.rms_norm(x, rc.need(weights, p + ".input_layernorm.weight"), eps)
+        h = rc.norm(weights, p + ".input_layernorm", x, eps)
         x = x + attention(weights, config, layer, h, cos, sin)
-        h = rc.rms_norm(x, rc.need(weights, p + ".post_attention_layernorm.weight"), eps)
+        h = rc.norm(weights, p + ".post_attention_layernorm", x, eps)
         if is_moe_layer(config, layer):
             x = x + sparse_moe(weights, config, layer, h)
         else:
             x = x + rc.swiglu_mlp(weights, p + ".mlp", h)
         if trace is not None:
             trace[f"layer_{layer}"] = x.copy()
-    x = rc.rms_norm(x, rc.need(weights, "model.norm.weight"), eps)
+    x = rc.norm(weights, "model.norm", x, eps)
     if trace is not None:
         trace["norm"] = x.copy()
     return x

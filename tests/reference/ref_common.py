@@ -17,9 +17,45 @@ import safetensors_np  # noqa: E402
 
 class Weights(dict):
     """{name: float64 ndarray}; integer tensors are kept as they are. act_quant: simulate W8A8's
-    dynamic per-token int8 activation quantization at the input of every int8 linear."""
+    dynamic per-token int8 activation quantization at the input of every int8 linear.
+    modelslim: {tensor name: type} of an Ascend ModelSlim checkpoint (quant_model_description.json),
+    which then decides per linear (FLOAT, W8A8 static, W8A8_DYNAMIC)."""
 
     act_quant = False
+    modelslim = None
+
+
+MODELSLIM_META_KEYS = {"model_quant_type", "version", "group_size", "kv_cache_type", "kv_quant_type",
+                       "fa_quant_type", "reduce_quant_type", "metadata", "optional"}
+
+
+def to_bf16(v):
+    """float64 value(s) -> the nearest bf16 (through f32, round half to even), as float64."""
+    bits = safetensors_np.f32_to_bf16_bits(np.asarray(v, dtype=np.float32))
+    return np.asarray(safetensors_np.bf16_bits_to_f32(bits), dtype=np.float64)
+
+
+def modelslim_deq_scale(d):
+    """deq_scale as float64: F32 as is; an integer tensor holds the f32 bit pattern in its low
+    32 bits (ModelSlim's int64 form)."""
+    d = np.asarray(d)
+    if d.dtype.kind in "iu":
+        return (d.astype(np.int64) & 0xFFFFFFFF).astype(np.uint32).view(np.float32).astype(np.float64)
+    return d.astype(np.float64)
+
+
+def static_w8a8(weights, prefix, x):
+    """ModelSlim static W8A8 as vllm-ascend runs it: m = bf16(1 / bf16(s_x)),
+    q = sat8(rint(x * m + z_x)), y = (q @ W_q^T + quant_bias) * deq_scale. A float bias is already
+    inside quant_bias."""
+    s_x = float(np.asarray(need(weights, prefix + ".input_scale")).reshape(-1)[0])
+    z_x = float(np.asarray(need(weights, prefix + ".input_offset")).reshape(-1)[0])
+    m = float(to_bf16(np.float32(1.0 / np.float32(to_bf16(s_x)))))
+    q = np.clip(np.rint(x * m + z_x), -128, 127)
+    w_q = np.asarray(need(weights, prefix + ".weight")).astype(np.float64)
+    acc = q @ w_q.T  # exact integers in float64
+    bias = np.asarray(need(weights, prefix + ".quant_bias")).astype(np.float64)
+    return (acc + bias) * modelslim_deq_scale(need(weights, prefix + ".deq_scale"))
 
 
 def int8_module(prefix):
@@ -51,7 +87,14 @@ def load_model(model_dir):
     """(Weights, config dict) of a HF model directory."""
     with open(os.path.join(model_dir, "config.json")) as f:
         config = json.load(f)
-    return prepare_weights(safetensors_np.load_model_dir(model_dir)), config
+    weights = prepare_weights(safetensors_np.load_model_dir(model_dir))
+    desc_path = os.path.join(model_dir, "quant_model_description.json")
+    if os.path.exists(desc_path):
+        with open(desc_path) as f:
+            desc = json.load(f)
+        weights.modelslim = {k: v for k, v in desc.items()
+                             if k not in MODELSLIM_META_KEYS and isinstance(v, str)}
+    return weights, config
 
 
 def need(weights, name):
@@ -62,7 +105,18 @@ def need(weights, name):
 
 def linear(weights, prefix, x):
     """x [n, in] @ W.T (+ bias when the checkpoint has one) -> [n, out]; W is [out, in]."""
-    if weights.act_quant and int8_module(prefix):
+    if weights.modelslim is not None:
+        kind = weights.modelslim[prefix + ".weight"]  # every linear must be described
+        absorbed = prefix.endswith("kv_b_proj")  # MLA's kv_b_proj runs dequantized
+        if kind == "W8A8" and not absorbed:
+            return static_w8a8(weights, prefix, x)
+        if kind == "W8A8_DYNAMIC" and not absorbed:
+            off = weights.get(prefix + ".weight_offset")
+            assert off is None or not np.any(off), prefix + ".weight_offset must be zeros"
+            x = quant_dequant_rows(x)
+        elif kind not in ("FLOAT", "W8A8_DYNAMIC"):
+            raise ValueError(f"{prefix}.weight: ModelSlim type {kind} is not modelled")
+    elif weights.act_quant and int8_module(prefix):
         x = quant_dequant_rows(x)
     y = x @ need(weights, prefix + ".weight").T
     bias = weights.get(prefix + ".bias")
@@ -73,6 +127,14 @@ def rms_norm(x, weight, eps):
     """x * rsqrt(mean(x^2, last axis) + eps) * weight (HF RMSNorm, float64 here)."""
     var = np.mean(x * x, axis=-1, keepdims=True)
     return x / np.sqrt(var + eps) * weight
+
+
+def norm(weights, name, x, eps):
+    """RMSNorm with name.weight, plus name.bias where the checkpoint has one (ModelSlim's
+    anti-outlier pass: RMSNorm(x) * w + b)."""
+    y = rms_norm(x, need(weights, name + ".weight"), eps)
+    bias = weights.get(name + ".bias")
+    return y if bias is None else y + bias
 
 
 def silu(x):

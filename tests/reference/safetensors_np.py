@@ -166,6 +166,15 @@ def load_model_dir(model_dir, dequantize=True):
     model.safetensors.index.json. Returns {name: ndarray}."""
     index_path = os.path.join(model_dir, "model.safetensors.index.json")
     single = os.path.join(model_dir, "model.safetensors")
+    names = sorted(os.listdir(model_dir))
+    others = [n for n in names if n.endswith(".safetensors.index.json")]
+    loose = [n for n in names if n.endswith(".safetensors")]
+    if not os.path.exists(index_path) and not os.path.exists(single):
+        # other savers' names (ModelSlim quant_model_weights*, OmniInfer quant_model_weight_*)
+        if len(others) == 1:
+            index_path = os.path.join(model_dir, others[0])
+        elif len(loose) == 1:
+            single = os.path.join(model_dir, loose[0])
     tensors, dtypes = {}, {}
     if os.path.exists(index_path):
         with open(index_path) as f:

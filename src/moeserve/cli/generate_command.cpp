@@ -94,6 +94,7 @@ int run_generate(const GenerateOptions& o) {
     const auto tok = tokenizer::Tokenizer::from_dir(o.model);
     auto model = model::load_model(o.model, pool, model::LoadOptions{.max_model_len = o.max_model_len, .quantization = o.quantization});
     const double load_secs = seconds_since(load_start);
+    std::fprintf(stderr, "moeserve: quantization: %s\n", model->info().quantization.c_str());
 
     const std::vector<int32_t> prompt = prompt_tokens(o, tok);
     if (prompt.empty()) raise(ErrorCode::kInvalidArgument, "the prompt is empty after tokenization");
@@ -177,8 +178,9 @@ void add_generate_command(CLI::App& app, Action* action) {
     sub->add_option("--threads", o->threads, "compute threads (default: all cores)");
     sub->add_option("--quantization", o->quantization,
                     "w8a8 (int8 weights + per-token int8 activations; quantizes bf16/FP8 checkpoints at load), "
-                    "w8a8-all (lm_head in int8 too), fp8 (FP8 checkpoint -> bf16), none; default: as the "
-                    "checkpoint's quantization_config");
+                    "w8a8-all (lm_head in int8 too), fp8 (FP8 checkpoint -> bf16), none, ascend (a ModelSlim "
+                    "checkpoint, as stored); default: as the checkpoint (quant_model_description.json, else "
+                    "config.json's quantization_config)");
     sub->add_option("--max-model-len", o->max_model_len, "longest sequence (prompt + output)")->capture_default_str();
     sub->add_option("--block-size", o->block_size, "KV cache block size in tokens")->capture_default_str();
     sub->callback([o, action] {

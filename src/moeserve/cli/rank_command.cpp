@@ -119,6 +119,7 @@ int run_rank(const RankOptions& o) {
     MOESERVE_LOG_I(logger, "engine", "rank %d of %d: weights %.1f MiB, resident %.1f MiB after load, connect + load %.2f s, %d threads",
                    o.rank, sizes.world(), mib(info.rank_weight_bytes > 0 ? info.rank_weight_bytes : info.weight_bytes),
                    mib(resident_bytes()), load_s, pool.num_threads());
+    MOESERVE_LOG_I(logger, "engine", "rank %d: quantization: %s", o.rank, info.quantization.c_str());
 
     if (groups.tp_rank != 0) return engine::run_tp_follower(*model, *ctx.tp, logger);
 

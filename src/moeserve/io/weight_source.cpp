@@ -23,7 +23,20 @@ std::unique_ptr<WeightSource> WeightSource::open(const std::filesystem::path& mo
     } else if (std::filesystem::exists(model_dir / "model.safetensors", ec)) {
         src->open_single(model_dir / "model.safetensors");
     } else {
-        src->open_all_in_dir();
+        // another saver's index (ModelSlim: quant_model_weights.safetensors.index.json), if one
+        std::vector<std::filesystem::path> indexes;
+        for (const auto& entry : std::filesystem::directory_iterator(model_dir, ec)) {
+            const std::string name = entry.path().filename().string();
+            const std::string suffix = ".safetensors.index.json";
+            if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+                indexes.push_back(entry.path());
+            }
+        }
+        if (indexes.size() == 1) {
+            src->open_index(indexes[0]);
+        } else {
+            src->open_all_in_dir();
+        }
     }
     return src;
 }

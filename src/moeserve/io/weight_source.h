@@ -22,7 +22,8 @@ public:
     // Opens `model_dir`, preferring, in order:
     //   1. model.safetensors.index.json and every shard it lists;
     //   2. model.safetensors;
-    //   3. every *.safetensors file in the directory (a tensor in two of them is an error).
+    //   3. the one other *.safetensors.index.json (e.g. ModelSlim's quant_model_weights.safetensors.index.json);
+    //   4. every *.safetensors file in the directory (a tensor in two of them is an error).
     // Every file is mapped and its header validated now. Throws Error naming the directory or
     // file: kNotFound (no directory, no checkpoint, a shard listed in the index is missing),
     // kInvalidModel / kUnsupported (malformed index or file), kIo.

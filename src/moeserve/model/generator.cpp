@@ -1,6 +1,10 @@
 #include "moeserve/model/generator.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <fstream>
+#include <map>
 
 #include "moeserve/core/error.h"
 #include "moeserve/core/rng.h"
@@ -139,7 +143,7 @@ std::vector<std::string> add_quantized(io::SafetensorsWriter& writer, const std:
     const int64_t rows = t.shape()[0], cols = t.shape()[1];
     std::vector<float> f(static_cast<size_t>(rows * cols));
     for (size_t i = 0; i < f.size(); ++i) f[i] = bf16_to_f32(t.as<uint16_t>()[i]);
-    if (quantization == "w8a8") {
+    if (quantization == "w8a8" || quantization == "omniinfer-w8a8") {
         Int8Matrix m = quantize_matrix_int8(f.data(), rows, cols);
         writer.add(name, DType::kI8, {rows, cols}, m.data.data());
         writer.add(name + "_scale", DType::kF32, {rows, 1}, m.scale.data());
@@ -172,7 +176,194 @@ std::vector<std::string> add_quantized(io::SafetensorsWriter& writer, const std:
     return {name, name + "_scale_inv"};
 }
 
+// ------------------------------------------------------------------------------------------------
+// Ascend ModelSlim (docs/quantization.md#modelslim): quant_model_description.json + per-linear
+// tensors. The mix ("modelslim-w8a8") quantizes attention statically (per-tensor activation scale
+// and zero point from the calibration below) and MLPs/experts dynamically, and adds RMSNorm
+// biases after input_layernorm and q_a_layernorm as the anti-outlier pass leaves them.
+
+bool is_modelslim(const std::string& q) { return q == "modelslim-w8a8" || q == "modelslim-w8a8-dynamic"; }
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string module_of(const std::string& weight_name) { return weight_name.substr(0, weight_name.size() - 7); }
+
+// The linears the mix quantizes statically: the attention projections but kv_b_proj (FLOAT).
+bool static_in_mix(const std::string& name) {
+    return name.find(".self_attn.") != std::string::npos && name.find("kv_b_proj") == std::string::npos;
+}
+
+float value_at(const Tensor& t, int64_t i) {
+    return t.dtype() == DType::kBF16 ? bf16_to_f32(t.as<uint16_t>()[i]) : t.as<float>()[i];
+}
+
+// The RMSNorm biases the mix writes: small N(0, 0.1) values (f32 [n]).
+Tensor make_norm_bias(const std::string& name, int64_t n, uint64_t seed) {
+    Tensor t(DType::kF32, {n});
+    Rng rng(seed ^ fnv1a(name));
+    for (int64_t i = 0; i < n; ++i) t.as<float>()[i] = 0.1f * rng.normal();
+    return t;
+}
+
+struct StaticCalibration {
+    float scale = 1.0f;   // s_x = (max - min) / 255 over the calibration values (range widened to hold 0)
+    float offset = 0.0f;  // z_x = rint(-128 - min / s_x)
+};
+
+// The calibration pass: kCalibrationRows synthetic rows of what feeds each static linear, made
+// from the model's own weights: RMSNorm(z) * w (+ b) for z ~ N(0, 1) rows (the norm in front of
+// q/k/v, q_a/kv_a, q_b), and those rows through v_proj (Qwen3) or kv_b_proj (DeepSeek) for
+// o_proj, whose input is a convex mix of value rows. Linears that share an input share its rows,
+// hence their scale and offset.
+class Calibrator {
+public:
+    Calibrator(const std::vector<WeightSpec>& specs, uint64_t seed, bool norm_bias) : seed_(seed), bias_(norm_bias) {
+        for (const auto& s : specs) specs_.emplace(s.name, s);
+    }
+
+    StaticCalibration calibrate(const std::string& module) const {
+        const std::string attn = module.substr(0, module.rfind('.') + 1);  // "model.layers.N.self_attn."
+        const std::string layer = attn.substr(0, attn.size() - std::string("self_attn.").size());
+        std::vector<double> x;
+        if (ends_with(module, "q_b_proj")) {
+            x = norm_rows(attn + "q_a_layernorm");
+        } else if (ends_with(module, "o_proj")) {
+            const bool mla = specs_.count(attn + "kv_b_proj.weight") != 0;
+            x = project(mla ? norm_rows(attn + "kv_a_layernorm") : norm_rows(layer + "input_layernorm"),
+                        mla ? attn + "kv_b_proj.weight" : attn + "v_proj.weight");
+        } else {
+            x = norm_rows(layer + "input_layernorm");
+        }
+        double lo = 0.0, hi = 0.0;
+        for (double v : x) {
+            lo = std::min(lo, v);
+            hi = std::max(hi, v);
+        }
+        StaticCalibration c;
+        c.scale = static_cast<float>((hi - lo) / 255.0);
+        c.offset = static_cast<float>(std::clamp(std::nearbyint(-128.0 - lo / double(c.scale)), -128.0, 127.0));
+        return c;
+    }
+
+    bool writes_bias(const std::string& norm) const {
+        return bias_ && (ends_with(norm, "input_layernorm") || ends_with(norm, "q_a_layernorm"));
+    }
+
+private:
+    static constexpr int64_t kCalibrationRows = 32;
+
+    // kCalibrationRows x n values of RMSNorm(z) * w + b
+    std::vector<double> norm_rows(const std::string& norm) const {
+        const Tensor w = make_tensor(specs_.at(norm + ".weight"), seed_);
+        const int64_t n = w.numel();
+        const Tensor b = writes_bias(norm) ? make_norm_bias(norm + ".bias", n, seed_) : Tensor();
+        Rng rng(seed_ ^ fnv1a(norm + "#calibration"));
+        std::vector<double> out(static_cast<size_t>(kCalibrationRows * n));
+        std::vector<double> z(static_cast<size_t>(n));
+        for (int64_t r = 0; r < kCalibrationRows; ++r) {
+            double ss = 0.0;
+            for (auto& v : z) {
+                v = rng.normal();
+                ss += v * v;
+            }
+            const double inv = 1.0 / std::sqrt(ss / double(n) + 1e-6);
+            for (int64_t j = 0; j < n; ++j) {
+                out[size_t(r * n + j)] = z[size_t(j)] * inv * value_at(w, j) + (b.empty() ? 0.0 : b.as<float>()[j]);
+            }
+        }
+        return out;
+    }
+
+    // rows [R, k] @ W[n, k]^T
+    std::vector<double> project(const std::vector<double>& rows, const std::string& weight) const {
+        const WeightSpec& spec = specs_.at(weight);
+        const Tensor w = make_tensor(spec, seed_);
+        const int64_t n = spec.shape[0], k = spec.shape[1];
+        const auto num_rows = static_cast<int64_t>(rows.size()) / k;
+        std::vector<double> out(static_cast<size_t>(num_rows * n));
+        for (int64_t r = 0; r < num_rows; ++r) {
+            for (int64_t j = 0; j < n; ++j) {
+                double acc = 0.0;
+                for (int64_t p = 0; p < k; ++p) acc += rows[size_t(r * k + p)] * value_at(w, j * k + p);
+                out[size_t(r * n + j)] = acc;
+            }
+        }
+        return out;
+    }
+
+    std::map<std::string, WeightSpec> specs_;
+    uint64_t seed_;
+    bool bias_;
+};
+
+// Writes the ModelSlim form of linear weight `name` (bf16 t [rows, cols]); records every tensor's
+// type in desc. deq_int64: the static deq_scale in its int64 form (f32 bits widened).
+std::vector<std::string> add_modelslim(io::SafetensorsWriter& writer, const std::string& name, const Tensor& t,
+                                       const StaticCalibration* calib, bool deq_int64, nlohmann::json& desc) {
+    const int64_t rows = t.shape()[0], cols = t.shape()[1];
+    std::vector<float> f(static_cast<size_t>(rows * cols));
+    for (size_t i = 0; i < f.size(); ++i) f[i] = bf16_to_f32(t.as<uint16_t>()[i]);
+    const Int8Matrix m = quantize_matrix_int8(f.data(), rows, cols);
+    const std::string module = module_of(name);
+    writer.add(name, DType::kI8, {rows, cols}, m.data.data());
+    if (calib == nullptr) {
+        const std::vector<float> zeros(static_cast<size_t>(rows), 0.0f);
+        writer.add(module + ".weight_scale", DType::kF32, {rows, 1}, m.scale.data());
+        writer.add(module + ".weight_offset", DType::kF32, {rows, 1}, zeros.data());
+        std::vector<std::string> names = {name, module + ".weight_scale", module + ".weight_offset"};
+        for (const auto& n : names) desc[n] = "W8A8_DYNAMIC";
+        return names;
+    }
+    // static: D = s_x * s_w (f32), B = rint(-z_x * sum_k W_q) (no float bias)
+    std::vector<float> deq(static_cast<size_t>(rows));
+    std::vector<int64_t> deq64(static_cast<size_t>(rows));
+    std::vector<int32_t> bias(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+        deq[size_t(r)] = calib->scale * m.scale.as<float>()[r];
+        uint32_t bits;
+        std::memcpy(&bits, &deq[size_t(r)], 4);
+        deq64[size_t(r)] = static_cast<int64_t>(bits);
+        int64_t sum = 0;
+        for (int64_t c = 0; c < cols; ++c) sum += m.data.as<int8_t>()[r * cols + c];
+        bias[size_t(r)] = static_cast<int32_t>(std::nearbyint(-double(calib->offset) * double(sum)));
+    }
+    writer.add(module + ".input_scale", DType::kF32, {1}, &calib->scale);
+    writer.add(module + ".input_offset", DType::kF32, {1}, &calib->offset);
+    if (deq_int64) {
+        writer.add(module + ".deq_scale", DType::kI64, {rows}, deq64.data());
+    } else {
+        writer.add(module + ".deq_scale", DType::kF32, {rows}, deq.data());
+    }
+    writer.add(module + ".quant_bias", DType::kI32, {rows}, bias.data());
+    std::vector<std::string> names = {name, module + ".input_scale", module + ".input_offset", module + ".deq_scale",
+                                      module + ".quant_bias"};
+    for (const auto& n : names) desc[n] = "W8A8";
+    return names;
+}
+
 nlohmann::json quantization_config(const std::string& quantization) {
+    if (quantization == "omniinfer-w8a8") {
+        // OmniInfer's converter (docs/quantization.md#omniinfer): compressed-tensors int8,
+        // channel weights, token-dynamic activations; the ignore list is set by the caller
+        return {{"quant_method", "compressed-tensors"},
+                {"format", "int-quantized"},
+                {"quantization_status", "compressed"},
+                {"kv_cache_scheme", nullptr},
+                {"config_groups",
+                 {{"group_0",
+                   {{"targets", {"Linear"}},
+                    {"output_activations", nullptr},
+                    {"input_activations",
+                     {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"dynamic", true}, {"strategy", "token"}}},
+                    {"weights",
+                     {{"num_bits", 8},
+                      {"type", "int"},
+                      {"symmetric", true},
+                      {"dynamic", false},
+                      {"strategy", "channel"}}}}}}}};
+    }
     if (quantization == "w8a8") {
         return {
             {"quant_method", "compressed-tensors"},
@@ -235,28 +426,54 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
     const std::vector<WeightSpec> specs = options.arch == "qwen3_moe"
                                               ? qwen3_moe_weight_specs(Qwen3MoeConfig::from_json(hf))
                                               : deepseek_v3_weight_specs(DeepseekV3Config::from_json(hf));
-    if (!options.quantization.empty() && options.quantization != "w8a8" && options.quantization != "fp8") {
-        raise(ErrorCode::kInvalidArgument, "--quantization '{}' is not supported (expected w8a8 or fp8)",
-              options.quantization);
+    const std::string& quant = options.quantization;
+    const bool modelslim = is_modelslim(quant), omniinfer = quant == "omniinfer-w8a8";
+    if (!quant.empty() && quant != "w8a8" && quant != "fp8" && !modelslim && !omniinfer) {
+        raise(ErrorCode::kInvalidArgument,
+              "--quantization '{}' is not supported (expected w8a8, fp8, modelslim-w8a8, modelslim-w8a8-dynamic or "
+              "omniinfer-w8a8; mindspore-a8w8 is not written yet)",
+              quant);
     }
-    if (!options.quantization.empty()) config["quantization_config"] = quantization_config(options.quantization);
+    if (!quant.empty() && !modelslim) config["quantization_config"] = quantization_config(quant);
+    if (omniinfer) {
+        nlohmann::json ignore = nlohmann::json::array({"lm_head"});
+        for (const auto& s : specs) {
+            if (ends_with(s.name, "kv_b_proj.weight")) ignore.push_back(module_of(s.name));
+        }
+        config["quantization_config"]["ignore"] = ignore;
+    }
+    if (modelslim && options.arch != "qwen3_moe") {
+        // what the DeepSeek recipe's hooks add (vllm-ascend does not need them)
+        config["quantize"] = "w8a8_dynamic";
+        config["mla_quantize"] = quant == "modelslim-w8a8" ? "w8a8" : "w8a8_dynamic";
+    }
+    const Calibrator calibrator(specs, options.seed, quant == "modelslim-w8a8");
+    nlohmann::json desc = {{"model_quant_type", "W8A8_DYNAMIC"}, {"version", "1.0.0"}};
     if (options.num_shards < 1 || options.num_shards > static_cast<int>(specs.size())) {
         raise(ErrorCode::kInvalidArgument, "--shards must be in [1, {}]; got {}", specs.size(), options.num_shards);
     }
     fs::create_directories(options.out_dir);
     for (const auto& entry : fs::directory_iterator(options.out_dir)) {
-        if (entry.path().extension() == ".safetensors") fs::remove(entry.path());
+        const std::string fname = entry.path().filename().string();
+        if (entry.path().extension() == ".safetensors" || ends_with(fname, ".safetensors.index.json") ||
+            fname == "quant_model_description.json") {
+            fs::remove(entry.path());
+        }
     }
-    fs::remove(options.out_dir / "model.safetensors.index.json");
 
     GeneratedModel result;
     const size_t per_shard = (specs.size() + static_cast<size_t>(options.num_shards) - 1) /
                              static_cast<size_t>(options.num_shards);
     nlohmann::json weight_map = nlohmann::json::object();
     for (int shard = 0; shard < options.num_shards; ++shard) {
-        const std::string file = options.num_shards == 1
-                                     ? std::string("model.safetensors")
-                                     : fmt::format("model-{:05d}-of-{:05d}.safetensors", shard + 1, options.num_shards);
+        // ModelSlim's V1 saver and OmniInfer's converter do not name their shards model-*
+        const std::string stem = modelslim   ? "quant_model_weights"
+                                 : omniinfer ? "quant_model_weight_w8a8_dynamic"
+                                             : "model";
+        const std::string file =
+            options.num_shards == 1 && !omniinfer
+                ? stem + ".safetensors"
+                : fmt::format("{}-{:05d}-of-{:05d}.safetensors", stem, shard + 1, options.num_shards);
         io::SafetensorsWriter writer;
         const size_t begin = static_cast<size_t>(shard) * per_shard;
         const size_t end = std::min(specs.size(), begin + per_shard);
@@ -265,10 +482,45 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
             result.num_parameters += t.numel();
             result.num_bytes += static_cast<int64_t>(t.nbytes());
             result.num_tensors += 1;
+            if (modelslim) {
+                const WeightSpec& spec = specs[i];
+                std::vector<std::string> names;
+                if (quantized_in_checkpoint(spec) && !ends_with(spec.name, "kv_b_proj.weight")) {
+                    const bool is_static = quant == "modelslim-w8a8" && static_in_mix(spec.name);
+                    const StaticCalibration calib = is_static ? calibrator.calibrate(module_of(spec.name))
+                                                              : StaticCalibration{};
+                    const bool deq64 = ends_with(spec.name, "o_proj.weight");  // exercises the int64 form
+                    names = add_modelslim(writer, spec.name, t, is_static ? &calib : nullptr, deq64, desc);
+                    const int64_t rows = spec.shape[0], cols = spec.shape[1];
+                    result.num_bytes += rows * cols - static_cast<int64_t>(t.nbytes()) +
+                                        (is_static ? 8 + rows * (deq64 ? 12 : 8) : 8 * rows);
+                } else if (spec.init == WeightInit::kNormOnes && spec.shape.rank() == 1) {
+                    // the V1 saver stores norms in f32
+                    Tensor n32(DType::kF32, spec.shape);
+                    for (int64_t j = 0; j < t.numel(); ++j) n32.as<float>()[j] = value_at(t, j);
+                    writer.add(spec.name, std::move(n32));
+                    names = {spec.name};
+                    result.num_bytes += 2 * spec.shape[0];  // bf16 -> f32
+                    const std::string norm = module_of(spec.name);
+                    if (calibrator.writes_bias(norm)) {
+                        writer.add(norm + ".bias", make_norm_bias(norm + ".bias", spec.shape[0], options.seed));
+                        names.push_back(norm + ".bias");
+                        result.num_bytes += 4 * spec.shape[0];
+                    }
+                } else {
+                    writer.add(spec.name, std::move(t));
+                    names = {spec.name};
+                }
+                for (const auto& n : names) {
+                    weight_map[n] = file;
+                    if (!desc.contains(n)) desc[n] = "FLOAT";
+                }
+                continue;
+            }
             if (!options.quantization.empty() && quantized_in_checkpoint(specs[i])) {
                 const int64_t rows = t.shape()[0], cols = t.shape()[1];
                 const int64_t scale_count =
-                    options.quantization == "w8a8" ? rows : ((rows + 127) / 128) * ((cols + 127) / 128);
+                    options.quantization != "fp8" ? rows : ((rows + 127) / 128) * ((cols + 127) / 128);
                 result.num_bytes += rows * cols + 4 * scale_count - static_cast<int64_t>(t.nbytes());
                 for (const std::string& n : add_quantized(writer, specs[i].name, std::move(t), options.quantization)) {
                     weight_map[n] = file;
@@ -280,10 +532,12 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
         }
         writer.write(options.out_dir / file);
     }
-    if (options.num_shards > 1) {
-        write_json(options.out_dir / "model.safetensors.index.json",
+    if (options.num_shards > 1 || omniinfer) {
+        write_json(options.out_dir / (modelslim ? "quant_model_weights.safetensors.index.json"
+                                                : "model.safetensors.index.json"),
                    {{"metadata", {{"total_size", result.num_bytes}}}, {"weight_map", weight_map}});
     }
+    if (modelslim) write_json(options.out_dir / "quant_model_description.json", desc);
     write_json(options.out_dir / "config.json", config);
     write_json(options.out_dir / "generation_config.json",
                {{"bos_token_id", config["bos_token_id"]}, {"eos_token_id", config["eos_token_id"]},

@@ -24,7 +24,11 @@ struct GeneratorOptions {
     std::vector<std::string> overrides;
     // "" (bf16), "w8a8" (compressed-tensors int8: linear weights I8 + weight_scale [out, 1] per
     // channel, ignore lm_head and routers), "fp8" (F8_E4M3 + weight_scale_inv per 128 x 128 block,
-    // power-of-two scales). Both quantize the same bf16 weights the plain model has.
+    // power-of-two scales), "modelslim-w8a8" (Ascend ModelSlim mix: static W8A8 attention with a
+    // calibration pass, W8A8_DYNAMIC MLPs/experts, FLOAT rest, RMSNorm biases, quant_model_*
+    // files), "modelslim-w8a8-dynamic" (every linear W8A8_DYNAMIC), "omniinfer-w8a8"
+    // (compressed-tensors with OmniInfer's ignore list and shard names). All quantize the same
+    // bf16 weights the plain model has.
     std::string quantization;
 };
 

@@ -28,6 +28,8 @@ struct ModelInfo {
     int64_t rank_weight_bytes = 0;   // bytes of the weights this rank loaded (its TP/EP shard)
     int64_t num_parameters = 0;
     int64_t active_weight_bytes_per_token = 0;  // bytes one decoded token reads (decode roofline)
+    // The checkpoint format and what was loaded, for the load log (Quantization::describe()).
+    std::string quantization;
 };
 
 class Model {

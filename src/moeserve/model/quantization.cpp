@@ -2,10 +2,13 @@
 // checkpoint weights, and per-channel int8 quantization of weights at load time.
 #include "moeserve/model/quantization.h"
 
+#include <cmath>
 #include <cstring>
 #include <regex>
 
+#include "moeserve/core/dtype.h"
 #include "moeserve/core/error.h"
+#include "moeserve/io/json_file.h"
 #include "moeserve/kernels/cpu/quantize_int8.h"
 
 namespace moeserve::model {
@@ -32,8 +35,21 @@ void check_compressed_tensors(const nlohmann::json& q, const std::string& where)
         raise(ErrorCode::kInvalidModel, "{}: compressed-tensors quantization_config has no config_groups", where);
     }
     for (const auto& [group, g] : q["config_groups"].items()) {
-        const auto& w = g.contains("weights") ? g["weights"] : nlohmann::json();
-        if (!w.is_object() || w.value("num_bits", 0) != 8 || w.value("type", "") != "int" ||
+        nlohmann::json w = g.contains("weights") ? g["weights"] : nlohmann::json();
+        if (w.is_object() && w.contains("num_bits") && w["num_bits"].is_object()) {
+            // OmniInfer: {module substring: bits}, for W4A8 mixes; all 8 is plain W8A8
+            for (const auto& [module, bits] : w["num_bits"].items()) {
+                if (!bits.is_number_integer() || bits.get<int>() != 8) {
+                    raise(ErrorCode::kUnsupported,
+                          "{}: config group '{}' weights.num_bits gives '{}' {} bits; only 8-bit weights (W8A8) are "
+                          "supported",
+                          where, group, module, bits.dump());
+                }
+            }
+            w["num_bits"] = 8;
+        }
+        if (!w.is_object() || !w.value("num_bits", nlohmann::json(0)).is_number_integer() ||
+            w.value("num_bits", 0) != 8 || w.value("type", "") != "int" ||
             w.value("strategy", "") != "channel" || !w.value("symmetric", true)) {
             raise(ErrorCode::kUnsupported,
                   "{}: config group '{}' weights must be 8-bit symmetric int per channel (W8A8); got {}", where, group,
@@ -49,9 +65,67 @@ void check_compressed_tensors(const nlohmann::json& q, const std::string& where)
     }
 }
 
+const char* const kModelSlimMetaKeys[] = {"model_quant_type", "version", "group_size", "kv_cache_type",
+                                          "kv_quant_type", "fa_quant_type", "reduce_quant_type", "metadata",
+                                          "optional"};
+
+// The description file of a ModelSlim checkpoint in dir, or "" when there is none.
+std::filesystem::path find_modelslim_description(const std::filesystem::path& dir) {
+    std::error_code ec;
+    const auto exact = dir / "quant_model_description.json";
+    if (std::filesystem::exists(exact, ec)) return exact;
+    std::vector<std::filesystem::path> found;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+        const std::string name = entry.path().filename().string();
+        if (name.rfind("quant_model_description_", 0) == 0 && ends_with(name, ".json")) found.push_back(entry.path());
+    }
+    if (found.size() > 1) {
+        raise(ErrorCode::kInvalidModel, "{}: {} and {} are both ModelSlim descriptions; keep one", dir.string(),
+              found[0].filename().string(), found[1].filename().string());
+    }
+    return found.empty() ? std::filesystem::path() : found[0];
+}
+
 }  // namespace
 
+std::map<std::string, std::string> parse_modelslim_description(const nlohmann::json& j, const std::string& label) {
+    if (!j.is_object()) {
+        raise(ErrorCode::kInvalidModel, "{}: a ModelSlim description must be a JSON object of tensor name -> type; "
+              "got {}", label, j.type_name());
+    }
+    std::map<std::string, std::string> out;
+    for (const auto& [key, value] : j.items()) {
+        bool meta = false;
+        for (const char* m : kModelSlimMetaKeys) meta = meta || key == m;
+        if (meta || !value.is_string()) continue;
+        out.emplace(key, value.get<std::string>());
+    }
+    return out;
+}
+
+LinearScheme Quantization::scheme(const std::string& module) const {
+    if (checkpoint != CheckpointQuant::kModelSlim) {
+        return int8_module(module) ? LinearScheme::kW8A8Dynamic : LinearScheme::kFloat;
+    }
+    const std::string name = module + ".weight";
+    const auto it = modelslim->find(name);
+    if (it == modelslim->end()) {
+        raise(ErrorCode::kInvalidModel,
+              "{}: no entry for '{}'; a ModelSlim description must give every linear's type (add \"{}\": "
+              "\"FLOAT\" for an unquantized one)",
+              description_file, name, name);
+    }
+    const bool absorbed = ends_with(module, "kv_b_proj");  // MLA: folded into attention, kept dequantized
+    if (it->second == "FLOAT") return LinearScheme::kFloat;
+    if (it->second == "W8A8_DYNAMIC") return absorbed ? LinearScheme::kFloat : LinearScheme::kW8A8Dynamic;
+    if (it->second == "W8A8" && !absorbed) return LinearScheme::kW8A8Static;
+    raise(ErrorCode::kUnsupported,
+          "{}: '{}' has type '{}'; moeserve runs the ModelSlim types FLOAT, W8A8 and W8A8_DYNAMIC{}",
+          description_file, name, it->second, absorbed ? " (and kv_b_proj only as FLOAT or W8A8_DYNAMIC)" : "");
+}
+
 bool Quantization::int8_module(const std::string& module) const {
+    if (checkpoint == CheckpointQuant::kModelSlim) return scheme(module) == LinearScheme::kW8A8Dynamic;
     if (!int8) return false;
     if (module == "lm_head" || module == "model.embed_tokens") return int8_lm_head;
     if (ends_with(module, ".mlp.gate") || ends_with(module, "kv_b_proj")) return false;
@@ -66,12 +140,49 @@ bool Quantization::int8_module(const std::string& module) const {
 }
 
 std::string Quantization::describe() const {
-    std::string ck = checkpoint == CheckpointQuant::kW8A8Int8 ? "w8a8 int8 checkpoint"
+    if (checkpoint == CheckpointQuant::kModelSlim) {
+        return fmt::format("ModelSlim checkpoint ({}): {} W8A8 static + {} W8A8_DYNAMIC + {} FLOAT linears, "
+                           "{} W8A8_DYNAMIC + {} FLOAT expert groups",
+                           std::filesystem::path(description_file).filename().string(), counts->static_linears.load(),
+                           counts->dynamic_linears.load(), counts->float_linears.load(),
+                           counts->dynamic_experts.load(), counts->float_experts.load());
+    }
+    const std::string counted = fmt::format(" ({} int8 + {} high-precision linears, {} int8 + {} bf16 expert groups)",
+                                            counts->dynamic_linears.load(), counts->float_linears.load(),
+                                            counts->dynamic_experts.load(), counts->float_experts.load());
+    std::string ck = checkpoint == CheckpointQuant::kW8A8Int8 ? "compressed-tensors w8a8 int8 checkpoint"
                      : checkpoint == CheckpointQuant::kFp8Block
                          ? fmt::format("fp8 checkpoint (blocks {}x{})", block_rows, block_cols)
                          : std::string("unquantized checkpoint");
     return ck +
-           (int8 ? (int8_lm_head ? ", running W8A8 int8 (lm_head too)" : ", running W8A8 int8") : ", running bf16");
+           (int8 ? (int8_lm_head ? ", running W8A8 int8 (lm_head too)" : ", running W8A8 int8") : ", running bf16") +
+           counted;
+}
+
+Quantization resolve_quantization(const io::HfConfig& config, const std::string& requested,
+                                  const std::filesystem::path& model_dir) {
+    const std::filesystem::path desc = find_modelslim_description(model_dir);
+    if (desc.empty() && requested == "ascend") {
+        raise(ErrorCode::kInvalidArgument,
+              "--quantization ascend needs a ModelSlim checkpoint; {} has no quant_model_description.json",
+              model_dir.string());
+    }
+    if (desc.empty()) return resolve_quantization(config, requested);
+    // "ascend": what older vllm-ascend releases needed for these checkpoints
+    if (!requested.empty() && requested != "auto" && requested != "ascend") {
+        raise(ErrorCode::kInvalidArgument,
+              "--quantization '{}': {} is a ModelSlim checkpoint ({}), which runs as stored; drop the flag or pass "
+              "auto (or ascend)",
+              requested, model_dir.string(), desc.filename().string());
+    }
+    Quantization q;
+    q.checkpoint = CheckpointQuant::kModelSlim;
+    q.format = "modelslim";
+    q.int8 = true;
+    q.description_file = desc.string();
+    q.modelslim = std::make_shared<const std::map<std::string, std::string>>(
+        parse_modelslim_description(io::read_json_file(desc), desc.string()));
+    return q;
 }
 
 Quantization resolve_quantization(const io::HfConfig& config, const std::string& requested) {
@@ -83,11 +194,27 @@ Quantization resolve_quantization(const io::HfConfig& config, const std::string&
         if (method == "compressed-tensors") {
             check_compressed_tensors(*qc, config.label());
             q.checkpoint = CheckpointQuant::kW8A8Int8;
+            q.format = "compressed-tensors";
             if (qc->contains("ignore") && (*qc)["ignore"].is_array()) {
                 for (const auto& s : (*qc)["ignore"]) q.ignore.push_back(s.get<std::string>());
             }
+        } else if (method == "npu_w8a8_dynamic") {
+            // OmniInfer's later scheme: W8A8_DYNAMIC by another name, weight_scale [N] or [N, 1]
+            q.checkpoint = CheckpointQuant::kW8A8Int8;
+            q.format = "npu_w8a8_dynamic (OmniInfer)";
+            for (const char* key : {"ignore", "ignored_layers"}) {
+                if (qc->contains(key) && (*qc)[key].is_array()) {
+                    for (const auto& s : (*qc)[key]) q.ignore.push_back(s.get<std::string>());
+                }
+            }
+        } else if (method == "osl" || method == "golden-stick" || method == "golden_stick") {
+            raise(ErrorCode::kUnsupported,
+                  "{}: quantization_config.quant_method '{}' is a MindSpore golden-stick (MindFormers) A8W8 "
+                  "checkpoint; moeserve does not load it yet (docs/quantization.md says what it would take)",
+                  config.label(), method);
         } else if (method == "fp8") {
             q.checkpoint = CheckpointQuant::kFp8Block;
+            q.format = "fp8";
             if (qc->value("fmt", "e4m3") != "e4m3") {
                 raise(ErrorCode::kUnsupported, "{}: fp8 fmt '{}' is not supported (expected e4m3)", config.label(),
                       qc->value("fmt", ""));
@@ -112,7 +239,8 @@ Quantization resolve_quantization(const io::HfConfig& config, const std::string&
         } else {
             raise(ErrorCode::kUnsupported,
                   "{}: quantization_config.quant_method '{}' is not supported (supported: compressed-tensors W8A8 "
-                  "int8, fp8 with weight_block_size)",
+                  "int8, npu_w8a8_dynamic, fp8 with weight_block_size; ModelSlim checkpoints are recognised by "
+                  "their quant_model_description.json)",
                   config.label(), method);
         }
     }
@@ -196,12 +324,133 @@ Int8Matrix load_int8_matrix(const io::WeightSource& weights, const std::string& 
         if (!weights.contains(sname) || weights.get(sname).numel() != rows) {
             raise(ErrorCode::kInvalidModel, "I8 tensor '{}' needs '{}' with {} per-channel scales", name, sname, rows);
         }
+        check_weight_offset_zero(weights, name);
         Int8Matrix m{Tensor(DType::kI8, {rows, cols}), weights.load_f32(sname)};
         std::memcpy(m.data.data(), w.data, size_t(rows * cols));
         return m;
     }
     const Tensor f = load_dequantized_f32(weights, name, quant.block_rows, quant.block_cols);
     return quantize_matrix_int8(f.as<float>(), rows, cols);
+}
+
+void check_weight_offset_zero(const io::WeightSource& weights, const std::string& weight_name) {
+    const std::string oname = module_of(weight_name) + ".weight_offset";
+    if (!weights.contains(oname)) return;
+    const Tensor off = weights.load_f32(oname);
+    for (int64_t i = 0; i < off.numel(); ++i) {
+        if (off.as<float>()[i] != 0.0f) {
+            raise(ErrorCode::kUnsupported,
+                  "'{}' has a nonzero value ({}) at {}; moeserve runs symmetric int8 weights only (weight_offset all "
+                  "zeros)",
+                  oname, off.as<float>()[i], i);
+        }
+    }
+}
+
+namespace {
+
+// The single value of a [1] (or []) per-tensor parameter, as f32.
+float scalar_param(const io::WeightSource& weights, const std::string& name) {
+    if (!weights.contains(name)) {
+        raise(ErrorCode::kInvalidModel, "static W8A8 tensor '{}' is missing from {}", name, weights.dir().string());
+    }
+    const TensorView v = weights.get(name);
+    if (v.numel() != 1) {
+        raise(ErrorCode::kInvalidModel, "'{}' has shape {}; a per-tensor activation parameter has one value", name,
+              v.shape.str());
+    }
+    if (v.dtype != DType::kF32 && v.dtype != DType::kBF16 && v.dtype != DType::kF16) {
+        raise(ErrorCode::kInvalidModel, "'{}' has dtype {}; expected F32, BF16 or F16", name, dtype_name(v.dtype));
+    }
+    return weights.load_f32(name).as<float>()[0];
+}
+
+}  // namespace
+
+StaticInt8Matrix load_static_int8(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
+                                  int64_t in_features) {
+    StaticInt8Matrix m;
+    const std::string wname = prefix + ".weight";
+    const TensorView w = weights.get(wname);
+    if (w.dtype != DType::kI8 || !(w.shape == Shape{out_features, in_features})) {
+        raise(ErrorCode::kInvalidModel, "static W8A8 weight '{}' is {} {}; expected I8 [{}, {}]", wname,
+              dtype_name(w.dtype), w.shape.str(), out_features, in_features);
+    }
+    m.data = Tensor(DType::kI8, {out_features, in_features});
+    std::memcpy(m.data.data(), w.data, static_cast<size_t>(out_features * in_features));
+    m.input_scale = scalar_param(weights, prefix + ".input_scale");
+    m.input_offset = scalar_param(weights, prefix + ".input_offset");
+    if (!(m.input_scale > 0.0f) || !std::isfinite(m.input_scale)) {
+        raise(ErrorCode::kInvalidModel, "'{}.input_scale' is {}; it must be a positive finite number", prefix,
+              m.input_scale);
+    }
+    if (m.input_offset != std::nearbyint(m.input_offset) || m.input_offset < -128.0f || m.input_offset > 127.0f) {
+        raise(ErrorCode::kInvalidModel, "'{}.input_offset' is {}; a zero point must be an integer in [-128, 127]",
+              prefix, m.input_offset);
+    }
+    // vllm-ascend: input_scale in the params dtype (bf16), its reciprocal in bf16 too
+    m.x_mul = bf16_to_f32(f32_to_bf16(1.0f / bf16_to_f32(f32_to_bf16(m.input_scale))));
+    // deq_scale [N]: F32, or I64 (F32 bits in the low 32 bits: the fp16-model form)
+    const std::string dname = prefix + ".deq_scale";
+    if (!weights.contains(dname)) {
+        raise(ErrorCode::kInvalidModel, "static W8A8 tensor '{}' is missing from {}", dname, weights.dir().string());
+    }
+    const TensorView d = weights.get(dname);
+    if (d.numel() != out_features || d.shape.rank() != 1) {
+        raise(ErrorCode::kInvalidModel, "'{}' has shape {}; expected [{}] (one per output channel)", dname,
+              d.shape.str(), out_features);
+    }
+    m.deq_scale = Tensor(DType::kF32, {out_features});
+    float* ds = m.deq_scale.as<float>();
+    if (d.dtype == DType::kF32) {
+        std::memcpy(ds, d.data, static_cast<size_t>(out_features) * 4);
+    } else if (d.dtype == DType::kI64) {
+        for (int64_t i = 0; i < out_features; ++i) {
+            int64_t v;
+            std::memcpy(&v, static_cast<const char*>(d.data) + i * 8, 8);
+            const auto bits = static_cast<uint32_t>(static_cast<uint64_t>(v) & 0xFFFFFFFFu);
+            std::memcpy(&ds[i], &bits, 4);
+        }
+    } else {
+        raise(ErrorCode::kInvalidModel,
+              "'{}' has dtype {}; a ModelSlim deq_scale is F32 (bf16 models) or I64 holding f32 bits (fp16 models)",
+              dname, dtype_name(d.dtype));
+    }
+    const std::string bname = prefix + ".quant_bias";
+    if (!weights.contains(bname)) {
+        raise(ErrorCode::kInvalidModel, "static W8A8 tensor '{}' is missing from {}", bname, weights.dir().string());
+    }
+    const TensorView b = weights.get(bname);
+    if (b.dtype != DType::kI32 || b.numel() != out_features || b.shape.rank() != 1) {
+        raise(ErrorCode::kInvalidModel, "'{}' is {} {}; expected I32 [{}]", bname, dtype_name(b.dtype),
+              b.shape.str(), out_features);
+    }
+    m.quant_bias = Tensor(DType::kI32, {out_features});
+    std::memcpy(m.quant_bias.data(), b.data, static_cast<size_t>(out_features) * 4);
+    return m;
+}
+
+void check_fused_shards(const io::WeightSource& weights, const Quantization& quant,
+                        const std::vector<std::string>& modules) {
+    if (quant.checkpoint != CheckpointQuant::kModelSlim || modules.size() < 2) return;
+    const LinearScheme first = quant.scheme(modules[0]);
+    for (size_t i = 1; i < modules.size(); ++i) {
+        if (quant.scheme(modules[i]) != first) {
+            raise(ErrorCode::kInvalidModel,
+                  "{}: '{}.weight' and '{}.weight' share an input (one fused matmul) but have different types",
+                  quant.description_file, modules[0], modules[i]);
+        }
+        if (first != LinearScheme::kW8A8Static) continue;
+        for (const char* p : {".input_scale", ".input_offset"}) {
+            const float a = scalar_param(weights, modules[0] + p), b = scalar_param(weights, modules[i] + p);
+            if (a != b) {
+                raise(ErrorCode::kInvalidModel,
+                      "'{}{}' = {} but '{}{}' = {}: linears that share an input must share its static quantization "
+                      "(vllm-ascend keeps one per fused module)",
+                      modules[0], p, a, modules[i], p, b);
+            }
+        }
+    }
 }
 
 }  // namespace moeserve::model

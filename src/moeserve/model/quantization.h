@@ -4,7 +4,11 @@
 // weight_scale_inv per 128 x 128 block), and load-time W8A8 of a bf16 checkpoint.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,6 +22,21 @@ enum class CheckpointQuant {
     kNone,      // bf16 / f16 / f32 weights
     kW8A8Int8,  // compressed-tensors int-quantized: PREFIX.weight I8 + PREFIX.weight_scale
     kFp8Block,  // quant_method fp8: PREFIX.weight F8_E4M3 + PREFIX.weight_scale_inv [ceil(out/br), ceil(in/bc)]
+    kModelSlim, // Ascend ModelSlim: quant_model_description.json names each tensor's type (docs/quantization.md)
+};
+
+// How one linear of a ModelSlim checkpoint is stored and run (its quant_model_description type).
+enum class LinearScheme {
+    kFloat,        // FLOAT: bf16 / f16 / f32 weights
+    kW8A8Dynamic,  // W8A8_DYNAMIC: I8 weight + weight_scale, dynamic per-token int8 activations
+    kW8A8Static,   // W8A8: I8 weight, per-tensor input_scale/input_offset, int32 quant_bias, deq_scale
+};
+
+// What the loader counted, for the load log (shared by the copies of a Quantization; atomics:
+// ranks may load in parallel threads).
+struct LinearCounts {
+    std::atomic<int64_t> float_linears{0}, dynamic_linears{0}, static_linears{0};
+    std::atomic<int64_t> dynamic_experts{0}, float_experts{0};  // routed / shared / dense MLP experts
 };
 
 struct Quantization {
@@ -26,6 +45,17 @@ struct Quantization {
     bool int8_lm_head = false;                   // also the lm_head (llama.cpp's Q8_0 does; vLLM's W8A8 does not)
     int64_t block_rows = 128, block_cols = 128;  // FP8 weight_block_size
     std::vector<std::string> ignore;             // compressed-tensors ignore: module names, or "re:<regex>"
+    std::string format = "none";                 // for logs: none | compressed-tensors | fp8 | modelslim
+    // ModelSlim: tensor name -> type, from `description_file` (meta keys and non-string values left out).
+    std::shared_ptr<const std::map<std::string, std::string>> modelslim;
+    std::string description_file;
+    std::shared_ptr<LinearCounts> counts = std::make_shared<LinearCounts>();
+
+    // ModelSlim: the scheme of module (weight name without ".weight"), from the description's
+    // entry for module + ".weight". Error kInvalidModel naming the tensor and the file when the
+    // entry is missing, kUnsupported for a type moeserve does not run (W8A16, W4A8_DYNAMIC, ...).
+    // Other checkpoints: kW8A8Dynamic when int8_module(module), else kFloat.
+    LinearScheme scheme(const std::string& module) const;
 
     // Whether the module (weight name without ".weight", e.g. "model.layers.0.mlp.gate") runs in
     // int8: int8 is on and the module is not high precision. High precision: the ignore list,
@@ -43,6 +73,43 @@ struct Quantization {
 // converted to bf16), "none" (dequantize everything to bf16/f32). Errors (kInvalidArgument /
 // kUnsupported) name config.json or the flag, what was found and what is supported.
 Quantization resolve_quantization(const io::HfConfig& config, const std::string& requested);
+// As above, and first looks in model_dir for ModelSlim's quant_model_description.json (or one
+// quant_model_description_*.json): present, the checkpoint is ModelSlim whatever config.json's
+// quantization_config says (the MindIE saver writes one without quant_method). A ModelSlim
+// checkpoint runs as it is stored: requested must be "", "auto" or "ascend" (vllm-ascend's old
+// flag; refused on a directory without a description).
+Quantization resolve_quantization(const io::HfConfig& config, const std::string& requested,
+                                  const std::filesystem::path& model_dir);
+
+// ModelSlim description parsing (exposed for tests): a flat JSON object of tensor name -> type;
+// the meta keys and every non-string value are skipped. Error kInvalidModel naming `label`.
+std::map<std::string, std::string> parse_modelslim_description(const nlohmann::json& j, const std::string& label);
+
+// Static W8A8 (ModelSlim "W8A8") weights of one linear, rows [row_begin, +rows) of the full [out, in].
+struct StaticInt8Matrix {
+    Tensor data;        // int8 [rows, in]
+    Tensor deq_scale;   // f32 [rows] (decoded from F32, or from I64 holding f32 bits)
+    Tensor quant_bias;  // int32 [rows]
+    float input_scale = 1.0f, input_offset = 0.0f;  // per-tensor s_x and zero point z_x
+    float x_mul = 1.0f;                             // bf16(1 / bf16(s_x)), what multiplies x
+};
+
+// Loads PREFIX.{weight, input_scale, input_offset, deq_scale, quant_bias} of a static W8A8 linear,
+// checking dtypes and shapes (Error kInvalidModel naming the tensor: e.g. a deq_scale that is
+// neither F32 nor I64, an input_offset that is not an integer).
+StaticInt8Matrix load_static_int8(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
+                                  int64_t in_features);
+
+// ModelSlim/OmniInfer W8A8_DYNAMIC: PREFIX.weight_offset, when present, must be all zeros
+// (symmetric weights); Error kUnsupported naming it otherwise.
+void check_weight_offset_zero(const io::WeightSource& weights, const std::string& weight_name);
+
+// The linears that share one input and that engines fuse into one matmul (q/k/v_proj;
+// q_a_proj + kv_a_proj_with_mqa; gate/up_proj): in a ModelSlim checkpoint they must have the same
+// type and, for W8A8, the same input_scale and input_offset (vllm-ascend keeps one per fused
+// module). Error kInvalidModel naming the two tensors otherwise. No-op for other checkpoints.
+void check_fused_shards(const io::WeightSource& weights, const Quantization& quant,
+                        const std::vector<std::string>& modules);
 
 // The weight tensor `name` (PREFIX.weight [rows, cols]) as f32 with the checkpoint's scales
 // applied: F8_E4M3 times PREFIX.weight_scale_inv blocks, I8 times PREFIX.weight_scale per row,

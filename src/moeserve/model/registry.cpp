@@ -21,16 +21,29 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& model_dir, Thread
     const std::string model_type = config.get_string("model_type", "");
     LoadOptions resolved = options;
     if (model_type == "qwen3_moe" || model_type == "deepseek_v3" || model_type == "deepseek_v2") {
-        resolved.quant = resolve_quantization(config, options.quantization);
+        resolved.quant = resolve_quantization(config, options.quantization, model_dir);
     }
+    auto check_not_mindformers = [&](const io::WeightSource& w) {
+        // MindSpore golden-stick A8W8 keeps MindFormers parameter names (docs/quantization.md)
+        for (const char* mf : {"model.tok_embeddings.embedding_weight", "model.norm_out.weight"}) {
+            if (w.contains(mf)) {
+                raise(ErrorCode::kUnsupported,
+                      "{}: tensor '{}' has a MindFormers name: this is a MindSpore golden-stick (A8W8) checkpoint, "
+                      "which moeserve does not load yet; convert it to HF names first",
+                      model_dir.string(), mf);
+            }
+        }
+    };
     if (model_type == "qwen3_moe") {
         const Qwen3MoeConfig c = Qwen3MoeConfig::from_json(config);
         std::shared_ptr<const io::WeightSource> weights = io::WeightSource::open(model_dir);
+        check_not_mindformers(*weights);
         return std::make_unique<Qwen3MoeModel>(c, std::move(weights), pool, resolved);
     }
     if (model_type == "deepseek_v3" || model_type == "deepseek_v2") {
         const DeepseekV3Config c = DeepseekV3Config::from_json(config);
         std::shared_ptr<const io::WeightSource> weights = io::WeightSource::open(model_dir);
+        check_not_mindformers(*weights);
         return std::make_unique<DeepseekV3Model>(c, std::move(weights), pool, resolved);
     }
     raise(ErrorCode::kUnsupported, "{}: model_type '{}' is not supported; supported: {}", config.label(),

@@ -82,6 +82,8 @@ DeepseekV3Model::DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr
                     {},
                     {},
                     {},
+                    {},
+                    {},
                     {}};
         active_bytes += static_cast<int64_t>(layer.attention.weight_bytes());
         if (layer.is_moe) {
@@ -107,9 +109,14 @@ DeepseekV3Model::DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr
             active_bytes += static_cast<int64_t>(layer.experts.weight_bytes());
         }
         rank_bytes += static_cast<int64_t>(layer.attention.weight_bytes() + layer.experts.weight_bytes()) + 2 * h * 4;
+        layer.input_layernorm_bias = load_optional_vector_f32(w, p + "input_layernorm.bias", h);
+        layer.post_attention_layernorm_bias = load_optional_vector_f32(w, p + "post_attention_layernorm.bias", h);
         layers_.push_back(std::move(layer));
     }
     norm_ = load_vector_f32(w, "model.norm.weight", h);
+    if (w.contains("model.norm.bias")) {
+        raise(ErrorCode::kUnsupported, "model.norm.bias: a bias on the final norm is not supported");
+    }
     lm_head_ = Linear::load_shard(w, c.tie_word_embeddings ? "model.embed_tokens" : "lm_head", c.vocab_size, h,
                                   {vocab_shard_.begin, vocab_shard_.count, 0, -1}, false, options.quant);
     active_bytes += static_cast<int64_t>(lm_head_.weight_bytes());
@@ -136,6 +143,7 @@ DeepseekV3Model::DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr
     info_.rank_weight_bytes = rank_bytes;
     if (!par_.is_single()) info_.weight_bytes = rank_bytes;  // what this rank holds
     info_.active_weight_bytes_per_token = active_bytes;
+    info_.quantization = options.quant.describe();
 }
 
 int64_t DeepseekV3Model::full_kv_bytes_per_token() const {
@@ -197,17 +205,20 @@ TensorView DeepseekV3Model::forward(const ForwardBatch& batch, KvCache& kv_base)
     // 1. embedding: ids [T] -> x [T, hidden]
     embed_vocab_parallel(par_, embed_tokens_, vocab_shard_, h, batch.token_ids.data(), t, x);
     kc::rms_norm(pool_, x, layers_[0].input_layernorm.as<float>(), t, h, eps, hs);
+    add_row_bias(layers_[0].input_layernorm_bias, hs, t, h);
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& layer = layers_[i];
         // 2. attention block: x += o_proj(mla(norm(x)))
         layer.attention.forward(pool_, hs, batch, kv.layer(static_cast<int64_t>(i)), *rope_, path_, attn_scratch_, out);
         tp_all_reduce(par_, out, t * h);  // row-parallel o_proj: partial sums over TP
         kc::add_rms_norm(pool_, x, out, layer.post_attention_layernorm.as<float>(), t, h, eps, hs);
+        add_row_bias(layer.post_attention_layernorm_bias, hs, t, h);
         // 3. MoE / MLP block: x += mlp(norm(x)); fused with the next layer's input norm
         mlp_forward(layer, hs, t, batch.moe_exchange, out);
         const float* next_norm =
             i + 1 < layers_.size() ? layers_[i + 1].input_layernorm.as<float>() : norm_.as<float>();
         kc::add_rms_norm(pool_, x, out, next_norm, t, h, eps, hs);
+        if (i + 1 < layers_.size()) add_row_bias(layers_[i + 1].input_layernorm_bias, hs, t, h);
     }
     // 4. final norm (done above) on the rows that need logits -> lm_head [R, vocab]
     return compute_logits(par_, pool_, lm_head_, c.vocab_size, hs, h, batch.logits_rows, logits_scratch_);

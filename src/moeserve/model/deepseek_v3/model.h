@@ -47,6 +47,7 @@ private:
         Tensor score_bias;  // f32 [n_routed_experts] (noaux_tc), or empty
         Experts experts;    // routed experts, or the dense MLP as one expert
         Experts shared;     // shared experts as one expert, or empty
+        Tensor input_layernorm_bias, post_attention_layernorm_bias;  // f32 [hidden] or empty (ModelSlim)
     };
     void mlp_forward(const Layer& layer, const float* h, int64_t num_tokens, parallel::MoeExchangeKind exchange,
                      float* out);

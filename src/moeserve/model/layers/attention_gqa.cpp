@@ -33,6 +33,7 @@ GqaAttention GqaAttention::load(const io::WeightSource& weights, const std::stri
     const int64_t q_dim = s.num_heads * s.head_dim;
     const int64_t kv_dim = s.num_kv_heads * s.head_dim;
     const int64_t d = s.head_dim;
+    check_fused_shards(weights, quant, {prefix + "q_proj", prefix + "k_proj", prefix + "v_proj"});
     a.shape_ = s;
     a.shape_.num_heads = heads_local;
     a.shape_.num_kv_heads = kv_local;

@@ -27,6 +27,8 @@ MlaAttention MlaAttention::load(const io::WeightSource& weights, const std::stri
     if (s.q_lora_rank > 0) {
         a.q_a_proj_ = Linear::load(weights, prefix + "q_a_proj", s.q_lora_rank, s.hidden_size, s.bias, quant);
         a.q_a_norm_ = load_vector_f32(weights, prefix + "q_a_layernorm.weight", s.q_lora_rank);
+        a.q_a_norm_bias_ = load_optional_vector_f32(weights, prefix + "q_a_layernorm.bias", s.q_lora_rank);
+        check_fused_shards(weights, quant, {prefix + "q_a_proj", prefix + "kv_a_proj_with_mqa"});
         a.q_b_proj_ = Linear::load_shard(weights, prefix + "q_b_proj", s.num_heads * qk, s.q_lora_rank,
                                          {h0 * qk, heads * qk, 0, -1}, false, quant);
     } else {
@@ -36,6 +38,7 @@ MlaAttention MlaAttention::load(const io::WeightSource& weights, const std::stri
     a.kv_a_proj_ = Linear::load(weights, prefix + "kv_a_proj_with_mqa", s.kv_lora_rank + s.qk_rope_head_dim,
                                 s.hidden_size, s.bias, quant);
     a.kv_a_norm_ = load_vector_f32(weights, prefix + "kv_a_layernorm.weight", s.kv_lora_rank);
+    a.kv_a_norm_bias_ = load_optional_vector_f32(weights, prefix + "kv_a_layernorm.bias", s.kv_lora_rank);
     const int64_t per_head = s.qk_nope_head_dim + s.v_head_dim;
     const int64_t kv_b_rows = s.num_heads * per_head;
     a.kv_b_proj_ = Linear::load_shard(weights, prefix + "kv_b_proj", kv_b_rows, s.kv_lora_rank,
@@ -88,6 +91,7 @@ void MlaAttention::forward(ThreadPool& pool, const float* h, const ForwardBatch&
         s.q_a.resize(static_cast<size_t>(t * c.q_lora_rank));
         q_a_proj_.forward(pool, h, t, s.q_a.data());
         kc::rms_norm(pool, s.q_a.data(), q_a_norm_.as<float>(), t, c.q_lora_rank, eps, s.q_a.data());
+        add_row_bias(q_a_norm_bias_, s.q_a.data(), t, c.q_lora_rank);
         q_b_proj_.forward(pool, s.q_a.data(), t, q);
     } else {
         q_proj_.forward(pool, h, t, q);
@@ -96,6 +100,7 @@ void MlaAttention::forward(ThreadPool& pool, const float* h, const ForwardBatch&
     kv_a_proj_.forward(pool, h, t, kv_a);
     for (int64_t i = 0; i < t; ++i) std::copy_n(kv_a + i * row, r, s.latent.data() + i * r);
     kc::rms_norm(pool, s.latent.data(), kv_a_norm_.as<float>(), t, r, eps, s.latent.data());
+    add_row_bias(kv_a_norm_bias_, s.latent.data(), t, r);
     for (int64_t i = 0; i < t; ++i) std::copy_n(s.latent.data() + i * r, r, kv_a + i * row);
     // 3. RoPE on q_pe (every head) and on the shared k_pe
     rope.apply(q + dn, t, heads, qk, heads * qk, batch.positions.data());

@@ -59,7 +59,19 @@ Experts Experts::load(const io::WeightSource& weights, const std::vector<std::st
     e.expert_begin_ = expert_begin;
     e.num_experts_ = n;
     const int64_t proj = inter * hidden;
+    if (n > 0) {
+        // gate|up|down run as one unit: one type for all three (vllm-ascend reads expert 0's)
+        check_fused_shards(weights, quant, {prefixes[0] + "gate_proj", prefixes[0] + "up_proj"});
+        check_fused_shards(weights, quant, {prefixes[0] + "gate_proj", prefixes[0] + "down_proj"});
+        if (quant.scheme(prefixes[0] + "gate_proj") == LinearScheme::kW8A8Static) {
+            raise(ErrorCode::kUnsupported,
+                  "{}: '{}gate_proj.weight' is static W8A8; moeserve runs MLPs and experts as FLOAT or W8A8_DYNAMIC "
+                  "(the ModelSlim mix)",
+                  quant.description_file, prefixes[0]);
+        }
+    }
     if (n > 0 && quant.int8_module(prefixes[0] + "gate_proj")) {
+        quant.counts->dynamic_experts += 1;
         e.int8_ = true;
         e.gate_up_ = Tensor(DType::kI8, {n, 2 * inter, hidden});
         e.down_ = Tensor(DType::kI8, {n, hidden, inter});
@@ -78,6 +90,7 @@ Experts Experts::load(const io::WeightSource& weights, const std::vector<std::st
         }
         return e;
     }
+    if (n > 0) quant.counts->float_experts += 1;
     e.gate_up_ = Tensor(DType::kBF16, {n, 2 * inter, hidden});
     e.down_ = Tensor(DType::kBF16, {n, hidden, inter});
     for (int64_t i = 0; i < n; ++i) {

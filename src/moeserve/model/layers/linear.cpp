@@ -5,6 +5,7 @@
 #include "moeserve/core/error.h"
 #include "moeserve/kernels/cpu/linear.h"
 #include "moeserve/kernels/cpu/linear_int8.h"
+#include "moeserve/kernels/cpu/linear_int8_static.h"
 #include "moeserve/model/layers/weight_loading.h"
 
 namespace moeserve::model {
@@ -14,13 +15,29 @@ Linear Linear::load(const io::WeightSource& weights, const std::string& prefix, 
     Linear l;
     const std::string name = prefix + ".weight";
     l.weight_ = get_checked(weights, name, Shape{out_features, in_features});
-    if (quant.int8_module(prefix)) {
+    const LinearScheme scheme = quant.scheme(prefix);
+    if (scheme == LinearScheme::kW8A8Static) {
+        StaticInt8Matrix m = load_static_int8(weights, prefix, out_features, in_features);
+        l.static_ = true;
+        l.w8_ = std::move(m.data);
+        l.w8_scale_ = std::move(m.deq_scale);
+        l.quant_bias_ = std::move(m.quant_bias);
+        l.x_mul_ = m.x_mul;
+        l.x_zero_ = m.input_offset;
+        l.weight_ = TensorView{};
+        quant.counts->static_linears += 1;
+        // NOTE(#20): a float PREFIX.bias next to a static linear is already folded into quant_bias
+        return l;
+    }
+    if (scheme == LinearScheme::kW8A8Dynamic) {
         Int8Matrix m = load_int8_matrix(weights, name, quant);
         l.int8_ = true;
         l.w8_ = std::move(m.data);
         l.w8_scale_ = std::move(m.scale);
         l.weight_ = TensorView{};
+        quant.counts->dynamic_linears += 1;
     } else {
+        quant.counts->float_linears += 1;
         switch (l.weight_.dtype) {
             case DType::kBF16:
             case DType::kF32: break;
@@ -59,6 +76,26 @@ Linear Linear::load_shard(const io::WeightSource& weights, const std::string& pr
     Linear full = load(weights, prefix, out_features, in_features, has_bias, quant);
     if (rows == out_features && cols == in_features) return full;
     Linear l;
+    if (full.static_) {
+        // rows: a slice of deq_scale and quant_bias; columns (row-parallel): the per-tensor
+        // quantization is elementwise, so the partial sums add up; quant_bias is added once
+        l.static_ = true;
+        l.x_mul_ = full.x_mul_;
+        l.x_zero_ = full.x_zero_;
+        l.w8_ = Tensor(DType::kI8, {rows, cols});
+        l.w8_scale_ = Tensor(DType::kF32, {rows});
+        if (shard.adds_constants()) l.quant_bias_ = Tensor(DType::kI32, {rows});
+        for (int64_t r = 0; r < rows; ++r) {
+            std::memcpy(l.w8_.as<int8_t>() + r * cols,
+                        full.w8_.as<int8_t>() + (shard.row_begin + r) * in_features + shard.col_begin,
+                        static_cast<size_t>(cols));
+            l.w8_scale_.as<float>()[r] = full.w8_scale_.as<float>()[shard.row_begin + r];
+            if (shard.adds_constants()) {
+                l.quant_bias_.as<int32_t>()[r] = full.quant_bias_.as<int32_t>()[shard.row_begin + r];
+            }
+        }
+        return l;
+    }
     if (full.int8_) {
         // int8 rectangle; the per-row scales of the full rows stay valid for a column slice
         l.int8_ = true;
@@ -103,7 +140,17 @@ Linear Linear::load_shard(const io::WeightSource& weights, const std::string& pr
 void Linear::forward(ThreadPool& pool, const float* x, int64_t rows, float* out) const {
     const int64_t n = out_features();
     const int64_t k = in_features();
-    if (int8_) {
+    if (static_) {
+        kernels::cpu::Int8Scratch scratch;
+        const kernels::cpu::StaticInt8Weights w{w8_.as<const int8_t>(),
+                                                quant_bias_.empty() ? nullptr : quant_bias_.as<const int32_t>(),
+                                                w8_scale_.as<const float>(),
+                                                n,
+                                                k,
+                                                x_mul_,
+                                                x_zero_};
+        kernels::cpu::linear_int8_static(pool, x, rows, w, out, scratch);
+    } else if (int8_) {
         kernels::cpu::Int8Scratch scratch;
         kernels::cpu::linear_int8(pool, x, rows, k, w8_.as<const int8_t>(), w8_scale_.as<const float>(), n, out,
                                   scratch);

@@ -1,7 +1,9 @@
 // Linear layer y = x @ W^T (+ b). The weight stays in the checkpoint's precision: a bf16 view of
 // the mapped file (zero-copy), or f32 (F32 kept as is, F16 converted to f32 at load); FP8
 // block-scaled weights become bf16, int8 ones f32, unless the layer runs W8A8: then int8
-// [out, in] with one f32 scale per output channel, activations quantized per token.
+// [out, in] with one f32 scale per output channel, activations quantized per token. A ModelSlim
+// static W8A8 linear keeps int8 weights, one per-tensor activation scale and zero point, an int32
+// bias added before the per-channel dequantization scale (kernels/cpu/linear_int8_static.h).
 #pragma once
 
 #include <string>
@@ -19,6 +21,10 @@ namespace moeserve::model {
 struct LinearShard {
     int64_t row_begin = 0, rows = -1;
     int64_t col_begin = 0, cols = -1;
+    // Whether this rank adds the per-output constants that must be added once over a row-parallel
+    // TP group (a static W8A8 quant_bias; the float bias has its own has_bias flag). Default: the
+    // rank that holds the first columns.
+    bool adds_constants() const { return col_begin == 0; }
 };
 
 class Linear {
@@ -38,10 +44,13 @@ public:
     // x f32 [rows, in] -> out f32 [rows, out].
     void forward(ThreadPool& pool, const float* x, int64_t rows, float* out) const;
 
-    int64_t in_features() const { return int8_ ? w8_.dim(1) : weight_.dim(1); }
-    int64_t out_features() const { return int8_ ? w8_.dim(0) : weight_.dim(0); }
-    size_t weight_bytes() const { return int8_ ? w8_.nbytes() + w8_scale_.nbytes() : weight_.nbytes(); }
-    bool is_int8() const { return int8_; }
+    int64_t in_features() const { return int8_ || static_ ? w8_.dim(1) : weight_.dim(1); }
+    int64_t out_features() const { return int8_ || static_ ? w8_.dim(0) : weight_.dim(0); }
+    size_t weight_bytes() const {
+        return int8_ || static_ ? w8_.nbytes() + w8_scale_.nbytes() + quant_bias_.nbytes() : weight_.nbytes();
+    }
+    bool is_int8() const { return int8_ || static_; }
+    bool is_static_int8() const { return static_; }
 
 private:
     TensorView weight_;  // bf16 | f32 [out_features, in_features]
@@ -49,6 +58,11 @@ private:
     Tensor bias_;        // f32 [out_features], or empty
     bool int8_ = false;  // W8A8: w8_ int8 [out_features, in_features], w8_scale_ f32 [out_features]
     Tensor w8_, w8_scale_;
+    // static W8A8 (ModelSlim): w8_ int8 [out, in], w8_scale_ = deq_scale f32 [out], quant_bias_
+    // int32 [out] (empty on the TP ranks that do not add it), activations x * x_mul_ + x_zero_
+    bool static_ = false;
+    Tensor quant_bias_;
+    float x_mul_ = 1.0f, x_zero_ = 0.0f;
 };
 
 }  // namespace moeserve::model

@@ -18,4 +18,16 @@ Tensor load_vector_f32(const io::WeightSource& weights, const std::string& name,
     return weights.load_f32(name);
 }
 
+Tensor load_optional_vector_f32(const io::WeightSource& weights, const std::string& name, int64_t n) {
+    return weights.contains(name) ? load_vector_f32(weights, name, n) : Tensor();
+}
+
+void add_row_bias(const Tensor& bias, float* x, int64_t rows, int64_t n) {
+    if (bias.empty()) return;
+    const float* b = bias.as<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < n; ++j) x[r * n + j] += b[j];
+    }
+}
+
 }  // namespace moeserve::model

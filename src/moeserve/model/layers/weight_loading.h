@@ -14,4 +14,11 @@ TensorView get_checked(const io::WeightSource& weights, const std::string& name,
 // A 1-D parameter (norm gain, bias) converted to f32 [n].
 Tensor load_vector_f32(const io::WeightSource& weights, const std::string& name, int64_t n);
 
+// An optional 1-D parameter: f32 [n] when the checkpoint has `name`, else empty. ModelSlim's
+// anti-outlier pass leaves RMSNorm biases (RMSNorm(x) * w + b; <norm>.bias).
+Tensor load_optional_vector_f32(const io::WeightSource& weights, const std::string& name, int64_t n);
+
+// x [rows, n] += bias [n] per row; no-op for an empty bias.
+void add_row_bias(const Tensor& bias, float* x, int64_t rows, int64_t n);
+
 }  // namespace moeserve::model

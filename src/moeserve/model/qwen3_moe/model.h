@@ -36,6 +36,7 @@ private:
         bool is_moe = false;
         Linear router;                    // bf16 [num_experts, hidden]
         Experts experts;                  // routed experts, or the dense MLP as one expert
+        Tensor input_layernorm_bias, post_attention_layernorm_bias;  // f32 [hidden] or empty (ModelSlim)
     };
     void moe_forward(const Layer& layer, const float* h, int64_t num_tokens, parallel::MoeExchangeKind exchange,
                      float* out);
