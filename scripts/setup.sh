@@ -6,7 +6,7 @@ set -euo pipefail
 CACHE_DIR="${MOESERVE_CACHE:-$HOME/.cache/moeserve}"
 TOK_DIR="$CACHE_DIR/tokenizers"
 
-# Debian packages of DESIGN.md, plus the build toolchain and the test reference (numpy).
+# Debian packages of the libraries (docs/architecture.md), plus the build toolchain and the test reference (numpy).
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev

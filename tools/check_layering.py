@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fails when a module includes a module it must not (CONVENTIONS.md section 2, layering table)."""
+"""Fails when a module includes a module it must not (docs/architecture.md "Layering")."""
 import pathlib
 import re
 import sys
@@ -39,7 +39,7 @@ def main() -> int:
     for b in bad:
         print(b, file=sys.stderr)
     if bad:
-        print(f"layering: {len(bad)} upward include(s); see CONVENTIONS.md section 2", file=sys.stderr)
+        print(f"layering: {len(bad)} upward include(s); see docs/architecture.md "Layering"", file=sys.stderr)
         return 1
     print("layering: ok")
     return 0

@@ -1,4 +1,4 @@
-// `moeserve serve`: the API server process plus its rank processes (DESIGN.md, Processes), with
+// `moeserve serve`: the API server process plus its rank processes (docs/architecture.md, "Processes"), with
 // vllm serve's flags. One rank process per local (dp_rank, tp_rank); the head also hosts the
 // rendezvous store and the ZeroMQ sockets every DP group's engine connects to; `--headless` nodes
 // run only their ranks. SIGTERM drains and exits 0. The rank process itself: rank_command.cpp.

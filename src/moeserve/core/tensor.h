@@ -48,7 +48,7 @@ struct TensorView {
     int64_t dim(int i) const { return shape[i]; }
     int rank() const { return shape.rank(); }
 
-    // Typed access; checks the dtype matches T.
+    // Typed access, unchecked: the caller knows the dtype (the `dtype` field says it).
     template <typename T>
     T* as() const {
         return static_cast<T*>(data);

@@ -1,4 +1,4 @@
-// DpCoordinator: the DP + EP step protocol around one rank's EngineCore (DESIGN.md "DP + EP step
+// DpCoordinator: the DP + EP step protocol around one rank's EngineCore (docs/architecture.md "DP step
 // protocol"). Every step: propose -> ONE DP control collective (parallel/dp_control.h) -> every
 // rank runs a forward of the agreed phase, real or dummy, with the phase's MoE exchange. Without
 // PD hybrid the agreed phase is "mixed" (each rank its normal batch); with it, PREFILL if any rank

@@ -1,4 +1,4 @@
-// The engine process loop (DESIGN.md, Processes): EngineCore + the ipc channel to the API
+// The engine process loop (docs/architecture.md, "Processes"): EngineCore + the ipc channel to the API
 // server. Receives AddRequest/Abort, steps while there is work, sends every step's outputs with
 // the core's stats, and blocks on the socket when idle (waking only to send a heartbeat). Under
 // data parallelism the DP variant runs one DpCoordinator round per iteration instead, so all DP

@@ -1,4 +1,4 @@
-// ZeroMQ transport of the ipc messages (DESIGN.md, Processes): the API server binds one PULL
+// ZeroMQ transport of the ipc messages (docs/architecture.md, "Processes"): the API server binds one PULL
 // socket that every engine pushes its outputs to, and one PUSH socket per engine for requests.
 // ipc:// addresses on one host, tcp:// across hosts. Every wait is bounded; a dropped connection
 // is reported as an event so a dead engine is noticed (plus ZMTP heartbeats for tcp peers).

@@ -1,4 +1,4 @@
-// The messages between the API server and the engine cores (DESIGN.md, Processes): plain
+// The messages between the API server and the engine cores (docs/architecture.md, "Processes"): plain
 // structs, token ids only (never text). codec.h turns them into msgpack bytes; channel.h moves
 // them over ZeroMQ. The engine and the server both see these types, nothing of each other.
 #pragma once

@@ -1,5 +1,5 @@
 // Model registry: config.json model_type -> architecture. The one place that knows every
-// supported architecture; tests check that supported_model_types() and the factory agree.
+// supported architecture (supported_model_types() lists what the factory builds).
 #pragma once
 
 #include <filesystem>

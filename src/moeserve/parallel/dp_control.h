@@ -1,4 +1,4 @@
-// The per-step DP control collective (DESIGN.md "DP + EP step protocol", step 2): one small
+// The per-step DP control collective (docs/architecture.md "DP step protocol", step 2): one small
 // all-gather of a fixed int64 vector per rank carries everything the DP groups must agree on
 // before a step: the phase votes, token counts (to size collective buffers), and whether any rank
 // still has unfinished requests. Every rank derives the same DpAgreement from the same gathered

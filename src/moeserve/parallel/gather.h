@@ -1,7 +1,7 @@
 // Row gathers over a group: each rank holds a variable number of rows of the same width.
 // Two algorithms that must give identical results (tested):
 //   all_gather_rows_padded: exchange counts, pad every rank's rows to the maximum, all-gather
-//                           fixed-size blocks, unpad (DESIGN.md "padded two-stage all-gather");
+//                           fixed-size blocks, unpad (docs/architecture.md "MoE exchange");
 //   all_gather_rows_v:      exchange counts, then one variable-size all-gather.
 #pragma once
 

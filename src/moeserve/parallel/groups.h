@@ -1,6 +1,6 @@
 // ParallelContext: what one rank holds of the parallel layout: its groups and a Communicator per
 // group (TP, DP, EP). Built by connect_gloo() (processes) or make_local_world() (threads, tests).
-// No globals: the context is an object passed down (CONVENTIONS.md 4).
+// No globals: the context is an object passed down (docs/conventions.md 6).
 #pragma once
 
 #include <chrono>

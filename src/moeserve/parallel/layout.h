@@ -12,13 +12,13 @@
 //
 //   TP group: the tp ranks of one DP group (attention heads, dense MLP, vocabulary split).
 //   DP group: the ranks with the same tp_rank across DP groups; the tp_rank-0 DP group carries
-//             the per-step control all-reduce of the engine cores (parallel/dp_control.h).
+//             the per-step control all-gather of the engine cores (parallel/dp_control.h).
 //   EP group: ep consecutive ranks (ep divides world); experts are split across it. ep = world
 //             is the usual --enable-expert-parallel; ep < world repeats expert shards
 //             (dp=4, tp=1, ep=2: EP groups [0 1] and [2 3]); ep = 1 means no EP (experts are then
 //             split TP-wise along moe_intermediate_size).
 //
-// LOCK-STEP RULE (DESIGN.md "DP + EP step protocol"): every rank of an EP group must issue the same
+// LOCK-STEP RULE (docs/architecture.md "DP step protocol"): every rank of an EP group must issue the same
 // sequence of collectives with the same kinds each step. An EP group spanning several DP groups
 // therefore forces those DP groups to step together: each step starts with the DP control
 // collective (dp_control.h), and a DP group without work runs a dummy batch that still takes part

@@ -1,4 +1,4 @@
-// The API server's client of N engine cores (the DP client of DESIGN.md): sends each request to
+// The API server's client of N engine cores (the DP client, docs/architecture.md): sends each request to
 // the least-loaded healthy engine, routes its outputs back to a per-request callback, and fails
 // the in-flight requests of an engine that disconnects or stops answering. Sees only ipc types.
 // Load = outstanding work in tokens: prompt tokens not yet prefilled plus output tokens still owed

@@ -1,4 +1,4 @@
-// The OpenAI-compatible routes (DESIGN.md serve/): /v1/completions, /v1/chat/completions,
+// The OpenAI-compatible routes (docs/architecture.md, "The request path through the API server"): /v1/completions, /v1/chat/completions,
 // /v1/models, /health, /version, /metrics, /tokenize, /detokenize. Turns HTTP requests into
 // validated requests, engine requests (token ids) and back into JSON/SSE. routes.cpp dispatches
 // and checks access; generate_route.cpp runs the generation requests. Depends on

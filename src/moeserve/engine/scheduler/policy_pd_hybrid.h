@@ -1,4 +1,4 @@
-// PD-hybrid scheduling (DESIGN.md "DP + EP step protocol", step 3): a step runs prefill only or
+// PD-hybrid scheduling (docs/architecture.md "DP step protocol", step 3): a step runs prefill only or
 // decode only, never both; prefill has priority, bounded by a starvation guard so decodes that wait
 // behind a stream of prefills still run every few steps (TPOT stays bounded).
 //

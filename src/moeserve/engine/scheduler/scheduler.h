@@ -90,7 +90,7 @@ private:
     void schedule_running(const StepPlan& plan, TokenBudget& budget, ScheduledBatch& out);
     void schedule_waiting(TokenBudget& budget, ScheduledBatch& out);
     void preempt(Request* request, ScheduledBatch& out);
-    // Finishes a request: the one place that frees its blocks.
+    // Finishes a request and frees its blocks (preempt() frees a preempted one's too).
     ipc::RequestOutput finish(Request* request, FinishReason reason);
     bool check_stop(Request& request) const;
 

@@ -5,15 +5,14 @@
 // kernel family that has per-ISA code reads it through its own dispatch;
 // nothing ISA-specific lives in a header. The tree itself is built for
 // x86-64-v3, so avx2 is the floor of any CPU that runs it.
-//   ref     scalar matmul tiles (linear bf16/f32/int8, MoE experts); other
-//   kernels stay AVX2 avx2    AVX2 + FMA (x86-64-v3): every kernel avx512
-//   AVX-512 F/BW/VL/DQ + AVX512_BF16 + AVX512_VNNI (Zen4, Sapphire Rapids and
-//   later):
-//           vdpbf16ps bf16 GEMV/GEMM and vpdpbusd int8 GEMV/GEMM
-//   amx     avx512 plus AMX-TILE/BF16/INT8 with the XTILEDATA permission
-//   granted; no AMX tile
-//           kernels yet, so it runs the avx512 kernels. Only chosen when
-//           forced.
+//   ref     scalar matmul tiles (linear bf16/f32/int8, MoE experts); the other
+//           kernels stay AVX2
+//   avx2    AVX2 + FMA (x86-64-v3): every kernel
+//   avx512  AVX-512 F/BW/VL/DQ + AVX512_BF16 + AVX512_VNNI (Zen4, Sapphire Rapids
+//           and later): vdpbf16ps bf16 GEMV/GEMM and vpdpbusd int8 GEMV/GEMM
+//   amx     avx512 plus AMX-TILE/BF16/INT8 with the XTILEDATA permission granted;
+//           no AMX tile kernels yet, so it runs the avx512 kernels. Only chosen
+//           when forced.
 #pragma once
 
 #include <string>
