@@ -146,6 +146,20 @@ class LaunchLines(unittest.TestCase):
             finally:
                 self.assertEqual(s.stop(), 0)
 
+    def test_tokenizer_flag(self):
+        # A model folder without tokenizer files serves with --tokenizer naming another folder.
+        with tempfile.TemporaryDirectory() as d:
+            for name in os.listdir(ARGS.model):
+                if not name.startswith("tokenizer"):
+                    os.symlink(os.path.join(ARGS.model, name), os.path.join(d, name))
+            s = VllmServer(d, "--tokenizer", ARGS.model, "--max-model-len", "512", "--kv-cache-memory", "64M")
+            try:
+                status, r = s.json("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                                                     "max_tokens": 3, "response_format": {"type": "json_object"}})
+                self.assertEqual(status, 200, r)
+            finally:
+                self.assertEqual(s.stop(), 0)
+
     def test_vllm_api_key_env(self):
         s = VllmServer(ARGS.model, "--max-model-len", "512", "--kv-cache-memory", "64M",
                        env={**os.environ, "VLLM_API_KEY": "k-env"}, api_key=None)

@@ -154,7 +154,7 @@ int run_rank(const RankOptions& o) {
                                                                    : engine::SchedulingOrder::kFcfs;
     ec.engine_index = groups.dp_rank;
     std::string vocab_error;
-    ec.vocabulary = load_structured_vocabulary(o.engine.model, info.vocab_size, info.eos_token_ids, &vocab_error);
+    ec.vocabulary = load_structured_vocabulary(o.engine.tokenizer_dir(), info.vocab_size, info.eos_token_ids, &vocab_error);
     if (!ec.vocabulary) MOESERVE_LOG_W(logger, "engine", "structured outputs are off: %s", vocab_error.c_str());
     std::unique_ptr<engine::SchedulingPolicy> policy;
     if (engine.pd_hybrid) policy = std::make_unique<engine::PdHybridPolicy>();

@@ -418,7 +418,7 @@ int run_serve(ServeOptions o) {
 
     Logger logger("api", parse_log_level(o.engine.log_level));
     for (const auto& note : o.vllm.no_effect) MOESERVE_LOG_I(logger, "api", "flag with no effect here: %s", note.c_str());
-    const auto tok = tokenizer::Tokenizer::from_dir(o.engine.model);
+    const auto tok = tokenizer::Tokenizer::from_dir(o.engine.tokenizer_dir());
 
     serve::RouterConfig rc;
     rc.limits.served_model_name = o.served_model_names.empty() ? o.engine.model : o.served_model_names.front();

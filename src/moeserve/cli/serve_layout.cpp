@@ -71,6 +71,7 @@ void add_engine_options(CLI::App* sub, EngineOptions& o, bool positional_model) 
     } else {
         sub->add_option("--model", o.model, "Hugging Face model directory")->required();
     }
+    sub->add_option("--tokenizer", o.tokenizer, "folder with tokenizer.json and tokenizer_config.json (default: the model's)");
     sub->add_option("--max-num-seqs", o.max_num_seqs, "most sequences in one batch")->capture_default_str();
     sub->add_option("--max-model-len", o.max_model_len, "longest sequence, prompt + output (default: min(max_position_embeddings, 4096))");
     sub->add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "most tokens in one step")->capture_default_str();
@@ -191,6 +192,7 @@ std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, 
     if (e.pd_hybrid) a.push_back("--pd-hybrid");
     if (!e.quantization.empty()) a.insert(a.end(), {"--quantization", e.quantization});
     a.insert(a.end(), {"--scheduling-policy", e.scheduling_policy});
+    if (!e.tokenizer.empty()) a.insert(a.end(), {"--tokenizer", e.tokenizer});
     return a;
 }
 

@@ -17,6 +17,8 @@ namespace moeserve::cli {
 // Options of the engine (shared by `serve`, which forwards them, and `rank`).
 struct EngineOptions {
     std::string model;
+    std::string tokenizer;  // folder with tokenizer.json (+ tokenizer_config.json); empty = model
+    const std::string& tokenizer_dir() const { return tokenizer.empty() ? model : tokenizer; }
     int32_t max_num_seqs = 256;
     int32_t max_model_len = 0;  // 0 = min(max_position_embeddings, 4096)
     int32_t max_num_batched_tokens = 2048;
