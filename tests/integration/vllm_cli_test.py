@@ -29,7 +29,8 @@ STARTS = [
     "-tp 1 -pp 1 --max-model-len 512 --served-model-name qwen3 other-name --max-log-len 100 --revision main "
     "--api-server-count 1 --generation-config auto --disable-custom-all-reduce --enable-prompt-tokens-details",
     "-dp 2 --enable-expert-parallel --max-model-len 512 --data-parallel-size-local 2 --kv-cache-memory-bytes 64M",
-    "--max-model-len=512 --compilation-config 3 --tokenizer-mode auto --root-path /api",
+    "--max-model-len=512 --compilation-config 3 --tokenizer-mode auto --root-path /api --kv-cache-dtype fp32",
+    "--max-model-len 512 --kv-cache-dtype bfloat16 --max-num-seqs 4",
 ]
 REFUSED = [
     ("--distributed-executor-backend ray -tp 1", "there is no Ray here"),
@@ -37,6 +38,8 @@ REFUSED = [
     ("--ssl-keyfile k.pem --ssl-certfile c.pem", "TLS is not built in"),
     ("-pp 2", "no pipeline parallelism"),
     ("--dtype float16", "--dtype float16"),
+    ("--kv-cache-dtype fp8", "an fp8 KV cache is not implemented"),
+    ("--kv-cache-dtype int4", "expected auto, bf16"),
     ("--not-a-vllm-flag", "not-a-vllm-flag"),
 ]
 

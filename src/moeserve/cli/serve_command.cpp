@@ -33,6 +33,7 @@
 #include "moeserve/core/error.h"
 #include "moeserve/core/log.h"
 #include "moeserve/ipc/auth.h"
+#include "moeserve/model/kv_cache.h"
 #include "moeserve/parallel/rendezvous.h"
 #include "moeserve/serve/engine_client.h"
 #include "moeserve/serve/http_server.h"
@@ -597,6 +598,7 @@ void add_serve_command(CLI::App& app, Action* action) {
         if (const char* hybrid = std::getenv("OMNI_PD_HYBRID"); hybrid && std::string(hybrid) == "1") o->engine.pd_hybrid = true;
         *action = [o] {
             check_vllm_flags(o->vllm);
+            model::parse_kv_cache_dtype(o->engine.kv_cache_dtype, DType::kBF16);  // a bad value fails here, not in the ranks
             return run_serve(*o);
         };
     });

@@ -83,6 +83,9 @@ void add_engine_options(CLI::App* sub, EngineOptions& o, bool positional_model) 
     sub->add_option("--log-level", o.log_level, "debug | info | warning | error")->capture_default_str();
     sub->add_option("--quantization,-q", o.quantization,
                     "w8a8 | w8a8-all (lm_head too) | fp8 | none; default: the checkpoint's quantization_config");
+    sub->add_option("--kv-cache-dtype", o.kv_cache_dtype,
+                    "auto (the checkpoint's dtype: bf16) | bf16 | fp32: element type of the KV / MLA latent cache")
+        ->capture_default_str();
     sub->add_flag("--pd-hybrid", o.pd_hybrid, "PD hybrid scheduling: all DP ranks agree each step on prefill or decode (env: OMNI_PD_HYBRID=1)");
 }
 
@@ -161,9 +164,9 @@ Deployment make_deployment(const ParallelFlags& f, const nlohmann::json& config,
 std::string deployment_fingerprint(const EngineOptions& e, const Deployment& d, const std::string& config_text) {
     uint64_t h = 1469598103934665603ull;  // FNV-1a of config.json
     for (const unsigned char c : config_text) h = (h ^ c) * 1099511628211ull;
-    return fmt::format("config.json fnv1a {:016x}, dp {} tp {} ep {}, max_model_len {}, block_size {}, max_num_seqs {}, pd_hybrid {}, quantization '{}'",
+    return fmt::format("config.json fnv1a {:016x}, dp {} tp {} ep {}, max_model_len {}, block_size {}, max_num_seqs {}, pd_hybrid {}, quantization '{}', kv_cache_dtype {}",
                        h, d.sizes.dp, d.sizes.tp, d.sizes.ep, e.max_model_len, e.block_size, e.max_num_seqs, e.pd_hybrid ? 1 : 0,
-                       e.quantization);
+                       e.quantization, e.kv_cache_dtype);
 }
 
 std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, int rank, int store_port,
@@ -185,6 +188,7 @@ std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, 
     if (!e.enable_prefix_caching) a.push_back("--no-enable-prefix-caching");
     if (e.pd_hybrid) a.push_back("--pd-hybrid");
     if (!e.quantization.empty()) a.insert(a.end(), {"--quantization", e.quantization});
+    a.insert(a.end(), {"--kv-cache-dtype", e.kv_cache_dtype});
     return a;
 }
 

@@ -185,17 +185,15 @@ void MlaAttention::attend_expanded(ThreadPool& pool, const ForwardBatch& batch, 
     // 1. every cached latent of the sequence -> kv_b_proj -> [L, H, k_nope + v]
     s.latent.resize(static_cast<size_t>(std::max(len, batch.num_tokens()) * r));
     s.kv.resize(static_cast<size_t>(len * heads * (dn + dv)));
-    for (int64_t j = 0; j < len; ++j) {
-        const float* src = kv.cache + (int64_t{table[j / kv.block_size]} * kv.block_size + j % kv.block_size) * row;
-        std::copy_n(src, r, s.latent.data() + j * r);
-    }
+    s.rows.resize(static_cast<size_t>(len * row));
+    kc::read_latent(kv, table, 0, len, s.rows.data());  // [L, latent + rope] f32 (from f32 or bf16)
+    for (int64_t j = 0; j < len; ++j) std::copy_n(s.rows.data() + j * row, r, s.latent.data() + j * r);
     kv_b_proj_.forward(pool, s.latent.data(), len, s.kv.data());
     // 2. K [L, H, dp] = [k_nope, k_pe, 0], V [L, H, dp] = [v, 0], Q [q_len, H, dp] = [q, 0]
     s.k.assign(static_cast<size_t>(len * heads * dp), 0.0f);
     s.v.assign(static_cast<size_t>(len * heads * dp), 0.0f);
     for (int64_t j = 0; j < len; ++j) {
-        const float* k_pe =
-            kv.cache + (int64_t{table[j / kv.block_size]} * kv.block_size + j % kv.block_size) * row + r;
+        const float* k_pe = s.rows.data() + j * row + r;
         for (int64_t hd = 0; hd < heads; ++hd) {
             const float* src = s.kv.data() + (j * heads + hd) * (dn + dv);
             float* k = s.k.data() + (j * heads + hd) * dp;

@@ -40,7 +40,7 @@ enum class MlaPath {
 struct MlaScratch {
     std::vector<float> q_a, q, kv_a, latent, attn;
     std::vector<float> q_abs, lat_out, v_out;   // absorbed path
-    std::vector<float> kv, k, v, q_pad, o_pad;  // expanded path
+    std::vector<float> kv, k, v, q_pad, o_pad, rows;  // expanded path (rows: cached [latent, k_pe] f32)
     std::vector<int32_t> abs_rows, abs_start, abs_lens, abs_tables;
 };
 
