@@ -95,6 +95,13 @@ struct Stats {
     int64_t num_decode_requests_stalled = 0;  // sum over prefill steps of decodes kept waiting
     double dp_control_seconds = 0;            // in the per-step DP control collective
     double forward_seconds = 0;               // in forwards, MoE collectives included
+    // Per-step time breakdown of this engine (cumulative seconds, every step, DP or not):
+    double step_schedule_seconds = 0;  // Scheduler::schedule (admission, block allocation)
+    double step_prepare_seconds = 0;   // ForwardBatch: token ids, positions, slot mapping, block tables
+    double step_forward_seconds = 0;   // Model::forward (lm_head of the sampled rows included)
+    double step_sample_seconds = 0;    // logits -> tokens (penalties, logprobs, grammar masks, sampling)
+    double step_update_seconds = 0;    // Scheduler::update (outputs, stop checks, frees)
+    double step_output_seconds = 0;    // encoding and sending StepOutputs to the API server (IPC)
 };
 
 struct StepOutputs {
