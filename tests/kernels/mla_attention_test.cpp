@@ -107,6 +107,40 @@ TEST(MlaAttentionTest, Bf16CacheMatchesReferenceOfRoundedRows) {
     set_active_isa(saved);
 }
 
+// causal = false: every query attends all seq_lens[s] rows; lse as the reference computes it.
+TEST(MlaAttentionTest, NonCausalWithLseMatchesReference) {
+    std::mt19937 rng(6);
+    for (const Case& c : {Case{4, 32, 16, 16}, Case{9, 64, 8, 1}}) {
+        const int64_t num_blocks = 2 * ((41 + c.block_size - 1) / c.block_size) + 2;
+        const Batch b = make_batch(c.block_size, num_blocks);
+        const int64_t row = c.rank + c.rope, t = b.num_tokens();
+        test::Floats cache(num_blocks * c.block_size * row), q(t * c.heads * row);
+        test::fill_uniform(cache.data(), num_blocks * c.block_size * row, rng);
+        test::fill_uniform(q.data(), t * c.heads * row, rng, -0.5f, 0.5f);
+        const PagedLatentLayer kv{cache.data(), num_blocks, c.block_size, c.rank, c.rope};
+        test::Floats out(t * c.heads * c.rank), ref(t * c.heads * c.rank), lse(t * c.heads), lse_ref(t * c.heads);
+        MlaAttentionArgs args{q.data(),        out.data(),   t,   c.heads, 2, b.query_start.data(), b.seq_lens.data(),
+                              b.tables.data(), b.max_blocks, 0.3f};
+        args.causal = false;
+        args.lse = lse.data();
+        ThreadPool pool(2);
+        mla_attention(pool, kv, args);
+        args.out = ref.data();
+        args.lse = lse_ref.data();
+        mla_attention_ref(kv, args);
+        test::expect_close(out.data(), ref.data(), t * c.heads * c.rank, 2e-6f, "mla_attention non-causal");
+        test::expect_close(lse.data(), lse_ref.data(), t * c.heads, 2e-6f, "mla_attention lse");
+        // The last query of B (position 8: all 9 rows) is the same causal or not.
+        args.causal = true;
+        test::Floats causal(t * c.heads * c.rank);
+        args.out = causal.data();
+        args.lse = nullptr;
+        mla_attention_ref(kv, args);
+        test::expect_close(causal.data() + (t - 1) * c.heads * c.rank, ref.data() + (t - 1) * c.heads * c.rank,
+                           c.heads * c.rank, 1e-6f, "last query: causal == non-causal");
+    }
+}
+
 TEST(MlaAttentionTest, WriteLatentSkipsPadding) {
     std::vector<float> cache(4 * 2 * 3, -1.0f);
     const PagedLatentLayer kv{cache.data(), 4, 2, 2, 1};

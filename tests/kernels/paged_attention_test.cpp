@@ -78,6 +78,8 @@ void check(int64_t block_size, int64_t head_dim, int64_t num_heads, int64_t num_
     }
     const int64_t tokens = qstart.back(), qsize = tokens * num_heads * head_dim;
     test::Floats q(qsize), out(qsize), out_ref(qsize), dense(qsize);
+    const int64_t lsize = tokens * num_heads;
+    test::Floats lse(lsize), lse_ref(lsize), lse_dense(lsize);
     test::fill_uniform(q.data(), qsize, rng, -2.0f, 2.0f);
     const float scale = 1.0f / std::sqrt(float(head_dim));
 
@@ -98,6 +100,7 @@ void check(int64_t block_size, int64_t head_dim, int64_t num_heads, int64_t num_
                     mx = std::max(mx, p[size_t(j)] = dot * scale);
                 }
                 for (auto& v : p) sum += v = std::exp(v - mx);
+                lse_dense[tok * num_heads + h] = float(mx + std::log(sum));
                 for (int64_t x = 0; x < head_dim; ++x) {
                     double acc = 0;
                     for (int64_t j = 0; j <= pos; ++j) {
@@ -110,12 +113,16 @@ void check(int64_t block_size, int64_t head_dim, int64_t num_heads, int64_t num_
     }
     PagedAttentionArgs args{q.data(), out.data(), tokens, num_heads, ns, qstart.data(), lens.data(),
                             tables.data(), max_blocks, scale};
+    args.lse = lse.data();
     ThreadPool pool(threads);
     paged_attention(pool, kv, args);
     test::expect_close(out.data(), dense.data(), qsize, 2e-5f, "paged_attention");
+    test::expect_close(lse.data(), lse_dense.data(), lsize, 2e-6f, "paged_attention lse");
     args.out = out_ref.data();
+    args.lse = lse_ref.data();
     paged_attention_ref(kv, args);
     test::expect_close(out_ref.data(), dense.data(), qsize, 1e-6f, "paged_attention_ref");
+    test::expect_close(lse_ref.data(), lse_dense.data(), lsize, 1e-6f, "paged_attention_ref lse");
 }
 
 TEST(PagedAttentionTest, MatchesDenseAttention) {

@@ -48,6 +48,11 @@ struct MlaAttentionArgs {
     const int32_t* block_tables;  // [num_seqs, max_blocks_per_seq]
     int64_t max_blocks_per_seq;
     float scale;  // softmax scale (qk_head_dim^-0.5, times the YaRN correction)
+    // Optional [num_tokens, num_heads]: log of each softmax's denominator (as paged_attention.h).
+    float* lse = nullptr;
+    // false: every query of a sequence attends all seq_lens[s] cached rows (a cached prefix the
+    // queries all follow), not only those up to its own position. seq_lens[s] must be > 0.
+    bool causal = true;
 };
 
 void mla_attention(ThreadPool& pool, const PagedLatentLayer& kv, const MlaAttentionArgs& args);

@@ -142,7 +142,7 @@ void run_mla_attention(ThreadPool& pool, const PagedLatentLayer& kv, const MlaAt
             const int64_t tok = item / groups, h0 = (item % groups) * kHeads;
             const int64_t s = std::upper_bound(a.query_start, a.query_start + a.num_seqs + 1, tok) - a.query_start - 1;
             const int64_t q_len = a.query_start[s + 1] - a.query_start[s];
-            const int64_t pos = a.seq_lens[s] - q_len + (tok - a.query_start[s]);
+            const int64_t pos = a.causal ? a.seq_lens[s] - q_len + (tok - a.query_start[s]) : a.seq_lens[s] - 1;
             const int32_t* table = a.block_tables + s * a.max_blocks_per_seq;
             const float* q[kHeads];
             float m[kHeads], l[kHeads], alpha[kHeads];
@@ -183,6 +183,7 @@ void run_mla_attention(ThreadPool& pool, const PagedLatentLayer& kv, const MlaAt
                 float* out = h0 + u < a.num_heads ? a.out + (tok * a.num_heads + h0 + u) * dv : sink.data();
                 const float inv = 1.0f / l[u];
                 for (int64_t x = 0; x < dv; ++x) out[x] = acc[size_t(u * dv + x)] * inv;
+                if (a.lse && h0 + u < a.num_heads) a.lse[tok * a.num_heads + h0 + u] = m[u] + std::log(l[u]);
             }
         }
     });

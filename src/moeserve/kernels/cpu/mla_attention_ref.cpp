@@ -25,7 +25,7 @@ void mla_attention_ref(const PagedLatentLayer& kv, const MlaAttentionArgs& a) {
         const int64_t q0 = a.query_start[s], q_len = a.query_start[s + 1] - q0;
         const int32_t* table = a.block_tables + s * a.max_blocks_per_seq;
         for (int64_t i = 0; i < q_len; ++i) {
-            const int64_t pos = a.seq_lens[s] - q_len + i;
+            const int64_t pos = a.causal ? a.seq_lens[s] - q_len + i : a.seq_lens[s] - 1;
             for (int64_t h = 0; h < a.num_heads; ++h) {
                 const float* q = a.q + ((q0 + i) * a.num_heads + h) * dk;
                 std::vector<double> p(static_cast<size_t>(pos + 1));
@@ -39,6 +39,7 @@ void mla_attention_ref(const PagedLatentLayer& kv, const MlaAttentionArgs& a) {
                 }
                 double sum = 0;
                 for (auto& v : p) sum += v = std::exp(v - mx);
+                if (a.lse) a.lse[(q0 + i) * a.num_heads + h] = float(mx + std::log(sum));
                 float* out = a.out + ((q0 + i) * a.num_heads + h) * dv;
                 for (int64_t x = 0; x < dv; ++x) {
                     double acc = 0;

@@ -46,6 +46,10 @@ struct PagedAttentionArgs {
     const int32_t* block_tables;// [num_seqs, max_blocks_per_seq]
     int64_t max_blocks_per_seq;
     float scale;                // softmax scale, usually 1/sqrt(head_dim)
+    // Optional [num_tokens, num_heads]: the log of each softmax's denominator in units of scaled
+    // scores, lse = max + log(sum exp(score - max)); two attentions over disjoint key sets merge
+    // exactly by it (MLA's cached prefix + new chunk).
+    float* lse = nullptr;
 };
 
 void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttentionArgs& args);

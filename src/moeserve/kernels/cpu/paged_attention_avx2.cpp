@@ -107,6 +107,7 @@ struct Group {
     int64_t nq = 0;
     const float* q[kQueries];
     float* out[kQueries];
+    float* lse[kQueries];  // null: not asked for
     int64_t pos[kQueries];
     float m[kQueries], l[kQueries];
     float* acc;  // [kQueries, d]
@@ -194,6 +195,7 @@ void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, flo
     for (int64_t qi = 0; qi < nq; ++qi) {
         const float inv = 1.0f / g.l[qi];
         for (int64_t x = 0; x < d; ++x) g.out[qi][x] = g.acc[qi * d + x] * inv;
+        if (g.lse[qi]) *g.lse[qi] = g.m[qi] + std::log(g.l[qi]);
     }
 }
 
@@ -239,6 +241,7 @@ void run_paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAt
                     const int64_t tok = (q0 + i) * a.num_heads + h;
                     g.q[g.nq] = a.q + tok * d;
                     g.out[g.nq] = a.out + tok * d;
+                    g.lse[g.nq] = a.lse ? a.lse + tok : nullptr;
                     g.pos[g.nq] = a.seq_lens[s] - q_len + i;
                     if (++g.nq == kQueries) {
                         attend_group(kv, table, kvh, a.scale, tile, g);

@@ -39,6 +39,7 @@ void paged_attention_ref(const PagedKvLayer& kv, const PagedAttentionArgs& a) {
                     mx = std::max(mx, sc[size_t(p)]);
                 }
                 for (auto& v : sc) sum += v = std::exp(v - mx);
+                if (a.lse) a.lse[(q0 + i) * a.num_heads + h] = float(mx + std::log(sum));
                 float* o = a.out + ((q0 + i) * a.num_heads + h) * d;
                 for (int64_t x = 0; x < d; ++x) {
                     double acc = 0;
