@@ -2,7 +2,9 @@
 // block size 16), 2 threads. Decode (8 sequences x context 2048) reports GB/s of K/V read against a
 // STREAM-style read of the same bytes; prefill (one 512-token chunk after 0 or 1536 tokens of
 // context) reports GFLOP/s (QK^T and PV multiply-adds of the causal part). No OpenBLAS baseline:
-// it has no paged attention; the ratio to STREAM bounds decode.
+// it has no paged attention; the ratio to STREAM bounds decode. Decode with bf16=1 reads a bf16
+// KV cache (--kv-cache-dtype bf16: half the bytes) and also times the f32 cache in the same loop:
+// speedup_vs_f32 = median f32 time / median bf16 time.
 #include <benchmark/benchmark.h>
 
 #include <numeric>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "bench_baselines.h"
+#include "moeserve/core/dtype.h"
 #include "moeserve/kernels/cpu/paged_attention.h"
 
 namespace {
@@ -23,6 +26,7 @@ constexpr int64_t kHeads = 16, kKvHeads = 4, kDim = 128, kBlock = 16;
 
 struct Batch {
     std::vector<float> k, v, q, out;
+    std::vector<uint16_t> kh, vh;  // the bf16 cache (when asked for)
     std::vector<int32_t> tables, qstart, lens;
     int64_t max_blocks = 0, tokens = 0;
     kc::PagedKvLayer kv{};
@@ -30,7 +34,7 @@ struct Batch {
 };
 
 // num_seqs sequences of seq_len tokens each, the last q_len of which are queries.
-void make_batch(Batch& b, int64_t num_seqs, int64_t seq_len, int64_t q_len) {
+void make_batch(Batch& b, int64_t num_seqs, int64_t seq_len, int64_t q_len, bool bf16 = false) {
     b.max_blocks = (seq_len + kBlock - 1) / kBlock;
     const int64_t num_blocks = num_seqs * b.max_blocks + 1;
     b.k.assign(size_t(num_blocks * kBlock * kKvHeads * kDim), 0.01f);
@@ -47,28 +51,44 @@ void make_batch(Batch& b, int64_t num_seqs, int64_t seq_len, int64_t q_len) {
     b.q.assign(size_t(b.tokens * kHeads * kDim), 0.1f);
     b.out.resize(b.q.size());
     b.kv = {b.k.data(), b.v.data(), num_blocks, kBlock, kKvHeads, kDim};
+    if (bf16) {
+        b.kh.assign(b.k.size(), moeserve::f32_to_bf16(0.01f));
+        b.vh.assign(b.v.size(), moeserve::f32_to_bf16(0.02f));
+        b.k.clear();
+        b.v.clear();
+        b.kv = {b.kh.data(), b.vh.data(), num_blocks, kBlock, kKvHeads, kDim, moeserve::DType::kBF16};
+    }
     b.args = {b.q.data(), b.out.data(), b.tokens, kHeads, num_seqs, b.qstart.data(), b.lens.data(),
               b.tables.data(), b.max_blocks, 0.0883883f};
 }
 
 void BM_AttentionDecode(benchmark::State& state) {
     const int64_t num_seqs = 8, ctx = state.range(0);
+    const bool bf16 = state.range(1) != 0;
     ThreadPool pool(kThreads);
     // Several batches so the K/V of one call is not still in L3 from the previous one.
-    const int64_t kv_bytes = num_seqs * ctx * kKvHeads * kDim * 4 * 2;
+    const int64_t kv_bytes = num_seqs * ctx * kKvHeads * kDim * (bf16 ? 2 : 4) * 2;
     const int64_t copies = cold_copies(kv_bytes);
-    std::vector<Batch> batches(static_cast<size_t>(copies));
-    for (auto& b : batches) make_batch(b, num_seqs, ctx, 1);
+    std::vector<Batch> batches(static_cast<size_t>(copies)), f32_batches(static_cast<size_t>(bf16 ? copies : 0));
+    for (auto& b : batches) make_batch(b, num_seqs, ctx, 1, bf16);
+    for (auto& b : f32_batches) make_batch(b, num_seqs, ctx, 1);
     std::vector<uint8_t> buf(size_t(copies * kv_bytes), 1);
     volatile float sink = 0;
     int64_t it = 0;
-    std::vector<double> times, base_times;
+    std::vector<double> times, base_times, f32_times;
     for (auto _ : state) {  // ours and the STREAM read alternate; medians of each
         Batch& b = batches[size_t(it % copies)];
         double t0 = now_s();
         kc::paged_attention(pool, b.kv, b.args);
         times.push_back(now_s() - t0);
         benchmark::DoNotOptimize(b.out.data());
+        if (bf16) {
+            Batch& f = f32_batches[size_t(it % copies)];
+            t0 = now_s();
+            kc::paged_attention(pool, f.kv, f.args);
+            f32_times.push_back(now_s() - t0);
+            benchmark::DoNotOptimize(f.out.data());
+        }
         t0 = now_s();
         sink = sink + stream_read(pool, buf.data() + (it % copies) * kv_bytes, kv_bytes);
         base_times.push_back(now_s() - t0);
@@ -79,6 +99,7 @@ void BM_AttentionDecode(benchmark::State& state) {
     state.counters["GBps"] = gbps;
     state.counters["stream_GBps"] = stream;
     state.counters["ratio_vs_stream"] = gbps / stream;
+    if (bf16) state.counters["speedup_vs_f32"] = median(f32_times) / median(times);
 }
 
 void BM_AttentionPrefill(benchmark::State& state) {
@@ -99,7 +120,7 @@ void BM_AttentionPrefill(benchmark::State& state) {
     state.counters["GFLOPS"] = flops / median(times) / 1e9;
 }
 
-BENCHMARK(BM_AttentionDecode)->Arg(2048)->ArgName("ctx")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_AttentionDecode)->Args({2048, 0})->Args({2048, 1})->ArgNames({"ctx", "bf16"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_AttentionPrefill)->Arg(0)->Arg(1536)->ArgName("ctx_before")->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

@@ -31,7 +31,8 @@ STARTS = [
     "-tp 1 -pp 1 --max-model-len 512 --served-model-name qwen3 other-name --max-log-len 100 --revision main "
     "--api-server-count 1 --generation-config auto --disable-custom-all-reduce --enable-prompt-tokens-details",
     "-dp 2 --enable-expert-parallel --max-model-len 512 --data-parallel-size-local 2 --kv-cache-memory-bytes 64M",
-    "--max-model-len=512 --compilation-config 3 --tokenizer-mode auto --root-path /api",
+    "--max-model-len=512 --compilation-config 3 --tokenizer-mode auto --root-path /api --kv-cache-dtype fp32",
+    "--max-model-len 512 --kv-cache-dtype bfloat16 --max-num-seqs 4",
     "--max-model-len 512 --scheduling-policy priority --enable-server-load-tracking --max-logprobs 5",
 ]
 REFUSED = [
@@ -41,6 +42,8 @@ REFUSED = [
     ("--ssl-certfile /nonexistent/c.pem", "needs both --ssl-certfile and --ssl-keyfile"),
     ("-pp 2", "no pipeline parallelism"),
     ("--dtype float16", "--dtype float16"),
+    ("--kv-cache-dtype fp8", "an fp8 KV cache is not implemented"),
+    ("--kv-cache-dtype int4", "expected auto, bf16"),
     ("--not-a-vllm-flag", "not-a-vllm-flag"),
     ("--allowed-origins '*'", "expected a JSON list of strings"),
     ("--tool-call-parser mistral_v9", "'mistral_v9' is not one of"),

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "kernel_test_util.h"
+#include "moeserve/core/dtype.h"
+#include "moeserve/kernels/cpu/isa.h"
 
 namespace moeserve::kernels::cpu {
 namespace {
@@ -57,6 +59,85 @@ TEST(MlaAttentionTest, MatchesReference) {
             args.out = out.data();
             test::expect_close(out.data(), ref.data(), t * c.heads * c.rank, 2e-6f, "mla_attention");
         }
+    }
+}
+
+// A bf16 latent cache: mla_attention (every ISA level) and mla_attention_ref over it equal the
+// reference over an f32 cache holding the same bf16-rounded rows; read_latent widens exactly.
+TEST(MlaAttentionTest, Bf16CacheMatchesReferenceOfRoundedRows) {
+    std::mt19937 rng(4);
+    const Isa saved = active_isa();
+    for (const Case& c : {Case{4, 32, 16, 16}, Case{3, 20, 6, 5}, Case{16, 512, 64, 16}}) {
+        const int64_t num_blocks = 2 * ((41 + c.block_size - 1) / c.block_size) + 2;
+        const Batch b = make_batch(c.block_size, num_blocks);
+        const int64_t row = c.rank + c.rope, t = b.num_tokens(), n = num_blocks * c.block_size;
+        test::Floats rows(n * row), rounded(n * row), q(t * c.heads * row);
+        test::fill_uniform(rows.data(), n * row, rng);
+        test::fill_uniform(q.data(), t * c.heads * row, rng, -0.5f, 0.5f);
+        std::vector<uint16_t> cache(size_t(n * row), 0);
+        const PagedLatentLayer kv{cache.data(), num_blocks, c.block_size, c.rank, c.rope, DType::kBF16};
+        std::vector<int64_t> slots(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) slots[size_t(i)] = i;
+        write_latent(kv, rows.data(), n, slots.data());
+        for (int64_t i = 0; i < n * row; ++i) rounded[i] = bf16_to_f32(f32_to_bf16(rows[i]));
+        const PagedLatentLayer kv32{rounded.data(), num_blocks, c.block_size, c.rank, c.rope};
+        // read_latent of sequence A's positions [3, 41) through its table
+        test::Floats back((41 - 3) * row);
+        read_latent(kv, b.tables.data(), 3, 41, back.data());
+        for (int64_t j = 3; j < 41; ++j) {
+            const int64_t slot = int64_t{b.tables[size_t(j / c.block_size)]} * c.block_size + j % c.block_size;
+            for (int64_t x = 0; x < row; ++x) ASSERT_EQ(back[(j - 3) * row + x], rounded[slot * row + x]);
+        }
+        test::Floats out(t * c.heads * c.rank), ref(t * c.heads * c.rank), ref16(t * c.heads * c.rank);
+        MlaAttentionArgs args{q.data(),        ref.data(),   t,   c.heads, 2, b.query_start.data(), b.seq_lens.data(),
+                              b.tables.data(), b.max_blocks, 0.3f};
+        mla_attention_ref(kv32, args);
+        args.out = ref16.data();
+        mla_attention_ref(kv, args);
+        test::expect_close(ref16.data(), ref.data(), t * c.heads * c.rank, 1e-6f, "mla_attention_ref bf16");
+        args.out = out.data();
+        for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512}) {
+            if (!isa_supported(isa)) continue;
+            set_active_isa(isa);
+            ThreadPool pool(2);
+            mla_attention(pool, kv, args);
+            test::expect_close(out.data(), ref.data(), t * c.heads * c.rank, 2e-6f, isa_name(isa));
+        }
+    }
+    set_active_isa(saved);
+}
+
+// causal = false: every query attends all seq_lens[s] rows; lse as the reference computes it.
+TEST(MlaAttentionTest, NonCausalWithLseMatchesReference) {
+    std::mt19937 rng(6);
+    for (const Case& c : {Case{4, 32, 16, 16}, Case{9, 64, 8, 1}}) {
+        const int64_t num_blocks = 2 * ((41 + c.block_size - 1) / c.block_size) + 2;
+        const Batch b = make_batch(c.block_size, num_blocks);
+        const int64_t row = c.rank + c.rope, t = b.num_tokens();
+        test::Floats cache(num_blocks * c.block_size * row), q(t * c.heads * row);
+        test::fill_uniform(cache.data(), num_blocks * c.block_size * row, rng);
+        test::fill_uniform(q.data(), t * c.heads * row, rng, -0.5f, 0.5f);
+        const PagedLatentLayer kv{cache.data(), num_blocks, c.block_size, c.rank, c.rope};
+        test::Floats out(t * c.heads * c.rank), ref(t * c.heads * c.rank), lse(t * c.heads), lse_ref(t * c.heads);
+        MlaAttentionArgs args{q.data(),        out.data(),   t,   c.heads, 2, b.query_start.data(), b.seq_lens.data(),
+                              b.tables.data(), b.max_blocks, 0.3f};
+        args.causal = false;
+        args.lse = lse.data();
+        ThreadPool pool(2);
+        mla_attention(pool, kv, args);
+        args.out = ref.data();
+        args.lse = lse_ref.data();
+        mla_attention_ref(kv, args);
+        test::expect_close(out.data(), ref.data(), t * c.heads * c.rank, 2e-6f, "mla_attention non-causal");
+        test::expect_close(lse.data(), lse_ref.data(), t * c.heads, 2e-6f, "mla_attention lse");
+        // The last query of B (position 8: all 9 rows) is the same causal or not.
+        args.causal = true;
+        test::Floats causal(t * c.heads * c.rank);
+        args.out = causal.data();
+        args.lse = nullptr;
+        mla_attention_ref(kv, args);
+        test::expect_close(causal.data() + (t - 1) * c.heads * c.rank, ref.data() + (t - 1) * c.heads * c.rank,
+                           c.heads * c.rank, 1e-6f, "last query: causal == non-causal");
     }
 }
 

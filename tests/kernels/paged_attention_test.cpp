@@ -1,6 +1,8 @@
 // paged_attention (and paged_attention_ref) vs a dense causal attention computed without paging:
 // KV written through write_kv into shuffled blocks, a batch mixing decode, full prefill and
-// chunked prefill (q_len > 1 with earlier context), GQA, block sizes 1/16/128, head dims 64/128.
+// chunked prefill (q_len > 1 with earlier context), GQA, block sizes 1/16/128, head dims 64/128;
+// an f32 and a bf16 cache (the bf16 one against the dense attention of the bf16-rounded K/V, and
+// at every ISA level the process can set).
 #include "moeserve/kernels/cpu/paged_attention.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +11,8 @@
 #include <numeric>
 
 #include "kernel_test_util.h"
+#include "moeserve/core/dtype.h"
+#include "moeserve/kernels/cpu/isa.h"
 
 namespace moeserve::kernels::cpu {
 namespace {
@@ -17,9 +21,11 @@ struct Seq {
     int32_t seq_len, q_len;
 };
 
-void check(int64_t block_size, int64_t head_dim, int64_t num_heads, int64_t num_kv_heads, int threads) {
+void check(int64_t block_size, int64_t head_dim, int64_t num_heads, int64_t num_kv_heads, int threads,
+           DType dtype = DType::kF32) {
     SCOPED_TRACE(testing::Message() << "bs=" << block_size << " d=" << head_dim << " heads=" << num_heads
-                                    << "/" << num_kv_heads << " threads=" << threads);
+                                    << "/" << num_kv_heads << " threads=" << threads << " "
+                                    << dtype_name(dtype));
     std::mt19937 rng(uint32_t(block_size * 1000 + head_dim + threads));
     const std::vector<Seq> seqs = {{1, 1}, {37, 1}, {50, 50}, {70, 13}, {300, 1}, {129, 2}};
     const int64_t ns = int64_t(seqs.size()), row = num_kv_heads * head_dim;
@@ -38,8 +44,12 @@ void check(int64_t block_size, int64_t head_dim, int64_t num_heads, int64_t num_
         const int64_t nb = (seqs[size_t(s)].seq_len + block_size - 1) / block_size;
         for (int64_t b = 0; b < nb; ++b) tables[size_t(s * max_blocks + b)] = ids[next_id++];
     }
-    std::vector<float> kc(size_t(total_blocks * block_size * row), NAN), vc(kc.size(), NAN);
-    PagedKvLayer kv{kc.data(), vc.data(), total_blocks, block_size, num_kv_heads, head_dim};
+    const size_t cache_elems = size_t(total_blocks * block_size * row);
+    std::vector<float> kc(cache_elems, NAN), vc(cache_elems, NAN);
+    std::vector<uint16_t> kh(cache_elems, 0x7fc0), vh(cache_elems, 0x7fc0);  // bf16 NaN
+    PagedKvLayer kv = dtype == DType::kBF16
+        ? PagedKvLayer{kh.data(), vh.data(), total_blocks, block_size, num_kv_heads, head_dim, DType::kBF16}
+        : PagedKvLayer{kc.data(), vc.data(), total_blocks, block_size, num_kv_heads, head_dim};
 
     // Dense K/V per sequence, written through write_kv (with a padding slot -1 in between).
     std::vector<std::vector<float>> dk(static_cast<size_t>(ns)), dv(static_cast<size_t>(ns));
@@ -55,6 +65,10 @@ void check(int64_t block_size, int64_t head_dim, int64_t num_heads, int64_t num_
         }
         slots[size_t(len)] = -1;
         write_kv(kv, dk[size_t(s)].data(), dv[size_t(s)].data(), len + 1, slots.data());
+        if (dtype == DType::kBF16) {  // the reference attends over what a bf16 cache holds
+            for (auto& x : dk[size_t(s)]) x = bf16_to_f32(f32_to_bf16(x));
+            for (auto& x : dv[size_t(s)]) x = bf16_to_f32(f32_to_bf16(x));
+        }
     }
 
     std::vector<int32_t> qstart(size_t(ns + 1), 0), lens(static_cast<size_t>(ns));
@@ -64,6 +78,8 @@ void check(int64_t block_size, int64_t head_dim, int64_t num_heads, int64_t num_
     }
     const int64_t tokens = qstart.back(), qsize = tokens * num_heads * head_dim;
     test::Floats q(qsize), out(qsize), out_ref(qsize), dense(qsize);
+    const int64_t lsize = tokens * num_heads;
+    test::Floats lse(lsize), lse_ref(lsize), lse_dense(lsize);
     test::fill_uniform(q.data(), qsize, rng, -2.0f, 2.0f);
     const float scale = 1.0f / std::sqrt(float(head_dim));
 
@@ -84,6 +100,7 @@ void check(int64_t block_size, int64_t head_dim, int64_t num_heads, int64_t num_
                     mx = std::max(mx, p[size_t(j)] = dot * scale);
                 }
                 for (auto& v : p) sum += v = std::exp(v - mx);
+                lse_dense[tok * num_heads + h] = float(mx + std::log(sum));
                 for (int64_t x = 0; x < head_dim; ++x) {
                     double acc = 0;
                     for (int64_t j = 0; j <= pos; ++j) {
@@ -96,12 +113,16 @@ void check(int64_t block_size, int64_t head_dim, int64_t num_heads, int64_t num_
     }
     PagedAttentionArgs args{q.data(), out.data(), tokens, num_heads, ns, qstart.data(), lens.data(),
                             tables.data(), max_blocks, scale};
+    args.lse = lse.data();
     ThreadPool pool(threads);
     paged_attention(pool, kv, args);
     test::expect_close(out.data(), dense.data(), qsize, 2e-5f, "paged_attention");
+    test::expect_close(lse.data(), lse_dense.data(), lsize, 2e-6f, "paged_attention lse");
     args.out = out_ref.data();
+    args.lse = lse_ref.data();
     paged_attention_ref(kv, args);
     test::expect_close(out_ref.data(), dense.data(), qsize, 1e-6f, "paged_attention_ref");
+    test::expect_close(lse_ref.data(), lse_dense.data(), lsize, 1e-6f, "paged_attention_ref lse");
 }
 
 TEST(PagedAttentionTest, MatchesDenseAttention) {
@@ -111,6 +132,34 @@ TEST(PagedAttentionTest, MatchesDenseAttention) {
         check(1, 64, 4, 1, threads);    // block size 1, MQA
     }
     check(16, 100, 3, 1, 2);  // head_dim not a multiple of 8
+}
+
+TEST(PagedAttentionTest, Bf16CacheMatchesDenseAttentionOfRoundedKv) {
+    const Isa saved = active_isa();
+    for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512}) {
+        if (!isa_supported(isa)) continue;
+        SCOPED_TRACE(isa_name(isa));
+        set_active_isa(isa);
+        check(16, 128, 4, 2, 2, DType::kBF16);
+        check(1, 64, 4, 1, 3, DType::kBF16);
+        check(16, 100, 3, 1, 1, DType::kBF16);  // scalar tails
+    }
+    set_active_isa(saved);
+}
+
+// write_kv rounds to nearest even into a bf16 cache, skips negative slots.
+TEST(PagedAttentionTest, WriteKvRoundsToBf16) {
+    std::vector<uint16_t> k(2 * 8, 0), v(2 * 8, 0);
+    const PagedKvLayer kv{k.data(), v.data(), 2, 1, 1, 8, DType::kBF16};
+    std::vector<float> src(16);
+    for (int i = 0; i < 16; ++i) src[size_t(i)] = 1.0f + float(i) * 0.001f;
+    const int64_t slots[2] = {1, -1};
+    write_kv(kv, src.data(), src.data() + 8, 2, slots);
+    for (int i = 0; i < 8; ++i) {
+        EXPECT_EQ(k[size_t(8 + i)], f32_to_bf16(src[size_t(i)]));
+        EXPECT_EQ(v[size_t(8 + i)], f32_to_bf16(src[size_t(8 + i)]));
+        EXPECT_EQ(k[size_t(i)], 0);  // slot 0 untouched
+    }
 }
 
 }  // namespace

@@ -141,6 +141,54 @@ TEST_P(DeepseekV3Test, ChunkedPrefillEqualsOnePrefill) {
     }
 }
 
+// Chunks over a cached prefix in the split form (prefix absorbed, chunk expanded, merged by
+// log-sum-exp: the prefix is never re-expanded) equal one whole prefill and the reference, and on
+// a bf16 latent cache stay close to its whole prefill.
+TEST_P(DeepseekV3Test, SplitChunkedPrefillEqualsOnePrefill) {
+    const auto ids = prompt_ids();
+    const auto ref = reference();
+    SequenceRunner whole(model(), 256, 16);
+    const auto expected = whole.append(ids, 0, true);
+    model().set_attention_path(MlaPath::kSplit);
+    for (int64_t chunk : {1, 2, 5, 8}) {
+        SequenceRunner chunked(model(), 256, 16);
+        const auto got = chunked.append(ids, chunk, true);
+        const float d = max_abs_diff(got, expected);
+        std::printf("%s split chunk %lld: max |chunked - whole| = %.3g, vs reference %.3g\n", GetParam().name,
+                    static_cast<long long>(chunk), d, max_abs_diff(got, ref));
+        EXPECT_LE(d, 1e-5f * max_abs(expected)) << "chunk " << chunk;
+        EXPECT_LE(max_abs_diff(got, ref), kRelTolerance * max_abs(ref)) << "chunk " << chunk;
+    }
+    model().set_attention_path(MlaPath::kAuto);
+    // bf16 latent cache: split chunks against one whole prefill on the same cache, to 1e-3 of the
+    // largest logit. Not 1e-5: on this cache's values the tiny models have near-tie expert
+    // choices that f32 rounding differences of chunked GEMM shapes flip, for the expanded chunks
+    // as much as for the split ones (v3 expanded chunks of 1: 3.0e-4, v3_no_q_lora chunks of 1
+    // and 5 both forms: 1.2e-3 absolute, 2.4e-4 of the largest logit); the f32 runs above hold the
+    // split form to 1e-5.
+    auto bf16 = load_model(dir(), *pool_, LoadOptions{.max_model_len = 256, .kv_cache_dtype = "bf16"});
+    auto& m16 = dynamic_cast<DeepseekV3Model&>(*bf16);
+    SequenceRunner whole16(m16, 256, 16);
+    const auto expected16 = whole16.append(ids, 0, true);
+    m16.set_attention_path(MlaPath::kSplit);
+    for (int64_t chunk : {1, 5}) {
+        SequenceRunner chunked16(m16, 256, 16);
+        const float d = max_abs_diff(chunked16.append(ids, chunk, true), expected16);
+        std::printf("%s bf16 cache, split chunk %lld: max |chunked - whole| = %.3g\n", GetParam().name,
+                    static_cast<long long>(chunk), d);
+        EXPECT_LE(d, 1e-3f * max_abs(expected16)) << "bf16 cache, chunk " << chunk;
+    }
+}
+
+// The split form is chosen where it does less work: short chunks over a long prefix.
+TEST(MlaSplitCostTest, ShortChunksOverLongPrefixesSplit) {
+    const MlaShape v3{7168, 128, 1536, 512, 128, 64, 128, 0.1, 1e-6, false};
+    EXPECT_FALSE(mla_split_is_cheaper(v3, 16, 0));     // nothing cached
+    EXPECT_TRUE(mla_split_is_cheaper(v3, 16, 4096));   // a short chunk after a long prompt
+    EXPECT_TRUE(mla_split_is_cheaper(v3, 64, 32768));
+    EXPECT_FALSE(mla_split_is_cheaper(v3, 2048, 32768));  // big chunks: re-expanding is cheaper
+}
+
 TEST_P(DeepseekV3Test, BlockSizeDoesNotChangeLogits) {
     const auto ids = prompt_ids();
     SequenceRunner base(model(), 256, 16);

@@ -225,7 +225,8 @@ int run_generate_batch(const GenerateBatchOptions& o) {
     const std::vector<Item> items = read_items(o.input, tok);
     std::ofstream out(o.output);
     if (!out) raise(ErrorCode::kIo, "--output {}: cannot create the file", o.output);
-    auto model = model::load_model(o.model, pool, model::LoadOptions{.max_model_len = f.max_model_len, .quantization = f.quantization});
+    auto model = model::load_model(o.model, pool, model::LoadOptions{.max_model_len = f.max_model_len, .quantization = f.quantization,
+                                                                    .kv_cache_dtype = f.kv_cache_dtype});
 
     engine::EngineConfig config;
     config.max_num_seqs = f.max_num_seqs;

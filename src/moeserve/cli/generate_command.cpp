@@ -42,6 +42,7 @@ struct GenerateOptions {
     bool prefix_caching_flag = false;
     bool no_progress = false;
     std::string quantization;  // --quantization: "" (as the checkpoint), w8a8, fp8, none
+    std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: auto (the checkpoint's: bf16) | bf16 | fp32
 };
 
 int run_generate_command(GenerateOptions& o) {
@@ -57,6 +58,7 @@ int run_generate_command(GenerateOptions& o) {
         o.batch.engine.seed = o.seed;
         o.batch.engine.threads = o.threads;
         o.batch.engine.quantization = o.quantization;
+        o.batch.engine.kv_cache_dtype = o.kv_cache_dtype;
         o.batch.engine.enable_prefix_caching = !o.no_prefix_caching;
         o.batch.progress = !o.no_progress;
         return run_generate_batch(o.batch);
@@ -92,7 +94,8 @@ int run_generate(const GenerateOptions& o) {
     ThreadPool pool(threads);
     const auto load_start = Clock::now();
     const auto tok = tokenizer::Tokenizer::from_dir(o.model);
-    auto model = model::load_model(o.model, pool, model::LoadOptions{.max_model_len = o.max_model_len, .quantization = o.quantization});
+    auto model = model::load_model(o.model, pool, model::LoadOptions{.max_model_len = o.max_model_len, .quantization = o.quantization,
+                                                                    .kv_cache_dtype = o.kv_cache_dtype});
     const double load_secs = seconds_since(load_start);
     std::fprintf(stderr, "moeserve: quantization: %s\n", model->info().quantization.c_str());
 
@@ -181,6 +184,9 @@ void add_generate_command(CLI::App& app, Action* action) {
                     "w8a8-all (lm_head in int8 too), fp8 (FP8 checkpoint -> bf16), none, ascend (a ModelSlim "
                     "checkpoint, as stored); default: as the checkpoint (quant_model_description.json, else "
                     "config.json's quantization_config)");
+    sub->add_option("--kv-cache-dtype", o->kv_cache_dtype,
+                    "auto (the checkpoint's dtype: bf16) | bf16 | fp32: element type of the KV / MLA latent cache")
+        ->capture_default_str();
     sub->add_option("--max-model-len", o->max_model_len, "longest sequence (prompt + output)")->capture_default_str();
     sub->add_option("--block-size", o->block_size, "KV cache block size in tokens")->capture_default_str();
     sub->callback([o, action] {

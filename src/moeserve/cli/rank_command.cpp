@@ -97,7 +97,8 @@ int run_rank(const RankOptions& o) {
     ThreadPool pool(std::max(1, o.engine.threads > 0 ? o.engine.threads : static_cast<int>(std::thread::hardware_concurrency())));
 
     parallel::ParallelContext ctx;
-    model::LoadOptions load{.max_model_len = engine.max_model_len, .quantization = engine.quantization};
+    model::LoadOptions load{.max_model_len = engine.max_model_len, .quantization = engine.quantization,
+                            .kv_cache_dtype = engine.kv_cache_dtype};
     if (sizes.world() > 1) {
         Deployment d;  // only the fields the fingerprint reads
         d.sizes = sizes;
@@ -159,8 +160,9 @@ int run_rank(const RankOptions& o) {
     std::unique_ptr<engine::SchedulingPolicy> policy;
     if (engine.pd_hybrid) policy = std::make_unique<engine::PdHybridPolicy>();
     engine::EngineCore core(*served, pool, ec, std::move(policy));
-    MOESERVE_LOG_I(logger, "engine", "model %s loaded: %d KV blocks of %d tokens, resident %.1f MiB",
-                   info.model_type.c_str(), ec.num_blocks, ec.block_size, mib(resident_bytes()));
+    MOESERVE_LOG_I(logger, "engine", "model %s loaded: %d KV blocks of %d tokens (%s, %lld bytes/token), resident %.1f MiB",
+                   info.model_type.c_str(), ec.num_blocks, ec.block_size, engine.kv_cache_dtype.c_str(),
+                   static_cast<long long>(info.kv_bytes_per_token), mib(resident_bytes()));
     // The deployment's rank-plane key comes in the environment (never argv, which ps shows).
     const char* key = std::getenv(ipc::kRankPlaneKeyEnv);
     const auto [input_address, output_address] = engine_addresses(o, groups.dp_rank);

@@ -89,6 +89,9 @@ void add_engine_options(CLI::App* sub, EngineOptions& o, bool positional_model) 
                     "the lowest priority is preempted first")
         ->check(CLI::IsMember({"fcfs", "priority"}))
         ->capture_default_str();
+    sub->add_option("--kv-cache-dtype", o.kv_cache_dtype,
+                    "auto (the checkpoint's dtype: bf16) | bf16 | fp32: element type of the KV / MLA latent cache")
+        ->capture_default_str();
     sub->add_flag("--pd-hybrid", o.pd_hybrid, "PD hybrid scheduling: all DP ranks agree each step on prefill or decode (env: OMNI_PD_HYBRID=1)");
 }
 
@@ -167,9 +170,9 @@ Deployment make_deployment(const ParallelFlags& f, const nlohmann::json& config,
 std::string deployment_fingerprint(const EngineOptions& e, const Deployment& d, const std::string& config_text) {
     uint64_t h = 1469598103934665603ull;  // FNV-1a of config.json
     for (const unsigned char c : config_text) h = (h ^ c) * 1099511628211ull;
-    return fmt::format("config.json fnv1a {:016x}, dp {} tp {} ep {}, max_model_len {}, block_size {}, max_num_seqs {}, pd_hybrid {}, quantization '{}'",
+    return fmt::format("config.json fnv1a {:016x}, dp {} tp {} ep {}, max_model_len {}, block_size {}, max_num_seqs {}, pd_hybrid {}, quantization '{}', kv_cache_dtype {}",
                        h, d.sizes.dp, d.sizes.tp, d.sizes.ep, e.max_model_len, e.block_size, e.max_num_seqs, e.pd_hybrid ? 1 : 0,
-                       e.quantization);
+                       e.quantization, e.kv_cache_dtype);
 }
 
 std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, int rank, int store_port,
@@ -193,6 +196,7 @@ std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, 
     if (!e.quantization.empty()) a.insert(a.end(), {"--quantization", e.quantization});
     a.insert(a.end(), {"--scheduling-policy", e.scheduling_policy});
     if (!e.tokenizer.empty()) a.insert(a.end(), {"--tokenizer", e.tokenizer});
+    a.insert(a.end(), {"--kv-cache-dtype", e.kv_cache_dtype});
     return a;
 }
 

@@ -87,9 +87,6 @@ void add_vllm_flags(CLI::App* sub, VllmFlags& f) {
     sub->add_option("--dtype", f.dtype, "auto | bfloat16: the checkpoint's bf16 weights (others are refused)")
         ->group(group)
         ->capture_default_str();
-    sub->add_option("--kv-cache-dtype", f.kv_cache_dtype, "auto (the KV cache is f32; others are refused)")
-        ->group(group)
-        ->capture_default_str();
     sub->add_option("--distributed-executor-backend", f.distributed_executor_backend,
                     "mp: rank processes per node, as here (ray is refused: start "
                     "--headless nodes instead)")
@@ -140,8 +137,6 @@ void check_vllm_flags(const VllmFlags& f) {
     if (f.dtype != "auto" && f.dtype != "bfloat16" && f.dtype != "bf16") {
         unsupported("--dtype", f.dtype, "only the checkpoint's bfloat16 weights run here (auto | bfloat16)");
     }
-    if (f.kv_cache_dtype != "auto")
-        unsupported("--kv-cache-dtype", f.kv_cache_dtype, "the KV cache is f32 here; only auto is accepted");
     if (f.distributed_executor_backend == "ray") {
         unsupported("--distributed-executor-backend", "ray",
                     "there is no Ray here: start one `moeserve serve --headless` "

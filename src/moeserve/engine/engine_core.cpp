@@ -1,5 +1,7 @@
 #include "moeserve/engine/engine_core.h"
 
+#include <chrono>
+
 #include "moeserve/core/error.h"
 #include "moeserve/engine/scheduler/policy_mixed.h"
 
@@ -78,13 +80,19 @@ StepOutcome EngineCore::step_lockstep(std::optional<Phase> forced, parallel::Moe
                                       bool dummy_forward) {
     StepOutcome out;
     runner_.set_moe_exchange(exchange);
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
     const ScheduledBatch batch = scheduler_.schedule(forced);
+    const auto t1 = Clock::now();
     const StepResult result = runner_.execute(batch);
     if (batch.dummy && dummy_forward) {
         runner_.execute_dummy();
         out.dummy_forward = true;
     }
+    const auto t2 = Clock::now();
     out.outputs = scheduler_.update(batch, result);
+    stats_.step_schedule_seconds += std::chrono::duration<double>(t1 - t0).count();
+    stats_.step_update_seconds += std::chrono::duration<double>(Clock::now() - t2).count();
     out.phase = batch.phase;
     out.dummy = batch.dummy;
     out.num_tokens = batch.num_tokens;
@@ -112,6 +120,9 @@ ipc::Stats EngineCore::stats() const {
     s.num_running = scheduler_.num_running();
     s.num_waiting = scheduler_.num_waiting();
     s.kv_cache_usage = kv_.pool().usage();
+    s.step_prepare_seconds = runner_.times().prepare;
+    s.step_forward_seconds = runner_.times().forward;
+    s.step_sample_seconds = runner_.times().sample;
     s.prefix_cache_queries = kv_.prefix_cache_queries();
     s.prefix_cache_hits = kv_.prefix_cache_hits();
     const auto& c = scheduler_.counters();

@@ -45,8 +45,12 @@ bool drain(EngineCore& core, ipc::EngineChannel& channel, Logger& logger, int ti
     }
 }
 
+// Cumulative seconds in send_outputs (encode + send), reported in the next StepOutputs' stats.
+thread_local double output_seconds = 0;  // per engine thread (tests run several in one process)
+
 void send_outputs(EngineCore& core, ipc::EngineChannel& channel, Logger& logger, int32_t engine_index,
                   std::vector<ipc::RequestOutput> outputs, const DpCounters* dp = nullptr) {
+    const auto start = Clock::now();
     ipc::StepOutputs step;  // empty outputs: a heartbeat (liveness plus fresh stats)
     step.engine_index = engine_index;
     step.outputs = std::move(outputs);
@@ -60,7 +64,9 @@ void send_outputs(EngineCore& core, ipc::EngineChannel& channel, Logger& logger,
         step.stats.dp_control_seconds = dp->control_seconds;
         step.stats.forward_seconds = dp->forward_seconds;
     }
+    step.stats.step_output_seconds = output_seconds;
     if (!channel.send(step)) MOESERVE_LOG_E(logger, "engine", "could not send step outputs to the API server");
+    output_seconds += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 // A failed step: tell the API server why, then leave (the caller exits the process).

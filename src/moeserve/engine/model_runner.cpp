@@ -53,9 +53,16 @@ StepResult ModelRunner::execute(const ScheduledBatch& batch) {
     result.sampled.resize(batch.requests.size());
     result.prompt_logprobs.resize(batch.requests.size());
     if (batch.requests.empty()) return result;
+    using Clock = std::chrono::steady_clock;
+    const auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+    const auto t0 = Clock::now();
     Layout layout = build(batch);
     layout.forward.moe_exchange = moe_exchange_;
+    const auto t1 = Clock::now();
     const TensorView logits = model_.forward(layout.forward, *kv_);
+    const auto t2 = Clock::now();
+    times_.prepare += seconds(t0, t1);
+    times_.forward += seconds(t1, t2);
     const int64_t vocab = model_.info().vocab_size;
     MOESERVE_CHECK(logits.numel() == static_cast<int64_t>(layout.forward.logits_rows.size()) * vocab,
                    "model returned {} logits for {} rows of {}", logits.numel(), layout.forward.logits_rows.size(), vocab);
@@ -79,6 +86,7 @@ StepResult ModelRunner::execute(const ScheduledBatch& batch) {
     }
     std::vector<SampledToken> tokens = sampler_.sample(sample_rows, sample_requests);
     for (size_t k = 0; k < tokens.size(); ++k) result.sampled[sample_index[k]] = std::move(tokens[k]);
+    times_.sample += seconds(t2, Clock::now());
     return result;
 }
 

@@ -3,6 +3,7 @@
 // Engine thread only.
 #pragma once
 
+#include <chrono>
 #include <memory>
 
 #include "moeserve/engine/sampler.h"
@@ -41,7 +42,16 @@ public:
     };
     Layout build(const ScheduledBatch& batch) const;
 
+    // Cumulative seconds of execute()'s parts (the per-step breakdown, ipc::Stats).
+    struct Times {
+        double prepare = 0;  // build(): the ForwardBatch and its block tables
+        double forward = 0;  // Model::forward
+        double sample = 0;   // logits -> tokens
+    };
+    const Times& times() const { return times_; }
+
 private:
+    Times times_;
     model::Model& model_;
     Sampler& sampler_;
     int64_t block_size_;

@@ -39,7 +39,9 @@ auto fields(T& v) {
                         v.num_prompt_tokens, v.num_generation_tokens, v.num_dummy_prefill_steps,
                         v.num_dummy_decode_steps, v.num_guard_decode_steps,
                         v.num_decode_requests_stalled, v.dp_control_seconds, v.forward_seconds,
-                        v.iteration_token_steps, v.iteration_tokens_sum);
+                        v.iteration_token_steps, v.iteration_tokens_sum,
+                        v.step_schedule_seconds, v.step_prepare_seconds, v.step_forward_seconds,
+                        v.step_sample_seconds, v.step_update_seconds, v.step_output_seconds);
     } else if constexpr (std::is_same_v<S, StepOutputs>) {
         return std::tie(v.engine_index, v.outputs, v.stats);
     } else if constexpr (std::is_same_v<S, HealthReply>) {

@@ -112,6 +112,13 @@ struct Stats {
     // kIterationTokenBuckets (last = more), cumulative, and their sum.
     std::vector<int64_t> iteration_token_steps;
     int64_t iteration_tokens_sum = 0;
+    // Per-step time breakdown of this engine (cumulative seconds, every step, DP or not):
+    double step_schedule_seconds = 0;  // Scheduler::schedule (admission, block allocation)
+    double step_prepare_seconds = 0;   // ForwardBatch: token ids, positions, slot mapping, block tables
+    double step_forward_seconds = 0;   // Model::forward (lm_head of the sampled rows included)
+    double step_sample_seconds = 0;    // logits -> tokens (penalties, logprobs, grammar masks, sampling)
+    double step_update_seconds = 0;    // Scheduler::update (outputs, stop checks, frees)
+    double step_output_seconds = 0;    // encoding and sending StepOutputs to the API server (IPC)
 };
 
 // Upper bounds of the iteration-token buckets (vLLM's, without the CUDA-graph sizes).

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "moeserve/core/tensor.h"
@@ -26,36 +27,50 @@ private:
     int64_t block_size_;
 };
 
-// Keys and values per layer, f32, layout (kernels/cpu/paged_attention.h):
+// The KV cache's element type from --kv-cache-dtype: "auto" (the checkpoint's dtype:
+// model_dtype, bf16 for these checkpoints; f32 for an f32 one), "bf16"/"bfloat16", "fp32"/
+// "float32"/"float". Raises Error(kInvalidArgument) naming the accepted values otherwise (fp8 is
+// not implemented).
+DType parse_kv_cache_dtype(const std::string& text, DType model_dtype);
+
+// Keys and values per layer, f32 or bf16, layout (kernels/cpu/paged_attention.h):
 //   k[layer], v[layer]: [num_blocks, block_size, num_kv_heads, head_dim]
 class GqaKvCache : public KvCache {
 public:
-    GqaKvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t num_kv_heads, int64_t head_dim);
+    GqaKvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t num_kv_heads, int64_t head_dim,
+               DType dtype = DType::kF32);
 
     kernels::cpu::PagedKvLayer layer(int64_t i);
-    static int64_t bytes_per_token(int64_t num_layers, int64_t num_kv_heads, int64_t head_dim) {
-        return num_layers * 2 * num_kv_heads * head_dim * static_cast<int64_t>(sizeof(float));
+    DType dtype() const { return dtype_; }
+    static int64_t bytes_per_token(int64_t num_layers, int64_t num_kv_heads, int64_t head_dim,
+                                   DType dtype = DType::kF32) {
+        return num_layers * 2 * num_kv_heads * head_dim * static_cast<int64_t>(dtype_size(dtype));
     }
 
 private:
     int64_t num_kv_heads_, head_dim_;
+    DType dtype_;
     std::vector<Tensor> k_, v_;
 };
 
 // Multi-head latent attention (DeepSeek): per layer only the compressed latent (after
-// kv_a_layernorm) and the shared rope key (after RoPE), f32, layout (kernels/cpu/mla_attention.h):
+// kv_a_layernorm) and the shared rope key (after RoPE), f32 or bf16, layout (kernels/cpu/mla_attention.h):
 //   cache[layer]: [num_blocks, block_size, kv_lora_rank + rope_dim]
 class MlaKvCache : public KvCache {
 public:
-    MlaKvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_lora_rank, int64_t rope_dim);
+    MlaKvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_lora_rank, int64_t rope_dim,
+               DType dtype = DType::kF32);
 
     kernels::cpu::PagedLatentLayer layer(int64_t i);
-    static int64_t bytes_per_token(int64_t num_layers, int64_t kv_lora_rank, int64_t rope_dim) {
-        return num_layers * (kv_lora_rank + rope_dim) * static_cast<int64_t>(sizeof(float));
+    DType dtype() const { return dtype_; }
+    static int64_t bytes_per_token(int64_t num_layers, int64_t kv_lora_rank, int64_t rope_dim,
+                                   DType dtype = DType::kF32) {
+        return num_layers * (kv_lora_rank + rope_dim) * static_cast<int64_t>(dtype_size(dtype));
     }
 
 private:
     int64_t kv_lora_rank_, rope_dim_;
+    DType dtype_;
     std::vector<Tensor> cache_;
 };
 

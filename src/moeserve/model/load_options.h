@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "moeserve/core/dtype.h"
 #include "moeserve/model/parallel_config.h"
 #include "moeserve/model/quantization.h"
 
@@ -15,6 +16,10 @@ struct LoadOptions {
     ParallelConfig parallel{};  // this rank's TP/EP shard; default: the whole model on one rank
     std::string quantization;   // --quantization: "" (as the checkpoint), "w8a8", "fp8", "none"
     Quantization quant{};       // resolved by load_model() from config.json and `quantization`
+    // --kv-cache-dtype: "auto" (config.json's torch_dtype: bf16 for these checkpoints), "bf16",
+    // "fp32". The library default stays fp32 (the reference tests' exact cache); the CLI's is auto.
+    std::string kv_cache_dtype = "fp32";
+    DType kv_dtype = DType::kF32;  // resolved by load_model() from kv_cache_dtype
 };
 
 }  // namespace moeserve::model

@@ -22,6 +22,10 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& model_dir, Thread
     LoadOptions resolved = options;
     if (model_type == "qwen3_moe" || model_type == "deepseek_v3" || model_type == "deepseek_v2") {
         resolved.quant = resolve_quantization(config, options.quantization, model_dir);
+        // "auto" follows the checkpoint's dtype (transformers writes torch_dtype, newer ones dtype).
+        const std::string torch_dtype = config.get_string("torch_dtype", config.get_string("dtype", "bfloat16"));
+        const DType model_dtype = torch_dtype == "float32" ? DType::kF32 : DType::kBF16;
+        resolved.kv_dtype = parse_kv_cache_dtype(options.kv_cache_dtype, model_dtype);
     }
     auto check_not_mindformers = [&](const io::WeightSource& w) {
         // MindSpore golden-stick A8W8 keeps MindFormers parameter names (docs/quantization.md)

@@ -193,6 +193,17 @@ std::string Metrics::render(const std::vector<ipc::Stats>& engines, int num_in_f
                [](S s) { return s.dp_control_seconds; });
     per_engine("moeserve:forward_seconds_total", "counter", "Seconds in forwards, MoE collectives included.",
                [](S s) { return s.forward_seconds; });
+    head("moeserve:step_seconds_total", "counter",
+         "Engine step time by part, per engine: schedule, prepare (ForwardBatch + block tables), forward "
+         "(lm_head included), sample (logits -> tokens), update (scheduler outputs), output (IPC of the outputs).");
+    for (const auto& s : engines) {
+        for (const auto& [part, v] : {std::pair{"schedule", s.step_schedule_seconds}, std::pair{"prepare", s.step_prepare_seconds},
+                                      std::pair{"forward", s.step_forward_seconds}, std::pair{"sample", s.step_sample_seconds},
+                                      std::pair{"update", s.step_update_seconds}, std::pair{"output", s.step_output_seconds}}) {
+            out += fmt::format("moeserve:step_seconds_total{{{},engine=\"{}\",part=\"{}\"}} {}\n", model, s.engine_index,
+                               part, v);
+        }
+    }
     if (!kernel_isa().empty()) {
         head("moeserve:kernel_isa_info", "gauge", "The ISA level the CPU kernels run at (MOESERVE_ISA or the best found).");
         out += fmt::format("moeserve:kernel_isa_info{{isa=\"{}\"}} 1\n", kernel_isa());

@@ -4,7 +4,8 @@
 // weighted sum of the latents. W_UK / W_UV (the per-head halves of kv_b_proj) are applied before
 // and after the attention by mla_absorb_q and mla_expand_v.
 //
-// Latent cache of one layer, f32:
+// Latent cache of one layer, f32 or bf16 (--kv-cache-dtype; bf16 rounded to nearest even when
+// written, widened exactly when read):
 //   cache [num_blocks, block_size, kv_lora_rank + rope_dim]   row = [latent, k_pe after RoPE]
 // Sequences, query_start, seq_lens and block tables as in paged_attention.h (causal; query i of a
 // sequence with q_len new tokens sits at position seq_len - q_len + i).
@@ -12,23 +13,29 @@
 
 #include <cstdint>
 
+#include "moeserve/core/dtype.h"
 #include "moeserve/core/thread_pool.h"
 
 namespace moeserve::kernels::cpu {
 
 struct PagedLatentLayer {
-    float* cache;  // [num_blocks, block_size, kv_lora_rank + rope_dim]
+    void* cache;  // [num_blocks, block_size, kv_lora_rank + rope_dim] of `dtype`
     int64_t num_blocks;
     int64_t block_size;
     int64_t kv_lora_rank;
     int64_t rope_dim;
+    DType dtype = DType::kF32;  // kF32 or kBF16
 
     int64_t row_dim() const { return kv_lora_rank + rope_dim; }
 };
 
-// Writes rows f32 [num_tokens, kv_lora_rank + rope_dim] at slot_mapping[t]; a negative slot
-// skips the token.
+// Writes rows f32 [num_tokens, kv_lora_rank + rope_dim] at slot_mapping[t], converted to the
+// cache's dtype; a negative slot skips the token.
 void write_latent(const PagedLatentLayer& kv, const float* rows, int64_t num_tokens, const int64_t* slot_mapping);
+
+// Reads positions [begin, end) of one sequence (block table `table`) back as f32 rows
+// out [end - begin, kv_lora_rank + rope_dim].
+void read_latent(const PagedLatentLayer& kv, const int32_t* table, int64_t begin, int64_t end, float* out);
 
 struct MlaAttentionArgs {
     const float* q;  // [num_tokens, num_heads, kv_lora_rank + rope_dim]: [q absorbed, q_pe]
@@ -41,6 +48,11 @@ struct MlaAttentionArgs {
     const int32_t* block_tables;  // [num_seqs, max_blocks_per_seq]
     int64_t max_blocks_per_seq;
     float scale;  // softmax scale (qk_head_dim^-0.5, times the YaRN correction)
+    // Optional [num_tokens, num_heads]: log of each softmax's denominator (as paged_attention.h).
+    float* lse = nullptr;
+    // false: every query of a sequence attends all seq_lens[s] cached rows (a cached prefix the
+    // queries all follow), not only those up to its own position. seq_lens[s] must be > 0.
+    bool causal = true;
 };
 
 void mla_attention(ThreadPool& pool, const PagedLatentLayer& kv, const MlaAttentionArgs& args);

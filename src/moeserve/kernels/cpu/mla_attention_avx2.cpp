@@ -3,9 +3,12 @@
 // loaded once for kHeads dot products and kHeads weighted sums (online softmax per head).
 // Missing heads of the last group attend with a zero query into a scratch output.
 // Absorption: per head (threads split the heads), register-blocked axpy / dot over the rank.
+// The cache element T is float or bf16 (uint16_t, widened by simd::load8); f32 arithmetic after
+// the load. Attention has no scalar dispatch level: this code serves every ISA level.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -19,41 +22,44 @@ namespace {
 constexpr int64_t kTile = 32;  // cached rows per tile
 constexpr int kHeads = 8;      // heads sharing each tile
 
+template <typename T>
 struct Tile {
-    const float* rows[kTile];
+    const T* rows[kTile];
     alignas(32) float p[kHeads][kTile];
 };
 
 // p[u][j] = dot(q[u], rows[j]) * scale over dk values, j < n.
-void tile_scores(const float* const* q, int64_t dk, Tile& t, int64_t n, float scale) {
+template <typename T>
+void tile_scores(const float* const* q, int64_t dk, Tile<T>& t, int64_t n, float scale) {
     for (int64_t j = 0; j < n; ++j) {
-        const float* row = t.rows[j];
+        const T* row = t.rows[j];
         __m256 a[kHeads];
         for (int u = 0; u < kHeads; ++u) a[u] = _mm256_setzero_ps();
         int64_t x = 0;
         for (; x + 8 <= dk; x += 8) {
-            const __m256 r = _mm256_loadu_ps(row + x);
+            const __m256 r = simd::load8(row + x);
 #pragma GCC unroll 8
             for (int u = 0; u < kHeads; ++u) a[u] = _mm256_fmadd_ps(_mm256_loadu_ps(q[u] + x), r, a[u]);
         }
         alignas(32) float s[kHeads];
         _mm256_store_ps(s, simd::hsum8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]));
         for (; x < dk; ++x) {
-            for (int u = 0; u < kHeads; ++u) s[u] += q[u][x] * row[x];
+            for (int u = 0; u < kHeads; ++u) s[u] += q[u][x] * simd::to_f32(row[x]);
         }
         for (int u = 0; u < kHeads; ++u) t.p[u][j] = s[u] * scale;
     }
 }
 
 // acc[u, :dv] = acc[u, :dv] * alpha[u] + sum_j p[u][j] * rows[j][:dv].
-void accumulate(const Tile& t, int64_t n, int64_t dv, const float* alpha, float* acc) {
+template <typename T>
+void accumulate(const Tile<T>& t, int64_t n, int64_t dv, const float* alpha, float* acc) {
     int64_t x = 0;
     for (; x + 8 <= dv; x += 8) {
         __m256 a[kHeads];
         for (int u = 0; u < kHeads; ++u)
             a[u] = _mm256_mul_ps(_mm256_loadu_ps(acc + u * dv + x), _mm256_set1_ps(alpha[u]));
         for (int64_t j = 0; j < n; ++j) {
-            const __m256 v = _mm256_loadu_ps(t.rows[j] + x);
+            const __m256 v = simd::load8(t.rows[j] + x);
 #pragma GCC unroll 8
             for (int u = 0; u < kHeads; ++u) a[u] = _mm256_fmadd_ps(_mm256_broadcast_ss(&t.p[u][j]), v, a[u]);
         }
@@ -62,7 +68,7 @@ void accumulate(const Tile& t, int64_t n, int64_t dv, const float* alpha, float*
     for (; x < dv; ++x) {
         for (int u = 0; u < kHeads; ++u) {
             float a = acc[u * dv + x] * alpha[u];
-            for (int64_t j = 0; j < n; ++j) a += t.p[u][j] * t.rows[j][x];
+            for (int64_t j = 0; j < n; ++j) a += t.p[u][j] * simd::to_f32(t.rows[j][x]);
             acc[u * dv + x] = a;
         }
     }
@@ -112,32 +118,31 @@ void expand_v_head(const W* wv, int64_t v_dim, int64_t rank, const float* l, flo
     }
 }
 
-}  // namespace
-
-void write_latent(const PagedLatentLayer& kv, const float* rows, int64_t num_tokens, const int64_t* slot_mapping) {
-    const int64_t d = kv.row_dim();
-    for (int64_t t = 0; t < num_tokens; ++t) {
-        const int64_t slot = slot_mapping[t];
-        if (slot < 0) continue;
-        MOESERVE_DCHECK(slot < kv.num_blocks * kv.block_size, "write_latent: slot {} out of range", slot);
-        std::memcpy(kv.cache + slot * d, rows + t * d, size_t(d) * sizeof(float));
+void store_row(void* dst, DType dtype, const float* src, int64_t n) {
+    if (dtype == DType::kF32) {
+        std::memcpy(dst, src, size_t(n) * sizeof(float));
+        return;
     }
+    uint16_t* o = static_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) o[i] = f32_to_bf16(src[i]);
 }
 
-void mla_attention(ThreadPool& pool, const PagedLatentLayer& kv, const MlaAttentionArgs& a) {
+template <typename T>
+void run_mla_attention(ThreadPool& pool, const PagedLatentLayer& kv, const MlaAttentionArgs& a) {
+    const T* cache = static_cast<const T*>(kv.cache);
     const int64_t dk = kv.row_dim(), dv = kv.kv_lora_rank;
     const int64_t groups = (a.num_heads + kHeads - 1) / kHeads;
     const int64_t num_items = a.num_tokens * groups;
     std::atomic<int64_t> next{0};
     pool.run([&](int) {
-        Tile tile;
+        Tile<T> tile;
         std::vector<float> acc(static_cast<size_t>(kHeads * dv));
         std::vector<float> zero_q(static_cast<size_t>(dk), 0.0f), sink(static_cast<size_t>(dv));
         for (int64_t item = next.fetch_add(1); item < num_items; item = next.fetch_add(1)) {
             const int64_t tok = item / groups, h0 = (item % groups) * kHeads;
             const int64_t s = std::upper_bound(a.query_start, a.query_start + a.num_seqs + 1, tok) - a.query_start - 1;
             const int64_t q_len = a.query_start[s + 1] - a.query_start[s];
-            const int64_t pos = a.seq_lens[s] - q_len + (tok - a.query_start[s]);
+            const int64_t pos = a.causal ? a.seq_lens[s] - q_len + (tok - a.query_start[s]) : a.seq_lens[s] - 1;
             const int32_t* table = a.block_tables + s * a.max_blocks_per_seq;
             const float* q[kHeads];
             float m[kHeads], l[kHeads], alpha[kHeads];
@@ -152,7 +157,7 @@ void mla_attention(ThreadPool& pool, const PagedLatentLayer& kv, const MlaAttent
                 for (int64_t j = 0; j < n; ++j) {
                     const int64_t p = j0 + j;
                     tile.rows[j] =
-                        kv.cache + (int64_t{table[p / kv.block_size]} * kv.block_size + p % kv.block_size) * dk;
+                        cache + (int64_t{table[p / kv.block_size]} * kv.block_size + p % kv.block_size) * dk;
                 }
                 tile_scores(q, dk, tile, n, a.scale);
                 for (int u = 0; u < kHeads; ++u) {
@@ -178,9 +183,50 @@ void mla_attention(ThreadPool& pool, const PagedLatentLayer& kv, const MlaAttent
                 float* out = h0 + u < a.num_heads ? a.out + (tok * a.num_heads + h0 + u) * dv : sink.data();
                 const float inv = 1.0f / l[u];
                 for (int64_t x = 0; x < dv; ++x) out[x] = acc[size_t(u * dv + x)] * inv;
+                if (a.lse && h0 + u < a.num_heads) a.lse[tok * a.num_heads + h0 + u] = m[u] + std::log(l[u]);
             }
         }
     });
+}
+
+}  // namespace
+
+void write_latent(const PagedLatentLayer& kv, const float* rows, int64_t num_tokens, const int64_t* slot_mapping) {
+    const int64_t d = kv.row_dim();
+    const size_t esize = dtype_size(kv.dtype);
+    auto* cache = static_cast<std::byte*>(kv.cache);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+        const int64_t slot = slot_mapping[t];
+        if (slot < 0) continue;
+        MOESERVE_DCHECK(slot < kv.num_blocks * kv.block_size, "write_latent: slot {} out of range", slot);
+        store_row(cache + size_t(slot * d) * esize, kv.dtype, rows + t * d, d);
+    }
+}
+
+void read_latent(const PagedLatentLayer& kv, const int32_t* table, int64_t begin, int64_t end, float* out) {
+    const int64_t d = kv.row_dim();
+    for (int64_t j = begin; j < end; ++j) {
+        const int64_t off = (int64_t{table[j / kv.block_size]} * kv.block_size + j % kv.block_size) * d;
+        float* o = out + (j - begin) * d;
+        if (kv.dtype == DType::kBF16) {
+            const uint16_t* src = static_cast<const uint16_t*>(kv.cache) + off;
+            int64_t x = 0;
+            for (; x + 8 <= d; x += 8) _mm256_storeu_ps(o + x, simd::load8(src + x));
+            for (; x < d; ++x) o[x] = simd::to_f32(src[x]);
+        } else {
+            std::memcpy(o, static_cast<const float*>(kv.cache) + off, size_t(d) * sizeof(float));
+        }
+    }
+}
+
+void mla_attention(ThreadPool& pool, const PagedLatentLayer& kv, const MlaAttentionArgs& a) {
+    MOESERVE_CHECK(kv.dtype == DType::kF32 || kv.dtype == DType::kBF16, "mla_attention: latent cache dtype {}",
+                   dtype_name(kv.dtype));
+    if (kv.dtype == DType::kBF16) {
+        run_mla_attention<uint16_t>(pool, kv, a);
+    } else {
+        run_mla_attention<float>(pool, kv, a);
+    }
 }
 
 void mla_absorb_q(ThreadPool& pool, const MlaKvB& w, const float* q, int64_t num_tokens, int64_t q_token_stride,

@@ -12,6 +12,11 @@ float weight_at(const MlaKvB& w, int64_t h, int64_t row, int64_t col) {
     const int64_t idx = (h * (w.nope_dim + w.v_dim) + row) * w.kv_lora_rank + col;
     return w.w_bf16 ? bf16_to_f32(w.w_bf16[idx]) : w.w_f32[idx];
 }
+// Element i of a latent cache of `dtype` (f32 or bf16).
+double cache_at(const PagedLatentLayer& kv, int64_t i) {
+    if (kv.dtype == DType::kBF16) return double(bf16_to_f32(static_cast<const uint16_t*>(kv.cache)[i]));
+    return double(static_cast<const float*>(kv.cache)[i]);
+}
 }  // namespace
 
 void mla_attention_ref(const PagedLatentLayer& kv, const MlaAttentionArgs& a) {
@@ -20,28 +25,28 @@ void mla_attention_ref(const PagedLatentLayer& kv, const MlaAttentionArgs& a) {
         const int64_t q0 = a.query_start[s], q_len = a.query_start[s + 1] - q0;
         const int32_t* table = a.block_tables + s * a.max_blocks_per_seq;
         for (int64_t i = 0; i < q_len; ++i) {
-            const int64_t pos = a.seq_lens[s] - q_len + i;
+            const int64_t pos = a.causal ? a.seq_lens[s] - q_len + i : a.seq_lens[s] - 1;
             for (int64_t h = 0; h < a.num_heads; ++h) {
                 const float* q = a.q + ((q0 + i) * a.num_heads + h) * dk;
                 std::vector<double> p(static_cast<size_t>(pos + 1));
                 double mx = -INFINITY;
                 for (int64_t j = 0; j <= pos; ++j) {
-                    const float* row =
-                        kv.cache + (int64_t{table[j / kv.block_size]} * kv.block_size + j % kv.block_size) * dk;
+                    const int64_t row = (int64_t{table[j / kv.block_size]} * kv.block_size + j % kv.block_size) * dk;
                     double dot = 0;
-                    for (int64_t x = 0; x < dk; ++x) dot += double(q[x]) * row[x];
+                    for (int64_t x = 0; x < dk; ++x) dot += double(q[x]) * cache_at(kv, row + x);
                     p[size_t(j)] = dot * a.scale;
                     mx = std::max(mx, p[size_t(j)]);
                 }
                 double sum = 0;
                 for (auto& v : p) sum += v = std::exp(v - mx);
+                if (a.lse) a.lse[(q0 + i) * a.num_heads + h] = float(mx + std::log(sum));
                 float* out = a.out + ((q0 + i) * a.num_heads + h) * dv;
                 for (int64_t x = 0; x < dv; ++x) {
                     double acc = 0;
                     for (int64_t j = 0; j <= pos; ++j) {
-                        const float* row =
-                            kv.cache + (int64_t{table[j / kv.block_size]} * kv.block_size + j % kv.block_size) * dk;
-                        acc += p[size_t(j)] * row[x];
+                        const int64_t row =
+                            (int64_t{table[j / kv.block_size]} * kv.block_size + j % kv.block_size) * dk;
+                        acc += p[size_t(j)] * cache_at(kv, row + x);
                     }
                     out[x] = static_cast<float>(acc / sum);
                 }

@@ -1,6 +1,7 @@
 // Causal attention over a paged KV cache (GQA), for prefill chunks and decode alike.
 //
-// KV cache of one layer, f32:
+// KV cache of one layer, f32 or bf16 (--kv-cache-dtype; bf16 rows are rounded to nearest even
+// when written and widened exactly to f32 when read; the arithmetic stays f32):
 //   k_cache, v_cache [num_blocks, block_size, num_kv_heads, head_dim]
 // A sequence's token at position p lives in block block_table[p / block_size], row p % block_size.
 // Block 0 is never handed to a sequence (the engine's null block).
@@ -13,21 +14,24 @@
 
 #include <cstdint>
 
+#include "moeserve/core/dtype.h"
 #include "moeserve/core/thread_pool.h"
 
 namespace moeserve::kernels::cpu {
 
 struct PagedKvLayer {
-    float* k_cache;        // [num_blocks, block_size, num_kv_heads, head_dim]
-    float* v_cache;        // [num_blocks, block_size, num_kv_heads, head_dim]
+    void* k_cache;         // [num_blocks, block_size, num_kv_heads, head_dim] of `dtype`
+    void* v_cache;         // [num_blocks, block_size, num_kv_heads, head_dim] of `dtype`
     int64_t num_blocks;
     int64_t block_size;
     int64_t num_kv_heads;
     int64_t head_dim;
+    DType dtype = DType::kF32;  // kF32 or kBF16
 };
 
 // Writes k, v f32 [num_tokens, num_kv_heads, head_dim] into the cache at slot_mapping[t]
-// (= block_id * block_size + row). A negative slot skips the token (padding).
+// (= block_id * block_size + row), converted to the cache's dtype. A negative slot skips the
+// token (padding).
 void write_kv(const PagedKvLayer& kv, const float* k, const float* v, int64_t num_tokens,
               const int64_t* slot_mapping);
 
@@ -42,6 +46,10 @@ struct PagedAttentionArgs {
     const int32_t* block_tables;// [num_seqs, max_blocks_per_seq]
     int64_t max_blocks_per_seq;
     float scale;                // softmax scale, usually 1/sqrt(head_dim)
+    // Optional [num_tokens, num_heads]: the log of each softmax's denominator in units of scaled
+    // scores, lse = max + log(sum exp(score - max)); two attentions over disjoint key sets merge
+    // exactly by it (MLA's cached prefix + new chunk).
+    float* lse = nullptr;
 };
 
 void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttentionArgs& args);

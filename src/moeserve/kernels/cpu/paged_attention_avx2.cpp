@@ -3,10 +3,13 @@
 // a token, then consecutive tokens) and, per group, tiles of kTile keys with an online softmax
 // (running max m, sum l, accumulator rescaled by exp(m_old - m_new)); the group shares each
 // tile's K/V loads. Scores of 8 keys come out of one transpose-reduce (hsum8). write_kv copies
-// new keys/values into their slots.
+// new keys/values into their slots. The cache element T is float or bf16 (uint16_t, widened to
+// f32 on load by simd::load8); everything after the load is f32 either way. This code serves
+// every ISA level (the ref level included: attention has no scalar dispatch level).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -21,14 +24,16 @@ constexpr int64_t kTile = 32;   // keys per tile: K and V rows of a tile (2 x 16
 constexpr int64_t kQueries = 4; // queries sharing each key tile (GQA heads and/or positions)
 constexpr int64_t kChunk = 16;  // query tokens per work item
 
+template <typename T>
 struct Tile {
-    const float* k[kTile];
-    const float* v[kTile];
+    const T* k[kTile];
+    const T* v[kTile];
     alignas(32) float p[kQueries][kTile];
 };
 
 // p[j] = dot(q, k[j]) * scale for j < n.
-void tile_scores(const float* q, int64_t d, const Tile& t, int64_t n, float scale, float* p) {
+template <typename T>
+void tile_scores(const float* q, int64_t d, const Tile<T>& t, int64_t n, float scale, float* p) {
     int64_t j = 0;
     if (d % 8 == 0) {
         for (; j + 8 <= n; j += 8) {
@@ -37,7 +42,7 @@ void tile_scores(const float* q, int64_t d, const Tile& t, int64_t n, float scal
             for (int64_t x = 0; x < d; x += 8) {
                 const __m256 qv = _mm256_loadu_ps(q + x);
 #pragma GCC unroll 8
-                for (int u = 0; u < 8; ++u) a[u] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(t.k[j + u] + x), a[u]);
+                for (int u = 0; u < 8; ++u) a[u] = _mm256_fmadd_ps(qv, simd::load8(t.k[j + u] + x), a[u]);
             }
             const __m256 s = simd::hsum8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
             _mm256_store_ps(p + j, _mm256_mul_ps(s, _mm256_set1_ps(scale)));
@@ -46,16 +51,17 @@ void tile_scores(const float* q, int64_t d, const Tile& t, int64_t n, float scal
     for (; j < n; ++j) {
         __m256 a = _mm256_setzero_ps();
         int64_t x = 0;
-        for (; x + 8 <= d; x += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + x), _mm256_loadu_ps(t.k[j] + x), a);
+        for (; x + 8 <= d; x += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + x), simd::load8(t.k[j] + x), a);
         float s = simd::hsum(a);
-        for (; x < d; ++x) s += q[x] * t.k[j][x];
+        for (; x < d; ++x) s += q[x] * simd::to_f32(t.k[j][x]);
         p[j] = s * scale;
     }
 }
 
 // acc[qi, :] = acc[qi, :] * alpha[qi] + sum_j p[qi][j] * v[j], for qi < nq; each V row is loaded
 // once for all queries.
-void accumulate_pv(const Tile& t, int64_t n, int64_t nq, int64_t d, const float* alpha, float* acc) {
+template <typename T>
+void accumulate_pv(const Tile<T>& t, int64_t n, int64_t nq, int64_t d, const float* alpha, float* acc) {
     int64_t x = 0;
     if (nq == kQueries) {
         for (; x + 8 <= d; x += 8) {
@@ -64,7 +70,7 @@ void accumulate_pv(const Tile& t, int64_t n, int64_t nq, int64_t d, const float*
             __m256 a2 = _mm256_mul_ps(_mm256_loadu_ps(acc + 2 * d + x), _mm256_set1_ps(alpha[2]));
             __m256 a3 = _mm256_mul_ps(_mm256_loadu_ps(acc + 3 * d + x), _mm256_set1_ps(alpha[3]));
             for (int64_t j = 0; j < n; ++j) {
-                const __m256 v = _mm256_loadu_ps(t.v[j] + x);
+                const __m256 v = simd::load8(t.v[j] + x);
                 a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(&t.p[0][j]), v, a0);
                 a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(&t.p[1][j]), v, a1);
                 a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(&t.p[2][j]), v, a2);
@@ -80,7 +86,7 @@ void accumulate_pv(const Tile& t, int64_t n, int64_t nq, int64_t d, const float*
             for (int64_t qi = 0; qi < nq; ++qi) {
                 __m256 a = _mm256_mul_ps(_mm256_loadu_ps(acc + qi * d + x), _mm256_set1_ps(alpha[qi]));
                 for (int64_t j = 0; j < n; ++j) {
-                    a = _mm256_fmadd_ps(_mm256_broadcast_ss(&t.p[qi][j]), _mm256_loadu_ps(t.v[j] + x), a);
+                    a = _mm256_fmadd_ps(_mm256_broadcast_ss(&t.p[qi][j]), simd::load8(t.v[j] + x), a);
                 }
                 _mm256_storeu_ps(acc + qi * d + x, a);
             }
@@ -89,7 +95,7 @@ void accumulate_pv(const Tile& t, int64_t n, int64_t nq, int64_t d, const float*
     for (; x < d; ++x) {
         for (int64_t qi = 0; qi < nq; ++qi) {
             float a = acc[qi * d + x] * alpha[qi];
-            for (int64_t j = 0; j < n; ++j) a += t.p[qi][j] * t.v[j][x];
+            for (int64_t j = 0; j < n; ++j) a += t.p[qi][j] * simd::to_f32(t.v[j][x]);
             acc[qi * d + x] = a;
         }
     }
@@ -101,22 +107,27 @@ struct Group {
     int64_t nq = 0;
     const float* q[kQueries];
     float* out[kQueries];
+    float* lse[kQueries];  // null: not asked for
     int64_t pos[kQueries];
     float m[kQueries], l[kQueries];
     float* acc;  // [kQueries, d]
 };
 
 // Prefetches the K and V rows of keys [j0, j0 + n) of kv head kvh (n <= 0: nothing). The rows of
-// one head are 4 * head_dim bytes every num_kv_heads * 4 * head_dim, in shuffled blocks, which
-// the hardware prefetcher follows poorly.
+// one head are sizeof(T) * head_dim bytes every num_kv_heads * sizeof(T) * head_dim, in shuffled
+// blocks, which the hardware prefetcher follows poorly.
+template <typename T>
 void prefetch_tile(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, int64_t j0, int64_t n) {
+    constexpr int64_t kLine = 64 / sizeof(T);  // elements per cache line
+    const T* k_cache = static_cast<const T*>(kv.k_cache);
+    const T* v_cache = static_cast<const T*>(kv.v_cache);
     const int64_t d = kv.head_dim, bs = kv.block_size, row_stride = kv.num_kv_heads * d;
     int64_t blk = j0 / bs, row = j0 % bs;
     for (int64_t j = 0; j < n; ++j) {
         const int64_t off = (int64_t{table[blk]} * bs + row) * row_stride + kvh * d;
-        for (int64_t x = 0; x < d; x += 16) {
-            _mm_prefetch(reinterpret_cast<const char*>(kv.k_cache + off + x), _MM_HINT_T0);
-            _mm_prefetch(reinterpret_cast<const char*>(kv.v_cache + off + x), _MM_HINT_T0);
+        for (int64_t x = 0; x < d; x += kLine) {
+            _mm_prefetch(reinterpret_cast<const char*>(k_cache + off + x), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(v_cache + off + x), _MM_HINT_T0);
         }
         if (++row == bs) {
             row = 0;
@@ -126,8 +137,11 @@ void prefetch_tile(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, in
 }
 
 // Each query g.q[qi] attends keys [0, g.pos[qi]] of kv head kvh; writes g.out[qi].
-void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, float scale, Tile& t, Group& g) {
+template <typename T>
+void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, float scale, Tile<T>& t, Group& g) {
     const int64_t d = kv.head_dim, bs = kv.block_size, row_stride = kv.num_kv_heads * d;
+    const T* k_cache = static_cast<const T*>(kv.k_cache);
+    const T* v_cache = static_cast<const T*>(kv.v_cache);
     const int64_t nq = g.nq;
     int64_t last = 0;
     for (int64_t qi = 0; qi < nq; ++qi) {
@@ -142,14 +156,14 @@ void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, flo
         int64_t blk = j0 / bs, row = j0 % bs;
         for (int64_t j = 0; j < n; ++j) {
             const int64_t off = (int64_t{table[blk]} * bs + row) * row_stride + kvh * d;
-            t.k[j] = kv.k_cache + off;
-            t.v[j] = kv.v_cache + off;
+            t.k[j] = k_cache + off;
+            t.v[j] = v_cache + off;
             if (++row == bs) {
                 row = 0;
                 ++blk;
             }
         }
-        prefetch_tile(kv, table, kvh, j0 + kTile, std::min(kTile, last + 1 - j0 - kTile));
+        prefetch_tile<T>(kv, table, kvh, j0 + kTile, std::min(kTile, last + 1 - j0 - kTile));
         float alpha[kQueries];
         for (int64_t qi = 0; qi < nq; ++qi) {
             float* p = t.p[qi];
@@ -181,26 +195,22 @@ void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, flo
     for (int64_t qi = 0; qi < nq; ++qi) {
         const float inv = 1.0f / g.l[qi];
         for (int64_t x = 0; x < d; ++x) g.out[qi][x] = g.acc[qi * d + x] * inv;
+        if (g.lse[qi]) *g.lse[qi] = g.m[qi] + std::log(g.l[qi]);
     }
 }
 
-}  // namespace
-
-void write_kv(const PagedKvLayer& kv, const float* k, const float* v, int64_t num_tokens,
-              const int64_t* slot_mapping) {
-    const int64_t row = kv.num_kv_heads * kv.head_dim;
-    for (int64_t t = 0; t < num_tokens; ++t) {
-        const int64_t slot = slot_mapping[t];
-        if (slot < 0) continue;
-        MOESERVE_DCHECK(slot < kv.num_blocks * kv.block_size, "write_kv: slot {} out of range", slot);
-        std::memcpy(kv.k_cache + slot * row, k + t * row, size_t(row) * sizeof(float));
-        std::memcpy(kv.v_cache + slot * row, v + t * row, size_t(row) * sizeof(float));
+// Copies (f32) or rounds to bf16 n values.
+void store_row(void* dst, DType dtype, const float* src, int64_t n) {
+    if (dtype == DType::kF32) {
+        std::memcpy(dst, src, size_t(n) * sizeof(float));
+        return;
     }
+    uint16_t* o = static_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) o[i] = f32_to_bf16(src[i]);
 }
 
-void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttentionArgs& a) {
-    MOESERVE_CHECK(a.num_heads % kv.num_kv_heads == 0, "paged_attention: num_heads={} num_kv_heads={}",
-                   a.num_heads, kv.num_kv_heads);
+template <typename T>
+void run_paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttentionArgs& a) {
     const int64_t d = kv.head_dim, group = a.num_heads / kv.num_kv_heads;
     // Work items: (sequence, kv head, chunk of kChunk query tokens), handed out dynamically
     // (later chunks of a prefill see more keys). item_start[s] = first item of sequence s.
@@ -212,7 +222,7 @@ void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttent
     const int64_t num_items = item_start.back();
     std::atomic<int64_t> next{0};
     pool.run([&](int) {
-        Tile tile;
+        Tile<T> tile;
         std::vector<float> acc(static_cast<size_t>(kQueries * d));
         Group g;
         g.acc = acc.data();
@@ -231,6 +241,7 @@ void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttent
                     const int64_t tok = (q0 + i) * a.num_heads + h;
                     g.q[g.nq] = a.q + tok * d;
                     g.out[g.nq] = a.out + tok * d;
+                    g.lse[g.nq] = a.lse ? a.lse + tok : nullptr;
                     g.pos[g.nq] = a.seq_lens[s] - q_len + i;
                     if (++g.nq == kQueries) {
                         attend_group(kv, table, kvh, a.scale, tile, g);
@@ -241,6 +252,35 @@ void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttent
             if (g.nq > 0) attend_group(kv, table, kvh, a.scale, tile, g);
         }
     });
+}
+
+}  // namespace
+
+void write_kv(const PagedKvLayer& kv, const float* k, const float* v, int64_t num_tokens,
+              const int64_t* slot_mapping) {
+    const int64_t row = kv.num_kv_heads * kv.head_dim;
+    const size_t esize = dtype_size(kv.dtype);
+    auto* k_cache = static_cast<std::byte*>(kv.k_cache);
+    auto* v_cache = static_cast<std::byte*>(kv.v_cache);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+        const int64_t slot = slot_mapping[t];
+        if (slot < 0) continue;
+        MOESERVE_DCHECK(slot < kv.num_blocks * kv.block_size, "write_kv: slot {} out of range", slot);
+        store_row(k_cache + size_t(slot * row) * esize, kv.dtype, k + t * row, row);
+        store_row(v_cache + size_t(slot * row) * esize, kv.dtype, v + t * row, row);
+    }
+}
+
+void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttentionArgs& a) {
+    MOESERVE_CHECK(a.num_heads % kv.num_kv_heads == 0, "paged_attention: num_heads={} num_kv_heads={}",
+                   a.num_heads, kv.num_kv_heads);
+    MOESERVE_CHECK(kv.dtype == DType::kF32 || kv.dtype == DType::kBF16, "paged_attention: KV cache dtype {}",
+                   dtype_name(kv.dtype));
+    if (kv.dtype == DType::kBF16) {
+        run_paged_attention<uint16_t>(pool, kv, a);
+    } else {
+        run_paged_attention<float>(pool, kv, a);
+    }
 }
 
 }  // namespace moeserve::kernels::cpu

@@ -6,6 +6,13 @@
 #include "moeserve/kernels/cpu/paged_attention.h"
 
 namespace moeserve::kernels::cpu {
+namespace {
+// Element i of a cache of `dtype` (f32 or bf16) as a double.
+double cache_at(const void* cache, DType dtype, int64_t i) {
+    if (dtype == DType::kBF16) return double(bf16_to_f32(static_cast<const uint16_t*>(cache)[i]));
+    return double(static_cast<const float*>(cache)[i]);
+}
+}  // namespace
 
 void paged_attention_ref(const PagedKvLayer& kv, const PagedAttentionArgs& a) {
     const int64_t d = kv.head_dim, group = a.num_heads / kv.num_kv_heads;
@@ -18,24 +25,25 @@ void paged_attention_ref(const PagedKvLayer& kv, const PagedAttentionArgs& a) {
             for (int64_t h = 0; h < a.num_heads; ++h) {
                 const float* q = a.q + ((q0 + i) * a.num_heads + h) * d;
                 const int64_t kvh = h / group;
-                auto row = [&](const float* cache, int64_t p) {
+                auto row = [&](int64_t p) {  // element offset of position p's row of head kvh
                     const int64_t slot = int64_t{table[p / kv.block_size]} * kv.block_size + p % kv.block_size;
-                    return cache + (slot * kv.num_kv_heads + kvh) * d;
+                    return (slot * kv.num_kv_heads + kvh) * d;
                 };
                 sc.assign(size_t(pos + 1), 0.0);
                 double mx = -INFINITY, sum = 0.0;
                 for (int64_t p = 0; p <= pos; ++p) {
-                    const float* kr = row(kv.k_cache, p);
+                    const int64_t kr = row(p);
                     double dot = 0;
-                    for (int64_t x = 0; x < d; ++x) dot += double(q[x]) * double(kr[x]);
+                    for (int64_t x = 0; x < d; ++x) dot += double(q[x]) * cache_at(kv.k_cache, kv.dtype, kr + x);
                     sc[size_t(p)] = dot * double(a.scale);
                     mx = std::max(mx, sc[size_t(p)]);
                 }
                 for (auto& v : sc) sum += v = std::exp(v - mx);
+                if (a.lse) a.lse[(q0 + i) * a.num_heads + h] = float(mx + std::log(sum));
                 float* o = a.out + ((q0 + i) * a.num_heads + h) * d;
                 for (int64_t x = 0; x < d; ++x) {
                     double acc = 0;
-                    for (int64_t p = 0; p <= pos; ++p) acc += sc[size_t(p)] * double(row(kv.v_cache, p)[x]);
+                    for (int64_t p = 0; p <= pos; ++p) acc += sc[size_t(p)] * cache_at(kv.v_cache, kv.dtype, row(p) + x);
                     o[x] = float(acc / sum);
                 }
             }

@@ -36,7 +36,7 @@ kc::GroupedTopkArgs routing_args(const DeepseekV3Config& c) {
 
 DeepseekV3Model::DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr<const io::WeightSource> weights,
                                  ThreadPool& pool, const LoadOptions& options)
-    : config_(config), par_(options.parallel), weights_(std::move(weights)), pool_(pool),
+    : config_(config), par_(options.parallel), kv_dtype_(options.kv_dtype), weights_(std::move(weights)), pool_(pool),
       routing_(routing_args(config)) {
     const DeepseekV3Config& c = config_;
     const io::WeightSource& w = *weights_;
@@ -134,7 +134,7 @@ DeepseekV3Model::DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr
     info_.max_position_embeddings = c.max_position_embeddings;
     if (c.bos_token_id) info_.bos_token_id = static_cast<int32_t>(*c.bos_token_id);
     for (int64_t id : c.eos_token_id) info_.eos_token_ids.push_back(static_cast<int32_t>(id));
-    info_.kv_bytes_per_token = MlaKvCache::bytes_per_token(c.num_hidden_layers, c.kv_lora_rank, c.qk_rope_head_dim);
+    info_.kv_bytes_per_token = MlaKvCache::bytes_per_token(c.num_hidden_layers, c.kv_lora_rank, c.qk_rope_head_dim, kv_dtype_);
     for (const auto& name : w.names()) {
         const TensorView t = w.get(name);
         info_.weight_bytes += static_cast<int64_t>(t.nbytes());
@@ -154,7 +154,7 @@ int64_t DeepseekV3Model::full_kv_bytes_per_token() const {
 
 std::unique_ptr<KvCache> DeepseekV3Model::create_kv_cache(int64_t num_blocks, int64_t block_size) const {
     return std::make_unique<MlaKvCache>(config_.num_hidden_layers, num_blocks, block_size, config_.kv_lora_rank,
-                                        config_.qk_rope_head_dim);
+                                        config_.qk_rope_head_dim, kv_dtype_);
 }
 
 void DeepseekV3Model::mlp_forward(const Layer& layer, const float* h, int64_t num_tokens,

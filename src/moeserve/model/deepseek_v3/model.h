@@ -54,6 +54,7 @@ private:
 
     const DeepseekV3Config config_;
     const ParallelConfig par_;  // this rank's TP/EP shard
+    const DType kv_dtype_;      // latent cache element type (LoadOptions::kv_dtype)
     ShardRange vocab_shard_;    // embedding / lm_head rows held here
     ShardRange expert_shard_;   // routed experts held here
     std::shared_ptr<const io::WeightSource> weights_;

@@ -1,6 +1,7 @@
 #include "moeserve/model/layers/attention_mla.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "moeserve/core/error.h"
@@ -111,8 +112,12 @@ void MlaAttention::forward(ThreadPool& pool, const float* h, const ForwardBatch&
     for (int64_t seq = 0; seq < batch.num_seqs(); ++seq) {
         const int64_t q_len = batch.query_start[size_t(seq + 1)] - batch.query_start[size_t(seq)];
         if (q_len == 0) continue;
+        const int64_t prefix = batch.seq_lens[size_t(seq)] - q_len;
         if (path == MlaPath::kAbsorbed || (path == MlaPath::kAuto && q_len == 1)) {
             absorbed.push_back(seq);
+        } else if (prefix > 0 && (path == MlaPath::kSplit ||
+                                  (path == MlaPath::kAuto && mla_split_is_cheaper(c, q_len, prefix)))) {
+            attend_split(pool, batch, seq, kv, s);
         } else {
             attend_expanded(pool, batch, seq, kv, s);
         }
@@ -179,28 +184,37 @@ void MlaAttention::attend_absorbed(ThreadPool& pool, const ForwardBatch& batch, 
 
 void MlaAttention::attend_expanded(ThreadPool& pool, const ForwardBatch& batch, int64_t seq,
                                    const kc::PagedLatentLayer& kv, MlaScratch& s) const {
+    const int64_t heads = shape_.num_heads, dv = shape_.v_head_dim;
+    const int64_t dp = std::max(shape_.qk_nope_head_dim + shape_.qk_rope_head_dim, dv);
+    const int64_t q0 = batch.query_start[size_t(seq)];
+    const int64_t q_len = batch.query_start[size_t(seq + 1)] - q0;
+    attend_expanded_range(pool, batch, seq, 0, kv, s, nullptr);
+    for (int64_t i = 0; i < q_len * heads; ++i)
+        std::copy_n(s.o_pad.data() + i * dp, dv, s.attn.data() + (q0 * heads + i) * dv);
+}
+
+void MlaAttention::attend_expanded_range(ThreadPool& pool, const ForwardBatch& batch, int64_t seq, int64_t begin,
+                                         const kc::PagedLatentLayer& kv, MlaScratch& s, float* lse) const {
     const MlaShape& c = shape_;
     const int64_t heads = c.num_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, r = c.kv_lora_rank;
     const int64_t qk = dn + dr, row = r + dr, dv = c.v_head_dim;
     const int64_t dp = std::max(qk, dv);  // K and V padded with zeros to one head_dim
     const int64_t q0 = batch.query_start[size_t(seq)];
     const int64_t q_len = batch.query_start[size_t(seq + 1)] - q0;
-    const int64_t len = batch.seq_lens[size_t(seq)];
+    const int64_t len = batch.seq_lens[size_t(seq)] - begin;  // keys: positions [begin, seq_len)
     const int32_t* table = batch.block_tables.data() + seq * batch.max_blocks_per_seq;
-    // 1. every cached latent of the sequence -> kv_b_proj -> [L, H, k_nope + v]
+    // 1. the cached latents of the range -> kv_b_proj -> [L, H, k_nope + v]
     s.latent.resize(static_cast<size_t>(std::max(len, batch.num_tokens()) * r));
     s.kv.resize(static_cast<size_t>(len * heads * (dn + dv)));
-    for (int64_t j = 0; j < len; ++j) {
-        const float* src = kv.cache + (int64_t{table[j / kv.block_size]} * kv.block_size + j % kv.block_size) * row;
-        std::copy_n(src, r, s.latent.data() + j * r);
-    }
+    s.rows.resize(static_cast<size_t>(len * row));
+    kc::read_latent(kv, table, begin, begin + len, s.rows.data());  // [L, latent + rope] f32 (from f32 or bf16)
+    for (int64_t j = 0; j < len; ++j) std::copy_n(s.rows.data() + j * row, r, s.latent.data() + j * r);
     kv_b_proj_.forward(pool, s.latent.data(), len, s.kv.data());
     // 2. K [L, H, dp] = [k_nope, k_pe, 0], V [L, H, dp] = [v, 0], Q [q_len, H, dp] = [q, 0]
     s.k.assign(static_cast<size_t>(len * heads * dp), 0.0f);
     s.v.assign(static_cast<size_t>(len * heads * dp), 0.0f);
     for (int64_t j = 0; j < len; ++j) {
-        const float* k_pe =
-            kv.cache + (int64_t{table[j / kv.block_size]} * kv.block_size + j % kv.block_size) * row + r;
+        const float* k_pe = s.rows.data() + j * row + r;
         for (int64_t hd = 0; hd < heads; ++hd) {
             const float* src = s.kv.data() + (j * heads + hd) * (dn + dv);
             float* k = s.k.data() + (j * heads + hd) * dp;
@@ -213,17 +227,73 @@ void MlaAttention::attend_expanded(ThreadPool& pool, const ForwardBatch& batch, 
     s.o_pad.resize(static_cast<size_t>(q_len * heads * dp));
     for (int64_t i = 0; i < q_len * heads; ++i)
         std::copy_n(s.q.data() + (q0 * heads + i) * qk, qk, s.q_pad.data() + i * dp);
-    // 3. causal attention over one block holding the whole sequence
+    // 3. causal attention over one block holding the range (the queries are its last q_len rows)
     const kc::PagedKvLayer layer{s.k.data(), s.v.data(), 1, len, heads, dp};
     const int32_t local_start[2] = {0, static_cast<int32_t>(q_len)};
     const int32_t local_len = static_cast<int32_t>(len);
     const int32_t local_table = 0;
-    const kc::PagedAttentionArgs args{
+    kc::PagedAttentionArgs args{
         s.q_pad.data(), s.o_pad.data(), q_len,        heads, 1,
         local_start,    &local_len,     &local_table, 1,     static_cast<float>(c.softmax_scale)};
+    args.lse = lse;
     kc::paged_attention(pool, layer, args);
-    for (int64_t i = 0; i < q_len * heads; ++i)
-        std::copy_n(s.o_pad.data() + i * dp, dv, s.attn.data() + (q0 * heads + i) * dv);
+}
+
+// The chunk's queries attend (a) the cached prefix [0, P) in the absorbed form, every query all
+// of it, and (b) their own chunk [P, len) expanded and causal. softmax over the union of the two
+// key sets = the two partial outputs weighted by exp(lse_a - m) and exp(lse_b - m), normalized.
+void MlaAttention::attend_split(ThreadPool& pool, const ForwardBatch& batch, int64_t seq,
+                                const kc::PagedLatentLayer& kv, MlaScratch& s) const {
+    const MlaShape& c = shape_;
+    const int64_t heads = c.num_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, r = c.kv_lora_rank;
+    const int64_t qk = dn + dr, row = r + dr, dv = c.v_head_dim, dp = std::max(qk, dv);
+    const int64_t q0 = batch.query_start[size_t(seq)];
+    const int64_t q_len = batch.query_start[size_t(seq + 1)] - q0;
+    const int64_t prefix = batch.seq_lens[size_t(seq)] - q_len;
+    MOESERVE_CHECK(prefix > 0, "attend_split without a cached prefix");
+    // (b) the chunk itself: o_pad [q_len, H, dp], lse_chunk
+    s.lse_chunk.resize(static_cast<size_t>(q_len * heads));
+    attend_expanded_range(pool, batch, seq, prefix, kv, s, s.lse_chunk.data());
+    // (a) the prefix, absorbed: q_abs [q_len, H, latent + rope] -> lat_out [q_len, H, latent] -> v_out
+    s.q_abs.resize(static_cast<size_t>(q_len * heads * row));
+    s.lat_out.resize(static_cast<size_t>(q_len * heads * r));
+    s.v_out.resize(static_cast<size_t>(q_len * heads * dv));
+    s.lse_prefix.resize(static_cast<size_t>(q_len * heads));
+    const kc::MlaKvB w = kv_b();
+    const float* q = s.q.data() + q0 * heads * qk;
+    kc::mla_absorb_q(pool, w, q, q_len, heads * qk, qk, s.q_abs.data(), heads * row, row);
+    for (int64_t i = 0; i < q_len * heads; ++i) std::copy_n(q + i * qk + dn, dr, s.q_abs.data() + i * row + r);
+    const int32_t start[2] = {0, static_cast<int32_t>(q_len)};
+    const int32_t prefix_len = static_cast<int32_t>(prefix);
+    kc::MlaAttentionArgs args{s.q_abs.data(), s.lat_out.data(), q_len, heads, 1, start, &prefix_len,
+                              batch.block_tables.data() + seq * batch.max_blocks_per_seq, batch.max_blocks_per_seq,
+                              static_cast<float>(c.softmax_scale)};
+    args.lse = s.lse_prefix.data();
+    args.causal = false;
+    kc::mla_attention(pool, kv, args);
+    kc::mla_expand_v(pool, w, s.lat_out.data(), q_len, s.v_out.data());
+    // merge
+    for (int64_t i = 0; i < q_len * heads; ++i) {
+        const float la = s.lse_prefix[size_t(i)], lb = s.lse_chunk[size_t(i)], m = std::max(la, lb);
+        const float wa = std::exp(la - m), wb = std::exp(lb - m), inv = 1.0f / (wa + wb);
+        const float* va = s.v_out.data() + i * dv;
+        const float* vb = s.o_pad.data() + i * dp;
+        float* o = s.attn.data() + (q0 * heads + i) * dv;
+        for (int64_t x = 0; x < dv; ++x) o[x] = (wa * va[x] + wb * vb[x]) * inv;
+    }
+}
+
+bool mla_split_is_cheaper(const MlaShape& c, int64_t q_len, int64_t prefix) {
+    if (prefix <= 0) return false;
+    const int64_t r = c.kv_lora_rank, dr = c.qk_rope_head_dim, dn = c.qk_nope_head_dim, dv = c.v_head_dim;
+    const int64_t dp = std::max(dn + dr, dv), len = prefix + q_len;
+    // expanded: kv_b_proj over every row, scores + weighted sums over dp-wide heads
+    const double expanded = double(len) * double(r * (dn + dv)) + double(q_len) * double(len) * double(2 * dp);
+    // split: kv_b_proj over the chunk, its own attention, W_UK / W_UV on the queries, and the
+    // absorbed attention over the prefix (scores over latent + rope, sums over the latent)
+    const double split = double(q_len) * double(r * (dn + dv)) + double(q_len) * double(q_len) * double(2 * dp) +
+                         double(q_len) * double(r * (dn + dv)) + double(q_len) * double(prefix) * double(2 * r + dr);
+    return split < expanded;
 }
 
 }  // namespace moeserve::model

@@ -5,6 +5,9 @@
 //   expanded: kv_b_proj turns every cached latent into per-head [k_nope, v]; standard attention
 //   absorbed: q_nope is folded through W_UK into the latent space, scores are
 //             q_abs . latent + q_pe . k_pe, the output latent goes through W_UV afterwards.
+//   split:    a prefill chunk over a cached prefix: the prefix absorbed (no kv_b_proj over the
+//             cached context), the chunk's own tokens expanded, the two softmaxes merged by their
+//             log-sum-exp. Exact as well; cheaper than re-expanding the prefix for short chunks.
 #pragma once
 
 #include <string>
@@ -31,16 +34,23 @@ struct MlaShape {
 
 // Which form each sequence of a batch attends with.
 enum class MlaPath {
-    kAuto,      // absorbed for decode (one new token), expanded for prefill chunks
+    kAuto,      // absorbed for decode (one new token); a prefill chunk over a cached prefix split
+                // where mla_split_is_cheaper() says so, else expanded
     kAbsorbed,  // absorbed for every sequence
-    kExpanded,  // expanded for every sequence
+    kExpanded,  // expanded for every sequence (the whole cached context re-expanded per chunk)
+    kSplit,     // split for every chunk with a cached prefix, expanded for the rest
 };
+
+// Multiply-adds per head of one chunk of q_len tokens after `prefix` cached ones: re-expanding
+// all prefix + q_len latents (kv_b_proj) and attending over them, against the split form.
+bool mla_split_is_cheaper(const MlaShape& shape, int64_t q_len, int64_t prefix);
 
 // Per-forward buffers, grown on demand and reused across layers and steps.
 struct MlaScratch {
     std::vector<float> q_a, q, kv_a, latent, attn;
     std::vector<float> q_abs, lat_out, v_out;   // absorbed path
-    std::vector<float> kv, k, v, q_pad, o_pad;  // expanded path
+    std::vector<float> kv, k, v, q_pad, o_pad, rows;  // expanded path (rows: cached [latent, k_pe] f32)
+    std::vector<float> lse_prefix, lse_chunk;         // split path: [q_len, H] each
     std::vector<int32_t> abs_rows, abs_start, abs_lens, abs_tables;
 };
 
@@ -65,6 +75,12 @@ private:
                          const kernels::cpu::PagedLatentLayer& kv, MlaScratch& s) const;
     void attend_expanded(ThreadPool& pool, const ForwardBatch& batch, int64_t seq,
                          const kernels::cpu::PagedLatentLayer& kv, MlaScratch& s) const;
+    void attend_split(ThreadPool& pool, const ForwardBatch& batch, int64_t seq,
+                      const kernels::cpu::PagedLatentLayer& kv, MlaScratch& s) const;
+    // Causal expanded attention of seq's queries over its cached positions [begin, len) only:
+    // out [q_len, H, dp] (dp = max(qk, v), the first v values are the output), lse [q_len, H].
+    void attend_expanded_range(ThreadPool& pool, const ForwardBatch& batch, int64_t seq, int64_t begin,
+                               const kernels::cpu::PagedLatentLayer& kv, MlaScratch& s, float* lse) const;
     kernels::cpu::MlaKvB kv_b() const;
 
     MlaShape shape_{};

@@ -14,7 +14,7 @@ namespace kc = kernels::cpu;
 
 Qwen3MoeModel::Qwen3MoeModel(const Qwen3MoeConfig& config, std::shared_ptr<const io::WeightSource> weights,
                              ThreadPool& pool, const LoadOptions& options)
-    : config_(config), par_(options.parallel), weights_(std::move(weights)), pool_(pool) {
+    : config_(config), par_(options.parallel), kv_dtype_(options.kv_dtype), weights_(std::move(weights)), pool_(pool) {
     const Qwen3MoeConfig& c = config_;
     const io::WeightSource& w = *weights_;
     const int64_t h = c.hidden_size;
@@ -89,7 +89,7 @@ Qwen3MoeModel::Qwen3MoeModel(const Qwen3MoeConfig& config, std::shared_ptr<const
     info_.max_position_embeddings = c.max_position_embeddings;
     if (c.bos_token_id) info_.bos_token_id = static_cast<int32_t>(*c.bos_token_id);
     for (int64_t id : c.eos_token_id) info_.eos_token_ids.push_back(static_cast<int32_t>(id));
-    info_.kv_bytes_per_token = GqaKvCache::bytes_per_token(c.num_hidden_layers, local_kv_heads_, c.head_dim);
+    info_.kv_bytes_per_token = GqaKvCache::bytes_per_token(c.num_hidden_layers, local_kv_heads_, c.head_dim, kv_dtype_);
     for (const auto& name : w.names()) {
         const TensorView t = w.get(name);
         info_.weight_bytes += static_cast<int64_t>(t.nbytes());
@@ -103,7 +103,7 @@ Qwen3MoeModel::Qwen3MoeModel(const Qwen3MoeConfig& config, std::shared_ptr<const
 
 std::unique_ptr<KvCache> Qwen3MoeModel::create_kv_cache(int64_t num_blocks, int64_t block_size) const {
     return std::make_unique<GqaKvCache>(config_.num_hidden_layers, num_blocks, block_size, local_kv_heads_,
-                                        config_.head_dim);
+                                        config_.head_dim, kv_dtype_);
 }
 
 void Qwen3MoeModel::moe_forward(const Layer& layer, const float* h, int64_t num_tokens,

@@ -43,6 +43,7 @@ private:
 
     const Qwen3MoeConfig config_;
     const ParallelConfig par_;     // this rank's TP/EP shard
+    const DType kv_dtype_;         // KV cache element type (LoadOptions::kv_dtype)
     ShardRange vocab_shard_;       // embedding / lm_head rows held here
     ShardRange expert_shard_;      // routed experts held here
     int64_t local_kv_heads_ = 0;
