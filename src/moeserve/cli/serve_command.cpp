@@ -505,7 +505,7 @@ int run_serve(ServeOptions o) {
     }
     serve::Metrics metrics(rc.limits.served_model_name, rc.limits.max_model_len,
                            {{"block_size", std::to_string(o.engine.block_size)},
-                            {"cache_dtype", o.vllm.kv_cache_dtype},
+                            {"cache_dtype", o.engine.kv_cache_dtype},
                             {"enable_prefix_caching", o.engine.enable_prefix_caching ? "True" : "False"},
                             {"gpu_memory_utilization", fmt::format("{}", o.engine.gpu_memory_utilization)}});
     serve::Router router(rc, tok, engines, metrics, logger);  // a malformed chat template fails here
