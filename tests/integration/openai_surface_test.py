@@ -146,7 +146,7 @@ class Extras(unittest.TestCase):
 class Loglik(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.s = Server()
+        cls.s = Server("--kv-cache-dtype", "fp32")  # the exact cache: the reference is float64
         ref = json.load(open(os.path.join(ARGS.model, "reference_greedy.json")))
         cls.prompt = ref["prompt"]
         logits = np.fromfile(os.path.join(ARGS.model, "reference_logits.f32"), dtype=np.float32).astype(np.float64)
