@@ -39,7 +39,7 @@ def main() -> int:
     for b in bad:
         print(b, file=sys.stderr)
     if bad:
-        print(f"layering: {len(bad)} upward include(s); see docs/architecture.md "Layering"", file=sys.stderr)
+        print(f"layering: {len(bad)} upward include(s); see docs/architecture.md, 'Layering'", file=sys.stderr)
         return 1
     print("layering: ok")
     return 0
