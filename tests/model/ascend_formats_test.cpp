@@ -72,31 +72,9 @@ protected:
 };
 ThreadPool* AscendFormatsTest::pool_ = nullptr;
 
-std::vector<float> prefill(Model& m, const std::vector<int32_t>& ids) {
-    SequenceRunner runner(m, 256, 16);
-    return runner.append(ids, 0, /*all_logits=*/true);
-}
-
-std::vector<float> decode_each(Model& m, const std::vector<int32_t>& ids) {
-    SequenceRunner runner(m, 256, 16);
-    std::vector<float> logits;
-    for (int32_t id : ids) {
-        const auto row = runner.append(std::span<const int32_t>(&id, 1));
-        logits.insert(logits.end(), row.begin(), row.end());
-    }
-    return logits;
-}
-
-std::vector<int32_t> greedy(Model& m, std::vector<int32_t> seq, int steps) {
-    SequenceRunner runner(m, 256, 16);
-    std::vector<float> row = runner.append(seq);
-    for (int i = 0; i < steps; ++i) {
-        const int32_t next = argmax(row.data(), m.info().vocab_size);
-        seq.push_back(next);
-        row = runner.append(std::span<const int32_t>(&next, 1));
-    }
-    return seq;
-}
+using testutil::decode_each;
+using testutil::greedy;
+using testutil::prefill;
 
 // Rows of `got` [rows, vocab] further than bound from `ref`; prints them.
 int rows_beyond(const std::vector<float>& got, const std::vector<float>& ref, size_t vocab, float bound, float* worst,

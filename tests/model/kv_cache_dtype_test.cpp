@@ -22,8 +22,10 @@ namespace moeserve::model {
 namespace {
 
 using testutil::argmax;
+using testutil::decode_each;
 using testutil::max_abs;
 using testutil::max_abs_diff;
+using testutil::prefill;
 using testutil::read_f32;
 
 struct Variant {
@@ -60,22 +62,6 @@ protected:
         return load_model(GetParam().dir, *pool_, LoadOptions{.max_model_len = 256, .kv_cache_dtype = kv_dtype});
     }
     std::vector<int32_t> prompt() const { return testutil::parse_ids(GetParam().prompt); }
-
-    // Logits of every prompt token: one prefill (chunked by `chunk`, 0 = whole), or one token per
-    // forward (decode: MLA's absorbed path).
-    static std::vector<float> prefill(Model& m, const std::vector<int32_t>& ids, int64_t chunk = 0) {
-        SequenceRunner runner(m, 256, 16);
-        return runner.append(ids, chunk, /*all_logits=*/true);
-    }
-    static std::vector<float> decode_each(Model& m, const std::vector<int32_t>& ids) {
-        SequenceRunner runner(m, 256, 16);
-        std::vector<float> logits;
-        for (int32_t id : ids) {
-            const auto row = runner.append(std::span<const int32_t>(&id, 1));
-            logits.insert(logits.end(), row.begin(), row.end());
-        }
-        return logits;
-    }
 
     static std::unique_ptr<ThreadPool> pool_;
 };

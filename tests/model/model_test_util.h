@@ -1,5 +1,5 @@
-// Helpers shared by the model tests: token-id lists from CMake, reference logits files, and
-// the error measures the tests state their bounds in.
+// Helpers shared by the model tests: token-id lists from CMake, reference logits files, the
+// error measures the tests state their bounds in, and whole-sequence runs of a model.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,7 +11,10 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <span>
 #include <vector>
+
+#include "moeserve/model/sequence_runner.h"
 
 namespace moeserve::model::testutil {
 
@@ -51,6 +54,35 @@ inline float max_abs(const std::vector<float>& a) {
 // Index of the largest logit; the lowest id on ties (the reference's greedy rule).
 inline int32_t argmax(const float* row, int64_t n) {
     return static_cast<int32_t>(std::max_element(row, row + n) - row);
+}
+
+// Logits [ids.size(), vocab] of one prefill (in chunks of `chunk` tokens; 0 = one chunk).
+inline std::vector<float> prefill(Model& m, const std::vector<int32_t>& ids, int64_t chunk = 0) {
+    SequenceRunner runner(m, 256, 16);
+    return runner.append(ids, chunk, /*all_logits=*/true);
+}
+
+// The same logits, one decode step per token.
+inline std::vector<float> decode_each(Model& m, const std::vector<int32_t>& ids) {
+    SequenceRunner runner(m, 256, 16);
+    std::vector<float> logits;
+    for (int32_t id : ids) {
+        const auto row = runner.append(std::span<const int32_t>(&id, 1));
+        logits.insert(logits.end(), row.begin(), row.end());
+    }
+    return logits;
+}
+
+// seq followed by `steps` greedy tokens.
+inline std::vector<int32_t> greedy(Model& m, std::vector<int32_t> seq, int steps) {
+    SequenceRunner runner(m, 256, 16);
+    std::vector<float> row = runner.append(seq);
+    for (int i = 0; i < steps; ++i) {
+        const int32_t next = argmax(row.data(), m.info().vocab_size);
+        seq.push_back(next);
+        row = runner.append(std::span<const int32_t>(&next, 1));
+    }
+    return seq;
 }
 
 }  // namespace moeserve::model::testutil

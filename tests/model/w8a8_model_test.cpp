@@ -25,32 +25,9 @@ using testutil::max_abs_diff;
 using testutil::max_abs;
 using testutil::argmax;
 
-std::vector<float> prefill(Model& m, const std::vector<int32_t>& ids) {
-    SequenceRunner runner(m, 256, 16);
-    return runner.append(ids, 0, /*all_logits=*/true);
-}
-
-std::vector<float> decode_each(Model& m, const std::vector<int32_t>& ids) {
-    SequenceRunner runner(m, 256, 16);
-    std::vector<float> logits;
-    for (int32_t id : ids) {
-        const auto row = runner.append(std::span<const int32_t>(&id, 1));
-        logits.insert(logits.end(), row.begin(), row.end());
-    }
-    return logits;
-}
-
-std::vector<int32_t> greedy(Model& m, std::vector<int32_t> seq, int steps) {
-    SequenceRunner runner(m, 256, 16);
-    std::vector<float> row = runner.append(seq);
-    const int64_t vocab = m.info().vocab_size;
-    for (int i = 0; i < steps; ++i) {
-        const int32_t next = argmax(row.data(), vocab);
-        seq.push_back(next);
-        row = runner.append(std::span<const int32_t>(&next, 1));
-    }
-    return seq;
-}
+using testutil::decode_each;
+using testutil::greedy;
+using testutil::prefill;
 
 // W8A8 vs the reference with simulated activation quantization. Both quantize the same values,
 // but the f32 engine and the float64 reference can land on different sides of a rounding

@@ -8,6 +8,7 @@
 
 #include "moeserve/tokenizer/detokenizer.h"
 #include "moeserve/tokenizer/tokenizer.h"
+#include "real_tokenizers.h"
 #include "test_support.h"
 
 namespace moeserve::tokenizer {
@@ -27,19 +28,9 @@ std::string describe(const nlohmann::json& c) {
            (c["add_special_tokens"].get<bool>() ? "true" : "false");
 }
 
-// Loading a 150k-token tokenizer takes a fraction of a second; share one per tokenizer name.
 class GoldenTest : public ::testing::TestWithParam<std::string> {
 protected:
-    static void SetUpTestSuite() {
-        for (const char* name : {"qwen3", "deepseek_v3"}) {
-            tokenizers_.emplace(name, Tokenizer::from_dir(test::tokenizer_dir(name)));
-        }
-    }
-    static void TearDownTestSuite() { tokenizers_.clear(); }
-    static const Tokenizer& tokenizer() { return tokenizers_.at(GetParam()); }
-
-private:
-    static inline std::map<std::string, Tokenizer> tokenizers_;
+    static const Tokenizer& tokenizer() { return real_tokenizer(GetParam()); }
 };
 
 TEST_P(GoldenTest, EncodeMatchesHuggingFaceIdsExactly) {

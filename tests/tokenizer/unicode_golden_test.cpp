@@ -9,6 +9,7 @@
 
 #include "moeserve/tokenizer/detokenizer.h"
 #include "moeserve/tokenizer/tokenizer.h"
+#include "real_tokenizers.h"
 #include "test_support.h"
 
 namespace moeserve::tokenizer {
@@ -25,16 +26,7 @@ std::string describe(const nlohmann::json& c) { return nlohmann::json(c["text"])
 
 class UnicodeGoldenTest : public ::testing::TestWithParam<std::string> {
 protected:
-    static void SetUpTestSuite() {
-        for (const char* name : {"qwen3", "deepseek_v3"}) {
-            tokenizers_.emplace(name, Tokenizer::from_dir(test::tokenizer_dir(name)));
-        }
-    }
-    static void TearDownTestSuite() { tokenizers_.clear(); }
-    static const Tokenizer& tokenizer() { return tokenizers_.at(GetParam()); }
-
-private:
-    static inline std::map<std::string, Tokenizer> tokenizers_;
+    static const Tokenizer& tokenizer() { return real_tokenizer(GetParam()); }
 };
 
 TEST_P(UnicodeGoldenTest, EncodeMatchesHuggingFaceIdsExactly) {

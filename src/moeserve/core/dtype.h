@@ -40,6 +40,17 @@ inline uint16_t f32_to_bf16(float f) {
     return static_cast<uint16_t>(u >> 16);
 }
 
+// Writes n floats as dtype: kF32 copied, kBF16 rounded (a KV cache row). Other dtypes are not
+// row types here.
+inline void store_f32_row(void* dst, DType dtype, const float* src, int64_t n) {
+    if (dtype == DType::kF32) {
+        std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+        return;
+    }
+    auto* out = static_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(src[i]);
+}
+
 // IEEE half precision.
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);

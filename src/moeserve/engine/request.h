@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -87,7 +88,7 @@ struct Request {
         ++output_token_counts[id];
         if (!grammar_active) grammar_active = output_ends_with(sampling.grammar_after_token_ids);
     }
-    bool output_ends_with(const std::vector<TokenId>& tail) const {
+    bool output_ends_with(std::span<const TokenId> tail) const {
         return output_token_ids.size() >= tail.size() &&
                std::equal(tail.begin(), tail.end(), output_token_ids.end() - static_cast<std::ptrdiff_t>(tail.size()));
     }

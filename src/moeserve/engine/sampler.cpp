@@ -84,8 +84,7 @@ void apply_logit_processors(float* logits, int64_t vocab, const Request& r) {
     }
     for (const auto& word : s.bad_words_token_ids) {
         if (word.empty() || !in_vocab(word.back())) continue;
-        const std::vector<TokenId> prefix(word.begin(), word.end() - 1);
-        if (r.output_ends_with(prefix)) logits[word.back()] = kNegInf;
+        if (r.output_ends_with(std::span<const TokenId>(word).first(word.size() - 1))) logits[word.back()] = kNegInf;
     }
     for (const auto& [t, bias] : s.logit_bias) {
         if (in_vocab(t)) logits[t] += bias;

@@ -7,13 +7,11 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "moeserve/core/clock.h"
+
 namespace moeserve::serve {
 
 inline constexpr const char* kJsonMediaType = "application/json";
-
-inline double steady_seconds() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 inline int64_t unix_seconds() {
     return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())

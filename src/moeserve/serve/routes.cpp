@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <chrono>
 #include <random>
 
 #include "moeserve/serve/openai/parse.h"

@@ -1,18 +1,14 @@
 #include "moeserve/engine/scheduler/scheduler.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
+#include "moeserve/core/clock.h"
 #include "moeserve/core/error.h"
 
 namespace moeserve::engine {
 
 namespace {
-
-double steady_seconds() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 ipc::RequestOutput output_of(const Request& r) {
     ipc::RequestOutput out;

@@ -118,15 +118,6 @@ void expand_v_head(const W* wv, int64_t v_dim, int64_t rank, const float* l, flo
     }
 }
 
-void store_row(void* dst, DType dtype, const float* src, int64_t n) {
-    if (dtype == DType::kF32) {
-        std::memcpy(dst, src, size_t(n) * sizeof(float));
-        return;
-    }
-    uint16_t* o = static_cast<uint16_t*>(dst);
-    for (int64_t i = 0; i < n; ++i) o[i] = f32_to_bf16(src[i]);
-}
-
 template <typename T>
 void run_mla_attention(ThreadPool& pool, const PagedLatentLayer& kv, const MlaAttentionArgs& a) {
     const T* cache = static_cast<const T*>(kv.cache);
@@ -199,7 +190,7 @@ void write_latent(const PagedLatentLayer& kv, const float* rows, int64_t num_tok
         const int64_t slot = slot_mapping[t];
         if (slot < 0) continue;
         MOESERVE_DCHECK(slot < kv.num_blocks * kv.block_size, "write_latent: slot {} out of range", slot);
-        store_row(cache + size_t(slot * d) * esize, kv.dtype, rows + t * d, d);
+        store_f32_row(cache + size_t(slot * d) * esize, kv.dtype, rows + t * d, d);
     }
 }
 

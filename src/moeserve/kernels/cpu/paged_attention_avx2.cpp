@@ -199,16 +199,6 @@ void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, flo
     }
 }
 
-// Copies (f32) or rounds to bf16 n values.
-void store_row(void* dst, DType dtype, const float* src, int64_t n) {
-    if (dtype == DType::kF32) {
-        std::memcpy(dst, src, size_t(n) * sizeof(float));
-        return;
-    }
-    uint16_t* o = static_cast<uint16_t*>(dst);
-    for (int64_t i = 0; i < n; ++i) o[i] = f32_to_bf16(src[i]);
-}
-
 template <typename T>
 void run_paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttentionArgs& a) {
     const int64_t d = kv.head_dim, group = a.num_heads / kv.num_kv_heads;
@@ -266,8 +256,8 @@ void write_kv(const PagedKvLayer& kv, const float* k, const float* v, int64_t nu
         const int64_t slot = slot_mapping[t];
         if (slot < 0) continue;
         MOESERVE_DCHECK(slot < kv.num_blocks * kv.block_size, "write_kv: slot {} out of range", slot);
-        store_row(k_cache + size_t(slot * row) * esize, kv.dtype, k + t * row, row);
-        store_row(v_cache + size_t(slot * row) * esize, kv.dtype, v + t * row, row);
+        store_f32_row(k_cache + size_t(slot * row) * esize, kv.dtype, k + t * row, row);
+        store_f32_row(v_cache + size_t(slot * row) * esize, kv.dtype, v + t * row, row);
     }
 }
 

@@ -91,20 +91,45 @@ size_t after_key(std::string_view text, std::string_view key) {
     return std::string_view::npos;
 }
 
-// hermes: <tool_call>{"name": "f", "arguments": {...}}</tool_call>, repeated.
-class HermesParser : public ToolParser {
+// What both formats share: the text not yet looked at (buffer_) and, inside a call, the call's
+// text up to its end marker (call_).
+class MarkedToolParser : public ToolParser {
 public:
-    ToolParseDelta push(std::string_view text) override {
+    ToolParseDelta push(std::string_view text) final {
         buffer_.append(text);
         return advance(false);
     }
-    ToolParseDelta finish() override { return advance(true); }
+    ToolParseDelta finish() final { return advance(true); }
 
+protected:
+    virtual ToolParseDelta advance(bool at_end) = 0;
+
+    // Moves buffer_ into call_ up to end_marker (consumed with it). True once the marker came;
+    // until then, unless at_end, a tail that may be the marker's start waits in buffer_.
+    bool take_call_text(std::string_view end_marker, bool at_end) {
+        const size_t end = buffer_.find(end_marker);
+        const bool closed = end != std::string::npos;
+        call_.append(buffer_, 0, closed ? end : buffer_.size());
+        buffer_.erase(0, closed ? end + end_marker.size() : buffer_.size());
+        if (!closed && !at_end) {
+            const size_t keep = partial_marker(call_, end_marker);
+            buffer_ = call_.substr(call_.size() - keep);
+            call_.resize(call_.size() - keep);
+        }
+        return closed;
+    }
+
+    std::string buffer_;  // text not yet looked at
+    std::string call_;    // the current call's text, between its markers
+};
+
+// hermes: <tool_call>{"name": "f", "arguments": {...}}</tool_call>, repeated.
+class HermesParser : public MarkedToolParser {
 private:
     static constexpr std::string_view kBegin = "<tool_call>";
     static constexpr std::string_view kEnd = "</tool_call>";
 
-    ToolParseDelta advance(bool at_end) {
+    ToolParseDelta advance(bool at_end) override {
         ToolParseDelta out;
         while (true) {
             if (!in_call_) {
@@ -119,15 +144,8 @@ private:
                 buffer_.erase(0, begin + kBegin.size());
                 start_call();
             }
-            const size_t end = buffer_.find(kEnd);
-            const bool closed = end != std::string::npos;
-            call_.append(buffer_, 0, closed ? end : buffer_.size());
-            buffer_.erase(0, closed ? end + kEnd.size() : buffer_.size());
+            const bool closed = take_call_text(kEnd, at_end);
             if (!closed && !at_end) {
-                // Keep a partial "</tool_call>" out of the call text until it is known.
-                const size_t keep = partial_marker(call_, kEnd);
-                buffer_ = call_.substr(call_.size() - keep);
-                call_.resize(call_.size() - keep);
                 stream_call(out);
                 return out;
             }
@@ -200,8 +218,6 @@ private:
         ++num_calls_;
     }
 
-    std::string buffer_;  // text not yet looked at
-    std::string call_;    // the current call's text, between the markers
     bool in_call_ = false, name_sent_ = false;
     JsonValueScanner scanner_;
     size_t args_at_ = std::string::npos, args_sent_ = 0;
@@ -210,21 +226,14 @@ private:
 // deepseek_v3: calls between <｜tool▁calls▁begin｜> and <｜tool▁calls▁end｜>, each
 // <｜tool▁call▁begin｜>TYPE<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>. Also the later
 // DeepSeek form without type and fence: <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>.
-class DeepSeekV3Parser : public ToolParser {
-public:
-    ToolParseDelta push(std::string_view text) override {
-        buffer_.append(text);
-        return advance(false);
-    }
-    ToolParseDelta finish() override { return advance(true); }
-
+class DeepSeekV3Parser : public MarkedToolParser {
 private:
     static constexpr std::string_view kCallsBegin = "<｜tool▁calls▁begin｜>";
     static constexpr std::string_view kCallBegin = "<｜tool▁call▁begin｜>";
     static constexpr std::string_view kSep = "<｜tool▁sep｜>";
     static constexpr std::string_view kCallEnd = "<｜tool▁call▁end｜>";
 
-    ToolParseDelta advance(bool at_end) {
+    ToolParseDelta advance(bool at_end) override {
         ToolParseDelta out;
         while (true) {
             if (!in_call_) {
@@ -250,14 +259,8 @@ private:
                 buffer_.erase(0, at + kCallBegin.size());
                 start_call();
             }
-            const size_t end = buffer_.find(kCallEnd);
-            const bool closed = end != std::string::npos;
-            call_.append(buffer_, 0, closed ? end : buffer_.size());
-            buffer_.erase(0, closed ? end + kCallEnd.size() : buffer_.size());
+            const bool closed = take_call_text(kCallEnd, at_end);
             if (!closed && !at_end) {
-                const size_t keep = partial_marker(call_, kCallEnd);
-                buffer_ = call_.substr(call_.size() - keep);
-                call_.resize(call_.size() - keep);
                 stream_call(out, false);
                 return out;
             }
@@ -320,7 +323,6 @@ private:
         if (whole && args_sent_ == 0) out.calls.push_back({num_calls_, std::nullopt, std::nullopt, "{}"});
     }
 
-    std::string buffer_, call_;
     bool in_calls_ = false, in_call_ = false, name_sent_ = false;
     size_t args_at_ = std::string::npos, args_sent_ = 0;
 };
