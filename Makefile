@@ -18,6 +18,7 @@ build: configure
 
 test: build
 	@python3 tools/check_layering.py
+	@bash tools/check_format.sh
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
 # Sanitizer builds (CI runs them after `make test`). ASan + UBSan: every suite. TSan: the threaded
@@ -50,7 +51,7 @@ bench: build
 	@for b in $(BUILD)/benchmarks/*_bench; do $$b --benchmark_min_time=0.3; done
 
 format:
-	@find src tests benchmarks -name '*.h' -o -name '*.cpp' | xargs clang-format -i
+	@find src tests benchmarks fuzz \( -name '*.h' -o -name '*.cpp' \) | xargs clang-format -i
 
 clean:
 	@rm -rf $(BUILD)

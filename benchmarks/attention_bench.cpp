@@ -58,8 +58,8 @@ void make_batch(Batch& b, int64_t num_seqs, int64_t seq_len, int64_t q_len, bool
         b.v.clear();
         b.kv = {b.kh.data(), b.vh.data(), num_blocks, kBlock, kKvHeads, kDim, moeserve::DType::kBF16};
     }
-    b.args = {b.q.data(), b.out.data(), b.tokens, kHeads, num_seqs, b.qstart.data(), b.lens.data(),
-              b.tables.data(), b.max_blocks, 0.0883883f};
+    b.args = {b.q.data(),      b.out.data(),  b.tokens,        kHeads,       num_seqs,
+              b.qstart.data(), b.lens.data(), b.tables.data(), b.max_blocks, 0.0883883f};
 }
 
 void BM_AttentionDecode(benchmark::State& state) {
@@ -120,7 +120,12 @@ void BM_AttentionPrefill(benchmark::State& state) {
     state.counters["GFLOPS"] = flops / median(times) / 1e9;
 }
 
-BENCHMARK(BM_AttentionDecode)->Args({2048, 0})->Args({2048, 1})->ArgNames({"ctx", "bf16"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_AttentionDecode)
+    ->Args({2048, 0})
+    ->Args({2048, 1})
+    ->ArgNames({"ctx", "bf16"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 BENCHMARK(BM_AttentionPrefill)->Arg(0)->Arg(1536)->ArgName("ctx_before")->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

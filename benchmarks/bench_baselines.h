@@ -45,8 +45,7 @@ inline float stream_read(ThreadPool& pool, const uint8_t* p, int64_t bytes) {
             a3 = _mm256_add_ps(a3, _mm256_loadu_ps(f + 8 * i + 24));
         }
         for (; i < e; ++i) a0 = _mm256_add_ps(a0, _mm256_loadu_ps(f + 8 * i));
-        _mm256_storeu_ps(partial.data() + tid * 16,
-                         _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        _mm256_storeu_ps(partial.data() + tid * 16, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
     });
     float s = 0;
     for (float v : partial) s += v;
@@ -75,13 +74,12 @@ inline double stream_gbps(ThreadPool& pool, const uint8_t* buf, int64_t bytes) {
 }
 
 // Median time (s) of out[m, n] = x[m, k] @ w[n, k]^T by cblas_sgemm (row-major, W transposed).
-inline double sgemm_seconds(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* out,
-                            int reps) {
+inline double sgemm_seconds(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* out, int reps) {
     std::vector<double> times;
     for (int r = 0; r < reps; ++r) {
         const double t0 = now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(n), int(k), 1.0f, x, int(k), w, int(k),
-                    0.0f, out, int(n));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(n), int(k), 1.0f, x, int(k), w, int(k), 0.0f,
+                    out, int(n));
         times.push_back(now_s() - t0);
     }
     return median(times);

@@ -80,8 +80,8 @@ void BM_MoeDecode(benchmark::State& state) {
     for (auto _ : state) {
         const Routing& r = routes[size_t(it % 64)];
         double t0 = now_s();
-        kc::moe_experts_bf16(pool, x.data(), 1, r.ids.data(), r.weights.data(), kTopK, ex.view(it % copies),
-                             scratch, out.data());
+        kc::moe_experts_bf16(pool, x.data(), 1, r.ids.data(), r.weights.data(), kTopK, ex.view(it % copies), scratch,
+                             out.data());
         times.push_back(now_s() - t0);
         benchmark::DoNotOptimize(out.data());
         const int64_t chunk = ((it % copies + copies / 2) % copies) * set_bytes + (it / copies % 8) * bytes_per_call;
@@ -115,8 +115,8 @@ double openblas_grouped_seconds(const std::vector<float>& wf, const Routing& r, 
             const float* wd = wf.data() + kExperts * 2 * kInter * kHidden + e * kHidden * kInter;
             sgemm_seconds(xs.data() + off * kHidden, c, kHidden, wgu, 2 * kInter, gu.data() + off * 2 * kInter, 1);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(c), int(kHidden), int(kInter), 1.0f,
-                        gu.data() + off * 2 * kInter, int(2 * kInter), wd, int(kInter), 0.0f,
-                        dn.data() + off * kHidden, int(kHidden));
+                        gu.data() + off * 2 * kInter, int(2 * kInter), wd, int(kInter), 0.0f, dn.data() + off * kHidden,
+                        int(kHidden));
             off += c;
         }
         times.push_back(now_s() - t0);

@@ -55,9 +55,8 @@ void BM_Sampler(benchmark::State& state) {
         state.ResumeTiming();
         benchmark::DoNotOptimize(sampler.sample(rows, req_ptrs));
     }
-    state.counters["us_per_row"] =
-        benchmark::Counter(static_cast<double>(batch) * 1e-6, benchmark::Counter::kIsIterationInvariantRate |
-                                                                  benchmark::Counter::kInvert);
+    state.counters["us_per_row"] = benchmark::Counter(
+        static_cast<double>(batch) * 1e-6, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
     state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(batch));
 }
 

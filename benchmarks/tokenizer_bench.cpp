@@ -76,16 +76,14 @@ void BM_Encode(benchmark::State& state, const char* name, bool chinese) {
     }
     state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * text.size()));
     state.counters["tokens"] = static_cast<double>(num_tokens);
-    state.counters["bytes_per_token"] =
-        static_cast<double>(text.size()) / static_cast<double>(num_tokens);
+    state.counters["bytes_per_token"] = static_cast<double>(text.size()) / static_cast<double>(num_tokens);
 }
 
 // Baseline: only the pre-tokenizer of the same tokenizer.json (regex splits + byte mapping).
 void BM_PreTokenizeOnly(benchmark::State& state, const char* name, bool chinese) {
     std::ifstream in(g_tokenizers_dir / name / "tokenizer.json");
     const auto doc = nlohmann::json::parse(in);
-    const auto pre_tokenizer =
-        moeserve::tokenizer::make_pre_tokenizer(doc["pre_tokenizer"], "tokenizer.json");
+    const auto pre_tokenizer = moeserve::tokenizer::make_pre_tokenizer(doc["pre_tokenizer"], "tokenizer.json");
     const std::string& text = chinese ? chinese_text() : english_text();
     for (auto _ : state) {
         std::vector<std::string> pieces{text};
@@ -106,14 +104,10 @@ BENCHMARK_CAPTURE(BM_Encode, qwen3_english, "qwen3", false)->Unit(benchmark::kMi
 BENCHMARK_CAPTURE(BM_PreTokenizeOnly, qwen3_english, "qwen3", false)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Encode, qwen3_chinese, "qwen3", true)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_PreTokenizeOnly, qwen3_chinese, "qwen3", true)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Encode, deepseek_v3_english, "deepseek_v3", false)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_PreTokenizeOnly, deepseek_v3_english, "deepseek_v3", false)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Encode, deepseek_v3_chinese, "deepseek_v3", true)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_PreTokenizeOnly, deepseek_v3_chinese, "deepseek_v3", true)
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Encode, deepseek_v3_english, "deepseek_v3", false)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_PreTokenizeOnly, deepseek_v3_english, "deepseek_v3", false)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Encode, deepseek_v3_chinese, "deepseek_v3", true)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_PreTokenizeOnly, deepseek_v3_chinese, "deepseek_v3", true)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Load, qwen3, "qwen3")->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK_CAPTURE(BM_Load, deepseek_v3, "deepseek_v3")->Unit(benchmark::kMillisecond)->Iterations(3);
 
@@ -121,8 +115,7 @@ BENCHMARK_CAPTURE(BM_Load, deepseek_v3, "deepseek_v3")->Unit(benchmark::kMillise
 
 int main(int argc, char** argv) {
     const char* home = std::getenv("HOME");  // env: HOME (default location of the tokenizer cache)
-    g_tokenizers_dir = std::filesystem::path(home != nullptr ? home : ".") / ".cache" /
-                       "moeserve" / "tokenizers";
+    g_tokenizers_dir = std::filesystem::path(home != nullptr ? home : ".") / ".cache" / "moeserve" / "tokenizers";
     std::vector<char*> args;
     for (int i = 0; i < argc; ++i) {
         if (std::strcmp(argv[i], "--tokenizers") == 0 && i + 1 < argc) {

@@ -15,14 +15,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string_view body(reinterpret_cast<const char*>(data), size);
     try {
         const auto json = parse_body(body);
-        try { parse_completion_request(json, limits); } catch (const ApiError&) {}
-        try { parse_chat_request(json, limits); } catch (const ApiError&) {}
-        try { parse_tokenize_request(json, limits); } catch (const ApiError&) {}
+        try {
+            parse_completion_request(json, limits);
+        } catch (const ApiError&) {
+        }
+        try {
+            parse_chat_request(json, limits);
+        } catch (const ApiError&) {
+        }
+        try {
+            parse_tokenize_request(json, limits);
+        } catch (const ApiError&) {
+        }
         try {
             const auto r = parse_completion_request(json, limits);
             resolve_max_tokens(static_cast<int64_t>(size), r.params, limits, false);
-        } catch (const ApiError&) {}
-        try { parse_detokenize_request(json, limits); } catch (const ApiError&) {}
+        } catch (const ApiError&) {
+        }
+        try {
+            parse_detokenize_request(json, limits);
+        } catch (const ApiError&) {
+        }
     } catch (const ApiError&) {
     }
     return 0;

@@ -15,8 +15,8 @@ using namespace moeserve::structured;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size < 2) return 0;
     static const auto vocab = std::make_shared<const Vocabulary>(
-        std::vector<std::string>{"a", "b", "ab", "{", "}", "\"", "\":", ",", "[", "]", "0", "1", "12", " ", "\\", "\xC3",
-                                 "\xA9", "\xC3\xA9", "true", "null", ""},
+        std::vector<std::string>{"a", "b",  "ab", "{",  "}",    "\"",   "\":",      ",",    "[",    "]", "0",
+                                 "1", "12", " ",  "\\", "\xC3", "\xA9", "\xC3\xA9", "true", "null", ""},
         std::vector<TokenId>{20});
     const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
     // The spec is the input up to the first NUL; the rest is fed to the matcher.
@@ -26,8 +26,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
         std::string gbnf;
         switch (data[0] % 3) {
-            case 0: gbnf = spec; break;
-            case 1: gbnf = regex_to_gbnf(spec, "regex"); break;
+            case 0:
+                gbnf = spec;
+                break;
+            case 1:
+                gbnf = regex_to_gbnf(spec, "regex");
+                break;
             default: {
                 const auto j = nlohmann::ordered_json::parse(spec, nullptr, false);
                 if (j.is_discarded()) return 0;

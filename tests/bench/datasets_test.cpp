@@ -36,8 +36,8 @@ TEST_F(DatasetsTest, RandomPromptsHaveExactTokenCounts) {
 
 TEST_F(DatasetsTest, RandomRangeAndPrefix) {
     const auto& tok = tok_;
-    const auto reqs = sample_random(tok, {.num_prompts = 30, .input_len = 32, .output_len = 20,
-                                          .range_ratio = 0.5, .prefix_len = 8, .seed = 7});
+    const auto reqs = sample_random(
+        tok, {.num_prompts = 30, .input_len = 32, .output_len = 20, .range_ratio = 0.5, .prefix_len = 8, .seed = 7});
     std::set<int64_t> lens;
     for (const auto& r : reqs) {
         EXPECT_EQ(count(tok, r.prompt), r.prompt_len);

@@ -111,9 +111,8 @@ void FakeOpenAiServer::serve_connection(tcp::socket socket) {
                 cv_.notify_all();
                 // The first hold_until_in_flight requests wait until all of them are open.
                 if (num_requests_ <= options_.hold_until_in_flight) {
-                    cv_.wait_for(lock, std::chrono::seconds(5), [&] {
-                        return stopping_ || in_flight_ >= options_.hold_until_in_flight;
-                    });
+                    cv_.wait_for(lock, std::chrono::seconds(5),
+                                 [&] { return stopping_ || in_flight_ >= options_.hold_until_in_flight; });
                 }
             }
             if (options_.status_for) status = options_.status_for(body);
@@ -135,30 +134,36 @@ void FakeOpenAiServer::serve_connection(tcp::socket socket) {
 }
 
 void FakeOpenAiServer::stream_response(tcp::socket& socket, const nlohmann::json& body) {
-    write_all(socket, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                      "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n");
+    write_all(socket,
+              "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+              "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n");
     const bool chat = options_.chat;
     const std::string object = chat ? "chat.completion.chunk" : "text_completion";
     auto event = [&](const nlohmann::json& choice) {
-        nlohmann::json j{{"id", "cmpl-1"}, {"object", object}, {"model", "fake-model"},
+        nlohmann::json j{{"id", "cmpl-1"},
+                         {"object", object},
+                         {"model", "fake-model"},
                          {"choices", nlohmann::json::array({choice})}};
         return "data: " + j.dump() + "\n\n";
     };
     if (chat) write_chunk(socket, event({{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}}));
     for (int i = 0; i < options_.num_chunks; ++i) {
-        const nlohmann::json choice =
-            chat ? nlohmann::json{{"index", 0}, {"delta", {{"content", options_.chunk_text}}}}
-                 : nlohmann::json{{"index", 0}, {"text", options_.chunk_text}};
+        const nlohmann::json choice = chat ? nlohmann::json{{"index", 0}, {"delta", {{"content", options_.chunk_text}}}}
+                                           : nlohmann::json{{"index", 0}, {"text", options_.chunk_text}};
         write_chunk(socket, event(choice));
         std::this_thread::sleep_for(std::chrono::milliseconds(i == 0 ? std::max(1, options_.pause_after_first_ms) : 1));
     }
-    const bool usage = options_.send_usage && body.contains("stream_options") &&
-                       body["stream_options"].value("include_usage", false);
+    const bool usage =
+        options_.send_usage && body.contains("stream_options") && body["stream_options"].value("include_usage", false);
     if (usage) {
-        nlohmann::json j{{"id", "cmpl-1"}, {"object", object}, {"model", "fake-model"},
+        nlohmann::json j{{"id", "cmpl-1"},
+                         {"object", object},
+                         {"model", "fake-model"},
                          {"choices", nlohmann::json::array()},
-                         {"usage", {{"prompt_tokens", 7}, {"completion_tokens", options_.num_chunks},
-                                    {"total_tokens", 7 + options_.num_chunks}}}};
+                         {"usage",
+                          {{"prompt_tokens", 7},
+                           {"completion_tokens", options_.num_chunks},
+                           {"total_tokens", 7 + options_.num_chunks}}}};
         write_chunk(socket, "data: " + j.dump() + "\n\n");
     }
     write_chunk(socket, "data: [DONE]\n\n");

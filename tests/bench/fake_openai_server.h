@@ -18,10 +18,10 @@
 namespace moeserve::bench::test {
 
 struct FakeServerOptions {
-    int num_chunks = 4;            // content chunks per streamed response
+    int num_chunks = 4;  // content chunks per streamed response
     std::string chunk_text = "hi";
-    bool send_usage = true;        // a final usage chunk when the request asks for it
-    bool chat = false;             // chat.completion.chunk shapes (opening role chunk included)
+    bool send_usage = true;  // a final usage chunk when the request asks for it
+    bool chat = false;       // chat.completion.chunk shapes (opening role chunk included)
     // HTTP status for a request body; 200 streams, anything else answers an OpenAI error.
     std::function<int(const nlohmann::json&)> status_for{};
     int pause_after_first_ms = 0;  // pause between the first content chunk and the rest

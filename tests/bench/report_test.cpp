@@ -17,20 +17,39 @@ struct Fixture {
     std::vector<RequestOutput> outputs;
     MetricsConfig config;
     Fixture() {
-        RequestOutput r0{.success = true, .latency_s = 0.5, .ttft_s = 0.1, .itl_s = {0.1, 0.1, 0.2},
-                         .generated_text = "xxxxx", .output_tokens = 5, .prompt_len = 10, .error = ""};
-        RequestOutput r1{.success = true, .latency_s = 1.0, .ttft_s = 0.2, .itl_s = {0.4, 0.4},
-                         .generated_text = "three", .output_tokens = std::nullopt, .prompt_len = 20, .error = ""};
+        RequestOutput r0{.success = true,
+                         .latency_s = 0.5,
+                         .ttft_s = 0.1,
+                         .itl_s = {0.1, 0.1, 0.2},
+                         .generated_text = "xxxxx",
+                         .output_tokens = 5,
+                         .prompt_len = 10,
+                         .error = ""};
+        RequestOutput r1{.success = true,
+                         .latency_s = 1.0,
+                         .ttft_s = 0.2,
+                         .itl_s = {0.4, 0.4},
+                         .generated_text = "three",
+                         .output_tokens = std::nullopt,
+                         .prompt_len = 20,
+                         .error = ""};
         RequestOutput r2{.success = false, .prompt_len = 30, .error = "HTTP 500 Internal Server Error: boom"};
-        RequestOutput r3{.success = true, .latency_s = 0.3, .ttft_s = 0.3, .itl_s = {},
-                         .generated_text = "x", .output_tokens = 1, .prompt_len = 40, .error = ""};
+        RequestOutput r3{.success = true,
+                         .latency_s = 0.3,
+                         .ttft_s = 0.3,
+                         .itl_s = {},
+                         .generated_text = "x",
+                         .output_tokens = 1,
+                         .prompt_len = 40,
+                         .error = ""};
         outputs = {r0, r1, r2, r3};
         config.percentile_metrics = {"ttft", "tpot", "itl", "e2el"};
         config.percentiles = {50.0, 99.9};
         config.goodput_slo_ms = {{"ttft", 250.0}, {"tpot", 150.0}};
     }
     BenchmarkMetrics compute() const {
-        return calculate_metrics(inputs, outputs, 2.0, [](const std::string&) { return int64_t{3}; }, config);
+        return calculate_metrics(
+            inputs, outputs, 2.0, [](const std::string&) { return int64_t{3}; }, config);
     }
 };
 
@@ -49,8 +68,8 @@ TEST(ReportTest, CountsAndThroughputs) {
     const BenchmarkMetrics m = Fixture().compute();
     EXPECT_EQ(m.completed, 3);
     EXPECT_EQ(m.failed, 1);
-    EXPECT_EQ(m.total_input, 70);   // failed request's prompt not counted
-    EXPECT_EQ(m.total_output, 9);   // 5 (usage) + 3 (tokenized) + 0 + 1
+    EXPECT_EQ(m.total_input, 70);  // failed request's prompt not counted
+    EXPECT_EQ(m.total_output, 9);  // 5 (usage) + 3 (tokenized) + 0 + 1
     EXPECT_EQ(m.output_lens, (std::vector<int64_t>{5, 3, 0, 1}));
     EXPECT_NEAR(m.request_throughput, 1.5, kEps);
     EXPECT_NEAR(m.output_throughput, 4.5, kEps);
@@ -137,8 +156,8 @@ TEST(ReportTest, TableOmitsOptionalRows) {
     Fixture f;
     f.config.goodput_slo_ms.clear();
     f.config.percentile_metrics = {"itl"};
-    const RunInfo info{.duration_s = 2.0, .max_concurrency = std::nullopt,
-                       .request_rate = std::numeric_limits<double>::infinity()};
+    const RunInfo info{
+        .duration_s = 2.0, .max_concurrency = std::nullopt, .request_rate = std::numeric_limits<double>::infinity()};
     const std::string table = format_result_table(f.compute(), info, f.config);
     EXPECT_EQ(table.find("Maximum request concurrency"), std::string::npos);
     EXPECT_EQ(table.find("Request rate configured"), std::string::npos);
@@ -151,12 +170,30 @@ TEST(ReportTest, ResultJsonHasVllmFields) {
     Fixture f;
     const RunInfo info{.duration_s = 2.0, .max_concurrency = std::nullopt, .request_rate = 4.0};
     const auto j = result_json(f.compute(), info, f.config, f.outputs);
-    for (const char* key :
-         {"duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
-          "request_throughput", "request_goodput", "output_throughput", "total_token_throughput",
-          "input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors", "mean_ttft_ms",
-          "median_ttft_ms", "std_ttft_ms", "p50_ttft_ms", "p99.9_ttft_ms", "mean_tpot_ms",
-          "p99.9_itl_ms", "std_e2el_ms", "p99.9_e2el_ms"}) {
+    for (const char* key : {"duration",
+                            "completed",
+                            "failed",
+                            "total_input_tokens",
+                            "total_output_tokens",
+                            "request_throughput",
+                            "request_goodput",
+                            "output_throughput",
+                            "total_token_throughput",
+                            "input_lens",
+                            "output_lens",
+                            "ttfts",
+                            "itls",
+                            "generated_texts",
+                            "errors",
+                            "mean_ttft_ms",
+                            "median_ttft_ms",
+                            "std_ttft_ms",
+                            "p50_ttft_ms",
+                            "p99.9_ttft_ms",
+                            "mean_tpot_ms",
+                            "p99.9_itl_ms",
+                            "std_e2el_ms",
+                            "p99.9_e2el_ms"}) {
         EXPECT_TRUE(j.contains(key)) << key;
     }
     EXPECT_EQ(j["completed"], 3);

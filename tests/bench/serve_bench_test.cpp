@@ -86,7 +86,7 @@ TEST(ServeBenchTest, ChatBackend) {
         EXPECT_TRUE(out.success) << out.error;
         EXPECT_EQ(out.generated_text, "okokok");
         EXPECT_FALSE(out.output_tokens.has_value());  // the report will tokenize the text
-        EXPECT_EQ(out.itl_s.size(), 2u);               // the role chunk is not a token
+        EXPECT_EQ(out.itl_s.size(), 2u);              // the role chunk is not a token
     }
     const auto body = server.bodies()[0];
     EXPECT_EQ(body["messages"][0]["role"], "user");
@@ -214,13 +214,39 @@ TEST(ServeBenchTest, BenchServeFlowWritesVllmResultJson) {
     EXPECT_DOUBLE_EQ(j["request_goodput"].get<double>() * j["duration"].get<double>(), 8.0);
     std::ifstream f(c.result_dir / "result.json");
     const auto saved = nlohmann::json::parse(f);
-    for (const char* key :
-         {"date", "backend", "model_id", "tokenizer_id", "num_prompts", "request_rate", "burstiness",
-          "max_concurrency", "duration", "completed", "failed", "total_input_tokens",
-          "total_output_tokens", "request_throughput", "request_goodput", "output_throughput",
-          "total_token_throughput", "input_lens", "output_lens", "ttfts", "itls", "generated_texts",
-          "errors", "mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
-          "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2el_ms", "p99_e2el_ms"}) {
+    for (const char* key : {"date",
+                            "backend",
+                            "model_id",
+                            "tokenizer_id",
+                            "num_prompts",
+                            "request_rate",
+                            "burstiness",
+                            "max_concurrency",
+                            "duration",
+                            "completed",
+                            "failed",
+                            "total_input_tokens",
+                            "total_output_tokens",
+                            "request_throughput",
+                            "request_goodput",
+                            "output_throughput",
+                            "total_token_throughput",
+                            "input_lens",
+                            "output_lens",
+                            "ttfts",
+                            "itls",
+                            "generated_texts",
+                            "errors",
+                            "mean_ttft_ms",
+                            "median_ttft_ms",
+                            "std_ttft_ms",
+                            "p99_ttft_ms",
+                            "mean_tpot_ms",
+                            "p99_tpot_ms",
+                            "mean_itl_ms",
+                            "p99_itl_ms",
+                            "mean_e2el_ms",
+                            "p99_e2el_ms"}) {
         EXPECT_TRUE(saved.contains(key)) << key;
     }
     EXPECT_EQ(saved["input_lens"], nlohmann::json(std::vector<int>(8, 32)));

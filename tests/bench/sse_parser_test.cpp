@@ -15,9 +15,8 @@ const std::string kStream =
     "data: {\"choices\":[],\"usage\":{\"completion_tokens\":2}}\n\n"
     "data: [DONE]\n\n";
 
-const std::vector<std::string> kPayloads = {
-    "{\"choices\":[{\"text\":\"Hel\"}]}", "{\"choices\":[{\"text\":\"lo\"}]}",
-    "{\"choices\":[],\"usage\":{\"completion_tokens\":2}}", "[DONE]"};
+const std::vector<std::string> kPayloads = {"{\"choices\":[{\"text\":\"Hel\"}]}", "{\"choices\":[{\"text\":\"lo\"}]}",
+                                            "{\"choices\":[],\"usage\":{\"completion_tokens\":2}}", "[DONE]"};
 
 TEST(SseParserTest, WholeStream) {
     SseParser p;

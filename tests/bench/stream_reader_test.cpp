@@ -17,8 +17,7 @@ TEST(StreamReaderTest, CompletionsTimingAndUsage) {
     StreamReader r(Backend::kOpenAiCompletions, kStart);
     r.feed(event(R"({"choices":[{"text":"He"}]})"), kStart + milliseconds(100));
     // Two chunks in one read share its arrival time; an empty text (special token) still counts.
-    r.feed(event(R"({"choices":[{"text":"l"}]})") + event(R"({"choices":[{"text":""}]})"),
-           kStart + milliseconds(130));
+    r.feed(event(R"({"choices":[{"text":"l"}]})") + event(R"({"choices":[{"text":""}]})"), kStart + milliseconds(130));
     r.feed(event(R"({"choices":[{"text":"lo","finish_reason":"length"}]})"), kStart + milliseconds(190));
     r.feed(event(R"({"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}})") + "data: [DONE]\n\n",
            kStart + milliseconds(400));

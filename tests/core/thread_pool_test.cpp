@@ -47,9 +47,12 @@ TEST(ThreadPoolTest, ParallelForCoversRangeExactlyOnce) {
     ThreadPool pool(3);
     for (int64_t n : {0, 1, 2, 3, 7, 64, 1001}) {
         std::vector<int> seen(static_cast<size_t>(n), 0);
-        pool.parallel_for(n, [&](int64_t b, int64_t e) {
-            for (int64_t i = b; i < e; ++i) seen[static_cast<size_t>(i)]++;
-        }, 4);
+        pool.parallel_for(
+            n,
+            [&](int64_t b, int64_t e) {
+                for (int64_t i = b; i < e; ++i) seen[static_cast<size_t>(i)]++;
+            },
+            4);
         for (int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[static_cast<size_t>(i)], 1) << n << " " << i;
     }
 }

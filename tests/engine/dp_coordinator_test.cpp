@@ -59,7 +59,8 @@ Workload workload(int dp, const std::vector<int>& ranks, const std::vector<int64
 }
 
 void expect_consistent(const std::vector<RankRun>& runs, bool hybrid) {
-    for (size_t r = 0; r < runs.size(); ++r) ASSERT_TRUE(runs[r].error.empty()) << "rank " << r << ": " << runs[r].error;
+    for (size_t r = 0; r < runs.size(); ++r)
+        ASSERT_TRUE(runs[r].error.empty()) << "rank " << r << ": " << runs[r].error;
     const auto& t0 = runs[0].timeline;
     for (size_t r = 0; r < runs.size(); ++r) {
         const auto& t = runs[r].timeline;
@@ -125,16 +126,13 @@ TEST_P(DpCoordinatorFake, OutputsEqualAloneAndPhasesAlign) {
 
 INSTANTIATE_TEST_SUITE_P(
     Workloads, DpCoordinatorFake,
-    ::testing::Combine(
-        ::testing::Values(Case{"one_rank_gets_all", 2, {0, 0, 0, 0}, {0, 0, 1, 2}},
-                          Case{"five_over_two", 2, {0, 1, 0, 1, 0}, {0, 0, 0, 0, 0}},
-                          Case{"arrivals_mid_run", 2, {0, 1, 1, 0, 1, 0}, {0, 3, 7, 9, 15, 22}},
-                          Case{"five_over_three", 3, {0, 1, 2, 0, 1}, {0, 1, 2, 5, 9}},
-                          Case{"three_ranks_one_busy", 3, {2, 2, 2}, {0, 4, 8}}),
-        ::testing::Bool()),
-    [](const auto& info) {
-        return std::get<0>(info.param).name + (std::get<1>(info.param) ? "_hybrid" : "_mixed");
-    });
+    ::testing::Combine(::testing::Values(Case{"one_rank_gets_all", 2, {0, 0, 0, 0}, {0, 0, 1, 2}},
+                                         Case{"five_over_two", 2, {0, 1, 0, 1, 0}, {0, 0, 0, 0, 0}},
+                                         Case{"arrivals_mid_run", 2, {0, 1, 1, 0, 1, 0}, {0, 3, 7, 9, 15, 22}},
+                                         Case{"five_over_three", 3, {0, 1, 2, 0, 1}, {0, 1, 2, 5, 9}},
+                                         Case{"three_ranks_one_busy", 3, {2, 2, 2}, {0, 4, 8}}),
+                       ::testing::Bool()),
+    [](const auto& info) { return std::get<0>(info.param).name + (std::get<1>(info.param) ? "_hybrid" : "_mixed"); });
 
 TEST(DpCoordinator, IdleRoundsRunNoForward) {
     // Work at round 0 and again at round 60 (rank 1): the rounds in between agree on IDLE.
@@ -156,7 +154,8 @@ TEST(DpCoordinator, StarvationGuardIsGlobal) {
         spec.engine.num_blocks = 2000;
         std::vector<Arrivals> arrivals(2);
         arrivals[0][0].push_back(greedy_add("r0", make_prompt(4), 40));
-        for (int i = 0; i < 30; ++i) arrivals[1][1 + i].push_back(greedy_add("a" + std::to_string(i), make_prompt(20, 3 + i), 2));
+        for (int i = 0; i < 30; ++i)
+            arrivals[1][1 + i].push_back(greedy_add("a" + std::to_string(i), make_prompt(20, 3 + i), 2));
         const auto runs = run_dp_world(spec, arrivals);
         expect_consistent(runs, true);
         // Rounds in which rank 0 computed r0's tokens (its prefill, then its decodes).

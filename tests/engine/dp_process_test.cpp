@@ -86,7 +86,8 @@ TEST(DpProcessTest, TwoGlooRanksEqualSingleRank) {
     ThreadPool pool(1);
     auto model = model::load_model(MOESERVE_QWEN3_TINY_DIR, pool, model::LoadOptions{.max_model_len = 256});
     std::map<std::string, std::vector<int32_t>> expected;
-    for (size_t i = 0; i < reqs.size(); ++i) expected["r" + std::to_string(i)] = greedy_alone(*model, std::get<2>(reqs[i]), 6);
+    for (size_t i = 0; i < reqs.size(); ++i)
+        expected["r" + std::to_string(i)] = greedy_alone(*model, std::get<2>(reqs[i]), 6);
     for (bool hybrid : {false, true}) {
         const ProcessRun run = run_processes(hybrid ? "dp_process_hybrid" : "dp_process_mixed", 2, hybrid, reqs, 20000);
         for (size_t r = 0; r < run.status.size(); ++r) {

@@ -97,7 +97,8 @@ protected:
     }
 
     static void expect_equal_single_rank(const std::vector<RankRun>& runs, size_t num_requests, bool hybrid) {
-        for (size_t r = 0; r < runs.size(); ++r) ASSERT_TRUE(runs[r].error.empty()) << "rank " << r << ": " << runs[r].error;
+        for (size_t r = 0; r < runs.size(); ++r)
+            ASSERT_TRUE(runs[r].error.empty()) << "rank " << r << ": " << runs[r].error;
         size_t seen = 0;
         for (const auto& run : runs) {
             for (const auto& [id, tokens] : run.collected.tokens) {
@@ -130,14 +131,15 @@ protected:
     static void print(const char* label, const std::vector<RankRun>& runs) {
         for (size_t r = 0; r < runs.size(); ++r) {
             const auto& c = runs[r].counters;
-            std::printf("[ figures  ] %s rank %zu: rounds %lld (prefill %lld decode %lld mixed %lld idle %lld), dummy "
-                        "prefill %lld decode %lld mixed %lld, stalled decodes %lld, control %.1f ms, forward %.1f ms, "
-                        "EP collectives %lld in %.1f ms\n",
-                        label, r, (long long)c.rounds, (long long)c.prefill_steps, (long long)c.decode_steps,
-                        (long long)c.mixed_steps, (long long)c.idle_rounds, (long long)c.dummy_prefill_steps,
-                        (long long)c.dummy_decode_steps, (long long)c.dummy_mixed_steps,
-                        (long long)c.decode_requests_stalled, c.control_seconds * 1e3, c.forward_seconds * 1e3,
-                        (long long)runs[r].ep_calls, runs[r].ep_seconds * 1e3);
+            std::printf(
+                "[ figures  ] %s rank %zu: rounds %lld (prefill %lld decode %lld mixed %lld idle %lld), dummy "
+                "prefill %lld decode %lld mixed %lld, stalled decodes %lld, control %.1f ms, forward %.1f ms, "
+                "EP collectives %lld in %.1f ms\n",
+                label, r, (long long)c.rounds, (long long)c.prefill_steps, (long long)c.decode_steps,
+                (long long)c.mixed_steps, (long long)c.idle_rounds, (long long)c.dummy_prefill_steps,
+                (long long)c.dummy_decode_steps, (long long)c.dummy_mixed_steps, (long long)c.decode_requests_stalled,
+                c.control_seconds * 1e3, c.forward_seconds * 1e3, (long long)runs[r].ep_calls,
+                runs[r].ep_seconds * 1e3);
         }
     }
 
@@ -183,8 +185,8 @@ TEST_F(DpQwen3Test, Dp4UnevenRequests) {
 TEST_F(DpQwen3Test, PhaseMismatchFailsInBoundedTime) {
     struct Variant {
         const char* name;
-        int flip_rank;           // the model runs the other exchange than the step asked for
-        int64_t force_phase;     // rank 1 believes this phase whatever the votes say
+        int flip_rank;        // the model runs the other exchange than the step asked for
+        int64_t force_phase;  // rank 1 believes this phase whatever the votes say
     };
     for (const Variant v : {Variant{"model exchange flipped on rank 1", 1, -1},
                             Variant{"rank 1 forced to decode", -1, static_cast<int64_t>(StepPhase::kDecode)}}) {

@@ -33,17 +33,25 @@ Args parse(int argc, char** argv) {
     Args a;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
-        if (k == "--rank") a.rank = std::stoi(v);
-        else if (k == "--dp") a.dp = std::stoi(v);
+        if (k == "--rank")
+            a.rank = std::stoi(v);
+        else if (k == "--dp")
+            a.dp = std::stoi(v);
         else if (k == "--store") {
             a.store_host = v.substr(0, v.rfind(':'));
             a.store_port = std::stoi(v.substr(v.rfind(':') + 1));
-        } else if (k == "--timeout-ms") a.timeout_ms = std::stoi(v);
-        else if (k == "--hybrid") a.hybrid = v == "1";
-        else if (k == "--flip") a.flip = v == "1";
-        else if (k == "--model") a.model = v;
-        else if (k == "--workload") a.workload = v;
-        else if (k == "--out") a.out = v;
+        } else if (k == "--timeout-ms")
+            a.timeout_ms = std::stoi(v);
+        else if (k == "--hybrid")
+            a.hybrid = v == "1";
+        else if (k == "--flip")
+            a.flip = v == "1";
+        else if (k == "--model")
+            a.model = v;
+        else if (k == "--workload")
+            a.workload = v;
+        else if (k == "--out")
+            a.out = v;
     }
     return a;
 }

@@ -26,9 +26,9 @@ struct RankRun {
     ipc::Stats stats;
     int64_t rounds = 0;
     bool shutdown = false;
-    int64_t ep_calls = 0;        // EP collectives the model ran (when it counts them)
-    double ep_seconds = 0;       // time in them
-    std::string error;  // what() of an exception the rank's loop threw
+    int64_t ep_calls = 0;   // EP collectives the model ran (when it counts them)
+    double ep_seconds = 0;  // time in them
+    std::string error;      // what() of an exception the rank's loop threw
 };
 
 struct DpWorldSpec {
@@ -39,8 +39,8 @@ struct DpWorldSpec {
     bool engine_pd_hybrid_policy = false;  // EngineCore gets PdHybridPolicy (else MixedPolicy)
     // The model of a rank (its parallel context, for EP sharding) and its thread pool.
     std::function<std::unique_ptr<model::Model>(parallel::ParallelContext&, ThreadPool&)> make_model;
-    std::function<void(int rank, DpCoordinatorOptions&)> tweak;  // per-rank option changes
-    int64_t shutdown_rank = -1, shutdown_round = -1;               // a rank that asks to stop
+    std::function<void(int rank, DpCoordinatorOptions&)> tweak;      // per-rank option changes
+    int64_t shutdown_rank = -1, shutdown_round = -1;                 // a rank that asks to stop
     std::function<void(int rank, model::Model&, RankRun&)> on_done;  // inspect the model at the end
 };
 

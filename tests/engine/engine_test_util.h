@@ -58,8 +58,9 @@ public:
             for (int32_t p = 0; p <= pos; ++p) {
                 const int32_t block = b.block_tables[static_cast<size_t>(seq * b.max_blocks_per_seq + p / bs)];
                 const auto slot = static_cast<size_t>(block * bs + p % bs);
-                MOESERVE_CHECK(block > 0 && kv.positions[slot] == p, "seq {} pos {} reads block {} slot {} holding pos {}",
-                               seq, p, block, slot, kv.positions[slot]);
+                MOESERVE_CHECK(block > 0 && kv.positions[slot] == p,
+                               "seq {} pos {} reads block {} slot {} holding pos {}", seq, p, block, slot,
+                               kv.positions[slot]);
                 h = (h ^ static_cast<uint64_t>(kv.tokens[slot] + 7)) * 1099511628211ull;
             }
             float* out = logits_.data() + r * static_cast<size_t>(vocab);
@@ -68,8 +69,7 @@ public:
             }
             out[(h >> 20) % static_cast<uint64_t>(vocab)] += 3.0f;
         }
-        return TensorView{logits_.data(), DType::kF32,
-                          Shape({static_cast<int64_t>(b.logits_rows.size()), vocab})};
+        return TensorView{logits_.data(), DType::kF32, Shape({static_cast<int64_t>(b.logits_rows.size()), vocab})};
     }
 
     std::vector<int64_t> num_forward_tokens;  // tokens per forward call

@@ -86,10 +86,12 @@ TEST(PdHybridMeasure, DISABLED_StarvationGuardTpot) {
             const Run r = run_once(bound);
             if (rep == 0 || r.seconds < best.seconds) best = r;
         }
-        std::printf("[ figures  ] bound %2d: %d steps (%d prefill), long-request max gap %d steps, stream TTFT mean %.1f steps; best of 3: run "
-                    "%.3f s, %.0f output tok/s, long-request TPOT mean %.2f ms, max %.2f ms\n",
-                    bound, best.steps, best.prefill_steps, best.max_gap_steps, best.ttft_steps, best.seconds,
-                    static_cast<double>(best.tokens) / best.seconds, best.tpot_mean * 1e3, best.tpot_max * 1e3);
+        std::printf(
+            "[ figures  ] bound %2d: %d steps (%d prefill), long-request max gap %d steps, stream TTFT mean %.1f "
+            "steps; best of 3: run "
+            "%.3f s, %.0f output tok/s, long-request TPOT mean %.2f ms, max %.2f ms\n",
+            bound, best.steps, best.prefill_steps, best.max_gap_steps, best.ttft_steps, best.seconds,
+            static_cast<double>(best.tokens) / best.seconds, best.tpot_mean * 1e3, best.tpot_max * 1e3);
     }
 }
 

@@ -100,7 +100,8 @@ int max_decode_gap(int32_t bound) {
     engine.add_request(greedy_add("r0", make_prompt(4), 60));
     int last = -1, gap = 0, arrived = 0;
     for (int s = 0; engine.has_unfinished_requests(); ++s) {
-        if (s >= 1 && arrived < 40) engine.add_request(greedy_add("a" + std::to_string(arrived++), make_prompt(20, 3 + s), 2));
+        if (s >= 1 && arrived < 40)
+            engine.add_request(greedy_add("a" + std::to_string(arrived++), make_prompt(20, 3 + s), 2));
         for (const auto& out : engine.step().outputs) {
             if (out.request_id != "r0" || out.new_token_ids.empty()) continue;
             if (last >= 0) gap = std::max(gap, s - last);

@@ -40,7 +40,8 @@ protected:
         EngineCore engine(*model_, *pool_, config);
         std::map<int, std::vector<ipc::AddRequest>> arrivals;
         for (size_t i = 0; i < prompts_->size(); ++i) {
-            arrivals[static_cast<int>(i % 8) * 2].push_back(greedy_add("r" + std::to_string(i), (*prompts_)[i], kMaxTokens));
+            arrivals[static_cast<int>(i % 8) * 2].push_back(
+                greedy_add("r" + std::to_string(i), (*prompts_)[i], kMaxTokens));
         }
         Collected c = run_to_completion(engine, arrivals);
         const auto& pool = engine.kv_cache_manager().pool();

@@ -105,12 +105,12 @@ TEST(SamplerTest, PenaltiesMatchAHandComputation) {
     std::vector<float> logits = {1.0f, -1.0f, 4.0f, -2.0f, 0.5f, 3.0f};
     apply_penalties(logits.data(), 6, *r, std::vector<TokenId>{});
     const std::vector<float> expected = {
-        1.0f,                       // unseen
-        -1.0f,                      // unseen
-        4.0f / 2,                   // prompt only: repetition
+        1.0f,                          // unseen
+        -1.0f,                         // unseen
+        4.0f / 2,                      // prompt only: repetition
         -2.0f * 2 - 0.5f * 2 - 0.25f,  // output x2: repetition (negative: x2), frequency, presence
-        0.5f,                       // unseen
-        3.0f / 2 - 0.5f - 0.25f,    // output x1
+        0.5f,                          // unseen
+        3.0f / 2 - 0.5f - 0.25f,       // output x1
     };
     EXPECT_EQ(logits, expected);
 }

@@ -43,8 +43,7 @@ inline void expect_error(const std::function<void()>& fn, ErrorCode code, const 
     } catch (const Error& e) {
         EXPECT_EQ(error_code_name(e.code()), std::string(error_code_name(code))) << e.what();
         for (const std::string& p : parts) {
-            EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-                << "message lacks '" << p << "': " << e.what();
+            EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << "message lacks '" << p << "': " << e.what();
         }
         return;
     }

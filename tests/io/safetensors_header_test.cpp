@@ -51,14 +51,13 @@ TEST(SafetensorsHeaderTest, ParsesTensorsInHeaderOrderWithMetadata) {
 
 TEST(SafetensorsHeaderTest, AcceptsEveryDtype) {
     const std::vector<std::pair<std::string, DType>> dtypes = {
-        {"F32", DType::kF32}, {"F16", DType::kF16},   {"BF16", DType::kBF16},
-        {"F8_E4M3", DType::kF8E4M3}, {"I8", DType::kI8}, {"U8", DType::kU8},
-        {"I32", DType::kI32}, {"I64", DType::kI64},   {"BOOL", DType::kBool}};
+        {"F32", DType::kF32},        {"F16", DType::kF16}, {"BF16", DType::kBF16},
+        {"F8_E4M3", DType::kF8E4M3}, {"I8", DType::kI8},   {"U8", DType::kU8},
+        {"I32", DType::kI32},        {"I64", DType::kI64}, {"BOOL", DType::kBool}};
     for (const auto& [name, dtype] : dtypes) {
         const size_t n = 3 * dtype_size(dtype);
-        const auto h = parse(R"({"t":{"dtype":")" + name + R"(","shape":[3],"data_offsets":[0,)" +
-                                 std::to_string(n) + "]}}",
-                             n);
+        const auto h =
+            parse(R"({"t":{"dtype":")" + name + R"(","shape":[3],"data_offsets":[0,)" + std::to_string(n) + "]}}", n);
         EXPECT_EQ(h.tensors.at(0).dtype, dtype) << name;
     }
 }
@@ -81,8 +80,7 @@ TEST(SafetensorsHeaderTest, RejectsNonJsonAndNonObjects) {
     expect_invalid("[1,2]", 0, {"must be a JSON object", "array"});
     expect_invalid("\"x\"", 0, {"must be a JSON object", "string"});
     expect_invalid("{\"\xff\":1}", 0, {"not valid JSON"});  // invalid UTF-8
-    expect_invalid(R"({"a":{"dtype":"F32","shape":[],"data_offsets":[0,4]},"a":{}})", 4,
-                   {"'a'", "more than once"});
+    expect_invalid(R"({"a":{"dtype":"F32","shape":[],"data_offsets":[0,4]},"a":{}})", 4, {"'a'", "more than once"});
 }
 
 TEST(SafetensorsHeaderTest, RejectsMalformedTensorEntries) {
@@ -92,8 +90,7 @@ TEST(SafetensorsHeaderTest, RejectsMalformedTensorEntries) {
     expect_invalid(R"({"w":{"dtype":"F32","shape":[1]}})", 4, {"tensor 'w'", "\"data_offsets\""});
     expect_invalid(R"({"w":{"dtype":7,"shape":[1],"data_offsets":[0,4]}})", 4, {"tensor 'w'", "dtype"});
     expect_invalid(R"({"w":{"dtype":"F32","shape":{},"data_offsets":[0,4]}})", 4, {"tensor 'w'", "shape"});
-    expect_invalid(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":"0,4"}})", 4,
-                   {"tensor 'w'", "data_offsets"});
+    expect_invalid(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":"0,4"}})", 4, {"tensor 'w'", "data_offsets"});
     expect_invalid(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", 4, {"tensor 'w'"});
     expect_invalid(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}})", 8, {"tensor 'w'"});
     expect_invalid(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", 8, {"tensor 'w'"});
@@ -103,13 +100,11 @@ TEST(SafetensorsHeaderTest, RejectsMalformedTensorEntries) {
 TEST(SafetensorsHeaderTest, UnknownDtypeIsUnsupportedAndNamed) {
     expect_invalid(R"({"model.w":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", 8,
                    {"tensor 'model.w'", "'F64'", "BF16"}, ErrorCode::kUnsupported);
-    expect_invalid(R"({"w":{"dtype":"f32","shape":[1],"data_offsets":[0,4]}})", 4, {"'f32'"},
-                   ErrorCode::kUnsupported);
+    expect_invalid(R"({"w":{"dtype":"f32","shape":[1],"data_offsets":[0,4]}})", 4, {"'f32'"}, ErrorCode::kUnsupported);
 }
 
 TEST(SafetensorsHeaderTest, RejectsBadShapes) {
-    expect_invalid(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,0]}})", 0,
-                   {"tensor 'w'", "non-negative"});
+    expect_invalid(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,0]}})", 0, {"tensor 'w'", "non-negative"});
     expect_invalid(R"({"w":{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}})", 8, {"tensor 'w'"});
     expect_invalid(R"({"w":{"dtype":"F32","shape":["2"],"data_offsets":[0,8]}})", 8, {"tensor 'w'"});
     expect_invalid(R"({"w":{"dtype":"F32","shape":[1e30],"data_offsets":[0,8]}})", 8, {"tensor 'w'"});
@@ -120,8 +115,8 @@ TEST(SafetensorsHeaderTest, RejectsBadShapes) {
     // numel fits in int64 but numel * 4 bytes does not fit in uint64.
     expect_invalid(R"({"w":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,8]}})", 8,
                    {"tensor 'w'", "64 bits"});
-    expect_invalid(R"({"w":{"dtype":"U8","shape":[1,1,1,1,1,1,1],"data_offsets":[0,1]}})", 1,
-                   {"tensor 'w'", "7 dims"}, ErrorCode::kUnsupported);
+    expect_invalid(R"({"w":{"dtype":"U8","shape":[1,1,1,1,1,1,1],"data_offsets":[0,1]}})", 1, {"tensor 'w'", "7 dims"},
+                   ErrorCode::kUnsupported);
 }
 
 TEST(SafetensorsHeaderTest, RejectsBadOffsets) {
@@ -193,18 +188,45 @@ std::string random_valid_header(Rng& rng, uint64_t* data_size) {
 
 // Changes a few bytes: flips, deletes, duplicates, or splices in a JSON token.
 std::string mutate(Rng& rng, std::string s) {
-    static constexpr const char* kTokens[] = {"{", "}", "[", "]", ",", ":", "\"", "-1", "1e400", "0.5",
-                                              "null", "true", "18446744073709551616", "\"F64\"", "\\u0000",
-                                              "\"__metadata__\"", "\"data_offsets\"", "\"shape\"", "[[[[", "\xff"};
+    static constexpr const char* kTokens[] = {"{",
+                                              "}",
+                                              "[",
+                                              "]",
+                                              ",",
+                                              ":",
+                                              "\"",
+                                              "-1",
+                                              "1e400",
+                                              "0.5",
+                                              "null",
+                                              "true",
+                                              "18446744073709551616",
+                                              "\"F64\"",
+                                              "\\u0000",
+                                              "\"__metadata__\"",
+                                              "\"data_offsets\"",
+                                              "\"shape\"",
+                                              "[[[[",
+                                              "\xff"};
     const int edits = 1 + static_cast<int>(rng.next_u64() % 4);
     for (int e = 0; e < edits && !s.empty(); ++e) {
         const size_t pos = rng.next_u64() % s.size();
         switch (rng.next_u64() % 5) {
-            case 0: s[pos] = static_cast<char>(rng.next_u64() & 0xff); break;
-            case 1: s.erase(pos, 1 + rng.next_u64() % 8); break;
-            case 2: s.insert(pos, s.substr(pos, rng.next_u64() % 16)); break;
-            case 3: s.insert(pos, kTokens[rng.next_u64() % (sizeof(kTokens) / sizeof(kTokens[0]))]); break;
-            case 4: s.resize(pos); break;
+            case 0:
+                s[pos] = static_cast<char>(rng.next_u64() & 0xff);
+                break;
+            case 1:
+                s.erase(pos, 1 + rng.next_u64() % 8);
+                break;
+            case 2:
+                s.insert(pos, s.substr(pos, rng.next_u64() % 16));
+                break;
+            case 3:
+                s.insert(pos, kTokens[rng.next_u64() % (sizeof(kTokens) / sizeof(kTokens[0]))]);
+                break;
+            case 4:
+                s.resize(pos);
+                break;
         }
     }
     return s;

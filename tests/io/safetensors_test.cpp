@@ -19,7 +19,7 @@ using test::le64;
 using test::raw_safetensors;
 using test::write_bytes;
 
-constexpr DType kAllDtypes[] = {DType::kF32, DType::kF16,  DType::kBF16, DType::kF8E4M3, DType::kI8,
+constexpr DType kAllDtypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3, DType::kI8,
                                 DType::kU8,  DType::kI32, DType::kI64,  DType::kBool};
 
 Tensor random_tensor(DType dtype, const Shape& shape, Rng& rng) {
@@ -117,8 +117,7 @@ TEST(SafetensorsFileTest, RejectsFilesTooShortOrWithABadHeaderLength) {
                  {"long.safetensors", "header length 100", "10 bytes"});
     expect_error(open("huge.safetensors", le64(~uint64_t{0}) + "{}"), ErrorCode::kInvalidModel,
                  {"huge.safetensors", "header length 18446744073709551615"});
-    expect_error(open("zero.safetensors", le64(0)), ErrorCode::kInvalidModel,
-                 {"zero.safetensors", "not valid JSON"});
+    expect_error(open("zero.safetensors", le64(0)), ErrorCode::kInvalidModel, {"zero.safetensors", "not valid JSON"});
     expect_error(open("text.safetensors", "this is not a checkpoint at all"), ErrorCode::kInvalidModel,
                  {"text.safetensors"});
 }

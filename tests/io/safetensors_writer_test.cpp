@@ -101,8 +101,7 @@ TEST(SafetensorsWriterTest, RejectsBadAndDuplicateNames) {
     expect_error([&] { w.add("w", DType::kF32, {1}, &x); }, ErrorCode::kInvalidArgument, {"'w'", "already"});
     expect_error([&] { w.add("w", Tensor(DType::kF32, {1})); }, ErrorCode::kInvalidArgument, {"'w'"});
     expect_error([&] { w.add("", DType::kF32, {1}, &x); }, ErrorCode::kInvalidArgument, {"empty"});
-    expect_error([&] { w.add("__metadata__", DType::kF32, {1}, &x); }, ErrorCode::kInvalidArgument,
-                 {"__metadata__"});
+    expect_error([&] { w.add("__metadata__", DType::kF32, {1}, &x); }, ErrorCode::kInvalidArgument, {"__metadata__"});
     expect_error([&] { w.add("bad\xff", DType::kF32, {1}, &x); }, ErrorCode::kInvalidArgument, {"UTF-8"});
     EXPECT_EQ(w.num_tensors(), 1u);
     EXPECT_EQ(w.total_bytes(), 4u);
@@ -131,10 +130,8 @@ TEST(SafetensorsWriterTest, WritesShardsAndIndexLikeTransformers) {
     w.add("c", Tensor(DType::kF32, {10}));  // 40, bigger than a shard: alone
     w.add("d", Tensor(DType::kU8, {3}));    // 3
     const auto written = w.write_sharded(dir, 24);
-    EXPECT_EQ(written, (std::vector<std::string>{"model-00001-of-00003.safetensors",
-                                                 "model-00002-of-00003.safetensors",
-                                                 "model-00003-of-00003.safetensors",
-                                                 "model.safetensors.index.json"}));
+    EXPECT_EQ(written, (std::vector<std::string>{"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                                                 "model-00003-of-00003.safetensors", "model.safetensors.index.json"}));
     const std::string index_text = read_bytes(dir / "model.safetensors.index.json");
     EXPECT_EQ(index_text,
               "{\n"
@@ -150,8 +147,7 @@ TEST(SafetensorsWriterTest, WritesShardsAndIndexLikeTransformers) {
               "}\n");
     const auto index = read_safetensors_index(dir / "model.safetensors.index.json");
     EXPECT_EQ(index.total_size, 67u);
-    EXPECT_EQ(SafetensorsFile(dir / "model-00001-of-00003.safetensors").names(),
-              (std::vector<std::string>{"a", "b"}));
+    EXPECT_EQ(SafetensorsFile(dir / "model-00001-of-00003.safetensors").names(), (std::vector<std::string>{"a", "b"}));
 
     const auto single_dir = moeserve::test::scratch_dir("writer_sharded_single");
     EXPECT_EQ(w.write_sharded(single_dir, 1000), std::vector<std::string>{"model.safetensors"});

@@ -133,10 +133,16 @@ TEST(WeightSourceTest, DtypeAndShapeMismatchSayExpectedAndGot) {
     const auto dir = moeserve::test::scratch_dir("ws_mismatch");
     make_writer().write(dir / "model.safetensors");
     const auto src = WeightSource::open(dir);
-    expect_error([&] { src->get(kExpert, DType::kBF16, {2, 6}); }, ErrorCode::kInvalidModel,
-                 {"'" + kExpert + "'", "should be BF16 [2, 6]", "has F32 [2, 6]"});
-    expect_error([&] { src->get(kExpert, DType::kF32, {6, 2}); }, ErrorCode::kInvalidModel,
-                 {"should be F32 [6, 2]", "has F32 [2, 6]"});
+    expect_error(
+        [&] {
+            src->get(kExpert, DType::kBF16, {2, 6});
+        },
+        ErrorCode::kInvalidModel, {"'" + kExpert + "'", "should be BF16 [2, 6]", "has F32 [2, 6]"});
+    expect_error(
+        [&] {
+            src->get(kExpert, DType::kF32, {6, 2});
+        },
+        ErrorCode::kInvalidModel, {"should be F32 [6, 2]", "has F32 [2, 6]"});
 }
 
 TEST(WeightSourceTest, LoadF32ConvertsEveryDtype) {

@@ -94,10 +94,10 @@ TEST(CodecTest, MalformedBytesRaise) {
     const std::string good = encode(ClientMessage{make_add()});
     EXPECT_THROW(decode_client_message(""), Error);
     EXPECT_THROW(decode_client_message(good.substr(0, good.size() / 2)), Error);
-    EXPECT_THROW(decode_client_message("\x92\x09\x90"), Error);  // [9, []]: unknown kind
-    EXPECT_THROW(decode_client_message("\x92\x00\xa1x"), Error);   // [0, "x"]: wrong payload type
+    EXPECT_THROW(decode_client_message("\x92\x09\x90"), Error);   // [9, []]: unknown kind
+    EXPECT_THROW(decode_client_message("\x92\x00\xa1x"), Error);  // [0, "x"]: wrong payload type
     EXPECT_THROW(decode_engine_message("\xc1"), Error);           // reserved byte
-    for (size_t cut = 0; cut < good.size(); ++cut) {  // every truncation is an Error, never a crash
+    for (size_t cut = 0; cut < good.size(); ++cut) {              // every truncation is an Error, never a crash
         EXPECT_THROW(decode_client_message(good.substr(0, cut)), Error) << cut;
     }
 }

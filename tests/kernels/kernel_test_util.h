@@ -83,9 +83,8 @@ inline void expect_close(const float* got, const float* ref, int64_t n, float to
             worst = i;
         }
     }
-    EXPECT_LE(max_err, tol * (1.0f + max_ref))
-        << what << ": worst index " << worst << " got " << (n ? got[worst] : 0.0f) << " ref "
-        << (n ? ref[worst] : 0.0f);
+    EXPECT_LE(max_err, tol * (1.0f + max_ref)) << what << ": worst index " << worst << " got "
+                                               << (n ? got[worst] : 0.0f) << " ref " << (n ? ref[worst] : 0.0f);
 }
 
 }  // namespace moeserve::kernels::test

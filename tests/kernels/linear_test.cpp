@@ -64,8 +64,8 @@ TEST(LinearTest, OddShapesMatchReference) {
             for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 17, 255}) {
                 for (int64_t k : {1, 7, 33, 100, 300}) {
                     for (int64_t n : {1, 7, 16, 33, 100}) {
-                        SCOPED_TRACE(testing::Message() << "m=" << m << " k=" << k << " n=" << n
-                                                        << " threads=" << threads);
+                        SCOPED_TRACE(testing::Message()
+                                     << "m=" << m << " k=" << k << " n=" << n << " threads=" << threads);
                         check_shape({m, k, n}, threads, seed++, isa);
                     }
                 }

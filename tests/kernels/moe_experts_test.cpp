@@ -36,9 +36,8 @@ void check(const Case& c, int threads, uint32_t seed) {
     for (int64_t t = 0; t < c.tokens; ++t) {
         std::shuffle(perm.begin(), perm.end(), rng);
         if (t == c.tokens - 1 && c.global_experts - c.num_experts >= c.k) {
-            std::stable_partition(perm.begin(), perm.end(), [&](int32_t e) {
-                return e < c.expert_begin || e >= c.expert_begin + c.num_experts;
-            });
+            std::stable_partition(perm.begin(), perm.end(),
+                                  [&](int32_t e) { return e < c.expert_begin || e >= c.expert_begin + c.num_experts; });
         }
         for (int j = 0; j < c.k; ++j) {
             ids[size_t(t * c.k + j)] = perm[size_t(j)];

@@ -23,9 +23,8 @@ struct Seq {
 
 void check(int64_t block_size, int64_t head_dim, int64_t num_heads, int64_t num_kv_heads, int threads,
            DType dtype = DType::kF32) {
-    SCOPED_TRACE(testing::Message() << "bs=" << block_size << " d=" << head_dim << " heads=" << num_heads
-                                    << "/" << num_kv_heads << " threads=" << threads << " "
-                                    << dtype_name(dtype));
+    SCOPED_TRACE(testing::Message() << "bs=" << block_size << " d=" << head_dim << " heads=" << num_heads << "/"
+                                    << num_kv_heads << " threads=" << threads << " " << dtype_name(dtype));
     std::mt19937 rng(uint32_t(block_size * 1000 + head_dim + threads));
     const std::vector<Seq> seqs = {{1, 1}, {37, 1}, {50, 50}, {70, 13}, {300, 1}, {129, 2}};
     const int64_t ns = int64_t(seqs.size()), row = num_kv_heads * head_dim;
@@ -47,9 +46,10 @@ void check(int64_t block_size, int64_t head_dim, int64_t num_heads, int64_t num_
     const size_t cache_elems = size_t(total_blocks * block_size * row);
     std::vector<float> kc(cache_elems, NAN), vc(cache_elems, NAN);
     std::vector<uint16_t> kh(cache_elems, 0x7fc0), vh(cache_elems, 0x7fc0);  // bf16 NaN
-    PagedKvLayer kv = dtype == DType::kBF16
-        ? PagedKvLayer{kh.data(), vh.data(), total_blocks, block_size, num_kv_heads, head_dim, DType::kBF16}
-        : PagedKvLayer{kc.data(), vc.data(), total_blocks, block_size, num_kv_heads, head_dim};
+    PagedKvLayer kv =
+        dtype == DType::kBF16
+            ? PagedKvLayer{kh.data(), vh.data(), total_blocks, block_size, num_kv_heads, head_dim, DType::kBF16}
+            : PagedKvLayer{kc.data(), vc.data(), total_blocks, block_size, num_kv_heads, head_dim};
 
     // Dense K/V per sequence, written through write_kv (with a padding slot -1 in between).
     std::vector<std::vector<float>> dk(static_cast<size_t>(ns)), dv(static_cast<size_t>(ns));
@@ -111,8 +111,8 @@ void check(int64_t block_size, int64_t head_dim, int64_t num_heads, int64_t num_
             }
         }
     }
-    PagedAttentionArgs args{q.data(), out.data(), tokens, num_heads, ns, qstart.data(), lens.data(),
-                            tables.data(), max_blocks, scale};
+    PagedAttentionArgs args{q.data(),      out.data(),  tokens,        num_heads,  ns,
+                            qstart.data(), lens.data(), tables.data(), max_blocks, scale};
     args.lse = lse.data();
     ThreadPool pool(threads);
     paged_attention(pool, kv, args);

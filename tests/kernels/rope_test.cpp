@@ -16,8 +16,8 @@ TEST(RopeTest, MatchesReference) {
     const int64_t max_pos = 64;
     for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kInterleaved}) {
         // (head_dim, rotary_dim): Qwen3 128/128, DeepSeek-V3 q_pe 64/64, partial 96/32, odd 7/6.
-        for (auto [head_dim, rot] : {std::pair{128, 128}, std::pair{64, 64}, std::pair{96, 32},
-                                     std::pair{7, 6}, std::pair{40, 2}}) {
+        for (auto [head_dim, rot] :
+             {std::pair{128, 128}, std::pair{64, 64}, std::pair{96, 32}, std::pair{7, 6}, std::pair{40, 2}}) {
             const int64_t tokens = 5, heads = 3, head_stride = head_dim + 1;
             const int64_t token_stride = heads * head_stride + 3;
             std::vector<float> cs(size_t(max_pos * rot / 2)), sn(cs.size());
@@ -32,7 +32,8 @@ TEST(RopeTest, MatchesReference) {
             test::Floats x(tokens * token_stride), ref(tokens * token_stride);
             test::fill_uniform(x.data(), tokens * token_stride, rng);
             for (int64_t i = 0; i < tokens * token_stride; ++i) ref[i] = x[i];
-            RopeArgs a{x.data(), tokens, heads, head_stride, token_stride, rot, pos.data(), cs.data(), sn.data(), style};
+            RopeArgs a{x.data(), tokens,     heads,     head_stride, token_stride,
+                       rot,      pos.data(), cs.data(), sn.data(),   style};
             apply_rope(a);
             a.x = ref.data();
             apply_rope_ref(a);

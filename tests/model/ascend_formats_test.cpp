@@ -65,9 +65,7 @@ protected:
         delete pool_;
         pool_ = nullptr;
     }
-    static std::unique_ptr<Model> open(const fs::path& dir) {
-        return load_model(dir, *pool_, options(256));
-    }
+    static std::unique_ptr<Model> open(const fs::path& dir) { return load_model(dir, *pool_, options(256)); }
     static ThreadPool* pool_;
 };
 ThreadPool* AscendFormatsTest::pool_ = nullptr;
@@ -324,9 +322,9 @@ TEST(AscendDescriptionTest, DetectionOrder) {
     const fs::path dir = fs::temp_directory_path() / ("moeserve_ascend_detect_" + std::to_string(::getpid()));
     fs::remove_all(dir);
     fs::create_directories(dir);
-    const io::HfConfig mindie({{"model_type", "deepseek_v3"},
-                               {"quantization_config", {{"kv_quant_type", nullptr}, {"group_size", 0}}}},
-                              "test config.json");
+    const io::HfConfig mindie(
+        {{"model_type", "deepseek_v3"}, {"quantization_config", {{"kv_quant_type", nullptr}, {"group_size", 0}}}},
+        "test config.json");
     std::ofstream(dir / "quant_model_description_w8a8_dynamic.json")
         << R"({"model_quant_type": "W8A8_DYNAMIC", "a.weight": "W8A8_DYNAMIC", "b.weight": "W8A8"})";
     const Quantization q = resolve_quantization(mindie, "", dir);

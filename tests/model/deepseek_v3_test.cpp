@@ -23,10 +23,10 @@
 namespace moeserve::model {
 namespace {
 
-using testutil::read_f32;
-using testutil::max_abs_diff;
-using testutil::max_abs;
 using testutil::argmax;
+using testutil::max_abs;
+using testutil::max_abs_diff;
+using testutil::read_f32;
 
 struct Variant {
     const char* name;
@@ -183,8 +183,8 @@ TEST_P(DeepseekV3Test, SplitChunkedPrefillEqualsOnePrefill) {
 // The split form is chosen where it does less work: short chunks over a long prefix.
 TEST(MlaSplitCostTest, ShortChunksOverLongPrefixesSplit) {
     const MlaShape v3{7168, 128, 1536, 512, 128, 64, 128, 0.1, 1e-6, false};
-    EXPECT_FALSE(mla_split_is_cheaper(v3, 16, 0));     // nothing cached
-    EXPECT_TRUE(mla_split_is_cheaper(v3, 16, 4096));   // a short chunk after a long prompt
+    EXPECT_FALSE(mla_split_is_cheaper(v3, 16, 0));    // nothing cached
+    EXPECT_TRUE(mla_split_is_cheaper(v3, 16, 4096));  // a short chunk after a long prompt
     EXPECT_TRUE(mla_split_is_cheaper(v3, 64, 32768));
     EXPECT_FALSE(mla_split_is_cheaper(v3, 2048, 32768));  // big chunks: re-expanding is cheaper
 }

@@ -114,9 +114,10 @@ TEST_P(KvCacheDtypeTest, Bf16CacheLogitsStayCloseToF32Cache) {
         std::vector<float> sorted = e;
         std::sort(sorted.begin(), sorted.end());
         const float median = sorted[sorted.size() / 2], p90 = sorted[(sorted.size() * 9) / 10], worst = sorted.back();
-        std::printf("%s %s: |logit(bf16 cache) - logit(f32 cache)| / max |logit| (%.3g) per position: median %.3g, "
-                    "p90 %.3g, max %.3g; greedy agrees at %d/%zu; f32 cache vs reference %.3g\n",
-                    GetParam().name, mode.name, scale, median, p90, worst, agree, ids.size(), max_abs_diff(a, ref));
+        std::printf(
+            "%s %s: |logit(bf16 cache) - logit(f32 cache)| / max |logit| (%.3g) per position: median %.3g, "
+            "p90 %.3g, max %.3g; greedy agrees at %d/%zu; f32 cache vs reference %.3g\n",
+            GetParam().name, mode.name, scale, median, p90, worst, agree, ids.size(), max_abs_diff(a, ref));
         EXPECT_LE(median, kMedianRelTolerance) << mode.name;
         EXPECT_LE(p90, kP90RelTolerance) << mode.name;
         EXPECT_LE(worst, kMaxRelTolerance) << mode.name;

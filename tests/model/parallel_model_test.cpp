@@ -20,8 +20,8 @@
 namespace moeserve::model {
 namespace {
 
-using testutil::parse_ids;
 using testutil::max_abs_diff;
+using testutil::parse_ids;
 
 using namespace std::chrono_literals;
 using parallel::MoeExchangeKind;
@@ -97,7 +97,8 @@ TEST_P(ParallelModelTest, ShardedLogitsEqualSingleRank) {
     const int64_t vocab = single->info().vocab_size;
     const int64_t full_bytes = single->info().rank_weight_bytes;
     std::vector<std::vector<float>> expected;
-    for (int d = 0; d < sizes.dp; ++d) expected.push_back(run_sequence(*single, prompt_for(ids, d), {ids[0], ids[1], ids[2]}));
+    for (int d = 0; d < sizes.dp; ++d)
+        expected.push_back(run_sequence(*single, prompt_for(ids, d), {ids[0], ids[1], ids[2]}));
 
     const auto results = run_world(mc.dir, sizes, ids);
     for (int r = 0; r < sizes.world(); ++r) {
@@ -115,10 +116,11 @@ TEST_P(ParallelModelTest, ShardedLogitsEqualSingleRank) {
             EXPECT_EQ(std::max_element(a, a + vocab) - a, std::max_element(b, b + vocab) - b) << "row " << row;
         }
         if (r == 0) {
-            std::printf("%s dp=%d tp=%d ep=%d: max |logit diff| %.3g (max |logit| %.3g); weights/rank %.2f MiB "
-                        "of %.2f MiB\n",
-                        mc.name, sizes.dp, sizes.tp, sizes.ep, diff, ref_max,
-                        static_cast<double>(res.weight_bytes) / (1 << 20), static_cast<double>(full_bytes) / (1 << 20));
+            std::printf(
+                "%s dp=%d tp=%d ep=%d: max |logit diff| %.3g (max |logit| %.3g); weights/rank %.2f MiB "
+                "of %.2f MiB\n",
+                mc.name, sizes.dp, sizes.tp, sizes.ep, diff, ref_max, static_cast<double>(res.weight_bytes) / (1 << 20),
+                static_cast<double>(full_bytes) / (1 << 20));
         }
     }
 }

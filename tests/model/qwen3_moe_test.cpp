@@ -18,10 +18,10 @@
 namespace moeserve::model {
 namespace {
 
-using testutil::read_f32;
-using testutil::max_abs_diff;
-using testutil::max_abs;
 using testutil::argmax;
+using testutil::max_abs;
+using testutil::max_abs_diff;
+using testutil::read_f32;
 
 const std::filesystem::path kModelDir = MOESERVE_QWEN3_TINY_DIR;
 
@@ -189,7 +189,8 @@ TEST(ModelRegistryTest, ErrorsNameTheProblem) {
         EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
         EXPECT_NE(std::string(e.what()).find("qwen3_moe"), std::string::npos) << e.what();
     }
-    std::ofstream(dir / "config.json") << R"({"model_type": "qwen3_moe", "hidden_size": 768, "num_attention_heads": 6, "num_key_value_heads": 4})";
+    std::ofstream(dir / "config.json")
+        << R"({"model_type": "qwen3_moe", "hidden_size": 768, "num_attention_heads": 6, "num_key_value_heads": 4})";
     try {
         load_model(dir, pool);
         FAIL();

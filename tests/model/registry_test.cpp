@@ -22,7 +22,8 @@ TEST(ModelRegistryTest, EverySupportedTypeLoads) {
         o.size = "tiny";
         o.seed = 1;
         o.out_dir = test::scratch_dir("registry_" + type);
-        o.tokenizer_dir = std::filesystem::path(MOESERVE_CACHE_DIR) / "tokenizers" / (type == "qwen3_moe" ? "qwen3" : "deepseek_v3");
+        o.tokenizer_dir =
+            std::filesystem::path(MOESERVE_CACHE_DIR) / "tokenizers" / (type == "qwen3_moe" ? "qwen3" : "deepseek_v3");
         generate_random_model(o);
         const auto m = load_model(o.out_dir, pool);
         EXPECT_EQ(m->info().model_type, type);

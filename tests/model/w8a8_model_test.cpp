@@ -19,11 +19,11 @@
 namespace moeserve::model {
 namespace {
 
+using testutil::argmax;
+using testutil::max_abs;
+using testutil::max_abs_diff;
 using testutil::parse_ids;
 using testutil::read_f32;
-using testutil::max_abs_diff;
-using testutil::max_abs;
-using testutil::argmax;
 
 using testutil::decode_each;
 using testutil::greedy;

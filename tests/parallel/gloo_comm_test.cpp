@@ -22,9 +22,19 @@ std::vector<ExitStatus> run_world(int world, const std::string& mode, int timeou
     auto server = TcpStoreServer::start("127.0.0.1", 0);
     std::vector<pid_t> pids;
     for (int r = 0; r < world; ++r) {
-        std::vector<std::string> argv{MOESERVE_PARALLEL_RANK_HELPER, "--rank", std::to_string(r), "--world",
-                                      std::to_string(world), "--store", "127.0.0.1:" + std::to_string(server->port()),
-                                      "--addr", "127.0.0.1", "--timeout-ms", std::to_string(timeout_ms), "--mode", mode};
+        std::vector<std::string> argv{MOESERVE_PARALLEL_RANK_HELPER,
+                                      "--rank",
+                                      std::to_string(r),
+                                      "--world",
+                                      std::to_string(world),
+                                      "--store",
+                                      "127.0.0.1:" + std::to_string(server->port()),
+                                      "--addr",
+                                      "127.0.0.1",
+                                      "--timeout-ms",
+                                      std::to_string(timeout_ms),
+                                      "--mode",
+                                      mode};
         if (!fingerprints.empty()) {
             argv.push_back("--fingerprint");
             argv.push_back(fingerprints[static_cast<size_t>(r)]);

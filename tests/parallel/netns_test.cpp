@@ -56,9 +56,9 @@ TEST(NetnsTest, GlooAcrossTwoEmulatedHosts) {
     pids.push_back(moeserve::testing::spawn_process({"/usr/sbin/ip", "netns", "exec", ns.a, helper, "--rank", "0",
                                                      "--world", "2", "--store", store, "--host-store", "--addr",
                                                      ns.addr_a, "--timeout-ms", "8000"}));
-    pids.push_back(moeserve::testing::spawn_process({"/usr/sbin/ip", "netns", "exec", ns.b, helper, "--rank", "1",
-                                                     "--world", "2", "--store", store, "--iface", ns.veth_b,
-                                                     "--timeout-ms", "8000"}));
+    pids.push_back(
+        moeserve::testing::spawn_process({"/usr/sbin/ip", "netns", "exec", ns.b, helper, "--rank", "1", "--world", "2",
+                                          "--store", store, "--iface", ns.veth_b, "--timeout-ms", "8000"}));
     const auto st = moeserve::testing::wait_all(pids, std::chrono::steady_clock::now() + 20s);
     for (size_t r = 0; r < st.size(); ++r) {
         EXPECT_FALSE(st[r].timed_out) << "rank " << r;

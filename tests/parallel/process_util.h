@@ -26,14 +26,15 @@ inline pid_t spawn_process(const std::vector<std::string>& argv) {
 }
 
 struct ExitStatus {
-    int code = -1;         // exit code, or -1
-    int signal = 0;        // terminating signal, or 0
+    int code = -1;   // exit code, or -1
+    int signal = 0;  // terminating signal, or 0
     bool timed_out = false;
 };
 
 // Waits for every pid until `deadline`; processes still alive then are SIGKILLed and reported
 // as timed out. Never blocks past the deadline (+ the kill).
-inline std::vector<ExitStatus> wait_all(const std::vector<pid_t>& pids, std::chrono::steady_clock::time_point deadline) {
+inline std::vector<ExitStatus> wait_all(const std::vector<pid_t>& pids,
+                                        std::chrono::steady_clock::time_point deadline) {
     std::vector<ExitStatus> st(pids.size());
     std::vector<bool> done(pids.size(), false);
     size_t remaining = pids.size();

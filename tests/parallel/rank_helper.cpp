@@ -37,16 +37,28 @@ Args parse(int argc, char** argv) {
     Args a;
     for (int i = 1; i + 1 < argc || (i < argc && std::strcmp(argv[i], "--host-store") == 0); ++i) {
         const std::string k = argv[i];
-        if (k == "--host-store") { a.host_store = true; continue; }
+        if (k == "--host-store") {
+            a.host_store = true;
+            continue;
+        }
         const std::string v = argv[++i];
-        if (k == "--rank") a.rank = std::stoi(v);
-        else if (k == "--world") a.world = std::stoi(v);
-        else if (k == "--store") { a.store_host = v.substr(0, v.rfind(':')); a.store_port = std::stoi(v.substr(v.rfind(':') + 1)); }
-        else if (k == "--iface") a.iface = v;
-        else if (k == "--addr") a.addr = v;
-        else if (k == "--timeout-ms") a.timeout_ms = std::stoi(v);
-        else if (k == "--mode") a.mode = v;
-        else if (k == "--fingerprint") a.fingerprint = v;
+        if (k == "--rank")
+            a.rank = std::stoi(v);
+        else if (k == "--world")
+            a.world = std::stoi(v);
+        else if (k == "--store") {
+            a.store_host = v.substr(0, v.rfind(':'));
+            a.store_port = std::stoi(v.substr(v.rfind(':') + 1));
+        } else if (k == "--iface")
+            a.iface = v;
+        else if (k == "--addr")
+            a.addr = v;
+        else if (k == "--timeout-ms")
+            a.timeout_ms = std::stoi(v);
+        else if (k == "--mode")
+            a.mode = v;
+        else if (k == "--fingerprint")
+            a.fingerprint = v;
     }
     return a;
 }
@@ -60,7 +72,8 @@ int check(ParallelContext& c, int rank, int world) {
     for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(rank + 1) * static_cast<float>(i);
     ep.all_reduce_sum(std::span<float>(v));
     const float scale = static_cast<float>(world * (world + 1) / 2);
-    for (size_t i = 0; i < v.size(); ++i) if (!near(v[i], scale * static_cast<float>(i))) return 1;
+    for (size_t i = 0; i < v.size(); ++i)
+        if (!near(v[i], scale * static_cast<float>(i))) return 1;
     std::vector<int64_t> m{rank, -rank};
     ep.all_reduce_max(std::span<int64_t>(m));
     if (m[0] != world - 1 || m[1] != 0) return 1;
@@ -84,15 +97,18 @@ int check(ParallelContext& c, int rank, int world) {
     ep.all_to_all_v<int32_t>(out_vals, send, in_vals, recv);
     size_t off = 0;
     for (int s = 0; s < world; ++s) {
-        for (int j = 0; j <= s; ++j) if (in_vals[off++] != s * 100 + rank) return 1;
+        for (int j = 0; j <= s; ++j)
+            if (in_vals[off++] != s * 100 + rank) return 1;
     }
     // reduce-scatter and broadcast
     std::vector<float> rs_in(static_cast<size_t>(world * 4), 1.0f), rs_out(4);
     ep.reduce_scatter_sum(rs_in, rs_out);
-    for (float x : rs_out) if (!near(x, static_cast<float>(world))) return 1;
+    for (float x : rs_out)
+        if (!near(x, static_cast<float>(world))) return 1;
     std::vector<int32_t> bc(5, rank == 0 ? 42 : 0);
     ep.broadcast<int32_t>(bc, 0);
-    for (int32_t x : bc) if (x != 42) return 1;
+    for (int32_t x : bc)
+        if (x != 42) return 1;
     ep.barrier();
     return 0;
 }
@@ -148,15 +164,18 @@ int bench(ParallelContext& c, int rank, int world) {
         const int k = 8;
         std::vector<float> x(static_cast<size_t>(tokens * hidden), 0.5f), w(static_cast<size_t>(tokens * k), 0.125f);
         std::vector<int32_t> ids(static_cast<size_t>(tokens * k));
-        for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7 + static_cast<size_t>(rank)) % 128);
+        for (size_t i = 0; i < ids.size(); ++i)
+            ids[i] = static_cast<int32_t>((i * 7 + static_cast<size_t>(rank)) % 128);
         std::vector<float> out(x.size());
         MoeExchange ex;
         for (MoeExchangeKind kind : {MoeExchangeKind::kAllToAll, MoeExchangeKind::kAllGather}) {
-            const double us = median_us([&] {
-                ex.dispatch(ep, kind, {x.data(), ids.data(), w.data(), tokens, hidden, k}, 128 / world);
-                std::copy_n(ex.local_x(), ex.num_local() * hidden, ex.local_out());
-                ex.combine(ep, out.data());
-            }, 30);
+            const double us = median_us(
+                [&] {
+                    ex.dispatch(ep, kind, {x.data(), ids.data(), w.data(), tokens, hidden, k}, 128 / world);
+                    std::copy_n(ex.local_x(), ex.num_local() * hidden, ex.local_out());
+                    ex.combine(ep, out.data());
+                },
+                30);
             if (rank == 0) {
                 std::printf("moe dispatch+combine %-10s tokens/rank %3ld hidden %ld top-%d: %.1f us\n",
                             moe_exchange_name(kind), tokens, hidden, k, us);
@@ -190,10 +209,14 @@ int main(int argc, char** argv) {
         o.fingerprint = a.fingerprint;
         ParallelContext c = connect_gloo(o);
         int rc = 0;
-        if (a.mode == "check") rc = check(c, a.rank, a.world);
-        else if (a.mode == "die") rc = die(c, a.rank);
-        else if (a.mode == "mismatch") rc = mismatch(c, a.rank);
-        else if (a.mode == "bench") rc = bench(c, a.rank, a.world);
+        if (a.mode == "check")
+            rc = check(c, a.rank, a.world);
+        else if (a.mode == "die")
+            rc = die(c, a.rank);
+        else if (a.mode == "mismatch")
+            rc = mismatch(c, a.rank);
+        else if (a.mode == "bench")
+            rc = bench(c, a.rank, a.world);
         // Keep the store up until every rank is done with it.
         c.ep->barrier();
         std::fflush(stdout);

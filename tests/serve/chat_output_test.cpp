@@ -76,9 +76,11 @@ ToolRequest auto_tools() {
 TEST(ToolParserTest, HermesCallsAfterContent) {
     const ToolRequest tools = auto_tools();
     const ChatOutputOptions o{std::nullopt, ReasoningParser::Start::kOpen, &tools, "hermes"};
-    const Folded f = run_all_splits(o,
-        "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris \\\"}\"}}\n</tool_call>\n"
-        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>");
+    const Folded f =
+        run_all_splits(o,
+                       "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris "
+                       "\\\"}\"}}\n</tool_call>\n"
+                       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>");
     EXPECT_EQ(f.content, "Let me check.\n");
     ASSERT_EQ(f.calls.size(), 2u);
     EXPECT_EQ(f.calls[0].name, "get_weather");
@@ -104,17 +106,21 @@ TEST(ToolParserTest, DeepSeekV3Calls) {
     const ToolRequest tools = auto_tools();
     const ChatOutputOptions o{std::nullopt, ReasoningParser::Start::kOpen, &tools, "deepseek_v3"};
     const Folded f = run_all_splits(o,
-        "Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```"
-        "<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Rome\"}\n```"
-        "<｜tool▁call▁end｜><｜tool▁calls▁end｜>");
+                                    "Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_"
+                                    "weather\n```json\n{\"city\": \"Paris\"}\n```"
+                                    "<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```"
+                                    "json\n{\"city\": \"Rome\"}\n```"
+                                    "<｜tool▁call▁end｜><｜tool▁calls▁end｜>");
     EXPECT_EQ(f.content, "Sure.");
     ASSERT_EQ(f.calls.size(), 2u);
     EXPECT_EQ(f.calls[0].name, "get_weather");
     EXPECT_EQ(f.calls[0].arguments, "{\"city\": \"Paris\"}");
     EXPECT_EQ(f.calls[1].arguments, "{\"city\": \"Rome\"}");
     // The later DeepSeek form: NAME<sep>ARGS.
-    const Folded v31 = run_all_splits(o, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Oslo\"}"
-                                         "<｜tool▁call▁end｜><｜tool▁calls▁end｜>");
+    const Folded v31 =
+        run_all_splits(o,
+                       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Oslo\"}"
+                       "<｜tool▁call▁end｜><｜tool▁calls▁end｜>");
     ASSERT_EQ(v31.calls.size(), 1u);
     EXPECT_EQ(v31.calls[0].name, "get_weather");
     EXPECT_EQ(v31.calls[0].arguments, "{\"city\": \"Oslo\"}");
@@ -153,8 +159,9 @@ TEST(ReasoningParserTest, Qwen3AndDeepSeekR1) {
 TEST(ReasoningParserTest, ReasoningThenToolCalls) {
     const ToolRequest tools = auto_tools();
     const ChatOutputOptions o{ReasoningParser::Format::kQwen3, ReasoningParser::Start::kOpen, &tools, "hermes"};
-    const Folded f = run_all_splits(o, "<think>need weather</think>\n\n<tool_call>\n{\"name\": \"get_weather\", "
-                                       "\"arguments\": {\"city\": \"Lima\"}}\n</tool_call>");
+    const Folded f = run_all_splits(o,
+                                    "<think>need weather</think>\n\n<tool_call>\n{\"name\": \"get_weather\", "
+                                    "\"arguments\": {\"city\": \"Lima\"}}\n</tool_call>");
     EXPECT_EQ(f.reasoning, "need weather");
     EXPECT_EQ(f.content, "\n\n");
     ASSERT_EQ(f.calls.size(), 1u);
@@ -163,7 +170,8 @@ TEST(ReasoningParserTest, ReasoningThenToolCalls) {
 
 TEST(ToolChoiceTest, ParseAndForcedShapes) {
     const auto parse = [](const std::string& body) { return parse_tool_request(Json::parse(body)); };
-    const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+    const std::string tools =
+        R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
         "properties": {"x": {"type": "integer"}}, "required": ["x"]}}}, {"type": "function", "function": {"name": "g"}}])";
     EXPECT_EQ(parse("{" + tools + "}").choice, ToolRequest::Choice::kAuto);
     EXPECT_EQ(parse("{}").choice, ToolRequest::Choice::kNone);
@@ -180,7 +188,8 @@ TEST(ToolChoiceTest, ParseAndForcedShapes) {
     EXPECT_EQ(status(R"({"tool_choice": "required"})"), 400);
     EXPECT_EQ(status(R"({"tools": [{"type": "function", "function": {}}]})"), 400);
 
-    const ToolRequest named = parse("{" + tools + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}}})");
+    const ToolRequest named =
+        parse("{" + tools + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}}})");
     ASSERT_EQ(named.choice, ToolRequest::Choice::kNamed);
     EXPECT_FALSE(forced_tool_grammar(named).empty());
     Folded f = run_all_splits({std::nullopt, ReasoningParser::Start::kOpen, &named, ""}, "{\"x\": 3}");
@@ -212,13 +221,15 @@ TEST(ChatMessagesTest, HistoryAsVllmPreparesIt) {
     EXPECT_EQ(p[3]["tool_calls"][0]["function"]["arguments"], "{\"x\": 2}");
     EXPECT_TRUE(has_tool_calls_without_content(m));
     EXPECT_TRUE(prepare_chat_messages(&m, NullContent::kKeepWithToolCalls)[1]["content"].is_null());
-    const Json broken = Json::parse(R"([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{"}}]}])");
+    const Json broken =
+        Json::parse(R"([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{"}}]}])");
     try {
         prepare_chat_messages(&broken);
         FAIL() << "no error";
     } catch (const ApiError& e) {
         EXPECT_EQ(e.status(), 400);
-        EXPECT_NE(std::string(e.what()).find("messages[0].tool_calls[0].function.arguments"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("messages[0].tool_calls[0].function.arguments"), std::string::npos)
+            << e.what();
     }
 }
 

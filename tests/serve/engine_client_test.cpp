@@ -63,7 +63,8 @@ TEST(EngineClientTest, RoutesByOutstandingTokens) {
     step.outputs.push_back(first);
     e0.send(step);
     const auto wait_for = [&](std::vector<int64_t> want) {
-        for (int i = 0; i < 100 && client.outstanding_tokens() != want; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        for (int i = 0; i < 100 && client.outstanding_tokens() != want; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
         return client.outstanding_tokens();
     };
     EXPECT_EQ(wait_for({90, 24}), (std::vector<int64_t>{90, 24}));
@@ -85,7 +86,8 @@ TEST(EngineClientTest, StepWatchdogFlagsAnEngineThatStopsStepping) {
     const std::string out = "ipc://" + (dir / "out").string();
     const std::vector<std::string> in = {"ipc://" + (dir / "in0").string()};
     Logger logger("test", LogLevel::kError);
-    EngineClient client({.output_address = out, .input_addresses = in, .heartbeat_timeout_ms = 30000, .step_watchdog_ms = 200}, logger);
+    EngineClient client(
+        {.output_address = out, .input_addresses = in, .heartbeat_timeout_ms = 30000, .step_watchdog_ms = 200}, logger);
     ipc::EngineChannel e0(in[0], out);
     e0.send(ipc::HealthReply{0, true, "ready"});
     ASSERT_TRUE(client.wait_ready(5000));

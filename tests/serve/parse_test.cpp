@@ -14,8 +14,10 @@ const ModelLimits kLimits{"tiny", 64, 1000};
 int status_of(const std::string& body, bool chat = false, std::string* param = nullptr) {
     try {
         const auto j = parse_body(body);
-        if (chat) parse_chat_request(j, kLimits);
-        else parse_completion_request(j, kLimits);
+        if (chat)
+            parse_chat_request(j, kLimits);
+        else
+            parse_completion_request(j, kLimits);
     } catch (const ApiError& e) {
         if (param) *param = e.param().value_or("");
         return e.status();
@@ -38,11 +40,13 @@ TEST(ParseTest, PromptForms) {
 }
 
 TEST(ParseTest, ExtrasAndDefaults) {
-    const auto r = parse_completion_request(parse_body(
-        R"({"prompt": "x", "top_k": -1, "min_p": 0.1, "repetition_penalty": 1.1, "ignore_eos": true,
+    const auto r = parse_completion_request(
+        parse_body(
+            R"({"prompt": "x", "top_k": -1, "min_p": 0.1, "repetition_penalty": 1.1, "ignore_eos": true,
             "min_tokens": 2, "max_tokens": 8.0, "skip_special_tokens": false, "stop": "\n",
             "include_stop_str_in_output": true, "stream": true, "stream_options": {"include_usage": true},
-            "seed": 7, "logprobs": 3, "user": "u"})"), kLimits);
+            "seed": 7, "logprobs": 3, "user": "u"})"),
+        kLimits);
     EXPECT_EQ(r.params.top_k, -1);
     EXPECT_FLOAT_EQ(r.params.min_p, 0.1f);
     EXPECT_TRUE(r.params.ignore_eos);
@@ -59,9 +63,11 @@ TEST(ParseTest, ExtrasAndDefaults) {
 }
 
 TEST(ParseTest, ChatLogprobs) {
-    const auto r = parse_chat_request(parse_body(
-        R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
-            "logprobs": true, "top_logprobs": 2, "max_completion_tokens": 5})"), kLimits);
+    const auto r = parse_chat_request(
+        parse_body(
+            R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+            "logprobs": true, "top_logprobs": 2, "max_completion_tokens": 5})"),
+        kLimits);
     EXPECT_EQ(r.params.logprobs, 2);
     EXPECT_EQ(r.params.max_tokens, 5);
     EXPECT_EQ(prepare_chat_messages(&r.messages)[0]["content"], "a\nb");
@@ -81,7 +87,8 @@ TEST(ParseTest, UnknownFieldsAreListedNotRefused) {
 TEST(ParseTest, LogitsProcessorsAndVllmExtras) {
     const auto r = parse_completion_request(parse_body(R"({"prompt": "x", "logit_bias": {"5": 150, "7": -3.5},
         "allowed_token_ids": [5, 7, 9], "bad_words": ["no"], "prompt_logprobs": 2, "truncate_prompt_tokens": 3,
-        "cache_salt": "s", "request_id": "abc"})"), kLimits);
+        "cache_salt": "s", "request_id": "abc"})"),
+                                            kLimits);
     const auto& p = r.params;
     EXPECT_EQ(p.logit_bias, (std::vector<std::pair<TokenId, float>>{{5, 100.0f}, {7, -3.5f}}));  // clamped
     EXPECT_EQ(p.allowed_token_ids, (std::vector<TokenId>{5, 7, 9}));
@@ -96,8 +103,10 @@ TEST(ParseTest, LogitsProcessorsAndVllmExtras) {
     EXPECT_EQ(status_of(R"({"prompt": "x", "allowed_token_ids": []})", false, &param), 400);
     EXPECT_EQ(param, "allowed_token_ids");
     // echo with max_tokens 0 (lm-eval loglikelihood) is allowed; without echo it is not.
-    EXPECT_EQ(parse_completion_request(parse_body(R"({"prompt": "x", "echo": true, "max_tokens": 0, "logprobs": 1})"), kLimits)
-                  .params.max_tokens, 0);
+    EXPECT_EQ(parse_completion_request(parse_body(R"({"prompt": "x", "echo": true, "max_tokens": 0, "logprobs": 1})"),
+                                       kLimits)
+                  .params.max_tokens,
+              0);
     EXPECT_EQ(status_of(R"({"prompt": "x", "max_tokens": 0})", false, &param), 400);
 }
 

@@ -26,7 +26,7 @@ std::vector<int32_t> tokenize(const Bpe& bpe, std::string_view word) {
 
 TEST(BpeTest, LowestRankMergesFirst) {
     auto bpe = Bpe::from_json(tiny_model(), "test");
-    EXPECT_EQ(tokenize(bpe, "abc"), (std::vector<int32_t>{5}));     // b c -> bc, a bc -> abc
+    EXPECT_EQ(tokenize(bpe, "abc"), (std::vector<int32_t>{5}));  // b c -> bc, a bc -> abc
     EXPECT_EQ(tokenize(bpe, "ab"), (std::vector<int32_t>{3}));
     EXPECT_EQ(tokenize(bpe, "abab"), (std::vector<int32_t>{3, 3}));
     EXPECT_EQ(tokenize(bpe, "cab"), (std::vector<int32_t>{2, 3}));

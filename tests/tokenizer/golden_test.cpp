@@ -24,8 +24,8 @@ nlohmann::json load_goldens(const std::string& name) {
 std::string describe(const nlohmann::json& c) {
     std::string text = c["text"].get<std::string>();
     if (text.size() > 60) text = text.substr(0, 60) + "...";
-    return nlohmann::json(text).dump() + " add_special_tokens=" +
-           (c["add_special_tokens"].get<bool>() ? "true" : "false");
+    return nlohmann::json(text).dump() +
+           " add_special_tokens=" + (c["add_special_tokens"].get<bool>() ? "true" : "false");
 }
 
 class GoldenTest : public ::testing::TestWithParam<std::string> {
@@ -49,8 +49,7 @@ TEST_P(GoldenTest, DecodeMatchesHuggingFaceText) {
     for (const auto& c : goldens["cases"]) {
         auto ids = c["ids"].get<std::vector<int32_t>>();
         EXPECT_EQ(tokenizer.decode(ids), c["decoded"].get<std::string>()) << describe(c);
-        EXPECT_EQ(tokenizer.decode(ids, /*skip_special_tokens=*/true),
-                  c["decoded_skip_special"].get<std::string>())
+        EXPECT_EQ(tokenizer.decode(ids, /*skip_special_tokens=*/true), c["decoded_skip_special"].get<std::string>())
             << describe(c);
     }
 }
@@ -77,8 +76,7 @@ TEST_P(GoldenTest, StreamingDetokenizerEqualsDecode) {
             std::string streamed;
             for (int32_t id : ids) streamed += detokenizer.push(id);
             streamed += detokenizer.flush();
-            EXPECT_EQ(streamed, c[skip ? "decoded_skip_special" : "decoded"].get<std::string>())
-                << describe(c);
+            EXPECT_EQ(streamed, c[skip ? "decoded_skip_special" : "decoded"].get<std::string>()) << describe(c);
         }
     }
 }

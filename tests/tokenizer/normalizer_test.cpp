@@ -14,18 +14,14 @@
 namespace moeserve::tokenizer {
 namespace {
 
-std::unique_ptr<Normalizer> make(const char* type) {
-    return make_normalizer(nlohmann::json{{"type", type}}, "test");
-}
+std::unique_ptr<Normalizer> make(const char* type) { return make_normalizer(nlohmann::json{{"type", type}}, "test"); }
 
 TEST(NormalizerTest, UnicodeForms) {
     EXPECT_EQ(make("NFC")->normalize("e\u0301 \u212b \u1100\u1161"), "é Å 가");
     EXPECT_EQ(make("NFD")->normalize("é"), "e\u0301");
     EXPECT_EQ(make("NFKC")->normalize("ｆｕｌｌ①"), "full1");
     EXPECT_EQ(make("NFKD")->normalize("ﬁ"), "fi");
-    EXPECT_EQ(make_normalizer(nlohmann::json::parse(R"({"type": "Sequence", "normalizers": []})"),
-                              "test"),
-              nullptr);
+    EXPECT_EQ(make_normalizer(nlohmann::json::parse(R"({"type": "Sequence", "normalizers": []})"), "test"), nullptr);
 }
 
 TEST(NormalizerTest, NfcFastPathRangesAreNormalizedAlready) {
@@ -33,9 +29,9 @@ TEST(NormalizerTest, NfcFastPathRangesAreNormalizedAlready) {
     // letter (it must not compose with what precedes it).
     auto nfc = make("NFC");
     auto nfd = make("NFD");
-    const std::pair<char32_t, char32_t> ranges[] = {
-        {0x80, 0x2FF},     {0x2010, 0x2027}, {0x2030, 0x205E}, {0x3000, 0x3029}, {0x3041, 0x3096},
-        {0x30A1, 0x30FA},  {0x4E00, 0x9FFF}, {0xAC00, 0xD7A3}, {0xFF01, 0xFF60}};
+    const std::pair<char32_t, char32_t> ranges[] = {{0x80, 0x2FF},    {0x2010, 0x2027}, {0x2030, 0x205E},
+                                                    {0x3000, 0x3029}, {0x3041, 0x3096}, {0x30A1, 0x30FA},
+                                                    {0x4E00, 0x9FFF}, {0xAC00, 0xD7A3}, {0xFF01, 0xFF60}};
     // utf8proc marks code points that can be the second of a canonical composition pair with
     // comb_index >= 0x8000.
     auto combines_with_previous = [](char32_t c) {

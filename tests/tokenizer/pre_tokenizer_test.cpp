@@ -20,20 +20,17 @@ Pieces run(const std::string& spec_json, const std::string& text) {
 }
 
 std::string split_spec(const std::string& behavior, bool invert = false) {
-    return R"({"type": "Split", "pattern": {"String": "-"}, "behavior": ")" + behavior +
-           R"(", "invert": )" + (invert ? "true" : "false") + "}";
+    return R"({"type": "Split", "pattern": {"String": "-"}, "behavior": ")" + behavior + R"(", "invert": )" +
+           (invert ? "true" : "false") + "}";
 }
 
 // The example of HF's SplitDelimiterBehavior documentation: "the-final--countdown" split on '-'.
 TEST(SplitTest, BehavioursMatchHuggingFaceDocumentation) {
     const std::string text = "the-final--countdown";
     EXPECT_EQ(run(split_spec("Removed"), text), (Pieces{"the", "final", "countdown"}));
-    EXPECT_EQ(run(split_spec("Isolated"), text),
-              (Pieces{"the", "-", "final", "-", "-", "countdown"}));
-    EXPECT_EQ(run(split_spec("MergedWithPrevious"), text),
-              (Pieces{"the-", "final-", "-", "countdown"}));
-    EXPECT_EQ(run(split_spec("MergedWithNext"), text),
-              (Pieces{"the", "-final", "-", "-countdown"}));
+    EXPECT_EQ(run(split_spec("Isolated"), text), (Pieces{"the", "-", "final", "-", "-", "countdown"}));
+    EXPECT_EQ(run(split_spec("MergedWithPrevious"), text), (Pieces{"the-", "final-", "-", "countdown"}));
+    EXPECT_EQ(run(split_spec("MergedWithNext"), text), (Pieces{"the", "-final", "-", "-countdown"}));
     EXPECT_EQ(run(split_spec("Contiguous"), text), (Pieces{"the", "-", "final", "--", "countdown"}));
 }
 
@@ -50,28 +47,21 @@ TEST(SplitTest, RegexWithUnicodeClassesAndLookahead) {
 }
 
 TEST(SplitTest, WhitespaceClassIncludesNextLineLikeOniguruma) {
-    const std::string spec =
-        R"({"type": "Split", "pattern": {"Regex": "\\s+"}, "behavior": "Removed"})";
+    const std::string spec = R"({"type": "Split", "pattern": {"Regex": "\\s+"}, "behavior": "Removed"})";
     EXPECT_EQ(run(spec, "a\u0085b\u3000c"), (Pieces{"a", "b", "c"}));
 }
 
 TEST(DigitsTest, IndividualAndContiguous) {
-    EXPECT_EQ(run(R"({"type": "Digits", "individual_digits": true})", "ab123c"),
-              (Pieces{"ab", "1", "2", "3", "c"}));
-    EXPECT_EQ(run(R"({"type": "Digits", "individual_digits": false})", "ab123c4"),
-              (Pieces{"ab", "123", "c", "4"}));
+    EXPECT_EQ(run(R"({"type": "Digits", "individual_digits": true})", "ab123c"), (Pieces{"ab", "1", "2", "3", "c"}));
+    EXPECT_EQ(run(R"({"type": "Digits", "individual_digits": false})", "ab123c4"), (Pieces{"ab", "123", "c", "4"}));
 }
 
 TEST(ByteLevelTest, MapsBytesAndSplitsWithGpt2Regex) {
-    EXPECT_EQ(run(R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": false})",
-                  "a b\n"),
+    EXPECT_EQ(run(R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": false})", "a b\n"),
               (Pieces{"aĠbĊ"}));
-    EXPECT_EQ(run(R"({"type": "ByteLevel", "add_prefix_space": true, "use_regex": true})",
-                  "Hello world's 42"),
+    EXPECT_EQ(run(R"({"type": "ByteLevel", "add_prefix_space": true, "use_regex": true})", "Hello world's 42"),
               (Pieces{"ĠHello", "Ġworld", "'s", "Ġ42"}));
-    EXPECT_EQ(run(R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": false})",
-                  "é"),
-              (Pieces{"Ã©"}));
+    EXPECT_EQ(run(R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": false})", "é"), (Pieces{"Ã©"}));
 }
 
 TEST(PreTokenizerTest, UnknownTypeIsUnsupportedAndNamed) {

@@ -28,10 +28,9 @@ TEST(TokenizerJsonTest, StreamsVocabAndMergesAndKeepsTheRest) {
 }
 
 TEST(TokenizerJsonTest, MalformedVocabOrMergesAreNamed) {
-    for (const char* text : {R"({"model": {"vocab": {"a": 0.5}, "merges": []}})",
-                             R"({"model": {"vocab": {}, "merges": ["a  b"]}})",
-                             R"({"model": {"vocab": {}, "merges": [["a"]]}})",
-                             R"({"model": {"vocab": [], "merges": []}})"}) {
+    for (const char* text :
+         {R"({"model": {"vocab": {"a": 0.5}, "merges": []}})", R"({"model": {"vocab": {}, "merges": ["a  b"]}})",
+          R"({"model": {"vocab": {}, "merges": [["a"]]}})", R"({"model": {"vocab": [], "merges": []}})"}) {
         try {
             parse_tokenizer_json(text, "t.json");
             ADD_FAILURE() << "expected an error for " << text;

@@ -44,11 +44,11 @@ TEST(TokenizerTest, AddedTokenFlagsFollowHuggingFace) {
     auto tokenizer = make_tiny(tiny_tokenizer());
     // Expected ids checked with HF tokenizers (Tokenizer.fromString of the same JSON).
     EXPECT_EQ(tokenizer.encode("a<s>a"), (Ids{0, 4, 0}));
-    EXPECT_EQ(tokenizer.encode("a <L>"), (Ids{0, 5}));       // lstrip swallows the space
-    EXPECT_EQ(tokenizer.encode("<R> a"), (Ids{6, 0}));       // rstrip swallows the space
+    EXPECT_EQ(tokenizer.encode("a <L>"), (Ids{0, 5}));  // lstrip swallows the space
+    EXPECT_EQ(tokenizer.encode("<R> a"), (Ids{6, 0}));  // rstrip swallows the space
     EXPECT_EQ(tokenizer.encode("<R>  a"), (Ids{6, 0}));
     EXPECT_EQ(tokenizer.encode("a ab b"), (Ids{0, 2, 7, 2, 1}));  // single word: matches
-    EXPECT_EQ(tokenizer.encode("aab"), (Ids{0, 0, 1}));      // inside a word: no match
+    EXPECT_EQ(tokenizer.encode("aab"), (Ids{0, 0, 1}));           // inside a word: no match
     // Leftmost-longest between the raw "<s>" and the normalized "<s>x": raw tokens go first.
     EXPECT_EQ(tokenizer.encode("<s>x"), (Ids{4}));
 }
@@ -106,9 +106,7 @@ TEST(TokenizerTest, UnsupportedComponentsAreNamed) {
             ADD_FAILURE() << field << ": expected an error";
         } catch (const Error& e) {
             EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
-            EXPECT_NE(std::string(e.what()).find(spec["type"].get<std::string>()),
-                      std::string::npos)
-                << e.what();
+            EXPECT_NE(std::string(e.what()).find(spec["type"].get<std::string>()), std::string::npos) << e.what();
             EXPECT_NE(std::string(e.what()).find("tokenizer.json"), std::string::npos) << e.what();
         }
     }

@@ -18,13 +18,13 @@ const std::string kFffd = "\xEF\xBF\xBD";
 TEST(Utf8Test, LossyReplacesEachMaximalInvalidSubpartOnce) {
     EXPECT_EQ(lossy("abc"), "abc");
     EXPECT_EQ(lossy("\xE4\xBD\xA0"), "你");
-    EXPECT_EQ(lossy("\xE4\xBD"), kFffd);                          // truncated 3-byte sequence
-    EXPECT_EQ(lossy("\xE4\xBDx"), kFffd + "x");                   // bad continuation
-    EXPECT_EQ(lossy("\x80\x80"), kFffd + kFffd);                  // lone continuations
-    EXPECT_EQ(lossy("\xC0\xAF"), kFffd + kFffd);                  // overlong lead is invalid
-    EXPECT_EQ(lossy("\xED\xA0\x80"), kFffd + kFffd + kFffd);      // surrogate
-    EXPECT_EQ(lossy("\xF0\x9F\x98"), kFffd);                      // truncated emoji
-    EXPECT_EQ(lossy("\xF5\x80"), kFffd + kFffd);                  // beyond U+10FFFF
+    EXPECT_EQ(lossy("\xE4\xBD"), kFffd);                      // truncated 3-byte sequence
+    EXPECT_EQ(lossy("\xE4\xBDx"), kFffd + "x");               // bad continuation
+    EXPECT_EQ(lossy("\x80\x80"), kFffd + kFffd);              // lone continuations
+    EXPECT_EQ(lossy("\xC0\xAF"), kFffd + kFffd);              // overlong lead is invalid
+    EXPECT_EQ(lossy("\xED\xA0\x80"), kFffd + kFffd + kFffd);  // surrogate
+    EXPECT_EQ(lossy("\xF0\x9F\x98"), kFffd);                  // truncated emoji
+    EXPECT_EQ(lossy("\xF5\x80"), kFffd + kFffd);              // beyond U+10FFFF
 }
 
 TEST(Utf8Test, IncompleteTailIsOnlyAValidUnfinishedSequence) {
@@ -42,8 +42,7 @@ TEST(Utf8Test, SplittingAtTheTailPreservesLossyConversion) {
     for (size_t cut = 0; cut <= bytes.size(); ++cut) {
         std::string_view prefix(bytes.data(), cut);
         size_t tail = utf8_incomplete_tail(prefix);
-        std::string streamed = lossy(prefix.substr(0, cut - tail)) +
-                               lossy(std::string_view(bytes).substr(cut - tail));
+        std::string streamed = lossy(prefix.substr(0, cut - tail)) + lossy(std::string_view(bytes).substr(cut - tail));
         EXPECT_EQ(streamed, lossy(bytes)) << "cut " << cut;
     }
 }

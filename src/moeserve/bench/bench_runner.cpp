@@ -48,9 +48,9 @@ public:
         const int bar = pct / 5;
         std::fprintf(stderr, "\r%3d%%|%s%s| %lld/%lld [%02d:%02d, %.2f req/s]", pct,
                      std::string(static_cast<size_t>(bar), '#').c_str(),
-                     std::string(static_cast<size_t>(20 - bar), ' ').c_str(),
-                     static_cast<long long>(done), static_cast<long long>(total),
-                     static_cast<int>(s) / 60, static_cast<int>(s) % 60, s > 0 ? done / s : 0.0);
+                     std::string(static_cast<size_t>(20 - bar), ' ').c_str(), static_cast<long long>(done),
+                     static_cast<long long>(total), static_cast<int>(s) / 60, static_cast<int>(s) % 60,
+                     s > 0 ? done / s : 0.0);
         if (done == total) std::fprintf(stderr, "\n");
         std::fflush(stderr);
     }
@@ -106,8 +106,7 @@ nlohmann::ordered_json run_bench_serve(BenchServeConfig c, FILE* out) {
     const auto count_tokens = [&tok](const std::string& text) {
         return static_cast<int64_t>(tok.encode(text, /*add_special_tokens=*/false).size());
     };
-    const BenchmarkMetrics metrics =
-        calculate_metrics(requests, run.outputs, run.duration_s, count_tokens, c.metrics);
+    const BenchmarkMetrics metrics = calculate_metrics(requests, run.outputs, run.duration_s, count_tokens, c.metrics);
     const RunInfo info{run.duration_s, c.client.max_concurrency, c.client.request_rate};
     std::fputs(format_result_table(metrics, info, c.metrics).c_str(), out);
     if (metrics.failed > 0) {
@@ -126,8 +125,8 @@ nlohmann::ordered_json run_bench_serve(BenchServeConfig c, FILE* out) {
     j["request_rate"] = std::isinf(c.client.request_rate) ? nlohmann::ordered_json("inf")
                                                           : nlohmann::ordered_json(c.client.request_rate);
     j["burstiness"] = c.client.burstiness;
-    j["max_concurrency"] = c.client.max_concurrency ? nlohmann::ordered_json(*c.client.max_concurrency)
-                                                    : nlohmann::ordered_json();
+    j["max_concurrency"] =
+        c.client.max_concurrency ? nlohmann::ordered_json(*c.client.max_concurrency) : nlohmann::ordered_json();
     const nlohmann::ordered_json result = result_json(metrics, info, c.metrics, run.outputs);
     for (const auto& [key, value] : result.items()) j[key] = value;
 
@@ -139,11 +138,10 @@ nlohmann::ordered_json run_bench_serve(BenchServeConfig c, FILE* out) {
             base_model = base_model.substr(base_model.rfind('/') + 1);
             const std::string conc =
                 c.client.max_concurrency ? fmt::format("-concurrency{}", *c.client.max_concurrency) : "";
-            name = fmt::format("{}-{}qps{}-{}-{}.json", c.backend_name,
-                               python_float(c.client.request_rate), conc, base_model, date);
+            name = fmt::format("{}-{}qps{}-{}-{}.json", c.backend_name, python_float(c.client.request_rate), conc,
+                               base_model, date);
         }
-        const std::filesystem::path path = c.result_dir.empty() ? std::filesystem::path(name)
-                                                                : c.result_dir / name;
+        const std::filesystem::path path = c.result_dir.empty() ? std::filesystem::path(name) : c.result_dir / name;
         std::ofstream f(path);
         if (!f) raise(ErrorCode::kIo, "cannot write the result file '{}'", path.string());
         f << j.dump() << "\n";

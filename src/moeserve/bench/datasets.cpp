@@ -42,9 +42,8 @@ std::vector<TokenId> ordinary_ids(const Tokenizer& tok) {
 // Text whose encoding (without special tokens) has exactly `target` tokens, starting from ids.
 // Decoding arbitrary ids and encoding again may merge or split tokens, so adjust and retry: cut
 // the surplus or append pool tokens for the shortfall. Returns the text and its real length.
-std::pair<std::string, int64_t> text_with_token_count(const Tokenizer& tok,
-                                                     std::vector<TokenId> ids, int64_t target,
-                                                     const std::vector<TokenId>& pool, Rng& rng) {
+std::pair<std::string, int64_t> text_with_token_count(const Tokenizer& tok, std::vector<TokenId> ids, int64_t target,
+                                                      const std::vector<TokenId>& pool, Rng& rng) {
     constexpr int kMaxRounds = 16;
     std::string text = tok.decode(ids);
     std::vector<TokenId> enc = tok.encode(text, /*add_special_tokens=*/false);
@@ -83,8 +82,7 @@ bool is_valid_sequence(int64_t prompt_len, int64_t output_len, bool skip_min_out
 
 std::vector<SampleRequest> sample_random(const Tokenizer& tok, const RandomDatasetOptions& o) {
     if (o.range_ratio < 0.0 || o.range_ratio >= 1.0) {
-        raise(ErrorCode::kInvalidArgument, "--random-range-ratio must be in [0, 1); got {}",
-              o.range_ratio);
+        raise(ErrorCode::kInvalidArgument, "--random-range-ratio must be in [0, 1); got {}", o.range_ratio);
     }
     if (o.num_prompts < 1 || o.input_len < 1 || o.output_len < 1 || o.prefix_len < 0) {
         raise(ErrorCode::kInvalidArgument,
@@ -139,8 +137,7 @@ std::vector<SampleRequest> sample_sharegpt(const Tokenizer& tok, const ShareGptO
     }
     if (!data.is_array()) {
         raise(ErrorCode::kInvalidArgument,
-              "--dataset-path '{}': expected a JSON array of {{\"conversations\": [...]}} entries",
-              where);
+              "--dataset-path '{}': expected a JSON array of {{\"conversations\": [...]}} entries", where);
     }
     // (prompt, completion) of entries with at least two turns whose values are strings.
     std::vector<std::pair<std::string, std::string>> pairs;

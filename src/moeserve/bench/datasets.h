@@ -15,10 +15,10 @@ namespace moeserve::bench {
 
 struct RandomDatasetOptions {
     int64_t num_prompts = 1000;
-    int64_t input_len = 1024;   // --random-input-len, including the special tokens encode() adds
-    int64_t output_len = 128;   // --random-output-len
-    double range_ratio = 0.0;   // --random-range-ratio: lengths uniform in [X*(1-r), X*(1+r)]
-    int64_t prefix_len = 0;     // --random-prefix-len: the same random tokens before every prompt
+    int64_t input_len = 1024;  // --random-input-len, including the special tokens encode() adds
+    int64_t output_len = 128;  // --random-output-len
+    double range_ratio = 0.0;  // --random-range-ratio: lengths uniform in [X*(1-r), X*(1+r)]
+    int64_t prefix_len = 0;    // --random-prefix-len: the same random tokens before every prompt
     uint64_t seed = 0;
 };
 
@@ -29,11 +29,10 @@ struct RandomDatasetOptions {
 // prefix_len + the drawn length tokens; prompt_len is that count (checked, not assumed). Ids are
 // drawn from the ordinary vocabulary (no added or special tokens). Deterministic in seed.
 // Error kInvalidArgument for range_ratio outside [0, 1), negative lengths or num_prompts < 1.
-std::vector<SampleRequest> sample_random(const tokenizer::Tokenizer& tokenizer,
-                                         const RandomDatasetOptions& options);
+std::vector<SampleRequest> sample_random(const tokenizer::Tokenizer& tokenizer, const RandomDatasetOptions& options);
 
 struct ShareGptOptions {
-    std::filesystem::path path;          // JSON: [{"conversations": [{"value": ...}, ...]}, ...]
+    std::filesystem::path path;  // JSON: [{"conversations": [{"value": ...}, ...]}, ...]
     int64_t num_prompts = 1000;
     std::optional<int64_t> output_len{};  // --sharegpt-output-len; default: the reply's length
     uint64_t seed = 0;
@@ -44,7 +43,6 @@ struct ShareGptOptions {
 // is_valid_sequence rejects (prompt < 4 or > 1024 tokens, reply < 4 unless output_len is given,
 // sum > 2048); repeats random samples if fewer than num_prompts remain. Error kNotFound /
 // kInvalidArgument naming the file for a missing or malformed file, or no usable entry.
-std::vector<SampleRequest> sample_sharegpt(const tokenizer::Tokenizer& tokenizer,
-                                           const ShareGptOptions& options);
+std::vector<SampleRequest> sample_sharegpt(const tokenizer::Tokenizer& tokenizer, const ShareGptOptions& options);
 
 }  // namespace moeserve::bench

@@ -102,11 +102,9 @@ LatencyStats latency_stats(std::span<const double> values_s, std::span<const dou
     return stats;
 }
 
-BenchmarkMetrics calculate_metrics(std::span<const SampleRequest> inputs,
-                                   std::span<const RequestOutput> outputs, double duration_s,
-                                   const TokenCounter& count_tokens, const MetricsConfig& config) {
-    MOESERVE_CHECK(inputs.size() == outputs.size(), "{} inputs vs {} outputs", inputs.size(),
-                   outputs.size());
+BenchmarkMetrics calculate_metrics(std::span<const SampleRequest> inputs, std::span<const RequestOutput> outputs,
+                                   double duration_s, const TokenCounter& count_tokens, const MetricsConfig& config) {
+    MOESERVE_CHECK(inputs.size() == outputs.size(), "{} inputs vs {} outputs", inputs.size(), outputs.size());
     MOESERVE_CHECK(duration_s > 0.0, "duration {}", duration_s);
     BenchmarkMetrics m;
     std::vector<double> ttfts, tpots, all_tpots, itls, e2els;
@@ -119,8 +117,7 @@ BenchmarkMetrics calculate_metrics(std::span<const SampleRequest> inputs,
         }
         // NOTE: as vLLM, prefer the server's usage; else re-tokenize the text, which may differ
         // slightly from the generated ids (merges across chunk boundaries).
-        const int64_t output_len =
-            out.output_tokens ? *out.output_tokens : count_tokens(out.generated_text);
+        const int64_t output_len = out.output_tokens ? *out.output_tokens : count_tokens(out.generated_text);
         m.output_lens.push_back(output_len);
         m.total_input += inputs[i].prompt_len;
         double tpot = 0.0;  // goodput treats requests with <= 1 output token as TPOT 0
@@ -164,8 +161,7 @@ std::string percentile_word(double p) {
     return fmt::format("{}", p);
 }
 
-std::string format_result_table(const BenchmarkMetrics& m, const RunInfo& info,
-                                const MetricsConfig& config) {
+std::string format_result_table(const BenchmarkMetrics& m, const RunInfo& info, const MetricsConfig& config) {
     std::string out = fmt::format("{:=^50}\n", " Serving Benchmark Result ");
     row(out, "Successful requests:", m.completed);
     row(out, "Failed requests:", m.failed);
@@ -192,8 +188,7 @@ std::string format_result_table(const BenchmarkMetrics& m, const RunInfo& info,
     return out;
 }
 
-nlohmann::ordered_json result_json(const BenchmarkMetrics& m, const RunInfo& info,
-                                   const MetricsConfig& config,
+nlohmann::ordered_json result_json(const BenchmarkMetrics& m, const RunInfo& info, const MetricsConfig& config,
                                    std::span<const RequestOutput> outputs) {
     nlohmann::ordered_json j;
     j["duration"] = info.duration_s;
@@ -236,8 +231,7 @@ std::map<std::string, double> parse_goodput(std::span<const std::string> pairs) 
     std::map<std::string, double> slo;
     for (const std::string& pair : pairs) {
         const size_t colon = pair.find(':');
-        const auto value = colon == std::string::npos ? std::nullopt
-                                                      : parse_double(trim(pair.substr(colon + 1)));
+        const auto value = colon == std::string::npos ? std::nullopt : parse_double(trim(pair.substr(colon + 1)));
         if (!value) {
             raise(ErrorCode::kInvalidArgument,
                   "--goodput expects KEY:VALUE pairs (a metric name and milliseconds), e.g. "
@@ -247,12 +241,11 @@ std::map<std::string, double> parse_goodput(std::span<const std::string> pairs) 
         const std::string name = trim(pair.substr(0, colon));
         if (name != "ttft" && name != "tpot" && name != "e2el") {
             raise(ErrorCode::kInvalidArgument,
-                  "--goodput: unknown metric '{}' in '{}'; expected one of ttft, tpot, e2el", name,
-                  pair);
+                  "--goodput: unknown metric '{}' in '{}'; expected one of ttft, tpot, e2el", name, pair);
         }
         if (*value < 0.0) {
-            raise(ErrorCode::kInvalidArgument,
-                  "--goodput: the SLO of {} must be non-negative milliseconds; got {}", name, *value);
+            raise(ErrorCode::kInvalidArgument, "--goodput: the SLO of {} must be non-negative milliseconds; got {}",
+                  name, *value);
         }
         slo[name] = *value;
     }
@@ -293,8 +286,7 @@ std::string summarize_errors(std::span<const RequestOutput> outputs) {
         if (!out.success) ++counts[out.error.empty() ? "(no error message)" : out.error];
     }
     std::vector<std::pair<std::string, int64_t>> sorted(counts.begin(), counts.end());
-    std::stable_sort(sorted.begin(), sorted.end(),
-                     [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
     std::string out;
     for (const auto& [error, n] : sorted) out += fmt::format("  {} x {}\n", n, error);
     return out;

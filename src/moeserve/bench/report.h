@@ -21,13 +21,13 @@ namespace moeserve::bench {
 // What the client measured for one request (vLLM's RequestFuncOutput). Times in seconds.
 struct RequestOutput {
     bool success = false;
-    double latency_s = 0.0;     // send -> last chunk (E2EL)
-    double ttft_s = 0.0;        // send -> first chunk with generated content
+    double latency_s = 0.0;       // send -> last chunk (E2EL)
+    double ttft_s = 0.0;          // send -> first chunk with generated content
     std::vector<double> itl_s{};  // gaps between consecutive content chunks (one per chunk after 1st)
     std::string generated_text{};
     std::optional<int64_t> output_tokens{};  // usage.completion_tokens when the server sent it
     int64_t prompt_len = 0;
-    std::string error{};        // empty when success
+    std::string error{};  // empty when success
 };
 
 // Which statistics to compute and print (--percentile-metrics, --metric-percentiles, --goodput).
@@ -75,9 +75,8 @@ LatencyStats latency_stats(std::span<const double> values_s, std::span<const dou
 // TPOT = (E2EL - TTFT) / (output_tokens - 1) over requests with more than one output token; ITL
 // pools every request's gaps; goodput counts a request only if it meets every SLO given (a
 // request with <= 1 output token has TPOT 0 there). duration_s > 0.
-BenchmarkMetrics calculate_metrics(std::span<const SampleRequest> inputs,
-                                   std::span<const RequestOutput> outputs, double duration_s,
-                                   const TokenCounter& count_tokens, const MetricsConfig& config);
+BenchmarkMetrics calculate_metrics(std::span<const SampleRequest> inputs, std::span<const RequestOutput> outputs,
+                                   double duration_s, const TokenCounter& count_tokens, const MetricsConfig& config);
 
 // What the header rows need beyond the metrics.
 struct RunInfo {
@@ -88,15 +87,13 @@ struct RunInfo {
 
 // The "Serving Benchmark Result" block, byte for byte as vLLM prints it ("{:<40} {:<10}" rows,
 // sections for the selected metrics in the order ttft, tpot, itl, e2el), ending in a newline.
-std::string format_result_table(const BenchmarkMetrics& metrics, const RunInfo& info,
-                                const MetricsConfig& config);
+std::string format_result_table(const BenchmarkMetrics& metrics, const RunInfo& info, const MetricsConfig& config);
 
 // The benchmark's part of the --save-result JSON (vLLM's `result` dict): duration, completed,
 // failed, token totals, throughputs, request_goodput (null without --goodput), per-request
 // input_lens, output_lens, ttfts, itls, generated_texts, errors, and for each selected metric
 // mean_/median_/std_/p<P>_<metric>_ms.
-nlohmann::ordered_json result_json(const BenchmarkMetrics& metrics, const RunInfo& info,
-                                   const MetricsConfig& config,
+nlohmann::ordered_json result_json(const BenchmarkMetrics& metrics, const RunInfo& info, const MetricsConfig& config,
                                    std::span<const RequestOutput> outputs);
 
 // "99" for 99.0, "99.9" for 99.9: the P<word> of row labels and JSON keys (Python's str()).

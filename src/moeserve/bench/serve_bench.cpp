@@ -104,7 +104,7 @@ struct Client {
     const ServeBenchOptions& options;
     tcp::resolver::results_type endpoints;
     std::vector<std::unique_ptr<beast::tcp_stream>> idle;  // keep-alive connections
-    std::string target;                                     // prefix + endpoint
+    std::string target;                                    // prefix + endpoint
     std::string host_header;
 };
 
@@ -130,8 +130,8 @@ std::string http_error_message(unsigned status, beast::string_view reason, const
 // One attempt on one connection. Returns false (and leaves `out` untouched) only when a reused
 // keep-alive connection turned out to be closed before any byte came back: retry on a new one.
 awaitable<bool> attempt(Client& client, beast::tcp_stream& stream, bool reused,
-                        const http::request<http::string_body>& req, Clock::time_point start,
-                        RequestOutput& out, bool& keep_alive) {
+                        const http::request<http::string_body>& req, Clock::time_point start, RequestOutput& out,
+                        bool& keep_alive) {
     boost::system::error_code ec;
     stream.expires_after(timeout_of(client.options));
     co_await http::async_write(stream, req, asio::redirect_error(use_awaitable, ec));
@@ -207,8 +207,8 @@ awaitable<RequestOutput> send_request(Client& client, const SampleRequest& reque
     } catch (const boost::system::system_error& e) {
         out = RequestOutput{};
         out.prompt_len = request.prompt_len;
-        out.error = fmt::format("{}:{}: {}", client.options.server.host, client.options.server.port,
-                                e.code().message());
+        out.error =
+            fmt::format("{}:{}: {}", client.options.server.host, client.options.server.port, e.code().message());
     }
     co_return out;
 }
@@ -218,8 +218,7 @@ tcp::resolver::results_type resolve(asio::io_context& ioc, const ServerAddress& 
     boost::system::error_code ec;
     auto results = resolver.resolve(server.host, std::to_string(server.port), ec);
     if (ec) {
-        raise(ErrorCode::kUnavailable, "cannot resolve the server host '{}': {}", server.host,
-              ec.message());
+        raise(ErrorCode::kUnavailable, "cannot resolve the server host '{}': {}", server.host, ec.message());
     }
     return results;
 }
@@ -266,12 +265,10 @@ ServerAddress parse_base_url(std::string_view url) {
     return addr;
 }
 
-std::vector<double> arrival_offsets(int64_t num_requests, double request_rate, double burstiness,
-                                    uint64_t seed) {
+std::vector<double> arrival_offsets(int64_t num_requests, double request_rate, double burstiness, uint64_t seed) {
     if (!(request_rate > 0.0) || !(burstiness > 0.0)) {
-        raise(ErrorCode::kInvalidArgument,
-              "--request-rate and --burstiness must be positive; got {} and {}", request_rate,
-              burstiness);
+        raise(ErrorCode::kInvalidArgument, "--request-rate and --burstiness must be positive; got {} and {}",
+              request_rate, burstiness);
     }
     std::vector<double> offsets(static_cast<size_t>(std::max<int64_t>(num_requests, 0)), 0.0);
     if (std::isinf(request_rate)) return offsets;
@@ -301,14 +298,15 @@ std::string request_body(const ServeBenchOptions& o, const SampleRequest& r) {
     return j.dump();
 }
 
-BenchRun run_benchmark_requests(const ServeBenchOptions& options,
-                                std::span<const SampleRequest> requests) {
+BenchRun run_benchmark_requests(const ServeBenchOptions& options, std::span<const SampleRequest> requests) {
     asio::io_context ioc;
-    Client client{options, resolve(ioc, options.server), {}, options.server.path_prefix + options.endpoint,
+    Client client{options,
+                  resolve(ioc, options.server),
+                  {},
+                  options.server.path_prefix + options.endpoint,
                   fmt::format("{}:{}", options.server.host, options.server.port)};
-    const std::vector<double> offsets = arrival_offsets(static_cast<int64_t>(requests.size()),
-                                                        options.request_rate, options.burstiness,
-                                                        options.seed);
+    const std::vector<double> offsets =
+        arrival_offsets(static_cast<int64_t>(requests.size()), options.request_rate, options.burstiness, options.seed);
     const auto total = static_cast<int64_t>(requests.size());
     BenchRun run;
     run.outputs.resize(requests.size());
@@ -331,8 +329,8 @@ BenchRun run_benchmark_requests(const ServeBenchOptions& options,
         start = end = Clock::now();
         for (size_t i = 0; i < requests.size(); ++i) {
             if (offsets[i] > 0.0) {
-                timer.expires_at(start + std::chrono::duration_cast<Clock::duration>(
-                                             std::chrono::duration<double>(offsets[i])));
+                timer.expires_at(
+                    start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(offsets[i])));
                 co_await timer.async_wait(use_awaitable);
             }
             asio::co_spawn(executor, one(i), asio::detached);
@@ -345,12 +343,10 @@ BenchRun run_benchmark_requests(const ServeBenchOptions& options,
     return run;
 }
 
-std::string first_served_model(const ServerAddress& server, const std::string& api_key,
-                               double timeout_s) {
+std::string first_served_model(const ServerAddress& server, const std::string& api_key, double timeout_s) {
     asio::io_context ioc;
     beast::tcp_stream stream(ioc);
-    const std::string where = fmt::format("GET http://{}:{}{}/v1/models", server.host, server.port,
-                                          server.path_prefix);
+    const std::string where = fmt::format("GET http://{}:{}{}/v1/models", server.host, server.port, server.path_prefix);
     http::response<http::string_body> res;
     try {
         stream.expires_after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s)));
@@ -362,18 +358,16 @@ std::string first_served_model(const ServerAddress& server, const std::string& a
         beast::flat_buffer buffer;
         http::read(stream, buffer, res);
     } catch (const boost::system::system_error& e) {
-        raise(ErrorCode::kUnavailable, "{} failed: {}; is the server running? (or pass --model)",
-              where, e.code().message());
+        raise(ErrorCode::kUnavailable, "{} failed: {}; is the server running? (or pass --model)", where,
+              e.code().message());
     }
     if (res.result_int() != 200) {
-        raise(ErrorCode::kUnavailable, "{}: {}", where,
-              http_error_message(res.result_int(), res.reason(), res.body()));
+        raise(ErrorCode::kUnavailable, "{}: {}", where, http_error_message(res.result_int(), res.reason(), res.body()));
     }
     const auto j = nlohmann::json::parse(res.body(), nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty() ||
         !j["data"][0].is_object() || !j["data"][0].contains("id") || !j["data"][0]["id"].is_string()) {
-        raise(ErrorCode::kInvalidArgument, "{} lists no model ({{\"data\": [{{\"id\": ...}}]}}); pass --model",
-              where);
+        raise(ErrorCode::kInvalidArgument, "{} lists no model ({{\"data\": [{{\"id\": ...}}]}}); pass --model", where);
     }
     return j["data"][0]["id"].get<std::string>();
 }

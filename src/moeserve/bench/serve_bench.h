@@ -45,11 +45,11 @@ struct ServeBenchOptions {
     std::string model;    // the "model" field of every request
     std::string api_key;  // sent as "Authorization: Bearer KEY" when not empty
     double request_rate = std::numeric_limits<double>::infinity();  // requests/s; inf: all at t=0
-    double burstiness = 1.0;             // gamma shape of the gaps (1: Poisson)
-    std::optional<int> max_concurrency;  // requests in flight at most; nullopt: unlimited
-    bool ignore_eos = false;             // sends vLLM's extra parameter "ignore_eos": true
-    uint64_t seed = 0;                   // of the arrival times
-    double request_timeout_s = 6 * 3600.0;  // per request, as vLLM's AIOHTTP_TIMEOUT
+    double burstiness = 1.0;                                        // gamma shape of the gaps (1: Poisson)
+    std::optional<int> max_concurrency;                             // requests in flight at most; nullopt: unlimited
+    bool ignore_eos = false;                                        // sends vLLM's extra parameter "ignore_eos": true
+    uint64_t seed = 0;                                              // of the arrival times
+    double request_timeout_s = 6 * 3600.0;                          // per request, as vLLM's AIOHTTP_TIMEOUT
     // Called on the client thread after each request finishes: (finished, total).
     std::function<void(int64_t, int64_t)> on_progress;
 };
@@ -63,21 +63,18 @@ struct BenchRun {
 // all. A failure (refused connection, HTTP status != 200, an "error" chunk, a stream without any
 // content chunk, a timeout) is recorded in that request's output, never thrown. Blocking;
 // runs its own event loop on the calling thread.
-BenchRun run_benchmark_requests(const ServeBenchOptions& options,
-                                std::span<const SampleRequest> requests);
+BenchRun run_benchmark_requests(const ServeBenchOptions& options, std::span<const SampleRequest> requests);
 
 // Arrival offsets in seconds from the start, vLLM's get_request: request 0 at 0, then gaps drawn
 // from Gamma(shape = burstiness, scale = 1 / (rate * burstiness)); all 0 for rate = inf.
 // Error kInvalidArgument for rate <= 0 or burstiness <= 0.
-std::vector<double> arrival_offsets(int64_t num_requests, double request_rate, double burstiness,
-                                    uint64_t seed);
+std::vector<double> arrival_offsets(int64_t num_requests, double request_rate, double burstiness, uint64_t seed);
 
 // The JSON body of one streaming request (stream_options.include_usage set, temperature 0).
 std::string request_body(const ServeBenchOptions& options, const SampleRequest& request);
 
 // The id of the first model of GET {prefix}/v1/models. Error kUnavailable if the server cannot
 // be reached or answers with an error, kInvalidArgument if the answer lists no model.
-std::string first_served_model(const ServerAddress& server, const std::string& api_key,
-                               double timeout_s = 30.0);
+std::string first_served_model(const ServerAddress& server, const std::string& api_key, double timeout_s = 30.0);
 
 }  // namespace moeserve::bench

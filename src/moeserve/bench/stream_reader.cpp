@@ -8,9 +8,7 @@ namespace moeserve::bench {
 
 namespace {
 
-double seconds(std::chrono::steady_clock::duration d) {
-    return std::chrono::duration<double>(d).count();
-}
+double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // The string at j[key] if it is one, else "".
 std::string string_at(const nlohmann::json& j, const char* key) {

@@ -68,7 +68,7 @@ bench::BenchServeConfig to_config(const BenchServeFlags& f) {
         o.server.host = f.host;
         o.server.port = static_cast<uint16_t>(f.port);
     }
-    o.endpoint = !f.endpoint.empty() ? f.endpoint
+    o.endpoint = !f.endpoint.empty()                        ? f.endpoint
                  : o.backend == bench::Backend::kOpenAiChat ? "/v1/chat/completions"
                                                             : "/v1/completions";
     o.model = !f.served_model_name.empty() ? f.served_model_name : f.model;
@@ -81,7 +81,8 @@ bench::BenchServeConfig to_config(const BenchServeFlags& f) {
     }
     o.request_rate = parse_rate(f.request_rate);
     o.burstiness = f.burstiness;
-    if (f.max_concurrency < 0) raise(ErrorCode::kInvalidArgument, "--max-concurrency must be >= 1; got {}", f.max_concurrency);
+    if (f.max_concurrency < 0)
+        raise(ErrorCode::kInvalidArgument, "--max-concurrency must be >= 1; got {}", f.max_concurrency);
     if (f.max_concurrency > 0) o.max_concurrency = f.max_concurrency;
     o.ignore_eos = f.ignore_eos;
     o.seed = f.seed;
@@ -99,9 +100,12 @@ bench::BenchServeConfig to_config(const BenchServeFlags& f) {
     }
     c.dataset_name = f.dataset_name;
     c.num_prompts = f.num_prompts;
-    c.random = {.num_prompts = f.num_prompts, .input_len = f.random_input_len,
-                .output_len = f.random_output_len, .range_ratio = f.random_range_ratio,
-                .prefix_len = f.random_prefix_len, .seed = f.seed};
+    c.random = {.num_prompts = f.num_prompts,
+                .input_len = f.random_input_len,
+                .output_len = f.random_output_len,
+                .range_ratio = f.random_range_ratio,
+                .prefix_len = f.random_prefix_len,
+                .seed = f.seed};
     c.sharegpt.path = f.dataset_path;
     c.sharegpt.seed = f.seed;
     if (f.sharegpt_output_len > 0) c.sharegpt.output_len = f.sharegpt_output_len;
@@ -116,37 +120,52 @@ bench::BenchServeConfig to_config(const BenchServeFlags& f) {
 }
 
 void add_serve_flags(CLI::App* sub, BenchServeFlags& f) {
-    sub->add_option("--backend", f.backend, "openai (/v1/completions) | openai-chat (/v1/chat/completions) | vllm (= openai)")
+    sub->add_option("--backend", f.backend,
+                    "openai (/v1/completions) | openai-chat (/v1/chat/completions) | vllm (= openai)")
         ->capture_default_str();
     sub->add_option("--base-url", f.base_url, "http://HOST:PORT[/PREFIX] (instead of --host/--port)");
     sub->add_option("--host", f.host, "server host")->capture_default_str();
     sub->add_option("--port", f.port, "server port")->capture_default_str();
     sub->add_option("--endpoint", f.endpoint, "API path (default: per --backend)");
-    sub->add_option("--model", f.model, "model name for requests (default: first of GET /v1/models); also the tokenizer folder if it is one");
+    sub->add_option(
+        "--model", f.model,
+        "model name for requests (default: first of GET /v1/models); also the tokenizer folder if it is one");
     sub->add_option("--served-model-name", f.served_model_name, "the request's model field, if different from --model");
     sub->add_option("--tokenizer", f.tokenizer, "folder with tokenizer.json (default: --model)");
     sub->add_option("--dataset-name", f.dataset_name, "random | sharegpt")->capture_default_str();
     sub->add_option("--dataset-path", f.dataset_path, "ShareGPT-format JSON file");
     sub->add_option("--num-prompts", f.num_prompts, "number of requests")->capture_default_str();
-    sub->add_option("--request-rate", f.request_rate, "requests/s (Poisson/gamma arrivals), or inf: all at once")->capture_default_str();
-    sub->add_option("--burstiness", f.burstiness, "gamma shape of the arrival gaps (1 = Poisson)")->capture_default_str();
+    sub->add_option("--request-rate", f.request_rate, "requests/s (Poisson/gamma arrivals), or inf: all at once")
+        ->capture_default_str();
+    sub->add_option("--burstiness", f.burstiness, "gamma shape of the arrival gaps (1 = Poisson)")
+        ->capture_default_str();
     sub->add_option("--max-concurrency", f.max_concurrency, "requests in flight at most (default: no limit)");
     sub->add_option("--seed", f.seed, "seed of prompts and arrivals")->capture_default_str();
-    sub->add_flag("--ignore-eos", f.ignore_eos, "send ignore_eos=true (vLLM extension): always generate the full length");
+    sub->add_flag("--ignore-eos", f.ignore_eos,
+                  "send ignore_eos=true (vLLM extension): always generate the full length");
     sub->add_option("--random-input-len", f.random_input_len, "random: prompt tokens")->capture_default_str();
-    sub->add_option("--random-output-len", f.random_output_len, "random: max tokens per request")->capture_default_str();
-    sub->add_option("--random-range-ratio", f.random_range_ratio, "random: lengths uniform in [X(1-r), X(1+r)], r in [0, 1)")->capture_default_str();
-    sub->add_option("--random-prefix-len", f.random_prefix_len, "random: shared random prefix tokens")->capture_default_str();
-    sub->add_option("--sharegpt-output-len", f.sharegpt_output_len, "sharegpt: max tokens instead of the reply's length");
-    sub->add_option("--percentile-metrics", f.percentile_metrics, "comma-separated of ttft,tpot,itl,e2el")->capture_default_str();
-    sub->add_option("--metric-percentiles", f.metric_percentiles, "comma-separated percentiles, e.g. 25,50,99")->capture_default_str();
-    sub->add_option("--goodput", f.goodput, "SLOs as KEY:VALUE in ms (ttft, tpot, e2el), e.g. --goodput ttft:500 tpot:50");
+    sub->add_option("--random-output-len", f.random_output_len, "random: max tokens per request")
+        ->capture_default_str();
+    sub->add_option("--random-range-ratio", f.random_range_ratio,
+                    "random: lengths uniform in [X(1-r), X(1+r)], r in [0, 1)")
+        ->capture_default_str();
+    sub->add_option("--random-prefix-len", f.random_prefix_len, "random: shared random prefix tokens")
+        ->capture_default_str();
+    sub->add_option("--sharegpt-output-len", f.sharegpt_output_len,
+                    "sharegpt: max tokens instead of the reply's length");
+    sub->add_option("--percentile-metrics", f.percentile_metrics, "comma-separated of ttft,tpot,itl,e2el")
+        ->capture_default_str();
+    sub->add_option("--metric-percentiles", f.metric_percentiles, "comma-separated percentiles, e.g. 25,50,99")
+        ->capture_default_str();
+    sub->add_option("--goodput", f.goodput,
+                    "SLOs as KEY:VALUE in ms (ttft, tpot, e2el), e.g. --goodput ttft:500 tpot:50");
     sub->add_flag("--save-result", f.save_result, "write the result JSON");
     sub->add_option("--result-dir", f.result_dir, "folder for the result JSON (default: current)");
     sub->add_option("--result-filename", f.result_filename, "name of the result JSON (default: vLLM's pattern)");
     sub->add_flag("--disable-tqdm", f.disable_tqdm, "no progress bar");
     sub->add_option("--api-key", f.api_key, "sent as Authorization: Bearer KEY (default: env OPENAI_API_KEY)");
-    sub->add_option("--request-timeout", f.request_timeout, "seconds per request before it fails")->capture_default_str();
+    sub->add_option("--request-timeout", f.request_timeout, "seconds per request before it fails")
+        ->capture_default_str();
 }
 
 }  // namespace
@@ -155,7 +174,8 @@ void add_bench_command(CLI::App& app, Action* action) {
     CLI::App* bench = app.add_subcommand("bench", "Benchmarks (serve: the serving benchmark of vLLM)");
     bench->require_subcommand(1);
     auto flags = std::make_shared<BenchServeFlags>();
-    CLI::App* sub = bench->add_subcommand("serve", "Benchmark an OpenAI-compatible server (vLLM benchmark_serving's metrics)");
+    CLI::App* sub =
+        bench->add_subcommand("serve", "Benchmark an OpenAI-compatible server (vLLM benchmark_serving's metrics)");
     add_serve_flags(sub, *flags);
     sub->callback([flags, action] {
         *action = [flags] {

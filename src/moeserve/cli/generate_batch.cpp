@@ -69,12 +69,15 @@ std::vector<int32_t> tokens_of(const Json& j, const tokenizer::Tokenizer& tok, c
                                const std::optional<tokenizer::ChatTemplate>& tmpl) {
     const int n = int(j.contains("prompt")) + int(j.contains("prompt_token_ids")) + int(j.contains("messages"));
     if (n != 1) {
-        raise(ErrorCode::kInvalidArgument, "{}: each line needs exactly one of \"prompt\", \"prompt_token_ids\" or "
-              "\"messages\"; got {}", at, n);
+        raise(ErrorCode::kInvalidArgument,
+              "{}: each line needs exactly one of \"prompt\", \"prompt_token_ids\" or "
+              "\"messages\"; got {}",
+              at, n);
     }
     if (j.contains("prompt")) return tok.encode(field<std::string>(j, "prompt", at), true);
     if (j.contains("prompt_token_ids")) return field<std::vector<int32_t>>(j, "prompt_token_ids", at);
-    if (!tmpl) raise(ErrorCode::kInvalidArgument, "{}: \"messages\" needs a chat_template in tokenizer_config.json", at);
+    if (!tmpl)
+        raise(ErrorCode::kInvalidArgument, "{}: \"messages\" needs a chat_template in tokenizer_config.json", at);
     Json extra = Json::object();
     if (tok.bos_token()) extra["bos_token"] = *tok.bos_token();
     if (tok.eos_token()) extra["eos_token"] = *tok.eos_token();
@@ -85,12 +88,30 @@ std::vector<int32_t> tokens_of(const Json& j, const tokenizer::Tokenizer& tok, c
 Item parse_item(const Json& j, const tokenizer::Tokenizer& tok, const std::optional<tokenizer::ChatTemplate>& tmpl,
                 const std::string& at) {
     if (!j.is_object()) raise(ErrorCode::kInvalidArgument, "{}: expected a JSON object, got {}", at, j.type_name());
-    static constexpr const char* kKnown[] = {
-        "prompt", "prompt_token_ids", "messages", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "n",
-        "stop", "stop_token_ids", "ignore_eos", "min_tokens", "presence_penalty", "frequency_penalty",
-        "repetition_penalty", "logprobs", "prompt_logprobs", "skip_special_tokens", "include_stop_str_in_output"};
+    static constexpr const char* kKnown[] = {"prompt",
+                                             "prompt_token_ids",
+                                             "messages",
+                                             "max_tokens",
+                                             "temperature",
+                                             "top_p",
+                                             "top_k",
+                                             "min_p",
+                                             "seed",
+                                             "n",
+                                             "stop",
+                                             "stop_token_ids",
+                                             "ignore_eos",
+                                             "min_tokens",
+                                             "presence_penalty",
+                                             "frequency_penalty",
+                                             "repetition_penalty",
+                                             "logprobs",
+                                             "prompt_logprobs",
+                                             "skip_special_tokens",
+                                             "include_stop_str_in_output"};
     for (const auto& [key, value] : j.items()) {
-        if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return key == k; }) == std::end(kKnown)) {
+        if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return key == k; }) ==
+            std::end(kKnown)) {
             raise(ErrorCode::kInvalidArgument, "{}: unknown field '{}'", at, key);
         }
     }
@@ -163,11 +184,16 @@ int32_t kv_blocks(const EngineFlags& f, const model::ModelInfo& info) {
 
 const char* finish_name(ipc::FinishReason r) {
     switch (r) {
-        case ipc::FinishReason::kStop: return "stop";
-        case ipc::FinishReason::kLength: return "length";
-        case ipc::FinishReason::kAbort: return "abort";
-        case ipc::FinishReason::kError: return "error";
-        default: return nullptr;
+        case ipc::FinishReason::kStop:
+            return "stop";
+        case ipc::FinishReason::kLength:
+            return "length";
+        case ipc::FinishReason::kAbort:
+            return "abort";
+        case ipc::FinishReason::kError:
+            return "error";
+        default:
+            return nullptr;
     }
 }
 
@@ -178,8 +204,11 @@ Json logprobs_json(const std::vector<ipc::TokenLogprobs>& lps, const tokenizer::
         for (const auto& [id, logprob] : lp.top) {
             top.push_back({{"token_id", id}, {"token", tok.id_to_token(id).value_or("")}, {"logprob", logprob}});
         }
-        out.push_back({{"token_id", lp.token_id}, {"token", tok.id_to_token(lp.token_id).value_or("")},
-                       {"logprob", lp.logprob}, {"rank", lp.rank}, {"top_logprobs", top}});
+        out.push_back({{"token_id", lp.token_id},
+                       {"token", tok.id_to_token(lp.token_id).value_or("")},
+                       {"logprob", lp.logprob},
+                       {"rank", lp.rank},
+                       {"top_logprobs", top}});
     }
     return out;
 }
@@ -191,14 +220,19 @@ Json result_json(size_t index, const Item& item, const ItemResult& r, const toke
         Json o = {{"index", i}, {"text", s.text}, {"token_ids", s.token_ids}};
         const char* finish = finish_name(s.finish);
         o["finish_reason"] = finish ? Json(finish) : Json(nullptr);
-        if (s.stop_string) o["stop_reason"] = *s.stop_string;
-        else if (s.stop_token_id) o["stop_reason"] = *s.stop_token_id;
+        if (s.stop_string)
+            o["stop_reason"] = *s.stop_string;
+        else if (s.stop_token_id)
+            o["stop_reason"] = *s.stop_token_id;
         if (item.sampling.logprobs) o["logprobs"] = logprobs_json(s.logprobs, tok);
         if (!s.error.empty()) o["error"] = s.error;
         outputs.push_back(std::move(o));
     }
-    Json line = {{"index", index}, {"prompt", item.prompt}, {"outputs", outputs},
-                 {"num_prompt_tokens", r.num_prompt_tokens}, {"num_cached_tokens", r.num_cached_tokens}};
+    Json line = {{"index", index},
+                 {"prompt", item.prompt},
+                 {"outputs", outputs},
+                 {"num_prompt_tokens", r.num_prompt_tokens},
+                 {"num_cached_tokens", r.num_cached_tokens}};
     if (r.prompt_logprobs) {
         Json lp = logprobs_json(*r.prompt_logprobs, tok);
         lp.insert(lp.begin(), Json(nullptr));  // the first prompt token has no logprob (as vLLM)
@@ -225,8 +259,10 @@ int run_generate_batch(const GenerateBatchOptions& o) {
     const std::vector<Item> items = read_items(o.input, tok);
     std::ofstream out(o.output);
     if (!out) raise(ErrorCode::kIo, "--output {}: cannot create the file", o.output);
-    auto model = model::load_model(o.model, pool, model::LoadOptions{.max_model_len = f.max_model_len, .quantization = f.quantization,
-                                                                    .kv_cache_dtype = f.kv_cache_dtype});
+    auto model = model::load_model(
+        o.model, pool,
+        model::LoadOptions{
+            .max_model_len = f.max_model_len, .quantization = f.quantization, .kv_cache_dtype = f.kv_cache_dtype});
 
     engine::EngineConfig config;
     config.max_num_seqs = f.max_num_seqs;
@@ -237,11 +273,12 @@ int run_generate_batch(const GenerateBatchOptions& o) {
     config.enable_prefix_caching = f.enable_prefix_caching;
     config.seed = f.seed;
     engine::EngineCore core(*model, pool, config);
-    std::fprintf(stderr, "generate: %zu requests, KV cache %d blocks of %d tokens (%.1f MiB), prefix caching %s\n",
-                 items.size(), config.num_blocks - 1, config.block_size,
-                 static_cast<double>(int64_t{config.num_blocks} * config.block_size * model->info().kv_bytes_per_token) /
-                     (1 << 20),
-                 config.enable_prefix_caching ? "on" : "off");
+    std::fprintf(
+        stderr, "generate: %zu requests, KV cache %d blocks of %d tokens (%.1f MiB), prefix caching %s\n", items.size(),
+        config.num_blocks - 1, config.block_size,
+        static_cast<double>(int64_t{config.num_blocks} * config.block_size * model->info().kv_bytes_per_token) /
+            (1 << 20),
+        config.enable_prefix_caching ? "on" : "off");
 
     // n > 1 fans out into n engine requests "<index>-<i>" that share the prompt's blocks.
     serve::OutputProcessor processor(tok);
@@ -296,15 +333,16 @@ int run_generate_batch(const GenerateBatchOptions& o) {
     for (size_t i = 0; i < items.size(); ++i) out << result_json(i, items[i], results[i], tok).dump() << '\n';
     const ipc::Stats st = core.stats();
     if (o.progress) std::fputc('\n', stderr);
-    std::fprintf(stderr,
-                 "generate: %zu requests in %.2f s: %.2f requests/s, input %.1f tok/s, output %.1f tok/s | prefix cache "
-                 "hit rate %.1f%% | %lld preemptions | %lld steps | threads=%d\n",
-                 total, secs, static_cast<double>(total) / secs, static_cast<double>(num_input_tokens) / secs,
-                 static_cast<double>(num_output_tokens) / secs,
-                 st.prefix_cache_queries > 0 ? 100.0 * static_cast<double>(st.prefix_cache_hits) /
-                                                   static_cast<double>(st.prefix_cache_queries)
-                                             : 0.0,
-                 static_cast<long long>(st.num_preemptions), static_cast<long long>(st.num_steps), threads);
+    std::fprintf(
+        stderr,
+        "generate: %zu requests in %.2f s: %.2f requests/s, input %.1f tok/s, output %.1f tok/s | prefix cache "
+        "hit rate %.1f%% | %lld preemptions | %lld steps | threads=%d\n",
+        total, secs, static_cast<double>(total) / secs, static_cast<double>(num_input_tokens) / secs,
+        static_cast<double>(num_output_tokens) / secs,
+        st.prefix_cache_queries > 0
+            ? 100.0 * static_cast<double>(st.prefix_cache_hits) / static_cast<double>(st.prefix_cache_queries)
+            : 0.0,
+        static_cast<long long>(st.num_preemptions), static_cast<long long>(st.num_steps), threads);
     return 0;
 }
 

@@ -17,8 +17,8 @@ struct EngineFlags {
     bool enable_prefix_caching = true;
     int64_t max_model_len = 4096;
     uint64_t seed = 0;
-    int threads = 0;  // 0 = all cores
-    std::string quantization;  // "" (as the checkpoint says), w8a8, w8a8-all, fp8, none
+    int threads = 0;                      // 0 = all cores
+    std::string quantization;             // "" (as the checkpoint says), w8a8, w8a8-all, fp8, none
     std::string kv_cache_dtype = "auto";  // auto (the checkpoint's: bf16) | bf16 | fp32
 };
 

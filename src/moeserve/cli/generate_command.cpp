@@ -41,7 +41,7 @@ struct GenerateOptions {
     bool no_prefix_caching = false;
     bool prefix_caching_flag = false;
     bool no_progress = false;
-    std::string quantization;  // --quantization: "" (as the checkpoint), w8a8, fp8, none
+    std::string quantization;             // --quantization: "" (as the checkpoint), w8a8, fp8, none
     std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: auto (the checkpoint's: bf16) | bf16 | fp32
 };
 
@@ -68,9 +68,7 @@ int run_generate_command(GenerateOptions& o) {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 std::vector<int32_t> prompt_tokens(const GenerateOptions& o, const tokenizer::Tokenizer& tok) {
     if (!o.chat) return tok.encode(o.prompt, /*add_special_tokens=*/true);
@@ -94,8 +92,10 @@ int run_generate(const GenerateOptions& o) {
     ThreadPool pool(threads);
     const auto load_start = Clock::now();
     const auto tok = tokenizer::Tokenizer::from_dir(o.model);
-    auto model = model::load_model(o.model, pool, model::LoadOptions{.max_model_len = o.max_model_len, .quantization = o.quantization,
-                                                                    .kv_cache_dtype = o.kv_cache_dtype});
+    auto model = model::load_model(
+        o.model, pool,
+        model::LoadOptions{
+            .max_model_len = o.max_model_len, .quantization = o.quantization, .kv_cache_dtype = o.kv_cache_dtype});
     const double load_secs = seconds_since(load_start);
     std::fprintf(stderr, "moeserve: quantization: %s\n", model->info().quantization.c_str());
 

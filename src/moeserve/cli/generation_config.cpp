@@ -15,20 +15,23 @@ using Json = nlohmann::json;
 std::optional<float> number(const Json& j, const char* key, const std::string& where) {
     const auto it = j.find(key);
     if (it == j.end() || it->is_null()) return std::nullopt;
-    if (!it->is_number()) raise(ErrorCode::kInvalidModel, "{}: field '{}' must be a number; got {}", where, key, it->dump());
+    if (!it->is_number())
+        raise(ErrorCode::kInvalidModel, "{}: field '{}' must be a number; got {}", where, key, it->dump());
     return it->get<float>();
 }
 
 std::optional<int32_t> integer(const Json& j, const char* key, const std::string& where) {
     const auto it = j.find(key);
     if (it == j.end() || it->is_null()) return std::nullopt;
-    if (!it->is_number_integer()) raise(ErrorCode::kInvalidModel, "{}: field '{}' must be an integer; got {}", where, key, it->dump());
+    if (!it->is_number_integer())
+        raise(ErrorCode::kInvalidModel, "{}: field '{}' must be an integer; got {}", where, key, it->dump());
     return it->get<int32_t>();
 }
 
 }  // namespace
 
-GenerationConfig read_generation_config(const std::string& mode, const std::string& model_dir, const std::string& overrides) {
+GenerationConfig read_generation_config(const std::string& mode, const std::string& model_dir,
+                                        const std::string& overrides) {
     GenerationConfig out;
     Json j = Json::object();
     if (mode != "vllm") {
@@ -43,7 +46,8 @@ GenerationConfig read_generation_config(const std::string& mode, const std::stri
     }
     if (!overrides.empty()) {
         const Json o = Json::parse(overrides, nullptr, false);
-        if (!o.is_object()) raise(ErrorCode::kInvalidArgument, "--override-generation-config must be a JSON object; got {}", overrides);
+        if (!o.is_object())
+            raise(ErrorCode::kInvalidArgument, "--override-generation-config must be a JSON object; got {}", overrides);
         for (const auto& [k, v] : o.items()) j[k] = v;
     }
     const std::string where = out.source.empty() ? "--override-generation-config" : out.source;
@@ -56,7 +60,8 @@ GenerationConfig read_generation_config(const std::string& mode, const std::stri
     d.max_tokens = integer(j, "max_new_tokens", where);
     if (const auto eos = j.find("eos_token_id"); eos != j.end() && !eos->is_null()) {
         const auto add = [&](const Json& e) {
-            if (!e.is_number_integer()) raise(ErrorCode::kInvalidModel, "{}: field 'eos_token_id' must hold integers; got {}", where, e.dump());
+            if (!e.is_number_integer())
+                raise(ErrorCode::kInvalidModel, "{}: field 'eos_token_id' must hold integers; got {}", where, e.dump());
             out.eos_token_ids.push_back(e.get<int32_t>());
         };
         if (eos->is_array()) {

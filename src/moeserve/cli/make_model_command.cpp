@@ -38,8 +38,7 @@ void add_make_model_command(CLI::App& app, Action* action) {
             const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             fmt::print("wrote {} ({} {}, seed {}): {} tensors, {:.1f}M parameters, {:.1f} MiB in {:.1f} s\n",
                        opts->out_dir.string(), opts->arch, opts->size, opts->seed, m.num_tensors,
-                       static_cast<double>(m.num_parameters) / 1e6, static_cast<double>(m.num_bytes) / 1048576.0,
-                       secs);
+                       static_cast<double>(m.num_parameters) / 1e6, static_cast<double>(m.num_bytes) / 1048576.0, secs);
             return 0;
         };
     });

@@ -94,10 +94,12 @@ int run_rank(const RankOptions& o) {
     const auto config = read_model_config(o.engine.model);
     EngineOptions engine = o.engine;
     engine.max_model_len = resolve_max_model_len(o.engine, config);
-    ThreadPool pool(std::max(1, o.engine.threads > 0 ? o.engine.threads : static_cast<int>(std::thread::hardware_concurrency())));
+    ThreadPool pool(
+        std::max(1, o.engine.threads > 0 ? o.engine.threads : static_cast<int>(std::thread::hardware_concurrency())));
 
     parallel::ParallelContext ctx;
-    model::LoadOptions load{.max_model_len = engine.max_model_len, .quantization = engine.quantization,
+    model::LoadOptions load{.max_model_len = engine.max_model_len,
+                            .quantization = engine.quantization,
                             .kv_cache_dtype = engine.kv_cache_dtype};
     if (sizes.world() > 1) {
         Deployment d;  // only the fields the fingerprint reads
@@ -117,7 +119,8 @@ int run_rank(const RankOptions& o) {
     auto model = model::load_model(o.engine.model, pool, load);
     const auto& info = model->info();
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    MOESERVE_LOG_I(logger, "engine", "rank %d of %d: weights %.1f MiB, resident %.1f MiB after load, connect + load %.2f s, %d threads",
+    MOESERVE_LOG_I(logger, "engine",
+                   "rank %d of %d: weights %.1f MiB, resident %.1f MiB after load, connect + load %.2f s, %d threads",
                    o.rank, sizes.world(), mib(info.rank_weight_bytes > 0 ? info.rank_weight_bytes : info.weight_bytes),
                    mib(resident_bytes()), load_s, pool.num_threads());
     MOESERVE_LOG_I(logger, "engine", "rank %d: quantization: %s", o.rank, info.quantization.c_str());
@@ -133,15 +136,19 @@ int run_rank(const RankOptions& o) {
     }
     // KV blocks: --kv-cache-memory, else the RAM share left after weights, capped at what
     // max_num_seqs full-length sequences can use.
-    const int64_t budget = !engine.kv_cache_memory.empty()
-        ? parse_bytes(engine.kv_cache_memory)
-        : static_cast<int64_t>(engine.gpu_memory_utilization * static_cast<double>(total_ram_bytes())) - info.weight_bytes;
+    const int64_t budget =
+        !engine.kv_cache_memory.empty()
+            ? parse_bytes(engine.kv_cache_memory)
+            : static_cast<int64_t>(engine.gpu_memory_utilization * static_cast<double>(total_ram_bytes())) -
+                  info.weight_bytes;
     const int64_t per_seq = (engine.max_model_len + engine.block_size - 1) / engine.block_size;
     int64_t blocks = engine::num_blocks_for_bytes(budget, info.kv_bytes_per_token, engine.block_size);
     blocks = std::min<int64_t>(blocks, per_seq * engine.max_num_seqs + 1);
     if (blocks < per_seq + 1) {
-        raise(ErrorCode::kInvalidArgument, "the KV cache has room for {} blocks of {} tokens, less than one {}-token sequence needs; "
-              "raise --kv-cache-memory / --gpu-memory-utilization or lower --max-model-len", blocks, engine.block_size, engine.max_model_len);
+        raise(ErrorCode::kInvalidArgument,
+              "the KV cache has room for {} blocks of {} tokens, less than one {}-token sequence needs; "
+              "raise --kv-cache-memory / --gpu-memory-utilization or lower --max-model-len",
+              blocks, engine.block_size, engine.max_model_len);
     }
     engine::EngineConfig ec;
     ec.max_num_seqs = engine.max_num_seqs;
@@ -151,16 +158,18 @@ int run_rank(const RankOptions& o) {
     ec.num_blocks = static_cast<int32_t>(blocks);
     ec.enable_prefix_caching = engine.enable_prefix_caching;
     ec.seed = engine.seed;
-    ec.scheduling_order = engine.scheduling_policy == "priority" ? engine::SchedulingOrder::kPriority
-                                                                   : engine::SchedulingOrder::kFcfs;
+    ec.scheduling_order =
+        engine.scheduling_policy == "priority" ? engine::SchedulingOrder::kPriority : engine::SchedulingOrder::kFcfs;
     ec.engine_index = groups.dp_rank;
     std::string vocab_error;
-    ec.vocabulary = load_structured_vocabulary(o.engine.tokenizer_dir(), info.vocab_size, info.eos_token_ids, &vocab_error);
+    ec.vocabulary =
+        load_structured_vocabulary(o.engine.tokenizer_dir(), info.vocab_size, info.eos_token_ids, &vocab_error);
     if (!ec.vocabulary) MOESERVE_LOG_W(logger, "engine", "structured outputs are off: %s", vocab_error.c_str());
     std::unique_ptr<engine::SchedulingPolicy> policy;
     if (engine.pd_hybrid) policy = std::make_unique<engine::PdHybridPolicy>();
     engine::EngineCore core(*served, pool, ec, std::move(policy));
-    MOESERVE_LOG_I(logger, "engine", "model %s loaded: %d KV blocks of %d tokens (%s, %lld bytes/token), resident %.1f MiB",
+    MOESERVE_LOG_I(logger, "engine",
+                   "model %s loaded: %d KV blocks of %d tokens (%s, %lld bytes/token), resident %.1f MiB",
                    info.model_type.c_str(), ec.num_blocks, ec.block_size, engine.kv_cache_dtype.c_str(),
                    static_cast<long long>(info.kv_bytes_per_token), mib(resident_bytes()));
     // The deployment's rank-plane key comes in the environment (never argv, which ps shows).

@@ -58,7 +58,8 @@ std::vector<std::string> json_string_list(const char* flag, const std::string& t
         }
     }
     if (!j.is_array() || out.size() != j.size()) {
-        raise(ErrorCode::kInvalidArgument, "{}: expected a JSON list of strings such as '[\"*\"]'; got '{}'", flag, text);
+        raise(ErrorCode::kInvalidArgument, "{}: expected a JSON list of strings such as '[\"*\"]'; got '{}'", flag,
+              text);
     }
     return out;
 }
@@ -188,12 +189,14 @@ public:
     }
     bool all_exited() const {
         std::lock_guard lock(mutex_);
-        for (const auto& r : ranks_) if (!r.exited) return false;
+        for (const auto& r : ranks_)
+            if (!r.exited) return false;
         return true;
     }
     void kill_all() const {
         std::lock_guard lock(mutex_);
-        for (const auto& r : ranks_) if (!r.exited) kill(r.pid, SIGKILL);
+        for (const auto& r : ranks_)
+            if (!r.exited) kill(r.pid, SIGKILL);
     }
     // Waits up to timeout_s for every rank to exit (someone runs watch()), then kills the rest.
     void wait_or_kill(double timeout_s) const {
@@ -324,8 +327,10 @@ std::string rank_plane_key(const ServeOptions& o, const Deployment& d) {
     }
     if (const char* key = std::getenv(ipc::kRankPlaneKeyEnv); key && *key) return key;
     if (d.all_local) return ipc::random_rank_plane_key();
-    raise(ErrorCode::kInvalidArgument, "ranks on several nodes need the same rank-plane key on every node: set {} "
-          "(32+ random characters, e.g. from `head -c 32 /dev/urandom | xxd -p -c 64`) or --rank-plane-key-file", ipc::kRankPlaneKeyEnv);
+    raise(ErrorCode::kInvalidArgument,
+          "ranks on several nodes need the same rank-plane key on every node: set {} "
+          "(32+ random characters, e.g. from `head -c 32 /dev/urandom | xxd -p -c 64`) or --rank-plane-key-file",
+          ipc::kRankPlaneKeyEnv);
 }
 
 // Compute threads per rank: --threads, else the host's cores divided between its ranks.
@@ -345,8 +350,9 @@ void spawn_local_ranks(RankProcesses& ranks, const EngineOptions& e, const Deplo
             ranks.spawn(rank_argv(e, d, rank, store_port, ipc_dir, threads), rank);
         }
     }
-    MOESERVE_LOG_I(logger, "api", "started %d rank processes (DP ranks %d..%d, tp %d, ep %d, %d threads each); loading %s",
-                   d.local * d.sizes.tp, d.start, d.start + d.local - 1, d.sizes.tp, d.sizes.ep, threads, e.model.c_str());
+    MOESERVE_LOG_I(
+        logger, "api", "started %d rank processes (DP ranks %d..%d, tp %d, ep %d, %d threads each); loading %s",
+        d.local * d.sizes.tp, d.start, d.start + d.local - 1, d.sizes.tp, d.sizes.ep, threads, e.model.c_str());
 }
 
 // ---- a --headless node: only ranks ----
@@ -403,7 +409,8 @@ void drain(const ServeOptions& o, serve::EngineClient& engines, SignalWatcher& s
     if (engines.num_in_flight() > 0) {
         MOESERVE_LOG_W(logger, "api", "aborting %d requests still running", engines.num_in_flight());
         engines.abort_all();
-        for (int i = 0; i < 100 && engines.num_in_flight() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        for (int i = 0; i < 100 && engines.num_in_flight() > 0; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let the last answers go out
 }
@@ -418,20 +425,24 @@ int run_serve(ServeOptions o) {
     if (o.parallel.headless) return run_headless(o, d);
 
     Logger logger("api", parse_log_level(o.engine.log_level));
-    for (const auto& note : o.vllm.no_effect) MOESERVE_LOG_I(logger, "api", "flag with no effect here: %s", note.c_str());
+    for (const auto& note : o.vllm.no_effect)
+        MOESERVE_LOG_I(logger, "api", "flag with no effect here: %s", note.c_str());
     const auto tok = tokenizer::Tokenizer::from_dir(o.engine.tokenizer_dir());
 
     serve::RouterConfig rc;
     rc.limits.served_model_name = o.served_model_names.empty() ? o.engine.model : o.served_model_names.front();
-    if (o.served_model_names.size() > 1) rc.limits.model_aliases.assign(o.served_model_names.begin() + 1, o.served_model_names.end());
+    if (o.served_model_names.size() > 1)
+        rc.limits.model_aliases.assign(o.served_model_names.begin() + 1, o.served_model_names.end());
     if (!o.chat_template.empty()) {  // as vLLM: a file's path, else the template text itself
-        rc.chat_template = std::filesystem::is_regular_file(o.chat_template) ? read_text_file(o.chat_template) : o.chat_template;
+        rc.chat_template =
+            std::filesystem::is_regular_file(o.chat_template) ? read_text_file(o.chat_template) : o.chat_template;
     }
     rc.root_path = o.root_path;
     rc.priority_scheduling = o.engine.scheduling_policy == "priority";
     serve::CorsOptions cors;
     cors.allow_credentials = o.allow_credentials;
-    if (!o.allowed_origins.empty()) cors.origins = rc.allowed_origins = json_string_list("--allowed-origins", o.allowed_origins);
+    if (!o.allowed_origins.empty())
+        cors.origins = rc.allowed_origins = json_string_list("--allowed-origins", o.allowed_origins);
     if (!o.allowed_methods.empty()) cors.methods = json_string_list("--allowed-methods", o.allowed_methods);
     if (!o.allowed_headers.empty()) cors.headers = json_string_list("--allowed-headers", o.allowed_headers);
     if (o.enable_auto_tool_choice) rc.tool_call_parser = o.tool_call_parser;
@@ -450,18 +461,24 @@ int run_serve(ServeOptions o) {
     rc.version = MOESERVE_VERSION;
     if (const auto eos = config.find("eos_token_id"); eos != config.end()) {
         if (eos->is_number_integer()) rc.eos_token_ids.push_back(eos->get<int32_t>());
-        if (eos->is_array()) for (const auto& e : *eos) if (e.is_number_integer()) rc.eos_token_ids.push_back(e.get<int32_t>());
+        if (eos->is_array())
+            for (const auto& e : *eos)
+                if (e.is_number_integer()) rc.eos_token_ids.push_back(e.get<int32_t>());
     }
     if (tok.eos_token_id()) rc.eos_token_ids.push_back(*tok.eos_token_id());
-    const GenerationConfig gen = read_generation_config(o.vllm.generation_config, o.engine.model, o.vllm.override_generation_config);
+    const GenerationConfig gen =
+        read_generation_config(o.vllm.generation_config, o.engine.model, o.vllm.override_generation_config);
     rc.generation_defaults = gen.defaults;
     for (const int32_t id : gen.eos_token_ids) {
-        if (std::find(rc.eos_token_ids.begin(), rc.eos_token_ids.end(), id) == rc.eos_token_ids.end()) rc.eos_token_ids.push_back(id);
+        if (std::find(rc.eos_token_ids.begin(), rc.eos_token_ids.end(), id) == rc.eos_token_ids.end())
+            rc.eos_token_ids.push_back(id);
     }
-    if (!gen.source.empty()) MOESERVE_LOG_I(logger, "api", "sampling defaults and EOS ids from %s (--generation-config)", gen.source.c_str());
+    if (!gen.source.empty())
+        MOESERVE_LOG_I(logger, "api", "sampling defaults and EOS ids from %s (--generation-config)",
+                       gen.source.c_str());
 
     SignalWatcher signals;  // first: blocks SIGINT/SIGTERM before any thread starts
-    rlimit files{};  // one descriptor per connection: allow as many as the hard limit does
+    rlimit files{};         // one descriptor per connection: allow as many as the hard limit does
     if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
         files.rlim_cur = files.rlim_max;
         setrlimit(RLIMIT_NOFILE, &files);
@@ -470,9 +487,14 @@ int run_serve(ServeOptions o) {
     // starts) and destroyed last: the router's requests hold its connections until they end.
     // It serves only once the router exists (run() below).
     serve::Router* router_ptr = nullptr;
-    serve::HttpServer server({.host = o.host, .port = o.port, .num_threads = o.http_threads,
+    serve::HttpServer server({.host = o.host,
+                              .port = o.port,
+                              .num_threads = o.http_threads,
                               .max_body_bytes = static_cast<size_t>(o.max_request_body_bytes),
-                              .max_connections = o.max_connections, .logger = &logger, .cors = cors, .tls = o.tls},
+                              .max_connections = o.max_connections,
+                              .logger = &logger,
+                              .cors = cors,
+                              .tls = o.tls},
                              [&router_ptr](serve::HttpRequest r, std::shared_ptr<serve::Responder> s) {
                                  router_ptr->handle(std::move(r), std::move(s));
                              });
@@ -489,17 +511,22 @@ int run_serve(ServeOptions o) {
         MOESERVE_LOG_I(logger, "api", "rendezvous store on %s:%d for %d ranks (dp %d, tp %d, ep %d)", d.address.c_str(),
                        store_port, d.world(), d.sizes.dp, d.sizes.tp, d.sizes.ep);
     }
-    serve::EngineClientOptions eco{.output_address = d.all_local ? d.output_address(ipc_path) : d.bind_address(), .input_addresses = {},
+    serve::EngineClientOptions eco{.output_address = d.all_local ? d.output_address(ipc_path) : d.bind_address(),
+                                   .input_addresses = {},
                                    .heartbeat_timeout_ms = o.heartbeat_timeout_ms,
-                                   .step_watchdog_ms = o.step_watchdog_timeout < 0 ? o.heartbeat_timeout_ms / 2
-                                                                                   : static_cast<int>(o.step_watchdog_timeout * 1000),
+                                   .step_watchdog_ms = o.step_watchdog_timeout < 0
+                                                           ? o.heartbeat_timeout_ms / 2
+                                                           : static_cast<int>(o.step_watchdog_timeout * 1000),
                                    .queue_timeout_ms = static_cast<int>(o.request_queue_timeout * 1000),
                                    .rank_plane_key = key};
-    for (int i = 0; i < d.sizes.dp; ++i) eco.input_addresses.push_back(d.all_local ? d.input_address(ipc_path, i) : d.bind_address());
+    for (int i = 0; i < d.sizes.dp; ++i)
+        eco.input_addresses.push_back(d.all_local ? d.input_address(ipc_path, i) : d.bind_address());
     serve::EngineClient engines(eco, logger);
     if (!d.all_local) {  // tell the ranks on other nodes where the engine sockets are
         parallel::TcpStore publish(d.address, store_port, std::chrono::milliseconds(d.timeout_ms));
-        const auto set = [&](const std::string& k, const std::string& v) { publish.set(k, std::vector<char>(v.begin(), v.end())); };
+        const auto set = [&](const std::string& k, const std::string& v) {
+            publish.set(k, std::vector<char>(v.begin(), v.end()));
+        };
         set(store_key_output_address(), engines.output_endpoint());
         for (int i = 0; i < d.sizes.dp; ++i) set(store_key_input_address(i), engines.input_endpoint(i));
     }
@@ -528,7 +555,8 @@ int run_serve(ServeOptions o) {
     watcher = std::thread([&] {
         ranks.watch([&](const RankProcesses::Rank& r) {
             if (stopping) return;
-            const std::string reason = fmt::format("rank process {} (rank {}) {}", r.pid, r.rank, describe_status(r.status));
+            const std::string reason =
+                fmt::format("rank process {} (rank {}) {}", r.pid, r.rank, describe_status(r.status));
             MOESERVE_LOG_E(logger, "api", "%s", reason.c_str());
             for (int i = 0; i < d.sizes.dp; ++i) engines.mark_dead(i, reason);
         });
@@ -547,23 +575,30 @@ int run_serve(ServeOptions o) {
             return 0;
         }
         for (const auto& r : ranks.snapshot()) {
-            if (r.exited) raise(ErrorCode::kUnavailable, "rank {} {} during startup (see its messages above)", r.rank, describe_status(r.status));
+            if (r.exited)
+                raise(ErrorCode::kUnavailable, "rank {} {} during startup (see its messages above)", r.rank,
+                      describe_status(r.status));
         }
         if (!engines.healthy() && std::chrono::steady_clock::now() > deadline) {
-            raise(ErrorCode::kUnavailable, "the engines were not ready within --engine-ready-timeout {} s", o.engine_ready_timeout);
+            raise(ErrorCode::kUnavailable, "the engines were not ready within --engine-ready-timeout {} s",
+                  o.engine_ready_timeout);
         }
     }
     MOESERVE_LOG_I(logger, "api", "%d engine(s) ready in %.2f s", d.sizes.dp,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     MOESERVE_LOG_I(logger, "api", "serving %s on %s://%s:%d", rc.limits.served_model_name.c_str(),
                    o.tls.cert_file.empty() ? "http" : "https", o.host.c_str(), server.port());
-    std::fprintf(stderr, "try: curl http://%s:%d/v1/completions -H 'Content-Type: application/json'%s -d '{\"model\": \"%s\", \"prompt\": \"Hello\", \"max_tokens\": 16}'\n",
-                 o.host.c_str(), server.port(), o.api_keys.empty() ? "" : " -H 'Authorization: Bearer $MOESERVE_API_KEY'",
+    std::fprintf(stderr,
+                 "try: curl http://%s:%d/v1/completions -H 'Content-Type: application/json'%s -d '{\"model\": \"%s\", "
+                 "\"prompt\": \"Hello\", \"max_tokens\": 16}'\n",
+                 o.host.c_str(), server.port(),
+                 o.api_keys.empty() ? "" : " -H 'Authorization: Bearer $MOESERVE_API_KEY'",
                  rc.limits.served_model_name.c_str());
 
     while (signals.wait_beyond(0, std::chrono::seconds(1)) == 0) {
     }
-    MOESERVE_LOG_I(logger, "api", "signal %d: draining (up to %.0f s; a second signal stops at once)", signals.last(), o.drain_timeout);
+    MOESERVE_LOG_I(logger, "api", "signal %d: draining (up to %.0f s; a second signal stops at once)", signals.last(),
+                   o.drain_timeout);
     router.set_draining();
     server.stop_accepting();
     drain(o, engines, signals, logger);
@@ -582,8 +617,10 @@ void add_serve_command(CLI::App& app, Action* action) {
     add_engine_options(sub, o->engine, /*positional_model=*/true);
     add_vllm_flags(sub, o->vllm);
     sub->add_option("--served-model-name", o->served_model_names,
-                    "model names in the API, the first reported (default: the model path)")->expected(1, -1);
-    sub->add_option("--chat-template", o->chat_template, "a chat template file, or the template itself (default: the tokenizer's)");
+                    "model names in the API, the first reported (default: the model path)")
+        ->expected(1, -1);
+    sub->add_option("--chat-template", o->chat_template,
+                    "a chat template file, or the template itself (default: the tokenizer's)");
     sub->add_option("--root-path", o->root_path, "a path prefix a proxy may leave on request paths (stripped)");
     sub->add_option("--allowed-origins", o->allowed_origins,
                     "CORS: a JSON list of origins whose pages may call the server (default [\"*\"] for the CORS "
@@ -593,51 +630,79 @@ void add_serve_command(CLI::App& app, Action* action) {
     sub->add_flag("--allow-credentials", o->allow_credentials, "CORS: allow credentials (cookies, Authorization)");
     sub->add_option("--ssl-certfile", o->tls.cert_file, "HTTPS: the server's certificate chain (PEM)");
     sub->add_option("--ssl-keyfile", o->tls.key_file, "HTTPS: its private key (PEM, unencrypted)");
-    sub->add_option("--ssl-ca-certs", o->tls.ca_file, "HTTPS: CA certificates that client certificates are checked against");
+    sub->add_option("--ssl-ca-certs", o->tls.ca_file,
+                    "HTTPS: CA certificates that client certificates are checked against");
     sub->add_option("--ssl-cert-reqs", o->tls.cert_reqs, "HTTPS client certificates: 0 none, 1 optional, 2 required")
         ->check(CLI::Range(0, 2))
         ->capture_default_str();
-    sub->add_option("--max-logprobs", o->max_logprobs, "logprobs / top_logprobs / prompt_logprobs a request may ask for at most")
+    sub->add_option("--max-logprobs", o->max_logprobs,
+                    "logprobs / top_logprobs / prompt_logprobs a request may ask for at most")
         ->capture_default_str();
     sub->add_flag("--enable-auto-tool-choice", o->enable_auto_tool_choice,
                   "tool_choice auto: parse the model's tool calls (needs --tool-call-parser)");
-    sub->add_option("--tool-call-parser", o->tool_call_parser,
-                    fmt::format("how the model writes tool calls: {}", fmt::join(serve::openai::tool_parser_names(), " | ")));
+    sub->add_option(
+        "--tool-call-parser", o->tool_call_parser,
+        fmt::format("how the model writes tool calls: {}", fmt::join(serve::openai::tool_parser_names(), " | ")));
     sub->add_option("--reasoning-parser", o->reasoning_parser,
                     fmt::format("split <think> reasoning into reasoning_content: {}",
                                 fmt::join(serve::openai::reasoning_parser_names(), " | ")));
     sub->add_flag("--disable-log-requests", o->disable_log_requests, "no log line per finished request");
     sub->add_option("--host", o->host)->capture_default_str();
     sub->add_option("--port", o->port, "0 = any free port")->capture_default_str();
-    sub->add_option("--api-key", o->api_keys, "require 'Authorization: Bearer KEY' on /v1; several keys allowed "
-                    "(env: VLLM_API_KEY or MOESERVE_API_KEY, which ps does not show)")->expected(1, -1);
-    sub->add_option("--allowed-hosts", o->allowed_hosts, "Host/Origin names accepted besides loopback ones when --host is a "
-                    "loopback address ('*' = any); with another --host, if given, the only ones accepted")->expected(1, -1);
-    sub->add_option("--max-connections", o->max_connections, "open HTTP connections at most; more get 503 (0 = the open-file limit less 256)")->capture_default_str();
-    sub->add_option("--max-choices-per-request", o->max_choices_per_request, "prompts x n of one request at most (more is a 400)")->capture_default_str();
+    sub->add_option("--api-key", o->api_keys,
+                    "require 'Authorization: Bearer KEY' on /v1; several keys allowed "
+                    "(env: VLLM_API_KEY or MOESERVE_API_KEY, which ps does not show)")
+        ->expected(1, -1);
+    sub->add_option("--allowed-hosts", o->allowed_hosts,
+                    "Host/Origin names accepted besides loopback ones when --host is a "
+                    "loopback address ('*' = any); with another --host, if given, the only ones accepted")
+        ->expected(1, -1);
+    sub->add_option("--max-connections", o->max_connections,
+                    "open HTTP connections at most; more get 503 (0 = the open-file limit less 256)")
+        ->capture_default_str();
+    sub->add_option("--max-choices-per-request", o->max_choices_per_request,
+                    "prompts x n of one request at most (more is a 400)")
+        ->capture_default_str();
     sub->add_option("--request-queue-timeout", o->request_queue_timeout,
-                    "seconds a request may wait without any output before it fails with 503 (0 = no limit)")->capture_default_str();
-    sub->add_option("--api-workers", o->api_workers, "threads that parse, render chat templates and tokenize (off the I/O threads)")->capture_default_str();
-    sub->add_option("--rank-plane-key-file", o->rank_plane_key_file, "file with the key that authenticates the engine sockets "
+                    "seconds a request may wait without any output before it fails with 503 (0 = no limit)")
+        ->capture_default_str();
+    sub->add_option("--api-workers", o->api_workers,
+                    "threads that parse, render chat templates and tokenize (off the I/O threads)")
+        ->capture_default_str();
+    sub->add_option("--rank-plane-key-file", o->rank_plane_key_file,
+                    "file with the key that authenticates the engine sockets "
                     "(else env MOESERVE_RANK_PLANE_KEY; a single node makes its own)");
     sub->add_flag("--trust-remote-code", o->trust_remote_code, "accepted for vllm compatibility; no effect");
     auto& p = o->parallel;
-    sub->add_option("--data-parallel-size", p.data_parallel_size, "DP groups (engine cores) in the deployment")->capture_default_str();
-    sub->add_option("--tensor-parallel-size", p.tensor_parallel_size, "ranks per DP group (heads, MLP, vocabulary split)")->capture_default_str();
-    sub->add_option("--data-parallel-size-local", p.data_parallel_size_local, "DP groups on this node (default: all from the start rank)");
-    sub->add_option("--data-parallel-start-rank", p.data_parallel_start_rank, "first DP rank on this node")->capture_default_str();
-    sub->add_option("--data-parallel-address", p.data_parallel_address, "the head's address, reachable from every node (default 127.0.0.1)");
+    sub->add_option("--data-parallel-size", p.data_parallel_size, "DP groups (engine cores) in the deployment")
+        ->capture_default_str();
+    sub->add_option("--tensor-parallel-size", p.tensor_parallel_size,
+                    "ranks per DP group (heads, MLP, vocabulary split)")
+        ->capture_default_str();
+    sub->add_option("--data-parallel-size-local", p.data_parallel_size_local,
+                    "DP groups on this node (default: all from the start rank)");
+    sub->add_option("--data-parallel-start-rank", p.data_parallel_start_rank, "first DP rank on this node")
+        ->capture_default_str();
+    sub->add_option("--data-parallel-address", p.data_parallel_address,
+                    "the head's address, reachable from every node (default 127.0.0.1)");
     sub->add_option("--data-parallel-rpc-port", p.data_parallel_rpc_port,
-                    "the head's rendezvous port (0: any, single node); the engine sockets get ports the kernel picks")->capture_default_str();
-    sub->add_flag("--enable-expert-parallel", p.enable_expert_parallel, "split the routed experts over all dp*tp ranks (ep = dp*tp)");
+                    "the head's rendezvous port (0: any, single node); the engine sockets get ports the kernel picks")
+        ->capture_default_str();
+    sub->add_flag("--enable-expert-parallel", p.enable_expert_parallel,
+                  "split the routed experts over all dp*tp ranks (ep = dp*tp)");
     sub->add_flag("--headless", p.headless, "run only this node's ranks (no API server); they connect to the head");
     sub->add_option("--distributed-timeout-ms", p.distributed_timeout_ms,
-                    "bound on rendezvous and every collective; a dead peer fails its ranks after this")->capture_default_str();
+                    "bound on rendezvous and every collective; a dead peer fails its ranks after this")
+        ->capture_default_str();
     sub->add_option("--http-threads", o->http_threads, "I/O threads of the API server")->capture_default_str();
-    sub->add_option("--max-request-body-bytes", o->max_request_body_bytes, "larger bodies get 413")->capture_default_str();
-    sub->add_option("--drain-timeout", o->drain_timeout, "seconds SIGTERM waits for running requests")->capture_default_str();
-    sub->add_option("--engine-ready-timeout", o->engine_ready_timeout, "seconds to wait for the model to load")->capture_default_str();
-    sub->add_option("--heartbeat-timeout-ms", o->heartbeat_timeout_ms, "an engine silent this long is declared dead")->capture_default_str();
+    sub->add_option("--max-request-body-bytes", o->max_request_body_bytes, "larger bodies get 413")
+        ->capture_default_str();
+    sub->add_option("--drain-timeout", o->drain_timeout, "seconds SIGTERM waits for running requests")
+        ->capture_default_str();
+    sub->add_option("--engine-ready-timeout", o->engine_ready_timeout, "seconds to wait for the model to load")
+        ->capture_default_str();
+    sub->add_option("--heartbeat-timeout-ms", o->heartbeat_timeout_ms, "an engine silent this long is declared dead")
+        ->capture_default_str();
     sub->add_option("--step-watchdog-timeout", o->step_watchdog_timeout,
                     "seconds an engine with requests in flight may go without completing a step before /health "
                     "reports unhealthy, its requests kept (0 = off; default: half of --heartbeat-timeout-ms, so it "
@@ -657,24 +722,28 @@ void add_serve_command(CLI::App& app, Action* action) {
         }
         if (o->engine.model.empty()) throw CLI::RequiredError("the model directory (`serve DIR` or --model DIR)");
         // env: OMNI_PD_HYBRID=1 turns PD hybrid scheduling on, as --pd-hybrid does.
-        if (const char* hybrid = std::getenv("OMNI_PD_HYBRID"); hybrid && std::string(hybrid) == "1") o->engine.pd_hybrid = true;
+        if (const char* hybrid = std::getenv("OMNI_PD_HYBRID"); hybrid && std::string(hybrid) == "1")
+            o->engine.pd_hybrid = true;
         const auto known = [](const std::vector<std::string>& names, const std::string& name) {
             return std::find(names.begin(), names.end(), name) != names.end();
         };
         if (!o->tool_call_parser.empty() && !known(serve::openai::tool_parser_names(), o->tool_call_parser)) {
-            throw CLI::ValidationError("--tool-call-parser", fmt::format("'{}' is not one of: {}", o->tool_call_parser,
-                                                                         fmt::join(serve::openai::tool_parser_names(), ", ")));
+            throw CLI::ValidationError("--tool-call-parser",
+                                       fmt::format("'{}' is not one of: {}", o->tool_call_parser,
+                                                   fmt::join(serve::openai::tool_parser_names(), ", ")));
         }
         if (o->enable_auto_tool_choice && o->tool_call_parser.empty()) {
             throw CLI::ValidationError("--enable-auto-tool-choice", "needs --tool-call-parser");
         }
         if (!o->reasoning_parser.empty() && !known(serve::openai::reasoning_parser_names(), o->reasoning_parser)) {
-            throw CLI::ValidationError("--reasoning-parser", fmt::format("'{}' is not one of: {}", o->reasoning_parser,
-                                                                         fmt::join(serve::openai::reasoning_parser_names(), ", ")));
+            throw CLI::ValidationError("--reasoning-parser",
+                                       fmt::format("'{}' is not one of: {}", o->reasoning_parser,
+                                                   fmt::join(serve::openai::reasoning_parser_names(), ", ")));
         }
         *action = [o] {
             check_vllm_flags(o->vllm);
-            model::parse_kv_cache_dtype(o->engine.kv_cache_dtype, DType::kBF16);  // a bad value fails here, not in the ranks
+            model::parse_kv_cache_dtype(o->engine.kv_cache_dtype,
+                                        DType::kBF16);  // a bad value fails here, not in the ranks
             return run_serve(*o);
         };
     });

@@ -21,10 +21,14 @@ int64_t parse_bytes(const std::string& text) {
     }
     const std::string suffix = text.substr(used);
     double scale = 1;
-    if (suffix == "K" || suffix == "KiB" || suffix == "k") scale = 1024.0;
-    else if (suffix == "M" || suffix == "MiB") scale = 1024.0 * 1024;
-    else if (suffix == "G" || suffix == "GiB") scale = 1024.0 * 1024 * 1024;
-    else if (!suffix.empty()) raise(ErrorCode::kInvalidArgument, "--kv-cache-memory '{}': unknown unit '{}' (K, M or G)", text, suffix);
+    if (suffix == "K" || suffix == "KiB" || suffix == "k")
+        scale = 1024.0;
+    else if (suffix == "M" || suffix == "MiB")
+        scale = 1024.0 * 1024;
+    else if (suffix == "G" || suffix == "GiB")
+        scale = 1024.0 * 1024 * 1024;
+    else if (!suffix.empty())
+        raise(ErrorCode::kInvalidArgument, "--kv-cache-memory '{}': unknown unit '{}' (K, M or G)", text, suffix);
     if (value <= 0) raise(ErrorCode::kInvalidArgument, "--kv-cache-memory must be > 0; got '{}'", text);
     return static_cast<int64_t>(value * scale);
 }
@@ -49,7 +53,8 @@ int32_t config_int(const nlohmann::json& config, const char* field, int32_t fall
     const auto it = config.find(field);
     if (it == config.end() || it->is_null()) return fallback;
     if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > INT32_MAX) {
-        raise(ErrorCode::kInvalidModel, "{}/config.json: field '{}' must be a non-negative integer; got {}", dir, field, it->dump());
+        raise(ErrorCode::kInvalidModel, "{}/config.json: field '{}' must be a non-negative integer; got {}", dir, field,
+              it->dump());
     }
     return it->get<int32_t>();
 }
@@ -59,7 +64,8 @@ int32_t resolve_max_model_len(const EngineOptions& o, const nlohmann::json& conf
     if (o.max_model_len < 0) raise(ErrorCode::kInvalidArgument, "--max-model-len must be > 0; got {}", o.max_model_len);
     if (o.max_model_len == 0) return static_cast<int32_t>(std::min<int64_t>(positions, 4096));
     if (o.max_model_len > positions) {
-        raise(ErrorCode::kInvalidArgument, "--max-model-len {} exceeds the model's max_position_embeddings {}", o.max_model_len, positions);
+        raise(ErrorCode::kInvalidArgument, "--max-model-len {} exceeds the model's max_position_embeddings {}",
+              o.max_model_len, positions);
     }
     return o.max_model_len;
 }
@@ -71,16 +77,23 @@ void add_engine_options(CLI::App* sub, EngineOptions& o, bool positional_model) 
     } else {
         sub->add_option("--model", o.model, "Hugging Face model directory")->required();
     }
-    sub->add_option("--tokenizer", o.tokenizer, "folder with tokenizer.json and tokenizer_config.json (default: the model's)");
+    sub->add_option("--tokenizer", o.tokenizer,
+                    "folder with tokenizer.json and tokenizer_config.json (default: the model's)");
     sub->add_option("--max-num-seqs", o.max_num_seqs, "most sequences in one batch")->capture_default_str();
-    sub->add_option("--max-model-len", o.max_model_len, "longest sequence, prompt + output (default: min(max_position_embeddings, 4096))");
-    sub->add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "most tokens in one step")->capture_default_str();
+    sub->add_option("--max-model-len", o.max_model_len,
+                    "longest sequence, prompt + output (default: min(max_position_embeddings, 4096))");
+    sub->add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "most tokens in one step")
+        ->capture_default_str();
     sub->add_option("--block-size", o.block_size, "KV cache block size in tokens")->capture_default_str();
-    sub->add_option("--gpu-memory-utilization", o.gpu_memory_utilization, "on CPU: share of RAM for weights + KV cache")->capture_default_str();
-    sub->add_option("--kv-cache-memory,--kv-cache-memory-bytes", o.kv_cache_memory, "KV cache size per rank, e.g. 2G (overrides --gpu-memory-utilization)");
-    sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching, "reuse KV blocks of shared prompt prefixes (default on)");
+    sub->add_option("--gpu-memory-utilization", o.gpu_memory_utilization, "on CPU: share of RAM for weights + KV cache")
+        ->capture_default_str();
+    sub->add_option("--kv-cache-memory,--kv-cache-memory-bytes", o.kv_cache_memory,
+                    "KV cache size per rank, e.g. 2G (overrides --gpu-memory-utilization)");
+    sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
+                  "reuse KV blocks of shared prompt prefixes (default on)");
     sub->add_option("--seed", o.seed, "seed of requests without their own")->capture_default_str();
-    sub->add_option("--threads", o.threads, "compute threads per rank (default: the host's cores divided between its ranks)");
+    sub->add_option("--threads", o.threads,
+                    "compute threads per rank (default: the host's cores divided between its ranks)");
     sub->add_option("--log-level", o.log_level, "debug | info | warning | error")->capture_default_str();
     sub->add_option("--quantization,-q", o.quantization,
                     "w8a8 | w8a8-all (lm_head too) | fp8 | none; default: the checkpoint's quantization_config");
@@ -92,7 +105,8 @@ void add_engine_options(CLI::App* sub, EngineOptions& o, bool positional_model) 
     sub->add_option("--kv-cache-dtype", o.kv_cache_dtype,
                     "auto (the checkpoint's dtype: bf16) | bf16 | fp32: element type of the KV / MLA latent cache")
         ->capture_default_str();
-    sub->add_flag("--pd-hybrid", o.pd_hybrid, "PD hybrid scheduling: all DP ranks agree each step on prefill or decode (env: OMNI_PD_HYBRID=1)");
+    sub->add_flag("--pd-hybrid", o.pd_hybrid,
+                  "PD hybrid scheduling: all DP ranks agree each step on prefill or decode (env: OMNI_PD_HYBRID=1)");
 }
 
 // Across nodes the API server binds its ZeroMQ sockets on ports the kernel picks (never ports
@@ -115,24 +129,30 @@ std::string store_key_input_address(int engine) { return fmt::format("moeserve/i
 
 Deployment make_deployment(const ParallelFlags& f, const nlohmann::json& config, const std::string& gloo_iface) {
     Deployment d;
-    if (f.data_parallel_size < 1) raise(ErrorCode::kInvalidArgument, "--data-parallel-size must be >= 1; got {}", f.data_parallel_size);
-    if (f.tensor_parallel_size < 1) raise(ErrorCode::kInvalidArgument, "--tensor-parallel-size must be >= 1; got {}", f.tensor_parallel_size);
+    if (f.data_parallel_size < 1)
+        raise(ErrorCode::kInvalidArgument, "--data-parallel-size must be >= 1; got {}", f.data_parallel_size);
+    if (f.tensor_parallel_size < 1)
+        raise(ErrorCode::kInvalidArgument, "--tensor-parallel-size must be >= 1; got {}", f.tensor_parallel_size);
     d.sizes = parallel::make_sizes(f.data_parallel_size, f.tensor_parallel_size, f.enable_expert_parallel);
     parallel::validate(d.sizes);
     const int dp = d.sizes.dp, tp = d.sizes.tp;
     d.start = f.data_parallel_start_rank;
     if (d.start < 0 || d.start >= dp) {
-        raise(ErrorCode::kInvalidArgument, "--data-parallel-start-rank must be in [0, {}) for --data-parallel-size {}; got {}", dp, dp, d.start);
+        raise(ErrorCode::kInvalidArgument,
+              "--data-parallel-start-rank must be in [0, {}) for --data-parallel-size {}; got {}", dp, dp, d.start);
     }
     d.local = f.data_parallel_size_local < 0 ? dp - d.start : f.data_parallel_size_local;
     if (d.local < 1) raise(ErrorCode::kInvalidArgument, "--data-parallel-size-local must be >= 1; got {}", d.local);
     if (d.start + d.local > dp) {
-        raise(ErrorCode::kInvalidArgument, "--data-parallel-start-rank {} + --data-parallel-size-local {} exceeds --data-parallel-size {}",
-              d.start, d.local, dp);
+        raise(ErrorCode::kInvalidArgument,
+              "--data-parallel-start-rank {} + --data-parallel-size-local {} exceeds --data-parallel-size {}", d.start,
+              d.local, dp);
     }
     if (!f.headless && d.start != 0) {
-        raise(ErrorCode::kInvalidArgument, "the head node (without --headless) runs the DP ranks from 0; got --data-parallel-start-rank {} "
-              "(start the other nodes with --headless)", d.start);
+        raise(ErrorCode::kInvalidArgument,
+              "the head node (without --headless) runs the DP ranks from 0; got --data-parallel-start-rank {} "
+              "(start the other nodes with --headless)",
+              d.start);
     }
     d.all_local = !f.headless && d.local == dp;
     d.address = f.data_parallel_address.empty() ? "127.0.0.1" : f.data_parallel_address;
@@ -142,10 +162,12 @@ Deployment make_deployment(const ParallelFlags& f, const nlohmann::json& config,
     }
     // The head may take any free port (0; it logs the one it bound), the other nodes must be told it.
     if (f.headless && d.rpc_port == 0) {
-        raise(ErrorCode::kInvalidArgument, "a --headless node needs --data-parallel-rpc-port (the head's rendezvous port)");
+        raise(ErrorCode::kInvalidArgument,
+              "a --headless node needs --data-parallel-rpc-port (the head's rendezvous port)");
     }
     if (!d.all_local && f.data_parallel_address.empty()) {
-        raise(ErrorCode::kInvalidArgument, "ranks on several nodes need --data-parallel-address (the head's address, reachable from every node)");
+        raise(ErrorCode::kInvalidArgument,
+              "ranks on several nodes need --data-parallel-address (the head's address, reachable from every node)");
     }
     if (f.distributed_timeout_ms < 100) {
         raise(ErrorCode::kInvalidArgument, "--distributed-timeout-ms must be >= 100; got {}", f.distributed_timeout_ms);
@@ -154,11 +176,14 @@ Deployment make_deployment(const ParallelFlags& f, const nlohmann::json& config,
     const int64_t heads = config_int(config, "num_attention_heads", 1, "--model");
     const int64_t kv_heads = config_int(config, "num_key_value_heads", static_cast<int32_t>(heads), "--model");
     if (heads % tp != 0) {
-        raise(ErrorCode::kInvalidArgument, "--tensor-parallel-size {} does not divide the model's num_attention_heads {}", tp, heads);
+        raise(ErrorCode::kInvalidArgument,
+              "--tensor-parallel-size {} does not divide the model's num_attention_heads {}", tp, heads);
     }
     if (kv_heads % tp != 0 && tp % kv_heads != 0) {
-        raise(ErrorCode::kInvalidArgument, "--tensor-parallel-size {} and the model's num_key_value_heads {}: one must divide the other "
-              "(KV heads are split or replicated)", tp, kv_heads);
+        raise(ErrorCode::kInvalidArgument,
+              "--tensor-parallel-size {} and the model's num_key_value_heads {}: one must divide the other "
+              "(KV heads are split or replicated)",
+              tp, kv_heads);
     }
     d.gloo_iface = gloo_iface;
     // Without an interface name, ranks bind: loopback when all are here, the head's address on the
@@ -170,24 +195,56 @@ Deployment make_deployment(const ParallelFlags& f, const nlohmann::json& config,
 std::string deployment_fingerprint(const EngineOptions& e, const Deployment& d, const std::string& config_text) {
     uint64_t h = 1469598103934665603ull;  // FNV-1a of config.json
     for (const unsigned char c : config_text) h = (h ^ c) * 1099511628211ull;
-    return fmt::format("config.json fnv1a {:016x}, dp {} tp {} ep {}, max_model_len {}, block_size {}, max_num_seqs {}, pd_hybrid {}, quantization '{}', kv_cache_dtype {}",
-                       h, d.sizes.dp, d.sizes.tp, d.sizes.ep, e.max_model_len, e.block_size, e.max_num_seqs, e.pd_hybrid ? 1 : 0,
-                       e.quantization, e.kv_cache_dtype);
+    return fmt::format(
+        "config.json fnv1a {:016x}, dp {} tp {} ep {}, max_model_len {}, block_size {}, max_num_seqs {}, pd_hybrid {}, "
+        "quantization '{}', kv_cache_dtype {}",
+        h, d.sizes.dp, d.sizes.tp, d.sizes.ep, e.max_model_len, e.block_size, e.max_num_seqs, e.pd_hybrid ? 1 : 0,
+        e.quantization, e.kv_cache_dtype);
 }
 
 std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, int rank, int store_port,
                                    const std::string& ipc_dir, int threads) {
     const int dp_rank = rank / d.sizes.tp;
-    std::vector<std::string> a = {"moeserve", "rank", "--model", e.model, "--rank", std::to_string(rank),
-        "--dp-size", std::to_string(d.sizes.dp), "--tp-size", std::to_string(d.sizes.tp), "--ep-size", std::to_string(d.sizes.ep),
-        "--input-address", d.input_address(ipc_dir, dp_rank), "--output-address", d.output_address(ipc_dir),
-        "--store-host", d.address, "--store-port", std::to_string(store_port),
-        "--distributed-timeout-ms", std::to_string(d.timeout_ms), "--heartbeat-timeout-ms", std::to_string(d.heartbeat_timeout_ms),
-        "--max-num-seqs", std::to_string(e.max_num_seqs), "--max-model-len", std::to_string(e.max_model_len),
-        "--max-num-batched-tokens", std::to_string(e.max_num_batched_tokens),
-        "--block-size", std::to_string(e.block_size),
-        "--gpu-memory-utilization", fmt::format("{}", e.gpu_memory_utilization),
-        "--seed", std::to_string(e.seed), "--threads", std::to_string(threads), "--log-level", e.log_level};
+    std::vector<std::string> a = {"moeserve",
+                                  "rank",
+                                  "--model",
+                                  e.model,
+                                  "--rank",
+                                  std::to_string(rank),
+                                  "--dp-size",
+                                  std::to_string(d.sizes.dp),
+                                  "--tp-size",
+                                  std::to_string(d.sizes.tp),
+                                  "--ep-size",
+                                  std::to_string(d.sizes.ep),
+                                  "--input-address",
+                                  d.input_address(ipc_dir, dp_rank),
+                                  "--output-address",
+                                  d.output_address(ipc_dir),
+                                  "--store-host",
+                                  d.address,
+                                  "--store-port",
+                                  std::to_string(store_port),
+                                  "--distributed-timeout-ms",
+                                  std::to_string(d.timeout_ms),
+                                  "--heartbeat-timeout-ms",
+                                  std::to_string(d.heartbeat_timeout_ms),
+                                  "--max-num-seqs",
+                                  std::to_string(e.max_num_seqs),
+                                  "--max-model-len",
+                                  std::to_string(e.max_model_len),
+                                  "--max-num-batched-tokens",
+                                  std::to_string(e.max_num_batched_tokens),
+                                  "--block-size",
+                                  std::to_string(e.block_size),
+                                  "--gpu-memory-utilization",
+                                  fmt::format("{}", e.gpu_memory_utilization),
+                                  "--seed",
+                                  std::to_string(e.seed),
+                                  "--threads",
+                                  std::to_string(threads),
+                                  "--log-level",
+                                  e.log_level};
     if (!d.gloo_iface.empty()) a.insert(a.end(), {"--gloo-iface", d.gloo_iface});
     if (!d.gloo_hostname.empty()) a.insert(a.end(), {"--gloo-hostname", d.gloo_hostname});
     if (!e.kv_cache_memory.empty()) a.insert(a.end(), {"--kv-cache-memory", e.kv_cache_memory});

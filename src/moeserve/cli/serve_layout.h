@@ -29,10 +29,10 @@ struct EngineOptions {
     uint64_t seed = 0;
     int threads = 0;
     std::string log_level = "info";
-    bool pd_hybrid = false;  // --pd-hybrid or env OMNI_PD_HYBRID=1 (read by serve)
-    std::string quantization;  // --quantization: "" (as the checkpoint says), w8a8, w8a8-all, fp8, none
+    bool pd_hybrid = false;                  // --pd-hybrid or env OMNI_PD_HYBRID=1 (read by serve)
+    std::string quantization;                // --quantization: "" (as the checkpoint says), w8a8, w8a8-all, fp8, none
     std::string scheduling_policy = "fcfs";  // fcfs | priority (the request's `priority` field)
-    std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: auto (the checkpoint's: bf16) | bf16 | fp32
+    std::string kv_cache_dtype = "auto";     // --kv-cache-dtype: auto (the checkpoint's: bf16) | bf16 | fp32
 };
 
 // positional_model: the model may also come as the first positional argument (serve).
@@ -54,12 +54,12 @@ struct ParallelFlags {
 // The validated deployment of this node.
 struct Deployment {
     parallel::ParallelSizes sizes;
-    int start = 0, local = 1;  // DP ranks [start, start + local) run here
-    bool all_local = true;     // every DP rank on this node: ipc:// sockets and loopback Gloo
-    std::string address;       // the head: rendezvous store and (not all_local) ZeroMQ over tcp
-    int rpc_port = 0;          // rendezvous store port (0 = ephemeral, all_local only)
-    std::string gloo_iface;    // env GLOO_SOCKET_IFNAME
-    std::string gloo_hostname; // the address ranks bind when no interface is named
+    int start = 0, local = 1;   // DP ranks [start, start + local) run here
+    bool all_local = true;      // every DP rank on this node: ipc:// sockets and loopback Gloo
+    std::string address;        // the head: rendezvous store and (not all_local) ZeroMQ over tcp
+    int rpc_port = 0;           // rendezvous store port (0 = ephemeral, all_local only)
+    std::string gloo_iface;     // env GLOO_SOCKET_IFNAME
+    std::string gloo_hostname;  // the address ranks bind when no interface is named
     int timeout_ms = 30000;
     int heartbeat_timeout_ms = 30000;  // --heartbeat-timeout-ms: the engine sockets' liveness bound
 

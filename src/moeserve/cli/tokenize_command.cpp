@@ -72,8 +72,7 @@ int run_tokenize(const TokenizeOptions& opts) {
 void add_tokenize_command(CLI::App& app, Action* action) {
     auto opts = std::make_shared<TokenizeOptions>();
     CLI::App* sub = app.add_subcommand("tokenize", "Encode text to token ids, or decode ids (--decode)");
-    sub->add_option("--model", opts->model_dir, "folder with tokenizer.json (+ tokenizer_config.json)")
-        ->required();
+    sub->add_option("--model", opts->model_dir, "folder with tokenizer.json (+ tokenizer_config.json)")->required();
     sub->add_flag("--decode", opts->decode, "treat the arguments as token ids and print the text");
     sub->add_flag("--no-special", opts->no_special,
                   "encode without BOS/EOS (add_special_tokens=false); with --decode, skip special tokens");

@@ -53,7 +53,8 @@ struct Refused {
     const char* why;
 };
 constexpr Refused kRefused[] = {
-    {"--ssl-keyfile-password", "encrypted private keys are not read: decrypt the key file (openssl pkey -in K -out K2)"},
+    {"--ssl-keyfile-password",
+     "encrypted private keys are not read: decrypt the key file (openssl pkey -in K -out K2)"},
 };
 
 [[noreturn]] void unsupported(const std::string& flag, const std::string& value, const std::string& what) {

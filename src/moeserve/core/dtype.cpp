@@ -6,37 +6,55 @@ namespace moeserve {
 
 size_t dtype_size(DType dtype) {
     switch (dtype) {
-        case DType::kF32: return 4;
-        case DType::kF16: return 2;
-        case DType::kBF16: return 2;
-        case DType::kF8E4M3: return 1;
-        case DType::kI8: return 1;
-        case DType::kU8: return 1;
-        case DType::kI32: return 4;
-        case DType::kI64: return 8;
-        case DType::kBool: return 1;
+        case DType::kF32:
+            return 4;
+        case DType::kF16:
+            return 2;
+        case DType::kBF16:
+            return 2;
+        case DType::kF8E4M3:
+            return 1;
+        case DType::kI8:
+            return 1;
+        case DType::kU8:
+            return 1;
+        case DType::kI32:
+            return 4;
+        case DType::kI64:
+            return 8;
+        case DType::kBool:
+            return 1;
     }
     return 0;
 }
 
 std::string_view dtype_name(DType dtype) {
     switch (dtype) {
-        case DType::kF32: return "F32";
-        case DType::kF16: return "F16";
-        case DType::kBF16: return "BF16";
-        case DType::kF8E4M3: return "F8_E4M3";
-        case DType::kI8: return "I8";
-        case DType::kU8: return "U8";
-        case DType::kI32: return "I32";
-        case DType::kI64: return "I64";
-        case DType::kBool: return "BOOL";
+        case DType::kF32:
+            return "F32";
+        case DType::kF16:
+            return "F16";
+        case DType::kBF16:
+            return "BF16";
+        case DType::kF8E4M3:
+            return "F8_E4M3";
+        case DType::kI8:
+            return "I8";
+        case DType::kU8:
+            return "U8";
+        case DType::kI32:
+            return "I32";
+        case DType::kI64:
+            return "I64";
+        case DType::kBool:
+            return "BOOL";
     }
     return "?";
 }
 
 std::optional<DType> dtype_from_name(std::string_view name) {
-    for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3, DType::kI8, DType::kU8,
-                    DType::kI32, DType::kI64, DType::kBool}) {
+    for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3, DType::kI8, DType::kU8, DType::kI32,
+                    DType::kI64, DType::kBool}) {
         if (dtype_name(d) == name) return d;
     }
     return std::nullopt;
@@ -61,7 +79,7 @@ uint16_t f32_to_f16(float f) {
     const float a = std::fabs(f);
     if (std::isnan(f)) return static_cast<uint16_t>(sign | 0x7e00u);
     if (a >= 65520.0f) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to inf
-    if (a < 6.103515625e-05f) {  // subnormal range: quantize to multiples of 2^-24
+    if (a < 6.103515625e-05f) {                                       // subnormal range: quantize to multiples of 2^-24
         const float q = std::nearbyint(a * 16777216.0f);
         return static_cast<uint16_t>(sign | static_cast<uint16_t>(q));
     }

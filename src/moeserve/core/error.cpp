@@ -7,13 +7,20 @@ namespace moeserve {
 
 const char* error_code_name(ErrorCode code) {
     switch (code) {
-        case ErrorCode::kInvalidArgument: return "invalid_argument";
-        case ErrorCode::kNotFound: return "not_found";
-        case ErrorCode::kInvalidModel: return "invalid_model";
-        case ErrorCode::kUnsupported: return "unsupported";
-        case ErrorCode::kIo: return "io_error";
-        case ErrorCode::kUnavailable: return "unavailable";
-        case ErrorCode::kInternal: return "internal";
+        case ErrorCode::kInvalidArgument:
+            return "invalid_argument";
+        case ErrorCode::kNotFound:
+            return "not_found";
+        case ErrorCode::kInvalidModel:
+            return "invalid_model";
+        case ErrorCode::kUnsupported:
+            return "unsupported";
+        case ErrorCode::kIo:
+            return "io_error";
+        case ErrorCode::kUnavailable:
+            return "unavailable";
+        case ErrorCode::kInternal:
+            return "internal";
     }
     return "unknown";
 }

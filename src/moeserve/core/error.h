@@ -46,12 +46,11 @@ namespace detail {
 }  // namespace moeserve
 
 // Always-on invariant check: MOESERVE_CHECK(n > 0, "n={} rows={}", n, rows).
-#define MOESERVE_CHECK(cond, ...)                                                            \
-    do {                                                                                     \
-        if (__builtin_expect(!(cond), 0)) {                                                  \
-            ::moeserve::detail::check_failed(__FILE__, __LINE__, #cond,                      \
-                                             ::fmt::format(__VA_ARGS__));                    \
-        }                                                                                    \
+#define MOESERVE_CHECK(cond, ...)                                                                    \
+    do {                                                                                             \
+        if (__builtin_expect(!(cond), 0)) {                                                          \
+            ::moeserve::detail::check_failed(__FILE__, __LINE__, #cond, ::fmt::format(__VA_ARGS__)); \
+        }                                                                                            \
     } while (0)
 
 #ifdef NDEBUG

@@ -23,8 +23,7 @@ public:
     LogLevel level() const { return min_level_; }
     const std::string& prefix() const { return prefix_; }
 
-    void log(LogLevel level, const char* component, const char* format, ...)
-        __attribute__((format(printf, 4, 5)));
+    void log(LogLevel level, const char* component, const char* format, ...) __attribute__((format(printf, 4, 5)));
 
 private:
     std::string prefix_;
@@ -35,11 +34,13 @@ private:
 
 }  // namespace moeserve
 
-#define MOESERVE_LOG(logger, level, component, ...)                    \
-    do {                                                               \
+#define MOESERVE_LOG(logger, level, component, ...)                               \
+    do {                                                                          \
         if ((logger).enabled(level)) (logger).log(level, component, __VA_ARGS__); \
     } while (0)
-#define MOESERVE_LOG_D(logger, component, ...) MOESERVE_LOG(logger, ::moeserve::LogLevel::kDebug, component, __VA_ARGS__)
+#define MOESERVE_LOG_D(logger, component, ...) \
+    MOESERVE_LOG(logger, ::moeserve::LogLevel::kDebug, component, __VA_ARGS__)
 #define MOESERVE_LOG_I(logger, component, ...) MOESERVE_LOG(logger, ::moeserve::LogLevel::kInfo, component, __VA_ARGS__)
 #define MOESERVE_LOG_W(logger, component, ...) MOESERVE_LOG(logger, ::moeserve::LogLevel::kWarn, component, __VA_ARGS__)
-#define MOESERVE_LOG_E(logger, component, ...) MOESERVE_LOG(logger, ::moeserve::LogLevel::kError, component, __VA_ARGS__)
+#define MOESERVE_LOG_E(logger, component, ...) \
+    MOESERVE_LOG(logger, ::moeserve::LogLevel::kError, component, __VA_ARGS__)

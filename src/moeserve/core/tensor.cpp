@@ -47,8 +47,8 @@ TensorView TensorView::slice0(int64_t i) const {
 }
 
 TensorView TensorView::rows(int64_t begin, int64_t end) const {
-    MOESERVE_CHECK(rank() >= 1 && 0 <= begin && begin <= end && end <= shape[0], "rows({}, {}) of shape {}",
-                   begin, end, shape.str());
+    MOESERVE_CHECK(rank() >= 1 && 0 <= begin && begin <= end && end <= shape[0], "rows({}, {}) of shape {}", begin, end,
+                   shape.str());
     Shape out = shape;
     out[0] = end - begin;
     const size_t row_bytes = static_cast<size_t>(shape.numel() / (shape[0] ? shape[0] : 1)) * dtype_size(dtype);

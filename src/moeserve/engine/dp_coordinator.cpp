@@ -76,8 +76,9 @@ DpStepResult DpCoordinator::step() {
     const int64_t round = counters_.rounds++;
     out.agreement = parallel::agree(rows, dp_.rank(), options_.pd_hybrid);
 
-    out.shutdown = std::any_of(rows.begin(), rows.end(),
-                               [](const parallel::DpControlRow& r) { return parallel::decode_vote(r).num_reqs == kShutdownVote; });
+    out.shutdown = std::any_of(rows.begin(), rows.end(), [](const parallel::DpControlRow& r) {
+        return parallel::decode_vote(r).num_reqs == kShutdownVote;
+    });
     out.phase = out.shutdown ? StepPhase::kIdle : choose_phase(rows, out.agreement, out.guard_decode);
     global_has_work_ = !out.shutdown && (out.agreement.any_unfinished || out.phase != StepPhase::kIdle);
     if (out.phase == StepPhase::kIdle) {

@@ -61,23 +61,23 @@ struct DpCoordinatorOptions {
 struct DpStepResult {
     std::vector<ipc::RequestOutput> outputs;
     parallel::StepPhase phase = parallel::StepPhase::kIdle;  // agreed (kIdle: no forward ran)
-    bool dummy = false;          // this rank ran a dummy forward (nothing of the phase)
-    int32_t num_tokens = 0;      // real tokens this rank computed
-    bool guard_decode = false;   // the starvation guard turned a prefill step into a decode step
-    bool shutdown = false;       // some rank asked to shut down: every rank stops now, together
+    bool dummy = false;                                      // this rank ran a dummy forward (nothing of the phase)
+    int32_t num_tokens = 0;                                  // real tokens this rank computed
+    bool guard_decode = false;  // the starvation guard turned a prefill step into a decode step
+    bool shutdown = false;      // some rank asked to shut down: every rank stops now, together
     parallel::DpAgreement agreement;
 };
 
 // Counters for /metrics (cumulative, this rank).
 struct DpCounters {
-    int64_t rounds = 0;                  // control collectives
-    int64_t idle_rounds = 0;             // rounds that agreed on IDLE (no forward)
+    int64_t rounds = 0;                                            // control collectives
+    int64_t idle_rounds = 0;                                       // rounds that agreed on IDLE (no forward)
     int64_t prefill_steps = 0, decode_steps = 0, mixed_steps = 0;  // by agreed phase
     int64_t dummy_prefill_steps = 0, dummy_decode_steps = 0, dummy_mixed_steps = 0;  // this rank
-    int64_t guard_decode_steps = 0;      // decode steps the starvation guard forced
-    int64_t decode_requests_stalled = 0; // sum over PREFILL steps of this rank's waiting decodes
-    double control_seconds = 0;          // in the DP control collective (incl. waiting for peers)
-    double forward_seconds = 0;          // in forwards (real and dummy; includes MoE collectives)
+    int64_t guard_decode_steps = 0;       // decode steps the starvation guard forced
+    int64_t decode_requests_stalled = 0;  // sum over PREFILL steps of this rank's waiting decodes
+    double control_seconds = 0;           // in the DP control collective (incl. waiting for peers)
+    double forward_seconds = 0;           // in forwards (real and dummy; includes MoE collectives)
 };
 
 struct TimelineEntry {

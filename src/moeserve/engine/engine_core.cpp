@@ -57,10 +57,12 @@ void EngineCore::add_request(const ipc::AddRequest& add) {
     if (!add.sampling.grammar.empty()) {
         // A bad grammar fails this request (a kError output from the next step), not the engine.
         if (!grammars_) {
-            request->error = "structured outputs need the tokenizer's vocabulary, which this engine was started without";
+            request->error =
+                "structured outputs need the tokenizer's vocabulary, which this engine was started without";
         } else {
             try {
-                request->grammar = std::make_unique<structured::GrammarMatcher>(grammars_->compile(add.sampling.grammar));
+                request->grammar =
+                    std::make_unique<structured::GrammarMatcher>(grammars_->compile(add.sampling.grammar));
                 request->grammar_active = add.sampling.grammar_after_token_ids.empty();
             } catch (const Error& e) {
                 request->error = std::string("structured output: ") + e.what();

@@ -11,8 +11,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Applies one message; false on Shutdown.
-bool apply(EngineCore& core, ipc::EngineChannel& channel, const ipc::ClientMessage& message,
-           int32_t engine_index) {
+bool apply(EngineCore& core, ipc::EngineChannel& channel, const ipc::ClientMessage& message, int32_t engine_index) {
     if (const auto* add = std::get_if<ipc::AddRequest>(&message)) {
         core.add_request(*add);
     } else if (const auto* abort = std::get_if<ipc::Abort>(&message)) {
@@ -78,8 +77,7 @@ int fail(ipc::EngineChannel& channel, Logger& logger, int32_t engine_index, cons
 
 }  // namespace
 
-int run_engine_loop(EngineCore& core, ipc::EngineChannel& channel, Logger& logger,
-                    const EngineProcOptions& options) {
+int run_engine_loop(EngineCore& core, ipc::EngineChannel& channel, Logger& logger, const EngineProcOptions& options) {
     channel.send(ipc::HealthReply{options.engine_index, true, "ready"});
     MOESERVE_LOG_I(logger, "engine", "engine %d ready", options.engine_index);
     while (true) {
@@ -104,8 +102,8 @@ int run_engine_loop(EngineCore& core, ipc::EngineChannel& channel, Logger& logge
     }
 }
 
-int run_engine_loop_dp(EngineCore& core, DpCoordinator& coordinator, ipc::EngineChannel& channel,
-                       Logger& logger, const EngineProcOptions& options) {
+int run_engine_loop_dp(EngineCore& core, DpCoordinator& coordinator, ipc::EngineChannel& channel, Logger& logger,
+                       const EngineProcOptions& options) {
     channel.send(ipc::HealthReply{options.engine_index, true, "ready"});
     MOESERVE_LOG_I(logger, "engine", "engine %d ready (DP lock-step%s)", options.engine_index,
                    coordinator.options().pd_hybrid ? ", PD hybrid" : "");
@@ -126,8 +124,7 @@ int run_engine_loop_dp(EngineCore& core, DpCoordinator& coordinator, ipc::Engine
         }
         const bool stepped = r.phase != parallel::StepPhase::kIdle;
         const auto now = Clock::now();
-        if (stepped || !r.outputs.empty() ||
-            now - last_sent >= std::chrono::milliseconds(options.heartbeat_ms)) {
+        if (stepped || !r.outputs.empty() || now - last_sent >= std::chrono::milliseconds(options.heartbeat_ms)) {
             send_outputs(core, channel, logger, options.engine_index, std::move(r.outputs), &coordinator.counters());
             last_sent = now;
         }

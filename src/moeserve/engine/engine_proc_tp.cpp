@@ -64,8 +64,8 @@ TensorView TpLeaderModel::forward(const model::ForwardBatch& b, model::KvCache& 
     const int64_t rows = static_cast<int64_t>(b.logits_rows.size());
     MOESERVE_CHECK(b.positions.size() == b.token_ids.size() && b.slot_mapping.size() == b.token_ids.size() &&
                        b.query_start.size() == static_cast<size_t>(seqs + 1),
-                   "inconsistent ForwardBatch: {} tokens, {} positions, {} slots, {} query starts for {} seqs",
-                   tokens, b.positions.size(), b.slot_mapping.size(), b.query_start.size(), seqs);
+                   "inconsistent ForwardBatch: {} tokens, {} positions, {} slots, {} query starts for {} seqs", tokens,
+                   b.positions.size(), b.slot_mapping.size(), b.query_start.size(), seqs);
     const size_t bytes = payload_bytes(tokens, seqs, tables, rows);
     send_header({kForward, tokens, seqs, b.max_blocks_per_seq, rows, static_cast<int64_t>(b.moe_exchange), tables,
                  static_cast<int64_t>(bytes)});
@@ -103,41 +103,41 @@ int run_tp_follower(model::Model& model, parallel::Communicator& tp, Logger& log
         Header h{};
         tp.broadcast(std::span<int64_t>(h), 0);
         switch (h[0]) {
-        case kNoop:
-            break;
-        case kCreateKv:
-            kv = model.create_kv_cache(h[1], h[2]);
-            MOESERVE_LOG_I(logger, "engine", "TP follower: KV cache of %lld blocks of %lld tokens",
-                           static_cast<long long>(h[1]), static_cast<long long>(h[2]));
-            break;
-        case kForward: {
-            MOESERVE_CHECK(kv != nullptr, "TP follower got a forward before the KV cache was created");
-            const int64_t tokens = h[1], seqs = h[2], rows = h[4], tables = h[6];
-            MOESERVE_CHECK(static_cast<size_t>(h[7]) == payload_bytes(tokens, seqs, tables, rows),
-                           "TP header announces {} payload bytes, the sizes need {}", h[7],
-                           payload_bytes(tokens, seqs, tables, rows));
-            payload.resize(static_cast<size_t>(h[7]));
-            if (!payload.empty()) tp.broadcast_bytes(std::span<std::byte>(payload), 0);
-            size_t at = 0;
-            take(payload, at, b.token_ids, tokens);
-            take(payload, at, b.positions, tokens);
-            take(payload, at, b.slot_mapping, tokens);
-            take(payload, at, b.query_start, seqs + 1);
-            take(payload, at, b.seq_lens, seqs);
-            take(payload, at, b.block_tables, tables);
-            take(payload, at, b.logits_rows, rows);
-            b.max_blocks_per_seq = h[3];
-            b.moe_exchange = static_cast<parallel::MoeExchangeKind>(h[5]);
-            model.forward(b, *kv);
-            ++forwards;
-            break;
-        }
-        case kShutdown:
-            MOESERVE_LOG_I(logger, "engine", "TP follower: leader shut down after %lld forwards",
-                           static_cast<long long>(forwards));
-            return 0;
-        default:
-            raise(ErrorCode::kInvalidArgument, "TP follower: unknown header kind {} from the leader", h[0]);
+            case kNoop:
+                break;
+            case kCreateKv:
+                kv = model.create_kv_cache(h[1], h[2]);
+                MOESERVE_LOG_I(logger, "engine", "TP follower: KV cache of %lld blocks of %lld tokens",
+                               static_cast<long long>(h[1]), static_cast<long long>(h[2]));
+                break;
+            case kForward: {
+                MOESERVE_CHECK(kv != nullptr, "TP follower got a forward before the KV cache was created");
+                const int64_t tokens = h[1], seqs = h[2], rows = h[4], tables = h[6];
+                MOESERVE_CHECK(static_cast<size_t>(h[7]) == payload_bytes(tokens, seqs, tables, rows),
+                               "TP header announces {} payload bytes, the sizes need {}", h[7],
+                               payload_bytes(tokens, seqs, tables, rows));
+                payload.resize(static_cast<size_t>(h[7]));
+                if (!payload.empty()) tp.broadcast_bytes(std::span<std::byte>(payload), 0);
+                size_t at = 0;
+                take(payload, at, b.token_ids, tokens);
+                take(payload, at, b.positions, tokens);
+                take(payload, at, b.slot_mapping, tokens);
+                take(payload, at, b.query_start, seqs + 1);
+                take(payload, at, b.seq_lens, seqs);
+                take(payload, at, b.block_tables, tables);
+                take(payload, at, b.logits_rows, rows);
+                b.max_blocks_per_seq = h[3];
+                b.moe_exchange = static_cast<parallel::MoeExchangeKind>(h[5]);
+                model.forward(b, *kv);
+                ++forwards;
+                break;
+            }
+            case kShutdown:
+                MOESERVE_LOG_I(logger, "engine", "TP follower: leader shut down after %lld forwards",
+                               static_cast<long long>(forwards));
+                return 0;
+            default:
+                raise(ErrorCode::kInvalidArgument, "TP follower: unknown header kind {} from the leader", h[0]);
         }
     }
 }

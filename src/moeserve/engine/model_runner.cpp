@@ -26,7 +26,8 @@ ModelRunner::Layout ModelRunner::build(const ScheduledBatch& batch) const {
         for (int32_t p = begin; p < end; ++p) {
             fb.token_ids.push_back(r.token_at(p));
             fb.positions.push_back(p);
-            fb.slot_mapping.push_back(r.block_ids[static_cast<size_t>(p / block_size_)] * block_size_ + p % block_size_);
+            fb.slot_mapping.push_back(r.block_ids[static_cast<size_t>(p / block_size_)] * block_size_ +
+                                      p % block_size_);
         }
         fb.query_start.push_back(static_cast<int32_t>(fb.token_ids.size()));
         fb.seq_lens.push_back(end);
@@ -54,7 +55,9 @@ StepResult ModelRunner::execute(const ScheduledBatch& batch) {
     result.prompt_logprobs.resize(batch.requests.size());
     if (batch.requests.empty()) return result;
     using Clock = std::chrono::steady_clock;
-    const auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+    const auto seconds = [](Clock::time_point a, Clock::time_point b) {
+        return std::chrono::duration<double>(b - a).count();
+    };
     const auto t0 = Clock::now();
     Layout layout = build(batch);
     layout.forward.moe_exchange = moe_exchange_;
@@ -65,7 +68,8 @@ StepResult ModelRunner::execute(const ScheduledBatch& batch) {
     times_.forward += seconds(t1, t2);
     const int64_t vocab = model_.info().vocab_size;
     MOESERVE_CHECK(logits.numel() == static_cast<int64_t>(layout.forward.logits_rows.size()) * vocab,
-                   "model returned {} logits for {} rows of {}", logits.numel(), layout.forward.logits_rows.size(), vocab);
+                   "model returned {} logits for {} rows of {}", logits.numel(), layout.forward.logits_rows.size(),
+                   vocab);
     auto* data = logits.as<float>();
     std::vector<float*> sample_rows;
     std::vector<Request*> sample_requests;

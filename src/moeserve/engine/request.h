@@ -49,8 +49,8 @@ struct Request {
     double added_at = 0;              // steady seconds when the engine got it
     double queue_seconds = 0;         // added_at to its first admission
     int32_t num_preemptions = 0;
-    std::vector<int32_t> block_ids;     // block table: block i holds tokens [i*bs, (i+1)*bs)
-    std::vector<uint64_t> block_hashes; // hashes of the full blocks of the token sequence so far
+    std::vector<int32_t> block_ids;      // block table: block i holds tokens [i*bs, (i+1)*bs)
+    std::vector<uint64_t> block_hashes;  // hashes of the full blocks of the token sequence so far
 
     std::unordered_map<TokenId, int32_t> output_token_counts;  // for presence/frequency penalties
     std::vector<ipc::TokenLogprobs> prompt_logprobs;           // collected until the first output

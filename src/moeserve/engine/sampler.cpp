@@ -27,9 +27,9 @@ ipc::TokenLogprobs compute_logprobs(const float* logits, int64_t vocab, TokenId 
         const auto k = static_cast<size_t>(std::min<int64_t>(top_k, vocab));
         std::vector<int32_t> ids(static_cast<size_t>(vocab));
         std::iota(ids.begin(), ids.end(), 0);
-        std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), [&](int32_t a, int32_t b) {
-            return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-        });
+        std::partial_sort(
+            ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
+            [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
         for (size_t i = 0; i < k; ++i) {
             out.top.emplace_back(ids[i], static_cast<float>(static_cast<double>(logits[ids[i]]) - lse));
         }
@@ -63,9 +63,11 @@ void apply_penalties(float* logits, int64_t vocab, const Request& r, std::span<c
     if (r.num_output_tokens() < s.min_tokens && !grammar_done) {
         constexpr float kNegInf = -std::numeric_limits<float>::infinity();
         if (!s.ignore_eos) {
-            for (TokenId t : eos_token_ids) if (in_vocab(t)) logits[t] = kNegInf;
+            for (TokenId t : eos_token_ids)
+                if (in_vocab(t)) logits[t] = kNegInf;
         }
-        for (TokenId t : s.stop_token_ids) if (in_vocab(t)) logits[t] = kNegInf;
+        for (TokenId t : s.stop_token_ids)
+            if (in_vocab(t)) logits[t] = kNegInf;
     }
 }
 
@@ -97,7 +99,8 @@ void apply_grammar_mask(float* logits, int64_t vocab, const Request& r) {
     r.grammar->fill_next_token_bitmask(mask);
     if (r.grammar->is_accepting()) {
         for (TokenId t : r.sampling.stop_token_ids) {
-            if (t >= 0 && static_cast<size_t>(t >> 5) < mask.size()) mask[static_cast<size_t>(t >> 5)] |= 1u << (t & 31);
+            if (t >= 0 && static_cast<size_t>(t >> 5) < mask.size())
+                mask[static_cast<size_t>(t >> 5)] |= 1u << (t & 31);
         }
     }
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();

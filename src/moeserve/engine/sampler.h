@@ -1,7 +1,7 @@
 // Sampler: turns one step's logits rows into tokens, one row per sampling request (vLLM's
-// Sampler): grammar mask, logit processors, penalties, min_tokens masking, temperature/top-k/top-p/min-p with the request's own
-// Rng, and logprobs. Rows run in parallel on the rank's ThreadPool; each row touches only its
-// own request, so results do not depend on the thread count. Engine thread only.
+// Sampler): grammar mask, logit processors, penalties, min_tokens masking, temperature/top-k/top-p/min-p with the
+// request's own Rng, and logprobs. Rows run in parallel on the rank's ThreadPool; each row touches only its own
+// request, so results do not depend on the thread count. Engine thread only.
 #pragma once
 
 #include <cstdint>

@@ -23,9 +23,15 @@ public:
     const std::string& name() const override { return inner_.name(); }
     std::chrono::milliseconds timeout() const override { return inner_.timeout(); }
 
-    void all_reduce_sum(std::span<float> d) override { timed([&] { inner_.all_reduce_sum(d); }); }
-    void all_reduce_sum(std::span<int64_t> d) override { timed([&] { inner_.all_reduce_sum(d); }); }
-    void all_reduce_max(std::span<int64_t> d) override { timed([&] { inner_.all_reduce_max(d); }); }
+    void all_reduce_sum(std::span<float> d) override {
+        timed([&] { inner_.all_reduce_sum(d); });
+    }
+    void all_reduce_sum(std::span<int64_t> d) override {
+        timed([&] { inner_.all_reduce_sum(d); });
+    }
+    void all_reduce_max(std::span<int64_t> d) override {
+        timed([&] { inner_.all_reduce_max(d); });
+    }
     void all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out) override {
         timed([&] { inner_.all_gather_bytes(in, out); });
     }
@@ -43,7 +49,9 @@ public:
     void broadcast_bytes(std::span<std::byte> data, int root) override {
         timed([&] { inner_.broadcast_bytes(data, root); });
     }
-    void barrier() override { timed([&] { inner_.barrier(); }); }
+    void barrier() override {
+        timed([&] { inner_.barrier(); });
+    }
 
 private:
     template <typename F>

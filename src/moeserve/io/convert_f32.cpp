@@ -48,16 +48,30 @@ void convert_to_f32(const TensorView& src, float* dst) {
     const size_t n = static_cast<size_t>(src.numel());
     if (n == 0) return;
     switch (src.dtype) {
-        case DType::kF32: std::memcpy(dst, p, n * sizeof(float)); return;
-        case DType::kF16: convert_f16(p, n, dst); return;
+        case DType::kF32:
+            std::memcpy(dst, p, n * sizeof(float));
+            return;
+        case DType::kF16:
+            convert_f16(p, n, dst);
+            return;
         case DType::kBF16:
             for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load<uint16_t>(p, i));
             return;
-        case DType::kF8E4M3: convert_f8e4m3(p, n, dst); return;
-        case DType::kI8: convert_by_value<int8_t>(p, n, dst); return;
-        case DType::kU8: convert_by_value<uint8_t>(p, n, dst); return;
-        case DType::kI32: convert_by_value<int32_t>(p, n, dst); return;
-        case DType::kI64: convert_by_value<int64_t>(p, n, dst); return;
+        case DType::kF8E4M3:
+            convert_f8e4m3(p, n, dst);
+            return;
+        case DType::kI8:
+            convert_by_value<int8_t>(p, n, dst);
+            return;
+        case DType::kU8:
+            convert_by_value<uint8_t>(p, n, dst);
+            return;
+        case DType::kI32:
+            convert_by_value<int32_t>(p, n, dst);
+            return;
+        case DType::kI64:
+            convert_by_value<int64_t>(p, n, dst);
+            return;
         case DType::kBool:
             for (size_t i = 0; i < n; ++i) dst[i] = p[i] != 0 ? 1.0f : 0.0f;
             return;

@@ -60,7 +60,9 @@ std::string HfConfig::get_string(const std::string& key) const {
 }
 
 int64_t HfConfig::get_int(const std::string& key, int64_t fallback) const { return has(key) ? get_int(key) : fallback; }
-double HfConfig::get_float(const std::string& key, double fallback) const { return has(key) ? get_float(key) : fallback; }
+double HfConfig::get_float(const std::string& key, double fallback) const {
+    return has(key) ? get_float(key) : fallback;
+}
 std::string HfConfig::get_string(const std::string& key, const std::string& fallback) const {
     return has(key) ? get_string(key) : fallback;
 }

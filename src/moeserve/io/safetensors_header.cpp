@@ -57,8 +57,8 @@ std::string brief(const Json& v) {
 
 Json parse_json(std::string_view text, const std::string& file) {
     if (text.size() > kMaxSafetensorsHeaderBytes) {
-        raise(ErrorCode::kInvalidModel, "{}: safetensors header is {} bytes, more than the {} allowed",
-              file, text.size(), kMaxSafetensorsHeaderBytes);
+        raise(ErrorCode::kInvalidModel, "{}: safetensors header is {} bytes, more than the {} allowed", file,
+              text.size(), kMaxSafetensorsHeaderBytes);
     }
     // A key repeated at the top level would silently hide a tensor; catch it while parsing.
     std::unordered_set<std::string> seen;
@@ -67,8 +67,7 @@ Json parse_json(std::string_view text, const std::string& file) {
     auto on_event = [&](int depth, Json::parse_event_t event, Json& parsed) {
         const bool opens = event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start;
         if (opens && depth >= kMaxJsonDepth) {
-            raise(ErrorCode::kInvalidModel, "{}: safetensors header nests deeper than {} levels", file,
-                  kMaxJsonDepth);
+            raise(ErrorCode::kInvalidModel, "{}: safetensors header nests deeper than {} levels", file, kMaxJsonDepth);
         }
         if (event == Json::parse_event_t::key && depth == 1 && !has_duplicate && parsed.is_string()) {
             if (!seen.insert(parsed.get_ref<const std::string&>()).second) {
@@ -85,12 +84,11 @@ Json parse_json(std::string_view text, const std::string& file) {
         raise(ErrorCode::kInvalidModel, "{}: safetensors header is not valid JSON ({})", file, e.what());
     }
     if (!root.is_object()) {
-        raise(ErrorCode::kInvalidModel, "{}: safetensors header must be a JSON object, got {}", file,
-              root.type_name());
+        raise(ErrorCode::kInvalidModel, "{}: safetensors header must be a JSON object, got {}", file, root.type_name());
     }
     if (has_duplicate) {
-        raise(ErrorCode::kInvalidModel, "{}: key '{}' appears more than once in the safetensors header",
-              file, duplicate);
+        raise(ErrorCode::kInvalidModel, "{}: key '{}' appears more than once in the safetensors header", file,
+              duplicate);
     }
     return root;
 }
@@ -99,13 +97,12 @@ std::map<std::string, std::string> parse_metadata(const Json& v, const std::stri
     std::map<std::string, std::string> out;
     if (v.is_null()) return out;
     if (!v.is_object()) {
-        raise(ErrorCode::kInvalidModel, "{}: __metadata__ must be an object of strings, got {}", file,
-              v.type_name());
+        raise(ErrorCode::kInvalidModel, "{}: __metadata__ must be an object of strings, got {}", file, v.type_name());
     }
     for (const auto& [key, value] : v.items()) {
         if (!value.is_string()) {
-            raise(ErrorCode::kInvalidModel, "{}: __metadata__ value of '{}' must be a string, got {} {}",
-                  file, key, value.type_name(), brief(value));
+            raise(ErrorCode::kInvalidModel, "{}: __metadata__ value of '{}' must be a string, got {} {}", file, key,
+                  value.type_name(), brief(value));
         }
         out[key] = value.get<std::string>();
     }
@@ -123,14 +120,13 @@ const Json& field(const Json& entry, const char* key, const std::string& name, c
 DType parse_dtype(const Json& entry, const std::string& name, const std::string& file) {
     const Json& v = field(entry, "dtype", name, file);
     if (!v.is_string()) {
-        raise(ErrorCode::kInvalidModel, "{}: tensor '{}': \"dtype\" must be a string, got {}", file, name,
-              brief(v));
+        raise(ErrorCode::kInvalidModel, "{}: tensor '{}': \"dtype\" must be a string, got {}", file, name, brief(v));
     }
     const std::string& s = v.get_ref<const std::string&>();
     auto dtype = dtype_from_name(s);
     if (!dtype) {
-        raise(ErrorCode::kUnsupported, "{}: tensor '{}' has dtype '{}', which is not supported (supported: {})",
-              file, name, s, kSupportedDtypes);
+        raise(ErrorCode::kUnsupported, "{}: tensor '{}' has dtype '{}', which is not supported (supported: {})", file,
+              name, s, kSupportedDtypes);
     }
     return *dtype;
 }
@@ -138,39 +134,37 @@ DType parse_dtype(const Json& entry, const std::string& name, const std::string&
 Shape parse_shape(const Json& entry, const std::string& name, const std::string& file) {
     const Json& v = field(entry, "shape", name, file);
     if (!v.is_array()) {
-        raise(ErrorCode::kInvalidModel, "{}: tensor '{}': \"shape\" must be an array of integers, got {}",
-              file, name, brief(v));
+        raise(ErrorCode::kInvalidModel, "{}: tensor '{}': \"shape\" must be an array of integers, got {}", file, name,
+              brief(v));
     }
     if (v.size() > static_cast<size_t>(Shape::kMaxDims)) {
-        raise(ErrorCode::kUnsupported, "{}: tensor '{}' has {} dims, at most {} are supported", file, name,
-              v.size(), Shape::kMaxDims);
+        raise(ErrorCode::kUnsupported, "{}: tensor '{}' has {} dims, at most {} are supported", file, name, v.size(),
+              Shape::kMaxDims);
     }
     std::vector<int64_t> dims;
     uint64_t numel = 1;
     for (const Json& d : v) {
         auto n = as_uint(d);
         if (!n) {
-            raise(ErrorCode::kInvalidModel,
-                  "{}: tensor '{}': shape {} must hold non-negative integers, got {}", file, name, brief(v),
-                  brief(d));
+            raise(ErrorCode::kInvalidModel, "{}: tensor '{}': shape {} must hold non-negative integers, got {}", file,
+                  name, brief(v), brief(d));
         }
         if (*n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
             __builtin_mul_overflow(numel, *n, &numel) ||
             numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-            raise(ErrorCode::kInvalidModel, "{}: tensor '{}': shape {} has more elements than fit in 63 bits",
-                  file, name, brief(v));
+            raise(ErrorCode::kInvalidModel, "{}: tensor '{}': shape {} has more elements than fit in 63 bits", file,
+                  name, brief(v));
         }
         dims.push_back(static_cast<int64_t>(*n));
     }
     return Shape(std::span<const int64_t>(dims));
 }
 
-TensorInfo parse_tensor(const std::string& name, const Json& entry, uint64_t data_size,
-                        const std::string& file) {
+TensorInfo parse_tensor(const std::string& name, const Json& entry, uint64_t data_size, const std::string& file) {
     if (!entry.is_object()) {
         raise(ErrorCode::kInvalidModel,
-              "{}: tensor '{}' must be an object {{\"dtype\", \"shape\", \"data_offsets\"}}, got {}", file,
-              name, brief(entry));
+              "{}: tensor '{}' must be an object {{\"dtype\", \"shape\", \"data_offsets\"}}, got {}", file, name,
+              brief(entry));
     }
     TensorInfo info;
     info.name = name;
@@ -184,12 +178,12 @@ TensorInfo parse_tensor(const std::string& name, const Json& entry, uint64_t dat
     }
     if (!begin || !end) {
         raise(ErrorCode::kInvalidModel,
-              "{}: tensor '{}': \"data_offsets\" must be [begin, end] with non-negative integers, got {}",
-              file, name, brief(offsets));
+              "{}: tensor '{}': \"data_offsets\" must be [begin, end] with non-negative integers, got {}", file, name,
+              brief(offsets));
     }
     if (*end < *begin) {
-        raise(ErrorCode::kInvalidModel, "{}: tensor '{}': data_offsets [{}, {}] end before they begin", file,
-              name, *begin, *end);
+        raise(ErrorCode::kInvalidModel, "{}: tensor '{}': data_offsets [{}, {}] end before they begin", file, name,
+              *begin, *end);
     }
     if (*end > data_size) {
         raise(ErrorCode::kInvalidModel,
@@ -199,13 +193,12 @@ TensorInfo parse_tensor(const std::string& name, const Json& entry, uint64_t dat
     }
     uint64_t nbytes = 0;
     if (__builtin_mul_overflow(static_cast<uint64_t>(info.shape.numel()), dtype_size(info.dtype), &nbytes)) {
-        raise(ErrorCode::kInvalidModel, "{}: tensor '{}': {} {} has more bytes than fit in 64 bits", file,
-              name, dtype_name(info.dtype), info.shape.str());
+        raise(ErrorCode::kInvalidModel, "{}: tensor '{}': {} {} has more bytes than fit in 64 bits", file, name,
+              dtype_name(info.dtype), info.shape.str());
     }
     if (nbytes != *end - *begin) {
-        raise(ErrorCode::kInvalidModel,
-              "{}: tensor '{}': {} {} needs {} bytes, but data_offsets [{}, {}] hold {}", file, name,
-              dtype_name(info.dtype), info.shape.str(), nbytes, *begin, *end, *end - *begin);
+        raise(ErrorCode::kInvalidModel, "{}: tensor '{}': {} {} needs {} bytes, but data_offsets [{}, {}] hold {}",
+              file, name, dtype_name(info.dtype), info.shape.str(), nbytes, *begin, *end, *end - *begin);
     }
     info.data_begin = *begin;
     info.data_end = *end;
@@ -225,8 +218,8 @@ void check_no_overlap(const std::vector<TensorInfo>& tensors, const std::string&
         const TensorInfo& prev = *by_offset[i - 1];
         const TensorInfo& cur = *by_offset[i];
         if (cur.data_begin < prev.data_end) {
-            raise(ErrorCode::kInvalidModel, "{}: tensors '{}' [{}, {}) and '{}' [{}, {}) overlap", file,
-                  prev.name, prev.data_begin, prev.data_end, cur.name, cur.data_begin, cur.data_end);
+            raise(ErrorCode::kInvalidModel, "{}: tensors '{}' [{}, {}) and '{}' [{}, {}) overlap", file, prev.name,
+                  prev.data_begin, prev.data_end, cur.name, cur.data_begin, cur.data_end);
         }
     }
 }

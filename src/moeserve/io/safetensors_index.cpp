@@ -22,16 +22,14 @@ SafetensorsIndex parse_safetensors_index(const nlohmann::json& json, const std::
     }
     auto wm = json.find("weight_map");
     if (wm == json.end() || !wm->is_object()) {
-        raise(ErrorCode::kInvalidModel, "{}: needs a \"weight_map\" object (tensor name -> shard file)",
-              file_label);
+        raise(ErrorCode::kInvalidModel, "{}: needs a \"weight_map\" object (tensor name -> shard file)", file_label);
     }
     SafetensorsIndex index;
     std::set<std::string> shards;
     for (const auto& [name, file] : wm->items()) {
         if (!file.is_string() || !is_plain_file_name(file.get<std::string>())) {
             raise(ErrorCode::kInvalidModel,
-                  "{}: weight_map['{}'] must be the name of a file in the model directory, got {}", file_label,
-                  name,
+                  "{}: weight_map['{}'] must be the name of a file in the model directory, got {}", file_label, name,
                   file.is_primitive() ? file.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
                                       : std::string("a JSON ") + file.type_name());
         }

@@ -20,15 +20,24 @@ using Json = nlohmann::ordered_json;
 // increasing alignment; data is laid out from the highest rank down (then by name).
 int alignment_rank(DType dtype) {
     switch (dtype) {
-        case DType::kBool: return 0;
-        case DType::kU8: return 1;
-        case DType::kI8: return 2;
-        case DType::kF8E4M3: return 4;
-        case DType::kF16: return 7;
-        case DType::kBF16: return 8;
-        case DType::kI32: return 9;
-        case DType::kF32: return 11;
-        case DType::kI64: return 13;
+        case DType::kBool:
+            return 0;
+        case DType::kU8:
+            return 1;
+        case DType::kI8:
+            return 2;
+        case DType::kF8E4M3:
+            return 4;
+        case DType::kF16:
+            return 7;
+        case DType::kBF16:
+            return 8;
+        case DType::kI32:
+            return 9;
+        case DType::kF32:
+            return 11;
+        case DType::kI64:
+            return 13;
     }
     return 0;
 }

@@ -51,8 +51,8 @@ public:
 
     // Writes a model.safetensors.index.json: {"metadata": {"total_size": N}, "weight_map": {...}}
     // with sorted keys and 2-space indentation, as transformers does.
-    static void write_index(const std::filesystem::path& path,
-                            const std::map<std::string, std::string>& weight_map, uint64_t total_size);
+    static void write_index(const std::filesystem::path& path, const std::map<std::string, std::string>& weight_map,
+                            uint64_t total_size);
 
 private:
     void check_new_name(const std::string& name) const;

@@ -90,8 +90,7 @@ void WeightSource::open_all_in_dir() {
             auto [it, inserted] = file_of_.emplace(name, files_.size() - 1);
             if (!inserted) {
                 raise(ErrorCode::kInvalidModel, "{}: tensor '{}' is in both {} and {}; which one is meant?",
-                      dir_.string(), name, files_[it->second]->path().filename().string(),
-                      path.filename().string());
+                      dir_.string(), name, files_[it->second]->path().filename().string(), path.filename().string());
             }
         }
     }
@@ -107,8 +106,7 @@ std::vector<std::string> WeightSource::names() const {
 const SafetensorsFile& WeightSource::file_of(const std::string& name) const {
     auto it = file_of_.find(name);
     if (it == file_of_.end()) {
-        raise(ErrorCode::kNotFound, "{}: no tensor '{}' in the checkpoint ({})", dir_.string(), name,
-              source_desc_);
+        raise(ErrorCode::kNotFound, "{}: no tensor '{}' in the checkpoint ({})", dir_.string(), name, source_desc_);
     }
     const SafetensorsFile& file = *files_[it->second];
     if (!file.contains(name)) {  // only possible with an index
@@ -126,9 +124,8 @@ TensorView WeightSource::get(const std::string& name, DType dtype, const Shape& 
     const SafetensorsFile& file = file_of(name);
     TensorView view = file.view(name);
     if (view.dtype != dtype || !(view.shape == shape)) {
-        raise(ErrorCode::kInvalidModel, "{}: tensor '{}' should be {} {}, but the file has {} {}",
-              file.path().string(), name, dtype_name(dtype), shape.str(), dtype_name(view.dtype),
-              view.shape.str());
+        raise(ErrorCode::kInvalidModel, "{}: tensor '{}' should be {} {}, but the file has {} {}", file.path().string(),
+              name, dtype_name(dtype), shape.str(), dtype_name(view.dtype), view.shape.str());
     }
     return view;
 }

@@ -62,7 +62,7 @@ private:
 
     std::filesystem::path dir_;
     std::optional<std::filesystem::path> index_path_;  // set when opened through an index
-    std::string source_desc_;                           // what was opened, for messages
+    std::string source_desc_;                          // what was opened, for messages
     std::vector<std::unique_ptr<SafetensorsFile>> files_;
     std::map<std::string, size_t> file_of_;  // tensor name -> position in files_
 };

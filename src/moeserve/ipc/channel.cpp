@@ -56,12 +56,13 @@ bool send_bytes(zmq::socket_t& socket, const std::string& bytes) {
 
 std::string last_endpoint(const zmq::socket_t& socket) { return socket.get(zmq::sockopt::last_endpoint); }
 
-
 // ZAP (ZeroMQ RFC 27) handler: admits CURVE clients whose public key is the engines' one.
 class ZapHandler {
 public:
-    ZapHandler(zmq::context_t& context, const std::string& client_public_z85) : socket_(context, zmq::socket_type::rep) {
-        if (zmq_z85_decode(allowed_.data(), client_public_z85.c_str()) == nullptr) raise(ErrorCode::kInternal, "bad z85 key");
+    ZapHandler(zmq::context_t& context, const std::string& client_public_z85)
+        : socket_(context, zmq::socket_type::rep) {
+        if (zmq_z85_decode(allowed_.data(), client_public_z85.c_str()) == nullptr)
+            raise(ErrorCode::kInternal, "bad z85 key");
         socket_.set(zmq::sockopt::linger, 0);
         socket_.bind("inproc://zeromq.zap.01");  // before any socket with a ZAP domain accepts
         thread_ = std::thread([this] { run(); });
@@ -127,8 +128,7 @@ struct ServerChannel::Impl {
     }
 };
 
-ServerChannel::ServerChannel(const std::string& output_address,
-                             const std::vector<std::string>& input_addresses,
+ServerChannel::ServerChannel(const std::string& output_address, const std::vector<std::string>& input_addresses,
                              ChannelOptions options)
     : impl_(std::make_unique<Impl>()) {
     auto& s = *impl_;
@@ -250,16 +250,13 @@ EngineChannel::EngineChannel(const std::string& input_address, const std::string
         impl_->input.connect(input_address);
         impl_->output.connect(output_address);
     } catch (const zmq::error_t& e) {
-        raise(ErrorCode::kIo, "ipc: cannot connect to '{}' / '{}': {}", input_address,
-              output_address, e.what());
+        raise(ErrorCode::kIo, "ipc: cannot connect to '{}' / '{}': {}", input_address, output_address, e.what());
     }
 }
 
 EngineChannel::~EngineChannel() = default;
 
-bool EngineChannel::send(const EngineMessage& message) {
-    return send_bytes(impl_->output, encode(message));
-}
+bool EngineChannel::send(const EngineMessage& message) { return send_bytes(impl_->output, encode(message)); }
 
 std::optional<ClientMessage> EngineChannel::receive(int timeout_ms) {
     zmq::pollitem_t item{impl_->input.handle(), 0, ZMQ_POLLIN, 0};

@@ -73,8 +73,7 @@ private:
 class EngineChannel {
 public:
     // Connects to the server's input address of this engine and to its output address.
-    EngineChannel(const std::string& input_address, const std::string& output_address,
-                  ChannelOptions options = {});
+    EngineChannel(const std::string& input_address, const std::string& output_address, ChannelOptions options = {});
     ~EngineChannel();
     EngineChannel(const EngineChannel&) = delete;
     EngineChannel& operator=(const EngineChannel&) = delete;

@@ -17,10 +17,9 @@ template <typename T>
 auto fields(T& v) {
     using S = std::remove_const_t<T>;
     if constexpr (std::is_same_v<S, SamplingParams>) {
-        return std::tie(v.temperature, v.top_p, v.top_k, v.min_p, v.presence_penalty,
-                        v.frequency_penalty, v.repetition_penalty, v.seed, v.max_tokens,
-                        v.min_tokens, v.stop_token_ids, v.ignore_eos, v.logprobs,
-                        v.prompt_logprobs, v.grammar, v.grammar_after_token_ids, v.logit_bias,
+        return std::tie(v.temperature, v.top_p, v.top_k, v.min_p, v.presence_penalty, v.frequency_penalty,
+                        v.repetition_penalty, v.seed, v.max_tokens, v.min_tokens, v.stop_token_ids, v.ignore_eos,
+                        v.logprobs, v.prompt_logprobs, v.grammar, v.grammar_after_token_ids, v.logit_bias,
                         v.allowed_token_ids, v.bad_words_token_ids, v.cache_salt);
     } else if constexpr (std::is_same_v<S, AddRequest>) {
         return std::tie(v.request_id, v.prompt_token_ids, v.sampling, v.arrival_time, v.priority);
@@ -29,19 +28,16 @@ auto fields(T& v) {
     } else if constexpr (std::is_same_v<S, TokenLogprobs>) {
         return std::tie(v.token_id, v.logprob, v.rank, v.top);
     } else if constexpr (std::is_same_v<S, RequestOutput>) {
-        return std::tie(v.request_id, v.new_token_ids, v.new_logprobs, v.prompt_logprobs,
-                        v.finish_reason, v.stop_token_id, v.num_prompt_tokens,
-                        v.num_cached_tokens, v.error, v.queue_seconds);
+        return std::tie(v.request_id, v.new_token_ids, v.new_logprobs, v.prompt_logprobs, v.finish_reason,
+                        v.stop_token_id, v.num_prompt_tokens, v.num_cached_tokens, v.error, v.queue_seconds);
     } else if constexpr (std::is_same_v<S, Stats>) {
-        return std::tie(v.engine_index, v.num_running, v.num_waiting, v.kv_cache_usage,
-                        v.prefix_cache_queries, v.prefix_cache_hits, v.num_preemptions,
-                        v.num_steps, v.num_prefill_steps, v.num_decode_steps, v.num_dummy_steps,
-                        v.num_prompt_tokens, v.num_generation_tokens, v.num_dummy_prefill_steps,
-                        v.num_dummy_decode_steps, v.num_guard_decode_steps,
-                        v.num_decode_requests_stalled, v.dp_control_seconds, v.forward_seconds,
-                        v.iteration_token_steps, v.iteration_tokens_sum,
-                        v.step_schedule_seconds, v.step_prepare_seconds, v.step_forward_seconds,
-                        v.step_sample_seconds, v.step_update_seconds, v.step_output_seconds);
+        return std::tie(v.engine_index, v.num_running, v.num_waiting, v.kv_cache_usage, v.prefix_cache_queries,
+                        v.prefix_cache_hits, v.num_preemptions, v.num_steps, v.num_prefill_steps, v.num_decode_steps,
+                        v.num_dummy_steps, v.num_prompt_tokens, v.num_generation_tokens, v.num_dummy_prefill_steps,
+                        v.num_dummy_decode_steps, v.num_guard_decode_steps, v.num_decode_requests_stalled,
+                        v.dp_control_seconds, v.forward_seconds, v.iteration_token_steps, v.iteration_tokens_sum,
+                        v.step_schedule_seconds, v.step_prepare_seconds, v.step_forward_seconds, v.step_sample_seconds,
+                        v.step_update_seconds, v.step_output_seconds);
     } else if constexpr (std::is_same_v<S, StepOutputs>) {
         return std::tie(v.engine_index, v.outputs, v.stats);
     } else if constexpr (std::is_same_v<S, HealthReply>) {
@@ -54,65 +50,63 @@ auto fields(T& v) {
 
 template <typename T>
 constexpr bool kIsMessage =
-    std::is_same_v<T, SamplingParams> || std::is_same_v<T, AddRequest> ||
-    std::is_same_v<T, Abort> || std::is_same_v<T, TokenLogprobs> ||
-    std::is_same_v<T, RequestOutput> || std::is_same_v<T, Stats> ||
-    std::is_same_v<T, StepOutputs> || std::is_same_v<T, HealthReply> ||
-    std::is_same_v<T, Shutdown> || std::is_same_v<T, HealthCheck>;
+    std::is_same_v<T, SamplingParams> || std::is_same_v<T, AddRequest> || std::is_same_v<T, Abort> ||
+    std::is_same_v<T, TokenLogprobs> || std::is_same_v<T, RequestOutput> || std::is_same_v<T, Stats> ||
+    std::is_same_v<T, StepOutputs> || std::is_same_v<T, HealthReply> || std::is_same_v<T, Shutdown> ||
+    std::is_same_v<T, HealthCheck>;
 
 }  // namespace
 }  // namespace moeserve::ipc
 
 namespace msgpack {
 MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS) {
-namespace adaptor {
+    namespace adaptor {
 
-template <typename T>
-struct pack<T, std::enable_if_t<moeserve::ipc::kIsMessage<T>>> {
-    template <typename Stream>
-    packer<Stream>& operator()(packer<Stream>& o, const T& v) const {
-        auto f = moeserve::ipc::fields(v);
-        o.pack_array(static_cast<uint32_t>(std::tuple_size_v<decltype(f)>));
-        std::apply([&](const auto&... x) { (o.pack(x), ...); }, f);
-        return o;
-    }
-};
-
-template <typename T>
-struct convert<T, std::enable_if_t<moeserve::ipc::kIsMessage<T>>> {
-    const msgpack::object& operator()(const msgpack::object& o, T& v) const {
-        auto f = moeserve::ipc::fields(v);
-        constexpr size_t n = std::tuple_size_v<decltype(f)>;
-        if (o.type != msgpack::type::ARRAY || o.via.array.size < n) throw msgpack::type_error();
-        size_t i = 0;
-        std::apply([&](auto&... x) { ((o.via.array.ptr[i++].convert(x)), ...); }, f);
-        return o;
-    }
-};
-
-template <>
-struct pack<moeserve::ipc::FinishReason> {
-    template <typename Stream>
-    packer<Stream>& operator()(packer<Stream>& o, moeserve::ipc::FinishReason v) const {
-        o.pack(static_cast<uint8_t>(v));
-        return o;
-    }
-};
-
-template <>
-struct convert<moeserve::ipc::FinishReason> {
-    const msgpack::object& operator()(const msgpack::object& o,
-                                      moeserve::ipc::FinishReason& v) const {
-        const auto raw = o.as<uint8_t>();
-        if (raw > static_cast<uint8_t>(moeserve::ipc::FinishReason::kError)) {
-            throw msgpack::type_error();
+    template <typename T>
+    struct pack<T, std::enable_if_t<moeserve::ipc::kIsMessage<T>>> {
+        template <typename Stream>
+        packer<Stream>& operator()(packer<Stream>& o, const T& v) const {
+            auto f = moeserve::ipc::fields(v);
+            o.pack_array(static_cast<uint32_t>(std::tuple_size_v<decltype(f)>));
+            std::apply([&](const auto&... x) { (o.pack(x), ...); }, f);
+            return o;
         }
-        v = static_cast<moeserve::ipc::FinishReason>(raw);
-        return o;
-    }
-};
+    };
 
-}  // namespace adaptor
+    template <typename T>
+    struct convert<T, std::enable_if_t<moeserve::ipc::kIsMessage<T>>> {
+        const msgpack::object& operator()(const msgpack::object& o, T& v) const {
+            auto f = moeserve::ipc::fields(v);
+            constexpr size_t n = std::tuple_size_v<decltype(f)>;
+            if (o.type != msgpack::type::ARRAY || o.via.array.size < n) throw msgpack::type_error();
+            size_t i = 0;
+            std::apply([&](auto&... x) { ((o.via.array.ptr[i++].convert(x)), ...); }, f);
+            return o;
+        }
+    };
+
+    template <>
+    struct pack<moeserve::ipc::FinishReason> {
+        template <typename Stream>
+        packer<Stream>& operator()(packer<Stream>& o, moeserve::ipc::FinishReason v) const {
+            o.pack(static_cast<uint8_t>(v));
+            return o;
+        }
+    };
+
+    template <>
+    struct convert<moeserve::ipc::FinishReason> {
+        const msgpack::object& operator()(const msgpack::object& o, moeserve::ipc::FinishReason& v) const {
+            const auto raw = o.as<uint8_t>();
+            if (raw > static_cast<uint8_t>(moeserve::ipc::FinishReason::kError)) {
+                throw msgpack::type_error();
+            }
+            v = static_cast<moeserve::ipc::FinishReason>(raw);
+            return o;
+        }
+    };
+
+    }  // namespace adaptor
 }
 }  // namespace msgpack
 
@@ -151,8 +145,7 @@ Variant decode_variant(std::string_view bytes, const char* direction) {
         const msgpack::object_handle handle = msgpack::unpack(bytes.data(), bytes.size());
         const msgpack::object& root = handle.get();
         if (root.type != msgpack::type::ARRAY || root.via.array.size != 2) {
-            raise(ErrorCode::kInvalidArgument,
-                  "ipc: a {} message must be a msgpack array [kind, payload]", direction);
+            raise(ErrorCode::kInvalidArgument, "ipc: a {} message must be a msgpack array [kind, payload]", direction);
         }
         const auto index = root.via.array.ptr[0].as<uint32_t>();
         Variant out;
@@ -163,15 +156,14 @@ Variant decode_variant(std::string_view bytes, const char* direction) {
     } catch (const Error&) {
         throw;
     } catch (const msgpack::type_error&) {
-        raise(ErrorCode::kInvalidArgument,
-              "ipc: malformed {} message ({} bytes): a field has the wrong type", direction,
-              bytes.size());
+        raise(ErrorCode::kInvalidArgument, "ipc: malformed {} message ({} bytes): a field has the wrong type",
+              direction, bytes.size());
     } catch (const msgpack::unpack_error& e) {
-        raise(ErrorCode::kInvalidArgument, "ipc: malformed {} message ({} bytes): {}", direction,
-              bytes.size(), e.what());
+        raise(ErrorCode::kInvalidArgument, "ipc: malformed {} message ({} bytes): {}", direction, bytes.size(),
+              e.what());
     } catch (const std::exception& e) {
-        raise(ErrorCode::kInvalidArgument, "ipc: malformed {} message ({} bytes): {}", direction,
-              bytes.size(), e.what());
+        raise(ErrorCode::kInvalidArgument, "ipc: malformed {} message ({} bytes): {}", direction, bytes.size(),
+              e.what());
     }
 }
 
@@ -180,12 +172,8 @@ Variant decode_variant(std::string_view bytes, const char* direction) {
 std::string encode(const ClientMessage& message) { return encode_variant(message); }
 std::string encode(const EngineMessage& message) { return encode_variant(message); }
 
-ClientMessage decode_client_message(std::string_view bytes) {
-    return decode_variant<ClientMessage>(bytes, "client");
-}
+ClientMessage decode_client_message(std::string_view bytes) { return decode_variant<ClientMessage>(bytes, "client"); }
 
-EngineMessage decode_engine_message(std::string_view bytes) {
-    return decode_variant<EngineMessage>(bytes, "engine");
-}
+EngineMessage decode_engine_message(std::string_view bytes) { return decode_variant<EngineMessage>(bytes, "engine"); }
 
 }  // namespace moeserve::ipc

@@ -19,18 +19,18 @@ using TokenId = int32_t;
 struct SamplingParams {
     float temperature = 1.0f;  // 0 = greedy
     float top_p = 1.0f;
-    int32_t top_k = 0;         // 0 or -1 = off
+    int32_t top_k = 0;  // 0 or -1 = off
     float min_p = 0.0f;
     float presence_penalty = 0.0f;
     float frequency_penalty = 0.0f;
     float repetition_penalty = 1.0f;
-    std::optional<uint64_t> seed;       // per-request reproducible stream when set
+    std::optional<uint64_t> seed;  // per-request reproducible stream when set
     int32_t max_tokens = 16;
-    int32_t min_tokens = 0;             // no EOS / stop token before this many
+    int32_t min_tokens = 0;  // no EOS / stop token before this many
     std::vector<TokenId> stop_token_ids;
     bool ignore_eos = false;
-    std::optional<int32_t> logprobs;        // top-k logprobs per sampled token (0 = sampled only)
-    std::optional<int32_t> prompt_logprobs; // top-k logprobs per prompt token
+    std::optional<int32_t> logprobs;         // top-k logprobs per sampled token (0 = sampled only)
+    std::optional<int32_t> prompt_logprobs;  // top-k logprobs per prompt token
     // Structured outputs: a GBNF grammar (structured/grammar.h) the output must match; empty =
     // unconstrained. The server converts JSON Schema / regex / choices into it.
     std::string grammar;
@@ -78,9 +78,9 @@ struct RequestOutput {
     FinishReason finish_reason = FinishReason::kNone;
     std::optional<TokenId> stop_token_id;  // the stop/EOS token that finished it
     int32_t num_prompt_tokens = 0;
-    int32_t num_cached_tokens = 0;         // prompt tokens served from the prefix cache
-    std::string error;                     // when finish_reason == kError
-    double queue_seconds = 0;              // in the engine's queue before its first step (every output)
+    int32_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache
+    std::string error;              // when finish_reason == kError
+    double queue_seconds = 0;       // in the engine's queue before its first step (every output)
     // Set by the API server's own client, never sent: the error is the server's load (a queue
     // timeout), not a failure of the engine (HTTP 503 rather than 500).
     bool overloaded = false;
@@ -91,16 +91,16 @@ struct Stats {
     int32_t engine_index = 0;
     int32_t num_running = 0;
     int32_t num_waiting = 0;
-    float kv_cache_usage = 0;  // used blocks / usable blocks
-    int64_t prefix_cache_queries = 0;  // tokens looked up (cumulative)
-    int64_t prefix_cache_hits = 0;     // tokens found (cumulative)
-    int64_t num_preemptions = 0;       // cumulative
-    int64_t num_steps = 0;             // cumulative
-    int64_t num_prefill_steps = 0;     // cumulative, steps that ran any prompt tokens
-    int64_t num_decode_steps = 0;      // cumulative, steps that ran only decode tokens
-    int64_t num_dummy_steps = 0;       // cumulative (PD hybrid / DP lock-step)
-    int64_t num_prompt_tokens = 0;     // cumulative tokens computed for prompts
-    int64_t num_generation_tokens = 0; // cumulative tokens sampled
+    float kv_cache_usage = 0;           // used blocks / usable blocks
+    int64_t prefix_cache_queries = 0;   // tokens looked up (cumulative)
+    int64_t prefix_cache_hits = 0;      // tokens found (cumulative)
+    int64_t num_preemptions = 0;        // cumulative
+    int64_t num_steps = 0;              // cumulative
+    int64_t num_prefill_steps = 0;      // cumulative, steps that ran any prompt tokens
+    int64_t num_decode_steps = 0;       // cumulative, steps that ran only decode tokens
+    int64_t num_dummy_steps = 0;        // cumulative (PD hybrid / DP lock-step)
+    int64_t num_prompt_tokens = 0;      // cumulative tokens computed for prompts
+    int64_t num_generation_tokens = 0;  // cumulative tokens sampled
     // DP lock-step / PD hybrid (engine/dp_coordinator.h), cumulative; zero without a coordinator.
     int64_t num_dummy_prefill_steps = 0;
     int64_t num_dummy_decode_steps = 0;

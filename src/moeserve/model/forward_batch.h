@@ -25,7 +25,7 @@ struct ForwardBatch {
     std::vector<int32_t> seq_lens;      // [num_seqs] total tokens in the cache after this step
     std::vector<int32_t> block_tables;  // [num_seqs, max_blocks_per_seq], unused entries 0
     int64_t max_blocks_per_seq = 0;
-    std::vector<int32_t> logits_rows;   // token rows (indices into token_ids) that need logits
+    std::vector<int32_t> logits_rows;  // token rows (indices into token_ids) that need logits
     // MoE exchange of this step under expert parallelism; every rank of the EP group must pass the
     // same (parallel/dp_control.h exchange_for_phase). Ignored on a single rank.
     parallel::MoeExchangeKind moe_exchange = parallel::MoeExchangeKind::kAllToAll;
@@ -38,8 +38,9 @@ struct ForwardBatch {
 // sizes agree, ids in [0, vocab_size), positions in [0, num_positions).
 inline void check_forward_batch(const ForwardBatch& b, int64_t vocab_size, int64_t num_positions) {
     const int64_t t = b.num_tokens();
-    MOESERVE_CHECK(t > 0 && b.positions.size() == static_cast<size_t>(t) && b.slot_mapping.size() == static_cast<size_t>(t),
-                   "malformed batch: {} tokens, {} positions, {} slots", t, b.positions.size(), b.slot_mapping.size());
+    MOESERVE_CHECK(
+        t > 0 && b.positions.size() == static_cast<size_t>(t) && b.slot_mapping.size() == static_cast<size_t>(t),
+        "malformed batch: {} tokens, {} positions, {} slots", t, b.positions.size(), b.slot_mapping.size());
     for (int32_t pos : b.positions) {
         MOESERVE_CHECK(pos >= 0 && pos < num_positions, "position {} outside [0, {})", pos, num_positions);
     }

@@ -42,15 +42,27 @@ nlohmann::json qwen3_moe_preset(const std::string& size) {
     };
     if (size == "tiny") {
         // head_dim 64 != hidden/heads (32): exercises the explicit head_dim; layer 1 is dense.
-        c.update({{"hidden_size", 128}, {"intermediate_size", 256}, {"num_hidden_layers", 3},
-                  {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 64},
-                  {"num_experts", 8}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 64},
+        c.update({{"hidden_size", 128},
+                  {"intermediate_size", 256},
+                  {"num_hidden_layers", 3},
+                  {"num_attention_heads", 4},
+                  {"num_key_value_heads", 2},
+                  {"head_dim", 64},
+                  {"num_experts", 8},
+                  {"num_experts_per_tok", 2},
+                  {"moe_intermediate_size", 64},
                   {"mlp_only_layers", {1}}});
     } else if (size == "bench") {
         // The bench size of the targets: hidden 1024, 12 layers, 64 experts top-8, moe_inter 384.
-        c.update({{"hidden_size", 1024}, {"intermediate_size", 3072}, {"num_hidden_layers", 12},
-                  {"num_attention_heads", 16}, {"num_key_value_heads", 4}, {"head_dim", 128},
-                  {"num_experts", 64}, {"num_experts_per_tok", 8}, {"moe_intermediate_size", 384},
+        c.update({{"hidden_size", 1024},
+                  {"intermediate_size", 3072},
+                  {"num_hidden_layers", 12},
+                  {"num_attention_heads", 16},
+                  {"num_key_value_heads", 4},
+                  {"head_dim", 128},
+                  {"num_experts", 64},
+                  {"num_experts_per_tok", 8},
+                  {"moe_intermediate_size", 384},
                   {"mlp_only_layers", nlohmann::json::array()}});
     } else {
         raise(ErrorCode::kInvalidArgument, "unknown model size '{}' (expected tiny or bench)", size);
@@ -74,8 +86,13 @@ nlohmann::json deepseek_preset(const std::string& arch, const std::string& size)
         {"torch_dtype", "bfloat16"},
         {"max_position_embeddings", 16384},
         {"rope_scaling",
-         {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 4096}, {"beta_fast", 32},
-          {"beta_slow", 1}, {"mscale", 1.0}, {"mscale_all_dim", 1.0}}},
+         {{"type", "yarn"},
+          {"factor", 4.0},
+          {"original_max_position_embeddings", 4096},
+          {"beta_fast", 32},
+          {"beta_slow", 1},
+          {"mscale", 1.0},
+          {"mscale_all_dim", 1.0}}},
         {"moe_layer_freq", 1},
         {"first_k_dense_replace", 1},
         {"n_shared_experts", 1},
@@ -85,16 +102,36 @@ nlohmann::json deepseek_preset(const std::string& arch, const std::string& size)
         {"topk_method", v3 ? "noaux_tc" : "group_limited_greedy"},
     };
     if (size == "tiny") {
-        c.update({{"hidden_size", 128}, {"intermediate_size", 256}, {"moe_intermediate_size", 64},
-                  {"num_hidden_layers", 3}, {"num_attention_heads", 4}, {"num_key_value_heads", 4},
-                  {"q_lora_rank", 64}, {"kv_lora_rank", 32}, {"qk_nope_head_dim", 32}, {"qk_rope_head_dim", 16},
-                  {"v_head_dim", 32}, {"n_routed_experts", 16}, {"n_group", 4}, {"topk_group", 2},
+        c.update({{"hidden_size", 128},
+                  {"intermediate_size", 256},
+                  {"moe_intermediate_size", 64},
+                  {"num_hidden_layers", 3},
+                  {"num_attention_heads", 4},
+                  {"num_key_value_heads", 4},
+                  {"q_lora_rank", 64},
+                  {"kv_lora_rank", 32},
+                  {"qk_nope_head_dim", 32},
+                  {"qk_rope_head_dim", 16},
+                  {"v_head_dim", 32},
+                  {"n_routed_experts", 16},
+                  {"n_group", 4},
+                  {"topk_group", 2},
                   {"num_experts_per_tok", 4}});
     } else if (size == "bench") {
-        c.update({{"hidden_size", 1024}, {"intermediate_size", 3072}, {"moe_intermediate_size", 384},
-                  {"num_hidden_layers", 12}, {"num_attention_heads", 16}, {"num_key_value_heads", 16},
-                  {"q_lora_rank", 384}, {"kv_lora_rank", 256}, {"qk_nope_head_dim", 64}, {"qk_rope_head_dim", 32},
-                  {"v_head_dim", 64}, {"n_routed_experts", 64}, {"n_group", 8}, {"topk_group", 4},
+        c.update({{"hidden_size", 1024},
+                  {"intermediate_size", 3072},
+                  {"moe_intermediate_size", 384},
+                  {"num_hidden_layers", 12},
+                  {"num_attention_heads", 16},
+                  {"num_key_value_heads", 16},
+                  {"q_lora_rank", 384},
+                  {"kv_lora_rank", 256},
+                  {"qk_nope_head_dim", 64},
+                  {"qk_rope_head_dim", 32},
+                  {"v_head_dim", 64},
+                  {"n_routed_experts", 64},
+                  {"n_group", 8},
+                  {"topk_group", 4},
                   {"num_experts_per_tok", 8}});
     } else {
         raise(ErrorCode::kInvalidArgument, "unknown model size '{}' (expected tiny or bench)", size);
@@ -117,9 +154,14 @@ Tensor make_tensor(const WeightSpec& spec, uint64_t seed) {
         float v = spec.scale * rng.normal();
         if (spec.init == WeightInit::kNormOnes) v += 1.0f;
         switch (spec.dtype) {
-            case DType::kBF16: t.as<uint16_t>()[i] = f32_to_bf16(v); break;
-            case DType::kF32: t.as<float>()[i] = v; break;
-            default: MOESERVE_CHECK(false, "generator: dtype {} not generated", dtype_name(spec.dtype));
+            case DType::kBF16:
+                t.as<uint16_t>()[i] = f32_to_bf16(v);
+                break;
+            case DType::kF32:
+                t.as<float>()[i] = v;
+                break;
+            default:
+                MOESERVE_CHECK(false, "generator: dtype {} not generated", dtype_name(spec.dtype));
         }
     }
     return t;
@@ -462,8 +504,8 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
     }
 
     GeneratedModel result;
-    const size_t per_shard = (specs.size() + static_cast<size_t>(options.num_shards) - 1) /
-                             static_cast<size_t>(options.num_shards);
+    const size_t per_shard =
+        (specs.size() + static_cast<size_t>(options.num_shards) - 1) / static_cast<size_t>(options.num_shards);
     nlohmann::json weight_map = nlohmann::json::object();
     for (int shard = 0; shard < options.num_shards; ++shard) {
         // ModelSlim's V1 saver and OmniInfer's converter do not name their shards model-*
@@ -487,8 +529,8 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
                 std::vector<std::string> names;
                 if (quantized_in_checkpoint(spec) && !ends_with(spec.name, "kv_b_proj.weight")) {
                     const bool is_static = quant == "modelslim-w8a8" && static_in_mix(spec.name);
-                    const StaticCalibration calib = is_static ? calibrator.calibrate(module_of(spec.name))
-                                                              : StaticCalibration{};
+                    const StaticCalibration calib =
+                        is_static ? calibrator.calibrate(module_of(spec.name)) : StaticCalibration{};
                     const bool deq64 = ends_with(spec.name, "o_proj.weight");  // exercises the int64 form
                     names = add_modelslim(writer, spec.name, t, is_static ? &calib : nullptr, deq64, desc);
                     const int64_t rows = spec.shape[0], cols = spec.shape[1];
@@ -533,15 +575,15 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
         writer.write(options.out_dir / file);
     }
     if (options.num_shards > 1 || omniinfer) {
-        write_json(options.out_dir / (modelslim ? "quant_model_weights.safetensors.index.json"
-                                                : "model.safetensors.index.json"),
+        write_json(options.out_dir /
+                       (modelslim ? "quant_model_weights.safetensors.index.json" : "model.safetensors.index.json"),
                    {{"metadata", {{"total_size", result.num_bytes}}}, {"weight_map", weight_map}});
     }
     if (modelslim) write_json(options.out_dir / "quant_model_description.json", desc);
     write_json(options.out_dir / "config.json", config);
-    write_json(options.out_dir / "generation_config.json",
-               {{"bos_token_id", config["bos_token_id"]}, {"eos_token_id", config["eos_token_id"]},
-                {"do_sample", false}});
+    write_json(
+        options.out_dir / "generation_config.json",
+        {{"bos_token_id", config["bos_token_id"]}, {"eos_token_id", config["eos_token_id"]}, {"do_sample", false}});
     copy_tokenizer(options.tokenizer_dir, options.out_dir);
     return result;
 }

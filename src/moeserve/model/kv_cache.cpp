@@ -9,8 +9,8 @@ DType parse_kv_cache_dtype(const std::string& text, DType model_dtype) {
     if (text == "bf16" || text == "bfloat16") return DType::kBF16;
     if (text == "fp32" || text == "float32" || text == "float") return DType::kF32;
     if (text.rfind("fp8", 0) == 0) {
-        raise(ErrorCode::kInvalidArgument, "--kv-cache-dtype {}: an fp8 KV cache is not implemented; use auto, bf16 or fp32",
-              text);
+        raise(ErrorCode::kInvalidArgument,
+              "--kv-cache-dtype {}: an fp8 KV cache is not implemented; use auto, bf16 or fp32", text);
     }
     raise(ErrorCode::kInvalidArgument, "--kv-cache-dtype {}: expected auto, bf16 (bfloat16) or fp32 (float32)", text);
 }

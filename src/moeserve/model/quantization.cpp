@@ -49,8 +49,8 @@ void check_compressed_tensors(const nlohmann::json& q, const std::string& where)
             w["num_bits"] = 8;
         }
         if (!w.is_object() || !w.value("num_bits", nlohmann::json(0)).is_number_integer() ||
-            w.value("num_bits", 0) != 8 || w.value("type", "") != "int" ||
-            w.value("strategy", "") != "channel" || !w.value("symmetric", true)) {
+            w.value("num_bits", 0) != 8 || w.value("type", "") != "int" || w.value("strategy", "") != "channel" ||
+            !w.value("symmetric", true)) {
             raise(ErrorCode::kUnsupported,
                   "{}: config group '{}' weights must be 8-bit symmetric int per channel (W8A8); got {}", where, group,
                   w.dump());
@@ -65,9 +65,9 @@ void check_compressed_tensors(const nlohmann::json& q, const std::string& where)
     }
 }
 
-const char* const kModelSlimMetaKeys[] = {"model_quant_type", "version", "group_size", "kv_cache_type",
-                                          "kv_quant_type", "fa_quant_type", "reduce_quant_type", "metadata",
-                                          "optional"};
+const char* const kModelSlimMetaKeys[] = {"model_quant_type",  "version",       "group_size",
+                                          "kv_cache_type",     "kv_quant_type", "fa_quant_type",
+                                          "reduce_quant_type", "metadata",      "optional"};
 
 // The description file of a ModelSlim checkpoint in dir, or "" when there is none.
 std::filesystem::path find_modelslim_description(const std::filesystem::path& dir) {
@@ -90,8 +90,10 @@ std::filesystem::path find_modelslim_description(const std::filesystem::path& di
 
 std::map<std::string, std::string> parse_modelslim_description(const nlohmann::json& j, const std::string& label) {
     if (!j.is_object()) {
-        raise(ErrorCode::kInvalidModel, "{}: a ModelSlim description must be a JSON object of tensor name -> type; "
-              "got {}", label, j.type_name());
+        raise(ErrorCode::kInvalidModel,
+              "{}: a ModelSlim description must be a JSON object of tensor name -> type; "
+              "got {}",
+              label, j.type_name());
     }
     std::map<std::string, std::string> out;
     for (const auto& [key, value] : j.items()) {
@@ -120,8 +122,8 @@ LinearScheme Quantization::scheme(const std::string& module) const {
     if (it->second == "W8A8_DYNAMIC") return absorbed ? LinearScheme::kFloat : LinearScheme::kW8A8Dynamic;
     if (it->second == "W8A8" && !absorbed) return LinearScheme::kW8A8Static;
     raise(ErrorCode::kUnsupported,
-          "{}: '{}' has type '{}'; moeserve runs the ModelSlim types FLOAT, W8A8 and W8A8_DYNAMIC{}",
-          description_file, name, it->second, absorbed ? " (and kv_b_proj only as FLOAT or W8A8_DYNAMIC)" : "");
+          "{}: '{}' has type '{}'; moeserve runs the ModelSlim types FLOAT, W8A8 and W8A8_DYNAMIC{}", description_file,
+          name, it->second, absorbed ? " (and kv_b_proj only as FLOAT or W8A8_DYNAMIC)" : "");
 }
 
 bool Quantization::int8_module(const std::string& module) const {
@@ -141,11 +143,12 @@ bool Quantization::int8_module(const std::string& module) const {
 
 std::string Quantization::describe() const {
     if (checkpoint == CheckpointQuant::kModelSlim) {
-        return fmt::format("ModelSlim checkpoint ({}): {} W8A8 static + {} W8A8_DYNAMIC + {} FLOAT linears, "
-                           "{} W8A8_DYNAMIC + {} FLOAT expert groups",
-                           std::filesystem::path(description_file).filename().string(), counts->static_linears.load(),
-                           counts->dynamic_linears.load(), counts->float_linears.load(),
-                           counts->dynamic_experts.load(), counts->float_experts.load());
+        return fmt::format(
+            "ModelSlim checkpoint ({}): {} W8A8 static + {} W8A8_DYNAMIC + {} FLOAT linears, "
+            "{} W8A8_DYNAMIC + {} FLOAT expert groups",
+            std::filesystem::path(description_file).filename().string(), counts->static_linears.load(),
+            counts->dynamic_linears.load(), counts->float_linears.load(), counts->dynamic_experts.load(),
+            counts->float_experts.load());
     }
     const std::string counted = fmt::format(" ({} int8 + {} high-precision linears, {} int8 + {} bf16 expert groups)",
                                             counts->dynamic_linears.load(), counts->float_linears.load(),
@@ -422,8 +425,8 @@ StaticInt8Matrix load_static_int8(const io::WeightSource& weights, const std::st
     }
     const TensorView b = weights.get(bname);
     if (b.dtype != DType::kI32 || b.numel() != out_features || b.shape.rank() != 1) {
-        raise(ErrorCode::kInvalidModel, "'{}' is {} {}; expected I32 [{}]", bname, dtype_name(b.dtype),
-              b.shape.str(), out_features);
+        raise(ErrorCode::kInvalidModel, "'{}' is {} {}; expected I32 [{}]", bname, dtype_name(b.dtype), b.shape.str(),
+              out_features);
     }
     m.quant_bias = Tensor(DType::kI32, {out_features});
     std::memcpy(m.quant_bias.data(), b.data, static_cast<size_t>(out_features) * 4);

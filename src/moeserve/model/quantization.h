@@ -19,10 +19,10 @@
 namespace moeserve::model {
 
 enum class CheckpointQuant {
-    kNone,      // bf16 / f16 / f32 weights
-    kW8A8Int8,  // compressed-tensors int-quantized: PREFIX.weight I8 + PREFIX.weight_scale
-    kFp8Block,  // quant_method fp8: PREFIX.weight F8_E4M3 + PREFIX.weight_scale_inv [ceil(out/br), ceil(in/bc)]
-    kModelSlim, // Ascend ModelSlim: quant_model_description.json names each tensor's type (docs/quantization.md)
+    kNone,       // bf16 / f16 / f32 weights
+    kW8A8Int8,   // compressed-tensors int-quantized: PREFIX.weight I8 + PREFIX.weight_scale
+    kFp8Block,   // quant_method fp8: PREFIX.weight F8_E4M3 + PREFIX.weight_scale_inv [ceil(out/br), ceil(in/bc)]
+    kModelSlim,  // Ascend ModelSlim: quant_model_description.json names each tensor's type (docs/quantization.md)
 };
 
 // How one linear of a ModelSlim checkpoint is stored and run (its quant_model_description type).
@@ -87,9 +87,9 @@ std::map<std::string, std::string> parse_modelslim_description(const nlohmann::j
 
 // Static W8A8 (ModelSlim "W8A8") weights of one linear, rows [row_begin, +rows) of the full [out, in].
 struct StaticInt8Matrix {
-    Tensor data;        // int8 [rows, in]
-    Tensor deq_scale;   // f32 [rows] (decoded from F32, or from I64 holding f32 bits)
-    Tensor quant_bias;  // int32 [rows]
+    Tensor data;                                    // int8 [rows, in]
+    Tensor deq_scale;                               // f32 [rows] (decoded from F32, or from I64 holding f32 bits)
+    Tensor quant_bias;                              // int32 [rows]
     float input_scale = 1.0f, input_offset = 0.0f;  // per-tensor s_x and zero point z_x
     float x_mul = 1.0f;                             // bf16(1 / bf16(s_x)), what multiplies x
 };

@@ -18,7 +18,8 @@ SequenceRunner::SequenceRunner(Model& model, int64_t max_len, int64_t block_size
 std::vector<float> SequenceRunner::append(std::span<const int32_t> tokens, int64_t chunk_size, bool all_logits) {
     const auto n = static_cast<int64_t>(tokens.size());
     if (length_ + n > max_len_) {
-        raise(ErrorCode::kInvalidArgument, "sequence of {} tokens exceeds the maximum length {}", length_ + n, max_len_);
+        raise(ErrorCode::kInvalidArgument, "sequence of {} tokens exceeds the maximum length {}", length_ + n,
+              max_len_);
     }
     std::vector<float> logits;
     if (chunk_size <= 0) chunk_size = std::max<int64_t>(n, 1);

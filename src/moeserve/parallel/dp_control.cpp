@@ -9,10 +9,14 @@ namespace moeserve::parallel {
 
 const char* step_phase_name(StepPhase phase) {
     switch (phase) {
-        case StepPhase::kIdle: return "idle";
-        case StepPhase::kDecode: return "decode";
-        case StepPhase::kPrefill: return "prefill";
-        case StepPhase::kMixed: return "mixed";
+        case StepPhase::kIdle:
+            return "idle";
+        case StepPhase::kDecode:
+            return "decode";
+        case StepPhase::kPrefill:
+            return "prefill";
+        case StepPhase::kMixed:
+            return "mixed";
     }
     return "?";
 }
@@ -21,9 +25,7 @@ DpControlRow encode_vote(const DpVote& v) {
     return {v.can_prefill, v.has_decode, v.has_unfinished, v.num_tokens, v.num_reqs, v.forced_phase};
 }
 
-DpVote decode_vote(const DpControlRow& r) {
-    return {r[0] != 0, r[1] != 0, r[2] != 0, r[3], r[4], r[5]};
-}
+DpVote decode_vote(const DpControlRow& r) { return {r[0] != 0, r[1] != 0, r[2] != 0, r[3], r[4], r[5]}; }
 
 DpAgreement agree(const std::vector<DpControlRow>& votes, int rank, bool pd_hybrid) {
     MOESERVE_CHECK(rank >= 0 && rank < static_cast<int>(votes.size()), "rank {} of {} votes", rank, votes.size());
@@ -58,9 +60,12 @@ DpAgreement agree_step(Communicator& dp, const DpVote& vote, bool pd_hybrid) {
 
 MoeExchangeKind exchange_for_phase(StepPhase phase, MoeExchangeKind mixed) {
     switch (phase) {
-        case StepPhase::kPrefill: return MoeExchangeKind::kAllGather;
-        case StepPhase::kDecode: return MoeExchangeKind::kAllToAll;
-        default: return mixed;
+        case StepPhase::kPrefill:
+            return MoeExchangeKind::kAllGather;
+        case StepPhase::kDecode:
+            return MoeExchangeKind::kAllToAll;
+        default:
+            return mixed;
     }
 }
 

@@ -14,8 +14,8 @@ std::vector<int64_t> exchange_counts(Communicator& comm, int64_t count) {
     return counts;
 }
 
-void all_gather_rows_padded(Communicator& comm, std::span<const float> rows, int64_t width,
-                            std::vector<float>& out, std::vector<int64_t>& counts, std::vector<float>& padded) {
+void all_gather_rows_padded(Communicator& comm, std::span<const float> rows, int64_t width, std::vector<float>& out,
+                            std::vector<int64_t>& counts, std::vector<float>& padded) {
     MOESERVE_CHECK(width > 0 && static_cast<int64_t>(rows.size()) % width == 0, "rows {} not a multiple of {}",
                    rows.size(), width);
     const int64_t mine = static_cast<int64_t>(rows.size()) / width;

@@ -18,8 +18,8 @@ std::vector<int64_t> exchange_counts(Communicator& comm, int64_t count);
 
 // rows f32 [num_rows, width] -> out f32 [sum of counts, width] in rank order; counts receives
 // every rank's num_rows. `padded` is scratch for the fixed blocks. Collective.
-void all_gather_rows_padded(Communicator& comm, std::span<const float> rows, int64_t width,
-                            std::vector<float>& out, std::vector<int64_t>& counts, std::vector<float>& padded);
+void all_gather_rows_padded(Communicator& comm, std::span<const float> rows, int64_t width, std::vector<float>& out,
+                            std::vector<int64_t>& counts, std::vector<float>& padded);
 void all_gather_rows_v(Communicator& comm, std::span<const float> rows, int64_t width, std::vector<float>& out,
                        std::vector<int64_t>& counts);
 

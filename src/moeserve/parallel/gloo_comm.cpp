@@ -77,8 +77,8 @@ public:
         });
     }
 
-    void all_to_all_v_bytes(std::span<const std::byte> in, const std::vector<size_t>& send,
-                            std::span<std::byte> out, const std::vector<size_t>& recv) override {
+    void all_to_all_v_bytes(std::span<const std::byte> in, const std::vector<size_t>& send, std::span<std::byte> out,
+                            const std::vector<size_t>& recv) override {
         MOESERVE_CHECK(send.size() == static_cast<size_t>(size()) && recv.size() == send.size(),
                        "all_to_all_v: counts for {} ranks", size());
         std::vector<int64_t> s(send.begin(), send.end()), r(recv.begin(), recv.end());
@@ -160,8 +160,10 @@ private:
         } catch (const gloo::Exception& e) {
             broken_ = true;
             broken_reason_ = e.what();
-            raise(ErrorCode::kUnavailable, "{}: {} failed: {} (a peer rank died, stalled past {} ms, or ran a "
-                  "different collective)", name_, op, e.what(), timeout_.count());
+            raise(ErrorCode::kUnavailable,
+                  "{}: {} failed: {} (a peer rank died, stalled past {} ms, or ran a "
+                  "different collective)",
+                  name_, op, e.what(), timeout_.count());
         } catch (const gloo::EnforceNotMet& e) {
             broken_ = true;
             broken_reason_ = e.what();
@@ -190,9 +192,8 @@ int index_in(const std::vector<int>& ranks, int rank) {
     return -1;
 }
 
-std::unique_ptr<Communicator> connect_group(GlooResources& res, const std::string& key,
-                                            const std::vector<int>& ranks, int rank,
-                                            std::chrono::milliseconds timeout) {
+std::unique_ptr<Communicator> connect_group(GlooResources& res, const std::string& key, const std::vector<int>& ranks,
+                                            int rank, std::chrono::milliseconds timeout) {
     const std::string name = fmt::format("{}[{}]", key, fmt::join(ranks, " "));
     if (ranks.size() == 1) return make_single_rank_communicator(name);
     gloo::rendezvous::PrefixStore prefixed(key, *res.store);
@@ -229,8 +230,9 @@ void check_fingerprints(TcpStore& store, const GlooConnectOptions& o) {
 ParallelContext connect_gloo(const GlooConnectOptions& o) {
     validate(o.sizes);
     if (o.rank < 0 || o.rank >= o.sizes.world()) {
-        raise(ErrorCode::kInvalidArgument, "rank {} outside [0, {}) for data-parallel-size {} x tensor-parallel-size {}",
-              o.rank, o.sizes.world(), o.sizes.dp, o.sizes.tp);
+        raise(ErrorCode::kInvalidArgument,
+              "rank {} outside [0, {}) for data-parallel-size {} x tensor-parallel-size {}", o.rank, o.sizes.world(),
+              o.sizes.dp, o.sizes.tp);
     }
     auto res = std::make_shared<GlooResources>();
     res->store = std::make_unique<TcpStore>(o.store_host, o.store_port, o.timeout);

@@ -12,9 +12,9 @@ namespace moeserve::parallel {
 
 struct GlooConnectOptions {
     ParallelSizes sizes;
-    int rank = 0;                 // global rank, dp_rank * tp + tp_rank
-    std::string store_host;       // the head's --data-parallel-address
-    int store_port = 0;           // its rendezvous port (--data-parallel-rpc-port)
+    int rank = 0;            // global rank, dp_rank * tp + tp_rank
+    std::string store_host;  // the head's --data-parallel-address
+    int store_port = 0;      // its rendezvous port (--data-parallel-rpc-port)
     // Transport address of this rank: the interface named by GLOO_SOCKET_IFNAME (read in cli/), or
     // else this hostname/address; both empty: the machine's hostname.
     std::string iface;

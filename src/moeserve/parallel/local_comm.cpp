@@ -29,7 +29,8 @@ public:
                        out.size(), size(), in.size());
         round(fmt::format("all_gather {}", in.size()), in, {}, [&](const auto& slots) {
             for (int r = 0; r < size(); ++r) {
-                if (!in.empty()) std::memcpy(out.data() + static_cast<size_t>(r) * in.size(), slots[r].data.data(), in.size());
+                if (!in.empty())
+                    std::memcpy(out.data() + static_cast<size_t>(r) * in.size(), slots[r].data.data(), in.size());
             }
         });
     }
@@ -79,8 +80,8 @@ public:
         round(fmt::format("reduce_scatter_sum {}", out.size()), std::as_bytes(in), {}, [&](const auto& slots) {
             std::fill(out.begin(), out.end(), 0.0f);
             for (int r = 0; r < size(); ++r) {
-                const auto* src = reinterpret_cast<const float*>(slots[r].data.data()) +
-                                  static_cast<size_t>(rank_) * out.size();
+                const auto* src =
+                    reinterpret_cast<const float*>(slots[r].data.data()) + static_cast<size_t>(rank_) * out.size();
                 for (size_t i = 0; i < out.size(); ++i) out[i] += src[i];
             }
         });
@@ -184,8 +185,8 @@ void LocalCommGroup::arrive_and_wait(int rank, const std::string& op) {
     const bool done = cv_.wait_for(lock, timeout_, [&] { return generation_ != gen || broken_; });
     if (broken_) fail(lock, broken_reason_);
     if (!done) {
-        fail(lock, fmt::format("rank {} waited {} ms in '{}' for peers that did not arrive", rank, timeout_.count(),
-                               op));
+        fail(lock,
+             fmt::format("rank {} waited {} ms in '{}' for peers that did not arrive", rank, timeout_.count(), op));
     }
 }
 

@@ -27,9 +27,9 @@ public:
 private:
     friend class LocalComm;
     struct Slot {
-        std::string op;                // operation and its sizes; must agree across ranks
-        std::vector<std::byte> data;   // a copy of the rank's input
-        std::vector<size_t> counts;    // per-rank byte counts (all_to_all_v send sizes)
+        std::string op;               // operation and its sizes; must agree across ranks
+        std::vector<std::byte> data;  // a copy of the rank's input
+        std::vector<size_t> counts;   // per-rank byte counts (all_to_all_v send sizes)
     };
     // Waits until every rank arrived (or throws kUnavailable on timeout / broken group).
     void arrive_and_wait(int rank, const std::string& op);

@@ -102,8 +102,9 @@ void MoeExchange::combine(Communicator& ep, float* out) {
         size_t src = 0;
         for (size_t r = 0; r < size; ++r) {
             const size_t n = static_cast<size_t>(counts_[r]) * row;
-            if (n > 0) std::memcpy(padded_.data() + r * static_cast<size_t>(max_rows) * row, local_out_.data() + src,
-                        n * sizeof(float));
+            if (n > 0)
+                std::memcpy(padded_.data() + r * static_cast<size_t>(max_rows) * row, local_out_.data() + src,
+                            n * sizeof(float));
             src += n;
         }
         recv_.resize(static_cast<size_t>(max_rows) * row);
@@ -118,8 +119,8 @@ void MoeExchange::combine(Communicator& ep, float* out) {
         recv_elems[r] = send_rows_[r] * hidden_;
     }
     recv_.resize(send_token_.size() * row);
-    ep.all_to_all_v<float>(std::span<const float>(local_out_.data(), static_cast<size_t>(num_local_) * row),
-                           send_elems, recv_, recv_elems);
+    ep.all_to_all_v<float>(std::span<const float>(local_out_.data(), static_cast<size_t>(num_local_) * row), send_elems,
+                           recv_, recv_elems);
     // 2. out[token] = sum of its partials, in rank order
     std::fill(out, out + static_cast<size_t>(num_tokens_) * row, 0.0f);
     for (size_t i = 0; i < send_token_.size(); ++i) {

@@ -39,10 +39,10 @@ public:
     void dispatch(Communicator& ep, MoeExchangeKind kind, const MoeTokens& tokens, int64_t experts_per_rank);
 
     int64_t num_local() const { return num_local_; }
-    const float* local_x() const { return local_x_.data(); }          // f32 [num_local, hidden]
-    const int32_t* local_ids() const { return local_ids_.data(); }    // int32 [num_local, k]
-    const float* local_weights() const { return local_w_.data(); }    // f32 [num_local, k]
-    float* local_out() { return local_out_.data(); }                  // f32 [num_local, hidden], caller fills
+    const float* local_x() const { return local_x_.data(); }        // f32 [num_local, hidden]
+    const int32_t* local_ids() const { return local_ids_.data(); }  // int32 [num_local, k]
+    const float* local_weights() const { return local_w_.data(); }  // f32 [num_local, k]
+    float* local_out() { return local_out_.data(); }                // f32 [num_local, hidden], caller fills
 
     // Collective: out f32 [num_tokens, hidden] (of the last dispatch) = the sum over ranks of
     // their local_out rows for this rank's tokens.

@@ -16,7 +16,8 @@ constexpr int kPollMs = 50;
 }
 
 EngineClient::EngineClient(EngineClientOptions options, Logger& logger)
-    : options_(std::move(options)), logger_(logger),
+    : options_(std::move(options)),
+      logger_(logger),
       channel_(options_.output_address, options_.input_addresses,
                {.heartbeat_timeout_ms = options_.heartbeat_timeout_ms, .rank_plane_key = options_.rank_plane_key}),
       engines_(options_.input_addresses.size()) {
@@ -27,8 +28,7 @@ EngineClient::EngineClient(EngineClientOptions options, Logger& logger)
 EngineClient::~EngineClient() { shutdown(); }
 
 int64_t EngineClient::now_ms() const {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
         .count();
 }
 
@@ -46,8 +46,7 @@ bool EngineClient::wait_ready(int timeout_ms) {
         }
         return false;
     };
-    ready_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                       [&] { return all_ready() || any_dead(); });
+    ready_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return all_ready() || any_dead(); });
     return all_ready();
 }
 
@@ -185,7 +184,9 @@ void EngineClient::receive_loop() {
                 }
                 auto& e = engines_[index];
                 if (!reply->healthy) {
-                    if (!e.dead) e.dead_reason = "engine " + std::to_string(reply->engine_index) + " reported unhealthy: " + reply->detail;
+                    if (!e.dead)
+                        e.dead_reason =
+                            "engine " + std::to_string(reply->engine_index) + " reported unhealthy: " + reply->detail;
                     e.dead = true;
                     e.gone = true;  // it exits after saying so
                 } else {
@@ -206,7 +207,8 @@ void EngineClient::receive_loop() {
         } else if (event.kind == Kind::kRejected) {
             if (now_ms() - last_rejected_log_ms_ > 10000) {
                 last_rejected_log_ms_ = now_ms();
-                MOESERVE_LOG_W(logger_, "api", "refused a connection from %s: it failed the rank-plane handshake (no or wrong key)",
+                MOESERVE_LOG_W(logger_, "api",
+                               "refused a connection from %s: it failed the rank-plane handshake (no or wrong key)",
                                event.detail.c_str());
             }
         } else if (event.kind == Kind::kMalformed) {
@@ -320,12 +322,15 @@ void EngineClient::check_engines() {
         if (!aborts[i].empty()) channel_.send(static_cast<int>(i), ipc::Abort{std::move(aborts[i])});
     }
     if (!timed_out.empty()) {
-        MOESERVE_LOG_W(logger_, "api", "%zu requests waited over %d ms without output; failing them (--request-queue-timeout)",
+        MOESERVE_LOG_W(logger_, "api",
+                       "%zu requests waited over %d ms without output; failing them (--request-queue-timeout)",
                        timed_out.size(), options_.queue_timeout_ms);
-        fail_requests(std::move(timed_out),
-                      fmt::format("The request waited more than {} s in the queue without being scheduled (--request-queue-timeout).",
-                                  options_.queue_timeout_ms / 1000.0),
-                      true);
+        fail_requests(
+            std::move(timed_out),
+            fmt::format(
+                "The request waited more than {} s in the queue without being scheduled (--request-queue-timeout).",
+                options_.queue_timeout_ms / 1000.0),
+            true);
     }
     for (const auto& [engine, reason] : to_fail) fail_engine(engine, reason);
 }

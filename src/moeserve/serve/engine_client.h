@@ -23,7 +23,7 @@
 namespace moeserve::serve {
 
 struct EngineClientOptions {
-    std::string output_address;               // the server's PULL socket (bound)
+    std::string output_address;                // the server's PULL socket (bound)
     std::vector<std::string> input_addresses;  // one per engine (bound)
     // An engine silent this long (no step outputs, no heartbeat, or its connection lost for
     // that long) is declared dead: its requests fail. Dead is not forever: an engine that is
@@ -87,9 +87,9 @@ private:
     struct EngineState {
         bool ready = false;
         bool dead = false;
-        bool gone = false;        // dead for good (mark_dead: its process exited)
-        std::string dead_reason;  // the receive thread fails the requests
-        bool failed = false;      // its requests have been failed
+        bool gone = false;                  // dead for good (mark_dead: its process exited)
+        std::string dead_reason;            // the receive thread fails the requests
+        bool failed = false;                // its requests have been failed
         std::vector<std::string> orphaned;  // failed while dead: aborted on it if it comes back
         int in_flight = 0;
         int64_t outstanding_tokens = 0;  // sum of the Pending::owed of its requests

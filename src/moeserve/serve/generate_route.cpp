@@ -27,24 +27,24 @@ struct Router::Job {
     bool chat = false;
     openai::ResponseMeta meta;
     openai::GenerationParams params;
-    openai::ToolRequest tools;                 // chat; chat_options points here
-    openai::ChatOutputOptions chat_options;    // chat
+    openai::ToolRequest tools;               // chat; chat_options points here
+    openai::ChatOutputOptions chat_options;  // chat
     std::shared_ptr<Responder> responder;
-    std::vector<std::string> engine_ids;          // per choice
+    std::vector<std::string> engine_ids;  // per choice
     std::vector<std::unique_ptr<ChoiceStream>> streams;
     std::vector<std::unique_ptr<openai::ChatOutput>> chat_outputs;  // chat: per choice
-    std::vector<openai::ToolParseResult> parsed;  // chat, non-streaming: per choice
-    std::vector<openai::ChoiceData> results;      // per choice: accumulated (non-streaming)
-    std::vector<int64_t> prompt_tokens;           // per choice
+    std::vector<openai::ToolParseResult> parsed;                    // chat, non-streaming: per choice
+    std::vector<openai::ChoiceData> results;                        // per choice: accumulated (non-streaming)
+    std::vector<int64_t> prompt_tokens;                             // per choice
     std::vector<size_t> prompt_of_choice;
-    std::vector<std::vector<int32_t>> prompt_ids; // per prompt (echo logprobs, prompt_logprobs)
-    std::vector<std::string> echo;                // per choice: text the answer starts with
-    bool echo_logprobs = false;  // completions with echo and logprobs: entries of the prompt first
-    bool echo_only = false;      // max_tokens 0 with echo: the prompt, nothing generated
-    std::vector<int64_t> chars_sent;              // completions, streaming: characters sent (text_offset)
-    std::vector<double> first_token_time;         // per choice, 0 = none yet
-    std::vector<double> last_token_time;          // per choice: inter-token latency
-    std::vector<double> queue_seconds;            // per choice, as the engine reported
+    std::vector<std::vector<int32_t>> prompt_ids;  // per prompt (echo logprobs, prompt_logprobs)
+    std::vector<std::string> echo;                 // per choice: text the answer starts with
+    bool echo_logprobs = false;                    // completions with echo and logprobs: entries of the prompt first
+    bool echo_only = false;                        // max_tokens 0 with echo: the prompt, nothing generated
+    std::vector<int64_t> chars_sent;               // completions, streaming: characters sent (text_offset)
+    std::vector<double> first_token_time;          // per choice, 0 = none yet
+    std::vector<double> last_token_time;           // per choice: inter-token latency
+    std::vector<double> queue_seconds;             // per choice, as the engine reported
     std::vector<int64_t> cached_tokens;
     std::vector<bool> first_chunk_sent;
     size_t num_finished = 0;
@@ -79,7 +79,8 @@ void Router::warn_unknown_fields(const std::vector<std::string>& fields, const c
     for (const auto& f : fields) {
         std::lock_guard lock(warned_mutex_);
         if (!warned_fields_.insert(f).second) continue;
-        MOESERVE_LOG_W(logger_, "api", "%s: ignoring the request field '%s' (unknown here; logged once)", route, f.c_str());
+        MOESERVE_LOG_W(logger_, "api", "%s: ignoring the request field '%s' (unknown here; logged once)", route,
+                       f.c_str());
     }
 }
 
@@ -89,7 +90,8 @@ Router::ChatPrompt Router::chat_prompt(const ChatPromptInput& in) const {
         try {
             own = tokenizer::ChatTemplate::parse(in.chat_template);
         } catch (const Error& e) {
-            throw ApiError(400, std::string("'chat_template' is not a valid template: ") + e.what(), "invalid_request_error", "chat_template");
+            throw ApiError(400, std::string("'chat_template' is not a valid template: ") + e.what(),
+                           "invalid_request_error", "chat_template");
         }
     }
     const tokenizer::ChatTemplate* tmpl = own ? &*own : chat_template_ ? &*chat_template_ : nullptr;
@@ -97,7 +99,8 @@ Router::ChatPrompt Router::chat_prompt(const ChatPromptInput& in) const {
     OJson extra = in.kwargs.is_object() ? in.kwargs : OJson::object();
     for (const char* reserved : {"messages", "add_generation_prompt", "tools"}) {  // request fields
         if (extra.contains(reserved)) {
-            throw ApiError(400, fmt::format("chat_template_kwargs may not set '{}'; pass it as a request field.", reserved),
+            throw ApiError(400,
+                           fmt::format("chat_template_kwargs may not set '{}'; pass it as a request field.", reserved),
                            "invalid_request_error", fmt::format("chat_template_kwargs.{}", reserved));
         }
     }
@@ -142,8 +145,10 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
     const auto check_fan_out = [this](size_t num_prompts, int32_t n) {
         const size_t choices = num_prompts * static_cast<size_t>(std::max(1, n));
         if (choices > static_cast<size_t>(config_.max_choices_per_request)) {
-            throw ApiError(400, fmt::format("This request asks for {} sequences ({} prompts x n={}); the limit is {} "
-                                            "(--max-choices-per-request).", choices, num_prompts, n, config_.max_choices_per_request),
+            throw ApiError(400,
+                           fmt::format("This request asks for {} sequences ({} prompts x n={}); the limit is {} "
+                                       "(--max-choices-per-request).",
+                                       choices, num_prompts, n, config_.max_choices_per_request),
                            "invalid_request_error", "n");
         }
     };
@@ -169,11 +174,16 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
         check_fan_out(1, job->params.n);
         using Choice = openai::ToolRequest::Choice;
         if (job->tools.choice == Choice::kAuto && config_.tool_call_parser.empty()) {
-            throw ApiError(400, "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",
+            throw ApiError(400,
+                           "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",
                            "invalid_request_error", "tool_choice");
         }
-        ChatPromptInput in{&r.messages, r.add_generation_prompt, r.continue_final_message, r.add_special_tokens,
-                           job->tools.choice == Choice::kNone ? OJson() : job->tools.tools, r.chat_template_kwargs,
+        ChatPromptInput in{&r.messages,
+                           r.add_generation_prompt,
+                           r.continue_final_message,
+                           r.add_special_tokens,
+                           job->tools.choice == Choice::kNone ? OJson() : job->tools.tools,
+                           r.chat_template_kwargs,
                            r.chat_template};
         ChatPrompt prompt = chat_prompt(in);
         auto& o = job->chat_options;
@@ -214,8 +224,11 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
     }
     auto& params = job->params;
     if (params.priority != 0 && !config_.priority_scheduling) {  // vLLM's check
-        throw ApiError(400, fmt::format("Got priority {} but Priority scheduling is not enabled (--scheduling-policy priority).",
-                                        params.priority), "invalid_request_error", "priority");
+        throw ApiError(
+            400,
+            fmt::format("Got priority {} but Priority scheduling is not enabled (--scheduling-policy priority).",
+                        params.priority),
+            "invalid_request_error", "priority");
     }
     if (!params.request_id.empty()) job->meta.id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", params.request_id);
     if (params.truncate_prompt_tokens) {
@@ -237,14 +250,17 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
     std::vector<ipc::AddRequest> adds;
     const auto& p = job->params;
     for (size_t i = 0; i < prompts.size(); ++i) {
-        if (prompts[i].empty()) throw ApiError(400, "The prompt is empty after tokenization.", "invalid_request_error", chat ? "messages" : "prompt");
+        if (prompts[i].empty())
+            throw ApiError(400, "The prompt is empty after tokenization.", "invalid_request_error",
+                           chat ? "messages" : "prompt");
         openai::GenerationParams sized = p;
         if (job->echo_only) sized.max_tokens = 1;  // vLLM: one token runs, none is returned
         if (!sized.max_tokens && g.max_tokens) {
             const int64_t room = config_.limits.max_model_len - static_cast<int64_t>(prompts[i].size());
             sized.max_tokens = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(*g.max_tokens, room)));
         }
-        const int32_t max_tokens = openai::resolve_max_tokens(static_cast<int64_t>(prompts[i].size()), sized, config_.limits, chat);
+        const int32_t max_tokens =
+            openai::resolve_max_tokens(static_cast<int64_t>(prompts[i].size()), sized, config_.limits, chat);
         for (int32_t k = 0; k < p.n; ++k) {
             ipc::AddRequest a;
             a.request_id = fmt::format("{}-{}", engine_base, adds.size());
@@ -264,7 +280,8 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
             s.min_tokens = p.min_tokens;
             s.stop_token_ids = p.stop_token_ids;
             if (!p.ignore_eos) {
-                s.stop_token_ids.insert(s.stop_token_ids.end(), config_.eos_token_ids.begin(), config_.eos_token_ids.end());
+                s.stop_token_ids.insert(s.stop_token_ids.end(), config_.eos_token_ids.begin(),
+                                        config_.eos_token_ids.end());
             }
             s.ignore_eos = p.ignore_eos;
             s.logprobs = p.logprobs;
@@ -313,17 +330,23 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
     });
     if (p.stream) {
         // A stream's status is sent before any output: refuse it while no engine can take it.
-        if (!engines_.healthy()) throw ApiError(503, "The engine is not running.", "server_error", std::nullopt, "engine_unavailable");
+        if (!engines_.healthy())
+            throw ApiError(503, "The engine is not running.", "server_error", std::nullopt, "engine_unavailable");
         metrics_.on_http_status(200);
         responder->start_stream();
     }
     for (size_t c = 0; c < num_choices; ++c) {
-        const bool sent = engines_.add(std::move(adds[c]), [this, job, c](const ipc::RequestOutput& out) { on_output(job, c, out); });
+        const bool sent =
+            engines_.add(std::move(adds[c]), [this, job, c](const ipc::RequestOutput& out) { on_output(job, c, out); });
         if (!sent) {
             job->done = true;  // later (abort) outputs are ignored
-            engines_.abort(std::vector<std::string>(job->engine_ids.begin(), job->engine_ids.begin() + static_cast<long>(c)));
+            engines_.abort(
+                std::vector<std::string>(job->engine_ids.begin(), job->engine_ids.begin() + static_cast<long>(c)));
             if (p.stream) {
-                responder->send_chunk("data: " + openai::error_body(ApiError(503, "The engine is not running.", "server_error", std::nullopt, "engine_unavailable")) + "\n\n" + openai::sse_done());
+                responder->send_chunk("data: " +
+                                      openai::error_body(ApiError(503, "The engine is not running.", "server_error",
+                                                                  std::nullopt, "engine_unavailable")) +
+                                      "\n\n" + openai::sse_done());
                 responder->end_stream();
                 return;
             }
@@ -343,11 +366,15 @@ OJson Router::prompt_logprobs_json(const std::vector<ipc::TokenLogprobs>& entrie
     const auto text = [this](int32_t id) { return tokenizer_.decode(std::span<const int32_t>(&id, 1)); };
     for (const auto& e : entries) {
         OJson m = OJson::object();
-        m[std::to_string(e.token_id)] = {{"logprob", std::max(e.logprob, -9999.0f)}, {"rank", e.rank}, {"decoded_token", text(e.token_id)}};
+        m[std::to_string(e.token_id)] = {
+            {"logprob", std::max(e.logprob, -9999.0f)}, {"rank", e.rank}, {"decoded_token", text(e.token_id)}};
         for (size_t k = 0; k < e.top.size(); ++k) {
             const auto& [id, lp] = e.top[k];
             const std::string key = std::to_string(id);
-            if (!m.contains(key)) m[key] = {{"logprob", std::max(lp, -9999.0f)}, {"rank", static_cast<int>(k) + 1}, {"decoded_token", text(id)}};
+            if (!m.contains(key))
+                m[key] = {{"logprob", std::max(lp, -9999.0f)},
+                          {"rank", static_cast<int>(k) + 1},
+                          {"decoded_token", text(id)}};
         }
         out.push_back(std::move(m));
     }
@@ -361,9 +388,11 @@ void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::Req
     if (out.finish_reason == ipc::FinishReason::kError) {
         const bool engine_down = !engines_.healthy();
         MOESERVE_LOG_E(logger_, "api", "request %s failed: %s", out.request_id.c_str(), out.error.c_str());
-        metrics_.on_request_finished({"error", job->prompt_tokens[c], stream.num_tokens(), 0, steady_seconds() - job->arrival});
+        metrics_.on_request_finished(
+            {"error", job->prompt_tokens[c], stream.num_tokens(), 0, steady_seconds() - job->arrival});
         if (out.overloaded) return fail_job(job, 503, out.error, "queue_timeout");
-        return fail_job(job, engine_down ? 503 : 500, (engine_down ? "The engine is not running: " : "The engine failed the request: ") + out.error,
+        return fail_job(job, engine_down ? 503 : 500,
+                        (engine_down ? "The engine is not running: " : "The engine failed the request: ") + out.error,
                         engine_down ? "engine_unavailable" : nullptr);
     }
     if (out.num_cached_tokens > 0) job->cached_tokens[c] = out.num_cached_tokens;
@@ -440,16 +469,18 @@ void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::Req
             d.stop_reason = stream.stop_reason();
         }
         if (job->params.continuous_usage_stats) {
-            d.usage = openai::Usage{job->prompt_tokens[c], job->echo_only ? 0 : stream.num_tokens(), job->cached_tokens[c]};
+            d.usage =
+                openai::Usage{job->prompt_tokens[c], job->echo_only ? 0 : stream.num_tokens(), job->cached_tokens[c]};
         }
-        const bool has_news = !d.text.empty() || !d.reasoning.empty() || !d.tool_call_deltas.empty() || d.finish_reason ||
-                              !d.logprobs.empty() || !d.prompt_logprobs.is_null();
+        const bool has_news = !d.text.empty() || !d.reasoning.empty() || !d.tool_call_deltas.empty() ||
+                              d.finish_reason || !d.logprobs.empty() || !d.prompt_logprobs.is_null();
         if (has_news || (first && job->chat)) {
             job->first_chunk_sent[c] = true;
             for (const auto& lp : d.logprobs) job->chars_sent[c] += openai::utf8_length(lp.token);
             if (d.logprobs.empty()) job->chars_sent[c] += openai::utf8_length(d.text);
             if (!job->disconnected) {
-                job->responder->send_chunk(openai::sse_event(job->chat ? openai::chat_chunk(job->meta, d, first) : openai::completion_chunk(job->meta, d)));
+                job->responder->send_chunk(openai::sse_event(job->chat ? openai::chat_chunk(job->meta, d, first)
+                                                                       : openai::completion_chunk(job->meta, d)));
             }
         }
     } else {
@@ -465,11 +496,13 @@ void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::Req
     const double now = steady_seconds();
     const double ttft = job->first_token_time[c] > 0 ? job->first_token_time[c] - job->arrival : 0;
     const int64_t num_generated = job->echo_only ? 0 : stream.num_tokens();
-    if (config_.log_requests) MOESERVE_LOG_I(logger_, "api", "request %s finished: reason=%s prompt_tokens=%lld output_tokens=%lld ttft=%.3fs e2e=%.3fs",
-                   job->engine_ids[c].c_str(), stream.finish_reason().c_str(), static_cast<long long>(job->prompt_tokens[c]),
-                   static_cast<long long>(num_generated), ttft, now - job->arrival);
-    metrics_.on_request_finished({stream.finish_reason(), job->prompt_tokens[c], num_generated, ttft, now - job->arrival,
-                                  job->queue_seconds[c]});
+    if (config_.log_requests)
+        MOESERVE_LOG_I(
+            logger_, "api", "request %s finished: reason=%s prompt_tokens=%lld output_tokens=%lld ttft=%.3fs e2e=%.3fs",
+            job->engine_ids[c].c_str(), stream.finish_reason().c_str(), static_cast<long long>(job->prompt_tokens[c]),
+            static_cast<long long>(num_generated), ttft, now - job->arrival);
+    metrics_.on_request_finished({stream.finish_reason(), job->prompt_tokens[c], num_generated, ttft,
+                                  now - job->arrival, job->queue_seconds[c]});
     if (job->chat) {
         result.text = job->echo[c] + job->parsed[c].content;
         result.tool_calls = std::move(job->parsed[c].calls);
@@ -510,7 +543,8 @@ void Router::finish_job(const std::shared_ptr<Job>& job) {
 void Router::fail_job(const std::shared_ptr<Job>& job, int status, const std::string& message, const char* code) {
     job->done = true;
     engines_.abort(job->engine_ids);
-    const ApiError error(status, message, "server_error", std::nullopt, code ? std::optional<std::string>(code) : std::nullopt);
+    const ApiError error(status, message, "server_error", std::nullopt,
+                         code ? std::optional<std::string>(code) : std::nullopt);
     if (job->params.stream) {
         job->responder->send_chunk("data: " + openai::error_body(error) + "\n\n" + openai::sse_done());
         job->responder->end_stream();

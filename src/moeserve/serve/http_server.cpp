@@ -58,9 +58,7 @@ bool listed(const std::vector<std::string>& list, const std::string& value) {
     return false;
 }
 
-bool lists_any(const std::vector<std::string>& list) {
-    return std::find(list.begin(), list.end(), "*") != list.end();
-}
+bool lists_any(const std::vector<std::string>& list) { return std::find(list.begin(), list.end(), "*") != list.end(); }
 
 std::string join(const std::vector<std::string>& list) {
     std::string out;
@@ -109,9 +107,10 @@ std::string preflight_response(const CorsOptions& cors, const std::string& origi
     }
     std::string extra = cors_headers(cors, origin);
     if (extra.empty()) extra = "Access-Control-Allow-Origin: " + origin + "\r\nVary: Origin\r\n";
-    extra += "Access-Control-Allow-Methods: " +
-             (lists_any(cors.methods) ? std::string("DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT") : join(cors.methods)) +
-             "\r\n";
+    extra +=
+        "Access-Control-Allow-Methods: " +
+        (lists_any(cors.methods) ? std::string("DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT") : join(cors.methods)) +
+        "\r\n";
     const std::string allowed_headers = lists_any(cors.headers) ? request_headers : join(cors.headers);
     if (!allowed_headers.empty()) extra += "Access-Control-Allow-Headers: " + allowed_headers + "\r\n";
     extra += "Access-Control-Max-Age: 600\r\n";
@@ -183,7 +182,8 @@ public:
             enqueue(
                 "HTTP/1.1 200 OK\r\nServer: moeserve\r\nContent-Type: "
                 "text/event-stream\r\n"
-                "Cache-Control: no-cache\r\nConnection: close\r\n" + cors_ + "\r\n");
+                "Cache-Control: no-cache\r\nConnection: close\r\n" +
+                cors_ + "\r\n");
             return;
         }
         enqueue(
@@ -412,8 +412,10 @@ private:
     // without a close_notify, as a timeout or reset would.
     template <typename F>
     void with_stream(F&& f) {
-        if (tls_) f(*tls_);
-        else f(socket_);
+        if (tls_)
+            f(*tls_);
+        else
+            f(socket_);
     }
 
     tcp::socket socket_;
@@ -500,8 +502,10 @@ std::unique_ptr<net::ssl::context> make_tls_context(const HttpServerOptions::Tls
         fn(ec);
         if (ec) raise(ErrorCode::kInvalidArgument, "{} '{}': {}", flag, file, ec.message());
     };
-    load("--ssl-certfile", t.cert_file, [&](beast::error_code& ec) { ctx->use_certificate_chain_file(t.cert_file, ec); });
-    load("--ssl-keyfile", t.key_file, [&](beast::error_code& ec) { ctx->use_private_key_file(t.key_file, net::ssl::context::pem, ec); });
+    load("--ssl-certfile", t.cert_file,
+         [&](beast::error_code& ec) { ctx->use_certificate_chain_file(t.cert_file, ec); });
+    load("--ssl-keyfile", t.key_file,
+         [&](beast::error_code& ec) { ctx->use_private_key_file(t.key_file, net::ssl::context::pem, ec); });
     if (!t.ca_file.empty()) {
         load("--ssl-ca-certs", t.ca_file, [&](beast::error_code& ec) { ctx->load_verify_file(t.ca_file, ec); });
     }
@@ -538,9 +542,9 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     tcp::acceptor acceptor;
     net::steady_timer backoff;
     net::executor_work_guard<net::io_context::executor_type> work;
-    int reserve_fd = -1;          // given up to accept-and-close a client when descriptors run out
-    bool accept_failing = false;  // logged once per burst
-    bool at_limit = false;        // likewise
+    int reserve_fd = -1;                     // given up to accept-and-close a client when descriptors run out
+    bool accept_failing = false;             // logged once per burst
+    bool at_limit = false;                   // likewise
     std::unique_ptr<net::ssl::context> tls;  // HTTPS when options.tls has a certificate
 
     Impl(HttpServerOptions o, Handler h)
@@ -566,9 +570,10 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     void accept() {
         // Handlers the server's own io_context holds keep only weak references: a strong one
         // would be a cycle (Impl owns the io_context), and the server would never be freed.
-        acceptor.async_accept(net::make_strand(ioc), [weak = weak_from_this()](beast::error_code ec, tcp::socket socket) {
-            if (auto self = weak.lock()) self->on_accept(ec, std::move(socket));
-        });
+        acceptor.async_accept(net::make_strand(ioc),
+                              [weak = weak_from_this()](beast::error_code ec, tcp::socket socket) {
+                                  if (auto self = weak.lock()) self->on_accept(ec, std::move(socket));
+                              });
     }
 
     void on_accept(beast::error_code ec, tcp::socket socket) {

@@ -14,8 +14,7 @@ std::string& kernel_isa() {
 
 void set_kernel_isa_info(const std::string& isa) { kernel_isa() = isa; }
 
-Histogram::Histogram(std::vector<double> bounds)
-    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
 
 void Histogram::observe(double value) {
     size_t i = 0;
@@ -53,16 +52,15 @@ std::vector<double> one_two_five(int64_t max) {
 Metrics::Metrics(std::string model_name, int64_t max_model_len, CacheConfigInfo cache_config)
     : model_name_(std::move(model_name)),
       cache_config_(std::move(cache_config)),
-      ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-             7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}),
-      tpot_({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-             10.0, 20.0, 40.0, 80.0}),
-      itl_({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-            10.0, 20.0, 40.0, 80.0}),
-      e2e_({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-            120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}),
-      queue_({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-              120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}),
+      ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+             1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}),
+      tpot_(
+          {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}),
+      itl_({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}),
+      e2e_({0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+            30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}),
+      queue_({0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+              30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}),
       prompt_tokens_(one_two_five(max_model_len)),
       generation_tokens_(one_two_five(max_model_len)) {}
 
@@ -112,7 +110,8 @@ std::string Metrics::render(const std::vector<ipc::Stats>& engines, int num_in_f
                [](S s) { return s.num_waiting; });
     per_engine("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
                [](S s) { return s.kv_cache_usage; });
-    per_engine("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.",
+    per_engine("vllm:prefix_cache_queries_total", "counter",
+               "Prefix cache queries, in terms of number of queried tokens.",
                [](S s) { return s.prefix_cache_queries; });
     per_engine("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
                [](S s) { return s.prefix_cache_hits; });
@@ -130,9 +129,11 @@ std::string Metrics::render(const std::vector<ipc::Stats>& engines, int num_in_f
         for (size_t b = 0; b <= num_bounds; ++b) {
             if (b < s.iteration_token_steps.size()) cumulative += s.iteration_token_steps[b];
             const std::string le = b < num_bounds ? std::to_string(ipc::kIterationTokenBuckets[b]) : "+Inf";
-            out += fmt::format("vllm:iteration_tokens_total_bucket{{{},engine=\"{}\",le=\"{}\"}} {}\n", model, s.engine_index, le, cumulative);
+            out += fmt::format("vllm:iteration_tokens_total_bucket{{{},engine=\"{}\",le=\"{}\"}} {}\n", model,
+                               s.engine_index, le, cumulative);
         }
-        out += fmt::format("vllm:iteration_tokens_total_sum{{{},engine=\"{}\"}} {}\n", model, s.engine_index, s.iteration_tokens_sum);
+        out += fmt::format("vllm:iteration_tokens_total_sum{{{},engine=\"{}\"}} {}\n", model, s.engine_index,
+                           s.iteration_tokens_sum);
         out += fmt::format("vllm:iteration_tokens_total_count{{{},engine=\"{}\"}} {}\n", model, s.engine_index, count);
     }
     if (!cache_config_.empty()) {
@@ -146,8 +147,8 @@ std::string Metrics::render(const std::vector<ipc::Stats>& engines, int num_in_f
         head("vllm:request_success_total", "counter", "Count of successfully processed requests.");
         for (const char* reason : {"stop", "length", "abort", "error"}) {
             const auto it = finished_by_reason_.find(reason);
-            out += fmt::format("vllm:request_success_total{{{},finished_reason=\"{}\"}} {}\n", model,
-                               reason, it == finished_by_reason_.end() ? 0 : it->second);
+            out += fmt::format("vllm:request_success_total{{{},finished_reason=\"{}\"}} {}\n", model, reason,
+                               it == finished_by_reason_.end() ? 0 : it->second);
         }
         const auto histogram = [&](const char* name, const char* help, const Histogram& h) {
             head(name, "histogram", help);
@@ -155,7 +156,8 @@ std::string Metrics::render(const std::vector<ipc::Stats>& engines, int num_in_f
         };
         histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttft_);
         histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", itl_);
-        histogram("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds (per request).", tpot_);
+        histogram("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds (per request).",
+                  tpot_);
         histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", e2e_);
         histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", queue_);
         histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", prompt_tokens_);
@@ -168,26 +170,30 @@ std::string Metrics::render(const std::vector<ipc::Stats>& engines, int num_in_f
     }
     head("moeserve:num_requests_in_flight", "gauge", "Requests the API server sent and not finished.");
     out += fmt::format("moeserve:num_requests_in_flight{{{}}} {}\n", model, num_in_flight);
-    head("moeserve:engine_steps_total", "counter", "Engine steps by phase, per engine (dummy: lock-step steps without work).");
+    head("moeserve:engine_steps_total", "counter",
+         "Engine steps by phase, per engine (dummy: lock-step steps without work).");
     for (const auto& s : engines) {
-        for (const auto& [phase, n] : {std::pair{"prefill", s.num_prefill_steps}, std::pair{"decode", s.num_decode_steps},
-                                       std::pair{"dummy", s.num_dummy_steps}, std::pair{"all", s.num_steps}}) {
+        for (const auto& [phase, n] :
+             {std::pair{"prefill", s.num_prefill_steps}, std::pair{"decode", s.num_decode_steps},
+              std::pair{"dummy", s.num_dummy_steps}, std::pair{"all", s.num_steps}}) {
             out += fmt::format("moeserve:engine_steps_total{{{},engine=\"{}\",phase=\"{}\"}} {}\n", model,
                                s.engine_index, phase, n);
         }
     }
     // DP lock-step / PD hybrid counters (engine/dp_coordinator.h); zero for a single engine.
-    head("moeserve:dummy_steps_total", "counter", "Dummy forwards (no work of the agreed phase), per engine and phase.");
+    head("moeserve:dummy_steps_total", "counter",
+         "Dummy forwards (no work of the agreed phase), per engine and phase.");
     for (const auto& s : engines) {
-        for (const auto& [phase, n] : {std::pair{"prefill", s.num_dummy_prefill_steps},
-                                       std::pair{"decode", s.num_dummy_decode_steps}}) {
+        for (const auto& [phase, n] :
+             {std::pair{"prefill", s.num_dummy_prefill_steps}, std::pair{"decode", s.num_dummy_decode_steps}}) {
             out += fmt::format("moeserve:dummy_steps_total{{{},engine=\"{}\",phase=\"{}\"}} {}\n", model,
                                s.engine_index, phase, n);
         }
     }
     per_engine("moeserve:guard_decode_steps_total", "counter", "Decode steps forced by the PD-hybrid starvation guard.",
                [](S s) { return s.num_guard_decode_steps; });
-    per_engine("moeserve:decode_requests_stalled_total", "counter", "Sum over prefill steps of the decodes kept waiting.",
+    per_engine("moeserve:decode_requests_stalled_total", "counter",
+               "Sum over prefill steps of the decodes kept waiting.",
                [](S s) { return s.num_decode_requests_stalled; });
     per_engine("moeserve:dp_control_seconds_total", "counter", "Seconds in the per-step DP control collective.",
                [](S s) { return s.dp_control_seconds; });
@@ -197,15 +203,17 @@ std::string Metrics::render(const std::vector<ipc::Stats>& engines, int num_in_f
          "Engine step time by part, per engine: schedule, prepare (ForwardBatch + block tables), forward "
          "(lm_head included), sample (logits -> tokens), update (scheduler outputs), output (IPC of the outputs).");
     for (const auto& s : engines) {
-        for (const auto& [part, v] : {std::pair{"schedule", s.step_schedule_seconds}, std::pair{"prepare", s.step_prepare_seconds},
-                                      std::pair{"forward", s.step_forward_seconds}, std::pair{"sample", s.step_sample_seconds},
-                                      std::pair{"update", s.step_update_seconds}, std::pair{"output", s.step_output_seconds}}) {
-            out += fmt::format("moeserve:step_seconds_total{{{},engine=\"{}\",part=\"{}\"}} {}\n", model, s.engine_index,
-                               part, v);
+        for (const auto& [part, v] :
+             {std::pair{"schedule", s.step_schedule_seconds}, std::pair{"prepare", s.step_prepare_seconds},
+              std::pair{"forward", s.step_forward_seconds}, std::pair{"sample", s.step_sample_seconds},
+              std::pair{"update", s.step_update_seconds}, std::pair{"output", s.step_output_seconds}}) {
+            out += fmt::format("moeserve:step_seconds_total{{{},engine=\"{}\",part=\"{}\"}} {}\n", model,
+                               s.engine_index, part, v);
         }
     }
     if (!kernel_isa().empty()) {
-        head("moeserve:kernel_isa_info", "gauge", "The ISA level the CPU kernels run at (MOESERVE_ISA or the best found).");
+        head("moeserve:kernel_isa_info", "gauge",
+             "The ISA level the CPU kernels run at (MOESERVE_ISA or the best found).");
         out += fmt::format("moeserve:kernel_isa_info{{isa=\"{}\"}} 1\n", kernel_isa());
     }
     return out;

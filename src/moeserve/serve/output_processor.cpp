@@ -58,8 +58,8 @@ OutputProcessor::Processed OutputProcessor::process(std::span<const ipc::Request
         d.stop_token_id = o.stop_token_id;
         d.finished = o.finish_reason != ipc::FinishReason::kNone;
         for (size_t i = 0; i < o.new_token_ids.size(); ++i) {
-            const bool is_stop_token = o.stop_token_id && i + 1 == o.new_token_ids.size() &&
-                                       o.new_token_ids[i] == *o.stop_token_id;
+            const bool is_stop_token =
+                o.stop_token_id && i + 1 == o.new_token_ids.size() && o.new_token_ids[i] == *o.stop_token_id;
             if (is_stop_token && !s.options.include_stop_str_in_output) continue;
             s.text += s.detok.push(o.new_token_ids[i]);
         }

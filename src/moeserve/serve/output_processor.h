@@ -18,22 +18,22 @@ namespace moeserve::serve {
 
 // The text-level options of one request (the engine never sees them).
 struct OutputOptions {
-    std::vector<std::string> stop;             // stop strings (empty ones are ignored)
-    bool include_stop_str_in_output = false;   // keep the matched stop string (or stop token) text
+    std::vector<std::string> stop;            // stop strings (empty ones are ignored)
+    bool include_stop_str_in_output = false;  // keep the matched stop string (or stop token) text
     bool skip_special_tokens = true;
 };
 
 // What one request gained from one engine output.
 struct TextDelta {
     std::string request_id;
-    std::string text;                 // new text (stop string cut off, held-back tail excluded)
+    std::string text;  // new text (stop string cut off, held-back tail excluded)
     std::vector<ipc::TokenId> token_ids;
     std::vector<ipc::TokenLogprobs> logprobs;
     std::optional<std::vector<ipc::TokenLogprobs>> prompt_logprobs;
     bool finished = false;
     ipc::FinishReason finish_reason = ipc::FinishReason::kNone;
-    std::optional<std::string> stop_string;    // the stop string that finished it
-    std::optional<ipc::TokenId> stop_token_id; // or the stop/EOS token
+    std::optional<std::string> stop_string;     // the stop string that finished it
+    std::optional<ipc::TokenId> stop_token_id;  // or the stop/EOS token
     int32_t num_prompt_tokens = 0;
     int32_t num_cached_tokens = 0;
     std::string error;
@@ -52,8 +52,8 @@ public:
     size_t num_requests() const { return states_.size(); }
 
     struct Processed {
-        std::vector<TextDelta> deltas;            // one per output of a tracked request
-        std::vector<std::string> engine_aborts;   // finished here by a stop string: abort them
+        std::vector<TextDelta> deltas;           // one per output of a tracked request
+        std::vector<std::string> engine_aborts;  // finished here by a stop string: abort them
     };
     // Turns one engine step's outputs into text deltas. While a request runs, the last
     // (longest stop string - 1) bytes are held back (they may start a stop string), rounded to a
@@ -66,9 +66,9 @@ private:
     struct State {
         OutputOptions options;
         tokenizer::IncrementalDetokenizer detok;
-        std::string text;         // all text so far
-        size_t num_sent = 0;      // bytes of text already returned
-        size_t num_checked = 0;   // bytes already searched for stop strings
+        std::string text;        // all text so far
+        size_t num_sent = 0;     // bytes of text already returned
+        size_t num_checked = 0;  // bytes already searched for stop strings
         size_t max_stop_len = 0;
     };
     // Searches the new part of the text for the earliest stop string; cuts the text there.

@@ -18,10 +18,15 @@ namespace moeserve::serve {
 using openai::ApiError;
 using OJson = nlohmann::ordered_json;
 
-Router::Router(RouterConfig config, const tokenizer::Tokenizer& tokenizer, EngineClient& engines,
-               Metrics& metrics, Logger& logger)
-    : config_(std::move(config)), tokenizer_(tokenizer), engines_(engines), metrics_(metrics),
-      logger_(logger), id_salt_(std::random_device{}()), workers_(config_.num_workers) {
+Router::Router(RouterConfig config, const tokenizer::Tokenizer& tokenizer, EngineClient& engines, Metrics& metrics,
+               Logger& logger)
+    : config_(std::move(config)),
+      tokenizer_(tokenizer),
+      engines_(engines),
+      metrics_(metrics),
+      logger_(logger),
+      id_salt_(std::random_device{}()),
+      workers_(config_.num_workers) {
     if (!config_.chat_template.empty()) {
         chat_template_ = tokenizer::ChatTemplate::parse(config_.chat_template);
     } else if (tokenizer_.chat_template()) {
@@ -57,7 +62,8 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
     size_t diff = a.size() ^ b.size();
     const size_t n = std::max(a.size(), b.size());
     for (size_t i = 0; i < n; ++i) {
-        diff |= static_cast<unsigned char>(i < a.size() ? a[i] : 0) ^ static_cast<unsigned char>(i < b.size() ? b[i] : 0);
+        diff |=
+            static_cast<unsigned char>(i < a.size() ? a[i] : 0) ^ static_cast<unsigned char>(i < b.size() ? b[i] : 0);
     }
     return diff == 0;
 }
@@ -71,7 +77,8 @@ std::string lower(std::string s) {
 std::string host_name(const std::string& host) {
     if (!host.empty() && host[0] == '[') return lower(host.substr(1, host.find(']') - 1));
     const size_t colon = host.find(':');
-    if (colon != std::string::npos && host.find(':', colon + 1) == std::string::npos) return lower(host.substr(0, colon));
+    if (colon != std::string::npos && host.find(':', colon + 1) == std::string::npos)
+        return lower(host.substr(0, colon));
     return lower(host);
 }
 
@@ -101,9 +108,10 @@ void Router::guarded(const HttpRequest& request, const std::shared_ptr<Responder
     } catch (const Error& e) {
         reply(responder, 400, kJsonMediaType, openai::error_body(ApiError(400, e.what())));
     } catch (const std::exception& e) {
-        MOESERVE_LOG_E(logger_, "api", "%s %s: internal error: %s", request.method.c_str(),
-                       request.target.c_str(), e.what());
-        reply(responder, 500, kJsonMediaType, openai::error_body(ApiError(500, std::string("internal error: ") + e.what(), "server_error")));
+        MOESERVE_LOG_E(logger_, "api", "%s %s: internal error: %s", request.method.c_str(), request.target.c_str(),
+                       e.what());
+        reply(responder, 500, kJsonMediaType,
+              openai::error_body(ApiError(500, std::string("internal error: ") + e.what(), "server_error")));
     }
 }
 
@@ -130,25 +138,32 @@ bool Router::host_allowed(const std::string& host) const {
 // The Host / Origin policy (DNS rebinding, cross-site requests), then auth: before any work.
 void Router::check_access(const HttpRequest& request, const std::string& path) const {
     if (!request.host.empty() && !host_allowed(request.host)) {
-        throw ApiError(403, fmt::format("Host '{}' is not allowed: this server answers loopback names only; "
-                                        "name other hosts with --allowed-hosts.", request.host),
+        throw ApiError(403,
+                       fmt::format("Host '{}' is not allowed: this server answers loopback names only; "
+                                   "name other hosts with --allowed-hosts.",
+                                   request.host),
                        "invalid_request_error", std::nullopt, "host_not_allowed");
     }
     if (!request.origin.empty()) {
         const size_t scheme = request.origin.find("://");
-        const std::string origin_host = scheme == std::string::npos ? request.origin : request.origin.substr(scheme + 3);
+        const std::string origin_host =
+            scheme == std::string::npos ? request.origin : request.origin.substr(scheme + 3);
         const auto& origins = config_.allowed_origins;
         const bool listed = std::find(origins.begin(), origins.end(), "*") != origins.end() ||
                             std::find(origins.begin(), origins.end(), request.origin) != origins.end();
         if (!listed && !host_allowed(origin_host)) {
-            throw ApiError(403, fmt::format("Cross-origin requests from '{}' are not allowed; name the origin with --allowed-origins (or its host with --allowed-hosts).", request.origin),
+            throw ApiError(403,
+                           fmt::format("Cross-origin requests from '{}' are not allowed; name the origin with "
+                                       "--allowed-origins (or its host with --allowed-hosts).",
+                                       request.origin),
                            "invalid_request_error", std::nullopt, "origin_not_allowed");
         }
     }
     if (path.rfind("/v1/", 0) == 0 && !config_.api_keys.empty()) {
         const std::string_view prefix = "Bearer ";
         const std::string_view auth = request.authorization;
-        const std::string_view given = auth.substr(0, prefix.size()) == prefix ? auth.substr(prefix.size()) : std::string_view();
+        const std::string_view given =
+            auth.substr(0, prefix.size()) == prefix ? auth.substr(prefix.size()) : std::string_view();
         bool ok = false;
         for (const auto& key : config_.api_keys) ok |= constant_time_equal(given, key);  // no early exit
         if (!ok) {
@@ -160,9 +175,10 @@ void Router::check_access(const HttpRequest& request, const std::string& path) c
 
 std::vector<int32_t> Router::encode_prompt(const std::string& text, bool add_special_tokens, const char* param) const {
     if (text.size() > max_prompt_bytes_) {
-        throw ApiError(400, fmt::format("This model's maximum context length is {} tokens; the prompt has {} bytes, "
-                                        "more than any {}-token text can have.",
-                                        config_.limits.max_model_len, text.size(), config_.limits.max_model_len),
+        throw ApiError(400,
+                       fmt::format("This model's maximum context length is {} tokens; the prompt has {} bytes, "
+                                   "more than any {}-token text can have.",
+                                   config_.limits.max_model_len, text.size(), config_.limits.max_model_len),
                        "invalid_request_error", param);
     }
     return tokenizer_.encode(text, add_special_tokens);
@@ -177,7 +193,9 @@ void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& respo
     check_access(request, path);
     const bool get = request.method == "GET" || request.method == "HEAD", post = request.method == "POST";
     const auto method_check = [&](bool ok) {
-        if (!ok) throw ApiError(405, fmt::format("Method {} is not allowed on {}", request.method, path), "invalid_request_error", std::nullopt, "method_not_allowed");
+        if (!ok)
+            throw ApiError(405, fmt::format("Method {} is not allowed on {}", request.method, path),
+                           "invalid_request_error", std::nullopt, "method_not_allowed");
     };
     // JSON routes take JSON only: a cross-site form or text/plain POST (no CORS preflight) is refused.
     const auto json_check = [&] {
@@ -189,7 +207,10 @@ void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& respo
     if (path == "/health" || path == "/ping") {  // /ping: SageMaker's, GET or POST, as vLLM
         method_check(get || (post && path == "/ping"));
         const bool ok = engines_.healthy();
-        return reply(responder, ok ? 200 : 503, kJsonMediaType, ok ? "{}" : openai::error_body(ApiError(503, "The engine is not running.", "server_error", std::nullopt, "engine_unavailable")));
+        return reply(responder, ok ? 200 : 503, kJsonMediaType,
+                     ok ? "{}"
+                        : openai::error_body(ApiError(503, "The engine is not running.", "server_error", std::nullopt,
+                                                      "engine_unavailable")));
     }
     if (path == "/load") {  // vLLM's: requests in flight (it counts them with --enable-server-load-tracking)
         method_check(get);
@@ -207,8 +228,13 @@ void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& respo
     if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
         method_check(get);
         const auto model = [&](const std::string& id) {
-            return OJson{{"id", id}, {"object", "model"}, {"created", unix_seconds()}, {"owned_by", "moeserve"},
-                         {"root", config_.model_path}, {"parent", nullptr}, {"max_model_len", config_.limits.max_model_len}};
+            return OJson{{"id", id},
+                         {"object", "model"},
+                         {"created", unix_seconds()},
+                         {"owned_by", "moeserve"},
+                         {"root", config_.model_path},
+                         {"parent", nullptr},
+                         {"max_model_len", config_.limits.max_model_len}};
         };
         std::vector<std::string> names = {config_.limits.served_model_name};
         names.insert(names.end(), config_.limits.model_aliases.begin(), config_.limits.model_aliases.end());
@@ -219,7 +245,8 @@ void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& respo
         }
         const std::string id = path.substr(std::string("/v1/models/").size());
         if (std::find(names.begin(), names.end(), id) == names.end()) {
-            throw ApiError(404, fmt::format("The model `{}` does not exist.", id), "invalid_request_error", "model", "model_not_found");
+            throw ApiError(404, fmt::format("The model `{}` does not exist.", id), "invalid_request_error", "model",
+                           "model_not_found");
         }
         return reply(responder, 200, kJsonMediaType, dump(model(id)));
     }
@@ -227,38 +254,46 @@ void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& respo
         method_check(post);
         json_check();
         const bool chat = path == "/v1/chat/completions";
-        return defer(std::move(request), responder, [this, chat](const HttpRequest& r, const std::shared_ptr<Responder>& resp) {
-            generate(openai::parse_body(r.body), chat, resp);
-        });
+        return defer(std::move(request), responder,
+                     [this, chat](const HttpRequest& r, const std::shared_ptr<Responder>& resp) {
+                         generate(openai::parse_body(r.body), chat, resp);
+                     });
     }
     if (path == "/tokenize") {
         method_check(post);
         json_check();
-        return defer(std::move(request), responder, [this](const HttpRequest& req, const std::shared_ptr<Responder>& resp) {
-            const auto r = openai::parse_tokenize_request(openai::parse_body(req.body), config_.limits);
-            warn_unknown_fields(r.unknown_fields, "/tokenize");
-            const std::vector<int32_t> ids =
-                r.prompt ? encode_prompt(*r.prompt, r.add_special_tokens, "prompt")
-                         : chat_prompt({&r.messages, r.add_generation_prompt, r.continue_final_message, false, r.tools,
-                                        r.chat_template_kwargs, ""}).ids;
-            OJson strs = nullptr;
-            if (r.return_token_strs) {  // the vocabulary's tokens, as transformers' convert_ids_to_tokens
-                strs = OJson::array();
-                for (int32_t id : ids) strs.push_back(tokenizer_.id_to_token(id).value_or(""));
-            }
-            reply(resp, 200, kJsonMediaType, dump(OJson{{"count", ids.size()}, {"max_model_len", config_.limits.max_model_len}, {"tokens", ids}, {"token_strs", strs}}));
-        });
+        return defer(std::move(request), responder,
+                     [this](const HttpRequest& req, const std::shared_ptr<Responder>& resp) {
+                         const auto r = openai::parse_tokenize_request(openai::parse_body(req.body), config_.limits);
+                         warn_unknown_fields(r.unknown_fields, "/tokenize");
+                         const std::vector<int32_t> ids =
+                             r.prompt ? encode_prompt(*r.prompt, r.add_special_tokens, "prompt")
+                                      : chat_prompt({&r.messages, r.add_generation_prompt, r.continue_final_message,
+                                                     false, r.tools, r.chat_template_kwargs, ""})
+                                            .ids;
+                         OJson strs = nullptr;
+                         if (r.return_token_strs) {  // the vocabulary's tokens, as transformers' convert_ids_to_tokens
+                             strs = OJson::array();
+                             for (int32_t id : ids) strs.push_back(tokenizer_.id_to_token(id).value_or(""));
+                         }
+                         reply(resp, 200, kJsonMediaType,
+                               dump(OJson{{"count", ids.size()},
+                                          {"max_model_len", config_.limits.max_model_len},
+                                          {"tokens", ids},
+                                          {"token_strs", strs}}));
+                     });
     }
     if (path == "/detokenize") {
         method_check(post);
         json_check();
-        return defer(std::move(request), responder, [this](const HttpRequest& req, const std::shared_ptr<Responder>& resp) {
-            const auto r = openai::parse_detokenize_request(openai::parse_body(req.body), config_.limits);
-            reply(resp, 200, kJsonMediaType, dump(OJson{{"prompt", tokenizer_.decode(r.tokens)}}));
-        });
+        return defer(std::move(request), responder,
+                     [this](const HttpRequest& req, const std::shared_ptr<Responder>& resp) {
+                         const auto r = openai::parse_detokenize_request(openai::parse_body(req.body), config_.limits);
+                         reply(resp, 200, kJsonMediaType, dump(OJson{{"prompt", tokenizer_.decode(r.tokens)}}));
+                     });
     }
-    throw ApiError(404, fmt::format("Route {} {} not found", request.method, path),
-                   "invalid_request_error", std::nullopt, "not_found");
+    throw ApiError(404, fmt::format("Route {} {} not found", request.method, path), "invalid_request_error",
+                   std::nullopt, "not_found");
 }
 
 }  // namespace moeserve::serve

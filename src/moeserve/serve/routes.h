@@ -1,5 +1,5 @@
-// The OpenAI-compatible routes (docs/architecture.md, "The request path through the API server"): /v1/completions, /v1/chat/completions,
-// /v1/models, /health, /version, /metrics, /tokenize, /detokenize. Turns HTTP requests into
+// The OpenAI-compatible routes (docs/architecture.md, "The request path through the API server"): /v1/completions,
+// /v1/chat/completions, /v1/models, /health, /version, /metrics, /tokenize, /detokenize. Turns HTTP requests into
 // validated requests, engine requests (token ids) and back into JSON/SSE. routes.cpp dispatches
 // and checks access; generate_route.cpp runs the generation requests. Depends on
 // tokenizer and ipc (via EngineClient), never on engine or model.
@@ -43,12 +43,12 @@ struct RouterConfig {
     bool loopback_only = true;
     std::vector<std::string> allowed_hosts;
     std::vector<std::string> allowed_origins;  // --allowed-origins as given: these Origins pass too ("*": any)
-    int max_choices_per_request = 256;  // prompts x n of one request; more is a 400
-    std::string chat_template;          // overrides the tokenizer's (--chat-template); empty = its own
-    std::string root_path;              // a path prefix a proxy may leave on requests (--root-path)
-    bool log_requests = true;           // one info line per finished request (--disable-log-requests)
+    int max_choices_per_request = 256;         // prompts x n of one request; more is a 400
+    std::string chat_template;                 // overrides the tokenizer's (--chat-template); empty = its own
+    std::string root_path;                     // a path prefix a proxy may leave on requests (--root-path)
+    bool log_requests = true;                  // one info line per finished request (--disable-log-requests)
     GenerationDefaults generation_defaults;
-    int num_workers = 4;                // threads that parse, render and tokenize (WorkQueue)
+    int num_workers = 4;     // threads that parse, render and tokenize (WorkQueue)
     std::string model_path;  // shown as "root" in /v1/models
     std::string version;
     std::vector<int32_t> eos_token_ids;  // finish a request unless ignore_eos (the engine's job)
@@ -63,8 +63,8 @@ class Router {
 public:
     // All references must outlive the router. Parses the chat template (config.chat_template, else
     // the tokenizer's; Error if it is malformed; a model without one gets 400 on /v1/chat/completions).
-    Router(RouterConfig config, const tokenizer::Tokenizer& tokenizer, EngineClient& engines,
-           Metrics& metrics, Logger& logger);
+    Router(RouterConfig config, const tokenizer::Tokenizer& tokenizer, EngineClient& engines, Metrics& metrics,
+           Logger& logger);
     ~Router();
 
     // The HttpServer handler. Thread-safe.
@@ -86,8 +86,7 @@ private:
     bool host_allowed(const std::string& host) const;
     // encode(), after refusing a text too long to fit max_model_len in any tokenization.
     std::vector<int32_t> encode_prompt(const std::string& text, bool add_special_tokens, const char* param) const;
-    void generate(const nlohmann::ordered_json& body, bool chat,
-                  const std::shared_ptr<Responder>& responder);
+    void generate(const nlohmann::ordered_json& body, bool chat, const std::shared_ptr<Responder>& responder);
     struct ChatPromptInput {
         const nlohmann::ordered_json* messages;  // as the client sent them (validated)
         bool add_generation_prompt = true, continue_final_message = false, add_special_tokens = false;
@@ -107,8 +106,7 @@ private:
     void warn_unknown_fields(const std::vector<std::string>& fields, const char* route);
     void finish_job(const std::shared_ptr<Job>& job);
     void fail_job(const std::shared_ptr<Job>& job, int status, const std::string& message, const char* code);
-    void reply(const std::shared_ptr<Responder>& responder, int status, std::string content_type,
-               std::string body);
+    void reply(const std::shared_ptr<Responder>& responder, int status, std::string content_type, std::string body);
     std::string new_request_id(const char* prefix);
 
     RouterConfig config_;
@@ -123,7 +121,7 @@ private:
     size_t max_prompt_bytes_ = 0;  // no text longer than this fits in max_model_len tokens
     std::mutex warned_mutex_;
     std::set<std::string> warned_fields_;
-    WorkQueue workers_;            // last: its threads stop before the rest is destroyed
+    WorkQueue workers_;  // last: its threads stop before the rest is destroyed
 };
 
 }  // namespace moeserve::serve

@@ -10,21 +10,25 @@ constexpr const char* kId = "c";  // the processor tracks exactly one request
 
 const char* reason_name(ipc::FinishReason r) {
     switch (r) {
-        case ipc::FinishReason::kStop: return "stop";
-        case ipc::FinishReason::kLength: return "length";
-        case ipc::FinishReason::kAbort: return "abort";
-        case ipc::FinishReason::kError: return "error";
-        default: return "";
+        case ipc::FinishReason::kStop:
+            return "stop";
+        case ipc::FinishReason::kLength:
+            return "length";
+        case ipc::FinishReason::kAbort:
+            return "abort";
+        case ipc::FinishReason::kError:
+            return "error";
+        default:
+            return "";
     }
 }
 
 }  // namespace
 
-ChoiceStream::ChoiceStream(const tokenizer::Tokenizer& tokenizer,
-                           const openai::GenerationParams& params)
+ChoiceStream::ChoiceStream(const tokenizer::Tokenizer& tokenizer, const openai::GenerationParams& params)
     : tokenizer_(tokenizer), params_(params), processor_(tokenizer) {
-    processor_.add_request(kId, OutputOptions{params.stop, params.include_stop_str_in_output,
-                                              params.skip_special_tokens});
+    processor_.add_request(kId,
+                           OutputOptions{params.stop, params.include_stop_str_in_output, params.skip_special_tokens});
 }
 
 openai::TokenLogprob ChoiceStream::logprob_text(const ipc::TokenLogprobs& lp) const {
@@ -61,9 +65,8 @@ ChoiceStream::Delta ChoiceStream::push(const ipc::RequestOutput& output) {
         stop_reason_ = *d.stop_string;
     } else {
         finish_reason_ = reason_name(d.finish_reason);
-        if (d.stop_token_id &&
-            std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(),
-                      *d.stop_token_id) != params_.stop_token_ids.end()) {
+        if (d.stop_token_id && std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(),
+                                         *d.stop_token_id) != params_.stop_token_ids.end()) {
             stop_reason_ = *d.stop_token_id;
         }
     }

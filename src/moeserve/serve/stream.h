@@ -22,8 +22,8 @@ public:
     ChoiceStream(const tokenizer::Tokenizer& tokenizer, const openai::GenerationParams& params);
 
     struct Delta {
-        std::string text;                            // newly released text
-        std::vector<openai::TokenLogprob> logprobs;  // of the tokens fed (when asked)
+        std::string text;                                                // newly released text
+        std::vector<openai::TokenLogprob> logprobs;                      // of the tokens fed (when asked)
         std::optional<std::vector<ipc::TokenLogprobs>> prompt_logprobs;  // once, with the first output (when asked)
     };
     // Feeds one engine output. After a stop string matched, finished() is true (the caller

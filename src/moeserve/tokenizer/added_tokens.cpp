@@ -65,8 +65,8 @@ void AddedVocabulary::Trie::insert(std::string_view content, int32_t token) {
     for (char c : content) {
         auto byte = static_cast<uint8_t>(c);
         auto& children = nodes[static_cast<size_t>(node)].children;
-        auto it = std::find_if(children.begin(), children.end(),
-                               [byte](const auto& child) { return child.first == byte; });
+        auto it =
+            std::find_if(children.begin(), children.end(), [byte](const auto& child) { return child.first == byte; });
         if (it != children.end()) {
             node = it->second;
         } else {
@@ -81,15 +81,14 @@ void AddedVocabulary::Trie::insert(std::string_view content, int32_t token) {
     if (slot < 0) slot = token;  // a duplicate content keeps its first token
 }
 
-std::pair<size_t, int32_t> AddedVocabulary::Trie::longest_at(std::string_view text,
-                                                             size_t pos) const {
+std::pair<size_t, int32_t> AddedVocabulary::Trie::longest_at(std::string_view text, size_t pos) const {
     std::pair<size_t, int32_t> best{0, -1};
     int32_t node = 0;
     for (size_t i = pos; i < text.size(); ++i) {
         auto byte = static_cast<uint8_t>(text[i]);
         const auto& children = nodes[static_cast<size_t>(node)].children;
-        auto it = std::find_if(children.begin(), children.end(),
-                               [byte](const auto& child) { return child.first == byte; });
+        auto it =
+            std::find_if(children.begin(), children.end(), [byte](const auto& child) { return child.first == byte; });
         if (it == children.end()) break;
         node = it->second;
         if (nodes[static_cast<size_t>(node)].token >= 0) {
@@ -110,8 +109,7 @@ AddedVocabulary AddedVocabulary::from_json(const nlohmann::json& added_tokens, c
     for (const auto& entry : added_tokens) {
         AddedToken token;
         if (!entry.contains("content") || !entry["content"].is_string()) {
-            raise(ErrorCode::kInvalidModel, "{}: added token {} lacks a \"content\" string",
-                  where, entry.dump());
+            raise(ErrorCode::kInvalidModel, "{}: added token {} lacks a \"content\" string", where, entry.dump());
         }
         token.content = entry["content"].get<std::string>();
         if (vocab.by_content_.count(token.content) != 0) continue;  // HF adds a content once
@@ -119,8 +117,7 @@ AddedVocabulary AddedVocabulary::from_json(const nlohmann::json& added_tokens, c
             token.id = *id;
         } else {
             const int32_t model_size = model.num_tokens();
-            token.id = (max_id < 0 || (max_id < model_size && model_size != 0)) ? model_size
-                                                                               : max_id + 1;
+            token.id = (max_id < 0 || (max_id < model_size && model_size != 0)) ? model_size : max_id + 1;
         }
         max_id = std::max(max_id, token.id);
         token.special = entry.value("special", false);
@@ -130,8 +127,8 @@ AddedVocabulary AddedVocabulary::from_json(const nlohmann::json& added_tokens, c
         token.normalized = entry.value("normalized", !token.special);
         auto index = static_cast<int32_t>(vocab.tokens_.size());
         if (token.normalized) {
-            vocab.normalized_trie_.insert(
-                normalizer != nullptr ? normalizer->normalize(token.content) : token.content, index);
+            vocab.normalized_trie_.insert(normalizer != nullptr ? normalizer->normalize(token.content) : token.content,
+                                          index);
         } else {
             vocab.raw_trie_.insert(token.content, index);
         }
@@ -142,8 +139,7 @@ AddedVocabulary AddedVocabulary::from_json(const nlohmann::json& added_tokens, c
     return vocab;
 }
 
-std::vector<AddedTokenSplit> AddedVocabulary::split(std::string_view text,
-                                                    bool normalized_pass) const {
+std::vector<AddedTokenSplit> AddedVocabulary::split(std::string_view text, bool normalized_pass) const {
     const Trie& trie = normalized_pass ? normalized_trie_ : raw_trie_;
     std::vector<AddedTokenSplit> splits;
     size_t start_offset = 0;  // end of the previous emitted token

@@ -44,8 +44,8 @@ public:
     // the model vocabulary keeps the model's id, a new content gets the next id after the model
     // vocabulary and the added tokens so far. For consistent files (Qwen3, DeepSeek-V3) the two
     // agree; for inconsistent ones this reproduces HF.
-    static AddedVocabulary from_json(const nlohmann::json& added_tokens, const Bpe& model,
-                                     const Normalizer* normalizer, std::string_view where);
+    static AddedVocabulary from_json(const nlohmann::json& added_tokens, const Bpe& model, const Normalizer* normalizer,
+                                     std::string_view where);
 
     // Splits text (valid UTF-8) on the tokens whose `normalized` flag equals normalized_pass.
     // The splits tile text in order; empty text gives one empty plain split.

@@ -61,12 +61,9 @@ private:
     };
     static constexpr uint64_t kEmpty = ~uint64_t{0};
     static uint64_t make_key(int32_t left, int32_t right) {
-        return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
-               static_cast<uint32_t>(right);
+        return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
     }
-    size_t slot(uint64_t key) const {
-        return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 24) & mask_;
-    }
+    size_t slot(uint64_t key) const { return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 24) & mask_; }
     std::vector<Entry> entries_;
     size_t mask_ = 0;
 };
@@ -91,7 +88,7 @@ constexpr char32_t kCharTableSize = 0x10000;
 struct Bpe::Impl {
     std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> vocab;
     std::vector<const std::string*> id_to_token;  // points into vocab's keys
-    std::vector<int32_t> char_ids;  // code point -> id of the one-character token, -1 if none
+    std::vector<int32_t> char_ids;                // code point -> id of the one-character token, -1 if none
     MergeTable merges;
     std::optional<int32_t> unk_id;
     std::string continuing_subword_prefix;
@@ -111,8 +108,7 @@ struct Bpe::Impl {
     void merge_all(BpeScratch& scratch) const;
 };
 
-void Bpe::Impl::initial_symbols(std::string_view word,
-                                std::vector<BpeScratch::Symbol>& symbols) const {
+void Bpe::Impl::initial_symbols(std::string_view word, std::vector<BpeScratch::Symbol>& symbols) const {
     const bool affixes = !continuing_subword_prefix.empty() || !end_of_word_suffix.empty();
     std::string scratch_piece;
     size_t pos = 0;
@@ -135,11 +131,10 @@ void Bpe::Impl::initial_symbols(std::string_view word,
         }
         if (id) {
             symbols.push_back({*id, -1, -1, static_cast<int32_t>(n)});
-        } else if (byte_fallback &&
-                   std::all_of(word.begin() + static_cast<ptrdiff_t>(pos),
-                               word.begin() + static_cast<ptrdiff_t>(pos + n), [&](char c) {
-                                   return byte_fallback_ids[static_cast<uint8_t>(c)] >= 0;
-                               })) {
+        } else if (byte_fallback && std::all_of(word.begin() + static_cast<ptrdiff_t>(pos),
+                                                word.begin() + static_cast<ptrdiff_t>(pos + n), [&](char c) {
+                                                    return byte_fallback_ids[static_cast<uint8_t>(c)] >= 0;
+                                                })) {
             for (size_t i = 0; i < n; ++i) {
                 symbols.push_back({byte_fallback_ids[static_cast<uint8_t>(word[pos + i])], -1, -1, 1});
             }
@@ -215,8 +210,7 @@ std::string optional_string(const nlohmann::json& model, const char* key) {
 }
 
 // Splits one merge entry ("a b" or ["a", "b"]) into its two parts.
-std::pair<std::string, std::string> merge_parts(const nlohmann::json& merge,
-                                                std::string_view where, size_t rank) {
+std::pair<std::string, std::string> merge_parts(const nlohmann::json& merge, std::string_view where, size_t rank) {
     std::pair<std::string, std::string> parts;
     if (merge.is_string() && split_merge_string(merge.get_ref<const std::string&>(), &parts)) {
         return parts;
@@ -224,9 +218,8 @@ std::pair<std::string, std::string> merge_parts(const nlohmann::json& merge,
     if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
         return {merge[0].get<std::string>(), merge[1].get<std::string>()};
     }
-    raise(ErrorCode::kInvalidModel,
-          "{}: merges[{}] must be \"left right\" or [\"left\", \"right\"]; got {}", where, rank,
-          merge.dump());
+    raise(ErrorCode::kInvalidModel, "{}: merges[{}] must be \"left right\" or [\"left\", \"right\"]; got {}", where,
+          rank, merge.dump());
 }
 
 }  // namespace
@@ -250,22 +243,18 @@ Bpe Bpe::from_json(const nlohmann::json& model, std::string_view where) {
     return from_parts(model, std::move(vocab), merges, where);
 }
 
-Bpe Bpe::from_parts(const nlohmann::json& model,
-                    std::vector<std::pair<std::string, int64_t>> vocab,
-                    const std::vector<std::pair<std::string, std::string>>& merges,
-                    std::string_view where) {
+Bpe Bpe::from_parts(const nlohmann::json& model, std::vector<std::pair<std::string, int64_t>> vocab,
+                    const std::vector<std::pair<std::string, std::string>>& merges, std::string_view where) {
     auto impl = std::make_unique<Impl>();
-    if (model.contains("dropout") && !model["dropout"].is_null() &&
-        model["dropout"].get<double>() > 0.0) {
-        raise(ErrorCode::kUnsupported, "{}: BPE dropout {} is not supported (expected null or 0)",
-              where, model["dropout"].get<double>());
+    if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"].get<double>() > 0.0) {
+        raise(ErrorCode::kUnsupported, "{}: BPE dropout {} is not supported (expected null or 0)", where,
+              model["dropout"].get<double>());
     }
     impl->vocab.reserve(vocab.size());
     int32_t id_end = 0;
     for (auto& [token, id] : vocab) {
         if (id < 0 || id > INT32_MAX - 1) {
-            raise(ErrorCode::kInvalidModel, "{}: vocab id {} of '{}' is out of range", where, id,
-                  token);
+            raise(ErrorCode::kInvalidModel, "{}: vocab id {} of '{}' is out of range", where, id, token);
         }
         impl->vocab.emplace(std::move(token), static_cast<int32_t>(id));
         id_end = std::max(id_end, static_cast<int32_t>(id) + 1);
@@ -289,8 +278,7 @@ Bpe Bpe::from_parts(const nlohmann::json& model,
     if (!unk.empty()) {
         impl->unk_id = impl->lookup(unk);
         if (!impl->unk_id) {
-            raise(ErrorCode::kInvalidModel, "{}: unk_token '{}' is not in the vocabulary", where,
-                  unk);
+            raise(ErrorCode::kInvalidModel, "{}: unk_token '{}' is not in the vocabulary", where, unk);
         }
     }
     impl->byte_fallback_ids.assign(256, -1);
@@ -309,12 +297,10 @@ Bpe Bpe::from_parts(const nlohmann::json& model,
         merged.append(std::string_view(right).substr(std::min(prefix_len, right.size())));
         auto new_id = impl->lookup(merged);
         if (!left_id || !right_id || !new_id) {
-            raise(ErrorCode::kInvalidModel,
-                  "{}: merges[{}] '{} {}' uses a token that is not in the vocabulary", where, rank,
-                  left, right);
+            raise(ErrorCode::kInvalidModel, "{}: merges[{}] '{} {}' uses a token that is not in the vocabulary", where,
+                  rank, left, right);
         }
-        impl->merges.insert(*left_id, *right_id,
-                            {static_cast<int32_t>(rank), *new_id});
+        impl->merges.insert(*left_id, *right_id, {static_cast<int32_t>(rank), *new_id});
     }
     return Bpe(std::move(impl));
 }
@@ -335,9 +321,7 @@ void Bpe::tokenize(std::string_view word, BpeScratch& scratch, std::vector<int32
     }
 }
 
-std::optional<int32_t> Bpe::token_to_id(std::string_view token) const {
-    return impl_->lookup(token);
-}
+std::optional<int32_t> Bpe::token_to_id(std::string_view token) const { return impl_->lookup(token); }
 
 const std::string* Bpe::id_to_token(int32_t id) const {
     if (id < 0 || static_cast<size_t>(id) >= impl_->id_to_token.size()) return nullptr;

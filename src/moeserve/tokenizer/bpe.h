@@ -38,10 +38,8 @@ public:
     static Bpe from_json(const nlohmann::json& model, std::string_view where);
     // The same from a model object whose vocab and merges were streamed out separately (see
     // tokenizer_json.h); options holds the other fields (unk_token, byte_fallback, ...).
-    static Bpe from_parts(const nlohmann::json& options,
-                          std::vector<std::pair<std::string, int64_t>> vocab,
-                          const std::vector<std::pair<std::string, std::string>>& merges,
-                          std::string_view where);
+    static Bpe from_parts(const nlohmann::json& options, std::vector<std::pair<std::string, int64_t>> vocab,
+                          const std::vector<std::pair<std::string, std::string>>& merges, std::string_view where);
     ~Bpe();
     Bpe(Bpe&&) noexcept;
     Bpe& operator=(Bpe&&) noexcept;

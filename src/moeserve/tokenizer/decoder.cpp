@@ -35,8 +35,7 @@ std::unique_ptr<Decoder> make_decoder(const nlohmann::json& spec, std::string_vi
     if (spec.is_null()) return std::make_unique<JoinWithSpacesDecoder>();
     const std::string type = spec.value("type", std::string());
     if (type == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
-    raise(ErrorCode::kUnsupported, "{}: decoder type '{}' is not supported (supported: ByteLevel)",
-          where, type);
+    raise(ErrorCode::kUnsupported, "{}: decoder type '{}' is not supported (supported: ByteLevel)", where, type);
 }
 
 }  // namespace moeserve::tokenizer

@@ -22,9 +22,8 @@ namespace {
 // Any other character (combining marks, jamo, compatibility ideographs...) takes the full path.
 bool nfc_inert(char32_t cp) {
     return cp < 0x300 || (cp >= 0x2010 && cp <= 0x2027) || (cp >= 0x2030 && cp <= 0x205E) ||
-           (cp >= 0x3000 && cp <= 0x3029) || (cp >= 0x3041 && cp <= 0x3096) ||
-           (cp >= 0x30A1 && cp <= 0x30FA) || (cp >= 0x4E00 && cp <= 0x9FFF) ||
-           (cp >= 0xAC00 && cp <= 0xD7A3) || (cp >= 0xFF01 && cp <= 0xFF60);
+           (cp >= 0x3000 && cp <= 0x3029) || (cp >= 0x3041 && cp <= 0x3096) || (cp >= 0x30A1 && cp <= 0x30FA) ||
+           (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0xAC00 && cp <= 0xD7A3) || (cp >= 0xFF01 && cp <= 0xFF60);
 }
 
 bool all_nfc_inert(std::string_view text) {
@@ -45,9 +44,9 @@ bool all_nfc_inert(std::string_view text) {
 void append_mapped(std::string_view text, int options, std::string& out) {
     if (text.empty()) return;
     utf8proc_uint8_t* mapped = nullptr;
-    utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                                      static_cast<utf8proc_ssize_t>(text.size()), &mapped,
-                                      static_cast<utf8proc_option_t>(options));
+    utf8proc_ssize_t n =
+        utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
+                     &mapped, static_cast<utf8proc_option_t>(options));
     if (n < 0) {
         raise(ErrorCode::kInvalidArgument, "Unicode normalization failed: {}", utf8proc_errmsg(n));
     }
@@ -97,8 +96,7 @@ private:
 
 class SequenceNormalizer final : public Normalizer {
 public:
-    explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> parts)
-        : parts_(std::move(parts)) {}
+    explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> parts) : parts_(std::move(parts)) {}
 
     std::string normalize(std::string_view text) const override {
         std::string current(text);
@@ -115,8 +113,8 @@ private:
 std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& spec, std::string_view where) {
     if (spec.is_null()) return nullptr;
     if (!spec.is_object() || !spec.contains("type") || !spec["type"].is_string()) {
-        raise(ErrorCode::kInvalidModel, "{}: normalizer must be an object with a \"type\"; got {}",
-              where, spec.dump().substr(0, 200));
+        raise(ErrorCode::kInvalidModel, "{}: normalizer must be an object with a \"type\"; got {}", where,
+              spec.dump().substr(0, 200));
     }
     const std::string type = spec["type"].get<std::string>();
     constexpr int kBase = UTF8PROC_STABLE;
@@ -125,12 +123,10 @@ std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& spec, std::str
         return std::make_unique<UnicodeNormalizer>(kBase | UTF8PROC_DECOMPOSE, false);
     }
     if (type == "NFKC") {
-        return std::make_unique<UnicodeNormalizer>(kBase | UTF8PROC_COMPOSE | UTF8PROC_COMPAT,
-                                                   false);
+        return std::make_unique<UnicodeNormalizer>(kBase | UTF8PROC_COMPOSE | UTF8PROC_COMPAT, false);
     }
     if (type == "NFKD") {
-        return std::make_unique<UnicodeNormalizer>(kBase | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT,
-                                                   false);
+        return std::make_unique<UnicodeNormalizer>(kBase | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT, false);
     }
     if (type == "Sequence") {
         std::vector<std::unique_ptr<Normalizer>> parts;
@@ -143,8 +139,7 @@ std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& spec, std::str
         return std::make_unique<SequenceNormalizer>(std::move(parts));
     }
     raise(ErrorCode::kUnsupported,
-          "{}: normalizer type '{}' is not supported (supported: NFC, NFD, NFKC, NFKD, Sequence)",
-          where, type);
+          "{}: normalizer type '{}' is not supported (supported: NFC, NFD, NFKC, NFKD, Sequence)", where, type);
 }
 
 }  // namespace moeserve::tokenizer

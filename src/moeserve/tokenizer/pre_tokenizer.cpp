@@ -64,8 +64,7 @@ public:
             if (add_prefix_space_ && !piece.empty() && piece.front() != ' ') piece.insert(0, " ");
             split.clear();
             if (regex_ != nullptr) {
-                split_with_behavior(piece, tile_matches(*regex_, piece, false),
-                                    SplitBehavior::kIsolated, split);
+                split_with_behavior(piece, tile_matches(*regex_, piece, false), SplitBehavior::kIsolated, split);
             } else if (!piece.empty()) {
                 split.push_back(std::move(piece));
             }
@@ -87,8 +86,7 @@ private:
 
 class SequencePreTokenizer final : public PreTokenizer {
 public:
-    explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> parts)
-        : parts_(std::move(parts)) {}
+    explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> parts) : parts_(std::move(parts)) {}
 
     void pre_tokenize(std::vector<std::string>& pieces) const override {
         for (const auto& part : parts_) part->pre_tokenize(pieces);
@@ -116,22 +114,20 @@ std::unique_ptr<PreTokenizer> make_split(const nlohmann::json& spec, std::string
     bool invert = spec.value("invert", false);
     SplitBehavior behavior = parse_behavior(spec, where);
     if (pattern.contains("Regex")) {
-        return std::make_unique<SplitPreTokenizer>(
-            Regex(pattern["Regex"].get<std::string>(), where), behavior, invert);
+        return std::make_unique<SplitPreTokenizer>(Regex(pattern["Regex"].get<std::string>(), where), behavior, invert);
     }
     if (pattern.contains("String")) {
         return std::make_unique<SplitPreTokenizer>(
-            Regex(pattern["String"].get<std::string>(), where, {.literal = true}), behavior,
-            invert);
+            Regex(pattern["String"].get<std::string>(), where, {.literal = true}), behavior, invert);
     }
-    raise(ErrorCode::kUnsupported, "{}: Split pattern must be {{\"Regex\": ..}} or {{\"String\": ..}}; got {}",
-          where, pattern.dump().substr(0, 200));
+    raise(ErrorCode::kUnsupported, "{}: Split pattern must be {{\"Regex\": ..}} or {{\"String\": ..}}; got {}", where,
+          pattern.dump().substr(0, 200));
 }
 
 }  // namespace
 
-void split_with_behavior(std::string_view piece, const std::vector<SplitSpan>& spans,
-                         SplitBehavior behavior, std::vector<std::string>& out) {
+void split_with_behavior(std::string_view piece, const std::vector<SplitSpan>& spans, SplitBehavior behavior,
+                         std::vector<std::string>& out) {
     // 1. Merge spans per behaviour into (begin, end, remove) ranges, as HF does.
     struct Range {
         size_t begin, end;
@@ -185,12 +181,10 @@ void split_with_behavior(std::string_view piece, const std::vector<SplitSpan>& s
     }
 }
 
-std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& spec,
-                                                 std::string_view where) {
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& spec, std::string_view where) {
     if (spec.is_null()) return nullptr;
     if (!spec.is_object() || !spec.contains("type") || !spec["type"].is_string()) {
-        raise(ErrorCode::kInvalidModel,
-              "{}: pre_tokenizer must be an object with a \"type\"; got {}", where,
+        raise(ErrorCode::kInvalidModel, "{}: pre_tokenizer must be an object with a \"type\"; got {}", where,
               spec.dump().substr(0, 200));
     }
     const std::string type = spec["type"].get<std::string>();
@@ -202,8 +196,8 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& spec,
     if (type == "Digits") {
         // HF splits on char::is_numeric: Isolated per digit, or Contiguous runs of digits.
         bool individual = spec.value("individual_digits", false);
-        return std::make_unique<SplitPreTokenizer>(
-            Regex(individual ? R"(\p{N})" : R"(\p{N}+)", where), SplitBehavior::kIsolated, false);
+        return std::make_unique<SplitPreTokenizer>(Regex(individual ? R"(\p{N})" : R"(\p{N}+)", where),
+                                                   SplitBehavior::kIsolated, false);
     }
     if (type == "Sequence") {
         std::vector<std::unique_ptr<PreTokenizer>> parts;

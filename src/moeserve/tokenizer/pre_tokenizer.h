@@ -23,8 +23,7 @@ public:
 
 // Builds the pre-tokenizer described by spec (tokenizer.json "pre_tokenizer"); nullptr for null.
 // `where` prefixes errors.
-std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& spec,
-                                                 std::string_view where);
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& spec, std::string_view where);
 
 // One span of a piece and whether it was a delimiter match; the spans tile the piece.
 struct SplitSpan {
@@ -35,7 +34,7 @@ struct SplitSpan {
 
 // Applies behavior to the tiled spans of piece and appends the resulting non-empty pieces to out
 // (HF NormalizedString::split).
-void split_with_behavior(std::string_view piece, const std::vector<SplitSpan>& spans,
-                         SplitBehavior behavior, std::vector<std::string>& out);
+void split_with_behavior(std::string_view piece, const std::vector<SplitSpan>& spans, SplitBehavior behavior,
+                         std::vector<std::string>& out);
 
 }  // namespace moeserve::tokenizer

@@ -17,7 +17,7 @@ namespace {
 // returns the index of the escape's last character; nullopt (nothing appended) when the escape
 // is not of that form or X needs no change.
 std::optional<size_t> rewrite_category(std::string_view pattern, size_t i, bool in_class, std::string_view where,
-                        std::string& out) {
+                                       std::string& out) {
     if (i + 2 >= pattern.size() || pattern[i + 2] != '{') return std::nullopt;
     size_t close = pattern.find('}', i + 3);
     if (close == std::string_view::npos) return std::nullopt;
@@ -42,11 +42,9 @@ std::optional<size_t> rewrite_category(std::string_view pattern, size_t i, bool 
     if (in_class) {
         out += base + add;
     } else if (!negated) {
-        out += remove.empty() ? "[" + base + add + "]"
-                              : "(?:(?![" + remove + "])[" + base + add + "])";
+        out += remove.empty() ? "[" + base + add + "]" : "(?:(?![" + remove + "])[" + base + add + "])";
     } else {
-        out += remove.empty() ? "[^" + base + add + "]"
-                              : "(?:[^" + base + add + "]|[" + remove + "])";
+        out += remove.empty() ? "[^" + base + add + "]" : "(?:[^" + base + add + "]|[" + remove + "])";
     }
     return close;
 }
@@ -95,19 +93,18 @@ std::string onig_compatible(std::string_view pattern, std::string_view where, bo
 }
 
 // Compiles pattern (already rewritten) with JIT; raises Error kInvalidModel naming `where`.
-pcre2_code* compile(const std::string& compiled, std::string_view original, std::string_view where,
-                    bool literal) {
+pcre2_code* compile(const std::string& compiled, std::string_view original, std::string_view where, bool literal) {
     // PCRE2_LITERAL rejects PCRE2_UCP, which only matters for classes anyway.
     uint32_t flags = PCRE2_UTF | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     int error_code = 0;
     PCRE2_SIZE error_offset = 0;
-    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(),
-                                     flags, &error_code, &error_offset, nullptr);
+    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(), flags, &error_code,
+                                     &error_offset, nullptr);
     if (code == nullptr) {
         PCRE2_UCHAR message[256];
         pcre2_get_error_message(error_code, message, sizeof(message));
-        raise(ErrorCode::kInvalidModel, "{}: cannot compile regex '{}' at offset {}: {}", where,
-              original, error_offset, reinterpret_cast<const char*>(message));
+        raise(ErrorCode::kInvalidModel, "{}: cannot compile regex '{}' at offset {}: {}", where, original, error_offset,
+              reinterpret_cast<const char*>(message));
     }
     pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter on failure
     return code;
@@ -144,18 +141,15 @@ Regex& Regex::operator=(Regex&&) noexcept = default;
 
 std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) const {
     std::vector<std::pair<size_t, size_t>> matches;
-    pcre2_code* code =
-        impl_->plain != nullptr && !has_hf_regex_delta(text) ? impl_->plain : impl_->code;
+    pcre2_code* code = impl_->plain != nullptr && !has_hf_regex_delta(text) ? impl_->plain : impl_->code;
     pcre2_match_data* data = pcre2_match_data_create_from_pattern(code, nullptr);
     MOESERVE_CHECK(data != nullptr, "pcre2_match_data_create_from_pattern failed");
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     size_t start = 0;
     while (start <= text.size()) {
-        int rc = pcre2_match(code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, data,
-                             nullptr);
+        int rc = pcre2_match(code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, data, nullptr);
         if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT ||
-            rc == PCRE2_ERROR_JIT_STACKLIMIT) {
+        if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_JIT_STACKLIMIT) {
             pcre2_match_data_free(data);
             raise(ErrorCode::kInvalidArgument,
                   "the text is too complex for the pre-tokenizer regex '{}' (PCRE2 error {} at "

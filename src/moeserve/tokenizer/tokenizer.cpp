@@ -67,19 +67,16 @@ Tokenizer Tokenizer::from_dir(const std::filesystem::path& dir) {
         raise(ErrorCode::kNotFound, "{} does not exist; expected a Hugging Face tokenizer there",
               tokenizer_path.string());
     }
-    std::string config_text =
-        std::filesystem::exists(config_path) ? read_file(config_path) : std::string();
-    return load(read_file(tokenizer_path), config_text, tokenizer_path.string(),
-                config_path.string());
+    std::string config_text = std::filesystem::exists(config_path) ? read_file(config_path) : std::string();
+    return load(read_file(tokenizer_path), config_text, tokenizer_path.string(), config_path.string());
 }
 
-Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view config_json,
-                               std::string_view where) {
+Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view config_json, std::string_view where) {
     return load(tokenizer_json, config_json, where, "tokenizer_config.json");
 }
 
-Tokenizer Tokenizer::load(std::string_view tokenizer_json, std::string_view config_json,
-                          std::string_view where, std::string_view config_where) {
+Tokenizer Tokenizer::load(std::string_view tokenizer_json, std::string_view config_json, std::string_view where,
+                          std::string_view config_where) {
     auto impl = std::make_unique<Impl>();
     impl->config = TokenizerConfig::parse(config_json, config_where);
     TokenizerJson parsed = parse_tokenizer_json(tokenizer_json, where);
@@ -91,27 +88,23 @@ Tokenizer Tokenizer::load(std::string_view tokenizer_json, std::string_view conf
     // Old files omit "type" for BPE; a vocab plus merges is BPE.
     std::string model_type = model.value("type", parsed.has_merges ? "BPE" : "");
     if (model_type != "BPE") {
-        raise(ErrorCode::kUnsupported, "{}: model type '{}' is not supported (supported: BPE)",
-              where, model_type);
+        raise(ErrorCode::kUnsupported, "{}: model type '{}' is not supported (supported: BPE)", where, model_type);
     }
     impl->normalizer = make_normalizer(doc.value("normalizer", nlohmann::json()), where);
     impl->pre_tokenizer = make_pre_tokenizer(doc.value("pre_tokenizer", nlohmann::json()), where);
     impl->decoder = make_decoder(doc.value("decoder", nlohmann::json()), where);
     const bool llama = is_llama_class(impl->config.tokenizer_class);
     const auto post_processor = doc.value("post_processor", nlohmann::json());
-    if (!llama && !post_processor.is_null() &&
-        post_processor.value("type", std::string()) != "ByteLevel") {
-        raise(ErrorCode::kUnsupported,
-              "{}: post_processor type '{}' is not supported (supported: ByteLevel, null)", where,
-              post_processor.value("type", std::string()));
+    if (!llama && !post_processor.is_null() && post_processor.value("type", std::string()) != "ByteLevel") {
+        raise(ErrorCode::kUnsupported, "{}: post_processor type '{}' is not supported (supported: ByteLevel, null)",
+              where, post_processor.value("type", std::string()));
     }
     if (!parsed.has_vocab || !parsed.has_merges) {
         raise(ErrorCode::kInvalidModel, "{}: the BPE model needs \"vocab\" and \"merges\"", where);
     }
-    impl->model = std::make_unique<Bpe>(
-        Bpe::from_parts(model, std::move(parsed.vocab), parsed.merges, where));
-    impl->added = AddedVocabulary::from_json(doc.value("added_tokens", nlohmann::json()),
-                                              *impl->model, impl->normalizer.get(), where);
+    impl->model = std::make_unique<Bpe>(Bpe::from_parts(model, std::move(parsed.vocab), parsed.merges, where));
+    impl->added = AddedVocabulary::from_json(doc.value("added_tokens", nlohmann::json()), *impl->model,
+                                             impl->normalizer.get(), where);
     impl->vocab_size = impl->model->num_tokens();
     for (const auto& token : impl->added.tokens()) {
         if (impl->model->id_to_token(token.id) == nullptr) ++impl->vocab_size;
@@ -132,8 +125,7 @@ Tokenizer Tokenizer::load(std::string_view tokenizer_json, std::string_view conf
     return Tokenizer(std::move(impl));
 }
 
-void Tokenizer::Impl::encode_plain(std::string_view text, BpeScratch& scratch,
-                                   std::vector<std::string>& pieces,
+void Tokenizer::Impl::encode_plain(std::string_view text, BpeScratch& scratch, std::vector<std::string>& pieces,
                                    std::vector<TokenId>& ids) const {
     pieces.clear();
     pieces.emplace_back(text);
@@ -144,8 +136,7 @@ void Tokenizer::Impl::encode_plain(std::string_view text, BpeScratch& scratch,
 std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
     size_t bad_offset = 0;
     if (!utf8_is_valid(text, &bad_offset)) {
-        raise(ErrorCode::kInvalidArgument, "text to encode is not valid UTF-8 (bad byte at {})",
-              bad_offset);
+        raise(ErrorCode::kInvalidArgument, "text to encode is not valid UTF-8 (bad byte at {})", bad_offset);
     }
     const Impl& impl = *impl_;
     std::vector<TokenId> ids;
@@ -170,8 +161,7 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special_t
             if (part.id >= 0) {
                 ids.push_back(part.id);
             } else if (part.end > part.begin) {
-                impl.encode_plain(segment.substr(part.begin, part.end - part.begin), scratch,
-                                  pieces, ids);
+                impl.encode_plain(segment.substr(part.begin, part.end - part.begin), scratch, pieces, ids);
             }
         }
     }
@@ -179,8 +169,7 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special_t
     return ids;
 }
 
-bool Tokenizer::append_token_bytes(TokenId id, bool skip_special_tokens, bool is_first,
-                                   std::string& out) const {
+bool Tokenizer::append_token_bytes(TokenId id, bool skip_special_tokens, bool is_first, std::string& out) const {
     if (const AddedToken* added = impl_->added.find_by_id(id)) {
         if (skip_special_tokens && added->special) return false;
         impl_->decoder->append_token(added->content, is_first, out);
@@ -228,9 +217,7 @@ std::optional<TokenId> Tokenizer::pad_token_id() const { return impl_->pad_id; }
 const std::optional<std::string>& Tokenizer::bos_token() const { return impl_->config.bos_token; }
 const std::optional<std::string>& Tokenizer::eos_token() const { return impl_->config.eos_token; }
 const std::optional<std::string>& Tokenizer::pad_token() const { return impl_->config.pad_token; }
-const std::optional<std::string>& Tokenizer::chat_template() const {
-    return impl_->config.chat_template;
-}
+const std::optional<std::string>& Tokenizer::chat_template() const { return impl_->config.chat_template; }
 bool Tokenizer::adds_bos_token() const { return impl_->add_bos; }
 bool Tokenizer::adds_eos_token() const { return impl_->add_eos; }
 const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added.tokens(); }

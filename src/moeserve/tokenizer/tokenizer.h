@@ -46,8 +46,7 @@ public:
     // Appends the raw bytes id decodes to (maybe a partial UTF-8 character) to out; returns false
     // and appends nothing if id is unknown or skipped as special. is_first: no token before it.
     // decode() is the lossy UTF-8 of the concatenation; IncrementalDetokenizer streams it.
-    bool append_token_bytes(TokenId id, bool skip_special_tokens, bool is_first,
-                            std::string& out) const;
+    bool append_token_bytes(TokenId id, bool skip_special_tokens, bool is_first, std::string& out) const;
 
     std::optional<std::string> id_to_token(TokenId id) const;
     std::optional<TokenId> token_to_id(std::string_view token) const;
@@ -74,8 +73,8 @@ public:
 private:
     struct Impl;
     explicit Tokenizer(std::unique_ptr<Impl> impl);
-    static Tokenizer load(std::string_view tokenizer_json, std::string_view config_json,
-                          std::string_view where, std::string_view config_where);
+    static Tokenizer load(std::string_view tokenizer_json, std::string_view config_json, std::string_view where,
+                          std::string_view config_where);
     std::unique_ptr<Impl> impl_;
 };
 

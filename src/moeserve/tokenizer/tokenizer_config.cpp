@@ -8,21 +8,18 @@
 namespace moeserve::tokenizer {
 namespace {
 
-std::optional<std::string> token_field(const nlohmann::json& config, const char* key,
-                                       std::string_view where) {
+std::optional<std::string> token_field(const nlohmann::json& config, const char* key, std::string_view where) {
     auto it = config.find(key);
     if (it == config.end() || it->is_null()) return std::nullopt;
     if (it->is_string()) return it->get<std::string>();
     if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) {
         return (*it)["content"].get<std::string>();
     }
-    raise(ErrorCode::kInvalidModel,
-          "{}: \"{}\" must be a string, null or an object with \"content\"; got {}", where, key,
-          it->dump());
+    raise(ErrorCode::kInvalidModel, "{}: \"{}\" must be a string, null or an object with \"content\"; got {}", where,
+          key, it->dump());
 }
 
-std::optional<std::string> chat_template_field(const nlohmann::json& config,
-                                               std::string_view where) {
+std::optional<std::string> chat_template_field(const nlohmann::json& config, std::string_view where) {
     auto it = config.find("chat_template");
     if (it == config.end() || it->is_null()) return std::nullopt;
     if (it->is_string()) return it->get<std::string>();
@@ -34,8 +31,7 @@ std::optional<std::string> chat_template_field(const nlohmann::json& config,
         }
         return std::nullopt;
     }
-    raise(ErrorCode::kInvalidModel, "{}: \"chat_template\" must be a string or a list; got {}",
-          where, it->type_name());
+    raise(ErrorCode::kInvalidModel, "{}: \"chat_template\" must be a string or a list; got {}", where, it->type_name());
 }
 
 std::optional<bool> bool_field(const nlohmann::json& config, const char* key) {

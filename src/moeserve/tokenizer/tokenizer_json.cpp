@@ -130,11 +130,9 @@ private:
         return true;
     }
     bool fail(const char* what) {
-        problem_ = fmt::format("model.{} must be {}; found {}",
-                               capture_ == Capture::kVocab ? "vocab" : "merges",
-                               capture_ == Capture::kVocab
-                                   ? "an object of token -> integer id"
-                                   : "a list of \"left right\" strings or [left, right] pairs",
+        problem_ = fmt::format("model.{} must be {}; found {}", capture_ == Capture::kVocab ? "vocab" : "merges",
+                               capture_ == Capture::kVocab ? "an object of token -> integer id"
+                                                           : "a list of \"left right\" strings or [left, right] pairs",
                                what);
         return false;
     }

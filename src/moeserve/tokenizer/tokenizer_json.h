@@ -13,9 +13,9 @@
 namespace moeserve::tokenizer {
 
 struct TokenizerJson {
-    nlohmann::json doc;  // the whole file except model.vocab and model.merges
-    std::vector<std::pair<std::string, int64_t>> vocab;          // in file order
-    std::vector<std::pair<std::string, std::string>> merges;     // rank order
+    nlohmann::json doc;                                       // the whole file except model.vocab and model.merges
+    std::vector<std::pair<std::string, int64_t>> vocab;       // in file order
+    std::vector<std::pair<std::string, std::string>> merges;  // rank order
     bool has_vocab = false;
     bool has_merges = false;
 };

@@ -68,8 +68,6 @@ bool has_hf_regex_delta(std::string_view text) {
     return false;
 }
 
-bool hf_normalizer_unknown(char32_t cp) {
-    return cp >= kNormalizerUnknown[0][0] && in_ranges(kNormalizerUnknown, cp);
-}
+bool hf_normalizer_unknown(char32_t cp) { return cp >= kNormalizerUnknown[0][0] && in_ranges(kNormalizerUnknown, cp); }
 
 }  // namespace moeserve::tokenizer

@@ -17,11 +17,16 @@ int sequence_length(uint8_t lead) {
 // Allowed range of the second byte for a lead byte (the later ones are always 0x80..0xBF).
 bool second_byte_ok(uint8_t lead, uint8_t b) {
     switch (lead) {
-        case 0xE0: return b >= 0xA0 && b <= 0xBF;
-        case 0xED: return b >= 0x80 && b <= 0x9F;
-        case 0xF0: return b >= 0x90 && b <= 0xBF;
-        case 0xF4: return b >= 0x80 && b <= 0x8F;
-        default: return b >= 0x80 && b <= 0xBF;
+        case 0xE0:
+            return b >= 0xA0 && b <= 0xBF;
+        case 0xED:
+            return b >= 0x80 && b <= 0x9F;
+        case 0xF0:
+            return b >= 0x90 && b <= 0xBF;
+        case 0xF4:
+            return b >= 0x80 && b <= 0x8F;
+        default:
+            return b >= 0x80 && b <= 0xBF;
     }
 }
 
@@ -132,8 +137,8 @@ size_t utf8_incomplete_tail(std::string_view bytes) {
 bool is_unicode_whitespace(char32_t cp) {
     if (cp <= 0x20) return cp == 0x20 || (cp >= 0x09 && cp <= 0x0D);
     if (cp < 0x85) return false;
-    return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
-           cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+    return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+           cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 }  // namespace moeserve::tokenizer

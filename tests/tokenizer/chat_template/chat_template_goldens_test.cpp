@@ -33,8 +33,7 @@ TEST_P(ChatTemplateGoldensTest, RendersLikeTransformers) {
     ASSERT_GE(goldens.size(), 10u);
     for (const auto& golden : goldens) {
         SCOPED_TRACE(model + "/" + golden.at("name").get<std::string>());
-        EXPECT_EQ(chat_template.render(golden.at("context")),
-                  golden.at("rendered").get<std::string>());
+        EXPECT_EQ(chat_template.render(golden.at("context")), golden.at("rendered").get<std::string>());
     }
 }
 
@@ -48,8 +47,7 @@ TEST_P(ChatTemplateGoldensTest, ConcurrentRendersOfOneTemplateAgree) {
         threads.emplace_back([&, t] {
             for (int round = 0; round < 5; ++round) {
                 for (const auto& golden : goldens) {
-                    if (chat_template.render(golden.at("context")) !=
-                        golden.at("rendered").get<std::string>()) {
+                    if (chat_template.render(golden.at("context")) != golden.at("rendered").get<std::string>()) {
                         ++mismatches[t];
                     }
                 }
@@ -60,8 +58,7 @@ TEST_P(ChatTemplateGoldensTest, ConcurrentRendersOfOneTemplateAgree) {
     for (int m : mismatches) EXPECT_EQ(m, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(RealTemplates, ChatTemplateGoldensTest,
-                         ::testing::Values("qwen3", "deepseek_v3"));
+INSTANTIATE_TEST_SUITE_P(RealTemplates, ChatTemplateGoldensTest, ::testing::Values("qwen3", "deepseek_v3"));
 
 TEST(RenderChatTest, WrapsMessagesAndExtraVariables) {
     ChatTemplate chat_template = load_template("qwen3");

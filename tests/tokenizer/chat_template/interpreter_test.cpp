@@ -40,8 +40,7 @@ TEST(InterpreterTest, MatchesPythonJinja2OnFeatureTemplates) {
     for (const auto& c : cases) {
         SCOPED_TRACE(c.at("name").get<std::string>() + ": " + c.at("template").get<std::string>());
         try {
-            EXPECT_EQ(render(c.at("template"), c.at("context")),
-                      c.at("expected").get<std::string>());
+            EXPECT_EQ(render(c.at("template"), c.at("context")), c.at("expected").get<std::string>());
         } catch (const Error& e) {
             ADD_FAILURE() << e.what();
         }
@@ -54,8 +53,8 @@ TEST(InterpreterTest, GenerationBlockRendersItsBody) {
 }
 
 TEST(InterpreterTest, RaiseExceptionThrowsWithMessage) {
-    expect_error([] { render("{{ raise_exception('Roles must alternate') }}"); },
-                 ErrorCode::kInvalidArgument, {"Roles must alternate"});
+    expect_error([] { render("{{ raise_exception('Roles must alternate') }}"); }, ErrorCode::kInvalidArgument,
+                 {"Roles must alternate"});
 }
 
 TEST(InterpreterTest, UnknownFilterIsUnsupportedWithLine) {
@@ -74,13 +73,11 @@ TEST(InterpreterTest, UnknownTagIsUnsupportedAtParse) {
 }
 
 TEST(InterpreterTest, UnimplementedStringMethodIsUnsupported) {
-    expect_error([] { render("{{ '{}'.format(1) }}"); }, ErrorCode::kUnsupported,
-                 {"method 'format'", "line 1"});
+    expect_error([] { render("{{ '{}'.format(1) }}"); }, ErrorCode::kUnsupported, {"method 'format'", "line 1"});
 }
 
 TEST(InterpreterTest, UnknownFunctionIsUnsupported) {
-    expect_error([] { render("{{ lipsum(2) }}"); }, ErrorCode::kUnsupported,
-                 {"function 'lipsum'", "line 1"});
+    expect_error([] { render("{{ lipsum(2) }}"); }, ErrorCode::kUnsupported, {"function 'lipsum'", "line 1"});
 }
 
 TEST(InterpreterTest, ListMutationIsUnsupported) {
@@ -93,22 +90,17 @@ TEST(InterpreterTest, SyntaxErrorsNameTheLine) {
                  {"line 3", "'endif'"});
     expect_error([] { ChatTemplate::parse("{{ 1 +\n }}"); }, ErrorCode::kInvalidArgument,
                  {"line 2", "expected an expression"});
-    expect_error([] { ChatTemplate::parse("a\nb {{ x "); }, ErrorCode::kInvalidArgument,
-                 {"line 2", "never closed"});
-    expect_error([] { ChatTemplate::parse("{# open comment"); }, ErrorCode::kInvalidArgument,
-                 {"comment"});
-    expect_error([] { ChatTemplate::parse("{{ 'abc }}"); }, ErrorCode::kInvalidArgument,
-                 {"string literal"});
+    expect_error([] { ChatTemplate::parse("a\nb {{ x "); }, ErrorCode::kInvalidArgument, {"line 2", "never closed"});
+    expect_error([] { ChatTemplate::parse("{# open comment"); }, ErrorCode::kInvalidArgument, {"comment"});
+    expect_error([] { ChatTemplate::parse("{{ 'abc }}"); }, ErrorCode::kInvalidArgument, {"string literal"});
 }
 
 TEST(InterpreterTest, UndefinedErrorsOnlyWhereJinja2Raises) {
     // Printing, testing and iterating an undefined value is fine ...
     EXPECT_EQ(render("[{{ nope }}{% for x in nope %}x{% endfor %}{{ nope | length }}]"), "[0]");
     // ... reading an attribute of it, or doing arithmetic with it, is not.
-    expect_error([] { render("{{ nope.field }}"); }, ErrorCode::kInvalidArgument,
-                 {"'nope' is undefined", "line 1"});
-    expect_error([] { render("\n{{ nope + 1 }}"); }, ErrorCode::kInvalidArgument,
-                 {"'nope' is undefined", "line 2"});
+    expect_error([] { render("{{ nope.field }}"); }, ErrorCode::kInvalidArgument, {"'nope' is undefined", "line 1"});
+    expect_error([] { render("\n{{ nope + 1 }}"); }, ErrorCode::kInvalidArgument, {"'nope' is undefined", "line 2"});
 }
 
 TEST(InterpreterTest, TypeErrorsAreReported) {
@@ -117,13 +109,8 @@ TEST(InterpreterTest, TypeErrorsAreReported) {
             render("{{ x + 'a' }}", {{"x", nullptr}});
         },
         ErrorCode::kInvalidArgument, {"unsupported operand type(s) for +: 'NoneType' and 'str'"});
-    expect_error(
-        [] {
-            render("{{ 'a' in x }}", {{"x", nullptr}});
-        },
-        ErrorCode::kInvalidArgument, {"not iterable"});
-    expect_error([] { render("{% set x = 1 %}{% set x.a = 2 %}"); }, ErrorCode::kInvalidArgument,
-                 {"namespace"});
+    expect_error([] { render("{{ 'a' in x }}", {{"x", nullptr}}); }, ErrorCode::kInvalidArgument, {"not iterable"});
+    expect_error([] { render("{% set x = 1 %}{% set x.a = 2 %}"); }, ErrorCode::kInvalidArgument, {"namespace"});
 }
 
 TEST(InterpreterTest, TojsonKeepsKeyOrderOfOrderedJson) {
@@ -134,8 +121,7 @@ TEST(InterpreterTest, TojsonKeepsKeyOrderOfOrderedJson) {
 }
 
 TEST(InterpreterTest, ParsedTemplateRendersManyTimes) {
-    ChatTemplate t =
-        ChatTemplate::parse("{% set ns = namespace(n=0) %}{% set ns.n = ns.n + x %}{{ ns.n }}");
+    ChatTemplate t = ChatTemplate::parse("{% set ns = namespace(n=0) %}{% set ns.n = ns.n + x %}{{ ns.n }}");
     EXPECT_EQ(t.render(nlohmann::json{{"x", 1}}), "1");
     EXPECT_EQ(t.render(nlohmann::json{{"x", 2}}), "2");
 }

@@ -23,8 +23,14 @@ float BlockPool::usage() const {
 void BlockPool::unlink(int32_t b) {
     const auto i = static_cast<size_t>(b);
     MOESERVE_CHECK(in_free_list_[i], "block {} is not free", b);
-    if (prev_[i] >= 0) next_[static_cast<size_t>(prev_[i])] = next_[i]; else head_ = next_[i];
-    if (next_[i] >= 0) prev_[static_cast<size_t>(next_[i])] = prev_[i]; else tail_ = prev_[i];
+    if (prev_[i] >= 0)
+        next_[static_cast<size_t>(prev_[i])] = next_[i];
+    else
+        head_ = next_[i];
+    if (next_[i] >= 0)
+        prev_[static_cast<size_t>(next_[i])] = prev_[i];
+    else
+        tail_ = prev_[i];
     prev_[i] = next_[i] = -1;
     in_free_list_[i] = false;
     --num_free_;
@@ -34,7 +40,10 @@ void BlockPool::push_tail(int32_t b) {
     const auto i = static_cast<size_t>(b);
     prev_[i] = tail_;
     next_[i] = -1;
-    if (tail_ >= 0) next_[static_cast<size_t>(tail_)] = b; else head_ = b;
+    if (tail_ >= 0)
+        next_[static_cast<size_t>(tail_)] = b;
+    else
+        head_ = b;
     tail_ = b;
     in_free_list_[i] = true;
     ++num_free_;
@@ -68,7 +77,8 @@ void BlockPool::touch(std::span<const int32_t> block_ids) {
 void BlockPool::free(std::span<const int32_t> block_ids) {
     for (int32_t b : block_ids) {
         MOESERVE_CHECK(b > 0 && b < num_blocks() && ref_counts_[static_cast<size_t>(b)] > 0,
-                       "free of block {} (ref count {})", b, b > 0 && b < num_blocks() ? ref_counts_[static_cast<size_t>(b)] : -1);
+                       "free of block {} (ref count {})", b,
+                       b > 0 && b < num_blocks() ? ref_counts_[static_cast<size_t>(b)] : -1);
         if (--ref_counts_[static_cast<size_t>(b)] == 0) push_tail(b);
     }
 }

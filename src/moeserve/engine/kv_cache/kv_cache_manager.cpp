@@ -21,7 +21,8 @@ KvCacheManager::KvCacheManager(int32_t num_blocks, int32_t block_size, bool enab
 CachedPrefix KvCacheManager::find_cached_prefix(Request& request) {
     CachedPrefix prefix;
     if (!enable_prefix_caching_ || !request.block_ids.empty() || request.wants_prompt_logprobs()) return prefix;
-    extend_block_hashes(request.block_hashes, root_block_hash(request.sampling.cache_salt), block_size_, request.prompt_token_ids, request.output_token_ids);
+    extend_block_hashes(request.block_hashes, root_block_hash(request.sampling.cache_salt), block_size_,
+                        request.prompt_token_ids, request.output_token_ids);
     const int32_t max_blocks = (request.num_tokens() - 1) / block_size_;
     for (int32_t i = 0; i < max_blocks; ++i) {
         const auto block = pool_.lookup(request.block_hashes[static_cast<size_t>(i)]);
@@ -54,7 +55,8 @@ std::optional<NewBlocks> KvCacheManager::allocate_slots(Request& request, int32_
     request.block_ids.insert(request.block_ids.end(), prefix.block_ids.begin(), prefix.block_ids.end());
     request.num_computed_tokens += prefix.num_tokens;
     const int32_t total = request.num_computed_tokens + num_new_tokens;
-    const int32_t num_new_blocks = std::max(0, blocks_for_tokens(total) - static_cast<int32_t>(request.block_ids.size()));
+    const int32_t num_new_blocks =
+        std::max(0, blocks_for_tokens(total) - static_cast<int32_t>(request.block_ids.size()));
     NewBlocks out{pool_.allocate(num_new_blocks)};
     request.block_ids.insert(request.block_ids.end(), out.block_ids.begin(), out.block_ids.end());
     // NOTE(#5): blocks are entered in the cache before this step's forward writes them. That is
@@ -65,8 +67,10 @@ std::optional<NewBlocks> KvCacheManager::allocate_slots(Request& request, int32_
 }
 
 void KvCacheManager::cache_full_blocks(Request& request, int32_t num_tokens) {
-    extend_block_hashes(request.block_hashes, root_block_hash(request.sampling.cache_salt), block_size_, request.prompt_token_ids, request.output_token_ids);
-    const int32_t num_full = std::min<int32_t>(num_tokens / block_size_, static_cast<int32_t>(request.block_hashes.size()));
+    extend_block_hashes(request.block_hashes, root_block_hash(request.sampling.cache_salt), block_size_,
+                        request.prompt_token_ids, request.output_token_ids);
+    const int32_t num_full =
+        std::min<int32_t>(num_tokens / block_size_, static_cast<int32_t>(request.block_hashes.size()));
     for (int32_t i = 0; i < num_full; ++i) {
         pool_.cache_block(request.block_ids[static_cast<size_t>(i)], request.block_hashes[static_cast<size_t>(i)]);
     }

@@ -4,10 +4,14 @@ namespace moeserve::engine {
 
 const char* phase_name(Phase phase) {
     switch (phase) {
-        case Phase::kIdle: return "idle";
-        case Phase::kPrefill: return "prefill";
-        case Phase::kDecode: return "decode";
-        case Phase::kMixed: return "mixed";
+        case Phase::kIdle:
+            return "idle";
+        case Phase::kPrefill:
+            return "prefill";
+        case Phase::kDecode:
+            return "decode";
+        case Phase::kMixed:
+            return "mixed";
     }
     return "?";
 }
@@ -15,9 +19,12 @@ const char* phase_name(Phase phase) {
 StepPlan MixedPolicy::plan(std::optional<Phase> forced) const {
     if (!forced || *forced == Phase::kMixed) return StepPlan{};
     switch (*forced) {
-        case Phase::kPrefill: return StepPlan{.run_decodes = false, .run_prefills = true, .admit_waiting = true};
-        case Phase::kDecode: return StepPlan{.run_decodes = true, .run_prefills = false, .admit_waiting = false};
-        default: return StepPlan{.run_decodes = false, .run_prefills = false, .admit_waiting = false};
+        case Phase::kPrefill:
+            return StepPlan{.run_decodes = false, .run_prefills = true, .admit_waiting = true};
+        case Phase::kDecode:
+            return StepPlan{.run_decodes = true, .run_prefills = false, .admit_waiting = false};
+        default:
+            return StepPlan{.run_decodes = false, .run_prefills = false, .admit_waiting = false};
     }
 }
 

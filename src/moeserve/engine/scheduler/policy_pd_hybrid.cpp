@@ -31,10 +31,14 @@ Phase HybridPhaseSelector::next(bool can_prefill, bool has_decode) {
 StepPlan PdHybridPolicy::plan(std::optional<Phase> forced) const {
     MOESERVE_CHECK(forced.has_value(), "pd_hybrid: a step without a phase (choose_phase was not asked)");
     switch (*forced) {
-        case Phase::kPrefill: return StepPlan{.run_decodes = false, .run_prefills = true, .admit_waiting = true};
-        case Phase::kDecode: return StepPlan{.run_decodes = true, .run_prefills = false, .admit_waiting = false};
-        case Phase::kIdle: return StepPlan{.run_decodes = false, .run_prefills = false, .admit_waiting = false};
-        case Phase::kMixed: break;
+        case Phase::kPrefill:
+            return StepPlan{.run_decodes = false, .run_prefills = true, .admit_waiting = true};
+        case Phase::kDecode:
+            return StepPlan{.run_decodes = true, .run_prefills = false, .admit_waiting = false};
+        case Phase::kIdle:
+            return StepPlan{.run_decodes = false, .run_prefills = false, .admit_waiting = false};
+        case Phase::kMixed:
+            break;
     }
     MOESERVE_CHECK(false, "pd_hybrid never mixes prefill and decode in one step");
     return StepPlan{};

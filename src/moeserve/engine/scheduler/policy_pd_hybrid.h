@@ -34,8 +34,8 @@ public:
     // Returns kDecode for a step the guard took from prefill; guard_fired() tells which.
     Phase next(bool can_prefill, bool has_decode);
 
-    bool guard_fired() const { return guard_fired_; }              // the last next() was the guard's
-    int32_t stalled_run() const { return stalled_run_; }           // prefill steps in a row with decodes waiting
+    bool guard_fired() const { return guard_fired_; }     // the last next() was the guard's
+    int32_t stalled_run() const { return stalled_run_; }  // prefill steps in a row with decodes waiting
     int32_t max_consecutive_prefill_steps() const { return bound_; }
 
 private:

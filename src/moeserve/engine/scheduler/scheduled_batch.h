@@ -37,7 +37,7 @@ struct SampledToken {
 
 // One entry per ScheduledBatch::requests, in order.
 struct StepResult {
-    std::vector<std::optional<SampledToken>> sampled;             // set where samples()
+    std::vector<std::optional<SampledToken>> sampled;              // set where samples()
     std::vector<std::vector<ipc::TokenLogprobs>> prompt_logprobs;  // this step's prompt positions
 };
 

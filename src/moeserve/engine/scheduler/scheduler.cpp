@@ -50,9 +50,10 @@ std::optional<std::string> Scheduler::validate(const Request& r) const {
     const int64_t usable = kv_.pool().num_blocks() - 1;
     const int64_t needed = (r.num_prompt_tokens() + s.max_tokens + kv_.block_size() - 1) / kv_.block_size();
     if (needed > usable) {
-        return fmt::format("prompt tokens + max_tokens ({} + {}) need {} KV cache blocks of {} tokens, but the cache "
-                           "has {}; lower max_tokens or give the KV cache more memory (--kv-cache-memory)",
-                           r.num_prompt_tokens(), s.max_tokens, needed, kv_.block_size(), usable);
+        return fmt::format(
+            "prompt tokens + max_tokens ({} + {}) need {} KV cache blocks of {} tokens, but the cache "
+            "has {}; lower max_tokens or give the KV cache more memory (--kv-cache-memory)",
+            r.num_prompt_tokens(), s.max_tokens, needed, kv_.block_size(), usable);
     }
     for (TokenId t : r.prompt_token_ids) {
         if (t < 0 || (config_.vocab_size > 0 && t >= config_.vocab_size)) {
@@ -81,7 +82,8 @@ std::optional<std::string> Scheduler::validate(const Request& r) const {
     }
     for (const auto& k : {s.logprobs, s.prompt_logprobs}) {
         if (k && (*k < 0 || (config_.vocab_size > 0 && *k > config_.vocab_size))) {
-            return fmt::format("logprobs and prompt_logprobs must be in [0, vocab size {}]; got {}", config_.vocab_size, *k);
+            return fmt::format("logprobs and prompt_logprobs must be in [0, vocab size {}]; got {}", config_.vocab_size,
+                               *k);
         }
     }
     return std::nullopt;
@@ -105,8 +107,10 @@ void Scheduler::add_request(std::unique_ptr<Request> request) {
 
 void Scheduler::enqueue_waiting(Request* r, bool preempted) {
     if (config_.order == SchedulingOrder::kFcfs) {
-        if (preempted) waiting_.push_front(r);
-        else waiting_.push_back(r);
+        if (preempted)
+            waiting_.push_front(r);
+        else
+            waiting_.push_back(r);
         return;
     }
     const auto before = [](const Request* a, const Request* b) {
@@ -243,9 +247,8 @@ bool Scheduler::check_stop(Request& r) const {
     const TokenId last = r.output_token_ids.back();
     const auto& s = r.sampling;
     if (r.num_output_tokens() >= s.min_tokens) {  // vLLM: no stop of any kind before min_tokens
-        const bool eos = !s.ignore_eos &&
-                         std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), last) !=
-                             config_.eos_token_ids.end();
+        const bool eos = !s.ignore_eos && std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), last) !=
+                                              config_.eos_token_ids.end();
         const bool stop = std::find(s.stop_token_ids.begin(), s.stop_token_ids.end(), last) != s.stop_token_ids.end();
         if (eos || stop) {
             r.stop_token_id = last;
@@ -282,8 +285,9 @@ std::vector<ipc::RequestOutput> Scheduler::update(const ScheduledBatch& batch, c
             std::string error =
                 !r->grammar->error().empty()
                     ? "structured output: " + r->grammar->error()
-                    : fmt::format("structured output: no token of the vocabulary can continue the grammar after {} tokens",
-                                  r->num_output_tokens());
+                    : fmt::format(
+                          "structured output: no token of the vocabulary can continue the grammar after {} tokens",
+                          r->num_output_tokens());
             ipc::RequestOutput fail = finish(r, FinishReason::kError);  // r is gone from here on
             fail.error = std::move(error);
             outputs.push_back(std::move(fail));
@@ -316,7 +320,8 @@ std::vector<ipc::RequestOutput> Scheduler::take_finished() {
 }
 
 int32_t Scheduler::num_running_decodes() const {
-    return static_cast<int32_t>(std::count_if(running_.begin(), running_.end(), [](const Request* r) { return r->is_decode(); }));
+    return static_cast<int32_t>(
+        std::count_if(running_.begin(), running_.end(), [](const Request* r) { return r->is_decode(); }));
 }
 
 Phase Scheduler::propose_phase() {

@@ -35,8 +35,8 @@ struct SchedulerConfig {
     int32_t max_num_batched_tokens = 2048;  // tokens per step
     int32_t max_model_len = 4096;           // prompt + output tokens of one request
     bool enable_chunked_prefill = true;
-    int64_t vocab_size = 0;                 // token ids must be < this (0 = unchecked)
-    std::vector<TokenId> eos_token_ids;     // stop unless ignore_eos
+    int64_t vocab_size = 0;              // token ids must be < this (0 = unchecked)
+    std::vector<TokenId> eos_token_ids;  // stop unless ignore_eos
     SchedulingOrder order = SchedulingOrder::kFcfs;
 };
 

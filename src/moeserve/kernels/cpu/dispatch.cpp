@@ -73,10 +73,16 @@ int64_t matmul_pack_floats() { return std::max(matmul_pack_floats_avx2(), matmul
 void matmul_tile(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out,
                  int64_t ldo, float* pack) {
     switch (active_isa()) {
-        case Isa::kRef: matmul_tile_ref(x, ldx, m, k, w, n, out, ldo); return;
-        case Isa::kAvx2: matmul_tile_avx2(x, ldx, m, k, w, n, out, ldo, pack); return;
+        case Isa::kRef:
+            matmul_tile_ref(x, ldx, m, k, w, n, out, ldo);
+            return;
+        case Isa::kAvx2:
+            matmul_tile_avx2(x, ldx, m, k, w, n, out, ldo, pack);
+            return;
         case Isa::kAvx512:
-        case Isa::kAmx: matmul_tile_avx512(x, ldx, m, k, w, n, out, ldo, pack, bf16_round_activations()); return;
+        case Isa::kAmx:
+            matmul_tile_avx512(x, ldx, m, k, w, n, out, ldo, pack, bf16_round_activations());
+            return;
     }
 }
 
@@ -94,10 +100,16 @@ void matmul_tile(const float* x, int64_t ldx, int64_t m, int64_t k, const float*
 void matmul_tile_int8(const int8_t* qx, int64_t ldx, const float* sx, int64_t m, int64_t k, const int8_t* w,
                       const float* sw, int64_t n, float* out, int64_t ldo) {
     switch (active_isa()) {
-        case Isa::kRef: matmul_tile_int8_ref(qx, ldx, sx, m, k, w, sw, n, out, ldo); return;
-        case Isa::kAvx2: matmul_tile_int8_avx2(qx, ldx, sx, m, k, w, sw, n, out, ldo); return;
+        case Isa::kRef:
+            matmul_tile_int8_ref(qx, ldx, sx, m, k, w, sw, n, out, ldo);
+            return;
+        case Isa::kAvx2:
+            matmul_tile_int8_avx2(qx, ldx, sx, m, k, w, sw, n, out, ldo);
+            return;
         case Isa::kAvx512:
-        case Isa::kAmx: matmul_tile_int8_avx512(qx, ldx, sx, m, k, w, sw, n, out, ldo); return;
+        case Isa::kAmx:
+            matmul_tile_int8_avx512(qx, ldx, sx, m, k, w, sw, n, out, ldo);
+            return;
     }
 }
 

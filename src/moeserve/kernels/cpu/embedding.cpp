@@ -5,8 +5,8 @@
 
 namespace moeserve::kernels::cpu {
 
-void embedding_bf16(const uint16_t* table, int64_t vocab, int64_t hidden, const int32_t* ids,
-                    int64_t num_tokens, float* out) {
+void embedding_bf16(const uint16_t* table, int64_t vocab, int64_t hidden, const int32_t* ids, int64_t num_tokens,
+                    float* out) {
     (void)vocab;  // ids are validated by the caller (contract: each in [0, vocab))
     for (int64_t t = 0; t < num_tokens; ++t) {
         const uint16_t* row = table + static_cast<int64_t>(ids[t]) * hidden;

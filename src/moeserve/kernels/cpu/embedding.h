@@ -6,7 +6,7 @@
 namespace moeserve::kernels::cpu {
 
 // table bf16 [vocab, hidden]; ids int32 [num_tokens], each in [0, vocab); out f32 [num_tokens, hidden].
-void embedding_bf16(const uint16_t* table, int64_t vocab, int64_t hidden, const int32_t* ids,
-                    int64_t num_tokens, float* out);
+void embedding_bf16(const uint16_t* table, int64_t vocab, int64_t hidden, const int32_t* ids, int64_t num_tokens,
+                    float* out);
 
 }  // namespace moeserve::kernels::cpu

@@ -94,10 +94,14 @@ Isa choose_from_env() {
 
 const char* isa_name(Isa isa) {
     switch (isa) {
-        case Isa::kRef: return "ref";
-        case Isa::kAvx2: return "avx2";
-        case Isa::kAvx512: return "avx512";
-        case Isa::kAmx: return "amx";
+        case Isa::kRef:
+            return "ref";
+        case Isa::kAvx2:
+            return "avx2";
+        case Isa::kAvx512:
+            return "avx512";
+        case Isa::kAmx:
+            return "amx";
     }
     return "?";
 }

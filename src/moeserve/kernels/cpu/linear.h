@@ -12,8 +12,7 @@ namespace moeserve::kernels::cpu {
 
 // out f32 [m, n] = x f32 [m, k] @ w bf16 [n, k]^T. Rows of x and out are contiguous
 // (leading dimensions k and n). m >= 0, n >= 1, k >= 1. out must not alias x.
-void linear_bf16(ThreadPool& pool, const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
-                 float* out);
+void linear_bf16(ThreadPool& pool, const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out);
 
 // Same with f32 weights.
 void linear_f32(ThreadPool& pool, const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* out);

@@ -15,8 +15,7 @@ namespace {
 constexpr int64_t kMinParallelMacs = 1 << 15;
 
 template <typename W>
-void linear_impl(ThreadPool& pool, const float* x, int64_t m, int64_t k, const W* w, int64_t n,
-                 float* out) {
+void linear_impl(ThreadPool& pool, const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* out) {
     if (m <= 0) return;
     const bool gemm = m > detail::kGemvMaxRows;
     const int64_t grain = gemm ? 16 : 8;
@@ -46,13 +45,11 @@ void linear_impl(ThreadPool& pool, const float* x, int64_t m, int64_t k, const W
 
 }  // namespace
 
-void linear_bf16(ThreadPool& pool, const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
-                 float* out) {
+void linear_bf16(ThreadPool& pool, const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out) {
     linear_impl(pool, x, m, k, w, n, out);
 }
 
-void linear_f32(ThreadPool& pool, const float* x, int64_t m, int64_t k, const float* w, int64_t n,
-                float* out) {
+void linear_f32(ThreadPool& pool, const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* out) {
     linear_impl(pool, x, m, k, w, n, out);
 }
 

@@ -167,8 +167,8 @@ void rows(const int8_t* qx, int64_t ldx, const float* sx, int64_t k, const int8_
 
 }  // namespace
 
-void matmul_tile_int8_avx2_int16(const int8_t* qx, int64_t ldx, const float* sx, int64_t m, int64_t k,
-                                 const int8_t* w, const float* sw, int64_t n, float* out, int64_t ldo) {
+void matmul_tile_int8_avx2_int16(const int8_t* qx, int64_t ldx, const float* sx, int64_t m, int64_t k, const int8_t* w,
+                                 const float* sw, int64_t n, float* out, int64_t ldo) {
     gemm16(qx, ldx, sx, m, k, w, sw, n, out, ldo);
 }
 

@@ -154,14 +154,30 @@ void micro_kernel(const uint8_t* xu, int64_t ldu, const float* sx, const int32_t
 void micro_dispatch(int mr, const uint8_t* xu, int64_t ldu, const float* sx, const int32_t* panel, int64_t k4,
                     const int32_t* corr, const float* sw, float* out, int64_t ldo, int64_t ncols) {
     switch (mr) {
-        case 1: micro_kernel<1>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols); break;
-        case 2: micro_kernel<2>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols); break;
-        case 3: micro_kernel<3>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols); break;
-        case 4: micro_kernel<4>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols); break;
-        case 5: micro_kernel<5>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols); break;
-        case 6: micro_kernel<6>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols); break;
-        case 7: micro_kernel<7>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols); break;
-        default: micro_kernel<8>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols); break;
+        case 1:
+            micro_kernel<1>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols);
+            break;
+        case 2:
+            micro_kernel<2>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols);
+            break;
+        case 3:
+            micro_kernel<3>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols);
+            break;
+        case 4:
+            micro_kernel<4>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols);
+            break;
+        case 5:
+            micro_kernel<5>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols);
+            break;
+        case 6:
+            micro_kernel<6>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols);
+            break;
+        case 7:
+            micro_kernel<7>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols);
+            break;
+        default:
+            micro_kernel<8>(xu, ldu, sx, panel, k4, corr, sw, out, ldo, ncols);
+            break;
     }
 }
 

@@ -14,9 +14,9 @@ int64_t matmul_pack_floats();
 
 // out[i * ldo + j] = sum_p x[i * ldx + p] * w[j * k + p], for i < m, j < n; single-threaded.
 // pack: at least matmul_pack_floats() floats (only touched when m > kGemvMaxRows).
-void matmul_tile(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n,
-                 float* out, int64_t ldo, float* pack);
-void matmul_tile(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n,
-                 float* out, int64_t ldo, float* pack);
+void matmul_tile(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out,
+                 int64_t ldo, float* pack);
+void matmul_tile(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* out, int64_t ldo,
+                 float* pack);
 
 }  // namespace moeserve::kernels::cpu::detail

@@ -50,19 +50,25 @@ inline void gemv_block(const float* x, int64_t ldx, int64_t k, const W* w, float
 
 // Rows [0, mr) of x (mr <= MR_MAX of the caller) against NR weight rows.
 template <int NR, typename W>
-inline void gemv_rows(const float* x, int64_t ldx, int mr, int64_t k, const W* w, float* out,
-                      int64_t ldo) {
+inline void gemv_rows(const float* x, int64_t ldx, int mr, int64_t k, const W* w, float* out, int64_t ldo) {
     switch (mr) {
-        case 1: gemv_block<1, NR>(x, ldx, k, w, out, ldo); break;
-        case 2: gemv_block<2, NR>(x, ldx, k, w, out, ldo); break;
-        case 3: gemv_block<3, NR>(x, ldx, k, w, out, ldo); break;
-        default: gemv_block<4, NR>(x, ldx, k, w, out, ldo); break;
+        case 1:
+            gemv_block<1, NR>(x, ldx, k, w, out, ldo);
+            break;
+        case 2:
+            gemv_block<2, NR>(x, ldx, k, w, out, ldo);
+            break;
+        case 3:
+            gemv_block<3, NR>(x, ldx, k, w, out, ldo);
+            break;
+        default:
+            gemv_block<4, NR>(x, ldx, k, w, out, ldo);
+            break;
     }
 }
 
 template <int NR, int MR_MAX, typename W>
-void gemv_impl(const float* x, int64_t ldx, int64_t m, int64_t k, const W* w, int64_t n, float* out,
-               int64_t ldo) {
+void gemv_impl(const float* x, int64_t ldx, int64_t m, int64_t k, const W* w, int64_t n, float* out, int64_t ldo) {
     int64_t j = 0;
     for (; j + NR <= n; j += NR) {
         for (int64_t i = 0; i < m; i += MR_MAX) {
@@ -79,8 +85,7 @@ void gemv_impl(const float* x, int64_t ldx, int64_t m, int64_t k, const W* w, in
 }
 
 template <typename W>
-void gemv(const float* x, int64_t ldx, int64_t m, int64_t k, const W* w, int64_t n, float* out,
-          int64_t ldo) {
+void gemv(const float* x, int64_t ldx, int64_t m, int64_t k, const W* w, int64_t n, float* out, int64_t ldo) {
     if (m == 1) {
         gemv_impl<8, 1>(x, ldx, m, k, w, n, out, ldo);
     } else if (m == 2) {
@@ -141,8 +146,8 @@ void pack_panel(const W* w, int64_t k, int64_t rows, int64_t p0, int64_t kc, flo
 // NOTE: the accumulators go to a local tile once after the loop; indexing them by a runtime
 // column count made GCC keep them in memory inside the loop.
 template <int MR>
-void micro_kernel(const float* a, int64_t lda, const float* b, int64_t kc, float* c, int64_t ldc,
-                  int64_t ncols, bool accumulate) {
+void micro_kernel(const float* a, int64_t lda, const float* b, int64_t kc, float* c, int64_t ldc, int64_t ncols,
+                  bool accumulate) {
     __m256 acc0[MR], acc1[MR];
 #pragma GCC unroll 6
     for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
@@ -181,21 +186,33 @@ void micro_kernel(const float* a, int64_t lda, const float* b, int64_t kc, float
     }
 }
 
-void micro_dispatch(int mr, const float* a, int64_t lda, const float* b, int64_t kc, float* c,
-                    int64_t ldc, int64_t ncols, bool accumulate) {
+void micro_dispatch(int mr, const float* a, int64_t lda, const float* b, int64_t kc, float* c, int64_t ldc,
+                    int64_t ncols, bool accumulate) {
     switch (mr) {
-        case 1: micro_kernel<1>(a, lda, b, kc, c, ldc, ncols, accumulate); break;
-        case 2: micro_kernel<2>(a, lda, b, kc, c, ldc, ncols, accumulate); break;
-        case 3: micro_kernel<3>(a, lda, b, kc, c, ldc, ncols, accumulate); break;
-        case 4: micro_kernel<4>(a, lda, b, kc, c, ldc, ncols, accumulate); break;
-        case 5: micro_kernel<5>(a, lda, b, kc, c, ldc, ncols, accumulate); break;
-        default: micro_kernel<6>(a, lda, b, kc, c, ldc, ncols, accumulate); break;
+        case 1:
+            micro_kernel<1>(a, lda, b, kc, c, ldc, ncols, accumulate);
+            break;
+        case 2:
+            micro_kernel<2>(a, lda, b, kc, c, ldc, ncols, accumulate);
+            break;
+        case 3:
+            micro_kernel<3>(a, lda, b, kc, c, ldc, ncols, accumulate);
+            break;
+        case 4:
+            micro_kernel<4>(a, lda, b, kc, c, ldc, ncols, accumulate);
+            break;
+        case 5:
+            micro_kernel<5>(a, lda, b, kc, c, ldc, ncols, accumulate);
+            break;
+        default:
+            micro_kernel<6>(a, lda, b, kc, c, ldc, ncols, accumulate);
+            break;
     }
 }
 
 template <typename W>
-void gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const W* w, int64_t n, float* out,
-          int64_t ldo, float* pack) {
+void gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const W* w, int64_t n, float* out, int64_t ldo,
+          float* pack) {
     // Equal k blocks (k = 384 is one block, 1024 is three of 344) rather than a short last one.
     const int64_t num_kb = (k + kKcMax - 1) / kKcMax;
     const int64_t kc_even = ((k + num_kb - 1) / num_kb + 7) / 8 * 8;
@@ -211,9 +228,8 @@ void gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const W* w, int64_t
             for (int64_t i0 = 0; i0 < m; i0 += kMr) {
                 const int mr = static_cast<int>(std::min<int64_t>(kMr, m - i0));
                 for (int64_t q = 0; q < num_panels; ++q) {
-                    micro_dispatch(mr, x + i0 * ldx + p0, ldx, pack + q * kc * kNr, kc,
-                                   out + i0 * ldo + j0 + q * kNr, ldo,
-                                   std::min<int64_t>(kNr, nc - q * kNr), p0 > 0);
+                    micro_dispatch(mr, x + i0 * ldx + p0, ldx, pack + q * kc * kNr, kc, out + i0 * ldo + j0 + q * kNr,
+                                   ldo, std::min<int64_t>(kNr, nc - q * kNr), p0 > 0);
                 }
             }
         }
@@ -221,8 +237,8 @@ void gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const W* w, int64_t
 }
 
 template <typename W>
-void tile(const float* x, int64_t ldx, int64_t m, int64_t k, const W* w, int64_t n, float* out,
-          int64_t ldo, float* pack) {
+void tile(const float* x, int64_t ldx, int64_t m, int64_t k, const W* w, int64_t n, float* out, int64_t ldo,
+          float* pack) {
     if (m <= 0 || n <= 0) return;
     if (m <= kGemvMaxRows) {
         gemv(x, ldx, m, k, w, n, out, ldo);
@@ -235,13 +251,13 @@ void tile(const float* x, int64_t ldx, int64_t m, int64_t k, const W* w, int64_t
 
 int64_t matmul_pack_floats_avx2() { return kKcMax * kNc; }
 
-void matmul_tile_avx2(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n,
-                      float* out, int64_t ldo, float* pack) {
+void matmul_tile_avx2(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out,
+                      int64_t ldo, float* pack) {
     tile(x, ldx, m, k, w, n, out, ldo, pack);
 }
 
-void matmul_tile_avx2(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n,
-                      float* out, int64_t ldo, float* pack) {
+void matmul_tile_avx2(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* out,
+                      int64_t ldo, float* pack) {
     tile(x, ldx, m, k, w, n, out, ldo, pack);
 }
 

@@ -105,10 +105,18 @@ void gemv(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, 
     for (int64_t i = 0; i < m; i += 4) {
         const uint16_t* xi = xs + i * kp;
         switch (imin(4, m - i)) {
-            case 1: gemv_seq_rows<1, 4>(xi, m, kp, k, w, n, out + i * ldo, ldo); break;
-            case 2: gemv_seq_rows<2, 2>(xi, m, kp, k, w, n, out + i * ldo, ldo); break;
-            case 3: gemv_seq_rows<3, 2>(xi, m, kp, k, w, n, out + i * ldo, ldo); break;
-            default: gemv_seq_rows<4, 1>(xi, m, kp, k, w, n, out + i * ldo, ldo); break;
+            case 1:
+                gemv_seq_rows<1, 4>(xi, m, kp, k, w, n, out + i * ldo, ldo);
+                break;
+            case 2:
+                gemv_seq_rows<2, 2>(xi, m, kp, k, w, n, out + i * ldo, ldo);
+                break;
+            case 3:
+                gemv_seq_rows<3, 2>(xi, m, kp, k, w, n, out + i * ldo, ldo);
+                break;
+            default:
+                gemv_seq_rows<4, 1>(xi, m, kp, k, w, n, out + i * ldo, ldo);
+                break;
         }
     }
 }
@@ -182,14 +190,30 @@ template <int P>
 void micro_dispatch(int mr, const uint32_t* xs, int64_t mp, int64_t ldxa, const uint32_t* b, int64_t pairs, float* c,
                     int64_t ldc, int64_t ncols, bool acc) {
     switch (mr) {
-        case 1: micro_kernel<1, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc); break;
-        case 2: micro_kernel<2, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc); break;
-        case 3: micro_kernel<3, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc); break;
-        case 4: micro_kernel<4, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc); break;
-        case 5: micro_kernel<5, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc); break;
-        case 6: micro_kernel<6, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc); break;
-        case 7: micro_kernel<7, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc); break;
-        default: micro_kernel<8, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc); break;
+        case 1:
+            micro_kernel<1, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc);
+            break;
+        case 2:
+            micro_kernel<2, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc);
+            break;
+        case 3:
+            micro_kernel<3, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc);
+            break;
+        case 4:
+            micro_kernel<4, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc);
+            break;
+        case 5:
+            micro_kernel<5, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc);
+            break;
+        case 6:
+            micro_kernel<6, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc);
+            break;
+        case 7:
+            micro_kernel<7, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc);
+            break;
+        default:
+            micro_kernel<8, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc);
+            break;
     }
 }
 

@@ -42,8 +42,8 @@ void matmul_tile_int8_avx2(const int8_t* qx, int64_t ldx, const float* sx, int64
                            const float* sw, int64_t n, float* out, int64_t ldo);
 // The AVX2 int16 path (both operands widened, vpmaddwd) for any m: exact for activations of -128,
 // which the sign-trick tile is not (linear_int8_static).
-void matmul_tile_int8_avx2_int16(const int8_t* qx, int64_t ldx, const float* sx, int64_t m, int64_t k,
-                                 const int8_t* w, const float* sw, int64_t n, float* out, int64_t ldo);
+void matmul_tile_int8_avx2_int16(const int8_t* qx, int64_t ldx, const float* sx, int64_t m, int64_t k, const int8_t* w,
+                                 const float* sw, int64_t n, float* out, int64_t ldo);
 void matmul_tile_int8_avx512(const int8_t* qx, int64_t ldx, const float* sx, int64_t m, int64_t k, const int8_t* w,
                              const float* sw, int64_t n, float* out, int64_t ldo);
 

@@ -147,8 +147,7 @@ void run_mla_attention(ThreadPool& pool, const PagedLatentLayer& kv, const MlaAt
                 const int64_t n = std::min(kTile, pos + 1 - j0);
                 for (int64_t j = 0; j < n; ++j) {
                     const int64_t p = j0 + j;
-                    tile.rows[j] =
-                        cache + (int64_t{table[p / kv.block_size]} * kv.block_size + p % kv.block_size) * dk;
+                    tile.rows[j] = cache + (int64_t{table[p / kv.block_size]} * kv.block_size + p % kv.block_size) * dk;
                 }
                 tile_scores(q, dk, tile, n, a.scale);
                 for (int u = 0; u < kHeads; ++u) {

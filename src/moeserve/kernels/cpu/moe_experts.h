@@ -12,12 +12,12 @@ namespace moeserve::kernels::cpu {
 
 // bf16 weights of the experts this rank holds: global ids [expert_begin, expert_begin + num_experts).
 struct MoeExpertsBf16 {
-    const uint16_t* gate_up;   // bf16 [num_experts, 2 * inter, hidden]: rows [0, inter) gate, [inter, 2*inter) up
-    const uint16_t* down;      // bf16 [num_experts, hidden, inter]
+    const uint16_t* gate_up;  // bf16 [num_experts, 2 * inter, hidden]: rows [0, inter) gate, [inter, 2*inter) up
+    const uint16_t* down;     // bf16 [num_experts, hidden, inter]
     int64_t num_experts;
-    int64_t expert_begin;      // ids outside [expert_begin, expert_begin + num_experts) are skipped (EP)
+    int64_t expert_begin;  // ids outside [expert_begin, expert_begin + num_experts) are skipped (EP)
     int64_t hidden;
-    int64_t inter;             // moe_intermediate_size
+    int64_t inter;  // moe_intermediate_size
 };
 
 // Reusable per-call buffers (owned by the caller, grown on demand; no allocation in steady state).
@@ -29,11 +29,10 @@ struct MoeScratch {
 // x f32 [num_tokens, hidden]; topk_ids int32 / topk_weights f32 [num_tokens, k];
 // out f32 [num_tokens, hidden] is overwritten (zero where no local expert was chosen).
 void moe_experts_bf16(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
-                      const float* topk_weights, int k, const MoeExpertsBf16& experts, MoeScratch& scratch,
-                      float* out);
+                      const float* topk_weights, int k, const MoeExpertsBf16& experts, MoeScratch& scratch, float* out);
 
 // Token by token, expert by expert; for tests.
-void moe_experts_bf16_ref(const float* x, int64_t num_tokens, const int32_t* topk_ids, const float* topk_weights,
-                          int k, const MoeExpertsBf16& experts, float* out);
+void moe_experts_bf16_ref(const float* x, int64_t num_tokens, const int32_t* topk_ids, const float* topk_weights, int k,
+                          const MoeExpertsBf16& experts, float* out);
 
 }  // namespace moeserve::kernels::cpu

@@ -64,7 +64,7 @@ void moe_experts_bf16(ThreadPool& pool, const float* x, int64_t num_tokens, cons
         detail::matmul_tile(xs, h, cnt, h, gu + (inter + r0) * h, rb, g + inter + r0, 2 * inter, pack);
         for (int64_t i = 0; i < cnt; ++i) {
             detail::silu_mul_span(g + i * 2 * inter + r0, g + i * 2 * inter + inter + r0, rb,
-                          s.act.data() + (off + i) * inter + r0);
+                                  s.act.data() + (off + i) * inter + r0);
         }
     });
 

@@ -25,7 +25,6 @@ namespace {
 constexpr int64_t kInterBlock = 64;
 constexpr int64_t kHiddenBlock = 128;
 
-
 template <typename F>
 void run_items(ThreadPool& pool, int64_t num_items, F&& item) {
     if (num_items <= 0) return;
@@ -87,7 +86,7 @@ void moe_experts_int8(ThreadPool& pool, const float* x, int64_t num_tokens, cons
                                  g + inter + r0, 2 * inter);
         for (int64_t i = 0; i < cnt; ++i) {
             detail::silu_mul_span(g + i * 2 * inter + r0, g + i * 2 * inter + inter + r0, rb,
-                          s.act.data() + (off + i) * inter + r0);
+                                  s.act.data() + (off + i) * inter + r0);
         }
     });
 

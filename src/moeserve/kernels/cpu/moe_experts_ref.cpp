@@ -7,8 +7,8 @@
 
 namespace moeserve::kernels::cpu {
 
-void moe_experts_bf16_ref(const float* x, int64_t num_tokens, const int32_t* topk_ids, const float* topk_weights,
-                          int k, const MoeExpertsBf16& ex, float* out) {
+void moe_experts_bf16_ref(const float* x, int64_t num_tokens, const int32_t* topk_ids, const float* topk_weights, int k,
+                          const MoeExpertsBf16& ex, float* out) {
     const int64_t h = ex.hidden, inter = ex.inter;
     std::vector<float> act(static_cast<size_t>(inter));
     for (int64_t t = 0; t < num_tokens; ++t) {
@@ -31,7 +31,8 @@ void moe_experts_bf16_ref(const float* x, int64_t num_tokens, const int32_t* top
             const float w = topk_weights[t * k + j];
             for (int64_t i = 0; i < h; ++i) {
                 double d = 0;
-                for (int64_t r = 0; r < inter; ++r) d += double(act[size_t(r)]) * double(bf16_to_f32(down[i * inter + r]));
+                for (int64_t r = 0; r < inter; ++r)
+                    d += double(act[size_t(r)]) * double(bf16_to_f32(down[i * inter + r]));
                 ot[i] += w * float(d);
             }
         }

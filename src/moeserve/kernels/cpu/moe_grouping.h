@@ -19,15 +19,15 @@ struct MoeGroups {
 // expert_begin + num_e) are skipped). Fills s.offsets [num_e + 1] (+ the active expert ids after
 // them), s.token_index [total] (grouped position -> token) and s.slot_index [num_tokens * k]
 // (slot -> grouped position, or -1).
-MoeGroups group_slots_by_expert(const int32_t* topk_ids, int64_t num_tokens, int k, int64_t expert_begin,
-                                int64_t num_e, MoeScratch& s);
+MoeGroups group_slots_by_expert(const int32_t* topk_ids, int64_t num_tokens, int k, int64_t expert_begin, int64_t num_e,
+                                MoeScratch& s);
 
 // out[i] = silu(g[i]) * u[i].
 void silu_mul_span(const float* g, const float* u, int64_t n, float* out);
 
 // out[t] = sum_j weight[t, j] * s.down_out[s.slot_index[t, j]] (zero where no local expert), in
 // slot order so the result is deterministic. out f32 [num_tokens, hidden].
-void combine_expert_outputs(ThreadPool& pool, const MoeScratch& s, const float* topk_weights, int64_t num_tokens,
-                            int k, int64_t hidden, float* out);
+void combine_expert_outputs(ThreadPool& pool, const MoeScratch& s, const float* topk_weights, int64_t num_tokens, int k,
+                            int64_t hidden, float* out);
 
 }  // namespace moeserve::kernels::cpu::detail

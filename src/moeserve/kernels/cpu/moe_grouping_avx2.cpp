@@ -9,8 +9,8 @@
 
 namespace moeserve::kernels::cpu::detail {
 
-MoeGroups group_slots_by_expert(const int32_t* topk_ids, int64_t num_tokens, int k, int64_t expert_begin,
-                                int64_t num_e, MoeScratch& s) {
+MoeGroups group_slots_by_expert(const int32_t* topk_ids, int64_t num_tokens, int k, int64_t expert_begin, int64_t num_e,
+                                MoeScratch& s) {
     const int64_t num_slots = num_tokens * k;
     MoeGroups g;
     s.offsets.assign(size_t(2 * num_e + 1), 0);
@@ -51,8 +51,8 @@ void silu_mul_span(const float* g, const float* u, int64_t n, float* out) {
     for (; i < n; ++i) out[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
-void combine_expert_outputs(ThreadPool& pool, const MoeScratch& s, const float* topk_weights, int64_t num_tokens,
-                            int k, int64_t h, float* out) {
+void combine_expert_outputs(ThreadPool& pool, const MoeScratch& s, const float* topk_weights, int64_t num_tokens, int k,
+                            int64_t h, float* out) {
     auto combine = [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
             float* ot = out + t * h;

@@ -29,8 +29,8 @@ void norm_row(const float* x, const float* weight, int64_t dim, float eps, float
     const __m256 vinv = _mm256_set1_ps(inv);
     i = 0;
     for (; i + 8 <= dim; i += 8) {
-        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vinv),
-                                                _mm256_loadu_ps(weight + i)));
+        _mm256_storeu_ps(out + i,
+                         _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vinv), _mm256_loadu_ps(weight + i)));
     }
     for (; i < dim; ++i) out[i] = x[i] * inv * weight[i];
 }
@@ -46,15 +46,14 @@ void for_rows(ThreadPool& pool, int64_t rows, int64_t dim, F&& fn) {
 
 }  // namespace
 
-void rms_norm(ThreadPool& pool, const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
-              float* out) {
+void rms_norm(ThreadPool& pool, const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* out) {
     for_rows(pool, rows, dim, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) norm_row(x + r * dim, weight, dim, eps, out + r * dim);
     });
 }
 
-void add_rms_norm(ThreadPool& pool, float* residual, const float* x, const float* weight, int64_t rows,
-                  int64_t dim, float eps, float* out) {
+void add_rms_norm(ThreadPool& pool, float* residual, const float* x, const float* weight, int64_t rows, int64_t dim,
+                  float eps, float* out) {
     for_rows(pool, rows, dim, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
             float* res = residual + r * dim;

@@ -20,8 +20,8 @@
 namespace moeserve::kernels::cpu {
 
 struct PagedKvLayer {
-    void* k_cache;         // [num_blocks, block_size, num_kv_heads, head_dim] of `dtype`
-    void* v_cache;         // [num_blocks, block_size, num_kv_heads, head_dim] of `dtype`
+    void* k_cache;  // [num_blocks, block_size, num_kv_heads, head_dim] of `dtype`
+    void* v_cache;  // [num_blocks, block_size, num_kv_heads, head_dim] of `dtype`
     int64_t num_blocks;
     int64_t block_size;
     int64_t num_kv_heads;
@@ -32,20 +32,19 @@ struct PagedKvLayer {
 // Writes k, v f32 [num_tokens, num_kv_heads, head_dim] into the cache at slot_mapping[t]
 // (= block_id * block_size + row), converted to the cache's dtype. A negative slot skips the
 // token (padding).
-void write_kv(const PagedKvLayer& kv, const float* k, const float* v, int64_t num_tokens,
-              const int64_t* slot_mapping);
+void write_kv(const PagedKvLayer& kv, const float* k, const float* v, int64_t num_tokens, const int64_t* slot_mapping);
 
 struct PagedAttentionArgs {
-    const float* q;             // [num_tokens, num_heads, head_dim]
-    float* out;                 // [num_tokens, num_heads, head_dim]
+    const float* q;  // [num_tokens, num_heads, head_dim]
+    float* out;      // [num_tokens, num_heads, head_dim]
     int64_t num_tokens;
-    int64_t num_heads;          // multiple of kv.num_kv_heads
+    int64_t num_heads;  // multiple of kv.num_kv_heads
     int64_t num_seqs;
-    const int32_t* query_start; // [num_seqs + 1], query_start[num_seqs] == num_tokens
-    const int32_t* seq_lens;    // [num_seqs] total tokens in cache per sequence
-    const int32_t* block_tables;// [num_seqs, max_blocks_per_seq]
+    const int32_t* query_start;   // [num_seqs + 1], query_start[num_seqs] == num_tokens
+    const int32_t* seq_lens;      // [num_seqs] total tokens in cache per sequence
+    const int32_t* block_tables;  // [num_seqs, max_blocks_per_seq]
     int64_t max_blocks_per_seq;
-    float scale;                // softmax scale, usually 1/sqrt(head_dim)
+    float scale;  // softmax scale, usually 1/sqrt(head_dim)
     // Optional [num_tokens, num_heads]: the log of each softmax's denominator in units of scaled
     // scores, lse = max + log(sum exp(score - max)); two attentions over disjoint key sets merge
     // exactly by it (MLA's cached prefix + new chunk).

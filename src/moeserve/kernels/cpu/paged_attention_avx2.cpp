@@ -20,9 +20,9 @@
 namespace moeserve::kernels::cpu {
 namespace {
 
-constexpr int64_t kTile = 32;   // keys per tile: K and V rows of a tile (2 x 16 KiB at d=128) stay in L1
-constexpr int64_t kQueries = 4; // queries sharing each key tile (GQA heads and/or positions)
-constexpr int64_t kChunk = 16;  // query tokens per work item
+constexpr int64_t kTile = 32;    // keys per tile: K and V rows of a tile (2 x 16 KiB at d=128) stay in L1
+constexpr int64_t kQueries = 4;  // queries sharing each key tile (GQA heads and/or positions)
+constexpr int64_t kChunk = 16;   // query tokens per work item
 
 template <typename T>
 struct Tile {
@@ -168,7 +168,7 @@ void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, flo
         for (int64_t qi = 0; qi < nq; ++qi) {
             float* p = t.p[qi];
             const int64_t nv = std::min(n, g.pos[qi] + 1 - j0);  // keys this query may see
-            if (nv <= 0) {  // only when j0 > pos[qi]: nothing new for this query
+            if (nv <= 0) {                                       // only when j0 > pos[qi]: nothing new for this query
                 alpha[qi] = 1.0f;
                 std::fill(p, p + n, 0.0f);
                 continue;
@@ -246,8 +246,7 @@ void run_paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAt
 
 }  // namespace
 
-void write_kv(const PagedKvLayer& kv, const float* k, const float* v, int64_t num_tokens,
-              const int64_t* slot_mapping) {
+void write_kv(const PagedKvLayer& kv, const float* k, const float* v, int64_t num_tokens, const int64_t* slot_mapping) {
     const int64_t row = kv.num_kv_heads * kv.head_dim;
     const size_t esize = dtype_size(kv.dtype);
     auto* k_cache = static_cast<std::byte*>(kv.k_cache);
@@ -262,8 +261,8 @@ void write_kv(const PagedKvLayer& kv, const float* k, const float* v, int64_t nu
 }
 
 void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttentionArgs& a) {
-    MOESERVE_CHECK(a.num_heads % kv.num_kv_heads == 0, "paged_attention: num_heads={} num_kv_heads={}",
-                   a.num_heads, kv.num_kv_heads);
+    MOESERVE_CHECK(a.num_heads % kv.num_kv_heads == 0, "paged_attention: num_heads={} num_kv_heads={}", a.num_heads,
+                   kv.num_kv_heads);
     MOESERVE_CHECK(kv.dtype == DType::kF32 || kv.dtype == DType::kBF16, "paged_attention: KV cache dtype {}",
                    dtype_name(kv.dtype));
     if (kv.dtype == DType::kBF16) {

@@ -43,7 +43,8 @@ void paged_attention_ref(const PagedKvLayer& kv, const PagedAttentionArgs& a) {
                 float* o = a.out + ((q0 + i) * a.num_heads + h) * d;
                 for (int64_t x = 0; x < d; ++x) {
                     double acc = 0;
-                    for (int64_t p = 0; p <= pos; ++p) acc += sc[size_t(p)] * cache_at(kv.v_cache, kv.dtype, row(p) + x);
+                    for (int64_t p = 0; p <= pos; ++p)
+                        acc += sc[size_t(p)] * cache_at(kv.v_cache, kv.dtype, row(p) + x);
                     o[x] = float(acc / sum);
                 }
             }

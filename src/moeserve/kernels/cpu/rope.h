@@ -12,15 +12,15 @@ namespace moeserve::kernels::cpu {
 enum class RopeStyle { kNeox, kInterleaved };
 
 struct RopeArgs {
-    float* x;                 // f32 [num_tokens, num_heads, head_stride]; rotary part at offset 0
+    float* x;  // f32 [num_tokens, num_heads, head_stride]; rotary part at offset 0
     int64_t num_tokens;
     int64_t num_heads;
-    int64_t head_stride;      // floats between consecutive heads (>= rotary_dim)
-    int64_t token_stride;     // floats between consecutive tokens (>= num_heads * head_stride)
-    int64_t rotary_dim;       // even; rotated dims are [0, rotary_dim)
-    const int32_t* positions; // [num_tokens]
-    const float* cos;         // [max_position, rotary_dim / 2]
-    const float* sin;         // [max_position, rotary_dim / 2]
+    int64_t head_stride;       // floats between consecutive heads (>= rotary_dim)
+    int64_t token_stride;      // floats between consecutive tokens (>= num_heads * head_stride)
+    int64_t rotary_dim;        // even; rotated dims are [0, rotary_dim)
+    const int32_t* positions;  // [num_tokens]
+    const float* cos;          // [max_position, rotary_dim / 2]
+    const float* sin;          // [max_position, rotary_dim / 2]
     RopeStyle style;
 };
 

@@ -68,15 +68,16 @@ namespace {
 
 // Orders ids[0, n) so that the first m are the m largest logits, descending (ties: lower id).
 void top_m(const float* logits, std::vector<int32_t>& ids, size_t m) {
-    const auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+    const auto by_logit = [&](int32_t a, int32_t b) {
+        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    };
     m = std::min(m, ids.size());
     std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(m), ids.end(), by_logit);
 }
 
 }  // namespace
 
-int32_t sample_token(const float* logits, int64_t vocab, const SamplingSettings& s, Rng& rng,
-                     SampleScratch& scratch) {
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingSettings& s, Rng& rng, SampleScratch& scratch) {
     if (s.temperature <= 0.0f || s.top_k == 1) return argmax(logits, vocab);
     auto& ids = scratch.ids;
     auto& probs = scratch.probs;

@@ -67,9 +67,9 @@ DeepseekV3Config DeepseekV3Config::from_json(const io::HfConfig& j) {
     if (j.json().contains("bos_token_id")) c.bos_token_id = j.get_optional_int("bos_token_id");
     if (j.has("eos_token_id")) c.eos_token_id = j.get_int_or_list("eos_token_id");
 
-    for (const char* key : {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "kv_lora_rank",
-                            "qk_rope_head_dim", "v_head_dim", "n_routed_experts", "num_experts_per_tok",
-                            "moe_layer_freq", "n_group", "topk_group"}) {
+    for (const char* key :
+         {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "kv_lora_rank", "qk_rope_head_dim",
+          "v_head_dim", "n_routed_experts", "num_experts_per_tok", "moe_layer_freq", "n_group", "topk_group"}) {
         if (j.has(key) && j.get_int(key) < 1) j.fail(key, "a positive integer");
     }
     if (c.qk_rope_head_dim % 2 != 0) j.fail("qk_rope_head_dim", "even");

@@ -42,7 +42,7 @@ struct DeepseekV3Config {
     double rms_norm_eps = 1e-6;
     bool tie_word_embeddings = false;
     bool attention_bias = false;
-    RopeScaling rope;  // rope_theta (default 10000) and rope_scaling (YaRN in V3)
+    RopeScaling rope;             // rope_theta (default 10000) and rope_scaling (YaRN in V3)
     bool rope_interleave = true;  // q_pe/k_pe rotated in pairs (2i, 2i+1) (HF default); false: rotate-half
     std::optional<int64_t> bos_token_id = 0;
     std::vector<int64_t> eos_token_id = {1};

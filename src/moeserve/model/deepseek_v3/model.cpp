@@ -36,7 +36,11 @@ kc::GroupedTopkArgs routing_args(const DeepseekV3Config& c) {
 
 DeepseekV3Model::DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr<const io::WeightSource> weights,
                                  ThreadPool& pool, const LoadOptions& options)
-    : config_(config), par_(options.parallel), kv_dtype_(options.kv_dtype), weights_(std::move(weights)), pool_(pool),
+    : config_(config),
+      par_(options.parallel),
+      kv_dtype_(options.kv_dtype),
+      weights_(std::move(weights)),
+      pool_(pool),
       routing_(routing_args(config)) {
     const DeepseekV3Config& c = config_;
     const io::WeightSource& w = *weights_;
@@ -93,8 +97,8 @@ DeepseekV3Model::DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr
             std::vector<std::string> prefixes;
             for (int64_t e = expert_shard_.begin; e < expert_shard_.begin + expert_shard_.count; ++e)
                 prefixes.push_back(p + "mlp.experts." + std::to_string(e) + ".");
-            layer.experts = Experts::load(w, prefixes, h, c.moe_intermediate_size, expert_shard_.begin,
-                                          moe_inter.begin, moe_inter.count, options.quant);
+            layer.experts = Experts::load(w, prefixes, h, c.moe_intermediate_size, expert_shard_.begin, moe_inter.begin,
+                                          moe_inter.count, options.quant);
             if (c.n_shared_experts > 0) {
                 layer.shared = Experts::load(w, {p + "mlp.shared_experts."}, h, shared_inter, 0, shared_shard.begin,
                                              shared_shard.count, options.quant);
@@ -134,7 +138,8 @@ DeepseekV3Model::DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr
     info_.max_position_embeddings = c.max_position_embeddings;
     if (c.bos_token_id) info_.bos_token_id = static_cast<int32_t>(*c.bos_token_id);
     for (int64_t id : c.eos_token_id) info_.eos_token_ids.push_back(static_cast<int32_t>(id));
-    info_.kv_bytes_per_token = MlaKvCache::bytes_per_token(c.num_hidden_layers, c.kv_lora_rank, c.qk_rope_head_dim, kv_dtype_);
+    info_.kv_bytes_per_token =
+        MlaKvCache::bytes_per_token(c.num_hidden_layers, c.kv_lora_rank, c.qk_rope_head_dim, kv_dtype_);
     for (const auto& name : w.names()) {
         const TensorView t = w.get(name);
         info_.weight_bytes += static_cast<int64_t>(t.nbytes());
@@ -176,7 +181,8 @@ void DeepseekV3Model::mlp_forward(const Layer& layer, const float* h, int64_t nu
     args.bias = layer.score_bias.empty() ? nullptr : layer.score_bias.as<float>();
     kc::grouped_topk(router_logits_.data(), num_tokens, args, topk_ids_.data(), topk_weights_.data());
     // 2. routed experts, weighted sum -> out [T, hidden] (EP dispatch/combine, or TP-split + all-reduce)
-    parallel_moe_.forward(pool_, layer.experts, par_, {h, num_tokens, topk_ids_.data(), topk_weights_.data(), k, exchange},
+    parallel_moe_.forward(pool_, layer.experts, par_,
+                          {h, num_tokens, topk_ids_.data(), topk_weights_.data(), k, exchange},
                           std::max<int64_t>(expert_shard_.count, 1), moe_scratch_, out);
     // 3. shared experts added unweighted
     if (layer.shared.num_experts() > 0) {

@@ -43,10 +43,10 @@ private:
         Tensor post_attention_layernorm;  // f32 [hidden]
         MlaAttention attention;
         bool is_moe = false;
-        Linear gate;        // [n_routed_experts, hidden]
-        Tensor score_bias;  // f32 [n_routed_experts] (noaux_tc), or empty
-        Experts experts;    // routed experts, or the dense MLP as one expert
-        Experts shared;     // shared experts as one expert, or empty
+        Linear gate;                                                 // [n_routed_experts, hidden]
+        Tensor score_bias;                                           // f32 [n_routed_experts] (noaux_tc), or empty
+        Experts experts;                                             // routed experts, or the dense MLP as one expert
+        Experts shared;                                              // shared experts as one expert, or empty
         Tensor input_layernorm_bias, post_attention_layernorm_bias;  // f32 [hidden] or empty (ModelSlim)
     };
     void mlp_forward(const Layer& layer, const float* h, int64_t num_tokens, parallel::MoeExchangeKind exchange,

@@ -30,26 +30,35 @@ std::vector<WeightSpec> deepseek_v3_weight_specs(const DeepseekV3Config& c) {
             const int64_t r = *c.q_lora_rank;
             specs.push_back({a + "q_a_proj.weight", {r, h}, DType::kBF16, WeightInit::kNormal, inv_sqrt(h)});
             specs.push_back({a + "q_a_layernorm.weight", {r}, DType::kBF16, WeightInit::kNormOnes, 0.1f});
-            specs.push_back({a + "q_b_proj.weight", {heads * c.qk_head_dim(), r}, DType::kBF16, WeightInit::kNormal,
-                             inv_sqrt(r)});
+            specs.push_back(
+                {a + "q_b_proj.weight", {heads * c.qk_head_dim(), r}, DType::kBF16, WeightInit::kNormal, inv_sqrt(r)});
         } else {
-            specs.push_back({a + "q_proj.weight", {heads * c.qk_head_dim(), h}, DType::kBF16, WeightInit::kNormal,
-                             inv_sqrt(h)});
+            specs.push_back(
+                {a + "q_proj.weight", {heads * c.qk_head_dim(), h}, DType::kBF16, WeightInit::kNormal, inv_sqrt(h)});
         }
-        specs.push_back({a + "kv_a_proj_with_mqa.weight", {c.kv_lora_rank + c.qk_rope_head_dim, h}, DType::kBF16,
-                         WeightInit::kNormal, inv_sqrt(h)});
+        specs.push_back({a + "kv_a_proj_with_mqa.weight",
+                         {c.kv_lora_rank + c.qk_rope_head_dim, h},
+                         DType::kBF16,
+                         WeightInit::kNormal,
+                         inv_sqrt(h)});
         specs.push_back({a + "kv_a_layernorm.weight", {c.kv_lora_rank}, DType::kBF16, WeightInit::kNormOnes, 0.1f});
-        specs.push_back({a + "kv_b_proj.weight", {heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank},
-                         DType::kBF16, WeightInit::kNormal, inv_sqrt(c.kv_lora_rank)});
-        specs.push_back({a + "o_proj.weight", {h, heads * c.v_head_dim}, DType::kBF16, WeightInit::kNormal,
+        specs.push_back({a + "kv_b_proj.weight",
+                         {heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank},
+                         DType::kBF16,
+                         WeightInit::kNormal,
+                         inv_sqrt(c.kv_lora_rank)});
+        specs.push_back({a + "o_proj.weight",
+                         {h, heads * c.v_head_dim},
+                         DType::kBF16,
+                         WeightInit::kNormal,
                          inv_sqrt(heads * c.v_head_dim)});
         if (c.is_moe_layer(i)) {
             const int64_t e_count = c.n_routed_experts;
             specs.push_back({p + "mlp.gate.weight", {e_count, h}, DType::kBF16, WeightInit::kNormal, 4 * inv_sqrt(h)});
             if (c.topk_method == "noaux_tc") {
                 // F32 in the released checkpoints; small so it reorders only near-ties.
-                specs.push_back({p + "mlp.gate.e_score_correction_bias", {e_count}, DType::kF32, WeightInit::kNormal,
-                                 0.05f});
+                specs.push_back(
+                    {p + "mlp.gate.e_score_correction_bias", {e_count}, DType::kF32, WeightInit::kNormal, 0.05f});
             }
             for (int64_t e = 0; e < e_count; ++e) {
                 add_mlp(specs, p + "mlp.experts." + std::to_string(e) + ".", h, c.moe_intermediate_size);

@@ -12,13 +12,13 @@ namespace kc = kernels::cpu;
 
 int64_t GqaAttention::local_kv_heads(const GqaShape& s, int tp) {
     if (s.num_heads % tp != 0) {
-        raise(ErrorCode::kInvalidArgument,
-              "num_attention_heads ({}) must be divisible by tensor-parallel-size ({})", s.num_heads, tp);
+        raise(ErrorCode::kInvalidArgument, "num_attention_heads ({}) must be divisible by tensor-parallel-size ({})",
+              s.num_heads, tp);
     }
     if (s.num_kv_heads % tp == 0) return s.num_kv_heads / tp;
     if (tp % s.num_kv_heads == 0) return 1;  // replicated
-    raise(ErrorCode::kInvalidArgument,
-          "num_key_value_heads ({}) and tensor-parallel-size ({}) must divide one another", s.num_kv_heads, tp);
+    raise(ErrorCode::kInvalidArgument, "num_key_value_heads ({}) and tensor-parallel-size ({}) must divide one another",
+          s.num_kv_heads, tp);
 }
 
 GqaAttention GqaAttention::load(const io::WeightSource& weights, const std::string& prefix, const GqaShape& s,
@@ -28,8 +28,8 @@ GqaAttention GqaAttention::load(const io::WeightSource& weights, const std::stri
     const int64_t heads_local = s.num_heads / tp_size;
     const int64_t q_begin = tp_rank * heads_local;
     // the KV head of q head h is h / (H / KV); replicated KV heads follow the rank's q heads
-    const int64_t kv_begin = s.num_kv_heads % tp_size == 0 ? tp_rank * kv_local
-                                                            : q_begin / (s.num_heads / s.num_kv_heads);
+    const int64_t kv_begin =
+        s.num_kv_heads % tp_size == 0 ? tp_rank * kv_local : q_begin / (s.num_heads / s.num_kv_heads);
     const int64_t q_dim = s.num_heads * s.head_dim;
     const int64_t kv_dim = s.num_kv_heads * s.head_dim;
     const int64_t d = s.head_dim;

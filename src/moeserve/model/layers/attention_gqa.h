@@ -17,8 +17,8 @@ namespace moeserve::model {
 
 struct GqaShape {
     int64_t hidden_size, num_heads, num_kv_heads, head_dim;
-    bool qk_norm;     // Qwen3: RMSNorm over head_dim on q and k before RoPE
-    bool bias;        // attention_bias on q/k/v
+    bool qk_norm;  // Qwen3: RMSNorm over head_dim on q and k before RoPE
+    bool bias;     // attention_bias on q/k/v
     double rms_norm_eps;
 };
 

@@ -115,8 +115,8 @@ void MlaAttention::forward(ThreadPool& pool, const float* h, const ForwardBatch&
         const int64_t prefix = batch.seq_lens[size_t(seq)] - q_len;
         if (path == MlaPath::kAbsorbed || (path == MlaPath::kAuto && q_len == 1)) {
             absorbed.push_back(seq);
-        } else if (prefix > 0 && (path == MlaPath::kSplit ||
-                                  (path == MlaPath::kAuto && mla_split_is_cheaper(c, q_len, prefix)))) {
+        } else if (prefix > 0 &&
+                   (path == MlaPath::kSplit || (path == MlaPath::kAuto && mla_split_is_cheaper(c, q_len, prefix)))) {
             attend_split(pool, batch, seq, kv, s);
         } else {
             attend_expanded(pool, batch, seq, kv, s);
@@ -265,8 +265,15 @@ void MlaAttention::attend_split(ThreadPool& pool, const ForwardBatch& batch, int
     for (int64_t i = 0; i < q_len * heads; ++i) std::copy_n(q + i * qk + dn, dr, s.q_abs.data() + i * row + r);
     const int32_t start[2] = {0, static_cast<int32_t>(q_len)};
     const int32_t prefix_len = static_cast<int32_t>(prefix);
-    kc::MlaAttentionArgs args{s.q_abs.data(), s.lat_out.data(), q_len, heads, 1, start, &prefix_len,
-                              batch.block_tables.data() + seq * batch.max_blocks_per_seq, batch.max_blocks_per_seq,
+    kc::MlaAttentionArgs args{s.q_abs.data(),
+                              s.lat_out.data(),
+                              q_len,
+                              heads,
+                              1,
+                              start,
+                              &prefix_len,
+                              batch.block_tables.data() + seq * batch.max_blocks_per_seq,
+                              batch.max_blocks_per_seq,
                               static_cast<float>(c.softmax_scale)};
     args.lse = s.lse_prefix.data();
     args.causal = false;

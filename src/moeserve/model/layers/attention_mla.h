@@ -48,7 +48,7 @@ bool mla_split_is_cheaper(const MlaShape& shape, int64_t q_len, int64_t prefix);
 // Per-forward buffers, grown on demand and reused across layers and steps.
 struct MlaScratch {
     std::vector<float> q_a, q, kv_a, latent, attn;
-    std::vector<float> q_abs, lat_out, v_out;   // absorbed path
+    std::vector<float> q_abs, lat_out, v_out;         // absorbed path
     std::vector<float> kv, k, v, q_pad, o_pad, rows;  // expanded path (rows: cached [latent, k_pe] f32)
     std::vector<float> lse_prefix, lse_chunk;         // split path: [q_len, H] each
     std::vector<int32_t> abs_rows, abs_start, abs_lens, abs_tables;
@@ -85,10 +85,10 @@ private:
 
     MlaShape shape_{};
     Linear q_proj_, q_a_proj_, q_b_proj_, kv_a_proj_, kv_b_proj_, o_proj_;
-    Tensor q_a_norm_, kv_a_norm_;  // f32 [q_lora_rank], [kv_lora_rank]
+    Tensor q_a_norm_, kv_a_norm_;            // f32 [q_lora_rank], [kv_lora_rank]
     Tensor q_a_norm_bias_, kv_a_norm_bias_;  // the same shapes, or empty (ModelSlim anti-outlier)
-    TensorView kv_b_w_;            // bf16 | f32 [num_heads * (nope + v), kv_lora_rank]
-    Tensor kv_b_owned_;            // f32 copy when the checkpoint's kv_b_proj is neither
+    TensorView kv_b_w_;                      // bf16 | f32 [num_heads * (nope + v), kv_lora_rank]
+    Tensor kv_b_owned_;                      // f32 copy when the checkpoint's kv_b_proj is neither
 };
 
 }  // namespace moeserve::model

@@ -31,8 +31,7 @@ void copy_as_bf16(const io::WeightSource& weights, const std::string& name, cons
 // Copies the [rows, cols] rectangle at (row0, col0) of the int8 form of a `shape` weight into
 // dst, and the scales of its rows into scale_dst.
 void copy_as_int8(const io::WeightSource& weights, const std::string& name, const Shape& shape, int64_t row0,
-                  int64_t rows, int64_t col0, int64_t cols, const Quantization& quant, int8_t* dst,
-                  float* scale_dst) {
+                  int64_t rows, int64_t col0, int64_t cols, const Quantization& quant, int8_t* dst, float* scale_dst) {
     get_checked(weights, name, shape);
     const Int8Matrix m = load_int8_matrix(weights, name, quant);
     const int64_t width = shape[1];
@@ -107,8 +106,14 @@ Experts Experts::load(const io::WeightSource& weights, const std::vector<std::st
 }
 
 kernels::cpu::MoeExpertsInt8 Experts::desc_int8() const {
-    return {gate_up_.as<const int8_t>(), gate_up_scale_.as<const float>(), down_.as<const int8_t>(),
-            down_scale_.as<const float>(), num_experts(), expert_begin_, hidden_, inter_};
+    return {gate_up_.as<const int8_t>(),
+            gate_up_scale_.as<const float>(),
+            down_.as<const int8_t>(),
+            down_scale_.as<const float>(),
+            num_experts(),
+            expert_begin_,
+            hidden_,
+            inter_};
 }
 
 kernels::cpu::MoeExpertsBf16 Experts::desc() const {
@@ -127,8 +132,7 @@ void Experts::forward(ThreadPool& pool, const float* x, int64_t num_tokens, cons
 }
 
 void Experts::forward_dense(ThreadPool& pool, const float* x, int64_t num_tokens, kernels::cpu::MoeScratch& scratch,
-                            std::vector<int32_t>& ids_scratch, std::vector<float>& weights_scratch,
-                            float* out) const {
+                            std::vector<int32_t>& ids_scratch, std::vector<float>& weights_scratch, float* out) const {
     MOESERVE_CHECK(num_experts() == 1, "forward_dense needs exactly one expert, have {}", num_experts());
     ids_scratch.assign(static_cast<size_t>(num_tokens), static_cast<int32_t>(expert_begin_));
     weights_scratch.assign(static_cast<size_t>(num_tokens), 1.0f);

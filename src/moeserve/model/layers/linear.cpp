@@ -40,7 +40,8 @@ Linear Linear::load(const io::WeightSource& weights, const std::string& prefix, 
         quant.counts->float_linears += 1;
         switch (l.weight_.dtype) {
             case DType::kBF16:
-            case DType::kF32: break;
+            case DType::kF32:
+                break;
             case DType::kF16:
             case DType::kI8:
                 l.owned_ = load_dequantized_f32(weights, name, quant.block_rows, quant.block_cols);
@@ -65,14 +66,13 @@ Linear Linear::load(const io::WeightSource& weights, const std::string& prefix, 
 }
 
 Linear Linear::load_shard(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
-                          int64_t in_features, const LinearShard& shard, bool has_bias,
-                          const Quantization& quant) {
+                          int64_t in_features, const LinearShard& shard, bool has_bias, const Quantization& quant) {
     const int64_t rows = shard.rows < 0 ? out_features : shard.rows;
     const int64_t cols = shard.cols < 0 ? in_features : shard.cols;
     MOESERVE_CHECK(shard.row_begin >= 0 && shard.row_begin + rows <= out_features && shard.col_begin >= 0 &&
                        shard.col_begin + cols <= in_features,
-                   "shard rows [{}, +{}) cols [{}, +{}) outside [{}, {}]", shard.row_begin, rows, shard.col_begin,
-                   cols, out_features, in_features);
+                   "shard rows [{}, +{}) cols [{}, +{}) outside [{}, {}]", shard.row_begin, rows, shard.col_begin, cols,
+                   out_features, in_features);
     Linear full = load(weights, prefix, out_features, in_features, has_bias, quant);
     if (rows == out_features && cols == in_features) return full;
     Linear l;

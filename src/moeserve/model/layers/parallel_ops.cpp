@@ -61,7 +61,8 @@ void lm_head_vocab_parallel(const ParallelConfig& par, ThreadPool& pool, const L
     std::vector<float> mine(static_cast<size_t>(std::max<int64_t>(rows * local, 1)));
     head.forward(pool, x, rows, mine.data());
     std::vector<int64_t> counts(static_cast<size_t>(par.tp_size));
-    for (int r = 0; r < par.tp_size; ++r) counts[static_cast<size_t>(r)] = rows * shard_range(vocab, par.tp_size, r).count;
+    for (int r = 0; r < par.tp_size; ++r)
+        counts[static_cast<size_t>(r)] = rows * shard_range(vocab, par.tp_size, r).count;
     scratch.resize(static_cast<size_t>(rows * vocab));
     par.tp->all_gather_v<float>(std::span<const float>(mine.data(), static_cast<size_t>(rows * local)), counts,
                                 scratch);
@@ -76,9 +77,8 @@ void lm_head_vocab_parallel(const ParallelConfig& par, ThreadPool& pool, const L
     }
 }
 
-void ParallelMoe::forward(ThreadPool& pool, const Experts& experts, const ParallelConfig& par,
-                          const RoutedMoeArgs& a, int64_t experts_per_rank, kernels::cpu::MoeScratch& scratch,
-                          float* out) {
+void ParallelMoe::forward(ThreadPool& pool, const Experts& experts, const ParallelConfig& par, const RoutedMoeArgs& a,
+                          int64_t experts_per_rank, kernels::cpu::MoeScratch& scratch, float* out) {
     const int64_t hidden = experts.hidden();
     if (par.ep_size == 1) {
         if (a.num_tokens > 0) {

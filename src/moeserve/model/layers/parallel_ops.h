@@ -48,7 +48,7 @@ TensorView compute_logits(const ParallelConfig& par, ThreadPool& pool, const Lin
                           const float* hs, int64_t hidden, const std::vector<int32_t>& rows, LogitsScratch& scratch);
 
 struct RoutedMoeArgs {
-    const float* x = nullptr;             // f32 [num_tokens, hidden]
+    const float* x = nullptr;  // f32 [num_tokens, hidden]
     int64_t num_tokens = 0;
     const int32_t* topk_ids = nullptr;    // [num_tokens, k], global ids
     const float* topk_weights = nullptr;  // [num_tokens, k]

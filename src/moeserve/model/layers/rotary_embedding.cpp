@@ -15,7 +15,8 @@ namespace {
 std::vector<double> yarn_inv_freq(const RopeScaling& r, int64_t dim, int64_t original_max_pos) {
     const double base = r.rope_theta;
     const auto correction_dim = [&](double num_rotations) {
-        return (static_cast<double>(dim) * std::log(static_cast<double>(original_max_pos) / (num_rotations * 2 * M_PI))) /
+        return (static_cast<double>(dim) *
+                std::log(static_cast<double>(original_max_pos) / (num_rotations * 2 * M_PI))) /
                (2 * std::log(base));
     };
     double low = std::max(std::floor(correction_dim(r.beta_fast)), 0.0);
@@ -53,8 +54,8 @@ RotaryEmbedding::RotaryEmbedding(const RopeScaling& rope, int64_t rotary_dim, in
     if (rope.rope_type == "linear") {
         for (auto& f : inv_freq) f /= rope.factor;
     } else if (rope.rope_type == "yarn") {
-        const int64_t original = rope.original_max_position_embeddings > 0 ? rope.original_max_position_embeddings
-                                                                           : max_position_embeddings;
+        const int64_t original =
+            rope.original_max_position_embeddings > 0 ? rope.original_max_position_embeddings : max_position_embeddings;
         inv_freq = yarn_inv_freq(rope, rotary_dim, original);
         if (rope.attention_factor > 0) {
             attention_factor_ = rope.attention_factor;
@@ -75,10 +76,10 @@ RotaryEmbedding::RotaryEmbedding(const RopeScaling& rope, int64_t rotary_dim, in
     }
 }
 
-void RotaryEmbedding::apply(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_stride,
-                            int64_t token_stride, const int32_t* positions) const {
-    kernels::cpu::RopeArgs args{x, num_tokens, num_heads, head_stride, token_stride, rotary_dim_, positions,
-                                cos_.as<float>(), sin_.as<float>(), style_};
+void RotaryEmbedding::apply(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_stride, int64_t token_stride,
+                            const int32_t* positions) const {
+    kernels::cpu::RopeArgs args{x,           num_tokens, num_heads,        head_stride,      token_stride,
+                                rotary_dim_, positions,  cos_.as<float>(), sin_.as<float>(), style_};
     kernels::cpu::apply_rope(args);
 }
 

@@ -14,8 +14,8 @@ class RotaryEmbedding {
 public:
     // rotary_dim: rotated dims per head (even). num_positions: table length (max model length).
     // max_position_embeddings: config value (YaRN's original length falls back to it).
-    RotaryEmbedding(const RopeScaling& rope, int64_t rotary_dim, int64_t num_positions,
-                    int64_t max_position_embeddings, kernels::cpu::RopeStyle style);
+    RotaryEmbedding(const RopeScaling& rope, int64_t rotary_dim, int64_t num_positions, int64_t max_position_embeddings,
+                    kernels::cpu::RopeStyle style);
 
     // Rotates x f32 [num_tokens, num_heads, head_stride] (token stride given) in place.
     void apply(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_stride, int64_t token_stride,

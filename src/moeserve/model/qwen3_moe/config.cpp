@@ -37,8 +37,10 @@ Qwen3MoeConfig Qwen3MoeConfig::from_json(const io::HfConfig& j) {
     }
     c.head_dim = j.get_int("head_dim", c.hidden_size / c.num_attention_heads);
     if (c.head_dim < 2 || c.head_dim % 2 != 0) {
-        raise(ErrorCode::kInvalidModel, "{}: head_dim (or hidden_size / num_attention_heads) must be a positive even "
-              "integer; got {}", j.label(), c.head_dim);
+        raise(ErrorCode::kInvalidModel,
+              "{}: head_dim (or hidden_size / num_attention_heads) must be a positive even "
+              "integer; got {}",
+              j.label(), c.head_dim);
     }
     if (c.num_attention_heads % c.num_key_value_heads != 0) {
         raise(ErrorCode::kInvalidModel, "{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})",

@@ -35,15 +35,19 @@ Qwen3MoeModel::Qwen3MoeModel(const Qwen3MoeConfig& config, std::shared_ptr<const
         raise(ErrorCode::kUnsupported, "model.embed_tokens.weight has dtype {}; only BF16 embeddings are supported",
               dtype_name(embed_tokens_.dtype));
     }
-    const GqaShape attn_shape{h, c.num_attention_heads, c.num_key_value_heads, c.head_dim, true, c.attention_bias,
-                              c.rms_norm_eps};
+    const GqaShape attn_shape{h,    c.num_attention_heads, c.num_key_value_heads, c.head_dim,
+                              true, c.attention_bias,      c.rms_norm_eps};
     int64_t active_bytes = h * 2;  // one embedding row
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
         const std::string p = "model.layers." + std::to_string(i) + ".";
         Layer layer{load_vector_f32(w, p + "input_layernorm.weight", h),
                     load_vector_f32(w, p + "post_attention_layernorm.weight", h),
                     GqaAttention::load(w, p + "self_attn.", attn_shape, par_.tp_rank, par_.tp_size, options.quant),
-                    c.is_moe_layer(i), {}, {}, {}, {}};
+                    c.is_moe_layer(i),
+                    {},
+                    {},
+                    {},
+                    {}};
         active_bytes += static_cast<int64_t>(layer.attention.weight_bytes());
         rank_bytes += static_cast<int64_t>(layer.attention.weight_bytes()) + 2 * h * 4;
         if (layer.is_moe) {
@@ -52,11 +56,11 @@ Qwen3MoeModel::Qwen3MoeModel(const Qwen3MoeConfig& config, std::shared_ptr<const
             for (int64_t e = expert_shard_.begin; e < expert_shard_.begin + expert_shard_.count; ++e) {
                 prefixes.push_back(p + "mlp.experts." + std::to_string(e) + ".");
             }
-            layer.experts = Experts::load(w, prefixes, h, c.moe_intermediate_size, expert_shard_.begin,
-                                          moe_inter.begin, moe_inter.count, options.quant);
-            active_bytes += static_cast<int64_t>(layer.router.weight_bytes() +
-                                                 layer.experts.bytes_per_expert() *
-                                                     static_cast<size_t>(c.num_experts_per_tok));
+            layer.experts = Experts::load(w, prefixes, h, c.moe_intermediate_size, expert_shard_.begin, moe_inter.begin,
+                                          moe_inter.count, options.quant);
+            active_bytes +=
+                static_cast<int64_t>(layer.router.weight_bytes() +
+                                     layer.experts.bytes_per_expert() * static_cast<size_t>(c.num_experts_per_tok));
             rank_bytes += static_cast<int64_t>(layer.router.weight_bytes());
         } else {
             layer.experts = Experts::load(w, {p + "mlp."}, h, c.intermediate_size, 0, dense_inter.begin,
@@ -80,8 +84,8 @@ Qwen3MoeModel::Qwen3MoeModel(const Qwen3MoeConfig& config, std::shared_ptr<const
     local_kv_heads_ = GqaAttention::local_kv_heads(attn_shape, par_.tp_size);
 
     const int64_t max_len = options.max_model_len > 0 ? options.max_model_len : c.max_position_embeddings;
-    rope_ = std::make_unique<RotaryEmbedding>(c.rope, c.head_dim, max_len, c.max_position_embeddings,
-                                              kc::RopeStyle::kNeox);
+    rope_ =
+        std::make_unique<RotaryEmbedding>(c.rope, c.head_dim, max_len, c.max_position_embeddings, kc::RopeStyle::kNeox);
 
     info_.model_type = "qwen3_moe";
     info_.vocab_size = c.vocab_size;
@@ -140,9 +144,9 @@ TensorView Qwen3MoeModel::forward(const ForwardBatch& batch, KvCache& kv_base) {
     x_.resize(static_cast<size_t>(t * h));
     h_.resize(static_cast<size_t>(t * h));
     tmp_.resize(static_cast<size_t>(t * h));
-    float* x = x_.data();     // residual stream [T, hidden]
-    float* hs = h_.data();    // normed input of the current block [T, hidden]
-    float* out = tmp_.data(); // block output [T, hidden]
+    float* x = x_.data();      // residual stream [T, hidden]
+    float* hs = h_.data();     // normed input of the current block [T, hidden]
+    float* out = tmp_.data();  // block output [T, hidden]
 
     // 1. embedding: ids [T] -> x [T, hidden]
     embed_vocab_parallel(par_, embed_tokens_, vocab_shard_, h, batch.token_ids.data(), t, x);
@@ -157,7 +161,8 @@ TensorView Qwen3MoeModel::forward(const ForwardBatch& batch, KvCache& kv_base) {
         add_row_bias(layer.post_attention_layernorm_bias, hs, t, h);
         // 3. MoE / MLP block: x += mlp(norm(x)); fused with the next layer's input norm
         moe_forward(layer, hs, t, batch.moe_exchange, out);
-        const float* next_norm = i + 1 < layers_.size() ? layers_[i + 1].input_layernorm.as<float>() : norm_.as<float>();
+        const float* next_norm =
+            i + 1 < layers_.size() ? layers_[i + 1].input_layernorm.as<float>() : norm_.as<float>();
         kc::add_rms_norm(pool_, x, out, next_norm, t, h, eps, hs);
         if (i + 1 < layers_.size()) add_row_bias(layers_[i + 1].input_layernorm_bias, hs, t, h);
     }

@@ -34,26 +34,26 @@ private:
         Tensor post_attention_layernorm;  // f32 [hidden]
         GqaAttention attention;
         bool is_moe = false;
-        Linear router;                    // bf16 [num_experts, hidden]
-        Experts experts;                  // routed experts, or the dense MLP as one expert
+        Linear router;                                               // bf16 [num_experts, hidden]
+        Experts experts;                                             // routed experts, or the dense MLP as one expert
         Tensor input_layernorm_bias, post_attention_layernorm_bias;  // f32 [hidden] or empty (ModelSlim)
     };
     void moe_forward(const Layer& layer, const float* h, int64_t num_tokens, parallel::MoeExchangeKind exchange,
                      float* out);
 
     const Qwen3MoeConfig config_;
-    const ParallelConfig par_;     // this rank's TP/EP shard
-    const DType kv_dtype_;         // KV cache element type (LoadOptions::kv_dtype)
-    ShardRange vocab_shard_;       // embedding / lm_head rows held here
-    ShardRange expert_shard_;      // routed experts held here
+    const ParallelConfig par_;  // this rank's TP/EP shard
+    const DType kv_dtype_;      // KV cache element type (LoadOptions::kv_dtype)
+    ShardRange vocab_shard_;    // embedding / lm_head rows held here
+    ShardRange expert_shard_;   // routed experts held here
     int64_t local_kv_heads_ = 0;
     std::shared_ptr<const io::WeightSource> weights_;
     ThreadPool& pool_;
     ModelInfo info_;
     TensorView embed_tokens_;  // bf16 [vocab_shard.count, hidden]
     std::vector<Layer> layers_;
-    Tensor norm_;              // f32 [hidden]
-    Linear lm_head_;           // [vocab_shard.count, hidden] (embed_tokens when tied)
+    Tensor norm_;     // f32 [hidden]
+    Linear lm_head_;  // [vocab_shard.count, hidden] (embed_tokens when tied)
     std::unique_ptr<RotaryEmbedding> rope_;
 
     // Scratch, reused across steps.

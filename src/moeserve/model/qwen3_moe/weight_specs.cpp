@@ -26,12 +26,14 @@ std::vector<WeightSpec> qwen3_moe_weight_specs(const Qwen3MoeConfig& c) {
             specs.push_back({p + "self_attn.k_proj.bias", {kv_dim}, DType::kBF16, WeightInit::kNormal, 0.1f});
             specs.push_back({p + "self_attn.v_proj.bias", {kv_dim}, DType::kBF16, WeightInit::kNormal, 0.1f});
         }
-        specs.push_back({p + "self_attn.o_proj.weight", {h, q_dim}, DType::kBF16, WeightInit::kNormal, inv_sqrt(q_dim)});
+        specs.push_back(
+            {p + "self_attn.o_proj.weight", {h, q_dim}, DType::kBF16, WeightInit::kNormal, inv_sqrt(q_dim)});
         specs.push_back({p + "self_attn.q_norm.weight", {c.head_dim}, DType::kBF16, WeightInit::kNormOnes, 0.1f});
         specs.push_back({p + "self_attn.k_norm.weight", {c.head_dim}, DType::kBF16, WeightInit::kNormOnes, 0.1f});
         if (c.is_moe_layer(i)) {
             const int64_t m = c.moe_intermediate_size;
-            specs.push_back({p + "mlp.gate.weight", {c.num_experts, h}, DType::kBF16, WeightInit::kNormal, 4 * inv_sqrt(h)});
+            specs.push_back(
+                {p + "mlp.gate.weight", {c.num_experts, h}, DType::kBF16, WeightInit::kNormal, 4 * inv_sqrt(h)});
             for (int64_t e = 0; e < c.num_experts; ++e) {
                 const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
                 specs.push_back({x + "gate_proj.weight", {m, h}, DType::kBF16, WeightInit::kNormal, inv_sqrt(h)});

@@ -26,7 +26,8 @@ Json text_content(const Json& m, size_t i) {
         const bool text_part = part.is_object() && part.contains("type") && part["type"] == "text" &&
                                part.contains("text") && part["text"].is_string();
         if (!text_part) {
-            bad(fmt::format("messages[{}].content[{}]: only {{\"type\": \"text\", \"text\": ...}} parts are supported", i, k));
+            bad(fmt::format("messages[{}].content[{}]: only {{\"type\": \"text\", \"text\": ...}} parts are supported",
+                            i, k));
         }
         text += (k ? "\n" : "") + part["text"].get<std::string>();
     }

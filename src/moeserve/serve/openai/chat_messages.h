@@ -10,8 +10,8 @@
 namespace moeserve::serve::openai {
 
 enum class NullContent {
-    kEmpty,                 // vLLM: null / absent content becomes ""
-    kKeepWithToolCalls,     // except on assistant messages with tool_calls, which keep null
+    kEmpty,              // vLLM: null / absent content becomes ""
+    kKeepWithToolCalls,  // except on assistant messages with tool_calls, which keep null
 };
 
 // ApiError 400 (param "messages", the message naming the index and field) for a malformed history.

@@ -31,8 +31,10 @@ bool nesting_too_deep(std::string_view text) {
     for (size_t i = 0; i < text.size(); ++i) {
         const char c = text[i];
         if (in_string) {
-            if (c == '\\') ++i;
-            else if (c == '"') in_string = false;
+            if (c == '\\')
+                ++i;
+            else if (c == '"')
+                in_string = false;
         } else if (c == '"') {
             in_string = true;
         } else if (c == '[' || c == '{') {
@@ -46,13 +48,20 @@ bool nesting_too_deep(std::string_view text) {
 
 const char* type_name(const Json& v) {
     switch (v.type()) {
-        case Json::value_t::null: return "null";
-        case Json::value_t::boolean: return "boolean";
-        case Json::value_t::string: return "string";
-        case Json::value_t::array: return "array";
-        case Json::value_t::object: return "object";
-        case Json::value_t::number_float: return "number";
-        default: return "integer";
+        case Json::value_t::null:
+            return "null";
+        case Json::value_t::boolean:
+            return "boolean";
+        case Json::value_t::string:
+            return "string";
+        case Json::value_t::array:
+            return "array";
+        case Json::value_t::object:
+            return "object";
+        case Json::value_t::number_float:
+            return "number";
+        default:
+            return "integer";
     }
 }
 
@@ -122,10 +131,11 @@ public:
                 }
                 return static_cast<T>(i);
             }
-            if (v.is_number_float()) d = v.get<double>();
-            else bad(key, fmt::format("'{}' must be an integer; got {}", key, type_name(v)));
-            if (!std::isfinite(d) || d != std::floor(d) ||
-                d < static_cast<double>(std::numeric_limits<T>::min()) ||
+            if (v.is_number_float())
+                d = v.get<double>();
+            else
+                bad(key, fmt::format("'{}' must be an integer; got {}", key, type_name(v)));
+            if (!std::isfinite(d) || d != std::floor(d) || d < static_cast<double>(std::numeric_limits<T>::min()) ||
                 d > static_cast<double>(std::numeric_limits<T>::max())) {
                 bad(key, fmt::format("'{}' must be an integer; got {}", key, d));
             }
@@ -151,11 +161,11 @@ std::vector<TokenId> token_ids(const Json& v, const char* param, const ModelLimi
     std::vector<TokenId> ids;
     ids.reserve(v.size());
     for (const Json& x : v) {
-        if (!x.is_number_integer()) bad(param, fmt::format("'{}' token ids must be integers; got {}", param, type_name(x)));
+        if (!x.is_number_integer())
+            bad(param, fmt::format("'{}' token ids must be integers; got {}", param, type_name(x)));
         const uint64_t big = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-        const int64_t id = x.is_number_unsigned()
-                               ? static_cast<int64_t>(std::min(x.get<uint64_t>(), big))
-                               : x.get<int64_t>();
+        const int64_t id =
+            x.is_number_unsigned() ? static_cast<int64_t>(std::min(x.get<uint64_t>(), big)) : x.get<int64_t>();
         if (id < 0 || id >= limits.vocab_size) {
             bad(param, fmt::format("token id {} is out of vocabulary (0..{})", id, limits.vocab_size - 1));
         }
@@ -169,8 +179,8 @@ void check_model(Fields& f, const ModelLimits& limits, std::string& model) {
     const auto& aliases = limits.model_aliases;
     if (!model.empty() && model != limits.served_model_name &&
         std::find(aliases.begin(), aliases.end(), model) == aliases.end()) {
-        throw ApiError(404, fmt::format("The model `{}` does not exist.", model),
-                       "invalid_request_error", "model", "model_not_found");
+        throw ApiError(404, fmt::format("The model `{}` does not exist.", model), "invalid_request_error", "model",
+                       "model_not_found");
     }
     if (model.empty()) model = limits.served_model_name;
 }
@@ -224,8 +234,7 @@ void read_generation(Fields& f, GenerationParams& p, const ModelLimits& limits) 
         check(p.stream, "stream_options", "'stream_options' is only allowed when 'stream' is true");
     }
     if (const Json* v = f.get("best_of")) {
-        check(Fields::as_number<int32_t>(*v, "best_of") == p.n, "best_of",
-              "'best_of' other than n is not supported");
+        check(Fields::as_number<int32_t>(*v, "best_of") == p.n, "best_of", "'best_of' other than n is not supported");
     }
     f.number("prompt_logprobs", p.prompt_logprobs);
     if (const Json* v = f.get("logit_bias")) {
@@ -233,7 +242,8 @@ void read_generation(Fields& f, GenerationParams& p, const ModelLimits& limits) 
         for (const auto& [key, bias] : v->items()) {
             char* end = nullptr;
             const long long id = std::strtoll(key.c_str(), &end, 10);
-            check(!key.empty() && *end == '\0', "logit_bias", fmt::format("'logit_bias' key '{}' is not a token id", key));
+            check(!key.empty() && *end == '\0', "logit_bias",
+                  fmt::format("'logit_bias' key '{}' is not a token id", key));
             check(id >= 0 && id < limits.vocab_size, "logit_bias",
                   fmt::format("'logit_bias' token id {} is out of vocabulary (0..{})", id, limits.vocab_size - 1));
             const float b = Fields::as_number<float>(bias, "logit_bias");
@@ -241,23 +251,27 @@ void read_generation(Fields& f, GenerationParams& p, const ModelLimits& limits) 
         }
     }
     if (const Json* v = f.get("allowed_token_ids")) {
-        check(v->is_array() && !v->empty(), "allowed_token_ids", "'allowed_token_ids' must be a non-empty list of token ids");
+        check(v->is_array() && !v->empty(), "allowed_token_ids",
+              "'allowed_token_ids' must be a non-empty list of token ids");
         p.allowed_token_ids = token_ids(*v, "allowed_token_ids", limits);
     }
     if (const Json* v = f.get("bad_words")) {
         check(v->is_array(), "bad_words", "'bad_words' must be a list of strings");
         for (const Json& w : *v) {
-            check(w.is_string() && !w.get<std::string>().empty(), "bad_words", "'bad_words' must be a list of non-empty strings");
+            check(w.is_string() && !w.get<std::string>().empty(), "bad_words",
+                  "'bad_words' must be a list of non-empty strings");
             p.bad_words.push_back(w.get<std::string>());
         }
     }
     if (const Json* v = f.get("truncate_prompt_tokens")) {
         const auto k = Fields::as_number<int32_t>(*v, "truncate_prompt_tokens");
-        check(k >= 1 || k == -1, "truncate_prompt_tokens", fmt::format("'truncate_prompt_tokens' must be >= 1 or -1; got {}", k));
+        check(k >= 1 || k == -1, "truncate_prompt_tokens",
+              fmt::format("'truncate_prompt_tokens' must be >= 1 or -1; got {}", k));
         if (k >= 1) p.truncate_prompt_tokens = k;
     }
     f.string("cache_salt", p.cache_salt);
-    if (const Json* v = f.get("cache_salt")) check(!p.cache_salt.empty(), "cache_salt", "'cache_salt' must not be empty");
+    if (const Json* v = f.get("cache_salt"))
+        check(!p.cache_salt.empty(), "cache_salt", "'cache_salt' must not be empty");
     f.string("request_id", p.request_id);
     f.number("priority", p.priority);
 }
@@ -311,8 +325,9 @@ std::vector<PromptInput> read_prompts(const Json* v, const ModelLimits& limits) 
     } else if (v->is_array() && !v->empty()) {
         out.push_back(PromptInput{std::nullopt, token_ids(*v, "prompt", limits)});
     } else {
-        bad("prompt", "'prompt' must be a string, a list of strings, a list of token ids or a list "
-                      "of lists of token ids, and not empty");
+        bad("prompt",
+            "'prompt' must be a string, a list of strings, a list of token ids or a list "
+            "of lists of token ids, and not empty");
     }
     for (const auto& p : out) {
         check(p.text ? !p.text->empty() : !p.token_ids.empty(), "prompt", "'prompt' must not be empty");
@@ -334,11 +349,13 @@ Json parse_body(std::string_view body) {
     }
     Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) {
-        throw ApiError(400, "We could not parse the JSON body of your request. (HINT: This likely "
-                            "means you aren't using your HTTP library correctly. The OpenAI API "
-                            "expects a JSON payload, but what was sent was not valid JSON.)");
+        throw ApiError(400,
+                       "We could not parse the JSON body of your request. (HINT: This likely "
+                       "means you aren't using your HTTP library correctly. The OpenAI API "
+                       "expects a JSON payload, but what was sent was not valid JSON.)");
     }
-    if (!j.is_object()) throw ApiError(400, fmt::format("The request body must be a JSON object; got {}", type_name(j)));
+    if (!j.is_object())
+        throw ApiError(400, fmt::format("The request body must be a JSON object; got {}", type_name(j)));
     return j;
 }
 
@@ -394,16 +411,16 @@ ChatCompletionRequest parse_chat_request(const Json& body, const ModelLimits& li
     r.chat_template_kwargs = object_or_empty(f.get("chat_template_kwargs"), "chat_template_kwargs");
     for (const char* k : kStructuredOutputFields) f.get(k);
     // Known to OpenAI or vLLM and without effect here (docs/serving.md lists them).
-    r.unknown_fields = f.unknown({"user", "service_tier", "metadata", "store", "modalities",
-                                  "reasoning_effort", "audio", "prediction", "web_search_options",
-                                  "documents", "mm_processor_kwargs", "kv_transfer_params", "vllm_xargs",
-                                  "return_tokens_as_token_ids", "length_penalty", "use_beam_search",
-                                  "spaces_between_special_tokens", "guided_decoding_backend",
-                                  "chat_template_content_format"});
+    r.unknown_fields =
+        f.unknown({"user", "service_tier", "metadata", "store", "modalities", "reasoning_effort", "audio", "prediction",
+                   "web_search_options", "documents", "mm_processor_kwargs", "kv_transfer_params", "vllm_xargs",
+                   "return_tokens_as_token_ids", "length_penalty", "use_beam_search", "spaces_between_special_tokens",
+                   "guided_decoding_backend", "chat_template_content_format"});
     r.params.grammar = parse_structured_output(body);
     if (r.tools.forced()) {
         if (!r.params.grammar.empty()) {
-            bad("tool_choice", "a forced 'tool_choice' (required or a named function) cannot be combined with a structured output");
+            bad("tool_choice",
+                "a forced 'tool_choice' (required or a named function) cannot be combined with a structured output");
         }
         r.params.grammar = forced_tool_grammar(r.tools);
     }
@@ -452,17 +469,18 @@ DetokenizeRequest parse_detokenize_request(const Json& body, const ModelLimits& 
     return r;
 }
 
-int32_t resolve_max_tokens(int64_t num_prompt_tokens, const GenerationParams& params,
-                           const ModelLimits& limits, bool chat) {
+int32_t resolve_max_tokens(int64_t num_prompt_tokens, const GenerationParams& params, const ModelLimits& limits,
+                           bool chat) {
     const int64_t room = limits.max_model_len - num_prompt_tokens;
     int64_t max_tokens = params.max_tokens ? *params.max_tokens : (chat ? room : 16);
     if (num_prompt_tokens + max_tokens > limits.max_model_len || room < 1) {
-        throw ApiError(400, fmt::format(
-            "This model's maximum context length is {} tokens. However, you requested {} tokens "
-            "({} in the messages, {} in the completion). Please reduce the length of the "
-            "messages or completion.", limits.max_model_len, num_prompt_tokens + std::max<int64_t>(max_tokens, 0),
-            num_prompt_tokens, std::max<int64_t>(max_tokens, 0)), "invalid_request_error",
-            chat ? "messages" : "prompt");
+        throw ApiError(400,
+                       fmt::format("This model's maximum context length is {} tokens. However, you requested {} tokens "
+                                   "({} in the messages, {} in the completion). Please reduce the length of the "
+                                   "messages or completion.",
+                                   limits.max_model_len, num_prompt_tokens + std::max<int64_t>(max_tokens, 0),
+                                   num_prompt_tokens, std::max<int64_t>(max_tokens, 0)),
+                       "invalid_request_error", chat ? "messages" : "prompt");
     }
     max_tokens = std::max<int64_t>(max_tokens, 1);
     if (params.min_tokens > max_tokens) {

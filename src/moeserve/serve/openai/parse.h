@@ -14,19 +14,15 @@ nlohmann::ordered_json parse_body(std::string_view body);
 
 // ApiError 400 for a wrong type or out-of-range value (param names the field) and 404 for another
 // model. Fields nobody knows are accepted and listed in unknown_fields (vLLM warns and goes on).
-CompletionRequest parse_completion_request(const nlohmann::ordered_json& body,
-                                           const ModelLimits& limits);
-ChatCompletionRequest parse_chat_request(const nlohmann::ordered_json& body,
-                                         const ModelLimits& limits);
-TokenizeRequest parse_tokenize_request(const nlohmann::ordered_json& body,
-                                       const ModelLimits& limits);
-DetokenizeRequest parse_detokenize_request(const nlohmann::ordered_json& body,
-                                           const ModelLimits& limits);
+CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, const ModelLimits& limits);
+ChatCompletionRequest parse_chat_request(const nlohmann::ordered_json& body, const ModelLimits& limits);
+TokenizeRequest parse_tokenize_request(const nlohmann::ordered_json& body, const ModelLimits& limits);
+DetokenizeRequest parse_detokenize_request(const nlohmann::ordered_json& body, const ModelLimits& limits);
 
 // The max_tokens to use for a prompt of num_prompt_tokens: params.max_tokens, or (unset) 16
 // for completions and the rest of the context for chat. ApiError 400 with vLLM's message when
 // prompt + max_tokens exceed max_model_len.
-int32_t resolve_max_tokens(int64_t num_prompt_tokens, const GenerationParams& params,
-                           const ModelLimits& limits, bool chat);
+int32_t resolve_max_tokens(int64_t num_prompt_tokens, const GenerationParams& params, const ModelLimits& limits,
+                           bool chat);
 
 }  // namespace moeserve::serve::openai

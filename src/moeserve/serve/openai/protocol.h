@@ -21,10 +21,12 @@ using TokenId = int32_t;
 class ApiError : public Error {
 public:
     ApiError(int status, std::string message, std::string type = "invalid_request_error",
-             std::optional<std::string> param = std::nullopt,
-             std::optional<std::string> code = std::nullopt)
+             std::optional<std::string> param = std::nullopt, std::optional<std::string> code = std::nullopt)
         : Error(status >= 500 ? ErrorCode::kUnavailable : ErrorCode::kInvalidArgument, message),
-          status_(status), type_(std::move(type)), param_(std::move(param)), code_(std::move(code)) {}
+          status_(status),
+          type_(std::move(type)),
+          param_(std::move(param)),
+          code_(std::move(code)) {}
     int status() const { return status_; }
     const std::string& type() const { return type_; }
     const std::optional<std::string>& param() const { return param_; }
@@ -39,9 +41,9 @@ private:
 
 // What the server knows about the model when it validates a request.
 struct ModelLimits {
-    std::string served_model_name;         // the name responses report
+    std::string served_model_name;  // the name responses report
     int64_t max_model_len = 4096;
-    int32_t vocab_size = 0;  // token ids must be in [0, vocab_size)
+    int32_t vocab_size = 0;                       // token ids must be in [0, vocab_size)
     std::vector<std::string> model_aliases = {};  // more names requests may use (--served-model-name a b)
     int32_t max_logprobs = 20;  // logprobs / top_logprobs / prompt_logprobs at most (--max-logprobs; vLLM's default)
 };
@@ -65,10 +67,10 @@ struct GenerationParams {
     bool skip_special_tokens = true;
     bool include_stop_str_in_output = false;
     bool stream = false;
-    bool include_usage = false;             // stream_options.include_usage
-    bool continuous_usage_stats = false;    // stream_options.continuous_usage_stats (vLLM)
-    std::optional<int32_t> logprobs;        // top-k per token (chat: top_logprobs when logprobs)
-    std::optional<int32_t> prompt_logprobs; // top-k per prompt token (vLLM)
+    bool include_usage = false;              // stream_options.include_usage
+    bool continuous_usage_stats = false;     // stream_options.continuous_usage_stats (vLLM)
+    std::optional<int32_t> logprobs;         // top-k per token (chat: top_logprobs when logprobs)
+    std::optional<int32_t> prompt_logprobs;  // top-k per prompt token (vLLM)
     std::string grammar;  // structured outputs: GBNF the output must match (structured_output_parse.h)
     // vLLM's logits processors: bias per token id (clamped to [-100, 100]), the only ids allowed,
     // words never to generate (the route turns them into token sequences).

@@ -61,9 +61,12 @@ ReasoningParser::Start ReasoningParser::start_of(std::string_view prompt) {
 std::vector<std::string> reasoning_parser_names() { return {"deepseek_r1", "qwen3"}; }
 
 bool reasoning_format_of(const std::string& name, ReasoningParser::Format& format) {
-    if (name == "deepseek_r1") format = ReasoningParser::Format::kDeepSeekR1;
-    else if (name == "qwen3") format = ReasoningParser::Format::kQwen3;
-    else return false;
+    if (name == "deepseek_r1")
+        format = ReasoningParser::Format::kDeepSeekR1;
+    else if (name == "qwen3")
+        format = ReasoningParser::Format::kQwen3;
+    else
+        return false;
     return true;
 }
 

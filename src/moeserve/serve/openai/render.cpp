@@ -30,8 +30,7 @@ float finite(float logprob) { return std::isfinite(logprob) ? logprob : -9999.0f
 
 OJson completion_logprobs(const ChoiceData& c) {
     if (!c.has_logprobs) return nullptr;
-    OJson tokens = OJson::array(), token_logprobs = OJson::array(), top = OJson::array(),
-          offsets = OJson::array();
+    OJson tokens = OJson::array(), token_logprobs = OJson::array(), top = OJson::array(), offsets = OJson::array();
     int64_t offset = c.text_offset;
     for (const auto& t : c.logprobs) {
         tokens.push_back(t.token);
@@ -47,8 +46,8 @@ OJson completion_logprobs(const ChoiceData& c) {
         offsets.push_back(offset);
         offset += utf8_length(t.token);
     }
-    return OJson{{"text_offset", offsets}, {"token_logprobs", token_logprobs}, {"tokens", tokens},
-                 {"top_logprobs", top}};
+    return OJson{
+        {"text_offset", offsets}, {"token_logprobs", token_logprobs}, {"tokens", tokens}, {"top_logprobs", top}};
 }
 
 OJson bytes_of(const std::string& s) {
@@ -65,8 +64,8 @@ OJson chat_logprobs(const ChoiceData& c) {
         for (const auto& [tok, lp] : t.top) {
             top.push_back({{"token", tok}, {"logprob", finite(lp)}, {"bytes", bytes_of(tok)}});
         }
-        content.push_back({{"token", t.token}, {"logprob", finite(t.logprob)},
-                           {"bytes", bytes_of(t.token)}, {"top_logprobs", top}});
+        content.push_back(
+            {{"token", t.token}, {"logprob", finite(t.logprob)}, {"bytes", bytes_of(t.token)}, {"top_logprobs", top}});
     }
     return OJson{{"content", content}};
 }
@@ -84,7 +83,8 @@ int64_t utf8_length(std::string_view s) {
 }
 
 std::string error_body(const ApiError& e) {
-    OJson err{{"message", e.what()}, {"type", e.type()},
+    OJson err{{"message", e.what()},
+              {"type", e.type()},
               {"param", e.param() ? OJson(*e.param()) : OJson(nullptr)},
               {"code", e.code() ? OJson(*e.code()) : OJson(nullptr)}};
     return OJson{{"error", err}}.dump(-1, ' ', false, OJson::error_handler_t::replace);
@@ -98,13 +98,15 @@ OJson usage_json(const Usage& u) {
     return j;
 }
 
-OJson completion_response(const ResponseMeta& meta, const std::vector<ChoiceData>& choices,
-                          const Usage& usage) {
+OJson completion_response(const ResponseMeta& meta, const std::vector<ChoiceData>& choices, const Usage& usage) {
     OJson j = head(meta, "text_completion");
     OJson arr = OJson::array();
     for (const auto& c : choices) {
-        OJson choice{{"index", c.index}, {"text", c.text}, {"logprobs", completion_logprobs(c)},
-                     {"finish_reason", nullable(c.finish_reason)}, {"stop_reason", c.stop_reason}};
+        OJson choice{{"index", c.index},
+                     {"text", c.text},
+                     {"logprobs", completion_logprobs(c)},
+                     {"finish_reason", nullable(c.finish_reason)},
+                     {"stop_reason", c.stop_reason}};
         if (!c.prompt_logprobs.is_null()) choice["prompt_logprobs"] = c.prompt_logprobs;
         arr.push_back(std::move(choice));
     }
@@ -115,16 +117,18 @@ OJson completion_response(const ResponseMeta& meta, const std::vector<ChoiceData
 
 OJson completion_chunk(const ResponseMeta& meta, const ChoiceData& d) {
     OJson j = head(meta, "text_completion");
-    OJson choice{{"index", d.index}, {"text", d.text}, {"logprobs", completion_logprobs(d)},
-                 {"finish_reason", nullable(d.finish_reason)}, {"stop_reason", d.stop_reason}};
+    OJson choice{{"index", d.index},
+                 {"text", d.text},
+                 {"logprobs", completion_logprobs(d)},
+                 {"finish_reason", nullable(d.finish_reason)},
+                 {"stop_reason", d.stop_reason}};
     if (!d.prompt_logprobs.is_null()) choice["prompt_logprobs"] = d.prompt_logprobs;
     j["choices"] = OJson::array({std::move(choice)});
     if (d.usage) j["usage"] = usage_json(*d.usage);
     return j;
 }
 
-OJson chat_response(const ResponseMeta& meta, const std::vector<ChoiceData>& choices,
-                    const Usage& usage) {
+OJson chat_response(const ResponseMeta& meta, const std::vector<ChoiceData>& choices, const Usage& usage) {
     OJson j = head(meta, "chat.completion");
     OJson arr = OJson::array();
     for (const auto& c : choices) {
@@ -166,7 +170,8 @@ OJson chat_chunk(const ResponseMeta& meta, const ChoiceData& d, bool first) {
         for (const auto& c : d.tool_call_deltas) calls.push_back(tool_call_delta_json(c));
         delta["tool_calls"] = std::move(calls);
     }
-    j["choices"] = OJson::array({{{"index", d.index}, {"delta", delta},
+    j["choices"] = OJson::array({{{"index", d.index},
+                                  {"delta", delta},
                                   {"logprobs", chat_logprobs(d)},
                                   {"finish_reason", nullable(d.finish_reason)},
                                   {"stop_reason", d.stop_reason}}});

@@ -19,7 +19,7 @@ struct TokenLogprob {
     std::string token;  // its text
     float logprob = 0;
     std::vector<std::pair<std::string, float>> top;  // most likely first
-    bool unknown = false;  // the prompt's first token (echo): logprob and top are null
+    bool unknown = false;                            // the prompt's first token (echo): logprob and top are null
 };
 
 // One choice's output so far (non-streaming) or its delta (streaming).
@@ -43,8 +43,8 @@ struct ChoiceData {
     std::string reasoning;
     std::vector<ToolCall> tool_calls;
     std::vector<ToolCallDelta> tool_call_deltas;
-    OJson prompt_logprobs;        // null, or vLLM's list (null first, then {id: {logprob, rank, decoded_token}})
-    std::optional<Usage> usage;   // a chunk's usage so far (stream_options.continuous_usage_stats)
+    OJson prompt_logprobs;       // null, or vLLM's list (null first, then {id: {logprob, rank, decoded_token}})
+    std::optional<Usage> usage;  // a chunk's usage so far (stream_options.continuous_usage_stats)
 };
 
 struct ResponseMeta {
@@ -60,11 +60,9 @@ int64_t utf8_length(std::string_view text);
 // {"error": {"message", "type", "param", "code"}}.
 std::string error_body(const ApiError& error);
 
-OJson completion_response(const ResponseMeta& meta, const std::vector<ChoiceData>& choices,
-                          const Usage& usage);
+OJson completion_response(const ResponseMeta& meta, const std::vector<ChoiceData>& choices, const Usage& usage);
 OJson completion_chunk(const ResponseMeta& meta, const ChoiceData& delta);
-OJson chat_response(const ResponseMeta& meta, const std::vector<ChoiceData>& choices,
-                    const Usage& usage);
+OJson chat_response(const ResponseMeta& meta, const std::vector<ChoiceData>& choices, const Usage& usage);
 // first: the choice's first chunk (carries role "assistant").
 OJson chat_chunk(const ResponseMeta& meta, const ChoiceData& delta, bool first);
 // The final chunk with usage and empty choices (stream_options.include_usage).

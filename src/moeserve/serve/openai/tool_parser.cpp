@@ -32,14 +32,19 @@ public:
                 if (is_json_space(c)) continue;
                 started_ = true;
                 begin_ = pos_;
-                if (c == '{' || c == '[') ++depth_;
-                else if (c == '"') in_string_ = true;
-                else primitive_ = true;
+                if (c == '{' || c == '[')
+                    ++depth_;
+                else if (c == '"')
+                    in_string_ = true;
+                else
+                    primitive_ = true;
                 continue;
             }
             if (in_string_) {
-                if (escape_) escape_ = false;
-                else if (c == '\\') escape_ = true;
+                if (escape_)
+                    escape_ = false;
+                else if (c == '\\')
+                    escape_ = true;
                 else if (c == '"') {
                     in_string_ = false;
                     if (depth_ == 0) finish_at(pos_ + 1);
@@ -185,8 +190,9 @@ private:
         if (!scanner_.started()) return;
         const size_t end = scanner_.end();
         if (end > scanner_.begin() + args_sent_) {
-            out.calls.push_back({num_calls_, std::nullopt, std::nullopt,
-                                 std::string(args.substr(scanner_.begin() + args_sent_, end - scanner_.begin() - args_sent_))});
+            out.calls.push_back(
+                {num_calls_, std::nullopt, std::nullopt,
+                 std::string(args.substr(scanner_.begin() + args_sent_, end - scanner_.begin() - args_sent_))});
             args_sent_ = end - scanner_.begin();
         }
     }
@@ -296,7 +302,8 @@ private:
             } else {  // TYPE<sep>NAME\n```json\nARGS
                 const size_t newline = call_.find('\n', after);
                 if (newline == std::string::npos && !whole) return;
-                name = std::string(trim(std::string_view(call_).substr(after, newline == std::string::npos ? std::string::npos : newline - after)));
+                name = std::string(trim(std::string_view(call_).substr(
+                    after, newline == std::string::npos ? std::string::npos : newline - after)));
                 args_at_ = newline == std::string::npos ? call_.size() : newline + 1;
                 const std::string_view fence = "```json";
                 const std::string_view rest = std::string_view(call_).substr(args_at_);

@@ -61,10 +61,15 @@ ToolRequest parse_tool_request(const Json& body) {
     if (c == body.end() || c->is_null()) return r;
     if (c->is_string()) {
         const std::string s = c->get<std::string>();
-        if (s == "none") r.choice = ToolRequest::Choice::kNone;
-        else if (s == "auto") r.choice = ToolRequest::Choice::kAuto;
-        else if (s == "required") r.choice = ToolRequest::Choice::kRequired;
-        else bad("tool_choice", fmt::format("'tool_choice' must be 'none', 'auto', 'required' or a named function; got '{}'", s));
+        if (s == "none")
+            r.choice = ToolRequest::Choice::kNone;
+        else if (s == "auto")
+            r.choice = ToolRequest::Choice::kAuto;
+        else if (s == "required")
+            r.choice = ToolRequest::Choice::kRequired;
+        else
+            bad("tool_choice",
+                fmt::format("'tool_choice' must be 'none', 'auto', 'required' or a named function; got '{}'", s));
     } else if (c->is_object()) {
         const auto fn = c->find("function");
         if (c->value("type", "") != "function" || fn == c->end() || !fn->is_object() || !fn->contains("name") ||
@@ -93,8 +98,9 @@ std::string forced_tool_grammar(const ToolRequest& r) {
         Json any_of = Json::array();
         for (const Json& t : r.tools) {
             any_of.push_back({{"type", "object"},
-                              {"properties", {{"name", {{"type", "string"}, {"enum", {t["function"]["name"]}}}},
-                                              {"parameters", parameters_of(t["function"])}}},
+                              {"properties",
+                               {{"name", {{"type", "string"}, {"enum", {t["function"]["name"]}}}},
+                                {"parameters", parameters_of(t["function"])}}},
                               {"required", {"name", "parameters"}}});
         }
         schema = {{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", any_of}}}};

@@ -15,7 +15,7 @@ namespace moeserve::serve::openai {
 
 struct ToolRequest {
     enum class Choice { kNone, kAuto, kRequired, kNamed };
-    nlohmann::ordered_json tools;  // the validated list; null when the request has none
+    nlohmann::ordered_json tools;   // the validated list; null when the request has none
     Choice choice = Choice::kNone;  // default: auto when tools are given, else none
     std::string named;              // the function of Choice::kNamed
     bool parallel_tool_calls = true;

@@ -28,8 +28,7 @@ namespace {
 template <typename Json>
 std::string render_json(const jinja::Body& body, const Json& context) {
     if (!context.is_object()) {
-        raise(ErrorCode::kInvalidArgument,
-              "chat template context must be a JSON object of variables, got {}",
+        raise(ErrorCode::kInvalidArgument, "chat template context must be a JSON object of variables, got {}",
               context.type_name());
     }
     return jinja::render_body(body, jinja::Value::from_json(context));
@@ -37,9 +36,7 @@ std::string render_json(const jinja::Body& body, const Json& context) {
 
 }  // namespace
 
-std::string ChatTemplate::render(const nlohmann::json& context) const {
-    return render_json(impl_->body, context);
-}
+std::string ChatTemplate::render(const nlohmann::json& context) const { return render_json(impl_->body, context); }
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& context) const {
     return render_json(impl_->body, context);
@@ -52,8 +49,8 @@ std::string render_chat(const ChatTemplate& chat_template, const nlohmann::order
     context["add_generation_prompt"] = add_generation_prompt;
     if (!extra.is_null()) {
         if (!extra.is_object()) {
-            raise(ErrorCode::kInvalidArgument,
-                  "render_chat: extra variables must be a JSON object, got {}", extra.type_name());
+            raise(ErrorCode::kInvalidArgument, "render_chat: extra variables must be a JSON object, got {}",
+                  extra.type_name());
         }
         for (auto it = extra.begin(); it != extra.end(); ++it) context[it.key()] = it.value();
     }

@@ -14,11 +14,9 @@ bool is_numeric(const Value& v) { return v.is_number() || v.is_bool(); }
 
 int64_t as_integer(const Value& v) { return v.is_bool() ? int64_t{v.as_bool()} : v.as_int(); }
 
-[[noreturn]] void raise_operand_error(const std::string& op, const Value& a, const Value& b,
-                                      int line) {
-    raise(ErrorCode::kInvalidArgument,
-          "chat template line {}: unsupported operand type(s) for {}: '{}' and '{}'", line, op,
-          a.type_name(), b.type_name());
+[[noreturn]] void raise_operand_error(const std::string& op, const Value& a, const Value& b, int line) {
+    raise(ErrorCode::kInvalidArgument, "chat template line {}: unsupported operand type(s) for {}: '{}' and '{}'", line,
+          op, a.type_name(), b.type_name());
 }
 
 int64_t floor_div(int64_t a, int64_t b) {
@@ -42,14 +40,12 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, int line
             return out;
         }
         List out;
-        for (int64_t i = 0; i < n; ++i)
-            out.insert(out.end(), a.as_list().begin(), a.as_list().end());
+        for (int64_t i = 0; i < n; ++i) out.insert(out.end(), a.as_list().begin(), a.as_list().end());
         return Value::list(std::move(out));
     }
     if (op == "%" && a.is_string()) {
         raise(ErrorCode::kUnsupported,
-              "chat template line {}: printf-style string formatting ('...' % x) is not supported",
-              line);
+              "chat template line {}: printf-style string formatting ('...' % x) is not supported", line);
     }
     if (!is_numeric(a) || !is_numeric(b)) raise_operand_error(op, a, b, line);
     bool ints = !a.is_float() && !b.is_float();
@@ -84,24 +80,20 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, int line
 bool compare_less(const Value& a, const Value& b, const std::string& op, int line) {
     if (is_numeric(a) && is_numeric(b)) return a.to_double() < b.to_double();
     if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();
-    raise(ErrorCode::kInvalidArgument,
-          "chat template line {}: '{}' not supported between instances of '{}' and '{}'", line, op,
-          a.type_name(), b.type_name());
+    raise(ErrorCode::kInvalidArgument, "chat template line {}: '{}' not supported between instances of '{}' and '{}'",
+          line, op, a.type_name(), b.type_name());
 }
 
 // Python slice index normalization (PySlice_AdjustIndices).
-List slice_items(const List& items, const Value& start_v, const Value& stop_v, const Value& step_v,
-                 int line) {
+List slice_items(const List& items, const Value& start_v, const Value& stop_v, const Value& step_v, int line) {
     auto n = static_cast<int64_t>(items.size());
     auto opt_int = [&](const Value& v) -> std::optional<int64_t> {
         if (v.is_none() || v.is_undefined()) return std::nullopt;
         if (v.is_int() || v.is_bool()) return as_integer(v);
-        raise(ErrorCode::kInvalidArgument, "chat template line {}: slice indices must be integers",
-              line);
+        raise(ErrorCode::kInvalidArgument, "chat template line {}: slice indices must be integers", line);
     };
     int64_t step = opt_int(step_v).value_or(1);
-    if (step == 0)
-        raise(ErrorCode::kInvalidArgument, "chat template line {}: slice step is 0", line);
+    if (step == 0) raise(ErrorCode::kInvalidArgument, "chat template line {}: slice step is 0", line);
     auto adjust = [&](std::optional<int64_t> v, int64_t dflt) {
         if (!v) return dflt;
         int64_t i = *v < 0 ? *v + n : *v;
@@ -176,15 +168,13 @@ Value Renderer::eval_call(const Expr& call, const Value& caller) {
     CallArgs a = eval_args(call, 1);
     if (!caller.is_undefined()) a.keyword.emplace_back("caller", caller);
     if (callee.is_callable()) return callee.call(a);
-    std::string what =
-        call.args[0]->kind == Expr::Kind::kName ? call.args[0]->name : callee.undefined_name();
+    std::string what = call.args[0]->kind == Expr::Kind::kName ? call.args[0]->name : callee.undefined_name();
     if (callee.is_undefined()) {
-        raise(ErrorCode::kUnsupported,
-              "chat template line {}: the function '{}' is not defined or not supported", call.line,
-              what);
+        raise(ErrorCode::kUnsupported, "chat template line {}: the function '{}' is not defined or not supported",
+              call.line, what);
     }
-    raise(ErrorCode::kInvalidArgument, "chat template line {}: '{}' object is not callable",
-          call.line, callee.type_name());
+    raise(ErrorCode::kInvalidArgument, "chat template line {}: '{}' object is not callable", call.line,
+          callee.type_name());
 }
 
 Value Renderer::eval_binary(const Expr& e) {
@@ -216,16 +206,14 @@ Value Renderer::eval(const Expr& e) {
         case Expr::Kind::kList: {
             List items;
             for (const auto& item : e.args) items.push_back(eval(*item));
-            return e.name == "tuple" ? Value::tuple(std::move(items))
-                                     : Value::list(std::move(items));
+            return e.name == "tuple" ? Value::tuple(std::move(items)) : Value::list(std::move(items));
         }
         case Expr::Kind::kDict: {
             Dict items;
             for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
                 Value key = eval(*e.args[i]);
                 if (!key.is_string()) {
-                    raise(ErrorCode::kUnsupported,
-                          "chat template line {}: dict keys must be strings, got '{}'", e.line,
+                    raise(ErrorCode::kUnsupported, "chat template line {}: dict keys must be strings, got '{}'", e.line,
                           key.type_name());
                 }
                 set_item(items, key.as_string(), eval(*e.args[i + 1]));
@@ -251,9 +239,8 @@ Value Renderer::eval(const Expr& e) {
             if (e.name == "not") return !v.truthy();
             if (v.is_undefined()) raise_undefined(v, e.line);
             if (!is_numeric(v)) {
-                raise(ErrorCode::kInvalidArgument,
-                      "chat template line {}: bad operand type for unary {}: '{}'", e.line, e.name,
-                      v.type_name());
+                raise(ErrorCode::kInvalidArgument, "chat template line {}: bad operand type for unary {}: '{}'", e.line,
+                      e.name, v.type_name());
             }
             if (e.name == "+") return v.is_float() ? v : Value(as_integer(v));
             return v.is_float() ? Value(-v.as_float()) : Value(-as_integer(v));

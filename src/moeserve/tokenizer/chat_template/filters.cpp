@@ -14,8 +14,7 @@ int64_t length_of(const Value& v, int line) {
     if (v.is_list()) return static_cast<int64_t>(v.as_list().size());
     if (v.is_dict()) return static_cast<int64_t>(v.as_dict().size());
     if (v.is_undefined()) return 0;
-    raise(ErrorCode::kInvalidArgument, "chat template line {}: object of type '{}' has no len()",
-          line, v.type_name());
+    raise(ErrorCode::kInvalidArgument, "chat template line {}: object of type '{}' has no len()", line, v.type_name());
 }
 
 // transformers: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False).
@@ -30,18 +29,17 @@ Value filter_tojson(const Value& input, const CallArgs& a) {
         opt.indented = true;
         opt.indent = indent.as_string();
     } else if (!indent.is_none()) {
-        raise(ErrorCode::kInvalidArgument, "chat template line {}: tojson indent must be an int",
-              a.line);
+        raise(ErrorCode::kInvalidArgument, "chat template line {}: tojson indent must be an int", a.line);
     }
     if (opt.indented) opt.item_separator = ",";
     Value separators = arg(a, 2, "separators", Value::none());
-    if (separators.is_list() && separators.as_list().size() == 2 &&
-        separators.as_list()[0].is_string() && separators.as_list()[1].is_string()) {
+    if (separators.is_list() && separators.as_list().size() == 2 && separators.as_list()[0].is_string() &&
+        separators.as_list()[1].is_string()) {
         opt.item_separator = separators.as_list()[0].as_string();
         opt.key_separator = separators.as_list()[1].as_string();
     } else if (!separators.is_none()) {
-        raise(ErrorCode::kInvalidArgument,
-              "chat template line {}: tojson separators must be a pair of strings", a.line);
+        raise(ErrorCode::kInvalidArgument, "chat template line {}: tojson separators must be a pair of strings",
+              a.line);
     }
     opt.sort_keys = arg(a, 3, "sort_keys", false).truthy();
     return to_json(input, opt);
@@ -57,8 +55,7 @@ Value attribute_of(const Value& item, const std::string& path) {
         const Value* found = cur.find(part);
         if (found != nullptr) {
             cur = *found;
-        } else if (cur.is_list() && !part.empty() &&
-                   part.find_first_not_of("0123456789") == std::string::npos &&
+        } else if (cur.is_list() && !part.empty() && part.find_first_not_of("0123456789") == std::string::npos &&
                    std::stoul(part) < cur.as_list().size()) {
             cur = cur.as_list()[std::stoul(part)];
         } else {
@@ -74,8 +71,7 @@ CallArgs shift_args(const CallArgs& a, size_t n) {
     CallArgs rest;
     rest.line = a.line;
     if (a.positional.size() > n) {
-        rest.positional.assign(a.positional.begin() + static_cast<std::ptrdiff_t>(n),
-                               a.positional.end());
+        rest.positional.assign(a.positional.begin() + static_cast<std::ptrdiff_t>(n), a.positional.end());
     }
     return rest;
 }
@@ -120,9 +116,8 @@ bool less_than(const Value& x, const Value& y, int line) {
         return x.to_double() < y.to_double();
     }
     if (x.is_string() && y.is_string()) return x.as_string() < y.as_string();
-    raise(ErrorCode::kInvalidArgument,
-          "chat template line {}: '<' not supported between instances of '{}' and '{}'", line,
-          x.type_name(), y.type_name());
+    raise(ErrorCode::kInvalidArgument, "chat template line {}: '<' not supported between instances of '{}' and '{}'",
+          line, x.type_name(), y.type_name());
 }
 
 Value filter_sort(const Value& input, const CallArgs& a) {
@@ -189,8 +184,7 @@ Value filter_int(const Value& input, const CallArgs& a) {
 }  // namespace
 
 [[noreturn]] void raise_undefined(const Value& undefined, int line) {
-    raise(ErrorCode::kInvalidArgument, "chat template line {}: '{}' is undefined", line,
-          undefined.undefined_name());
+    raise(ErrorCode::kInvalidArgument, "chat template line {}: '{}' is undefined", line, undefined.undefined_name());
 }
 
 Value apply_filter(const std::string& name, const Value& input, const CallArgs& a) {
@@ -284,14 +278,12 @@ Value apply_filter(const std::string& name, const Value& input, const CallArgs& 
     if (name == "unique") {
         List out;
         for (const Value& item : iterate(input, a.line)) {
-            bool seen =
-                std::any_of(out.begin(), out.end(), [&](const Value& o) { return o.equals(item); });
+            bool seen = std::any_of(out.begin(), out.end(), [&](const Value& o) { return o.equals(item); });
             if (!seen) out.push_back(item);
         }
         return Value::list(std::move(out));
     }
-    raise(ErrorCode::kUnsupported,
-          "chat template line {}: the filter '{}' is not supported (for input of type '{}')",
+    raise(ErrorCode::kUnsupported, "chat template line {}: the filter '{}' is not supported (for input of type '{}')",
           a.line, name, input.type_name());
 }
 
@@ -313,14 +305,12 @@ bool apply_test(const std::string& name, const Value& v, const CallArgs& a) {
     if (name == "callable") return v.is_callable() || v.is_undefined();
     if (name == "odd" || name == "even" || name == "divisibleby") {
         if (!v.is_int()) {
-            raise(ErrorCode::kInvalidArgument, "chat template line {}: test '{}' needs an int",
-                  a.line, name);
+            raise(ErrorCode::kInvalidArgument, "chat template line {}: test '{}' needs an int", a.line, name);
         }
         if (name == "odd") return v.as_int() % 2 != 0;
         if (name == "even") return v.as_int() % 2 == 0;
         int64_t d = int_arg(a, 0, "num", 0);
-        if (d == 0)
-            raise(ErrorCode::kInvalidArgument, "chat template line {}: divisibleby 0", a.line);
+        if (d == 0) raise(ErrorCode::kInvalidArgument, "chat template line {}: divisibleby 0", a.line);
         return v.as_int() % d == 0;
     }
     if (name == "lower" || name == "upper") {
@@ -338,8 +328,7 @@ bool apply_test(const std::string& name, const Value& v, const CallArgs& a) {
     if (name == "le" || name == "<=") return !less_than(other, v, a.line);
     if (name == "ge" || name == ">=") return !less_than(v, other, a.line);
     if (name == "in") return contains(other, v, a.line);
-    raise(ErrorCode::kUnsupported, "chat template line {}: the test '{}' is not supported", a.line,
-          name);
+    raise(ErrorCode::kUnsupported, "chat template line {}: the test '{}' is not supported", a.line, name);
 }
 
 }  // namespace moeserve::tokenizer::jinja

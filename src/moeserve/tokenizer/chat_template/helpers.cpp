@@ -19,9 +19,8 @@ int64_t int_arg(const CallArgs& a, size_t pos, const char* name, int64_t fallbac
     if (v.is_undefined() || v.is_none()) return fallback;
     if (v.is_int()) return v.as_int();
     if (v.is_bool()) return v.as_bool() ? 1 : 0;
-    raise(ErrorCode::kInvalidArgument,
-          "chat template line {}: argument '{}' must be an integer, got '{}'", a.line, name,
-          v.type_name());
+    raise(ErrorCode::kInvalidArgument, "chat template line {}: argument '{}' must be an integer, got '{}'", a.line,
+          name, v.type_name());
 }
 
 List iterate(const Value& v, int line) {
@@ -36,16 +35,15 @@ List iterate(const Value& v, int line) {
         for (std::string& ch : utf8_chars(v.as_string())) out.emplace_back(std::move(ch));
         return out;
     }
-    raise(ErrorCode::kInvalidArgument, "chat template line {}: '{}' object is not iterable", line,
-          v.type_name());
+    raise(ErrorCode::kInvalidArgument, "chat template line {}: '{}' object is not iterable", line, v.type_name());
 }
 
 bool contains(const Value& container, const Value& item, int line) {
     if (container.is_string()) {
         if (!item.is_string()) {
             raise(ErrorCode::kInvalidArgument,
-                  "chat template line {}: 'in <string>' requires string as left operand, not '{}'",
-                  line, item.type_name());
+                  "chat template line {}: 'in <string>' requires string as left operand, not '{}'", line,
+                  item.type_name());
         }
         return container.as_string().find(item.as_string()) != std::string::npos;
     }
@@ -59,8 +57,7 @@ bool contains(const Value& container, const Value& item, int line) {
         return false;
     }
     if (container.is_undefined()) return false;
-    raise(ErrorCode::kInvalidArgument,
-          "chat template line {}: argument of type '{}' is not iterable", line,
+    raise(ErrorCode::kInvalidArgument, "chat template line {}: argument of type '{}' is not iterable", line,
           container.type_name());
 }
 

@@ -21,21 +21,17 @@ Value Renderer::lookup(const std::string& name) const {
     return lookup_global(name);
 }
 
-void Renderer::assign(const std::string& name, Value value) {
-    set_item(scopes_.back(), name, std::move(value));
-}
+void Renderer::assign(const std::string& name, Value value) { set_item(scopes_.back(), name, std::move(value)); }
 
-void Renderer::assign_targets(const std::vector<std::string>& targets, const Value& value,
-                              int line) {
+void Renderer::assign_targets(const std::vector<std::string>& targets, const Value& value, int line) {
     if (targets.size() == 1) {
         assign(targets[0], value);
         return;
     }
     List items = iterate(value, line);
     if (items.size() != targets.size()) {
-        raise(ErrorCode::kInvalidArgument,
-              "chat template line {}: cannot unpack {} values into {} names", line, items.size(),
-              targets.size());
+        raise(ErrorCode::kInvalidArgument, "chat template line {}: cannot unpack {} values into {} names", line,
+              items.size(), targets.size());
     }
     for (size_t i = 0; i < targets.size(); ++i) assign(targets[i], items[i]);
 }
@@ -77,9 +73,7 @@ Renderer::Flow Renderer::exec_statement(const Stmt& s, std::string& out) {
         }
         case Stmt::Kind::kMacro: {
             const Stmt* macro = &s;
-            assign(s.name, Value::function(s.name, [this, macro](const CallArgs& a) {
-                       return call_macro(*macro, a);
-                   }));
+            assign(s.name, Value::function(s.name, [this, macro](const CallArgs& a) { return call_macro(*macro, a); }));
             return Flow::kNormal;
         }
         case Stmt::Kind::kCallBlock: {
@@ -121,10 +115,9 @@ Value Renderer::make_loop_object(const List& items, size_t i) const {
     auto n = static_cast<int64_t>(items.size());
     auto k = static_cast<int64_t>(i);
     // depth counts recursive-loop levels in jinja2, so it is 1 for every (non-recursive) loop.
-    Dict loop = {
-        {"index", k + 1},  {"index0", k},        {"revindex", n - k}, {"revindex0", n - k - 1},
-        {"first", k == 0}, {"last", k == n - 1}, {"length", n},       {"depth", 1},
-        {"depth0", 0}};
+    Dict loop = {{"index", k + 1},  {"index0", k},        {"revindex", n - k}, {"revindex0", n - k - 1},
+                 {"first", k == 0}, {"last", k == n - 1}, {"length", n},       {"depth", 1},
+                 {"depth0", 0}};
     if (i > 0) loop.emplace_back("previtem", items[i - 1]);
     if (i + 1 < items.size()) loop.emplace_back("nextitem", items[i + 1]);
     loop.emplace_back("cycle", Value::function("loop.cycle", [k](const CallArgs& a) {
@@ -166,9 +159,8 @@ void Renderer::exec_for(const Stmt& s, std::string& out) {
 
 Value Renderer::call_macro(const Stmt& macro, const CallArgs& a) {
     if (a.positional.size() > macro.params.size()) {
-        raise(ErrorCode::kInvalidArgument,
-              "chat template line {}: macro '{}' takes {} arguments, got {}", a.line, macro.name,
-              macro.params.size(), a.positional.size());
+        raise(ErrorCode::kInvalidArgument, "chat template line {}: macro '{}' takes {} arguments, got {}", a.line,
+              macro.name, macro.params.size(), a.positional.size());
     }
     std::vector<Scope> saved = std::move(scopes_);
     scopes_.clear();
@@ -179,9 +171,8 @@ Value Renderer::call_macro(const Stmt& macro, const CallArgs& a) {
         for (const std::string& p : macro.params) known = known || p == key;
         if (!known) {
             scopes_ = std::move(saved);
-            raise(ErrorCode::kInvalidArgument,
-                  "chat template line {}: macro '{}' has no parameter '{}'", a.line, macro.name,
-                  key);
+            raise(ErrorCode::kInvalidArgument, "chat template line {}: macro '{}' has no parameter '{}'", a.line,
+                  macro.name, key);
         }
         if (key == "caller") assign(key, value);
     }

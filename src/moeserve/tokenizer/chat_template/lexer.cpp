@@ -9,9 +9,7 @@
 namespace moeserve::tokenizer::jinja {
 namespace {
 
-bool is_space(char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
 // jinja2 normalizes newlines and drops one trailing newline before lexing.
 std::string normalize_source(const std::string& source) {
@@ -137,8 +135,7 @@ private:
     size_t lex_comment_end(size_t pos, bool& strip_next) {
         size_t end = src_.find("#}", pos);
         if (end == std::string::npos) {
-            raise(ErrorCode::kInvalidArgument,
-                  "chat template line {}: comment is never closed with '#}}'", line_);
+            raise(ErrorCode::kInvalidArgument, "chat template line {}: comment is never closed with '#}}'", line_);
         }
         line_ += count_newlines(src_, pos, end);
         bool minus = end > pos && src_[end - 1] == '-';
@@ -157,16 +154,14 @@ private:
                 ++pos;
             }
             if (pos >= src_.size()) {
-                raise(ErrorCode::kInvalidArgument,
-                      "chat template line {}: tag opened here is never closed with '{}'", open_line,
-                      close);
+                raise(ErrorCode::kInvalidArgument, "chat template line {}: tag opened here is never closed with '{}'",
+                      open_line, close);
             }
             bool minus = src_[pos] == '-' && src_.compare(pos + 1, 2, close) == 0;
             bool plus = src_[pos] == '+' && src_.compare(pos + 1, 2, close) == 0;
             if (depth == 0 && (minus || plus || src_.compare(pos, 2, close) == 0)) {
                 pos += (minus || plus) ? 3 : 2;
-                tokens_.push_back(
-                    {is_variable ? TokenKind::kVarEnd : TokenKind::kBlockEnd, "", line_});
+                tokens_.push_back({is_variable ? TokenKind::kVarEnd : TokenKind::kBlockEnd, "", line_});
                 return after_close(pos, minus, plus, is_variable, strip_next);
             }
             pos = lex_expression_token(pos, depth);
@@ -177,8 +172,7 @@ private:
         char c = src_[pos];
         if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
             size_t end = pos;
-            while (end < src_.size() &&
-                   (std::isalnum(static_cast<unsigned char>(src_[end])) || src_[end] == '_')) {
+            while (end < src_.size() && (std::isalnum(static_cast<unsigned char>(src_[end])) || src_[end] == '_')) {
                 ++end;
             }
             tokens_.push_back({TokenKind::kName, src_.substr(pos, end - pos), line_});
@@ -199,22 +193,19 @@ private:
             tokens_.push_back({TokenKind::kOperator, std::string(1, c), line_});
             return pos + 1;
         }
-        raise(ErrorCode::kInvalidArgument, "chat template line {}: unexpected character '{}'",
-              line_, c);
+        raise(ErrorCode::kInvalidArgument, "chat template line {}: unexpected character '{}'", line_, c);
     }
 
     size_t lex_number(size_t pos) {
         size_t end = pos;
         auto digits = [&] {
-            while (end < src_.size() &&
-                   (std::isdigit(static_cast<unsigned char>(src_[end])) || src_[end] == '_')) {
+            while (end < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[end])) || src_[end] == '_')) {
                 ++end;
             }
         };
         digits();
         bool is_float = false;
-        if (end + 1 < src_.size() && src_[end] == '.' &&
-            std::isdigit(static_cast<unsigned char>(src_[end + 1]))) {
+        if (end + 1 < src_.size() && src_[end] == '.' && std::isdigit(static_cast<unsigned char>(src_[end + 1]))) {
             is_float = true;
             ++end;
             digits();
@@ -244,8 +235,7 @@ private:
         size_t i = pos + 1;
         while (true) {
             if (i >= src_.size()) {
-                raise(ErrorCode::kInvalidArgument,
-                      "chat template line {}: string literal is never closed", start_line);
+                raise(ErrorCode::kInvalidArgument, "chat template line {}: string literal is never closed", start_line);
             }
             char c = src_[i];
             if (c == quote) break;
@@ -299,10 +289,9 @@ private:
                 case 'U': {
                     size_t len = e == 'x' ? 2 : e == 'u' ? 4 : 8;
                     std::string hex = src_.substr(i, len);
-                    if (hex.size() != len ||
-                        hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) {
-                        raise(ErrorCode::kInvalidArgument,
-                              "chat template line {}: bad \\{} escape in string literal", line_, e);
+                    if (hex.size() != len || hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) {
+                        raise(ErrorCode::kInvalidArgument, "chat template line {}: bad \\{} escape in string literal",
+                              line_, e);
                     }
                     append_utf8(static_cast<uint32_t>(std::stoul(hex, nullptr, 16)), value);
                     i += len;
@@ -324,8 +313,6 @@ private:
 
 }  // namespace
 
-std::vector<Token> tokenize(const std::string& source) {
-    return Lexer(normalize_source(source)).run();
-}
+std::vector<Token> tokenize(const std::string& source) { return Lexer(normalize_source(source)).run(); }
 
 }  // namespace moeserve::tokenizer::jinja

@@ -12,10 +12,9 @@ namespace {
 
 bool is_py_space(const std::string& ch) {
     static constexpr const char* kUnicodeSpaces[] = {
-        "\xc2\x85",     "\xc2\xa0",     "\xe1\x9a\x80", "\xe2\x80\x80", "\xe2\x80\x81",
-        "\xe2\x80\x82", "\xe2\x80\x83", "\xe2\x80\x84", "\xe2\x80\x85", "\xe2\x80\x86",
-        "\xe2\x80\x87", "\xe2\x80\x88", "\xe2\x80\x89", "\xe2\x80\x8a", "\xe2\x80\xa8",
-        "\xe2\x80\xa9", "\xe2\x80\xaf", "\xe2\x81\x9f", "\xe3\x80\x80"};
+        "\xc2\x85",     "\xc2\xa0",     "\xe1\x9a\x80", "\xe2\x80\x80", "\xe2\x80\x81", "\xe2\x80\x82", "\xe2\x80\x83",
+        "\xe2\x80\x84", "\xe2\x80\x85", "\xe2\x80\x86", "\xe2\x80\x87", "\xe2\x80\x88", "\xe2\x80\x89", "\xe2\x80\x8a",
+        "\xe2\x80\xa8", "\xe2\x80\xa9", "\xe2\x80\xaf", "\xe2\x81\x9f", "\xe3\x80\x80"};
     if (ch.size() == 1) {
         char c = ch[0];
         return c == ' ' || (c >= '\t' && c <= '\r') || (c >= '\x1c' && c <= '\x1f');
@@ -77,8 +76,7 @@ std::vector<std::string> py_split(const std::string& s, const Value& sep, int64_
         return parts;
     }
     if (!sep.is_string()) {
-        raise(ErrorCode::kInvalidArgument, "split: separator must be a string, got '{}'",
-              sep.type_name());
+        raise(ErrorCode::kInvalidArgument, "split: separator must be a string, got '{}'", sep.type_name());
     }
     const std::string& d = sep.as_string();
     if (d.empty()) raise(ErrorCode::kInvalidArgument, "split: empty separator");
@@ -93,8 +91,7 @@ std::vector<std::string> py_split(const std::string& s, const Value& sep, int64_
     return parts;
 }
 
-std::string py_replace(const std::string& s, const std::string& from, const std::string& to,
-                       int64_t count) {
+std::string py_replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
     std::string out;
     if (from.empty()) {  // Python inserts `to` around every code point
         int64_t n = 0;
@@ -123,14 +120,12 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
 bool affix_match(const std::string& s, const Value& affix, bool at_start) {
     auto match = [&](const Value& a) {
         if (!a.is_string()) {
-            raise(ErrorCode::kInvalidArgument,
-                  "{}: argument must be str or a tuple of str, got '{}'",
+            raise(ErrorCode::kInvalidArgument, "{}: argument must be str or a tuple of str, got '{}'",
                   at_start ? "startswith" : "endswith", a.type_name());
         }
         const std::string& p = a.as_string();
         if (p.size() > s.size()) return false;
-        return at_start ? s.compare(0, p.size(), p) == 0
-                        : s.compare(s.size() - p.size(), p.size(), p) == 0;
+        return at_start ? s.compare(0, p.size(), p) == 0 : s.compare(s.size() - p.size(), p.size(), p) == 0;
     };
     if (affix.is_list()) {
         return std::any_of(affix.as_list().begin(), affix.as_list().end(), match);
@@ -141,8 +136,7 @@ bool affix_match(const std::string& s, const Value& affix, bool at_start) {
 Value string_method(const std::string& s, const std::string& name, const CallArgs& a) {
     if (name == "startswith" || name == "endswith") {
         if (a.positional.size() != 1) {
-            raise(ErrorCode::kUnsupported,
-                  "chat template line {}: str.{} is supported with one argument only", a.line,
+            raise(ErrorCode::kUnsupported, "chat template line {}: str.{} is supported with one argument only", a.line,
                   name);
         }
         return affix_match(s, a.positional[0], name == "startswith");
@@ -150,12 +144,10 @@ Value string_method(const std::string& s, const std::string& name, const CallArg
     if (name == "strip" || name == "lstrip" || name == "rstrip") {
         Value chars = arg(a, 0, "chars");
         bool has_chars = chars.is_string();
-        return py_strip(s, has_chars ? &chars.as_string() : nullptr, name != "rstrip",
-                        name != "lstrip");
+        return py_strip(s, has_chars ? &chars.as_string() : nullptr, name != "rstrip", name != "lstrip");
     }
     if (name == "split") {
-        std::vector<std::string> parts =
-            py_split(s, arg(a, 0, "sep"), int_arg(a, 1, "maxsplit", -1));
+        std::vector<std::string> parts = py_split(s, arg(a, 0, "sep"), int_arg(a, 1, "maxsplit", -1));
         List out(parts.begin(), parts.end());
         return Value::list(std::move(out));
     }
@@ -167,16 +159,14 @@ Value string_method(const std::string& s, const std::string& name, const CallArg
         Value from = arg(a, 0, "old");
         Value to = arg(a, 1, "new");
         if (!from.is_string() || !to.is_string()) {
-            raise(ErrorCode::kInvalidArgument,
-                  "chat template line {}: str.replace needs two strings", a.line);
+            raise(ErrorCode::kInvalidArgument, "chat template line {}: str.replace needs two strings", a.line);
         }
         return py_replace(s, from.as_string(), to.as_string(), int_arg(a, 2, "count", -1));
     }
     if (name == "find" || name == "count") {
         Value sub = arg(a, 0, "sub");
         if (!sub.is_string()) {
-            raise(ErrorCode::kInvalidArgument, "chat template line {}: str.{} needs a string",
-                  a.line, name);
+            raise(ErrorCode::kInvalidArgument, "chat template line {}: str.{} needs a string", a.line, name);
         }
         if (name == "count") {
             if (sub.as_string().empty()) return static_cast<int64_t>(utf8_chars(s).size() + 1);
@@ -188,8 +178,7 @@ Value string_method(const std::string& s, const std::string& name, const CallArg
             return n;
         }
         size_t at = s.find(sub.as_string());
-        return at == std::string::npos ? int64_t{-1}
-                                       : static_cast<int64_t>(utf8_chars(s.substr(0, at)).size());
+        return at == std::string::npos ? int64_t{-1} : static_cast<int64_t>(utf8_chars(s.substr(0, at)).size());
     }
     if (name == "join") {
         std::string out;
@@ -240,22 +229,18 @@ Value dict_method(const Value& d, const std::string& name, const CallArgs& a) {
 }
 
 const std::set<std::string> kStrMethods = {
-    "startswith", "endswith", "strip",      "lstrip",  "rstrip",  "split",  "upper",
-    "lower",      "title",    "capitalize", "replace", "find",    "count",  "join",
-    "isdigit",    "isalpha",  "isalnum",    "isspace", "islower", "isupper"};
+    "startswith", "endswith", "strip", "lstrip", "rstrip",  "split",   "upper",   "lower",   "title",   "capitalize",
+    "replace",    "find",     "count", "join",   "isdigit", "isalpha", "isalnum", "isspace", "islower", "isupper"};
 // Python str methods that exist but are not implemented: using one is an error, not Undefined.
 const std::set<std::string> kStrUnsupported = {
-    "format",      "format_map",   "center",       "ljust",     "rjust",      "zfill",
-    "expandtabs",  "partition",    "rpartition",   "rsplit",    "splitlines", "rfind",
-    "index",       "rindex",       "swapcase",     "casefold",  "encode",     "translate",
-    "maketrans",   "removeprefix", "removesuffix", "isnumeric", "isdecimal",  "isidentifier",
-    "isprintable", "istitle"};
+    "format",    "format_map", "center",       "ljust",       "rjust",     "zfill",        "expandtabs",
+    "partition", "rpartition", "rsplit",       "splitlines",  "rfind",     "index",        "rindex",
+    "swapcase",  "casefold",   "encode",       "translate",   "maketrans", "removeprefix", "removesuffix",
+    "isnumeric", "isdecimal",  "isidentifier", "isprintable", "istitle"};
 const std::set<std::string> kDictMethods = {"items", "keys", "values", "get"};
-const std::set<std::string> kDictUnsupported = {"pop",   "popitem", "setdefault", "update",
-                                                "clear", "copy",    "fromkeys"};
-const std::set<std::string> kListUnsupported = {"append", "pop",  "extend",  "insert",
-                                                "remove", "sort", "reverse", "index",
-                                                "count",  "copy", "clear"};
+const std::set<std::string> kDictUnsupported = {"pop", "popitem", "setdefault", "update", "clear", "copy", "fromkeys"};
+const std::set<std::string> kListUnsupported = {"append",  "pop",   "extend", "insert", "remove", "sort",
+                                                "reverse", "index", "count",  "copy",   "clear"};
 
 }  // namespace
 
@@ -296,18 +281,16 @@ std::optional<Value> get_method(const Value& obj, const std::string& name, int l
     if (obj.is_string()) {
         if (kStrMethods.count(name)) {
             std::string s = obj.as_string();
-            return Value::function(
-                "str." + name, [s, name](const CallArgs& a) { return string_method(s, name, a); });
+            return Value::function("str." + name, [s, name](const CallArgs& a) { return string_method(s, name, a); });
         }
         if (kStrUnsupported.count(name)) {
-            raise(ErrorCode::kUnsupported,
-                  "chat template line {}: the string method '{}' is not supported", line, name);
+            raise(ErrorCode::kUnsupported, "chat template line {}: the string method '{}' is not supported", line,
+                  name);
         }
     } else if (obj.is_dict()) {
         if (kDictMethods.count(name)) {
-            return Value::function("dict." + name, [obj, name](const CallArgs& a) {
-                return dict_method(obj, name, a);
-            });
+            return Value::function("dict." + name,
+                                   [obj, name](const CallArgs& a) { return dict_method(obj, name, a); });
         }
         if (kDictUnsupported.count(name)) {
             raise(ErrorCode::kUnsupported,
@@ -332,9 +315,8 @@ Value lookup_global(const std::string& name) {
             int64_t step = 1;
             auto num = [&](size_t i) {
                 if (!a.positional[i].is_int()) {
-                    raise(ErrorCode::kInvalidArgument,
-                          "chat template line {}: range() needs integers, got '{}'", a.line,
-                          a.positional[i].type_name());
+                    raise(ErrorCode::kInvalidArgument, "chat template line {}: range() needs integers, got '{}'",
+                          a.line, a.positional[i].type_name());
                 }
                 return a.positional[i].as_int();
             };
@@ -347,8 +329,7 @@ Value lookup_global(const std::string& name) {
             }
             if (step == 0 || a.positional.empty() || a.positional.size() > 3) {
                 raise(ErrorCode::kInvalidArgument,
-                      "chat template line {}: range() takes 1-3 integers and a non-zero step",
-                      a.line);
+                      "chat template line {}: range() takes 1-3 integers and a non-zero step", a.line);
             }
             List out;
             for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.emplace_back(i);
@@ -382,8 +363,7 @@ Value lookup_global(const std::string& name) {
         return Value::function("strftime_now", [](const CallArgs& a) -> Value {
             Value format = arg(a, 0, "format");
             if (!format.is_string()) {
-                raise(ErrorCode::kInvalidArgument,
-                      "chat template line {}: strftime_now needs a format string", a.line);
+                raise(ErrorCode::kInvalidArgument, "chat template line {}: strftime_now needs a format string", a.line);
             }
             std::time_t now = std::time(nullptr);
             std::tm local{};

@@ -86,8 +86,8 @@ ExprPtr Parser::parse_compare() {
             return lhs;
         }
         if (++num_ops > 1) {
-            raise(ErrorCode::kUnsupported,
-                  "chat template line {}: chained comparisons (a < b < c) are not supported", line);
+            raise(ErrorCode::kUnsupported, "chat template line {}: chained comparisons (a < b < c) are not supported",
+                  line);
         }
         lhs = make_binary(op, std::move(lhs), parse_math1(), line);
     }
@@ -168,8 +168,7 @@ ExprPtr Parser::parse_primary() {
         try {
             return literal(Value(static_cast<int64_t>(std::stoll(t.text))), t.line);
         } catch (const std::exception&) {
-            raise(ErrorCode::kUnsupported, "chat template line {}: integer {} is too large", t.line,
-                  t.text);
+            raise(ErrorCode::kUnsupported, "chat template line {}: integer {} is too large", t.line, t.text);
         }
     }
     if (t.kind == TokenKind::kFloat) {
@@ -283,11 +282,10 @@ ExprPtr Parser::parse_call(ExprPtr callee, Expr::Kind kind, std::string name) {
         first = false;
         if (skip_op(")")) break;
         if (is_op("*") || is_op("**")) {
-            raise(ErrorCode::kUnsupported,
-                  "chat template line {}: *args / **kwargs in calls are not supported", cur().line);
+            raise(ErrorCode::kUnsupported, "chat template line {}: *args / **kwargs in calls are not supported",
+                  cur().line);
         }
-        if (cur().kind == TokenKind::kName && peek().kind == TokenKind::kOperator &&
-            peek().text == "=") {
+        if (cur().kind == TokenKind::kName && peek().kind == TokenKind::kOperator && peek().text == "=") {
             std::string key = expect_name();
             ++pos_;
             e->kwargs.emplace_back(std::move(key), parse_expression());
@@ -336,9 +334,8 @@ ExprPtr Parser::parse_test(ExprPtr node, int line) {
         test->name = name;
         test->args.push_back(std::move(node));
         TokenKind k = cur().kind;
-        bool starts_arg = k == TokenKind::kName || k == TokenKind::kString ||
-                          k == TokenKind::kInt || k == TokenKind::kFloat || is_op("(") ||
-                          is_op("[") || is_op("{");
+        bool starts_arg = k == TokenKind::kName || k == TokenKind::kString || k == TokenKind::kInt ||
+                          k == TokenKind::kFloat || is_op("(") || is_op("[") || is_op("{");
         if (starts_arg && !is_name("else") && !is_name("or") && !is_name("and")) {
             if (is_name("is")) fail("no second 'is' (tests cannot be chained)");
             test->args.push_back(parse_postfix(parse_primary()));

@@ -68,15 +68,9 @@ public:
 private:
     // ---- token helpers ----
     const Token& cur() const { return toks_[pos_]; }
-    const Token& peek(size_t ahead = 1) const {
-        return toks_[std::min(pos_ + ahead, toks_.size() - 1)];
-    }
-    bool is_op(const char* op) const {
-        return cur().kind == TokenKind::kOperator && cur().text == op;
-    }
-    bool is_name(const char* name) const {
-        return cur().kind == TokenKind::kName && cur().text == name;
-    }
+    const Token& peek(size_t ahead = 1) const { return toks_[std::min(pos_ + ahead, toks_.size() - 1)]; }
+    bool is_op(const char* op) const { return cur().kind == TokenKind::kOperator && cur().text == op; }
+    bool is_name(const char* name) const { return cur().kind == TokenKind::kName && cur().text == name; }
     bool skip_op(const char* op) {
         if (!is_op(op)) return false;
         ++pos_;
@@ -88,10 +82,8 @@ private:
         return true;
     }
     [[noreturn]] void fail(const std::string& expected) const {
-        std::string got =
-            cur().text.empty() ? token_kind_name(cur().kind) : fmt::format("'{}'", cur().text);
-        raise(ErrorCode::kInvalidArgument, "chat template line {}: expected {}, got {}", cur().line,
-              expected, got);
+        std::string got = cur().text.empty() ? token_kind_name(cur().kind) : fmt::format("'{}'", cur().text);
+        raise(ErrorCode::kInvalidArgument, "chat template line {}: expected {}, got {}", cur().line, expected, got);
     }
     void expect_op(const char* op) {
         if (!skip_op(op)) fail(fmt::format("'{}'", op));

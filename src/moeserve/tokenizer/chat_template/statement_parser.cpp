@@ -17,9 +17,8 @@ Body Parser::parse_body(const std::set<std::string>& ends, std::string& end_tag)
                 for (const std::string& end : ends) {
                     names += (names.empty() ? "'" : ", '") + end + "'";
                 }
-                raise(ErrorCode::kInvalidArgument,
-                      "chat template line {}: unexpected end of template; expected {}", t.line,
-                      names);
+                raise(ErrorCode::kInvalidArgument, "chat template line {}: unexpected end of template; expected {}",
+                      t.line, names);
             }
             return body;
         }
@@ -87,8 +86,7 @@ std::unique_ptr<Stmt> Parser::parse_statement() {
         s->expr = parse_or();  // no ternary here: a trailing `if` filters the loop
         if (skip_name("if")) s->filter = parse_expression();
         if (is_name("recursive")) {
-            raise(ErrorCode::kUnsupported,
-                  "chat template line {}: recursive for loops are not supported", line);
+            raise(ErrorCode::kUnsupported, "chat template line {}: recursive for loops are not supported", line);
         }
         expect(TokenKind::kBlockEnd);
         s->body = parse_body({"else", "endfor"}, end_tag);
@@ -108,8 +106,7 @@ std::unique_ptr<Stmt> Parser::parse_statement() {
             s->expr = parse_tuple();
         } else {
             if (is_op("|")) {
-                raise(ErrorCode::kUnsupported,
-                      "chat template line {}: filtered block set is not supported", line);
+                raise(ErrorCode::kUnsupported, "chat template line {}: filtered block set is not supported", line);
             }
             s->kind = Stmt::Kind::kSetBlock;
             expect(TokenKind::kBlockEnd);
@@ -129,8 +126,7 @@ std::unique_ptr<Stmt> Parser::parse_statement() {
         s->body = parse_body({"endmacro"}, end_tag);
     } else if (tag == "call") {
         if (is_op("(")) {
-            raise(ErrorCode::kUnsupported,
-                  "chat template line {}: call blocks with caller arguments are not supported",
+            raise(ErrorCode::kUnsupported, "chat template line {}: call blocks with caller arguments are not supported",
                   line);
         }
         s->kind = Stmt::Kind::kCallBlock;
@@ -145,8 +141,8 @@ std::unique_ptr<Stmt> Parser::parse_statement() {
         expect(TokenKind::kBlockEnd);
         s->body = parse_body({"endgeneration"}, end_tag);
     } else {
-        raise(ErrorCode::kUnsupported,
-              "chat template line {}: the tag '{}' is not supported (or is misplaced)", line, tag);
+        raise(ErrorCode::kUnsupported, "chat template line {}: the tag '{}' is not supported (or is misplaced)", line,
+              tag);
     }
     expect(TokenKind::kBlockEnd);
     return s;

@@ -72,8 +72,8 @@ Value value_from_json(const Json& j) {
             return Value::dict(std::move(items));
         }
         default:
-            raise(ErrorCode::kInvalidArgument,
-                  "chat template context: JSON value of type '{}' cannot be used", j.type_name());
+            raise(ErrorCode::kInvalidArgument, "chat template context: JSON value of type '{}' cannot be used",
+                  j.type_name());
     }
 }
 
@@ -142,8 +142,7 @@ void json_escape_into(const std::string& s, bool ensure_ascii, std::string& out)
                     }
                     if (cp >= 0x10000) {
                         cp -= 0x10000;
-                        out += fmt::format("\\u{:04x}\\u{:04x}", 0xD800 + (cp >> 10),
-                                           0xDC00 + (cp & 0x3FF));
+                        out += fmt::format("\\u{:04x}\\u{:04x}", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
                     } else {
                         out += fmt::format("\\u{:04x}", cp);
                     }
@@ -168,9 +167,7 @@ void to_json_into(const Value& v, const JsonDumpOptions& opt, int depth, std::st
         out += std::to_string(v.as_int());
     } else if (v.is_float()) {
         double d = v.as_float();
-        out += std::isnan(d)   ? "NaN"
-               : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
-                               : format_python_float(d);
+        out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : format_python_float(d);
     } else if (v.is_string()) {
         json_escape_into(v.as_string(), opt.ensure_ascii, out);
     } else if (v.is_list()) {
@@ -208,8 +205,7 @@ void to_json_into(const Value& v, const JsonDumpOptions& opt, int depth, std::st
         if (opt.indented) newline(depth);
         out += '}';
     } else {
-        raise(ErrorCode::kInvalidArgument, "tojson: object of type '{}' is not JSON serializable",
-              v.type_name());
+        raise(ErrorCode::kInvalidArgument, "tojson: object of type '{}' is not JSON serializable", v.type_name());
     }
 }
 
@@ -224,13 +220,9 @@ double Value::to_double() const {
     return as_float();
 }
 
-const std::string& Value::callable_name() const {
-    return std::get<std::shared_ptr<Callable>>(data_)->name;
-}
+const std::string& Value::callable_name() const { return std::get<std::shared_ptr<Callable>>(data_)->name; }
 
-Value Value::call(const CallArgs& args) const {
-    return std::get<std::shared_ptr<Callable>>(data_)->fn(args);
-}
+Value Value::call(const CallArgs& args) const { return std::get<std::shared_ptr<Callable>>(data_)->fn(args); }
 
 bool Value::truthy() const {
     if (is_undefined() || is_none()) return false;
@@ -268,8 +260,7 @@ std::string format_python_float(double d) {
         if (exponent >= 0) {
             size_t int_len = static_cast<size_t>(exponent) + 1;
             if (digits.size() < int_len) digits.append(int_len - digits.size(), '0');
-            out = digits.substr(0, int_len) + "." +
-                  (digits.size() > int_len ? digits.substr(int_len) : "0");
+            out = digits.substr(0, int_len) + "." + (digits.size() > int_len ? digits.substr(int_len) : "0");
         } else {
             out = "0." + std::string(static_cast<size_t>(-exponent - 1), '0') + digits;
         }
@@ -358,11 +349,9 @@ bool Value::equals(const Value& other) const {
         return true;
     }
     if (is_namespace()) {  // namespaces and callables compare by identity
-        return std::get<std::shared_ptr<Namespace>>(data_) ==
-               std::get<std::shared_ptr<Namespace>>(other.data_);
+        return std::get<std::shared_ptr<Namespace>>(data_) == std::get<std::shared_ptr<Namespace>>(other.data_);
     }
-    return std::get<std::shared_ptr<Callable>>(data_) ==
-           std::get<std::shared_ptr<Callable>>(other.data_);
+    return std::get<std::shared_ptr<Callable>>(data_) == std::get<std::shared_ptr<Callable>>(other.data_);
 }
 
 const Value* Value::find(const std::string& key) const {

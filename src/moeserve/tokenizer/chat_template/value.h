@@ -105,9 +105,8 @@ private:
         std::string name;
         NativeFunction fn;
     };
-    using Data = std::variant<Undefined, std::nullptr_t, bool, int64_t, double, std::string,
-                              std::shared_ptr<List>, std::shared_ptr<Dict>,
-                              std::shared_ptr<Namespace>, std::shared_ptr<Callable>>;
+    using Data = std::variant<Undefined, std::nullptr_t, bool, int64_t, double, std::string, std::shared_ptr<List>,
+                              std::shared_ptr<Dict>, std::shared_ptr<Namespace>, std::shared_ptr<Callable>>;
     explicit Value(Undefined u) : data_(std::move(u)) {}
     Data data_;
     bool is_tuple_ = false;
