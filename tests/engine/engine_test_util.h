@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,20 @@ public:
           tokens(static_cast<size_t>(num_blocks * block_size), -1),
           positions(static_cast<size_t>(num_blocks * block_size), -1) {}
     std::vector<int32_t> tokens, positions;
+
+    // A block: its slots' tokens, then their positions.
+    int64_t block_bytes() const override { return 2 * block_size() * static_cast<int64_t>(sizeof(int32_t)); }
+    void read_block(int64_t block, std::byte* out) const override {
+        const size_t n = static_cast<size_t>(block_size()), first = static_cast<size_t>(block) * n;
+        std::memcpy(out, tokens.data() + first, n * sizeof(int32_t));
+        std::memcpy(out + n * sizeof(int32_t), positions.data() + first, n * sizeof(int32_t));
+    }
+    void write_block(int64_t block, const std::byte* in) override {
+        const size_t n = static_cast<size_t>(block_size()), first = static_cast<size_t>(block) * n;
+        std::memcpy(tokens.data() + first, in, n * sizeof(int32_t));
+        std::memcpy(positions.data() + first, in + n * sizeof(int32_t), n * sizeof(int32_t));
+    }
+    std::string layout() const override { return "fake block_size=" + std::to_string(block_size()); }
 };
 
 // vocab 32, eos 1. The logits of a row peak at hash(context tokens 0..p) % vocab, where the

@@ -1,5 +1,7 @@
 #include "moeserve/engine/engine_core.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 
 #include "moeserve/core/error.h"
@@ -43,6 +45,10 @@ EngineCore::EngineCore(model::Model& model, ThreadPool& pool, const EngineConfig
       runner_(model, sampler_, config.num_blocks, config.block_size) {
     stats_.engine_index = config.engine_index;
     if (config.vocabulary) grammars_ = std::make_unique<structured::GrammarCompiler>(config.vocabulary);
+    if (config.kv_transfer.role != KvTransferConfig::Role::kNone) {
+        kv_transfer_ = std::make_unique<KvTransferAgent>(config.kv_transfer, runner_.kv_cache(), config.engine_index,
+                                                         config.logger);
+    }
 }
 
 void EngineCore::add_request(const ipc::AddRequest& add) {
@@ -54,6 +60,19 @@ void EngineCore::add_request(const ipc::AddRequest& add) {
     const uint64_t seed = add.sampling.seed ? *add.sampling.seed : Rng::splitmix64(state);
     auto request = std::make_unique<Request>(add.request_id, add.prompt_token_ids, add.sampling, seed, num_added_);
     request->priority = add.priority;
+    request->kv_transfer = add.kv_transfer;
+    const KvTransferConfig::Role role = config_.kv_transfer.role;
+    if (add.kv_transfer.produce && !config_.kv_transfer.produces()) {
+        request->error = fmt::format(
+            "kv_transfer_params asks this instance to prefill for a decode instance, but its --kv-transfer-config "
+            "role is {} (kv_producer or kv_both needed)",
+            kv_role_name(role));
+    } else if (add.kv_transfer.consumes() && !config_.kv_transfer.consumes()) {
+        request->error = fmt::format(
+            "kv_transfer_params names a prefill instance, but this instance's --kv-transfer-config role is {} "
+            "(kv_consumer or kv_both needed)",
+            kv_role_name(role));
+    }
     if (!add.sampling.grammar.empty()) {
         // A bad grammar fails this request (a kError output from the next step), not the engine.
         if (!grammars_) {
@@ -72,7 +91,48 @@ void EngineCore::add_request(const ipc::AddRequest& add) {
     scheduler_.add_request(std::move(request));
 }
 
-void EngineCore::abort(const ipc::Abort& abort) { scheduler_.abort_requests(abort.request_ids); }
+void EngineCore::abort(const ipc::Abort& abort) {
+    scheduler_.abort_requests(abort.request_ids);
+    if (kv_transfer_) {
+        for (const auto& id : abort.request_ids) kv_transfer_->cancel(id);
+    }
+}
+
+void EngineCore::poll_kv_transfers() {
+    if (!kv_transfer_) return;
+    const std::vector<std::string> released = kv_transfer_->take_released();
+    scheduler_.release_parked(released);
+    for (auto& fetched : kv_transfer_->take_fetched()) {
+        scheduler_.complete_remote_fetch(fetched.id, fetched.error, fetched.meta);
+    }
+    for (auto& f : scheduler_.start_remote_fetches()) {
+        kv_transfer_->fetch({std::move(f.id), std::move(f.endpoint), std::move(f.remote_id), std::move(f.block_ids),
+                             f.skip_blocks, std::move(f.prompt_token_ids)});
+    }
+}
+
+void EngineCore::publish_parked(std::vector<ipc::RequestOutput>& outputs) {
+    const std::vector<const Request*> parked = scheduler_.take_parked();
+    if (parked.empty()) return;
+    MOESERVE_CHECK(kv_transfer_ != nullptr, "a producer request without a KV transfer agent");
+    for (const Request* r : parked) {
+        KvTransferAgent::Published p;
+        p.id = r->request_id;
+        // The prompt's blocks only: the first token's KV was never computed here.
+        const auto num_blocks =
+            static_cast<size_t>((r->num_prompt_tokens() + config_.block_size - 1) / config_.block_size);
+        p.block_ids.assign(r->block_ids.begin(), r->block_ids.begin() + static_cast<std::ptrdiff_t>(num_blocks));
+        p.meta.prompt_token_ids = r->prompt_token_ids;
+        p.meta.first_token = r->output_token_ids.at(0);
+        for (auto& out : outputs) {
+            if (out.request_id != r->request_id) continue;
+            out.kv_transfer_endpoint = kv_transfer_->endpoint();
+            if (!out.new_logprobs.empty()) p.meta.first_logprobs = out.new_logprobs.front();
+            if (out.prompt_logprobs) p.meta.prompt_logprobs = out.prompt_logprobs;
+        }
+        kv_transfer_->publish(std::move(p));
+    }
+}
 
 StepOutcome EngineCore::step(std::optional<Phase> forced) {
     return step_lockstep(forced, runner_.moe_exchange(), false);
@@ -81,6 +141,7 @@ StepOutcome EngineCore::step(std::optional<Phase> forced) {
 StepOutcome EngineCore::step_lockstep(std::optional<Phase> forced, parallel::MoeExchangeKind exchange,
                                       bool dummy_forward) {
     StepOutcome out;
+    poll_kv_transfers();
     runner_.set_moe_exchange(exchange);
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
@@ -93,6 +154,7 @@ StepOutcome EngineCore::step_lockstep(std::optional<Phase> forced, parallel::Moe
     }
     const auto t2 = Clock::now();
     out.outputs = scheduler_.update(batch, result);
+    publish_parked(out.outputs);
     stats_.step_schedule_seconds += std::chrono::duration<double>(t1 - t0).count();
     stats_.step_update_seconds += std::chrono::duration<double>(Clock::now() - t2).count();
     out.phase = batch.phase;
@@ -131,6 +193,20 @@ ipc::Stats EngineCore::stats() const {
     s.num_preemptions = c.num_preemptions;
     s.num_prompt_tokens = c.num_prompt_tokens;
     s.num_generation_tokens = c.num_generation_tokens;
+    if (kv_transfer_) {
+        const KvTransferCounters k = kv_transfer_->counters();
+        s.kv_sent_bytes = k.sent_bytes;
+        s.kv_sent_transfers = k.sent_transfers;
+        s.kv_expired_transfers = k.expired_transfers;
+        s.kv_send_seconds = k.send_seconds;
+        s.kv_received_bytes = k.received_bytes;
+        s.kv_received_transfers = k.received_transfers;
+        s.kv_failed_transfers = k.failed_transfers;
+        s.kv_receive_seconds = k.receive_seconds;
+        s.kv_wait_seconds = k.wait_seconds;
+        s.kv_held_transfers = scheduler_.num_parked();
+        s.kv_waiting_requests = scheduler_.num_remote_waiting();
+    }
     return s;
 }
 

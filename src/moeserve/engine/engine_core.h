@@ -11,6 +11,7 @@
 
 #include "moeserve/core/thread_pool.h"
 #include "moeserve/engine/kv_cache/kv_cache_manager.h"
+#include "moeserve/engine/kv_transfer/kv_transfer_agent.h"
 #include "moeserve/engine/model_runner.h"
 #include "moeserve/engine/sampler.h"
 #include "moeserve/engine/scheduler/scheduler.h"
@@ -34,6 +35,9 @@ struct EngineConfig {
     // The bytes of each token id, for structured outputs (requests with sampling.grammar); null:
     // such requests are rejected. The cli decodes it from the model's tokenizer.
     std::shared_ptr<const structured::Vocabulary> vocabulary;
+    // PD disaggregation (--kv-transfer-config): this engine's role; kNone = neither.
+    KvTransferConfig kv_transfer;
+    Logger* logger = nullptr;  // for the KV transfer's warnings; null = silent
 };
 
 struct StepOutcome {
@@ -63,8 +67,17 @@ public:
     // nothing of the phase gets scheduled and dummy_forward is set, a dummy batch runs through the
     // model (ModelRunner::execute_dummy) so this rank joins the step's collectives anyway.
     StepOutcome step_lockstep(std::optional<Phase> forced, parallel::MoeExchangeKind exchange, bool dummy_forward);
-    // Outputs of requests finished outside a step (rejected, aborted), without stepping.
+    // Outputs produced outside a step (rejected, aborted, remote prefills fetched), without stepping.
     std::vector<ipc::RequestOutput> take_finished() { return scheduler_.take_finished(); }
+    // PD disaggregation: frees the blocks consumers released, starts fetches for consumer
+    // requests that have blocks now, and turns finished fetches into running requests (their
+    // first outputs come from take_finished() or the next step). Every step calls it first; an
+    // idle engine loop calls it too. No-op without --kv-transfer-config.
+    void poll_kv_transfers();
+    // Consumer requests queued for or in a KV fetch (they are not runnable yet).
+    bool has_pending_kv_transfers() const { return scheduler_.num_remote_waiting() > 0; }
+    // The KV transfer agent, null without --kv-transfer-config.
+    const KvTransferAgent* kv_transfer() const { return kv_transfer_.get(); }
     // Running requests whose next step is a decode.
     int32_t num_running_decodes() const { return scheduler_.num_running_decodes(); }
     // What this core would like to run next (Scheduler::propose_phase).
@@ -84,6 +97,9 @@ private:
     Sampler sampler_;
     ModelRunner runner_;
     std::unique_ptr<structured::GrammarCompiler> grammars_;  // compiled grammars by text
+    std::unique_ptr<KvTransferAgent> kv_transfer_;           // after runner_: it uses its KV storage
+    // Producer requests just finished: publish their blocks and name the endpoint in their outputs.
+    void publish_parked(std::vector<ipc::RequestOutput>& outputs);
     int64_t num_added_ = 0;
     ipc::Stats stats_;
 };

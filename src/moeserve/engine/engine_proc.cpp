@@ -10,6 +10,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How often an engine with nothing to run but KV fetches in flight looks whether they are done.
+constexpr int kKvPollMs = 2;
+
 // Applies one message; false on Shutdown.
 bool apply(EngineCore& core, ipc::EngineChannel& channel, const ipc::ClientMessage& message, int32_t engine_index) {
     if (const auto* add = std::get_if<ipc::AddRequest>(&message)) {
@@ -80,9 +83,13 @@ int fail(ipc::EngineChannel& channel, Logger& logger, int32_t engine_index, cons
 int run_engine_loop(EngineCore& core, ipc::EngineChannel& channel, Logger& logger, const EngineProcOptions& options) {
     channel.send(ipc::HealthReply{options.engine_index, true, "ready"});
     MOESERVE_LOG_I(logger, "engine", "engine %d ready", options.engine_index);
+    auto last_sent = Clock::now() - std::chrono::milliseconds(options.heartbeat_ms);
     while (true) {
         // Idle: block on the socket up to one heartbeat. Busy: take what is queued, no waiting.
-        const int timeout = core.has_unfinished_requests() ? 0 : options.heartbeat_ms;
+        // Waiting only for KV from a prefill instance: look again soon, without spinning.
+        const int timeout = core.has_unfinished_requests()    ? 0
+                            : core.has_pending_kv_transfers() ? kKvPollMs
+                                                              : options.heartbeat_ms;
         bool received = false;
         if (!drain(core, channel, logger, timeout, options.engine_index, received)) {
             MOESERVE_LOG_I(logger, "engine", "shutdown requested");
@@ -90,11 +97,14 @@ int run_engine_loop(EngineCore& core, ipc::EngineChannel& channel, Logger& logge
         }
         try {
             if (options.on_iteration) options.on_iteration();
+            core.poll_kv_transfers();
             if (core.has_unfinished_requests()) {
                 StepOutcome outcome = core.step();
                 send_outputs(core, channel, logger, options.engine_index, std::move(outcome.outputs));
-            } else if (!received) {
+                last_sent = Clock::now();
+            } else if (!received && Clock::now() - last_sent >= std::chrono::milliseconds(options.heartbeat_ms)) {
                 send_outputs(core, channel, logger, options.engine_index, {});
+                last_sent = Clock::now();
             }
         } catch (const Error& e) {
             return fail(channel, logger, options.engine_index, e);
@@ -118,6 +128,7 @@ int run_engine_loop_dp(EngineCore& core, DpCoordinator& coordinator, ipc::Engine
         DpStepResult r;
         try {
             if (options.on_iteration) options.on_iteration();
+            core.poll_kv_transfers();
             r = coordinator.step();
         } catch (const Error& e) {
             return fail(channel, logger, options.engine_index, e);

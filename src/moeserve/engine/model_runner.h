@@ -49,6 +49,8 @@ public:
         double sample = 0;   // logits -> tokens
     };
     const Times& times() const { return times_; }
+    // The KV storage (PD disaggregation ships its blocks).
+    model::KvCache& kv_cache() { return *kv_; }
 
 private:
     Times times_;

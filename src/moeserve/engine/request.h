@@ -56,6 +56,12 @@ struct Request {
     std::vector<ipc::TokenLogprobs> prompt_logprobs;           // collected until the first output
     bool prompt_logprobs_sent = false;
 
+    // PD disaggregation: produce = keep the prompt's KV for a decode instance after the first
+    // token; consumes() = the prompt's KV and first token come from a prefill instance.
+    ipc::KvTransferParams kv_transfer;
+    bool fetching = false;       // its remote KV is being written into block_ids
+    bool abort_pending = false;  // aborted while fetching: its blocks are freed once the fetch stops
+
     FinishReason finish_reason = FinishReason::kNone;
     std::optional<TokenId> stop_token_id;
     std::string error;  // set before admission: the request is rejected with it

@@ -22,14 +22,15 @@ auto fields(T& v) {
                         v.logprobs, v.prompt_logprobs, v.grammar, v.grammar_after_token_ids, v.logit_bias,
                         v.allowed_token_ids, v.bad_words_token_ids, v.cache_salt);
     } else if constexpr (std::is_same_v<S, AddRequest>) {
-        return std::tie(v.request_id, v.prompt_token_ids, v.sampling, v.arrival_time, v.priority);
+        return std::tie(v.request_id, v.prompt_token_ids, v.sampling, v.arrival_time, v.priority, v.kv_transfer);
     } else if constexpr (std::is_same_v<S, Abort>) {
         return std::tie(v.request_ids);
     } else if constexpr (std::is_same_v<S, TokenLogprobs>) {
         return std::tie(v.token_id, v.logprob, v.rank, v.top);
     } else if constexpr (std::is_same_v<S, RequestOutput>) {
         return std::tie(v.request_id, v.new_token_ids, v.new_logprobs, v.prompt_logprobs, v.finish_reason,
-                        v.stop_token_id, v.num_prompt_tokens, v.num_cached_tokens, v.error, v.queue_seconds);
+                        v.stop_token_id, v.num_prompt_tokens, v.num_cached_tokens, v.error, v.queue_seconds,
+                        v.kv_transfer_endpoint);
     } else if constexpr (std::is_same_v<S, Stats>) {
         return std::tie(v.engine_index, v.num_running, v.num_waiting, v.kv_cache_usage, v.prefix_cache_queries,
                         v.prefix_cache_hits, v.num_preemptions, v.num_steps, v.num_prefill_steps, v.num_decode_steps,
@@ -37,11 +38,25 @@ auto fields(T& v) {
                         v.num_dummy_decode_steps, v.num_guard_decode_steps, v.num_decode_requests_stalled,
                         v.dp_control_seconds, v.forward_seconds, v.iteration_token_steps, v.iteration_tokens_sum,
                         v.step_schedule_seconds, v.step_prepare_seconds, v.step_forward_seconds, v.step_sample_seconds,
-                        v.step_update_seconds, v.step_output_seconds);
+                        v.step_update_seconds, v.step_output_seconds, v.kv_sent_bytes, v.kv_sent_transfers,
+                        v.kv_expired_transfers, v.kv_send_seconds, v.kv_received_bytes, v.kv_received_transfers,
+                        v.kv_failed_transfers, v.kv_receive_seconds, v.kv_wait_seconds, v.kv_held_transfers,
+                        v.kv_waiting_requests);
     } else if constexpr (std::is_same_v<S, StepOutputs>) {
         return std::tie(v.engine_index, v.outputs, v.stats);
     } else if constexpr (std::is_same_v<S, HealthReply>) {
         return std::tie(v.engine_index, v.healthy, v.detail);
+    } else if constexpr (std::is_same_v<S, KvTransferParams>) {
+        return std::tie(v.produce, v.remote_endpoint, v.remote_transfer_id);
+    } else if constexpr (std::is_same_v<S, KvFetch>) {
+        return std::tie(v.fetch, v.transfer_id, v.layout, v.skip_blocks);
+    } else if constexpr (std::is_same_v<S, KvTransferMeta>) {
+        return std::tie(v.fetch, v.transfer_id, v.error, v.layout, v.block_bytes, v.num_blocks, v.prompt_token_ids,
+                        v.first_token, v.first_logprobs, v.prompt_logprobs);
+    } else if constexpr (std::is_same_v<S, KvBlockChunk>) {
+        return std::tie(v.fetch, v.transfer_id, v.first_block, v.num_blocks, v.last);
+    } else if constexpr (std::is_same_v<S, KvRelease>) {
+        return std::tie(v.transfer_id);
     } else {
         static_assert(std::is_empty_v<S>, "add the fields of this message");
         return std::tuple<>();
@@ -53,7 +68,8 @@ constexpr bool kIsMessage =
     std::is_same_v<T, SamplingParams> || std::is_same_v<T, AddRequest> || std::is_same_v<T, Abort> ||
     std::is_same_v<T, TokenLogprobs> || std::is_same_v<T, RequestOutput> || std::is_same_v<T, Stats> ||
     std::is_same_v<T, StepOutputs> || std::is_same_v<T, HealthReply> || std::is_same_v<T, Shutdown> ||
-    std::is_same_v<T, HealthCheck>;
+    std::is_same_v<T, HealthCheck> || std::is_same_v<T, KvTransferParams> || std::is_same_v<T, KvFetch> ||
+    std::is_same_v<T, KvTransferMeta> || std::is_same_v<T, KvBlockChunk> || std::is_same_v<T, KvRelease>;
 
 }  // namespace
 }  // namespace moeserve::ipc
@@ -175,5 +191,9 @@ std::string encode(const EngineMessage& message) { return encode_variant(message
 ClientMessage decode_client_message(std::string_view bytes) { return decode_variant<ClientMessage>(bytes, "client"); }
 
 EngineMessage decode_engine_message(std::string_view bytes) { return decode_variant<EngineMessage>(bytes, "engine"); }
+
+std::string encode(const KvMessage& message) { return encode_variant(message); }
+
+KvMessage decode_kv_message(std::string_view bytes) { return decode_variant<KvMessage>(bytes, "KV transfer"); }
 
 }  // namespace moeserve::ipc

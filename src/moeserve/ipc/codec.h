@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "moeserve/ipc/kv_messages.h"
 #include "moeserve/ipc/messages.h"
 
 namespace moeserve::ipc {
@@ -13,10 +14,12 @@ namespace moeserve::ipc {
 // Bytes of message. Thread-safe (no shared state).
 std::string encode(const ClientMessage& message);
 std::string encode(const EngineMessage& message);
+std::string encode(const KvMessage& message);
 
 // Message of bytes. Raises Error(kInvalidArgument) naming what was malformed when bytes are not
 // an encoded message of that direction (truncated, wrong types, unknown variant index).
 ClientMessage decode_client_message(std::string_view bytes);
 EngineMessage decode_engine_message(std::string_view bytes);
+KvMessage decode_kv_message(std::string_view bytes);
 
 }  // namespace moeserve::ipc

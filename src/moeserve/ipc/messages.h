@@ -47,12 +47,25 @@ struct SamplingParams {
     std::string cache_salt;
 };
 
+// PD disaggregation (docs/parallelism.md): a request's part in a KV transfer between instances.
+struct KvTransferParams {
+    // Producer (prefill instance): after its first token the request keeps its prompt's KV
+    // blocks for a consumer to fetch (RequestOutput::kv_transfer_endpoint says where).
+    bool produce = false;
+    // Consumer (decode instance): the prompt's KV and first token come from this producer
+    // (tcp://host:port) under that id instead of being computed here. Empty = compute locally.
+    std::string remote_endpoint;
+    std::string remote_transfer_id;
+    bool consumes() const { return !remote_endpoint.empty(); }
+};
+
 struct AddRequest {
     std::string request_id;
     std::vector<TokenId> prompt_token_ids;
     SamplingParams sampling;
     double arrival_time = 0;  // seconds, steady clock of the server
     int32_t priority = 0;     // --scheduling-policy priority: lower runs first (vLLM's)
+    KvTransferParams kv_transfer;
 };
 
 struct Abort {
@@ -84,6 +97,9 @@ struct RequestOutput {
     // Set by the API server's own client, never sent: the error is the server's load (a queue
     // timeout), not a failure of the engine (HTTP 503 rather than 500).
     bool overloaded = false;
+    // A producer request's final output: where a consumer fetches its KV (tcp://host:port);
+    // the transfer id is request_id.
+    std::string kv_transfer_endpoint;
 };
 
 // Load and health of one engine core, sent with every StepOutputs and on request.
@@ -119,6 +135,15 @@ struct Stats {
     double step_sample_seconds = 0;    // logits -> tokens (penalties, logprobs, grammar masks, sampling)
     double step_update_seconds = 0;    // Scheduler::update (outputs, stop checks, frees)
     double step_output_seconds = 0;    // encoding and sending StepOutputs to the API server (IPC)
+    // PD disaggregation (engine/kv_transfer/), cumulative unless said otherwise; zero without
+    // --kv-transfer-config. Producer: KV sent to decode instances; consumer: KV fetched.
+    int64_t kv_sent_bytes = 0, kv_sent_transfers = 0, kv_expired_transfers = 0;
+    double kv_send_seconds = 0;
+    int64_t kv_received_bytes = 0, kv_received_transfers = 0, kv_failed_transfers = 0;
+    double kv_receive_seconds = 0;    // fetch request to last block written
+    double kv_wait_seconds = 0;       // a request's admission to its KV being complete
+    int32_t kv_held_transfers = 0;    // now: producer requests holding blocks for a consumer
+    int32_t kv_waiting_requests = 0;  // now: consumer requests waiting for their KV
 };
 
 // Upper bounds of the iteration-token buckets (vLLM's, without the CUDA-graph sizes).

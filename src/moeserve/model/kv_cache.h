@@ -2,6 +2,7 @@
 // *ids*. Each architecture creates its own kind (GQA keys/values, or MLA's compressed latent).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,6 +22,17 @@ public:
 
     int64_t num_blocks() const { return num_blocks_; }
     int64_t block_size() const { return block_size_; }
+
+    // One block of every layer as one byte string (PD disaggregation ships blocks between
+    // instances): each layer's tensors in order, each the block's [block_size, ...] slice. Two
+    // caches can exchange blocks when their layout() strings are equal. read_block may run on
+    // another thread than the forwards as long as nobody writes that block meanwhile (the
+    // engine keeps a block it ships or receives out of every batch); likewise write_block.
+    virtual int64_t block_bytes() const = 0;
+    virtual void read_block(int64_t block, std::byte* out) const = 0;
+    virtual void write_block(int64_t block, const std::byte* in) = 0;
+    // What the bytes mean: kind, layers, block size, per-token shape, dtype.
+    virtual std::string layout() const = 0;
 
 private:
     int64_t num_blocks_;
@@ -42,6 +54,10 @@ public:
 
     kernels::cpu::PagedKvLayer layer(int64_t i);
     DType dtype() const { return dtype_; }
+    int64_t block_bytes() const override;
+    void read_block(int64_t block, std::byte* out) const override;
+    void write_block(int64_t block, const std::byte* in) override;
+    std::string layout() const override;
     static int64_t bytes_per_token(int64_t num_layers, int64_t num_kv_heads, int64_t head_dim,
                                    DType dtype = DType::kF32) {
         return num_layers * 2 * num_kv_heads * head_dim * static_cast<int64_t>(dtype_size(dtype));
@@ -63,6 +79,10 @@ public:
 
     kernels::cpu::PagedLatentLayer layer(int64_t i);
     DType dtype() const { return dtype_; }
+    int64_t block_bytes() const override;
+    void read_block(int64_t block, std::byte* out) const override;
+    void write_block(int64_t block, const std::byte* in) override;
+    std::string layout() const override;
     static int64_t bytes_per_token(int64_t num_layers, int64_t kv_lora_rank, int64_t rope_dim,
                                    DType dtype = DType::kF32) {
         return num_layers * (kv_lora_rank + rope_dim) * static_cast<int64_t>(dtype_size(dtype));

@@ -43,7 +43,7 @@ int32_t KvCacheManager::num_blocks_needed(const Request& request, int32_t num_ne
 }
 
 std::optional<NewBlocks> KvCacheManager::allocate_slots(Request& request, int32_t num_new_tokens,
-                                                        const CachedPrefix& prefix) {
+                                                        const CachedPrefix& prefix, bool enter_in_cache) {
     MOESERVE_CHECK(prefix.block_ids.empty() || request.block_ids.empty(), "{}: prefix for a request with blocks",
                    request.request_id);
     if (!can_allocate(request, num_new_tokens, prefix)) return std::nullopt;
@@ -62,7 +62,7 @@ std::optional<NewBlocks> KvCacheManager::allocate_slots(Request& request, int32_
     // NOTE(#5): blocks are entered in the cache before this step's forward writes them. That is
     // safe because a request that hits them in the same step is in the same forward, and the
     // model writes every token's K/V of a layer before that layer's attention reads any.
-    if (enable_prefix_caching_) cache_full_blocks(request, total);
+    if (enable_prefix_caching_ && enter_in_cache) cache_full_blocks(request, total);
     return out;
 }
 

@@ -50,7 +50,14 @@ public:
     // the prefix blocks, advances num_computed_tokens past them, and allocates the rest. Full
     // blocks that these tokens complete are entered in the prefix cache. Returns nullopt, with
     // nothing changed, when the pool has too few free blocks (the caller preempts someone).
-    std::optional<NewBlocks> allocate_slots(Request& request, int32_t num_new_tokens, const CachedPrefix& prefix = {});
+    // enter_in_cache = false leaves the new full blocks out of the prefix cache (their KV arrives
+    // later from another instance; cache_blocks() enters them once it has).
+    std::optional<NewBlocks> allocate_slots(Request& request, int32_t num_new_tokens, const CachedPrefix& prefix = {},
+                                            bool enter_in_cache = true);
+    // Enters the request's full blocks among its first num_tokens tokens in the prefix cache.
+    void cache_blocks(Request& request, int32_t num_tokens) {
+        if (enable_prefix_caching_) cache_full_blocks(request, num_tokens);
+    }
 
     // Returns all the request's blocks to the pool (tail first) and clears its block table.
     void free(Request& request);

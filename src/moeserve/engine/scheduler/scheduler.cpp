@@ -40,8 +40,11 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, std::uni
 std::optional<std::string> Scheduler::validate(const Request& r) const {
     const auto& s = r.sampling;
     if (!r.error.empty()) return r.error;
-    if (requests_.count(r.request_id)) return fmt::format("request id '{}' is already in use", r.request_id);
+    if (requests_.count(r.request_id) || parked_.count(r.request_id))
+        return fmt::format("request id '{}' is already in use", r.request_id);
     if (r.prompt_token_ids.empty()) return std::string("the prompt is empty; it needs at least one token");
+    if (r.kv_transfer.produce && r.kv_transfer.consumes())
+        return std::string("kv_transfer_params: a request cannot both produce and consume KV");
     if (s.max_tokens < 1) return fmt::format("max_tokens must be >= 1; got {}", s.max_tokens);
     if (r.num_prompt_tokens() + s.max_tokens > config_.max_model_len) {
         return fmt::format("prompt tokens + max_tokens must be <= {} (max-model-len); got {} + {}",
@@ -102,7 +105,11 @@ void Scheduler::add_request(std::unique_ptr<Request> request) {
     Request* r = request.get();
     r->status = RequestStatus::kWaiting;
     requests_.emplace(r->request_id, std::move(request));
-    enqueue_waiting(r, false);
+    if (r->kv_transfer.consumes()) {
+        remote_waiting_.push_back(r);
+    } else {
+        enqueue_waiting(r, false);
+    }
 }
 
 void Scheduler::enqueue_waiting(Request* r, bool preempted) {
@@ -130,7 +137,16 @@ Request* Scheduler::preemption_victim(size_t first) const {
 void Scheduler::abort_requests(std::span<const std::string> request_ids) {
     for (const auto& id : request_ids) {
         const auto it = requests_.find(id);
-        if (it != requests_.end()) finished_.push_back(finish(it->second.get(), FinishReason::kAbort));
+        if (it == requests_.end() || it->second->abort_pending) continue;
+        Request* r = it->second.get();
+        if (r->fetching) {  // its blocks are being written: report it now, free them when the fetch stops
+            r->abort_pending = true;
+            ipc::RequestOutput out = output_of(*r);
+            out.finish_reason = FinishReason::kAbort;
+            finished_.push_back(std::move(out));
+            continue;
+        }
+        finished_.push_back(finish(r, FinishReason::kAbort));
     }
 }
 
@@ -142,14 +158,106 @@ const Request* Scheduler::find(const std::string& request_id) const {
 ipc::RequestOutput Scheduler::finish(Request* r, FinishReason reason) {
     r->finish_reason = reason;
     r->status = RequestStatus::kFinished;
-    kv_.free(*r);
     if (auto it = std::find(running_.begin(), running_.end(), r); it != running_.end()) running_.erase(it);
     if (auto it = std::find(waiting_.begin(), waiting_.end(), r); it != waiting_.end()) waiting_.erase(it);
+    if (auto it = std::find(remote_waiting_.begin(), remote_waiting_.end(), r); it != remote_waiting_.end())
+        remote_waiting_.erase(it);
     ipc::RequestOutput out = output_of(*r);
     out.finish_reason = reason;
     out.stop_token_id = r->stop_token_id;
-    requests_.erase(r->request_id);  // r is gone from here on
+    const auto it = requests_.find(r->request_id);
+    if (r->kv_transfer.produce && (reason == FinishReason::kStop || reason == FinishReason::kLength)) {
+        // A prefill for another instance: the prompt's blocks stay until the consumer has them.
+        newly_parked_.push_back(r);
+        parked_.emplace(r->request_id, std::move(it->second));
+    } else {
+        kv_.free(*r);
+    }
+    requests_.erase(it);  // r is gone from here on (unless parked)
     return out;
+}
+
+std::vector<Scheduler::RemoteFetch> Scheduler::start_remote_fetches() {
+    std::vector<RemoteFetch> out;
+    for (Request* r : remote_waiting_) {
+        if (r->fetching) continue;
+        if (num_running() + num_fetching_ >= config_.max_num_seqs) break;
+        const CachedPrefix prefix = kv_.find_cached_prefix(*r);
+        const int32_t n = r->num_prompt_tokens() - prefix.num_tokens;
+        if (!kv_.can_allocate(*r, n, prefix)) break;  // FCFS among them, as the local queue
+        auto blocks = kv_.allocate_slots(*r, n, prefix, /*enter_in_cache=*/false);
+        MOESERVE_CHECK(blocks.has_value(), "{}: allocatable but allocation failed", r->request_id);
+        r->num_cached_tokens = prefix.num_tokens;
+        r->queue_seconds = std::max(0.0, steady_seconds() - r->added_at);
+        r->fetching = true;
+        ++num_fetching_;
+        out.push_back(RemoteFetch{r->request_id, r->kv_transfer.remote_endpoint, r->kv_transfer.remote_transfer_id,
+                                  r->block_ids, static_cast<int32_t>(prefix.block_ids.size()), r->prompt_token_ids});
+    }
+    return out;
+}
+
+void Scheduler::complete_remote_fetch(const std::string& id, const std::string& error,
+                                      const ipc::KvTransferMeta& meta) {
+    const auto it = requests_.find(id);
+    if (it == requests_.end() || !it->second->fetching) return;
+    Request* r = it->second.get();
+    r->fetching = false;
+    --num_fetching_;
+    if (r->abort_pending) {  // its abort output went out already
+        kv_.free(*r);
+        if (auto w = std::find(remote_waiting_.begin(), remote_waiting_.end(), r); w != remote_waiting_.end())
+            remote_waiting_.erase(w);
+        requests_.erase(it);
+        return;
+    }
+    const auto fail = [&](std::string why) {
+        ipc::RequestOutput out = finish(r, FinishReason::kError);
+        out.error = std::move(why);
+        finished_.push_back(std::move(out));
+    };
+    if (!error.empty()) return fail(error);
+    if (r->constrained() && !r->grammar->accept_token(meta.first_token)) {
+        return fail("structured output: the prefill instance's first token does not match the grammar");
+    }
+    remote_waiting_.erase(std::find(remote_waiting_.begin(), remote_waiting_.end(), r));
+    r->num_computed_tokens = r->num_prompt_tokens();
+    kv_.cache_blocks(*r, r->num_computed_tokens);
+    // The producer drew one random number for the first token; so does this stream, so that
+    // a seeded request continues exactly as it would on one instance.
+    if (r->sampling.temperature > 0) (void)r->rng.uniform_double();
+    r->status = RequestStatus::kRunning;
+    running_.push_back(r);
+    r->append_output(meta.first_token);
+    ++counters_.num_generation_tokens;
+    ipc::RequestOutput out = output_of(*r);
+    out.new_token_ids.push_back(meta.first_token);
+    if (r->sampling.logprobs && meta.first_logprobs) out.new_logprobs.push_back(*meta.first_logprobs);
+    if (r->sampling.prompt_logprobs) {
+        out.prompt_logprobs = meta.prompt_logprobs.value_or(std::vector<ipc::TokenLogprobs>{});
+        r->prompt_logprobs_sent = true;
+    }
+    if (check_stop(*r)) {
+        const ipc::RequestOutput fin = finish(r, r->finish_reason);
+        out.finish_reason = fin.finish_reason;
+        out.stop_token_id = fin.stop_token_id;
+    }
+    finished_.push_back(std::move(out));
+}
+
+std::vector<const Request*> Scheduler::take_parked() {
+    std::vector<const Request*> out;
+    out.swap(newly_parked_);
+    return out;
+}
+
+void Scheduler::release_parked(std::span<const std::string> ids) {
+    for (const auto& id : ids) {
+        const auto it = parked_.find(id);
+        if (it == parked_.end()) continue;
+        kv_.free(*it->second);
+        parked_.erase(it);
+    }
 }
 
 void Scheduler::preempt(Request* r, ScheduledBatch& out) {

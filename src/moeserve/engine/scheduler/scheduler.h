@@ -22,6 +22,7 @@
 #include "moeserve/engine/scheduler/policy.h"
 #include "moeserve/engine/scheduler/scheduled_batch.h"
 #include "moeserve/engine/scheduler/token_budget.h"
+#include "moeserve/ipc/kv_messages.h"
 
 namespace moeserve::engine {
 
@@ -66,8 +67,28 @@ public:
     // requests (stop token, max_tokens, max_model_len) and frees their blocks. Returns the
     // outputs of requests that produced a token or finished (incl. rejected/aborted ones).
     std::vector<ipc::RequestOutput> update(const ScheduledBatch& batch, const StepResult& result);
-    // Outputs of requests finished outside a step (rejections, aborts), cleared.
+    // Outputs produced outside a step (rejections, aborts, fetched remote prefills), cleared.
     std::vector<ipc::RequestOutput> take_finished();
+
+    // PD disaggregation (docs/parallelism.md). Consumer requests wait in their own queue until
+    // blocks for their whole prompt are free; then they are handed out here to be fetched (the
+    // blocks stay out of batches and of the prefix cache meanwhile).
+    struct RemoteFetch {
+        std::string id, endpoint, remote_id;
+        std::vector<int32_t> block_ids;
+        int32_t skip_blocks = 0;  // leading blocks found in the local prefix cache
+        std::vector<TokenId> prompt_token_ids;
+    };
+    std::vector<RemoteFetch> start_remote_fetches();
+    // A fetch ended: on success the request continues as if it had prefilled here (its first
+    // token is appended as if sampled, its output queued for take_finished()); on error it fails.
+    void complete_remote_fetch(const std::string& id, const std::string& error, const ipc::KvTransferMeta& meta);
+    // Producer requests that finished since the last call; their blocks stay allocated until
+    // release_parked(). The pointers are valid until then.
+    std::vector<const Request*> take_parked();
+    void release_parked(std::span<const std::string> ids);
+    int32_t num_remote_waiting() const { return static_cast<int32_t>(remote_waiting_.size()); }
+    int32_t num_parked() const { return static_cast<int32_t>(parked_.size()); }
 
     // What this scheduler would run next: kPrefill if a running request has prompt tokens left
     // or the first waiting request is admissible now (seats and KV blocks), else kDecode if any
@@ -108,6 +129,10 @@ private:
     Request* preemption_victim(size_t first) const;
     std::vector<ipc::RequestOutput> finished_;
     SchedulerCounters counters_;
+    std::deque<Request*> remote_waiting_;  // consumers: queued or fetching (Request::fetching)
+    int32_t num_fetching_ = 0;
+    std::unordered_map<std::string, std::unique_ptr<Request>> parked_;  // producers holding their KV
+    std::vector<const Request*> newly_parked_;
 };
 
 }  // namespace moeserve::engine

@@ -1,0 +1,249 @@
+// PD disaggregation at the engine level: a producer EngineCore prefills (first token only) and
+// keeps the prompt's KV; a consumer EngineCore in the same process fetches it over a real
+// loopback ZeroMQ socket (CURVE, the shared rank-plane key) and continues. Outputs equal one
+// engine doing everything, on the fake model (whose logits depend on every KV slot it reads, so
+// a block written to the wrong place changes the tokens) and on the tiny Qwen3-MoE; with
+// chunked prefill on the producer, prefix-cache hits on the consumer, and the failures: unknown
+// transfer, layout mismatch, a producer gone mid-way, an abort during the fetch, expiry.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "engine/engine_test_util.h"
+#include "moeserve/core/clock.h"
+#include "moeserve/ipc/auth.h"
+#include "moeserve/model/registry.h"
+
+namespace moeserve::engine {
+namespace {
+
+using namespace testing;
+
+const std::string kKey = "kv-transfer-test-key-0123456789abcdef0123456789";
+
+EngineConfig base_config(int32_t block_size = 4, int32_t num_blocks = 256) {
+    EngineConfig c;
+    c.block_size = block_size;
+    c.num_blocks = num_blocks;
+    c.max_num_batched_tokens = 64;
+    c.max_model_len = 256;
+    return c;
+}
+
+EngineConfig with_role(EngineConfig c, KvTransferConfig::Role role, int timeout_ms = 5000, int hold_ms = 60000) {
+    c.kv_transfer.role = role;
+    c.kv_transfer.rank_plane_key = kKey;
+    c.kv_transfer.timeout_ms = timeout_ms;
+    c.kv_transfer.hold_ms = hold_ms;
+    return c;
+}
+
+// Steps engine until it has nothing left, KV fetches included; bounded.
+Collected drain(EngineCore& engine, Collected c = {}) {
+    const double deadline = steady_seconds() + 30;
+    while (engine.has_unfinished_requests() || engine.has_pending_kv_transfers()) {
+        MOESERVE_CHECK(steady_seconds() < deadline, "engine does not finish");
+        if (!engine.has_unfinished_requests()) {
+            engine.poll_kv_transfers();
+            if (!engine.has_unfinished_requests()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            continue;
+        }
+        for (auto& o : engine.step().outputs) {
+            auto& t = c.tokens[o.request_id];
+            t.insert(t.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+            if (o.finish_reason != FinishReason::kNone) c.last[o.request_id] = o;
+        }
+        ++c.steps;
+    }
+    return c;
+}
+
+// Runs prompts through producer then consumer; returns the consumer's outputs.
+// Producer request ids are "<round>p<i>" (a round = one call), consumer ids "d<i>".
+Collected disaggregated(EngineCore& producer, EngineCore& consumer, const std::vector<std::vector<int32_t>>& prompts,
+                        int32_t max_tokens) {
+    static int round = 0;
+    const std::string prefix = std::to_string(round++);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        ipc::AddRequest p = greedy_add(prefix + "p" + std::to_string(i), prompts[i], 1);
+        p.kv_transfer.produce = true;
+        producer.add_request(p);
+    }
+    const Collected pre = drain(producer);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        const std::string pid = prefix + "p" + std::to_string(i);
+        EXPECT_EQ(pre.last.at(pid).finish_reason, FinishReason::kLength) << pre.last.at(pid).error;
+        EXPECT_EQ(pre.last.at(pid).kv_transfer_endpoint, producer.kv_transfer()->endpoint());
+        ipc::AddRequest d = greedy_add("d" + std::to_string(i), prompts[i], max_tokens);
+        d.kv_transfer.remote_endpoint = pre.last.at(pid).kv_transfer_endpoint;
+        d.kv_transfer.remote_transfer_id = pid;
+        consumer.add_request(d);
+    }
+    return drain(consumer);
+}
+
+void expect_all_blocks_free(EngineCore& engine) {
+    const double deadline = steady_seconds() + 10;
+    const auto& pool = engine.kv_cache_manager().pool();
+    while (pool.num_free_blocks() != pool.num_blocks() - 1 && steady_seconds() < deadline) {
+        engine.poll_kv_transfers();
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    EXPECT_EQ(pool.num_free_blocks(), pool.num_blocks() - 1);
+}
+
+TEST(KvTransferTest, FakeModelOutputsEqualOneEngine) {
+    FakeModel model;
+    ThreadPool pool(1);
+    EngineConfig producer_config = with_role(base_config(), KvTransferConfig::Role::kProducer);
+    producer_config.max_num_batched_tokens = 8;  // chunked prefill of the longer prompts
+    EngineCore producer(model, pool, producer_config);
+    EngineCore consumer(model, pool, with_role(base_config(), KvTransferConfig::Role::kConsumer));
+    EngineCore alone(model, pool, base_config());
+    // Prompts 0 and 4 share 16 tokens (4 full blocks): the consumer fetches prompt 0's in the
+    // first round, then finds them in its own prefix cache for prompt 4 and fetches only the rest.
+    std::vector<std::vector<int32_t>> prompts = {make_prompt(17, 2), make_prompt(5, 9), make_prompt(4, 11),
+                                                 make_prompt(1, 3), make_prompt(23, 2)};
+    Collected got = disaggregated(producer, consumer, {prompts.begin(), prompts.end() - 1}, 6);
+    const Collected last = disaggregated(producer, consumer, {prompts.back()}, 6);
+    got.tokens["d4"] = last.tokens.at("d0");
+    got.last["d4"] = last.last.at("d0");
+    std::map<int, std::vector<ipc::AddRequest>> arrivals;
+    for (size_t i = 0; i < prompts.size(); ++i)
+        arrivals[0].push_back(greedy_add("d" + std::to_string(i), prompts[i], 6));
+    const Collected want = run_to_completion(alone, arrivals);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        const std::string id = "d" + std::to_string(i);
+        EXPECT_EQ(got.tokens.at(id), want.tokens.at(id)) << id;
+        EXPECT_EQ(got.tokens.at(id).size(), 6u) << id;
+        EXPECT_EQ(got.last.at(id).finish_reason, FinishReason::kLength) << got.last.at(id).error;
+    }
+    const ipc::Stats s = consumer.stats();
+    EXPECT_EQ(s.kv_received_transfers, 5);
+    EXPECT_EQ(s.kv_failed_transfers, 0);
+    EXPECT_GT(s.kv_received_bytes, 0);
+    EXPECT_GT(s.prefix_cache_hits, 0);  // prompt 1 reused prompt 0's fetched blocks
+    EXPECT_EQ(s.num_prompt_tokens, 0);  // nothing was prefilled on the consumer
+    expect_all_blocks_free(producer);   // every transfer released
+    EXPECT_EQ(producer.stats().kv_sent_transfers, 5);
+    expect_all_blocks_free(consumer);
+}
+
+TEST(KvTransferTest, Qwen3TinyGreedyEqualsOneEngine) {
+    ThreadPool pool(2);
+    model::LoadOptions load;
+    load.max_model_len = 256;
+    auto model = model::load_model(MOESERVE_QWEN3_TINY_DIR, pool, load);
+    EngineConfig producer_config = with_role(base_config(16, 64), KvTransferConfig::Role::kProducer);
+    producer_config.max_num_batched_tokens = 16;
+    EngineCore producer(*model, pool, producer_config);
+    EngineCore consumer(*model, pool, with_role(base_config(16, 64), KvTransferConfig::Role::kConsumer));
+    Rng rng(5);
+    std::vector<std::vector<int32_t>> prompts;
+    for (int len : {40, 7, 33}) {
+        std::vector<int32_t> p;
+        for (int k = 0; k < len; ++k) p.push_back(static_cast<int32_t>(rng.next_u64() % 150000));
+        prompts.push_back(p);
+    }
+    const Collected got = disaggregated(producer, consumer, prompts, 8);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_EQ(got.tokens.at("d" + std::to_string(i)), greedy_alone(*model, prompts[i], 8)) << i;
+    }
+    expect_all_blocks_free(producer);
+    expect_all_blocks_free(consumer);
+}
+
+TEST(KvTransferTest, FailuresFailTheRequestAndFreeItsBlocks) {
+    FakeModel model;
+    ThreadPool pool(1);
+    auto producer =
+        std::make_unique<EngineCore>(model, pool, with_role(base_config(), KvTransferConfig::Role::kProducer));
+    EngineCore consumer(model, pool, with_role(base_config(), KvTransferConfig::Role::kConsumer, 700));
+    EngineCore other_layout(model, pool, with_role(base_config(8), KvTransferConfig::Role::kConsumer));
+    const std::string endpoint = producer->kv_transfer()->endpoint();
+
+    // Unknown transfer id.
+    ipc::AddRequest d = greedy_add("unknown", make_prompt(9), 4);
+    d.kv_transfer = {false, endpoint, "never-prefilled"};
+    consumer.add_request(d);
+    Collected c = drain(consumer);
+    EXPECT_EQ(c.last.at("unknown").finish_reason, FinishReason::kError);
+    EXPECT_NE(c.last.at("unknown").error.find("holds no KV for 'never-prefilled'"), std::string::npos)
+        << c.last.at("unknown").error;
+
+    // A real transfer fetched by an engine with another block size: refused, naming both layouts.
+    ipc::AddRequest p = greedy_add("p", make_prompt(9), 1);
+    p.kv_transfer.produce = true;
+    producer->add_request(p);
+    drain(*producer);
+    d = greedy_add("layout", make_prompt(9), 4);
+    d.kv_transfer = {false, endpoint, "p"};
+    other_layout.add_request(d);
+    c = drain(other_layout);
+    EXPECT_NE(c.last.at("layout").error.find("KV layouts differ"), std::string::npos) << c.last.at("layout").error;
+
+    // The prompt differs from the one prefilled.
+    d = greedy_add("prompt", make_prompt(9, 5), 4);
+    d.kv_transfer = {false, endpoint, "p"};
+    consumer.add_request(d);
+    c = drain(consumer);
+    EXPECT_NE(c.last.at("prompt").error.find("is not this request's"), std::string::npos) << c.last.at("prompt").error;
+
+    // The producer is gone: the fetch fails after the timeout (700 ms), not never.
+    producer.reset();
+    d = greedy_add("gone", make_prompt(9), 4);
+    d.kv_transfer = {false, endpoint, "p"};
+    const double start = steady_seconds();
+    consumer.add_request(d);
+    c = drain(consumer);
+    EXPECT_EQ(c.last.at("gone").finish_reason, FinishReason::kError);
+    EXPECT_NE(c.last.at("gone").error.find("nothing arrived for 700 ms"), std::string::npos) << c.last.at("gone").error;
+    EXPECT_LT(steady_seconds() - start, 10.0);
+    expect_all_blocks_free(consumer);
+    expect_all_blocks_free(other_layout);
+    EXPECT_EQ(consumer.stats().kv_failed_transfers, 3);
+}
+
+TEST(KvTransferTest, AbortDuringTheFetchAndExpiryFreeTheBlocks) {
+    FakeModel model;
+    ThreadPool pool(1);
+    EngineCore producer(model, pool, with_role(base_config(), KvTransferConfig::Role::kProducer, 5000, 300));
+    EngineCore consumer(model, pool, with_role(base_config(), KvTransferConfig::Role::kConsumer, 700));
+    ipc::AddRequest p = greedy_add("p", make_prompt(30), 1);
+    p.kv_transfer.produce = true;
+    producer.add_request(p);
+    drain(producer);
+    EXPECT_EQ(producer.stats().kv_held_transfers, 1);
+    // Nobody fetches it: freed after hold_ms (300 ms).
+    expect_all_blocks_free(producer);
+    EXPECT_EQ(producer.stats().kv_expired_transfers, 1);
+
+    // Abort right after the fetch started: the abort is reported at once, the blocks come back.
+    ipc::AddRequest d = greedy_add("d", make_prompt(30), 4);
+    d.kv_transfer = {false, producer.kv_transfer()->endpoint(), "p"};
+    consumer.add_request(d);
+    consumer.poll_kv_transfers();  // starts the fetch
+    consumer.abort(ipc::Abort{{"d"}});
+    Collected c = drain(consumer);
+    EXPECT_EQ(c.last.at("d").finish_reason, FinishReason::kAbort);
+    expect_all_blocks_free(consumer);
+}
+
+TEST(KvTransferTest, RolesAreChecked) {
+    FakeModel model;
+    ThreadPool pool(1);
+    EngineCore plain(model, pool, base_config());
+    ipc::AddRequest p = greedy_add("p", make_prompt(5), 1);
+    p.kv_transfer.produce = true;
+    plain.add_request(p);
+    ipc::AddRequest d = greedy_add("d", make_prompt(5), 1);
+    d.kv_transfer = {false, "tcp://127.0.0.1:1", "x"};
+    plain.add_request(d);
+    const Collected c = drain(plain);
+    EXPECT_NE(c.last.at("p").error.find("kv_producer or kv_both"), std::string::npos);
+    EXPECT_NE(c.last.at("d").error.find("kv_consumer or kv_both"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace moeserve::engine
