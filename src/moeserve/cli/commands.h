@@ -16,5 +16,6 @@ void add_generate_command(CLI::App& app, Action* action);
 void add_serve_command(CLI::App& app, Action* action);
 void add_bench_command(CLI::App& app, Action* action);
 void add_env_command(CLI::App& app, Action* action);
+void add_proxy_command(CLI::App& app, Action* action);
 
 }  // namespace moeserve::cli

@@ -10,6 +10,7 @@
 #include <memory>
 #include <thread>
 
+#include "moeserve/cli/kv_transfer_config.h"
 #include "moeserve/cli/serve_layout.h"
 #include "moeserve/cli/structured_vocabulary.h"
 #include "moeserve/core/error.h"
@@ -165,15 +166,23 @@ int run_rank(const RankOptions& o) {
     ec.vocabulary =
         load_structured_vocabulary(o.engine.tokenizer_dir(), info.vocab_size, info.eos_token_ids, &vocab_error);
     if (!ec.vocabulary) MOESERVE_LOG_W(logger, "engine", "structured outputs are off: %s", vocab_error.c_str());
+    // The deployment's rank-plane key comes in the environment (never argv, which ps shows).
+    const char* key = std::getenv(ipc::kRankPlaneKeyEnv);
+    ec.kv_transfer = parse_kv_transfer_config(engine.kv_transfer_config);
+    ec.kv_transfer.rank_plane_key = key ? key : "";
+    ec.logger = &logger;
     std::unique_ptr<engine::SchedulingPolicy> policy;
     if (engine.pd_hybrid) policy = std::make_unique<engine::PdHybridPolicy>();
     engine::EngineCore core(*served, pool, ec, std::move(policy));
+    if (const auto* kv = core.kv_transfer()) {
+        MOESERVE_LOG_I(logger, "engine", "engine %d: KV transfer %s%s%s", groups.dp_rank,
+                       engine::kv_role_name(kv->config().role), kv->endpoint().empty() ? "" : ", serving KV on ",
+                       kv->endpoint().c_str());
+    }
     MOESERVE_LOG_I(logger, "engine",
                    "model %s loaded: %d KV blocks of %d tokens (%s, %lld bytes/token), resident %.1f MiB",
                    info.model_type.c_str(), ec.num_blocks, ec.block_size, engine.kv_cache_dtype.c_str(),
                    static_cast<long long>(info.kv_bytes_per_token), mib(resident_bytes()));
-    // The deployment's rank-plane key comes in the environment (never argv, which ps shows).
-    const char* key = std::getenv(ipc::kRankPlaneKeyEnv);
     const auto [input_address, output_address] = engine_addresses(o, groups.dp_rank);
     ipc::EngineChannel channel(input_address, output_address,
                                {.heartbeat_timeout_ms = o.heartbeat_timeout_ms, .rank_plane_key = key ? key : ""});

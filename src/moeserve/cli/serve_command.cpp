@@ -28,6 +28,7 @@
 
 #include "moeserve/cli/commands.h"
 #include "moeserve/cli/generation_config.h"
+#include "moeserve/cli/kv_transfer_config.h"
 #include "moeserve/cli/serve_layout.h"
 #include "moeserve/cli/vllm_flags.h"
 #include "moeserve/core/error.h"
@@ -421,6 +422,22 @@ int run_serve(ServeOptions o) {
     // env: GLOO_SOCKET_IFNAME, the network interface the ranks' Gloo transport binds.
     const char* iface = std::getenv("GLOO_SOCKET_IFNAME");
     Deployment d = make_deployment(o.parallel, config, iface ? iface : "");
+    const engine::KvTransferConfig kv_transfer = parse_kv_transfer_config(o.engine.kv_transfer_config);
+    if (kv_transfer.role != engine::KvTransferConfig::Role::kNone) {
+        if (d.sizes.tp > 1) {
+            raise(ErrorCode::kInvalidArgument,
+                  "--kv-transfer-config: PD disaggregation runs with --tensor-parallel-size 1 only (got {})",
+                  d.sizes.tp);
+        }
+        const char* env_key = std::getenv(ipc::kRankPlaneKeyEnv);
+        if (o.rank_plane_key_file.empty() && !(env_key && *env_key)) {
+            raise(ErrorCode::kInvalidArgument,
+                  "--kv-transfer-config: the prefill and decode instances authenticate the KV transfer with one "
+                  "shared rank-plane key: set {} to the same 32+ random characters on every instance, or pass "
+                  "--rank-plane-key-file",
+                  ipc::kRankPlaneKeyEnv);
+        }
+    }
     d.heartbeat_timeout_ms = o.heartbeat_timeout_ms;
     if (o.parallel.headless) return run_headless(o, d);
 
@@ -439,6 +456,8 @@ int run_serve(ServeOptions o) {
     }
     rc.root_path = o.root_path;
     rc.priority_scheduling = o.engine.scheduling_policy == "priority";
+    rc.kv_producer = kv_transfer.produces();
+    rc.kv_consumer = kv_transfer.consumes();
     serve::CorsOptions cors;
     cors.allow_credentials = o.allow_credentials;
     if (!o.allowed_origins.empty())
@@ -742,8 +761,9 @@ void add_serve_command(CLI::App& app, Action* action) {
         }
         *action = [o] {
             check_vllm_flags(o->vllm);
-            model::parse_kv_cache_dtype(o->engine.kv_cache_dtype,
-                                        DType::kBF16);  // a bad value fails here, not in the ranks
+            // Bad values fail here, not in the ranks.
+            model::parse_kv_cache_dtype(o->engine.kv_cache_dtype, DType::kBF16);
+            parse_kv_transfer_config(o->engine.kv_transfer_config);
             return run_serve(*o);
         };
     });

@@ -105,6 +105,10 @@ void add_engine_options(CLI::App* sub, EngineOptions& o, bool positional_model) 
     sub->add_option("--kv-cache-dtype", o.kv_cache_dtype,
                     "auto (the checkpoint's dtype: bf16) | bf16 | fp32: element type of the KV / MLA latent cache")
         ->capture_default_str();
+    sub->add_option("--kv-transfer-config", o.kv_transfer_config,
+                    "PD disaggregation: {\"kv_connector\": \"MoeserveConnector\", \"kv_role\": \"kv_producer\" | "
+                    "\"kv_consumer\" | \"kv_both\", \"kv_ip\", \"kv_port\", \"kv_connector_extra_config\"} "
+                    "(docs/parallelism.md)");
     sub->add_flag("--pd-hybrid", o.pd_hybrid,
                   "PD hybrid scheduling: all DP ranks agree each step on prefill or decode (env: OMNI_PD_HYBRID=1)");
 }
@@ -253,6 +257,7 @@ std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, 
     if (!e.quantization.empty()) a.insert(a.end(), {"--quantization", e.quantization});
     a.insert(a.end(), {"--scheduling-policy", e.scheduling_policy});
     if (!e.tokenizer.empty()) a.insert(a.end(), {"--tokenizer", e.tokenizer});
+    if (!e.kv_transfer_config.empty()) a.insert(a.end(), {"--kv-transfer-config", e.kv_transfer_config});
     a.insert(a.end(), {"--kv-cache-dtype", e.kv_cache_dtype});
     return a;
 }

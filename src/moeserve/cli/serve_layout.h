@@ -33,6 +33,7 @@ struct EngineOptions {
     std::string quantization;                // --quantization: "" (as the checkpoint says), w8a8, w8a8-all, fp8, none
     std::string scheduling_policy = "fcfs";  // fcfs | priority (the request's `priority` field)
     std::string kv_cache_dtype = "auto";     // --kv-cache-dtype: auto (the checkpoint's: bf16) | bf16 | fp32
+    std::string kv_transfer_config;          // --kv-transfer-config: vLLM's JSON (kv_transfer_config.h); "" = none
 };
 
 // positional_model: the model may also come as the first positional argument (serve).

@@ -47,6 +47,7 @@ struct Router::Job {
     std::vector<double> queue_seconds;             // per choice, as the engine reported
     std::vector<int64_t> cached_tokens;
     std::vector<bool> first_chunk_sent;
+    std::vector<std::string> kv_endpoints;  // per choice: where a producer request's KV waits
     size_t num_finished = 0;
     std::atomic<bool> done{false};
     double arrival = 0;
@@ -230,6 +231,19 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
                         params.priority),
             "invalid_request_error", "priority");
     }
+    const auto& kv = params.kv_transfer;
+    if (kv.produce && !config_.kv_producer) {
+        throw ApiError(400,
+                       "kv_transfer_params.do_remote_decode: this instance does not prefill for others (start it with "
+                       "--kv-transfer-config and kv_role kv_producer or kv_both)",
+                       "invalid_request_error", "kv_transfer_params");
+    }
+    if (!kv.transfers.empty() && !config_.kv_consumer) {
+        throw ApiError(400,
+                       "kv_transfer_params.do_remote_prefill: this instance does not decode for others (start it with "
+                       "--kv-transfer-config and kv_role kv_consumer or kv_both)",
+                       "invalid_request_error", "kv_transfer_params");
+    }
     if (!params.request_id.empty()) job->meta.id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", params.request_id);
     if (params.truncate_prompt_tokens) {
         for (auto& ids : prompts) {
@@ -303,6 +317,22 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
     }
     job->prompt_ids = std::move(prompts);
     const size_t num_choices = adds.size();
+    if (!p.kv_transfer.transfers.empty() && p.kv_transfer.transfers.size() != num_choices) {
+        throw ApiError(
+            400,
+            fmt::format("kv_transfer_params.transfers has {} entries, this request has {} choices (prompts x "
+                        "n); pass the prefill instance's answer to the same request",
+                        p.kv_transfer.transfers.size(), num_choices),
+            "invalid_request_error", "kv_transfer_params");
+    }
+    for (size_t c = 0; c < num_choices; ++c) {
+        adds[c].kv_transfer.produce = p.kv_transfer.produce;
+        if (!p.kv_transfer.transfers.empty()) {
+            adds[c].kv_transfer.remote_endpoint = p.kv_transfer.transfers[c].first;
+            adds[c].kv_transfer.remote_transfer_id = p.kv_transfer.transfers[c].second;
+        }
+    }
+    job->kv_endpoints.assign(num_choices, "");
     for (size_t c = 0; c < num_choices; ++c) {
         job->streams.push_back(std::make_unique<ChoiceStream>(tokenizer_, job->params));
         if (chat) job->chat_outputs.push_back(std::make_unique<openai::ChatOutput>(job->chat_options));
@@ -396,6 +426,7 @@ void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::Req
                         engine_down ? "engine_unavailable" : nullptr);
     }
     if (out.num_cached_tokens > 0) job->cached_tokens[c] = out.num_cached_tokens;
+    if (!out.kv_transfer_endpoint.empty()) job->kv_endpoints[c] = out.kv_transfer_endpoint;
     job->queue_seconds[c] = out.queue_seconds;
     auto delta = stream.push(out);
     if (!out.new_token_ids.empty()) {
@@ -535,8 +566,16 @@ void Router::finish_job(const std::shared_ptr<Job>& job) {
         job->responder->end_stream();
         return;
     }
-    const OJson body = job->chat ? openai::chat_response(job->meta, job->results, usage)
-                                 : openai::completion_response(job->meta, job->results, usage);
+    OJson body = job->chat ? openai::chat_response(job->meta, job->results, usage)
+                           : openai::completion_response(job->meta, job->results, usage);
+    if (job->params.kv_transfer.produce) {
+        // vLLM's field: what the decode half of this request passes back as its kv_transfer_params.
+        OJson transfers = OJson::array();
+        for (size_t c = 0; c < job->engine_ids.size(); ++c) {
+            transfers.push_back({{"endpoint", job->kv_endpoints[c]}, {"id", job->engine_ids[c]}});
+        }
+        body["kv_transfer_params"] = {{"do_remote_prefill", true}, {"transfers", std::move(transfers)}};
+    }
     reply(job->responder, 200, kJsonMediaType, dump(body));
 }
 

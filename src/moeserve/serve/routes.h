@@ -57,6 +57,9 @@ struct RouterConfig {
     std::string tool_call_parser;
     bool priority_scheduling = false;  // --scheduling-policy priority: requests' `priority` is honoured
     std::optional<openai::ReasoningParser::Format> reasoning_format;
+    // PD disaggregation (--kv-transfer-config): whether requests may ask this instance for the
+    // prefill half (kv_producer, kv_both) or the decode half (kv_consumer, kv_both).
+    bool kv_producer = false, kv_consumer = false;
 };
 
 class Router {

@@ -274,6 +274,25 @@ void read_generation(Fields& f, GenerationParams& p, const ModelLimits& limits) 
         check(!p.cache_salt.empty(), "cache_salt", "'cache_salt' must not be empty");
     f.string("request_id", p.request_id);
     f.number("priority", p.priority);
+    if (const Json* v = f.get("kv_transfer_params"); v && !v->is_null()) {
+        check(v->is_object(), "kv_transfer_params", "'kv_transfer_params' must be an object");
+        p.kv_transfer.produce = v->value("do_remote_decode", false);
+        if (v->value("do_remote_prefill", false)) {
+            const auto t = v->find("transfers");
+            check(t != v->end() && t->is_array() && !t->empty(), "kv_transfer_params",
+                  "'kv_transfer_params' with do_remote_prefill needs 'transfers': the prefill instance's answer");
+            for (const Json& e : *t) {
+                check(e.is_object() && e.contains("endpoint") && e["endpoint"].is_string() && e.contains("id") &&
+                          e["id"].is_string(),
+                      "kv_transfer_params", "each of 'kv_transfer_params.transfers' needs an 'endpoint' and an 'id'");
+                p.kv_transfer.transfers.emplace_back(e["endpoint"].get<std::string>(), e["id"].get<std::string>());
+            }
+        }
+        check(!(p.kv_transfer.produce && !p.kv_transfer.transfers.empty()), "kv_transfer_params",
+              "'kv_transfer_params' cannot ask for both do_remote_decode and do_remote_prefill");
+        check(!(p.kv_transfer.produce && p.stream), "kv_transfer_params",
+              "the prefill half of a disaggregated request (do_remote_decode) cannot stream");
+    }
 }
 
 void validate(const GenerationParams& p, const ModelLimits& limits) {
@@ -413,9 +432,9 @@ ChatCompletionRequest parse_chat_request(const Json& body, const ModelLimits& li
     // Known to OpenAI or vLLM and without effect here (docs/serving.md lists them).
     r.unknown_fields =
         f.unknown({"user", "service_tier", "metadata", "store", "modalities", "reasoning_effort", "audio", "prediction",
-                   "web_search_options", "documents", "mm_processor_kwargs", "kv_transfer_params", "vllm_xargs",
-                   "return_tokens_as_token_ids", "length_penalty", "use_beam_search", "spaces_between_special_tokens",
-                   "guided_decoding_backend", "chat_template_content_format"});
+                   "web_search_options", "documents", "mm_processor_kwargs", "vllm_xargs", "return_tokens_as_token_ids",
+                   "length_penalty", "use_beam_search", "spaces_between_special_tokens", "guided_decoding_backend",
+                   "chat_template_content_format"});
     r.params.grammar = parse_structured_output(body);
     if (r.tools.forced()) {
         if (!r.params.grammar.empty()) {

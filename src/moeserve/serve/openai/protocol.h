@@ -81,6 +81,14 @@ struct GenerationParams {
     std::string cache_salt;                         // prefix-cache namespace
     std::string request_id;                         // the client's: the response id is <prefix>-<it>
     int32_t priority = 0;                           // --scheduling-policy priority: lower first
+    // vLLM's kv_transfer_params (PD disaggregation, docs/parallelism.md): produce = the prefill
+    // half ({"do_remote_decode": true}); transfers = the decode half, where each choice's KV waits
+    // ({"do_remote_prefill": true, "transfers": [{"endpoint", "id"}, ...]}, as the prefill answered).
+    struct KvTransfer {
+        bool produce = false;
+        std::vector<std::pair<std::string, std::string>> transfers;  // (endpoint, id) per choice
+    };
+    KvTransfer kv_transfer;
 };
 
 // One prompt of /v1/completions: text, or token ids given by the client.
