@@ -211,6 +211,39 @@ std::string Metrics::render(const std::vector<ipc::Stats>& engines, int num_in_f
                                s.engine_index, part, v);
         }
     }
+    // PD disaggregation (engine/kv_transfer/): zero without --kv-transfer-config. role="producer":
+    // KV this prefill instance sent; role="consumer": KV this decode instance fetched.
+    const auto per_role = [&](const char* name, const char* type, const char* help, auto producer, auto consumer) {
+        head(name, type, help);
+        for (const auto& s : engines) {
+            out +=
+                fmt::format("{}{{{},engine=\"{}\",role=\"producer\"}} {}\n", name, model, s.engine_index, producer(s));
+            out +=
+                fmt::format("{}{{{},engine=\"{}\",role=\"consumer\"}} {}\n", name, model, s.engine_index, consumer(s));
+        }
+    };
+    per_role(
+        "moeserve:kv_transfer_bytes_total", "counter", "KV cache bytes sent (producer) or fetched (consumer).",
+        [](S s) { return s.kv_sent_bytes; }, [](S s) { return s.kv_received_bytes; });
+    per_role(
+        "moeserve:kv_transfers_total", "counter", "Requests whose KV was sent (producer) or fetched (consumer).",
+        [](S s) { return s.kv_sent_transfers; }, [](S s) { return s.kv_received_transfers; });
+    per_role(
+        "moeserve:kv_transfer_seconds_total", "counter",
+        "Seconds moving KV: from a fetch's arrival to its last block sent (producer), from the fetch request "
+        "to the last block written (consumer); divide by moeserve:kv_transfers_total for the time per request.",
+        [](S s) { return s.kv_send_seconds; }, [](S s) { return s.kv_receive_seconds; });
+    per_role(
+        "moeserve:kv_transfer_failures_total", "counter",
+        "Transfers held but never fetched within hold_ms (producer) or failed (consumer).",
+        [](S s) { return s.kv_expired_transfers; }, [](S s) { return s.kv_failed_transfers; });
+    per_engine("moeserve:kv_wait_seconds_total", "counter",
+               "Decode instance: seconds requests waited from admission until their KV had arrived.",
+               [](S s) { return s.kv_wait_seconds; });
+    per_engine("moeserve:kv_held_requests", "gauge", "Prefill instance: finished requests holding KV for a consumer.",
+               [](S s) { return s.kv_held_transfers; });
+    per_engine("moeserve:kv_waiting_requests", "gauge", "Decode instance: requests waiting for their KV.",
+               [](S s) { return s.kv_waiting_requests; });
     if (!kernel_isa().empty()) {
         head("moeserve:kernel_isa_info", "gauge",
              "The ISA level the CPU kernels run at (MOESERVE_ISA or the best found).");

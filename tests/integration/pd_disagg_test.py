@@ -1,0 +1,347 @@
+#!/usr/bin/python3
+"""PD disaggregation end to end: `moeserve proxy` in front of prefill (kv_producer) and decode
+(kv_consumer) instances of `moeserve serve` (stdlib only; every wait bounded).
+
+Suites (one CTest each):
+  equal   proxy + 1 prefill + 1 decode: greedy outputs == one instance, for Qwen3-MoE and DeepSeek-V3
+          (tiny): concurrent completions, a prompt long enough for chunked prefill on the prefill
+          side, a repeated prompt (prefix hit on the decode side: it fetches only what it lacks),
+          n > 1, chat streaming; /metrics of both roles count the transfers
+  multi   2 prefill + 2 decode instances, uneven prompts at once: outputs equal, every instance used
+  netns   prefill + proxy in one network namespace, decode in another (veth, 10.202.x.{1,2}); the
+          KV crosses over TCP between the namespaces' addresses (skipped if not permitted)
+  faults  a prefill instance stopped (SIGSTOP) before its KV is fetched: the decode fails that
+          request within its timeout; the proxy then serves from the other prefill instance; a decode
+          instance killed mid-stream ends the client's stream with an error event, and the next
+          request goes to the surviving decode instance
+"""
+import argparse
+import concurrent.futures
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+ARGS = None
+TIMEOUT = 60  # seconds for any single HTTP exchange
+KEY = "integration-test-pd-rank-plane-key-0123456789"  # instances of one PD deployment share it
+COMMON = ["--threads", "1", "--served-model-name", "tiny", "--max-model-len", "512", "--kv-cache-memory", "32M",
+          "--max-num-seqs", "8"]
+PROMPTS = ["The capital of France is", "Hello", "Once upon a time there was a", "1 2 3 4 5", "def main():"]
+LONG = " ".join(["the quick brown fox jumps over the lazy dog"] * 12)  # ~110 tokens: several prefill chunks
+
+
+def kv_config(role, timeout_ms=5000, ip="127.0.0.1"):
+    return json.dumps({"kv_connector": "MoeserveConnector", "kv_role": role, "kv_ip": ip,
+                       "kv_connector_extra_config": {"timeout_ms": timeout_ms}})
+
+
+class Proc:
+    """A moeserve process that reports "listening on http://HOST:PORT " and answers /health."""
+
+    def __init__(self, cmd, host="127.0.0.1", prefix=()):
+        self.host, self.port, self.prefix = host, None, prefix
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([*prefix, *cmd], stdout=subprocess.DEVNULL, stderr=self.log,
+                                     env={**os.environ, "MOESERVE_RANK_PLANE_KEY": KEY})
+
+    def log_text(self):
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def wait_healthy(self, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("exited: " + self.log_text()[-3000:])
+            if self.port is None:
+                m = re.search(r"listening on http://\S+?:(\d+) ", self.log_text())
+                if m is None:
+                    time.sleep(0.05)
+                    continue
+                self.port = int(m.group(1))
+            try:
+                if self.request("GET", "/health")[0] == 200:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.proc.kill()
+        raise RuntimeError("not healthy within %d s: %s" % (timeout, self.log_text()[-3000:]))
+
+    @property
+    def url(self):
+        return "http://%s:%d" % (self.host, self.port)
+
+    def request(self, method, path, body=None):
+        if self.prefix:
+            return netns_request(self.prefix, self.host, self.port, method, path, body)
+        c = http.client.HTTPConnection(self.host, self.port, timeout=TIMEOUT)
+        c.request(method, path, body=json.dumps(body) if body is not None else None,
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        payload = r.read()
+        c.close()
+        return r.status, payload
+
+    def post(self, path, body):
+        status, payload = self.request("POST", path, body)
+        assert status == 200, (status, payload)
+        return json.loads(payload)
+
+    def metrics(self):
+        status, payload = self.request("GET", "/metrics")
+        assert status == 200
+        out = {}
+        for line in payload.decode().splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
+    def stop(self, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+            return None
+
+    def rank_pids(self):
+        with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+
+
+def netns_request(prefix, host, port, method, path, body):
+    code = ("import http.client,json,sys\n"
+            "c=http.client.HTTPConnection(sys.argv[1],int(sys.argv[2]),timeout=%d)\n"
+            "b=sys.argv[5]\n"
+            "c.request(sys.argv[3],sys.argv[4],body=b if b else None,headers={'Content-Type':'application/json'})\n"
+            "r=c.getresponse();d=r.read();sys.stdout.write(str(r.status)+'\\n');sys.stdout.flush();"
+            "sys.stdout.buffer.write(d)\n") % TIMEOUT
+    out = subprocess.run([*prefix, "/usr/bin/python3", "-c", code, host, str(port), method, path,
+                          json.dumps(body) if body is not None else ""], capture_output=True, timeout=TIMEOUT + 10)
+    if out.returncode != 0:
+        raise OSError(out.stderr.decode())
+    status, _, payload = out.stdout.partition(b"\n")
+    return int(status), payload
+
+
+def serve(model, *extra, host="127.0.0.1", prefix=()):
+    return Proc([ARGS.moeserve, "serve", "--model", model, "--host", host, "--port", "0", *COMMON, *extra],
+                host=host, prefix=prefix)
+
+
+def proxy(prefills, decodes, *extra, host="127.0.0.1", prefix=()):
+    cmd = [ARGS.moeserve, "proxy", "--host", host, "--port", "0", "--down-ms", "30000", *extra, "--prefill",
+           *[p.url for p in prefills], "--decode", *[d.url for d in decodes]]
+    return Proc(cmd, host=host, prefix=prefix)
+
+
+def started(*procs):
+    for p in procs:
+        p.wait_healthy()
+    return procs
+
+
+def completion(prompt, max_tokens=8, **extra):
+    return {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, **extra}
+
+
+def texts(server, bodies):
+    with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
+        answers = list(pool.map(lambda b: server.post("/v1/completions", b), bodies))
+    return [[c["text"] for c in a["choices"]] for a in answers]
+
+
+def stream_chat(server, body):
+    """The content of a streamed chat answer per choice index."""
+    c = http.client.HTTPConnection(server.host, server.port, timeout=TIMEOUT)
+    c.request("POST", "/v1/chat/completions", body=json.dumps({**body, "stream": True}),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200, r.read()
+    out = {}
+    for line in r.read().decode().splitlines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            for ch in json.loads(line[6:])["choices"]:
+                out[ch["index"]] = out.get(ch["index"], "") + (ch["delta"].get("content") or "")
+    c.close()
+    return out
+
+
+def family(m, name, **labels):
+    return sum(v for k, v in m.items() if k.startswith(name + "{") and all(f'{a}="{b}"' in k for a, b in labels.items()))
+
+
+class Disaggregated(unittest.TestCase):
+    def check_equal(self, model):
+        single = serve(model)
+        prefill = serve(model, "--kv-transfer-config", kv_config("kv_producer"), "--max-num-batched-tokens", "32")
+        decode = serve(model, "--kv-transfer-config", kv_config("kv_consumer"))
+        started(single, prefill, decode)
+        front = proxy([prefill], [decode]).wait_healthy()
+        try:
+            bodies = [completion(p) for p in PROMPTS] + [completion(LONG, 6), completion("Hello", 5, n=3)]
+            want = texts(single, bodies)
+            self.assertEqual(texts(front, bodies), want)
+            # The long prompt again: the decode instance has its full blocks cached from the first
+            # time and fetches only the last one.
+            before = family(decode.metrics(), "moeserve:kv_transfer_bytes_total", role="consumer")
+            self.assertEqual(texts(front, [completion(LONG, 6)]), [want[len(PROMPTS)]])
+            fetched = family(decode.metrics(), "moeserve:kv_transfer_bytes_total", role="consumer") - before
+            sent_all = family(prefill.metrics(), "moeserve:kv_transfer_bytes_total", role="producer")
+            self.assertGreater(fetched, 0)
+            self.assertLess(fetched * 4, sent_all)  # a fraction of what a full prompt's KV is
+            chat = {"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 6, "temperature": 0, "n": 2}
+            self.assertEqual(stream_chat(front, chat), stream_chat(single, chat))
+            pm, dm = prefill.metrics(), decode.metrics()
+            self.assertGreaterEqual(family(pm, "moeserve:kv_transfers_total", role="producer"), 10)
+            self.assertGreaterEqual(family(dm, "moeserve:kv_transfers_total", role="consumer"), 10)
+            self.assertEqual(family(dm, "moeserve:kv_transfer_failures_total", role="consumer"), 0)
+            # The decode instance computed no prompt token: every prompt's KV came from the prefill.
+            self.assertEqual(family(dm, "vllm:prompt_tokens_total"), 0)
+            self.assertGreater(family(pm, "vllm:prompt_tokens_total"), 0)
+            # A request asking the decode instance for a prefill is refused in the OpenAI shape.
+            status, payload = decode.request("POST", "/v1/completions",
+                                             {**completion("x"), "kv_transfer_params": {"do_remote_decode": True}})
+            self.assertEqual(status, 400, payload)
+            self.assertIn("kv_producer", json.loads(payload)["error"]["message"])
+        finally:
+            for p in (front, single, prefill, decode):
+                p.stop()
+
+    def test_equal_qwen3(self):
+        self.check_equal(ARGS.model)
+
+    def test_equal_deepseek(self):
+        self.check_equal(ARGS.deepseek_model)
+
+    def test_multi(self):
+        single = serve(ARGS.model)
+        ps = [serve(ARGS.model, "--kv-transfer-config", kv_config("kv_producer")) for _ in range(2)]
+        ds = [serve(ARGS.model, "--kv-transfer-config", kv_config("kv_consumer")) for _ in range(2)]
+        started(single, *ps, *ds)
+        front = proxy(ps, ds).wait_healthy()
+        try:
+            bodies = [completion(LONG if i % 3 == 0 else PROMPTS[i % len(PROMPTS)], 4 + i % 5) for i in range(12)]
+            self.assertEqual(texts(front, bodies), texts(single, bodies))
+            for inst in ps + ds:
+                self.assertGreater(family(inst.metrics(), "vllm:request_success_total"), 0, inst.url)
+        finally:
+            for p in (front, single, *ps, *ds):
+                p.stop()
+
+    def test_faults(self):
+        ps = [serve(ARGS.model, "--kv-transfer-config", kv_config("kv_producer")) for _ in range(2)]
+        ds = [serve(ARGS.model, "--kv-transfer-config", kv_config("kv_consumer", timeout_ms=2000)) for _ in range(2)]
+        started(*ps, *ds)
+        front = proxy(ps, ds).wait_healthy()
+        try:
+            # 1. The prefill instance stops after the prefill, before its KV is fetched.
+            pre = ps[0].post("/v1/completions", {**completion("Hello", 1), "kv_transfer_params": {"do_remote_decode": True}})
+            for pid in ps[0].rank_pids():
+                os.kill(pid, signal.SIGSTOP)
+            start = time.time()
+            status, payload = ds[0].request("POST", "/v1/completions",
+                                            {**completion("Hello", 8), "kv_transfer_params": pre["kv_transfer_params"]})
+            self.assertGreaterEqual(status, 500, payload)
+            self.assertIn("nothing arrived for 2000 ms", json.loads(payload)["error"]["message"])
+            self.assertLess(time.time() - start, 20)
+            ps[0].proc.kill()  # the API server; its ranks die with it
+            for pid in ps[0].rank_pids() if ps[0].proc.poll() is None else []:
+                os.kill(pid, signal.SIGKILL)
+            ps[0].proc.wait(10)
+            # The survivors serve: the proxy skips the dead prefill instance.
+            self.assertEqual(len(texts(front, [completion(p) for p in PROMPTS[:3]])), 3)
+            # 2. A decode instance dies mid-stream.
+            c = http.client.HTTPConnection(front.host, front.port, timeout=TIMEOUT)
+            c.request("POST", "/v1/completions", body=json.dumps({**completion(LONG, 400), "stream": True}),
+                      headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            self.assertEqual(r.status, 200)
+            first = r.readline()
+            while not first.startswith(b"data: "):
+                first = r.readline()
+            busy = [d for d in ds if family(d.metrics(), "vllm:num_requests_running") > 0]
+            self.assertEqual(len(busy), 1)
+            start = time.time()
+            for pid in busy[0].rank_pids():
+                os.kill(pid, signal.SIGKILL)
+            busy[0].proc.kill()
+            rest = r.read().decode()  # ends: the proxy closes the stream with an error event
+            c.close()
+            self.assertLess(time.time() - start, 30)
+            self.assertIn('"error"', rest)
+            self.assertTrue(rest.rstrip().endswith("data: [DONE]"), rest[-300:])
+            survivor = [d for d in ds if d is not busy[0]][0]
+            before = family(survivor.metrics(), "vllm:request_success_total")
+            self.assertEqual(len(texts(front, [completion("Hello", 4)])), 1)
+            self.assertGreater(family(survivor.metrics(), "vllm:request_success_total"), before)
+        finally:
+            for p in (front, *ps, *ds):
+                if p.proc.poll() is None:
+                    p.stop()
+
+
+def sh(cmd):
+    return subprocess.run(cmd, shell=True, capture_output=True).returncode
+
+
+class Netns(unittest.TestCase):
+    def test_two_hosts(self):
+        pid = os.getpid()
+        a, b = f"mspd_a_{pid}", f"mspd_b_{pid}"
+        va, vb = f"mspa{pid % 100000}", f"mspb{pid % 100000}"
+        net = f"10.202.{pid % 200 + 20}"
+        addr_a, addr_b = net + ".1", net + ".2"
+        procs = []
+        try:
+            if sh(f"ip netns add {a}") != 0 or sh(f"ip netns add {b}") != 0:
+                self.skipTest("cannot create network namespaces here (needs root / CAP_NET_ADMIN)")
+            for cmd in [f"ip link add {va} type veth peer name {vb}", f"ip link set {va} netns {a}", f"ip link set {vb} netns {b}",
+                        f"ip -n {a} addr add {addr_a}/24 dev {va}", f"ip -n {b} addr add {addr_b}/24 dev {vb}",
+                        f"ip -n {a} link set {va} up", f"ip -n {b} link set {vb} up",
+                        f"ip -n {a} link set lo up", f"ip -n {b} link set lo up"]:
+                if sh(cmd) != 0:
+                    self.skipTest("cannot set up the veth pair: " + cmd)
+            in_a, in_b = ("ip", "netns", "exec", a), ("ip", "netns", "exec", b)
+            single = serve(ARGS.model)
+            prefill = serve(ARGS.model, "--kv-transfer-config", kv_config("kv_producer", ip=addr_a), host=addr_a, prefix=in_a)
+            decode = serve(ARGS.model, "--kv-transfer-config", kv_config("kv_consumer"), host=addr_b, prefix=in_b)
+            procs = [single, prefill, decode]
+            started(*procs)
+            front = proxy([prefill], [decode], host=addr_a, prefix=in_a).wait_healthy()
+            procs.append(front)
+            bodies = [completion(p) for p in PROMPTS[:3]]
+            want = texts(single, bodies)
+            self.assertEqual([[c["text"] for c in front.post("/v1/completions", body)["choices"]] for body in bodies], want)
+            self.assertGreater(family(decode.metrics(), "moeserve:kv_transfer_bytes_total", role="consumer"), 0)
+            self.assertIn(f"tcp://{addr_a}:", prefill.log_text())  # the KV endpoint is on the namespace's address
+        finally:
+            for p in procs:
+                p.stop()
+            sh(f"ip netns del {a}")
+            sh(f"ip netns del {b}")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--moeserve", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--deepseek-model", required=True)
+    p.add_argument("--suite", required=True, choices=["equal", "multi", "netns", "faults"])
+    ARGS, rest = p.parse_known_args()
+    names = {"equal": ["Disaggregated.test_equal_qwen3", "Disaggregated.test_equal_deepseek"],
+             "multi": ["Disaggregated.test_multi"], "faults": ["Disaggregated.test_faults"], "netns": ["Netns.test_two_hosts"]}
+    suite = unittest.defaultTestLoader.loadTestsFromNames(names[ARGS.suite], sys.modules[__name__])
+    ok = unittest.TextTestRunner(verbosity=2).run(suite).wasSuccessful()
+    sys.exit(0 if ok else 1)
