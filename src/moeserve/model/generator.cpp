@@ -11,6 +11,7 @@
 #include "moeserve/io/hf_config.h"
 #include "moeserve/io/safetensors_writer.h"
 #include "moeserve/model/deepseek_v3/weight_specs.h"
+#include "moeserve/model/generator_mindformers.h"
 #include "moeserve/model/generator_parts.h"
 #include "moeserve/model/quantization.h"
 #include "moeserve/model/qwen3_moe/weight_specs.h"
@@ -346,13 +347,24 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
                                               : deepseek_v3_weight_specs(DeepseekV3Config::from_json(hf));
     const std::string& quant = options.quantization;
     const bool modelslim = is_modelslim(quant), omniinfer = quant == "omniinfer-w8a8";
-    if (!quant.empty() && quant != "w8a8" && quant != "fp8" && !modelslim && !omniinfer) {
+    const bool mindspore = quant == "mindspore-a8w8";
+    if (!quant.empty() && quant != "w8a8" && quant != "fp8" && !modelslim && !omniinfer && !mindspore) {
         raise(ErrorCode::kInvalidArgument,
-              "--quantization '{}' is not supported (expected w8a8, fp8, modelslim-w8a8, modelslim-w8a8-dynamic or "
-              "omniinfer-w8a8; mindspore-a8w8 is not written yet)",
+              "--quantization '{}' is not supported (expected w8a8, fp8, modelslim-w8a8, modelslim-w8a8-dynamic, "
+              "omniinfer-w8a8 or mindspore-a8w8)",
               quant);
     }
-    if (!quant.empty() && !modelslim) config["quantization_config"] = quantization_config(quant);
+    if (mindspore && options.arch == "qwen3_moe") {
+        raise(ErrorCode::kInvalidArgument,
+              "--quantization mindspore-a8w8 is written for deepseek_v3 / deepseek_v2 only (the MindFormers names "
+              "moeserve knows are DeepSeek's)");
+    }
+    if (mindspore) {
+        // moeserve's convention: golden-stick keeps quant_method in the MindFormers yaml
+        config["quantization_config"] = {{"quant_method", "osl"}};
+    } else if (!quant.empty() && !modelslim) {
+        config["quantization_config"] = quantization_config(quant);
+    }
     if (omniinfer) {
         nlohmann::json ignore = nlohmann::json::array({"lm_head"});
         for (const auto& s : specs) {
@@ -380,10 +392,14 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
     }
 
     GeneratedModel result;
+    if (mindspore) {
+        gen::write_mindformers_a8w8(specs, DeepseekV3Config::from_json(hf), options.seed, options.num_shards,
+                                    options.out_dir, result);
+    }
     const size_t per_shard =
         (specs.size() + static_cast<size_t>(options.num_shards) - 1) / static_cast<size_t>(options.num_shards);
     nlohmann::json weight_map = nlohmann::json::object();
-    for (int shard = 0; shard < options.num_shards; ++shard) {
+    for (int shard = 0; shard < (mindspore ? 0 : options.num_shards); ++shard) {
         // ModelSlim's V1 saver and OmniInfer's converter do not name their shards model-*
         const std::string stem = modelslim   ? "quant_model_weights"
                                  : omniinfer ? "quant_model_weight_w8a8_dynamic"
@@ -450,7 +466,7 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
         }
         writer.write(options.out_dir / file);
     }
-    if (options.num_shards > 1 || omniinfer) {
+    if ((options.num_shards > 1 && !mindspore) || omniinfer) {
         write_json(options.out_dir /
                        (modelslim ? "quant_model_weights.safetensors.index.json" : "model.safetensors.index.json"),
                    {{"metadata", {{"total_size", result.num_bytes}}}, {"weight_map", weight_map}});
