@@ -170,6 +170,11 @@ TEST(WeightSourceTest, RenamedShowsAliasesAndOwnedTensorsOnly) {
         },
         ErrorCode::kInvalidModel, {"'" + kExpert + "'", "model.safetensors", "should be BF16 [2, 6]"});
     expect_error([&] { src->file_of("made.weight"); }, ErrorCode::kNotFound, {"'made.weight'", "in no file"});
+    // renamed twice: names still resolve to the tensor in the file
+    const auto again =
+        WeightSource::renamed(WeightSource::renamed(WeightSource::open(dir), {{"a", kExpert}}, {}), {{"b", "a"}}, {});
+    EXPECT_EQ(again->stored_name("b"), kExpert);
+    EXPECT_EQ(again->get("b").as<float>()[3], 0.5f);
 }
 
 TEST(WeightSourceTest, LoadF32ConvertsEveryDtype) {

@@ -107,11 +107,12 @@ std::unique_ptr<WeightSource> WeightSource::renamed(std::unique_ptr<WeightSource
     out->source_desc_ = base->source_desc_ + ", renamed";
     for (const auto& [name, from] : aliases) {
         MOESERVE_CHECK(owned.count(name) == 0, "renamed: '{}' is both an alias and an owned tensor", name);
-        const auto it = base->file_of_.find(base->stored_name(from));
-        MOESERVE_CHECK(it != base->file_of_.end() && base->owned_.count(from) == 0,
-                       "renamed: alias '{}' -> '{}' is not a file tensor of the base", name, from);
+        const auto it = base->file_of_.find(from);
+        MOESERVE_CHECK(it != base->file_of_.end(), "renamed: alias '{}' -> '{}' is not a file tensor of the base", name,
+                       from);
         out->file_of_.emplace(name, it->second);
-        if (name != it->first) out->stored_.emplace(name, it->first);
+        const std::string stored = base->stored_name(from);  // the base may be renamed itself
+        if (name != stored) out->stored_.emplace(name, stored);
     }
     out->files_ = std::move(base->files_);
     out->owned_ = std::move(owned);
