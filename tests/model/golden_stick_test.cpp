@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <span>
 #include <unistd.h>
 
 #include "model/model_test_util.h"
@@ -145,7 +146,79 @@ TEST(GoldenStickMalformedTest, UnknownTensorsAreRefused) {
             w.add(fused, DType::kI8, {2, 2}, b.data());
         }));
     EXPECT_TRUE(has(msg, "'" + fused + "'")) << msg;
-    EXPECT_TRUE(has(msg, "--ffn_split")) << msg;
+    EXPECT_TRUE(has(msg, "keep one")) << msg;  // w1 and w3 are there too
+}
+
+// concat of a and b along axis (0 or the last) of [outer, dim, inner] views
+std::vector<char> concat(const TensorView& a, const TensorView& b, int axis, Shape* shape) {
+    std::vector<int64_t> dims(a.shape.dims().begin(), a.shape.dims().end());
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < a.shape.rank(); ++i) {
+        if (i < axis) outer *= dims[size_t(i)];
+        if (i > axis) inner *= dims[size_t(i)];
+    }
+    const size_t es = dtype_size(a.dtype);
+    const size_t ra = size_t(a.dim(axis) * inner) * es, rb = size_t(b.dim(axis) * inner) * es;
+    std::vector<char> out;
+    for (int64_t o = 0; o < outer; ++o) {
+        out.insert(out.end(), static_cast<const char*>(a.data) + o * ra,
+                   static_cast<const char*>(a.data) + (o + 1) * ra);
+        out.insert(out.end(), static_cast<const char*>(b.data) + o * rb,
+                   static_cast<const char*>(b.data) + (o + 1) * rb);
+    }
+    dims[size_t(axis)] = a.dim(axis) + b.dim(axis);
+    *shape = Shape(std::span<const int64_t>(dims));
+    return out;
+}
+
+TEST(GoldenStickTest, FusedNamesAreSplit) {
+    // ffn_concat / qkv_concat left in: the dense MLP (layer 0), the shared experts (layer 1), the
+    // routed experts (layer 2, last axis) and q2l_proj + kv2l (layer 1) fused; same logits
+    const auto src = io::WeightSource::open(MOESERVE_DSV3_MINDSPORE_DIR);
+    struct Pair {
+        std::string a, b, fused;
+        int axis;
+    };
+    std::vector<Pair> pairs;
+    const std::vector<std::pair<std::string, int>> ffns = {{"model.layers.0.feed_forward.", 0},
+                                                           {"model.layers.1.feed_forward.shared_experts.", 0},
+                                                           {"model.layers.2.feed_forward.routed_experts.ffn.", -1}};
+    for (const auto& [f, axis] : ffns) {
+        for (const char* t : {"._layer.weight", "._layer.matmul.weight_scale"}) {
+            pairs.push_back({f + "w1" + t, f + "w3" + t, f + "w_gate_hidden" + t, axis});
+        }
+    }
+    const std::string a = "model.layers.1.attention.";
+    for (const char* t : {"._layer.weight", "._layer.matmul.dequant_scale", "._layer.matmul.quant_bias"}) {
+        pairs.push_back({a + "q2l_proj" + t, a + "kv2l" + t, a + "qkv2l" + t, 0});
+    }
+    const fs::path dir = edited_copy(
+        "fused_split",
+        [&](const std::string& name, const TensorView&, io::SafetensorsWriter&) {
+            if (name.rfind(a + "q2l_proj.quant_op.", 0) == 0 || name.rfind(a + "kv2l.quant_op.", 0) == 0) return true;
+            for (const Pair& p : pairs) {
+                if (name == p.a || name == p.b) return true;  // written fused below
+            }
+            return false;
+        },
+        [&](io::SafetensorsWriter& w) {
+            for (const Pair& p : pairs) {
+                const TensorView ta = src->get(p.a), tb = src->get(p.b);
+                Shape shape;
+                const auto bytes = concat(ta, tb, p.axis < 0 ? ta.shape.rank() - 1 : p.axis, &shape);
+                w.add(p.fused, ta.dtype, shape, bytes.data());
+            }
+            for (const char* t : {"quant_op.input_scale", "quant_op.input_zp"}) {
+                const TensorView v = src->get(a + "q2l_proj." + t);
+                w.add(a + "qkv2l." + t, v.dtype, v.shape, v.data);
+            }
+        });
+    ThreadPool pool(2);
+    const auto ids = testutil::parse_ids(MOESERVE_DSV3_PROMPT);
+    const auto base = testutil::prefill(*load_model(MOESERVE_DSV3_MINDSPORE_DIR, pool, options()), ids);
+    const auto fused = testutil::prefill(*load_model(dir, pool, options()), ids);
+    fs::remove_all(dir);
+    EXPECT_EQ(testutil::max_abs_diff(base, fused), 0.0f);
 }
 
 TEST(GoldenStickTest, RopeRowOrderMatters) {

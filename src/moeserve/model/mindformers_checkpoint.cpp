@@ -5,6 +5,10 @@
 #include <set>
 #include <string>
 
+#include <fmt/format.h>
+
+#include <span>
+
 #include "moeserve/core/error.h"
 
 namespace moeserve::model {
@@ -19,6 +23,11 @@ public:
     Converter(const io::WeightSource& mf, const DeepseekV3Config& c) : mf_(mf), c_(c) {}
 
     const TensorView& need(const std::string& name) {
+        const auto sp = split_.find(name);
+        if (sp != split_.end()) {
+            views_[name] = sp->second.view();
+            return views_[name];
+        }
         if (!mf_.contains(name)) {
             raise(ErrorCode::kInvalidModel, "{}: tensor '{}' is missing ({} needs it)", mf_.dir().string(), name,
                   kWhat);
@@ -38,19 +47,71 @@ public:
             names += (names.empty() ? "" : " or ") + std::string(dtype_name(d));
         }
         if (!ok || !(v.shape == shape)) {
-            raise(ErrorCode::kInvalidModel, "{} is {} {}; expected {} {}", mf_.describe(name), dtype_name(v.dtype),
+            raise(ErrorCode::kInvalidModel, "{} is {} {}; expected {} {}", describe(name), dtype_name(v.dtype),
                   v.shape.str(), names, shape.str());
         }
         return v;
     }
 
+    // A MindFormers tensor for messages; a part of a fused tensor names the fused one.
+    std::string describe(const std::string& name) const {
+        const auto it = split_from_.find(name);
+        return it == split_from_.end() ? mf_.describe(name)
+                                       : fmt::format("'{}' (a part of {})", name, mf_.describe(it->second));
+    }
+
+    // hf reads MindFormers tensor mf: zero-copy, or a copy of a part split from a fused tensor
+    void link(const std::string& hf, const std::string& mf) {
+        const auto sp = split_.find(mf);
+        if (sp != split_.end()) {
+            owned_.emplace(hf, sp->second.clone());
+        } else {
+            aliases_[hf] = mf;
+        }
+    }
     void alias(const std::string& hf, const std::string& mf) {
         need(mf);
-        aliases_[hf] = mf;
+        link(hf, mf);
     }
     void alias(const std::string& hf, const std::string& mf, std::initializer_list<DType> dtypes, const Shape& shape) {
         need(mf, dtypes, shape);
-        aliases_[hf] = mf;
+        link(hf, mf);
+    }
+
+    // ffn_concat / qkv_concat left in the file: w_gate_hidden = concat(w1, w3) along the outputs
+    // (routed experts: the last axis), qkv2l = concat(q2l_proj, kv2l) along the rows, with one
+    // quant_op for both. Their parts are made here under the unfused names.
+    void split_fused() {
+        const int64_t lq = c_.q_lora_rank.value_or(0), rows = lq + c_.kv_lora_rank + c_.qk_rope_head_dim;
+        for (const std::string& name : mf_.names()) {
+            const size_t g = name.find(".w_gate_hidden."), q = name.find(".qkv2l.");
+            if (g == std::string::npos && q == std::string::npos) continue;
+            const bool ffn = g != std::string::npos;
+            const std::string head = name.substr(0, ffn ? g : q), tail = name.substr((ffn ? g + 15 : q + 7));
+            const auto part = [&](const char* which) { return head + "." + which + "." + tail; };
+            const bool known = tail == "_layer.weight" || tail == "_layer.matmul.weight_scale" ||
+                               (!ffn && (tail == "_layer.matmul.dequant_scale" || tail == "_layer.matmul.quant_bias" ||
+                                         tail == "quant_op.input_scale" || tail == "quant_op.input_zp"));
+            if (!known) continue;  // left to check_all_used, which refuses it
+            const TensorView v = mf_.get(name);
+            used_.insert(name);
+            if (!ffn && tail.rfind("quant_op.", 0) == 0) {  // one activation quantization for both
+                for (const char* w : {"q2l_proj", "kv2l"}) add_part(part(w), name, v, 0, 0, -1);
+                continue;
+            }
+            const int axis = ffn && head.find("routed_experts.ffn") != std::string::npos ? v.shape.rank() - 1 : 0;
+            const int64_t total = v.shape.rank() > 0 ? v.dim(axis) : 0;
+            const int64_t first = ffn ? total / 2 : lq;
+            if (v.shape.rank() == 0 || (ffn ? total % 2 != 0 : total != rows)) {
+                raise(ErrorCode::kInvalidModel, "{} has shape {}; a fused {} needs {} along axis {}",
+                      mf_.describe(name), v.shape.str(), ffn ? "w_gate_hidden" : "qkv2l",
+                      ffn ? std::string("an even size (w1, then w3)")
+                          : fmt::format("q_lora_rank + kv_lora_rank + qk_rope_head_dim = {}", rows),
+                      axis);
+            }
+            add_part(part(ffn ? "w1" : "q2l_proj"), name, v, axis, 0, first);
+            add_part(part(ffn ? "w3" : "kv2l"), name, v, axis, first, total - first);
+        }
     }
     void own(const std::string& hf, Tensor t) { owned_.emplace(hf, std::move(t)); }
 
@@ -83,9 +144,9 @@ public:
         const TensorView& d = need(mf + "._layer.matmul.dequant_scale", {DType::kF32, DType::kI64}, Shape{n});
         const TensorView& b = need(mf + "._layer.matmul.quant_bias", {DType::kI32}, Shape{n});
         if (rope_blocks.empty()) {
-            aliases_[hf + ".weight"] = mf + "._layer.weight";
-            aliases_[hf + ".deq_scale"] = mf + "._layer.matmul.dequant_scale";
-            aliases_[hf + ".quant_bias"] = mf + "._layer.matmul.quant_bias";
+            link(hf + ".weight", mf + "._layer.weight");
+            link(hf + ".deq_scale", mf + "._layer.matmul.dequant_scale");
+            link(hf + ".quant_bias", mf + "._layer.matmul.quant_bias");
         } else {
             // the per-row dequant_scale and quant_bias are permuted with the rows
             own(hf + ".weight", unpermute_rope_rows(w, rope_blocks));
@@ -118,7 +179,7 @@ public:
         const std::string wname = mf + mf_w + "._layer.weight", sname = mf + mf_w + "._layer.matmul.weight_scale";
         const TensorView& w = need(wname, {DType::kI8}, Shape{e_count, in, out});
         need(sname, {DType::kF32, DType::kBF16, DType::kF16}, Shape{e_count, out});
-        const Tensor s = mf_.load_f32(sname);
+        const Tensor s = load_f32(sname);
         const auto* src = static_cast<const int8_t*>(w.data);
         for (int64_t e = 0; e < e_count; ++e) {
             Tensor t(DType::kI8, {out, in});
@@ -194,8 +255,7 @@ public:
             const bool fused =
                 name.find("w_gate_hidden") != std::string::npos || name.find("qkv2l") != std::string::npos;
             raise(ErrorCode::kUnsupported, "{}: {} {}", mf_.describe(name),
-                  fused ? "is a fused (ffn_concat / qkv_concat) tensor; split it with golden-stick's "
-                          "unify_safetensors.py --ffn_split True"
+                  fused ? "is a part of a fused (ffn_concat / qkv_concat) module that moeserve does not split"
                         : "is not part of the golden-stick A8W8 (OSL) layout moeserve loads",
                   name.find("quant_op.beta") != std::string::npos ? "(OSP's beta is not supported)" : "");
         }
@@ -205,10 +265,47 @@ public:
     std::map<std::string, Tensor> owned_;
 
 private:
+    // Copies [begin, +len) along axis (0 or the last) of v, or all of v when len < 0, as `name`.
+    void add_part(const std::string& name, const std::string& fused, const TensorView& v, int axis, int64_t begin,
+                  int64_t len) {
+        if (mf_.contains(name) || split_.count(name) != 0) {
+            raise(ErrorCode::kInvalidModel, "{} and the fused {} are both present; keep one",
+                  mf_.contains(name) ? mf_.describe(name) : "'" + name + "'", mf_.describe(fused));
+        }
+        std::vector<int64_t> dims(v.shape.dims().begin(), v.shape.dims().end());
+        if (len < 0) len = dims.empty() ? 1 : dims[size_t(axis)];
+        const size_t es = dtype_size(v.dtype);
+        int64_t outer = 1, inner = 1;  // the axis splits [outer, dim, inner]
+        for (int i = 0; i < v.shape.rank(); ++i) {
+            if (i < axis) outer *= dims[size_t(i)];
+            if (i > axis) inner *= dims[size_t(i)];
+        }
+        const int64_t dim = dims.empty() ? 1 : dims[size_t(axis)];
+        if (!dims.empty()) dims[size_t(axis)] = len;
+        Tensor t(v.dtype, Shape(std::span<const int64_t>(dims)));
+        for (int64_t o = 0; o < outer; ++o) {
+            std::memcpy(static_cast<char*>(t.data()) + size_t(o * len * inner) * es,
+                        static_cast<const char*>(v.data) + size_t((o * dim + begin) * inner) * es,
+                        size_t(len * inner) * es);
+        }
+        split_.emplace(name, std::move(t));
+        split_from_.emplace(name, fused);
+    }
+
+    Tensor load_f32(const std::string& name) const {
+        const auto sp = split_.find(name);
+        if (sp == split_.end()) return mf_.load_f32(name);
+        Tensor f(DType::kF32, sp->second.shape());
+        io::convert_to_f32(sp->second.view(), f.as<float>());
+        return f;
+    }
+
     const io::WeightSource& mf_;
     const DeepseekV3Config& c_;
     std::set<std::string> used_;
     std::map<std::string, TensorView> views_;
+    std::map<std::string, Tensor> split_;            // parts of fused tensors, under unfused names
+    std::map<std::string, std::string> split_from_;  // part -> the fused tensor it came from
 };
 
 }  // namespace
@@ -230,6 +327,7 @@ std::unique_ptr<io::WeightSource> mindformers_deepseek_as_hf(std::unique_ptr<io:
               mf->dir().string(), c.qk_rope_head_dim);
     }
     Converter conv(*mf, c);
+    conv.split_fused();
     const int64_t h = c.hidden_size;
     const std::initializer_list<DType> floats = {DType::kBF16, DType::kF16, DType::kF32};
     conv.alias("model.embed_tokens.weight", "model.tok_embeddings.embedding_weight", floats, Shape{c.vocab_size, h});

@@ -25,11 +25,13 @@ bool has_mindformers_names(const io::WeightSource& weights);
 //   feed_forward.{w1,w3,w2} (dense, shared_experts) -> mlp.{gate,up,down}_proj with
 //     ._layer.matmul.weight_scale -> .weight_scale; routed_experts.ffn.{w1,w3,w2} [E, in, out]
 //     unstacked to mlp.experts.E.*_proj.weight [out, in] and weight_scale [E, out] to [out] each;
-//   router.dense.weight / router.e_score_correction_bias -> mlp.gate.*; the norms, embedding, lm_head.
+//   router.dense.weight / router.e_score_correction_bias -> mlp.gate.*; the norms, embedding, lm_head;
+//   fused names left by ffn_concat / qkv_concat (w_gate_hidden = w1 | w3, qkv2l = q2l_proj | kv2l
+//   with one quant_op) are split first.
 // Layers past num_hidden_layers (MTP) are left out, as the HF loader leaves them. Errors
 // (moeserve::Error naming the file and the MindFormers tensor): a missing tensor, a wrong dtype or
-// shape, a tensor the map does not know (OSP's quant_op.beta, the fused w_gate_hidden / qkv2l, ...),
-// a config without q_lora_rank.
+// shape, a tensor the map does not know (OSP's quant_op.beta, ...), a fused tensor next to its
+// parts, a config without q_lora_rank.
 std::unique_ptr<io::WeightSource> mindformers_deepseek_as_hf(std::unique_ptr<io::WeightSource> mf,
                                                              const DeepseekV3Config& c);
 
