@@ -1,13 +1,12 @@
 #include "moeserve/model/mindformers_checkpoint.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <map>
 #include <set>
-#include <string>
-
-#include <fmt/format.h>
-
 #include <span>
+#include <string>
 
 #include "moeserve/core/error.h"
 
