@@ -145,6 +145,38 @@ TEST(WeightSourceTest, DtypeAndShapeMismatchSayExpectedAndGot) {
         ErrorCode::kInvalidModel, {"should be F32 [6, 2]", "has F32 [2, 6]"});
 }
 
+TEST(WeightSourceTest, RenamedShowsAliasesAndOwnedTensorsOnly) {
+    const auto dir = moeserve::test::scratch_dir("ws_renamed");
+    make_writer().write(dir / "model.safetensors");
+    Tensor owned(DType::kF32, {2});
+    owned.as<float>()[0] = 7.0f;
+    owned.as<float>()[1] = 8.0f;
+    std::map<std::string, Tensor> made;
+    made.emplace("made.weight", std::move(owned));
+    const auto src = WeightSource::renamed(WeightSource::open(dir), {{"new.weight", kExpert}}, std::move(made));
+    EXPECT_EQ(src->names(), (std::vector<std::string>{"made.weight", "new.weight"}));
+    EXPECT_EQ(src->num_tensors(), 2u);
+    EXPECT_FALSE(src->contains(kExpert));  // the old name is gone
+    EXPECT_EQ(src->get("new.weight", DType::kF32, {2, 6}).as<float>()[3], 0.5f);
+    EXPECT_EQ(src->load_f32("made.weight").as<float>()[1], 8.0f);
+    EXPECT_EQ(src->stored_name("new.weight"), kExpert);
+    EXPECT_EQ(src->file_of("new.weight").path().filename(), "model.safetensors");
+    EXPECT_NE(src->describe("new.weight").find("'" + kExpert + "' (read as 'new.weight') in "), std::string::npos);
+    EXPECT_NE(src->describe("made.weight").find("converted in memory"), std::string::npos);
+    // a mismatch names the tensor in the file
+    expect_error(
+        [&] {
+            src->get("new.weight", DType::kBF16, {2, 6});
+        },
+        ErrorCode::kInvalidModel, {"'" + kExpert + "'", "model.safetensors", "should be BF16 [2, 6]"});
+    expect_error([&] { src->file_of("made.weight"); }, ErrorCode::kNotFound, {"'made.weight'", "in no file"});
+    // renamed twice: names still resolve to the tensor in the file
+    const auto again =
+        WeightSource::renamed(WeightSource::renamed(WeightSource::open(dir), {{"a", kExpert}}, {}), {{"b", "a"}}, {});
+    EXPECT_EQ(again->stored_name("b"), kExpert);
+    EXPECT_EQ(again->get("b").as<float>()[3], 0.5f);
+}
+
 TEST(WeightSourceTest, LoadF32ConvertsEveryDtype) {
     const auto dir = moeserve::test::scratch_dir("ws_convert");
     // Values every dtype holds exactly.

@@ -1,4 +1,5 @@
-// linear_int8_static (ModelSlim static W8A8) vs its scalar reference on every ISA level, bit-exact:
+// linear_int8_static (ModelSlim static W8A8, golden-stick A8W8's per-channel divisors) vs its
+// scalar reference on every ISA level, bit-exact:
 // odd shapes, k not a multiple of 32, activations that quantize to -128 (the AVX2 sign trick
 // cannot take them), negative and positive zero points, an int32 bias, 1-3 threads; and the
 // activation rounding rule itself (two f32 roundings, ties to even, saturation).
@@ -14,9 +15,10 @@
 namespace moeserve::kernels::cpu {
 namespace {
 
-void check_shape(int64_t m, int64_t k, int64_t n, int threads, float zero, uint32_t seed) {
+// per_channel: golden-stick's per-input-channel divisor (x / x_div[p]) instead of x * x_mul
+void check_shape(int64_t m, int64_t k, int64_t n, int threads, float zero, uint32_t seed, bool per_channel = false) {
     SCOPED_TRACE(testing::Message() << "m=" << m << " k=" << k << " n=" << n << " threads=" << threads
-                                    << " zero=" << zero);
+                                    << " zero=" << zero << " per_channel=" << per_channel);
     std::mt19937 rng(seed);
     ThreadPool pool(threads);
     test::Floats x(m * k), out(m * n), ref(m * n);
@@ -30,7 +32,11 @@ void check_shape(int64_t m, int64_t k, int64_t n, int threads, float zero, uint3
     for (auto& b : bias) b = db(rng);
     test::Floats deq(n);
     test::fill_uniform(deq.data(), n, rng, 1e-5f, 1e-3f);
-    const StaticInt8Weights sw{w.data(), bias.data(), deq.data(), n, k, 30.0f, zero};
+    // divisors around 1/30: the same range of quantized values as x_mul = 30
+    test::Floats div(k);
+    test::fill_uniform(div.data(), k, rng, 0.02f, 0.05f);
+    StaticInt8Weights sw{w.data(), bias.data(), deq.data(), n, k, 30.0f, zero};
+    if (per_channel) sw.x_div = div.data();
     Int8Scratch scratch;
     linear_int8_static(pool, x.data(), m, sw, out.data(), scratch);
     linear_int8_static_ref(x.data(), m, sw, ref.data());
@@ -44,7 +50,8 @@ TEST(LinearInt8StaticTest, OddShapesMatchReferenceBitExact) {
             for (int64_t m : {1, 2, 3, 5, 9, 17, 70}) {
                 for (int64_t k : {1, 7, 33, 100, 300}) {
                     for (int64_t n : {1, 7, 16, 33, 100}) {
-                        check_shape(m, k, n, threads, (seed % 3 == 0) ? -7.0f : (seed % 3 == 1 ? 0.0f : 12.0f), seed);
+                        check_shape(m, k, n, threads, (seed % 3 == 0) ? -7.0f : (seed % 3 == 1 ? 0.0f : 12.0f), seed,
+                                    seed % 2 == 0);
                         ++seed;
                     }
                 }
@@ -57,6 +64,7 @@ TEST(LinearInt8StaticTest, LargeShapesMatchReferenceBitExact) {
     test::for_each_isa([&](cpu::Isa) {
         check_shape(1, 1000, 517, 2, -3.0f, 5);
         check_shape(130, 600, 400, 3, 5.0f, 7);
+        check_shape(130, 600, 400, 3, -4.0f, 8, true);
     });
 }
 
@@ -84,6 +92,17 @@ TEST(LinearInt8StaticTest, QuantizationRounding) {
     quantize_rows_int8_static(x, 1, 8, 2.0f, 3.0f, q, 8);  // 1+3, 3+3, 5+3, -1+3, -3+3, sat, sat, 0.5+3
     const int8_t expect2[] = {4, 6, 8, 2, 0, 127, -128, 4};
     for (int i = 0; i < 8; ++i) EXPECT_EQ(q[i], expect2[i]) << i;
+    // per-channel divisors (golden-stick): x / d rounded to f32, then + zero, ties to even
+    const float d[] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
+    quantize_rows_int8_static_div(x, 1, 8, d, 3.0f, q, 8);
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(q[i], expect2[i]) << i;
+    // 1 / 3 is not a power of two: the quotient is rounded, not x * f32(1 / 3)
+    const float x3[] = {1.5f, -4.5f, 7.5f}, d3[] = {3.0f, 3.0f, 1.0f};
+    quantize_rows_int8_static_div(x3, 1, 3, d3, 0.0f, q, 4);
+    EXPECT_EQ(q[0], 0);   // 0.5 -> 0 (tie to even)
+    EXPECT_EQ(q[1], -2);  // -1.5 -> -2
+    EXPECT_EQ(q[2], 8);   // 7.5 -> 8
+    EXPECT_EQ(q[3], 0);   // padding column
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The W8A8 checkpoint formats of the Ascend ecosystem on the tiny models (issue #20): Ascend
-// ModelSlim (static W8A8 + W8A8_DYNAMIC mix; all-dynamic) and OmniInfer's compressed-tensors
-// layout, against the float64 reference that implements the formats' arithmetic
+// ModelSlim (static W8A8 + W8A8_DYNAMIC mix; all-dynamic), OmniInfer's compressed-tensors
+// layout and MindSpore golden-stick A8W8 (MindFormers names; its malformed cases are in
+// golden_stick_test.cpp), against the float64 reference that implements the formats' arithmetic
 // (tests/reference/ref_common.py: static_w8a8, quant_dequant_rows), greedy continuations, the
 // load log's counts, and the errors malformed ModelSlim checkpoints give.
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include "moeserve/io/safetensors_writer.h"
 #include "moeserve/io/weight_source.h"
 #include "moeserve/model/layers/linear.h"
+#include "moeserve/model/mindformers_checkpoint.h"
 #include "moeserve/model/quantization.h"
 #include "moeserve/model/registry.h"
 #include "moeserve/model/sequence_runner.h"
@@ -56,6 +58,7 @@ const Format kFormats[] = {
     {"deepseek_v3 modelslim-w8a8-dynamic", MOESERVE_DSV3_MODELSLIM_DYN_DIR, MOESERVE_DSV3_PROMPT},
     {"qwen3_moe omniinfer-w8a8", MOESERVE_QWEN3_OMNI_DIR, MOESERVE_QWEN3_PROMPT},
     {"deepseek_v3 omniinfer-w8a8", MOESERVE_DSV3_OMNI_DIR, MOESERVE_DSV3_PROMPT},
+    {"deepseek_v3 mindspore-a8w8", MOESERVE_DSV3_MINDSPORE_DIR, MOESERVE_DSV3_PROMPT},
 };
 
 class AscendFormatsTest : public ::testing::Test {
@@ -154,6 +157,11 @@ TEST_F(AscendFormatsTest, LogSaysFormatAndCounts) {
         << dd->info().quantization;
     auto o = open(MOESERVE_DSV3_OMNI_DIR);
     EXPECT_NE(o->info().quantization.find("compressed-tensors"), std::string::npos) << o->info().quantization;
+    // golden-stick: attention static, kv_b_proj / routers / lm_head FLOAT, MLPs and experts dynamic
+    auto g = open(MOESERVE_DSV3_MINDSPORE_DIR);
+    EXPECT_EQ(g->info().quantization,
+              "golden-stick A8W8 checkpoint (MindFormers names): 12 static + 0 dynamic + 6 FLOAT linears, 5 dynamic + "
+              "0 FLOAT expert groups");
 }
 
 // A copy of a ModelSlim fixture in one quant_model_weights.safetensors, with `edit` deciding each
@@ -232,7 +240,8 @@ TEST(AscendMalformedTest, WrongDtypeForDeqScale) {
             return true;
         },
         [](nlohmann::json&) {}));
-    EXPECT_NE(msg.find("'model.layers.0.self_attn.q_proj.deq_scale' has dtype F16"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'model.layers.0.self_attn.q_proj.deq_scale' in "), std::string::npos) << msg;
+    EXPECT_NE(msg.find("has dtype F16"), std::string::npos) << msg;
 }
 
 TEST(AscendMalformedTest, NonzeroWeightOffset) {
@@ -261,19 +270,17 @@ TEST(AscendMalformedTest, RequestedQuantizationIsRefused) {
     }
 }
 
-TEST(AscendStaticLinearTest, RowParallelShardsSumToTheFullLinear) {
-    // o_proj (static W8A8) split by input columns over 2 TP ranks: the per-tensor quantization is
-    // elementwise, so the partial sums add up; quant_bias is added by the first rank only.
-    const std::string dir = MOESERVE_QWEN3_MODELSLIM_DIR;
-    const auto w = io::WeightSource::open(dir);
-    const Quantization q = resolve_quantization(io::HfConfig::from_model_dir(dir), "", dir);
-    const std::string prefix = "model.layers.2.self_attn.o_proj";
-    const TensorView wv = w->get(prefix + ".weight");
+// The static linear `prefix` split by input columns over 2 TP ranks: the quantization is
+// elementwise (per tensor, or per input channel with the divisors sliced with the columns), so
+// the partial sums add up; quant_bias is added by the first rank only.
+void check_row_parallel_static(const io::WeightSource& w, const Quantization& q, const std::string& prefix) {
+    SCOPED_TRACE(prefix);
+    const TensorView wv = w.get(prefix + ".weight");
     const int64_t n = wv.dim(0), k = wv.dim(1), rows = 5;
-    const Linear full = Linear::load(*w, prefix, n, k, false, q);
+    const Linear full = Linear::load(w, prefix, n, k, false, q);
     ASSERT_TRUE(full.is_static_int8());
-    const Linear r0 = Linear::load_shard(*w, prefix, n, k, {0, -1, 0, k / 2}, false, q);
-    const Linear r1 = Linear::load_shard(*w, prefix, n, k, {0, -1, k / 2, k / 2}, false, q);
+    const Linear r0 = Linear::load_shard(w, prefix, n, k, {0, -1, 0, k / 2}, false, q);
+    const Linear r1 = Linear::load_shard(w, prefix, n, k, {0, -1, k / 2, k / 2}, false, q);
     std::vector<float> x(static_cast<size_t>(rows * k)), x0(static_cast<size_t>(rows * k / 2)),
         x1(static_cast<size_t>(rows * k / 2));
     for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * float(i)) * 2.0f;
@@ -293,8 +300,22 @@ TEST(AscendStaticLinearTest, RowParallelShardsSumToTheFullLinear) {
         diff = std::max(diff, std::fabs(y0[i] + y1[i] - y[i]));
         big = std::max(big, std::fabs(y[i]));
     }
-    std::printf("static o_proj TP=2 partial sums vs full: max diff %.3g of max %.3g\n", diff, big);
+    std::printf("static %s TP=2 partial sums vs full: max diff %.3g of max %.3g\n", prefix.c_str(), diff, big);
     EXPECT_LE(diff, 1e-5f * big);
+}
+
+TEST(AscendStaticLinearTest, RowParallelShardsSumToTheFullLinear) {
+    const std::string dir = MOESERVE_QWEN3_MODELSLIM_DIR;
+    check_row_parallel_static(*io::WeightSource::open(dir),
+                              resolve_quantization(io::HfConfig::from_model_dir(dir), "", dir),
+                              "model.layers.2.self_attn.o_proj");
+    // golden-stick: q_b_proj has per-channel divisors (column-split here only to test the slicing)
+    const std::string gdir = MOESERVE_DSV3_MINDSPORE_DIR;
+    const io::HfConfig cfg = io::HfConfig::from_model_dir(gdir);
+    const auto g = mindformers_deepseek_as_hf(io::WeightSource::open(gdir), DeepseekV3Config::from_json(cfg));
+    const Quantization gq = resolve_quantization(cfg, "", gdir);
+    check_row_parallel_static(*g, gq, "model.layers.1.self_attn.q_b_proj");
+    check_row_parallel_static(*g, gq, "model.layers.1.self_attn.o_proj");
 }
 
 TEST(AscendMalformedTest, QuantizationAscendFlag) {
@@ -372,14 +393,21 @@ TEST(AscendDescriptionTest, OmniInferConfigs) {
     EXPECT_TRUE(npu.int8_module("model.layers.0.mlp.up_proj"));
 }
 
-TEST(AscendDescriptionTest, GoldenStickIsRefusedClearly) {
+TEST(AscendDescriptionTest, GoldenStickRunsAsStored) {
     const io::HfConfig c({{"model_type", "deepseek_v3"}, {"quantization_config", {{"quant_method", "osl"}}}},
                          "test config.json");
+    const Quantization q = resolve_quantization(c, "");
+    EXPECT_EQ(q.checkpoint, CheckpointQuant::kGoldenStick);
+    EXPECT_EQ(q.scheme("model.layers.0.self_attn.kv_a_proj_with_mqa"), LinearScheme::kW8A8Static);
+    EXPECT_EQ(q.scheme("model.layers.0.self_attn.kv_b_proj"), LinearScheme::kFloat);
+    EXPECT_EQ(q.scheme("model.layers.1.mlp.experts.3.down_proj"), LinearScheme::kW8A8Dynamic);
+    EXPECT_EQ(q.scheme("model.layers.1.mlp.gate"), LinearScheme::kFloat);
+    EXPECT_EQ(q.scheme("lm_head"), LinearScheme::kFloat);
     try {
-        resolve_quantization(c, "");
+        resolve_quantization(c, "w8a8");
         ADD_FAILURE() << "no error";
     } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
         EXPECT_NE(std::string(e.what()).find("golden-stick"), std::string::npos) << e.what();
     }
 }

@@ -101,12 +101,16 @@ const Case kDsv3{"deepseek_v3", MOESERVE_DSV3_W8A8_DIR, MOESERVE_DSV3_PROMPT};
 // quant_bias is added on TP rank 0 only); the dynamic MLPs behave as above.
 const Case kQwen3Slim{"qwen3_moe modelslim", MOESERVE_QWEN3_MODELSLIM_DIR, MOESERVE_QWEN3_PROMPT};
 const Case kDsv3Slim{"deepseek_v3 modelslim", MOESERVE_DSV3_MODELSLIM_DIR, MOESERVE_DSV3_PROMPT};
+// golden-stick A8W8 (MindFormers names): as the ModelSlim mix, with per-channel divisors sliced
+// with o_proj's input columns.
+const Case kDsv3Golden{"deepseek_v3 mindspore-a8w8", MOESERVE_DSV3_MINDSPORE_DIR, MOESERVE_DSV3_PROMPT};
 
 TEST(W8A8ParallelTest, ExpertParallelEqualsSingleRank) {
     check(kQwen3, ParallelSizes{2, 1, 2}, 2e-5f);
     check(kDsv3, ParallelSizes{2, 1, 2}, 2e-5f);
     check(kQwen3Slim, ParallelSizes{2, 1, 2}, 2e-5f);
     check(kDsv3Slim, ParallelSizes{2, 1, 2}, 2e-5f);
+    check(kDsv3Golden, ParallelSizes{2, 1, 2}, 2e-5f);
 }
 
 TEST(W8A8ParallelTest, TensorParallelCloseToSingleRank) {
@@ -115,6 +119,7 @@ TEST(W8A8ParallelTest, TensorParallelCloseToSingleRank) {
     check(kDsv3, ParallelSizes{1, 2, 1}, 0.5f);  // routing flips in the tiny DeepSeek, see quantization.md
     check(kQwen3Slim, ParallelSizes{1, 2, 1}, 0.05f);
     check(kDsv3Slim, ParallelSizes{1, 2, 1}, 0.5f);
+    check(kDsv3Golden, ParallelSizes{1, 2, 1}, 0.5f);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import golden_stick_np  # noqa: E402
 import safetensors_np  # noqa: E402
 
 
@@ -19,10 +20,13 @@ class Weights(dict):
     """{name: float64 ndarray}; integer tensors are kept as they are. act_quant: simulate W8A8's
     dynamic per-token int8 activation quantization at the input of every int8 linear.
     modelslim: {tensor name: type} of an Ascend ModelSlim checkpoint (quant_model_description.json),
-    which then decides per linear (FLOAT, W8A8 static, W8A8_DYNAMIC)."""
+    which then decides per linear (FLOAT, W8A8 static, W8A8_DYNAMIC).
+    golden_stick: the static linears of a golden-stick A8W8 checkpoint (converted from MindFormers
+    names by golden_stick_np); its MLPs and experts run with per-token dynamic activations."""
 
     act_quant = False
     modelslim = None
+    golden_stick = None
 
 
 MODELSLIM_META_KEYS = {"model_quant_type", "version", "group_size", "kv_cache_type", "kv_quant_type",
@@ -87,7 +91,13 @@ def load_model(model_dir):
     """(Weights, config dict) of a HF model directory."""
     with open(os.path.join(model_dir, "config.json")) as f:
         config = json.load(f)
-    weights = prepare_weights(safetensors_np.load_model_dir(model_dir))
+    raw = safetensors_np.load_model_dir(model_dir)
+    if (config.get("quantization_config") or {}).get("quant_method") == "osl":
+        hf, static = golden_stick_np.convert(raw, config)
+        weights = prepare_weights(hf)
+        weights.golden_stick = static
+        return weights, config
+    weights = prepare_weights(raw)
     desc_path = os.path.join(model_dir, "quant_model_description.json")
     if os.path.exists(desc_path):
         with open(desc_path) as f:
@@ -105,7 +115,12 @@ def need(weights, name):
 
 def linear(weights, prefix, x):
     """x [n, in] @ W.T (+ bias when the checkpoint has one) -> [n, out]; W is [out, in]."""
-    if weights.modelslim is not None:
+    if weights.golden_stick is not None:
+        if prefix in weights.golden_stick:
+            return golden_stick_np.static_a8w8(weights, prefix, x)
+        if ".mlp." in prefix and not prefix.endswith(".mlp.gate"):
+            x = quant_dequant_rows(x)
+    elif weights.modelslim is not None:
         kind = weights.modelslim[prefix + ".weight"]  # every linear must be described
         absorbed = prefix.endswith("kv_b_proj")  # MLA's kv_b_proj runs dequantized
         if kind == "W8A8" and not absorbed:

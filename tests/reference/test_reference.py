@@ -17,6 +17,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import deepseek_v3_ref as dsr  # noqa: E402
+import golden_stick_np as gs  # noqa: E402
 import qwen3_moe_ref as qwr  # noqa: E402
 import ref_common as rc  # noqa: E402
 import safetensors_np as st  # noqa: E402
@@ -538,6 +539,29 @@ class DeepseekTest(TempDirTest):
 
 
 # ------------------------------------------------------------------------------------------------
+class GoldenStickTest(unittest.TestCase):
+    def test_rope_rows_come_back_in_hf_order(self):
+        # MindFormers keeps a block's even rows, then its odd rows (spec C.4)
+        r, hf = 8, np.arange(20).reshape(20, 1)
+        mf = hf.copy()
+        for b in (4, 12):
+            mf[b:b + r] = np.concatenate([hf[b:b + r:2], hf[b + 1:b + r:2]])
+        np.testing.assert_array_equal(gs._unpermute_rope(mf, [4, 12], r), hf)
+
+    def test_static_a8w8_divides_per_channel(self):
+        w = {"p.input_scale": np.array([0.5, 0.25]), "p.input_zp": np.array([3.0, 3.0]),
+             "p.weight": np.array([[1, -2]], np.int8), "p.quant_bias": np.array([-3], np.int32),
+             "p.deq_scale": np.array([0.1])}
+        x = np.array([[1.0, -1.0]])  # q = [rint(2 + 3), rint(-4 + 3)] = [5, -1]
+        np.testing.assert_allclose(gs.static_a8w8(w, "p", x), [[(5 * 1 + -1 * -2 - 3) * 0.1]])
+        x = np.array([[1000.0, -1000.0]])  # saturates at 127 / -128
+        np.testing.assert_allclose(gs.static_a8w8(w, "p", x), [[(127 + 256 - 3) * 0.1]])
+
+    def test_int64_dequant_scale_holds_f32_bits(self):
+        bits = np.array([0.375], np.float32).view(np.uint32).astype(np.int64)
+        np.testing.assert_array_equal(gs._deq_scale(bits), [0.375])
+
+
 @unittest.skipIf(torch is None, "torch is not installed")
 class TorchCrossCheckTest(unittest.TestCase):
     def test_bf16_and_f16_encoders_match_torch(self):

@@ -21,7 +21,8 @@ void add_make_model_command(CLI::App& app, Action* action) {
     sub->add_option("--shards", opts->num_shards, "number of safetensors shards")->capture_default_str();
     sub->add_option("--quantization", opts->quantization,
                     "write the linear weights as w8a8 (compressed-tensors int8), fp8 (F8_E4M3, 128x128 block "
-                    "scales), modelslim-w8a8 (Ascend static+dynamic mix), modelslim-w8a8-dynamic or omniinfer-w8a8");
+                    "scales), modelslim-w8a8 (Ascend static+dynamic mix), modelslim-w8a8-dynamic, omniinfer-w8a8 or "
+                    "mindspore-a8w8 (golden-stick, MindFormers names; deepseek only)");
     sub->add_option("--set", opts->overrides, "config.json override key=value (JSON value), repeatable");
     sub->add_option("--tokenizer-dir", *tokenizer_dir,
                     "folder with tokenizer.json + tokenizer_config.json (default: the setup cache)");

@@ -1,6 +1,8 @@
 // WeightSource: opening a model directory and looking tensors up across files (see weight_source.h).
 #include "moeserve/io/weight_source.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "moeserve/core/error.h"
@@ -96,36 +98,82 @@ void WeightSource::open_all_in_dir() {
     }
 }
 
+std::unique_ptr<WeightSource> WeightSource::renamed(std::unique_ptr<WeightSource> base,
+                                                    const std::map<std::string, std::string>& aliases,
+                                                    std::map<std::string, Tensor> owned) {
+    std::unique_ptr<WeightSource> out(new WeightSource());
+    out->dir_ = base->dir_;
+    out->index_path_ = base->index_path_;
+    out->source_desc_ = base->source_desc_ + ", renamed";
+    for (const auto& [name, from] : aliases) {
+        MOESERVE_CHECK(owned.count(name) == 0, "renamed: '{}' is both an alias and an owned tensor", name);
+        const auto it = base->file_of_.find(from);
+        MOESERVE_CHECK(it != base->file_of_.end(), "renamed: alias '{}' -> '{}' is not a file tensor of the base", name,
+                       from);
+        out->file_of_.emplace(name, it->second);
+        const std::string stored = base->stored_name(from);  // the base may be renamed itself
+        if (name != stored) out->stored_.emplace(name, stored);
+    }
+    out->files_ = std::move(base->files_);
+    out->owned_ = std::move(owned);
+    return out;
+}
+
 std::vector<std::string> WeightSource::names() const {
     std::vector<std::string> out;
-    out.reserve(file_of_.size());
+    out.reserve(file_of_.size() + owned_.size());
     for (const auto& [name, pos] : file_of_) out.push_back(name);
+    for (const auto& [name, t] : owned_) out.push_back(name);
+    std::sort(out.begin(), out.end());
     return out;
+}
+
+std::string WeightSource::stored_name(const std::string& name) const {
+    const auto it = stored_.find(name);
+    return it == stored_.end() ? name : it->second;
+}
+
+std::string WeightSource::describe(const std::string& name) const {
+    if (owned_.count(name) != 0) return fmt::format("'{}' (converted in memory from {})", name, dir_.string());
+    const auto it = file_of_.find(name);
+    if (it == file_of_.end()) return fmt::format("'{}' (not in {})", name, dir_.string());
+    const std::string file = files_[it->second]->path().string();
+    const std::string stored = stored_name(name);
+    return stored == name ? fmt::format("'{}' in {}", name, file)
+                          : fmt::format("'{}' (read as '{}') in {}", stored, name, file);
 }
 
 const SafetensorsFile& WeightSource::file_of(const std::string& name) const {
     auto it = file_of_.find(name);
     if (it == file_of_.end()) {
+        if (owned_.count(name) != 0) {
+            raise(ErrorCode::kNotFound, "{}: tensor '{}' was converted in memory and is in no file", dir_.string(),
+                  name);
+        }
         raise(ErrorCode::kNotFound, "{}: no tensor '{}' in the checkpoint ({})", dir_.string(), name, source_desc_);
     }
     const SafetensorsFile& file = *files_[it->second];
-    if (!file.contains(name)) {  // only possible with an index
+    const std::string stored = stored_name(name);
+    if (!file.contains(stored)) {  // only possible with an index
         raise(ErrorCode::kNotFound, "{}: '{}' is mapped to '{}', which does not contain it",
-              index_path_ ? index_path_->string() : dir_.string(), name, file.path().filename().string());
+              index_path_ ? index_path_->string() : dir_.string(), stored, file.path().filename().string());
     }
     return file;
 }
 
-const TensorInfo& WeightSource::info(const std::string& name) const { return file_of(name).info(name); }
+const TensorInfo& WeightSource::info(const std::string& name) const { return file_of(name).info(stored_name(name)); }
 
-TensorView WeightSource::get(const std::string& name) const { return file_of(name).view(name); }
+TensorView WeightSource::get(const std::string& name) const {
+    const auto it = owned_.find(name);
+    if (it != owned_.end()) return it->second.view();
+    return file_of(name).view(stored_name(name));
+}
 
 TensorView WeightSource::get(const std::string& name, DType dtype, const Shape& shape) const {
-    const SafetensorsFile& file = file_of(name);
-    TensorView view = file.view(name);
+    const TensorView view = get(name);
     if (view.dtype != dtype || !(view.shape == shape)) {
-        raise(ErrorCode::kInvalidModel, "{}: tensor '{}' should be {} {}, but the file has {} {}", file.path().string(),
-              name, dtype_name(dtype), shape.str(), dtype_name(view.dtype), view.shape.str());
+        raise(ErrorCode::kInvalidModel, "{}: should be {} {}, but it has {} {}", describe(name), dtype_name(dtype),
+              shape.str(), dtype_name(view.dtype), view.shape.str());
     }
     return view;
 }

@@ -29,14 +29,29 @@ public:
     // kInvalidModel / kUnsupported (malformed index or file), kIo.
     static std::unique_ptr<WeightSource> open(const std::filesystem::path& model_dir);
 
+    // The same checkpoint under other names (a converter from another layout, e.g. MindFormers):
+    // exactly the names of `aliases` (new name -> name in `base`, zero-copy) and of `owned`
+    // (tensors made in memory). Lookups by a new name behave as above; error messages and
+    // stored_name() give the name in the file. Every alias must exist in base (MOESERVE_CHECK:
+    // the converter checks first); a name in both maps is a bug too.
+    static std::unique_ptr<WeightSource> renamed(std::unique_ptr<WeightSource> base,
+                                                 const std::map<std::string, std::string>& aliases,
+                                                 std::map<std::string, Tensor> owned);
+
     const std::filesystem::path& dir() const { return dir_; }
     // True when the checkpoint lists `name` (with an index: when the index maps it).
-    bool contains(const std::string& name) const { return file_of_.count(name) != 0; }
+    bool contains(const std::string& name) const { return file_of_.count(name) != 0 || owned_.count(name) != 0; }
     // Every tensor name, sorted.
     std::vector<std::string> names() const;
-    size_t num_tensors() const { return file_of_.size(); }
+    size_t num_tensors() const { return file_of_.size() + owned_.size(); }
+    // The name `name` has in its file (differs only in a renamed() source).
+    std::string stored_name(const std::string& name) const;
+    // "'NAME' in FILE" for messages ("'NAME' (converted in memory from DIR)" for an owned tensor,
+    // "'STORED' (read as 'NAME') in FILE" for an alias).
+    std::string describe(const std::string& name) const;
 
-    // The tensor's dtype, shape and byte range in its file; throws like get().
+    // The tensor's dtype, shape and byte range in its file; throws like get() (and kNotFound for
+    // an owned tensor of a renamed() source, which has no file).
     const TensorInfo& info(const std::string& name) const;
     // Zero-copy, read-only view of the tensor. Throws kNotFound naming the tensor and, with an
     // index, the shard that was expected to hold it. Valid while this object (or mappings()) lives.
@@ -47,7 +62,7 @@ public:
     // The tensor converted to an owned f32 Tensor of the same shape (any dtype; see convert_to_f32).
     Tensor load_f32(const std::string& name) const;
 
-    // The file that holds `name` (throws like get()).
+    // The file that holds `name` (throws like info()).
     const SafetensorsFile& file_of(const std::string& name) const;
     // The mappings behind every view; holding them keeps views valid past this object.
     std::vector<std::shared_ptr<const MappedFile>> mappings() const;
@@ -65,6 +80,9 @@ private:
     std::string source_desc_;                          // what was opened, for messages
     std::vector<std::unique_ptr<SafetensorsFile>> files_;
     std::map<std::string, size_t> file_of_;  // tensor name -> position in files_
+    // renamed(): exposed name -> name in its file (absent: the same), and tensors held in memory
+    std::map<std::string, std::string> stored_;
+    std::map<std::string, Tensor> owned_;
 };
 
 // Converts every element of `src` to f32 into `dst` (room for src.numel() floats).

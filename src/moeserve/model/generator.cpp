@@ -11,6 +11,8 @@
 #include "moeserve/io/hf_config.h"
 #include "moeserve/io/safetensors_writer.h"
 #include "moeserve/model/deepseek_v3/weight_specs.h"
+#include "moeserve/model/generator_mindformers.h"
+#include "moeserve/model/generator_parts.h"
 #include "moeserve/model/quantization.h"
 #include "moeserve/model/qwen3_moe/weight_specs.h"
 
@@ -19,6 +21,12 @@ namespace moeserve::model {
 namespace fs = std::filesystem;
 
 namespace {
+
+using gen::Calibrator;
+using gen::make_norm_bias;
+using gen::make_tensor;
+using gen::StaticCalibration;
+using gen::value_at;
 
 nlohmann::json qwen3_moe_preset(const std::string& size) {
     nlohmann::json c = {
@@ -139,34 +147,6 @@ nlohmann::json deepseek_preset(const std::string& arch, const std::string& size)
     return c;
 }
 
-uint64_t fnv1a(const std::string& s) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
-    return h;
-}
-
-// Each tensor has its own stream (seed x name), so adding a tensor never changes the others.
-Tensor make_tensor(const WeightSpec& spec, uint64_t seed) {
-    Tensor t(spec.dtype, spec.shape);
-    Rng rng(seed ^ fnv1a(spec.name));
-    const int64_t n = t.numel();
-    for (int64_t i = 0; i < n; ++i) {
-        float v = spec.scale * rng.normal();
-        if (spec.init == WeightInit::kNormOnes) v += 1.0f;
-        switch (spec.dtype) {
-            case DType::kBF16:
-                t.as<uint16_t>()[i] = f32_to_bf16(v);
-                break;
-            case DType::kF32:
-                t.as<float>()[i] = v;
-                break;
-            default:
-                MOESERVE_CHECK(false, "generator: dtype {} not generated", dtype_name(spec.dtype));
-        }
-    }
-    return t;
-}
-
 // Linear weights the quantized checkpoints hold in 8 bits (embeddings, lm_head, routers and norms
 // stay bf16, as in the published W8A8 and FP8 checkpoints).
 bool quantized_in_checkpoint(const WeightSpec& spec) {
@@ -236,109 +216,6 @@ std::string module_of(const std::string& weight_name) { return weight_name.subst
 bool static_in_mix(const std::string& name) {
     return name.find(".self_attn.") != std::string::npos && name.find("kv_b_proj") == std::string::npos;
 }
-
-float value_at(const Tensor& t, int64_t i) {
-    return t.dtype() == DType::kBF16 ? bf16_to_f32(t.as<uint16_t>()[i]) : t.as<float>()[i];
-}
-
-// The RMSNorm biases the mix writes: small N(0, 0.1) values (f32 [n]).
-Tensor make_norm_bias(const std::string& name, int64_t n, uint64_t seed) {
-    Tensor t(DType::kF32, {n});
-    Rng rng(seed ^ fnv1a(name));
-    for (int64_t i = 0; i < n; ++i) t.as<float>()[i] = 0.1f * rng.normal();
-    return t;
-}
-
-struct StaticCalibration {
-    float scale = 1.0f;   // s_x = (max - min) / 255 over the calibration values (range widened to hold 0)
-    float offset = 0.0f;  // z_x = rint(-128 - min / s_x)
-};
-
-// The calibration pass: kCalibrationRows synthetic rows of what feeds each static linear, made
-// from the model's own weights: RMSNorm(z) * w (+ b) for z ~ N(0, 1) rows (the norm in front of
-// q/k/v, q_a/kv_a, q_b), and those rows through v_proj (Qwen3) or kv_b_proj (DeepSeek) for
-// o_proj, whose input is a convex mix of value rows. Linears that share an input share its rows,
-// hence their scale and offset.
-class Calibrator {
-public:
-    Calibrator(const std::vector<WeightSpec>& specs, uint64_t seed, bool norm_bias) : seed_(seed), bias_(norm_bias) {
-        for (const auto& s : specs) specs_.emplace(s.name, s);
-    }
-
-    StaticCalibration calibrate(const std::string& module) const {
-        const std::string attn = module.substr(0, module.rfind('.') + 1);  // "model.layers.N.self_attn."
-        const std::string layer = attn.substr(0, attn.size() - std::string("self_attn.").size());
-        std::vector<double> x;
-        if (ends_with(module, "q_b_proj")) {
-            x = norm_rows(attn + "q_a_layernorm");
-        } else if (ends_with(module, "o_proj")) {
-            const bool mla = specs_.count(attn + "kv_b_proj.weight") != 0;
-            x = project(mla ? norm_rows(attn + "kv_a_layernorm") : norm_rows(layer + "input_layernorm"),
-                        mla ? attn + "kv_b_proj.weight" : attn + "v_proj.weight");
-        } else {
-            x = norm_rows(layer + "input_layernorm");
-        }
-        double lo = 0.0, hi = 0.0;
-        for (double v : x) {
-            lo = std::min(lo, v);
-            hi = std::max(hi, v);
-        }
-        StaticCalibration c;
-        c.scale = static_cast<float>((hi - lo) / 255.0);
-        c.offset = static_cast<float>(std::clamp(std::nearbyint(-128.0 - lo / double(c.scale)), -128.0, 127.0));
-        return c;
-    }
-
-    bool writes_bias(const std::string& norm) const {
-        return bias_ && (ends_with(norm, "input_layernorm") || ends_with(norm, "q_a_layernorm"));
-    }
-
-private:
-    static constexpr int64_t kCalibrationRows = 32;
-
-    // kCalibrationRows x n values of RMSNorm(z) * w + b
-    std::vector<double> norm_rows(const std::string& norm) const {
-        const Tensor w = make_tensor(specs_.at(norm + ".weight"), seed_);
-        const int64_t n = w.numel();
-        const Tensor b = writes_bias(norm) ? make_norm_bias(norm + ".bias", n, seed_) : Tensor();
-        Rng rng(seed_ ^ fnv1a(norm + "#calibration"));
-        std::vector<double> out(static_cast<size_t>(kCalibrationRows * n));
-        std::vector<double> z(static_cast<size_t>(n));
-        for (int64_t r = 0; r < kCalibrationRows; ++r) {
-            double ss = 0.0;
-            for (auto& v : z) {
-                v = rng.normal();
-                ss += v * v;
-            }
-            const double inv = 1.0 / std::sqrt(ss / double(n) + 1e-6);
-            for (int64_t j = 0; j < n; ++j) {
-                out[size_t(r * n + j)] = z[size_t(j)] * inv * value_at(w, j) + (b.empty() ? 0.0 : b.as<float>()[j]);
-            }
-        }
-        return out;
-    }
-
-    // rows [R, k] @ W[n, k]^T
-    std::vector<double> project(const std::vector<double>& rows, const std::string& weight) const {
-        const WeightSpec& spec = specs_.at(weight);
-        const Tensor w = make_tensor(spec, seed_);
-        const int64_t n = spec.shape[0], k = spec.shape[1];
-        const auto num_rows = static_cast<int64_t>(rows.size()) / k;
-        std::vector<double> out(static_cast<size_t>(num_rows * n));
-        for (int64_t r = 0; r < num_rows; ++r) {
-            for (int64_t j = 0; j < n; ++j) {
-                double acc = 0.0;
-                for (int64_t p = 0; p < k; ++p) acc += rows[size_t(r * k + p)] * value_at(w, j * k + p);
-                out[size_t(r * n + j)] = acc;
-            }
-        }
-        return out;
-    }
-
-    std::map<std::string, WeightSpec> specs_;
-    uint64_t seed_;
-    bool bias_;
-};
 
 // Writes the ModelSlim form of linear weight `name` (bf16 t [rows, cols]); records every tensor's
 // type in desc. deq_int64: the static deq_scale in its int64 form (f32 bits widened).
@@ -470,13 +347,24 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
                                               : deepseek_v3_weight_specs(DeepseekV3Config::from_json(hf));
     const std::string& quant = options.quantization;
     const bool modelslim = is_modelslim(quant), omniinfer = quant == "omniinfer-w8a8";
-    if (!quant.empty() && quant != "w8a8" && quant != "fp8" && !modelslim && !omniinfer) {
+    const bool mindspore = quant == "mindspore-a8w8";
+    if (!quant.empty() && quant != "w8a8" && quant != "fp8" && !modelslim && !omniinfer && !mindspore) {
         raise(ErrorCode::kInvalidArgument,
-              "--quantization '{}' is not supported (expected w8a8, fp8, modelslim-w8a8, modelslim-w8a8-dynamic or "
-              "omniinfer-w8a8; mindspore-a8w8 is not written yet)",
+              "--quantization '{}' is not supported (expected w8a8, fp8, modelslim-w8a8, modelslim-w8a8-dynamic, "
+              "omniinfer-w8a8 or mindspore-a8w8)",
               quant);
     }
-    if (!quant.empty() && !modelslim) config["quantization_config"] = quantization_config(quant);
+    if (mindspore && options.arch == "qwen3_moe") {
+        raise(ErrorCode::kInvalidArgument,
+              "--quantization mindspore-a8w8 is written for deepseek_v3 / deepseek_v2 only (the MindFormers names "
+              "moeserve knows are DeepSeek's)");
+    }
+    if (mindspore) {
+        // moeserve's convention: golden-stick keeps quant_method in the MindFormers yaml
+        config["quantization_config"] = {{"quant_method", "osl"}};
+    } else if (!quant.empty() && !modelslim) {
+        config["quantization_config"] = quantization_config(quant);
+    }
     if (omniinfer) {
         nlohmann::json ignore = nlohmann::json::array({"lm_head"});
         for (const auto& s : specs) {
@@ -504,10 +392,14 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
     }
 
     GeneratedModel result;
+    if (mindspore) {
+        gen::write_mindformers_a8w8(specs, DeepseekV3Config::from_json(hf), options.seed, options.num_shards,
+                                    options.out_dir, result);
+    }
     const size_t per_shard =
         (specs.size() + static_cast<size_t>(options.num_shards) - 1) / static_cast<size_t>(options.num_shards);
     nlohmann::json weight_map = nlohmann::json::object();
-    for (int shard = 0; shard < options.num_shards; ++shard) {
+    for (int shard = 0; shard < (mindspore ? 0 : options.num_shards); ++shard) {
         // ModelSlim's V1 saver and OmniInfer's converter do not name their shards model-*
         const std::string stem = modelslim   ? "quant_model_weights"
                                  : omniinfer ? "quant_model_weight_w8a8_dynamic"
@@ -574,7 +466,7 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
         }
         writer.write(options.out_dir / file);
     }
-    if (options.num_shards > 1 || omniinfer) {
+    if ((options.num_shards > 1 && !mindspore) || omniinfer) {
         write_json(options.out_dir /
                        (modelslim ? "quant_model_weights.safetensors.index.json" : "model.safetensors.index.json"),
                    {{"metadata", {{"total_size", result.num_bytes}}}, {"weight_map", weight_map}});

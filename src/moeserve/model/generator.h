@@ -27,8 +27,9 @@ struct GeneratorOptions {
     // power-of-two scales), "modelslim-w8a8" (Ascend ModelSlim mix: static W8A8 attention with a
     // calibration pass, W8A8_DYNAMIC MLPs/experts, FLOAT rest, RMSNorm biases, quant_model_*
     // files), "modelslim-w8a8-dynamic" (every linear W8A8_DYNAMIC), "omniinfer-w8a8"
-    // (compressed-tensors with OmniInfer's ignore list and shard names). All quantize the same
-    // bf16 weights the plain model has.
+    // (compressed-tensors with OmniInfer's ignore list and shard names), "mindspore-a8w8" (DeepSeek
+    // only: MindSpore golden-stick A8W8 in MindFormers names, generator_mindformers.h). All quantize
+    // the same bf16 weights the plain model has.
     std::string quantization;
 };
 

@@ -105,7 +105,20 @@ std::map<std::string, std::string> parse_modelslim_description(const nlohmann::j
     return out;
 }
 
+namespace {
+// golden-stick (ds_utils.py create_ptq('osl')): attention static, `feed_forward` (dense MLPs,
+// shared and routed experts) dynamic, lkv2kv (kv_b_proj) and lm_head left out; routers are no
+// linears it quantizes.
+LinearScheme golden_stick_scheme(const std::string& module) {
+    if (ends_with(module, "kv_b_proj") || ends_with(module, ".mlp.gate")) return LinearScheme::kFloat;
+    if (module.find(".self_attn.") != std::string::npos) return LinearScheme::kW8A8Static;
+    if (module.find(".mlp.") != std::string::npos) return LinearScheme::kW8A8Dynamic;
+    return LinearScheme::kFloat;
+}
+}  // namespace
+
 LinearScheme Quantization::scheme(const std::string& module) const {
+    if (checkpoint == CheckpointQuant::kGoldenStick) return golden_stick_scheme(module);
     if (checkpoint != CheckpointQuant::kModelSlim) {
         return int8_module(module) ? LinearScheme::kW8A8Dynamic : LinearScheme::kFloat;
     }
@@ -127,7 +140,9 @@ LinearScheme Quantization::scheme(const std::string& module) const {
 }
 
 bool Quantization::int8_module(const std::string& module) const {
-    if (checkpoint == CheckpointQuant::kModelSlim) return scheme(module) == LinearScheme::kW8A8Dynamic;
+    if (checkpoint == CheckpointQuant::kModelSlim || checkpoint == CheckpointQuant::kGoldenStick) {
+        return scheme(module) == LinearScheme::kW8A8Dynamic;
+    }
     if (!int8) return false;
     if (module == "lm_head" || module == "model.embed_tokens") return int8_lm_head;
     if (ends_with(module, ".mlp.gate") || ends_with(module, "kv_b_proj")) return false;
@@ -149,6 +164,13 @@ std::string Quantization::describe() const {
             std::filesystem::path(description_file).filename().string(), counts->static_linears.load(),
             counts->dynamic_linears.load(), counts->float_linears.load(), counts->dynamic_experts.load(),
             counts->float_experts.load());
+    }
+    if (checkpoint == CheckpointQuant::kGoldenStick) {
+        return fmt::format(
+            "golden-stick A8W8 checkpoint (MindFormers names): {} static + {} dynamic + {} FLOAT linears, "
+            "{} dynamic + {} FLOAT expert groups",
+            counts->static_linears.load(), counts->dynamic_linears.load(), counts->float_linears.load(),
+            counts->dynamic_experts.load(), counts->float_experts.load());
     }
     const std::string counted = fmt::format(" ({} int8 + {} high-precision linears, {} int8 + {} bf16 expert groups)",
                                             counts->dynamic_linears.load(), counts->float_linears.load(),
@@ -210,11 +232,10 @@ Quantization resolve_quantization(const io::HfConfig& config, const std::string&
                     for (const auto& s : (*qc)[key]) q.ignore.push_back(s.get<std::string>());
                 }
             }
-        } else if (method == "osl" || method == "golden-stick" || method == "golden_stick") {
-            raise(ErrorCode::kUnsupported,
-                  "{}: quantization_config.quant_method '{}' is a MindSpore golden-stick (MindFormers) A8W8 "
-                  "checkpoint; moeserve does not load it yet (docs/quantization.md says what it would take)",
-                  config.label(), method);
+        } else if (method == "osl") {
+            // golden-stick A8W8 (the MindFormers yaml's quant_method; docs/quantization.md)
+            q.checkpoint = CheckpointQuant::kGoldenStick;
+            q.format = "golden-stick";
         } else if (method == "fp8") {
             q.checkpoint = CheckpointQuant::kFp8Block;
             q.format = "fp8";
@@ -242,10 +263,21 @@ Quantization resolve_quantization(const io::HfConfig& config, const std::string&
         } else {
             raise(ErrorCode::kUnsupported,
                   "{}: quantization_config.quant_method '{}' is not supported (supported: compressed-tensors W8A8 "
-                  "int8, npu_w8a8_dynamic, fp8 with weight_block_size; ModelSlim checkpoints are recognised by "
+                  "int8, npu_w8a8_dynamic, fp8 with weight_block_size, osl (golden-stick A8W8); ModelSlim checkpoints "
+                  "are recognised by "
                   "their quant_model_description.json)",
                   config.label(), method);
         }
+    }
+    if (q.checkpoint == CheckpointQuant::kGoldenStick) {
+        if (!requested.empty() && requested != "auto") {
+            raise(ErrorCode::kInvalidArgument,
+                  "--quantization '{}': {} is a MindSpore golden-stick A8W8 checkpoint, which runs as stored; drop "
+                  "the flag or pass auto",
+                  requested, config.label());
+        }
+        q.int8 = true;
+        return q;
     }
     if (requested.empty() || requested == "auto") {
         q.int8 = q.checkpoint == CheckpointQuant::kW8A8Int8;
@@ -370,38 +402,90 @@ float scalar_param(const io::WeightSource& weights, const std::string& name) {
 
 }  // namespace
 
+namespace {
+
+// golden-stick: PREFIX.input_scale [in] or [1] (F32/BF16/F16, positive finite: divisors) and
+// PREFIX.input_offset I8 [in] or [1] holding one zero point.
+void load_golden_stick_activation(const io::WeightSource& weights, const std::string& prefix, int64_t in_features,
+                                  StaticInt8Matrix& m) {
+    const std::string sname = prefix + ".input_scale", zname = prefix + ".input_offset";
+    for (const std::string& n : {sname, zname}) {
+        if (!weights.contains(n)) {
+            raise(ErrorCode::kInvalidModel, "static A8W8 tensor '{}' is missing from {}", weights.stored_name(n),
+                  weights.dir().string());
+        }
+    }
+    const TensorView s = weights.get(sname);
+    if ((s.dtype != DType::kF32 && s.dtype != DType::kBF16 && s.dtype != DType::kF16) || s.shape.rank() != 1 ||
+        (s.numel() != in_features && s.numel() != 1)) {
+        raise(ErrorCode::kInvalidModel, "{} is {} {}; expected BF16, F16 or F32 [{}] (or [1])", weights.describe(sname),
+              dtype_name(s.dtype), s.shape.str(), in_features);
+    }
+    const Tensor sf = weights.load_f32(sname);
+    m.x_div = Tensor(DType::kF32, {in_features});
+    for (int64_t k = 0; k < in_features; ++k) {
+        const float v = sf.as<float>()[s.numel() == 1 ? 0 : k];
+        if (!(v > 0.0f) || !std::isfinite(v)) {
+            raise(ErrorCode::kInvalidModel, "{} is {} at {}; an input_scale (a divisor) must be positive and finite",
+                  weights.describe(sname), v, k);
+        }
+        m.x_div.as<float>()[k] = v;
+    }
+    const TensorView z = weights.get(zname);
+    if (z.dtype != DType::kI8 || z.shape.rank() != 1 || (z.numel() != in_features && z.numel() != 1)) {
+        raise(ErrorCode::kInvalidModel, "{} is {} {}; expected I8 [{}] (or [1])", weights.describe(zname),
+              dtype_name(z.dtype), z.shape.str(), in_features);
+    }
+    const auto* zp = static_cast<const int8_t*>(z.data);
+    for (int64_t k = 1; k < z.numel(); ++k) {
+        if (zp[k] != zp[0]) {
+            raise(ErrorCode::kUnsupported,
+                  "{} holds {} at 0 but {} at {}; moeserve runs one zero point per linear (golden-stick tiles z_x)",
+                  weights.describe(zname), int{zp[0]}, int{zp[k]}, k);
+        }
+    }
+    m.input_offset = static_cast<float>(zp[0]);
+}
+
+}  // namespace
+
 StaticInt8Matrix load_static_int8(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
-                                  int64_t in_features) {
+                                  int64_t in_features, bool golden_stick) {
     StaticInt8Matrix m;
     const std::string wname = prefix + ".weight";
     const TensorView w = weights.get(wname);
     if (w.dtype != DType::kI8 || !(w.shape == Shape{out_features, in_features})) {
-        raise(ErrorCode::kInvalidModel, "static W8A8 weight '{}' is {} {}; expected I8 [{}, {}]", wname,
+        raise(ErrorCode::kInvalidModel, "static W8A8 weight {} is {} {}; expected I8 [{}, {}]", weights.describe(wname),
               dtype_name(w.dtype), w.shape.str(), out_features, in_features);
     }
     m.data = Tensor(DType::kI8, {out_features, in_features});
     std::memcpy(m.data.data(), w.data, static_cast<size_t>(out_features * in_features));
-    m.input_scale = scalar_param(weights, prefix + ".input_scale");
-    m.input_offset = scalar_param(weights, prefix + ".input_offset");
-    if (!(m.input_scale > 0.0f) || !std::isfinite(m.input_scale)) {
-        raise(ErrorCode::kInvalidModel, "'{}.input_scale' is {}; it must be a positive finite number", prefix,
-              m.input_scale);
+    if (golden_stick) {
+        load_golden_stick_activation(weights, prefix, in_features, m);
+    } else {
+        m.input_scale = scalar_param(weights, prefix + ".input_scale");
+        m.input_offset = scalar_param(weights, prefix + ".input_offset");
+        if (!(m.input_scale > 0.0f) || !std::isfinite(m.input_scale)) {
+            raise(ErrorCode::kInvalidModel, "'{}.input_scale' is {}; it must be a positive finite number", prefix,
+                  m.input_scale);
+        }
+        if (m.input_offset != std::nearbyint(m.input_offset) || m.input_offset < -128.0f || m.input_offset > 127.0f) {
+            raise(ErrorCode::kInvalidModel, "'{}.input_offset' is {}; a zero point must be an integer in [-128, 127]",
+                  prefix, m.input_offset);
+        }
+        // vllm-ascend: input_scale in the params dtype (bf16), its reciprocal in bf16 too
+        m.x_mul = bf16_to_f32(f32_to_bf16(1.0f / bf16_to_f32(f32_to_bf16(m.input_scale))));
     }
-    if (m.input_offset != std::nearbyint(m.input_offset) || m.input_offset < -128.0f || m.input_offset > 127.0f) {
-        raise(ErrorCode::kInvalidModel, "'{}.input_offset' is {}; a zero point must be an integer in [-128, 127]",
-              prefix, m.input_offset);
-    }
-    // vllm-ascend: input_scale in the params dtype (bf16), its reciprocal in bf16 too
-    m.x_mul = bf16_to_f32(f32_to_bf16(1.0f / bf16_to_f32(f32_to_bf16(m.input_scale))));
     // deq_scale [N]: F32, or I64 (F32 bits in the low 32 bits: the fp16-model form)
     const std::string dname = prefix + ".deq_scale";
     if (!weights.contains(dname)) {
-        raise(ErrorCode::kInvalidModel, "static W8A8 tensor '{}' is missing from {}", dname, weights.dir().string());
+        raise(ErrorCode::kInvalidModel, "static W8A8 tensor '{}' is missing from {}", weights.stored_name(dname),
+              weights.dir().string());
     }
     const TensorView d = weights.get(dname);
     if (d.numel() != out_features || d.shape.rank() != 1) {
-        raise(ErrorCode::kInvalidModel, "'{}' has shape {}; expected [{}] (one per output channel)", dname,
-              d.shape.str(), out_features);
+        raise(ErrorCode::kInvalidModel, "{} has shape {}; expected [{}] (one per output channel)",
+              weights.describe(dname), d.shape.str(), out_features);
     }
     m.deq_scale = Tensor(DType::kF32, {out_features});
     float* ds = m.deq_scale.as<float>();
@@ -416,17 +500,18 @@ StaticInt8Matrix load_static_int8(const io::WeightSource& weights, const std::st
         }
     } else {
         raise(ErrorCode::kInvalidModel,
-              "'{}' has dtype {}; a ModelSlim deq_scale is F32 (bf16 models) or I64 holding f32 bits (fp16 models)",
-              dname, dtype_name(d.dtype));
+              "{} has dtype {}; a static deq_scale is F32 (bf16 models) or I64 holding f32 bits (fp16 models)",
+              weights.describe(dname), dtype_name(d.dtype));
     }
     const std::string bname = prefix + ".quant_bias";
     if (!weights.contains(bname)) {
-        raise(ErrorCode::kInvalidModel, "static W8A8 tensor '{}' is missing from {}", bname, weights.dir().string());
+        raise(ErrorCode::kInvalidModel, "static W8A8 tensor '{}' is missing from {}", weights.stored_name(bname),
+              weights.dir().string());
     }
     const TensorView b = weights.get(bname);
     if (b.dtype != DType::kI32 || b.numel() != out_features || b.shape.rank() != 1) {
-        raise(ErrorCode::kInvalidModel, "'{}' is {} {}; expected I32 [{}]", bname, dtype_name(b.dtype), b.shape.str(),
-              out_features);
+        raise(ErrorCode::kInvalidModel, "{} is {} {}; expected I32 [{}]", weights.describe(bname), dtype_name(b.dtype),
+              b.shape.str(), out_features);
     }
     m.quant_bias = Tensor(DType::kI32, {out_features});
     std::memcpy(m.quant_bias.data(), b.data, static_cast<size_t>(out_features) * 4);

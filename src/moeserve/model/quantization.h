@@ -23,6 +23,9 @@ enum class CheckpointQuant {
     kW8A8Int8,   // compressed-tensors int-quantized: PREFIX.weight I8 + PREFIX.weight_scale
     kFp8Block,   // quant_method fp8: PREFIX.weight F8_E4M3 + PREFIX.weight_scale_inv [ceil(out/br), ceil(in/bc)]
     kModelSlim,  // Ascend ModelSlim: quant_model_description.json names each tensor's type (docs/quantization.md)
+    // MindSpore golden-stick A8W8 (quant_method osl, MindFormers names; model/mindformers_checkpoint.h
+    // presents it under HF names): static attention with per-channel input_scale, dynamic MLPs
+    kGoldenStick,
 };
 
 // How one linear of a ModelSlim checkpoint is stored and run (its quant_model_description type).
@@ -54,7 +57,8 @@ struct Quantization {
     // ModelSlim: the scheme of module (weight name without ".weight"), from the description's
     // entry for module + ".weight". Error kInvalidModel naming the tensor and the file when the
     // entry is missing, kUnsupported for a type moeserve does not run (W8A16, W4A8_DYNAMIC, ...).
-    // Other checkpoints: kW8A8Dynamic when int8_module(module), else kFloat.
+    // golden-stick: by role (attention projections but kv_b_proj static, MLPs and experts dynamic,
+    // the rest FLOAT). Other checkpoints: kW8A8Dynamic when int8_module(module), else kFloat.
     LinearScheme scheme(const std::string& module) const;
 
     // Whether the module (weight name without ".weight", e.g. "model.layers.0.mlp.gate") runs in
@@ -85,20 +89,23 @@ Quantization resolve_quantization(const io::HfConfig& config, const std::string&
 // the meta keys and every non-string value are skipped. Error kInvalidModel naming `label`.
 std::map<std::string, std::string> parse_modelslim_description(const nlohmann::json& j, const std::string& label);
 
-// Static W8A8 (ModelSlim "W8A8") weights of one linear, rows [row_begin, +rows) of the full [out, in].
+// Static W8A8 (ModelSlim "W8A8", golden-stick A8W8 attention) weights of one linear [out, in].
 struct StaticInt8Matrix {
-    Tensor data;                                    // int8 [rows, in]
-    Tensor deq_scale;                               // f32 [rows] (decoded from F32, or from I64 holding f32 bits)
-    Tensor quant_bias;                              // int32 [rows]
-    float input_scale = 1.0f, input_offset = 0.0f;  // per-tensor s_x and zero point z_x
-    float x_mul = 1.0f;                             // bf16(1 / bf16(s_x)), what multiplies x
+    Tensor data;                                    // int8 [out, in]
+    Tensor deq_scale;                               // f32 [out] (decoded from F32, or from I64 holding f32 bits)
+    Tensor quant_bias;                              // int32 [out]
+    float input_scale = 1.0f, input_offset = 0.0f;  // ModelSlim: per-tensor s_x; both: the zero point z_x
+    float x_mul = 1.0f;                             // ModelSlim: bf16(1 / bf16(s_x)), what multiplies x
+    Tensor x_div;                                   // golden-stick: f32 [in], what divides x; else empty
 };
 
 // Loads PREFIX.{weight, input_scale, input_offset, deq_scale, quant_bias} of a static W8A8 linear,
 // checking dtypes and shapes (Error kInvalidModel naming the tensor: e.g. a deq_scale that is
-// neither F32 nor I64, an input_offset that is not an integer).
+// neither F32 nor I64, an input_offset that is not an integer). golden_stick: input_scale is a
+// BF16/F16/F32 divisor per input channel ([in], or [1] for all), input_offset I8 [in] or [1] with
+// one value (golden-stick tiles its z_x), as the MindFormers converter presents them.
 StaticInt8Matrix load_static_int8(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
-                                  int64_t in_features);
+                                  int64_t in_features, bool golden_stick = false);
 
 // ModelSlim/OmniInfer W8A8_DYNAMIC: PREFIX.weight_offset, when present, must be all zeros
 // (symmetric weights); Error kUnsupported naming it otherwise.

@@ -1,5 +1,5 @@
-// linear_int8_static (see linear_int8_static.h): static per-tensor quantization of the
-// activations, the full-range int8 tile of the active ISA, then the int32 bias and the
+// linear_int8_static (see linear_int8_static.h): static quantization of the activations (per
+// tensor, or per input channel by a divisor), the full-range int8 tile of the active ISA, then the int32 bias and the
 // per-channel dequantization scale.
 #include "moeserve/kernels/cpu/linear_int8_static.h"
 
@@ -15,10 +15,13 @@ namespace moeserve::kernels::cpu {
 namespace {
 constexpr int64_t kMinParallelMacs = 1 << 15;
 
-inline int8_t quantize_one(float x, float mul, float zero) {
-    const float scaled = x * mul;  // rounded to f32 here (-std=c++20: no contraction)
+inline int8_t saturate(float scaled, float zero) {
     const float v = std::nearbyint(scaled + zero);
     return static_cast<int8_t>(v < -128.0f ? -128.0f : v > 127.0f ? 127.0f : v);
+}
+
+inline int8_t quantize_one(float x, float mul, float zero) {
+    return saturate(x * mul, zero);  // x * mul rounded to f32 first (-std=c++20: no contraction)
 }
 
 // out[i, j] = (float(acc) + float(bias[j])) * deq[j], acc = out[i, j] as the tile left it.
@@ -63,13 +66,33 @@ void quantize_rows_int8_static(const float* x, int64_t m, int64_t k, float x_mul
     }
 }
 
+void quantize_rows_int8_static_div(const float* x, int64_t m, int64_t k, const float* x_div, float x_zero, int8_t* q,
+                                   int64_t ldq) {
+    for (int64_t i = 0; i < m; ++i) {
+        const float* xi = x + i * k;
+        int8_t* qi = q + i * ldq;
+        for (int64_t p = 0; p < k; ++p) qi[p] = saturate(xi[p] / x_div[p], x_zero);
+        for (int64_t p = k; p < ldq; ++p) qi[p] = 0;
+    }
+}
+
+namespace {
+void quantize_static(const float* x, int64_t m, const StaticInt8Weights& w, int8_t* q, int64_t ldq) {
+    if (w.x_div != nullptr) {
+        quantize_rows_int8_static_div(x, m, w.k, w.x_div, w.x_zero, q, ldq);
+    } else {
+        quantize_rows_int8_static(x, m, w.k, w.x_mul, w.x_zero, q, ldq);
+    }
+}
+}  // namespace
+
 void linear_int8_static(ThreadPool& pool, const float* x, int64_t m, const StaticInt8Weights& w, float* out,
                         Int8Scratch& s) {
     if (m <= 0) return;
     const int64_t k = w.k, n = w.n;
     const int64_t ldq = int8_padded_cols(k);
     s.qx.resize(static_cast<size_t>(m * ldq));
-    quantize_rows_int8_static(x, m, k, w.x_mul, w.x_zero, s.qx.data(), ldq);
+    quantize_static(x, m, w, s.qx.data(), ldq);
     s.sx.assign(static_cast<size_t>(m > n ? m : n), 1.0f);  // unit scales: the tile leaves float(acc)
     auto slice = [&](int64_t j0, int64_t j1) {
         detail::matmul_tile_int8_full(s.qx.data(), ldq, m, k, w.w + j0 * k, j1 - j0, out + j0, n, s.sx.data());
@@ -86,7 +109,7 @@ void linear_int8_static(ThreadPool& pool, const float* x, int64_t m, const Stati
 void linear_int8_static_ref(const float* x, int64_t m, const StaticInt8Weights& w, float* out) {
     std::vector<int8_t> q(static_cast<size_t>(w.k));
     for (int64_t i = 0; i < m; ++i) {
-        quantize_rows_int8_static(x + i * w.k, 1, w.k, w.x_mul, w.x_zero, q.data(), w.k);
+        quantize_static(x + i * w.k, 1, w, q.data(), w.k);
         for (int64_t j = 0; j < w.n; ++j) {
             int32_t acc = 0;
             for (int64_t p = 0; p < w.k; ++p) acc += int32_t{q[size_t(p)]} * int32_t{w.w[j * w.k + p]};

@@ -1,6 +1,7 @@
 // Static W8A8 linear layers (Ascend ModelSlim "W8A8"): the activations are quantized with one
-// per-tensor scale and zero point fixed at calibration, q = sat8(rint(x * x_mul + x_zero)) with
-// q in the full range [-128, 127], the int8 x int8 product is exact in int32, an int32 bias is
+// per-tensor scale and zero point fixed at calibration, q = sat8(rint(x * x_mul + x_zero)) (or, for
+// MindSpore golden-stick A8W8, a per-input-channel divisor: q = sat8(rint(x / x_div[p] + x_zero)))
+// with q in the full range [-128, 127], the int8 x int8 product is exact in int32, an int32 bias is
 // added, and the sum is dequantized once per output channel:
 //   out[i, j] = (float(sum_p q[i, p] * w[j, p]) + float(bias[j])) * deq_scale[j]
 // (f32 sums: exact while |acc|, |bias| < 2^24, a relative 6e-8 otherwise).
@@ -23,11 +24,17 @@ struct StaticInt8Weights {
     int64_t n = 0, k = 0;
     float x_mul = 1.0f;   // the multiplier applied to x (ModelSlim: bf16(1 / bf16(input_scale)))
     float x_zero = 0.0f;  // the zero point added after it (ModelSlim: input_offset, an integer)
+    // f32 [k] or nullptr. Set: x is divided by x_div[p] instead of multiplied by x_mul (golden-stick
+    // input_scale, which holds s_x / smooth[p] with the smoothing folded in).
+    const float* x_div = nullptr;
 };
 
 // x f32 [m, k] -> q int8 [m, ldq]: q = clamp(rint(fp32(x * x_mul) + x_zero), -128, 127), two f32
 // roundings (no fused multiply-add), ties to even. Columns [k, ldq) are set to zero.
 void quantize_rows_int8_static(const float* x, int64_t m, int64_t k, float x_mul, float x_zero, int8_t* q, int64_t ldq);
+// As above with a per-column divisor x_div f32 [k]: q = clamp(rint(fp32(x / x_div[p]) + x_zero)).
+void quantize_rows_int8_static_div(const float* x, int64_t m, int64_t k, const float* x_div, float x_zero, int8_t* q,
+                                   int64_t ldq);
 
 // out f32 [m, n] as in the header comment. m >= 0, k < 2^16 (no int32 overflow of the full-range
 // products plus the bias). out must not alias x. Threads split the n outputs.

@@ -17,13 +17,15 @@ Linear Linear::load(const io::WeightSource& weights, const std::string& prefix, 
     l.weight_ = get_checked(weights, name, Shape{out_features, in_features});
     const LinearScheme scheme = quant.scheme(prefix);
     if (scheme == LinearScheme::kW8A8Static) {
-        StaticInt8Matrix m = load_static_int8(weights, prefix, out_features, in_features);
+        StaticInt8Matrix m = load_static_int8(weights, prefix, out_features, in_features,
+                                              quant.checkpoint == CheckpointQuant::kGoldenStick);
         l.static_ = true;
         l.w8_ = std::move(m.data);
         l.w8_scale_ = std::move(m.deq_scale);
         l.quant_bias_ = std::move(m.quant_bias);
         l.x_mul_ = m.x_mul;
         l.x_zero_ = m.input_offset;
+        l.x_div_ = std::move(m.x_div);
         l.weight_ = TensorView{};
         quant.counts->static_linears += 1;
         // NOTE(#20): a float PREFIX.bias next to a static linear is already folded into quant_bias
@@ -82,6 +84,10 @@ Linear Linear::load_shard(const io::WeightSource& weights, const std::string& pr
         l.static_ = true;
         l.x_mul_ = full.x_mul_;
         l.x_zero_ = full.x_zero_;
+        if (!full.x_div_.empty()) {  // golden-stick: the divisors of this rank's input columns
+            l.x_div_ = Tensor(DType::kF32, {cols});
+            std::memcpy(l.x_div_.as<float>(), full.x_div_.as<float>() + shard.col_begin, static_cast<size_t>(cols) * 4);
+        }
         l.w8_ = Tensor(DType::kI8, {rows, cols});
         l.w8_scale_ = Tensor(DType::kF32, {rows});
         if (shard.adds_constants()) l.quant_bias_ = Tensor(DType::kI32, {rows});
@@ -148,7 +154,8 @@ void Linear::forward(ThreadPool& pool, const float* x, int64_t rows, float* out)
                                                 n,
                                                 k,
                                                 x_mul_,
-                                                x_zero_};
+                                                x_zero_,
+                                                x_div_.empty() ? nullptr : x_div_.as<const float>()};
         kernels::cpu::linear_int8_static(pool, x, rows, w, out, scratch);
     } else if (int8_) {
         kernels::cpu::Int8Scratch scratch;

@@ -2,8 +2,9 @@
 // the mapped file (zero-copy), or f32 (F32 kept as is, F16 converted to f32 at load); FP8
 // block-scaled weights become bf16, int8 ones f32, unless the layer runs W8A8: then int8
 // [out, in] with one f32 scale per output channel, activations quantized per token. A ModelSlim
-// static W8A8 linear keeps int8 weights, one per-tensor activation scale and zero point, an int32
-// bias added before the per-channel dequantization scale (kernels/cpu/linear_int8_static.h).
+// static W8A8 linear keeps int8 weights, one per-tensor activation scale (golden-stick A8W8: one
+// divisor per input channel) and zero point, an int32 bias added before the per-channel
+// dequantization scale (kernels/cpu/linear_int8_static.h).
 #pragma once
 
 #include <string>
@@ -59,10 +60,12 @@ private:
     bool int8_ = false;  // W8A8: w8_ int8 [out_features, in_features], w8_scale_ f32 [out_features]
     Tensor w8_, w8_scale_;
     // static W8A8 (ModelSlim): w8_ int8 [out, in], w8_scale_ = deq_scale f32 [out], quant_bias_
-    // int32 [out] (empty on the TP ranks that do not add it), activations x * x_mul_ + x_zero_
+    // int32 [out] (empty on the TP ranks that do not add it), activations x * x_mul_ + x_zero_, or
+    // x / x_div_[k] + x_zero_ when x_div_ (f32 [in], golden-stick A8W8) is set
     bool static_ = false;
     Tensor quant_bias_;
     float x_mul_ = 1.0f, x_zero_ = 0.0f;
+    Tensor x_div_;
 };
 
 }  // namespace moeserve::model

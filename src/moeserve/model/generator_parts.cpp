@@ -1,0 +1,45 @@
+#include "moeserve/model/generator_parts.h"
+
+#include "moeserve/core/error.h"
+
+namespace moeserve::model::gen {
+
+uint64_t fnv1a(const std::string& s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
+    return h;
+}
+
+Tensor make_tensor(const WeightSpec& spec, uint64_t seed) {
+    Tensor t(spec.dtype, spec.shape);
+    Rng rng(seed ^ fnv1a(spec.name));
+    const int64_t n = t.numel();
+    for (int64_t i = 0; i < n; ++i) {
+        float v = spec.scale * rng.normal();
+        if (spec.init == WeightInit::kNormOnes) v += 1.0f;
+        switch (spec.dtype) {
+            case DType::kBF16:
+                t.as<uint16_t>()[i] = f32_to_bf16(v);
+                break;
+            case DType::kF32:
+                t.as<float>()[i] = v;
+                break;
+            default:
+                MOESERVE_CHECK(false, "generator: dtype {} not generated", dtype_name(spec.dtype));
+        }
+    }
+    return t;
+}
+
+float value_at(const Tensor& t, int64_t i) {
+    return t.dtype() == DType::kBF16 ? bf16_to_f32(t.as<uint16_t>()[i]) : t.as<float>()[i];
+}
+
+Tensor make_norm_bias(const std::string& name, int64_t n, uint64_t seed) {
+    Tensor t(DType::kF32, {n});
+    Rng rng(seed ^ fnv1a(name));
+    for (int64_t i = 0; i < n; ++i) t.as<float>()[i] = 0.1f * rng.normal();
+    return t;
+}
+
+}  // namespace moeserve::model::gen
