@@ -34,6 +34,7 @@
 #include "moeserve/core/log.h"
 #include "moeserve/ipc/auth.h"
 #include "moeserve/model/kv_cache.h"
+#include "moeserve/model/registry.h"
 #include "moeserve/parallel/rendezvous.h"
 #include "moeserve/serve/engine_client.h"
 #include "moeserve/serve/openai/reasoning_parser.h"
@@ -742,8 +743,9 @@ void add_serve_command(CLI::App& app, Action* action) {
         }
         *action = [o] {
             check_vllm_flags(o->vllm);
-            model::parse_kv_cache_dtype(o->engine.kv_cache_dtype,
-                                        DType::kBF16);  // a bad value fails here, not in the ranks
+            // a bad value fails here, not in the ranks
+            model::parse_kv_cache_dtype(o->engine.kv_cache_dtype, DType::kBF16);
+            model::parse_dtype_is_f32(o->engine.dtype);
             return run_serve(*o);
         };
     });

@@ -105,6 +105,10 @@ void add_engine_options(CLI::App* sub, EngineOptions& o, bool positional_model) 
     sub->add_option("--kv-cache-dtype", o.kv_cache_dtype,
                     "auto (the checkpoint's dtype: bf16) | bf16 | fp32: element type of the KV / MLA latent cache")
         ->capture_default_str();
+    sub->add_option("--dtype", o.dtype,
+                    "auto | bfloat16 (bf16): the checkpoint's bf16 weights; float32 (float, fp32): widened to f32 at "
+                    "load, twice the memory (half/float16 are refused)")
+        ->capture_default_str();
     sub->add_flag("--pd-hybrid", o.pd_hybrid,
                   "PD hybrid scheduling: all DP ranks agree each step on prefill or decode (env: OMNI_PD_HYBRID=1)");
 }
@@ -197,9 +201,9 @@ std::string deployment_fingerprint(const EngineOptions& e, const Deployment& d, 
     for (const unsigned char c : config_text) h = (h ^ c) * 1099511628211ull;
     return fmt::format(
         "config.json fnv1a {:016x}, dp {} tp {} ep {}, max_model_len {}, block_size {}, max_num_seqs {}, pd_hybrid {}, "
-        "quantization '{}', kv_cache_dtype {}",
+        "quantization '{}', kv_cache_dtype {}, dtype {}",
         h, d.sizes.dp, d.sizes.tp, d.sizes.ep, e.max_model_len, e.block_size, e.max_num_seqs, e.pd_hybrid ? 1 : 0,
-        e.quantization, e.kv_cache_dtype);
+        e.quantization, e.kv_cache_dtype, e.dtype);
 }
 
 std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, int rank, int store_port,
@@ -254,6 +258,7 @@ std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, 
     a.insert(a.end(), {"--scheduling-policy", e.scheduling_policy});
     if (!e.tokenizer.empty()) a.insert(a.end(), {"--tokenizer", e.tokenizer});
     a.insert(a.end(), {"--kv-cache-dtype", e.kv_cache_dtype});
+    a.insert(a.end(), {"--dtype", e.dtype});
     return a;
 }
 

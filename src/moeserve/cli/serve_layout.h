@@ -32,7 +32,8 @@ struct EngineOptions {
     bool pd_hybrid = false;                  // --pd-hybrid or env OMNI_PD_HYBRID=1 (read by serve)
     std::string quantization;                // --quantization: "" (as the checkpoint says), w8a8, w8a8-all, fp8, none
     std::string scheduling_policy = "fcfs";  // fcfs | priority (the request's `priority` field)
-    std::string kv_cache_dtype = "auto";     // --kv-cache-dtype: auto (the checkpoint's: bf16) | bf16 | fp32
+    std::string kv_cache_dtype = "auto";     // --kv-cache-dtype: auto (--dtype's, else the checkpoint's) | bf16 | fp32
+    std::string dtype = "auto";              // --dtype: auto | bfloat16 (the checkpoint's bf16) | float32 (widened)
 };
 
 // positional_model: the model may also come as the first positional argument (serve).

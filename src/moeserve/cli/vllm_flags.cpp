@@ -85,9 +85,6 @@ void add_vllm_flags(CLI::App* sub, VllmFlags& f) {
                r.name, [&f, note](const std::string&) { f.refused.push_back(note); }, fmt::format("refused: {}", r.why))
             ->group(group);
     }
-    sub->add_option("--dtype", f.dtype, "auto | bfloat16: the checkpoint's bf16 weights (others are refused)")
-        ->group(group)
-        ->capture_default_str();
     sub->add_option("--distributed-executor-backend", f.distributed_executor_backend,
                     "mp: rank processes per node, as here (ray is refused: start "
                     "--headless nodes instead)")
@@ -135,9 +132,6 @@ std::vector<std::string> expand_vllm_short_flags(int argc, char** argv) {
 
 void check_vllm_flags(const VllmFlags& f) {
     if (!f.refused.empty()) raise(ErrorCode::kInvalidArgument, "{}", f.refused.front());
-    if (f.dtype != "auto" && f.dtype != "bfloat16" && f.dtype != "bf16") {
-        unsupported("--dtype", f.dtype, "only the checkpoint's bfloat16 weights run here (auto | bfloat16)");
-    }
     if (f.distributed_executor_backend == "ray") {
         unsupported("--distributed-executor-backend", "ray",
                     "there is no Ray here: start one `moeserve serve --headless` "

@@ -20,7 +20,6 @@ namespace moeserve::cli {
 
 struct VllmFlags {
     std::vector<std::string> no_effect;  // "--enforce-eager (no CUDA graphs on a CPU engine)", as given
-    std::string dtype = "auto";
     std::string distributed_executor_backend = "mp";
     std::string load_format = "auto";
     std::string generation_config = "auto";  // generation_config.cpp reads it
