@@ -71,7 +71,9 @@ struct ServeOptions {
     std::vector<std::string> served_model_names;  // the first is reported
     std::string chat_template;                    // a file, or the template itself
     std::string root_path;
-    bool disable_log_requests = false;
+    bool enable_log_requests = false;   // vLLM's default: off
+    bool disable_log_requests = false;  // vLLM's older flag; wins over --enable-log-requests
+    int max_log_len = -1;               // -1: prompts logged whole
     // CORS (vLLM's flags: JSON lists; what was given, else the defaults).
     std::string allowed_origins, allowed_methods, allowed_headers;
     bool allow_credentials = false;
@@ -449,7 +451,8 @@ int run_serve(ServeOptions o) {
     if (o.enable_auto_tool_choice) rc.tool_call_parser = o.tool_call_parser;
     serve::openai::ReasoningParser::Format reasoning{};
     if (serve::openai::reasoning_format_of(o.reasoning_parser, reasoning)) rc.reasoning_format = reasoning;
-    rc.log_requests = !o.disable_log_requests;
+    rc.log_requests = o.enable_log_requests && !o.disable_log_requests;
+    rc.max_log_len = o.max_log_len;
     rc.limits.max_model_len = o.engine.max_model_len;
     rc.limits.max_logprobs = o.max_logprobs;
     rc.limits.vocab_size = config_int(config, "vocab_size", tok.vocab_size(), o.engine.model);
@@ -647,7 +650,13 @@ void add_serve_command(CLI::App& app, Action* action) {
     sub->add_option("--reasoning-parser", o->reasoning_parser,
                     fmt::format("split <think> reasoning into reasoning_content: {}",
                                 fmt::join(serve::openai::reasoning_parser_names(), " | ")));
-    sub->add_flag("--disable-log-requests", o->disable_log_requests, "no log line per finished request");
+    sub->add_flag("--enable-log-requests", o->enable_log_requests,
+                  "log each request as it arrives (id, prompt, sampling params) and as it finishes");
+    sub->add_flag("--disable-log-requests", o->disable_log_requests,
+                  "no request lines (the default; vLLM's older flag, wins over --enable-log-requests)");
+    sub->add_option("--max-log-len", o->max_log_len,
+                    "with --enable-log-requests: at most N characters and N token ids of each prompt (default: all)")
+        ->check(CLI::NonNegativeNumber);
     sub->add_option("--host", o->host)->capture_default_str();
     sub->add_option("--port", o->port, "0 = any free port")->capture_default_str();
     sub->add_option("--api-key", o->api_keys,

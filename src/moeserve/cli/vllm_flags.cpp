@@ -25,13 +25,9 @@ constexpr NoEffect kNoEffect[] = {
      "usage.prompt_tokens_details is sent whenever tokens came from the cache"},
     {"--enable-chunked-prefill", false, "prefill is always chunked by --max-num-batched-tokens"},
     {"--no-enable-chunked-prefill", false, "prefill is always chunked by --max-num-batched-tokens"},
-    {"--enable-log-requests", false,
-     "each finished request is logged anyway (--disable-log-requests turns it "
-     "off)"},
     {"--swap-space", true, "no GPU memory to swap from; preempted requests are recomputed"},
     {"--cpu-offload-gb", true, "the weights live in host memory already"},
     {"--uvicorn-log-level", true, "there is no uvicorn; --log-level sets the log"},
-    {"--max-log-len", true, "prompts are never logged"},
     {"--revision", true, "a local model directory has no revisions"},
     {"--tokenizer-revision", true, "a local tokenizer directory has no revisions"},
     {"--code-revision", true, "no remote code is run"},

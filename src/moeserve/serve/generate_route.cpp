@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include "moeserve/serve/request_log.h"
 #include "moeserve/serve/openai/chat_messages.h"
 #include "moeserve/serve/openai/chat_output.h"
 #include "moeserve/serve/openai/parse.h"
@@ -164,6 +165,7 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
     // 1. Prompts as token ids (one per completion prompt, one for chat).
     std::vector<std::vector<int32_t>> prompts;
     std::vector<std::string> prompt_texts;
+    std::vector<std::optional<std::string>> logged_prompts;  // --enable-log-requests: the text, if any
     bool echo = false;
     std::vector<int32_t> grammar_after;  // reasoning: the grammar starts after </think>
     if (chat) {
@@ -197,6 +199,7 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
             }
         }
         prompts.push_back(std::move(prompt.ids));
+        if (config_.log_requests) logged_prompts.push_back(std::move(prompt.text));
         // chat echo (vLLM): the answer starts with the last message when it is the assistant's.
         const auto& last = r.messages.back();
         prompt_texts.push_back(r.echo && last.value("role", "") == "assistant" && last.contains("content") &&
@@ -211,6 +214,7 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
         echo = r.echo;
         check_fan_out(r.prompts.size(), job->params.n);
         for (auto& p : r.prompts) {
+            if (config_.log_requests) logged_prompts.push_back(p.text);
             if (p.text) {
                 prompts.push_back(encode_prompt(*p.text, true, "prompt"));
                 prompt_texts.push_back(*p.text);
@@ -261,6 +265,11 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
         }
         const int32_t max_tokens =
             openai::resolve_max_tokens(static_cast<int64_t>(prompts[i].size()), sized, config_.limits, chat);
+        if (config_.log_requests) {  // vLLM's line, once per prompt (its n choices share it)
+            const std::string line = request_log_line(fmt::format("{}-{}", engine_base, adds.size()), logged_prompts[i],
+                                                      prompts[i], p, max_tokens, config_.max_log_len);
+            MOESERVE_LOG_I(logger_, "api", "%s", line.c_str());
+        }
         for (int32_t k = 0; k < p.n; ++k) {
             ipc::AddRequest a;
             a.request_id = fmt::format("{}-{}", engine_base, adds.size());
