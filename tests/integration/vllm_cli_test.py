@@ -42,6 +42,7 @@ REFUSED = [
     ("--ssl-keyfile /nonexistent/k.pem --ssl-certfile /nonexistent/c.pem", "--ssl-certfile '/nonexistent/c.pem'"),
     ("--ssl-certfile /nonexistent/c.pem", "needs both --ssl-certfile and --ssl-keyfile"),
     ("-pp 2", "no pipeline parallelism"),
+    ("--api-server-count 2", "start an instance per rank with --data-parallel-rank"),
     ("--dtype float16", "--dtype float16: float16 is not run here"),
     ("--dtype half", "--dtype half: float16 is not run here"),
     ("--dtype int8", "expected auto, bfloat16 (bf16) or float32"),

@@ -109,7 +109,7 @@ std::vector<std::string> expand_vllm_short_flags(int argc, char** argv) {
         {"-tp", "--tensor-parallel-size"},      {"-pp", "--pipeline-parallel-size"},
         {"-dp", "--data-parallel-size"},        {"-dpl", "--data-parallel-size-local"},
         {"-dpr", "--data-parallel-start-rank"}, {"-dpa", "--data-parallel-address"},
-        {"-dpp", "--data-parallel-rpc-port"},
+        {"-dpp", "--data-parallel-rpc-port"},   {"-dpn", "--data-parallel-rank"},
     };
     std::vector<std::string> out;
     for (int i = 0; i < argc; ++i) {
@@ -148,7 +148,8 @@ void check_vllm_flags(const VllmFlags& f) {
     }
     if (f.api_server_count != 1) {
         unsupported("--api-server-count", std::to_string(f.api_server_count),
-                    "one API server process serves all engines here");
+                    "one API server process per deployment reaches every engine here; for one API server per DP rank "
+                    "start an instance per rank with --data-parallel-rank (external load balancing)");
     }
 }
 

@@ -32,7 +32,7 @@ struct VllmFlags {
 void add_vllm_flags(CLI::App* sub, VllmFlags& flags);
 
 // argv with vLLM's multi-letter short flags (-tp, -dp, -pp, -dpl, -dpr, -dpa,
-// -dpp) spelled long.
+// -dpp, -dpn) spelled long.
 std::vector<std::string> expand_vllm_short_flags(int argc, char** argv);
 
 // Raises Error(kInvalidArgument) naming the first flag whose value is not
