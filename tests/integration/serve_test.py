@@ -227,6 +227,10 @@ class Api(unittest.TestCase):
         self.assertTrue(samples, "no vllm:* series")
         self.assertEqual(sorted(samples - set(expected)), [], "vllm:* series vLLM v1 does not export")
         exported = {expected[n] for n in samples}
+        m = self.s.metrics()
+        for family in ("vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds",
+                       "vllm:request_inference_time_seconds", "vllm:request_params_max_tokens"):
+            self.assertGreaterEqual(metric(m, family + "_count"), 1, family)
         with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "serving.md")) as f:
             docs = f.read().split("### Metrics vLLM has that we do not export", 1)
         self.assertEqual(len(docs), 2, "docs/serving.md lost its section of missing vLLM metrics")

@@ -510,8 +510,10 @@ void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::Req
             logger_, "api", "request %s finished: reason=%s prompt_tokens=%lld output_tokens=%lld ttft=%.3fs e2e=%.3fs",
             job->engine_ids[c].c_str(), stream.finish_reason().c_str(), static_cast<long long>(job->prompt_tokens[c]),
             static_cast<long long>(num_generated), ttft, now - job->arrival);
+    const double decode = job->first_token_time[c] > 0 ? job->last_token_time[c] - job->first_token_time[c] : 0;
     metrics_.on_request_finished({stream.finish_reason(), job->prompt_tokens[c], num_generated, ttft,
-                                  now - job->arrival, job->queue_seconds[c]});
+                                  now - job->arrival, job->queue_seconds[c], decode,
+                                  job->params.max_tokens.value_or(0)});
     if (job->chat) {
         result.text = job->echo[c] + job->parsed[c].content;
         result.tool_calls = std::move(job->parsed[c].calls);
