@@ -254,6 +254,32 @@ class Parallel(unittest.TestCase):
         finally:
             self.assertEqual(s.stop(), 0)
 
+    def test_external_lb(self):
+        # vLLM's external load balancing: one instance per DP rank (-dpn), each its own API server
+        # on its own port reaching its own engine; the engines still step as one DP/EP group.
+        layout = ["--data-parallel-size", "2", "--enable-expert-parallel", "--distributed-timeout-ms", "5000"]
+        dp0 = Server(*layout, "-dpn", "0", "--data-parallel-rpc-port", "0", wait=False)
+        dp1 = None
+        try:
+            rpc = wait_for_store_port(dp0.proc, dp0.log)
+            dp1 = Server(*layout, "--data-parallel-rank", "1", "--data-parallel-rpc-port", str(rpc), wait=False)
+            dp0.wait_healthy()
+            dp1.wait_healthy()
+            self.assertNotEqual(dp0.port, dp1.port)
+            expected = reference_texts()
+            # Half the prompts to each instance, at once: both engines work in the same steps.
+            with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as pool:
+                got = list(pool.map(lambda ip: (dp0, dp1)[ip[0] % 2].complete(ip[1]), enumerate(PROMPTS)))
+            self.assertEqual(got, expected)
+            for rank, s in enumerate((dp0, dp1)):
+                generated = per_engine(s.metrics(), "vllm:generation_tokens_total")
+                self.assertEqual(generated, {rank: len(PROMPTS) // 2 * MAX_TOKENS}, (rank, generated))
+            self.assertIn("1 engine(s) ready", dp1.log_text())
+        finally:
+            if dp1 is not None:
+                dp1.stop()
+            dp0.stop()
+
     def test_kill_rank(self):
         s = Server("--data-parallel-size", "2", "--enable-expert-parallel", "--distributed-timeout-ms", "3000")
         try:
@@ -285,6 +311,9 @@ class Parallel(unittest.TestCase):
             (["--data-parallel-size", "2", "--data-parallel-size-local", "1", "--data-parallel-address", "127.0.0.1"], "MOESERVE_RANK_PLANE_KEY"),
             (["--tensor-parallel-size", "3"], "num_attention_heads"),
             (["--headless", "--data-parallel-size", "2", "--data-parallel-start-rank", "1"], "--data-parallel-rpc-port"),
+            (["--data-parallel-size", "2", "--data-parallel-rank", "1"], "--data-parallel-rank 1 needs --data-parallel-rpc-port"),
+            (["--data-parallel-size", "2", "--data-parallel-rank", "2"], "--data-parallel-rank must be in [0, 2)"),
+            (["--data-parallel-size", "2", "-dpn", "0", "--headless", "--data-parallel-rpc-port", "1"], "does not go with --headless"),
         ]
         for flags, message in cases:
             out = subprocess.run([ARGS.moeserve, "serve", "--model", ARGS.model, *COMMON, *flags], capture_output=True, timeout=30)
@@ -379,10 +408,11 @@ if __name__ == "__main__":
     p.add_argument("--moeserve", required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--verbose-logs", action="store_true")
-    p.add_argument("--suite", required=True, choices=["dp_ep", "dp_tp_ep", "tp", "pd_hybrid", "netns", "kill", "validate"])
+    p.add_argument("--suite", required=True, choices=["dp_ep", "dp_tp_ep", "tp", "pd_hybrid", "netns", "kill", "validate", "external_lb"])
     ARGS, rest = p.parse_known_args()
     names = {"dp_ep": "Parallel.test_dp_ep", "dp_tp_ep": "Parallel.test_dp_tp_ep", "tp": "Parallel.test_tp", "pd_hybrid": "Parallel.test_pd_hybrid",
-             "kill": "Parallel.test_kill_rank", "validate": "Parallel.test_validate", "netns": "Netns.test_two_hosts"}
+             "kill": "Parallel.test_kill_rank", "validate": "Parallel.test_validate", "netns": "Netns.test_two_hosts",
+             "external_lb": "Parallel.test_external_lb"}
     suite = unittest.defaultTestLoader.loadTestsFromName(names[ARGS.suite], sys.modules[__name__])
     ok = unittest.TextTestRunner(verbosity=2).run(suite).wasSuccessful()
     sys.exit(0 if ok else 1)

@@ -134,6 +134,46 @@ class Server:
             return int(f.read().split()[0])
 
 
+# Every metric family vLLM v1 exports (vllm/v1/metrics/loggers.py, PrometheusStatLogger, v0.11,
+# incl. those shown only with --show-hidden-metrics-for-version, LoRA's, and the speculative-decoding
+# counters of vllm/v1/spec_decode/metrics.py, SpecDecodingProm), as prometheus_client names them:
+# a counter "vllm:x" is exposed as vllm:x_total, a histogram as _bucket/_sum/_count.
+VLLM_V1_METRICS = {
+    "vllm:num_requests_running": "gauge",
+    "vllm:num_requests_waiting": "gauge",
+    "vllm:gpu_cache_usage_perc": "gauge",
+    "vllm:gpu_prefix_cache_queries": "counter",
+    "vllm:gpu_prefix_cache_hits": "counter",
+    "vllm:kv_cache_usage_perc": "gauge",
+    "vllm:prefix_cache_queries": "counter",
+    "vllm:prefix_cache_hits": "counter",
+    "vllm:num_preemptions": "counter",
+    "vllm:prompt_tokens": "counter",
+    "vllm:generation_tokens": "counter",
+    "vllm:request_success": "counter",
+    "vllm:request_prompt_tokens": "histogram",
+    "vllm:request_generation_tokens": "histogram",
+    "vllm:iteration_tokens_total": "histogram",
+    "vllm:request_max_num_generation_tokens": "histogram",
+    "vllm:request_params_n": "histogram",
+    "vllm:request_params_max_tokens": "histogram",
+    "vllm:time_to_first_token_seconds": "histogram",
+    "vllm:time_per_output_token_seconds": "histogram",
+    "vllm:inter_token_latency_seconds": "histogram",
+    "vllm:e2e_request_latency_seconds": "histogram",
+    "vllm:request_queue_time_seconds": "histogram",
+    "vllm:request_inference_time_seconds": "histogram",
+    "vllm:request_prefill_time_seconds": "histogram",
+    "vllm:request_decode_time_seconds": "histogram",
+    "vllm:lora_requests_info": "gauge",
+    "vllm:cache_config_info": "gauge",
+    "vllm:spec_decode_num_drafts": "counter",
+    "vllm:spec_decode_num_draft_tokens": "counter",
+    "vllm:spec_decode_num_accepted_tokens": "counter",
+    "vllm:spec_decode_num_accepted_tokens_per_pos": "counter",
+}
+
+
 def metric(m, prefix):
     return sum(v for k, v in m.items() if k.startswith(prefix))
 
@@ -171,6 +211,32 @@ class Api(unittest.TestCase):
                      "vllm:prefix_cache_hits_total", "vllm:generation_tokens_total",
                      "vllm:time_to_first_token_seconds_count", "vllm:e2e_request_latency_seconds_count"]:
             self.assertTrue(any(k.startswith(name) for k in m), name)
+
+    def test_metric_names_are_vllm_v1s(self):
+        # Every vllm:* series we export is one vLLM v1 exports under that name and type, and every
+        # vLLM metric we do not export is named in docs/serving.md ("Metrics vLLM has that we do
+        # not export") with the reason.
+        status, _ = self.s.json("POST", "/v1/completions", {"model": "tiny", "prompt": "Hi", "max_tokens": 2})
+        self.assertEqual(status, 200)
+        status, payload = self.s.request("GET", "/metrics")
+        self.assertEqual(status, 200)
+        samples = {line.split("{")[0].split(" ")[0] for line in payload.decode().splitlines()
+                   if line.startswith("vllm:")}
+        suffixes = {"counter": ["_total"], "gauge": [""], "histogram": ["_bucket", "_sum", "_count"]}
+        expected = {f + x: f for f, kind in VLLM_V1_METRICS.items() for x in suffixes[kind]}
+        self.assertTrue(samples, "no vllm:* series")
+        self.assertEqual(sorted(samples - set(expected)), [], "vllm:* series vLLM v1 does not export")
+        exported = {expected[n] for n in samples}
+        m = self.s.metrics()
+        for family in ("vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds",
+                       "vllm:request_inference_time_seconds", "vllm:request_params_max_tokens"):
+            self.assertGreaterEqual(metric(m, family + "_count"), 1, family)
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "serving.md")) as f:
+            docs = f.read().split("### Metrics vLLM has that we do not export", 1)
+        self.assertEqual(len(docs), 2, "docs/serving.md lost its section of missing vLLM metrics")
+        section = docs[1].split("\n#", 1)[0]
+        missing = [f for f in VLLM_V1_METRICS if f not in exported and f"`{f}`" not in section]
+        self.assertEqual(missing, [], "vLLM metrics neither exported nor explained in docs/serving.md")
 
     def test_greedy_completion_equals_generate(self):
         prompt = "The capital of France is"

@@ -34,6 +34,7 @@ STARTS = [
     "--max-model-len=512 --compilation-config 3 --tokenizer-mode auto --root-path /api --kv-cache-dtype fp32",
     "--max-model-len 512 --kv-cache-dtype bfloat16 --max-num-seqs 4",
     "--max-model-len 512 --scheduling-policy priority --enable-server-load-tracking --max-logprobs 5",
+    "--max-model-len 512 --dtype float32 --enable-log-requests --disable-log-requests",
 ]
 REFUSED = [
     ("--distributed-executor-backend ray -tp 1", "there is no Ray here"),
@@ -41,7 +42,10 @@ REFUSED = [
     ("--ssl-keyfile /nonexistent/k.pem --ssl-certfile /nonexistent/c.pem", "--ssl-certfile '/nonexistent/c.pem'"),
     ("--ssl-certfile /nonexistent/c.pem", "needs both --ssl-certfile and --ssl-keyfile"),
     ("-pp 2", "no pipeline parallelism"),
-    ("--dtype float16", "--dtype float16"),
+    ("--api-server-count 2", "start an instance per rank with --data-parallel-rank"),
+    ("--dtype float16", "--dtype float16: float16 is not run here"),
+    ("--dtype half", "--dtype half: float16 is not run here"),
+    ("--dtype int8", "expected auto, bfloat16 (bf16) or float32"),
     ("--kv-cache-dtype fp8", "an fp8 KV cache is not implemented"),
     ("--kv-cache-dtype int4", "expected auto, bf16"),
     ("--not-a-vllm-flag", "not-a-vllm-flag"),
@@ -80,8 +84,12 @@ class LaunchLines(unittest.TestCase):
                         self.assertEqual(s.json("GET", "/v1/models/nope")[0], 404)
                     if "--enforce-eager" in line:
                         self.assertIn("flag with no effect here: --enforce-eager", s.log_text())
-                    if "--disable-log-requests" in line:
+                    if "--enable-log-requests" not in line or "--disable-log-requests" in line:
+                        # off by default, as in vLLM; the older --disable-log-requests wins
                         self.assertNotIn("finished: reason=", s.log_text())
+                        self.assertNotIn("received request", s.log_text())
+                    if "--dtype float32" in line:
+                        self.assertIn("running f32 (--dtype float32)", s.log_text())
                     self.assertEqual(s.request("GET", "/ping")[0], 200)
                     self.assertEqual(s.request("POST", "/ping")[0], 200)
                 finally:
@@ -96,6 +104,45 @@ class LaunchLines(unittest.TestCase):
                 err = out.stderr.decode()
                 self.assertIn(message, err)
                 self.assertNotIn("terminate called", err)
+
+    def test_request_log_lines(self):
+        # --enable-log-requests: one line per prompt as it arrives (id, prompt and ids cut to
+        # --max-log-len, sampling params) and one as it finishes.
+        s = VllmServer(ARGS.model, "--max-model-len", "512", "--kv-cache-memory", "64M", "--enable-log-requests",
+                       "--max-log-len", "5")
+        try:
+            body = {"prompt": "Hello there, how are you today?", "max_tokens": 2, "temperature": 0.25, "seed": 3}
+            self.assertEqual(s.json("POST", "/v1/completions", body)[0], 200)
+            self.assertEqual(s.json("POST", "/v1/chat/completions",
+                                    {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})[0], 200)
+            lines = [l for l in s.log_text().splitlines() if "received request" in l]
+            self.assertEqual(len(lines), 2, lines)
+            first = lines[0]
+            self.assertRegex(first, r'received request cmpl-\S+-0: prompt: "Hello", params: SamplingParams\(n=1, ')
+            self.assertIn("temperature=0.25,", first)
+            self.assertIn("seed=3,", first)
+            self.assertIn("max_tokens=2,", first)
+            ids = first.split("prompt_token_ids: [")[1].rstrip("]").split(", ")
+            self.assertEqual(len(ids), 5, first)
+            self.assertRegex(lines[1], r"received request chatcmpl-\S+-0: prompt: \S")
+            self.assertEqual(s.log_text().count("finished: reason="), 2)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_dtype_float32_greedy_equals_bfloat16(self):
+        # The widened weights change f32 summation order only: greedy text is the same.
+        body = {"prompt": "Hello there", "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+        texts = []
+        for dtype in ("bfloat16", "float32"):
+            s = VllmServer(ARGS.model, "--max-model-len", "512", "--kv-cache-memory", "64M", "--dtype", dtype,
+                           "--kv-cache-dtype", "fp32")
+            try:
+                status, r = s.json("POST", "/v1/completions", body)
+                self.assertEqual(status, 200, r)
+                texts.append(r["choices"][0]["text"])
+            finally:
+                self.assertEqual(s.stop(), 0)
+        self.assertEqual(texts[0], texts[1])
 
     def test_chat_template_flag_file_and_text(self):
         template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<a>{% endif %}"

@@ -1,4 +1,4 @@
-// moe_experts_bf16 vs the token-by-token reference: random routing with idle experts, tokens
+// moe_experts_bf16 and moe_experts_f32 vs the token-by-token reference: random routing with idle experts, tokens
 // routed only to experts outside this rank's range, k = 1 and 8, GEMV and GEMM paths, 1-3 threads.
 #include "moeserve/kernels/cpu/moe_experts.h"
 
@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "kernel_test_util.h"
+#include "moeserve/core/dtype.h"
 
 namespace moeserve::kernels::cpu {
 namespace {
@@ -17,14 +18,19 @@ struct Case {
     int k;
 };
 
-void check(const Case& c, int threads, uint32_t seed) {
-    SCOPED_TRACE(testing::Message() << "tokens=" << c.tokens << " h=" << c.hidden << " i=" << c.inter
-                                    << " e=" << c.num_experts << " k=" << c.k << " threads=" << threads);
+void check(const Case& c, int threads, uint32_t seed, bool f32 = false) {
+    SCOPED_TRACE(testing::Message() << "tokens=" << c.tokens << " h=" << c.hidden << " i=" << c.inter << " e="
+                                    << c.num_experts << " k=" << c.k << " threads=" << threads << " f32=" << f32);
     std::mt19937 rng(seed);
     const float wscale = 1.0f / std::sqrt(float(c.hidden));
     std::vector<uint16_t> gu = test::random_bf16(c.num_experts * 2 * c.inter * c.hidden, rng, wscale);
     std::vector<uint16_t> down = test::random_bf16(c.num_experts * c.hidden * c.inter, rng, wscale);
     MoeExpertsBf16 ex{gu.data(), down.data(), c.num_experts, c.expert_begin, c.hidden, c.inter};
+    // f32: the same weights widened, as --dtype float32 loads them
+    std::vector<float> gu32(gu.size()), down32(down.size());
+    for (size_t i = 0; i < gu.size(); ++i) gu32[i] = bf16_to_f32(gu[i]);
+    for (size_t i = 0; i < down.size(); ++i) down32[i] = bf16_to_f32(down[i]);
+    MoeExpertsF32 ex32{gu32.data(), down32.data(), c.num_experts, c.expert_begin, c.hidden, c.inter};
     test::Floats x(c.tokens * c.hidden), out(c.tokens * c.hidden), ref(c.tokens * c.hidden);
     test::fill_uniform(x.data(), c.tokens * c.hidden, rng, -2.0f, 2.0f);
     // Distinct experts per token, drawn from the global range; the last token only picks experts
@@ -47,16 +53,25 @@ void check(const Case& c, int threads, uint32_t seed) {
     ThreadPool pool(threads);
     MoeScratch scratch;
     for (int rep = 0; rep < 2; ++rep) {  // the second call reuses the grown scratch
-        moe_experts_bf16(pool, x.data(), c.tokens, ids.data(), w.data(), c.k, ex, scratch, out.data());
+        if (f32) {
+            moe_experts_f32(pool, x.data(), c.tokens, ids.data(), w.data(), c.k, ex32, scratch, out.data());
+        } else {
+            moe_experts_bf16(pool, x.data(), c.tokens, ids.data(), w.data(), c.k, ex, scratch, out.data());
+        }
     }
-    moe_experts_bf16_ref(x.data(), c.tokens, ids.data(), w.data(), c.k, ex, ref.data());
+    if (f32) {
+        moe_experts_f32_ref(x.data(), c.tokens, ids.data(), w.data(), c.k, ex32, ref.data());
+    } else {
+        moe_experts_bf16_ref(x.data(), c.tokens, ids.data(), w.data(), c.k, ex, ref.data());
+    }
     // With MOESERVE_BF16_ACTIVATIONS=round the avx512 GEMM (experts with > 8 tokens) rounds
     // activations to bf16 once: 2^-9 relative per element, a few 1e-3 on these sums (linear_test
     // checks that GEMM exactly).
     std::vector<int> per_expert(size_t(c.global_experts), 0);
     for (int32_t e : ids) per_expert[size_t(e)]++;
     const bool gemm = *std::max_element(per_expert.begin(), per_expert.end()) > 8;
-    const float tol = active_isa() >= Isa::kAvx512 && bf16_round_activations() && gemm ? 1e-2f : 1e-5f;
+    // (f32 weights stay on the f32 AVX2 path, never rounded)
+    const float tol = !f32 && active_isa() >= Isa::kAvx512 && bf16_round_activations() && gemm ? 1e-2f : 1e-5f;
     test::expect_close(out.data(), ref.data(), c.tokens * c.hidden, tol, "moe");
     if (c.global_experts - c.num_experts >= c.k) {
         for (int64_t i = 0; i < c.hidden; ++i) ASSERT_EQ(out[(c.tokens - 1) * c.hidden + i], 0.0f);
@@ -82,6 +97,18 @@ TEST(MoeExpertsTest, MatchesReference) {
             }
         }
         set_bf16_round_activations(false);
+    });
+}
+
+TEST(MoeExpertsTest, F32WeightsMatchReference) {
+    test::for_each_isa([&](cpu::Isa) {
+        uint32_t seed = 40;
+        for (int threads : {1, 3}) {
+            check({1, 100, 33, 16, 0, 16, 8}, threads, seed++, true);
+            check({3, 64, 40, 8, 4, 16, 1}, threads, seed++, true);
+            check({40, 72, 50, 4, 8, 12, 8}, threads, seed++, true);
+            check({17, 33, 7, 32, 0, 64, 2}, threads, seed++, true);
+        }
     });
 }
 

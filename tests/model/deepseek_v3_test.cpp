@@ -39,6 +39,13 @@ const Variant kVariants[] = {
     {"v2", MOESERVE_DSV2_TINY_DIR},
 };
 
+// --dtype `dtype` (float32 by default) at the tests' max_model_len.
+LoadOptions f32_options(const char* dtype = "float32") {
+    LoadOptions o{.max_model_len = 256};
+    o.dtype = dtype;
+    return o;
+}
+
 std::vector<int32_t> prompt_ids() { return testutil::parse_ids(MOESERVE_DSV3_PROMPT); }
 
 // Logits are O(1-10); float32 activations vs the float64 oracle differ by rounding only. The
@@ -177,6 +184,26 @@ TEST_P(DeepseekV3Test, SplitChunkedPrefillEqualsOnePrefill) {
         std::printf("%s bf16 cache, split chunk %lld: max |chunked - whole| = %.3g\n", GetParam().name,
                     static_cast<long long>(chunk), d);
         EXPECT_LE(d, 1e-3f * max_abs(expected16)) << "bf16 cache, chunk " << chunk;
+    }
+}
+
+// --dtype float32 (the weights widened at load, MLA's kv_b included): logits equal the bf16
+// path's up to f32 summation order and stay within the reference bound; greedy is unchanged.
+TEST_P(DeepseekV3Test, F32WeightsMatchBf16PathAndReference) {
+    auto f32 = load_model(dir(), *pool_, f32_options());
+    const auto ids = prompt_ids();
+    const auto ref = reference();
+    SequenceRunner bf16_runner(model(), 256, 16), f32_runner(*f32, 256, 16);
+    const auto bf16_logits = bf16_runner.append(ids, 0, true);
+    const auto f32_logits = f32_runner.append(ids, 0, true);
+    const float vs_bf16 = max_abs_diff(f32_logits, bf16_logits), vs_ref = max_abs_diff(f32_logits, ref);
+    std::printf("%s f32 weights: max |logit - bf16 path| = %.3g, max |logit - reference| = %.3g\n", GetParam().name,
+                vs_bf16, vs_ref);
+    EXPECT_LE(vs_bf16, 1e-5f * max_abs(ref));
+    EXPECT_LE(vs_ref, kRelTolerance * max_abs(ref));
+    const int64_t v = vocab();
+    for (size_t t = 0; t < ids.size(); ++t) {
+        EXPECT_EQ(argmax(&f32_logits[t * size_t(v)], v), argmax(&bf16_logits[t * size_t(v)], v)) << "position " << t;
     }
 }
 

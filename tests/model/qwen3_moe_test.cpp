@@ -25,6 +25,13 @@ using testutil::read_f32;
 
 const std::filesystem::path kModelDir = MOESERVE_QWEN3_TINY_DIR;
 
+// --dtype `dtype` (float32 by default) at the tests' max_model_len.
+LoadOptions f32_options(const char* dtype = "float32") {
+    LoadOptions o{.max_model_len = 256};
+    o.dtype = dtype;
+    return o;
+}
+
 std::vector<int32_t> prompt_ids() { return testutil::parse_ids(MOESERVE_QWEN3_PROMPT); }
 
 class Qwen3MoeTest : public ::testing::Test {
@@ -116,6 +123,46 @@ TEST_F(Qwen3MoeTest, GreedyContinuationMatchesReference) {
     // The reference writes the continuation only (or the prompt + continuation).
     std::vector<int32_t> ref_tail(ref.end() - MOESERVE_QWEN3_GREEDY_STEPS, ref.end());
     EXPECT_EQ(generated, ref_tail);
+}
+
+// --dtype float32: the same bf16 weights widened at load run the f32 kernels. Widening is exact,
+// so the logits equal the bf16 path's up to f32 summation order, stay within the reference
+// bound, and the greedy continuation is the reference's.
+TEST_F(Qwen3MoeTest, F32WeightsMatchBf16PathAndReference) {
+    auto f32 = load_model(kModelDir, *pool_, f32_options());
+    const auto ids = prompt_ids();
+    const auto ref = read_f32(kModelDir / "reference_logits.f32");
+    SequenceRunner bf16_runner(*model_, 256, 16), f32_runner(*f32, 256, 16);
+    const auto bf16_logits = bf16_runner.append(ids, 0, true);
+    const auto f32_logits = f32_runner.append(ids, 0, true);
+    const float vs_bf16 = max_abs_diff(f32_logits, bf16_logits), vs_ref = max_abs_diff(f32_logits, ref);
+    std::printf("f32 weights: max |logit - bf16 path| = %.3g, max |logit - reference| = %.3g\n", vs_bf16, vs_ref);
+    EXPECT_LE(vs_bf16, 1e-5f * max_abs(ref));
+    EXPECT_LE(vs_ref, kRelTolerance * max_abs(ref));
+    std::ifstream in(kModelDir / "reference_greedy.json");
+    ASSERT_TRUE(in);
+    const auto greedy = nlohmann::json::parse(in)["tokens"].get<std::vector<int32_t>>();
+    SequenceRunner runner(*f32, 256, 16);
+    std::vector<float> logits = runner.append(ids);
+    std::vector<int32_t> generated;
+    for (int step = 0; step < MOESERVE_QWEN3_GREEDY_STEPS; ++step) {
+        const int32_t next = argmax(logits.data(), vocab());
+        generated.push_back(next);
+        logits = runner.append(std::span<const int32_t>(&next, 1));
+    }
+    EXPECT_EQ(generated, std::vector<int32_t>(greedy.end() - MOESERVE_QWEN3_GREEDY_STEPS, greedy.end()));
+}
+
+TEST(Qwen3MoeDtypeTest, HalfIsRefusedWithTheAcceptedValues) {
+    ThreadPool pool(1);
+    for (const char* bad : {"half", "float16", "int8"}) {
+        try {
+            load_model(kModelDir, pool, f32_options(bad));
+            ADD_FAILURE() << bad << " was accepted";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("float32"), std::string::npos) << e.what();
+        }
+    }
 }
 
 // Two sequences in one forward (one prefilling a chunk, one decoding) give the same logits as

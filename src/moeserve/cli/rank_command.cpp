@@ -100,6 +100,7 @@ int run_rank(const RankOptions& o) {
 
     parallel::ParallelContext ctx;
     model::LoadOptions load{.max_model_len = engine.max_model_len,
+                            .dtype = engine.dtype,
                             .quantization = engine.quantization,
                             .kv_cache_dtype = engine.kv_cache_dtype};
     if (sizes.world() > 1) {

@@ -35,6 +35,7 @@
 #include "moeserve/core/log.h"
 #include "moeserve/ipc/auth.h"
 #include "moeserve/model/kv_cache.h"
+#include "moeserve/model/registry.h"
 #include "moeserve/parallel/rendezvous.h"
 #include "moeserve/serve/engine_client.h"
 #include "moeserve/serve/openai/reasoning_parser.h"
@@ -71,7 +72,9 @@ struct ServeOptions {
     std::vector<std::string> served_model_names;  // the first is reported
     std::string chat_template;                    // a file, or the template itself
     std::string root_path;
-    bool disable_log_requests = false;
+    bool enable_log_requests = false;   // vLLM's default: off
+    bool disable_log_requests = false;  // vLLM's older flag; wins over --enable-log-requests
+    int max_log_len = -1;               // -1: prompts logged whole
     // CORS (vLLM's flags: JSON lists; what was given, else the defaults).
     std::string allowed_origins, allowed_methods, allowed_headers;
     bool allow_credentials = false;
@@ -327,7 +330,7 @@ std::string rank_plane_key(const ServeOptions& o, const Deployment& d) {
         return key;
     }
     if (const char* key = std::getenv(ipc::kRankPlaneKeyEnv); key && *key) return key;
-    if (d.all_local) return ipc::random_rank_plane_key();
+    if (d.local_sockets()) return ipc::random_rank_plane_key();  // the engine sockets are this node's
     raise(ErrorCode::kInvalidArgument,
           "ranks on several nodes need the same rank-plane key on every node: set {} "
           "(32+ random characters, e.g. from `head -c 32 /dev/urandom | xxd -p -c 64`) or --rank-plane-key-file",
@@ -467,7 +470,8 @@ int run_serve(ServeOptions o) {
     if (o.enable_auto_tool_choice) rc.tool_call_parser = o.tool_call_parser;
     serve::openai::ReasoningParser::Format reasoning{};
     if (serve::openai::reasoning_format_of(o.reasoning_parser, reasoning)) rc.reasoning_format = reasoning;
-    rc.log_requests = !o.disable_log_requests;
+    rc.log_requests = o.enable_log_requests && !o.disable_log_requests;
+    rc.max_log_len = o.max_log_len;
     rc.limits.max_model_len = o.engine.max_model_len;
     rc.limits.max_logprobs = o.max_logprobs;
     rc.limits.vocab_size = config_int(config, "vocab_size", tok.vocab_size(), o.engine.model);
@@ -519,29 +523,33 @@ int run_serve(ServeOptions o) {
                              });
     const std::string key = rank_plane_key(o, d);
     std::optional<IpcDir> ipc_dir;
-    if (d.all_local) ipc_dir.emplace();
+    if (d.local_sockets()) ipc_dir.emplace();
     const std::string ipc_path = ipc_dir ? ipc_dir->path() : "";
     // The rendezvous store of the ranks' Gloo world (more than one rank only).
     std::unique_ptr<parallel::TcpStoreServer> store;
     int store_port = d.rpc_port;
-    if (d.world() > 1) {
+    if (d.world() > 1 && d.start == 0) {  // external load balancing: DP rank 0's instance hosts it
         store = parallel::TcpStoreServer::start(d.address, d.rpc_port);
         store_port = store->port();
         MOESERVE_LOG_I(logger, "api", "rendezvous store on %s:%d for %d ranks (dp %d, tp %d, ep %d)", d.address.c_str(),
                        store_port, d.world(), d.sizes.dp, d.sizes.tp, d.sizes.ep);
     }
-    serve::EngineClientOptions eco{.output_address = d.all_local ? d.output_address(ipc_path) : d.bind_address(),
+    // The engines this API server reaches: every DP rank, or (external load balancing) its own.
+    const int first_engine = d.external_lb ? d.start : 0;
+    const int num_engines = d.external_lb ? d.local : d.sizes.dp;
+    serve::EngineClientOptions eco{.output_address = d.local_sockets() ? d.output_address(ipc_path) : d.bind_address(),
                                    .input_addresses = {},
                                    .heartbeat_timeout_ms = o.heartbeat_timeout_ms,
                                    .step_watchdog_ms = o.step_watchdog_timeout < 0
                                                            ? o.heartbeat_timeout_ms / 2
                                                            : static_cast<int>(o.step_watchdog_timeout * 1000),
                                    .queue_timeout_ms = static_cast<int>(o.request_queue_timeout * 1000),
-                                   .rank_plane_key = key};
-    for (int i = 0; i < d.sizes.dp; ++i)
-        eco.input_addresses.push_back(d.all_local ? d.input_address(ipc_path, i) : d.bind_address());
+                                   .rank_plane_key = key,
+                                   .first_engine_index = first_engine};
+    for (int i = first_engine; i < first_engine + num_engines; ++i)
+        eco.input_addresses.push_back(d.local_sockets() ? d.input_address(ipc_path, i) : d.bind_address());
     serve::EngineClient engines(eco, logger);
-    if (!d.all_local) {  // tell the ranks on other nodes where the engine sockets are
+    if (!d.local_sockets()) {  // tell the ranks on other nodes where the engine sockets are
         parallel::TcpStore publish(d.address, store_port, std::chrono::milliseconds(d.timeout_ms));
         const auto set = [&](const std::string& k, const std::string& v) {
             publish.set(k, std::vector<char>(v.begin(), v.end()));
@@ -577,7 +585,7 @@ int run_serve(ServeOptions o) {
             const std::string reason =
                 fmt::format("rank process {} (rank {}) {}", r.pid, r.rank, describe_status(r.status));
             MOESERVE_LOG_E(logger, "api", "%s", reason.c_str());
-            for (int i = 0; i < d.sizes.dp; ++i) engines.mark_dead(i, reason);
+            for (int i = 0; i < num_engines; ++i) engines.mark_dead(i, reason);
         });
     });
     signals.start();
@@ -603,7 +611,7 @@ int run_serve(ServeOptions o) {
                   o.engine_ready_timeout);
         }
     }
-    MOESERVE_LOG_I(logger, "api", "%d engine(s) ready in %.2f s", d.sizes.dp,
+    MOESERVE_LOG_I(logger, "api", "%d engine(s) ready in %.2f s", num_engines,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     MOESERVE_LOG_I(logger, "api", "serving %s on %s://%s:%d", rc.limits.served_model_name.c_str(),
                    o.tls.cert_file.empty() ? "http" : "https", o.host.c_str(), server.port());
@@ -665,7 +673,13 @@ void add_serve_command(CLI::App& app, Action* action) {
     sub->add_option("--reasoning-parser", o->reasoning_parser,
                     fmt::format("split <think> reasoning into reasoning_content: {}",
                                 fmt::join(serve::openai::reasoning_parser_names(), " | ")));
-    sub->add_flag("--disable-log-requests", o->disable_log_requests, "no log line per finished request");
+    sub->add_flag("--enable-log-requests", o->enable_log_requests,
+                  "log each request as it arrives (id, prompt, sampling params) and as it finishes");
+    sub->add_flag("--disable-log-requests", o->disable_log_requests,
+                  "no request lines (the default; vLLM's older flag, wins over --enable-log-requests)");
+    sub->add_option("--max-log-len", o->max_log_len,
+                    "with --enable-log-requests: at most N characters and N token ids of each prompt (default: all)")
+        ->check(CLI::NonNegativeNumber);
     sub->add_option("--host", o->host)->capture_default_str();
     sub->add_option("--port", o->port, "0 = any free port")->capture_default_str();
     sub->add_option("--api-key", o->api_keys,
@@ -702,6 +716,9 @@ void add_serve_command(CLI::App& app, Action* action) {
                     "DP groups on this node (default: all from the start rank)");
     sub->add_option("--data-parallel-start-rank", p.data_parallel_start_rank, "first DP rank on this node")
         ->capture_default_str();
+    sub->add_option("--data-parallel-rank", p.data_parallel_rank,
+                    "external load balancing (vLLM's -dpn): this instance is DP rank N with its own API server; start "
+                    "one per DP rank with the same --data-parallel-size, -address and -rpc-port");
     sub->add_option("--data-parallel-address", p.data_parallel_address,
                     "the head's address, reachable from every node (default 127.0.0.1)");
     sub->add_option("--data-parallel-rpc-port", p.data_parallel_rpc_port,
@@ -764,6 +781,7 @@ void add_serve_command(CLI::App& app, Action* action) {
             // Bad values fail here, not in the ranks.
             model::parse_kv_cache_dtype(o->engine.kv_cache_dtype, DType::kBF16);
             parse_kv_transfer_config(o->engine.kv_transfer_config);
+            model::parse_dtype_is_f32(o->engine.dtype);
             return run_serve(*o);
         };
     });

@@ -105,6 +105,10 @@ void add_engine_options(CLI::App* sub, EngineOptions& o, bool positional_model) 
     sub->add_option("--kv-cache-dtype", o.kv_cache_dtype,
                     "auto (the checkpoint's dtype: bf16) | bf16 | fp32: element type of the KV / MLA latent cache")
         ->capture_default_str();
+    sub->add_option("--dtype", o.dtype,
+                    "auto | bfloat16 (bf16): the checkpoint's bf16 weights; float32 (float, fp32): widened to f32 at "
+                    "load, twice the memory (half/float16 are refused)")
+        ->capture_default_str();
     sub->add_option("--kv-transfer-config", o.kv_transfer_config,
                     "PD disaggregation: {\"kv_connector\": \"MoeserveConnector\", \"kv_role\": \"kv_producer\" | "
                     "\"kv_consumer\" | \"kv_both\", \"kv_ip\", \"kv_port\", \"kv_connector_extra_config\"} "
@@ -117,12 +121,12 @@ void add_engine_options(CLI::App* sub, EngineOptions& o, bool positional_model) 
 // guessed from the rendezvous port: an outgoing connection may hold one) and publishes them in
 // the rendezvous store; the ranks read them there (kAddressFromStore).
 std::string Deployment::output_address(const std::string& ipc_dir) const {
-    if (all_local) return "ipc://" + ipc_dir + "/out";
+    if (local_sockets()) return "ipc://" + ipc_dir + "/out";
     return kAddressFromStore;
 }
 
 std::string Deployment::input_address(const std::string& ipc_dir, int engine) const {
-    if (all_local) return fmt::format("ipc://{}/in{}", ipc_dir, engine);
+    if (local_sockets()) return fmt::format("ipc://{}/in{}", ipc_dir, engine);
     return kAddressFromStore;
 }
 
@@ -152,7 +156,36 @@ Deployment make_deployment(const ParallelFlags& f, const nlohmann::json& config,
               "--data-parallel-start-rank {} + --data-parallel-size-local {} exceeds --data-parallel-size {}", d.start,
               d.local, dp);
     }
-    if (!f.headless && d.start != 0) {
+    if (f.data_parallel_rank >= 0) {
+        const int r = f.data_parallel_rank;
+        if (f.headless) {
+            raise(ErrorCode::kInvalidArgument,
+                  "--data-parallel-rank {} runs that DP rank with its own API server; it does not go with --headless",
+                  r);
+        }
+        if (r >= dp) {
+            raise(ErrorCode::kInvalidArgument,
+                  "--data-parallel-rank must be in [0, {}) for --data-parallel-size {}; got {}", dp, dp, r);
+        }
+        if ((f.data_parallel_start_rank != 0 && f.data_parallel_start_rank != r) ||
+            (f.data_parallel_size_local >= 0 && f.data_parallel_size_local != 1)) {
+            raise(ErrorCode::kInvalidArgument,
+                  "--data-parallel-rank {} runs one DP rank (rank {}, size-local 1); drop --data-parallel-start-rank "
+                  "and --data-parallel-size-local",
+                  r, r);
+        }
+        // DP rank 0 may take any free port (0; it logs the one it bound), the others must be told it.
+        if (r > 0 && f.data_parallel_rpc_port == 0) {
+            raise(ErrorCode::kInvalidArgument,
+                  "--data-parallel-rank {} needs --data-parallel-rpc-port: the instance of DP rank 0 hosts the "
+                  "rendezvous store on it and the others connect to it",
+                  r);
+        }
+        d.start = r;
+        d.local = 1;
+        d.external_lb = true;
+    }
+    if (!f.headless && !d.external_lb && d.start != 0) {
         raise(ErrorCode::kInvalidArgument,
               "the head node (without --headless) runs the DP ranks from 0; got --data-parallel-start-rank {} "
               "(start the other nodes with --headless)",
@@ -169,7 +202,7 @@ Deployment make_deployment(const ParallelFlags& f, const nlohmann::json& config,
         raise(ErrorCode::kInvalidArgument,
               "a --headless node needs --data-parallel-rpc-port (the head's rendezvous port)");
     }
-    if (!d.all_local && f.data_parallel_address.empty()) {
+    if (!d.all_local && !d.external_lb && f.data_parallel_address.empty()) {
         raise(ErrorCode::kInvalidArgument,
               "ranks on several nodes need --data-parallel-address (the head's address, reachable from every node)");
     }
@@ -192,7 +225,11 @@ Deployment make_deployment(const ParallelFlags& f, const nlohmann::json& config,
     d.gloo_iface = gloo_iface;
     // Without an interface name, ranks bind: loopback when all are here, the head's address on the
     // head, and the machine's hostname elsewhere.
-    d.gloo_hostname = d.all_local ? "127.0.0.1" : f.headless ? "" : d.address;
+    // External load balancing on the default (loopback) address: every instance on this node.
+    const bool loopback = d.address == "127.0.0.1" || d.address == "localhost";
+    d.gloo_hostname = d.all_local || (d.external_lb && loopback)      ? "127.0.0.1"
+                      : f.headless || (d.external_lb && d.start != 0) ? ""
+                                                                      : d.address;
     return d;
 }
 
@@ -201,9 +238,9 @@ std::string deployment_fingerprint(const EngineOptions& e, const Deployment& d, 
     for (const unsigned char c : config_text) h = (h ^ c) * 1099511628211ull;
     return fmt::format(
         "config.json fnv1a {:016x}, dp {} tp {} ep {}, max_model_len {}, block_size {}, max_num_seqs {}, pd_hybrid {}, "
-        "quantization '{}', kv_cache_dtype {}",
+        "quantization '{}', kv_cache_dtype {}, dtype {}",
         h, d.sizes.dp, d.sizes.tp, d.sizes.ep, e.max_model_len, e.block_size, e.max_num_seqs, e.pd_hybrid ? 1 : 0,
-        e.quantization, e.kv_cache_dtype);
+        e.quantization, e.kv_cache_dtype, e.dtype);
 }
 
 std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, int rank, int store_port,
@@ -259,6 +296,7 @@ std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, 
     if (!e.tokenizer.empty()) a.insert(a.end(), {"--tokenizer", e.tokenizer});
     if (!e.kv_transfer_config.empty()) a.insert(a.end(), {"--kv-transfer-config", e.kv_transfer_config});
     a.insert(a.end(), {"--kv-cache-dtype", e.kv_cache_dtype});
+    a.insert(a.end(), {"--dtype", e.dtype});
     return a;
 }
 

@@ -32,7 +32,8 @@ struct EngineOptions {
     bool pd_hybrid = false;                  // --pd-hybrid or env OMNI_PD_HYBRID=1 (read by serve)
     std::string quantization;                // --quantization: "" (as the checkpoint says), w8a8, w8a8-all, fp8, none
     std::string scheduling_policy = "fcfs";  // fcfs | priority (the request's `priority` field)
-    std::string kv_cache_dtype = "auto";     // --kv-cache-dtype: auto (the checkpoint's: bf16) | bf16 | fp32
+    std::string kv_cache_dtype = "auto";     // --kv-cache-dtype: auto (--dtype's, else the checkpoint's) | bf16 | fp32
+    std::string dtype = "auto";              // --dtype: auto | bfloat16 (the checkpoint's bf16) | float32 (widened)
     std::string kv_transfer_config;          // --kv-transfer-config: vLLM's JSON (kv_transfer_config.h); "" = none
 };
 
@@ -45,6 +46,7 @@ struct ParallelFlags {
     int tensor_parallel_size = 1;
     int data_parallel_size_local = -1;  // -1: data_parallel_size - start rank
     int data_parallel_start_rank = 0;
+    int data_parallel_rank = -1;        // >= 0: external load balancing, this instance is that DP rank
     std::string data_parallel_address;  // the head's address; default 127.0.0.1
     int data_parallel_rpc_port = 0;     // 0: any free port (only when every rank is local)
     bool enable_expert_parallel = false;
@@ -55,8 +57,13 @@ struct ParallelFlags {
 // The validated deployment of this node.
 struct Deployment {
     parallel::ParallelSizes sizes;
-    int start = 0, local = 1;   // DP ranks [start, start + local) run here
-    bool all_local = true;      // every DP rank on this node: ipc:// sockets and loopback Gloo
+    int start = 0, local = 1;  // DP ranks [start, start + local) run here
+    bool all_local = true;     // every DP rank on this node: ipc:// sockets and loopback Gloo
+    // --data-parallel-rank (vLLM's external load balancing): this instance is one DP rank with its
+    // own API server, which reaches only that rank's engine (ipc://); the instances' ranks still
+    // form one Gloo world through DP rank 0's rendezvous store.
+    bool external_lb = false;
+    bool local_sockets() const { return all_local || external_lb; }
     std::string address;        // the head: rendezvous store and (not all_local) ZeroMQ over tcp
     int rpc_port = 0;           // rendezvous store port (0 = ephemeral, all_local only)
     std::string gloo_iface;     // env GLOO_SOCKET_IFNAME

@@ -25,13 +25,9 @@ constexpr NoEffect kNoEffect[] = {
      "usage.prompt_tokens_details is sent whenever tokens came from the cache"},
     {"--enable-chunked-prefill", false, "prefill is always chunked by --max-num-batched-tokens"},
     {"--no-enable-chunked-prefill", false, "prefill is always chunked by --max-num-batched-tokens"},
-    {"--enable-log-requests", false,
-     "each finished request is logged anyway (--disable-log-requests turns it "
-     "off)"},
     {"--swap-space", true, "no GPU memory to swap from; preempted requests are recomputed"},
     {"--cpu-offload-gb", true, "the weights live in host memory already"},
     {"--uvicorn-log-level", true, "there is no uvicorn; --log-level sets the log"},
-    {"--max-log-len", true, "prompts are never logged"},
     {"--revision", true, "a local model directory has no revisions"},
     {"--tokenizer-revision", true, "a local tokenizer directory has no revisions"},
     {"--code-revision", true, "no remote code is run"},
@@ -85,9 +81,6 @@ void add_vllm_flags(CLI::App* sub, VllmFlags& f) {
                r.name, [&f, note](const std::string&) { f.refused.push_back(note); }, fmt::format("refused: {}", r.why))
             ->group(group);
     }
-    sub->add_option("--dtype", f.dtype, "auto | bfloat16: the checkpoint's bf16 weights (others are refused)")
-        ->group(group)
-        ->capture_default_str();
     sub->add_option("--distributed-executor-backend", f.distributed_executor_backend,
                     "mp: rank processes per node, as here (ray is refused: start "
                     "--headless nodes instead)")
@@ -116,7 +109,7 @@ std::vector<std::string> expand_vllm_short_flags(int argc, char** argv) {
         {"-tp", "--tensor-parallel-size"},      {"-pp", "--pipeline-parallel-size"},
         {"-dp", "--data-parallel-size"},        {"-dpl", "--data-parallel-size-local"},
         {"-dpr", "--data-parallel-start-rank"}, {"-dpa", "--data-parallel-address"},
-        {"-dpp", "--data-parallel-rpc-port"},
+        {"-dpp", "--data-parallel-rpc-port"},   {"-dpn", "--data-parallel-rank"},
     };
     std::vector<std::string> out;
     for (int i = 0; i < argc; ++i) {
@@ -135,9 +128,6 @@ std::vector<std::string> expand_vllm_short_flags(int argc, char** argv) {
 
 void check_vllm_flags(const VllmFlags& f) {
     if (!f.refused.empty()) raise(ErrorCode::kInvalidArgument, "{}", f.refused.front());
-    if (f.dtype != "auto" && f.dtype != "bfloat16" && f.dtype != "bf16") {
-        unsupported("--dtype", f.dtype, "only the checkpoint's bfloat16 weights run here (auto | bfloat16)");
-    }
     if (f.distributed_executor_backend == "ray") {
         unsupported("--distributed-executor-backend", "ray",
                     "there is no Ray here: start one `moeserve serve --headless` "
@@ -158,7 +148,8 @@ void check_vllm_flags(const VllmFlags& f) {
     }
     if (f.api_server_count != 1) {
         unsupported("--api-server-count", std::to_string(f.api_server_count),
-                    "one API server process serves all engines here");
+                    "one API server process per deployment reaches every engine here; for one API server per DP rank "
+                    "start an instance per rank with --data-parallel-rank (external load balancing)");
     }
 }
 

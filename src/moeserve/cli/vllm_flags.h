@@ -20,7 +20,6 @@ namespace moeserve::cli {
 
 struct VllmFlags {
     std::vector<std::string> no_effect;  // "--enforce-eager (no CUDA graphs on a CPU engine)", as given
-    std::string dtype = "auto";
     std::string distributed_executor_backend = "mp";
     std::string load_format = "auto";
     std::string generation_config = "auto";  // generation_config.cpp reads it
@@ -33,7 +32,7 @@ struct VllmFlags {
 void add_vllm_flags(CLI::App* sub, VllmFlags& flags);
 
 // argv with vLLM's multi-letter short flags (-tp, -dp, -pp, -dpl, -dpr, -dpa,
-// -dpp) spelled long.
+// -dpp, -dpn) spelled long.
 std::vector<std::string> expand_vllm_short_flags(int argc, char** argv);
 
 // Raises Error(kInvalidArgument) naming the first flag whose value is not

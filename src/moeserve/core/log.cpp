@@ -25,11 +25,23 @@ Logger::Logger(std::string prefix, LogLevel min_level, FILE* out)
 
 void Logger::log(LogLevel level, const char* component, const char* format, ...) {
     static constexpr char kLetters[] = {'D', 'I', 'W', 'E'};
-    char msg[2048];
+    // Most lines fit the stack buffer; a longer one (a logged prompt) is formatted again into a
+    // string of its size rather than cut.
+    char buf[2048];
+    std::string long_msg;
     va_list args;
     va_start(args, format);
-    std::vsnprintf(msg, sizeof msg, format, args);
+    va_list again;
+    va_copy(again, args);
+    const int n = std::vsnprintf(buf, sizeof buf, format, args);
     va_end(args);
+    const char* msg = buf;
+    if (n >= static_cast<int>(sizeof buf)) {
+        long_msg.resize(static_cast<size_t>(n) + 1);
+        std::vsnprintf(long_msg.data(), long_msg.size(), format, again);
+        msg = long_msg.c_str();
+    }
+    va_end(again);
 
     const auto now = std::chrono::system_clock::now();
     const std::time_t t = std::chrono::system_clock::to_time_t(now);

@@ -172,7 +172,7 @@ std::string Quantization::describe() const {
             counts->static_linears.load(), counts->dynamic_linears.load(), counts->float_linears.load(),
             counts->dynamic_experts.load(), counts->float_experts.load());
     }
-    const std::string counted = fmt::format(" ({} int8 + {} high-precision linears, {} int8 + {} bf16 expert groups)",
+    const std::string counted = fmt::format(" ({} int8 + {} high-precision linears, {} int8 + {} float expert groups)",
                                             counts->dynamic_linears.load(), counts->float_linears.load(),
                                             counts->dynamic_experts.load(), counts->float_experts.load());
     std::string ck = checkpoint == CheckpointQuant::kW8A8Int8 ? "compressed-tensors w8a8 int8 checkpoint"
@@ -180,7 +180,9 @@ std::string Quantization::describe() const {
                          ? fmt::format("fp8 checkpoint (blocks {}x{})", block_rows, block_cols)
                          : std::string("unquantized checkpoint");
     return ck +
-           (int8 ? (int8_lm_head ? ", running W8A8 int8 (lm_head too)" : ", running W8A8 int8") : ", running bf16") +
+           (int8          ? (int8_lm_head ? ", running W8A8 int8 (lm_head too)" : ", running W8A8 int8")
+            : f32_weights ? ", running f32 (--dtype float32)"
+                          : ", running bf16") +
            counted;
 }
 

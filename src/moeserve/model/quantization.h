@@ -52,6 +52,9 @@ struct Quantization {
     // ModelSlim: tensor name -> type, from `description_file` (meta keys and non-string values left out).
     std::shared_ptr<const std::map<std::string, std::string>> modelslim;
     std::string description_file;
+    // --dtype float32: every weight that is not run in int8 (bf16, F16, FP8 dequantized) is held
+    // as f32, and the float kernels take their f32 path; false: bf16 as the checkpoint has it.
+    bool f32_weights = false;
     std::shared_ptr<LinearCounts> counts = std::make_shared<LinearCounts>();
 
     // ModelSlim: the scheme of module (weight name without ".weight"), from the description's

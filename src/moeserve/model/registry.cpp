@@ -16,6 +16,18 @@ namespace moeserve::model {
 std::vector<std::string> supported_model_types() { return {"qwen3_moe", "deepseek_v3", "deepseek_v2"}; }
 std::vector<std::string> config_only_model_types() { return {}; }
 
+bool parse_dtype_is_f32(const std::string& text) {
+    if (text == "auto" || text == "bfloat16" || text == "bf16") return false;
+    if (text == "float32" || text == "float" || text == "fp32") return true;
+    if (text == "half" || text == "float16" || text == "fp16") {
+        raise(ErrorCode::kInvalidArgument,
+              "--dtype {}: float16 is not run here (no f16 kernels on CPU); use bfloat16 (the checkpoint's weights) "
+              "or float32 (widened at load)",
+              text);
+    }
+    raise(ErrorCode::kInvalidArgument, "--dtype {}: expected auto, bfloat16 (bf16) or float32 (float, fp32)", text);
+}
+
 std::unique_ptr<Model> load_model(const std::filesystem::path& model_dir, ThreadPool& pool,
                                   const LoadOptions& options) {
     const io::HfConfig config = io::HfConfig::from_model_dir(model_dir.string());
@@ -25,7 +37,11 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& model_dir, Thread
         resolved.quant = resolve_quantization(config, options.quantization, model_dir);
         // "auto" follows the checkpoint's dtype (transformers writes torch_dtype, newer ones dtype).
         const std::string torch_dtype = config.get_string("torch_dtype", config.get_string("dtype", "bfloat16"));
-        const DType model_dtype = torch_dtype == "float32" ? DType::kF32 : DType::kBF16;
+        const bool f32 = parse_dtype_is_f32(options.dtype);
+        resolved.quant.f32_weights = f32;
+        // --kv-cache-dtype auto follows --dtype when it is given, as in vLLM
+        const DType model_dtype =
+            f32 || (options.dtype == "auto" && torch_dtype == "float32") ? DType::kF32 : DType::kBF16;
         resolved.kv_dtype = parse_kv_cache_dtype(options.kv_cache_dtype, model_dtype);
     }
     if (model_type == "qwen3_moe") {

@@ -19,6 +19,11 @@ std::vector<std::string> supported_model_types();
 // model_types whose config parses but whose forward is not built yet.
 std::vector<std::string> config_only_model_types();
 
+// Whether --dtype `text` asks for f32 weights: false for "auto", "bfloat16", "bf16"; true for
+// "float32", "float", "fp32". Raises Error(kInvalidArgument) for "half"/"float16"/"fp16" (f16
+// arithmetic is not run here) and anything else, naming the accepted values.
+bool parse_dtype_is_f32(const std::string& text);
+
 // Reads config.json and the weights of model_dir and builds the model. Errors (kNotFound,
 // kInvalidModel, kUnsupported) name the file and the problem; an unknown model_type lists the
 // supported ones.

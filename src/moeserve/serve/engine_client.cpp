@@ -177,8 +177,9 @@ void EngineClient::receive_loop() {
             } else if (auto* reply = std::get_if<ipc::HealthReply>(&*event.message)) {
                 std::vector<std::string> orphans;
                 std::unique_lock lock(mutex_);
-                const auto index = static_cast<size_t>(reply->engine_index);
-                if (reply->engine_index < 0 || index >= engines_.size()) {
+                const int local = reply->engine_index - options_.first_engine_index;
+                const auto index = static_cast<size_t>(local);
+                if (local < 0 || index >= engines_.size()) {
                     MOESERVE_LOG_E(logger_, "api", "health reply of unknown engine %d ignored", reply->engine_index);
                     continue;
                 }
@@ -219,12 +220,13 @@ void EngineClient::receive_loop() {
 }
 
 void EngineClient::on_step_outputs(const ipc::StepOutputs& step) {
-    const size_t index = static_cast<size_t>(step.engine_index);
+    const int local = step.engine_index - options_.first_engine_index;
+    const size_t index = static_cast<size_t>(local);
     std::vector<std::pair<const ipc::RequestOutput*, std::shared_ptr<OutputCallback>>> calls;
     std::vector<std::string> orphans;
     {
         std::lock_guard lock(mutex_);
-        if (step.engine_index < 0 || index >= engines_.size()) {
+        if (local < 0 || index >= engines_.size()) {
             MOESERVE_LOG_E(logger_, "api", "outputs of unknown engine %d ignored", step.engine_index);
             return;
         }

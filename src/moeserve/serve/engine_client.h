@@ -38,6 +38,9 @@ struct EngineClientOptions {
     // added fails with a 503-style error and is aborted on its engine; 0 = no limit.
     int queue_timeout_ms = 0;
     std::string rank_plane_key = {};  // ipc/auth.h; empty = unauthenticated (tests only)
+    // The DP rank of input_addresses[0]: engine messages carry their DP rank, and an API server of
+    // one DP rank (--data-parallel-rank, external load balancing) has engine i = DP rank first + i.
+    int first_engine_index = 0;
 };
 
 class EngineClient {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include "moeserve/serve/request_log.h"
 #include "moeserve/serve/openai/chat_messages.h"
 #include "moeserve/serve/openai/chat_output.h"
 #include "moeserve/serve/openai/parse.h"
@@ -165,6 +166,7 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
     // 1. Prompts as token ids (one per completion prompt, one for chat).
     std::vector<std::vector<int32_t>> prompts;
     std::vector<std::string> prompt_texts;
+    std::vector<std::optional<std::string>> logged_prompts;  // --enable-log-requests: the text, if any
     bool echo = false;
     std::vector<int32_t> grammar_after;  // reasoning: the grammar starts after </think>
     if (chat) {
@@ -198,6 +200,7 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
             }
         }
         prompts.push_back(std::move(prompt.ids));
+        if (config_.log_requests) logged_prompts.push_back(std::move(prompt.text));
         // chat echo (vLLM): the answer starts with the last message when it is the assistant's.
         const auto& last = r.messages.back();
         prompt_texts.push_back(r.echo && last.value("role", "") == "assistant" && last.contains("content") &&
@@ -212,6 +215,7 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
         echo = r.echo;
         check_fan_out(r.prompts.size(), job->params.n);
         for (auto& p : r.prompts) {
+            if (config_.log_requests) logged_prompts.push_back(p.text);
             if (p.text) {
                 prompts.push_back(encode_prompt(*p.text, true, "prompt"));
                 prompt_texts.push_back(*p.text);
@@ -275,6 +279,11 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
         }
         const int32_t max_tokens =
             openai::resolve_max_tokens(static_cast<int64_t>(prompts[i].size()), sized, config_.limits, chat);
+        if (config_.log_requests) {  // vLLM's line, once per prompt (its n choices share it)
+            const std::string line = request_log_line(fmt::format("{}-{}", engine_base, adds.size()), logged_prompts[i],
+                                                      prompts[i], p, max_tokens, config_.max_log_len);
+            MOESERVE_LOG_I(logger_, "api", "%s", line.c_str());
+        }
         for (int32_t k = 0; k < p.n; ++k) {
             ipc::AddRequest a;
             a.request_id = fmt::format("{}-{}", engine_base, adds.size());
@@ -532,8 +541,10 @@ void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::Req
             logger_, "api", "request %s finished: reason=%s prompt_tokens=%lld output_tokens=%lld ttft=%.3fs e2e=%.3fs",
             job->engine_ids[c].c_str(), stream.finish_reason().c_str(), static_cast<long long>(job->prompt_tokens[c]),
             static_cast<long long>(num_generated), ttft, now - job->arrival);
+    const double decode = job->first_token_time[c] > 0 ? job->last_token_time[c] - job->first_token_time[c] : 0;
     metrics_.on_request_finished({stream.finish_reason(), job->prompt_tokens[c], num_generated, ttft,
-                                  now - job->arrival, job->queue_seconds[c]});
+                                  now - job->arrival, job->queue_seconds[c], decode,
+                                  job->params.max_tokens.value_or(0)});
     if (job->chat) {
         result.text = job->echo[c] + job->parsed[c].content;
         result.tool_calls = std::move(job->parsed[c].calls);

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace moeserve::serve {
 
 namespace {
@@ -47,6 +49,12 @@ std::vector<double> one_two_five(int64_t max) {
     }
 }
 
+// vLLM's buckets of the per-request latencies (e2e, queue, prefill, decode, inference).
+std::vector<double> request_latency_buckets() {
+    return {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+            30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+}
+
 }  // namespace
 
 Metrics::Metrics(std::string model_name, int64_t max_model_len, CacheConfigInfo cache_config)
@@ -57,12 +65,14 @@ Metrics::Metrics(std::string model_name, int64_t max_model_len, CacheConfigInfo 
       tpot_(
           {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}),
       itl_({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}),
-      e2e_({0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
-            30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}),
-      queue_({0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
-              30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}),
+      e2e_(request_latency_buckets()),
+      queue_(request_latency_buckets()),
       prompt_tokens_(one_two_five(max_model_len)),
-      generation_tokens_(one_two_five(max_model_len)) {}
+      generation_tokens_(one_two_five(max_model_len)),
+      prefill_(request_latency_buckets()),
+      decode_(request_latency_buckets()),
+      inference_(request_latency_buckets()),
+      max_tokens_param_(one_two_five(max_model_len)) {}
 
 void Metrics::on_request_finished(const FinishedRequest& r) {
     std::lock_guard lock(mutex_);
@@ -72,7 +82,15 @@ void Metrics::on_request_finished(const FinishedRequest& r) {
     if (r.num_generation_tokens > 0) {
         ttft_.observe(r.ttft_s);
         queue_.observe(r.queue_s);
+        // vLLM's phases: prefill = scheduled -> first token, decode = first -> last token,
+        // inference = both. Here "scheduled" is arrival + the engine's queue time, and arrival is
+        // the API server's (before tokenization), so prefill includes the server's share.
+        const double prefill = std::max(0.0, r.ttft_s - r.queue_s);
+        prefill_.observe(prefill);
+        decode_.observe(r.decode_s);
+        inference_.observe(prefill + r.decode_s);
     }
+    if (r.max_tokens_param > 0) max_tokens_param_.observe(static_cast<double>(r.max_tokens_param));
     if (r.num_generation_tokens > 1) {
         tpot_.observe((r.e2e_s - r.ttft_s) / static_cast<double>(r.num_generation_tokens - 1));
     }
@@ -162,6 +180,13 @@ std::string Metrics::render(const std::vector<ipc::Stats>& engines, int num_in_f
         histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", queue_);
         histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", prompt_tokens_);
         histogram("vllm:request_generation_tokens", "Number of generation tokens processed.", generation_tokens_);
+        histogram("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
+                  prefill_);
+        histogram("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", decode_);
+        histogram("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
+                  inference_);
+        histogram("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
+                  max_tokens_param_);
         // Ours.
         head("moeserve:http_responses_total", "counter", "HTTP answers by status code.");
         for (const auto& [status, n] : http_by_status_) {

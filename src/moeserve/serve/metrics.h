@@ -20,9 +20,11 @@ struct FinishedRequest {
     std::string finish_reason;  // "stop" | "length" | "abort" | "error"
     int64_t num_prompt_tokens = 0;
     int64_t num_generation_tokens = 0;
-    double ttft_s = 0;   // arrival -> first token
-    double e2e_s = 0;    // arrival -> finish
-    double queue_s = 0;  // in the engine's queue before its first step
+    double ttft_s = 0;             // arrival -> first token
+    double e2e_s = 0;              // arrival -> finish
+    double queue_s = 0;            // in the engine's queue before its first step
+    double decode_s = 0;           // first token -> last token
+    int32_t max_tokens_param = 0;  // the request's own max_tokens; 0 = not given
 };
 
 // Labels of vllm:cache_config_info (block_size, cache_dtype, enable_prefix_caching, ...).
@@ -65,6 +67,7 @@ private:
     std::map<std::string, int64_t> finished_by_reason_;
     std::map<int, int64_t> http_by_status_;
     Histogram ttft_, tpot_, itl_, e2e_, queue_, prompt_tokens_, generation_tokens_;
+    Histogram prefill_, decode_, inference_, max_tokens_param_;  // vLLM's request phases, max_tokens
 };
 
 }  // namespace moeserve::serve

@@ -46,7 +46,11 @@ struct RouterConfig {
     int max_choices_per_request = 256;         // prompts x n of one request; more is a 400
     std::string chat_template;                 // overrides the tokenizer's (--chat-template); empty = its own
     std::string root_path;                     // a path prefix a proxy may leave on requests (--root-path)
-    bool log_requests = true;                  // one info line per finished request (--disable-log-requests)
+    // --enable-log-requests (vLLM's, off by default): a line per prompt as it arrives (id, prompt
+    // cut to max_log_len code points / ids, sampling params; serve/request_log.h) and one per
+    // finished request (reason, tokens, TTFT, e2e). max_log_len < 0: no cut (--max-log-len unset).
+    bool log_requests = false;
+    int max_log_len = -1;
     GenerationDefaults generation_defaults;
     int num_workers = 4;     // threads that parse, render and tokenize (WorkQueue)
     std::string model_path;  // shown as "root" in /v1/models

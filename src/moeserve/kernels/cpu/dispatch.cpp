@@ -88,8 +88,8 @@ void matmul_tile(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16
 
 void matmul_tile(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* out, int64_t ldo,
                  float* pack) {
-    // f32 weights (small matrices: routers, tests) stay on the AVX2 path at every
-    // level above ref.
+    // f32 weights (routers, every float weight under --dtype float32, tests) stay on the AVX2
+    // path at every level above ref.
     if (active_isa() == Isa::kRef) {
         matmul_tile_ref(x, ldx, m, k, w, n, out, ldo);
     } else {

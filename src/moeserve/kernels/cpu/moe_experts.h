@@ -20,6 +20,16 @@ struct MoeExpertsBf16 {
     int64_t inter;  // moe_intermediate_size
 };
 
+// The same with f32 weights (--dtype float32: the checkpoint's bf16 widened at load).
+struct MoeExpertsF32 {
+    const float* gate_up;  // f32 [num_experts, 2 * inter, hidden]
+    const float* down;     // f32 [num_experts, hidden, inter]
+    int64_t num_experts;
+    int64_t expert_begin;
+    int64_t hidden;
+    int64_t inter;
+};
+
 // Reusable per-call buffers (owned by the caller, grown on demand; no allocation in steady state).
 struct MoeScratch {
     std::vector<int32_t> offsets, token_index, slot_index;
@@ -31,8 +41,13 @@ struct MoeScratch {
 void moe_experts_bf16(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
                       const float* topk_weights, int k, const MoeExpertsBf16& experts, MoeScratch& scratch, float* out);
 
+void moe_experts_f32(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
+                     const float* topk_weights, int k, const MoeExpertsF32& experts, MoeScratch& scratch, float* out);
+
 // Token by token, expert by expert; for tests.
 void moe_experts_bf16_ref(const float* x, int64_t num_tokens, const int32_t* topk_ids, const float* topk_weights, int k,
                           const MoeExpertsBf16& experts, float* out);
+void moe_experts_f32_ref(const float* x, int64_t num_tokens, const int32_t* topk_ids, const float* topk_weights, int k,
+                         const MoeExpertsF32& experts, float* out);
 
 }  // namespace moeserve::kernels::cpu

@@ -31,10 +31,10 @@ void run_items(ThreadPool& pool, int64_t num_items, bool need_pack, F&& item) {
     });
 }
 
-}  // namespace
-
-void moe_experts_bf16(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
-                      const float* topk_weights, int k, const MoeExpertsBf16& ex, MoeScratch& s, float* out) {
+// Ex: MoeExpertsBf16 or MoeExpertsF32; matmul_tile has an overload per weight type.
+template <typename Ex>
+void moe_experts_impl(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
+                      const float* topk_weights, int k, const Ex& ex, MoeScratch& s, float* out) {
     const int64_t num_e = ex.num_experts, h = ex.hidden, inter = ex.inter;
     // 1. Counting sort of the slots by local expert. offsets [num_e + 1], then the active experts.
     const detail::MoeGroups groups = detail::group_slots_by_expert(topk_ids, num_tokens, k, ex.expert_begin, num_e, s);
@@ -57,7 +57,7 @@ void moe_experts_bf16(ThreadPool& pool, const float* x, int64_t num_tokens, cons
         const int64_t e = active[item / a_blocks];
         const int64_t r0 = (item % a_blocks) * kInterBlock, rb = std::min(kInterBlock, inter - r0);
         const int64_t off = s.offsets[size_t(e)], cnt = s.offsets[size_t(e + 1)] - off;
-        const uint16_t* gu = ex.gate_up + e * 2 * inter * h;
+        const auto* gu = ex.gate_up + e * 2 * inter * h;
         const float* xs = s.gathered.data() + off * h;
         float* g = s.gate_up.data() + off * 2 * inter;
         detail::matmul_tile(xs, h, cnt, h, gu + r0 * h, rb, g + r0, 2 * inter, pack);
@@ -80,6 +80,18 @@ void moe_experts_bf16(ThreadPool& pool, const float* x, int64_t num_tokens, cons
 
     // 5. Weighted sum per token, in slot order.
     detail::combine_expert_outputs(pool, s, topk_weights, num_tokens, k, h, out);
+}
+
+}  // namespace
+
+void moe_experts_bf16(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
+                      const float* topk_weights, int k, const MoeExpertsBf16& ex, MoeScratch& s, float* out) {
+    moe_experts_impl(pool, x, num_tokens, topk_ids, topk_weights, k, ex, s, out);
+}
+
+void moe_experts_f32(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
+                     const float* topk_weights, int k, const MoeExpertsF32& ex, MoeScratch& s, float* out) {
+    moe_experts_impl(pool, x, num_tokens, topk_ids, topk_weights, k, ex, s, out);
 }
 
 }  // namespace moeserve::kernels::cpu

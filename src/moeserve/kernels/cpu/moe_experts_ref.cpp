@@ -1,4 +1,4 @@
-// Scalar reference for moe_experts_bf16: token by token, expert by expert, no grouping.
+// Scalar references for moe_experts_bf16 / _f32: token by token, expert by expert, no grouping.
 #include <cmath>
 #include <vector>
 
@@ -7,8 +7,14 @@
 
 namespace moeserve::kernels::cpu {
 
-void moe_experts_bf16_ref(const float* x, int64_t num_tokens, const int32_t* topk_ids, const float* topk_weights, int k,
-                          const MoeExpertsBf16& ex, float* out) {
+namespace {
+
+float widen(uint16_t w) { return bf16_to_f32(w); }
+float widen(float w) { return w; }
+
+template <typename Ex>
+void moe_experts_ref_impl(const float* x, int64_t num_tokens, const int32_t* topk_ids, const float* topk_weights, int k,
+                          const Ex& ex, float* out) {
     const int64_t h = ex.hidden, inter = ex.inter;
     std::vector<float> act(static_cast<size_t>(inter));
     for (int64_t t = 0; t < num_tokens; ++t) {
@@ -18,25 +24,36 @@ void moe_experts_bf16_ref(const float* x, int64_t num_tokens, const int32_t* top
         for (int j = 0; j < k; ++j) {
             const int64_t e = int64_t{topk_ids[t * k + j]} - ex.expert_begin;
             if (e < 0 || e >= ex.num_experts) continue;
-            const uint16_t* gu = ex.gate_up + e * 2 * inter * h;
-            const uint16_t* down = ex.down + e * h * inter;
+            const auto* gu = ex.gate_up + e * 2 * inter * h;
+            const auto* down = ex.down + e * h * inter;
             for (int64_t r = 0; r < inter; ++r) {
                 double g = 0, u = 0;
                 for (int64_t p = 0; p < h; ++p) {
-                    g += double(xt[p]) * double(bf16_to_f32(gu[r * h + p]));
-                    u += double(xt[p]) * double(bf16_to_f32(gu[(inter + r) * h + p]));
+                    g += double(xt[p]) * double(widen(gu[r * h + p]));
+                    u += double(xt[p]) * double(widen(gu[(inter + r) * h + p]));
                 }
                 act[size_t(r)] = float(g / (1.0 + std::exp(-g)) * u);
             }
             const float w = topk_weights[t * k + j];
             for (int64_t i = 0; i < h; ++i) {
                 double d = 0;
-                for (int64_t r = 0; r < inter; ++r)
-                    d += double(act[size_t(r)]) * double(bf16_to_f32(down[i * inter + r]));
+                for (int64_t r = 0; r < inter; ++r) d += double(act[size_t(r)]) * double(widen(down[i * inter + r]));
                 ot[i] += w * float(d);
             }
         }
     }
+}
+
+}  // namespace
+
+void moe_experts_bf16_ref(const float* x, int64_t num_tokens, const int32_t* topk_ids, const float* topk_weights, int k,
+                          const MoeExpertsBf16& ex, float* out) {
+    moe_experts_ref_impl(x, num_tokens, topk_ids, topk_weights, k, ex, out);
+}
+
+void moe_experts_f32_ref(const float* x, int64_t num_tokens, const int32_t* topk_ids, const float* topk_weights, int k,
+                         const MoeExpertsF32& ex, float* out) {
+    moe_experts_ref_impl(x, num_tokens, topk_ids, topk_weights, k, ex, out);
 }
 
 }  // namespace moeserve::kernels::cpu

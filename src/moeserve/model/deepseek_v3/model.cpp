@@ -61,11 +61,12 @@ DeepseekV3Model::DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr
     int64_t rank_bytes = h * 4;
     embed_tokens_ = get_checked(w, "model.embed_tokens.weight", {c.vocab_size, h})
                         .rows(vocab_shard_.begin, vocab_shard_.begin + vocab_shard_.count);
-    rank_bytes += static_cast<int64_t>(embed_tokens_.nbytes());
     if (embed_tokens_.dtype != DType::kBF16) {
         raise(ErrorCode::kUnsupported, "model.embed_tokens.weight has dtype {}; only BF16 embeddings are supported",
               dtype_name(embed_tokens_.dtype));
     }
+    embed_tokens_ = widen_to_f32_if(embed_tokens_, options.quant.f32_weights, embed_owned_);
+    rank_bytes += static_cast<int64_t>(embed_tokens_.nbytes());
     const MlaShape attn_shape{h,
                               c.num_attention_heads,
                               c.q_lora_rank.value_or(0),
@@ -76,7 +77,7 @@ DeepseekV3Model::DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr
                               c.softmax_scale(),
                               1e-6,
                               c.attention_bias};
-    int64_t active_bytes = h * 2;  // one embedding row
+    int64_t active_bytes = h * static_cast<int64_t>(dtype_size(embed_tokens_.dtype));  // one embedding row
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
         const std::string p = "model.layers." + std::to_string(i) + ".";
         Layer layer{load_vector_f32(w, p + "input_layernorm.weight", h),

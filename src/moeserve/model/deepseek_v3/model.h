@@ -62,7 +62,8 @@ private:
     ModelInfo info_;
     kernels::cpu::GroupedTopkArgs routing_{};
     MlaPath path_ = MlaPath::kAuto;
-    TensorView embed_tokens_;  // bf16 [vocab, hidden]
+    TensorView embed_tokens_;  // bf16 | f32 (--dtype float32) [vocab, hidden]
+    Tensor embed_owned_;       // the f32 widening behind embed_tokens_, when there is one
     std::vector<Layer> layers_;
     Tensor norm_;     // f32 [hidden]
     Linear lm_head_;  // [vocab, hidden]

@@ -49,6 +49,7 @@ MlaAttention MlaAttention::load(const io::WeightSource& weights, const std::stri
         a.kv_b_owned_ = load_dequantized_f32(weights, prefix + "kv_b_proj.weight", quant.block_rows, quant.block_cols);
         a.kv_b_w_ = a.kv_b_owned_.view();
     }
+    a.kv_b_w_ = widen_to_f32_if(a.kv_b_w_, quant.f32_weights, a.kv_b_owned_);
     a.kv_b_w_ = a.kv_b_w_.rows(h0 * per_head, (h0 + heads) * per_head);
     // NOTE: o_proj's bias (if any) is added once: by TP rank 0 only, before the all-reduce.
     a.o_proj_ = Linear::load_shard(weights, prefix + "o_proj", s.hidden_size, s.num_heads * s.v_head_dim,

@@ -88,7 +88,7 @@ private:
     Tensor q_a_norm_, kv_a_norm_;            // f32 [q_lora_rank], [kv_lora_rank]
     Tensor q_a_norm_bias_, kv_a_norm_bias_;  // the same shapes, or empty (ModelSlim anti-outlier)
     TensorView kv_b_w_;                      // bf16 | f32 [num_heads * (nope + v), kv_lora_rank]
-    Tensor kv_b_owned_;                      // f32 copy when the checkpoint's kv_b_proj is neither
+    Tensor kv_b_owned_;                      // f32 copy when the checkpoint's kv_b_proj is neither (or --dtype float32)
 };
 
 }  // namespace moeserve::model

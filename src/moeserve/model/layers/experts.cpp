@@ -28,6 +28,18 @@ void copy_as_bf16(const io::WeightSource& weights, const std::string& name, cons
     }
 }
 
+// Copies the [rows, cols] rectangle at (row0, col0) of a `shape` weight into dst as f32 (the
+// --dtype float32 path: any float dtype widened, FP8 dequantized).
+void copy_as_f32(const io::WeightSource& weights, const std::string& name, const Shape& shape, int64_t row0,
+                 int64_t rows, int64_t col0, int64_t cols, const Quantization& quant, float* dst) {
+    get_checked(weights, name, shape);
+    const Tensor f = load_dequantized_f32(weights, name, quant.block_rows, quant.block_cols);
+    const int64_t width = shape[1];
+    for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(dst + r * cols, f.as<float>() + (row0 + r) * width + col0, static_cast<size_t>(cols) * 4);
+    }
+}
+
 // Copies the [rows, cols] rectangle at (row0, col0) of the int8 form of a `shape` weight into
 // dst, and the scales of its rows into scale_dst.
 void copy_as_int8(const io::WeightSource& weights, const std::string& name, const Shape& shape, int64_t row0,
@@ -90,6 +102,21 @@ Experts Experts::load(const io::WeightSource& weights, const std::vector<std::st
         return e;
     }
     if (n > 0) quant.counts->float_experts += 1;
+    if (quant.f32_weights) {
+        e.gate_up_ = Tensor(DType::kF32, {n, 2 * inter, hidden});
+        e.down_ = Tensor(DType::kF32, {n, hidden, inter});
+        for (int64_t i = 0; i < n; ++i) {
+            const std::string& p = prefixes[static_cast<size_t>(i)];
+            float* gate_up = e.gate_up_.as<float>() + i * 2 * proj;
+            copy_as_f32(weights, p + "gate_proj.weight", {full_inter, hidden}, inter_begin, inter, 0, hidden, quant,
+                        gate_up);
+            copy_as_f32(weights, p + "up_proj.weight", {full_inter, hidden}, inter_begin, inter, 0, hidden, quant,
+                        gate_up + proj);
+            copy_as_f32(weights, p + "down_proj.weight", {hidden, full_inter}, 0, hidden, inter_begin, inter, quant,
+                        e.down_.as<float>() + i * proj);
+        }
+        return e;
+    }
     e.gate_up_ = Tensor(DType::kBF16, {n, 2 * inter, hidden});
     e.down_ = Tensor(DType::kBF16, {n, hidden, inter});
     for (int64_t i = 0; i < n; ++i) {
@@ -116,6 +143,10 @@ kernels::cpu::MoeExpertsInt8 Experts::desc_int8() const {
             inter_};
 }
 
+kernels::cpu::MoeExpertsF32 Experts::desc_f32() const {
+    return {gate_up_.as<const float>(), down_.as<const float>(), num_experts(), expert_begin_, hidden_, inter_};
+}
+
 kernels::cpu::MoeExpertsBf16 Experts::desc() const {
     return {gate_up_.as<const uint16_t>(), down_.as<const uint16_t>(), num_experts(), expert_begin_, hidden_, inter_};
 }
@@ -126,6 +157,10 @@ void Experts::forward(ThreadPool& pool, const float* x, int64_t num_tokens, cons
         kernels::cpu::MoeInt8Scratch qscratch;
         kernels::cpu::moe_experts_int8(pool, x, num_tokens, topk_ids, topk_weights, k, desc_int8(), scratch, qscratch,
                                        out);
+        return;
+    }
+    if (gate_up_.dtype() == DType::kF32) {
+        kernels::cpu::moe_experts_f32(pool, x, num_tokens, topk_ids, topk_weights, k, desc_f32(), scratch, out);
         return;
     }
     kernels::cpu::moe_experts_bf16(pool, x, num_tokens, topk_ids, topk_weights, k, desc(), scratch, out);

@@ -1,4 +1,5 @@
-// SwiGLU experts with gate|up fused at load time (bf16, or int8 with per-channel scales for W8A8):
+// SwiGLU experts with gate|up fused at load time (bf16; f32 under --dtype float32; or int8 with
+// per-channel scales for W8A8):
 // the routed experts of a MoE layer, and also a dense MLP or DeepSeek's shared experts, which are
 // a single always-chosen expert.
 #pragma once
@@ -47,8 +48,9 @@ public:
 private:
     kernels::cpu::MoeExpertsBf16 desc() const;
     kernels::cpu::MoeExpertsInt8 desc_int8() const;
-    Tensor gate_up_;        // bf16 | int8 [num_experts, 2 * inter, hidden]: gate rows, then up rows
-    Tensor down_;           // bf16 | int8 [num_experts, hidden, inter]
+    kernels::cpu::MoeExpertsF32 desc_f32() const;
+    Tensor gate_up_;        // bf16 | f32 | int8 [num_experts, 2 * inter, hidden]: gate rows, then up rows
+    Tensor down_;           // bf16 | f32 | int8 [num_experts, hidden, inter]
     Tensor gate_up_scale_;  // int8 only: f32 [num_experts, 2 * inter]
     Tensor down_scale_;     // int8 only: f32 [num_experts, hidden]
     bool int8_ = false;

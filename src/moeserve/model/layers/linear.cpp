@@ -41,8 +41,13 @@ Linear Linear::load(const io::WeightSource& weights, const std::string& prefix, 
     } else {
         quant.counts->float_linears += 1;
         switch (l.weight_.dtype) {
-            case DType::kBF16:
             case DType::kF32:
+                break;
+            case DType::kBF16:
+                if (quant.f32_weights) {  // --dtype float32: widened once here
+                    l.owned_ = weights.load_f32(name);
+                    l.weight_ = l.owned_.view();
+                }
                 break;
             case DType::kF16:
             case DType::kI8:
@@ -50,6 +55,11 @@ Linear Linear::load(const io::WeightSource& weights, const std::string& prefix, 
                 l.weight_ = l.owned_.view();
                 break;
             case DType::kF8E4M3: {
+                if (quant.f32_weights) {
+                    l.owned_ = load_dequantized_f32(weights, name, quant.block_rows, quant.block_cols);
+                    l.weight_ = l.owned_.view();
+                    break;
+                }
                 // FP8 -> bf16 (exact when the block scales are powers of two, as UE8M0 scales are)
                 const Tensor f = load_dequantized_f32(weights, name, quant.block_rows, quant.block_cols);
                 l.owned_ = Tensor(DType::kBF16, {out_features, in_features});

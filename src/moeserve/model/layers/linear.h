@@ -1,6 +1,7 @@
 // Linear layer y = x @ W^T (+ b). The weight stays in the checkpoint's precision: a bf16 view of
 // the mapped file (zero-copy), or f32 (F32 kept as is, F16 converted to f32 at load); FP8
-// block-scaled weights become bf16, int8 ones f32, unless the layer runs W8A8: then int8
+// block-scaled weights become bf16, int8 ones f32; with quant.f32_weights (--dtype float32)
+// bf16 and FP8 weights become f32 too. All unless the layer runs W8A8: then int8
 // [out, in] with one f32 scale per output channel, activations quantized per token. A ModelSlim
 // static W8A8 linear keeps int8 weights, one per-tensor activation scale (golden-stick A8W8: one
 // divisor per input channel) and zero point, an int32 bias added before the per-channel

@@ -36,8 +36,15 @@ ShardRange local_moe_inter(const ParallelConfig& par, int64_t moe_inter) {
 
 void embed_vocab_parallel(const ParallelConfig& par, const TensorView& table, ShardRange vocab, int64_t hidden,
                           const int32_t* ids, int64_t num_tokens, float* x) {
+    auto lookup = [&](const int32_t* rows, int64_t n, float* dst) {
+        if (table.dtype == DType::kF32) {
+            kernels::cpu::embedding_f32(table.as<const float>(), vocab.count, hidden, rows, n, dst);
+        } else {
+            kernels::cpu::embedding_bf16(table.as<const uint16_t>(), vocab.count, hidden, rows, n, dst);
+        }
+    };
     if (par.tp_size == 1) {
-        kernels::cpu::embedding_bf16(table.as<const uint16_t>(), vocab.count, hidden, ids, num_tokens, x);
+        lookup(ids, num_tokens, x);
         return;
     }
     // 1. rows of ids this rank holds; zeros elsewhere; 2. sum over TP gives every row once
@@ -45,7 +52,7 @@ void embed_vocab_parallel(const ParallelConfig& par, const TensorView& table, Sh
     for (int64_t t = 0; t < num_tokens; ++t) {
         const int32_t local = static_cast<int32_t>(ids[t] - vocab.begin);
         if (local < 0 || local >= vocab.count) continue;
-        kernels::cpu::embedding_bf16(table.as<const uint16_t>(), vocab.count, hidden, &local, 1, x + t * hidden);
+        lookup(&local, 1, x + t * hidden);
     }
     tp_all_reduce(par, x, num_tokens * hidden);
 }

@@ -24,7 +24,7 @@ ShardRange local_experts(const ParallelConfig& par, int64_t num_experts);
 // moe_intermediate rows this rank loads: all (EP or single rank), or its TP slice.
 ShardRange local_moe_inter(const ParallelConfig& par, int64_t moe_inter);
 
-// Vocabulary-parallel embedding: this rank holds rows [vocab_shard) of the bf16 table.
+// Vocabulary-parallel embedding: this rank holds rows [vocab_shard) of the bf16 | f32 table.
 // ids [T] -> x f32 [T, hidden], all-reduced over TP (rows of other ranks' ids are zero here).
 void embed_vocab_parallel(const ParallelConfig& par, const TensorView& table_shard, ShardRange vocab_shard,
                           int64_t hidden, const int32_t* ids, int64_t num_tokens, float* x);

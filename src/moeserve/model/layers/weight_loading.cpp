@@ -1,6 +1,7 @@
 #include "moeserve/model/layers/weight_loading.h"
 
 #include "moeserve/core/error.h"
+#include "moeserve/io/weight_source.h"
 
 namespace moeserve::model {
 
@@ -20,6 +21,13 @@ Tensor load_vector_f32(const io::WeightSource& weights, const std::string& name,
 
 Tensor load_optional_vector_f32(const io::WeightSource& weights, const std::string& name, int64_t n) {
     return weights.contains(name) ? load_vector_f32(weights, name, n) : Tensor();
+}
+
+TensorView widen_to_f32_if(const TensorView& view, bool f32, Tensor& owned) {
+    if (!f32 || view.dtype != DType::kBF16) return view;
+    owned = Tensor(DType::kF32, view.shape);
+    io::convert_to_f32(view, owned.as<float>());
+    return owned.view();
 }
 
 void add_row_bias(const Tensor& bias, float* x, int64_t rows, int64_t n) {

@@ -30,14 +30,15 @@ Qwen3MoeModel::Qwen3MoeModel(const Qwen3MoeConfig& config, std::shared_ptr<const
     int64_t rank_bytes = 0;
     embed_tokens_ = get_checked(w, "model.embed_tokens.weight", {c.vocab_size, h})
                         .rows(vocab_shard_.begin, vocab_shard_.begin + vocab_shard_.count);
-    rank_bytes += static_cast<int64_t>(embed_tokens_.nbytes());
     if (embed_tokens_.dtype != DType::kBF16) {
         raise(ErrorCode::kUnsupported, "model.embed_tokens.weight has dtype {}; only BF16 embeddings are supported",
               dtype_name(embed_tokens_.dtype));
     }
+    embed_tokens_ = widen_to_f32_if(embed_tokens_, options.quant.f32_weights, embed_owned_);
+    rank_bytes += static_cast<int64_t>(embed_tokens_.nbytes());
     const GqaShape attn_shape{h,    c.num_attention_heads, c.num_key_value_heads, c.head_dim,
                               true, c.attention_bias,      c.rms_norm_eps};
-    int64_t active_bytes = h * 2;  // one embedding row
+    int64_t active_bytes = h * static_cast<int64_t>(dtype_size(embed_tokens_.dtype));  // one embedding row
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
         const std::string p = "model.layers." + std::to_string(i) + ".";
         Layer layer{load_vector_f32(w, p + "input_layernorm.weight", h),

@@ -50,7 +50,8 @@ private:
     std::shared_ptr<const io::WeightSource> weights_;
     ThreadPool& pool_;
     ModelInfo info_;
-    TensorView embed_tokens_;  // bf16 [vocab_shard.count, hidden]
+    TensorView embed_tokens_;  // bf16 | f32 (--dtype float32) [vocab_shard.count, hidden]
+    Tensor embed_owned_;       // the f32 widening behind embed_tokens_, when there is one
     std::vector<Layer> layers_;
     Tensor norm_;     // f32 [hidden]
     Linear lm_head_;  // [vocab_shard.count, hidden] (embed_tokens when tied)
