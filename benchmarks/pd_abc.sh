@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The PD-hybrid seed's comparison in miniature (docs/performance.md, "PD hybrid vs disaggregated"):
+# the same request load against (a) dp=2 + EP with --pd-hybrid, (b) dp=2 + EP without it, (c) one
+# prefill + one decode instance behind `moeserve proxy`. Each deployment gets the machine's two
+# cores as two single-threaded engines. Prints vLLM's result block per (deployment, shape).
+#   MOESERVE_BIN=B MODEL=M [SHAPES="128:128 1024:64"] [PROMPTS=16] [CONCURRENCY=8] benchmarks/pd_abc.sh
+set -euo pipefail
+B=${MOESERVE_BIN:-build/src/moeserve/cli/moeserve}
+M=${MODEL:?the bench model directory (moeserve make-model --arch qwen3_moe --size bench)}
+SHAPES=${SHAPES:-"128:128 1024:64"}
+PROMPTS=${PROMPTS:-16}
+CONCURRENCY=${CONCURRENCY:-8}
+export MOESERVE_RANK_PLANE_KEY=${MOESERVE_RANK_PLANE_KEY:-$(head -c 32 /dev/urandom | xxd -p -c 64)}
+COMMON=(--threads 1 --max-model-len 2048 --kv-cache-memory 2G --max-num-seqs 16 --served-model-name bench)
+LOGS=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+port_of() {  # log file -> the port it reports listening on (waits up to 120 s)
+  for _ in $(seq 1200); do
+    p=$(grep -o 'listening on http://[0-9.]*:[0-9]*' "$1" 2>/dev/null | grep -o '[0-9]*$' || true)
+    [ -n "$p" ] && { echo "$p"; return; }
+    sleep 0.1
+  done
+  echo "no port in $1" >&2; exit 1
+}
+healthy() { for _ in $(seq 1200); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return; sleep 0.1; done; exit 1; }
+start() {  # name, args... -> sets PORT
+  "$B" "$@" >"$LOGS/$name.log" 2>&1 & pids+=($!)
+  PORT=$(port_of "$LOGS/$name.log")
+}
+bench() {  # port, label
+  for shape in $SHAPES; do
+    in=${shape%%:*} out=${shape##*:}
+    echo "=== $2, random $in in / $out out, $PROMPTS prompts, concurrency $CONCURRENCY ($(uptime | sed 's/.*load/load/'))"
+    "$B" bench serve --base-url "http://127.0.0.1:$1" --model bench --tokenizer "$M" --dataset-name random \
+      --random-input-len "$in" --random-output-len "$out" --num-prompts "$PROMPTS" \
+      --max-concurrency "$CONCURRENCY" --ignore-eos --disable-progress 2>/dev/null
+  done
+}
+stop_all() { cleanup; pids=(); }
+
+for mode in hybrid lockstep; do
+  name=$mode
+  extra=(); [ $mode = hybrid ] && extra=(--pd-hybrid)
+  start serve --model "$M" --port 0 "${COMMON[@]}" -dp 2 --enable-expert-parallel "${extra[@]}"
+  healthy "$PORT"; bench "$PORT" "(${mode}) dp=2 + EP$([ $mode = hybrid ] && echo ' + PD hybrid')"; stop_all
+done
+kv() { echo "{\"kv_connector\":\"MoeserveConnector\",\"kv_role\":\"$1\"}"; }
+name=prefill; start serve --model "$M" --port 0 "${COMMON[@]}" --kv-transfer-config "$(kv kv_producer)"; P=$PORT
+name=decode; start serve --model "$M" --port 0 "${COMMON[@]}" --kv-transfer-config "$(kv kv_consumer)"; D=$PORT
+healthy "$P"; healthy "$D"
+name=proxy; start proxy --port 0 --prefill "http://127.0.0.1:$P" --decode "http://127.0.0.1:$D"; healthy "$PORT"
+bench "$PORT" "(c) 1 prefill + 1 decode instance"
+curl -s "http://127.0.0.1:$D/metrics" | grep -E '^moeserve:kv_(transfer_bytes|transfers|transfer_seconds|wait_seconds)_total' || true
