@@ -92,10 +92,12 @@ void EngineCore::add_request(const ipc::AddRequest& add) {
 }
 
 void EngineCore::abort(const ipc::Abort& abort) {
-    scheduler_.abort_requests(abort.request_ids);
-    if (kv_transfer_) {
-        for (const auto& id : abort.request_ids) kv_transfer_->cancel(id);
+    if (kv_transfer_) {  // only fetches: the agent remembers a cancelled id until its fetch ends
+        for (const auto& id : abort.request_ids) {
+            if (const Request* r = scheduler_.find(id); r && r->fetching) kv_transfer_->cancel(id);
+        }
     }
+    scheduler_.abort_requests(abort.request_ids);
 }
 
 void EngineCore::poll_kv_transfers() {
