@@ -11,7 +11,7 @@ setup:
 	@bash scripts/setup.sh
 
 configure: setup
-	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOESERVE_CACHE_DIR=$(CACHE) >/dev/null
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOESERVE_WERROR=ON -DMOESERVE_CACHE_DIR=$(CACHE) >/dev/null
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
@@ -32,12 +32,12 @@ TSAN_TARGETS = moeserve_core_tests moeserve_serve_tests moeserve_ipc_tests
 test-sanitize: test-asan test-tsan
 
 test-asan: setup
-	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOESERVE_SANITIZE=address -DMOESERVE_BENCHMARKS=OFF -DMOESERVE_CACHE_DIR=$(CACHE) >/dev/null
+	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOESERVE_SANITIZE=address -DMOESERVE_WERROR=ON -DMOESERVE_BENCHMARKS=OFF -DMOESERVE_CACHE_DIR=$(CACHE) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	@cd $(ASAN_BUILD) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 900
 
 test-tsan: setup
-	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOESERVE_SANITIZE=thread -DMOESERVE_BENCHMARKS=OFF -DMOESERVE_CACHE_DIR=$(CACHE) >/dev/null
+	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOESERVE_SANITIZE=thread -DMOESERVE_WERROR=ON -DMOESERVE_BENCHMARKS=OFF -DMOESERVE_CACHE_DIR=$(CACHE) >/dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TARGETS)
 	@cd $(TSAN_BUILD) && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 900 -L '^(core|serve|ipc)$$'
 

@@ -12,10 +12,10 @@
 namespace moeserve::model {
 
 struct LoadOptions {
-    int64_t max_model_len = 0;  // longest sequence served (RoPE tables); 0 = max_position_embeddings
-    ParallelConfig parallel{};  // this rank's TP/EP shard; default: the whole model on one rank
-    std::string quantization;   // --quantization: "" (as the checkpoint), "w8a8", "fp8", "none"
-    Quantization quant{};       // resolved by load_model() from config.json and `quantization`
+    int64_t max_model_len = 0;   // longest sequence served (RoPE tables); 0 = max_position_embeddings
+    ParallelConfig parallel{};   // this rank's TP/EP shard; default: the whole model on one rank
+    std::string quantization{};  // --quantization: "" (as the checkpoint), "w8a8", "fp8", "none"
+    Quantization quant{};        // resolved by load_model() from config.json and `quantization`
     // --kv-cache-dtype: "auto" (config.json's torch_dtype: bf16 for these checkpoints), "bf16",
     // "fp32". The library default stays fp32 (the reference tests' exact cache); the CLI's is auto.
     std::string kv_cache_dtype = "fp32";
