@@ -12,7 +12,6 @@ namespace moeserve::engine {
 namespace {
 
 using namespace testing;
-using parallel::StepPhase;
 
 EngineConfig fake_config() {
     EngineConfig c;
