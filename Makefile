@@ -5,7 +5,7 @@ CACHE ?= $(HOME)/.cache/moeserve
 DEMO_MODEL ?= $(CACHE)/models/demo-qwen3-moe-tiny
 PROMPT ?= The capital of France is
 
-.PHONY: setup configure build test test-sanitize test-asan test-tsan run generate bench format clean
+.PHONY: setup configure build test test-sanitize test-asan test-tsan run generate bench format tidy clean
 
 setup:
 	@bash scripts/setup.sh
@@ -52,6 +52,13 @@ bench: build
 
 format:
 	@find src tests benchmarks fuzz \( -name '*.h' -o -name '*.cpp' \) | xargs clang-format -i
+
+# clang-tidy (.clang-tidy) over src/ with the build's compile_commands.json: fails on any finding.
+# Not part of `make test` or CI: a full run takes about 20 CPU-minutes (docs/conventions.md 10).
+# The compile commands are g++'s: clang is told to ignore g++-only flags and not to turn its own
+# warnings into errors (-Werror is in them), so only the checks decide.
+tidy: configure
+	@run-clang-tidy -quiet -p $(BUILD) -j $(JOBS) -extra-arg=-Wno-unknown-warning-option -extra-arg=-Wno-error '$(CURDIR)/src/moeserve/'
 
 clean:
 	@rm -rf $(BUILD)
