@@ -37,7 +37,7 @@ function(moeserve_add_test_suite mod)
     set(fixture_name ${mod}_fixtures)
     add_test(NAME fixture.${mod}_ready COMMAND ${CMAKE_COMMAND} -E true)
     set_tests_properties(fixture.${mod}_ready PROPERTIES
-      FIXTURES_SETUP ${fixture_name} FIXTURES_REQUIRED "${ARG_FIXTURES}")
+      FIXTURES_SETUP ${fixture_name} FIXTURES_REQUIRED "${ARG_FIXTURES}" LABELS ${mod})
   endif()
   gtest_discover_tests(moeserve_${mod}_tests DISCOVERY_MODE PRE_TEST
     PROPERTIES LABELS ${mod} FIXTURES_REQUIRED "${fixture_name}")

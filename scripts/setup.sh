@@ -8,7 +8,7 @@ TOK_DIR="$CACHE_DIR/tokenizers"
 
 # Debian packages of the libraries (docs/architecture.md), plus the build toolchain and the test reference (numpy).
 PACKAGES=(
-  build-essential cmake ninja-build ccache pkg-config git clang-format
+  build-essential cmake ninja-build ccache pkg-config git clang-format clang-tidy
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libzmq3-dev libsodium-dev cppzmq-dev libmsgpack-cxx-dev libboost-dev
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev libdnnl-dev libopenblas-dev

@@ -12,7 +12,6 @@ namespace moeserve::engine {
 namespace {
 
 using namespace testing;
-using parallel::StepPhase;
 
 EngineConfig fake_config() {
     EngineConfig c;
@@ -132,7 +131,9 @@ INSTANTIATE_TEST_SUITE_P(
                                          Case{"five_over_three", 3, {0, 1, 2, 0, 1}, {0, 1, 2, 5, 9}},
                                          Case{"three_ranks_one_busy", 3, {2, 2, 2}, {0, 4, 8}}),
                        ::testing::Bool()),
-    [](const auto& info) { return std::get<0>(info.param).name + (std::get<1>(info.param) ? "_hybrid" : "_mixed"); });
+    [](const auto& param_info) {
+        return std::get<0>(param_info.param).name + (std::get<1>(param_info.param) ? "_hybrid" : "_mixed");
+    });
 
 TEST(DpCoordinator, IdleRoundsRunNoForward) {
     // Work at round 0 and again at round 60 (rank 1): the rounds in between agree on IDLE.

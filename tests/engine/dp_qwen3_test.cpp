@@ -15,7 +15,6 @@ namespace {
 
 using namespace testing;
 using namespace std::chrono_literals;
-using parallel::StepPhase;
 
 const std::filesystem::path kModelDir = MOESERVE_QWEN3_TINY_DIR;
 constexpr int kNumPrompts = 6;

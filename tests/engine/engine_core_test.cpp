@@ -49,8 +49,12 @@ TEST_P(EngineCoreEquivalence, BatchedGreedyEqualsAlone) {
     EXPECT_EQ(got.tokens, expected);
     const auto& kv = engine.kv_cache_manager();
     EXPECT_EQ(kv.pool().num_free_blocks(), kv.pool().num_blocks() - 1);
-    if (GetParam().name == "preemption") EXPECT_GT(engine.stats().num_preemptions, 0);
-    if (GetParam().name == "prefix_caching") EXPECT_GT(engine.stats().prefix_cache_hits, 0);
+    if (GetParam().name == "preemption") {
+        EXPECT_GT(engine.stats().num_preemptions, 0);
+    }
+    if (GetParam().name == "prefix_caching") {
+        EXPECT_GT(engine.stats().prefix_cache_hits, 0);
+    }
 }
 
 EngineConfig no_chunking() {
@@ -65,7 +69,7 @@ INSTANTIATE_TEST_SUITE_P(Configs, EngineCoreEquivalence,
                                            Case{"tiny_chunks", small_config(200, 5)},
                                            Case{"no_chunking", no_chunking()},
                                            Case{"preemption", small_config(16, 32)}),
-                         [](const auto& info) { return info.param.name; });
+                         [](const auto& param_info) { return param_info.param.name; });
 
 TEST(EngineCoreTest, RandomRunWithAbortsKeepsTheBlockInvariant) {
     FakeModel model;

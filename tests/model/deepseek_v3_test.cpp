@@ -312,7 +312,9 @@ TEST_P(DeepseekV3Test, LatentCacheBytesPerToken) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, DeepseekV3Test, ::testing::ValuesIn(kVariants),
-                         [](const ::testing::TestParamInfo<Variant>& info) { return std::string(info.param.name); });
+                         [](const ::testing::TestParamInfo<Variant>& param_info) {
+                             return std::string(param_info.param.name);
+                         });
 
 }  // namespace
 }  // namespace moeserve::model

@@ -127,7 +127,9 @@ TEST_P(KvCacheDtypeTest, Bf16CacheLogitsStayCloseToF32Cache) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, KvCacheDtypeTest, ::testing::ValuesIn(kVariants),
-                         [](const ::testing::TestParamInfo<Variant>& info) { return std::string(info.param.name); });
+                         [](const ::testing::TestParamInfo<Variant>& param_info) {
+                             return std::string(param_info.param.name);
+                         });
 
 TEST(KvCacheDtypeParseTest, AcceptsVllmSpellingsAndRefusesTheRest) {
     EXPECT_EQ(parse_kv_cache_dtype("auto", DType::kBF16), DType::kBF16);

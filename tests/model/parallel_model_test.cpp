@@ -132,10 +132,10 @@ INSTANTIATE_TEST_SUITE_P(Qwen3Moe, ParallelModelTest,
                                             ::testing::Values(ParallelSizes{1, 2, 1}, ParallelSizes{1, 4, 1},
                                                               ParallelSizes{2, 1, 2}, ParallelSizes{2, 2, 4},
                                                               ParallelSizes{1, 2, 2}, ParallelSizes{4, 1, 2})),
-                         [](const auto& info) {
-                             const ParallelSizes& s = std::get<1>(info.param);
-                             return std::string(std::get<0>(info.param).name) + "_dp" + std::to_string(s.dp) + "_tp" +
-                                    std::to_string(s.tp) + "_ep" + std::to_string(s.ep);
+                         [](const auto& param_info) {
+                             const ParallelSizes& s = std::get<1>(param_info.param);
+                             return std::string(std::get<0>(param_info.param).name) + "_dp" + std::to_string(s.dp) +
+                                    "_tp" + std::to_string(s.tp) + "_ep" + std::to_string(s.ep);
                          });
 
 const ModelCase kDsv3{"deepseek_v3", MOESERVE_DSV3_TINY_DIR, MOESERVE_DSV3_PROMPT};
@@ -145,10 +145,10 @@ INSTANTIATE_TEST_SUITE_P(DeepseekV3, ParallelModelTest,
                          ::testing::Combine(::testing::Values(kDsv3, kDsv3NoQ),
                                             ::testing::Values(ParallelSizes{1, 2, 1}, ParallelSizes{2, 1, 2},
                                                               ParallelSizes{2, 2, 4}, ParallelSizes{4, 1, 2})),
-                         [](const auto& info) {
-                             const ParallelSizes& s = std::get<1>(info.param);
-                             return std::string(std::get<0>(info.param).name) + "_dp" + std::to_string(s.dp) + "_tp" +
-                                    std::to_string(s.tp) + "_ep" + std::to_string(s.ep);
+                         [](const auto& param_info) {
+                             const ParallelSizes& s = std::get<1>(param_info.param);
+                             return std::string(std::get<0>(param_info.param).name) + "_dp" + std::to_string(s.dp) +
+                                    "_tp" + std::to_string(s.tp) + "_ep" + std::to_string(s.ep);
                          });
 
 TEST(ParallelModelMismatchTest, ForcedExchangeMismatchFailsInBoundedTime) {

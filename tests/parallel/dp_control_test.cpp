@@ -1,4 +1,5 @@
-// DP control collective: phase agreement rules, one gather per step, forced mismatch.
+// DP control collective: phase agreement rules, the coordinator's vote gather, forced mismatch,
+// agreed shutdown.
 #include "moeserve/parallel/dp_control.h"
 
 #include <gtest/gtest.h>
@@ -19,22 +20,39 @@ std::vector<DpControlRow> rows(const std::vector<DpVote>& votes) {
     return r;
 }
 
+DpVote work(bool can_prefill, bool has_decode, int64_t num_tokens, int64_t forced_phase = -1) {
+    return {.can_prefill = can_prefill,
+            .has_decode = has_decode,
+            .has_unfinished = true,
+            .num_tokens = num_tokens,
+            .num_reqs = 1,
+            .forced_phase = forced_phase};
+}
+
 TEST(DpControlTest, EncodeDecodeRoundTrip) {
-    const DpVote v{true, false, true, 17, 3, -1};
+    const DpVote v{.can_prefill = true,
+                   .has_decode = false,
+                   .has_unfinished = true,
+                   .shutdown = true,
+                   .num_tokens = 17,
+                   .num_reqs = 3,
+                   .forced_phase = 2};
     const DpVote d = decode_vote(encode_vote(v));
     EXPECT_EQ(d.can_prefill, true);
     EXPECT_EQ(d.has_decode, false);
     EXPECT_EQ(d.has_unfinished, true);
+    EXPECT_EQ(d.shutdown, true);
     EXPECT_EQ(d.num_tokens, 17);
     EXPECT_EQ(d.num_reqs, 3);
-    EXPECT_EQ(d.forced_phase, -1);
+    EXPECT_EQ(d.forced_phase, 2);
+    EXPECT_FALSE(decode_vote(encode_vote(DpVote{})).shutdown);
 }
 
 TEST(DpControlTest, HybridPrefillWinsThenDecodeThenIdle) {
-    const DpVote prefill{true, false, true, 100, 1, -1};
-    const DpVote decode{false, true, true, 4, 4, -1};
+    const DpVote prefill = work(true, false, 100);
+    const DpVote decode = work(false, true, 4);
     const DpVote idle{};
-    const DpVote blocked{false, false, true, 0, 0, -1};  // waiting but not admissible
+    const DpVote blocked = work(false, false, 0);  // waiting but not admissible
     auto a = agree(rows({decode, prefill, idle}), 0, true);
     EXPECT_EQ(a.phase, StepPhase::kPrefill);
     EXPECT_EQ(a.num_tokens, (std::vector<int64_t>{4, 100, 0}));
@@ -55,7 +73,7 @@ TEST(DpControlTest, ExchangeFollowsPhase) {
     EXPECT_EQ(exchange_for_phase(StepPhase::kMixed, MoeExchangeKind::kAllGather), MoeExchangeKind::kAllGather);
 }
 
-TEST(DpControlTest, AgreeStepGivesEveryRankTheSameAnswer) {
+TEST(DpControlTest, GatheredVotesGiveEveryRankTheSameAnswer) {
     LocalCommGroup group(3, 5000ms, "dp");
     std::vector<DpAgreement> got(3);
     auto errors = moeserve::testing::run_ranks(3, [&](int rank) {
@@ -64,7 +82,7 @@ TEST(DpControlTest, AgreeStepGivesEveryRankTheSameAnswer) {
         v.has_decode = rank != 1;
         v.can_prefill = rank == 2;
         v.num_tokens = rank * 10;
-        got[static_cast<size_t>(rank)] = agree_step(*comm, v, true);
+        got[static_cast<size_t>(rank)] = agree(gather_votes(*comm, v), rank, true);
     });
     for (const auto& e : errors) ASSERT_FALSE(e);
     for (const auto& a : got) {
@@ -74,10 +92,32 @@ TEST(DpControlTest, AgreeStepGivesEveryRankTheSameAnswer) {
 }
 
 TEST(DpControlTest, ForcedPhaseOverridesOnlyThatRank) {
-    DpVote forced{false, true, true, 1, 1, static_cast<int64_t>(StepPhase::kPrefill)};
-    DpVote normal{false, true, true, 1, 1, -1};
+    const DpVote forced = work(false, true, 1, static_cast<int64_t>(StepPhase::kPrefill));
+    const DpVote normal = work(false, true, 1);
     EXPECT_EQ(agree(rows({forced, normal}), 0, true).phase, StepPhase::kPrefill);
     EXPECT_EQ(agree(rows({forced, normal}), 1, true).phase, StepPhase::kDecode);
+}
+
+TEST(DpControlTest, OneShutdownVoteStopsEveryRankWhateverTheWork) {
+    DpVote leaving = work(true, true, 8);
+    leaving.shutdown = true;
+    const DpVote busy = work(true, false, 100, static_cast<int64_t>(StepPhase::kPrefill));
+    for (const bool hybrid : {false, true}) {
+        for (int rank = 0; rank < 2; ++rank) {
+            const DpAgreement a = agree(rows({busy, leaving}), rank, hybrid);
+            EXPECT_TRUE(a.shutdown);
+            EXPECT_EQ(a.phase, StepPhase::kIdle);
+            EXPECT_FALSE(a.run_step());
+        }
+    }
+    EXPECT_FALSE(agree(rows({busy, busy}), 0, true).shutdown);
+}
+
+TEST(DpControlTest, PhaseNamesAreDistinct) {
+    EXPECT_STREQ(step_phase_name(StepPhase::kIdle), "idle");
+    EXPECT_STREQ(step_phase_name(StepPhase::kPrefill), "prefill");
+    EXPECT_STREQ(step_phase_name(StepPhase::kDecode), "decode");
+    EXPECT_STREQ(step_phase_name(StepPhase::kMixed), "mixed");
 }
 
 }  // namespace

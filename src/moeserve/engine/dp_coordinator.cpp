@@ -1,19 +1,13 @@
 // DpCoordinator: vote -> one DP control all-gather -> forced-phase step or dummy step.
 #include "moeserve/engine/dp_coordinator.h"
 
-#include <algorithm>
-
 #include "moeserve/core/error.h"
 
 namespace moeserve::engine {
 
 namespace {
 
-using parallel::StepPhase;
 using Clock = std::chrono::steady_clock;
-
-// A vote's num_reqs of -1 means "this rank is shutting down" (num_reqs is informational otherwise).
-constexpr int64_t kShutdownVote = -1;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -43,13 +37,14 @@ parallel::DpVote DpCoordinator::vote() {
     v.has_unfinished = core_.has_unfinished_requests();
     v.num_tokens = decodes;  // tokens a decode step of this rank runs (prefill sizes vary per step)
     const auto& s = core_.scheduler();
-    v.num_reqs = shutdown_requested_ ? kShutdownVote : s.num_running() + s.num_waiting();
+    v.shutdown = shutdown_requested_;
+    v.num_reqs = s.num_running() + s.num_waiting();
     v.forced_phase = options_.debug_force_phase;
     return v;
 }
 
-parallel::StepPhase DpCoordinator::choose_phase(const std::vector<parallel::DpControlRow>& rows,
-                                                const parallel::DpAgreement& agreement, bool& guard_fired) {
+StepPhase DpCoordinator::choose_phase(const std::vector<parallel::DpControlRow>& rows,
+                                      const parallel::DpAgreement& agreement, bool& guard_fired) {
     guard_fired = false;
     if (options_.debug_force_phase >= 0 || !options_.pd_hybrid) return agreement.phase;
     bool any_prefill = false, any_decode = false;
@@ -59,26 +54,21 @@ parallel::StepPhase DpCoordinator::choose_phase(const std::vector<parallel::DpCo
         any_decode |= v.has_decode;
     }
     // Same flags in the same order on every rank -> the same selector state and phase everywhere.
-    const Phase p = selector_.next(any_prefill, any_decode);
+    const StepPhase p = selector_.next(any_prefill, any_decode);
     guard_fired = selector_.guard_fired();
-    return p == Phase::kPrefill ? StepPhase::kPrefill : p == Phase::kDecode ? StepPhase::kDecode : StepPhase::kIdle;
+    return p;
 }
 
 DpStepResult DpCoordinator::step() {
     DpStepResult out;
     const parallel::DpVote my_vote = vote();
-    const parallel::DpControlRow mine = parallel::encode_vote(my_vote);
-    std::vector<parallel::DpControlRow> rows(static_cast<size_t>(dp_.size()));
     const auto t0 = Clock::now();
-    dp_.all_gather_bytes(std::as_bytes(std::span<const parallel::DpControlRow>(&mine, 1)),
-                         std::as_writable_bytes(std::span<parallel::DpControlRow>(rows)));
+    const std::vector<parallel::DpControlRow> rows = parallel::gather_votes(dp_, my_vote);
     counters_.control_seconds += seconds_since(t0);
     const int64_t round = counters_.rounds++;
     out.agreement = parallel::agree(rows, dp_.rank(), options_.pd_hybrid);
 
-    out.shutdown = std::any_of(rows.begin(), rows.end(), [](const parallel::DpControlRow& r) {
-        return parallel::decode_vote(r).num_reqs == kShutdownVote;
-    });
+    out.shutdown = out.agreement.shutdown;
     out.phase = out.shutdown ? StepPhase::kIdle : choose_phase(rows, out.agreement, out.guard_decode);
     global_has_work_ = !out.shutdown && (out.agreement.any_unfinished || out.phase != StepPhase::kIdle);
     if (out.phase == StepPhase::kIdle) {

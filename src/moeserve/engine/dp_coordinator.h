@@ -60,11 +60,11 @@ struct DpCoordinatorOptions {
 // What one round did on this rank.
 struct DpStepResult {
     std::vector<ipc::RequestOutput> outputs;
-    parallel::StepPhase phase = parallel::StepPhase::kIdle;  // agreed (kIdle: no forward ran)
-    bool dummy = false;                                      // this rank ran a dummy forward (nothing of the phase)
-    int32_t num_tokens = 0;                                  // real tokens this rank computed
-    bool guard_decode = false;  // the starvation guard turned a prefill step into a decode step
-    bool shutdown = false;      // some rank asked to shut down: every rank stops now, together
+    StepPhase phase = StepPhase::kIdle;  // agreed (kIdle: no forward ran)
+    bool dummy = false;                  // this rank ran a dummy forward (nothing of the phase)
+    int32_t num_tokens = 0;              // real tokens this rank computed
+    bool guard_decode = false;           // the starvation guard turned a prefill step into a decode step
+    bool shutdown = false;               // some rank asked to shut down: every rank stops now, together
     parallel::DpAgreement agreement;
 };
 
@@ -82,7 +82,7 @@ struct DpCounters {
 
 struct TimelineEntry {
     int64_t round = 0;
-    parallel::StepPhase phase = parallel::StepPhase::kIdle;
+    StepPhase phase = StepPhase::kIdle;
     bool dummy = false;
     int32_t num_tokens = 0;
     bool voted_prefill = false, voted_decode = false;  // this rank's vote (can prefill / has decode)
@@ -111,8 +111,8 @@ public:
 
 private:
     parallel::DpVote vote();
-    parallel::StepPhase choose_phase(const std::vector<parallel::DpControlRow>& rows,
-                                     const parallel::DpAgreement& agreement, bool& guard_fired);
+    StepPhase choose_phase(const std::vector<parallel::DpControlRow>& rows, const parallel::DpAgreement& agreement,
+                           bool& guard_fired);
 
     EngineCore& core_;
     parallel::Communicator& dp_;

@@ -133,7 +133,7 @@ int run_engine_loop_dp(EngineCore& core, DpCoordinator& coordinator, ipc::Engine
         } catch (const Error& e) {
             return fail(channel, logger, options.engine_index, e);
         }
-        const bool stepped = r.phase != parallel::StepPhase::kIdle;
+        const bool stepped = r.phase != StepPhase::kIdle;
         const auto now = Clock::now();
         if (stepped || !r.outputs.empty() || now - last_sent >= std::chrono::milliseconds(options.heartbeat_ms)) {
             send_outputs(core, channel, logger, options.engine_index, std::move(r.outputs), &coordinator.counters());

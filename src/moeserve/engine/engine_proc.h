@@ -18,7 +18,7 @@ struct EngineProcOptions {
     int32_t engine_index = 0;
     int heartbeat_ms = 1000;  // an idle engine says it is alive this often
     // Called once per loop iteration on the engine thread (e.g. the TP leader's keepalive).
-    std::function<void()> on_iteration;
+    std::function<void()> on_iteration{};
 };
 
 // Sends a ready HealthReply, then serves until a Shutdown message; returns 0. Malformed messages

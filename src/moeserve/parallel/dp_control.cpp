@@ -7,25 +7,19 @@
 
 namespace moeserve::parallel {
 
-const char* step_phase_name(StepPhase phase) {
-    switch (phase) {
-        case StepPhase::kIdle:
-            return "idle";
-        case StepPhase::kDecode:
-            return "decode";
-        case StepPhase::kPrefill:
-            return "prefill";
-        case StepPhase::kMixed:
-            return "mixed";
-    }
-    return "?";
-}
-
 DpControlRow encode_vote(const DpVote& v) {
-    return {v.can_prefill, v.has_decode, v.has_unfinished, v.num_tokens, v.num_reqs, v.forced_phase};
+    return {v.can_prefill, v.has_decode, v.has_unfinished, v.shutdown, v.num_tokens, v.num_reqs, v.forced_phase};
 }
 
-DpVote decode_vote(const DpControlRow& r) { return {r[0] != 0, r[1] != 0, r[2] != 0, r[3], r[4], r[5]}; }
+DpVote decode_vote(const DpControlRow& r) {
+    return {.can_prefill = r[0] != 0,
+            .has_decode = r[1] != 0,
+            .has_unfinished = r[2] != 0,
+            .shutdown = r[3] != 0,
+            .num_tokens = r[4],
+            .num_reqs = r[5],
+            .forced_phase = r[6]};
+}
 
 DpAgreement agree(const std::vector<DpControlRow>& votes, int rank, bool pd_hybrid) {
     MOESERVE_CHECK(rank >= 0 && rank < static_cast<int>(votes.size()), "rank {} of {} votes", rank, votes.size());
@@ -36,6 +30,7 @@ DpAgreement agree(const std::vector<DpControlRow>& votes, int rank, bool pd_hybr
         any_prefill |= v.can_prefill;
         any_decode |= v.has_decode;
         a.any_unfinished |= v.has_unfinished;
+        a.shutdown |= v.shutdown;
         a.num_tokens.push_back(v.num_tokens);
         a.max_num_tokens = std::max(a.max_num_tokens, v.num_tokens);
         a.total_num_tokens += v.num_tokens;
@@ -45,17 +40,18 @@ DpAgreement agree(const std::vector<DpControlRow>& votes, int rank, bool pd_hybr
     } else {
         a.phase = (any_prefill || any_decode) ? StepPhase::kMixed : StepPhase::kIdle;
     }
-    const int64_t forced = votes[static_cast<size_t>(rank)][5];
+    const int64_t forced = decode_vote(votes[static_cast<size_t>(rank)]).forced_phase;
     if (forced >= 0) a.phase = static_cast<StepPhase>(forced);
+    if (a.shutdown) a.phase = StepPhase::kIdle;
     return a;
 }
 
-DpAgreement agree_step(Communicator& dp, const DpVote& vote, bool pd_hybrid) {
+std::vector<DpControlRow> gather_votes(Communicator& dp, const DpVote& vote) {
     const DpControlRow mine = encode_vote(vote);
     std::vector<DpControlRow> all(static_cast<size_t>(dp.size()));
     dp.all_gather_bytes(std::as_bytes(std::span<const DpControlRow>(&mine, 1)),
                         std::as_writable_bytes(std::span<DpControlRow>(all)));
-    return agree(all, dp.rank(), pd_hybrid);
+    return all;
 }
 
 MoeExchangeKind exchange_for_phase(StepPhase phase, MoeExchangeKind mixed) {

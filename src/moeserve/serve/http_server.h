@@ -74,14 +74,14 @@ struct HttpServerOptions {
     size_t max_queued_write_bytes = 8u << 20;
     Logger* logger = nullptr;  // accept failures and connection-limit hits, logged
                                // once per burst
-    CorsOptions cors;
+    CorsOptions cors{};
     // HTTPS (vLLM's --ssl-certfile/--ssl-keyfile/--ssl-ca-certs/--ssl-cert-reqs): with a
     // certificate every connection speaks TLS. cert_reqs: 0 = no client certificate asked, 1 =
     // asked and verified if given, 2 = required (against ca_file).
     struct Tls {
         std::string cert_file, key_file, ca_file;
         int cert_reqs = 0;
-    } tls;
+    } tls{};
 };
 
 // Whether host (as HttpServerOptions::host, resolved the same way) is a

@@ -18,7 +18,7 @@ namespace moeserve::serve {
 
 // The text-level options of one request (the engine never sees them).
 struct OutputOptions {
-    std::vector<std::string> stop;            // stop strings (empty ones are ignored)
+    std::vector<std::string> stop{};          // stop strings (empty ones are ignored)
     bool include_stop_str_in_output = false;  // keep the matched stop string (or stop token) text
     bool skip_special_tokens = true;
 };

@@ -5,13 +5,14 @@
 
 #include <optional>
 
+#include "moeserve/core/step_phase.h"
+
 namespace moeserve::engine {
 
-// kPrefill: prompt (or recompute) tokens only; kDecode: one token per running request;
-// kIdle: nothing (a dummy step). kMixed is only reported, never forced.
-enum class Phase { kIdle, kPrefill, kDecode, kMixed };
-
-const char* phase_name(Phase phase);
+// The engine's short name for the one step-phase enum (core/step_phase.h), the same type the DP
+// vote carries. Forcing kMixed is the same as not forcing; a policy reports kMixed for a step
+// that ran prefill and decode tokens together.
+using Phase = StepPhase;
 
 // What a step may schedule.
 struct StepPlan {

@@ -2,20 +2,6 @@
 
 namespace moeserve::engine {
 
-const char* phase_name(Phase phase) {
-    switch (phase) {
-        case Phase::kIdle:
-            return "idle";
-        case Phase::kPrefill:
-            return "prefill";
-        case Phase::kDecode:
-            return "decode";
-        case Phase::kMixed:
-            return "mixed";
-    }
-    return "?";
-}
-
 StepPlan MixedPolicy::plan(std::optional<Phase> forced) const {
     if (!forced || *forced == Phase::kMixed) return StepPlan{};
     switch (*forced) {

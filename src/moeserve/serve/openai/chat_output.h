@@ -27,7 +27,7 @@ struct ChatOutputOptions {
     std::optional<ReasoningParser::Format> reasoning;  // none: no reasoning split
     ReasoningParser::Start reasoning_start = ReasoningParser::Start::kOpen;
     const ToolRequest* tools = nullptr;  // null or choice none: content only; must outlive this
-    std::string tool_parser;             // for choice auto: a name of tool_parser_names()
+    std::string tool_parser{};           // for choice auto: a name of tool_parser_names()
 };
 
 class ChatOutput {

@@ -270,8 +270,7 @@ void read_generation(Fields& f, GenerationParams& p, const ModelLimits& limits) 
         if (k >= 1) p.truncate_prompt_tokens = k;
     }
     f.string("cache_salt", p.cache_salt);
-    if (const Json* v = f.get("cache_salt"))
-        check(!p.cache_salt.empty(), "cache_salt", "'cache_salt' must not be empty");
+    if (f.get("cache_salt") != nullptr) check(!p.cache_salt.empty(), "cache_salt", "'cache_salt' must not be empty");
     f.string("request_id", p.request_id);
     f.number("priority", p.priority);
     if (const Json* v = f.get("kv_transfer_params"); v && !v->is_null()) {
@@ -386,7 +385,7 @@ CompletionRequest parse_completion_request(const Json& body, const ModelLimits& 
     read_generation(f, r.params, limits);
     f.boolean("echo", r.echo);
     f.number("logprobs", r.params.logprobs);
-    if (const Json* v = f.get("suffix")) bad("suffix", "'suffix' is not supported");
+    if (f.get("suffix") != nullptr) bad("suffix", "'suffix' is not supported");
     for (const char* k : kStructuredOutputFields) f.get(k);
     r.unknown_fields = f.unknown({"user", "service_tier", "metadata", "store"});
     r.params.grammar = parse_structured_output(body);
@@ -462,9 +461,9 @@ TokenizeRequest parse_tokenize_request(const Json& body, const ModelLimits& limi
     } else {
         (void)prepare_chat_messages(f.get("messages"));  // validates, as for chat
         r.messages = *f.get("messages");
-        if (const Json* v = f.get("tools")) {
-            check(v->is_array(), "tools", "'tools' must be a list");
-            r.tools = *v;
+        if (const Json* tools = f.get("tools")) {
+            check(tools->is_array(), "tools", "'tools' must be a list");
+            r.tools = *tools;
         }
     }
     f.boolean("add_special_tokens", r.add_special_tokens);
