@@ -36,7 +36,7 @@ bench() {  # port, label
     echo "=== $2, random $in in / $out out, $PROMPTS prompts, concurrency $CONCURRENCY ($(uptime | sed 's/.*load/load/'))"
     "$B" bench serve --base-url "http://127.0.0.1:$1" --model bench --tokenizer "$M" --dataset-name random \
       --random-input-len "$in" --random-output-len "$out" --num-prompts "$PROMPTS" \
-      --max-concurrency "$CONCURRENCY" --ignore-eos --disable-progress 2>/dev/null
+      --max-concurrency "$CONCURRENCY" --ignore-eos --disable-tqdm
   done
 }
 stop_all() { cleanup; pids=(); }

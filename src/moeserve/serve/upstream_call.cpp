@@ -33,11 +33,11 @@ UpstreamCall::~UpstreamCall() = default;
 
 void UpstreamCall::cancel() {
     impl_->cancelled = true;
-    std::lock_guard lock(impl_->mutex);
-    if (impl_->stream) {
-        beast::tcp_stream* stream = impl_->stream;
-        asio::post(impl_->ioc, [stream] { stream->socket().close(); });
-    }
+    // The close runs on run()'s thread; by then the call may have ended, so it looks again.
+    asio::post(impl_->ioc, [impl = impl_.get()] {
+        std::lock_guard lock(impl->mutex);
+        if (impl->stream) impl->stream->socket().close();
+    });
 }
 
 std::string UpstreamCall::run(const UpstreamRequest& r) {
@@ -70,7 +70,7 @@ std::string UpstreamCall::run(const UpstreamRequest& r) {
         if (ec) co_return fail("cannot resolve");
         stream.expires_after(std::chrono::milliseconds(r.connect_timeout_ms));
         co_await stream.async_connect(endpoints, asio::redirect_error(asio::use_awaitable, ec));
-        if (ec) co_return fail("cannot connect to");
+        if (ec || impl_->cancelled) co_return fail("cannot connect to");
         stream.socket().set_option(tcp::no_delay(true));
         http::request<http::string_body> req{http::string_to_verb(r.method), r.target, 11};
         req.set(http::field::host, where);
@@ -99,7 +99,7 @@ std::string UpstreamCall::run(const UpstreamRequest& r) {
             stream.expires_after(idle);
             co_await http::async_read_some(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
             if (ec == http::error::need_buffer) ec = {};
-            if (ec) co_return fail("the answer broke off from");
+            if (ec || impl_->cancelled) co_return fail("the answer broke off from");
             const size_t n = sizeof(chunk) - parser.get().body().size;
             if (n > 0 && on_body) on_body(std::string_view(chunk, n));
         }

@@ -220,7 +220,8 @@ void Scheduler::complete_remote_fetch(const std::string& id, const std::string& 
     if (r->constrained() && !r->grammar->accept_token(meta.first_token)) {
         return fail("structured output: the prefill instance's first token does not match the grammar");
     }
-    remote_waiting_.erase(std::find(remote_waiting_.begin(), remote_waiting_.end(), r));
+    if (auto w = std::find(remote_waiting_.begin(), remote_waiting_.end(), r); w != remote_waiting_.end())
+        remote_waiting_.erase(w);
     r->num_computed_tokens = r->num_prompt_tokens();
     kv_.cache_blocks(*r, r->num_computed_tokens);
     // The producer drew one random number for the first token; so does this stream, so that
