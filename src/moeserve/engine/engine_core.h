@@ -36,7 +36,7 @@ struct EngineConfig {
     // such requests are rejected. The cli decodes it from the model's tokenizer.
     std::shared_ptr<const structured::Vocabulary> vocabulary;
     // PD disaggregation (--kv-transfer-config): this engine's role; kNone = neither.
-    KvTransferConfig kv_transfer;
+    KvTransferConfig kv_transfer{};
     Logger* logger = nullptr;  // for the KV transfer's warnings; null = silent
 };
 

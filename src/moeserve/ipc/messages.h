@@ -54,8 +54,8 @@ struct KvTransferParams {
     bool produce = false;
     // Consumer (decode instance): the prompt's KV and first token come from this producer
     // (tcp://host:port) under that id instead of being computed here. Empty = compute locally.
-    std::string remote_endpoint;
-    std::string remote_transfer_id;
+    std::string remote_endpoint{};
+    std::string remote_transfer_id{};
     bool consumes() const { return !remote_endpoint.empty(); }
 };
 
@@ -65,7 +65,7 @@ struct AddRequest {
     SamplingParams sampling;
     double arrival_time = 0;  // seconds, steady clock of the server
     int32_t priority = 0;     // --scheduling-policy priority: lower runs first (vLLM's)
-    KvTransferParams kv_transfer;
+    KvTransferParams kv_transfer{};
 };
 
 struct Abort {
@@ -99,7 +99,7 @@ struct RequestOutput {
     bool overloaded = false;
     // A producer request's final output: where a consumer fetches its KV (tcp://host:port);
     // the transfer id is request_id.
-    std::string kv_transfer_endpoint;
+    std::string kv_transfer_endpoint{};
 };
 
 // Load and health of one engine core, sent with every StepOutputs and on request.

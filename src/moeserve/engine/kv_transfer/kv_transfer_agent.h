@@ -34,10 +34,10 @@ struct KvTransferConfig {
     Role role = Role::kNone;
     std::string bind_host = "127.0.0.1";  // kv_ip: where the producer's socket listens
     int port = 0;                         // kv_port + the engine's DP index; 0 = a port the kernel picks
-    std::string advertise_host;           // what consumers dial; empty = bind_host
+    std::string advertise_host{};         // what consumers dial; empty = bind_host
     int timeout_ms = 30000;               // consumer: a transfer silent this long fails its request
     int hold_ms = 120000;                 // producer: blocks nobody fetched in this time are freed
-    std::string rank_plane_key;           // ipc/auth.h; both instances must hold the same one
+    std::string rank_plane_key{};         // ipc/auth.h; both instances must hold the same one
 
     bool produces() const { return role == Role::kProducer || role == Role::kBoth; }
     bool consumes() const { return role == Role::kConsumer || role == Role::kBoth; }
