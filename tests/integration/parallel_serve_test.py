@@ -27,6 +27,8 @@ import tempfile
 import time
 import unittest
 
+from harness import netns_request, parse_metrics, sh
+
 ARGS = None
 TIMEOUT = 60  # seconds for any single HTTP exchange
 PROMPTS = ["The capital of France is", "Hello", "Once upon a time", "1 2 3 4 5", "def main():", "Bye"]
@@ -92,7 +94,7 @@ class Server:
 
     def request(self, method, path, body=None):
         if self.prefix:  # inside a namespace: reach it from there with a tiny client
-            return netns_request(self.prefix, self.host, self.port, method, path, body)
+            return netns_request(self.prefix, self.host, self.port, method, path, body, TIMEOUT)
         c = http.client.HTTPConnection(self.host, self.port, timeout=TIMEOUT)
         c.request(method, path, body=json.dumps(body) if body is not None else None,
                   headers={"Content-Type": "application/json"})
@@ -114,12 +116,7 @@ class Server:
     def metrics(self):
         status, payload = self.request("GET", "/metrics")
         assert status == 200
-        out = {}
-        for line in payload.decode().splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                out[name] = float(value)
-        return out
+        return parse_metrics(payload)
 
     def stop(self, timeout=30):
         if self.proc.poll() is None:
@@ -135,20 +132,6 @@ class Server:
         with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
             return [int(p) for p in f.read().split()]
 
-
-def netns_request(prefix, host, port, method, path, body):
-    code = ("import http.client,json,sys\n"
-            "c=http.client.HTTPConnection(sys.argv[1],int(sys.argv[2]),timeout=%d)\n"
-            "b=sys.argv[5]\n"
-            "c.request(sys.argv[3],sys.argv[4],body=b if b else None,headers={'Content-Type':'application/json'})\n"
-            "r=c.getresponse();d=r.read();sys.stdout.write(str(r.status)+'\\n');sys.stdout.flush();"
-            "sys.stdout.buffer.write(d)\n") % TIMEOUT
-    out = subprocess.run([*prefix, "/usr/bin/python3", "-c", code, host, str(port), method, path,
-                          json.dumps(body) if body is not None else ""], capture_output=True, timeout=TIMEOUT + 10)
-    if out.returncode != 0:
-        raise OSError(out.stderr.decode())
-    status, _, payload = out.stdout.partition(b"\n")
-    return int(status), payload
 
 
 def per_engine(m, family, **labels):
@@ -340,9 +323,6 @@ class Parallel(unittest.TestCase):
         self.assertNotEqual(head.returncode, 0)
         self.assertIn("during startup", head_err.decode())
 
-
-def sh(cmd):
-    return subprocess.run(cmd, shell=True, capture_output=True).returncode
 
 
 class Netns(unittest.TestCase):

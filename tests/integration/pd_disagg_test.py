@@ -28,6 +28,8 @@ import tempfile
 import time
 import unittest
 
+from harness import netns_request, parse_metrics, sh
+
 ARGS = None
 TIMEOUT = 60  # seconds for any single HTTP exchange
 KEY = "integration-test-pd-rank-plane-key-0123456789"  # instances of one PD deployment share it
@@ -81,7 +83,7 @@ class Proc:
 
     def request(self, method, path, body=None):
         if self.prefix:
-            return netns_request(self.prefix, self.host, self.port, method, path, body)
+            return netns_request(self.prefix, self.host, self.port, method, path, body, TIMEOUT)
         c = http.client.HTTPConnection(self.host, self.port, timeout=TIMEOUT)
         c.request(method, path, body=json.dumps(body) if body is not None else None,
                   headers={"Content-Type": "application/json"})
@@ -98,12 +100,7 @@ class Proc:
     def metrics(self):
         status, payload = self.request("GET", "/metrics")
         assert status == 200
-        out = {}
-        for line in payload.decode().splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                out[name] = float(value)
-        return out
+        return parse_metrics(payload)
 
     def stop(self, timeout=30):
         if self.proc.poll() is None:
@@ -119,20 +116,6 @@ class Proc:
         with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
             return [int(p) for p in f.read().split()]
 
-
-def netns_request(prefix, host, port, method, path, body):
-    code = ("import http.client,json,sys\n"
-            "c=http.client.HTTPConnection(sys.argv[1],int(sys.argv[2]),timeout=%d)\n"
-            "b=sys.argv[5]\n"
-            "c.request(sys.argv[3],sys.argv[4],body=b if b else None,headers={'Content-Type':'application/json'})\n"
-            "r=c.getresponse();d=r.read();sys.stdout.write(str(r.status)+'\\n');sys.stdout.flush();"
-            "sys.stdout.buffer.write(d)\n") % TIMEOUT
-    out = subprocess.run([*prefix, "/usr/bin/python3", "-c", code, host, str(port), method, path,
-                          json.dumps(body) if body is not None else ""], capture_output=True, timeout=TIMEOUT + 10)
-    if out.returncode != 0:
-        raise OSError(out.stderr.decode())
-    status, _, payload = out.stdout.partition(b"\n")
-    return int(status), payload
 
 
 def serve(model, *extra, host="127.0.0.1", prefix=()):
@@ -291,9 +274,6 @@ class Disaggregated(unittest.TestCase):
                 if p.proc.poll() is None:
                     p.stop()
 
-
-def sh(cmd):
-    return subprocess.run(cmd, shell=True, capture_output=True).returncode
 
 
 class Netns(unittest.TestCase):

@@ -21,6 +21,8 @@ import tempfile
 import time
 import unittest
 
+from harness import parse_metrics
+
 ARGS = None
 TIMEOUT = 30  # seconds for any single HTTP exchange
 API_KEY = "test-key"
@@ -112,12 +114,7 @@ class Server:
     def metrics(self):
         status, payload = self.request("GET", "/metrics")
         assert status == 200
-        out = {}
-        for line in payload.decode().splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                out[name] = float(value)
-        return out
+        return parse_metrics(payload)
 
     def stop(self, sig=signal.SIGTERM, timeout=30):
         if self.proc.poll() is None:

@@ -36,20 +36,20 @@ int64_t output_tokens_of(const Json& body) {
 struct PdProxy::Flow {
     HttpRequest request;
     std::shared_ptr<Responder> responder;
-    std::mutex mutex;  // call
-    std::shared_ptr<UpstreamCall> call;
+    std::mutex mutex;              // call
+    UpstreamCall* call = nullptr;  // the one running now (run_call's), for cancel()
     std::atomic<bool> disconnected{false};
 
     // Runs one upstream call, cancellable by the client's disconnect.
     std::string run_call(UpstreamCall& c, const UpstreamRequest& r) {
         {
             std::lock_guard lock(mutex);
-            call = std::shared_ptr<UpstreamCall>(&c, [](UpstreamCall*) {});
+            call = &c;
             if (disconnected) c.cancel();
         }
         std::string error = c.run(r);
         std::lock_guard lock(mutex);
-        call.reset();
+        call = nullptr;
         return error;
     }
     void cancel() {
