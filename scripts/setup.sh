@@ -6,14 +6,14 @@ set -euo pipefail
 CACHE_DIR="${MOESERVE_CACHE:-$HOME/.cache/moeserve}"
 TOK_DIR="$CACHE_DIR/tokenizers"
 
-# Debian packages of the libraries (docs/architecture.md), plus the build toolchain and the test reference (numpy).
+# Debian packages of the libraries (docs/architecture.md), plus the build toolchain and the test references (numpy; torch for the cross-checks).
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git clang-format clang-tidy
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libzmq3-dev libsodium-dev cppzmq-dev libmsgpack-cxx-dev libboost-dev
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev libdnnl-dev libopenblas-dev
   libcli11-dev libfmt-dev libssl-dev openssl
-  python3 python3-numpy python3-jsonschema
+  python3 python3-numpy python3-jsonschema python3-torch
   iproute2 curl ca-certificates
 )
 
