@@ -9,6 +9,8 @@ Suites (one CTest each):
   pd_hybrid dp=2 + ep + --pd-hybrid: same texts; /metrics shows dummy steps
   netns     two emulated hosts (ip netns + veth, 10.201.x.{1,2}): head with DP rank 0, a --headless
             node with DP rank 1; requests to the head answer correctly (skipped if not permitted)
+  dp_independent  dp=2 without EP: no lock-step (no dummy steps, no control collective), texts ==
+            single rank; SIGKILL of one engine's rank fails only its requests, the other keeps serving
   kill      dp=2: SIGKILL of one rank process -> in-flight request ends with an error, /health 503,
             new requests 503, within a bounded time
   validate  bad layouts are refused at start with a message naming the flags; nodes whose
@@ -263,6 +265,47 @@ class Parallel(unittest.TestCase):
                 dp1.stop()
             dp0.stop()
 
+    def test_dp_independent(self):
+        # DP without EP: each DP group holds every expert, so the engines step on their own.
+        s = Server("--data-parallel-size", "2", "--distributed-timeout-ms", "3000")
+        try:
+            # An uneven load (one long request on top): in lock-step the idle engine would run dummy
+            # steps while the other decodes; here it runs none.
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                long_one = pool.submit(s.complete, PROMPTS[0], 24)
+                time.sleep(0.05)
+                self.check_equal_outputs(s, 2, extra_tokens=24)
+                self.assertTrue(long_one.result(TIMEOUT).startswith(reference_texts()[0]))
+            m = s.metrics()
+            dummy = per_engine(m, "moeserve:engine_steps_total", phase="dummy")
+            self.assertEqual(sum(dummy.values()), 0, dummy)
+            control = per_engine(m, "moeserve:dp_control_seconds_total")
+            self.assertEqual(sum(control.values()), 0, control)
+            steps = per_engine(m, "moeserve:engine_steps_total", phase="all")
+            self.assertNotEqual(steps[0], steps[1], steps)  # each engine ran only its own steps
+            self.assertNotIn("DP lock-step", s.log_text())
+
+            # Kill engine 1's rank while it streams: that request fails, engine 0 keeps serving.
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=TIMEOUT)
+            c.request("POST", "/v1/completions", body=json.dumps({"prompt": "Hello", "max_tokens": 200, "ignore_eos": True,
+                                                                   "stream": True}), headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            self.assertTrue(r.read(6).startswith(b"data: "))
+            routed = per_engine(s.metrics(), "vllm:num_requests_running")
+            victim = max(routed, key=routed.get)  # the engine running the stream
+            os.kill(s.rank_pids()[victim], signal.SIGKILL)
+            body = r.read().decode()  # ends (error event + [DONE]) rather than hanging
+            self.assertIn('"error"', body)
+            self.assertTrue(body.rstrip().endswith("data: [DONE]"))
+            self.assertEqual(s.request("GET", "/health")[0], 503)  # the deployment is degraded
+            expected = reference_texts()
+            self.assertEqual(s.complete_all(PROMPTS), expected)  # the survivor answers everything
+            status, streamed = s.request("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2, "stream": True})
+            self.assertEqual(status, 200, streamed)
+            self.assertIn(f"rank {victim})", s.log_text())
+        finally:
+            self.assertEqual(s.stop(), 0)
+
     def test_kill_rank(self):
         s = Server("--data-parallel-size", "2", "--enable-expert-parallel", "--distributed-timeout-ms", "3000")
         try:
@@ -388,11 +431,12 @@ if __name__ == "__main__":
     p.add_argument("--moeserve", required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--verbose-logs", action="store_true")
-    p.add_argument("--suite", required=True, choices=["dp_ep", "dp_tp_ep", "tp", "pd_hybrid", "netns", "kill", "validate", "external_lb"])
+    p.add_argument("--suite", required=True, choices=["dp_ep", "dp_tp_ep", "tp", "pd_hybrid", "netns", "kill", "validate", "external_lb",
+                                                   "dp_independent"])
     ARGS, rest = p.parse_known_args()
     names = {"dp_ep": "Parallel.test_dp_ep", "dp_tp_ep": "Parallel.test_dp_tp_ep", "tp": "Parallel.test_tp", "pd_hybrid": "Parallel.test_pd_hybrid",
              "kill": "Parallel.test_kill_rank", "validate": "Parallel.test_validate", "netns": "Netns.test_two_hosts",
-             "external_lb": "Parallel.test_external_lb"}
+             "external_lb": "Parallel.test_external_lb", "dp_independent": "Parallel.test_dp_independent"}
     suite = unittest.defaultTestLoader.loadTestsFromName(names[ARGS.suite], sys.modules[__name__])
     ok = unittest.TextTestRunner(verbosity=2).run(suite).wasSuccessful()
     sys.exit(0 if ok else 1)

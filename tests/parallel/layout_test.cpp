@@ -51,6 +51,16 @@ TEST(LayoutTest, WithoutExpertParallelEpIsOne) {
     EXPECT_EQ(rank_groups(s, 3).ep_group, (V{3}));
 }
 
+// The lock-step rule: only an EP group that spans several DP groups ties their steps together.
+TEST(LayoutTest, DpGroupsStepTogetherOnlyWithEpAcrossThem) {
+    EXPECT_TRUE(dp_groups_step_together(make_sizes(2, 1, true)));
+    EXPECT_TRUE(dp_groups_step_together(make_sizes(2, 2, true)));
+    EXPECT_TRUE(dp_groups_step_together(ParallelSizes{4, 1, 2}));    // EP groups of two DP groups each
+    EXPECT_FALSE(dp_groups_step_together(make_sizes(2, 2, false)));  // DP without EP
+    EXPECT_FALSE(dp_groups_step_together(make_sizes(1, 4, true)));   // one DP group
+    EXPECT_FALSE(dp_groups_step_together(ParallelSizes{2, 4, 2}));   // EP inside each TP group
+}
+
 TEST(LayoutTest, ValidationNamesTheSizes) {
     try {
         validate({2, 3, 4});

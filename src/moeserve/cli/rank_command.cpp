@@ -25,6 +25,7 @@
 #include "moeserve/ipc/auth.h"
 #include "moeserve/model/registry.h"
 #include "moeserve/parallel/gloo_comm.h"
+#include "moeserve/parallel/layout.h"
 #include "moeserve/parallel/rendezvous.h"
 
 namespace moeserve::cli {
@@ -191,7 +192,7 @@ int run_rank(const RankOptions& o) {
     if (leader) eo.heartbeat_ms = static_cast<int>(std::min<int64_t>(eo.heartbeat_ms, keepalive_interval(o).count()));
     if (leader) eo.on_iteration = [&leader] { leader->keepalive(); };
     int rc = 0;
-    if (sizes.dp > 1) {
+    if (parallel::dp_groups_step_together(sizes)) {
         engine::DpCoordinator coordinator(core, *ctx.dp, {.pd_hybrid = engine.pd_hybrid});
         rc = engine::run_engine_loop_dp(core, coordinator, channel, logger, eo);
     } else {

@@ -36,6 +36,7 @@
 #include "moeserve/ipc/auth.h"
 #include "moeserve/model/kv_cache.h"
 #include "moeserve/model/registry.h"
+#include "moeserve/parallel/layout.h"
 #include "moeserve/parallel/rendezvous.h"
 #include "moeserve/serve/engine_client.h"
 #include "moeserve/serve/openai/reasoning_parser.h"
@@ -201,6 +202,12 @@ public:
         std::lock_guard lock(mutex_);
         for (const auto& r : ranks_)
             if (!r.exited) kill(r.pid, SIGKILL);
+    }
+    // Kills the ranks of DP rank dp_rank (global ranks dp_rank * tp .. + tp - 1).
+    void kill_group(int dp_rank, int tp) const {
+        std::lock_guard lock(mutex_);
+        for (const auto& r : ranks_)
+            if (!r.exited && r.rank / tp == dp_rank) kill(r.pid, SIGKILL);
     }
     // Waits up to timeout_s for every rank to exit (someone runs watch()), then kills the rest.
     void wait_or_kill(double timeout_s) const {
@@ -372,15 +379,23 @@ int run_headless(const ServeOptions& o, const Deployment& d) {
         if (watcher.joinable()) watcher.join();
     });
     spawn_local_ranks(ranks, o.engine, d, d.rpc_port, "", logger);
-    // The node lives as long as its ranks: the first one that fails takes the others down (the
-    // deployment steps in lock-step; a partial node is of no use to the head).
+    // The node lives as long as its ranks. A failed rank takes down what cannot work without it:
+    // every rank of the node when the DP groups step in lock-step (a partial node is of no use to
+    // the head), else only its own DP group (its TP peers); the node's other engines keep serving.
+    const bool lockstep = parallel::dp_groups_step_together(d.sizes);
     watcher = std::thread([&] {
         ranks.watch([&](const RankProcesses::Rank& r) {
             const bool ok = WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
             if (!ok) {
-                MOESERVE_LOG_E(logger, "api", "rank %d (process %d) %s; stopping this node's ranks", r.rank, r.pid,
-                               describe_status(r.status).c_str());
-                if (failures++ == 0) ranks.kill_all();
+                MOESERVE_LOG_E(logger, "api", "rank %d (process %d) %s; stopping %s", r.rank, r.pid,
+                               describe_status(r.status).c_str(),
+                               lockstep ? "this node's ranks" : "the ranks of its DP group");
+                failures++;
+                if (lockstep) {
+                    ranks.kill_all();
+                } else {
+                    ranks.kill_group(r.rank / d.sizes.tp, d.sizes.tp);
+                }
             }
         });
     });
@@ -577,15 +592,21 @@ int run_serve(ServeOptions o) {
         if (watcher.joinable()) watcher.join();
     });
     spawn_local_ranks(ranks, o.engine, d, store_port, ipc_path, logger);
-    // A rank that exits while we serve fails every engine's requests: the DP groups step in
-    // lock-step, so one missing rank stops them all (the others' collectives time out and exit).
+    // A rank that exits while we serve: when the DP groups step in lock-step (EP across them), one
+    // missing rank stops them all (the others' collectives time out and exit), so every engine's
+    // requests fail; otherwise only its own DP group's engine is lost and the others keep serving.
+    const bool lockstep = parallel::dp_groups_step_together(d.sizes);
     watcher = std::thread([&] {
         ranks.watch([&](const RankProcesses::Rank& r) {
             if (stopping) return;
             const std::string reason =
                 fmt::format("rank process {} (rank {}) {}", r.pid, r.rank, describe_status(r.status));
             MOESERVE_LOG_E(logger, "api", "%s", reason.c_str());
-            for (int i = 0; i < num_engines; ++i) engines.mark_dead(i, reason);
+            if (lockstep) {
+                for (int i = 0; i < num_engines; ++i) engines.mark_dead(i, reason);
+            } else {
+                engines.mark_dead(r.rank / d.sizes.tp - first_engine, reason);
+            }
         });
     });
     signals.start();

@@ -43,6 +43,8 @@ RankGroups rank_groups(const ParallelSizes& s, int rank) {
     return g;
 }
 
+bool dp_groups_step_together(const ParallelSizes& s) { return s.dp > 1 && s.ep > s.tp; }
+
 std::string rank_tag(const RankGroups& g) { return fmt::format("dp{} tp{}", g.dp_rank, g.tp_rank); }
 
 }  // namespace moeserve::parallel

@@ -45,6 +45,12 @@ ParallelSizes make_sizes(int dp, int tp, bool enable_expert_parallel);
 // Throws Error kInvalidArgument with a sentence when a size is < 1 or ep does not divide dp * tp.
 void validate(const ParallelSizes& sizes);
 
+// The LOCK-STEP RULE above as a predicate: true when an EP group spans several DP groups
+// (ep > tp), so the DP engines must agree on every step. Without that (DP without EP) each DP
+// group has every expert and no collective with the others: its engine steps on its own, and its
+// failure is its own (the API server fails only that engine's requests).
+bool dp_groups_step_together(const ParallelSizes& sizes);
+
 // The groups one rank belongs to. Rank lists are global ranks, ascending.
 struct RankGroups {
     int rank = 0;

@@ -128,6 +128,14 @@ bool EngineClient::healthy() const {
     return true;
 }
 
+bool EngineClient::accepting() const {
+    std::lock_guard lock(mutex_);
+    for (const auto& e : engines_) {
+        if (e.ready && !e.dead) return true;
+    }
+    return false;
+}
+
 int EngineClient::num_in_flight() const {
     std::lock_guard lock(mutex_);
     return static_cast<int>(pending_.size());

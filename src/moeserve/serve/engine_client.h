@@ -71,6 +71,9 @@ public:
     void mark_dead(int engine, const std::string& reason);
     // True when every engine is alive, ready and (with work in flight) stepping. Thread-safe.
     bool healthy() const;
+    // True when add() has an engine to send to (one alive and ready): with DP groups that step on
+    // their own, the survivors of a dead engine keep taking requests. Thread-safe.
+    bool accepting() const;
     // Requests added and not yet finished. Thread-safe.
     int num_in_flight() const;
     // Latest stats of each engine (index = engine). Thread-safe.

@@ -369,7 +369,7 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
     });
     if (p.stream) {
         // A stream's status is sent before any output: refuse it while no engine can take it.
-        if (!engines_.healthy())
+        if (!engines_.accepting())
             throw ApiError(503, "The engine is not running.", "server_error", std::nullopt, "engine_unavailable");
         metrics_.on_http_status(200);
         responder->start_stream();
