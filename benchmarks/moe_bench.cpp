@@ -2,16 +2,21 @@
 // 2 threads. Decode (1 token) reports GB/s of expert weights read against a STREAM-style read of
 // the same byte count; prefill (128, 512 tokens) reports GFLOP/s against OpenBLAS cblas_sgemm
 // running the same per-expert matmuls (f32 weights, 2 threads), both measured in this process.
-// All figures are medians over calls.
+// All figures are medians over calls. MoeExchange: one layer's dispatch + combine of the bench
+// shapes on a one-rank group (SelfComm copies), i.e. the exchange's own per-layer work and
+// allocations without the network; compare builds by its Time (no baseline in the same run).
 #include <benchmark/benchmark.h>
 
+#include <cstring>
 #include <numeric>
+#include <string>
 #include <random>
 #include <vector>
 
 #include "bench_baselines.h"
 #include "moeserve/core/dtype.h"
 #include "moeserve/kernels/cpu/moe_experts.h"
+#include "moeserve/parallel/moe_exchange.h"
 
 namespace {
 
@@ -155,6 +160,57 @@ void BM_MoePrefill(benchmark::State& state) {
     state.counters["ratio_vs_openblas"] = gflops / blas;
 }
 
+// One rank: every collective is a copy (what a group of one does), so only MoeExchange's own work
+// is timed.
+class SelfComm final : public moeserve::parallel::Communicator {
+public:
+    int rank() const override { return 0; }
+    int size() const override { return 1; }
+    const std::string& name() const override { return name_; }
+    std::chrono::milliseconds timeout() const override { return std::chrono::milliseconds(1000); }
+    void all_reduce_sum(std::span<float>) override {}
+    void all_reduce_sum(std::span<int64_t>) override {}
+    void all_reduce_max(std::span<int64_t>) override {}
+    void all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out) override { copy(in, out); }
+    void all_gather_v_bytes(std::span<const std::byte> in, const std::vector<size_t>&,
+                            std::span<std::byte> out) override {
+        copy(in, out);
+    }
+    void all_to_all_v_bytes(std::span<const std::byte> in, const std::vector<size_t>&, std::span<std::byte> out,
+                            const std::vector<size_t>&) override {
+        copy(in, out);
+    }
+    void reduce_scatter_sum(std::span<const float> in, std::span<float> out) override {
+        std::copy(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(out.size()), out.begin());
+    }
+    void broadcast_bytes(std::span<std::byte>, int) override {}
+    void barrier() override {}
+
+private:
+    static void copy(std::span<const std::byte> in, std::span<std::byte> out) {
+        if (!in.empty()) std::memcpy(out.data(), in.data(), in.size());
+    }
+    std::string name_ = "self";
+};
+
+// range(0): 0 = all-to-all, 1 = padded all-gather; range(1): tokens.
+void BM_MoeExchange(benchmark::State& state) {
+    const auto kind = state.range(0) == 0 ? moeserve::parallel::MoeExchangeKind::kAllToAll
+                                          : moeserve::parallel::MoeExchangeKind::kAllGather;
+    const int64_t tokens = state.range(1);
+    std::mt19937 rng(3);
+    const Routing r = make_routing(tokens, rng);
+    std::vector<float> x(size_t(tokens * kHidden), 0.1f), out(x.size());
+    SelfComm comm;
+    moeserve::parallel::MoeExchange ex;
+    for (auto _ : state) {
+        ex.dispatch(comm, kind, {x.data(), r.ids.data(), r.weights.data(), tokens, kHidden, int(kTopK)}, kExperts);
+        std::memcpy(ex.local_out(), ex.local_x(), size_t(ex.num_local() * kHidden) * sizeof(float));
+        ex.combine(comm, out.data());
+        benchmark::DoNotOptimize(out.data());
+    }
+}
+
 BENCHMARK(BM_MoeDecode)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_MoePrefill)->Arg(128)->Arg(512)->ArgName("tokens")->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -170,3 +226,10 @@ int main(int argc, char** argv) {
     benchmark::Shutdown();
     return 0;
 }
+BENCHMARK(BM_MoeExchange)
+    ->Args({0, 1})
+    ->Args({0, 64})
+    ->Args({1, 512})
+    ->ArgNames({"all_gather", "tokens"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();

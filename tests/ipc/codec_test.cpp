@@ -90,6 +90,44 @@ TEST(CodecTest, HealthReplyRoundTrips) {
     EXPECT_EQ(h.detail, "oom");
 }
 
+TEST(CodecTest, TpMessagesRoundTrip) {
+    TpForward f;
+    f.token_ids = {5, 6};
+    f.positions = {0, 7};
+    f.slot_mapping = {64, int64_t{1} << 40};
+    f.query_start = {0, 1, 2};
+    f.seq_lens = {1, 8};
+    f.seq_ids = {3, int64_t{1} << 35};
+    f.table_keep = {0, 1};
+    f.table_new_count = {1, 1};
+    f.table_new = {4, 9};
+    f.max_blocks_per_seq = 2;
+    f.logits_rows = {0, 1};
+    f.moe_exchange = 1;
+    const TpMessage back = decode_tp_message(encode(TpMessage{f}));
+    ASSERT_TRUE(std::holds_alternative<TpForward>(back));
+    const auto& g = std::get<TpForward>(back);
+    EXPECT_EQ(g.token_ids, f.token_ids);
+    EXPECT_EQ(g.positions, f.positions);
+    EXPECT_EQ(g.slot_mapping, f.slot_mapping);
+    EXPECT_EQ(g.query_start, f.query_start);
+    EXPECT_EQ(g.seq_lens, f.seq_lens);
+    EXPECT_EQ(g.seq_ids, f.seq_ids);
+    EXPECT_EQ(g.table_keep, f.table_keep);
+    EXPECT_EQ(g.table_new_count, f.table_new_count);
+    EXPECT_EQ(g.table_new, f.table_new);
+    EXPECT_EQ(g.max_blocks_per_seq, 2);
+    EXPECT_EQ(g.logits_rows, f.logits_rows);
+    EXPECT_EQ(g.moe_exchange, 1);
+    const TpMessage kv = decode_tp_message(encode(TpMessage{TpCreateKv{12, 16}}));
+    ASSERT_TRUE(std::holds_alternative<TpCreateKv>(kv));
+    EXPECT_EQ(std::get<TpCreateKv>(kv).num_blocks, 12);
+    EXPECT_EQ(std::get<TpCreateKv>(kv).block_size, 16);
+    EXPECT_TRUE(std::holds_alternative<TpShutdown>(decode_tp_message(encode(TpMessage{TpShutdown{}}))));
+    const std::string bytes = encode(TpMessage{f});
+    EXPECT_THROW(decode_tp_message(bytes.substr(0, bytes.size() / 2)), Error);
+}
+
 TEST(CodecTest, MalformedBytesRaise) {
     const std::string good = encode(ClientMessage{make_add()});
     EXPECT_THROW(decode_client_message(""), Error);

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include <random>
+#include <tuple>
 #include "moeserve/parallel/gather.h"
 #include "moeserve/parallel/local_comm.h"
 #include "parallel/run_ranks.h"
@@ -107,7 +108,8 @@ TEST(GatherTest, PaddedAndVariableAllGatherAreEqual) {
         auto comm = group.communicator(rank);
         std::vector<float> rows;
         for (int64_t i = 0; i < counts[rank] * 3; ++i) rows.push_back(static_cast<float>(rank * 100 + i));
-        std::vector<float> a, b, scratch;
+        std::vector<float> a, b;
+        PaddedGatherScratch scratch;
         std::vector<int64_t> ca, cb;
         all_gather_rows_padded(*comm, rows, 3, a, ca, scratch);
         all_gather_rows_v(*comm, rows, 3, b, cb);
@@ -118,6 +120,75 @@ TEST(GatherTest, PaddedAndVariableAllGatherAreEqual) {
         EXPECT_EQ(a[6], 200.0f);  // rank 2's first row follows rank 0's two rows
     });
     for (const auto& e : errors) EXPECT_FALSE(e);
+}
+
+// Counts every all-gather on the way to the real communicator (the count exchange is one).
+class CountingComm final : public Communicator {
+public:
+    explicit CountingComm(Communicator& inner) : inner_(inner) {}
+    int rank() const override { return inner_.rank(); }
+    int size() const override { return inner_.size(); }
+    const std::string& name() const override { return inner_.name(); }
+    std::chrono::milliseconds timeout() const override { return inner_.timeout(); }
+    void all_reduce_sum(std::span<float> d) override { inner_.all_reduce_sum(d); }
+    void all_reduce_sum(std::span<int64_t> d) override { inner_.all_reduce_sum(d); }
+    void all_reduce_max(std::span<int64_t> d) override { inner_.all_reduce_max(d); }
+    void all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out) override {
+        ++all_gathers;
+        inner_.all_gather_bytes(in, out);
+    }
+    void all_gather_v_bytes(std::span<const std::byte> in, const std::vector<size_t>& b,
+                            std::span<std::byte> out) override {
+        inner_.all_gather_v_bytes(in, b, out);
+    }
+    void all_to_all_v_bytes(std::span<const std::byte> in, const std::vector<size_t>& s, std::span<std::byte> out,
+                            const std::vector<size_t>& r) override {
+        inner_.all_to_all_v_bytes(in, s, out, r);
+    }
+    void reduce_scatter_sum(std::span<const float> in, std::span<float> out) override {
+        inner_.reduce_scatter_sum(in, out);
+    }
+    void broadcast_bytes(std::span<std::byte> d, int root) override { inner_.broadcast_bytes(d, root); }
+    void barrier() override { inner_.barrier(); }
+    int all_gathers = 0;
+
+private:
+    Communicator& inner_;
+};
+
+// Three "layers" per forward, two forwards with different token counts: after begin_forward()
+// the counts travel once per forward (1 + 3 all-gathers, not 2 x 3), with the same results as
+// an exchange that sends them every layer.
+TEST(MoeExchangeCountsTest, PaddedGatherExchangesCountsOncePerForward) {
+    constexpr int ep = 2;
+    constexpr int64_t per_rank = kExperts / ep;
+    LocalCommGroup group(ep, 5000ms, "ep");
+    std::vector<int> gathers(ep);
+    auto errors = run_ranks(ep, [&](int rank) {
+        auto comm = group.communicator(rank);
+        CountingComm counting(*comm);
+        MoeExchange once, every;
+        for (int forward = 0; forward < 2; ++forward) {
+            const RankTokens t = make_tokens(2 + rank + 3 * forward, 7 + static_cast<uint64_t>(rank + 10 * forward));
+            once.begin_forward();
+            for (int layer = 0; layer < 3; ++layer) {
+                std::vector<float> a(static_cast<size_t>(t.n * kHidden)), b(a.size());
+                for (auto [ex, c, out] : {std::tuple<MoeExchange*, Communicator*, float*>{&once, &counting, a.data()},
+                                          {&every, comm.get(), b.data()}}) {
+                    ex->dispatch(*c, MoeExchangeKind::kAllGather,
+                                 {t.x.data(), t.ids.data(), t.w.data(), t.n, kHidden, kTopK}, per_rank);
+                    run_local_experts(ex->local_x(), ex->local_ids(), ex->local_weights(), ex->num_local(),
+                                      static_cast<int32_t>(rank * per_rank),
+                                      static_cast<int32_t>((rank + 1) * per_rank), ex->local_out());
+                    ex->combine(*c, out);
+                }
+                EXPECT_EQ(a, b) << "rank " << rank << " forward " << forward << " layer " << layer;
+            }
+        }
+        gathers[static_cast<size_t>(rank)] = counting.all_gathers;
+    });
+    for (const auto& e : errors) ASSERT_FALSE(e);
+    EXPECT_EQ(gathers, (std::vector<int>{8, 8}));  // 2 forwards x (1 count + 3 row gathers)
 }
 
 TEST(MoeExchangeMismatchTest, RanksPickingDifferentExchangesFailInBoundedTime) {

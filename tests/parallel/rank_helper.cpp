@@ -79,7 +79,8 @@ int check(ParallelContext& c, int rank, int world) {
     if (m[0] != world - 1 || m[1] != 0) return 1;
     // variable vs padded all-gather: rank r has r rows of width 3
     std::vector<float> rows(static_cast<size_t>(rank * 3), static_cast<float>(rank));
-    std::vector<float> a, b, scratch;
+    std::vector<float> a, b;
+    PaddedGatherScratch scratch;
     std::vector<int64_t> ca, cb;
     all_gather_rows_padded(ep, rows, 3, a, ca, scratch);
     all_gather_rows_v(ep, rows, 3, b, cb);

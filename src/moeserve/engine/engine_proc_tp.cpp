@@ -1,94 +1,180 @@
-// TP leader/follower: a fixed int64 header per announcement, then the ForwardBatch's vectors
-// packed into one byte buffer (sizes derived from the header, so one broadcast carries them all).
+// TP leader/follower: every announcement is one ipc::TpMessage (ipc/tp_messages.h, encoded by
+// ipc/codec.h), broadcast as its byte length and then its bytes. A forward's block tables go as
+// deltas against the previous forward's (TpForward's comment).
 #include "moeserve/engine/engine_proc_tp.h"
 
-#include <array>
+#include <algorithm>
 #include <cstring>
-#include <vector>
+#include <string_view>
 
 #include "moeserve/core/error.h"
+#include "moeserve/ipc/codec.h"
 
 namespace moeserve::engine {
 
 namespace {
 
-using Header = std::array<int64_t, 8>;
-
-// header[0]
-enum Kind : int64_t { kNoop = 0, kCreateKv = 1, kForward = 2, kShutdown = 3 };
-// kForward: [kind, num_tokens, num_seqs, max_blocks_per_seq, num_logits_rows, moe_exchange,
-//            block_tables size, payload bytes]
-// kCreateKv: [kind, num_blocks, block_size, 0...]
-
-template <typename T>
-void put(std::vector<std::byte>& out, size_t& at, const std::vector<T>& v) {
-    const size_t n = v.size() * sizeof(T);
-    if (n > 0) std::memcpy(out.data() + at, v.data(), n);
-    at += n;
-}
-
-template <typename T>
-void take(const std::vector<std::byte>& in, size_t& at, std::vector<T>& v, int64_t count) {
-    v.resize(static_cast<size_t>(count));
-    const size_t n = v.size() * sizeof(T);
-    MOESERVE_CHECK(at + n <= in.size(), "TP batch payload too short: need {} bytes at {}, have {}", n, at, in.size());
-    if (n > 0) std::memcpy(v.data(), in.data() + at, n);
-    at += n;
-}
-
-size_t payload_bytes(int64_t tokens, int64_t seqs, int64_t tables, int64_t rows) {
-    return static_cast<size_t>(tokens * (4 + 4 + 8) + (2 * seqs + 1) * 4 + tables * 4 + rows * 4);
+// Row i of a [num_seqs, max_blocks] block table without its padding: block 0 is the null block
+// that no sequence holds, so trailing zeros are padding.
+std::span<const int32_t> table_row(const std::vector<int32_t>& tables, int64_t max_blocks, size_t i) {
+    const auto* begin = tables.data() + i * static_cast<size_t>(max_blocks);
+    const auto* end = begin + max_blocks;
+    while (end > begin && end[-1] == 0) --end;
+    return {begin, end};
 }
 
 }  // namespace
+
+ipc::TpForward TpTables::encode(const model::ForwardBatch& batch) {
+    // Every ForwardBatch field once: this binding stops the build when ForwardBatch gains a field
+    // (carry it in ipc::TpForward, here and in decode()).
+    const auto& [token_ids, positions, slot_mapping, query_start, seq_lens, seq_ids, block_tables, max_blocks_per_seq,
+                 logits_rows, moe_exchange] = batch;
+    const size_t seqs = seq_lens.size();
+    MOESERVE_CHECK(positions.size() == token_ids.size() && slot_mapping.size() == token_ids.size() &&
+                       query_start.size() == seqs + 1 &&
+                       block_tables.size() == seqs * static_cast<size_t>(max_blocks_per_seq) &&
+                       (seq_ids.empty() || seq_ids.size() == seqs),
+                   "inconsistent ForwardBatch: {} tokens, {} positions, {} slots, {} query starts, {} seq ids, {} "
+                   "table entries of {} per seq for {} seqs",
+                   token_ids.size(), positions.size(), slot_mapping.size(), query_start.size(), seq_ids.size(),
+                   block_tables.size(), max_blocks_per_seq, seqs);
+    ipc::TpForward w;
+    w.token_ids = token_ids;
+    w.positions = positions;
+    w.slot_mapping = slot_mapping;
+    w.query_start = query_start;
+    w.seq_lens = seq_lens;
+    w.max_blocks_per_seq = max_blocks_per_seq;
+    w.logits_rows = logits_rows;
+    w.moe_exchange = static_cast<int32_t>(moe_exchange);
+    w.seq_ids = seq_ids;
+    const bool keyed = begin_forward(seq_ids);
+    w.table_keep.resize(seqs);
+    w.table_new_count.resize(seqs);
+    for (size_t i = 0; i < seqs; ++i) {
+        const std::span<const int32_t> row = table_row(block_tables, max_blocks_per_seq, i);
+        size_t keep = 0;
+        if (keyed) {
+            Held& h = held_[seq_ids[i]];
+            keep = static_cast<size_t>(std::mismatch(h.table.begin(), h.table.end(), row.begin(), row.end()).first -
+                                       h.table.begin());
+            h.table.assign(row.begin(), row.end());
+        }
+        w.table_keep[i] = static_cast<int32_t>(keep);
+        w.table_new_count[i] = static_cast<int32_t>(row.size() - keep);
+        w.table_new.insert(w.table_new.end(), row.begin() + static_cast<std::ptrdiff_t>(keep), row.end());
+    }
+    forget_absent();
+    return w;
+}
+
+void TpTables::decode(const ipc::TpForward& w, model::ForwardBatch& batch) {
+    auto& [token_ids, positions, slot_mapping, query_start, seq_lens, seq_ids, block_tables, max_blocks_per_seq,
+           logits_rows, moe_exchange] = batch;
+    const size_t seqs = w.seq_lens.size();
+    const size_t tokens = w.token_ids.size();
+    if (w.positions.size() != tokens || w.slot_mapping.size() != tokens || w.query_start.size() != seqs + 1 ||
+        (!w.seq_ids.empty() && w.seq_ids.size() != seqs) || w.table_keep.size() != seqs ||
+        w.table_new_count.size() != seqs || w.max_blocks_per_seq < 0 ||
+        (w.moe_exchange != static_cast<int32_t>(parallel::MoeExchangeKind::kAllToAll) &&
+         w.moe_exchange != static_cast<int32_t>(parallel::MoeExchangeKind::kAllGather))) {
+        raise(ErrorCode::kInvalidArgument,
+              "TP follower: malformed forward from the leader ({} tokens, {} positions, {} slots, {} query starts, "
+              "{} seqs, {} seq ids, moe exchange {})",
+              tokens, w.positions.size(), w.slot_mapping.size(), w.query_start.size(), seqs, w.seq_ids.size(),
+              w.moe_exchange);
+    }
+    token_ids = w.token_ids;
+    positions = w.positions;
+    slot_mapping = w.slot_mapping;
+    query_start = w.query_start;
+    seq_lens = w.seq_lens;
+    seq_ids = w.seq_ids;
+    max_blocks_per_seq = w.max_blocks_per_seq;
+    logits_rows = w.logits_rows;
+    moe_exchange = static_cast<parallel::MoeExchangeKind>(w.moe_exchange);
+    const bool keyed = begin_forward(w.seq_ids);
+    block_tables.assign(seqs * static_cast<size_t>(w.max_blocks_per_seq), 0);
+    size_t next = 0;
+    for (size_t i = 0; i < seqs; ++i) {
+        const auto keep = static_cast<size_t>(w.table_keep[i]);
+        const auto count = static_cast<size_t>(w.table_new_count[i]);
+        Held scratch;
+        Held& h = keyed ? held_[w.seq_ids[i]] : scratch;
+        if (w.table_keep[i] < 0 || w.table_new_count[i] < 0 || keep > h.table.size() ||
+            next + count > w.table_new.size() || keep + count > static_cast<size_t>(w.max_blocks_per_seq)) {
+            raise(ErrorCode::kInvalidArgument,
+                  "TP follower: block table of sequence {} keeps {} of {} held blocks and adds {} ({} of {} sent "
+                  "used, {} per row): out of step with the leader",
+                  i, w.table_keep[i], h.table.size(), w.table_new_count[i], next, w.table_new.size(),
+                  w.max_blocks_per_seq);
+        }
+        h.table.resize(keep);
+        h.table.insert(h.table.end(), w.table_new.begin() + static_cast<std::ptrdiff_t>(next),
+                       w.table_new.begin() + static_cast<std::ptrdiff_t>(next + count));
+        h.forward = forward_;
+        next += count;
+        std::copy(h.table.begin(), h.table.end(),
+                  block_tables.begin() + static_cast<std::ptrdiff_t>(i * static_cast<size_t>(w.max_blocks_per_seq)));
+    }
+    forget_absent();
+}
+
+bool TpTables::begin_forward(const std::vector<int64_t>& seq_ids) {
+    // Deltas only with one id per sequence (else whole tables, and nothing is held): stamp every
+    // id with this forward; an id stamped twice is a repeat.
+    ++forward_;
+    bool keyed = !seq_ids.empty();
+    for (size_t i = 0; keyed && i < seq_ids.size(); ++i) {
+        int64_t& stamp = held_[seq_ids[i]].forward;
+        keyed = stamp != forward_;
+        stamp = forward_;
+    }
+    if (!keyed) held_.clear();
+    return keyed;
+}
+
+void TpTables::forget_absent() {
+    std::erase_if(held_, [&](const auto& kv) { return kv.second.forward != forward_; });
+}
+
+size_t TpTables::blocks_held() const {
+    size_t n = 0;
+    for (const auto& [id, h] : held_) n += h.table.size();
+    return n;
+}
 
 TpLeaderModel::TpLeaderModel(model::Model& inner, parallel::Communicator& tp, std::chrono::milliseconds keepalive)
     : inner_(inner), tp_(tp), keepalive_(keepalive), last_sent_(std::chrono::steady_clock::now()) {
     MOESERVE_CHECK(tp.rank() == 0, "the TP leader must be TP rank 0, not {}", tp.rank());
 }
 
-void TpLeaderModel::send_header(const Header& header) const {
-    Header h = header;
-    tp_.broadcast(std::span<int64_t>(h), 0);
+void TpLeaderModel::send(const ipc::TpMessage& message) const {
+    std::string bytes = ipc::encode(message);
+    int64_t size = static_cast<int64_t>(bytes.size());
+    tp_.broadcast(std::span<int64_t>(&size, 1), 0);
+    tp_.broadcast_bytes(std::as_writable_bytes(std::span<char>(bytes.data(), bytes.size())), 0);
     last_sent_ = std::chrono::steady_clock::now();
 }
 
 std::unique_ptr<model::KvCache> TpLeaderModel::create_kv_cache(int64_t num_blocks, int64_t block_size) const {
-    send_header({kCreateKv, num_blocks, block_size, 0, 0, 0, 0, 0});
+    send(ipc::TpCreateKv{num_blocks, block_size});
     return inner_.create_kv_cache(num_blocks, block_size);
 }
 
 TensorView TpLeaderModel::forward(const model::ForwardBatch& b, model::KvCache& kv) {
-    const int64_t tokens = b.num_tokens(), seqs = b.num_seqs();
-    const int64_t tables = static_cast<int64_t>(b.block_tables.size());
-    const int64_t rows = static_cast<int64_t>(b.logits_rows.size());
-    MOESERVE_CHECK(b.positions.size() == b.token_ids.size() && b.slot_mapping.size() == b.token_ids.size() &&
-                       b.query_start.size() == static_cast<size_t>(seqs + 1),
-                   "inconsistent ForwardBatch: {} tokens, {} positions, {} slots, {} query starts for {} seqs", tokens,
-                   b.positions.size(), b.slot_mapping.size(), b.query_start.size(), seqs);
-    const size_t bytes = payload_bytes(tokens, seqs, tables, rows);
-    send_header({kForward, tokens, seqs, b.max_blocks_per_seq, rows, static_cast<int64_t>(b.moe_exchange), tables,
-                 static_cast<int64_t>(bytes)});
-    std::vector<std::byte> payload(bytes);
-    size_t at = 0;
-    put(payload, at, b.token_ids);
-    put(payload, at, b.positions);
-    put(payload, at, b.slot_mapping);
-    put(payload, at, b.query_start);
-    put(payload, at, b.seq_lens);
-    put(payload, at, b.block_tables);
-    put(payload, at, b.logits_rows);
-    if (bytes > 0) tp_.broadcast_bytes(std::span<std::byte>(payload), 0);
+    send(tables_.encode(b));
     return inner_.forward(b, kv);
 }
 
 void TpLeaderModel::keepalive() {
-    if (std::chrono::steady_clock::now() - last_sent_ >= keepalive_) send_header({kNoop, 0, 0, 0, 0, 0, 0, 0});
+    if (std::chrono::steady_clock::now() - last_sent_ >= keepalive_) send(ipc::TpNoop{});
 }
 
 void TpLeaderModel::shutdown() {
     try {
-        send_header({kShutdown, 0, 0, 0, 0, 0, 0, 0});
+        send(ipc::TpShutdown{});
     } catch (const Error&) {
         // the peers are gone already; nothing to tell them
     }
@@ -96,48 +182,31 @@ void TpLeaderModel::shutdown() {
 
 int run_tp_follower(model::Model& model, parallel::Communicator& tp, Logger& logger) {
     std::unique_ptr<model::KvCache> kv;
-    std::vector<std::byte> payload;
+    std::vector<std::byte> bytes;
     model::ForwardBatch b;
+    TpTables tables;
     int64_t forwards = 0;
     while (true) {
-        Header h{};
-        tp.broadcast(std::span<int64_t>(h), 0);
-        switch (h[0]) {
-            case kNoop:
-                break;
-            case kCreateKv:
-                kv = model.create_kv_cache(h[1], h[2]);
-                MOESERVE_LOG_I(logger, "engine", "TP follower: KV cache of %lld blocks of %lld tokens",
-                               static_cast<long long>(h[1]), static_cast<long long>(h[2]));
-                break;
-            case kForward: {
-                MOESERVE_CHECK(kv != nullptr, "TP follower got a forward before the KV cache was created");
-                const int64_t tokens = h[1], seqs = h[2], rows = h[4], tables = h[6];
-                MOESERVE_CHECK(static_cast<size_t>(h[7]) == payload_bytes(tokens, seqs, tables, rows),
-                               "TP header announces {} payload bytes, the sizes need {}", h[7],
-                               payload_bytes(tokens, seqs, tables, rows));
-                payload.resize(static_cast<size_t>(h[7]));
-                if (!payload.empty()) tp.broadcast_bytes(std::span<std::byte>(payload), 0);
-                size_t at = 0;
-                take(payload, at, b.token_ids, tokens);
-                take(payload, at, b.positions, tokens);
-                take(payload, at, b.slot_mapping, tokens);
-                take(payload, at, b.query_start, seqs + 1);
-                take(payload, at, b.seq_lens, seqs);
-                take(payload, at, b.block_tables, tables);
-                take(payload, at, b.logits_rows, rows);
-                b.max_blocks_per_seq = h[3];
-                b.moe_exchange = static_cast<parallel::MoeExchangeKind>(h[5]);
-                model.forward(b, *kv);
-                ++forwards;
-                break;
-            }
-            case kShutdown:
-                MOESERVE_LOG_I(logger, "engine", "TP follower: leader shut down after %lld forwards",
-                               static_cast<long long>(forwards));
-                return 0;
-            default:
-                raise(ErrorCode::kInvalidArgument, "TP follower: unknown header kind {} from the leader", h[0]);
+        int64_t size = 0;
+        tp.broadcast(std::span<int64_t>(&size, 1), 0);
+        if (size <= 0) raise(ErrorCode::kInvalidArgument, "TP follower: the leader announced a {}-byte message", size);
+        bytes.resize(static_cast<size_t>(size));
+        tp.broadcast_bytes(std::span<std::byte>(bytes), 0);
+        const ipc::TpMessage message =
+            ipc::decode_tp_message(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+        if (const auto* create = std::get_if<ipc::TpCreateKv>(&message)) {
+            kv = model.create_kv_cache(create->num_blocks, create->block_size);
+            MOESERVE_LOG_I(logger, "engine", "TP follower: KV cache of %lld blocks of %lld tokens",
+                           static_cast<long long>(create->num_blocks), static_cast<long long>(create->block_size));
+        } else if (const auto* forward = std::get_if<ipc::TpForward>(&message)) {
+            MOESERVE_CHECK(kv != nullptr, "TP follower got a forward before the KV cache was created");
+            tables.decode(*forward, b);
+            model.forward(b, *kv);
+            ++forwards;
+        } else if (std::holds_alternative<ipc::TpShutdown>(message)) {
+            MOESERVE_LOG_I(logger, "engine", "TP follower: leader shut down after %lld forwards",
+                           static_cast<long long>(forwards));
+            return 0;
         }
     }
 }

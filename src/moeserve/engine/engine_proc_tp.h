@@ -1,17 +1,22 @@
 // Tensor parallelism inside one DP group's engine process set: the tp_rank-0 rank (the one with
 // the EngineCore and the scheduler) broadcasts every forward's ForwardBatch over the TP group; its
 // TP peers have no scheduler and run the same forward on their weight shard (follower loop).
+// Each announcement is one ipc::TpMessage (ipc/tp_messages.h): its byte length, then its bytes.
 //
-//   leader (tp_rank 0)                               follower (tp_rank > 0)
-//   TpLeaderModel::create_kv_cache -- header ------> create_kv_cache(num_blocks, block_size)
-//   TpLeaderModel::forward ---------- header+data -> model.forward(same batch)   (TP/EP collectives
-//   TpLeaderModel::keepalive -------- noop header -> (idle: keeps Gloo's timeout from firing)
-//   TpLeaderModel::shutdown --------- shutdown ----> run_tp_follower returns 0
+//   leader (tp_rank 0)                                 follower (tp_rank > 0)
+//   TpLeaderModel::create_kv_cache -- TpCreateKv -----> create_kv_cache(num_blocks, block_size)
+//   TpLeaderModel::forward ---------- TpForward ------> model.forward(same batch)   (TP/EP collectives
+//                                     (tables as deltas)                            inside, in lock-step)
+//   TpLeaderModel::keepalive -------- TpNoop ---------> (idle: keeps Gloo's timeout from firing)
+//   TpLeaderModel::shutdown --------- TpShutdown -----> run_tp_follower returns 0
 #pragma once
 
-#include <array>
 #include <chrono>
 #include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "moeserve/ipc/tp_messages.h"
 
 #include "moeserve/core/log.h"
 #include "moeserve/model/model.h"
@@ -19,8 +24,38 @@
 
 namespace moeserve::engine {
 
+// The block tables of the TP broadcast as deltas: both sides hold the tables of the previous
+// forward's sequences by ForwardBatch::seq_ids, and a forward sends, per sequence, how many held
+// blocks stay and the blocks after them (usually none in a decode step). A sequence not in the
+// previous forward, a batch without seq_ids (dummy forwards) or with a repeated id sends whole
+// tables. The leader's encode() and each follower's decode() see the same forwards in the same
+// order. Engine thread only.
+class TpTables {
+public:
+    // Leader: the message of `batch` (every field of it; see the binding in the .cpp).
+    ipc::TpForward encode(const model::ForwardBatch& batch);
+    // Follower: rebuilds the leader's batch. Error kInvalidArgument when the message does not fit
+    // what is held (out of step with the leader) or is malformed.
+    void decode(const ipc::TpForward& message, model::ForwardBatch& batch);
+
+    size_t num_held() const { return held_.size(); }
+    size_t blocks_held() const;
+
+private:
+    struct Held {
+        std::vector<int32_t> table;  // without padding
+        int64_t forward = 0;         // the last forward that had this sequence
+    };
+    // Stamps this forward's sequences; false (and nothing held) when they cannot key deltas.
+    bool begin_forward(const std::vector<int64_t>& seq_ids);
+    void forget_absent();
+
+    std::unordered_map<int64_t, Held> held_;
+    int64_t forward_ = 0;
+};
+
 // A Model decorator for the TP leader: every create_kv_cache/forward is first announced to the TP
-// peers (one header broadcast, then one payload broadcast), then run on the inner model. The inner
+// peers (one TpMessage), then run on the inner model. The inner
 // model and the communicator must outlive it. Engine thread only. Collective errors (a dead peer)
 // surface as Error kUnavailable from the call that broadcast.
 class TpLeaderModel final : public model::Model {
@@ -40,18 +75,19 @@ public:
     void shutdown();
 
 private:
-    void send_header(const std::array<int64_t, 8>& header) const;
+    void send(const ipc::TpMessage& message) const;
 
     model::Model& inner_;
     parallel::Communicator& tp_;
     std::chrono::milliseconds keepalive_;
     mutable std::chrono::steady_clock::time_point last_sent_;
+    TpTables tables_;
 };
 
-// The TP follower's loop: waits for the leader's headers, creates the KV cache and runs every
+// The TP follower's loop: waits for the leader's messages, creates the KV cache and runs every
 // forward the leader announces (results thrown away: the leader samples). Returns 0 when the
 // leader shuts down; throws Error kUnavailable when the leader or a peer is gone (after the
-// communicator's timeout).
+// communicator's timeout), Error kInvalidArgument on a message it cannot decode.
 int run_tp_follower(model::Model& model, parallel::Communicator& tp, Logger& logger);
 
 }  // namespace moeserve::engine

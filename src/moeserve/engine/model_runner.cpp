@@ -31,6 +31,7 @@ ModelRunner::Layout ModelRunner::build(const ScheduledBatch& batch) const {
         }
         fb.query_start.push_back(static_cast<int32_t>(fb.token_ids.size()));
         fb.seq_lens.push_back(end);
+        fb.seq_ids.push_back(r.arrival_order);
         for (size_t b = 0; b < max_blocks; ++b) fb.block_tables.push_back(b < r.block_ids.size() ? r.block_ids[b] : 0);
         // Rows whose logits give prompt logprobs: position p predicts prompt token p + 1.
         if (r.wants_prompt_logprobs()) {

@@ -57,6 +57,15 @@ auto fields(T& v) {
         return std::tie(v.fetch, v.transfer_id, v.first_block, v.num_blocks, v.last);
     } else if constexpr (std::is_same_v<S, KvRelease>) {
         return std::tie(v.transfer_id);
+    } else if constexpr (std::is_same_v<S, TpCreateKv>) {
+        auto& [num_blocks, block_size] = v;  // the binding fails to build when a field is added
+        return std::tie(num_blocks, block_size);
+    } else if constexpr (std::is_same_v<S, TpForward>) {
+        // A field added to TpForward must be listed here: the binding fails to build otherwise.
+        auto& [token_ids, positions, slot_mapping, query_start, seq_lens, seq_ids, table_keep, table_new_count,
+               table_new, max_blocks_per_seq, logits_rows, moe_exchange] = v;
+        return std::tie(token_ids, positions, slot_mapping, query_start, seq_lens, seq_ids, table_keep, table_new_count,
+                        table_new, max_blocks_per_seq, logits_rows, moe_exchange);
     } else {
         static_assert(std::is_empty_v<S>, "add the fields of this message");
         return std::tuple<>();
@@ -69,7 +78,9 @@ constexpr bool kIsMessage =
     std::is_same_v<T, TokenLogprobs> || std::is_same_v<T, RequestOutput> || std::is_same_v<T, Stats> ||
     std::is_same_v<T, StepOutputs> || std::is_same_v<T, HealthReply> || std::is_same_v<T, Shutdown> ||
     std::is_same_v<T, HealthCheck> || std::is_same_v<T, KvTransferParams> || std::is_same_v<T, KvFetch> ||
-    std::is_same_v<T, KvTransferMeta> || std::is_same_v<T, KvBlockChunk> || std::is_same_v<T, KvRelease>;
+    std::is_same_v<T, KvTransferMeta> || std::is_same_v<T, KvBlockChunk> || std::is_same_v<T, KvRelease> ||
+    std::is_same_v<T, TpNoop> || std::is_same_v<T, TpCreateKv> || std::is_same_v<T, TpForward> ||
+    std::is_same_v<T, TpShutdown>;
 
 }  // namespace
 }  // namespace moeserve::ipc
@@ -195,5 +206,9 @@ EngineMessage decode_engine_message(std::string_view bytes) { return decode_vari
 std::string encode(const KvMessage& message) { return encode_variant(message); }
 
 KvMessage decode_kv_message(std::string_view bytes) { return decode_variant<KvMessage>(bytes, "KV transfer"); }
+
+std::string encode(const TpMessage& message) { return encode_variant(message); }
+
+TpMessage decode_tp_message(std::string_view bytes) { return decode_variant<TpMessage>(bytes, "TP"); }
 
 }  // namespace moeserve::ipc

@@ -8,6 +8,7 @@
 
 #include "moeserve/ipc/kv_messages.h"
 #include "moeserve/ipc/messages.h"
+#include "moeserve/ipc/tp_messages.h"
 
 namespace moeserve::ipc {
 
@@ -15,11 +16,13 @@ namespace moeserve::ipc {
 std::string encode(const ClientMessage& message);
 std::string encode(const EngineMessage& message);
 std::string encode(const KvMessage& message);
+std::string encode(const TpMessage& message);
 
 // Message of bytes. Raises Error(kInvalidArgument) naming what was malformed when bytes are not
 // an encoded message of that direction (truncated, wrong types, unknown variant index).
 ClientMessage decode_client_message(std::string_view bytes);
 EngineMessage decode_engine_message(std::string_view bytes);
 KvMessage decode_kv_message(std::string_view bytes);
+TpMessage decode_tp_message(std::string_view bytes);
 
 }  // namespace moeserve::ipc

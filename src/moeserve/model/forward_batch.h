@@ -23,6 +23,9 @@ struct ForwardBatch {
     std::vector<int64_t> slot_mapping;  // [num_tokens] block_id * block_size + offset; < 0: padding
     std::vector<int32_t> query_start;   // [num_seqs + 1]
     std::vector<int32_t> seq_lens;      // [num_seqs] total tokens in the cache after this step
+    // [num_seqs] or empty: an id per sequence, stable while it runs (the engine's request number).
+    // The model ignores it; the TP broadcast sends block-table deltas by it (engine_proc_tp.h).
+    std::vector<int64_t> seq_ids;
     std::vector<int32_t> block_tables;  // [num_seqs, max_blocks_per_seq], unused entries 0
     int64_t max_blocks_per_seq = 0;
     std::vector<int32_t> logits_rows;  // token rows (indices into token_ids) that need logits

@@ -10,13 +10,20 @@
 // Expert e is owned by EP rank e / experts_per_rank. The caller runs its local experts between
 // dispatch() and combine() on local rows, skipping expert ids it does not own (the MoE kernel does
 // this with expert_begin/num_experts). Results equal the single-rank result up to f32 summation
-// order. Not thread-safe; one per rank, reused across layers and steps (buffers grow on demand).
+// order. Not thread-safe; one per rank, reused across layers and steps: every buffer is a member
+// that grows on demand, so a step allocates nothing once the buffers reached its sizes.
+//
+// Per forward: each rank has the same token count in every MoE layer of a forward, so after
+// begin_forward() the padded all-gather exchanges the counts in its first layer only and the
+// later layers reuse them. Every rank of the group must call begin_forward() at the same point
+// (the start of each forward); a rank that never calls it exchanges the counts in every layer.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "moeserve/parallel/comm.h"
+#include "moeserve/parallel/gather.h"
 
 namespace moeserve::parallel {
 
@@ -35,6 +42,11 @@ struct MoeTokens {
 
 class MoeExchange {
 public:
+    // Marks the start of a forward: the next kAllGather dispatch exchanges the token counts, and
+    // the ones after it (same forward, same token count on every rank) reuse them. Local (no
+    // collective), but every rank of the group must call it at the same point.
+    void begin_forward();
+
     // Collective over `ep`. Afterwards local_*() describe the rows this rank must run.
     void dispatch(Communicator& ep, MoeExchangeKind kind, const MoeTokens& tokens, int64_t experts_per_rank);
 
@@ -56,10 +68,16 @@ private:
     int64_t hidden_ = 0, num_tokens_ = 0, num_local_ = 0;
     int k_ = 0;
     int64_t width_ = 0;  // record width in floats: hidden + 2k
-    std::vector<float> send_, recv_, padded_;
-    std::vector<int64_t> send_rows_, recv_rows_;  // all-to-all: rows to / from each rank
-    std::vector<int32_t> send_token_;             // all-to-all: token index of each sent row
-    std::vector<int64_t> counts_;                 // all-gather: every rank's num_tokens
+    std::vector<float> send_, recv_;
+    std::vector<int64_t> send_rows_, recv_rows_;                // all-to-all: rows to / from each rank
+    std::vector<int32_t> send_token_;                           // all-to-all: token index of each sent row
+    std::vector<int32_t> owners_;                               // all-to-all: [num_tokens, k] owner ranks, -1 = repeat
+    std::vector<int64_t> fill_;                                 // all-to-all: next send row of each rank
+    std::vector<size_t> send_bytes_, recv_bytes_, ones_bytes_;  // all-to-all-v sizes
+    std::vector<int64_t> counts_;                               // all-gather: every rank's num_tokens
+    bool per_forward_ = false;                                  // begin_forward() was called: reuse counts_
+    bool counts_valid_ = false;                                 // counts_ hold this forward's counts
+    PaddedGatherScratch gather_;  // all-gather: the gather's buffers; combine reuses .padded
     std::vector<float> local_x_, local_w_, local_out_;
     std::vector<int32_t> local_ids_;
 };

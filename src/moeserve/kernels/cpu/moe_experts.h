@@ -31,9 +31,17 @@ struct MoeExpertsF32 {
 };
 
 // Reusable per-call buffers (owned by the caller, grown on demand; no allocation in steady state).
+// Extra buffers of the int8 path (moe_experts_int8.h), grown on demand.
+struct MoeInt8Scratch {
+    std::vector<int8_t> qx, qact;
+    std::vector<float> sx, sact;
+};
+
 struct MoeScratch {
     std::vector<int32_t> offsets, token_index, slot_index;
     std::vector<float> gathered, gate_up, act, down_out;
+    std::vector<float> pack;  // [threads, matmul_pack_floats()]: each thread's GEMM packing
+    MoeInt8Scratch int8;      // int8 experts only: kept here so one scratch serves every layer of a model
 };
 
 // x f32 [num_tokens, hidden]; topk_ids int32 / topk_weights f32 [num_tokens, k];

@@ -21,13 +21,16 @@ namespace {
 constexpr int64_t kInterBlock = 64;    // gate/up rows per phase-A item
 constexpr int64_t kHiddenBlock = 128;  // down rows per phase-B item
 
-// Runs item(tid, index, pack) for index in [0, num_items), handed out dynamically.
+// Runs item(tid, index, pack) for index in [0, num_items), handed out dynamically; each thread
+// packs into its own slice of `packs` (grown here, on the calling thread, when need_pack).
 template <typename F>
-void run_items(ThreadPool& pool, int64_t num_items, bool need_pack, F&& item) {
+void run_items(ThreadPool& pool, int64_t num_items, bool need_pack, std::vector<float>& packs, F&& item) {
+    const int64_t per_thread = need_pack ? detail::matmul_pack_floats() : 0;
+    if (need_pack) packs.resize(size_t(per_thread * pool.num_threads()));
     std::atomic<int64_t> next{0};
     pool.run([&](int tid) {
-        std::vector<float> pack(need_pack ? size_t(detail::matmul_pack_floats()) : 0);
-        for (int64_t i = next.fetch_add(1); i < num_items; i = next.fetch_add(1)) item(tid, i, pack.data());
+        float* pack = need_pack ? packs.data() + tid * per_thread : nullptr;
+        for (int64_t i = next.fetch_add(1); i < num_items; i = next.fetch_add(1)) item(tid, i, pack);
     });
 }
 
@@ -53,7 +56,7 @@ void moe_experts_impl(ThreadPool& pool, const float* x, int64_t num_tokens, cons
 
     // 3. Phase A: gate|up + SwiGLU, items (active expert, inter block).
     const int64_t a_blocks = (inter + kInterBlock - 1) / kInterBlock;
-    run_items(pool, num_active * a_blocks, need_pack, [&](int, int64_t item, float* pack) {
+    run_items(pool, num_active * a_blocks, need_pack, s.pack, [&](int, int64_t item, float* pack) {
         const int64_t e = active[item / a_blocks];
         const int64_t r0 = (item % a_blocks) * kInterBlock, rb = std::min(kInterBlock, inter - r0);
         const int64_t off = s.offsets[size_t(e)], cnt = s.offsets[size_t(e + 1)] - off;
@@ -70,7 +73,7 @@ void moe_experts_impl(ThreadPool& pool, const float* x, int64_t num_tokens, cons
 
     // 4. Phase B: down projection, items (active expert, hidden block).
     const int64_t b_blocks = (h + kHiddenBlock - 1) / kHiddenBlock;
-    run_items(pool, num_active * b_blocks, need_pack, [&](int, int64_t item, float* pack) {
+    run_items(pool, num_active * b_blocks, need_pack, s.pack, [&](int, int64_t item, float* pack) {
         const int64_t e = active[item / b_blocks];
         const int64_t h0 = (item % b_blocks) * kHiddenBlock, hb = std::min(kHiddenBlock, h - h0);
         const int64_t off = s.offsets[size_t(e)], cnt = s.offsets[size_t(e + 1)] - off;

@@ -23,11 +23,7 @@ struct MoeExpertsInt8 {
     int64_t inter;
 };
 
-// Extra per-call buffers of the int8 path (next to MoeScratch's), grown on demand.
-struct MoeInt8Scratch {
-    std::vector<int8_t> qx, qact;
-    std::vector<float> sx, sact;
-};
+// MoeInt8Scratch (the int8 path's extra buffers) is in moe_experts.h, inside MoeScratch.
 
 // As moe_experts_bf16: x f32 [num_tokens, hidden]; topk_ids int32 / topk_weights f32
 // [num_tokens, k]; out f32 [num_tokens, hidden] overwritten. Matches the reference up to the

@@ -154,9 +154,8 @@ kernels::cpu::MoeExpertsBf16 Experts::desc() const {
 void Experts::forward(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
                       const float* topk_weights, int k, kernels::cpu::MoeScratch& scratch, float* out) const {
     if (int8_) {
-        kernels::cpu::MoeInt8Scratch qscratch;
-        kernels::cpu::moe_experts_int8(pool, x, num_tokens, topk_ids, topk_weights, k, desc_int8(), scratch, qscratch,
-                                       out);
+        kernels::cpu::moe_experts_int8(pool, x, num_tokens, topk_ids, topk_weights, k, desc_int8(), scratch,
+                                       scratch.int8, out);
         return;
     }
     if (gate_up_.dtype() == DType::kF32) {

@@ -58,26 +58,28 @@ void embed_vocab_parallel(const ParallelConfig& par, const TensorView& table, Sh
 }
 
 void lm_head_vocab_parallel(const ParallelConfig& par, ThreadPool& pool, const Linear& head, int64_t vocab,
-                            const float* x, int64_t rows, std::vector<float>& scratch, float* logits) {
+                            const float* x, int64_t rows, LogitsScratch& scratch, float* logits) {
     if (par.tp_size == 1) {
         head.forward(pool, x, rows, logits);
         return;
     }
     // 1. local logits [R, V_r]; 2. all-gather [tp][R, V_r]; 3. transpose to [R, V]
     const int64_t local = head.out_features();
-    std::vector<float> mine(static_cast<size_t>(std::max<int64_t>(rows * local, 1)));
-    head.forward(pool, x, rows, mine.data());
-    std::vector<int64_t> counts(static_cast<size_t>(par.tp_size));
+    scratch.local.resize(static_cast<size_t>(std::max<int64_t>(rows * local, 1)));
+    head.forward(pool, x, rows, scratch.local.data());
+    scratch.bytes.resize(static_cast<size_t>(par.tp_size));
     for (int r = 0; r < par.tp_size; ++r)
-        counts[static_cast<size_t>(r)] = rows * shard_range(vocab, par.tp_size, r).count;
-    scratch.resize(static_cast<size_t>(rows * vocab));
-    par.tp->all_gather_v<float>(std::span<const float>(mine.data(), static_cast<size_t>(rows * local)), counts,
-                                scratch);
+        scratch.bytes[static_cast<size_t>(r)] =
+            static_cast<size_t>(rows * shard_range(vocab, par.tp_size, r).count) * sizeof(float);
+    scratch.gather.resize(static_cast<size_t>(rows * vocab));
+    par.tp->all_gather_v_bytes(
+        std::as_bytes(std::span<const float>(scratch.local.data(), static_cast<size_t>(rows * local))), scratch.bytes,
+        std::as_writable_bytes(std::span<float>(scratch.gather)));
     size_t off = 0;
     for (int r = 0; r < par.tp_size; ++r) {
         const ShardRange s = shard_range(vocab, par.tp_size, r);
         for (int64_t i = 0; i < rows; ++i) {
-            std::memcpy(logits + i * vocab + s.begin, scratch.data() + off + static_cast<size_t>(i * s.count),
+            std::memcpy(logits + i * vocab + s.begin, scratch.gather.data() + off + static_cast<size_t>(i * s.count),
                         static_cast<size_t>(s.count) * sizeof(float));
         }
         off += static_cast<size_t>(rows * s.count);
@@ -99,6 +101,10 @@ void ParallelMoe::forward(ThreadPool& pool, const Experts& experts, const Parall
         kind = kind == parallel::MoeExchangeKind::kAllToAll ? parallel::MoeExchangeKind::kAllGather
                                                             : parallel::MoeExchangeKind::kAllToAll;
     }
+    // NOTE(#18): a decoder runs its MoE layers in the same order every forward on every rank, so
+    // the first layer's experts mark a new forward without a call from the model.
+    if (first_layer_ == nullptr) first_layer_ = &experts;
+    if (first_layer_ == &experts) exchange_.begin_forward();
     // 1. dispatch rows to the EP ranks owning their experts; 2. local experts; 3. combine
     exchange_.dispatch(*par.ep, kind, {a.x, a.topk_ids, a.topk_weights, a.num_tokens, hidden, a.k}, experts_per_rank);
     if (exchange_.num_local() > 0) {
@@ -116,7 +122,7 @@ TensorView compute_logits(const ParallelConfig& par, ThreadPool& pool, const Lin
         std::copy_n(hs + rows[static_cast<size_t>(j)] * hidden, hidden, scratch.rows.data() + j * hidden);
     }
     if (scratch.logits.numel() < r * vocab) scratch.logits = Tensor(DType::kF32, {std::max<int64_t>(r, 1), vocab});
-    lm_head_vocab_parallel(par, pool, head, vocab, scratch.rows.data(), r, scratch.gather, scratch.logits.as<float>());
+    lm_head_vocab_parallel(par, pool, head, vocab, scratch.rows.data(), r, scratch, scratch.logits.as<float>());
     return TensorView{scratch.logits.data(), DType::kF32, Shape{r, vocab}};
 }
 

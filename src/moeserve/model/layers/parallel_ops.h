@@ -29,17 +29,21 @@ ShardRange local_moe_inter(const ParallelConfig& par, int64_t moe_inter);
 void embed_vocab_parallel(const ParallelConfig& par, const TensorView& table_shard, ShardRange vocab_shard,
                           int64_t hidden, const int32_t* ids, int64_t num_tokens, float* x);
 
-// Vocabulary-parallel lm_head: rows x f32 [R, hidden] through this rank's [vocab_shard.count,
-// hidden] slice, gathered over TP into logits f32 [R, vocab]. `scratch` is reused.
-void lm_head_vocab_parallel(const ParallelConfig& par, ThreadPool& pool, const Linear& head_shard, int64_t vocab,
-                            const float* x, int64_t rows, std::vector<float>& scratch, float* logits);
-
-// Buffers of compute_logits, reused across steps.
+// Buffers of compute_logits, reused across steps (they grow to the largest step, then no
+// step allocates).
 struct LogitsScratch {
     std::vector<float> rows;    // f32 [R, hidden]
-    std::vector<float> gather;  // lm_head_vocab_parallel's scratch
+    std::vector<float> local;   // TP: f32 [R, vocab_shard.count], this rank's logits
+    std::vector<float> gather;  // TP: f32 [tp][R, V_r], every rank's logits
+    std::vector<size_t> bytes;  // TP: [tp] bytes of each rank's logits
     Tensor logits;              // f32 [>= R, vocab]
 };
+
+// Vocabulary-parallel lm_head: rows x f32 [R, hidden] through this rank's [vocab_shard.count,
+// hidden] slice, gathered over TP into logits f32 [R, vocab]. Uses scratch's local, gather and
+// bytes.
+void lm_head_vocab_parallel(const ParallelConfig& par, ThreadPool& pool, const Linear& head_shard, int64_t vocab,
+                            const float* x, int64_t rows, LogitsScratch& scratch, float* logits);
 
 // The last step of every model: the final-normed hidden states hs f32 [T, hidden] at
 // `rows` (indices into the batch) through the (vocabulary-parallel) lm_head. Returns logits
@@ -59,6 +63,9 @@ struct RoutedMoeArgs {
 // Routed experts of one layer for this rank. EP: dispatch to expert owners, run the local experts,
 // combine (the exchange the step chose; debug_flip_moe_exchange flips it). TP-split experts: local
 // partial sums, all-reduced over TP. out f32 [num_tokens, hidden] holds the full result.
+// One per model, called for its MoE layers in the same order every forward: a call for the
+// first layer it ever saw starts a forward, so the padded all-gather exchanges the token counts
+// in the first MoE layer of each forward only (MoeExchange::begin_forward).
 class ParallelMoe {
 public:
     void forward(ThreadPool& pool, const Experts& experts, const ParallelConfig& par, const RoutedMoeArgs& args,
@@ -66,6 +73,7 @@ public:
 
 private:
     parallel::MoeExchange exchange_;
+    const Experts* first_layer_ = nullptr;  // the experts of the first MoE layer of a forward
 };
 
 }  // namespace moeserve::model

@@ -1,0 +1,47 @@
+// What a TP leader broadcasts to its TP followers each time it creates the KV cache or runs a
+// forward (engine/engine_proc_tp.h). Plain structs that codec.h encodes like every ipc message;
+// TpForward carries model::ForwardBatch field for field (engine_proc_tp.cpp maps them, and its
+// structured bindings stop the build when ForwardBatch gains a field the map does not carry),
+// except that block tables travel as per-sequence deltas.
+#pragma once
+
+#include <cstdint>
+#include <variant>
+#include <vector>
+
+namespace moeserve::ipc {
+
+// Idle keepalive: keeps the followers' bounded broadcast wait from timing out.
+struct TpNoop {};
+
+struct TpCreateKv {
+    int64_t num_blocks = 0;
+    int64_t block_size = 0;
+};
+
+// One forward. Block tables: sequence i's table is the first table_keep[i] blocks of the table
+// the follower holds for seq_ids[i] from the previous forward, then table_new_count[i] blocks
+// of table_new; rows are padded with block 0 to max_blocks_per_seq. Only the previous forward's
+// sequences are held, and a forward without seq_ids, or with an id twice, sends every table whole
+// (table_keep all 0) and holds nothing.
+struct TpForward {
+    std::vector<int32_t> token_ids;        // [num_tokens]
+    std::vector<int32_t> positions;        // [num_tokens]
+    std::vector<int64_t> slot_mapping;     // [num_tokens]
+    std::vector<int32_t> query_start;      // [num_seqs + 1]
+    std::vector<int32_t> seq_lens;         // [num_seqs]
+    std::vector<int64_t> seq_ids;          // [num_seqs] or empty
+    std::vector<int32_t> table_keep;       // [num_seqs]
+    std::vector<int32_t> table_new_count;  // [num_seqs]
+    std::vector<int32_t> table_new;        // [sum of table_new_count]
+    int64_t max_blocks_per_seq = 0;
+    std::vector<int32_t> logits_rows;
+    int32_t moe_exchange = 0;  // parallel::MoeExchangeKind
+};
+
+// The leader leaves: the followers' loop returns.
+struct TpShutdown {};
+
+using TpMessage = std::variant<TpNoop, TpCreateKv, TpForward, TpShutdown>;
+
+}  // namespace moeserve::ipc
