@@ -1,0 +1,113 @@
+#include "moeserve/model/moe_decoder.h"
+
+#include "moeserve/core/error.h"
+#include "moeserve/kernels/cpu/norm.h"
+#include "moeserve/model/layers/weight_loading.h"
+
+namespace moeserve::model {
+
+namespace kc = kernels::cpu;
+
+MoeDecoder::MoeDecoder(DecoderSpec spec, std::shared_ptr<const io::WeightSource> weights, ThreadPool& pool,
+                       const LoadOptions& options, const AttentionLoader& load_attention)
+    : spec_(std::move(spec)),
+      par_(options.parallel),
+      kv_dtype_(options.kv_dtype),
+      weights_(std::move(weights)),
+      pool_(pool) {
+    const DecoderConfig& c = spec_.config;
+    const io::WeightSource& w = *weights_;
+    const int64_t h = c.hidden_size;
+    // Shards of this rank (parallel_config.h): vocabulary rows, routed experts, MLP slices.
+    vocab_shard_ = shard_range(c.vocab_size, par_.tp_size, par_.tp_rank);
+    const MoeShards shards = MoeShards::of(par_, spec_.moe);
+    int64_t rank_bytes = h * 4;  // the final norm
+    embed_tokens_ = get_checked(w, "model.embed_tokens.weight", {c.vocab_size, h})
+                        .rows(vocab_shard_.begin, vocab_shard_.begin + vocab_shard_.count);
+    if (embed_tokens_.dtype != DType::kBF16) {
+        raise(ErrorCode::kUnsupported, "model.embed_tokens.weight has dtype {}; only BF16 embeddings are supported",
+              dtype_name(embed_tokens_.dtype));
+    }
+    embed_tokens_ = widen_to_f32_if(embed_tokens_, options.quant.f32_weights, embed_owned_);
+    rank_bytes += static_cast<int64_t>(embed_tokens_.nbytes());
+    int64_t active_bytes = h * static_cast<int64_t>(dtype_size(embed_tokens_.dtype));  // one embedding row
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+        const std::string p = "model.layers." + std::to_string(i) + ".";
+        Layer layer{load_vector_f32(w, p + "input_layernorm.weight", h),
+                    load_vector_f32(w, p + "post_attention_layernorm.weight", h),
+                    {},
+                    {},
+                    {}};
+        const auto attention_bytes = static_cast<int64_t>(load_attention(w, i, p + "self_attn."));
+        layer.mlp = MoeBlock::load(w, p, spec_.is_moe_layer(i), spec_.moe, spec_.names, shards, options.quant);
+        active_bytes += attention_bytes + static_cast<int64_t>(layer.mlp.active_bytes());
+        rank_bytes += attention_bytes + static_cast<int64_t>(layer.mlp.weight_bytes()) + 2 * h * 4;
+        layer.input_layernorm_bias = load_optional_vector_f32(w, p + "input_layernorm.bias", h);
+        layer.post_attention_layernorm_bias = load_optional_vector_f32(w, p + "post_attention_layernorm.bias", h);
+        layers_.push_back(std::move(layer));
+    }
+    norm_ = load_vector_f32(w, "model.norm.weight", h);
+    if (w.contains("model.norm.bias")) {
+        raise(ErrorCode::kUnsupported, "model.norm.bias: a bias on the final norm is not supported");
+    }
+    lm_head_ = Linear::load_shard(w, c.tie_word_embeddings ? "model.embed_tokens" : "lm_head", c.vocab_size, h,
+                                  {vocab_shard_.begin, vocab_shard_.count, 0, -1}, false, options.quant);
+    active_bytes += static_cast<int64_t>(lm_head_.weight_bytes());
+    if (!c.tie_word_embeddings) rank_bytes += static_cast<int64_t>(lm_head_.weight_bytes());
+
+    info_.vocab_size = c.vocab_size;
+    info_.num_hidden_layers = c.num_hidden_layers;
+    info_.max_position_embeddings = c.max_position_embeddings;
+    if (c.bos_token_id) info_.bos_token_id = static_cast<int32_t>(*c.bos_token_id);
+    for (int64_t id : c.eos_token_id) info_.eos_token_ids.push_back(static_cast<int32_t>(id));
+    for (const auto& name : w.names()) {
+        const TensorView t = w.get(name);
+        info_.weight_bytes += static_cast<int64_t>(t.nbytes());
+        info_.num_parameters += t.numel();
+    }
+    info_.rank_weight_bytes = rank_bytes;
+    if (!par_.is_single()) info_.weight_bytes = rank_bytes;  // what this rank holds
+    info_.active_weight_bytes_per_token = active_bytes;
+    info_.quantization = options.quant.describe();
+}
+
+int64_t MoeDecoder::rope_length(const LoadOptions& options) const {
+    return options.max_model_len > 0 ? options.max_model_len : spec_.config.max_position_embeddings;
+}
+
+TensorView MoeDecoder::forward(const ForwardBatch& batch, int64_t num_positions, const AttentionStep& attention) {
+    const DecoderConfig& c = spec_.config;
+    const int64_t t = batch.num_tokens();
+    const int64_t h = c.hidden_size;
+    const auto eps = static_cast<float>(c.rms_norm_eps);
+    check_forward_batch(batch, c.vocab_size, num_positions);
+    x_.resize(static_cast<size_t>(t * h));
+    h_.resize(static_cast<size_t>(t * h));
+    tmp_.resize(static_cast<size_t>(t * h));
+    float* x = x_.data();      // residual stream [T, hidden]
+    float* hs = h_.data();     // normed input of the current block [T, hidden]
+    float* out = tmp_.data();  // block output [T, hidden]
+
+    // 1. embedding: ids [T] -> x [T, hidden]
+    embed_vocab_parallel(par_, embed_tokens_, vocab_shard_, h, batch.token_ids.data(), t, x);
+    kc::rms_norm(pool_, x, layers_[0].input_layernorm.as<float>(), t, h, eps, hs);
+    add_row_bias(layers_[0].input_layernorm_bias, hs, t, h);
+    for (size_t i = 0; i < layers_.size(); ++i) {
+        const Layer& layer = layers_[i];
+        // 2. attention block: x += o_proj(attn(norm(x)))
+        attention(i, hs, out);
+        tp_all_reduce(par_, out, t * h);  // row-parallel o_proj: partial sums over TP
+        kc::add_rms_norm(pool_, x, out, layer.post_attention_layernorm.as<float>(), t, h, eps, hs);
+        add_row_bias(layer.post_attention_layernorm_bias, hs, t, h);
+        // 3. MoE / MLP block: x += mlp(norm(x)); fused with the next layer's input norm
+        layer.mlp.forward(pool_, par_, spec_.route, hs, t, batch.moe_exchange, moe_scratch_, out);
+        const float* next_norm =
+            i + 1 < layers_.size() ? layers_[i + 1].input_layernorm.as<float>() : norm_.as<float>();
+        kc::add_rms_norm(pool_, x, out, next_norm, t, h, eps, hs);
+        if (i + 1 < layers_.size()) add_row_bias(layers_[i + 1].input_layernorm_bias, hs, t, h);
+    }
+    // 4. final norm (done above) on the rows that need logits -> lm_head [R, vocab]
+    return compute_logits(par_, pool_, lm_head_, c.vocab_size, hs, h, batch.logits_rows, logits_scratch_);
+}
+
+}  // namespace moeserve::model
