@@ -1,5 +1,8 @@
 #include "moeserve/model/moe_decoder.h"
 
+#include <algorithm>
+#include <numeric>
+
 #include "moeserve/core/error.h"
 #include "moeserve/kernels/cpu/norm.h"
 #include "moeserve/model/layers/weight_loading.h"
@@ -7,6 +10,17 @@
 namespace moeserve::model {
 
 namespace kc = kernels::cpu;
+
+namespace {
+// Whether the logits rows are every row in order (a prefill asking for all logits): nothing to drop.
+bool keeps_all_rows(const std::vector<int32_t>& rows, int64_t num_tokens) {
+    if (static_cast<int64_t>(rows.size()) != num_tokens) return false;
+    for (size_t j = 0; j < rows.size(); ++j) {
+        if (rows[j] != static_cast<int32_t>(j)) return false;
+    }
+    return true;
+}
+}  // namespace
 
 MoeDecoder::MoeDecoder(DecoderSpec spec, std::shared_ptr<const io::WeightSource> weights, ThreadPool& pool,
                        const LoadOptions& options, const AttentionLoader& load_attention)
@@ -81,8 +95,9 @@ TensorView MoeDecoder::forward(const ForwardBatch& batch, int64_t num_positions,
     const int64_t h = c.hidden_size;
     const auto eps = static_cast<float>(c.rms_norm_eps);
     check_forward_batch(batch, c.vocab_size, num_positions);
+    const auto r = static_cast<int64_t>(batch.logits_rows.size());
     x_.resize(static_cast<size_t>(t * h));
-    h_.resize(static_cast<size_t>(t * h));
+    h_.resize(static_cast<size_t>(std::max(t, r) * h));
     tmp_.resize(static_cast<size_t>(t * h));
     float* x = x_.data();      // residual stream [T, hidden]
     float* hs = h_.data();     // normed input of the current block [T, hidden]
@@ -92,22 +107,43 @@ TensorView MoeDecoder::forward(const ForwardBatch& batch, int64_t num_positions,
     embed_vocab_parallel(par_, embed_tokens_, vocab_shard_, h, batch.token_ids.data(), t, x);
     kc::rms_norm(pool_, x, layers_[0].input_layernorm.as<float>(), t, h, eps, hs);
     add_row_bias(layers_[0].input_layernorm_bias, hs, t, h);
+    int64_t rows = t;  // rows still computed: all T, then the R logits rows after the last attention
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& layer = layers_[i];
-        // 2. attention block: x += o_proj(attn(norm(x)))
+        const bool last = i + 1 == layers_.size();
+        // 2. attention block: x += o_proj(attn(norm(x))); writes every row's K/V
         attention(i, hs, out);
         tp_all_reduce(par_, out, t * h);  // row-parallel o_proj: partial sums over TP
-        kc::add_rms_norm(pool_, x, out, layer.post_attention_layernorm.as<float>(), t, h, eps, hs);
-        add_row_bias(layer.post_attention_layernorm_bias, hs, t, h);
-        // 3. MoE / MLP block: x += mlp(norm(x)); fused with the next layer's input norm
-        layer.mlp.forward(pool_, par_, spec_.route, hs, t, batch.moe_exchange, moe_scratch_, out);
-        const float* next_norm =
-            i + 1 < layers_.size() ? layers_[i + 1].input_layernorm.as<float>() : norm_.as<float>();
-        kc::add_rms_norm(pool_, x, out, next_norm, t, h, eps, hs);
-        if (i + 1 < layers_.size()) add_row_bias(layers_[i + 1].input_layernorm_bias, hs, t, h);
+        // 3. last layer: what follows feeds only the logits, so keep the rows that need them
+        //    (llama.cpp's inp_out_ids); every TP rank has the same rows, every EP peer still joins
+        if (last && !keeps_all_rows(batch.logits_rows, t)) {
+            rows = r;
+            rows_x_.resize(static_cast<size_t>(r * h));
+            rows_out_.resize(static_cast<size_t>(r * h));
+            for (int64_t j = 0; j < r; ++j) {
+                const int64_t row = batch.logits_rows[static_cast<size_t>(j)];
+                std::copy_n(x + row * h, h, rows_x_.data() + j * h);
+                std::copy_n(out + row * h, h, rows_out_.data() + j * h);
+            }
+            x = rows_x_.data();
+            out = rows_out_.data();
+        }
+        if (rows > 0) {
+            kc::add_rms_norm(pool_, x, out, layer.post_attention_layernorm.as<float>(), rows, h, eps, hs);
+            add_row_bias(layer.post_attention_layernorm_bias, hs, rows, h);
+        }
+        // 4. MoE / MLP block: x += mlp(norm(x)); fused with the next layer's input norm
+        layer.mlp.forward(pool_, par_, spec_.route, hs, rows, batch.moe_exchange, moe_scratch_, out);
+        const float* next_norm = last ? norm_.as<float>() : layers_[i + 1].input_layernorm.as<float>();
+        if (rows > 0) kc::add_rms_norm(pool_, x, out, next_norm, rows, h, eps, hs);
+        if (!last) add_row_bias(layers_[i + 1].input_layernorm_bias, hs, rows, h);
     }
-    // 4. final norm (done above) on the rows that need logits -> lm_head [R, vocab]
-    return compute_logits(par_, pool_, lm_head_, c.vocab_size, hs, h, batch.logits_rows, logits_scratch_);
+    // 5. final norm (done above) on the rows that need logits -> lm_head [R, vocab]
+    if (rows == t)
+        return compute_logits(par_, pool_, lm_head_, c.vocab_size, hs, h, batch.logits_rows, logits_scratch_);
+    rows_.resize(static_cast<size_t>(r));
+    std::iota(rows_.begin(), rows_.end(), 0);
+    return compute_logits(par_, pool_, lm_head_, c.vocab_size, hs, h, rows_, logits_scratch_);
 }
 
 }  // namespace moeserve::model
