@@ -1,6 +1,7 @@
 #include "moeserve/model/moe_decoder.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "moeserve/core/error.h"
@@ -65,7 +66,8 @@ MoeDecoder::MoeDecoder(DecoderSpec spec, std::shared_ptr<const io::WeightSource>
         raise(ErrorCode::kUnsupported, "model.norm.bias: a bias on the final norm is not supported");
     }
     lm_head_ = Linear::load_shard(w, c.tie_word_embeddings ? "model.embed_tokens" : "lm_head", c.vocab_size, h,
-                                  {vocab_shard_.begin, vocab_shard_.count, 0, -1}, false, options.quant);
+                                  {vocab_shard_.begin, vocab_shard_.count, 0, -1}, false, options.quant,
+                                  LayerPrecision::kOutputHead);
     active_bytes += static_cast<int64_t>(lm_head_.weight_bytes());
     if (!c.tie_word_embeddings) rank_bytes += static_cast<int64_t>(lm_head_.weight_bytes());
 
@@ -83,6 +85,37 @@ MoeDecoder::MoeDecoder(DecoderSpec spec, std::shared_ptr<const io::WeightSource>
     if (!par_.is_single()) info_.weight_bytes = rank_bytes;  // what this rank holds
     info_.active_weight_bytes_per_token = active_bytes;
     info_.quantization = options.quant.describe();
+}
+
+std::vector<WeightSpec> MoeDecoder::weight_specs(const DecoderSpec& spec, bool with_router_bias,
+                                                 const AttentionSpecs& attention_specs) {
+    const DecoderConfig& c = spec.config;
+    const int64_t h = c.hidden_size;
+    std::vector<WeightSpec> specs;
+    specs.push_back({"model.embed_tokens.weight",
+                     {c.vocab_size, h},
+                     DType::kBF16,
+                     WeightInit::kNormal,
+                     1.0f,
+                     c.tie_word_embeddings ? LayerPrecision::kOutputHead : LayerPrecision::kHigh});
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+        const std::string p = "model.layers." + std::to_string(i) + ".";
+        // gains near one but not exactly, so a missed norm shows
+        specs.push_back({p + "input_layernorm.weight", {h}, DType::kBF16, WeightInit::kNormOnes, 0.1f});
+        specs.push_back({p + "post_attention_layernorm.weight", {h}, DType::kBF16, WeightInit::kNormOnes, 0.1f});
+        attention_specs(specs, i, p + "self_attn.");
+        MoeBlock::weight_specs(specs, p, spec.is_moe_layer(i), spec.moe, spec.names, with_router_bias);
+    }
+    specs.push_back({"model.norm.weight", {h}, DType::kBF16, WeightInit::kNormOnes, 0.1f});
+    if (!c.tie_word_embeddings) {
+        specs.push_back({"lm_head.weight",
+                         {c.vocab_size, h},
+                         DType::kBF16,
+                         WeightInit::kNormal,
+                         1.0f / std::sqrt(static_cast<float>(h)),
+                         LayerPrecision::kOutputHead});
+    }
+    return specs;
 }
 
 int64_t MoeDecoder::rope_length(const LoadOptions& options) const {

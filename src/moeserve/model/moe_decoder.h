@@ -26,6 +26,7 @@
 #include "moeserve/model/layers/parallel_ops.h"
 #include "moeserve/model/load_options.h"
 #include "moeserve/model/model.h"
+#include "moeserve/model/weight_spec.h"
 
 namespace moeserve::model {
 
@@ -68,6 +69,14 @@ public:
     // (kInvalidModel, kUnsupported, kInvalidArgument) name the tensor or the size.
     MoeDecoder(DecoderSpec spec, std::shared_ptr<const io::WeightSource> weights, ThreadPool& pool,
                const LoadOptions& options, const AttentionLoader& load_attention);
+
+    // The tensors the decoder loads, for the generator (model/generator.cpp), in checkpoint order:
+    // the embedding, per layer the two norms, attention_specs(specs, layer, "model.layers.N.self_attn.")
+    // and the MoE block (MoeBlock::weight_specs), the final norm and, unless tied, lm_head.
+    using AttentionSpecs =
+        std::function<void(std::vector<WeightSpec>& specs, int64_t layer, const std::string& prefix)>;
+    static std::vector<WeightSpec> weight_specs(const DecoderSpec& spec, bool with_router_bias,
+                                                const AttentionSpecs& attention_specs);
 
     // RoPE table length: --max-model-len when given, else max_position_embeddings.
     int64_t rope_length(const LoadOptions& options) const;

@@ -1,6 +1,10 @@
 #include "moeserve/model/deepseek_v3/model.h"
 
+#include <string>
+
+#include "moeserve/core/error.h"
 #include "moeserve/kernels/cpu/routing_grouped.h"
+#include "moeserve/model/mindformers_checkpoint.h"
 
 namespace moeserve::model {
 
@@ -29,7 +33,9 @@ kc::GroupedTopkArgs routing_args(const DeepseekV3Config& c) {
     return a;
 }
 
-DecoderSpec decoder_spec(const DeepseekV3Config& c) {
+}  // namespace
+
+DecoderSpec DeepseekV3Model::decoder_spec(const DeepseekV3Config& c) {
     DecoderSpec s{.config = DecoderConfig::of(c),
                   .moe = {c.hidden_size, c.n_routed_experts, c.num_experts_per_tok, c.moe_intermediate_size,
                           c.n_shared_experts * c.moe_intermediate_size, c.intermediate_size},
@@ -45,6 +51,8 @@ DecoderSpec decoder_spec(const DeepseekV3Config& c) {
     };
     return s;
 }
+
+namespace {
 
 MlaShape attention_shape(const DeepseekV3Config& c) {
     return {c.hidden_size,      c.num_attention_heads, c.q_lora_rank.value_or(0), c.kv_lora_rank, c.qk_nope_head_dim,
@@ -72,6 +80,33 @@ DeepseekV3Model::DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr
     info.model_type = c.model_type;
     info.kv_bytes_per_token =
         MlaKvCache::bytes_per_token(c.num_hidden_layers, c.kv_lora_rank, c.qk_rope_head_dim, decoder_.kv_dtype());
+}
+
+std::unique_ptr<Model> DeepseekV3Model::load(const io::HfConfig& config, const std::filesystem::path& model_dir,
+                                             ThreadPool& pool, const LoadOptions& options) {
+    const DeepseekV3Config c = DeepseekV3Config::from_json(config);
+    std::unique_ptr<io::WeightSource> weights = io::WeightSource::open(model_dir);
+    LoadOptions resolved = options;
+    const bool mf_names = has_mindformers_names(*weights);
+    if (mf_names && resolved.quant.checkpoint == CheckpointQuant::kNone &&
+        (options.quantization.empty() || options.quantization == "auto")) {
+        // golden-stick keeps quant_method in the MindFormers yaml: the names are what marks it
+        resolved.quant = resolve_quantization(
+            io::HfConfig(nlohmann::json{{"quantization_config", {{"quant_method", "osl"}}}}, config.label()), "");
+    }
+    const bool golden_stick = resolved.quant.checkpoint == CheckpointQuant::kGoldenStick;
+    if (mf_names != golden_stick) {
+        raise(ErrorCode::kInvalidModel,
+              "{}: {}; a golden-stick A8W8 checkpoint has both quant_method osl (or none) and MindFormers tensor "
+              "names (model.tok_embeddings.embedding_weight), and runs as stored (--quantization auto)",
+              model_dir.string(),
+              mf_names ? "the tensors have MindFormers names but the checkpoint is read as " + resolved.quant.format
+                       : std::string("config.json says quant_method osl (golden-stick) but the tensors have HF "
+                                     "names"));
+    }
+    if (golden_stick) weights = mindformers_deepseek_as_hf(std::move(weights), c);
+    return std::make_unique<DeepseekV3Model>(c, std::shared_ptr<const io::WeightSource>(std::move(weights)), pool,
+                                             resolved);
 }
 
 int64_t DeepseekV3Model::full_kv_bytes_per_token() const {

@@ -5,10 +5,12 @@
 // skeleton is model/moe_decoder.h; this file holds the MLA attention and the routing rule.
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <vector>
 
 #include "moeserve/core/thread_pool.h"
+#include "moeserve/io/hf_config.h"
 #include "moeserve/io/weight_source.h"
 #include "moeserve/model/deepseek_v3/config.h"
 #include "moeserve/model/layers/attention_mla.h"
@@ -21,19 +23,28 @@ namespace moeserve::model {
 
 class DeepseekV3Model : public Model {
 public:
+    // The architecture table's loader (architecture.h) for deepseek_v3 and deepseek_v2: HF names,
+    // or a golden-stick A8W8 checkpoint in MindFormers names (read through
+    // mindformers_checkpoint.h); kInvalidModel when the names and quant_method disagree.
+    static std::unique_ptr<Model> load(const io::HfConfig& config, const std::filesystem::path& model_dir,
+                                       ThreadPool& pool, const LoadOptions& options);
     // Keeps `weights` alive (bf16 tensors are views into its mapping). The pool must outlive the model.
     DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr<const io::WeightSource> weights, ThreadPool& pool,
                     const LoadOptions& options);
-
-    const ModelInfo& info() const override { return decoder_.info(); }
-    std::unique_ptr<KvCache> create_kv_cache(int64_t num_blocks, int64_t block_size) const override;
-    TensorView forward(const ForwardBatch& batch, KvCache& kv) override;
 
     // Forces the absorbed or the expanded attention for every sequence (tests compare them);
     // kAuto (the default) absorbs for decode and expands for prefill chunks.
     void set_attention_path(MlaPath path) { path_ = path; }
     // KV bytes one token would take with full per-head keys and values (no latent compression).
     int64_t full_kv_bytes_per_token() const;
+
+    // The decoder's part of this architecture: sizes, tensor names, routing rule (also what
+    // weight_specs.cpp lists the tensors from).
+    static DecoderSpec decoder_spec(const DeepseekV3Config& config);
+
+    const ModelInfo& info() const override { return decoder_.info(); }
+    std::unique_ptr<KvCache> create_kv_cache(int64_t num_blocks, int64_t block_size) const override;
+    TensorView forward(const ForwardBatch& batch, KvCache& kv) override;
 
 private:
     const DeepseekV3Config config_;

@@ -1,6 +1,7 @@
 #include "moeserve/model/layers/moe_block.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "moeserve/core/error.h"
 #include "moeserve/model/layers/weight_loading.h"
@@ -39,7 +40,8 @@ MoeBlock MoeBlock::load(const io::WeightSource& w, const std::string& p, bool is
                                    shards.dense_inter.count, quant);
         return b;
     }
-    b.router_ = Linear::load(w, p + names.router, shape.num_experts, h, false, quant);
+    // routing decisions are discontinuous and the router is tiny: never int8, whatever it is called
+    b.router_ = Linear::load(w, p + names.router, shape.num_experts, h, false, quant, LayerPrecision::kHigh);
     if (!names.router_bias.empty() && w.contains(p + names.router_bias)) {
         b.score_bias_ = load_vector_f32(w, p + names.router_bias, shape.num_experts);
     }
@@ -54,6 +56,41 @@ MoeBlock MoeBlock::load(const io::WeightSource& w, const std::string& p, bool is
                                   shards.shared_inter.count, quant);
     }
     return b;
+}
+
+namespace {
+// One SwiGLU expert (or MLP) under prefix: scales 1/sqrt(fan_in) keep activations near unit size.
+void add_expert_specs(std::vector<WeightSpec>& specs, const std::string& prefix, int64_t hidden, int64_t inter) {
+    const float in_scale = 1.0f / std::sqrt(static_cast<float>(hidden));
+    const float out_scale = 1.0f / std::sqrt(static_cast<float>(inter));
+    specs.push_back({prefix + "gate_proj.weight", {inter, hidden}, DType::kBF16, WeightInit::kNormal, in_scale});
+    specs.push_back({prefix + "up_proj.weight", {inter, hidden}, DType::kBF16, WeightInit::kNormal, in_scale});
+    specs.push_back({prefix + "down_proj.weight", {hidden, inter}, DType::kBF16, WeightInit::kNormal, out_scale});
+}
+}  // namespace
+
+void MoeBlock::weight_specs(std::vector<WeightSpec>& specs, const std::string& p, bool is_moe, const MoeShape& shape,
+                            const MoeNames& names, bool with_router_bias) {
+    const int64_t h = shape.hidden;
+    if (!is_moe) {
+        add_expert_specs(specs, p + names.dense, h, shape.dense_inter);
+        return;
+    }
+    specs.push_back({p + names.router + ".weight",
+                     {shape.num_experts, h},
+                     DType::kBF16,
+                     WeightInit::kNormal,
+                     4.0f / std::sqrt(static_cast<float>(h)),
+                     LayerPrecision::kHigh});
+    if (with_router_bias) {
+        specs.push_back({p + names.router_bias, {shape.num_experts}, DType::kF32, WeightInit::kNormal, 0.05f});
+    }
+    for (int64_t e = 0; e < shape.num_experts; ++e) {
+        add_expert_specs(specs, p + names.experts + std::to_string(e) + ".", h, shape.moe_inter);
+    }
+    if (!names.shared_experts.empty() && shape.shared_inter > 0) {
+        add_expert_specs(specs, p + names.shared_experts, h, shape.shared_inter);
+    }
 }
 
 size_t MoeBlock::weight_bytes() const {

@@ -1,4 +1,5 @@
-// The feed-forward half of a MoE decoder layer, shared by every architecture: router, routed experts (EP
+// The feed-forward half of a MoE decoder layer, shared by every architecture: router (always high
+// precision), routed experts (EP
 // dispatch/combine or TP-split), shared experts added unweighted, or a dense MLP on the layers without experts. What an
 // architecture owns is passed in: its sizes (MoeShape), its tensor names (MoeNames) and its routing rule (RoutingRule).
 #pragma once
@@ -17,6 +18,7 @@
 #include "moeserve/model/layers/parallel_ops.h"
 #include "moeserve/model/parallel_config.h"
 #include "moeserve/model/quantization.h"
+#include "moeserve/model/weight_spec.h"
 
 namespace moeserve::model {
 
@@ -64,11 +66,17 @@ struct MoeBlockScratch {
 class MoeBlock {
 public:
     MoeBlock() = default;
-    // Loads layer_prefix + names: the router, its optional bias, this rank's routed experts and
-    // the shared experts (is_moe), or the dense MLP.
+    // Loads layer_prefix + names: the router (LayerPrecision::kHigh, whatever its name), its
+    // optional bias, this rank's routed experts and the shared experts (is_moe), or the dense MLP.
     static MoeBlock load(const io::WeightSource& weights, const std::string& layer_prefix, bool is_moe,
                          const MoeShape& shape, const MoeNames& names, const MoeShards& shards,
                          const Quantization& quant);
+
+    // Appends the tensors load() reads under layer_prefix, for the generator: the router (kHigh,
+    // 4x sharper than 1/sqrt(hidden) so top-k has clear gaps), with with_router_bias its F32 bias
+    // (small: reorders only near-ties), the routed and the shared experts; or the dense MLP.
+    static void weight_specs(std::vector<WeightSpec>& specs, const std::string& layer_prefix, bool is_moe,
+                             const MoeShape& shape, const MoeNames& names, bool with_router_bias);
 
     // out f32 [num_tokens, hidden] = the block applied to h f32 [num_tokens, hidden], complete on
     // every TP rank. num_tokens may be 0 (the rank still joins the EP exchange).

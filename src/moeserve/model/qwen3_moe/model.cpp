@@ -1,6 +1,8 @@
 #include "moeserve/model/qwen3_moe/model.h"
 
+#include "moeserve/core/error.h"
 #include "moeserve/kernels/cpu/routing.h"
+#include "moeserve/model/mindformers_checkpoint.h"
 
 namespace moeserve::model {
 
@@ -13,7 +15,9 @@ GqaShape attention_shape(const Qwen3MoeConfig& c) {
             true,          c.attention_bias,      c.rms_norm_eps};
 }
 
-DecoderSpec decoder_spec(const Qwen3MoeConfig& c) {
+}  // namespace
+
+DecoderSpec Qwen3MoeModel::decoder_spec(const Qwen3MoeConfig& c) {
     DecoderSpec s{
         .config = DecoderConfig::of(c),
         .moe = {c.hidden_size, c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size, 0, c.intermediate_size},
@@ -27,8 +31,6 @@ DecoderSpec decoder_spec(const Qwen3MoeConfig& c) {
     };
     return s;
 }
-
-}  // namespace
 
 Qwen3MoeModel::Qwen3MoeModel(const Qwen3MoeConfig& config, std::shared_ptr<const io::WeightSource> weights,
                              ThreadPool& pool, const LoadOptions& options)
@@ -47,6 +49,20 @@ Qwen3MoeModel::Qwen3MoeModel(const Qwen3MoeConfig& config, std::shared_ptr<const
     decoder_.info().model_type = "qwen3_moe";
     decoder_.info().kv_bytes_per_token =
         GqaKvCache::bytes_per_token(c.num_hidden_layers, local_kv_heads_, c.head_dim, decoder_.kv_dtype());
+}
+
+std::unique_ptr<Model> Qwen3MoeModel::load(const io::HfConfig& config, const std::filesystem::path& model_dir,
+                                           ThreadPool& pool, const LoadOptions& options) {
+    const Qwen3MoeConfig c = Qwen3MoeConfig::from_json(config);
+    std::shared_ptr<const io::WeightSource> weights = io::WeightSource::open(model_dir);
+    if (has_mindformers_names(*weights) || options.quant.checkpoint == CheckpointQuant::kGoldenStick) {
+        // NOTE(#20): the spec (shared/formats/seed-checkpoints.md C.2) maps DeepSeek-V3 names only
+        raise(ErrorCode::kUnsupported,
+              "{}: a MindSpore golden-stick / MindFormers checkpoint of qwen3_moe is not supported (moeserve "
+              "loads golden-stick A8W8 for deepseek_v3 only); convert it to HF names first",
+              model_dir.string());
+    }
+    return std::make_unique<Qwen3MoeModel>(c, std::move(weights), pool, options);
 }
 
 std::unique_ptr<KvCache> Qwen3MoeModel::create_kv_cache(int64_t num_blocks, int64_t block_size) const {

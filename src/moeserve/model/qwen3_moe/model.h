@@ -3,10 +3,12 @@
 // skeleton is model/moe_decoder.h; this file holds the GQA attention and the routing rule.
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <vector>
 
 #include "moeserve/core/thread_pool.h"
+#include "moeserve/io/hf_config.h"
 #include "moeserve/io/weight_source.h"
 #include "moeserve/model/layers/attention_gqa.h"
 #include "moeserve/model/layers/rotary_embedding.h"
@@ -22,6 +24,14 @@ public:
     // Keeps `weights` alive (bf16 tensors are views into its mapping). The pool must outlive the model.
     Qwen3MoeModel(const Qwen3MoeConfig& config, std::shared_ptr<const io::WeightSource> weights, ThreadPool& pool,
                   const LoadOptions& options);
+    // The architecture table's loader (architecture.h): config.json and the checkpoint of
+    // model_dir, `options` resolved. Refuses golden-stick / MindFormers checkpoints (kUnsupported).
+    static std::unique_ptr<Model> load(const io::HfConfig& config, const std::filesystem::path& model_dir,
+                                       ThreadPool& pool, const LoadOptions& options);
+
+    // The decoder's part of this architecture: sizes, tensor names, routing rule (also what
+    // weight_specs.cpp lists the tensors from).
+    static DecoderSpec decoder_spec(const Qwen3MoeConfig& config);
 
     const ModelInfo& info() const override { return decoder_.info(); }
     std::unique_ptr<KvCache> create_kv_cache(int64_t num_blocks, int64_t block_size) const override;
