@@ -27,8 +27,11 @@ MoeShards MoeShards::of(const ParallelConfig& par, const MoeShape& shape) {
     return s;
 }
 
-MoeBlock MoeBlock::load(const io::WeightSource& w, const std::string& p, bool is_moe, const MoeShape& shape,
-                        const MoeNames& names, const MoeShards& shards, const Quantization& quant) {
+MoeBlock MoeBlock::load(const io::WeightSource& weights, const std::string& layer_prefix, bool is_moe,
+                        const MoeShape& shape, const MoeNames& names, const MoeShards& shards,
+                        const Quantization& quant) {
+    const io::WeightSource& w = weights;
+    const std::string& p = layer_prefix;
     MoeBlock b;
     b.is_moe_ = is_moe;
     b.k_ = static_cast<int>(shape.top_k);
@@ -69,8 +72,9 @@ void add_expert_specs(std::vector<WeightSpec>& specs, const std::string& prefix,
 }
 }  // namespace
 
-void MoeBlock::weight_specs(std::vector<WeightSpec>& specs, const std::string& p, bool is_moe, const MoeShape& shape,
-                            const MoeNames& names, bool with_router_bias) {
+void MoeBlock::weight_specs(std::vector<WeightSpec>& specs, const std::string& layer_prefix, bool is_moe,
+                            const MoeShape& shape, const MoeNames& names, bool with_router_bias) {
+    const std::string& p = layer_prefix;
     const int64_t h = shape.hidden;
     if (!is_moe) {
         add_expert_specs(specs, p + names.dense, h, shape.dense_inter);
@@ -103,7 +107,9 @@ size_t MoeBlock::active_bytes() const {
 }
 
 void MoeBlock::forward(ThreadPool& pool, const ParallelConfig& par, const RoutingRule& route, const float* h,
-                       int64_t num_tokens, parallel::MoeExchangeKind exchange, MoeBlockScratch& s, float* out) const {
+                       int64_t num_tokens, parallel::MoeExchangeKind exchange, MoeBlockScratch& scratch,
+                       float* out) const {
+    MoeBlockScratch& s = scratch;
     const int64_t n = num_tokens * hidden_;
     if (!is_moe_) {
         // dense MLP: column-parallel gate/up, row-parallel down -> partial sums over TP
