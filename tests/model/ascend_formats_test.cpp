@@ -399,9 +399,10 @@ TEST(AscendDescriptionTest, GoldenStickRunsAsStored) {
     const Quantization q = resolve_quantization(c, "");
     EXPECT_EQ(q.checkpoint, CheckpointQuant::kGoldenStick);
     EXPECT_EQ(q.scheme("model.layers.0.self_attn.kv_a_proj_with_mqa"), LinearScheme::kW8A8Static);
-    EXPECT_EQ(q.scheme("model.layers.0.self_attn.kv_b_proj"), LinearScheme::kFloat);
+    // kv_b_proj and the router are kept high precision by the layers that load them
+    EXPECT_EQ(q.scheme("model.layers.0.self_attn.kv_b_proj", LayerPrecision::kDequantized), LinearScheme::kFloat);
     EXPECT_EQ(q.scheme("model.layers.1.mlp.experts.3.down_proj"), LinearScheme::kW8A8Dynamic);
-    EXPECT_EQ(q.scheme("model.layers.1.mlp.gate"), LinearScheme::kFloat);
+    EXPECT_EQ(q.scheme("model.layers.1.mlp.gate", LayerPrecision::kHigh), LinearScheme::kFloat);
     EXPECT_EQ(q.scheme("lm_head"), LinearScheme::kFloat);
     try {
         resolve_quantization(c, "w8a8");

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "moeserve/core/thread_pool.h"
+#include "moeserve/model/architecture.h"
 #include "moeserve/model/generator.h"
 #include "test_support.h"
 
@@ -22,8 +23,7 @@ TEST(ModelRegistryTest, EverySupportedTypeLoads) {
         o.size = "tiny";
         o.seed = 1;
         o.out_dir = test::scratch_dir("registry_" + type);
-        o.tokenizer_dir =
-            std::filesystem::path(MOESERVE_CACHE_DIR) / "tokenizers" / (type == "qwen3_moe" ? "qwen3" : "deepseek_v3");
+        o.tokenizer_dir = std::filesystem::path(MOESERVE_CACHE_DIR) / "tokenizers" / find_architecture(type)->tokenizer;
         generate_random_model(o);
         const auto m = load_model(o.out_dir, pool);
         EXPECT_EQ(m->info().model_type, type);

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <sstream>
 
 #include "moeserve/core/error.h"
@@ -161,14 +163,39 @@ TEST(QuantizationConfigTest, ParsesCompressedTensorsW8A8) {
     EXPECT_TRUE(q.int8_module("model.layers.0.self_attn.q_proj"));
     EXPECT_TRUE(q.int8_module("model.layers.3.mlp.experts.5.down_proj"));
     EXPECT_FALSE(q.int8_module("model.layers.0.self_attn.o_proj"));  // ignored by name
-    EXPECT_FALSE(q.int8_module("model.layers.2.mlp.gate"));          // router
-    EXPECT_FALSE(q.int8_module("lm_head"));
-    EXPECT_FALSE(q.int8_module("model.layers.0.self_attn.kv_b_proj"));
+    EXPECT_FALSE(q.int8_module("model.layers.2.mlp.gate"));          // router, by the ignore list
+    EXPECT_FALSE(q.int8_module("lm_head", LayerPrecision::kOutputHead));
+    EXPECT_FALSE(q.int8_module("model.layers.0.self_attn.kv_b_proj", LayerPrecision::kDequantized));
     EXPECT_FALSE(resolve_quantization(config_with(w8a8_config()), "none").int8);
     const Quantization all = resolve_quantization(config_with(w8a8_config()), "w8a8-all");
-    EXPECT_TRUE(all.int8_module("lm_head"));                           // overrides the ignore list
-    EXPECT_FALSE(all.int8_module("model.layers.0.self_attn.o_proj"));  // the rest of it still holds
-    EXPECT_FALSE(q.int8_module("model.embed_tokens"));                 // tied lm_head
+    EXPECT_TRUE(all.int8_module("lm_head", LayerPrecision::kOutputHead));            // overrides the ignore list
+    EXPECT_FALSE(all.int8_module("model.layers.0.self_attn.o_proj"));                // the rest of it still holds
+    EXPECT_FALSE(q.int8_module("model.embed_tokens", LayerPrecision::kOutputHead));  // tied lm_head
+}
+
+TEST(QuantizationConfigTest, PrecisionComesFromTheLayerNotItsName) {
+    // a Mixtral-style router (block_sparse_moe.gate) on no ignore list: kHigh keeps it high
+    // precision under every checkpoint form; only a layer built as quantizable runs int8
+    const Quantization q = resolve_quantization(config_with(w8a8_config()), "");
+    const std::string router = "model.layers.0.block_sparse_moe.gate";
+    EXPECT_TRUE(q.int8_module(router));
+    EXPECT_FALSE(q.int8_module(router, LayerPrecision::kHigh));
+    EXPECT_EQ(q.scheme(router, LayerPrecision::kHigh), LinearScheme::kFloat);
+    const Quantization all = resolve_quantization(config_with(nlohmann::json()), "w8a8-all");
+    EXPECT_FALSE(all.int8_module(router, LayerPrecision::kHigh));
+    EXPECT_FALSE(all.int8_module("model.layers.0.self_attn.kv_b_proj", LayerPrecision::kDequantized));
+    EXPECT_TRUE(all.int8_module("model.layers.0.self_attn.kv_b_proj"));  // no name rule left
+    Quantization slim;
+    slim.checkpoint = CheckpointQuant::kModelSlim;
+    slim.modelslim = std::make_shared<const std::map<std::string, std::string>>(
+        std::map<std::string, std::string>{{router + ".weight", "W8A8_DYNAMIC"}, {"x.weight", "W8A8"}});
+    EXPECT_EQ(slim.scheme(router), LinearScheme::kW8A8Dynamic);
+    EXPECT_EQ(slim.scheme(router, LayerPrecision::kHigh), LinearScheme::kFloat);  // dequantized at load
+    EXPECT_THROW(slim.scheme("x", LayerPrecision::kHigh), Error);                 // static W8A8: refused
+    Quantization golden;
+    golden.checkpoint = CheckpointQuant::kGoldenStick;
+    EXPECT_EQ(golden.scheme("model.layers.3.mlp.router"), LinearScheme::kW8A8Dynamic);
+    EXPECT_EQ(golden.scheme("model.layers.3.mlp.router", LayerPrecision::kHigh), LinearScheme::kFloat);
 }
 
 TEST(QuantizationConfigTest, ParsesFp8AndRequests) {

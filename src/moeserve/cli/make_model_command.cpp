@@ -1,12 +1,15 @@
 // `moeserve make-model`: writes a deterministic random-weight Hugging Face model directory.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <memory>
 
 #include "moeserve/cli/cache_dir.h"
 #include "moeserve/cli/commands.h"
+#include "moeserve/model/architecture.h"
 #include "moeserve/model/generator.h"
+#include "moeserve/model/registry.h"
 
 namespace moeserve::cli {
 
@@ -14,7 +17,8 @@ void add_make_model_command(CLI::App& app, Action* action) {
     auto opts = std::make_shared<model::GeneratorOptions>();
     auto tokenizer_dir = std::make_shared<std::string>();
     CLI::App* sub = app.add_subcommand("make-model", "Write a deterministic random-weight model directory");
-    sub->add_option("--arch", opts->arch, "qwen3_moe | deepseek_v3 | deepseek_v2")->capture_default_str();
+    sub->add_option("--arch", opts->arch, fmt::format("{}", fmt::join(model::supported_model_types(), " | ")))
+        ->capture_default_str();
     sub->add_option("--size", opts->size, "tiny (tests) | bench (~1B parameters)")->capture_default_str();
     sub->add_option("--seed", opts->seed, "random seed")->capture_default_str();
     sub->add_option("--out", opts->out_dir, "output directory")->required();
@@ -29,8 +33,9 @@ void add_make_model_command(CLI::App& app, Action* action) {
     sub->callback([opts, tokenizer_dir, action] {
         *action = [opts, tokenizer_dir] {
             if (tokenizer_dir->empty()) {
-                const char* name = opts->arch == "qwen3_moe" ? "qwen3" : "deepseek_v3";
-                opts->tokenizer_dir = cache_dir() / "tokenizers" / name;
+                // an unknown --arch gets no folder: generate_random_model names the supported ones
+                const model::Architecture* arch = model::find_architecture(opts->arch);
+                opts->tokenizer_dir = cache_dir() / "tokenizers" / (arch != nullptr ? arch->tokenizer : "");
             } else {
                 opts->tokenizer_dir = *tokenizer_dir;
             }

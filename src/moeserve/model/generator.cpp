@@ -1,5 +1,7 @@
 #include "moeserve/model/generator.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -10,11 +12,10 @@
 #include "moeserve/core/rng.h"
 #include "moeserve/io/hf_config.h"
 #include "moeserve/io/safetensors_writer.h"
-#include "moeserve/model/deepseek_v3/weight_specs.h"
-#include "moeserve/model/generator_mindformers.h"
+#include "moeserve/model/architecture.h"
 #include "moeserve/model/generator_parts.h"
 #include "moeserve/model/quantization.h"
-#include "moeserve/model/qwen3_moe/weight_specs.h"
+#include "moeserve/model/registry.h"
 
 namespace moeserve::model {
 
@@ -28,134 +29,13 @@ using gen::make_tensor;
 using gen::StaticCalibration;
 using gen::value_at;
 
-nlohmann::json qwen3_moe_preset(const std::string& size) {
-    nlohmann::json c = {
-        {"architectures", {"Qwen3MoeForCausalLM"}},
-        {"model_type", "qwen3_moe"},
-        {"vocab_size", 151936},
-        {"hidden_act", "silu"},
-        {"rms_norm_eps", 1e-6},
-        {"rope_theta", 1000000.0},
-        {"rope_scaling", nullptr},
-        {"attention_bias", false},
-        {"attention_dropout", 0.0},
-        {"use_sliding_window", false},
-        {"decoder_sparse_step", 1},
-        {"norm_topk_prob", true},
-        {"tie_word_embeddings", false},
-        {"bos_token_id", 151643},
-        {"eos_token_id", 151645},
-        {"torch_dtype", "bfloat16"},
-        {"max_position_embeddings", 40960},
-    };
-    if (size == "tiny") {
-        // head_dim 64 != hidden/heads (32): exercises the explicit head_dim; layer 1 is dense.
-        c.update({{"hidden_size", 128},
-                  {"intermediate_size", 256},
-                  {"num_hidden_layers", 3},
-                  {"num_attention_heads", 4},
-                  {"num_key_value_heads", 2},
-                  {"head_dim", 64},
-                  {"num_experts", 8},
-                  {"num_experts_per_tok", 2},
-                  {"moe_intermediate_size", 64},
-                  {"mlp_only_layers", {1}}});
-    } else if (size == "bench") {
-        // The bench size of the targets: hidden 1024, 12 layers, 64 experts top-8, moe_inter 384.
-        c.update({{"hidden_size", 1024},
-                  {"intermediate_size", 3072},
-                  {"num_hidden_layers", 12},
-                  {"num_attention_heads", 16},
-                  {"num_key_value_heads", 4},
-                  {"head_dim", 128},
-                  {"num_experts", 64},
-                  {"num_experts_per_tok", 8},
-                  {"moe_intermediate_size", 384},
-                  {"mlp_only_layers", nlohmann::json::array()}});
-    } else {
-        raise(ErrorCode::kInvalidArgument, "unknown model size '{}' (expected tiny or bench)", size);
-    }
-    return c;
-}
-
-nlohmann::json deepseek_preset(const std::string& arch, const std::string& size) {
-    const bool v3 = arch == "deepseek_v3";
-    nlohmann::json c = {
-        {"architectures", {v3 ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM"}},
-        {"model_type", arch},
-        {"vocab_size", 129280},
-        {"hidden_act", "silu"},
-        {"rms_norm_eps", 1e-6},
-        {"rope_theta", 10000.0},
-        {"attention_bias", false},
-        {"tie_word_embeddings", false},
-        {"bos_token_id", 0},
-        {"eos_token_id", 1},
-        {"torch_dtype", "bfloat16"},
-        {"max_position_embeddings", 16384},
-        {"rope_scaling",
-         {{"type", "yarn"},
-          {"factor", 4.0},
-          {"original_max_position_embeddings", 4096},
-          {"beta_fast", 32},
-          {"beta_slow", 1},
-          {"mscale", 1.0},
-          {"mscale_all_dim", 1.0}}},
-        {"moe_layer_freq", 1},
-        {"first_k_dense_replace", 1},
-        {"n_shared_experts", 1},
-        {"routed_scaling_factor", v3 ? 2.5 : 1.0},
-        {"norm_topk_prob", v3},
-        {"scoring_func", v3 ? "sigmoid" : "softmax"},
-        {"topk_method", v3 ? "noaux_tc" : "group_limited_greedy"},
-    };
-    if (size == "tiny") {
-        c.update({{"hidden_size", 128},
-                  {"intermediate_size", 256},
-                  {"moe_intermediate_size", 64},
-                  {"num_hidden_layers", 3},
-                  {"num_attention_heads", 4},
-                  {"num_key_value_heads", 4},
-                  {"q_lora_rank", 64},
-                  {"kv_lora_rank", 32},
-                  {"qk_nope_head_dim", 32},
-                  {"qk_rope_head_dim", 16},
-                  {"v_head_dim", 32},
-                  {"n_routed_experts", 16},
-                  {"n_group", 4},
-                  {"topk_group", 2},
-                  {"num_experts_per_tok", 4}});
-    } else if (size == "bench") {
-        c.update({{"hidden_size", 1024},
-                  {"intermediate_size", 3072},
-                  {"moe_intermediate_size", 384},
-                  {"num_hidden_layers", 12},
-                  {"num_attention_heads", 16},
-                  {"num_key_value_heads", 16},
-                  {"q_lora_rank", 384},
-                  {"kv_lora_rank", 256},
-                  {"qk_nope_head_dim", 64},
-                  {"qk_rope_head_dim", 32},
-                  {"v_head_dim", 64},
-                  {"n_routed_experts", 64},
-                  {"n_group", 8},
-                  {"topk_group", 4},
-                  {"num_experts_per_tok", 8}});
-    } else {
-        raise(ErrorCode::kInvalidArgument, "unknown model size '{}' (expected tiny or bench)", size);
-    }
-    return c;
-}
-
-// Linear weights the quantized checkpoints hold in 8 bits (embeddings, lm_head, routers and norms
-// stay bf16, as in the published W8A8 and FP8 checkpoints).
+// Linear weights the quantized checkpoints hold in 8 bits: what the layer's precision allows
+// (WeightSpec::precision; embeddings, lm_head, routers and norms stay bf16, as in the published
+// W8A8 and FP8 checkpoints).
 bool quantized_in_checkpoint(const WeightSpec& spec) {
     const std::string& n = spec.name;
-    auto ends = [&](const std::string& s) {
-        return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0;
-    };
-    return spec.shape.rank() == 2 && ends(".weight") && n.rfind("model.embed_tokens", 0) != 0 &&
-           n != "lm_head.weight" && !ends(".mlp.gate.weight");
+    const bool linear = spec.shape.rank() == 2 && n.size() >= 7 && n.compare(n.size() - 7, 7, ".weight") == 0;
+    return linear && (spec.precision == LayerPrecision::kQuantizable || spec.precision == LayerPrecision::kDequantized);
 }
 
 // Adds `t` (bf16 [rows, cols]) to the writer in the requested 8-bit form, or as is. Returns the
@@ -212,10 +92,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 std::string module_of(const std::string& weight_name) { return weight_name.substr(0, weight_name.size() - 7); }
 
-// The linears the mix quantizes statically: the attention projections but kv_b_proj (FLOAT).
-bool static_in_mix(const std::string& name) {
-    return name.find(".self_attn.") != std::string::npos && name.find("kv_b_proj") == std::string::npos;
-}
+// The quantized linears the mix quantizes statically: the attention projections.
+bool static_in_mix(const std::string& name) { return name.find(".self_attn.") != std::string::npos; }
 
 // Writes the ModelSlim form of linear weight `name` (bf16 t [rows, cols]); records every tensor's
 // type in desc. deq_int64: the static deq_scale in its int64 form (f32 bits widened).
@@ -331,20 +209,27 @@ void write_json(const fs::path& path, const nlohmann::json& j) {
 
 }  // namespace
 
+namespace {
+const Architecture& architecture_of(const std::string& arch) {
+    const Architecture* a = find_architecture(arch);
+    if (a == nullptr) {
+        raise(ErrorCode::kInvalidArgument, "unknown architecture '{}' (expected one of: {})", arch,
+              fmt::join(supported_model_types(), ", "));
+    }
+    return *a;
+}
+}  // namespace
+
 nlohmann::json preset_config(const std::string& arch, const std::string& size) {
-    if (arch == "qwen3_moe") return qwen3_moe_preset(size);
-    if (arch == "deepseek_v3" || arch == "deepseek_v2") return deepseek_preset(arch, size);
-    raise(ErrorCode::kInvalidArgument, "unknown architecture '{}' (expected qwen3_moe, deepseek_v3 or deepseek_v2)",
-          arch);
+    return architecture_of(arch).preset(arch, size);
 }
 
 GeneratedModel generate_random_model(const GeneratorOptions& options) {
-    nlohmann::json config = preset_config(options.arch, options.size);
+    const Architecture& arch = architecture_of(options.arch);
+    nlohmann::json config = arch.preset(options.arch, options.size);
     apply_overrides(config, options.overrides);
     const io::HfConfig hf(config, "generated config.json");
-    const std::vector<WeightSpec> specs = options.arch == "qwen3_moe"
-                                              ? qwen3_moe_weight_specs(Qwen3MoeConfig::from_json(hf))
-                                              : deepseek_v3_weight_specs(DeepseekV3Config::from_json(hf));
+    const std::vector<WeightSpec> specs = arch.weight_specs(hf);
     const std::string& quant = options.quantization;
     const bool modelslim = is_modelslim(quant), omniinfer = quant == "omniinfer-w8a8";
     const bool mindspore = quant == "mindspore-a8w8";
@@ -354,10 +239,11 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
               "omniinfer-w8a8 or mindspore-a8w8)",
               quant);
     }
-    if (mindspore && options.arch == "qwen3_moe") {
+    if (mindspore && arch.write_mindformers == nullptr) {
         raise(ErrorCode::kInvalidArgument,
-              "--quantization mindspore-a8w8 is written for deepseek_v3 / deepseek_v2 only (the MindFormers names "
-              "moeserve knows are DeepSeek's)");
+              "--quantization mindspore-a8w8 is not written for {}: moeserve knows MindFormers names only for "
+              "DeepSeek's (deepseek_v3 / deepseek_v2)",
+              options.arch);
     }
     if (mindspore) {
         // moeserve's convention: golden-stick keeps quant_method in the MindFormers yaml
@@ -368,11 +254,11 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
     if (omniinfer) {
         nlohmann::json ignore = nlohmann::json::array({"lm_head"});
         for (const auto& s : specs) {
-            if (ends_with(s.name, "kv_b_proj.weight")) ignore.push_back(module_of(s.name));
+            if (s.precision == LayerPrecision::kDequantized) ignore.push_back(module_of(s.name));
         }
         config["quantization_config"]["ignore"] = ignore;
     }
-    if (modelslim && options.arch != "qwen3_moe") {
+    if (modelslim && arch.mla) {
         // what the DeepSeek recipe's hooks add (vllm-ascend does not need them)
         config["quantize"] = "w8a8_dynamic";
         config["mla_quantize"] = quant == "modelslim-w8a8" ? "w8a8" : "w8a8_dynamic";
@@ -393,8 +279,7 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
 
     GeneratedModel result;
     if (mindspore) {
-        gen::write_mindformers_a8w8(specs, DeepseekV3Config::from_json(hf), options.seed, options.num_shards,
-                                    options.out_dir, result);
+        arch.write_mindformers(specs, hf, options.seed, options.num_shards, options.out_dir, result);
     }
     const size_t per_shard =
         (specs.size() + static_cast<size_t>(options.num_shards) - 1) / static_cast<size_t>(options.num_shards);
@@ -419,7 +304,8 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
             if (modelslim) {
                 const WeightSpec& spec = specs[i];
                 std::vector<std::string> names;
-                if (quantized_in_checkpoint(spec) && !ends_with(spec.name, "kv_b_proj.weight")) {
+                // ModelSlim keeps the layers that run dequantized (kv_b_proj) FLOAT
+                if (quantized_in_checkpoint(spec) && spec.precision == LayerPrecision::kQuantizable) {
                     const bool is_static = quant == "modelslim-w8a8" && static_in_mix(spec.name);
                     const StaticCalibration calib =
                         is_static ? calibrator.calibrate(module_of(spec.name)) : StaticCalibration{};

@@ -14,7 +14,7 @@
 namespace moeserve::model {
 
 struct GeneratorOptions {
-    std::string arch = "qwen3_moe";  // model_type: qwen3_moe | deepseek_v3 | deepseek_v2
+    std::string arch = "qwen3_moe";  // a model_type of the architecture table (architecture.h)
     std::string size = "tiny";       // tiny (tests) | bench (~1B parameters, performance)
     uint64_t seed = 0;
     std::filesystem::path out_dir;

@@ -108,19 +108,24 @@ std::map<std::string, std::string> parse_modelslim_description(const nlohmann::j
 namespace {
 // golden-stick (ds_utils.py create_ptq('osl')): attention static, `feed_forward` (dense MLPs,
 // shared and routed experts) dynamic, lkv2kv (kv_b_proj) and lm_head left out; routers are no
-// linears it quantizes.
+// linears it quantizes (both kHigh / kDequantized layers, answered before this).
 LinearScheme golden_stick_scheme(const std::string& module) {
-    if (ends_with(module, "kv_b_proj") || ends_with(module, ".mlp.gate")) return LinearScheme::kFloat;
     if (module.find(".self_attn.") != std::string::npos) return LinearScheme::kW8A8Static;
     if (module.find(".mlp.") != std::string::npos) return LinearScheme::kW8A8Dynamic;
     return LinearScheme::kFloat;
 }
+
+bool always_high(LayerPrecision precision) {
+    return precision == LayerPrecision::kHigh || precision == LayerPrecision::kDequantized;
+}
 }  // namespace
 
-LinearScheme Quantization::scheme(const std::string& module) const {
-    if (checkpoint == CheckpointQuant::kGoldenStick) return golden_stick_scheme(module);
+LinearScheme Quantization::scheme(const std::string& module, LayerPrecision precision) const {
+    if (checkpoint == CheckpointQuant::kGoldenStick) {
+        return always_high(precision) ? LinearScheme::kFloat : golden_stick_scheme(module);
+    }
     if (checkpoint != CheckpointQuant::kModelSlim) {
-        return int8_module(module) ? LinearScheme::kW8A8Dynamic : LinearScheme::kFloat;
+        return int8_module(module, precision) ? LinearScheme::kW8A8Dynamic : LinearScheme::kFloat;
     }
     const std::string name = module + ".weight";
     const auto it = modelslim->find(name);
@@ -130,22 +135,22 @@ LinearScheme Quantization::scheme(const std::string& module) const {
               "\"FLOAT\" for an unquantized one)",
               description_file, name, name);
     }
-    const bool absorbed = ends_with(module, "kv_b_proj");  // MLA: folded into attention, kept dequantized
+    const bool high = always_high(precision);  // a router, MLA's kv_b_proj: kept dequantized
     if (it->second == "FLOAT") return LinearScheme::kFloat;
-    if (it->second == "W8A8_DYNAMIC") return absorbed ? LinearScheme::kFloat : LinearScheme::kW8A8Dynamic;
-    if (it->second == "W8A8" && !absorbed) return LinearScheme::kW8A8Static;
+    if (it->second == "W8A8_DYNAMIC") return high ? LinearScheme::kFloat : LinearScheme::kW8A8Dynamic;
+    if (it->second == "W8A8" && !high) return LinearScheme::kW8A8Static;
     raise(ErrorCode::kUnsupported,
           "{}: '{}' has type '{}'; moeserve runs the ModelSlim types FLOAT, W8A8 and W8A8_DYNAMIC{}", description_file,
-          name, it->second, absorbed ? " (and kv_b_proj only as FLOAT or W8A8_DYNAMIC)" : "");
+          name, it->second, high ? " (and a router or kv_b_proj only as FLOAT or W8A8_DYNAMIC)" : "");
 }
 
-bool Quantization::int8_module(const std::string& module) const {
+bool Quantization::int8_module(const std::string& module, LayerPrecision precision) const {
     if (checkpoint == CheckpointQuant::kModelSlim || checkpoint == CheckpointQuant::kGoldenStick) {
-        return scheme(module) == LinearScheme::kW8A8Dynamic;
+        return scheme(module, precision) == LinearScheme::kW8A8Dynamic;
     }
     if (!int8) return false;
-    if (module == "lm_head" || module == "model.embed_tokens") return int8_lm_head;
-    if (ends_with(module, ".mlp.gate") || ends_with(module, "kv_b_proj")) return false;
+    if (precision == LayerPrecision::kOutputHead) return int8_lm_head;
+    if (always_high(precision)) return false;
     for (const std::string& pattern : ignore) {
         if (pattern.rfind("re:", 0) == 0) {
             if (std::regex_match(module, std::regex(pattern.substr(3)))) return false;

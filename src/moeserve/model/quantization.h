@@ -35,6 +35,18 @@ enum class LinearScheme {
     kW8A8Static,   // W8A8: I8 weight, per-tensor input_scale/input_offset, int32 quant_bias, deq_scale
 };
 
+// How a layer may be quantized. The code that builds the layer says it (MoeBlock's router, MLA's
+// kv_b_proj, MoeDecoder's lm_head; WeightSpec::precision tells the generator), never a rule on
+// tensor names, so a router or an absorbed projection of a new architecture is covered whatever
+// its checkpoint calls it.
+enum class LayerPrecision {
+    kQuantizable,  // runs W8A8 when the checkpoint or --quantization asks (an ignore list still applies)
+    kHigh,         // always f32 / bf16; quantized checkpoints keep it unquantized (routers, embeddings)
+    kDequantized,  // always f32 / bf16, from the 8 bits a quantized checkpoint may store (MLA's kv_b_proj,
+                   // absorbed into attention)
+    kOutputHead,   // lm_head, or the embedding tied to it: W8A8 only with int8_lm_head; stored unquantized
+};
+
 // What the loader counted, for the load log (shared by the copies of a Quantization; atomics:
 // ranks may load in parallel threads).
 struct LinearCounts {
@@ -59,16 +71,16 @@ struct Quantization {
 
     // ModelSlim: the scheme of module (weight name without ".weight"), from the description's
     // entry for module + ".weight". Error kInvalidModel naming the tensor and the file when the
-    // entry is missing, kUnsupported for a type moeserve does not run (W8A16, W4A8_DYNAMIC, ...).
-    // golden-stick: by role (attention projections but kv_b_proj static, MLPs and experts dynamic,
-    // the rest FLOAT). Other checkpoints: kW8A8Dynamic when int8_module(module), else kFloat.
-    LinearScheme scheme(const std::string& module) const;
+    // entry is missing, kUnsupported for a type moeserve does not run (W8A16, W4A8_DYNAMIC, ...,
+    // and W8A8 static for a kHigh / kDequantized layer). golden-stick: by role (attention
+    // projections static, MLPs and experts dynamic, the rest and every kHigh / kDequantized layer
+    // FLOAT). Other checkpoints: kW8A8Dynamic when int8_module(module, precision), else kFloat.
+    LinearScheme scheme(const std::string& module, LayerPrecision precision = LayerPrecision::kQuantizable) const;
 
-    // Whether the module (weight name without ".weight", e.g. "model.layers.0.mlp.gate") runs in
-    // int8: int8 is on and the module is not high precision. High precision: the ignore list,
-    // lm_head (or the tied embedding) unless int8_lm_head, routers (*.mlp.gate) and MLA's
-    // kv_b_proj (its weight is absorbed into attention in f32/bf16, so it is dequantized).
-    bool int8_module(const std::string& module) const;
+    // Whether the module (weight name without ".weight", e.g. "model.layers.0.self_attn.q_proj")
+    // runs in int8: int8 is on, the module is not on the ignore list, and its precision allows it
+    // (kHigh and kDequantized never; kOutputHead only with int8_lm_head).
+    bool int8_module(const std::string& module, LayerPrecision precision = LayerPrecision::kQuantizable) const;
     // "none", "w8a8 (compressed-tensors)", "fp8 block 128x128 -> bf16", ... for logs.
     std::string describe() const;
 };

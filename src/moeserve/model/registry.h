@@ -1,6 +1,6 @@
-// Model registry: config.json model_type -> architecture. The one place that knows every
-// supported architecture; tests/model/registry_test.cpp loads a tiny checkpoint of every type
-// supported_model_types() lists.
+// Model registry: config.json model_type -> architecture, through the table of architecture.h;
+// tests/model/registry_test.cpp loads a tiny checkpoint of every type supported_model_types()
+// lists.
 #pragma once
 
 #include <filesystem>

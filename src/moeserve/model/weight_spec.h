@@ -7,6 +7,7 @@
 
 #include "moeserve/core/dtype.h"
 #include "moeserve/core/tensor.h"
+#include "moeserve/model/quantization.h"
 
 namespace moeserve::model {
 
@@ -21,6 +22,9 @@ struct WeightSpec {
     DType dtype = DType::kBF16;
     WeightInit init = WeightInit::kNormal;
     float scale = 0.02f;
+    // Of a linear weight: whether the generator's quantized checkpoints store it in 8 bits
+    // (kQuantizable, kDequantized) or not (kHigh, kOutputHead), as the loader treats the layer.
+    LayerPrecision precision = LayerPrecision::kQuantizable;
 };
 
 }  // namespace moeserve::model

@@ -42,8 +42,10 @@ MlaAttention MlaAttention::load(const io::WeightSource& weights, const std::stri
     a.kv_a_norm_bias_ = load_optional_vector_f32(weights, prefix + "kv_a_layernorm.bias", s.kv_lora_rank);
     const int64_t per_head = s.qk_nope_head_dim + s.v_head_dim;
     const int64_t kv_b_rows = s.num_heads * per_head;
-    a.kv_b_proj_ = Linear::load_shard(weights, prefix + "kv_b_proj", kv_b_rows, s.kv_lora_rank,
-                                      {h0 * per_head, heads * per_head, 0, -1}, false, quant);
+    // absorbed into the attention in f32 / bf16 (decode), so never run in int8
+    a.kv_b_proj_ =
+        Linear::load_shard(weights, prefix + "kv_b_proj", kv_b_rows, s.kv_lora_rank,
+                           {h0 * per_head, heads * per_head, 0, -1}, false, quant, LayerPrecision::kDequantized);
     a.kv_b_w_ = get_checked(weights, prefix + "kv_b_proj.weight", Shape{kv_b_rows, s.kv_lora_rank});
     if (a.kv_b_w_.dtype != DType::kBF16 && a.kv_b_w_.dtype != DType::kF32) {
         a.kv_b_owned_ = load_dequantized_f32(weights, prefix + "kv_b_proj.weight", quant.block_rows, quant.block_cols);

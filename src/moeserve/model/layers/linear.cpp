@@ -11,11 +11,11 @@
 namespace moeserve::model {
 
 Linear Linear::load(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
-                    int64_t in_features, bool has_bias, const Quantization& quant) {
+                    int64_t in_features, bool has_bias, const Quantization& quant, LayerPrecision precision) {
     Linear l;
     const std::string name = prefix + ".weight";
     l.weight_ = get_checked(weights, name, Shape{out_features, in_features});
-    const LinearScheme scheme = quant.scheme(prefix);
+    const LinearScheme scheme = quant.scheme(prefix, precision);
     if (scheme == LinearScheme::kW8A8Static) {
         StaticInt8Matrix m = load_static_int8(weights, prefix, out_features, in_features,
                                               quant.checkpoint == CheckpointQuant::kGoldenStick);
@@ -78,14 +78,15 @@ Linear Linear::load(const io::WeightSource& weights, const std::string& prefix, 
 }
 
 Linear Linear::load_shard(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
-                          int64_t in_features, const LinearShard& shard, bool has_bias, const Quantization& quant) {
+                          int64_t in_features, const LinearShard& shard, bool has_bias, const Quantization& quant,
+                          LayerPrecision precision) {
     const int64_t rows = shard.rows < 0 ? out_features : shard.rows;
     const int64_t cols = shard.cols < 0 ? in_features : shard.cols;
     MOESERVE_CHECK(shard.row_begin >= 0 && shard.row_begin + rows <= out_features && shard.col_begin >= 0 &&
                        shard.col_begin + cols <= in_features,
                    "shard rows [{}, +{}) cols [{}, +{}) outside [{}, {}]", shard.row_begin, rows, shard.col_begin, cols,
                    out_features, in_features);
-    Linear full = load(weights, prefix, out_features, in_features, has_bias, quant);
+    Linear full = load(weights, prefix, out_features, in_features, has_bias, quant, precision);
     if (rows == out_features && cols == in_features) return full;
     Linear l;
     if (full.static_) {

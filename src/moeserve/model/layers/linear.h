@@ -33,15 +33,17 @@ class Linear {
 public:
     Linear() = default;
     // Loads PREFIX.weight [out, in] (and PREFIX.bias [out] when has_bias). With
-    // quant.int8_module(PREFIX) the weight is kept (I8 checkpoint) or made per-channel int8.
+    // quant.int8_module(PREFIX, precision) the weight is kept (I8 checkpoint) or made per-channel
+    // int8; `precision` is the layer's, said by the code that builds it (quantization.h).
     static Linear load(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
-                       int64_t in_features, bool has_bias = false, const Quantization& quant = {});
+                       int64_t in_features, bool has_bias = false, const Quantization& quant = {},
+                       LayerPrecision precision = LayerPrecision::kQuantizable);
 
     // Loads the `shard` of PREFIX.weight [out_features, in_features] (and of its bias rows). A row
     // slice stays a zero-copy view; a column slice is copied (same dtype).
     static Linear load_shard(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
                              int64_t in_features, const LinearShard& shard, bool has_bias = false,
-                             const Quantization& quant = {});
+                             const Quantization& quant = {}, LayerPrecision precision = LayerPrecision::kQuantizable);
 
     // x f32 [rows, in] -> out f32 [rows, out].
     void forward(ThreadPool& pool, const float* x, int64_t rows, float* out) const;

@@ -1,0 +1,45 @@
+#include "moeserve/model/architecture.h"
+
+#include "moeserve/model/deepseek_v3/model.h"
+#include "moeserve/model/deepseek_v3/weight_specs.h"
+#include "moeserve/model/generator_mindformers.h"
+#include "moeserve/model/qwen3_moe/model.h"
+#include "moeserve/model/qwen3_moe/weight_specs.h"
+
+namespace moeserve::model {
+
+namespace {
+
+std::vector<WeightSpec> qwen3_moe_specs(const io::HfConfig& c) {
+    return qwen3_moe_weight_specs(Qwen3MoeConfig::from_json(c));
+}
+std::vector<WeightSpec> deepseek_specs(const io::HfConfig& c) {
+    return deepseek_v3_weight_specs(DeepseekV3Config::from_json(c));
+}
+void deepseek_mindformers(const std::vector<WeightSpec>& specs, const io::HfConfig& c, uint64_t seed, int num_shards,
+                          const std::filesystem::path& out_dir, GeneratedModel& result) {
+    gen::write_mindformers_a8w8(specs, DeepseekV3Config::from_json(c), seed, num_shards, out_dir, result);
+}
+
+}  // namespace
+
+const std::vector<Architecture>& architectures() {
+    // model_type, tokenizer, preset, weight_specs, load, write_mindformers, mla
+    static const std::vector<Architecture> table = {
+        {"qwen3_moe", "qwen3", &Qwen3MoeConfig::preset, &qwen3_moe_specs, &Qwen3MoeModel::load, nullptr, false},
+        {"deepseek_v3", "deepseek_v3", &DeepseekV3Config::preset, &deepseek_specs, &DeepseekV3Model::load,
+         &deepseek_mindformers, true},
+        {"deepseek_v2", "deepseek_v3", &DeepseekV3Config::preset, &deepseek_specs, &DeepseekV3Model::load,
+         &deepseek_mindformers, true},
+    };
+    return table;
+}
+
+const Architecture* find_architecture(const std::string& model_type) {
+    for (const Architecture& a : architectures()) {
+        if (a.model_type == model_type) return &a;
+    }
+    return nullptr;
+}
+
+}  // namespace moeserve::model

@@ -1,0 +1,144 @@
+#include "moeserve/model/layers/moe_block.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "moeserve/core/error.h"
+#include "moeserve/model/layers/weight_loading.h"
+
+namespace moeserve::model {
+
+MoeShards MoeShards::of(const ParallelConfig& par, const MoeShape& shape) {
+    MoeShards s;
+    s.experts = local_experts(par, shape.num_experts);
+    s.moe_inter = local_moe_inter(par, shape.moe_inter);
+    if (shape.dense_inter % par.tp_size != 0 || shape.shared_inter % par.tp_size != 0) {
+        if (shape.shared_inter == 0) {
+            raise(ErrorCode::kInvalidArgument, "intermediate_size ({}) must be divisible by tensor-parallel-size ({})",
+                  shape.dense_inter, par.tp_size);
+        }
+        raise(ErrorCode::kInvalidArgument,
+              "intermediate_size ({}) and the shared experts' size ({}) must be divisible by tensor-parallel-size "
+              "({})",
+              shape.dense_inter, shape.shared_inter, par.tp_size);
+    }
+    s.dense_inter = shard_range(shape.dense_inter, par.tp_size, par.tp_rank);
+    s.shared_inter = shard_range(shape.shared_inter, par.tp_size, par.tp_rank);
+    return s;
+}
+
+MoeBlock MoeBlock::load(const io::WeightSource& weights, const std::string& layer_prefix, bool is_moe,
+                        const MoeShape& shape, const MoeNames& names, const MoeShards& shards,
+                        const Quantization& quant) {
+    const io::WeightSource& w = weights;
+    const std::string& p = layer_prefix;
+    MoeBlock b;
+    b.is_moe_ = is_moe;
+    b.k_ = static_cast<int>(shape.top_k);
+    b.hidden_ = shape.hidden;
+    b.experts_per_rank_ = std::max<int64_t>(shards.experts.count, 1);
+    const int64_t h = shape.hidden;
+    if (!is_moe) {
+        b.experts_ = Experts::load(w, {p + names.dense}, h, shape.dense_inter, 0, shards.dense_inter.begin,
+                                   shards.dense_inter.count, quant);
+        return b;
+    }
+    // routing decisions are discontinuous and the router is tiny: never int8, whatever it is called
+    b.router_ = Linear::load(w, p + names.router, shape.num_experts, h, false, quant, LayerPrecision::kHigh);
+    if (!names.router_bias.empty() && w.contains(p + names.router_bias)) {
+        b.score_bias_ = load_vector_f32(w, p + names.router_bias, shape.num_experts);
+    }
+    std::vector<std::string> prefixes;
+    for (int64_t e = shards.experts.begin; e < shards.experts.begin + shards.experts.count; ++e) {
+        prefixes.push_back(p + names.experts + std::to_string(e) + ".");
+    }
+    b.experts_ = Experts::load(w, prefixes, h, shape.moe_inter, shards.experts.begin, shards.moe_inter.begin,
+                               shards.moe_inter.count, quant);
+    if (!names.shared_experts.empty() && shape.shared_inter > 0) {
+        b.shared_ = Experts::load(w, {p + names.shared_experts}, h, shape.shared_inter, 0, shards.shared_inter.begin,
+                                  shards.shared_inter.count, quant);
+    }
+    return b;
+}
+
+namespace {
+// One SwiGLU expert (or MLP) under prefix: scales 1/sqrt(fan_in) keep activations near unit size.
+void add_expert_specs(std::vector<WeightSpec>& specs, const std::string& prefix, int64_t hidden, int64_t inter) {
+    const float in_scale = 1.0f / std::sqrt(static_cast<float>(hidden));
+    const float out_scale = 1.0f / std::sqrt(static_cast<float>(inter));
+    specs.push_back({prefix + "gate_proj.weight", {inter, hidden}, DType::kBF16, WeightInit::kNormal, in_scale});
+    specs.push_back({prefix + "up_proj.weight", {inter, hidden}, DType::kBF16, WeightInit::kNormal, in_scale});
+    specs.push_back({prefix + "down_proj.weight", {hidden, inter}, DType::kBF16, WeightInit::kNormal, out_scale});
+}
+}  // namespace
+
+void MoeBlock::weight_specs(std::vector<WeightSpec>& specs, const std::string& layer_prefix, bool is_moe,
+                            const MoeShape& shape, const MoeNames& names, bool with_router_bias) {
+    const std::string& p = layer_prefix;
+    const int64_t h = shape.hidden;
+    if (!is_moe) {
+        add_expert_specs(specs, p + names.dense, h, shape.dense_inter);
+        return;
+    }
+    specs.push_back({p + names.router + ".weight",
+                     {shape.num_experts, h},
+                     DType::kBF16,
+                     WeightInit::kNormal,
+                     4.0f / std::sqrt(static_cast<float>(h)),
+                     LayerPrecision::kHigh});
+    if (with_router_bias) {
+        specs.push_back({p + names.router_bias, {shape.num_experts}, DType::kF32, WeightInit::kNormal, 0.05f});
+    }
+    for (int64_t e = 0; e < shape.num_experts; ++e) {
+        add_expert_specs(specs, p + names.experts + std::to_string(e) + ".", h, shape.moe_inter);
+    }
+    if (!names.shared_experts.empty() && shape.shared_inter > 0) {
+        add_expert_specs(specs, p + names.shared_experts, h, shape.shared_inter);
+    }
+}
+
+size_t MoeBlock::weight_bytes() const {
+    return router_.weight_bytes() + shared_.weight_bytes() + experts_.weight_bytes();
+}
+
+size_t MoeBlock::active_bytes() const {
+    if (!is_moe_) return experts_.weight_bytes();
+    return router_.weight_bytes() + shared_.weight_bytes() + experts_.bytes_per_expert() * static_cast<size_t>(k_);
+}
+
+void MoeBlock::forward(ThreadPool& pool, const ParallelConfig& par, const RoutingRule& route, const float* h,
+                       int64_t num_tokens, parallel::MoeExchangeKind exchange, MoeBlockScratch& scratch,
+                       float* out) const {
+    MoeBlockScratch& s = scratch;
+    const int64_t n = num_tokens * hidden_;
+    if (!is_moe_) {
+        // dense MLP: column-parallel gate/up, row-parallel down -> partial sums over TP
+        if (num_tokens > 0) experts_.forward_dense(pool, h, num_tokens, s.moe, s.dense_ids, s.dense_weights, out);
+        tp_all_reduce(par, out, n);
+        return;
+    }
+    const int64_t e = router_.out_features();
+    s.router_logits.resize(static_cast<size_t>(num_tokens * e));
+    s.topk_ids.resize(static_cast<size_t>(num_tokens * k_));
+    s.topk_weights.resize(static_cast<size_t>(num_tokens * k_));
+    // 1. router: [T, hidden] -> [T, E] -> the architecture's top-k ids and weights [T, k]
+    if (num_tokens > 0) {
+        router_.forward(pool, h, num_tokens, s.router_logits.data());
+        route(s.router_logits.data(), num_tokens, score_bias_.empty() ? nullptr : score_bias_.as<float>(),
+              s.topk_ids.data(), s.topk_weights.data());
+    }
+    // 2. routed experts, weighted sum -> out [T, hidden] (EP dispatch/combine, or TP-split + all-reduce)
+    s.parallel_moe.forward(pool, experts_, par, {h, num_tokens, s.topk_ids.data(), s.topk_weights.data(), k_, exchange},
+                           experts_per_rank_, s.moe, out);
+    // 3. shared experts added unweighted
+    if (shared_.num_experts() > 0) {
+        s.shared_out.resize(static_cast<size_t>(n));
+        if (num_tokens > 0) {
+            shared_.forward_dense(pool, h, num_tokens, s.moe, s.dense_ids, s.dense_weights, s.shared_out.data());
+        }
+        tp_all_reduce(par, s.shared_out.data(), n);
+        for (int64_t i = 0; i < n; ++i) out[i] += s.shared_out[static_cast<size_t>(i)];
+    }
+}
+
+}  // namespace moeserve::model

@@ -1,0 +1,101 @@
+// The feed-forward half of a MoE decoder layer, shared by every architecture: router (always high
+// precision), routed experts (EP
+// dispatch/combine or TP-split), shared experts added unweighted, or a dense MLP on the layers without experts. What an
+// architecture owns is passed in: its sizes (MoeShape), its tensor names (MoeNames) and its routing rule (RoutingRule).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "moeserve/core/tensor.h"
+#include "moeserve/core/thread_pool.h"
+#include "moeserve/io/weight_source.h"
+#include "moeserve/kernels/cpu/moe_experts.h"
+#include "moeserve/model/layers/experts.h"
+#include "moeserve/model/layers/linear.h"
+#include "moeserve/model/layers/parallel_ops.h"
+#include "moeserve/model/parallel_config.h"
+#include "moeserve/model/quantization.h"
+#include "moeserve/model/weight_spec.h"
+
+namespace moeserve::model {
+
+struct MoeShape {
+    int64_t hidden = 0;
+    int64_t num_experts = 0;   // routed experts of the whole model
+    int64_t top_k = 0;         // routed experts per token
+    int64_t moe_inter = 0;     // one routed expert's intermediate size
+    int64_t shared_inter = 0;  // the shared experts' intermediate size, fused as one expert; 0: none
+    int64_t dense_inter = 0;   // a dense layer's MLP intermediate size
+};
+
+// Tensor names below the layer prefix ("model.layers.N."); the experts' own projections are
+// gate_proj / up_proj / down_proj (layers/experts.h).
+struct MoeNames {
+    std::string router = "mlp.gate";       // .weight [num_experts, hidden]
+    std::string router_bias{};             // f32 [num_experts] added to the scores when present; "": none
+    std::string experts = "mlp.experts.";  // + expert id + "."
+    std::string shared_experts{};          // prefix of the shared experts; "": none
+    std::string dense = "mlp.";            // prefix of a dense layer's MLP
+};
+
+// The architecture's routing: router logits f32 [num_tokens, num_experts] (may be overwritten) and
+// the layer's score bias f32 [num_experts] (nullptr: none) -> topk_ids [num_tokens, k] (global
+// expert ids) and topk_weights [num_tokens, k]. Never called with num_tokens == 0.
+using RoutingRule = std::function<void(float* logits, int64_t num_tokens, const float* score_bias, int32_t* topk_ids,
+                                       float* topk_weights)>;
+
+// What this rank holds of every MoE block (parallel_config.h). Error kInvalidArgument when the TP
+// size does not divide the dense or shared intermediate size (and, from local_experts /
+// local_moe_inter, when EP or TP does not divide the experts).
+struct MoeShards {
+    ShardRange experts, moe_inter, dense_inter, shared_inter;
+    static MoeShards of(const ParallelConfig& par, const MoeShape& shape);
+};
+
+// Buffers of MoeBlock::forward, one set per model (reused by every layer and step).
+struct MoeBlockScratch {
+    std::vector<float> router_logits, topk_weights, shared_out, dense_weights;
+    std::vector<int32_t> topk_ids, dense_ids;
+    kernels::cpu::MoeScratch moe{};
+    ParallelMoe parallel_moe{};
+};
+
+class MoeBlock {
+public:
+    MoeBlock() = default;
+    // Loads layer_prefix + names: the router (LayerPrecision::kHigh, whatever its name), its
+    // optional bias, this rank's routed experts and the shared experts (is_moe), or the dense MLP.
+    static MoeBlock load(const io::WeightSource& weights, const std::string& layer_prefix, bool is_moe,
+                         const MoeShape& shape, const MoeNames& names, const MoeShards& shards,
+                         const Quantization& quant);
+
+    // Appends the tensors load() reads under layer_prefix, for the generator: the router (kHigh,
+    // 4x sharper than 1/sqrt(hidden) so top-k has clear gaps), with with_router_bias its F32 bias
+    // (small: reorders only near-ties), the routed and the shared experts; or the dense MLP.
+    static void weight_specs(std::vector<WeightSpec>& specs, const std::string& layer_prefix, bool is_moe,
+                             const MoeShape& shape, const MoeNames& names, bool with_router_bias);
+
+    // out f32 [num_tokens, hidden] = the block applied to h f32 [num_tokens, hidden], complete on
+    // every TP rank. num_tokens may be 0 (the rank still joins the EP exchange).
+    void forward(ThreadPool& pool, const ParallelConfig& par, const RoutingRule& route, const float* h,
+                 int64_t num_tokens, parallel::MoeExchangeKind exchange, MoeBlockScratch& scratch, float* out) const;
+
+    bool is_moe() const { return is_moe_; }
+    // Bytes this rank holds, and the bytes one token reads (router, shared and k experts; or the MLP).
+    size_t weight_bytes() const;
+    size_t active_bytes() const;
+
+private:
+    bool is_moe_ = false;
+    int k_ = 0;
+    int64_t hidden_ = 0, experts_per_rank_ = 1;
+    Linear router_;      // [num_experts, hidden]
+    Tensor score_bias_;  // f32 [num_experts], or empty
+    Experts experts_;    // routed experts, or the dense MLP as one expert
+    Experts shared_;     // shared experts as one expert, or empty
+};
+
+}  // namespace moeserve::model

@@ -1,0 +1,182 @@
+#include "moeserve/model/moe_decoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "moeserve/core/error.h"
+#include "moeserve/kernels/cpu/norm.h"
+#include "moeserve/model/layers/weight_loading.h"
+
+namespace moeserve::model {
+
+namespace kc = kernels::cpu;
+
+namespace {
+// Whether the logits rows are every row in order (a prefill asking for all logits): nothing to drop.
+bool keeps_all_rows(const std::vector<int32_t>& rows, int64_t num_tokens) {
+    if (static_cast<int64_t>(rows.size()) != num_tokens) return false;
+    for (size_t j = 0; j < rows.size(); ++j) {
+        if (rows[j] != static_cast<int32_t>(j)) return false;
+    }
+    return true;
+}
+}  // namespace
+
+MoeDecoder::MoeDecoder(DecoderSpec spec, std::shared_ptr<const io::WeightSource> weights, ThreadPool& pool,
+                       const LoadOptions& options, const AttentionLoader& load_attention)
+    : spec_(std::move(spec)),
+      par_(options.parallel),
+      kv_dtype_(options.kv_dtype),
+      weights_(std::move(weights)),
+      pool_(pool) {
+    const DecoderConfig& c = spec_.config;
+    const io::WeightSource& w = *weights_;
+    const int64_t h = c.hidden_size;
+    // Shards of this rank (parallel_config.h): vocabulary rows, routed experts, MLP slices.
+    vocab_shard_ = shard_range(c.vocab_size, par_.tp_size, par_.tp_rank);
+    const MoeShards shards = MoeShards::of(par_, spec_.moe);
+    int64_t rank_bytes = h * 4;  // the final norm
+    embed_tokens_ = get_checked(w, "model.embed_tokens.weight", {c.vocab_size, h})
+                        .rows(vocab_shard_.begin, vocab_shard_.begin + vocab_shard_.count);
+    if (embed_tokens_.dtype != DType::kBF16) {
+        raise(ErrorCode::kUnsupported, "model.embed_tokens.weight has dtype {}; only BF16 embeddings are supported",
+              dtype_name(embed_tokens_.dtype));
+    }
+    embed_tokens_ = widen_to_f32_if(embed_tokens_, options.quant.f32_weights, embed_owned_);
+    rank_bytes += static_cast<int64_t>(embed_tokens_.nbytes());
+    int64_t active_bytes = h * static_cast<int64_t>(dtype_size(embed_tokens_.dtype));  // one embedding row
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+        const std::string p = "model.layers." + std::to_string(i) + ".";
+        Layer layer{load_vector_f32(w, p + "input_layernorm.weight", h),
+                    load_vector_f32(w, p + "post_attention_layernorm.weight", h),
+                    {},
+                    {},
+                    {}};
+        const auto attention_bytes = static_cast<int64_t>(load_attention(w, i, p + "self_attn."));
+        layer.mlp = MoeBlock::load(w, p, spec_.is_moe_layer(i), spec_.moe, spec_.names, shards, options.quant);
+        active_bytes += attention_bytes + static_cast<int64_t>(layer.mlp.active_bytes());
+        rank_bytes += attention_bytes + static_cast<int64_t>(layer.mlp.weight_bytes()) + 2 * h * 4;
+        layer.input_layernorm_bias = load_optional_vector_f32(w, p + "input_layernorm.bias", h);
+        layer.post_attention_layernorm_bias = load_optional_vector_f32(w, p + "post_attention_layernorm.bias", h);
+        layers_.push_back(std::move(layer));
+    }
+    norm_ = load_vector_f32(w, "model.norm.weight", h);
+    if (w.contains("model.norm.bias")) {
+        raise(ErrorCode::kUnsupported, "model.norm.bias: a bias on the final norm is not supported");
+    }
+    lm_head_ = Linear::load_shard(w, c.tie_word_embeddings ? "model.embed_tokens" : "lm_head", c.vocab_size, h,
+                                  {vocab_shard_.begin, vocab_shard_.count, 0, -1}, false, options.quant,
+                                  LayerPrecision::kOutputHead);
+    active_bytes += static_cast<int64_t>(lm_head_.weight_bytes());
+    if (!c.tie_word_embeddings) rank_bytes += static_cast<int64_t>(lm_head_.weight_bytes());
+
+    info_.vocab_size = c.vocab_size;
+    info_.num_hidden_layers = c.num_hidden_layers;
+    info_.max_position_embeddings = c.max_position_embeddings;
+    if (c.bos_token_id) info_.bos_token_id = static_cast<int32_t>(*c.bos_token_id);
+    for (int64_t id : c.eos_token_id) info_.eos_token_ids.push_back(static_cast<int32_t>(id));
+    for (const auto& name : w.names()) {
+        const TensorView t = w.get(name);
+        info_.weight_bytes += static_cast<int64_t>(t.nbytes());
+        info_.num_parameters += t.numel();
+    }
+    info_.rank_weight_bytes = rank_bytes;
+    if (!par_.is_single()) info_.weight_bytes = rank_bytes;  // what this rank holds
+    info_.active_weight_bytes_per_token = active_bytes;
+    info_.quantization = options.quant.describe();
+}
+
+std::vector<WeightSpec> MoeDecoder::weight_specs(const DecoderSpec& spec, bool with_router_bias,
+                                                 const AttentionSpecs& attention_specs) {
+    const DecoderConfig& c = spec.config;
+    const int64_t h = c.hidden_size;
+    std::vector<WeightSpec> specs;
+    specs.push_back({"model.embed_tokens.weight",
+                     {c.vocab_size, h},
+                     DType::kBF16,
+                     WeightInit::kNormal,
+                     1.0f,
+                     c.tie_word_embeddings ? LayerPrecision::kOutputHead : LayerPrecision::kHigh});
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+        const std::string p = "model.layers." + std::to_string(i) + ".";
+        // gains near one but not exactly, so a missed norm shows
+        specs.push_back({p + "input_layernorm.weight", {h}, DType::kBF16, WeightInit::kNormOnes, 0.1f});
+        specs.push_back({p + "post_attention_layernorm.weight", {h}, DType::kBF16, WeightInit::kNormOnes, 0.1f});
+        attention_specs(specs, i, p + "self_attn.");
+        MoeBlock::weight_specs(specs, p, spec.is_moe_layer(i), spec.moe, spec.names, with_router_bias);
+    }
+    specs.push_back({"model.norm.weight", {h}, DType::kBF16, WeightInit::kNormOnes, 0.1f});
+    if (!c.tie_word_embeddings) {
+        specs.push_back({"lm_head.weight",
+                         {c.vocab_size, h},
+                         DType::kBF16,
+                         WeightInit::kNormal,
+                         1.0f / std::sqrt(static_cast<float>(h)),
+                         LayerPrecision::kOutputHead});
+    }
+    return specs;
+}
+
+int64_t MoeDecoder::rope_length(const LoadOptions& options) const {
+    return options.max_model_len > 0 ? options.max_model_len : spec_.config.max_position_embeddings;
+}
+
+TensorView MoeDecoder::forward(const ForwardBatch& batch, int64_t num_positions, const AttentionStep& attention) {
+    const DecoderConfig& c = spec_.config;
+    const int64_t t = batch.num_tokens();
+    const int64_t h = c.hidden_size;
+    const auto eps = static_cast<float>(c.rms_norm_eps);
+    check_forward_batch(batch, c.vocab_size, num_positions);
+    const auto r = static_cast<int64_t>(batch.logits_rows.size());
+    x_.resize(static_cast<size_t>(t * h));
+    h_.resize(static_cast<size_t>(std::max(t, r) * h));
+    tmp_.resize(static_cast<size_t>(t * h));
+    float* x = x_.data();      // residual stream [T, hidden]
+    float* hs = h_.data();     // normed input of the current block [T, hidden]
+    float* out = tmp_.data();  // block output [T, hidden]
+
+    // 1. embedding: ids [T] -> x [T, hidden]
+    embed_vocab_parallel(par_, embed_tokens_, vocab_shard_, h, batch.token_ids.data(), t, x);
+    kc::rms_norm(pool_, x, layers_[0].input_layernorm.as<float>(), t, h, eps, hs);
+    add_row_bias(layers_[0].input_layernorm_bias, hs, t, h);
+    int64_t rows = t;  // rows still computed: all T, then the R logits rows after the last attention
+    for (size_t i = 0; i < layers_.size(); ++i) {
+        const Layer& layer = layers_[i];
+        const bool last = i + 1 == layers_.size();
+        // 2. attention block: x += o_proj(attn(norm(x))); writes every row's K/V
+        attention(i, hs, out);
+        tp_all_reduce(par_, out, t * h);  // row-parallel o_proj: partial sums over TP
+        // 3. last layer: what follows feeds only the logits, so keep the rows that need them
+        //    (llama.cpp's inp_out_ids); every TP rank has the same rows, every EP peer still joins
+        if (last && !keeps_all_rows(batch.logits_rows, t)) {
+            rows = r;
+            rows_x_.resize(static_cast<size_t>(r * h));
+            rows_out_.resize(static_cast<size_t>(r * h));
+            for (int64_t j = 0; j < r; ++j) {
+                const int64_t row = batch.logits_rows[static_cast<size_t>(j)];
+                std::copy_n(x + row * h, h, rows_x_.data() + j * h);
+                std::copy_n(out + row * h, h, rows_out_.data() + j * h);
+            }
+            x = rows_x_.data();
+            out = rows_out_.data();
+        }
+        if (rows > 0) {
+            kc::add_rms_norm(pool_, x, out, layer.post_attention_layernorm.as<float>(), rows, h, eps, hs);
+            add_row_bias(layer.post_attention_layernorm_bias, hs, rows, h);
+        }
+        // 4. MoE / MLP block: x += mlp(norm(x)); fused with the next layer's input norm
+        layer.mlp.forward(pool_, par_, spec_.route, hs, rows, batch.moe_exchange, moe_scratch_, out);
+        const float* next_norm = last ? norm_.as<float>() : layers_[i + 1].input_layernorm.as<float>();
+        if (rows > 0) kc::add_rms_norm(pool_, x, out, next_norm, rows, h, eps, hs);
+        if (!last) add_row_bias(layers_[i + 1].input_layernorm_bias, hs, rows, h);
+    }
+    // 5. final norm (done above) on the rows that need logits -> lm_head [R, vocab]
+    if (rows == t)
+        return compute_logits(par_, pool_, lm_head_, c.vocab_size, hs, h, batch.logits_rows, logits_scratch_);
+    rows_.resize(static_cast<size_t>(r));
+    std::iota(rows_.begin(), rows_.end(), 0);
+    return compute_logits(par_, pool_, lm_head_, c.vocab_size, hs, h, rows_, logits_scratch_);
+}
+
+}  // namespace moeserve::model
