@@ -1,0 +1,283 @@
+#!/usr/bin/python3
+"""`moeserve serve --api-server-count 2`: two API server processes on one port (SO_REUSEPORT)
+over the same engines (stdlib only; every wait bounded).
+
+Suites (one CTest each):
+  equal     many concurrent greedy requests (new connection each) == a single API server's texts;
+            both servers answered some (moeserve:api_server_requests_total per server); every
+            /metrics scrape, whichever server answers, shows the same summed request counts
+  dp        the same with --data-parallel-size 2 --enable-expert-parallel: both engines and both
+            servers get requests
+  shutdown  SIGTERM on the parent with requests in flight on both servers: all complete, exit 0,
+            every child process gone, within a bounded time
+  kill      SIGKILL of one API server process: its requests fail (connection closed), the other
+            server's complete, the parent exits 1 and nothing is left running, within a bounded time
+  validate  --api-server-count with ranks on other nodes or with --kv-transfer-config is refused
+            with one line naming the flag
+"""
+import argparse
+import concurrent.futures
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from harness import parse_metrics
+
+ARGS = None
+TIMEOUT = 60  # seconds for any single HTTP exchange
+PROMPTS = ["The capital of France is", "Hello", "Once upon a time", "1 2 3 4 5", "def main():", "Bye"]
+MAX_TOKENS = 8
+COMMON = ["--threads", "1", "--served-model-name", "tiny", "--max-model-len", "256", "--kv-cache-memory", "32M",
+          "--heartbeat-timeout-ms", "5000", "--max-num-seqs", "16"]
+
+
+class Server:
+    """A `moeserve serve` process; with several API servers, ready once the parent says all are."""
+
+    def __init__(self, *extra):
+        self.port = None
+        cmd = [ARGS.moeserve, "serve", "--model", ARGS.model, "--host", "127.0.0.1", "--port", "0", *COMMON, *extra]
+        self.log = tempfile.TemporaryFile()  # an unread pipe could fill up and block the server
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
+        self.several = "--api-server-count" in extra
+        self.wait_ready()
+
+    def log_text(self):
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def wait_ready(self, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("server exited: " + self.log_text())
+            text = self.log_text()
+            m = re.search(r"listening on https?://\S+?:(\d+) ", text)
+            ready = ("API servers ready" in text) if self.several else (m is not None)
+            if m and ready:
+                self.port = int(m.group(1))
+                try:
+                    if self.request("GET", "/health")[0] == 200:
+                        return
+                except OSError:
+                    pass
+            time.sleep(0.1)
+        self.proc.kill()
+        raise RuntimeError("server not ready within %d s: %s" % (timeout, self.log_text()[-3000:]))
+
+    def request(self, method, path, body=None):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=TIMEOUT)
+        c.request(method, path, body=json.dumps(body) if body is not None else None,
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        payload = r.read()
+        c.close()
+        return r.status, payload
+
+    def complete(self, prompt, max_tokens=MAX_TOKENS):
+        status, payload = self.request("POST", "/v1/completions",
+                                       {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True})
+        assert status == 200, (status, payload)
+        return json.loads(payload)["choices"][0]["text"]
+
+    def complete_all(self, prompts, max_tokens=MAX_TOKENS):
+        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+            return list(pool.map(lambda p: self.complete(p, max_tokens), prompts))
+
+    def metrics(self):
+        status, payload = self.request("GET", "/metrics")
+        assert status == 200
+        return parse_metrics(payload)
+
+    def children(self):
+        with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+
+    def api_server_pid(self, index):
+        for pid in self.children():
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if b"--api-server-index" in argv and argv[argv.index(b"--api-server-index") + 1] == str(index).encode():
+                return pid
+        raise RuntimeError("no API server %d among %s" % (index, self.children()))
+
+    def stop(self, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+            return None
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_gone(pids, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+REFERENCE = {}
+
+
+def reference_texts(max_tokens=MAX_TOKENS):
+    """Greedy texts of PROMPTS from one API server over one engine (computed once per length)."""
+    if max_tokens not in REFERENCE:
+        s = Server()
+        try:
+            REFERENCE[max_tokens] = [s.complete(p, max_tokens) for p in PROMPTS]
+        finally:
+            assert s.stop() == 0
+    return REFERENCE[max_tokens]
+
+
+def per_label(m, family, label):
+    out = {}
+    for k, v in m.items():
+        if k.startswith(family + "{") and f'{label}="' in k:
+            out[k.split(f'{label}="')[1].split('"')[0]] = v
+    return out
+
+
+class ApiServers(unittest.TestCase):
+    def check_equal(self, s, n_engines):
+        expected = reference_texts()
+        rounds = 4  # 24 requests at once, each on its own connection: the kernel spreads them
+        got = s.complete_all(PROMPTS * rounds)
+        self.assertEqual(got, expected * rounds)
+        n = len(PROMPTS) * rounds
+        time.sleep(1.2)  # > two snapshot periods: every server's counts are in the files
+        scrapes = [s.metrics() for _ in range(8)]  # new connections: both servers answer some
+        for m in scrapes:
+            per_server = per_label(m, "moeserve:api_server_requests_total", "api_server")
+            self.assertEqual(sorted(per_server), ["0", "1"])
+            self.assertEqual(sum(per_server.values()), n, per_server)
+            self.assertTrue(all(v > 0 for v in per_server.values()), per_server)  # both servers answered
+            self.assertEqual(m['vllm:request_success_total{model_name="tiny",finished_reason="length"}'], n)
+            self.assertEqual(m['vllm:e2e_request_latency_seconds_count{model_name="tiny"}'], n)
+            generated = per_label(m, "vllm:generation_tokens_total", "engine")
+            self.assertEqual(len(generated), n_engines)
+            self.assertEqual(sum(generated.values()), n * MAX_TOKENS)  # engine series: the same everywhere
+            if n_engines > 1:
+                self.assertTrue(all(v > 0 for v in generated.values()), generated)
+            self.assertEqual(m['moeserve:num_requests_in_flight{model_name="tiny"}'], 0)
+        # Scrapes count too: the 200s grow by at least the earlier scrapes, whichever server answered.
+        ok = [m['moeserve:http_responses_total{model_name="tiny",status="200"}'] for m in scrapes]
+        self.assertGreaterEqual(min(ok), n)
+
+    def test_equal(self):
+        s = Server("--api-server-count", "2")
+        try:
+            self.check_equal(s, 1)
+            self.assertIn("[api0]", s.log_text())
+            self.assertIn("[api1]", s.log_text())
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_dp(self):
+        s = Server("-asc", "2", "--data-parallel-size", "2", "--enable-expert-parallel")
+        try:
+            self.check_equal(s, 2)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_shutdown(self):
+        expected = reference_texts(48)
+        s = Server("--api-server-count", "2")
+        children = s.children()
+        self.assertEqual(len(children), 3)  # one rank, two API servers
+        pool = concurrent.futures.ThreadPoolExecutor(12)
+        try:
+            futures = [pool.submit(s.complete, p, 48) for p in PROMPTS * 2]
+            time.sleep(0.5)  # in flight
+            start = time.time()
+            s.proc.send_signal(signal.SIGTERM)
+            texts = [f.result(timeout=TIMEOUT) for f in futures]  # drained, not cut
+            self.assertEqual(texts, expected * 2)
+            self.assertEqual(s.proc.wait(30), 0)
+            self.assertLess(time.time() - start, 30)
+            self.assertEqual(wait_gone(children), [])
+            self.assertIn("the API servers drain", s.log_text())
+        finally:
+            pool.shutdown(wait=False)
+            s.stop()
+
+    def test_kill(self):
+        expected = reference_texts(48)
+        s = Server("--api-server-count", "2")
+        children = s.children()
+        victim = s.api_server_pid(1)
+        pool = concurrent.futures.ThreadPoolExecutor(12)
+        try:
+            def attempt(p):
+                try:
+                    return s.complete(p, 48)
+                except (OSError, http.client.HTTPException) as e:  # its server is gone
+                    return e
+            futures = [pool.submit(attempt, p) for p in PROMPTS * 2]
+            time.sleep(0.5)
+            start = time.time()
+            os.kill(victim, signal.SIGKILL)
+            results = [f.result(timeout=TIMEOUT) for f in futures]
+            for r, e in zip(results, expected * 2):
+                if isinstance(r, str):
+                    self.assertEqual(r, e)  # the other server's requests drained and completed
+            sys.stderr.write("kill: %d of %d requests completed\n" % (sum(isinstance(r, str) for r in results),
+                                                                       len(results)))
+            # 12 connections all hashed to one of the two servers: p = 2 ** -11
+            self.assertTrue(any(not isinstance(r, str) for r in results), results)
+            self.assertEqual(s.proc.wait(30), 1)
+            self.assertLess(time.time() - start, 30)
+            self.assertEqual(wait_gone(children), [])
+            self.assertRegex(s.log_text(), r"API server 1 \(process \d+\) was killed by signal 9")
+        finally:
+            pool.shutdown(wait=False)
+            s.stop()
+
+    def test_validate(self):
+        for extra, message in [
+            (["-asc", "2", "-dp", "2", "--data-parallel-size-local", "1", "--data-parallel-address", "127.0.0.1",
+              "--data-parallel-rpc-port", "1"], "several API servers need every engine they reach on this node"),
+            (["--api-server-count", "2", "--kv-transfer-config",
+              '{"kv_connector": "MoeserveConnector", "kv_role": "kv_producer"}'], "with --kv-transfer-config"),
+            (["--api-server-count", "65"], "--api-server-count must be in [1, 64]"),
+        ]:
+            with self.subTest(extra=extra):
+                env = {**os.environ, "MOESERVE_RANK_PLANE_KEY": "integration-test-rank-plane-key-0123456789"}
+                out = subprocess.run([ARGS.moeserve, "serve", ARGS.model, "--port", "0", *extra], capture_output=True,
+                                     timeout=30, env=env)
+                self.assertEqual(out.returncode, 2, out.stderr[-500:])
+                self.assertIn(message, out.stderr.decode())
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--moeserve", required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--suite", default=None)
+    ARGS, rest = parser.parse_known_args()
+    names = {"equal": "test_equal", "dp": "test_dp", "shutdown": "test_shutdown", "kill": "test_kill",
+             "validate": "test_validate"}
+    suite = unittest.TestSuite()
+    for key, name in names.items():
+        if ARGS.suite in (None, key):
+            suite.addTest(ApiServers(name))
+    result = unittest.TextTestRunner(verbosity=2).run(suite)
+    sys.exit(0 if result.wasSuccessful() else 1)
