@@ -44,7 +44,7 @@ REFUSED = [
     ("--ssl-certfile /nonexistent/c.pem", "needs both --ssl-certfile and --ssl-keyfile"),
     ("-pp 2", "no pipeline parallelism"),
     ("--api-server-count 0", "--api-server-count must be in [1, 64]"),
-    ("-asc 2 --headless", "cannot be used with --headless"),
+    ("-asc 2 --headless -dp 2 -dpr 1 -dpl 1 -dpa 127.0.0.1 -dpp 29599", "cannot be used with --headless"),
     ("--dtype float16", "--dtype float16: float16 is not run here"),
     ("--dtype half", "--dtype half: float16 is not run here"),
     ("--dtype int8", "expected auto, bfloat16 (bf16) or float32"),
