@@ -12,6 +12,8 @@ Suites (one CTest each):
             every child process gone, within a bounded time
   kill      SIGKILL of one API server process: its requests fail (connection closed), the other
             server's complete, the parent exits 1 and nothing is left running, within a bounded time
+  external_lb  -dp 2 -dpn 0 / -dpn 1, two API servers in each instance: greedy texts == one server's,
+            each instance's servers both answered, its engine only
   validate  --api-server-count with ranks on other nodes or with --kv-transfer-config is refused
             with one line naming the flag
 """
@@ -41,13 +43,14 @@ COMMON = ["--threads", "1", "--served-model-name", "tiny", "--max-model-len", "2
 class Server:
     """A `moeserve serve` process; with several API servers, ready once the parent says all are."""
 
-    def __init__(self, *extra):
+    def __init__(self, *extra, wait=True):
         self.port = None
         cmd = [ARGS.moeserve, "serve", "--model", ARGS.model, "--host", "127.0.0.1", "--port", "0", *COMMON, *extra]
         self.log = tempfile.TemporaryFile()  # an unread pipe could fill up and block the server
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
-        self.several = "--api-server-count" in extra
-        self.wait_ready()
+        self.several = "--api-server-count" in extra or "-asc" in extra
+        if wait:
+            self.wait_ready()
 
     def log_text(self):
         self.log.seek(0)
@@ -251,6 +254,35 @@ class ApiServers(unittest.TestCase):
             pool.shutdown(wait=False)
             s.stop()
 
+    def test_external_lb(self):
+        expected = reference_texts()
+        flags = ["-asc", "2", "-dp", "2", "--enable-expert-parallel"]
+        first = Server(*flags, "-dpn", "0", "-dpp", "0", wait=False)
+        second = None
+        try:
+            deadline = time.time() + 30
+            m = None
+            while m is None and time.time() < deadline and first.proc.poll() is None:
+                m = re.search(r"rendezvous store on \S+?:(\d+) ", first.log_text())
+                time.sleep(0.05)
+            self.assertIsNotNone(m, first.log_text())
+            second = Server(*flags, "-dpn", "1", "-dpp", m.group(1), wait=False)
+            first.wait_ready()
+            second.wait_ready()
+            rounds = 2
+            for index, s in enumerate([first, second]):
+                self.assertEqual(s.complete_all(PROMPTS * rounds), expected * rounds)
+                time.sleep(1.2)  # the other server's snapshot
+                m = s.metrics()
+                per_server = per_label(m, "moeserve:api_server_requests_total", "api_server")
+                self.assertEqual(sum(per_server.values()), len(PROMPTS) * rounds, per_server)
+                self.assertTrue(all(v > 0 for v in per_server.values()), per_server)
+                generated = per_label(m, "vllm:generation_tokens_total", "engine")
+                self.assertEqual(generated, {str(index): len(PROMPTS) * rounds * MAX_TOKENS})
+        finally:
+            codes = [s.stop() for s in (first, second) if s is not None]
+        self.assertEqual(codes, [0, 0])
+
     def test_validate(self):
         for extra, message in [
             (["-asc", "2", "-dp", "2", "--data-parallel-size-local", "1", "--data-parallel-address", "127.0.0.1",
@@ -274,7 +306,7 @@ if __name__ == "__main__":
     parser.add_argument("--suite", default=None)
     ARGS, rest = parser.parse_known_args()
     names = {"equal": "test_equal", "dp": "test_dp", "shutdown": "test_shutdown", "kill": "test_kill",
-             "validate": "test_validate"}
+             "external_lb": "test_external_lb", "validate": "test_validate"}
     suite = unittest.TestSuite()
     for key, name in names.items():
         if ARGS.suite in (None, key):
