@@ -8,10 +8,10 @@ Suites (one CTest each):
             /metrics scrape, whichever server answers, shows the same summed request counts
   dp        the same with --data-parallel-size 2 --enable-expert-parallel: both engines and both
             servers get requests
-  shutdown  SIGTERM on the parent with requests in flight on both servers: all complete, exit 0,
+  shutdown  SIGTERM on the parent with streams in flight on both servers: all complete, exit 0,
             every child process gone, within a bounded time
-  kill      SIGKILL of one API server process: its requests fail (connection closed), the other
-            server's complete, the parent exits 1 and nothing is left running, within a bounded time
+  kill      SIGKILL of one API server process with streams in flight on both: its streams break
+            off, the other server's complete, the parent exits 1 and nothing is left running, within a bounded time
   external_lb  -dp 2 -dpn 0 / -dpn 1, two API servers in each instance: greedy texts == one server's,
             each instance's servers both answered, its engine only
   validate  --api-server-count with ranks on other nodes or with --kv-transfer-config is refused
@@ -201,57 +201,74 @@ class ApiServers(unittest.TestCase):
         finally:
             self.assertEqual(s.stop(), 0)
 
+    def open_streams(self, s, n):
+        """n streams of 200 tokens, each known to be in flight (its first event read)."""
+        streams = []
+        for p in (PROMPTS * n)[:n]:
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=TIMEOUT)
+            c.request("POST", "/v1/completions", body=json.dumps(
+                {"prompt": p, "max_tokens": 200, "temperature": 0, "ignore_eos": True, "stream": True}),
+                headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            self.assertEqual(r.status, 200)
+            self.assertTrue(r.readline().startswith(b"data: "))
+            streams.append((c, r))
+        return streams
+
+    @staticmethod
+    def finish_streams(streams):
+        """Per stream: whether it ended normally (finish_reason length, then [DONE])."""
+        def finish(stream):
+            c, r = stream
+            try:
+                body = r.read()
+            except (OSError, http.client.HTTPException):  # its server is gone
+                return False
+            finally:
+                c.close()
+            return b'"finish_reason":"length"' in body and body.rstrip().endswith(b"data: [DONE]")
+
+        with concurrent.futures.ThreadPoolExecutor(len(streams)) as pool:
+            return list(pool.map(finish, streams))
+
     def test_shutdown(self):
-        expected = reference_texts(48)
-        s = Server("--api-server-count", "2")
+        s = Server("--api-server-count", "2", "--enable-log-requests")
         children = s.children()
         self.assertEqual(len(children), 3)  # one rank, two API servers
-        pool = concurrent.futures.ThreadPoolExecutor(12)
         try:
-            futures = [pool.submit(s.complete, p, 48) for p in PROMPTS * 2]
-            time.sleep(0.5)  # in flight
+            streams = self.open_streams(s, 12)
             start = time.time()
             s.proc.send_signal(signal.SIGTERM)
-            texts = [f.result(timeout=TIMEOUT) for f in futures]  # drained, not cut
-            self.assertEqual(texts, expected * 2)
+            self.assertEqual(self.finish_streams(streams), [True] * len(streams))  # drained, not cut
             self.assertEqual(s.proc.wait(30), 0)
             self.assertLess(time.time() - start, 30)
             self.assertEqual(wait_gone(children), [])
-            self.assertIn("the API servers drain", s.log_text())
+            log = s.log_text()
+            self.assertIn("the API servers drain", log)
+            # Both servers had streams unless all 12 connections went to one: p = 2 ** -11.
+            for server in ("api0", "api1"):
+                self.assertRegex(log, r"\[%s\] api: request \S+ finished: reason=length" % server)
         finally:
-            pool.shutdown(wait=False)
             s.stop()
 
     def test_kill(self):
-        expected = reference_texts(48)
         s = Server("--api-server-count", "2")
         children = s.children()
         victim = s.api_server_pid(1)
-        pool = concurrent.futures.ThreadPoolExecutor(12)
         try:
-            def attempt(p):
-                try:
-                    return s.complete(p, 48)
-                except (OSError, http.client.HTTPException) as e:  # its server is gone
-                    return e
-            futures = [pool.submit(attempt, p) for p in PROMPTS * 2]
-            time.sleep(0.5)
+            streams = self.open_streams(s, 12)
             start = time.time()
             os.kill(victim, signal.SIGKILL)
-            results = [f.result(timeout=TIMEOUT) for f in futures]
-            for r, e in zip(results, expected * 2):
-                if isinstance(r, str):
-                    self.assertEqual(r, e)  # the other server's requests drained and completed
-            sys.stderr.write("kill: %d of %d requests completed\n" % (sum(isinstance(r, str) for r in results),
-                                                                       len(results)))
-            # 12 connections all hashed to one of the two servers: p = 2 ** -11
-            self.assertTrue(any(not isinstance(r, str) for r in results), results)
+            done = self.finish_streams(streams)  # the other server drains: its streams end normally
+            sys.stderr.write("kill: %d of %d streams completed\n" % (sum(done), len(done)))
+            # Both servers had streams unless all 12 connections went to one: p = 2 ** -11.
+            self.assertIn(True, done)
+            self.assertIn(False, done)
             self.assertEqual(s.proc.wait(30), 1)
             self.assertLess(time.time() - start, 30)
             self.assertEqual(wait_gone(children), [])
             self.assertRegex(s.log_text(), r"API server 1 \(process \d+\) was killed by signal 9")
         finally:
-            pool.shutdown(wait=False)
             s.stop()
 
     def test_external_lb(self):

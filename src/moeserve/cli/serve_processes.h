@@ -207,8 +207,9 @@ private:
 };
 
 // The private folder of the ipc:// sockets, /tmp/moeserve-<pid> (mode 0700: only this user can
-// connect). Removed when destroyed; folders of earlier servers that no longer run (killed,
-// crashed) are removed when one is created.
+// connect; with --api-server-count also the servers' ready and metrics files, serve_command.h).
+// Removed when destroyed; folders of earlier servers that no longer run (killed, crashed) are
+// removed when one is created.
 class IpcDir {
 public:
     IpcDir() {
