@@ -5,7 +5,8 @@ over the same engines (stdlib only; every wait bounded).
 Suites (one CTest each):
   equal     many concurrent greedy requests (new connection each) == a single API server's texts;
             both servers answered some (moeserve:api_server_requests_total per server); every
-            /metrics scrape, whichever server answers, shows the same summed request counts
+            /metrics scrape, whichever server answers, shows the same summed request counts; a
+            second deployment on the same port is refused
   dp        the same with --data-parallel-size 2 --enable-expert-parallel: both engines and both
             servers get requests
   shutdown  SIGTERM on the parent with streams in flight on both servers: all complete, exit 0,
@@ -189,6 +190,11 @@ class ApiServers(unittest.TestCase):
         s = Server("--api-server-count", "2")
         try:
             self.check_equal(s, 1)
+            # A second deployment on the same port would share it silently (SO_REUSEPORT): refused.
+            out = subprocess.run([ARGS.moeserve, "serve", ARGS.model, "--port", str(s.port), "-asc", "2"],
+                                 capture_output=True, timeout=30)
+            self.assertEqual(out.returncode, 2, out.stderr[-500:])
+            self.assertIn("another process already listens there", out.stderr.decode())
             self.assertIn("[api0]", s.log_text())
             self.assertIn("[api1]", s.log_text())
         finally:

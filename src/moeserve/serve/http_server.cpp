@@ -675,6 +675,20 @@ ReservedPort::ReservedPort(const std::string& host, int port) {
     socklen_t size = static_cast<socklen_t>(bound.capacity());
     ::getsockname(fd_, bound.data(), &size);
     port_ = bound.port();
+    // Another process's SO_REUSEPORT listener (of the same user) on this port would silently take
+    // a share of our connections: nothing of ours listens yet, so any answer is a stranger's.
+    tcp::endpoint probe = bound;
+    if (probe.address().is_unspecified())
+        probe.address(probe.address().is_v6() ? net::ip::address(net::ip::address_v6::loopback())
+                                              : net::ip::address(net::ip::address_v4::loopback()));
+    const int client = ::socket(probe.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const bool taken = client >= 0 && ::connect(client, probe.data(), static_cast<socklen_t>(probe.size())) == 0;
+    if (client >= 0) ::close(client);
+    if (taken) {
+        ::close(fd_);
+        raise(ErrorCode::kIo, "cannot listen on {}:{}: another process already listens there (SO_REUSEPORT)", host,
+              port_);
+    }
 }
 
 ReservedPort::~ReservedPort() {
