@@ -35,6 +35,7 @@ STARTS = [
     "--max-model-len 512 --kv-cache-dtype bfloat16 --max-num-seqs 4",
     "--max-model-len 512 --scheduling-policy priority --enable-server-load-tracking --max-logprobs 5",
     "--max-model-len 512 --dtype float32 --enable-log-requests --disable-log-requests",
+    "--max-model-len 512 -asc 2",
 ]
 REFUSED = [
     ("--distributed-executor-backend ray -tp 1", "there is no Ray here"),
@@ -42,7 +43,8 @@ REFUSED = [
     ("--ssl-keyfile /nonexistent/k.pem --ssl-certfile /nonexistent/c.pem", "--ssl-certfile '/nonexistent/c.pem'"),
     ("--ssl-certfile /nonexistent/c.pem", "needs both --ssl-certfile and --ssl-keyfile"),
     ("-pp 2", "no pipeline parallelism"),
-    ("--api-server-count 2", "start an instance per rank with --data-parallel-rank"),
+    ("--api-server-count 0", "--api-server-count must be in [1, 64]"),
+    ("-asc 2 --headless -dp 2 -dpr 1 -dpl 1 -dpa 127.0.0.1 -dpp 29599", "cannot be used with --headless"),
     ("--dtype float16", "--dtype float16: float16 is not run here"),
     ("--dtype half", "--dtype half: float16 is not run here"),
     ("--dtype int8", "expected auto, bfloat16 (bf16) or float32"),

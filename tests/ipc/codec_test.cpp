@@ -20,6 +20,7 @@ AddRequest make_add() {
     a.sampling.ignore_eos = true;
     a.sampling.logprobs = 3;
     a.arrival_time = 12.25;
+    a.client_index = 3;
     return a;
 }
 
@@ -39,6 +40,7 @@ TEST(CodecTest, AddRequestRoundTrips) {
     EXPECT_EQ(b.sampling.logprobs, std::optional<int32_t>(3));
     EXPECT_FALSE(b.sampling.prompt_logprobs.has_value());
     EXPECT_EQ(b.arrival_time, 12.25);
+    EXPECT_EQ(b.client_index, 3);
 }
 
 TEST(CodecTest, AbortHealthShutdownRoundTrip) {
@@ -46,6 +48,7 @@ TEST(CodecTest, AbortHealthShutdownRoundTrip) {
     EXPECT_EQ(std::get<Abort>(abort).request_ids, (std::vector<std::string>{"a", "b"}));
     EXPECT_TRUE(std::holds_alternative<HealthCheck>(decode_client_message(encode(ClientMessage{HealthCheck{}}))));
     EXPECT_TRUE(std::holds_alternative<Shutdown>(decode_client_message(encode(ClientMessage{Shutdown{}}))));
+    EXPECT_EQ(std::get<Shutdown>(decode_client_message(encode(ClientMessage{Shutdown{2}}))).client_index, 2);
 }
 
 TEST(CodecTest, StepOutputsRoundTrip) {

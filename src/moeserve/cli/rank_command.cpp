@@ -36,7 +36,8 @@ struct RankOptions {
     EngineOptions engine;
     int rank = 0;
     int dp = 1, tp = 1, ep = 1;
-    std::string input_address, output_address;
+    // One of each per API server (--api-server-count), in server order.
+    std::vector<std::string> input_addresses, output_addresses;
     std::string store_host = "127.0.0.1";
     int store_port = 0;
     std::string gloo_iface, gloo_hostname;
@@ -44,11 +45,16 @@ struct RankOptions {
     int heartbeat_timeout_ms = 30000;
 };
 
-// The engine socket addresses (input, output): as given, or (kAddressFromStore) as the head
-// published them, read over one store connection.
-std::pair<std::string, std::string> engine_addresses(const RankOptions& o, int dp_rank) {
-    std::pair<std::string, std::string> out{o.input_address, o.output_address};
-    if (out.first != kAddressFromStore && out.second != kAddressFromStore) return out;
+// The engine socket addresses (inputs, outputs; one each per API server): as given, or
+// (kAddressFromStore, one API server) as the head published them, read over one store connection.
+std::pair<std::vector<std::string>, std::vector<std::string>> engine_addresses(const RankOptions& o, int dp_rank) {
+    if (o.input_addresses.size() != o.output_addresses.size()) {
+        raise(ErrorCode::kInvalidArgument, "rank: {} --input-address but {} --output-address", o.input_addresses.size(),
+              o.output_addresses.size());
+    }
+    if (o.input_addresses.size() != 1) return {o.input_addresses, o.output_addresses};
+    std::pair<std::string, std::string> out{o.input_addresses[0], o.output_addresses[0]};
+    if (out.first != kAddressFromStore && out.second != kAddressFromStore) return {{out.first}, {out.second}};
     parallel::TcpStore store(o.store_host, o.store_port, std::chrono::milliseconds(o.distributed_timeout_ms));
     const auto read = [&store](const std::string& key) {
         const std::vector<char> value = store.get(key);
@@ -56,7 +62,7 @@ std::pair<std::string, std::string> engine_addresses(const RankOptions& o, int d
     };
     if (out.first == kAddressFromStore) out.first = read(store_key_input_address(dp_rank));
     if (out.second == kAddressFromStore) out.second = read(store_key_output_address());
-    return out;
+    return {{out.first}, {out.second}};
 }
 
 int64_t total_ram_bytes() {
@@ -185,8 +191,8 @@ int run_rank(const RankOptions& o) {
                    "model %s loaded: %d KV blocks of %d tokens (%s, %lld bytes/token), resident %.1f MiB",
                    info.model_type.c_str(), ec.num_blocks, ec.block_size, engine.kv_cache_dtype.c_str(),
                    static_cast<long long>(info.kv_bytes_per_token), mib(resident_bytes()));
-    const auto [input_address, output_address] = engine_addresses(o, groups.dp_rank);
-    ipc::EngineChannel channel(input_address, output_address,
+    const auto [input_addresses, output_addresses] = engine_addresses(o, groups.dp_rank);
+    ipc::EngineChannel channel(input_addresses, output_addresses,
                                {.heartbeat_timeout_ms = o.heartbeat_timeout_ms, .rank_plane_key = key ? key : ""});
     engine::EngineProcOptions eo{.engine_index = groups.dp_rank};
     if (leader) eo.heartbeat_ms = static_cast<int>(std::min<int64_t>(eo.heartbeat_ms, keepalive_interval(o).count()));
@@ -212,8 +218,8 @@ void add_rank_command(CLI::App& app, std::function<int()>* action) {
     rank->add_option("--dp-size", r->dp);
     rank->add_option("--tp-size", r->tp);
     rank->add_option("--ep-size", r->ep);
-    rank->add_option("--input-address", r->input_address)->required();
-    rank->add_option("--output-address", r->output_address)->required();
+    rank->add_option("--input-address", r->input_addresses)->required();
+    rank->add_option("--output-address", r->output_addresses)->required();
     rank->add_option("--store-host", r->store_host);
     rank->add_option("--store-port", r->store_port);
     rank->add_option("--gloo-iface", r->gloo_iface);

@@ -27,6 +27,8 @@
 #include <thread>
 
 #include "moeserve/cli/commands.h"
+#include "moeserve/cli/serve_command.h"
+#include "moeserve/cli/serve_processes.h"
 #include "moeserve/cli/generation_config.h"
 #include "moeserve/cli/kv_transfer_config.h"
 #include "moeserve/cli/serve_layout.h"
@@ -65,305 +67,6 @@ std::vector<std::string> json_string_list(const char* flag, const std::string& t
               text);
     }
     return out;
-}
-
-struct ServeOptions {
-    EngineOptions engine;
-    ParallelFlags parallel;
-    std::vector<std::string> served_model_names;  // the first is reported
-    std::string chat_template;                    // a file, or the template itself
-    std::string root_path;
-    bool enable_log_requests = false;   // vLLM's default: off
-    bool disable_log_requests = false;  // vLLM's older flag; wins over --enable-log-requests
-    int max_log_len = -1;               // -1: prompts logged whole
-    // CORS (vLLM's flags: JSON lists; what was given, else the defaults).
-    std::string allowed_origins, allowed_methods, allowed_headers;
-    bool allow_credentials = false;
-    int max_logprobs = 20;
-    serve::HttpServerOptions::Tls tls;
-    bool enable_auto_tool_choice = false;
-    std::string tool_call_parser;
-    std::string reasoning_parser;
-    VllmFlags vllm;
-    std::string host = "127.0.0.1";
-    int port = 8000;
-    std::vector<std::string> api_keys;
-    std::vector<std::string> allowed_hosts;
-    bool trust_remote_code = false;
-    int http_threads = 1;
-    int api_workers = 4;
-    int max_connections = 0;
-    int max_choices_per_request = 256;
-    int64_t max_request_body_bytes = 16 << 20;
-    double drain_timeout = 30;
-    double engine_ready_timeout = 600;
-    double request_queue_timeout = 600;  // seconds; 0 = off
-    int heartbeat_timeout_ms = 30000;
-    double step_watchdog_timeout = -1;  // seconds; 0 = off, < 0 = half the heartbeat timeout
-    std::string rank_plane_key_file;
-};
-
-// fork + exec of this binary as a rank. The child ignores SIGINT and SIGTERM: a signal to the
-// whole process group (Ctrl-C, systemd's stop) must not kill the ranks under the requests the
-// head is still draining; the head stops them (Shutdown, then SIGKILL), and they die with it
-// (PR_SET_PDEATHSIG). env: the child's whole environment (built before fork: no allocation in
-// the child of a threaded parent).
-pid_t spawn_rank(const std::vector<std::string>& args, const std::vector<std::string>& env) {
-    std::vector<char*> argv, envp;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-    envp.push_back(nullptr);
-    const pid_t parent = getpid();
-    const pid_t pid = fork();
-    if (pid < 0) raise(ErrorCode::kIo, "fork of the rank process failed: {}", std::strerror(errno));
-    if (pid == 0) {
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, nullptr);
-        signal(SIGINT, SIG_IGN);  // kept across exec
-        signal(SIGTERM, SIG_IGN);
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(1);
-        execve("/proc/self/exe", argv.data(), envp.data());
-        _exit(127);
-    }
-    return pid;
-}
-
-// This process's environment with `name=value` set (replacing any earlier value).
-std::vector<std::string> environment_with(const std::string& name, const std::string& value) {
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-        if (std::string_view(*e).rfind(name + "=", 0) != 0) env.emplace_back(*e);
-    }
-    env.push_back(name + "=" + value);
-    return env;
-}
-
-std::string describe_status(int status) {
-    if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
-    if (WIFSIGNALED(status)) return fmt::format("was killed by signal {}", WTERMSIG(status));
-    return "stopped";
-}
-
-// The rank processes this node started, and which of them have exited (reaped by watch()).
-class RankProcesses {
-public:
-    struct Rank {
-        pid_t pid = 0;
-        int rank = 0;
-        bool exited = false;
-        int status = 0;
-    };
-
-    explicit RankProcesses(std::vector<std::string> env) : env_(std::move(env)) {}
-
-    void spawn(const std::vector<std::string>& argv, int rank) {
-        std::lock_guard lock(mutex_);
-        ranks_.push_back({spawn_rank(argv, env_), rank});
-    }
-    bool empty() const {
-        std::lock_guard lock(mutex_);
-        return ranks_.empty();
-    }
-    std::vector<Rank> snapshot() const {
-        std::lock_guard lock(mutex_);
-        return ranks_;
-    }
-    // Reaps children until all have exited; on_exit(rank) for each (watcher thread).
-    template <typename F>
-    void watch(F&& on_exit) {
-        while (true) {
-            int status = 0;
-            const pid_t pid = waitpid(-1, &status, 0);
-            if (pid < 0) return;  // no children left
-            Rank exited;
-            {
-                std::lock_guard lock(mutex_);
-                for (auto& r : ranks_) {
-                    if (r.pid == pid) {
-                        r.exited = true;
-                        r.status = status;
-                        exited = r;
-                    }
-                }
-            }
-            if (exited.pid != 0) on_exit(exited);
-        }
-    }
-    bool all_exited() const {
-        std::lock_guard lock(mutex_);
-        for (const auto& r : ranks_)
-            if (!r.exited) return false;
-        return true;
-    }
-    void kill_all() const {
-        std::lock_guard lock(mutex_);
-        for (const auto& r : ranks_)
-            if (!r.exited) kill(r.pid, SIGKILL);
-    }
-    // Kills the ranks of DP rank dp_rank (global ranks dp_rank * tp .. + tp - 1).
-    void kill_group(int dp_rank, int tp) const {
-        std::lock_guard lock(mutex_);
-        for (const auto& r : ranks_)
-            if (!r.exited && r.rank / tp == dp_rank) kill(r.pid, SIGKILL);
-    }
-    // Waits up to timeout_s for every rank to exit (someone runs watch()), then kills the rest.
-    void wait_or_kill(double timeout_s) const {
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-        while (!all_exited() && std::chrono::steady_clock::now() < deadline) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-        kill_all();
-    }
-
-private:
-    const std::vector<std::string> env_;
-    mutable std::mutex mutex_;
-    std::vector<Rank> ranks_;
-};
-
-// SIGINT / SIGTERM, taken by one thread (blocked in every other thread, before any starts).
-class SignalWatcher {
-public:
-    SignalWatcher() {
-        sigemptyset(&set_);
-        sigaddset(&set_, SIGTERM);
-        sigaddset(&set_, SIGINT);
-        pthread_sigmask(SIG_BLOCK, &set_, nullptr);
-        signal(SIGPIPE, SIG_IGN);
-    }
-    ~SignalWatcher() {
-        quit_ = true;
-        if (thread_.joinable()) thread_.join();
-    }
-    void start() {
-        thread_ = std::thread([this] {
-            while (!quit_) {
-                const timespec tick{0, 100'000'000};
-                const int sig = sigtimedwait(&set_, nullptr, &tick);
-                if (sig <= 0) continue;
-                std::lock_guard lock(mutex_);
-                last_ = sig;
-                ++count_;
-                cv_.notify_all();
-            }
-        });
-    }
-    // Signals received so far (the first asks for a drain, a second for an immediate stop).
-    int count() const {
-        std::lock_guard lock(mutex_);
-        return count_;
-    }
-    int last() const {
-        std::lock_guard lock(mutex_);
-        return last_;
-    }
-    // Waits until more than `seen` signals arrived, at most timeout; the count then.
-    int wait_beyond(int seen, std::chrono::milliseconds timeout) {
-        std::unique_lock lock(mutex_);
-        cv_.wait_for(lock, timeout, [&] { return count_ > seen; });
-        return count_;
-    }
-
-private:
-    sigset_t set_;
-    std::atomic<bool> quit_{false};
-    mutable std::mutex mutex_;
-    std::condition_variable cv_;
-    int count_ = 0, last_ = 0;
-    std::thread thread_;
-};
-
-// Runs fn when the scope ends, however it ends (the cleanup of a failed startup).
-class ScopeExit {
-public:
-    explicit ScopeExit(std::function<void()> fn) : fn_(std::move(fn)) {}
-    ~ScopeExit() {
-        if (fn_) fn_();
-    }
-    ScopeExit(const ScopeExit&) = delete;
-    ScopeExit& operator=(const ScopeExit&) = delete;
-
-private:
-    std::function<void()> fn_;
-};
-
-// The private folder of the ipc:// sockets, /tmp/moeserve-<pid> (mode 0700: only this user can
-// connect). Removed when destroyed; folders of earlier servers that no longer run (killed,
-// crashed) are removed when one is created.
-class IpcDir {
-public:
-    IpcDir() {
-        remove_stale();
-        path_ = std::filesystem::temp_directory_path() / fmt::format("moeserve-{}", getpid());
-        std::error_code ignored;
-        std::filesystem::remove_all(path_, ignored);  // a dead server's, whose pid we now have
-        if (mkdir(path_.c_str(), 0700) != 0) {
-            raise(ErrorCode::kIo, "cannot create the ipc folder {}: {}", path_.string(), std::strerror(errno));
-        }
-    }
-    ~IpcDir() {
-        std::error_code ignored;
-        std::filesystem::remove_all(path_, ignored);
-    }
-    std::string path() const { return path_.string(); }
-
-private:
-    static void remove_stale() {
-        std::error_code ec;
-        for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::temp_directory_path(), ec)) {
-            const std::string name = entry.path().filename().string();
-            if (name.rfind("moeserve-", 0) != 0 || name.size() == 9) continue;
-            if (name.find_first_not_of("0123456789", 9) != std::string::npos) continue;
-            struct stat st {};
-            if (stat(entry.path().c_str(), &st) != 0 || st.st_uid != getuid()) continue;
-            const long pid = std::strtol(name.c_str() + 9, nullptr, 10);
-            if (pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
-                std::filesystem::remove_all(entry.path(), ec);
-            }
-        }
-    }
-    std::filesystem::path path_;
-};
-
-// The deployment's rank-plane key (ipc/auth.h): --rank-plane-key-file, else the environment,
-// else (all ranks on this node) a fresh one. Ranks on other nodes must be given the same key.
-std::string rank_plane_key(const ServeOptions& o, const Deployment& d) {
-    if (!o.rank_plane_key_file.empty()) {
-        std::string key = read_text_file(o.rank_plane_key_file);
-        while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
-        return key;
-    }
-    if (const char* key = std::getenv(ipc::kRankPlaneKeyEnv); key && *key) return key;
-    if (d.local_sockets()) return ipc::random_rank_plane_key();  // the engine sockets are this node's
-    raise(ErrorCode::kInvalidArgument,
-          "ranks on several nodes need the same rank-plane key on every node: set {} "
-          "(32+ random characters, e.g. from `head -c 32 /dev/urandom | xxd -p -c 64`) or --rank-plane-key-file",
-          ipc::kRankPlaneKeyEnv);
-}
-
-// Compute threads per rank: --threads, else the host's cores divided between its ranks.
-int threads_per_rank(const EngineOptions& e, int local_ranks) {
-    if (e.threads > 0) return e.threads;
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    return std::max(1, cores / std::max(1, local_ranks));
-}
-
-// Starts this node's ranks: DP ranks [start, start + local) x every tp_rank.
-void spawn_local_ranks(RankProcesses& ranks, const EngineOptions& e, const Deployment& d, int store_port,
-                       const std::string& ipc_dir, Logger& logger) {
-    const int threads = threads_per_rank(e, d.local * d.sizes.tp);
-    for (int dp_rank = d.start; dp_rank < d.start + d.local; ++dp_rank) {
-        for (int tp_rank = 0; tp_rank < d.sizes.tp; ++tp_rank) {
-            const int rank = dp_rank * d.sizes.tp + tp_rank;
-            ranks.spawn(rank_argv(e, d, rank, store_port, ipc_dir, threads), rank);
-        }
-    }
-    MOESERVE_LOG_I(
-        logger, "api", "started %d rank processes (DP ranks %d..%d, tp %d, ep %d, %d threads each); loading %s",
-        d.local * d.sizes.tp, d.start, d.start + d.local - 1, d.sizes.tp, d.sizes.ep, threads, e.model.c_str());
 }
 
 // ---- a --headless node: only ranks ----
@@ -434,6 +137,34 @@ void drain(const ServeOptions& o, serve::EngineClient& engines, SignalWatcher& s
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let the last answers go out
 }
 
+// --api-server-count: what runs with it, else one sentence saying why not.
+void check_api_server_count(const ServeOptions& o, const Deployment& d, const engine::KvTransferConfig& kv_transfer) {
+    const int n = o.vllm.api_server_count;
+    if (n < 1 || n > kMaxApiServers) {
+        raise(ErrorCode::kInvalidArgument,
+              "--api-server-count must be in [1, {}]; got {} (a node without an API server is --headless)",
+              kMaxApiServers, n);
+    }
+    if (n == 1) return;
+    if (o.parallel.headless) {
+        raise(ErrorCode::kInvalidArgument,
+              "--api-server-count {} cannot be used with --headless (a headless node runs no API server)", n);
+    }
+    if (!d.local_sockets()) {
+        raise(ErrorCode::kInvalidArgument,
+              "--api-server-count {}: several API servers need every engine they reach on this node (all DP ranks "
+              "here, or one DP rank per instance with --data-parallel-rank); engines on other nodes reach one API "
+              "server only",
+              n);
+    }
+    if (kv_transfer.role != engine::KvTransferConfig::Role::kNone) {
+        raise(ErrorCode::kInvalidArgument,
+              "--api-server-count {} with --kv-transfer-config is not supported: run one API server per PD "
+              "instance (moeserve proxy spreads the requests)",
+              n);
+    }
+}
+
 int run_serve(ServeOptions o) {
     const auto config = read_model_config(o.engine.model);
     o.engine.max_model_len = resolve_max_model_len(o.engine, config);
@@ -457,9 +188,16 @@ int run_serve(ServeOptions o) {
         }
     }
     d.heartbeat_timeout_ms = o.heartbeat_timeout_ms;
+    check_api_server_count(o, d, kv_transfer);
+    d.api_servers = o.vllm.api_server_count;
     if (o.parallel.headless) return run_headless(o, d);
+    if (d.api_servers > 1 && o.api_server_index < 0) return run_api_servers(o, d);
+    // One API server of several (--api-server-count): the parent runs the ranks and the store and
+    // owns the run folder; this process serves on the port it reserved, with its own sockets.
+    const int server_index = std::max(0, o.api_server_index);
+    const bool one_of_several = o.api_server_index >= 0;
 
-    Logger logger("api", parse_log_level(o.engine.log_level));
+    Logger logger(one_of_several ? fmt::format("api{}", server_index) : "api", parse_log_level(o.engine.log_level));
     for (const auto& note : o.vllm.no_effect)
         MOESERVE_LOG_I(logger, "api", "flag with no effect here: %s", note.c_str());
     const auto tok = tokenizer::Tokenizer::from_dir(o.engine.tokenizer_dir());
@@ -515,8 +253,10 @@ int run_serve(ServeOptions o) {
         MOESERVE_LOG_I(logger, "api", "sampling defaults and EOS ids from %s (--generation-config)",
                        gen.source.c_str());
 
-    SignalWatcher signals;  // first: blocks SIGINT/SIGTERM before any thread starts
-    rlimit files{};         // one descriptor per connection: allow as many as the hard limit does
+    // First: blocks the signals before any thread starts. One of several API servers is stopped by
+    // its parent with SIGUSR1 (it ignores SIGINT/SIGTERM, as the ranks do).
+    SignalWatcher signals(one_of_several ? std::vector<int>{SIGUSR1} : std::vector<int>{SIGTERM, SIGINT});
+    rlimit files{};  // one descriptor per connection: allow as many as the hard limit does
     if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
         files.rlim_cur = files.rlim_max;
         setrlimit(RLIMIT_NOFILE, &files);
@@ -526,24 +266,25 @@ int run_serve(ServeOptions o) {
     // It serves only once the router exists (run() below).
     serve::Router* router_ptr = nullptr;
     serve::HttpServer server({.host = o.host,
-                              .port = o.port,
+                              .port = one_of_several ? o.api_server_port : o.port,
                               .num_threads = o.http_threads,
                               .max_body_bytes = static_cast<size_t>(o.max_request_body_bytes),
                               .max_connections = o.max_connections,
                               .logger = &logger,
                               .cors = cors,
-                              .tls = o.tls},
+                              .tls = o.tls,
+                              .reuse_port = one_of_several},
                              [&router_ptr](serve::HttpRequest r, std::shared_ptr<serve::Responder> s) {
                                  router_ptr->handle(std::move(r), std::move(s));
                              });
     const std::string key = rank_plane_key(o, d);
     std::optional<IpcDir> ipc_dir;
-    if (d.local_sockets()) ipc_dir.emplace();
-    const std::string ipc_path = ipc_dir ? ipc_dir->path() : "";
+    if (d.local_sockets() && !one_of_several) ipc_dir.emplace();
+    const std::string ipc_path = one_of_several ? o.api_server_run_dir : ipc_dir ? ipc_dir->path() : "";
     // The rendezvous store of the ranks' Gloo world (more than one rank only).
     std::unique_ptr<parallel::TcpStoreServer> store;
     int store_port = d.rpc_port;
-    if (d.world() > 1 && d.start == 0) {  // external load balancing: DP rank 0's instance hosts it
+    if (d.world() > 1 && d.start == 0 && !one_of_several) {  // external LB: DP rank 0's instance hosts it
         store = parallel::TcpStoreServer::start(d.address, d.rpc_port);
         store_port = store->port();
         MOESERVE_LOG_I(logger, "api", "rendezvous store on %s:%d for %d ranks (dp %d, tp %d, ep %d)", d.address.c_str(),
@@ -552,17 +293,19 @@ int run_serve(ServeOptions o) {
     // The engines this API server reaches: every DP rank, or (external load balancing) its own.
     const int first_engine = d.external_lb ? d.start : 0;
     const int num_engines = d.external_lb ? d.local : d.sizes.dp;
-    serve::EngineClientOptions eco{.output_address = d.local_sockets() ? d.output_address(ipc_path) : d.bind_address(),
-                                   .input_addresses = {},
-                                   .heartbeat_timeout_ms = o.heartbeat_timeout_ms,
-                                   .step_watchdog_ms = o.step_watchdog_timeout < 0
-                                                           ? o.heartbeat_timeout_ms / 2
-                                                           : static_cast<int>(o.step_watchdog_timeout * 1000),
-                                   .queue_timeout_ms = static_cast<int>(o.request_queue_timeout * 1000),
-                                   .rank_plane_key = key,
-                                   .first_engine_index = first_engine};
+    serve::EngineClientOptions eco{
+        .output_address = d.local_sockets() ? d.output_address(ipc_path, server_index) : d.bind_address(),
+        .input_addresses = {},
+        .heartbeat_timeout_ms = o.heartbeat_timeout_ms,
+        .step_watchdog_ms =
+            o.step_watchdog_timeout < 0 ? o.heartbeat_timeout_ms / 2 : static_cast<int>(o.step_watchdog_timeout * 1000),
+        .queue_timeout_ms = static_cast<int>(o.request_queue_timeout * 1000),
+        .rank_plane_key = key,
+        .first_engine_index = first_engine,
+        .client_index = server_index};
     for (int i = first_engine; i < first_engine + num_engines; ++i)
-        eco.input_addresses.push_back(d.local_sockets() ? d.input_address(ipc_path, i) : d.bind_address());
+        eco.input_addresses.push_back(d.local_sockets() ? d.input_address(ipc_path, i, server_index)
+                                                        : d.bind_address());
     serve::EngineClient engines(eco, logger);
     if (!d.local_sockets()) {  // tell the ranks on other nodes where the engine sockets are
         parallel::TcpStore publish(d.address, store_port, std::chrono::milliseconds(d.timeout_ms));
@@ -577,24 +320,44 @@ int run_serve(ServeOptions o) {
                             {"cache_dtype", o.engine.kv_cache_dtype},
                             {"enable_prefix_caching", o.engine.enable_prefix_caching ? "True" : "False"},
                             {"gpu_memory_utilization", fmt::format("{}", o.engine.gpu_memory_utilization)}});
+    if (one_of_several) {  // /metrics adds the other servers' request and HTTP counts
+        std::vector<std::string> others;
+        for (int i = 0; i < d.api_servers; ++i)
+            if (i != server_index) others.push_back(api_server_metrics_file(ipc_path, i));
+        metrics.share(server_index, api_server_metrics_file(ipc_path, server_index), others);
+    }
     serve::Router router(rc, tok, engines, metrics, logger);  // a malformed chat template fails here
     router_ptr = &router;
     const auto started = std::chrono::steady_clock::now();
     RankProcesses ranks(environment_with(ipc::kRankPlaneKeyEnv, key));
     std::atomic<bool> stopping{false};
-    std::thread watcher, http;
+    std::thread watcher, http, snapshots;
     ScopeExit cleanup([&] {  // however run_serve ends: nothing left running, nothing left behind
         stopping = true;
+        if (snapshots.joinable()) snapshots.join();
         server.stop();
         if (http.joinable()) http.join();
         engines.shutdown();
         ranks.wait_or_kill(ranks.all_exited() ? 0 : 5);
         if (watcher.joinable()) watcher.join();
     });
-    spawn_local_ranks(ranks, o.engine, d, store_port, ipc_path, logger);
+    if (!one_of_several) spawn_local_ranks(ranks, o.engine, d, store_port, ipc_path, logger);
+    // One of several API servers learns of a dead rank from its parent's file (no waitpid here).
+    bool engines_dead = false;
+    const auto check_engines_dead = [&] {
+        if (!one_of_several || engines_dead) return false;
+        std::error_code ec;
+        if (!std::filesystem::exists(engines_dead_file(ipc_path), ec)) return false;
+        engines_dead = true;
+        const std::string reason = read_text_file(engines_dead_file(ipc_path));
+        MOESERVE_LOG_E(logger, "api", "%s", reason.c_str());
+        for (int i = 0; i < num_engines; ++i) engines.mark_dead(i, reason);
+        return true;
+    };
     // A rank that exits while we serve: when the DP groups step in lock-step (EP across them), one
     // missing rank stops them all (the others' collectives time out and exit), so every engine's
     // requests fail; otherwise only its own DP group's engine is lost and the others keep serving.
+    // (Several API servers learn of it from the parent's file, which marks every engine dead.)
     const bool lockstep = parallel::dp_groups_step_together(d.sizes);
     watcher = std::thread([&] {
         ranks.watch([&](const RankProcesses::Rank& r) {
@@ -611,13 +374,17 @@ int run_serve(ServeOptions o) {
     });
     signals.start();
     // Serving from now on: /health says 503 and generation requests get 503 until the engines are up.
-    http = std::thread([&server] { server.run(); });
+    // One of several API servers serves only once its engines are: until then its connections
+    // wait in the listen backlog, so a client never meets a server that is not ready while
+    // another one is (the kernel picks the server per connection).
+    if (!one_of_several) http = std::thread([&server] { server.run(); });
     MOESERVE_LOG_I(logger, "api", "listening on %s://%s:%d (max %d connections); waiting for the engines",
                    o.tls.cert_file.empty() ? "http" : "https", o.host.c_str(), server.port(), server.max_connections());
 
     // Wait for every DP engine (local and remote), but not for ranks that died, nor past a signal.
     const auto deadline = started + std::chrono::duration<double>(o.engine_ready_timeout);
     while (!engines.wait_ready(200)) {
+        if (check_engines_dead()) raise(ErrorCode::kUnavailable, "a rank process exited during startup");
         if (signals.count() > 0) {
             MOESERVE_LOG_I(logger, "api", "signal %d before the engines were ready: stopping", signals.last());
             return 0;
@@ -636,14 +403,26 @@ int run_serve(ServeOptions o) {
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     MOESERVE_LOG_I(logger, "api", "serving %s on %s://%s:%d", rc.limits.served_model_name.c_str(),
                    o.tls.cert_file.empty() ? "http" : "https", o.host.c_str(), server.port());
-    std::fprintf(stderr,
-                 "try: curl http://%s:%d/v1/completions -H 'Content-Type: application/json'%s -d '{\"model\": \"%s\", "
-                 "\"prompt\": \"Hello\", \"max_tokens\": 16}'\n",
-                 o.host.c_str(), server.port(),
-                 o.api_keys.empty() ? "" : " -H 'Authorization: Bearer $MOESERVE_API_KEY'",
-                 rc.limits.served_model_name.c_str());
+    if (one_of_several) {
+        http = std::thread([&server] { server.run(); });
+        snapshots = std::thread([&] {
+            while (!stopping) {
+                metrics.write_snapshot(engines.num_in_flight());
+                for (int i = 0; i < 5 && !stopping; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            }
+        });
+        write_text_file(api_server_ready_file(ipc_path, server_index), "ready\n");
+    } else {
+        std::fprintf(
+            stderr,
+            "try: curl http://%s:%d/v1/completions -H 'Content-Type: application/json'%s -d '{\"model\": \"%s\", "
+            "\"prompt\": \"Hello\", \"max_tokens\": 16}'\n",
+            o.host.c_str(), server.port(), o.api_keys.empty() ? "" : " -H 'Authorization: Bearer $MOESERVE_API_KEY'",
+            rc.limits.served_model_name.c_str());
+    }
 
-    while (signals.wait_beyond(0, std::chrono::seconds(1)) == 0) {
+    while (signals.wait_beyond(0, std::chrono::milliseconds(one_of_several ? 200 : 1000)) == 0) {
+        check_engines_dead();
     }
     MOESERVE_LOG_I(logger, "api", "signal %d: draining (up to %.0f s; a second signal stops at once)", signals.last(),
                    o.drain_timeout);
@@ -651,6 +430,8 @@ int run_serve(ServeOptions o) {
     server.stop_accepting();
     drain(o, engines, signals, logger);
     stopping = true;
+    if (snapshots.joinable()) snapshots.join();
+    if (one_of_several) metrics.write_snapshot(engines.num_in_flight());
     engines.shutdown();
     ranks.wait_or_kill(10);
     MOESERVE_LOG_I(logger, "api", "stopped");
@@ -727,6 +508,10 @@ void add_serve_command(CLI::App& app, Action* action) {
                     "file with the key that authenticates the engine sockets "
                     "(else env MOESERVE_RANK_PLANE_KEY; a single node makes its own)");
     sub->add_flag("--trust-remote-code", o->trust_remote_code, "accepted for vllm compatibility; no effect");
+    // Hidden: what the parent of --api-server-count > 1 tells each API server process it starts.
+    sub->add_option("--api-server-index", o->api_server_index)->group("");
+    sub->add_option("--api-server-run-dir", o->api_server_run_dir)->group("");
+    sub->add_option("--api-server-port", o->api_server_port)->group("");
     auto& p = o->parallel;
     sub->add_option("--data-parallel-size", p.data_parallel_size, "DP groups (engine cores) in the deployment")
         ->capture_default_str();

@@ -120,13 +120,15 @@ void add_engine_options(CLI::App* sub, EngineOptions& o, bool positional_model) 
 // Across nodes the API server binds its ZeroMQ sockets on ports the kernel picks (never ports
 // guessed from the rendezvous port: an outgoing connection may hold one) and publishes them in
 // the rendezvous store; the ranks read them there (kAddressFromStore).
-std::string Deployment::output_address(const std::string& ipc_dir) const {
-    if (local_sockets()) return "ipc://" + ipc_dir + "/out";
+// API server 0 keeps the names of the one-server deployment; server s > 0 adds ".s<s>".
+std::string Deployment::output_address(const std::string& ipc_dir, int server) const {
+    if (local_sockets()) return "ipc://" + ipc_dir + "/out" + (server == 0 ? "" : fmt::format(".s{}", server));
     return kAddressFromStore;
 }
 
-std::string Deployment::input_address(const std::string& ipc_dir, int engine) const {
-    if (local_sockets()) return fmt::format("ipc://{}/in{}", ipc_dir, engine);
+std::string Deployment::input_address(const std::string& ipc_dir, int engine, int server) const {
+    if (local_sockets())
+        return fmt::format("ipc://{}/in{}{}", ipc_dir, engine, server == 0 ? "" : fmt::format(".s{}", server));
     return kAddressFromStore;
 }
 
@@ -258,10 +260,6 @@ std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, 
                                   std::to_string(d.sizes.tp),
                                   "--ep-size",
                                   std::to_string(d.sizes.ep),
-                                  "--input-address",
-                                  d.input_address(ipc_dir, dp_rank),
-                                  "--output-address",
-                                  d.output_address(ipc_dir),
                                   "--store-host",
                                   d.address,
                                   "--store-port",
@@ -286,6 +284,10 @@ std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, 
                                   std::to_string(threads),
                                   "--log-level",
                                   e.log_level};
+    for (int s = 0; s < d.api_servers; ++s) {  // the engine connects to every API server
+        a.insert(a.end(), {"--input-address", d.input_address(ipc_dir, dp_rank, s), "--output-address",
+                           d.output_address(ipc_dir, s)});
+    }
     if (!d.gloo_iface.empty()) a.insert(a.end(), {"--gloo-iface", d.gloo_iface});
     if (!d.gloo_hostname.empty()) a.insert(a.end(), {"--gloo-hostname", d.gloo_hostname});
     if (!e.kv_cache_memory.empty()) a.insert(a.end(), {"--kv-cache-memory", e.kv_cache_memory});

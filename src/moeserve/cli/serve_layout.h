@@ -70,13 +70,16 @@ struct Deployment {
     std::string gloo_hostname;  // the address ranks bind when no interface is named
     int timeout_ms = 30000;
     int heartbeat_timeout_ms = 30000;  // --heartbeat-timeout-ms: the engine sockets' liveness bound
+    // --api-server-count: API server processes, each with its own engine sockets (local_sockets()
+    // only); every engine connects to all of them.
+    int api_servers = 1;
 
     int world() const { return sizes.world(); }
-    // The API server's PULL socket and engine i's PUSH socket as the ranks are told: under
-    // ipc_dir when all_local, else kAddressFromStore (the head binds bind_address() and
-    // publishes what it got under the store keys below).
-    std::string output_address(const std::string& ipc_dir) const;
-    std::string input_address(const std::string& ipc_dir, int engine) const;
+    // API server `server`'s PULL socket and its PUSH socket of engine i as the ranks are told:
+    // under ipc_dir when local_sockets(), else kAddressFromStore (the head binds bind_address()
+    // and publishes what it got under the store keys below; one API server only).
+    std::string output_address(const std::string& ipc_dir, int server = 0) const;
+    std::string input_address(const std::string& ipc_dir, int engine, int server = 0) const;
     std::string bind_address() const;  // tcp://address:* (a port the kernel picks)
 };
 

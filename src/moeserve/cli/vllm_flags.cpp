@@ -98,7 +98,8 @@ void add_vllm_flags(CLI::App* sub, VllmFlags& f) {
     sub->add_option("--pipeline-parallel-size", f.pipeline_parallel_size, "1 (pipeline parallelism is refused)")
         ->group(group)
         ->capture_default_str();
-    sub->add_option("--api-server-count", f.api_server_count, "1 (one API server process)")
+    sub->add_option("--api-server-count", f.api_server_count,
+                    "-asc: API server processes on the one --port (SO_REUSEPORT), each reaching every engine")
         ->group(group)
         ->capture_default_str();
 }
@@ -110,6 +111,7 @@ std::vector<std::string> expand_vllm_short_flags(int argc, char** argv) {
         {"-dp", "--data-parallel-size"},        {"-dpl", "--data-parallel-size-local"},
         {"-dpr", "--data-parallel-start-rank"}, {"-dpa", "--data-parallel-address"},
         {"-dpp", "--data-parallel-rpc-port"},   {"-dpn", "--data-parallel-rank"},
+        {"-asc", "--api-server-count"},
     };
     std::vector<std::string> out;
     for (int i = 0; i < argc; ++i) {
@@ -145,11 +147,6 @@ void check_vllm_flags(const VllmFlags& f) {
         unsupported("--pipeline-parallel-size", std::to_string(f.pipeline_parallel_size),
                     "no pipeline parallelism: use --tensor-parallel-size and "
                     "--data-parallel-size with --enable-expert-parallel");
-    }
-    if (f.api_server_count != 1) {
-        unsupported("--api-server-count", std::to_string(f.api_server_count),
-                    "one API server process per deployment reaches every engine here; for one API server per DP rank "
-                    "start an instance per rank with --data-parallel-rank (external load balancing)");
     }
 }
 

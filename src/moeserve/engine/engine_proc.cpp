@@ -4,6 +4,8 @@
 #include <chrono>
 #include <variant>
 
+#include "moeserve/ipc/client_routing.h"
+
 namespace moeserve::engine {
 
 namespace {
@@ -13,24 +15,26 @@ using Clock = std::chrono::steady_clock;
 // How often an engine with nothing to run but KV fetches in flight looks whether they are done.
 constexpr int kKvPollMs = 2;
 
-// Applies one message; false on Shutdown.
-bool apply(EngineCore& core, ipc::EngineChannel& channel, const ipc::ClientMessage& message, int32_t engine_index) {
+// Applies one message; false on Shutdown (from every API server).
+bool apply(EngineCore& core, ipc::EngineChannel& channel, ipc::ClientRouting& routing,
+           const ipc::ClientMessage& message, int32_t engine_index) {
     if (const auto* add = std::get_if<ipc::AddRequest>(&message)) {
+        routing.on_add(*add);
         core.add_request(*add);
     } else if (const auto* abort = std::get_if<ipc::Abort>(&message)) {
         core.abort(*abort);
     } else if (std::holds_alternative<ipc::HealthCheck>(message)) {
         channel.send(ipc::HealthReply{engine_index, true, "ok"});
-    } else if (std::holds_alternative<ipc::Shutdown>(message)) {
-        return false;
+    } else if (const auto* shutdown = std::get_if<ipc::Shutdown>(&message)) {
+        return !routing.on_shutdown(*shutdown);
     }
     return true;
 }
 
 // Receives everything queued, the first message waiting up to timeout_ms. False on Shutdown.
 // `received` tells whether anything came.
-bool drain(EngineCore& core, ipc::EngineChannel& channel, Logger& logger, int timeout_ms, int32_t engine_index,
-           bool& received) {
+bool drain(EngineCore& core, ipc::EngineChannel& channel, ipc::ClientRouting& routing, Logger& logger, int timeout_ms,
+           int32_t engine_index, bool& received) {
     received = false;
     while (true) {
         std::optional<ipc::ClientMessage> message;
@@ -43,15 +47,17 @@ bool drain(EngineCore& core, ipc::EngineChannel& channel, Logger& logger, int ti
         if (!message) return true;
         received = true;
         timeout_ms = 0;
-        if (!apply(core, channel, *message, engine_index)) return false;
+        if (!apply(core, channel, routing, *message, engine_index)) return false;
     }
 }
 
 // Cumulative seconds in send_outputs (encode + send), reported in the next StepOutputs' stats.
 thread_local double output_seconds = 0;  // per engine thread (tests run several in one process)
 
-void send_outputs(EngineCore& core, ipc::EngineChannel& channel, Logger& logger, int32_t engine_index,
-                  std::vector<ipc::RequestOutput> outputs, const DpCounters* dp = nullptr) {
+// With several API servers each gets the outputs of its own requests and the same stats (so
+// each sees every engine's load, liveness and progress).
+void send_outputs(EngineCore& core, ipc::EngineChannel& channel, ipc::ClientRouting& routing, Logger& logger,
+                  int32_t engine_index, std::vector<ipc::RequestOutput> outputs, const DpCounters* dp = nullptr) {
     const auto start = Clock::now();
     ipc::StepOutputs step;  // empty outputs: a heartbeat (liveness plus fresh stats)
     step.engine_index = engine_index;
@@ -67,7 +73,16 @@ void send_outputs(EngineCore& core, ipc::EngineChannel& channel, Logger& logger,
         step.stats.forward_seconds = dp->forward_seconds;
     }
     step.stats.step_output_seconds = output_seconds;
-    if (!channel.send(step)) MOESERVE_LOG_E(logger, "engine", "could not send step outputs to the API server");
+    if (routing.num_clients() == 1) {
+        if (!channel.send(step)) MOESERVE_LOG_E(logger, "engine", "could not send step outputs to the API server");
+    } else {
+        auto per_client = routing.split(std::move(step.outputs));
+        for (int c = 0; c < routing.num_clients(); ++c) {
+            step.outputs = std::move(per_client[static_cast<size_t>(c)]);
+            if (!channel.send(c, step))
+                MOESERVE_LOG_E(logger, "engine", "could not send step outputs to API server %d", c);
+        }
+    }
     output_seconds += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
@@ -83,6 +98,7 @@ int fail(ipc::EngineChannel& channel, Logger& logger, int32_t engine_index, cons
 int run_engine_loop(EngineCore& core, ipc::EngineChannel& channel, Logger& logger, const EngineProcOptions& options) {
     channel.send(ipc::HealthReply{options.engine_index, true, "ready"});
     MOESERVE_LOG_I(logger, "engine", "engine %d ready", options.engine_index);
+    ipc::ClientRouting routing(channel.num_clients());
     auto last_sent = Clock::now() - std::chrono::milliseconds(options.heartbeat_ms);
     while (true) {
         // Idle: block on the socket up to one heartbeat. Busy: take what is queued, no waiting.
@@ -91,7 +107,7 @@ int run_engine_loop(EngineCore& core, ipc::EngineChannel& channel, Logger& logge
                             : core.has_pending_kv_transfers() ? kKvPollMs
                                                               : options.heartbeat_ms;
         bool received = false;
-        if (!drain(core, channel, logger, timeout, options.engine_index, received)) {
+        if (!drain(core, channel, routing, logger, timeout, options.engine_index, received)) {
             MOESERVE_LOG_I(logger, "engine", "shutdown requested");
             return 0;
         }
@@ -100,10 +116,10 @@ int run_engine_loop(EngineCore& core, ipc::EngineChannel& channel, Logger& logge
             core.poll_kv_transfers();
             if (core.has_unfinished_requests()) {
                 StepOutcome outcome = core.step();
-                send_outputs(core, channel, logger, options.engine_index, std::move(outcome.outputs));
+                send_outputs(core, channel, routing, logger, options.engine_index, std::move(outcome.outputs));
                 last_sent = Clock::now();
             } else if (!received && Clock::now() - last_sent >= std::chrono::milliseconds(options.heartbeat_ms)) {
-                send_outputs(core, channel, logger, options.engine_index, {});
+                send_outputs(core, channel, routing, logger, options.engine_index, {});
                 last_sent = Clock::now();
             }
         } catch (const Error& e) {
@@ -117,11 +133,12 @@ int run_engine_loop_dp(EngineCore& core, DpCoordinator& coordinator, ipc::Engine
     channel.send(ipc::HealthReply{options.engine_index, true, "ready"});
     MOESERVE_LOG_I(logger, "engine", "engine %d ready (DP lock-step%s)", options.engine_index,
                    coordinator.options().pd_hybrid ? ", PD hybrid" : "");
+    ipc::ClientRouting routing(channel.num_clients());
     auto last_sent = Clock::now();
     while (true) {
         const int wait = coordinator.global_has_work() ? 0 : coordinator.options().idle_wait_ms;
         bool received = false;
-        if (!drain(core, channel, logger, wait, options.engine_index, received)) {
+        if (!drain(core, channel, routing, logger, wait, options.engine_index, received)) {
             MOESERVE_LOG_I(logger, "engine", "shutdown requested; telling the other DP groups");
             coordinator.request_shutdown();
         }
@@ -136,7 +153,8 @@ int run_engine_loop_dp(EngineCore& core, DpCoordinator& coordinator, ipc::Engine
         const bool stepped = r.phase != StepPhase::kIdle;
         const auto now = Clock::now();
         if (stepped || !r.outputs.empty() || now - last_sent >= std::chrono::milliseconds(options.heartbeat_ms)) {
-            send_outputs(core, channel, logger, options.engine_index, std::move(r.outputs), &coordinator.counters());
+            send_outputs(core, channel, routing, logger, options.engine_index, std::move(r.outputs),
+                         &coordinator.counters());
             last_sent = now;
         }
         if (r.shutdown) {

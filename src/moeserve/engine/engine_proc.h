@@ -21,7 +21,9 @@ struct EngineProcOptions {
     std::function<void()> on_iteration{};
 };
 
-// Sends a ready HealthReply, then serves until a Shutdown message; returns 0. Malformed messages
+// Sends a ready HealthReply (to every API server of the channel), then serves until a Shutdown
+// message from every API server; returns 0. Each request's outputs go to the API server that
+// added it (ipc/client_routing.h), the stats to all. Malformed messages
 // are logged and skipped. A step that throws Error (a collective whose peer is gone) is fatal:
 // the engine sends an unhealthy HealthReply naming it and returns 1. Not thread-safe: owns the
 // calling thread until it returns.
@@ -30,7 +32,7 @@ int run_engine_loop(EngineCore& core, ipc::EngineChannel& channel, Logger& logge
 // The DP lock-step loop (DpCoordinator's call pattern): every iteration drains the inbox (waiting
 // only while no DP group anywhere has work, at most the coordinator's idle_wait_ms) and runs one
 // coordinator round, a collective over the DP group. Sends outputs after rounds that produced any
-// or ran a forward, and a heartbeat at least every heartbeat_ms. A Shutdown message stops every
+// or ran a forward, and a heartbeat at least every heartbeat_ms. Shutdown (from every API server) stops every
 // DP group in the same round; returns 0 then, 1 after a failed collective (as above).
 int run_engine_loop_dp(EngineCore& core, DpCoordinator& coordinator, ipc::EngineChannel& channel, Logger& logger,
                        const EngineProcOptions& options);

@@ -167,30 +167,57 @@ ServerChannel::Event ServerChannel::poll(int timeout_ms) {
 struct EngineChannel::Impl {
     zmq::context_t context{1};
     zmq::socket_t input{context, zmq::socket_type::pull};
-    zmq::socket_t output{context, zmq::socket_type::push};
+    std::vector<zmq::socket_t> outputs;  // one per client
 };
 
 EngineChannel::EngineChannel(const std::string& input_address, const std::string& output_address,
                              ChannelOptions options)
+    : EngineChannel(std::vector<std::string>{input_address}, std::vector<std::string>{output_address},
+                    std::move(options)) {}
+
+EngineChannel::EngineChannel(const std::vector<std::string>& input_addresses,
+                             const std::vector<std::string>& output_addresses, ChannelOptions options)
     : impl_(std::make_unique<Impl>()) {
-    set_common_options(impl_->input, options);
-    set_common_options(impl_->output, options);
-    if (!options.rank_plane_key.empty()) {
-        const CurveKeys keys = derive_curve_keys(options.rank_plane_key);
-        set_client_auth(impl_->input, keys);
-        set_client_auth(impl_->output, keys);
+    if (input_addresses.empty() || input_addresses.size() != output_addresses.size()) {
+        raise(ErrorCode::kInvalidArgument, "ipc: {} input and {} output addresses; expected one of each per client",
+              input_addresses.size(), output_addresses.size());
     }
-    try {
-        impl_->input.connect(input_address);
-        impl_->output.connect(output_address);
-    } catch (const zmq::error_t& e) {
-        raise(ErrorCode::kIo, "ipc: cannot connect to '{}' / '{}': {}", input_address, output_address, e.what());
+    std::optional<CurveKeys> keys;
+    if (!options.rank_plane_key.empty()) keys = derive_curve_keys(options.rank_plane_key);
+    set_common_options(impl_->input, options);
+    if (keys) set_client_auth(impl_->input, *keys);
+    for (size_t i = 0; i < output_addresses.size(); ++i) {
+        zmq::socket_t output(impl_->context, zmq::socket_type::push);
+        set_common_options(output, options);
+        if (keys) set_client_auth(output, *keys);
+        impl_->outputs.push_back(std::move(output));
+    }
+    for (size_t i = 0; i < input_addresses.size(); ++i) {
+        try {
+            impl_->input.connect(input_addresses[i]);
+            impl_->outputs[i].connect(output_addresses[i]);
+        } catch (const zmq::error_t& e) {
+            raise(ErrorCode::kIo, "ipc: cannot connect to '{}' / '{}': {}", input_addresses[i], output_addresses[i],
+                  e.what());
+        }
     }
 }
 
 EngineChannel::~EngineChannel() = default;
 
-bool EngineChannel::send(const EngineMessage& message) { return send_bytes(impl_->output, encode(message)); }
+int EngineChannel::num_clients() const { return static_cast<int>(impl_->outputs.size()); }
+
+bool EngineChannel::send(const EngineMessage& message) {
+    const std::string bytes = encode(message);
+    bool ok = true;
+    for (auto& output : impl_->outputs) ok = send_bytes(output, bytes) && ok;
+    return ok;
+}
+
+bool EngineChannel::send(int client, const EngineMessage& message) {
+    MOESERVE_CHECK(client >= 0 && client < num_clients(), "client {} of {}", client, num_clients());
+    return send_bytes(impl_->outputs[static_cast<size_t>(client)], encode(message));
+}
 
 std::optional<ClientMessage> EngineChannel::receive(int timeout_ms) {
     zmq::pollitem_t item{impl_->input.handle(), 0, ZMQ_POLLIN, 0};

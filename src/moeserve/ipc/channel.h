@@ -6,6 +6,10 @@
 //   API server                         engine i
 //   PUSH bind  inputs[i]   ------->    PULL connect inputs[i]
 //   PULL bind  output      <-------    PUSH connect output     (shared by all engines)
+//
+// With several API servers (--api-server-count) each server binds its own set; an engine's one
+// PULL connects to every server's inputs[i] (fair-queued), and it has one PUSH per server's
+// output, so it can send each request's outputs to the server that added it (client_routing.h).
 #pragma once
 
 #include <chrono>
@@ -74,12 +78,19 @@ class EngineChannel {
 public:
     // Connects to the server's input address of this engine and to its output address.
     EngineChannel(const std::string& input_address, const std::string& output_address, ChannelOptions options = {});
+    // One API server (client) per element, in client-index order; both lists the same length (>= 1).
+    EngineChannel(const std::vector<std::string>& input_addresses, const std::vector<std::string>& output_addresses,
+                  ChannelOptions options = {});
     ~EngineChannel();
     EngineChannel(const EngineChannel&) = delete;
     EngineChannel& operator=(const EngineChannel&) = delete;
 
-    // False if it could not be queued within send_timeout_ms.
+    int num_clients() const;
+    // To every client (health replies, heartbeats). False if any could not be queued within
+    // send_timeout_ms.
     bool send(const EngineMessage& message);
+    // To one client (0 <= client < num_clients()).
+    bool send(int client, const EngineMessage& message);
     // The next message, waiting up to timeout_ms (-1 = no limit, 0 = do not wait); nullopt on
     // timeout. Raises Error(kInvalidArgument) for a malformed message.
     std::optional<ClientMessage> receive(int timeout_ms);

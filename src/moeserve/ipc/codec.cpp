@@ -22,7 +22,10 @@ auto fields(T& v) {
                         v.logprobs, v.prompt_logprobs, v.grammar, v.grammar_after_token_ids, v.logit_bias,
                         v.allowed_token_ids, v.bad_words_token_ids, v.cache_salt);
     } else if constexpr (std::is_same_v<S, AddRequest>) {
-        return std::tie(v.request_id, v.prompt_token_ids, v.sampling, v.arrival_time, v.priority, v.kv_transfer);
+        return std::tie(v.request_id, v.prompt_token_ids, v.sampling, v.arrival_time, v.priority, v.kv_transfer,
+                        v.client_index);
+    } else if constexpr (std::is_same_v<S, Shutdown>) {
+        return std::tie(v.client_index);
     } else if constexpr (std::is_same_v<S, Abort>) {
         return std::tie(v.request_ids);
     } else if constexpr (std::is_same_v<S, TokenLogprobs>) {

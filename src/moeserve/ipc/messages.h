@@ -66,6 +66,9 @@ struct AddRequest {
     double arrival_time = 0;  // seconds, steady clock of the server
     int32_t priority = 0;     // --scheduling-policy priority: lower runs first (vLLM's)
     KvTransferParams kv_transfer{};
+    // The API server that added it (--api-server-count): its outputs go back to that server only
+    // (client_routing.h). 0 with one API server.
+    int32_t client_index = 0;
 };
 
 struct Abort {
@@ -155,7 +158,10 @@ struct StepOutputs {
     Stats stats;
 };
 
-struct Shutdown {};
+// An engine with several API servers stops once every one of them has sent Shutdown.
+struct Shutdown {
+    int32_t client_index = 0;  // the sender, as AddRequest::client_index
+};
 struct HealthCheck {};
 struct HealthReply {
     int32_t engine_index = 0;

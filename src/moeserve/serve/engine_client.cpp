@@ -75,6 +75,7 @@ bool EngineClient::add(ipc::AddRequest request, OutputCallback callback) {
             Pending{best, prompt, output, now_ms(), std::make_shared<OutputCallback>(std::move(callback))};
     }
     const std::string id = request.request_id;
+    request.client_index = options_.client_index;
     if (!channel_.send(best, std::move(request))) {
         std::lock_guard lock(mutex_);
         if (pending_.erase(id)) {
@@ -170,7 +171,7 @@ void EngineClient::shutdown() {
             std::lock_guard lock(mutex_);
             alive = engines_[static_cast<size_t>(i)].ready && !engines_[static_cast<size_t>(i)].dead;
         }
-        if (alive) channel_.send(i, ipc::Shutdown{});
+        if (alive) channel_.send(i, ipc::Shutdown{options_.client_index});
     }
     if (thread_.joinable()) thread_.join();
 }

@@ -41,6 +41,10 @@ struct EngineClientOptions {
     // The DP rank of input_addresses[0]: engine messages carry their DP rank, and an API server of
     // one DP rank (--data-parallel-rank, external load balancing) has engine i = DP rank first + i.
     int first_engine_index = 0;
+    // This server's index among the deployment's API servers (--api-server-count): sent in every
+    // AddRequest and Shutdown, so the engines send this server its requests' outputs and stop
+    // once every server has said Shutdown.
+    int client_index = 0;
 };
 
 class EngineClient {
@@ -86,7 +90,8 @@ public:
     std::string output_endpoint() const { return channel_.output_endpoint(); }
     std::string input_endpoint(int engine) const { return channel_.input_endpoint(engine); }
 
-    // Sends Shutdown to every engine and stops the receive thread. Idempotent.
+    // Sends Shutdown (with this server's client_index) to every engine and stops the receive
+    // thread. Idempotent.
     void shutdown();
 
 private:

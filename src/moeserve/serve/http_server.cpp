@@ -18,11 +18,13 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <fmt/format.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <optional>
 #include <thread>
@@ -644,6 +646,8 @@ HttpServer::HttpServer(HttpServerOptions options, Handler handler)
     beast::error_code ec;
     s.acceptor.open(endpoint.protocol(), ec);
     if (!ec) s.acceptor.set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec && s.options.reuse_port)
+        s.acceptor.set_option(net::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>(true), ec);
     if (!ec) s.acceptor.bind(endpoint, ec);
     if (!ec) s.acceptor.listen(net::socket_base::max_listen_connections, ec);
     if (ec) {
@@ -653,6 +657,43 @@ HttpServer::HttpServer(HttpServerOptions options, Handler handler)
 }
 
 HttpServer::~HttpServer() { stop(); }
+
+ReservedPort::ReservedPort(const std::string& host, int port) {
+    if (port < 0 || port > 65535) raise(ErrorCode::kInvalidArgument, "--port must be in [0, 65535]; got {}", port);
+    const tcp::endpoint endpoint = resolve_endpoint(host, port);
+    fd_ = ::socket(endpoint.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int one = 1;
+    const bool ok = fd_ >= 0 && ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0 &&
+                    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) == 0 &&
+                    ::bind(fd_, endpoint.data(), static_cast<socklen_t>(endpoint.size())) == 0;
+    if (!ok) {
+        const std::string why = std::strerror(errno);
+        if (fd_ >= 0) ::close(fd_);
+        raise(ErrorCode::kIo, "cannot listen on {}:{}: {}", host, port, why);
+    }
+    tcp::endpoint bound = endpoint;
+    socklen_t size = static_cast<socklen_t>(bound.capacity());
+    ::getsockname(fd_, bound.data(), &size);
+    port_ = bound.port();
+    // Another process's SO_REUSEPORT listener (of the same user) on this port would silently take
+    // a share of our connections: nothing of ours listens yet, so any answer is a stranger's.
+    tcp::endpoint probe = bound;
+    if (probe.address().is_unspecified())
+        probe.address(probe.address().is_v6() ? net::ip::address(net::ip::address_v6::loopback())
+                                              : net::ip::address(net::ip::address_v4::loopback()));
+    const int client = ::socket(probe.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const bool taken = client >= 0 && ::connect(client, probe.data(), static_cast<socklen_t>(probe.size())) == 0;
+    if (client >= 0) ::close(client);
+    if (taken) {
+        ::close(fd_);
+        raise(ErrorCode::kIo, "cannot listen on {}:{}: another process already listens there (SO_REUSEPORT)", host,
+              port_);
+    }
+}
+
+ReservedPort::~ReservedPort() {
+    if (fd_ >= 0) ::close(fd_);
+}
 
 int HttpServer::port() const { return impl_->acceptor.local_endpoint().port(); }
 

@@ -82,6 +82,25 @@ struct HttpServerOptions {
         std::string cert_file, key_file, ca_file;
         int cert_reqs = 0;
     } tls{};
+    // SO_REUSEPORT on the listening socket: several API server processes listen on the same port
+    // and the kernel spreads new connections over them (--api-server-count).
+    bool reuse_port = false;
+};
+
+// host:port bound with SO_REUSEPORT but not listening (so no connection is queued on it): holds
+// the port (0 = a free one) for API servers that listen on it with reuse_port. Raises Error(kIo)
+// when the bind fails (port in use without SO_REUSEPORT, bad host).
+class ReservedPort {
+public:
+    ReservedPort(const std::string& host, int port);
+    ~ReservedPort();
+    ReservedPort(const ReservedPort&) = delete;
+    ReservedPort& operator=(const ReservedPort&) = delete;
+    int port() const { return port_; }
+
+private:
+    int fd_ = -1;
+    int port_ = 0;
 };
 
 // Whether host (as HttpServerOptions::host, resolved the same way) is a

@@ -4,6 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 
 namespace moeserve::serve {
 
@@ -24,6 +27,28 @@ void Histogram::observe(double value) {
     counts_[i]++;
     sum_ += value;
     count_++;
+}
+
+std::string Histogram::serialize() const {
+    std::string out = fmt::format("{} {}", sum_, count_);
+    for (const int64_t n : counts_) out += fmt::format(" {}", n);
+    return out;
+}
+
+bool Histogram::add_serialized(const std::string& text) {
+    std::istringstream in(text);
+    double sum = 0;
+    int64_t count = 0;
+    if (!(in >> sum >> count)) return false;
+    std::vector<int64_t> counts(counts_.size());
+    for (auto& n : counts)
+        if (!(in >> n)) return false;
+    std::string extra;
+    if (in >> extra) return false;
+    for (size_t i = 0; i < counts.size(); ++i) counts_[i] += counts[i];
+    sum_ += sum;
+    count_ += count;
+    return true;
 }
 
 void Histogram::render(std::string& out, const std::string& name, const std::string& labels) const {
@@ -72,7 +97,100 @@ Metrics::Metrics(std::string model_name, int64_t max_model_len, CacheConfigInfo 
       prefill_(request_latency_buckets()),
       decode_(request_latency_buckets()),
       inference_(request_latency_buckets()),
-      max_tokens_param_(one_two_five(max_model_len)) {}
+      max_tokens_param_(one_two_five(max_model_len)),
+      max_model_len_(max_model_len) {}
+
+std::vector<Histogram*> Metrics::histograms() {
+    return {&ttft_,
+            &tpot_,
+            &itl_,
+            &e2e_,
+            &queue_,
+            &prompt_tokens_,
+            &generation_tokens_,
+            &prefill_,
+            &decode_,
+            &inference_,
+            &max_tokens_param_};
+}
+
+std::vector<const Histogram*> Metrics::histograms() const {
+    std::vector<const Histogram*> out;
+    for (Histogram* h : const_cast<Metrics*>(this)->histograms()) out.push_back(h);
+    return out;
+}
+
+void Metrics::share(int index, std::string own_path, std::vector<std::string> other_paths) {
+    share_index_ = index;
+    own_path_ = std::move(own_path);
+    other_paths_ = std::move(other_paths);
+}
+
+// One line per item: "in_flight N", "reason R N", "status S N", "histogram I <serialized>".
+std::string Metrics::snapshot(int num_in_flight) const {
+    std::lock_guard lock(mutex_);
+    std::string out = fmt::format("in_flight {}\n", num_in_flight);
+    for (const auto& [reason, n] : finished_by_reason_) out += fmt::format("reason {} {}\n", reason, n);
+    for (const auto& [status, n] : http_by_status_) out += fmt::format("status {} {}\n", status, n);
+    const auto hists = histograms();
+    for (size_t i = 0; i < hists.size(); ++i) out += fmt::format("histogram {} {}\n", i, hists[i]->serialize());
+    return out;
+}
+
+bool Metrics::add_snapshot(const std::string& text, int64_t& num_in_flight, int64_t& num_finished) {
+    // Parsed whole into a scratch copy first, so a malformed snapshot adds nothing.
+    Metrics parsed(model_name_, max_model_len_);
+    int64_t in_flight = 0, finished = 0;
+    std::istringstream lines(text);
+    std::string line;
+    auto hists = parsed.histograms();
+    while (std::getline(lines, line)) {
+        std::istringstream in(line);
+        std::string kind;
+        in >> kind;
+        if (kind == "in_flight") {
+            if (!(in >> in_flight)) return false;
+        } else if (kind == "reason") {
+            std::string reason;
+            int64_t n = 0;
+            if (!(in >> reason >> n)) return false;
+            parsed.finished_by_reason_[reason] += n;
+            finished += n;
+        } else if (kind == "status") {
+            int status = 0;
+            int64_t n = 0;
+            if (!(in >> status >> n)) return false;
+            parsed.http_by_status_[status] += n;
+        } else if (kind == "histogram") {
+            size_t i = 0;
+            if (!(in >> i) || i >= hists.size()) return false;
+            std::string rest;
+            std::getline(in, rest);
+            if (!hists[i]->add_serialized(rest)) return false;
+        } else if (!kind.empty()) {
+            return false;
+        }
+    }
+    std::lock_guard lock(mutex_);
+    for (const auto& [reason, n] : parsed.finished_by_reason_) finished_by_reason_[reason] += n;
+    for (const auto& [status, n] : parsed.http_by_status_) http_by_status_[status] += n;
+    auto mine = histograms();
+    for (size_t i = 0; i < mine.size(); ++i) mine[i]->add_serialized(hists[i]->serialize());
+    num_in_flight += in_flight;
+    num_finished += finished;
+    return true;
+}
+
+void Metrics::write_snapshot(int num_in_flight) const {
+    if (share_index_ < 0) return;
+    const std::string tmp = own_path_ + ".tmp";
+    {
+        std::ofstream out(tmp, std::ios::trunc);
+        out << snapshot(num_in_flight);
+        if (!out) return;  // a full disk: the others keep the previous snapshot
+    }
+    std::rename(tmp.c_str(), own_path_.c_str());
+}
 
 void Metrics::on_request_finished(const FinishedRequest& r) {
     std::lock_guard lock(mutex_);
@@ -108,6 +226,36 @@ void Metrics::on_http_status(int status) {
 }
 
 std::string Metrics::render(const std::vector<ipc::Stats>& engines, int num_in_flight) const {
+    if (share_index_ < 0) return render_local(engines, num_in_flight);
+    // The sums over every API server: own counts (live) plus the others' latest snapshots.
+    Metrics sum(model_name_, max_model_len_, cache_config_);
+    int64_t in_flight = 0;
+    const size_t num_servers = other_paths_.size() + 1;
+    std::vector<int64_t> finished(num_servers, 0);
+    int64_t own_finished = 0;
+    sum.add_snapshot(snapshot(num_in_flight), in_flight, own_finished);
+    size_t other = 0;
+    for (size_t i = 0; i < num_servers; ++i) {
+        if (static_cast<int>(i) == share_index_) {
+            finished[i] = own_finished;
+            continue;
+        }
+        std::ifstream in(other_paths_[other++]);
+        const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        sum.add_snapshot(text, in_flight, finished[i]);
+    }
+    std::string out = sum.render_local(engines, in_flight);
+    out +=
+        "# HELP moeserve:api_server_requests_total Engine requests finished, per API server (--api-server-count).\n"
+        "# TYPE moeserve:api_server_requests_total counter\n";
+    for (size_t i = 0; i < num_servers; ++i) {
+        out += fmt::format("moeserve:api_server_requests_total{{model_name=\"{}\",api_server=\"{}\"}} {}\n",
+                           model_name_, i, finished[i]);
+    }
+    return out;
+}
+
+std::string Metrics::render_local(const std::vector<ipc::Stats>& engines, int64_t num_in_flight) const {
     const std::string model = fmt::format("model_name=\"{}\"", model_name_);
     std::string out;
     const auto head = [&](const char* name, const char* type, const char* help) {

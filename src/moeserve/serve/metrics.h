@@ -34,6 +34,10 @@ class Histogram {
 public:
     explicit Histogram(std::vector<double> bounds);
     void observe(double value);
+    // "sum count n0 n1 ..." (per-bucket counts) and back, added to this one; false (nothing
+    // added) when the text does not fit these bounds.
+    std::string serialize() const;
+    bool add_serialized(const std::string& text);
     // Lines "<name>_bucket{le=...}", "_sum", "_count" with labels (e.g. model_name="x").
     void render(std::string& out, const std::string& name, const std::string& labels) const;
 
@@ -60,7 +64,23 @@ public:
     // The exposition text, with the engines' latest stats. Thread-safe.
     std::string render(const std::vector<ipc::Stats>& engines, int num_in_flight) const;
 
+    // Several API servers (--api-server-count): this is server `index`; write_snapshot() saves its
+    // request and HTTP counts to own_path, and render() then shows the sums over its own counts
+    // and the latest snapshots at other_paths (a missing or unreadable one counts as zero), plus
+    // moeserve:api_server_requests_total per server. The engine series need no sum: every engine
+    // sends its stats to every server. Call before serving.
+    void share(int index, std::string own_path, std::vector<std::string> other_paths);
+    // Writes this server's counts (and num_in_flight) to own_path atomically. Thread-safe.
+    void write_snapshot(int num_in_flight) const;
+
 private:
+    std::string snapshot(int num_in_flight) const;
+    // Adds a snapshot's counts to this one's; false (nothing added) when malformed.
+    bool add_snapshot(const std::string& text, int64_t& num_in_flight, int64_t& num_finished);
+    std::string render_local(const std::vector<ipc::Stats>& engines, int64_t num_in_flight) const;
+    std::vector<Histogram*> histograms();  // in snapshot order
+    std::vector<const Histogram*> histograms() const;
+
     std::string model_name_;
     CacheConfigInfo cache_config_;
     mutable std::mutex mutex_;
@@ -68,6 +88,10 @@ private:
     std::map<int, int64_t> http_by_status_;
     Histogram ttft_, tpot_, itl_, e2e_, queue_, prompt_tokens_, generation_tokens_;
     Histogram prefill_, decode_, inference_, max_tokens_param_;  // vLLM's request phases, max_tokens
+    int64_t max_model_len_ = 0;
+    int share_index_ = -1;  // share(): this server's index; -1 = not shared
+    std::string own_path_;
+    std::vector<std::string> other_paths_;
 };
 
 }  // namespace moeserve::serve

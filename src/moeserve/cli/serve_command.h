@@ -1,0 +1,75 @@
+// `moeserve serve`'s options and its entry points (serve_command.cpp: one API server, or a
+// --headless node; serve_multi.cpp: --api-server-count > 1).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "moeserve/cli/serve_layout.h"
+#include "moeserve/cli/vllm_flags.h"
+#include "moeserve/serve/http_server.h"
+
+namespace moeserve::cli {
+
+struct ServeOptions {
+    EngineOptions engine;
+    ParallelFlags parallel;
+    std::vector<std::string> served_model_names;  // the first is reported
+    std::string chat_template;                    // a file, or the template itself
+    std::string root_path;
+    bool enable_log_requests = false;   // vLLM's default: off
+    bool disable_log_requests = false;  // vLLM's older flag; wins over --enable-log-requests
+    int max_log_len = -1;               // -1: prompts logged whole
+    // CORS (vLLM's flags: JSON lists; what was given, else the defaults).
+    std::string allowed_origins, allowed_methods, allowed_headers;
+    bool allow_credentials = false;
+    int max_logprobs = 20;
+    serve::HttpServerOptions::Tls tls;
+    bool enable_auto_tool_choice = false;
+    std::string tool_call_parser;
+    std::string reasoning_parser;
+    VllmFlags vllm;
+    std::string host = "127.0.0.1";
+    int port = 8000;
+    std::vector<std::string> api_keys;
+    std::vector<std::string> allowed_hosts;
+    bool trust_remote_code = false;
+    int http_threads = 1;
+    int api_workers = 4;
+    int max_connections = 0;
+    int max_choices_per_request = 256;
+    int64_t max_request_body_bytes = 16 << 20;
+    double drain_timeout = 30;
+    double engine_ready_timeout = 600;
+    double request_queue_timeout = 600;  // seconds; 0 = off
+    int heartbeat_timeout_ms = 30000;
+    double step_watchdog_timeout = -1;  // seconds; 0 = off, < 0 = half the heartbeat timeout
+    std::string rank_plane_key_file;
+    // An API server process of --api-server-count > 1 (hidden flags from its parent,
+    // serve_multi.cpp): its index, the parent's run folder (engine sockets, ready and metrics
+    // files), the port the parent reserved. index -1: not one (the parent or a single server).
+    int api_server_index = -1;
+    std::string api_server_run_dir;
+    int api_server_port = 0;
+};
+
+// --api-server-count at most (each API server is a process with its own sockets per engine).
+inline constexpr int kMaxApiServers = 64;
+
+// The run folder of --api-server-count > 1 (the parent's $TMPDIR/moeserve-<pid>/, mode 0700),
+// besides the engine sockets: server i writes its ready file once its engines answered and its
+// metrics snapshot (serve::Metrics::write_snapshot) every half second; the parent writes the
+// engines-dead file (the reason) when a rank process exits.
+inline std::string api_server_ready_file(const std::string& run_dir, int server) {
+    return run_dir + "/api" + std::to_string(server) + ".ready";
+}
+inline std::string api_server_metrics_file(const std::string& run_dir, int server) {
+    return run_dir + "/api" + std::to_string(server) + ".metrics";
+}
+inline std::string engines_dead_file(const std::string& run_dir) { return run_dir + "/engines.dead"; }
+
+// --api-server-count > 1: this process supervises the ranks and the API server processes
+// (docs/parallelism.md, "Several API servers"). Returns the exit status.
+int run_api_servers(const ServeOptions& o, const Deployment& d);
+
+}  // namespace moeserve::cli

@@ -1,0 +1,338 @@
+#!/usr/bin/python3
+"""`moeserve serve --api-server-count 2`: two API server processes on one port (SO_REUSEPORT)
+over the same engines (stdlib only; every wait bounded).
+
+Suites (one CTest each):
+  equal     many concurrent greedy requests (new connection each) == a single API server's texts;
+            both servers answered some (moeserve:api_server_requests_total per server); every
+            /metrics scrape, whichever server answers, shows the same summed request counts; a
+            second deployment on the same port is refused
+  dp        the same with --data-parallel-size 2 --enable-expert-parallel: both engines and both
+            servers get requests
+  shutdown  SIGTERM on the parent with streams in flight on both servers: all complete, exit 0,
+            every child process gone, within a bounded time
+  kill      SIGKILL of one API server process with streams in flight on both: its streams break
+            off, the other server's complete, the parent exits 1 and nothing is left running, within a bounded time
+  external_lb  -dp 2 -dpn 0 / -dpn 1, two API servers in each instance: greedy texts == one server's,
+            each instance's servers both answered, its engine only
+  validate  --api-server-count with ranks on other nodes or with --kv-transfer-config is refused
+            with one line naming the flag
+"""
+import argparse
+import concurrent.futures
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from harness import parse_metrics
+
+ARGS = None
+TIMEOUT = 60  # seconds for any single HTTP exchange
+PROMPTS = ["The capital of France is", "Hello", "Once upon a time", "1 2 3 4 5", "def main():", "Bye"]
+MAX_TOKENS = 8
+COMMON = ["--threads", "1", "--served-model-name", "tiny", "--max-model-len", "256", "--kv-cache-memory", "32M",
+          "--heartbeat-timeout-ms", "5000", "--max-num-seqs", "16"]
+
+
+class Server:
+    """A `moeserve serve` process; with several API servers, ready once the parent says all are."""
+
+    def __init__(self, *extra, wait=True):
+        self.port = None
+        cmd = [ARGS.moeserve, "serve", "--model", ARGS.model, "--host", "127.0.0.1", "--port", "0", *COMMON, *extra]
+        self.log = tempfile.TemporaryFile()  # an unread pipe could fill up and block the server
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
+        self.several = "--api-server-count" in extra or "-asc" in extra
+        if wait:
+            self.wait_ready()
+
+    def log_text(self):
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def wait_ready(self, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("server exited: " + self.log_text())
+            text = self.log_text()
+            m = re.search(r"listening on https?://\S+?:(\d+) ", text)
+            ready = ("API servers ready" in text) if self.several else (m is not None)
+            if m and ready:
+                self.port = int(m.group(1))
+                try:
+                    if self.request("GET", "/health")[0] == 200:
+                        return
+                except OSError:
+                    pass
+            time.sleep(0.1)
+        self.proc.kill()
+        raise RuntimeError("server not ready within %d s: %s" % (timeout, self.log_text()[-3000:]))
+
+    def request(self, method, path, body=None):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=TIMEOUT)
+        c.request(method, path, body=json.dumps(body) if body is not None else None,
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        payload = r.read()
+        c.close()
+        return r.status, payload
+
+    def complete(self, prompt, max_tokens=MAX_TOKENS):
+        status, payload = self.request("POST", "/v1/completions",
+                                       {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True})
+        assert status == 200, (status, payload)
+        return json.loads(payload)["choices"][0]["text"]
+
+    def complete_all(self, prompts, max_tokens=MAX_TOKENS):
+        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+            return list(pool.map(lambda p: self.complete(p, max_tokens), prompts))
+
+    def metrics(self):
+        status, payload = self.request("GET", "/metrics")
+        assert status == 200
+        return parse_metrics(payload)
+
+    def children(self):
+        with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+
+    def api_server_pid(self, index):
+        for pid in self.children():
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if b"--api-server-index" in argv and argv[argv.index(b"--api-server-index") + 1] == str(index).encode():
+                return pid
+        raise RuntimeError("no API server %d among %s" % (index, self.children()))
+
+    def stop(self, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+            return None
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_gone(pids, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+REFERENCE = {}
+
+
+def reference_texts(max_tokens=MAX_TOKENS):
+    """Greedy texts of PROMPTS from one API server over one engine (computed once per length)."""
+    if max_tokens not in REFERENCE:
+        s = Server()
+        try:
+            REFERENCE[max_tokens] = [s.complete(p, max_tokens) for p in PROMPTS]
+        finally:
+            assert s.stop() == 0
+    return REFERENCE[max_tokens]
+
+
+def per_label(m, family, label):
+    out = {}
+    for k, v in m.items():
+        if k.startswith(family + "{") and f'{label}="' in k:
+            out[k.split(f'{label}="')[1].split('"')[0]] = v
+    return out
+
+
+class ApiServers(unittest.TestCase):
+    def check_equal(self, s, n_engines):
+        expected = reference_texts()
+        rounds = 4  # 24 requests at once, each on its own connection: the kernel spreads them
+        got = s.complete_all(PROMPTS * rounds)
+        self.assertEqual(got, expected * rounds)
+        n = len(PROMPTS) * rounds
+        time.sleep(1.2)  # > two snapshot periods: every server's counts are in the files
+        scrapes = [s.metrics() for _ in range(8)]  # new connections: both servers answer some
+        for m in scrapes:
+            per_server = per_label(m, "moeserve:api_server_requests_total", "api_server")
+            self.assertEqual(sorted(per_server), ["0", "1"])
+            self.assertEqual(sum(per_server.values()), n, per_server)
+            self.assertTrue(all(v > 0 for v in per_server.values()), per_server)  # both servers answered
+            self.assertEqual(m['vllm:request_success_total{model_name="tiny",finished_reason="length"}'], n)
+            self.assertEqual(m['vllm:e2e_request_latency_seconds_count{model_name="tiny"}'], n)
+            generated = per_label(m, "vllm:generation_tokens_total", "engine")
+            self.assertEqual(len(generated), n_engines)
+            self.assertEqual(sum(generated.values()), n * MAX_TOKENS)  # engine series: the same everywhere
+            if n_engines > 1:
+                self.assertTrue(all(v > 0 for v in generated.values()), generated)
+            self.assertEqual(m['moeserve:num_requests_in_flight{model_name="tiny"}'], 0)
+        # Scrapes count too: the 200s grow by at least the earlier scrapes, whichever server answered.
+        ok = [m['moeserve:http_responses_total{model_name="tiny",status="200"}'] for m in scrapes]
+        self.assertGreaterEqual(min(ok), n)
+
+    def test_equal(self):
+        s = Server("--api-server-count", "2")
+        try:
+            self.check_equal(s, 1)
+            # A second deployment on the same port would share it silently (SO_REUSEPORT): refused.
+            out = subprocess.run([ARGS.moeserve, "serve", ARGS.model, "--port", str(s.port), "-asc", "2"],
+                                 capture_output=True, timeout=30)
+            self.assertEqual(out.returncode, 2, out.stderr[-500:])
+            self.assertIn("another process already listens there", out.stderr.decode())
+            self.assertIn("[api0]", s.log_text())
+            self.assertIn("[api1]", s.log_text())
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_dp(self):
+        s = Server("-asc", "2", "--data-parallel-size", "2", "--enable-expert-parallel")
+        try:
+            self.check_equal(s, 2)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def open_streams(self, s, n):
+        """n streams of 200 tokens, each known to be in flight (its first event read)."""
+        streams = []
+        for p in (PROMPTS * n)[:n]:
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=TIMEOUT)
+            c.request("POST", "/v1/completions", body=json.dumps(
+                {"prompt": p, "max_tokens": 200, "temperature": 0, "ignore_eos": True, "stream": True}),
+                headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            self.assertEqual(r.status, 200)
+            self.assertTrue(r.readline().startswith(b"data: "))
+            streams.append((c, r))
+        return streams
+
+    @staticmethod
+    def finish_streams(streams):
+        """Per stream: whether it ended normally (finish_reason length, then [DONE])."""
+        def finish(stream):
+            c, r = stream
+            try:
+                body = r.read()
+            except (OSError, http.client.HTTPException):  # its server is gone
+                return False
+            finally:
+                c.close()
+            return b'"finish_reason":"length"' in body and body.rstrip().endswith(b"data: [DONE]")
+
+        with concurrent.futures.ThreadPoolExecutor(len(streams)) as pool:
+            return list(pool.map(finish, streams))
+
+    def test_shutdown(self):
+        s = Server("--api-server-count", "2", "--enable-log-requests")
+        children = s.children()
+        self.assertEqual(len(children), 3)  # one rank, two API servers
+        try:
+            streams = self.open_streams(s, 12)
+            start = time.time()
+            s.proc.send_signal(signal.SIGTERM)
+            self.assertEqual(self.finish_streams(streams), [True] * len(streams))  # drained, not cut
+            self.assertEqual(s.proc.wait(30), 0)
+            self.assertLess(time.time() - start, 30)
+            self.assertEqual(wait_gone(children), [])
+            log = s.log_text()
+            self.assertIn("the API servers drain", log)
+            # Both servers had streams unless all 12 connections went to one: p = 2 ** -11.
+            for server in ("api0", "api1"):
+                self.assertRegex(log, r"\[%s\] api: request \S+ finished: reason=length" % server)
+        finally:
+            s.stop()
+
+    def test_kill(self):
+        s = Server("--api-server-count", "2")
+        children = s.children()
+        victim = s.api_server_pid(1)
+        try:
+            streams = self.open_streams(s, 12)
+            start = time.time()
+            os.kill(victim, signal.SIGKILL)
+            done = self.finish_streams(streams)  # the other server drains: its streams end normally
+            sys.stderr.write("kill: %d of %d streams completed\n" % (sum(done), len(done)))
+            # Both servers had streams unless all 12 connections went to one: p = 2 ** -11.
+            self.assertIn(True, done)
+            self.assertIn(False, done)
+            self.assertEqual(s.proc.wait(30), 1)
+            self.assertLess(time.time() - start, 30)
+            self.assertEqual(wait_gone(children), [])
+            self.assertRegex(s.log_text(), r"API server 1 \(process \d+\) was killed by signal 9")
+        finally:
+            s.stop()
+
+    def test_external_lb(self):
+        expected = reference_texts()
+        flags = ["-asc", "2", "-dp", "2", "--enable-expert-parallel"]
+        first = Server(*flags, "-dpn", "0", "-dpp", "0", wait=False)
+        second = None
+        try:
+            deadline = time.time() + 30
+            m = None
+            while m is None and time.time() < deadline and first.proc.poll() is None:
+                m = re.search(r"rendezvous store on \S+?:(\d+) ", first.log_text())
+                time.sleep(0.05)
+            self.assertIsNotNone(m, first.log_text())
+            second = Server(*flags, "-dpn", "1", "-dpp", m.group(1), wait=False)
+            first.wait_ready()
+            second.wait_ready()
+            rounds = 2
+            for index, s in enumerate([first, second]):
+                self.assertEqual(s.complete_all(PROMPTS * rounds), expected * rounds)
+                time.sleep(1.2)  # the other server's snapshot
+                m = s.metrics()
+                per_server = per_label(m, "moeserve:api_server_requests_total", "api_server")
+                self.assertEqual(sum(per_server.values()), len(PROMPTS) * rounds, per_server)
+                self.assertTrue(all(v > 0 for v in per_server.values()), per_server)
+                generated = per_label(m, "vllm:generation_tokens_total", "engine")
+                self.assertEqual(generated, {str(index): len(PROMPTS) * rounds * MAX_TOKENS})
+        finally:
+            codes = [s.stop() for s in (first, second) if s is not None]
+        self.assertEqual(codes, [0, 0])
+
+    def test_validate(self):
+        for extra, message in [
+            (["-asc", "2", "-dp", "2", "--data-parallel-size-local", "1", "--data-parallel-address", "127.0.0.1",
+              "--data-parallel-rpc-port", "1"], "several API servers need every engine they reach on this node"),
+            (["--api-server-count", "2", "--kv-transfer-config",
+              '{"kv_connector": "MoeserveConnector", "kv_role": "kv_producer"}'], "with --kv-transfer-config"),
+            (["--api-server-count", "65"], "--api-server-count must be in [1, 64]"),
+        ]:
+            with self.subTest(extra=extra):
+                env = {**os.environ, "MOESERVE_RANK_PLANE_KEY": "integration-test-rank-plane-key-0123456789"}
+                out = subprocess.run([ARGS.moeserve, "serve", ARGS.model, "--port", "0", *extra], capture_output=True,
+                                     timeout=30, env=env)
+                self.assertEqual(out.returncode, 2, out.stderr[-500:])
+                self.assertIn(message, out.stderr.decode())
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--moeserve", required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--suite", default=None)
+    ARGS, rest = parser.parse_known_args()
+    names = {"equal": "test_equal", "dp": "test_dp", "shutdown": "test_shutdown", "kill": "test_kill",
+             "external_lb": "test_external_lb", "validate": "test_validate"}
+    suite = unittest.TestSuite()
+    for key, name in names.items():
+        if ARGS.suite in (None, key):
+            suite.addTest(ApiServers(name))
+    result = unittest.TextTestRunner(verbosity=2).run(suite)
+    sys.exit(0 if result.wasSuccessful() else 1)
