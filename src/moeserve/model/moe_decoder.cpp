@@ -141,9 +141,13 @@ TensorView MoeDecoder::forward(const ForwardBatch& batch, int64_t num_positions,
     kc::rms_norm(pool_, x, layers_[0].input_layernorm.as<float>(), t, h, eps, hs);
     add_row_bias(layers_[0].input_layernorm_bias, hs, t, h);
     int64_t rows = t;  // rows still computed: all T, then the R logits rows after the last attention
+    // The EP exchange counts rows once per forward, and again at the last layer: there any rank
+    // may keep fewer rows, so every rank recounts (the same collectives on each; ParallelMoe).
+    moe_scratch_.parallel_moe.begin_forward();
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& layer = layers_[i];
         const bool last = i + 1 == layers_.size();
+        if (last && i > 0) moe_scratch_.parallel_moe.begin_forward();
         // 2. attention block: x += o_proj(attn(norm(x))); writes every row's K/V
         attention(i, hs, out);
         tp_all_reduce(par_, out, t * h);  // row-parallel o_proj: partial sums over TP

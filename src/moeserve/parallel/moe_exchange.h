@@ -13,10 +13,11 @@
 // order. Not thread-safe; one per rank, reused across layers and steps: every buffer is a member
 // that grows on demand, so a step allocates nothing once the buffers reached its sizes.
 //
-// Per forward: each rank has the same token count in every MoE layer of a forward, so after
-// begin_forward() the padded all-gather exchanges the counts in its first layer only and the
-// later layers reuse them. Every rank of the group must call begin_forward() at the same point
-// (the start of each forward); a rank that never calls it exchanges the counts in every layer.
+// Per forward: a rank's token count stays the same from layer to layer until its decoder drops
+// rows (the last layer keeps only the logits rows), so after begin_forward() the padded all-gather
+// exchanges the counts in the next layer only and the later layers reuse them. Every rank of the
+// group must call begin_forward() at the same points (the start of each forward, and before a
+// layer whose count may change); a rank that never calls it exchanges the counts in every layer.
 #pragma once
 
 #include <cstdint>

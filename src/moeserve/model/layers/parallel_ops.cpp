@@ -101,10 +101,6 @@ void ParallelMoe::forward(ThreadPool& pool, const Experts& experts, const Parall
         kind = kind == parallel::MoeExchangeKind::kAllToAll ? parallel::MoeExchangeKind::kAllGather
                                                             : parallel::MoeExchangeKind::kAllToAll;
     }
-    // NOTE(#18): a decoder runs its MoE layers in the same order every forward on every rank, so
-    // the first layer's experts mark a new forward without a call from the model.
-    if (first_layer_ == nullptr) first_layer_ = &experts;
-    if (first_layer_ == &experts) exchange_.begin_forward();
     // 1. dispatch rows to the EP ranks owning their experts; 2. local experts; 3. combine
     exchange_.dispatch(*par.ep, kind, {a.x, a.topk_ids, a.topk_weights, a.num_tokens, hidden, a.k}, experts_per_rank);
     if (exchange_.num_local() > 0) {

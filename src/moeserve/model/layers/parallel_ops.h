@@ -63,17 +63,20 @@ struct RoutedMoeArgs {
 // Routed experts of one layer for this rank. EP: dispatch to expert owners, run the local experts,
 // combine (the exchange the step chose; debug_flip_moe_exchange flips it). TP-split experts: local
 // partial sums, all-reduced over TP. out f32 [num_tokens, hidden] holds the full result.
-// One per model, called for its MoE layers in the same order every forward: a call for the
-// first layer it ever saw starts a forward, so the padded all-gather exchanges the token counts
-// in the first MoE layer of each forward only (MoeExchange::begin_forward).
+// One per model. The padded all-gather exchanges the token counts only in the first MoE layer
+// after begin_forward() and reuses them in the later ones (MoeExchange::begin_forward).
 class ParallelMoe {
 public:
+    // The decoder calls this at the start of every forward and again before the first layer
+    // whose row count differs from the previous layers' (its last layer keeps only the logits
+    // rows): at the same layer on every rank, whatever this rank's own count, so the ranks'
+    // collectives stay the same.
+    void begin_forward() { exchange_.begin_forward(); }
     void forward(ThreadPool& pool, const Experts& experts, const ParallelConfig& par, const RoutedMoeArgs& args,
                  int64_t experts_per_rank, kernels::cpu::MoeScratch& scratch, float* out);
 
 private:
     parallel::MoeExchange exchange_;
-    const Experts* first_layer_ = nullptr;  // the experts of the first MoE layer of a forward
 };
 
 }  // namespace moeserve::model
