@@ -90,6 +90,10 @@ void shapes(benchmark::internal::Benchmark* b) {
             b->Args({m, n, k});
         }
     }
+    // DeepSeek-V3's real decode shapes (benchmarks/dsv3_real_dims.sh, docs/performance.md): the
+    // bf16 lm_head and the dense gate|up, k = 7168.
+    b->Args({1, 129280, 7168});
+    b->Args({1, 36864, 7168});
     b->ArgNames({"m", "n", "k"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
 
