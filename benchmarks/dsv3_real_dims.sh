@@ -9,7 +9,9 @@
 # checkpoint's own tensor sizes (every tensor of the layer once, routed experts 8 of 256). Then what
 # 61 layers (3 dense + 58 MoE) imply at this machine's rates. Run from the project root:
 #   MOESERVE_BIN=build/src/moeserve/cli/moeserve OUT=/tmp/dsv3-real benchmarks/dsv3_real_dims.sh
-# Needs ~16 GB of disk under OUT and ~2 min to write the models (kept for a second run).
+# Needs ~19 GB of disk under OUT and ~12 min on 2 cores to write the models (kept for a second
+# run). Its first run gave L1 slower than L2, so the differences are not valid yet: see
+# docs/performance.md, "DeepSeek-V3 at its real dimensions".
 set -euo pipefail
 MS=${MOESERVE_BIN:-build/src/moeserve/cli/moeserve}
 OUT=${OUT:-/tmp/dsv3-real}
