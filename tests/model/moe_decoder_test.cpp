@@ -47,7 +47,7 @@ ForwardBatch step_batch(const std::vector<int32_t>& ids, int32_t start, const st
 std::vector<float> run(Model& m, KvCache& kv, const ForwardBatch& b) {
     const TensorView out = m.forward(b, kv);
     std::vector<float> v(static_cast<size_t>(out.numel()));
-    std::memcpy(v.data(), out.data, out.nbytes());
+    if (!v.empty()) std::memcpy(v.data(), out.data, out.nbytes());  // no rows: out.data may be null
     return v;
 }
 
