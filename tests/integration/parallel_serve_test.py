@@ -281,8 +281,6 @@ class Parallel(unittest.TestCase):
             self.assertEqual(sum(dummy.values()), 0, dummy)
             control = per_engine(m, "moeserve:dp_control_seconds_total")
             self.assertEqual(sum(control.values()), 0, control)
-            steps = per_engine(m, "moeserve:engine_steps_total", phase="all")
-            self.assertNotEqual(steps[0], steps[1], steps)  # each engine ran only its own steps
             self.assertNotIn("DP lock-step", s.log_text())
 
             # Kill engine 1's rank while it streams: that request fails, engine 0 keeps serving.
