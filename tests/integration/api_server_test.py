@@ -27,11 +27,10 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
-from harness import parse_metrics
+from harness import ServeProcess
 
 ARGS = None
 TIMEOUT = 60  # seconds for any single HTTP exchange
@@ -41,21 +40,15 @@ COMMON = ["--threads", "1", "--served-model-name", "tiny", "--max-model-len", "2
           "--heartbeat-timeout-ms", "5000", "--max-num-seqs", "48"]
 
 
-class Server:
+class Server(ServeProcess):
     """A `moeserve serve` process; with several API servers, ready once the parent says all are."""
 
     def __init__(self, *extra, wait=True):
-        self.port = None
-        cmd = [ARGS.moeserve, "serve", "--model", ARGS.model, "--host", "127.0.0.1", "--port", "0", *COMMON, *extra]
-        self.log = tempfile.TemporaryFile()  # an unread pipe could fill up and block the server
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
+        super().__init__([ARGS.moeserve, "serve", "--model", ARGS.model, "--host", "127.0.0.1", "--port", "0",
+                          *COMMON, *extra], timeout=TIMEOUT)
         self.several = "--api-server-count" in extra or "-asc" in extra
         if wait:
             self.wait_ready()
-
-    def log_text(self):
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")
 
     def wait_ready(self, timeout=60):
         deadline = time.time() + timeout
@@ -76,33 +69,11 @@ class Server:
         self.proc.kill()
         raise RuntimeError("server not ready within %d s: %s" % (timeout, self.log_text()[-3000:]))
 
-    def request(self, method, path, body=None):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=TIMEOUT)
-        c.request(method, path, body=json.dumps(body) if body is not None else None,
-                  headers={"Content-Type": "application/json"})
-        r = c.getresponse()
-        payload = r.read()
-        c.close()
-        return r.status, payload
-
     def complete(self, prompt, max_tokens=MAX_TOKENS):
-        status, payload = self.request("POST", "/v1/completions",
-                                       {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True})
-        assert status == 200, (status, payload)
-        return json.loads(payload)["choices"][0]["text"]
+        return super().complete(prompt, max_tokens)
 
     def complete_all(self, prompts, max_tokens=MAX_TOKENS):
-        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
-            return list(pool.map(lambda p: self.complete(p, max_tokens), prompts))
-
-    def metrics(self):
-        status, payload = self.request("GET", "/metrics")
-        assert status == 200
-        return parse_metrics(payload)
-
-    def children(self):
-        with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
-            return [int(p) for p in f.read().split()]
+        return super().complete_all(prompts, max_tokens)
 
     def api_server_pid(self, index):
         for pid in self.children():
@@ -111,16 +82,6 @@ class Server:
             if b"--api-server-index" in argv and argv[argv.index(b"--api-server-index") + 1] == str(index).encode():
                 return pid
         raise RuntimeError("no API server %d among %s" % (index, self.children()))
-
-    def stop(self, timeout=30):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-            return None
 
 
 def alive(pid):

@@ -1,7 +1,73 @@
-"""Helpers the integration tests share (stdlib only): a request from inside a network namespace,
-Prometheus text parsing, and a quiet shell command."""
+"""Helpers the integration tests share (stdlib only): a started server process, a request from
+inside a network namespace, Prometheus text parsing, and a quiet shell command."""
+import concurrent.futures
+import http.client
 import json
+import signal
 import subprocess
+import tempfile
+
+
+def stop_process(proc, sig=signal.SIGTERM, timeout=30):
+    """Sends sig and waits up to timeout s; kills it after that. Its exit status, or None if killed."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+        return None
+
+
+class ServeProcess:
+    """A `moeserve serve` (or proxy) process on 127.0.0.1 whose stderr goes to a file (an unread
+    pipe could fill up and block it), with the HTTP calls the tests make. `port` is set by the
+    subclass's wait once the server logged it (--port 0)."""
+
+    def __init__(self, cmd, env=None, timeout=60):
+        self.host = "127.0.0.1"
+        self.port = None
+        self.timeout = timeout  # seconds for any single HTTP exchange
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log, env=env)
+
+    def log_text(self):
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def request(self, method, path, body=None):
+        c = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        c.request(method, path, body=json.dumps(body) if body is not None else None,
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        payload = r.read()
+        c.close()
+        return r.status, payload
+
+    def complete(self, prompt, max_tokens):
+        """The greedy text of one completion."""
+        status, payload = self.request("POST", "/v1/completions",
+                                       {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True})
+        assert status == 200, (status, payload)
+        return json.loads(payload)["choices"][0]["text"]
+
+    def complete_all(self, prompts, max_tokens):
+        """complete() of every prompt at once, each on its own connection."""
+        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+            return list(pool.map(lambda p: self.complete(p, max_tokens), prompts))
+
+    def metrics(self):
+        status, payload = self.request("GET", "/metrics")
+        assert status == 200
+        return parse_metrics(payload)
+
+    def children(self):
+        with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+
+    def stop(self, timeout=30, sig=signal.SIGTERM):
+        return stop_process(self.proc, sig, timeout)
 
 
 def netns_request(prefix, host, port, method, path, body, timeout):

@@ -29,7 +29,7 @@ import tempfile
 import time
 import unittest
 
-from harness import netns_request, parse_metrics, sh
+from harness import ServeProcess, netns_request, sh
 
 ARGS = None
 TIMEOUT = 60  # seconds for any single HTTP exchange
@@ -57,22 +57,16 @@ def wait_for_store_port(proc, log, timeout=30):
     raise RuntimeError("head did not report its rendezvous port")
 
 
-class Server:
+class Server(ServeProcess):
     """A `moeserve serve` process (optionally prefixed, e.g. by `ip netns exec NS`)."""
 
     def __init__(self, *extra, prefix=(), host="127.0.0.1", wait=True, env=None):
+        super().__init__([*prefix, ARGS.moeserve, "serve", "--model", ARGS.model, "--host", host, "--port", "0",
+                          *COMMON, *extra], env=env, timeout=TIMEOUT)
         self.host = host
-        self.port = None  # --port 0: the server reports the port it bound
-        cmd = [*prefix, ARGS.moeserve, "serve", "--model", ARGS.model, "--host", host, "--port", "0", *COMMON, *extra]
-        self.log = tempfile.TemporaryFile()  # an unread pipe could fill up and block the server
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log, env=env)
         self.prefix = prefix
         if wait:
             self.wait_healthy()
-
-    def log_text(self):
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")
 
     def wait_healthy(self, timeout=60):
         deadline = time.time() + timeout
@@ -97,43 +91,16 @@ class Server:
     def request(self, method, path, body=None):
         if self.prefix:  # inside a namespace: reach it from there with a tiny client
             return netns_request(self.prefix, self.host, self.port, method, path, body, TIMEOUT)
-        c = http.client.HTTPConnection(self.host, self.port, timeout=TIMEOUT)
-        c.request(method, path, body=json.dumps(body) if body is not None else None,
-                  headers={"Content-Type": "application/json"})
-        r = c.getresponse()
-        payload = r.read()
-        c.close()
-        return r.status, payload
+        return super().request(method, path, body)
 
     def complete(self, prompt, max_tokens=MAX_TOKENS):
-        status, payload = self.request("POST", "/v1/completions",
-                                       {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True})
-        assert status == 200, (status, payload)
-        return json.loads(payload)["choices"][0]["text"]
+        return super().complete(prompt, max_tokens)
 
-    def complete_all(self, prompts):
-        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
-            return list(pool.map(self.complete, prompts))
-
-    def metrics(self):
-        status, payload = self.request("GET", "/metrics")
-        assert status == 200
-        return parse_metrics(payload)
-
-    def stop(self, timeout=30):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-            return None
+    def complete_all(self, prompts, max_tokens=MAX_TOKENS):
+        return super().complete_all(prompts, max_tokens)
 
     def rank_pids(self):
-        with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
-            return [int(p) for p in f.read().split()]
-
+        return self.children()
 
 
 def per_engine(m, family, **labels):

@@ -28,7 +28,7 @@ import tempfile
 import time
 import unittest
 
-from harness import netns_request, parse_metrics, sh
+from harness import netns_request, parse_metrics, sh, stop_process
 
 ARGS = None
 TIMEOUT = 60  # seconds for any single HTTP exchange
@@ -103,14 +103,7 @@ class Proc:
         return parse_metrics(payload)
 
     def stop(self, timeout=30):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-            return None
+        return stop_process(self.proc, signal.SIGTERM, timeout)
 
     def rank_pids(self):
         with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:

@@ -21,7 +21,7 @@ import tempfile
 import time
 import unittest
 
-from harness import parse_metrics
+from harness import parse_metrics, stop_process
 
 ARGS = None
 TIMEOUT = 30  # seconds for any single HTTP exchange
@@ -117,14 +117,7 @@ class Server:
         return parse_metrics(payload)
 
     def stop(self, sig=signal.SIGTERM, timeout=30):
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-            return None
+        return stop_process(self.proc, sig, timeout)
 
     def rank_pid(self):
         with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
