@@ -131,6 +131,15 @@ def reference_texts():
 
 
 class Parallel(unittest.TestCase):
+    def long_stream(self, s):
+        """The response of a 200-token stream, known to be running (its first event read)."""
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=TIMEOUT)
+        c.request("POST", "/v1/completions", body=json.dumps({"prompt": "Hello", "max_tokens": 200, "ignore_eos": True,
+                                                               "stream": True}), headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        self.assertTrue(r.read(6).startswith(b"data: "))
+        return r
+
     def check_equal_outputs(self, s, n_engines, extra_tokens=0):
         expected = reference_texts()
         got = s.complete_all(PROMPTS)
@@ -251,11 +260,7 @@ class Parallel(unittest.TestCase):
             self.assertNotIn("DP lock-step", s.log_text())
 
             # Kill engine 1's rank while it streams: that request fails, engine 0 keeps serving.
-            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=TIMEOUT)
-            c.request("POST", "/v1/completions", body=json.dumps({"prompt": "Hello", "max_tokens": 200, "ignore_eos": True,
-                                                                   "stream": True}), headers={"Content-Type": "application/json"})
-            r = c.getresponse()
-            self.assertTrue(r.read(6).startswith(b"data: "))
+            r = self.long_stream(s)
             routed = per_engine(s.metrics(), "vllm:num_requests_running")
             victim = max(routed, key=routed.get)  # the engine running the stream
             os.kill(s.rank_pids()[victim], signal.SIGKILL)
@@ -274,11 +279,7 @@ class Parallel(unittest.TestCase):
     def test_kill_rank(self):
         s = Server("--data-parallel-size", "2", "--enable-expert-parallel", "--distributed-timeout-ms", "3000")
         try:
-            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=TIMEOUT)
-            c.request("POST", "/v1/completions", body=json.dumps({"prompt": "Hello", "max_tokens": 200, "ignore_eos": True,
-                                                                   "stream": True}), headers={"Content-Type": "application/json"})
-            r = c.getresponse()
-            self.assertTrue(r.read(6).startswith(b"data: "))
+            r = self.long_stream(s)
             start = time.time()
             os.kill(s.rank_pids()[1], signal.SIGKILL)
             body = r.read().decode()  # ends (error event + [DONE]) rather than hanging
