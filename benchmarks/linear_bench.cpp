@@ -90,10 +90,14 @@ void shapes(benchmark::internal::Benchmark* b) {
             b->Args({m, n, k});
         }
     }
+    // Decode batches of 2 and 8 rows (the GEMV's other row counts) on the lm_head.
+    b->Args({2, 151936, 1024});
+    b->Args({8, 151936, 1024});
     // DeepSeek-V3's real decode shapes (benchmarks/dsv3_real_dims.sh, docs/performance.md): the
-    // bf16 lm_head and the dense gate|up, k = 7168.
+    // bf16 lm_head and the dense gate|up, k = 7168, for 1 and 4 rows.
     b->Args({1, 129280, 7168});
     b->Args({1, 36864, 7168});
+    b->Args({4, 36864, 7168});
     b->ArgNames({"m", "n", "k"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
 

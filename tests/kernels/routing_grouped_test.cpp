@@ -27,7 +27,8 @@ TEST(GroupedTopkTest, V3GroupsBiasAndWeights) {
     // group scores (top-2 sums of s + bias): g0 1.0, g1 1.0, g2 1.15, g3 1.6 -> keep g3, g2
     int32_t ids[3];
     float w[3];
-    grouped_topk(logits.data(), 1, a, ids, w);
+    GroupedTopkScratch scratch;
+    grouped_topk(logits.data(), 1, a, ids, w, scratch);
     EXPECT_EQ(ids[0], 5);  // 0.95
     EXPECT_EQ(ids[1], 6);  // 0.8 (biased), lower id of the tie with 7
     EXPECT_EQ(ids[2], 7);
@@ -44,7 +45,8 @@ TEST(GroupedTopkTest, MaskedExpertsScoreZeroNotMinusInfinity) {
     // choice: g0 {-0.4, -0.4} sum -0.8; g1 {1.4, -0.1} sum 1.3 -> keep g1; masked g0 -> 0.0
     int32_t ids[2];
     float w[2];
-    grouped_topk(logits.data(), 1, a, ids, w);
+    GroupedTopkScratch scratch;
+    grouped_topk(logits.data(), 1, a, ids, w, scratch);
     EXPECT_EQ(ids[0], 2);
     EXPECT_EQ(ids[1], 0);  // 0.0 beats expert 3's -0.1; lowest id among the zeros
     EXPECT_NEAR(w[1], 0.1, 1e-6);
@@ -56,7 +58,8 @@ TEST(GroupedTopkTest, V2SoftmaxMaxGroup) {
     // group maxima: 3.0, 2.5, 0.0 -> keep group 0 only
     int32_t ids[2];
     float w[2];
-    grouped_topk(logits.data(), 1, a, ids, w);
+    GroupedTopkScratch scratch;
+    grouped_topk(logits.data(), 1, a, ids, w, scratch);
     double z = 0;
     for (float l : logits) z += std::exp(double(l));
     EXPECT_EQ(ids[0], 1);
@@ -107,6 +110,7 @@ void sorting_reference(const float* l, const GroupedTopkArgs& a, int32_t* ids, f
 TEST(GroupedTopkTest, MatchesSortingReference) {
     std::mt19937 rng(11);
     std::uniform_real_distribution<float> d(-3.0f, 3.0f), db(-0.1f, 0.1f);
+    GroupedTopkScratch scratch;  // reused across shapes: resizing must not leave stale state
     for (const auto& [e, k, groups, keep] : {std::tuple{256, 8, 8, 4}, std::tuple{64, 8, 8, 4}, std::tuple{16, 4, 4, 2},
                                              std::tuple{160, 6, 1, 1}, std::tuple{12, 12, 3, 3}}) {
         for (const auto& [scoring, gs] : {std::pair{RouterScoring::kSigmoid, GroupScore::kTop2Sum},
@@ -128,7 +132,7 @@ TEST(GroupedTopkTest, MatchesSortingReference) {
                               2.5f};
             std::vector<int32_t> ids(size_t(tokens * k)), rids(ids.size());
             std::vector<float> w(ids.size()), rw(ids.size());
-            grouped_topk(logits.data(), tokens, a, ids.data(), w.data());
+            grouped_topk(logits.data(), tokens, a, ids.data(), w.data(), scratch);
             for (int64_t t = 0; t < tokens; ++t)
                 sorting_reference(&logits[size_t(t * e)], a, &rids[size_t(t * k)], &rw[size_t(t * k)]);
             EXPECT_EQ(ids, rids) << "e " << e << " k " << k;

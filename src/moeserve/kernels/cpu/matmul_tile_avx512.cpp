@@ -1,12 +1,9 @@
-// Single-threaded AVX-512 BF16 matmul tile for bf16 weights (built with -mavx512bf16 etc.; only
-// called when active_isa() >= avx512). vdpbf16ps multiplies 32 bf16 weights by 32 bf16
-// activations per instruction, so the weights are never widened; the activations are split into
-// bf16 parts (x = hi + mid + lo) that are each multiplied by the same weights, products of two
-// bf16 being exact in f32.
-//   GEMV (m <= kGemvMaxRows, decode): 3 parts, f32 accuracy; memory-bound, so the 3 products
-//     cost nothing measurable.
+// Single-threaded AVX-512 matmul tile for bf16 weights (built with -mavx512bf16 etc.; only
+// called when active_isa() >= avx512).
+//   GEMV (m <= kGemvMaxRows, decode): the weights widened to f32 in registers (two integer ops
+//     per 32 weights), f32 FMA: f32 accuracy, memory-bound up to a few rows.
 //   GEMM (prefill): the AVX2 f32 GEMM by default; with MOESERVE_BF16_ACTIVATIONS=round, packed
-//     bf16-pair panels with x rounded once (1 part).
+//     bf16-pair panels and vdpbf16ps with x rounded to bf16 once.
 // NOTE: no std or project inline code here (see matmul_tile_isa.h): helpers live in this
 // anonymous namespace, buffers come from thread_scratch().
 #include <immintrin.h>
@@ -28,7 +25,7 @@ inline __mmask16 tail_mask16(int64_t n) {
 
 // x [m, k] (row stride ldx) as P bf16 rows [m, kp] each (kp a multiple of 32, zero past k):
 // part 0 = bf16(x), part p = bf16(x - parts 0..p-1). Each rounding keeps 8 more bits, so
-// |x - sum of P parts| <= 2^(-9P) |x| (P = 3: below f32's own rounding).
+// |x - sum of P parts| <= 2^(-9P) |x|. The GEMM uses P = 1 (x rounded once).
 template <int P>
 void split_rows(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t kp, uint16_t* parts) {
     for (int64_t i = 0; i < m; ++i) {
@@ -45,79 +42,137 @@ void split_rows(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t kp, u
     }
 }
 
-// GEMV: rows of w one at a time, so the weights are read as one sequential stream (the hardware
-// prefetcher follows it at the full read rate; NR interleaved rows of a few KiB each made it
-// stop and restart for every row block, at about half the rate). MR rows of x share each weight
-// row (hot in L1 for the later rows); U independent accumulators per row hide the vdpbf16ps
-// latency. x comes as P bf16 parts (xs: part q of row i at xs + (q * mp + i) * kp), each
-// multiplied by the same weight vector: P = 3, so the result has f32 accuracy. No software
-// prefetch: measured (1 thread, 256 MiB, thread CPU time) it was no faster at 4 KiB ahead and
-// slower at 0.5-2 KiB.
-constexpr int kGemvParts = 3;
+// ---- GEMV (m <= kGemvMaxRows, decode): f32 FMA on widened weights. ----
+// A zmm of 32 bf16 weights, read as 16 32-bit lanes, holds the even-indexed weights in the low
+// halves and the odd-indexed ones in the high halves: a shift left by 16 and a mask of the high
+// halves widen both to exact f32 with two cheap integer ops (no shuffles). x is laid out to
+// match once per call: each 32-element block of a row as its 16 even then its 16 odd elements,
+// in f32, so the products and sums are f32 FMA, as accurate as the AVX2 path. (The three-part
+// bf16 split with vdpbf16ps, this kernel's predecessor, needed 3 x loads and 3 vdpbf16ps per 32
+// weights and each extra row of x added 3 more: at m = 4 it read at 0.33 of the STREAM rate,
+// below the AVX2 GEMV; see docs/kernels.md.)
+// Blocking (linear_bench and a standalone probe, 2 threads, Zen4; docs/kernels.md):
+// - Up to k < kGemvRowBlockMinK one weight row at a time for m <= 3 (one sequential stream for
+//   the prefetcher: interleaved rows of 2 KiB each read at about half the rate); from m = 4 the
+//   FMAs take long enough that the hardware prefetcher falls behind, so two rows at a time with
+//   the next pair's lines prefetched (as the AVX2 GEMV does).
+// - From k = kGemvRowBlockMinK (rows of 4 KiB and more) four rows at a time: x (4 k bytes per row)
+//   no longer stays in L1 next to the weight stream, and each x load then feeds four rows.
+constexpr int64_t kGemvRowBlockMinK = 2048;
 
-template <int MR, int U>
-void gemv_seq_rows(const uint16_t* xs, int64_t mp, int64_t kp, int64_t k, const uint16_t* w, int64_t n, float* out,
-                   int64_t ldo) {
-    constexpr int P = kGemvParts;
+// xs[i * kp + b + l] = x[i, b + 2l], xs[i * kp + b + 16 + l] = x[i, b + 2l + 1] for each 32-block b,
+// zero past k.
+void split_even_odd(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t kp, float* xs) {
+    const __m512i even_idx = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd_idx = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    for (int64_t i = 0; i < m; ++i) {
+        const float* xi = x + i * ldx;
+        float* di = xs + i * kp;
+        for (int64_t b = 0; b < kp; b += 32) {
+            const __m512 lo = _mm512_maskz_loadu_ps(tail_mask16(k - b), xi + b);
+            const __m512 hi = _mm512_maskz_loadu_ps(tail_mask16(k - b - 16), xi + b + 16);
+            _mm512_store_ps(di + b, _mm512_permutex2var_ps(lo, even_idx, hi));
+            _mm512_store_ps(di + b + 16, _mm512_permutex2var_ps(lo, odd_idx, hi));
+        }
+    }
+}
+
+// out[i, j] for MR rows of x and NR weight rows at a time; A accumulators per (i, r) pair: 2 (even
+// and odd products apart) when MR * NR is small, so enough FMA chains are in flight, else 1.
+template <int MR, int NR, bool kPrefetch>
+void gemv_block_rows(const float* xs, int64_t kp, int64_t k, const uint16_t* w, int64_t n, float* out, int64_t ldo) {
+    constexpr int A = MR * NR <= 8 ? 2 : 1;
+    const __m512i high_halves = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
     const int64_t k32 = k & ~int64_t{31};
     const __mmask32 tail = tail_mask32(k - k32);
-    auto xpart = [&](int q, int i, int64_t p) { return as_bh(_mm512_load_si512(xs + (q * mp + i) * kp + p)); };
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = 0; j + NR <= n; j += NR) {
         const uint16_t* wj = w + j * k;
-        __m512 acc[MR][U];
+        __m512 acc[MR][NR][A];
 #pragma GCC unroll 8
         for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
-            for (int u = 0; u < U; ++u) acc[i][u] = _mm512_setzero_ps();
-        int64_t p = 0;
-        for (; p + 32 * U <= k32; p += 32 * U) {
+            for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 2
+                for (int a = 0; a < A; ++a) acc[i][r][a] = _mm512_setzero_ps();
+        for (int64_t p = 0; p < k; p += 32) {
+            if constexpr (kPrefetch) {
 #pragma GCC unroll 4
-            for (int u = 0; u < U; ++u) {
-                const int64_t o = p + 32 * u;
-                const __m512bh wv = as_bh(_mm512_loadu_si512(wj + o));
+                for (int r = 0; r < NR; ++r)
+                    _mm_prefetch(reinterpret_cast<const char*>(wj + (NR + r) * k + p), _MM_HINT_T0);
+            }
+            const __mmask32 mask = p < k32 ? ~__mmask32{0} : tail;
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; ++r) {
+                const __m512i wv = _mm512_maskz_loadu_epi16(mask, wj + r * k + p);
+                const __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16));
+                const __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(wv, high_halves));
 #pragma GCC unroll 8
-                for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 3
-                    for (int q = 0; q < P; ++q) acc[i][u] = _mm512_dpbf16_ps(acc[i][u], xpart(q, i, o), wv);
+                for (int i = 0; i < MR; ++i) {
+                    const float* xi = xs + i * kp + p;
+                    acc[i][r][0] = _mm512_fmadd_ps(we, _mm512_load_ps(xi), acc[i][r][0]);
+                    acc[i][r][A - 1] = _mm512_fmadd_ps(wo, _mm512_load_ps(xi + 16), acc[i][r][A - 1]);
+                }
             }
         }
-        for (; p < k; p += 32) {
-            const __m512bh wv = as_bh(_mm512_maskz_loadu_epi16(p + 32 <= k ? ~__mmask32{0} : tail, wj + p));
 #pragma GCC unroll 8
-            for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 3
-                for (int q = 0; q < P; ++q) acc[i][0] = _mm512_dpbf16_ps(acc[i][0], xpart(q, i, p), wv);
-        }
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; ++i) {
-            __m512 a = acc[i][0];
+        for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
-            for (int u = 1; u < U; ++u) a = _mm512_add_ps(a, acc[i][u]);
-            out[i * ldo + j] = _mm512_reduce_add_ps(a);
-        }
+            for (int r = 0; r < NR; ++r) {
+                const __m512 a = A == 2 ? _mm512_add_ps(acc[i][r][0], acc[i][r][A - 1]) : acc[i][r][0];
+                out[i * ldo + j + r] = _mm512_reduce_add_ps(a);
+            }
+    }
+}
+
+// All n weight rows for MR rows of x: blocks of NR, the last n % NR rows one at a time.
+template <int MR, int NR, bool kPrefetch>
+void gemv_rows(const float* xs, int64_t kp, int64_t k, const uint16_t* w, int64_t n, float* out, int64_t ldo) {
+    const int64_t blocked = n / NR * NR;
+    gemv_block_rows<MR, NR, kPrefetch>(xs, kp, k, w, blocked, out, ldo);
+    if (blocked < n) gemv_block_rows<MR, 1, false>(xs, kp, k, w + blocked * k, n - blocked, out + blocked, ldo);
+}
+
+template <int MR>
+void gemv_m(const float* xs, int64_t kp, int64_t k, const uint16_t* w, int64_t n, float* out, int64_t ldo) {
+    if (k >= kGemvRowBlockMinK) {
+        // 4 rows up to MR = 4 (16 accumulators), 2 above (up to 16: the 32 zmm also hold w and x)
+        gemv_rows<MR, (MR <= 4 ? 4 : 2), (MR >= 4)>(xs, kp, k, w, n, out, ldo);
+    } else if constexpr (MR >= 4) {
+        gemv_rows<MR, 2, true>(xs, kp, k, w, n, out, ldo);
+    } else {
+        gemv_rows<MR, 1, false>(xs, kp, k, w, n, out, ldo);
     }
 }
 
 void gemv(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out, int64_t ldo) {
     const int64_t kp = (k + 31) / 32 * 32;
-    auto* xs = static_cast<uint16_t*>(thread_scratch(0, kGemvParts * m * kp * 2));
-    split_rows<kGemvParts>(x, ldx, m, k, kp, xs);
-    for (int64_t i = 0; i < m; i += 4) {
-        const uint16_t* xi = xs + i * kp;
-        switch (imin(4, m - i)) {
-            case 1:
-                gemv_seq_rows<1, 4>(xi, m, kp, k, w, n, out + i * ldo, ldo);
-                break;
-            case 2:
-                gemv_seq_rows<2, 2>(xi, m, kp, k, w, n, out + i * ldo, ldo);
-                break;
-            case 3:
-                gemv_seq_rows<3, 2>(xi, m, kp, k, w, n, out + i * ldo, ldo);
-                break;
-            default:
-                gemv_seq_rows<4, 1>(xi, m, kp, k, w, n, out + i * ldo, ldo);
-                break;
-        }
+    auto* xs = static_cast<float*>(thread_scratch(0, m * kp * 4));
+    split_even_odd(x, ldx, m, k, kp, xs);
+    switch (m) {
+        case 1:
+            gemv_m<1>(xs, kp, k, w, n, out, ldo);
+            break;
+        case 2:
+            gemv_m<2>(xs, kp, k, w, n, out, ldo);
+            break;
+        case 3:
+            gemv_m<3>(xs, kp, k, w, n, out, ldo);
+            break;
+        case 4:
+            gemv_m<4>(xs, kp, k, w, n, out, ldo);
+            break;
+        case 5:
+            gemv_m<5>(xs, kp, k, w, n, out, ldo);
+            break;
+        case 6:
+            gemv_m<6>(xs, kp, k, w, n, out, ldo);
+            break;
+        case 7:
+            gemv_m<7>(xs, kp, k, w, n, out, ldo);
+            break;
+        default:
+            gemv_m<8>(xs, kp, k, w, n, out, ldo);
+            break;
     }
 }
 

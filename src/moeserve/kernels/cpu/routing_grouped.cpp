@@ -22,7 +22,7 @@ int64_t take_max(const std::vector<double>& v, std::vector<char>& taken) {
 }  // namespace
 
 void grouped_topk(const float* logits, int64_t num_tokens, const GroupedTopkArgs& a, int32_t* topk_ids,
-                  float* topk_weights) {
+                  float* topk_weights, GroupedTopkScratch& scratch) {
     const int64_t e_count = a.num_experts;
     MOESERVE_CHECK(a.k >= 1 && a.k <= e_count, "grouped_topk: k={} num_experts={}", a.k, e_count);
     const bool grouped = a.group_score != GroupScore::kNone;
@@ -34,8 +34,13 @@ void grouped_topk(const float* logits, int64_t num_tokens, const GroupedTopkArgs
                    per_group);
     const auto n_e = static_cast<size_t>(e_count);
     const auto n_g = static_cast<size_t>(grouped ? a.n_group : 0);
-    std::vector<double> scores(n_e), choice(n_e), group(n_g);
-    std::vector<char> taken(n_e), group_taken(n_g), keep(n_g);
+    scratch.scores.resize(n_e);
+    scratch.choice.resize(n_e);
+    scratch.taken.resize(n_e);
+    scratch.group.resize(n_g);
+    scratch.group_taken.resize(n_g);
+    scratch.keep.resize(n_g);
+    auto& [scores, choice, group, taken, group_taken, keep] = scratch;
     for (int64_t t = 0; t < num_tokens; ++t) {
         const float* l = logits + t * e_count;
         if (a.scoring == RouterScoring::kSigmoid) {

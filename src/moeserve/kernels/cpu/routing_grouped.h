@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace moeserve::kernels::cpu {
 
@@ -25,6 +26,13 @@ struct GroupedTopkArgs {
     float scale;         // then weights *= scale (routed_scaling_factor, or 1)
 };
 
+// Per-call buffers of grouped_topk, sized on first use and reused: the router runs once per MoE
+// layer per step, so it allocates nothing after the first forward.
+struct GroupedTopkScratch {
+    std::vector<double> scores, choice, group;
+    std::vector<char> taken, group_taken, keep;
+};
+
 // Per token: s = scoring(logits); choice = s + bias; with a group limit the topk_group best
 // groups (lower id on ties) stay and every other expert's choice becomes 0.0 (as Hugging Face and
 // DeepSeek mask it; not -inf); the k largest choices (lower id on ties) are chosen, in descending
@@ -32,6 +40,6 @@ struct GroupedTopkArgs {
 // logits f32 [num_tokens, num_experts]; topk_ids int32 / topk_weights f32 [num_tokens, k].
 // Scores and comparisons in double.
 void grouped_topk(const float* logits, int64_t num_tokens, const GroupedTopkArgs& args, int32_t* topk_ids,
-                  float* topk_weights);
+                  float* topk_weights, GroupedTopkScratch& scratch);
 
 }  // namespace moeserve::kernels::cpu

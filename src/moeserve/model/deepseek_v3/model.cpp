@@ -43,11 +43,12 @@ DecoderSpec DeepseekV3Model::decoder_spec(const DeepseekV3Config& c) {
                   .is_moe_layer = [c](int64_t i) { return c.is_moe_layer(i); },
                   .route = {}};
     // grouped top-k, with noaux_tc's score-correction bias when the layer has one
-    s.route = [args = routing_args(c)](float* logits, int64_t num_tokens, const float* bias, int32_t* ids,
-                                       float* weights) {
+    // Each copy of the rule owns its buffers (the forward's thread calls it, one layer at a time).
+    s.route = [args = routing_args(c), scratch = kc::GroupedTopkScratch{}](
+                  float* logits, int64_t num_tokens, const float* bias, int32_t* ids, float* weights) mutable {
         kc::GroupedTopkArgs a = args;
         a.bias = bias;
-        kc::grouped_topk(logits, num_tokens, a, ids, weights);
+        kc::grouped_topk(logits, num_tokens, a, ids, weights, scratch);
     };
     return s;
 }
