@@ -6,7 +6,9 @@ STREAMS streaming completions on their own sockets and reads nothing back, so al
 few wait in the engine's queue with their HTTP connection, request state and prompt held: the
 idle streams of a server at that concurrency. It reports the RSS of the server's process tree
 before, with all of them admitted (vllm:num_requests_running + waiting = STREAMS) and after the
-clients hang up (every request must be cancelled: running + waiting back to 0), per 1000 streams.
+clients hang up (every request must be cancelled: running + waiting back to 0), per 1000 streams;
+then the same again for --rounds rounds: memory kept after a hang-up that does not grow from round
+to round is the allocator's, not a leak.
 The KV cache is allocated at start (--kv-cache-memory), so the delta is the per-request cost.
   /usr/bin/python3 benchmarks/idle_streams_rss.py --bin build/src/moeserve/cli/moeserve --model DIR
 """
@@ -23,7 +25,7 @@ import time
 
 
 def tree_rss_kib(pid):
-    """VmRSS of pid and all its descendants, KiB."""
+    """VmRSS of pid and of each of its descendants, KiB: {pid: (name, rss)}."""
     children = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -34,22 +36,31 @@ def tree_rss_kib(pid):
         except OSError:
             continue
         children.setdefault(ppid, []).append(int(d))
-    total, todo = 0, [pid]
+    out, todo = {}, [pid]
     while todo:
         p = todo.pop()
         todo.extend(children.get(p, []))
         try:
             with open(f"/proc/{p}/status") as f:
-                m = re.search(r"VmRSS:\s+(\d+) kB", f.read())
-            total += int(m.group(1)) if m else 0
+                text = f.read()
+            m = re.search(r"VmRSS:\s+(\d+) kB", text)
+            out[p] = (re.search(r"Name:\s+(\S+)", text).group(1), int(m.group(1)) if m else 0)
         except OSError:
             pass
-    return total
+    return out
+
+
+def describe(rss):
+    return f"{sum(r for _, r in rss.values())} (" + ", ".join(f"{n} {r}" for n, r in rss.values()) + ")"
+
+
+def delta_mib_per_1000(a, b, streams):
+    return (sum(r for _, r in b.values()) - sum(r for _, r in a.values())) * 1000 / streams / 1024
 
 
 def metric(port, name):
     s = socket.create_connection(("127.0.0.1", port), timeout=30)
-    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
     data = b""
     while chunk := s.recv(65536):
         data += chunk
@@ -66,6 +77,7 @@ def main():
     ap.add_argument("--running", type=int, default=8, help="--max-num-seqs")
     ap.add_argument("--prompt-words", type=int, default=100, help="words per prompt (~tokens)")
     ap.add_argument("--max-tokens", type=int, default=4096)
+    ap.add_argument("--rounds", type=int, default=3, help="open and hang up STREAMS this many times")
     a = ap.parse_args()
     need = a.streams + 256
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -92,41 +104,54 @@ def main():
     time.sleep(1.0)
     before = tree_rss_kib(server.pid)
     words = " ".join(f"w{i % 97}" for i in range(a.prompt_words))
-    socks = []
-    for i in range(a.streams):
-        body = json.dumps({"model": "m", "prompt": f"{i} {words}", "max_tokens": a.max_tokens, "stream": True,
-                           "ignore_eos": True}).encode()
-        s = socket.create_connection(("127.0.0.1", port), timeout=30)
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-        socks.append(s)
-    admitted = 0
-    for _ in range(600):  # 60 s
-        admitted = metric(port, "vllm:num_requests_running") + metric(port, "vllm:num_requests_waiting")
-        if admitted >= a.streams:
-            break
-        time.sleep(0.1)
-    time.sleep(1.0)
-    held = tree_rss_kib(server.pid)
-    for s in socks:
-        s.close()
-    left = None
-    for _ in range(600):  # 60 s
-        left = metric(port, "vllm:num_requests_running") + metric(port, "vllm:num_requests_waiting")
-        if left == 0:
-            break
-        time.sleep(0.1)
-    time.sleep(1.0)
-    after = tree_rss_kib(server.pid)
+
+    def requests_in_engine():
+        return metric(port, "vllm:num_requests_running") + metric(port, "vllm:num_requests_waiting")
+
+    rounds = []  # (admitted, held rss, left after hang-up, rss after)
+    for r in range(a.rounds):
+        socks = []
+        for i in range(a.streams):
+            body = json.dumps({"model": "m", "prompt": f"{r} {i} {words}", "max_tokens": a.max_tokens,
+                               "stream": True, "ignore_eos": True}).encode()
+            s = socket.create_connection(("127.0.0.1", port), timeout=30)
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                      + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            socks.append(s)
+        admitted = 0
+        for _ in range(600):  # 60 s
+            admitted = requests_in_engine()
+            if admitted >= a.streams:
+                break
+            time.sleep(0.1)
+        time.sleep(1.0)
+        held = tree_rss_kib(server.pid)
+        for s in socks:
+            s.close()
+        left = None
+        for _ in range(600):  # 60 s
+            left = requests_in_engine()
+            if left == 0:
+                break
+            time.sleep(0.1)
+        time.sleep(1.0)
+        rounds.append((admitted, held, left, tree_rss_kib(server.pid)))
     server.terminate()
     rc = server.wait(timeout=60)
-    print(f"streams {a.streams} (running {a.running}, prompt ~{a.prompt_words} words, max_tokens {a.max_tokens}); "
-          f"admitted {admitted:.0f}; left after hang-up {left:.0f}; server exit {rc}")
-    print(f"RSS KiB: before {before}, with the streams {held}, after hang-up {after}")
-    print(f"per 1000 streams: {(held - before) * 1000 / a.streams / 1024:.1f} MiB; "
-          f"not returned after hang-up: {(after - before) * 1000 / a.streams / 1024:.1f} MiB per 1000")
+    print(f"streams {a.streams} per round, {a.rounds} rounds (running {a.running}, prompt ~{a.prompt_words} "
+          f"words, max_tokens {a.max_tokens}); server exit {rc}")
+    print(f"RSS KiB (process tree, then each process): before {describe(before)}")
+    for r, (admitted, held, left, after) in enumerate(rounds):
+        print(f"round {r + 1}: admitted {admitted:.0f}, with the streams {describe(held)}; "
+              f"{left:.0f} left after hang-up, then {describe(after)}")
+    _, held, _, after = rounds[0]
+    print(f"per 1000 streams (round 1): {delta_mib_per_1000(before, held, a.streams):.1f} MiB; "
+          f"kept after hang-up: {delta_mib_per_1000(before, after, a.streams):.1f} MiB per 1000; "
+          f"growth from round 1 to round {a.rounds} after hang-up: "
+          f"{delta_mib_per_1000(after, rounds[-1][3], a.streams):.1f} MiB per 1000")
     os.unlink(log.name)
-    return 0 if admitted >= a.streams and left == 0 and rc == 0 else 1
+    ok = all(adm >= a.streams and left == 0 for adm, _, left, _ in rounds)
+    return 0 if ok and rc == 0 else 1
 
 
 if __name__ == "__main__":

@@ -88,7 +88,24 @@ public:
         io_.join();
     }
     int port() const { return server_.port(); }
+    int connections() const { return server_.num_connections(); }
     int disconnects() const { return disconnects_.load(); }
+    int num_held() {
+        std::lock_guard lock(mutex_);
+        return static_cast<int>(held_.size());
+    }
+    // Answers every held request now (a stream is ended), as an engine's last output would.
+    void answer_held() {
+        std::lock_guard lock(mutex_);
+        for (auto& h : held_) {
+            if (h.stream) {
+                h.responder->end_stream();
+            } else {
+                h.responder->respond(200, "text/plain", "late");
+            }
+        }
+        held_.clear();
+    }
     int open_streams() {
         std::lock_guard lock(mutex_);
         return static_cast<int>(streams_.size());
@@ -105,10 +122,12 @@ private:
             resp->start_stream();
             std::lock_guard lock(mutex_);
             streams_.push_back({std::move(resp)});
-        } else if (r.target == "/hold") {  // never answered: only a disconnect ends it
+        } else if (r.target == "/hold" || r.target == "/hold_stream") {  // answered by answer_held() only
             resp->on_disconnect([this] { ++disconnects_; });
+            const bool stream = r.target == "/hold_stream";
+            if (stream) resp->start_stream();
             std::lock_guard lock(mutex_);
-            held_.push_back(std::move(resp));
+            held_.push_back({std::move(resp), stream});
         } else {
             resp->respond(200, "text/plain", "ok");
         }
@@ -135,7 +154,11 @@ private:
     const int chunks_;
     std::mutex mutex_;
     std::vector<Stream> streams_;
-    std::vector<std::shared_ptr<Responder>> held_;
+    struct Held {
+        std::shared_ptr<Responder> responder;
+        bool stream = false;
+    };
+    std::vector<Held> held_;
     std::atomic<int> disconnects_{0};
     std::atomic<bool> stop_{false};
     HttpServer server_;
@@ -193,6 +216,36 @@ TEST(HttpServerTest, RefusesConnectionsBeyondTheLimit) {
     close(a);
     close(b);
     close(c);
+}
+
+TEST(HttpServerTest, AClientThatLeftFreesItsSlotWhenItsAnswerComes) {
+    // A client hangs up while its request waits (as a queued generation does); the answer comes
+    // later. Its connection must stop counting against --max-connections then, not an idle
+    // timeout (120 s) later: a round of 1000 abandoned streams used to lock the next round out.
+    StreamingServer s(1, 1, 2);
+    for (const char* path : {"/hold", "/hold_stream"}) {
+        SCOPED_TRACE(path);
+        const int fd = connect_to(s.port());
+        ASSERT_GE(fd, 0);
+        const int before = s.disconnects();
+        send_all(fd, request(path, ""));
+        for (int i = 0; i < 200 && s.num_held() == 0; ++i) std::this_thread::sleep_for(10ms);
+        ASSERT_EQ(s.num_held(), 1);
+        close(fd);
+        for (int i = 0; i < 200 && s.disconnects() == before; ++i) std::this_thread::sleep_for(10ms);
+        ASSERT_EQ(s.disconnects(), before + 1);
+        s.answer_held();
+        for (int i = 0; i < 200 && s.connections() > 0; ++i) std::this_thread::sleep_for(10ms);
+        EXPECT_EQ(s.connections(), 0);
+    }
+    // Both slots are free: two clients are served.
+    const int a = connect_to(s.port()), b = connect_to(s.port());
+    send_all(a, request("/plain"));
+    send_all(b, request("/plain"));
+    EXPECT_NE(read_all(a).find("200 OK"), std::string::npos);
+    EXPECT_NE(read_all(b).find("200 OK"), std::string::npos);
+    close(a);
+    close(b);
 }
 
 TEST(HttpServerTest, AnOversizedPipelinedRequestWaitsForTheStream) {

@@ -338,6 +338,10 @@ private:
     void after_answer() {
         streaming_ = false;
         disconnect_fn_ = nullptr;
+        // The client left before its answer came (a queued request whose client hung up): nothing
+        // more to read or write. Arming the idle timer here would keep this closed session, and
+        // its --max-connections slot, alive for idle_timeout_s.
+        if (closed_) return;
         if (pending_error_) {
             enqueue(std::move(*pending_error_));
             pending_error_.reset();
