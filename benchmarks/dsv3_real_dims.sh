@@ -4,13 +4,15 @@
 # W8A8 checkpoints (compressed-tensors; lm_head, embeddings and routers stay bf16): about
 # 15 GB on disk, so it fits a 24 GiB machine. Decode time per layer by difference: a 1-layer model
 # (the dense layer) and the 2-layer one (dense + MoE) from the same seed, so the MoE layer is
-# t(2) - t(1). The dense layer is t(1) minus the lm_head, which is estimated at the same run's STREAM
-# read (its bytes / the rate; the printout says so). Bytes read per token per layer come from the
-# checkpoint's own tensor sizes (every tensor of the layer once, routed experts 8 of 256). Then what
+# t(2) - t(1). The dense layer is t(1) minus the lm_head, whose time is its bytes at the rate its
+# GEMV reaches alone (linear_bench, same run; else the STREAM read; the printout says which).
+# Bytes read per token per layer come from the checkpoint's own tensor sizes (every tensor of the
+# layer once, routed experts 8 of 256). Then what
 # 61 layers (3 dense + 58 MoE) imply at this machine's rates. Run from the project root:
 #   MOESERVE_BIN=build/src/moeserve/cli/moeserve OUT=/tmp/dsv3-real benchmarks/dsv3_real_dims.sh
 # Needs ~19 GB of disk under OUT and ~12 min on 2 cores to write the models (kept for a second
-# run). Its first run gave L1 slower than L2, so the differences are not valid yet: see
+# run). ROUNDS (3) alternating decodes of each, medians; the head's time comes from linear_bench's
+# GEMV of its shape in the same run (LINEAR_BENCH, default next to the binary's build). See
 # docs/performance.md, "DeepSeek-V3 at its real dimensions".
 set -euo pipefail
 MS=${MOESERVE_BIN:-build/src/moeserve/cli/moeserve}
@@ -39,11 +41,22 @@ decode() {  # decode tok/s of model $1 (prompt of 8 tokens, TOKENS tokens)
   "$MS" generate --model "$1" --prompt "The history of the Roman Empire spans" --max-tokens "$TOKENS" --ignore-eos \
     --threads "$THREADS" 2>&1 | grep -o "generate:.*" | sed -E 's/.*decode ([0-9.]+) tok\/s.*/\1/'
 }
-t1=$(decode "$OUT/L1"); t2=$(decode "$OUT/L2"); t1b=$(decode "$OUT/L1"); t2b=$(decode "$OUT/L2")
-echo "decode tok/s: L1 $t1 $t1b, L2 $t2 $t2b"
-/usr/bin/python3 - "$OUT/L2" "$t1" "$t1b" "$t2" "$t2b" "${stream_gbs:-0}" <<'EOF'
+LINEAR_BENCH=${LINEAR_BENCH:-$(dirname "$MS")/../../../benchmarks/linear_bench}
+head_gbs=0  # the bf16 lm_head GEMV alone (m 1, n 129280, k 7168), same run
+if [ -x "$LINEAR_BENCH" ]; then
+  head_gbs=$("$LINEAR_BENCH" --benchmark_filter='m:1/n:129280/k:7168' --benchmark_min_time=0.5 2>/dev/null |
+    grep -oE " GBps=[0-9.]+" | grep -oE "[0-9.]+" | head -1 || echo 0)
+fi
+t1s=""; t2s=""
+for _ in $(seq "${ROUNDS:-3}"); do  # alternating, so drifts in the machine's rate hit both alike
+  t1s="$t1s $(decode "$OUT/L1")"; t2s="$t2s $(decode "$OUT/L2")"
+done
+echo "decode tok/s: L1$t1s, L2$t2s; lm_head GEMV alone ${head_gbs} GB/s"
+/usr/bin/python3 - "$OUT/L2" "$t1s" "$t2s" "${stream_gbs:-0}" "${head_gbs:-0}" <<'EOF'
 import json, os, struct, sys
-d, t1, t1b, t2, t2b, stream = sys.argv[1], *map(float, sys.argv[2:7])
+d = sys.argv[1]
+t1s, t2s = [list(map(float, a.split())) for a in sys.argv[2:4]]
+stream, head_gbs = float(sys.argv[4]), float(sys.argv[5])
 size = {"I8": 1, "BF16": 2, "F32": 4, "F16": 2}
 cfg = json.load(open(os.path.join(d, "config.json")))
 per = {"layer0": 0, "layer1": 0, "head": 0}
@@ -68,21 +81,25 @@ for f in sorted(os.listdir(d)):
         elif name.startswith("lm_head") or name.startswith("model.norm"):
             per["head"] += nbytes
 ms = lambda tok_s: 1000.0 / tok_s
-l1, l2 = min(ms(t1), ms(t1b)), min(ms(t2), ms(t2b))  # best of two: noise only adds time
+median = lambda v: sorted(v)[len(v) // 2]
+l1, l2 = median([ms(t) for t in t1s]), median([ms(t) for t in t2s])
+spread = lambda v: (max(ms(t) for t in v) - min(ms(t) for t in v)) / 2
 moe_ms = l2 - l1
-head_ms = per["head"] / (stream * 1e9) * 1000 if stream > 0 else float("nan")
+# The head at the rate its GEMV reaches alone (linear_bench), else at the STREAM read (optimistic).
+head_rate, head_src = (head_gbs, "its GEMV alone in linear_bench") if head_gbs > 0 else (stream, "the STREAM read")
+head_ms = per["head"] / (head_rate * 1e9) * 1000 if head_rate > 0 else float("nan")
 dense_ms = l1 - head_ms
 print(f"bytes/token: dense layer {per['layer0'] / 1e6:.1f} MB, MoE layer {per['layer1'] / 1e6:.1f} MB, "
       f"lm_head + norm {per['head'] / 1e6:.1f} MB")
-print(f"decode ms/token: 1 layer {l1:.2f}, 2 layers {l2:.2f} -> MoE layer {moe_ms:.2f} ms "
-      f"({per['layer1'] / moe_ms / 1e6:.1f} GB/s)")
-if stream > 0:
+print(f"decode ms/token (median of {len(t1s)}, +- half the range): 1 layer {l1:.2f} +- {spread(t1s):.2f}, "
+      f"2 layers {l2:.2f} +- {spread(t2s):.2f} -> MoE layer {moe_ms:.2f} ms ({per['layer1'] / moe_ms / 1e6:.1f} GB/s)")
+if head_rate > 0:
     print(f"dense layer + embedding ~{dense_ms:.2f} ms ({per['layer0'] / dense_ms / 1e6:.1f} GB/s), with the head "
-          f"estimated at the STREAM read {stream:.1f} GB/s: {head_ms:.2f} ms")
+          f"at {head_src}, {head_rate:.1f} GB/s: {head_ms:.2f} ms")
     full = 3 * dense_ms + 58 * moe_ms + head_ms
+    total = 3 * per["layer0"] + 58 * per["layer1"] + per["head"]
     print(f"61 layers (3 dense + 58 MoE) at these rates: {full:.0f} ms/token = {1000 / full:.2f} tok/s; "
-          f"bytes/token {(3 * per['layer0'] + 58 * per['layer1'] + per['head']) / 1e9:.1f} GB "
-          f"-> {1000 / ((3 * per['layer0'] + 58 * per['layer1'] + per['head']) / (stream * 1e9) * 1000):.2f} tok/s "
-          f"at the STREAM read")
+          f"bytes/token {total / 1e9:.1f} GB"
+          + (f" -> {stream * 1e9 / total:.2f} tok/s at the STREAM read {stream:.1f} GB/s" if stream > 0 else ""))
 EOF
 echo "load $(cut -d' ' -f1-3 /proc/loadavg)"

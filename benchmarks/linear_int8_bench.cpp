@@ -126,6 +126,10 @@ void shapes(benchmark::internal::Benchmark* b) {
             b->Args({m, n, k});
         }
     }
+    // DeepSeek-V3's real dense-layer decode shapes (benchmarks/dsv3_real_dims.sh): gate|up
+    // (k = 7168) and down (k = 18432).
+    b->Args({1, 36864, 7168});
+    b->Args({1, 7168, 18432});
     b->ArgNames({"m", "n", "k"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
 BENCHMARK(BM_LinearInt8)->Apply(shapes);
