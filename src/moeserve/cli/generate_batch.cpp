@@ -4,7 +4,6 @@
 #include "moeserve/cli/generate_batch.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,9 +13,9 @@
 
 #include "moeserve/core/error.h"
 #include "moeserve/engine/engine_core.h"
-#include "moeserve/engine/kv_cache/kv_cache_manager.h"
 #include "moeserve/model/registry.h"
 #include "moeserve/serve/output_processor.h"
+#include "moeserve/tokenizer/chat_prompt.h"
 #include "moeserve/tokenizer/chat_template/chat_template.h"
 #include "moeserve/tokenizer/tokenizer.h"
 
@@ -78,11 +77,8 @@ std::vector<int32_t> tokens_of(const Json& j, const tokenizer::Tokenizer& tok, c
     if (j.contains("prompt_token_ids")) return field<std::vector<int32_t>>(j, "prompt_token_ids", at);
     if (!tmpl)
         raise(ErrorCode::kInvalidArgument, "{}: \"messages\" needs a chat_template in tokenizer_config.json", at);
-    Json extra = Json::object();
-    if (tok.bos_token()) extra["bos_token"] = *tok.bos_token();
-    if (tok.eos_token()) extra["eos_token"] = *tok.eos_token();
     if (!j.at("messages").is_array()) raise(ErrorCode::kInvalidArgument, "{}: \"messages\" must be an array", at);
-    return tok.encode(tokenizer::render_chat(*tmpl, j.at("messages"), true, extra), false);
+    return tokenizer::encode_chat_prompt(tok, *tmpl, j.at("messages"), /*add_generation_prompt=*/true);
 }
 
 Item parse_item(const Json& j, const tokenizer::Tokenizer& tok, const std::optional<tokenizer::ChatTemplate>& tmpl,
@@ -169,19 +165,6 @@ std::vector<Item> read_items(const std::string& path, const tokenizer::Tokenizer
     return items;
 }
 
-int32_t kv_blocks(const EngineFlags& f, const model::ModelInfo& info) {
-    int64_t bytes = f.kv_cache_memory;
-    if (bytes <= 0) {
-        const auto total = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
-        bytes = static_cast<int64_t>(f.gpu_memory_utilization * static_cast<double>(total)) - info.weight_bytes;
-    }
-    int64_t blocks = engine::num_blocks_for_bytes(bytes, info.kv_bytes_per_token, f.block_size) + 1;
-    // NOTE(#5): more blocks than max_num_seqs full-length sequences only serve the prefix cache;
-    // cap there so the default 0.9 of RAM is not committed for a small model.
-    const int64_t cap = int64_t{f.max_num_seqs} * ((f.max_model_len + f.block_size - 1) / f.block_size) + 1;
-    return static_cast<int32_t>(std::min(blocks, cap));
-}
-
 const char* finish_name(ipc::FinishReason r) {
     switch (r) {
         case ipc::FinishReason::kStop:
@@ -251,28 +234,33 @@ void draw_progress(size_t done, size_t total, double secs, int64_t out_tokens) {
 
 }  // namespace
 
+int offline_threads(const EngineOptions& o) {
+    return o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+OfflineEngine load_offline_engine(const EngineOptions& o, ThreadPool& pool) {
+    OfflineEngine e;
+    e.model = model::load_model(o.model, pool,
+                                model::LoadOptions{.max_model_len = o.max_model_len,
+                                                   .dtype = o.dtype,
+                                                   .quantization = o.quantization,
+                                                   .kv_cache_dtype = o.kv_cache_dtype});
+    e.config = make_engine_config(o, e.model->info(), total_ram_bytes());
+    e.core = std::make_unique<engine::EngineCore>(*e.model, pool, e.config);
+    return e;
+}
+
 int run_generate_batch(const GenerateBatchOptions& o) {
-    const EngineFlags& f = o.engine;
-    const int threads = f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int threads = offline_threads(o.engine);
     ThreadPool pool(threads);
-    const auto tok = tokenizer::Tokenizer::from_dir(o.model);
+    const auto tok = tokenizer::Tokenizer::from_dir(o.engine.model);
     const std::vector<Item> items = read_items(o.input, tok);
     std::ofstream out(o.output);
     if (!out) raise(ErrorCode::kIo, "--output {}: cannot create the file", o.output);
-    auto model = model::load_model(
-        o.model, pool,
-        model::LoadOptions{
-            .max_model_len = f.max_model_len, .quantization = f.quantization, .kv_cache_dtype = f.kv_cache_dtype});
-
-    engine::EngineConfig config;
-    config.max_num_seqs = f.max_num_seqs;
-    config.max_num_batched_tokens = f.max_num_batched_tokens;
-    config.max_model_len = static_cast<int32_t>(f.max_model_len);
-    config.block_size = f.block_size;
-    config.num_blocks = kv_blocks(f, model->info());
-    config.enable_prefix_caching = f.enable_prefix_caching;
-    config.seed = f.seed;
-    engine::EngineCore core(*model, pool, config);
+    OfflineEngine e = load_offline_engine(o.engine, pool);
+    engine::EngineCore& core = *e.core;
+    const engine::EngineConfig& config = e.config;
+    const model::Model* model = e.model.get();
     std::fprintf(
         stderr, "generate: %zu requests, KV cache %d blocks of %d tokens (%.1f MiB), prefix caching %s\n", items.size(),
         config.num_blocks - 1, config.block_size,

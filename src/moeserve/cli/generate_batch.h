@@ -1,32 +1,37 @@
-// `moeserve generate --input prompts.jsonl --output out.jsonl`: offline batch generation through
-// the engine (continuous batching), vLLM's LLM.generate from a file.
+// `moeserve generate`'s engine: the model and EngineCore of an offline run, configured as serve's
+// ranks configure theirs (engine_options.h), and the batch mode `--input prompts.jsonl --output
+// out.jsonl` through it (continuous batching), vLLM's LLM.generate from a file. The
+// single-prompt mode (generate_command.cpp) runs its one request through the same engine.
 #pragma once
 
-#include <cstdint>
+#include <memory>
 #include <string>
+
+#include "moeserve/cli/engine_options.h"
+#include "moeserve/core/thread_pool.h"
+#include "moeserve/engine/engine_core.h"
+#include "moeserve/model/model.h"
 
 namespace moeserve::cli {
 
-// Engine flags, named as vLLM's.
-struct EngineFlags {
-    int32_t max_num_seqs = 256;
-    int32_t max_num_batched_tokens = 2048;
-    int32_t block_size = 16;
-    double gpu_memory_utilization = 0.9;  // share of total RAM for weights + KV cache
-    int64_t kv_cache_memory = 0;          // bytes of KV cache; overrides the utilization when > 0
-    bool enable_prefix_caching = true;
-    int64_t max_model_len = 4096;
-    uint64_t seed = 0;
-    int threads = 0;                      // 0 = all cores
-    std::string quantization;             // "" (as the checkpoint says), w8a8, w8a8-all, fp8, none
-    std::string kv_cache_dtype = "auto";  // auto (the checkpoint's: bf16) | bf16 | fp32
+// --threads, else every core.
+int offline_threads(const EngineOptions& o);
+
+struct OfflineEngine {
+    std::unique_ptr<model::Model> model;
+    engine::EngineConfig config;
+    std::unique_ptr<engine::EngineCore> core;
 };
 
+// Loads o.model (o.max_model_len resolved) on pool, which must outlive the engine, and builds
+// its EngineCore with make_engine_config. Raises Error as load_model, make_engine_config and
+// EngineCore do (e.g. a KV cache too small for one max_model_len sequence).
+OfflineEngine load_offline_engine(const EngineOptions& o, ThreadPool& pool);
+
 struct GenerateBatchOptions {
-    std::string model;
     std::string input;   // JSON lines: {"prompt" | "prompt_token_ids" | "messages", sampling fields...}
     std::string output;  // JSON lines, in input order
-    EngineFlags engine;
+    EngineOptions engine;
     bool progress = true;
 };
 

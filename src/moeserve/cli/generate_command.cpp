@@ -1,22 +1,18 @@
-// `moeserve generate`: offline generation for one prompt, streamed to stdout, then a line with
-// prefill and decode speed; or, with --input/--output, a JSON-lines file of requests through the
-// batched engine (generate_batch.h).
+// `moeserve generate`: offline generation through the engine (EngineCore, as serve's ranks run
+// it): one prompt, streamed to stdout as its tokens come out, then a line with prefill and
+// decode speed; or, with --input/--output, a JSON-lines file of requests (generate_batch.h).
 #include <fmt/format.h>
 
 #include <chrono>
 #include <cstdio>
 #include <memory>
-#include <thread>
 
 #include "moeserve/cli/commands.h"
 #include "moeserve/cli/generate_batch.h"
 #include "moeserve/core/error.h"
-#include "moeserve/core/rng.h"
-#include "moeserve/kernels/cpu/sample.h"
-#include "moeserve/model/registry.h"
-#include "moeserve/model/sequence_runner.h"
+#include "moeserve/serve/output_processor.h"
+#include "moeserve/tokenizer/chat_prompt.h"
 #include "moeserve/tokenizer/chat_template/chat_template.h"
-#include "moeserve/tokenizer/detokenizer.h"
 #include "moeserve/tokenizer/tokenizer.h"
 
 namespace moeserve::cli {
@@ -24,7 +20,6 @@ namespace moeserve::cli {
 namespace {
 
 struct GenerateOptions {
-    std::string model;
     std::string prompt;
     bool chat = false;
     int max_tokens = 64;
@@ -32,39 +27,11 @@ struct GenerateOptions {
     float top_p = 1.0f;
     int top_k = 0;
     float min_p = 0.0f;
-    uint64_t seed = 0;
     bool ignore_eos = false;
-    int threads = 0;
-    int64_t max_model_len = 4096;
-    int64_t block_size = 16;
-    GenerateBatchOptions batch;  // --input / --output mode
-    bool no_prefix_caching = false;
-    bool prefix_caching_flag = false;
+    bool max_num_seqs_given = false;  // single-prompt mode sizes the KV cache for one sequence unless told
+    GenerateBatchOptions batch;       // --input / --output mode; batch.engine: the engine's flags (both modes)
     bool no_progress = false;
-    std::string quantization;             // --quantization: "" (as the checkpoint), w8a8, fp8, none
-    std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: auto (the checkpoint's: bf16) | bf16 | fp32
 };
-
-int run_generate_command(GenerateOptions& o) {
-    if (o.batch.input.empty() == o.prompt.empty()) {
-        raise(ErrorCode::kInvalidArgument, "generate needs either --prompt or --input (with --output), not {}",
-              o.prompt.empty() ? "neither" : "both");
-    }
-    if (o.prompt.empty()) {
-        if (o.batch.output.empty()) raise(ErrorCode::kInvalidArgument, "--input needs --output FILE");
-        o.batch.model = o.model;
-        o.batch.engine.max_model_len = o.max_model_len;
-        o.batch.engine.block_size = static_cast<int32_t>(o.block_size);
-        o.batch.engine.seed = o.seed;
-        o.batch.engine.threads = o.threads;
-        o.batch.engine.quantization = o.quantization;
-        o.batch.engine.kv_cache_dtype = o.kv_cache_dtype;
-        o.batch.engine.enable_prefix_caching = !o.no_prefix_caching;
-        o.batch.progress = !o.no_progress;
-        return run_generate_batch(o.batch);
-    }
-    return -1;  // single-prompt mode
-}
 
 using Clock = std::chrono::steady_clock;
 
@@ -73,70 +40,80 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 std::vector<int32_t> prompt_tokens(const GenerateOptions& o, const tokenizer::Tokenizer& tok) {
     if (!o.chat) return tok.encode(o.prompt, /*add_special_tokens=*/true);
     if (!tok.chat_template()) {
-        raise(ErrorCode::kInvalidArgument, "--chat: {}/tokenizer_config.json has no chat_template", o.model);
+        raise(ErrorCode::kInvalidArgument, "--chat: {}/tokenizer_config.json has no chat_template",
+              o.batch.engine.model);
     }
     const auto tmpl = tokenizer::ChatTemplate::parse(*tok.chat_template());
-    nlohmann::ordered_json extra = nlohmann::ordered_json::object();
-    if (tok.bos_token()) extra["bos_token"] = *tok.bos_token();
-    if (tok.eos_token()) extra["eos_token"] = *tok.eos_token();
     const nlohmann::ordered_json messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", o.prompt}}});
-    // As transformers' apply_chat_template: the template adds any BOS itself.
-    return tok.encode(tokenizer::render_chat(tmpl, messages, true, extra), /*add_special_tokens=*/false);
+    return tokenizer::encode_chat_prompt(tok, tmpl, messages, /*add_generation_prompt=*/true);
 }
 
+// One request through the engine: the prompt, then each step's new text as it comes out.
 int run_generate(const GenerateOptions& o) {
     if (o.max_tokens < 1) raise(ErrorCode::kInvalidArgument, "--max-tokens must be >= 1; got {}", o.max_tokens);
     if (o.temperature < 0) raise(ErrorCode::kInvalidArgument, "--temperature must be >= 0; got {}", o.temperature);
     if (o.top_p <= 0 || o.top_p > 1) raise(ErrorCode::kInvalidArgument, "--top-p must be in (0, 1]; got {}", o.top_p);
-    const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    EngineOptions eo = o.batch.engine;
+    if (!o.max_num_seqs_given) eo.max_num_seqs = 1;  // one sequence: no KV blocks for others
+    const int threads = offline_threads(eo);
     ThreadPool pool(threads);
     const auto load_start = Clock::now();
-    const auto tok = tokenizer::Tokenizer::from_dir(o.model);
-    auto model = model::load_model(
-        o.model, pool,
-        model::LoadOptions{
-            .max_model_len = o.max_model_len, .quantization = o.quantization, .kv_cache_dtype = o.kv_cache_dtype});
+    const auto tok = tokenizer::Tokenizer::from_dir(eo.model);
+    OfflineEngine e = load_offline_engine(eo, pool);
     const double load_secs = seconds_since(load_start);
-    std::fprintf(stderr, "moeserve: quantization: %s\n", model->info().quantization.c_str());
+    std::fprintf(stderr, "moeserve: quantization: %s\n", e.model->info().quantization.c_str());
 
     const std::vector<int32_t> prompt = prompt_tokens(o, tok);
     if (prompt.empty()) raise(ErrorCode::kInvalidArgument, "the prompt is empty after tokenization");
-    if (static_cast<int64_t>(prompt.size()) + o.max_tokens > o.max_model_len) {
+    if (static_cast<int64_t>(prompt.size()) + o.max_tokens > eo.max_model_len) {
         raise(ErrorCode::kInvalidArgument, "prompt tokens + --max-tokens must be <= {} (--max-model-len); got {} + {}",
-              o.max_model_len, prompt.size(), o.max_tokens);
+              eo.max_model_len, prompt.size(), o.max_tokens);
     }
-    std::vector<int32_t> stop_ids = model->info().eos_token_ids;
-    if (tok.eos_token_id()) stop_ids.push_back(*tok.eos_token_id());
+    ipc::AddRequest add;
+    add.request_id = "0";
+    add.prompt_token_ids = prompt;
+    ipc::SamplingParams& s = add.sampling;
+    s.temperature = o.temperature;
+    s.top_p = o.top_p;
+    s.top_k = o.top_k;
+    s.min_p = o.min_p;
+    s.seed = eo.seed;  // the request's stream is Rng(--seed)
+    s.max_tokens = o.max_tokens;
+    s.ignore_eos = o.ignore_eos;
+    // The tokenizer's EOS (e.g. Qwen3's <|im_end|>) stops too, as in the batch mode; the engine
+    // stops at the model's eos_token_id itself.
+    if (!o.ignore_eos && tok.eos_token_id()) s.stop_token_ids.push_back(*tok.eos_token_id());
 
-    model::SequenceRunner runner(*model, o.max_model_len, o.block_size);
-    kernels::cpu::SamplingSettings sampling{o.temperature, o.top_k, o.top_p, o.min_p};
-    kernels::cpu::SampleScratch scratch;
-    Rng rng(o.seed);
-    tokenizer::IncrementalDetokenizer detok(tok, /*skip_special_tokens=*/true);
-    const int64_t vocab = model->info().vocab_size;
-
-    const auto prefill_start = Clock::now();
-    std::vector<float> logits = runner.append(prompt);
-    const double prefill_secs = seconds_since(prefill_start);
+    serve::OutputProcessor processor(tok);
+    processor.add_request(add.request_id, serve::OutputOptions{});
+    e.core->add_request(add);
     std::fputs(o.prompt.c_str(), stdout);
     std::fflush(stdout);
-
-    const auto decode_start = Clock::now();
-    int generated = 0;
+    const auto prefill_start = Clock::now();
+    auto decode_start = prefill_start;
+    double prefill_secs = 0;
+    bool first = true;
+    int generated = 0;  // the stop token not counted
     std::string finish = "length";
-    for (; generated < o.max_tokens; ++generated) {
-        const int32_t next = kernels::cpu::sample_token(logits.data(), vocab, sampling, rng, scratch);
-        if (!o.ignore_eos && std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) {
-            finish = "stop";
-            break;
+    while (e.core->has_unfinished_requests()) {
+        const engine::StepOutcome step = e.core->step();
+        for (const auto& d : processor.process(step.outputs).deltas) {
+            if (first && !d.token_ids.empty()) {  // the first token comes from the prefill's logits
+                prefill_secs = seconds_since(prefill_start);
+                decode_start = Clock::now();
+                first = false;
+            }
+            std::fputs(d.text.c_str(), stdout);
+            std::fflush(stdout);
+            generated += static_cast<int>(d.token_ids.size());
+            if (!d.finished) continue;
+            if (d.finish_reason == ipc::FinishReason::kError || d.finish_reason == ipc::FinishReason::kAbort)
+                raise(ErrorCode::kInvalidArgument, "the engine rejected the request: {}", d.error);
+            if (d.stop_token_id) --generated;
+            if (d.finish_reason == ipc::FinishReason::kStop) finish = "stop";
         }
-        std::fputs(detok.push(next).c_str(), stdout);
-        std::fflush(stdout);
-        if (generated + 1 < o.max_tokens) logits = runner.append(std::span<const int32_t>(&next, 1));
     }
-    std::fputs(detok.flush().c_str(), stdout);
     const double decode_secs = seconds_since(decode_start);
-    // The first generated token comes from the prefill's logits; decode steps = generated - 1.
     const int decode_steps = std::max(generated - 1, 0);
     std::printf("\n");
     std::fprintf(stderr,
@@ -147,12 +124,25 @@ int run_generate(const GenerateOptions& o) {
     return 0;
 }
 
+int run_generate_command(GenerateOptions& o) {
+    if (o.batch.input.empty() == o.prompt.empty()) {
+        raise(ErrorCode::kInvalidArgument, "generate needs either --prompt or --input (with --output), not {}",
+              o.prompt.empty() ? "neither" : "both");
+    }
+    if (!o.prompt.empty()) return run_generate(o);
+    if (o.batch.output.empty()) raise(ErrorCode::kInvalidArgument, "--input needs --output FILE");
+    o.batch.progress = !o.no_progress;
+    return run_generate_batch(o.batch);
+}
+
 }  // namespace
 
 void add_generate_command(CLI::App& app, Action* action) {
     auto o = std::make_shared<GenerateOptions>();
+    EngineOptions& e = o->batch.engine;
+    e.max_model_len = 4096;
     CLI::App* sub = app.add_subcommand("generate", "Generate a completion offline (no server)");
-    sub->add_option("--model", o->model, "Hugging Face model directory")->required();
+    sub->add_option("--model", e.model, "Hugging Face model directory")->required();
     sub->add_option("--prompt", o->prompt, "prompt text (single-prompt mode)");
     sub->add_option("--input", o->batch.input,
                     "JSON lines of requests: {\"prompt\"|\"prompt_token_ids\"|\"messages\", max_tokens, temperature, "
@@ -160,15 +150,16 @@ void add_generate_command(CLI::App& app, Action* action) {
                     "frequency_penalty, repetition_penalty, logprobs, prompt_logprobs, skip_special_tokens, "
                     "include_stop_str_in_output} (batch mode through the engine)");
     sub->add_option("--output", o->batch.output, "JSON lines of results, in input order (batch mode)");
-    sub->add_option("--max-num-seqs", o->batch.engine.max_num_seqs, "running requests at once")->capture_default_str();
-    sub->add_option("--max-num-batched-tokens", o->batch.engine.max_num_batched_tokens, "tokens per engine step")
+    CLI::Option* max_num_seqs =
+        sub->add_option("--max-num-seqs", e.max_num_seqs, "running requests at once (single-prompt mode: default 1)")
+            ->capture_default_str();
+    sub->add_option("--max-num-batched-tokens", e.max_num_batched_tokens, "tokens per engine step")
         ->capture_default_str();
-    sub->add_option("--gpu-memory-utilization", o->batch.engine.gpu_memory_utilization,
-                    "share of total RAM for weights + KV cache")
+    sub->add_option("--gpu-memory-utilization", e.gpu_memory_utilization, "share of total RAM for weights + KV cache")
         ->capture_default_str();
-    sub->add_option("--kv-cache-memory", o->batch.engine.kv_cache_memory, "KV cache bytes (overrides the utilization)");
-    sub->add_flag("--enable-prefix-caching", o->prefix_caching_flag, "reuse KV blocks of shared prefixes (default)");
-    sub->add_flag("--no-enable-prefix-caching", o->no_prefix_caching, "turn prefix caching off");
+    sub->add_option("--kv-cache-memory", e.kv_cache_memory, "KV cache size, e.g. 2G (overrides the utilization)");
+    sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", e.enable_prefix_caching,
+                  "reuse KV blocks of shared prefixes (default on)");
     sub->add_flag("--no-progress", o->no_progress, "no progress bar on stderr");
     sub->add_flag("--chat", o->chat, "render the prompt as a user message with the model's chat template");
     sub->add_option("--max-tokens", o->max_tokens, "tokens to generate")->capture_default_str();
@@ -176,24 +167,22 @@ void add_generate_command(CLI::App& app, Action* action) {
     sub->add_option("--top-p", o->top_p)->capture_default_str();
     sub->add_option("--top-k", o->top_k, "0 = off")->capture_default_str();
     sub->add_option("--min-p", o->min_p)->capture_default_str();
-    sub->add_option("--seed", o->seed)->capture_default_str();
+    sub->add_option("--seed", e.seed)->capture_default_str();
     sub->add_flag("--ignore-eos", o->ignore_eos, "keep generating after an end-of-sequence token");
-    sub->add_option("--threads", o->threads, "compute threads (default: all cores)");
-    sub->add_option("--quantization", o->quantization,
+    sub->add_option("--threads", e.threads, "compute threads (default: all cores)");
+    sub->add_option("--quantization", e.quantization,
                     "w8a8 (int8 weights + per-token int8 activations; quantizes bf16/FP8 checkpoints at load), "
                     "w8a8-all (lm_head in int8 too), fp8 (FP8 checkpoint -> bf16), none, ascend (a ModelSlim "
                     "checkpoint, as stored); default: as the checkpoint (quant_model_description.json, else "
                     "config.json's quantization_config)");
-    sub->add_option("--kv-cache-dtype", o->kv_cache_dtype,
+    sub->add_option("--kv-cache-dtype", e.kv_cache_dtype,
                     "auto (the checkpoint's dtype: bf16) | bf16 | fp32: element type of the KV / MLA latent cache")
         ->capture_default_str();
-    sub->add_option("--max-model-len", o->max_model_len, "longest sequence (prompt + output)")->capture_default_str();
-    sub->add_option("--block-size", o->block_size, "KV cache block size in tokens")->capture_default_str();
-    sub->callback([o, action] {
-        *action = [o] {
-            const int rc = run_generate_command(*o);
-            return rc >= 0 ? rc : run_generate(*o);
-        };
+    sub->add_option("--max-model-len", e.max_model_len, "longest sequence (prompt + output)")->capture_default_str();
+    sub->add_option("--block-size", e.block_size, "KV cache block size in tokens")->capture_default_str();
+    sub->callback([o, action, max_num_seqs] {
+        o->max_num_seqs_given = max_num_seqs->count() > 0;
+        *action = [o] { return run_generate_command(*o); };
     });
 }
 

@@ -20,7 +20,6 @@
 #include "moeserve/engine/engine_core.h"
 #include "moeserve/engine/engine_proc.h"
 #include "moeserve/engine/engine_proc_tp.h"
-#include "moeserve/engine/kv_cache/kv_cache_manager.h"
 #include "moeserve/engine/scheduler/policy_pd_hybrid.h"
 #include "moeserve/ipc/auth.h"
 #include "moeserve/model/registry.h"
@@ -63,11 +62,6 @@ std::pair<std::vector<std::string>, std::vector<std::string>> engine_addresses(c
     if (out.first == kAddressFromStore) out.first = read(store_key_input_address(dp_rank));
     if (out.second == kAddressFromStore) out.second = read(store_key_output_address());
     return {{out.first}, {out.second}};
-}
-
-int64_t total_ram_bytes() {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{8} << 30;
 }
 
 // VmRSS of this process in bytes (0 if unreadable).
@@ -143,32 +137,7 @@ int run_rank(const RankOptions& o) {
         leader = std::make_unique<engine::TpLeaderModel>(*model, *ctx.tp, keepalive_interval(o));
         served = leader.get();
     }
-    // KV blocks: --kv-cache-memory, else the RAM share left after weights, capped at what
-    // max_num_seqs full-length sequences can use.
-    const int64_t budget =
-        !engine.kv_cache_memory.empty()
-            ? parse_bytes(engine.kv_cache_memory)
-            : static_cast<int64_t>(engine.gpu_memory_utilization * static_cast<double>(total_ram_bytes())) -
-                  info.weight_bytes;
-    const int64_t per_seq = (engine.max_model_len + engine.block_size - 1) / engine.block_size;
-    int64_t blocks = engine::num_blocks_for_bytes(budget, info.kv_bytes_per_token, engine.block_size);
-    blocks = std::min<int64_t>(blocks, per_seq * engine.max_num_seqs + 1);
-    if (blocks < per_seq + 1) {
-        raise(ErrorCode::kInvalidArgument,
-              "the KV cache has room for {} blocks of {} tokens, less than one {}-token sequence needs; "
-              "raise --kv-cache-memory / --gpu-memory-utilization or lower --max-model-len",
-              blocks, engine.block_size, engine.max_model_len);
-    }
-    engine::EngineConfig ec;
-    ec.max_num_seqs = engine.max_num_seqs;
-    ec.max_num_batched_tokens = engine.max_num_batched_tokens;
-    ec.max_model_len = engine.max_model_len;
-    ec.block_size = engine.block_size;
-    ec.num_blocks = static_cast<int32_t>(blocks);
-    ec.enable_prefix_caching = engine.enable_prefix_caching;
-    ec.seed = engine.seed;
-    ec.scheduling_order =
-        engine.scheduling_policy == "priority" ? engine::SchedulingOrder::kPriority : engine::SchedulingOrder::kFcfs;
+    engine::EngineConfig ec = make_engine_config(engine, info, total_ram_bytes());
     ec.engine_index = groups.dp_rank;
     std::string vocab_error;
     ec.vocabulary =

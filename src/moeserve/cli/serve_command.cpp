@@ -586,6 +586,7 @@ void add_serve_command(CLI::App& app, Action* action) {
             check_vllm_flags(o->vllm);
             // Bad values fail here, not in the ranks.
             model::parse_kv_cache_dtype(o->engine.kv_cache_dtype, DType::kBF16);
+            if (!o->engine.kv_cache_memory.empty()) parse_bytes(o->engine.kv_cache_memory);
             parse_kv_transfer_config(o->engine.kv_transfer_config);
             model::parse_dtype_is_f32(o->engine.dtype);
             return run_serve(*o);

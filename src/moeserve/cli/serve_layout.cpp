@@ -11,28 +11,6 @@
 
 namespace moeserve::cli {
 
-int64_t parse_bytes(const std::string& text) {
-    size_t used = 0;
-    double value = 0;
-    try {
-        value = std::stod(text, &used);
-    } catch (const std::exception&) {
-        raise(ErrorCode::kInvalidArgument, "--kv-cache-memory '{}' is not a size like 4G or 512M", text);
-    }
-    const std::string suffix = text.substr(used);
-    double scale = 1;
-    if (suffix == "K" || suffix == "KiB" || suffix == "k")
-        scale = 1024.0;
-    else if (suffix == "M" || suffix == "MiB")
-        scale = 1024.0 * 1024;
-    else if (suffix == "G" || suffix == "GiB")
-        scale = 1024.0 * 1024 * 1024;
-    else if (!suffix.empty())
-        raise(ErrorCode::kInvalidArgument, "--kv-cache-memory '{}': unknown unit '{}' (K, M or G)", text, suffix);
-    if (value <= 0) raise(ErrorCode::kInvalidArgument, "--kv-cache-memory must be > 0; got '{}'", text);
-    return static_cast<int64_t>(value * scale);
-}
-
 std::string read_text_file(const std::string& path) {
     std::ifstream in(path);
     if (!in) raise(ErrorCode::kNotFound, "cannot open {}", path);

@@ -1,4 +1,4 @@
-// What `moeserve serve` and its hidden `moeserve rank` share: the engine flags, the parallel
+// What `moeserve serve` and its hidden `moeserve rank` share: the engine flags (engine_options.h), the parallel
 // deployment (which (dp_rank, tp_rank) ranks this node runs, where the head's rendezvous store and
 // ZeroMQ sockets are), its validation with clear messages, and the rank process's argv.
 #pragma once
@@ -10,32 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "moeserve/cli/engine_options.h"
 #include "moeserve/parallel/layout.h"
 
 namespace moeserve::cli {
-
-// Options of the engine (shared by `serve`, which forwards them, and `rank`).
-struct EngineOptions {
-    std::string model;
-    std::string tokenizer;  // folder with tokenizer.json (+ tokenizer_config.json); empty = model
-    const std::string& tokenizer_dir() const { return tokenizer.empty() ? model : tokenizer; }
-    int32_t max_num_seqs = 256;
-    int32_t max_model_len = 0;  // 0 = min(max_position_embeddings, 4096)
-    int32_t max_num_batched_tokens = 2048;
-    int32_t block_size = 16;
-    double gpu_memory_utilization = 0.9;
-    std::string kv_cache_memory;  // bytes, with an optional K/M/G suffix; empty = from utilization
-    bool enable_prefix_caching = true;
-    uint64_t seed = 0;
-    int threads = 0;
-    std::string log_level = "info";
-    bool pd_hybrid = false;                  // --pd-hybrid or env OMNI_PD_HYBRID=1 (read by serve)
-    std::string quantization;                // --quantization: "" (as the checkpoint says), w8a8, w8a8-all, fp8, none
-    std::string scheduling_policy = "fcfs";  // fcfs | priority (the request's `priority` field)
-    std::string kv_cache_dtype = "auto";     // --kv-cache-dtype: auto (--dtype's, else the checkpoint's) | bf16 | fp32
-    std::string dtype = "auto";              // --dtype: auto | bfloat16 (the checkpoint's bf16) | float32 (widened)
-    std::string kv_transfer_config;          // --kv-transfer-config: vLLM's JSON (kv_transfer_config.h); "" = none
-};
 
 // positional_model: the model may also come as the first positional argument (serve).
 void add_engine_options(CLI::App* sub, EngineOptions& o, bool positional_model = false);
@@ -109,6 +87,5 @@ std::string read_text_file(const std::string& path);
 // when it is not a non-negative integer.
 int32_t config_int(const nlohmann::json& config, const char* field, int32_t fallback, const std::string& dir);
 int32_t resolve_max_model_len(const EngineOptions& o, const nlohmann::json& config);
-int64_t parse_bytes(const std::string& text);
 
 }  // namespace moeserve::cli

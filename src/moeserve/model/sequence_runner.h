@@ -1,6 +1,7 @@
 // SequenceRunner: runs one sequence through a Model with its own KV cache (blocks 1..N in order),
-// by prefill chunks and decode steps. The offline `generate` command and the model tests use it;
-// the engine (scheduler + KV cache manager) replaces it for batched serving.
+// by prefill chunks and decode steps, with no scheduler between the caller and the model. The
+// tests use it as the unbatched reference (model numerics against tests/reference, the engine's
+// batched-equals-alone checks); every command runs the engine (EngineCore) instead.
 #pragma once
 
 #include <cstdint>

@@ -17,6 +17,7 @@
 #include "moeserve/serve/route_util.h"
 #include "moeserve/serve/routes.h"
 #include "moeserve/serve/stream.h"
+#include "moeserve/tokenizer/chat_prompt.h"
 
 namespace moeserve::serve {
 
@@ -106,8 +107,6 @@ Router::ChatPrompt Router::chat_prompt(const ChatPromptInput& in) const {
                            "invalid_request_error", fmt::format("chat_template_kwargs.{}", reserved));
         }
     }
-    if (tokenizer_.bos_token()) extra["bos_token"] = *tokenizer_.bos_token();
-    if (tokenizer_.eos_token()) extra["eos_token"] = *tokenizer_.eos_token();
     if (in.tools.is_array() && !in.tools.empty()) extra["tools"] = in.tools;
     // Assistant turns with tool_calls and no content: DeepSeek-V3's template renders the calls only
     // when content is none, Qwen3's fails on none; try none first, then vLLM's "".
@@ -117,14 +116,14 @@ Router::ChatPrompt Router::chat_prompt(const ChatPromptInput& in) const {
     if (try_null) {
         messages = openai::prepare_chat_messages(in.messages, openai::NullContent::kKeepWithToolCalls);
         try {
-            text = tokenizer::render_chat(*tmpl, messages, in.add_generation_prompt, extra);
+            text = tokenizer::render_chat_prompt(tokenizer_, *tmpl, messages, in.add_generation_prompt, extra);
         } catch (const Error&) {
             messages = OJson();
         }
     }
     if (messages.is_null()) {
         messages = openai::prepare_chat_messages(in.messages);
-        text = tokenizer::render_chat(*tmpl, messages, in.add_generation_prompt, extra);
+        text = tokenizer::render_chat_prompt(tokenizer_, *tmpl, messages, in.add_generation_prompt, extra);
     }
     if (in.continue_final_message) {
         // As vLLM: cut everything the template appended after the final message's content.
