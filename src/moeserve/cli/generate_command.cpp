@@ -3,6 +3,7 @@
 // batched engine (generate_batch.h).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -10,8 +11,11 @@
 
 #include "moeserve/cli/commands.h"
 #include "moeserve/cli/generate_batch.h"
+#include "moeserve/cli/generation_config.h"
+#include "moeserve/cli/serve_layout.h"
 #include "moeserve/core/error.h"
 #include "moeserve/core/rng.h"
+#include "moeserve/ipc/request_validation.h"
 #include "moeserve/kernels/cpu/sample.h"
 #include "moeserve/model/registry.h"
 #include "moeserve/model/sequence_runner.h"
@@ -85,9 +89,6 @@ std::vector<int32_t> prompt_tokens(const GenerateOptions& o, const tokenizer::To
 }
 
 int run_generate(const GenerateOptions& o) {
-    if (o.max_tokens < 1) raise(ErrorCode::kInvalidArgument, "--max-tokens must be >= 1; got {}", o.max_tokens);
-    if (o.temperature < 0) raise(ErrorCode::kInvalidArgument, "--temperature must be >= 0; got {}", o.temperature);
-    if (o.top_p <= 0 || o.top_p > 1) raise(ErrorCode::kInvalidArgument, "--top-p must be in (0, 1]; got {}", o.top_p);
     const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     ThreadPool pool(threads);
     const auto load_start = Clock::now();
@@ -100,13 +101,27 @@ int run_generate(const GenerateOptions& o) {
     std::fprintf(stderr, "moeserve: quantization: %s\n", model->info().quantization.c_str());
 
     const std::vector<int32_t> prompt = prompt_tokens(o, tok);
-    if (prompt.empty()) raise(ErrorCode::kInvalidArgument, "the prompt is empty after tokenization");
-    if (static_cast<int64_t>(prompt.size()) + o.max_tokens > o.max_model_len) {
-        raise(ErrorCode::kInvalidArgument, "prompt tokens + --max-tokens must be <= {} (--max-model-len); got {} + {}",
-              o.max_model_len, prompt.size(), o.max_tokens);
+    // The request's rules and its stop ids (the EOS set unless --ignore-eos): ipc::validate_request.
+    ipc::AddRequest request;
+    request.prompt_token_ids = prompt;
+    request.sampling.temperature = o.temperature;
+    request.sampling.top_p = o.top_p;
+    request.sampling.top_k = o.top_k;
+    request.sampling.min_p = o.min_p;
+    request.sampling.max_tokens = o.max_tokens;
+    try {
+        request = ipc::validate_request(
+            std::move(request), o.ignore_eos,
+            {.max_model_len = o.max_model_len,
+             .vocab_size = model->info().vocab_size,
+             .eos_token_ids = model_eos_token_ids(read_model_config(o.model), o.model, tok.eos_token_id(),
+                                                  read_generation_config("auto", o.model, ""))});
+    } catch (const ipc::InvalidRequest& e) {
+        std::string flag = e.param();
+        std::replace(flag.begin(), flag.end(), '_', '-');
+        raise(ErrorCode::kInvalidArgument, "{} (--{})", e.what(), flag);
     }
-    std::vector<int32_t> stop_ids = model->info().eos_token_ids;
-    if (tok.eos_token_id()) stop_ids.push_back(*tok.eos_token_id());
+    const std::vector<int32_t>& stop_ids = request.sampling.stop_token_ids;
 
     model::SequenceRunner runner(*model, o.max_model_len, o.block_size);
     kernels::cpu::SamplingSettings sampling{o.temperature, o.top_k, o.top_p, o.min_p};
@@ -126,7 +141,7 @@ int run_generate(const GenerateOptions& o) {
     std::string finish = "length";
     for (; generated < o.max_tokens; ++generated) {
         const int32_t next = kernels::cpu::sample_token(logits.data(), vocab, sampling, rng, scratch);
-        if (!o.ignore_eos && std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) {
+        if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) {
             finish = "stop";
             break;
         }
