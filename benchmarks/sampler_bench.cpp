@@ -20,7 +20,7 @@ void BM_Sampler(benchmark::State& state) {
     const auto mode = static_cast<Mode>(state.range(1));
     const auto threads = static_cast<int>(state.range(2));
     ThreadPool pool(threads);
-    engine::Sampler sampler(kVocab, {151645}, &pool);
+    engine::Sampler sampler(kVocab, &pool);
     Rng rng(1);
     std::vector<float> logits(batch * kVocab);
     for (auto& x : logits) x = rng.normal() * 3.0f;
@@ -30,6 +30,7 @@ void BM_Sampler(benchmark::State& state) {
     std::vector<float*> rows;
     for (size_t i = 0; i < batch; ++i) {
         ipc::SamplingParams p;
+        p.stop_token_ids = {151645};  // the EOS, as ipc::validate_request adds it
         p.temperature = mode == kGreedy ? 0.0f : 0.7f;
         if (mode != kGreedy) {
             p.top_p = 0.9f;

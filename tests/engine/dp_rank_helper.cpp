@@ -73,7 +73,6 @@ std::map<int64_t, std::vector<ipc::AddRequest>> read_workload(const std::string&
         std::stringstream ts(toks);
         for (std::string t; std::getline(ts, t, ',');) add.prompt_token_ids.push_back(std::stoi(t));
         add.sampling.temperature = 0;
-        add.sampling.ignore_eos = true;
         plan[round].push_back(add);
     }
     return plan;

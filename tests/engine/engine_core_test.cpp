@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "engine/engine_test_util.h"
+#include "moeserve/ipc/request_validation.h"
 
 namespace moeserve::engine {
 namespace {
@@ -184,13 +187,40 @@ TEST(EngineCoreTest, ForcedPhasesAndProposals) {
 TEST(EngineCoreTest, RejectionsComeBackAsErrorOutputs) {
     FakeModel model;
     ThreadPool pool(1);
-    EngineCore engine(model, pool, small_config(64));
-    engine.add_request(greedy_add("bad", {2, 99}, 3));  // 99 >= vocab 32
+    EngineCore engine(model, pool, small_config(4));  // 3 usable blocks = 12 tokens
+    engine.add_request(greedy_add("big", {2, 3, 4}, 10));
     const StepOutcome o = engine.step();
     ASSERT_EQ(o.outputs.size(), 1u);
     EXPECT_EQ(o.outputs[0].finish_reason, FinishReason::kError);
-    EXPECT_EQ(o.outputs[0].error, "prompt token id 99 is outside the vocabulary [0, 32)");
+    EXPECT_NE(o.outputs[0].error.find("need 4 KV cache blocks of 4 tokens, but the cache has 3"), std::string::npos)
+        << o.outputs[0].error;
     EXPECT_FALSE(engine.has_unfinished_requests());
+}
+
+// The engine knows no EOS of its own: a request stops at its stop_token_ids, which
+// ipc::validate_request filled with the EOS set (once, when the client also listed an EOS id)
+// unless the request ignores EOS; the engine does not check the values again.
+TEST(EngineCoreTest, StopsOnlyAtTheValidatedStopTokens) {
+    FakeModel model;
+    ThreadPool pool(1);
+    EngineCore engine(model, pool, small_config(64));
+    const std::vector<int32_t> prompt = {2, 3, 4, 5};
+    const std::vector<int32_t> alone = greedy_alone(model, prompt, 6);
+    const int32_t eos = alone[2];  // stands for the model's EOS set
+    ASSERT_EQ(std::count(alone.begin(), alone.begin() + 2, eos), 0) << "pick a prompt whose third token is new";
+    const ipc::RequestLimits limits{.max_model_len = 128, .vocab_size = 32, .eos_token_ids = {eos}};
+    ipc::AddRequest listed = greedy_add("listed", prompt, 6);
+    listed.sampling.stop_token_ids = {eos};  // the client's stop token is also an EOS id
+    listed = ipc::validate_request(listed, /*ignore_eos=*/false, limits);
+    EXPECT_EQ(listed.sampling.stop_token_ids, std::vector<int32_t>{eos});
+    const ipc::AddRequest ignoring = ipc::validate_request(greedy_add("ignoring", prompt, 6), true, limits);
+    EXPECT_TRUE(ignoring.sampling.stop_token_ids.empty());
+    const Collected got = run_to_completion(engine, {{0, {listed, ignoring}}});
+    EXPECT_EQ(got.tokens.at("listed"), std::vector<int32_t>(alone.begin(), alone.begin() + 3));
+    EXPECT_EQ(got.last.at("listed").finish_reason, FinishReason::kStop);
+    EXPECT_EQ(got.last.at("listed").stop_token_id, std::optional<int32_t>(eos));
+    EXPECT_EQ(got.tokens.at("ignoring"), alone);
+    EXPECT_EQ(got.last.at("ignoring").finish_reason, FinishReason::kLength);
 }
 
 }  // namespace

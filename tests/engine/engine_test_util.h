@@ -39,8 +39,9 @@ public:
     std::string layout() const override { return "fake block_size=" + std::to_string(block_size()); }
 };
 
-// vocab 32, eos 1. The logits of a row peak at hash(context tokens 0..p) % vocab, where the
-// context is read from the KV cache; reading a slot not written for that position aborts.
+// vocab 32, eos 1 (in ModelInfo only: the engine stops at a request's stop_token_ids). The logits of a row peak at
+// hash(context tokens 0..p) % vocab, where the context is read from the KV cache; reading a slot not written for that
+// position aborts.
 class FakeModel : public model::Model {
 public:
     explicit FakeModel(int64_t vocab = 32) {
@@ -105,8 +106,7 @@ inline std::unique_ptr<Request> make_request(const std::string& id, int32_t prom
                                              int32_t first_token = 2) {
     ipc::SamplingParams p;
     p.temperature = 0;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = true;
+    p.max_tokens = max_tokens;  // no stop tokens: runs to max_tokens
     return std::make_unique<Request>(id, make_prompt(prompt_len, first_token), p, 0, 0);
 }
 
@@ -143,8 +143,7 @@ inline ipc::AddRequest greedy_add(const std::string& id, std::vector<int32_t> pr
     add.request_id = id;
     add.prompt_token_ids = std::move(prompt);
     add.sampling.temperature = 0;
-    add.sampling.max_tokens = max_tokens;
-    add.sampling.ignore_eos = true;
+    add.sampling.max_tokens = max_tokens;  // no stop tokens: runs to max_tokens
     return add;
 }
 

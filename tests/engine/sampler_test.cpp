@@ -25,7 +25,7 @@ std::vector<float> logits_of(const std::vector<double>& probs) {
 }
 
 std::set<TokenId> support(const ipc::SamplingParams& p, const std::vector<float>& logits, int draws = 2000) {
-    Sampler sampler(static_cast<int64_t>(logits.size()), {}, nullptr);
+    Sampler sampler(static_cast<int64_t>(logits.size()), nullptr);
     auto r = sampling_request(p, 1);
     std::set<TokenId> seen;
     for (int i = 0; i < draws; ++i) {
@@ -61,7 +61,7 @@ TEST(SamplerTest, MinPDropsTokensBelowAShareOfTheMax) {
 
 TEST(SamplerTest, PlainSamplingFollowsTheDistribution) {
     ipc::SamplingParams p;
-    Sampler sampler(6, {}, nullptr);
+    Sampler sampler(6, nullptr);
     auto r = sampling_request(p, 3);
     std::vector<int> counts(6, 0);
     const int n = 20000;
@@ -79,7 +79,7 @@ TEST(SamplerTest, SeededStreamsReproduceAndDiffer) {
     ipc::SamplingParams p;
     p.temperature = 0.8f;
     const auto draw = [&](uint64_t seed) {
-        Sampler sampler(6, {}, nullptr);
+        Sampler sampler(6, nullptr);
         auto r = sampling_request(p, seed);
         std::vector<TokenId> out;
         for (int i = 0; i < 32; ++i) {
@@ -103,7 +103,7 @@ TEST(SamplerTest, PenaltiesMatchAHandComputation) {
     auto r = sampling_request(p, 0, {2});
     for (TokenId t : {3, 3, 5}) r->append_output(t);
     std::vector<float> logits = {1.0f, -1.0f, 4.0f, -2.0f, 0.5f, 3.0f};
-    apply_penalties(logits.data(), 6, *r, std::vector<TokenId>{});
+    apply_penalties(logits.data(), 6, *r);
     const std::vector<float> expected = {
         1.0f,                          // unseen
         -1.0f,                         // unseen
@@ -136,9 +136,9 @@ TEST(SamplerTest, MinTokensMasksEosAndStopTokens) {
     ipc::SamplingParams p;
     p.temperature = 0;
     p.min_tokens = 2;
-    p.stop_token_ids = {4};
+    p.stop_token_ids = {4, 1};  // the client's 4 and the EOS 1, as ipc::validate_request merges them
     auto r = sampling_request(p, 0);
-    Sampler sampler(6, {1}, nullptr);
+    Sampler sampler(6, nullptr);
     std::vector<float> row = {0, 9, 0, 0, 8, 7};  // eos 1 best, stop 4 next
     float* rows[] = {row.data()};
     Request* reqs[] = {r.get()};
@@ -155,7 +155,7 @@ TEST(SamplerTest, LogprobsAreLogSoftmaxOfTheRawLogits) {
     p.logprobs = 3;
     p.repetition_penalty = 5.0f;  // changes the sampled token, not the logprobs
     auto r = sampling_request(p, 0, {1});
-    Sampler sampler(6, {}, nullptr);
+    Sampler sampler(6, nullptr);
     const std::vector<float> raw = {0.5f, 3.0f, 2.0f, -1.0f, 2.0f, 0.0f};
     std::vector<float> row = raw;
     float* rows[] = {row.data()};
@@ -181,7 +181,7 @@ TEST(SamplerTest, ThreadCountDoesNotChangeTokens) {
     p.top_p = 0.9f;
     ThreadPool pool(2);
     const auto run = [&](ThreadPool* tp) {
-        Sampler sampler(6, {}, tp);
+        Sampler sampler(6, tp);
         std::vector<std::unique_ptr<Request>> reqs;
         for (uint64_t s = 0; s < 5; ++s) reqs.push_back(sampling_request(p, s));
         std::vector<TokenId> out;

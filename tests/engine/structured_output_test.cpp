@@ -64,6 +64,7 @@ protected:
         a.sampling.max_tokens = max_tokens;
         a.sampling.grammar = grammar;
         a.sampling.logprobs = 3;
+        a.sampling.stop_token_ids = model_->info().eos_token_ids;  // as ipc::validate_request adds the EOS set
         return a;
     }
 

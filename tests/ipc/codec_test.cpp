@@ -17,9 +17,7 @@ AddRequest make_add() {
     a.sampling.seed = 42;
     a.sampling.max_tokens = 9;
     a.sampling.stop_token_ids = {151645};
-    a.sampling.ignore_eos = true;
     a.sampling.logprobs = 3;
-    a.arrival_time = 12.25;
     a.client_index = 3;
     return a;
 }
@@ -36,10 +34,8 @@ TEST(CodecTest, AddRequestRoundTrips) {
     EXPECT_EQ(b.sampling.seed, std::optional<uint64_t>(42));
     EXPECT_EQ(b.sampling.max_tokens, 9);
     EXPECT_EQ(b.sampling.stop_token_ids, std::vector<TokenId>{151645});
-    EXPECT_TRUE(b.sampling.ignore_eos);
     EXPECT_EQ(b.sampling.logprobs, std::optional<int32_t>(3));
     EXPECT_FALSE(b.sampling.prompt_logprobs.has_value());
-    EXPECT_EQ(b.arrival_time, 12.25);
     EXPECT_EQ(b.client_index, 3);
 }
 

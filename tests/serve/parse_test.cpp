@@ -1,5 +1,6 @@
-// OpenAI request parsing and validation: accepted shapes, defaults, and the 400/404 errors with
-// the offending parameter named.
+// OpenAI request parsing: accepted shapes, defaults, and the 400/404 errors with the offending
+// parameter named. The sampling values and token ids are ipc::validate_request's rules
+// (tests/ipc/request_validation_test.cpp); parsing lets them through.
 #include "moeserve/serve/openai/parse.h"
 
 #include <gtest/gtest.h>
@@ -99,7 +100,9 @@ TEST(ParseTest, LogitsProcessorsAndVllmExtras) {
     EXPECT_EQ(p.request_id, "abc");
     std::string param;
     EXPECT_EQ(status_of(R"({"prompt": "x", "logit_bias": {"x": 1}})", false, &param), 400);
-    EXPECT_EQ(status_of(R"({"prompt": "x", "logit_bias": {"999999": 1}})", false, &param), 400);
+    EXPECT_EQ(status_of(R"({"prompt": "x", "logit_bias": {"-1": 1}})", false, &param), 400);
+    EXPECT_EQ(param, "logit_bias");
+    EXPECT_EQ(status_of(R"({"prompt": "x", "logit_bias": {"999999": 1}})"), 200);  // the vocabulary: validate_request
     EXPECT_EQ(status_of(R"({"prompt": "x", "allowed_token_ids": []})", false, &param), 400);
     EXPECT_EQ(param, "allowed_token_ids");
     // echo with max_tokens 0 (lm-eval loglikelihood) is allowed; without echo it is not.
@@ -114,12 +117,12 @@ TEST(ParseTest, ErrorsNameTheParameter) {
     std::string param;
     EXPECT_EQ(status_of(R"({"prompt": "x", "max_tokens": 0})", false, &param), 400);
     EXPECT_EQ(param, "max_tokens");
-    EXPECT_EQ(status_of(R"({"prompt": "x", "temperature": -0.5})", false, &param), 400);
-    EXPECT_EQ(param, "temperature");
+    EXPECT_EQ(status_of(R"({"prompt": "x", "temperature": -0.5})"), 200);  // a value rule: validate_request
     EXPECT_EQ(status_of(R"({"prompt": "x", "max_tokens": "3"})", false, &param), 400);
     EXPECT_EQ(param, "max_tokens");
-    EXPECT_EQ(status_of(R"({"prompt": [5000]})", false, &param), 400);
+    EXPECT_EQ(status_of(R"({"prompt": [-1]})", false, &param), 400);
     EXPECT_EQ(param, "prompt");
+    EXPECT_EQ(status_of(R"({"prompt": [5000]})"), 200);  // out of the vocabulary: validate_request
     EXPECT_EQ(status_of(R"({"prompt": "x", "model": "other"})", false, &param), 404);
     EXPECT_EQ(status_of(R"({"prompt": "x", "stream_options": {"include_usage": true}})"), 400);
     EXPECT_EQ(status_of(R"({"messages": []})", true), 400);
@@ -132,7 +135,8 @@ TEST(ParseTest, ErrorsNameTheParameter) {
     EXPECT_EQ(status_of(R"({"prompt": "x", "seed": 18446744073709551615})"), 400);
     GenerationParams p;
     p.max_tokens = 60;
-    EXPECT_THROW(resolve_max_tokens(10, p, kLimits, false), ApiError);
+    EXPECT_EQ(resolve_max_tokens(10, p, kLimits, false), 60);  // too long: validate_request says so
+    EXPECT_EQ(resolve_max_tokens(70, GenerationParams{}, kLimits, true), 1);
 }
 
 }  // namespace

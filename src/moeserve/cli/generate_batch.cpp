@@ -11,8 +11,11 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "moeserve/cli/generation_config.h"
+#include "moeserve/cli/serve_layout.h"
 #include "moeserve/core/error.h"
 #include "moeserve/engine/engine_core.h"
+#include "moeserve/ipc/request_validation.h"
 #include "moeserve/model/registry.h"
 #include "moeserve/serve/output_processor.h"
 #include "moeserve/tokenizer/chat_prompt.h"
@@ -30,9 +33,11 @@ using Clock = std::chrono::steady_clock;
 struct Item {
     Json prompt;  // echoed back: the prompt string, the token ids or the messages
     std::vector<int32_t> prompt_token_ids;
-    ipc::SamplingParams sampling;
+    ipc::SamplingParams sampling;  // as read; ipc::validate_request checks it once the model is known
+    bool ignore_eos = false;
     serve::OutputOptions text;
     int32_t n = 1;
+    std::string at;  // file:line, for errors
 };
 
 // One of the n samples of an item, as it accumulates.
@@ -128,7 +133,7 @@ Item parse_item(const Json& j, const tokenizer::Tokenizer& tok, const std::optio
                                              : field<std::vector<std::string>>(j, "stop", at);
     }
     if (j.contains("stop_token_ids")) s.stop_token_ids = field<std::vector<int32_t>>(j, "stop_token_ids", at);
-    if (j.contains("ignore_eos")) s.ignore_eos = field<bool>(j, "ignore_eos", at);
+    if (j.contains("ignore_eos")) it.ignore_eos = field<bool>(j, "ignore_eos", at);
     if (j.contains("min_tokens")) s.min_tokens = field<int32_t>(j, "min_tokens", at);
     if (j.contains("presence_penalty")) s.presence_penalty = field<float>(j, "presence_penalty", at);
     if (j.contains("frequency_penalty")) s.frequency_penalty = field<float>(j, "frequency_penalty", at);
@@ -139,8 +144,7 @@ Item parse_item(const Json& j, const tokenizer::Tokenizer& tok, const std::optio
     if (j.contains("include_stop_str_in_output")) {
         it.text.include_stop_str_in_output = field<bool>(j, "include_stop_str_in_output", at);
     }
-    // The tokenizer's EOS (e.g. Qwen3's <|im_end|>) stops too, as in the single-prompt mode.
-    if (!s.ignore_eos && tok.eos_token_id()) s.stop_token_ids.push_back(*tok.eos_token_id());
+    it.at = at;
     return it;
 }
 
@@ -268,6 +272,23 @@ int run_generate_batch(const GenerateBatchOptions& o) {
             (1 << 20),
         config.enable_prefix_caching ? "on" : "off");
 
+    // Every line is checked before any runs; the EOS set (config.json, the tokenizer's EOS,
+    // generation_config.json) joins each request's stop ids unless it asks for ignore_eos.
+    const ipc::RequestLimits limits{
+        .max_model_len = o.engine.max_model_len,
+        .vocab_size = model->info().vocab_size,
+        .max_logprobs = static_cast<int32_t>(model->info().vocab_size),
+        .eos_token_ids = model_eos_token_ids(read_model_config(o.engine.model), o.engine.model, tok.eos_token_id(),
+                                             read_generation_config("auto", o.engine.model, ""))};
+    std::vector<ipc::AddRequest> adds;
+    for (const Item& item : items) {
+        try {
+            adds.push_back(ipc::validate_request(ipc::AddRequest{"", item.prompt_token_ids, item.sampling},
+                                                 item.ignore_eos, limits));
+        } catch (const ipc::InvalidRequest& err) {
+            raise(ErrorCode::kInvalidArgument, "{}: {}", item.at, err.what());
+        }
+    }
     // n > 1 fans out into n engine requests "<index>-<i>" that share the prompt's blocks.
     serve::OutputProcessor processor(tok);
     std::vector<ItemResult> results(items.size());
@@ -279,7 +300,8 @@ int run_generate_batch(const GenerateBatchOptions& o) {
             const std::string id = fmt::format("{}-{}", i, k);
             owner[id] = {i, static_cast<size_t>(k)};
             processor.add_request(id, items[i].text);
-            core.add_request(ipc::AddRequest{id, items[i].prompt_token_ids, items[i].sampling, 0});
+            adds[i].request_id = id;
+            core.add_request(adds[i]);
             num_input_tokens += static_cast<int64_t>(items[i].prompt_token_ids.size());
         }
     }

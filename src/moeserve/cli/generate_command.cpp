@@ -3,13 +3,17 @@
 // decode speed; or, with --input/--output, a JSON-lines file of requests (generate_batch.h).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 
 #include "moeserve/cli/commands.h"
 #include "moeserve/cli/generate_batch.h"
+#include "moeserve/cli/generation_config.h"
+#include "moeserve/cli/serve_layout.h"
 #include "moeserve/core/error.h"
+#include "moeserve/ipc/request_validation.h"
 #include "moeserve/serve/output_processor.h"
 #include "moeserve/tokenizer/chat_prompt.h"
 #include "moeserve/tokenizer/chat_template/chat_template.h"
@@ -50,9 +54,6 @@ std::vector<int32_t> prompt_tokens(const GenerateOptions& o, const tokenizer::To
 
 // One request through the engine: the prompt, then each step's new text as it comes out.
 int run_generate(const GenerateOptions& o) {
-    if (o.max_tokens < 1) raise(ErrorCode::kInvalidArgument, "--max-tokens must be >= 1; got {}", o.max_tokens);
-    if (o.temperature < 0) raise(ErrorCode::kInvalidArgument, "--temperature must be >= 0; got {}", o.temperature);
-    if (o.top_p <= 0 || o.top_p > 1) raise(ErrorCode::kInvalidArgument, "--top-p must be in (0, 1]; got {}", o.top_p);
     EngineOptions eo = o.batch.engine;
     if (!o.max_num_seqs_given) eo.max_num_seqs = 1;  // one sequence: no KV blocks for others
     const int threads = offline_threads(eo);
@@ -64,11 +65,7 @@ int run_generate(const GenerateOptions& o) {
     std::fprintf(stderr, "moeserve: quantization: %s\n", e.model->info().quantization.c_str());
 
     const std::vector<int32_t> prompt = prompt_tokens(o, tok);
-    if (prompt.empty()) raise(ErrorCode::kInvalidArgument, "the prompt is empty after tokenization");
-    if (static_cast<int64_t>(prompt.size()) + o.max_tokens > eo.max_model_len) {
-        raise(ErrorCode::kInvalidArgument, "prompt tokens + --max-tokens must be <= {} (--max-model-len); got {} + {}",
-              eo.max_model_len, prompt.size(), o.max_tokens);
-    }
+    // The request's rules and its stop ids (the EOS set unless --ignore-eos): ipc::validate_request.
     ipc::AddRequest add;
     add.request_id = "0";
     add.prompt_token_ids = prompt;
@@ -79,10 +76,18 @@ int run_generate(const GenerateOptions& o) {
     s.min_p = o.min_p;
     s.seed = eo.seed;  // the request's stream is Rng(--seed)
     s.max_tokens = o.max_tokens;
-    s.ignore_eos = o.ignore_eos;
-    // The tokenizer's EOS (e.g. Qwen3's <|im_end|>) stops too, as in the batch mode; the engine
-    // stops at the model's eos_token_id itself.
-    if (!o.ignore_eos && tok.eos_token_id()) s.stop_token_ids.push_back(*tok.eos_token_id());
+    try {
+        add = ipc::validate_request(
+            std::move(add), o.ignore_eos,
+            {.max_model_len = eo.max_model_len,
+             .vocab_size = e.model->info().vocab_size,
+             .eos_token_ids = model_eos_token_ids(read_model_config(eo.model), eo.model, tok.eos_token_id(),
+                                                  read_generation_config("auto", eo.model, ""))});
+    } catch (const ipc::InvalidRequest& err) {
+        std::string flag = err.param();
+        std::replace(flag.begin(), flag.end(), '_', '-');
+        raise(ErrorCode::kInvalidArgument, "{} (--{})", err.what(), flag);
+    }
 
     serve::OutputProcessor processor(tok);
     processor.add_request(add.request_id, serve::OutputOptions{});

@@ -6,6 +6,7 @@
 
 #include "moeserve/cli/serve_layout.h"
 #include "moeserve/core/error.h"
+#include "moeserve/ipc/request_validation.h"
 
 namespace moeserve::cli {
 namespace {
@@ -71,6 +72,25 @@ GenerationConfig read_generation_config(const std::string& mode, const std::stri
         }
     }
     return out;
+}
+
+std::vector<int32_t> model_eos_token_ids(const nlohmann::json& config, const std::string& dir,
+                                         std::optional<int32_t> tokenizer_eos, const GenerationConfig& generation) {
+    std::vector<int32_t> from_config;
+    if (const auto eos = config.find("eos_token_id"); eos != config.end() && !eos->is_null()) {
+        const auto add = [&](const nlohmann::json& e) {
+            if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() > INT32_MAX)
+                raise(ErrorCode::kInvalidModel, "{}/config.json: field 'eos_token_id' must hold token ids; got {}", dir,
+                      e.dump());
+            from_config.push_back(e.get<int32_t>());
+        };
+        if (eos->is_array()) {
+            for (const auto& e : *eos) add(e);
+        } else {
+            add(*eos);
+        }
+    }
+    return ipc::eos_token_set(from_config, tokenizer_eos, generation.eos_token_ids);
 }
 
 }  // namespace moeserve::cli

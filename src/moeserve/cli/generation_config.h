@@ -1,8 +1,12 @@
 // --generation-config auto|vllm|DIR and --override-generation-config JSON, as vLLM: the sampling
-// defaults and extra EOS ids of a model's generation_config.json.
+// defaults and extra EOS ids of a model's generation_config.json; and the model's EOS set, which
+// every command that makes requests computes here, once at startup.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,5 +25,11 @@ struct GenerationConfig {
 // file (or the flag) and the field for a value of the wrong type.
 GenerationConfig read_generation_config(const std::string& mode, const std::string& model_dir,
                                         const std::string& overrides);
+
+// The model's EOS set (ipc::eos_token_set): config.json's eos_token_id (int, list or absent), the
+// tokenizer's EOS token, then generation.eos_token_ids. config: the model's config.json
+// (read_model_config); dir names it in the error for a non-integer id.
+std::vector<int32_t> model_eos_token_ids(const nlohmann::json& config, const std::string& dir,
+                                         std::optional<int32_t> tokenizer_eos, const GenerationConfig& generation);
 
 }  // namespace moeserve::cli

@@ -141,7 +141,7 @@ int run_rank(const RankOptions& o) {
     ec.engine_index = groups.dp_rank;
     std::string vocab_error;
     ec.vocabulary =
-        load_structured_vocabulary(o.engine.tokenizer_dir(), info.vocab_size, info.eos_token_ids, &vocab_error);
+        load_structured_vocabulary(o.engine.tokenizer_dir(), info.vocab_size, config, o.engine.model, &vocab_error);
     if (!ec.vocabulary) MOESERVE_LOG_W(logger, "engine", "structured outputs are off: %s", vocab_error.c_str());
     // The deployment's rank-plane key comes in the environment (never argv, which ps shows).
     const char* key = std::getenv(ipc::kRankPlaneKeyEnv);

@@ -235,20 +235,10 @@ int run_serve(ServeOptions o) {
     rc.num_workers = o.api_workers;
     rc.model_path = o.engine.model;
     rc.version = MOESERVE_VERSION;
-    if (const auto eos = config.find("eos_token_id"); eos != config.end()) {
-        if (eos->is_number_integer()) rc.eos_token_ids.push_back(eos->get<int32_t>());
-        if (eos->is_array())
-            for (const auto& e : *eos)
-                if (e.is_number_integer()) rc.eos_token_ids.push_back(e.get<int32_t>());
-    }
-    if (tok.eos_token_id()) rc.eos_token_ids.push_back(*tok.eos_token_id());
     const GenerationConfig gen =
         read_generation_config(o.vllm.generation_config, o.engine.model, o.vllm.override_generation_config);
     rc.generation_defaults = gen.defaults;
-    for (const int32_t id : gen.eos_token_ids) {
-        if (std::find(rc.eos_token_ids.begin(), rc.eos_token_ids.end(), id) == rc.eos_token_ids.end())
-            rc.eos_token_ids.push_back(id);
-    }
+    rc.eos_token_ids = model_eos_token_ids(config, o.engine.model, tok.eos_token_id(), gen);
     if (!gen.source.empty())
         MOESERVE_LOG_I(logger, "api", "sampling defaults and EOS ids from %s (--generation-config)",
                        gen.source.c_str());

@@ -1,7 +1,6 @@
 #include "moeserve/cli/structured_vocabulary.h"
 
-#include <algorithm>
-
+#include "moeserve/cli/generation_config.h"
 #include "moeserve/core/error.h"
 #include "moeserve/tokenizer/tokenizer.h"
 
@@ -9,7 +8,8 @@ namespace moeserve::cli {
 
 std::shared_ptr<const structured::Vocabulary> load_structured_vocabulary(const std::string& model_dir,
                                                                          int64_t vocab_size,
-                                                                         std::vector<int32_t> eos_token_ids,
+                                                                         const nlohmann::json& config,
+                                                                         const std::string& config_dir,
                                                                          std::string* error) {
     try {
         const auto tok = tokenizer::Tokenizer::from_dir(model_dir);
@@ -19,10 +19,7 @@ std::shared_ptr<const structured::Vocabulary> load_structured_vocabulary(const s
                 tok.append_token_bytes(id, /*skip_special_tokens=*/true, /*is_first=*/false,
                                        bytes[static_cast<size_t>(id)]);
         }
-        if (const auto eos = tok.eos_token_id()) {
-            if (std::find(eos_token_ids.begin(), eos_token_ids.end(), *eos) == eos_token_ids.end())
-                eos_token_ids.push_back(*eos);
-        }
+        std::vector<int32_t> eos_token_ids = model_eos_token_ids(config, config_dir, tok.eos_token_id(), {});
         for (int32_t t : eos_token_ids) {
             if (t >= 0 && t < vocab_size) bytes[static_cast<size_t>(t)].clear();
         }

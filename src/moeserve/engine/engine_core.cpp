@@ -11,13 +11,11 @@ namespace moeserve::engine {
 
 namespace {
 
-SchedulerConfig scheduler_config(const EngineConfig& c, const model::ModelInfo& info) {
+SchedulerConfig scheduler_config(const EngineConfig& c) {
     return SchedulerConfig{.max_num_seqs = c.max_num_seqs,
                            .max_num_batched_tokens = c.max_num_batched_tokens,
                            .max_model_len = c.max_model_len,
                            .enable_chunked_prefill = c.enable_chunked_prefill,
-                           .vocab_size = info.vocab_size,
-                           .eos_token_ids = info.eos_token_ids,
                            .order = c.scheduling_order};
 }
 
@@ -39,9 +37,8 @@ EngineCore::EngineCore(model::Model& model, ThreadPool& pool, const EngineConfig
     : config_(checked(config)),
       model_(model),
       kv_(config.num_blocks, config.block_size, config.enable_prefix_caching),
-      scheduler_(scheduler_config(config, model.info()), kv_,
-                 policy ? std::move(policy) : std::make_unique<MixedPolicy>()),
-      sampler_(model.info().vocab_size, model.info().eos_token_ids, &pool),
+      scheduler_(scheduler_config(config), kv_, policy ? std::move(policy) : std::make_unique<MixedPolicy>()),
+      sampler_(model.info().vocab_size, &pool),
       runner_(model, sampler_, config.num_blocks, config.block_size) {
     stats_.engine_index = config.engine_index;
     if (config.vocabulary) grammars_ = std::make_unique<structured::GrammarCompiler>(config.vocabulary);

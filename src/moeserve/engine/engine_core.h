@@ -55,8 +55,10 @@ public:
     EngineCore(model::Model& model, ThreadPool& pool, const EngineConfig& config,
                std::unique_ptr<SchedulingPolicy> policy = nullptr);
 
-    // Queues a request; problems with it (too long, bad parameters) come back as a kError
-    // output from the next step, never as an exception.
+    // Queues a request made by ipc::validate_request (its values are trusted, not checked
+    // again). What only the engine can refuse (more KV blocks than the cache has, a duplicate
+    // id, a grammar that does not compile, a KV-transfer role this instance lacks) comes back as
+    // a kError output from the next step, never as an exception.
     void add_request(const ipc::AddRequest& request);
     // Frees the requests' blocks now; each comes back as a kAbort output from the next step.
     void abort(const ipc::Abort& abort);

@@ -37,7 +37,7 @@ ipc::TokenLogprobs compute_logprobs(const float* logits, int64_t vocab, TokenId 
     return out;
 }
 
-void apply_penalties(float* logits, int64_t vocab, const Request& r, std::span<const TokenId> eos_token_ids) {
+void apply_penalties(float* logits, int64_t vocab, const Request& r) {
     const auto& s = r.sampling;
     const auto in_vocab = [vocab](TokenId t) { return t >= 0 && t < vocab; };
     if (s.repetition_penalty != 1.0f) {
@@ -62,10 +62,6 @@ void apply_penalties(float* logits, int64_t vocab, const Request& r, std::span<c
     const bool grammar_done = r.constrained() && r.grammar->is_terminated();
     if (r.num_output_tokens() < s.min_tokens && !grammar_done) {
         constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-        if (!s.ignore_eos) {
-            for (TokenId t : eos_token_ids)
-                if (in_vocab(t)) logits[t] = kNegInf;
-        }
         for (TokenId t : s.stop_token_ids)
             if (in_vocab(t)) logits[t] = kNegInf;
     }
@@ -123,11 +119,8 @@ void apply_grammar_mask(float* logits, int64_t vocab, const Request& r) {
     if (!any) logits[0] = 0;  // a dead end: the scheduler fails the request when token 0 is rejected
 }
 
-Sampler::Sampler(int64_t vocab_size, std::vector<TokenId> eos_token_ids, ThreadPool* pool)
-    : vocab_(vocab_size),
-      eos_token_ids_(std::move(eos_token_ids)),
-      pool_(pool),
-      scratch_(static_cast<size_t>(pool ? pool->num_threads() : 1)) {
+Sampler::Sampler(int64_t vocab_size, ThreadPool* pool)
+    : vocab_(vocab_size), pool_(pool), scratch_(static_cast<size_t>(pool ? pool->num_threads() : 1)) {
     MOESERVE_CHECK(vocab_size > 0, "vocab size {}", vocab_size);
 }
 
@@ -139,7 +132,7 @@ SampledToken Sampler::sample_row(float* logits, Request& r, kernels::cpu::Sample
     std::vector<float> raw;
     if (s.logprobs) raw.assign(logits, logits + vocab_);
     apply_logit_processors(logits, vocab_, r);
-    apply_penalties(logits, vocab_, r, eos_token_ids_);
+    apply_penalties(logits, vocab_, r);
     const kernels::cpu::SamplingSettings settings{s.temperature, s.top_k, s.top_p, s.min_p};
     out.token_id = s.temperature <= 0.0f ? kernels::cpu::argmax(logits, vocab_)
                                          : kernels::cpu::sample_token(logits, vocab_, settings, r.rng, scratch);

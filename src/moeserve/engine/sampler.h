@@ -21,10 +21,10 @@ ipc::TokenLogprobs compute_logprobs(const float* logits, int64_t vocab, TokenId 
 
 // Applies in place, as vLLM does and in this order: repetition_penalty to tokens seen in the
 // prompt or output (logit > 0 ? logit / p : logit * p), then frequency_penalty * count and
-// presence_penalty to tokens seen in the output, then -inf for the stop tokens (eos unless
-// ignore_eos, and stop_token_ids) while fewer than min_tokens were generated (unless the
-// request's grammar is complete and allows nothing else). logits f32 [vocab].
-void apply_penalties(float* logits, int64_t vocab, const Request& request, std::span<const TokenId> eos_token_ids);
+// presence_penalty to tokens seen in the output, then -inf for the stop tokens (stop_token_ids,
+// which hold the EOS set unless the request ignores EOS) while fewer than min_tokens were
+// generated (unless the request's grammar is complete and allows nothing else). logits f32 [vocab].
+void apply_penalties(float* logits, int64_t vocab, const Request& request);
 
 // The request's allowed_token_ids (every other token -inf), bad words (a word's last token -inf
 // where the output ends with the rest of it) and logit_bias (added), in that order, as vLLM's
@@ -39,7 +39,7 @@ void apply_grammar_mask(float* logits, int64_t vocab, const Request& request);
 class Sampler {
 public:
     // pool: the rank's pool (may be null: one thread); it must outlive the sampler.
-    Sampler(int64_t vocab_size, std::vector<TokenId> eos_token_ids, ThreadPool* pool);
+    Sampler(int64_t vocab_size, ThreadPool* pool);
 
     // rows[i]: f32 [vocab] logits of requests[i]'s last token; modified in place. Logprobs (when
     // requested) come from the raw logits, before penalties and temperature (vLLM's default
@@ -53,7 +53,6 @@ private:
     SampledToken sample_row(float* logits, Request& request, kernels::cpu::SampleScratch& scratch) const;
 
     int64_t vocab_;
-    std::vector<TokenId> eos_token_ids_;
     ThreadPool* pool_;
     std::vector<kernels::cpu::SampleScratch> scratch_;  // one per thread
 };

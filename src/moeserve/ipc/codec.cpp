@@ -12,18 +12,20 @@
 namespace moeserve::ipc {
 namespace {
 
-// The fields of each message struct, in wire order. Append new fields at the end only.
+// The fields of each message struct, in wire order. Append new fields at the end only (a receiver
+// skips trailing fields it does not know). Removing one changes the format for every later field:
+// the API server and its engines must then be the same build (#18 removed
+// SamplingParams::ignore_eos and AddRequest::arrival_time).
 template <typename T>
 auto fields(T& v) {
     using S = std::remove_const_t<T>;
     if constexpr (std::is_same_v<S, SamplingParams>) {
         return std::tie(v.temperature, v.top_p, v.top_k, v.min_p, v.presence_penalty, v.frequency_penalty,
-                        v.repetition_penalty, v.seed, v.max_tokens, v.min_tokens, v.stop_token_ids, v.ignore_eos,
-                        v.logprobs, v.prompt_logprobs, v.grammar, v.grammar_after_token_ids, v.logit_bias,
-                        v.allowed_token_ids, v.bad_words_token_ids, v.cache_salt);
+                        v.repetition_penalty, v.seed, v.max_tokens, v.min_tokens, v.stop_token_ids, v.logprobs,
+                        v.prompt_logprobs, v.grammar, v.grammar_after_token_ids, v.logit_bias, v.allowed_token_ids,
+                        v.bad_words_token_ids, v.cache_salt);
     } else if constexpr (std::is_same_v<S, AddRequest>) {
-        return std::tie(v.request_id, v.prompt_token_ids, v.sampling, v.arrival_time, v.priority, v.kv_transfer,
-                        v.client_index);
+        return std::tie(v.request_id, v.prompt_token_ids, v.sampling, v.priority, v.kv_transfer, v.client_index);
     } else if constexpr (std::is_same_v<S, Shutdown>) {
         return std::tie(v.client_index);
     } else if constexpr (std::is_same_v<S, Abort>) {

@@ -15,7 +15,9 @@ using TokenId = int32_t;
 
 // What the engine needs to sample one sequence. Text-level options (stop strings,
 // skip_special_tokens, include_stop_str_in_output) stay in the server; n > 1 is fanned out by
-// the server into n requests that share the prompt's KV blocks through prefix caching.
+// the server into n requests that share the prompt's KV blocks through prefix caching. The
+// engine trusts these values: every AddRequest is made by validate_request()
+// (request_validation.h) at the boundary that built it.
 struct SamplingParams {
     float temperature = 1.0f;  // 0 = greedy
     float top_p = 1.0f;
@@ -26,9 +28,10 @@ struct SamplingParams {
     float repetition_penalty = 1.0f;
     std::optional<uint64_t> seed;  // per-request reproducible stream when set
     int32_t max_tokens = 16;
-    int32_t min_tokens = 0;  // no EOS / stop token before this many
+    int32_t min_tokens = 0;  // no stop token before this many
+    // Every token that finishes the request: the client's stop_token_ids plus the model's EOS set
+    // unless it asked for ignore_eos (validate_request merges them); the engine knows no other EOS.
     std::vector<TokenId> stop_token_ids;
-    bool ignore_eos = false;
     std::optional<int32_t> logprobs;         // top-k logprobs per sampled token (0 = sampled only)
     std::optional<int32_t> prompt_logprobs;  // top-k logprobs per prompt token
     // Structured outputs: a GBNF grammar (structured/grammar.h) the output must match; empty =
@@ -63,8 +66,7 @@ struct AddRequest {
     std::string request_id;
     std::vector<TokenId> prompt_token_ids;
     SamplingParams sampling;
-    double arrival_time = 0;  // seconds, steady clock of the server
-    int32_t priority = 0;     // --scheduling-policy priority: lower runs first (vLLM's)
+    int32_t priority = 0;  // --scheduling-policy priority: lower runs first (vLLM's)
     KvTransferParams kv_transfer{};
     // The API server that added it (--api-server-count): its outputs go back to that server only
     // (client_routing.h). 0 with one API server.

@@ -1,7 +1,7 @@
 // The generation routes' request lifecycle (/v1/completions, /v1/chat/completions):
 //   worker thread (WorkQueue): parse -> fan-out limit -> chat history + template -> tokenize ->
-//                validate length -> (stream) send headers -> EngineClient::add (one engine
-//                request per prompt x n)
+//                ipc::validate_request (one per prompt) -> (stream) send headers ->
+//                EngineClient::add (one engine request per prompt x n)
 //   engine-client thread: outputs -> ChoiceStream (text) -> chat: ChatOutput (reasoning, tool
 //                calls) -> SSE chunk / final JSON, metrics, log line
 //   client disconnect (HTTP thread): abort the job's engine requests.
@@ -74,6 +74,18 @@ std::vector<std::vector<int32_t>> bad_words_token_ids(const tokenizer::Tokenizer
         }
     }
     return out;
+}
+
+// ipc::validate_request, its error as a 400 naming the field as this route calls it.
+ipc::AddRequest validated(ipc::AddRequest add, bool ignore_eos, const ipc::RequestLimits& limits, bool chat) {
+    try {
+        return ipc::validate_request(std::move(add), ignore_eos, limits);
+    } catch (const ipc::InvalidRequest& e) {
+        std::string param = e.param();
+        if (chat && param == "prompt") param = "messages";
+        if (chat && param == "logprobs") param = "top_logprobs";
+        throw ApiError(400, e.what(), "invalid_request_error", param);
+    }
 }
 
 }  // namespace
@@ -267,60 +279,52 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
     std::vector<ipc::AddRequest> adds;
     const auto& p = job->params;
     for (size_t i = 0; i < prompts.size(); ++i) {
-        if (prompts[i].empty())
-            throw ApiError(400, "The prompt is empty after tokenization.", "invalid_request_error",
-                           chat ? "messages" : "prompt");
         openai::GenerationParams sized = p;
         if (job->echo_only) sized.max_tokens = 1;  // vLLM: one token runs, none is returned
         if (!sized.max_tokens && g.max_tokens) {
             const int64_t room = config_.limits.max_model_len - static_cast<int64_t>(prompts[i].size());
             sized.max_tokens = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(*g.max_tokens, room)));
         }
-        const int32_t max_tokens =
-            openai::resolve_max_tokens(static_cast<int64_t>(prompts[i].size()), sized, config_.limits, chat);
+        // The prompt's engine request; its n choices differ only in their id and seed.
+        ipc::AddRequest a;
+        a.prompt_token_ids = prompts[i];
+        a.priority = p.priority;
+        auto& s = a.sampling;
+        s.temperature = p.temperature;
+        s.top_p = p.top_p;
+        s.top_k = p.top_k < 0 ? 0 : p.top_k;
+        s.min_p = p.min_p;
+        s.presence_penalty = p.presence_penalty;
+        s.frequency_penalty = p.frequency_penalty;
+        s.repetition_penalty = p.repetition_penalty;
+        s.max_tokens = openai::resolve_max_tokens(static_cast<int64_t>(prompts[i].size()), sized, config_.limits, chat);
+        s.min_tokens = p.min_tokens;
+        s.stop_token_ids = p.stop_token_ids;
+        s.logprobs = p.logprobs;
+        // Echo with logprobs needs the prompt's entries; prompt_logprobs asks for them itself.
+        s.prompt_logprobs = p.prompt_logprobs;
+        if (job->echo_logprobs) s.prompt_logprobs = std::max(p.prompt_logprobs.value_or(0), *p.logprobs);
+        s.grammar = p.grammar;
+        s.grammar_after_token_ids = grammar_after;
+        s.logit_bias = p.logit_bias;
+        s.allowed_token_ids = p.allowed_token_ids;
+        s.bad_words_token_ids = bad_words;
+        s.cache_salt = p.cache_salt;
+        a = validated(std::move(a), p.ignore_eos, request_limits_, chat);
         if (config_.log_requests) {  // vLLM's line, once per prompt (its n choices share it)
             const std::string line = request_log_line(fmt::format("{}-{}", engine_base, adds.size()), logged_prompts[i],
-                                                      prompts[i], p, max_tokens, config_.max_log_len);
+                                                      prompts[i], p, a.sampling.max_tokens, config_.max_log_len);
             MOESERVE_LOG_I(logger_, "api", "%s", line.c_str());
         }
         for (int32_t k = 0; k < p.n; ++k) {
-            ipc::AddRequest a;
-            a.request_id = fmt::format("{}-{}", engine_base, adds.size());
-            a.prompt_token_ids = prompts[i];
-            a.arrival_time = job->arrival;
-            a.priority = p.priority;
-            auto& s = a.sampling;
-            s.temperature = p.temperature;
-            s.top_p = p.top_p;
-            s.top_k = p.top_k < 0 ? 0 : p.top_k;
-            s.min_p = p.min_p;
-            s.presence_penalty = p.presence_penalty;
-            s.frequency_penalty = p.frequency_penalty;
-            s.repetition_penalty = p.repetition_penalty;
-            if (p.seed) s.seed = *p.seed + static_cast<uint64_t>(k);
-            s.max_tokens = max_tokens;
-            s.min_tokens = p.min_tokens;
-            s.stop_token_ids = p.stop_token_ids;
-            if (!p.ignore_eos) {
-                s.stop_token_ids.insert(s.stop_token_ids.end(), config_.eos_token_ids.begin(),
-                                        config_.eos_token_ids.end());
-            }
-            s.ignore_eos = p.ignore_eos;
-            s.logprobs = p.logprobs;
-            // Echo with logprobs needs the prompt's entries; prompt_logprobs asks for them itself.
-            s.prompt_logprobs = p.prompt_logprobs;
-            if (job->echo_logprobs) s.prompt_logprobs = std::max(p.prompt_logprobs.value_or(0), *p.logprobs);
-            s.grammar = p.grammar;
-            s.grammar_after_token_ids = grammar_after;
-            s.logit_bias = p.logit_bias;
-            s.allowed_token_ids = p.allowed_token_ids;
-            s.bad_words_token_ids = bad_words;
-            s.cache_salt = p.cache_salt;
-            job->engine_ids.push_back(a.request_id);
+            ipc::AddRequest choice = a;
+            choice.request_id = fmt::format("{}-{}", engine_base, adds.size());
+            if (p.seed) choice.sampling.seed = *p.seed + static_cast<uint64_t>(k);
+            job->engine_ids.push_back(choice.request_id);
             job->prompt_tokens.push_back(static_cast<int64_t>(prompts[i].size()));
             job->prompt_of_choice.push_back(i);
             job->echo.push_back(echo ? prompt_texts[i] : "");
-            adds.push_back(std::move(a));
+            adds.push_back(std::move(choice));
         }
     }
     job->prompt_ids = std::move(prompts);

@@ -21,6 +21,10 @@ using OJson = nlohmann::ordered_json;
 Router::Router(RouterConfig config, const tokenizer::Tokenizer& tokenizer, EngineClient& engines, Metrics& metrics,
                Logger& logger)
     : config_(std::move(config)),
+      request_limits_{.max_model_len = config_.limits.max_model_len,
+                      .vocab_size = config_.limits.vocab_size,
+                      .max_logprobs = config_.limits.max_logprobs,
+                      .eos_token_ids = config_.eos_token_ids},
       tokenizer_(tokenizer),
       engines_(engines),
       metrics_(metrics),

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "moeserve/core/log.h"
+#include "moeserve/ipc/request_validation.h"
 #include "moeserve/serve/engine_client.h"
 #include "moeserve/serve/http_server.h"
 #include "moeserve/serve/metrics.h"
@@ -55,7 +56,9 @@ struct RouterConfig {
     int num_workers = 4;     // threads that parse, render and tokenize (WorkQueue)
     std::string model_path;  // shown as "root" in /v1/models
     std::string version;
-    std::vector<int32_t> eos_token_ids;  // finish a request unless ignore_eos (the engine's job)
+    // The model's EOS set (cli::model_eos_token_ids): ipc::validate_request adds it to each
+    // engine request's stop_token_ids unless the request asks for ignore_eos.
+    std::vector<int32_t> eos_token_ids;
     // Tool calls for tool_choice auto (--enable-auto-tool-choice --tool-call-parser NAME); empty:
     // auto is refused as vLLM does. Reasoning split (--reasoning-parser); none: content only.
     std::string tool_call_parser;
@@ -117,6 +120,7 @@ private:
     std::string new_request_id(const char* prefix);
 
     RouterConfig config_;
+    ipc::RequestLimits request_limits_;  // from config_: what validate_request checks each engine request against
     const tokenizer::Tokenizer& tokenizer_;
     std::optional<tokenizer::ChatTemplate> chat_template_;
     EngineClient& engines_;

@@ -36,8 +36,6 @@ struct SchedulerConfig {
     int32_t max_num_batched_tokens = 2048;  // tokens per step
     int32_t max_model_len = 4096;           // prompt + output tokens of one request
     bool enable_chunked_prefill = true;
-    int64_t vocab_size = 0;              // token ids must be < this (0 = unchecked)
-    std::vector<TokenId> eos_token_ids;  // stop unless ignore_eos
     SchedulingOrder order = SchedulingOrder::kFcfs;
 };
 
@@ -52,9 +50,9 @@ public:
     // kv must outlive the scheduler. Raises Error kInvalidArgument for inconsistent limits.
     Scheduler(const SchedulerConfig& config, KvCacheManager& kv, std::unique_ptr<SchedulingPolicy> policy);
 
-    // Queues a request. One that can never run (empty prompt, over max_model_len, more blocks
-    // than the cache has, bad parameters, duplicate id) is finished with kError and a reason,
-    // reported by the next update()/take_finished().
+    // Queues a request, whose values ipc::validate_request checked. One that can never run here
+    // (more blocks than the cache has, a duplicate id, Request::error set) is finished with kError
+    // and a reason, reported by the next update()/take_finished().
     void add_request(std::unique_ptr<Request> request);
     // Removes the requests (unknown ids are ignored) and frees their blocks at once; each is
     // reported finished with kAbort. Not to be called between schedule() and update().

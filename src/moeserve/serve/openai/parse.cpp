@@ -1,5 +1,7 @@
-// Request parsing and validation for the OpenAI routes. Each field is read by a typed getter
-// that raises ApiError(400, param=field) for a wrong type; ranges are checked in validate().
+// Request parsing for the OpenAI routes. Each field is read by a typed getter that raises
+// ApiError(400, param=field) for a wrong type; the rules of the HTTP request itself (n, echo,
+// stream_options, ...) are checked here, the sampling values and token ids once per engine
+// request by ipc::validate_request (generate_route.cpp).
 #include "moeserve/serve/openai/parse.h"
 
 #include <fmt/format.h>
@@ -157,7 +159,8 @@ void check(bool ok, const char* param, const std::string& message) {
     if (!ok) bad(param, message);
 }
 
-std::vector<TokenId> token_ids(const Json& v, const char* param, const ModelLimits& limits) {
+// Integers that fit a token id; whether they are in the vocabulary is ipc::validate_request's rule.
+std::vector<TokenId> token_ids(const Json& v, const char* param) {
     std::vector<TokenId> ids;
     ids.reserve(v.size());
     for (const Json& x : v) {
@@ -166,9 +169,8 @@ std::vector<TokenId> token_ids(const Json& v, const char* param, const ModelLimi
         const uint64_t big = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
         const int64_t id =
             x.is_number_unsigned() ? static_cast<int64_t>(std::min(x.get<uint64_t>(), big)) : x.get<int64_t>();
-        if (id < 0 || id >= limits.vocab_size) {
-            bad(param, fmt::format("token id {} is out of vocabulary (0..{})", id, limits.vocab_size - 1));
-        }
+        if (id < 0 || id > std::numeric_limits<TokenId>::max())
+            bad(param, fmt::format("'{}': token id {} is out of range", param, id));
         ids.push_back(static_cast<TokenId>(id));
     }
     return ids;
@@ -204,7 +206,7 @@ std::vector<std::string> stop_strings(const Json* v) {
 
 // The fields both endpoints share; `max_tokens_key` differs (chat also takes
 // max_completion_tokens).
-void read_generation(Fields& f, GenerationParams& p, const ModelLimits& limits) {
+void read_generation(Fields& f, GenerationParams& p) {
     f.number("n", p.n);
     f.number("max_tokens", p.max_tokens);
     f.number("temperature", p.temperature);
@@ -218,7 +220,7 @@ void read_generation(Fields& f, GenerationParams& p, const ModelLimits& limits) 
     p.stop = stop_strings(f.get("stop"));
     if (const Json* v = f.get("stop_token_ids")) {
         check(v->is_array(), "stop_token_ids", "'stop_token_ids' must be a list of integers");
-        p.stop_token_ids = token_ids(*v, "stop_token_ids", limits);
+        p.stop_token_ids = token_ids(*v, "stop_token_ids");
     }
     f.boolean("ignore_eos", p.ignore_eos);
     f.number("min_tokens", p.min_tokens);
@@ -244,8 +246,8 @@ void read_generation(Fields& f, GenerationParams& p, const ModelLimits& limits) 
             const long long id = std::strtoll(key.c_str(), &end, 10);
             check(!key.empty() && *end == '\0', "logit_bias",
                   fmt::format("'logit_bias' key '{}' is not a token id", key));
-            check(id >= 0 && id < limits.vocab_size, "logit_bias",
-                  fmt::format("'logit_bias' token id {} is out of vocabulary (0..{})", id, limits.vocab_size - 1));
+            check(id >= 0 && id <= std::numeric_limits<TokenId>::max(), "logit_bias",
+                  fmt::format("'logit_bias' token id {} is out of range", id));
             const float b = Fields::as_number<float>(bias, "logit_bias");
             p.logit_bias.emplace_back(static_cast<TokenId>(id), std::clamp(b, -100.0f, 100.0f));
         }
@@ -253,7 +255,7 @@ void read_generation(Fields& f, GenerationParams& p, const ModelLimits& limits) 
     if (const Json* v = f.get("allowed_token_ids")) {
         check(v->is_array() && !v->empty(), "allowed_token_ids",
               "'allowed_token_ids' must be a non-empty list of token ids");
-        p.allowed_token_ids = token_ids(*v, "allowed_token_ids", limits);
+        p.allowed_token_ids = token_ids(*v, "allowed_token_ids");
     }
     if (const Json* v = f.get("bad_words")) {
         check(v->is_array(), "bad_words", "'bad_words' must be a list of strings");
@@ -294,37 +296,16 @@ void read_generation(Fields& f, GenerationParams& p, const ModelLimits& limits) 
     }
 }
 
-void validate(const GenerationParams& p, const ModelLimits& limits) {
+// The rules of the HTTP fields that never reach the engine as such; the sampling values are
+// ipc::validate_request's.
+void validate(const GenerationParams& p) {
     check(p.n >= 1 && p.n <= kMaxN, "n", fmt::format("'n' must be in [1, {}]; got {}", kMaxN, p.n));
-    if (p.max_tokens) {
+    if (p.max_tokens) {  // absent = a default (resolve_max_tokens); 0 only with echo (the caller's case)
         check(*p.max_tokens >= 1, "max_tokens", fmt::format("'max_tokens' must be at least 1; got {}", *p.max_tokens));
-    }
-    check(p.temperature >= 0, "temperature", fmt::format("'temperature' must be >= 0; got {}", p.temperature));
-    check(p.top_p > 0 && p.top_p <= 1, "top_p", fmt::format("'top_p' must be in (0, 1]; got {}", p.top_p));
-    check(p.top_k >= -1, "top_k", fmt::format("'top_k' must be -1 (off), 0 (off) or positive; got {}", p.top_k));
-    check(p.min_p >= 0 && p.min_p <= 1, "min_p", fmt::format("'min_p' must be in [0, 1]; got {}", p.min_p));
-    check(p.presence_penalty >= -2 && p.presence_penalty <= 2, "presence_penalty",
-          fmt::format("'presence_penalty' must be in [-2, 2]; got {}", p.presence_penalty));
-    check(p.frequency_penalty >= -2 && p.frequency_penalty <= 2, "frequency_penalty",
-          fmt::format("'frequency_penalty' must be in [-2, 2]; got {}", p.frequency_penalty));
-    check(p.repetition_penalty > 0 && p.repetition_penalty <= 2, "repetition_penalty",
-          fmt::format("'repetition_penalty' must be in (0, 2]; got {}", p.repetition_penalty));
-    check(p.min_tokens >= 0, "min_tokens", fmt::format("'min_tokens' must be >= 0; got {}", p.min_tokens));
-    if (p.max_tokens) {
-        check(p.min_tokens <= *p.max_tokens, "min_tokens",
-              fmt::format("'min_tokens' ({}) must be <= 'max_tokens' ({})", p.min_tokens, *p.max_tokens));
-    }
-    if (p.logprobs) {
-        check(*p.logprobs >= 0 && *p.logprobs <= limits.max_logprobs, "logprobs",
-              fmt::format("'logprobs' must be in [0, {}]; got {}", limits.max_logprobs, *p.logprobs));
-    }
-    if (p.prompt_logprobs) {
-        check(*p.prompt_logprobs >= 0 && *p.prompt_logprobs <= limits.max_logprobs, "prompt_logprobs",
-              fmt::format("'prompt_logprobs' must be in [0, {}]; got {}", limits.max_logprobs, *p.prompt_logprobs));
     }
 }
 
-std::vector<PromptInput> read_prompts(const Json* v, const ModelLimits& limits) {
+std::vector<PromptInput> read_prompts(const Json* v) {
     if (!v) bad("prompt", "'prompt' is required");
     std::vector<PromptInput> out;
     const auto text = [](const Json& s) { return PromptInput{s.get<std::string>(), {}}; };
@@ -338,10 +319,10 @@ std::vector<PromptInput> read_prompts(const Json* v, const ModelLimits& limits) 
     } else if (v->is_array() && !v->empty() && (*v)[0].is_array()) {
         for (const Json& ids : *v) {
             if (!ids.is_array()) bad("prompt", "'prompt' lists of token ids must all be lists");
-            out.push_back(PromptInput{std::nullopt, token_ids(ids, "prompt", limits)});
+            out.push_back(PromptInput{std::nullopt, token_ids(ids, "prompt")});
         }
     } else if (v->is_array() && !v->empty()) {
-        out.push_back(PromptInput{std::nullopt, token_ids(*v, "prompt", limits)});
+        out.push_back(PromptInput{std::nullopt, token_ids(*v, "prompt")});
     } else {
         bad("prompt",
             "'prompt' must be a string, a list of strings, a list of token ids or a list "
@@ -381,8 +362,8 @@ CompletionRequest parse_completion_request(const Json& body, const ModelLimits& 
     Fields f(body);
     CompletionRequest r;
     check_model(f, limits, r.model);
-    r.prompts = read_prompts(f.get("prompt"), limits);
-    read_generation(f, r.params, limits);
+    r.prompts = read_prompts(f.get("prompt"));
+    read_generation(f, r.params);
     f.boolean("echo", r.echo);
     f.number("logprobs", r.params.logprobs);
     if (f.get("suffix") != nullptr) bad("suffix", "'suffix' is not supported");
@@ -392,7 +373,7 @@ CompletionRequest parse_completion_request(const Json& body, const ModelLimits& 
     // max_tokens 0 with echo: the prompt's logprobs only (lm-eval's loglikelihood requests).
     const bool echo_only = r.echo && r.params.max_tokens && *r.params.max_tokens == 0;
     if (echo_only) r.params.max_tokens = 1;
-    validate(r.params, limits);
+    validate(r.params);
     if (echo_only) r.params.max_tokens = 0;
     return r;
 }
@@ -403,7 +384,7 @@ ChatCompletionRequest parse_chat_request(const Json& body, const ModelLimits& li
     check_model(f, limits, r.model);
     (void)prepare_chat_messages(f.get("messages"));  // validates; the route prepares them for its template
     r.messages = *f.get("messages");
-    read_generation(f, r.params, limits);
+    read_generation(f, r.params);
     if (const Json* v = f.get("max_completion_tokens")) {
         r.params.max_tokens = Fields::as_number<int32_t>(*v, "max_completion_tokens");
     }
@@ -442,11 +423,7 @@ ChatCompletionRequest parse_chat_request(const Json& body, const ModelLimits& li
         }
         r.params.grammar = forced_tool_grammar(r.tools);
     }
-    if (r.params.logprobs) {
-        check(*r.params.logprobs <= limits.max_logprobs, "top_logprobs",
-              fmt::format("'top_logprobs' must be in [0, {}]; got {}", limits.max_logprobs, *r.params.logprobs));
-    }
-    validate(r.params, limits);
+    validate(r.params);
     return r;
 }
 
@@ -482,29 +459,21 @@ DetokenizeRequest parse_detokenize_request(const Json& body, const ModelLimits& 
     check_model(f, limits, model);
     const Json* v = f.get("tokens");
     if (!v || !v->is_array()) bad("tokens", "'tokens' must be a list of token ids");
-    DetokenizeRequest r{token_ids(*v, "tokens", limits)};
+    DetokenizeRequest r{token_ids(*v, "tokens")};
+    for (const TokenId t : r.tokens) {
+        check(t < limits.vocab_size, "tokens",
+              fmt::format("token id {} is out of vocabulary (0..{})", t, limits.vocab_size - 1));
+    }
     (void)f.unknown({});  // vLLM ignores extra fields here too
     return r;
 }
 
 int32_t resolve_max_tokens(int64_t num_prompt_tokens, const GenerationParams& params, const ModelLimits& limits,
                            bool chat) {
+    if (params.max_tokens) return *params.max_tokens;
+    if (!chat) return 16;
     const int64_t room = limits.max_model_len - num_prompt_tokens;
-    int64_t max_tokens = params.max_tokens ? *params.max_tokens : (chat ? room : 16);
-    if (num_prompt_tokens + max_tokens > limits.max_model_len || room < 1) {
-        throw ApiError(400,
-                       fmt::format("This model's maximum context length is {} tokens. However, you requested {} tokens "
-                                   "({} in the messages, {} in the completion). Please reduce the length of the "
-                                   "messages or completion.",
-                                   limits.max_model_len, num_prompt_tokens + std::max<int64_t>(max_tokens, 0),
-                                   num_prompt_tokens, std::max<int64_t>(max_tokens, 0)),
-                       "invalid_request_error", chat ? "messages" : "prompt");
-    }
-    max_tokens = std::max<int64_t>(max_tokens, 1);
-    if (params.min_tokens > max_tokens) {
-        bad("min_tokens", fmt::format("'min_tokens' ({}) must be <= max_tokens ({})", params.min_tokens, max_tokens));
-    }
-    return static_cast<int32_t>(max_tokens);
+    return static_cast<int32_t>(std::clamp<int64_t>(room, 1, std::numeric_limits<int32_t>::max()));
 }
 
 }  // namespace moeserve::serve::openai
