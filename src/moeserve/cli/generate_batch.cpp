@@ -111,8 +111,7 @@ Item parse_item(const Json& j, const tokenizer::Tokenizer& tok, const std::optio
                                              "skip_special_tokens",
                                              "include_stop_str_in_output"};
     for (const auto& [key, value] : j.items()) {
-        if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return key == k; }) ==
-            std::end(kKnown)) {
+        if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
             raise(ErrorCode::kInvalidArgument, "{}: unknown field '{}'", at, key);
         }
     }

@@ -67,7 +67,7 @@ struct KvServerSocket::Impl {
     zmq::socket_t socket{context, zmq::socket_type::router};
 };
 
-KvServerSocket::KvServerSocket(const std::string& bind_address, KvChannelOptions options)
+KvServerSocket::KvServerSocket(const std::string& bind_address, const KvChannelOptions& options)
     : impl_(std::make_unique<Impl>()) {
     auto& s = *impl_;
     set_options(s.socket, options);
@@ -106,7 +106,7 @@ struct KvClientSocket::Impl {
     zmq::socket_t socket{context, zmq::socket_type::dealer};
 };
 
-KvClientSocket::KvClientSocket(const std::string& endpoint, KvChannelOptions options)
+KvClientSocket::KvClientSocket(const std::string& endpoint, const KvChannelOptions& options)
     : impl_(std::make_unique<Impl>()) {
     auto& s = *impl_;
     set_options(s.socket, options);

@@ -31,7 +31,7 @@ class KvServerSocket {
 public:
     // Binds bind_address (tcp://host:port, port 0 = the kernel picks). Raises Error(kIo) naming
     // the address when the bind fails.
-    KvServerSocket(const std::string& bind_address, KvChannelOptions options);
+    KvServerSocket(const std::string& bind_address, const KvChannelOptions& options);
     ~KvServerSocket();
     KvServerSocket(const KvServerSocket&) = delete;
     KvServerSocket& operator=(const KvServerSocket&) = delete;
@@ -52,7 +52,7 @@ private:
 class KvClientSocket {
 public:
     // Connects to a producer's endpoint (the connection completes in the background).
-    KvClientSocket(const std::string& endpoint, KvChannelOptions options);
+    KvClientSocket(const std::string& endpoint, const KvChannelOptions& options);
     ~KvClientSocket();
     KvClientSocket(const KvClientSocket&) = delete;
     KvClientSocket& operator=(const KvClientSocket&) = delete;

@@ -367,9 +367,9 @@ void EngineClient::fail_engine(int engine, const std::string& reason) {
     fail_requests(std::move(failed), reason, false);
 }
 
-void EngineClient::fail_requests(std::vector<std::pair<std::string, std::shared_ptr<OutputCallback>>> failed,
+void EngineClient::fail_requests(const std::vector<std::pair<std::string, std::shared_ptr<OutputCallback>>>& failed,
                                  const std::string& reason, bool overloaded) {
-    for (auto& [id, cb] : failed) {
+    for (const auto& [id, cb] : failed) {
         ipc::RequestOutput out;
         out.request_id = id;
         out.finish_reason = ipc::FinishReason::kError;

@@ -119,14 +119,14 @@ private:
     };
 
     void receive_loop();
-    void on_step_outputs(const ipc::StepOutputs& outputs);
-    // Called with mutex_ held on any message of engine: it is alive (again). Returns the ids
-    // to abort on it (failed while it was silent); send them with abort_orphans, unlocked.
-    std::vector<std::string> heard_from(size_t engine);
-    void abort_orphans(size_t engine, std::vector<std::string> ids);
+    void on_step_outputs(const ipc::StepOutputs& step);
+    // Called with mutex_ held on any message of engine index: it is alive (again). Returns the
+    // ids to abort on it (failed while it was silent); send them with abort_orphans, unlocked.
+    std::vector<std::string> heard_from(size_t index);
+    void abort_orphans(size_t index, std::vector<std::string> ids);
     void check_engines();
     void fail_engine(int engine, const std::string& reason);
-    void fail_requests(std::vector<std::pair<std::string, std::shared_ptr<OutputCallback>>> failed,
+    void fail_requests(const std::vector<std::pair<std::string, std::shared_ptr<OutputCallback>>>& failed,
                        const std::string& reason, bool overloaded);
     int64_t now_ms() const;
 

@@ -83,7 +83,7 @@ public:
         root_name_ = root_name;
         const std::string root = visit(root_, path);
         std::string out = root_name + " ::= " + root + "\n";
-        for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
+        for (const auto& [name, body] : rules_) out += fmt::format("{} ::= {}\n", name, body);
         return out;
     }
 
@@ -154,7 +154,7 @@ private:
             const std::string ref = s["$ref"].get<std::string>();
             const auto it = refs_.find(ref);
             if (it != refs_.end()) return it->second;
-            const std::string name = new_rule("ref-" + ref.substr(ref.rfind('/') + 1), "");
+            std::string name = new_rule("ref-" + ref.substr(ref.rfind('/') + 1), "");
             refs_[ref] = name;
             const Json& target = resolve(ref, path + ".$ref");
             rules_[name] = visit(target, ref);
@@ -241,7 +241,7 @@ private:
                 } else if (!out.contains(k)) {
                     out[k] = v;
                 } else if (out[k] != v && k != "title" && k != "description") {
-                    fail(p + "." + k,
+                    fail(fmt::format("{}.{}", p, k),
                          fmt::format("allOf parts disagree on '{}' (only merging of object properties is supported)",
                                      k));
                 }
@@ -391,17 +391,18 @@ private:
         for (const auto& [name, schema] : props.items()) list.emplace_back(name, &schema);
         for (size_t k = list.size(); k-- > 0;) {
             const auto& [name, schema] = list[k];
-            const std::string kv = literal_of(Json(name)) + " \":\" " + visit(*schema, path + ".properties." + name);
+            const std::string kv = fmt::format("{} \":\" {}", literal_of(Json(name)),
+                                               visit(*schema, fmt::format("{}.properties.{}", path, name)));
             const std::string next_more = more, next_first = first;
             if (required.count(name)) {
-                first = kv + " " + next_more;
-                more = "\",\" " + kv + " " + next_more;
+                first = fmt::format("{} {}", kv, next_more);
+                more = fmt::format("\",\" {} {}", kv, next_more);
             } else {
-                first = "( " + kv + " " + next_more + " | " + next_first + " )";
-                more = "( \",\" " + kv + " " + next_more + " | " + next_more + " )";
+                first = fmt::format("( {} {} | {} )", kv, next_more, next_first);
+                more = fmt::format("( \",\" {} {} | {} )", kv, next_more, next_more);
             }
-            first = new_rule("obj" + id + "-" + std::to_string(k) + "-first", first);
-            more = new_rule("obj" + id + "-" + std::to_string(k), more);
+            first = new_rule(fmt::format("obj{}-{}-first", id, k), first);
+            more = new_rule(fmt::format("obj{}-{}", id, k), more);
         }
         return new_rule("obj" + id, "\"{\" " + first + " \"}\"");
     }

@@ -37,8 +37,8 @@ public:
     // merges whose parts or result are not in the vocabulary, kUnsupported for dropout > 0.
     static Bpe from_json(const nlohmann::json& model, std::string_view where);
     // The same from a model object whose vocab and merges were streamed out separately (see
-    // tokenizer_json.h); options holds the other fields (unk_token, byte_fallback, ...).
-    static Bpe from_parts(const nlohmann::json& options, std::vector<std::pair<std::string, int64_t>> vocab,
+    // tokenizer_json.h); model holds the other fields (unk_token, byte_fallback, ...).
+    static Bpe from_parts(const nlohmann::json& model, std::vector<std::pair<std::string, int64_t>> vocab,
                           const std::vector<std::pair<std::string, std::string>>& merges, std::string_view where);
     ~Bpe();
     Bpe(Bpe&&) noexcept;

@@ -155,7 +155,7 @@ void KvTransferAgent::serve_fetch(const std::string& peer, const ipc::KvFetch& f
             const int32_t count = std::min(per_chunk, meta.num_blocks - first);
             payload.resize(static_cast<size_t>(count * per_block));
             for (int32_t b = 0; b < count; ++b) {
-                cache_.read_block(blocks[static_cast<size_t>(first + b)],
+                cache_.read_block(blocks[static_cast<size_t>(first) + static_cast<size_t>(b)],
                                   reinterpret_cast<std::byte*>(payload.data()) + b * per_block);
             }
             ipc::KvBlockChunk chunk{fetch.fetch, meta.transfer_id, first, count, first + count == meta.num_blocks};
@@ -310,7 +310,7 @@ std::string KvTransferAgent::run_fetch(const FetchJob& job, ipc::KvTransferMeta&
             }
             last_progress = steady_seconds();
             for (int32_t b = 0; b < c->num_blocks; ++b) {
-                cache_.write_block(job.block_ids[static_cast<size_t>(c->first_block + b)],
+                cache_.write_block(job.block_ids[static_cast<size_t>(c->first_block) + static_cast<size_t>(b)],
                                    reinterpret_cast<const std::byte*>(in->payload.data()) + b * per_block);
             }
             next_block += c->num_blocks;

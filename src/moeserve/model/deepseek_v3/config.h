@@ -62,7 +62,7 @@ struct DeepseekV3Config {
 
     // The generator's config.json of model_type (deepseek_v3 | deepseek_v2) at `size`: tiny
     // (tests) or bench (~1B parameters); Error kInvalidArgument for another size (preset.cpp).
-    static nlohmann::json preset(const std::string& model_type, const std::string& size);
+    static nlohmann::json preset(const std::string& arch, const std::string& size);
 
     // Routed-expert MoE on this layer (else a dense MLP of intermediate_size), as HF decides it.
     bool is_moe_layer(int64_t layer) const;

@@ -43,7 +43,7 @@ enum class MlaPath {
 
 // Multiply-adds per head of one chunk of q_len tokens after `prefix` cached ones: re-expanding
 // all prefix + q_len latents (kv_b_proj) and attending over them, against the split form.
-bool mla_split_is_cheaper(const MlaShape& shape, int64_t q_len, int64_t prefix);
+bool mla_split_is_cheaper(const MlaShape& c, int64_t q_len, int64_t prefix);
 
 // Per-forward buffers, grown on demand and reused across layers and steps.
 struct MlaScratch {

@@ -36,7 +36,7 @@ struct Qwen3MoeConfig {
     std::optional<int64_t> bos_token_id;
 
     // Parses and validates; Error kInvalidModel / kUnsupported naming the field.
-    static Qwen3MoeConfig from_json(const io::HfConfig& config);
+    static Qwen3MoeConfig from_json(const io::HfConfig& j);
 
     // The generator's config.json at `size`: tiny (tests) or bench (~1B parameters); Error
     // kInvalidArgument for another size (preset.cpp).

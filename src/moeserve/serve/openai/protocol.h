@@ -22,7 +22,7 @@ class ApiError : public Error {
 public:
     ApiError(int status, std::string message, std::string type = "invalid_request_error",
              std::optional<std::string> param = std::nullopt, std::optional<std::string> code = std::nullopt)
-        : Error(status >= 500 ? ErrorCode::kUnavailable : ErrorCode::kInvalidArgument, message),
+        : Error(status >= 500 ? ErrorCode::kUnavailable : ErrorCode::kInvalidArgument, std::move(message)),
           status_(status),
           type_(std::move(type)),
           param_(std::move(param)),

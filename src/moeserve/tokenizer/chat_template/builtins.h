@@ -23,7 +23,7 @@ std::string py_strip(const std::string& s, const std::string* chars, bool left, 
 Value apply_filter(const std::string& name, const Value& input, const CallArgs& args);
 
 // Evaluates `input is name(args)`. Throws Error(kUnsupported) for an unknown test.
-bool apply_test(const std::string& name, const Value& input, const CallArgs& args);
+bool apply_test(const std::string& name, const Value& v, const CallArgs& a);
 
 // The bound method obj.name (for str and dict), or nullopt when obj has no such attribute
 // (jinja2 then yields Undefined). Throws Error(kUnsupported) for a real Python method that

@@ -280,7 +280,7 @@ std::string py_strip(const std::string& s, const std::string* chars, bool left, 
 std::optional<Value> get_method(const Value& obj, const std::string& name, int line) {
     if (obj.is_string()) {
         if (kStrMethods.count(name)) {
-            std::string s = obj.as_string();
+            const std::string& s = obj.as_string();
             return Value::function("str." + name, [s, name](const CallArgs& a) { return string_method(s, name, a); });
         }
         if (kStrUnsupported.count(name)) {
