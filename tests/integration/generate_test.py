@@ -97,13 +97,16 @@ class Refusals(unittest.TestCase):
         self.assertEqual(out.stdout.decode(), "")
 
     def test_flags(self):
-        self.refused("error: --max-tokens must be >= 1; got 0", "--prompt", "Hi", "--max-tokens", "0")
-        self.refused("error: --temperature must be >= 0; got -1", "--prompt", "Hi", "--temperature", "-1")
-        self.refused("error: --top-p must be in (0, 1]; got 0", "--prompt", "Hi", "--top-p", "0")
+        # The request rules are ipc::validate_request's (as the HTTP 400s), naming the flag.
+        self.refused("error: 'max_tokens' must be at least 1; got 0 (--max-tokens)", "--prompt", "Hi",
+                     "--max-tokens", "0")
+        self.refused("error: 'temperature' must be >= 0; got -1 (--temperature)", "--prompt", "Hi",
+                     "--temperature", "-1")
+        self.refused("error: 'top_p' must be in (0, 1]; got 0 (--top-p)", "--prompt", "Hi", "--top-p", "0")
         self.refused("error: generate needs either --prompt or --input (with --output), not neither")
         self.refused("error: --input needs --output FILE", "--input", "x.jsonl")
-        self.refused("error: prompt tokens + --max-tokens must be <= 32 (--max-model-len)", "--prompt", "Hi",
-                     "--max-model-len", "32", "--max-tokens", "40")
+        self.refused("error: This model's maximum context length is 32 tokens. However, you requested 41 tokens",
+                     "--prompt", "Hi", "--max-model-len", "32", "--max-tokens", "40")
 
     def test_kv_cache_too_small(self):
         self.refused("less than one 4096-token sequence needs", "--prompt", "Hi", "--kv-cache-memory", "64K")
