@@ -56,8 +56,9 @@ void split_rows(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t kp, u
 //   the prefetcher: interleaved rows of 2 KiB each read at about half the rate); from m = 4 the
 //   FMAs take long enough that the hardware prefetcher falls behind, so two rows at a time with
 //   the next pair's lines prefetched (as the AVX2 GEMV does).
-// - From k = kGemvRowBlockMinK (rows of 4 KiB and more) four rows at a time: x (4 k bytes per row)
-//   no longer stays in L1 next to the weight stream, and each x load then feeds four rows.
+// - From k = kGemvRowBlockMinK (rows of 4 KiB and more) four rows at a time (two above 4 rows of
+//   x, for the registers): x (4 k bytes per row) no longer stays in L1 next to the weight stream,
+//   and each x load then feeds several rows.
 constexpr int64_t kGemvRowBlockMinK = 2048;
 
 // xs[i * kp + b + l] = x[i, b + 2l], xs[i * kp + b + 16 + l] = x[i, b + 2l + 1] for each 32-block b,
