@@ -209,16 +209,17 @@ class ApiServers(unittest.TestCase):
             return list(pool.map(finish, streams))
 
     def test_shutdown(self):
-        s = Server("--api-server-count", "2", "--enable-log-requests")
+        # The drain may take its time: 200-token streams under ASan on a busy 2-core CI machine
+        # outlasted the default --drain-timeout of 30 s once (the streams were then cut). What is
+        # tested is that they are drained, not how fast.
+        s = Server("--api-server-count", "2", "--enable-log-requests", "--drain-timeout", "300")
         children = s.children()
         self.assertEqual(len(children), 3)  # one rank, two API servers
         try:
             streams = self.open_streams(s)
-            start = time.time()
             s.proc.send_signal(signal.SIGTERM)
             self.assertEqual(self.finish_streams(streams), [True] * len(streams))  # drained, not cut
-            self.assertEqual(s.proc.wait(30), 0)
-            self.assertLess(time.time() - start, 30)
+            self.assertEqual(s.proc.wait(300), 0)
             self.assertEqual(wait_gone(children), [])
             log = s.log_text()
             self.assertIn("the API servers drain", log)
