@@ -149,32 +149,12 @@ void gemv(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, 
     const int64_t kp = (k + 31) / 32 * 32;
     auto* xs = static_cast<float*>(thread_scratch(0, m * kp * 4));
     split_even_odd(x, ldx, m, k, kp, xs);
-    switch (m) {
-        case 1:
-            gemv_m<1>(xs, kp, k, w, n, out, ldo);
-            break;
-        case 2:
-            gemv_m<2>(xs, kp, k, w, n, out, ldo);
-            break;
-        case 3:
-            gemv_m<3>(xs, kp, k, w, n, out, ldo);
-            break;
-        case 4:
-            gemv_m<4>(xs, kp, k, w, n, out, ldo);
-            break;
-        case 5:
-            gemv_m<5>(xs, kp, k, w, n, out, ldo);
-            break;
-        case 6:
-            gemv_m<6>(xs, kp, k, w, n, out, ldo);
-            break;
-        case 7:
-            gemv_m<7>(xs, kp, k, w, n, out, ldo);
-            break;
-        default:
-            gemv_m<8>(xs, kp, k, w, n, out, ldo);
-            break;
-    }
+    // One instantiation per row count 1..kGemvMaxRows (the caller guarantees 1 <= m <= 8).
+    using GemvRows = void (*)(const float*, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t);
+    static constexpr GemvRows kByRows[] = {gemv_m<1>, gemv_m<2>, gemv_m<3>, gemv_m<4>,
+                                           gemv_m<5>, gemv_m<6>, gemv_m<7>, gemv_m<8>};
+    static_assert(sizeof(kByRows) / sizeof(kByRows[0]) == kGemvMaxRows);
+    kByRows[m - 1](xs, kp, k, w, n, out, ldo);
 }
 
 // ---- GEMM (m > kGemvMaxRows, prefill): bf16 pairs. ----
