@@ -104,6 +104,19 @@ TEST(LinearTest, LongRowsMatchReference) {
     });
 }
 
+TEST(LinearTest, GemmRowRemaindersMatchReference) {
+    // The GEMMs take rows in blocks (6 on AVX2, 12 in the avx512 f32 GEMM, 8 in the rounded one):
+    // every remainder of each, with k across two blocks of the f32 GEMM and n across its 256-row
+    // packing block with a partial panel.
+    for_each_mode([&](cpu::Isa isa) {
+        uint32_t seed = 900;
+        for (int64_t m = 9; m <= 33; ++m) {
+            SCOPED_TRACE(testing::Message() << "m=" << m);
+            check_shape({m, 270, 301}, 1, seed++, isa);
+        }
+    });
+}
+
 TEST(LinearTest, ZeroRowsIsNoOp) {
     ThreadPool pool(2);
     std::vector<uint16_t> w(8, 0);

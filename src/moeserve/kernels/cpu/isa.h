@@ -9,7 +9,8 @@
 //           kernels stay AVX2
 //   avx2    AVX2 + FMA (x86-64-v3): every kernel
 //   avx512  AVX-512 F/BW/VL/DQ + AVX512_BF16 + AVX512_VNNI (Zen4, Sapphire Rapids
-//           and later): vdpbf16ps bf16 GEMV/GEMM and vpdpbusd int8 GEMV/GEMM
+//           and later): bf16 GEMV/GEMM (f32 FMA on widened weights; vdpbf16ps
+//           when activations are rounded) and vpdpbusd int8 GEMV/GEMM
 //   amx     avx512 plus AMX-TILE/BF16/INT8 with the XTILEDATA permission granted;
 //           no AMX tile kernels yet, so it runs the avx512 kernels. Only chosen
 //           when forced.
@@ -55,8 +56,9 @@ void set_active_isa(Isa isa);
 // "ref" | "avx2" | "avx512" | "amx" -> Isa; throws moeserve::Error otherwise.
 Isa parse_isa(std::string_view name);
 // MOESERVE_BF16_ACTIVATIONS=round: the avx512 bf16 GEMM (prefill) rounds activations to bf16
-// once (2x faster, ~1e-3 relative logit error) instead of the default split hi + lo (f32-level
-// accuracy). Read once; "split" or unset is the default; anything else throws moeserve::Error.
+// once (vdpbf16ps on bf16 pairs, ~1e-3 relative logit error) instead of the default f32 GEMM on
+// weights widened to f32 (f32 accuracy). Read once; "split" or unset is the default; anything
+// else throws moeserve::Error.
 bool bf16_round_activations();
 // Forces it (tests, benchmarks).
 void set_bf16_round_activations(bool round);

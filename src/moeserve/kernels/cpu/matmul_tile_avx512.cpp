@@ -2,8 +2,9 @@
 // called when active_isa() >= avx512).
 //   GEMV (m <= kGemvMaxRows, decode): the weights widened to f32 in registers (two integer ops
 //     per 32 weights), f32 FMA: f32 accuracy, memory-bound up to a few rows.
-//   GEMM (prefill): the AVX2 f32 GEMM by default; with MOESERVE_BF16_ACTIVATIONS=round, packed
-//     bf16-pair panels and vdpbf16ps with x rounded to bf16 once.
+//   GEMM (prefill): by default weight panels widened to f32 and f32 FMA (f32 accuracy); with
+//     MOESERVE_BF16_ACTIVATIONS=round, packed bf16-pair panels and vdpbf16ps with x rounded to
+//     bf16 once.
 // NOTE: no std or project inline code here (see matmul_tile_isa.h): helpers live in this
 // anonymous namespace, buffers come from thread_scratch().
 #include <immintrin.h>
@@ -158,8 +159,7 @@ void gemv(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, 
 }
 
 // ---- GEMM (m > kGemvMaxRows, prefill): bf16 pairs. ----
-// Only with MOESERVE_BF16_ACTIVATIONS=round (the default prefill is the AVX2 f32 GEMM, see
-// matmul_tile_avx512 below): x rounded to bf16 once (2^-9 relative per element, what llama.cpp
+// Only with MOESERVE_BF16_ACTIVATIONS=round (the default prefill is gemm_f32 below): x rounded to bf16 once (2^-9 relative per element, what llama.cpp
 // does for bf16 weights; logits off by ~1e-3 relative), twice the f32-FMA rate per instruction.
 // Weights are packed per block into panels of 32 rows x kc as bf16 pairs: panel[q * 32 + c] =
 // (w[c, 2q], w[c, 2q+1]) as one 32-bit word, so a micro-kernel step is two 64-byte loads, one
@@ -284,25 +284,157 @@ void gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, 
     }
 }
 
+// ---- GEMM (m > kGemvMaxRows, prefill), f32 accuracy: the default. ----
+// The weights of a block are widened to f32 and packed into panels of 32 rows x kc, laid out
+// [kc][32], so a micro-kernel step is two 64-byte loads of the panel, one broadcast of x per row
+// and two FMAs per row: MR x 32 outputs in 2 * MR zmm accumulators (24 of the 32 registers at
+// MR = 12). Products and sums are f32 FMA, as in the AVX2 GEMM (same accuracy), with twice the
+// work per instruction and twice the accumulators; the gain is largest where a core has two
+// 512-bit FMA units (Intel server cores), smaller where 512-bit FMAs are split in two (Zen4).
+constexpr int64_t kF32Kc = 256;  // k per block: a 12-row x block is 12 KiB in L1
+constexpr int64_t kF32Nc = 256;  // weight rows per packed block: 256 KiB of f32 panels in L2
+constexpr int kF32Nr = 32;       // panel width (2 zmm of outputs)
+constexpr int kF32Mr = 12;
+
+// 16 zmm rows r[c] (16 floats each) -> r[q] holds element q of every row (a 16 x 16 transpose):
+// unpack pairs of floats, then pairs of doubles (a 4 x 4 transpose inside each 128-bit lane),
+// then gather the lanes of the four row groups with two rounds of 128-bit shuffles.
+void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < 16; g += 4) {
+        // lane L of u[g + j]: element 4L + j of rows g .. g + 3
+        u[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[g]), _mm512_castps_pd(t[g + 2])));
+        u[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[g]), _mm512_castps_pd(t[g + 2])));
+        u[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[g + 1]), _mm512_castps_pd(t[g + 3])));
+        u[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[g + 1]), _mm512_castps_pd(t[g + 3])));
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+        // lanes (0, 2) and (1, 3) of row groups 0 and 1, then of row groups 2 and 3
+        const __m512 v_even = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);
+        const __m512 v_odd = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);
+        const __m512 w_even = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
+        const __m512 w_odd = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
+        r[j] = _mm512_shuffle_f32x4(v_even, w_even, 0x88);       // element j
+        r[8 + j] = _mm512_shuffle_f32x4(v_even, w_even, 0xDD);   // element 8 + j
+        r[4 + j] = _mm512_shuffle_f32x4(v_odd, w_odd, 0x88);     // element 4 + j
+        r[12 + j] = _mm512_shuffle_f32x4(v_odd, w_odd, 0xDD);    // element 12 + j
+    }
+}
+
+// dst[p * 32 + c] = f32(w[c * k + p0 + p]) for p < kc, c < 32; zero for c >= rows. dst is 64-byte
+// aligned; columns are widened and transposed 16 x 16 at a time.
+void pack_panel_f32(const uint16_t* w, int64_t k, int64_t rows, int64_t p0, int64_t kc, float* dst) {
+    for (int64_t c0 = 0; c0 < kF32Nr; c0 += 16) {
+        const int64_t live = rows - c0;  // weight rows present in this half (may be <= 0)
+        for (int64_t p = 0; p < kc; p += 16) {
+            const __mmask16 km = tail_mask16(kc - p);
+            __m512 r[16];
+#pragma GCC unroll 16
+            for (int c = 0; c < 16; ++c) {
+                const __m256i h = c < live ? _mm256_maskz_loadu_epi16(km, w + (c0 + c) * k + p0 + p)
+                                           : _mm256_setzero_si256();
+                r[c] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+            }
+            transpose16(r);
+            const int64_t steps = imin(16, kc - p);
+            for (int64_t q = 0; q < steps; ++q) _mm512_store_ps(dst + (p + q) * kF32Nr + c0, r[q]);
+        }
+    }
+}
+
+// c[MR, ncols] (+)= a[MR, kc] (row stride lda) @ b[kc, 32] (a packed panel).
+template <int MR>
+void micro_kernel_f32(const float* a, int64_t lda, const float* b, int64_t kc, float* c, int64_t ldc, int64_t ncols,
+                      bool accumulate) {
+    __m512 acc0[MR], acc1[MR];
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < kc; ++p) {
+        const __m512 b0 = _mm512_load_ps(b + p * kF32Nr);
+        const __m512 b1 = _mm512_load_ps(b + p * kF32Nr + 16);
+#pragma GCC unroll 12
+        for (int i = 0; i < MR; ++i) {
+            const __m512 av = _mm512_set1_ps(a[i * lda + p]);
+            acc0[i] = _mm512_fmadd_ps(av, b0, acc0[i]);
+            acc1[i] = _mm512_fmadd_ps(av, b1, acc1[i]);
+        }
+    }
+    const __mmask16 m0 = tail_mask16(ncols), m1 = tail_mask16(ncols - 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) {
+        float* ci = c + i * ldc;
+        __m512 v0 = acc0[i], v1 = acc1[i];
+        if (accumulate) {
+            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ci));
+            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ci + 16));
+        }
+        _mm512_mask_storeu_ps(ci, m0, v0);
+        _mm512_mask_storeu_ps(ci + 16, m1, v1);
+    }
+}
+
+using MicroF32 = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, int64_t, bool);
+// One instantiation per row count 1..kF32Mr.
+constexpr MicroF32 kMicroF32ByRows[] = {micro_kernel_f32<1>,  micro_kernel_f32<2>,  micro_kernel_f32<3>,
+                                        micro_kernel_f32<4>,  micro_kernel_f32<5>,  micro_kernel_f32<6>,
+                                        micro_kernel_f32<7>,  micro_kernel_f32<8>,  micro_kernel_f32<9>,
+                                        micro_kernel_f32<10>, micro_kernel_f32<11>, micro_kernel_f32<12>};
+static_assert(sizeof(kMicroF32ByRows) / sizeof(kMicroF32ByRows[0]) == kF32Mr);
+
+// pack: 64-byte aligned, kF32Kc * kF32Nc floats.
+void gemm_f32(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out, int64_t ldo,
+              float* pack) {
+    // Equal k blocks (k = 1024: four of 256; 384: two of 192) rather than a short last one.
+    const int64_t num_kb = (k + kF32Kc - 1) / kF32Kc;
+    const int64_t kc_even = ((k + num_kb - 1) / num_kb + 15) / 16 * 16;
+    for (int64_t j0 = 0; j0 < n; j0 += kF32Nc) {
+        const int64_t nc = imin(kF32Nc, n - j0);
+        const int64_t num_panels = (nc + kF32Nr - 1) / kF32Nr;
+        for (int64_t p0 = 0; p0 < k; p0 += kc_even) {
+            const int64_t kc = imin(kc_even, k - p0);
+            for (int64_t q = 0; q < num_panels; ++q) {
+                pack_panel_f32(w + (j0 + q * kF32Nr) * k, k, imin(kF32Nr, nc - q * kF32Nr), p0, kc,
+                               pack + q * kc * kF32Nr);
+            }
+            for (int64_t i0 = 0; i0 < m; i0 += kF32Mr) {
+                const MicroF32 micro = kMicroF32ByRows[imin(kF32Mr, m - i0) - 1];
+                for (int64_t q = 0; q < num_panels; ++q) {
+                    micro(x + i0 * ldx + p0, ldx, pack + q * kc * kF32Nr, kc, out + i0 * ldo + j0 + q * kF32Nr, ldo,
+                          imin(kF32Nr, nc - q * kF32Nr), p0 > 0);
+                }
+            }
+        }
+    }
+}
+
 }  // namespace
 
-int64_t matmul_pack_floats_avx512() { return kNc * (kKc / 2) + 16; }
+int64_t matmul_pack_floats_avx512() {
+    const int64_t pairs_gemm = kNc * (kKc / 2), f32_gemm = kF32Nc * kF32Kc;
+    return (pairs_gemm > f32_gemm ? pairs_gemm : f32_gemm) + 16;  // + 16: room to align to 64 bytes
+}
 
 void matmul_tile_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out,
                         int64_t ldo, float* pack, bool round_x) {
     if (m <= 0 || n <= 0) return;
     if (m <= kGemvMaxRows) {
         gemv(x, ldx, m, k, w, n, out, ldo);
-    } else if (!round_x) {
-        // f32 accuracy for prefill: the AVX2 f32 GEMM. A bf16 GEMM would need x in 3 bf16 parts
-        // for that, 6 vdpbf16ps per 64 MACs: slower than f32 FMA (2 parts, 2^-18 per element,
-        // already broke the 1e-5 relative bounds of the DeepSeek model tests).
-        matmul_tile_avx2(x, ldx, m, k, w, n, out, ldo, pack);
+        return;
+    }
+    // The pack buffer is 32-byte aligned at best; the panels want 64 for aligned loads.
+    const auto addr = reinterpret_cast<uintptr_t>(pack);
+    void* aligned = reinterpret_cast<void*>((addr + 63) & ~uintptr_t{63});
+    if (round_x) {
+        gemm<1>(x, ldx, m, k, w, n, out, ldo, static_cast<uint32_t*>(aligned));
     } else {
-        // The pack buffer is 32-byte aligned at best; the panels want 64 for aligned loads.
-        const auto addr = reinterpret_cast<uintptr_t>(pack);
-        auto* aligned = reinterpret_cast<uint32_t*>((addr + 63) & ~uintptr_t{63});
-        gemm<1>(x, ldx, m, k, w, n, out, ldo, aligned);
+        gemm_f32(x, ldx, m, k, w, n, out, ldo, static_cast<float*>(aligned));
     }
 }
 
