@@ -81,7 +81,8 @@ void matmul_tile(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16
             return;
         case Isa::kAvx512:
         case Isa::kAmx:
-            matmul_tile_avx512(x, ldx, m, k, w, n, out, ldo, pack, bf16_round_activations());
+            matmul_tile_avx512(x, ldx, m, k, w, n, out, ldo, pack,
+                               {.round_x = bf16_round_activations(), .gemv_row_blocks = gemv_row_blocks()});
             return;
     }
 }

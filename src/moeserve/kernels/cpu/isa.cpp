@@ -27,6 +27,11 @@ CpuFeatures probe() {
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (!__get_cpuid(0, &a, &b, &c, &d)) return f;
     const unsigned max_leaf = a;
+    char vendor[13] = {};
+    std::memcpy(vendor, &b, 4);  // the vendor string is in ebx, edx, ecx, in that order
+    std::memcpy(vendor + 4, &d, 4);
+    std::memcpy(vendor + 8, &c, 4);
+    f.vendor = vendor;
     __get_cpuid(1, &a, &b, &c, &d);
     const bool osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
     f.fma = (c >> 12) & 1;
@@ -176,6 +181,20 @@ bool bf16_round_activations() {
 
 void set_bf16_round_activations(bool round) { g_round.store(round ? 1 : 0); }
 
+namespace {
+std::atomic<int> g_row_blocks{-1};
+}  // namespace
+
+bool gemv_row_blocks() {
+    int v = g_row_blocks.load(std::memory_order_relaxed);
+    if (v >= 0) return v == 1;
+    v = cpu_features().vendor == "AuthenticAMD" ? 0 : 1;
+    g_row_blocks.store(v);
+    return v == 1;
+}
+
+void set_gemv_row_blocks(bool on) { g_row_blocks.store(on ? 1 : 0); }
+
 std::string isa_summary() {
     const CpuFeatures& f = cpu_features();
     std::string s = std::string("isa=") + isa_name(active_isa()) + " (best " + isa_name(best_isa()) +
@@ -188,7 +207,10 @@ std::string isa_summary() {
     add(f.avx512_bf16, "avx512_bf16");
     add(f.avx512_vnni, "avx512_vnni");
     add(f.amx_tile && f.os_amx, "amx");
-    if (active_isa() >= Isa::kAvx512 && bf16_round_activations()) s += "; bf16 prefill activations rounded";
+    if (active_isa() >= Isa::kAvx512) {
+        s += gemv_row_blocks() ? "; bf16 gemv in row blocks" : "; bf16 gemv row by row";
+        if (bf16_round_activations()) s += "; bf16 prefill activations rounded";
+    }
     return s + ")";
 }
 

@@ -34,6 +34,7 @@ struct CpuFeatures {
     bool amx_tile = false, amx_bf16 = false, amx_int8 = false,
          os_amx = false;  // os_amx: XCR0 tile state
     std::string brand;    // e.g. "AMD EPYC 9R14 96-Core Processor"
+    std::string vendor;   // CPUID leaf 0: "AuthenticAMD", "GenuineIntel", ...
 };
 const CpuFeatures& cpu_features();
 
@@ -62,6 +63,14 @@ Isa parse_isa(std::string_view name);
 bool bf16_round_activations();
 // Forces it (tests, benchmarks).
 void set_bf16_round_activations(bool round);
+// How the avx512 bf16 GEMV reads the weights for 1-3 rows of x at k < 2048 (decode): false = one
+// weight row at a time (one sequential stream), true = blocks of 4 interleaved rows with the
+// next block prefetched. Which is faster depends on the core's prefetchers, not on the ISA: one
+// row on AMD Zen4, the row blocks on Intel Xeon (Emerald Rapids; docs/kernels.md has both
+// measurements). Chosen once from the CPU vendor: row blocks on every vendor but AMD.
+bool gemv_row_blocks();
+// Forces it (tests, benchmarks).
+void set_gemv_row_blocks(bool on);
 
 // One line for logs and `moeserve env`: "isa=avx512 (best avx512; cpu: ...;
 // avx512_bf16 avx512_vnni)".

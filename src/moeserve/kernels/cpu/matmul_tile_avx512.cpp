@@ -52,11 +52,13 @@ void split_rows(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t kp, u
 // bf16 split with vdpbf16ps, this kernel's predecessor, needed 3 x loads and 3 vdpbf16ps per 32
 // weights and each extra row of x added 3 more: at m = 4 it read at 0.33 of the STREAM rate,
 // below the AVX2 GEMV; see docs/kernels.md.)
-// Blocking (linear_bench and a standalone probe, 2 threads, Zen4; docs/kernels.md):
-// - Up to k < kGemvRowBlockMinK one weight row at a time for m <= 3 (one sequential stream for
-//   the prefetcher: interleaved rows of 2 KiB each read at about half the rate); from m = 4 the
-//   FMAs take long enough that the hardware prefetcher falls behind, so two rows at a time with
-//   the next pair's lines prefetched (as the AVX2 GEMV does).
+// Blocking (linear_bench and a standalone probe, 2 threads; docs/kernels.md):
+// - Up to k < kGemvRowBlockMinK, for m <= 3: on AMD Zen4 one weight row at a time (one
+//   sequential stream for the prefetcher: interleaved rows of 2 KiB each read at about half the
+//   rate there); on Intel Xeon that left 15-25% of the read rate unused, and 4 interleaved rows
+//   with the next 4 prefetched read fastest (the `row_blocks` choice, isa.h gemv_row_blocks()).
+//   From m = 4 the FMAs take long enough that the hardware prefetcher falls behind, so two rows
+//   at a time with the next pair's lines prefetched (as the AVX2 GEMV does).
 // - From k = kGemvRowBlockMinK (rows of 4 KiB and more) four rows at a time (two above 4 rows of
 //   x, for the registers): x (4 k bytes per row) no longer stays in L1 next to the weight stream,
 //   and each x load then feeds several rows.
@@ -134,37 +136,43 @@ void gemv_rows(const float* xs, int64_t kp, int64_t k, const uint16_t* w, int64_
     if (blocked < n) gemv_block_rows<MR, 1, false>(xs, kp, k, w + blocked * k, n - blocked, out + blocked, ldo);
 }
 
-template <int MR>
+template <int MR, bool kRowBlocks>
 void gemv_m(const float* xs, int64_t kp, int64_t k, const uint16_t* w, int64_t n, float* out, int64_t ldo) {
     if (k >= kGemvRowBlockMinK) {
         // 4 rows up to MR = 4 (16 accumulators), 2 above (up to 16: the 32 zmm also hold w and x)
         gemv_rows<MR, (MR <= 4 ? 4 : 2), (MR >= 4)>(xs, kp, k, w, n, out, ldo);
     } else if constexpr (MR >= 4) {
         gemv_rows<MR, 2, true>(xs, kp, k, w, n, out, ldo);
+    } else if constexpr (kRowBlocks) {
+        gemv_rows<MR, 4, true>(xs, kp, k, w, n, out, ldo);
     } else {
         gemv_rows<MR, 1, false>(xs, kp, k, w, n, out, ldo);
     }
 }
 
-void gemv(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out, int64_t ldo) {
+void gemv(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out, int64_t ldo,
+          bool row_blocks) {
     const int64_t kp = (k + 31) / 32 * 32;
     auto* xs = static_cast<float*>(thread_scratch(0, m * kp * 4));
     split_even_odd(x, ldx, m, k, kp, xs);
-    // One instantiation per row count 1..kGemvMaxRows (the caller guarantees 1 <= m <= 8).
+    // One instantiation per row count 1..kGemvMaxRows (the caller guarantees 1 <= m <= 8), for
+    // each way of reading the weights at m <= 3.
     using GemvRows = void (*)(const float*, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t);
-    static constexpr GemvRows kByRows[] = {gemv_m<1>, gemv_m<2>, gemv_m<3>, gemv_m<4>,
-                                           gemv_m<5>, gemv_m<6>, gemv_m<7>, gemv_m<8>};
-    static_assert(sizeof(kByRows) / sizeof(kByRows[0]) == kGemvMaxRows);
-    kByRows[m - 1](xs, kp, k, w, n, out, ldo);
+    static constexpr GemvRows kByRows[2][kGemvMaxRows] = {
+        {gemv_m<1, false>, gemv_m<2, false>, gemv_m<3, false>, gemv_m<4, false>, gemv_m<5, false>, gemv_m<6, false>,
+         gemv_m<7, false>, gemv_m<8, false>},
+        {gemv_m<1, true>, gemv_m<2, true>, gemv_m<3, true>, gemv_m<4, true>, gemv_m<5, true>, gemv_m<6, true>,
+         gemv_m<7, true>, gemv_m<8, true>}};
+    kByRows[row_blocks ? 1 : 0][m - 1](xs, kp, k, w, n, out, ldo);
 }
 
 // ---- GEMM (m > kGemvMaxRows, prefill): bf16 pairs. ----
-// Only with MOESERVE_BF16_ACTIVATIONS=round (the default prefill is gemm_f32 below): x rounded to bf16 once (2^-9 relative per element, what llama.cpp
-// does for bf16 weights; logits off by ~1e-3 relative), twice the f32-FMA rate per instruction.
-// Weights are packed per block into panels of 32 rows x kc as bf16 pairs: panel[q * 32 + c] =
-// (w[c, 2q], w[c, 2q+1]) as one 32-bit word, so a micro-kernel step is two 64-byte loads, one
-// broadcast pair of x per row and two vdpbf16ps per row, MR x 32 outputs in 2 * MR zmm
-// accumulators. (The kernel takes x as P bf16 parts; P = 1 is the one used.)
+// Only with MOESERVE_BF16_ACTIVATIONS=round (the default prefill is gemm_f32 below): x rounded to bf16 once (2^-9
+// relative per element, what llama.cpp does for bf16 weights; logits off by ~1e-3 relative), twice the f32-FMA rate per
+// instruction. Weights are packed per block into panels of 32 rows x kc as bf16 pairs: panel[q * 32 + c] = (w[c, 2q],
+// w[c, 2q+1]) as one 32-bit word, so a micro-kernel step is two 64-byte loads, one broadcast pair of x per row and two
+// vdpbf16ps per row, MR x 32 outputs in 2 * MR zmm accumulators. (The kernel takes x as P bf16 parts; P = 1 is the one
+// used.)
 constexpr int64_t kKc = 512;  // k per block (256 pairs): an 8-row x block is 8 KiB in L1
 constexpr int64_t kNc = 128;  // weight rows per packed block: 128 KiB of pairs in L2
 constexpr int kPr = 32;       // panel width (2 zmm of f32 outputs)
@@ -321,10 +329,10 @@ void transpose16(__m512 r[16]) {
         const __m512 v_odd = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);
         const __m512 w_even = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
         const __m512 w_odd = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
-        r[j] = _mm512_shuffle_f32x4(v_even, w_even, 0x88);       // element j
-        r[8 + j] = _mm512_shuffle_f32x4(v_even, w_even, 0xDD);   // element 8 + j
-        r[4 + j] = _mm512_shuffle_f32x4(v_odd, w_odd, 0x88);     // element 4 + j
-        r[12 + j] = _mm512_shuffle_f32x4(v_odd, w_odd, 0xDD);    // element 12 + j
+        r[j] = _mm512_shuffle_f32x4(v_even, w_even, 0x88);      // element j
+        r[8 + j] = _mm512_shuffle_f32x4(v_even, w_even, 0xDD);  // element 8 + j
+        r[4 + j] = _mm512_shuffle_f32x4(v_odd, w_odd, 0x88);    // element 4 + j
+        r[12 + j] = _mm512_shuffle_f32x4(v_odd, w_odd, 0xDD);   // element 12 + j
     }
 }
 
@@ -338,8 +346,8 @@ void pack_panel_f32(const uint16_t* w, int64_t k, int64_t rows, int64_t p0, int6
             __m512 r[16];
 #pragma GCC unroll 16
             for (int c = 0; c < 16; ++c) {
-                const __m256i h = c < live ? _mm256_maskz_loadu_epi16(km, w + (c0 + c) * k + p0 + p)
-                                           : _mm256_setzero_si256();
+                const __m256i h =
+                    c < live ? _mm256_maskz_loadu_epi16(km, w + (c0 + c) * k + p0 + p) : _mm256_setzero_si256();
                 r[c] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
             }
             transpose16(r);
@@ -422,16 +430,16 @@ int64_t matmul_pack_floats_avx512() {
 }
 
 void matmul_tile_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out,
-                        int64_t ldo, float* pack, bool round_x) {
+                        int64_t ldo, float* pack, Avx512Bf16Options options) {
     if (m <= 0 || n <= 0) return;
     if (m <= kGemvMaxRows) {
-        gemv(x, ldx, m, k, w, n, out, ldo);
+        gemv(x, ldx, m, k, w, n, out, ldo, options.gemv_row_blocks);
         return;
     }
     // The pack buffer is 32-byte aligned at best; the panels want 64 for aligned loads.
     const auto addr = reinterpret_cast<uintptr_t>(pack);
     void* aligned = reinterpret_cast<void*>((addr + 63) & ~uintptr_t{63});
-    if (round_x) {
+    if (options.round_x) {
         gemm<1>(x, ldx, m, k, w, n, out, ldo, static_cast<uint32_t*>(aligned));
     } else {
         gemm_f32(x, ldx, m, k, w, n, out, ldo, static_cast<float*>(aligned));

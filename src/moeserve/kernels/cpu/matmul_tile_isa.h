@@ -28,10 +28,14 @@ void matmul_tile_avx2(const float* x, int64_t ldx, int64_t m, int64_t k, const u
 void matmul_tile_avx2(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* out,
                       int64_t ldo, float* pack);
 int64_t matmul_pack_floats_avx2();
-// round_x: the GEMM (m > kGemvMaxRows) rounds x to bf16 once instead of splitting it (isa.h,
-// bf16_round_activations()).
+// The run-time choices of the avx512 bf16 tile (isa.h): round_x = bf16_round_activations() (the
+// GEMM rounds x to bf16 once instead of keeping f32), gemv_row_blocks = gemv_row_blocks().
+struct Avx512Bf16Options {
+    bool round_x = false;
+    bool gemv_row_blocks = false;
+};
 void matmul_tile_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out,
-                        int64_t ldo, float* pack, bool round_x);
+                        int64_t ldo, float* pack, Avx512Bf16Options options);
 int64_t matmul_pack_floats_avx512();
 
 // int8: scalar, AVX2 (linear_int8_avx2.cpp), AVX-512 VNNI
