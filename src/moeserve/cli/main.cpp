@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
         // The kernels' ISA is chosen here, once: a bad MOESERVE_ISA fails now, with its reason.
         const auto isa = moeserve::kernels::cpu::active_isa();
         moeserve::kernels::cpu::bf16_round_activations();  // a bad MOESERVE_BF16_ACTIVATIONS fails here too
+        moeserve::kernels::cpu::gemv_row_blocks();         // and a bad MOESERVE_GEMV_ROW_BLOCKS
         moeserve::serve::set_kernel_isa_info(moeserve::kernels::cpu::isa_name(isa));
         if (app.got_subcommand("serve") || app.got_subcommand("generate")) {
             moeserve::Logger logger;

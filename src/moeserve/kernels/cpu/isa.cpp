@@ -188,7 +188,12 @@ std::atomic<int> g_row_blocks{-1};
 bool gemv_row_blocks() {
     int v = g_row_blocks.load(std::memory_order_relaxed);
     if (v >= 0) return v == 1;
-    v = cpu_features().vendor == "AuthenticAMD" ? 0 : 1;
+    const char* env = std::getenv("MOESERVE_GEMV_ROW_BLOCKS");
+    const std::string_view s = env == nullptr ? "" : env;
+    if (!s.empty() && s != "0" && s != "1") {
+        raise(ErrorCode::kInvalidArgument, "MOESERVE_GEMV_ROW_BLOCKS='{}' is not 0 or 1", s);
+    }
+    v = !s.empty() ? s == "1" : cpu_features().vendor != "AuthenticAMD";
     g_row_blocks.store(v);
     return v == 1;
 }

@@ -67,7 +67,8 @@ void set_bf16_round_activations(bool round);
 // weight row at a time (one sequential stream), true = blocks of 4 interleaved rows with the
 // next block prefetched. Which is faster depends on the core's prefetchers, not on the ISA: one
 // row on AMD Zen4, the row blocks on Intel Xeon (Emerald Rapids; docs/kernels.md has both
-// measurements). Chosen once from the CPU vendor: row blocks on every vendor but AMD.
+// measurements). Chosen once from the CPU vendor (row blocks on every vendor but AMD) unless
+// MOESERVE_GEMV_ROW_BLOCKS=0|1 says otherwise; any other value throws moeserve::Error.
 bool gemv_row_blocks();
 // Forces it (tests, benchmarks).
 void set_gemv_row_blocks(bool on);
