@@ -45,6 +45,21 @@ void for_each_isa(F&& fn) {
     cpu::set_active_isa(prev);
 }
 
+// for_each_isa, and at the avx512 levels fn(isa) once more with the other weight walk of the
+// decode GEMVs than this CPU's default (isa.h gemv_row_blocks()).
+template <typename F>
+void for_each_isa_and_gemv_walk(F&& fn) {
+    for_each_isa([&](cpu::Isa isa) {
+        fn(isa);
+        if (isa < cpu::Isa::kAvx512) return;
+        const bool row_blocks = cpu::gemv_row_blocks();
+        SCOPED_TRACE(row_blocks ? "GEMV row by row" : "GEMV in row blocks");
+        cpu::set_gemv_row_blocks(!row_blocks);
+        fn(isa);
+        cpu::set_gemv_row_blocks(row_blocks);
+    });
+}
+
 // A float buffer whose data() is offset by one float from an aligned base, so kernels see
 // unaligned pointers.
 class Floats {

@@ -44,7 +44,7 @@ void check_shape(int64_t m, int64_t k, int64_t n, int threads, float zero, uint3
 }
 
 TEST(LinearInt8StaticTest, OddShapesMatchReferenceBitExact) {
-    test::for_each_isa([&](cpu::Isa) {
+    test::for_each_isa_and_gemv_walk([&](cpu::Isa) {
         uint32_t seed = 1;
         for (int threads : {1, 3}) {
             for (int64_t m : {1, 2, 3, 5, 9, 17, 70}) {
@@ -61,7 +61,7 @@ TEST(LinearInt8StaticTest, OddShapesMatchReferenceBitExact) {
 }
 
 TEST(LinearInt8StaticTest, LargeShapesMatchReferenceBitExact) {
-    test::for_each_isa([&](cpu::Isa) {
+    test::for_each_isa_and_gemv_walk([&](cpu::Isa) {
         check_shape(1, 1000, 517, 2, -3.0f, 5);
         check_shape(130, 600, 400, 3, 5.0f, 7);
         check_shape(130, 600, 400, 3, -4.0f, 8, true);
@@ -70,7 +70,7 @@ TEST(LinearInt8StaticTest, LargeShapesMatchReferenceBitExact) {
 
 TEST(LinearInt8StaticTest, MinusOneTwentyEightTimesNegativeWeights) {
     // every activation quantizes to -128 and every weight is -127: acc = k * 16256
-    test::for_each_isa([&](cpu::Isa) {
+    test::for_each_isa_and_gemv_walk([&](cpu::Isa) {
         const int64_t m = 2, k = 96, n = 5;
         std::vector<float> x(static_cast<size_t>(m * k), -200.0f), out(static_cast<size_t>(m * n));
         std::vector<int8_t> w(static_cast<size_t>(n * k), -127);

@@ -29,7 +29,7 @@ void check_shape(int64_t m, int64_t k, int64_t n, int threads, uint32_t seed) {
 }
 
 TEST(LinearInt8Test, OddShapesMatchReferenceBitExact) {
-    test::for_each_isa([&](cpu::Isa) {
+    test::for_each_isa_and_gemv_walk([&](cpu::Isa) {
         uint32_t seed = 1;
         for (int threads : {1, 2, 3}) {
             for (int64_t m : {1, 2, 3, 4, 5, 9, 17, 255}) {
@@ -42,7 +42,7 @@ TEST(LinearInt8Test, OddShapesMatchReferenceBitExact) {
 }
 
 TEST(LinearInt8Test, LargeShapesMatchReferenceBitExact) {
-    test::for_each_isa([&](cpu::Isa) {
+    test::for_each_isa_and_gemv_walk([&](cpu::Isa) {
         check_shape(1, 1000, 517, 2, 5);
         check_shape(4, 2048, 256, 2, 6);
         check_shape(130, 600, 400, 3, 7);
@@ -50,7 +50,7 @@ TEST(LinearInt8Test, LargeShapesMatchReferenceBitExact) {
 }
 
 TEST(LinearInt8Test, ExtremeValuesDoNotSaturate) {
-    test::for_each_isa([&](cpu::Isa) {
+    test::for_each_isa_and_gemv_walk([&](cpu::Isa) {
         // x at +-absmax and w = -128 everywhere: every vpmaddubsw pair is 2 * 128 * 127.
         const int64_t m = 2, k = 96, n = 5;
         std::vector<float> x(static_cast<size_t>(m * k));
@@ -70,7 +70,7 @@ TEST(LinearInt8Test, ExtremeValuesDoNotSaturate) {
 }
 
 TEST(LinearInt8Test, CloseToFloatProduct) {
-    test::for_each_isa([&](cpu::Isa) {
+    test::for_each_isa_and_gemv_walk([&](cpu::Isa) {
         // Per-channel weights and per-token activations in 8 bits: relative error of a few 1e-3.
         const int64_t m = 5, k = 512, n = 64;
         std::mt19937 rng(11);

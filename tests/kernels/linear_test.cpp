@@ -16,24 +16,17 @@ using test::Floats;
 // bf16 GEMV widens the weights to f32 and uses f32 FMA too).
 constexpr float kTol = 2e-6f;
 
-// Runs fn(isa) for every ISA, and the avx512 levels also with the prefill GEMM's rounded x and
-// with the other way of reading weights in the GEMV than this CPU's default.
+// Runs fn(isa) for every ISA and both GEMV weight walks, and the avx512 levels also with the
+// prefill GEMM's rounded x.
 template <typename F>
 void for_each_mode(F&& fn) {
+    test::for_each_isa_and_gemv_walk(fn);
     test::for_each_isa([&](cpu::Isa isa) {
-        fn(isa);
         if (isa < cpu::Isa::kAvx512) return;
-        {
-            SCOPED_TRACE("MOESERVE_BF16_ACTIVATIONS=round");
-            cpu::set_bf16_round_activations(true);
-            fn(isa);
-            cpu::set_bf16_round_activations(false);
-        }
-        const bool row_blocks = cpu::gemv_row_blocks();
-        SCOPED_TRACE(row_blocks ? "GEMV row by row" : "GEMV in row blocks");
-        cpu::set_gemv_row_blocks(!row_blocks);
+        SCOPED_TRACE("MOESERVE_BF16_ACTIVATIONS=round");
+        cpu::set_bf16_round_activations(true);
         fn(isa);
-        cpu::set_gemv_row_blocks(row_blocks);
+        cpu::set_bf16_round_activations(false);
     });
 }
 

@@ -109,7 +109,7 @@ void matmul_tile_int8(const int8_t* qx, int64_t ldx, const float* sx, int64_t m,
             return;
         case Isa::kAvx512:
         case Isa::kAmx:
-            matmul_tile_int8_avx512(qx, ldx, sx, m, k, w, sw, n, out, ldo);
+            matmul_tile_int8_avx512(qx, ldx, sx, m, k, w, sw, n, out, ldo, gemv_row_blocks());
             return;
     }
 }

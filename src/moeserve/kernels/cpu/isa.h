@@ -63,7 +63,8 @@ Isa parse_isa(std::string_view name);
 bool bf16_round_activations();
 // Forces it (tests, benchmarks).
 void set_bf16_round_activations(bool round);
-// How the avx512 bf16 GEMV reads the weights for 1-3 rows of x at k < 2048 (decode): false = one
+// How the avx512 GEMVs read the weights for the few rows of decode (bf16: 1-3 rows of x at
+// k < 2048; int8: 1-2 rows at every k): false = one
 // weight row at a time (one sequential stream), true = blocks of 4 interleaved rows with the
 // next block prefetched. Which is faster depends on the core's prefetchers, not on the ISA: one
 // row on AMD Zen4, the row blocks on Intel Xeon (Emerald Rapids; docs/kernels.md has both

@@ -4,7 +4,8 @@
 // to unsigned, u = x + 128 (an xor of the sign bit), and the shift is taken back out per weight
 // row: sum u*w = sum x*w + 128 * sum w. All int32 arithmetic is exact (k < 2^17: |sum| < 2^31),
 // so the result is bit-identical to the reference.
-//   decode (m <= 2): weight rows streamed one at a time; 128 * sum w is one more vpdpbusd of
+//   decode (m <= 2): weight rows streamed one at a time (AMD) or in blocks of 4 with the next
+//     block prefetched (elsewhere; isa.h gemv_row_blocks()); 128 * sum w is one more vpdpbusd of
 //     the constant 128 by the same weight vector.
 //   prefill (m >= 3): weights packed into 32-row panels of 4-byte groups (8 x 32 micro-kernel,
 //     no horizontal sums); 128 * sum w summed while packing.
@@ -26,8 +27,8 @@ inline __mmask64 tail_mask64(int64_t n) {
     return n >= 64 ? ~__mmask64{0} : n <= 0 ? __mmask64{0} : (__mmask64{1} << n) - 1;
 }
 
-// Decode (m <= 2): the weight rows one at a time, one sequential stream (see the bf16 GEMV in
-// matmul_tile_avx512.cpp: interleaved row blocks read at about half the rate). xu: the MR
+// Decode (m <= 2) on AMD: the weight rows one at a time, one sequential stream (see the bf16 GEMV
+// in matmul_tile_avx512.cpp: interleaved row blocks read at about half the rate on Zen4). xu: the MR
 // activation rows already shifted to unsigned, kp64 bytes each (the padding is never used:
 // masked-off weights are zero). U accumulator pairs per row hide the vpdpbusd latency.
 template <int MR, int U>
@@ -76,6 +77,51 @@ void rows_seq(const uint8_t* xu, int64_t kp64, const float* sx, int64_t k, const
             out[i * ldo + j] = static_cast<float>(dot) * (sx[i] * sw[j]);
         }
     }
+}
+
+// Decode (m <= 2) where interleaved rows read faster (Intel Xeon; isa.h gemv_row_blocks()): NR
+// weight rows at a time with the next NR rows' lines prefetched; the rows past the last full
+// block go through rows_seq.
+template <int MR, int NR>
+void rows_blocked(const uint8_t* xu, int64_t kp64, const float* sx, int64_t k, const int8_t* w, const float* sw,
+                  int64_t n, float* out, int64_t ldo) {
+    const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
+    const int64_t k64 = k & ~int64_t{63};
+    const __mmask64 tail = tail_mask64(k - k64);
+    int64_t j = 0;
+    for (; j + NR <= n; j += NR) {
+        const int8_t* wj = w + j * k;
+        __m512i acc[MR][NR], corr[NR];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; ++r) {
+            corr[r] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+            for (int i = 0; i < MR; ++i) acc[i][r] = _mm512_setzero_si512();
+        }
+        for (int64_t p = 0; p < k; p += 64) {
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; ++r)
+                _mm_prefetch(reinterpret_cast<const char*>(wj + (NR + r) * k + p), _MM_HINT_T0);
+            const __mmask64 mask = p < k64 ? ~__mmask64{0} : tail;
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; ++r) {
+                const __m512i wv = _mm512_maskz_loadu_epi8(mask, wj + r * k + p);
+                corr[r] = _mm512_dpbusd_epi32(corr[r], c128, wv);
+#pragma GCC unroll 2
+                for (int i = 0; i < MR; ++i)
+                    acc[i][r] = _mm512_dpbusd_epi32(acc[i][r], _mm512_load_si512(xu + i * kp64 + p), wv);
+            }
+        }
+#pragma GCC unroll 2
+        for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; ++r) {
+                const int32_t dot = _mm512_reduce_add_epi32(_mm512_sub_epi32(acc[i][r], corr[r]));
+                out[i * ldo + j + r] = static_cast<float>(dot) * (sx[i] * sw[j + r]);
+            }
+        }
+    }
+    if (j < n) rows_seq<MR, (MR == 1 ? 4 : 2)>(xu, kp64, sx, k, w + j * k, sw + j, n - j, out + j, ldo);
 }
 
 // Prefill (m >= 3): weights packed per 32 rows into panels of int32 words, panel[q * 32 + c] =
@@ -210,7 +256,7 @@ void gemm(const int8_t* qx, int64_t ldx, const float* sx, int64_t m, int64_t k, 
 }  // namespace
 
 void matmul_tile_int8_avx512(const int8_t* qx, int64_t ldx, const float* sx, int64_t m, int64_t k, const int8_t* w,
-                             const float* sw, int64_t n, float* out, int64_t ldo) {
+                             const float* sw, int64_t n, float* out, int64_t ldo, bool gemv_row_blocks) {
     if (m <= 0 || n <= 0) return;
     if (m <= 2) {
         const int64_t kp64 = (k + 63) / 64 * 64;
@@ -222,7 +268,13 @@ void matmul_tile_int8_avx512(const int8_t* qx, int64_t ldx, const float* sx, int
                 _mm512_store_si512(xu + i * kp64 + p, _mm512_xor_si512(v, c128));
             }
         }
-        if (m == 1) {
+        if (gemv_row_blocks) {
+            if (m == 1) {
+                rows_blocked<1, 4>(xu, kp64, sx, k, w, sw, n, out, ldo);
+            } else {
+                rows_blocked<2, 4>(xu, kp64, sx, k, w, sw, n, out, ldo);
+            }
+        } else if (m == 1) {
             rows_seq<1, 4>(xu, kp64, sx, k, w, sw, n, out, ldo);
         } else {
             rows_seq<2, 2>(xu, kp64, sx, k, w, sw, n, out, ldo);

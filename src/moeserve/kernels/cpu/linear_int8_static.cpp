@@ -50,7 +50,7 @@ void matmul_tile_int8_full(const int8_t* qx, int64_t ldx, int64_t m, int64_t k, 
             return;
         case Isa::kAvx512:
         case Isa::kAmx:
-            matmul_tile_int8_avx512(qx, ldx, ones, m, k, w, ones, n, out, ldo);
+            matmul_tile_int8_avx512(qx, ldx, ones, m, k, w, ones, n, out, ldo, gemv_row_blocks());
             return;
     }
 }

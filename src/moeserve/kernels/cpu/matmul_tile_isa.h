@@ -48,7 +48,8 @@ void matmul_tile_int8_avx2(const int8_t* qx, int64_t ldx, const float* sx, int64
 // which the sign-trick tile is not (linear_int8_static).
 void matmul_tile_int8_avx2_int16(const int8_t* qx, int64_t ldx, const float* sx, int64_t m, int64_t k, const int8_t* w,
                                  const float* sw, int64_t n, float* out, int64_t ldo);
+// gemv_row_blocks: isa.h gemv_row_blocks(), the weight walk of the decode rows (m <= 2).
 void matmul_tile_int8_avx512(const int8_t* qx, int64_t ldx, const float* sx, int64_t m, int64_t k, const int8_t* w,
-                             const float* sw, int64_t n, float* out, int64_t ldo);
+                             const float* sw, int64_t n, float* out, int64_t ldo, bool gemv_row_blocks);
 
 }  // namespace moeserve::kernels::cpu::detail
