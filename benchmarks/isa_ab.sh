@@ -2,7 +2,8 @@
 # Side by side on one machine, alternating within each round: llama.cpp (native build) vs moeserve at
 # each kernel ISA level (MOESERVE_ISA), on the identical bench-size Qwen3-MoE weights of
 # ../shared/peer (build_llamacpp.sh and make_models.sh first). The peer's ab.sh plus the moeserve
-# rows forced to avx2 (the Zen3 path) and the opt-in bf16-rounded prefill. Run from the project root:
+# rows forced to avx2 (the Zen3 path), both weight walks of the avx512 GEMV and the opt-in
+# bf16-rounded prefill. Run from the project root:
 #   MOESERVE_BIN=build/src/moeserve/cli/moeserve ROUNDS="1 2 3" benchmarks/isa_ab.sh
 P=${PEER_DIR:-$HOME/.cache/moeserve-peer}
 LB=$P/llama.cpp/build/bin/llama-bench
@@ -22,6 +23,9 @@ for round in ${ROUNDS:-1 2 3}; do
   for isa in avx512 avx2; do
     echo "ms $isa bf16 decode: $(MOESERVE_ISA=$isa ms none "$DEC" 64)"
     echo "ms $isa bf16 p518:   $(MOESERVE_ISA=$isa ms none "$P518" 1)"
+  done
+  for rb in 0 1; do  # the avx512 GEMV's two weight walks (isa.h gemv_row_blocks(): 0 on AMD, 1 elsewhere)
+    echo "ms avx512 bf16 decode, MOESERVE_GEMV_ROW_BLOCKS=$rb: $(MOESERVE_GEMV_ROW_BLOCKS=$rb MOESERVE_ISA=avx512 ms none "$DEC" 64)"
   done
   echo "ms avx512 bf16 p518 (MOESERVE_BF16_ACTIVATIONS=round): $(MOESERVE_ISA=avx512 MOESERVE_BF16_ACTIVATIONS=round ms none "$P518" 1)"
   # 1 thread each: on a machine busy with other work, 2 spinning threads can collapse (llama.cpp's do).
