@@ -59,7 +59,7 @@ public:
     // again). What only the engine can refuse (more KV blocks than the cache has, a duplicate
     // id, a grammar that does not compile, a KV-transfer role this instance lacks) comes back as
     // a kError output from the next step, never as an exception.
-    void add_request(const ipc::AddRequest& request);
+    void add_request(const ipc::AddRequest& add);
     // Frees the requests' blocks now; each comes back as a kAbort output from the next step.
     void abort(const ipc::Abort& abort);
 

@@ -36,7 +36,7 @@ public:
     ipc::TpForward encode(const model::ForwardBatch& batch);
     // Follower: rebuilds the leader's batch. Error kInvalidArgument when the message does not fit
     // what is held (out of step with the leader) or is malformed.
-    void decode(const ipc::TpForward& message, model::ForwardBatch& batch);
+    void decode(const ipc::TpForward& w, model::ForwardBatch& batch);
 
     size_t num_held() const { return held_.size(); }
     size_t blocks_held() const;

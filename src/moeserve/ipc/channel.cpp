@@ -63,7 +63,7 @@ struct ServerChannel::Impl {
 };
 
 ServerChannel::ServerChannel(const std::string& output_address, const std::vector<std::string>& input_addresses,
-                             ChannelOptions options)
+                             const ChannelOptions& options)
     : impl_(std::make_unique<Impl>()) {
     auto& s = *impl_;
     std::optional<CurveKeys> keys;
@@ -171,12 +171,11 @@ struct EngineChannel::Impl {
 };
 
 EngineChannel::EngineChannel(const std::string& input_address, const std::string& output_address,
-                             ChannelOptions options)
-    : EngineChannel(std::vector<std::string>{input_address}, std::vector<std::string>{output_address},
-                    std::move(options)) {}
+                             const ChannelOptions& options)
+    : EngineChannel(std::vector<std::string>{input_address}, std::vector<std::string>{output_address}, options) {}
 
 EngineChannel::EngineChannel(const std::vector<std::string>& input_addresses,
-                             const std::vector<std::string>& output_addresses, ChannelOptions options)
+                             const std::vector<std::string>& output_addresses, const ChannelOptions& options)
     : impl_(std::make_unique<Impl>()) {
     if (input_addresses.empty() || input_addresses.size() != output_addresses.size()) {
         raise(ErrorCode::kInvalidArgument, "ipc: {} input and {} output addresses; expected one of each per client",

@@ -38,7 +38,7 @@ public:
     // Binds output_address and one input address per engine. Raises Error(kIo) naming the
     // address when a bind fails (in use, bad path).
     ServerChannel(const std::string& output_address, const std::vector<std::string>& input_addresses,
-                  ChannelOptions options = {});
+                  const ChannelOptions& options = {});
     ~ServerChannel();
     ServerChannel(const ServerChannel&) = delete;
     ServerChannel& operator=(const ServerChannel&) = delete;
@@ -77,10 +77,11 @@ private:
 class EngineChannel {
 public:
     // Connects to the server's input address of this engine and to its output address.
-    EngineChannel(const std::string& input_address, const std::string& output_address, ChannelOptions options = {});
+    EngineChannel(const std::string& input_address, const std::string& output_address,
+                  const ChannelOptions& options = {});
     // One API server (client) per element, in client-index order; both lists the same length (>= 1).
     EngineChannel(const std::vector<std::string>& input_addresses, const std::vector<std::string>& output_addresses,
-                  ChannelOptions options = {});
+                  const ChannelOptions& options = {});
     ~EngineChannel();
     EngineChannel(const EngineChannel&) = delete;
     EngineChannel& operator=(const EngineChannel&) = delete;

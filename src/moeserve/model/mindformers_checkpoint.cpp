@@ -87,7 +87,7 @@ public:
             if (g == std::string::npos && q == std::string::npos) continue;
             const bool ffn = g != std::string::npos;
             const std::string head = name.substr(0, ffn ? g : q), tail = name.substr((ffn ? g + 15 : q + 7));
-            const auto part = [&](const char* which) { return head + "." + which + "." + tail; };
+            const auto part = [&](const char* which) { return fmt::format("{}.{}.{}", head, which, tail); };
             const bool known = tail == "_layer.weight" || tail == "_layer.matmul.weight_scale" ||
                                (!ffn && (tail == "_layer.matmul.dequant_scale" || tail == "_layer.matmul.quant_bias" ||
                                          tail == "quant_op.input_scale" || tail == "quant_op.input_zp"));

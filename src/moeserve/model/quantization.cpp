@@ -72,7 +72,7 @@ const char* const kModelSlimMetaKeys[] = {"model_quant_type",  "version",       
 // The description file of a ModelSlim checkpoint in dir, or "" when there is none.
 std::filesystem::path find_modelslim_description(const std::filesystem::path& dir) {
     std::error_code ec;
-    const auto exact = dir / "quant_model_description.json";
+    auto exact = dir / "quant_model_description.json";
     if (std::filesystem::exists(exact, ec)) return exact;
     std::vector<std::filesystem::path> found;
     for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {

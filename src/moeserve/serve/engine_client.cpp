@@ -337,7 +337,7 @@ void EngineClient::check_engines() {
                        "%zu requests waited over %d ms without output; failing them (--request-queue-timeout)",
                        timed_out.size(), options_.queue_timeout_ms);
         fail_requests(
-            std::move(timed_out),
+            timed_out,
             fmt::format(
                 "The request waited more than {} s in the queue without being scheduled (--request-queue-timeout).",
                 options_.queue_timeout_ms / 1000.0),
@@ -364,7 +364,7 @@ void EngineClient::fail_engine(int engine, const std::string& reason) {
         engines_[static_cast<size_t>(engine)].in_flight = 0;
         engines_[static_cast<size_t>(engine)].outstanding_tokens = 0;
     }
-    fail_requests(std::move(failed), reason, false);
+    fail_requests(failed, reason, false);
 }
 
 void EngineClient::fail_requests(const std::vector<std::pair<std::string, std::shared_ptr<OutputCallback>>>& failed,

@@ -173,20 +173,21 @@ void PdProxy::handle(HttpRequest request, std::shared_ptr<Responder> responder) 
     }
     auto flow = std::make_shared<Flow>();
     flow->request = std::move(request);
-    flow->responder = responder;
+    flow->responder = std::move(responder);
     {
         std::lock_guard lock(mutex_);
         if (in_flight_ >= options_.max_in_flight) {
-            return responder->respond(503, kJson,
-                                      error_json(503, fmt::format("The proxy has {} requests in flight (its limit).",
-                                                                  options_.max_in_flight)));
+            return flow->responder->respond(
+                503, kJson,
+                error_json(503,
+                           fmt::format("The proxy has {} requests in flight (its limit).", options_.max_in_flight)));
         }
         ++in_flight_;
         ++num_requests_;
         std::erase_if(flows_, [](const std::weak_ptr<Flow>& w) { return w.expired(); });
         flows_.push_back(flow);
     }
-    responder->on_disconnect([weak = std::weak_ptr<Flow>(flow)] {
+    flow->responder->on_disconnect([weak = std::weak_ptr<Flow>(flow)] {
         if (auto f = weak.lock()) f->cancel();
     });
     std::thread([this, flow] {
@@ -201,7 +202,7 @@ void PdProxy::handle(HttpRequest request, std::shared_ptr<Responder> responder) 
     }).detach();
 }
 
-void PdProxy::run(std::shared_ptr<Flow> flow) {
+void PdProxy::run(const std::shared_ptr<Flow>& flow) {
     HttpRequest& req = flow->request;
     Responder& out = *flow->responder;
     const auto fail = [&](int status, const std::string& message) {

@@ -58,7 +58,7 @@ public:
 
 private:
     struct Flow;
-    void run(std::shared_ptr<Flow> flow);
+    void run(const std::shared_ptr<Flow>& flow);
     // The least-loaded reachable instance of that kind not in `tried`, or -1.
     int pick(bool prefill, const std::vector<int>& tried);
     void add_load(int instance, int64_t tokens);

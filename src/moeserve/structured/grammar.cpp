@@ -62,6 +62,7 @@ void utf8_sequences(uint32_t lo, uint32_t hi, std::vector<std::vector<std::pair<
     encode_utf8(lo, a);
     encode_utf8(hi, b);
     std::vector<std::pair<uint8_t, uint8_t>> seq;
+    seq.reserve(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) seq.emplace_back(a[i], b[i]);
     out.push_back(std::move(seq));
 }

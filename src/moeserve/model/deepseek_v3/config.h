@@ -58,7 +58,7 @@ struct DeepseekV3Config {
     double rope_attention_factor() const;
 
     // Parses and validates; Error kInvalidModel / kUnsupported naming the field.
-    static DeepseekV3Config from_json(const io::HfConfig& config);
+    static DeepseekV3Config from_json(const io::HfConfig& j);
 
     // The generator's config.json of model_type (deepseek_v3 | deepseek_v2) at `size`: tiny
     // (tests) or bench (~1B parameters); Error kInvalidArgument for another size (preset.cpp).

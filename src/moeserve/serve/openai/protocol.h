@@ -20,9 +20,9 @@ using TokenId = int32_t;
 // and OpenAI's error fields. Thrown by parse/validation, caught by the route.
 class ApiError : public Error {
 public:
-    ApiError(int status, std::string message, std::string type = "invalid_request_error",
+    ApiError(int status, const std::string& message, std::string type = "invalid_request_error",
              std::optional<std::string> param = std::nullopt, std::optional<std::string> code = std::nullopt)
-        : Error(status >= 500 ? ErrorCode::kUnavailable : ErrorCode::kInvalidArgument, std::move(message)),
+        : Error(status >= 500 ? ErrorCode::kUnavailable : ErrorCode::kInvalidArgument, message),
           status_(status),
           type_(std::move(type)),
           param_(std::move(param)),

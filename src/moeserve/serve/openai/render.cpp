@@ -76,9 +76,9 @@ OJson head(const ResponseMeta& meta, const char* object) {
 
 }  // namespace
 
-int64_t utf8_length(std::string_view s) {
+int64_t utf8_length(std::string_view text) {
     int64_t n = 0;
-    for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+    for (unsigned char c : text) n += (c & 0xC0) != 0x80;
     return n;
 }
 
