@@ -55,7 +55,7 @@ format:
 
 # clang-tidy (.clang-tidy) over src/ with the build's compile_commands.json: fails on any finding
 # (run-clang-tidy exits 1 when one file's clang-tidy does; WarningsAsErrors is '*').
-# Not part of `make test` or CI yet: a full run takes about 20 CPU-minutes (docs/conventions.md 10).
+# Not part of `make test` (a full run takes about 20 CPU-minutes); .ci/run runs it after `make test`.
 # The compile commands are g++'s: clang is told to ignore g++-only flags and not to turn its own
 # warnings into errors (-Werror is in them), so only the checks decide. BOOST_ASIO_HAS_CO_AWAIT:
 # Boost.Asio looks for <experimental/coroutine> under clang, which libstdc++ 12 lacks, and so
