@@ -4,7 +4,8 @@
 # `moeserve bench serve` (random IN in / OUT out, --ignore-eos), at each level of LEVELS. llama-server
 # is restarted per level with that many slots (-np C, C x (IN + OUT + 64) context, continuous
 # batching); moeserve serve runs once (bf16 KV cache, --max-num-seqs = the largest level). Prompts
-# per level: max(8, 2 x C), capped by MAX_PROMPTS. LLAMA_MAX caps the levels llama-server runs.
+# per level: max(8, 2 x C), capped by MAX_PROMPTS. LLAMA_MAX caps the levels llama-server runs
+# (at most 256: llama.cpp v0.5.0 refuses more sequences, "n_seq_max must be <= 256").
 # Prints one summary line per (engine, level) and keeps the full result blocks in $LOGS.
 #   MOESERVE_BIN=build/src/moeserve/cli/moeserve LEVELS="1 8 32 128" benchmarks/concurrency_sweep.sh
 set -euo pipefail
@@ -17,7 +18,8 @@ LEVELS=${LEVELS:-"1 8 32 128"}
 IN=${IN:-128}
 OUT=${OUT:-128}
 MAX_PROMPTS=${MAX_PROMPTS:-1024}
-LLAMA_MAX=${LLAMA_MAX:-1024}
+LLAMA_MAX=${LLAMA_MAX:-256}
+[ "$LLAMA_MAX" -gt 256 ] && LLAMA_MAX=256
 THREADS=${THREADS:-2}
 LOGS=$(mktemp -d)
 pids=()
@@ -62,7 +64,7 @@ for c in $LEVELS; do bench "$port" "$c" moeserve; done
 kill -TERM -- "-$MP" 2>/dev/null || true; wait "$MP" 2>/dev/null || true
 
 for c in $LEVELS; do
-  [ "$c" -gt "$LLAMA_MAX" ] && continue
+  if [ "$c" -gt "$LLAMA_MAX" ]; then echo "llama-server  c=$c skipped (LLAMA_MAX=$LLAMA_MAX)"; continue; fi
   lport=$(free_port)
   setsid "$LS" -m "$GGUF" --host 127.0.0.1 --port "$lport" -t "$THREADS" -np "$c" -cb -c $((c * (IN + OUT + 64))) \
     --alias m >"$LOGS/llama-server-c$c.log" 2>&1 &

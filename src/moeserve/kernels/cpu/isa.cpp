@@ -213,7 +213,7 @@ std::string isa_summary() {
     add(f.avx512_vnni, "avx512_vnni");
     add(f.amx_tile && f.os_amx, "amx");
     if (active_isa() >= Isa::kAvx512) {
-        s += gemv_row_blocks() ? "; bf16 gemv in row blocks" : "; bf16 gemv row by row";
+        s += gemv_row_blocks() ? "; decode gemv in row blocks" : "; decode gemv row by row";
         if (bf16_round_activations()) s += "; bf16 prefill activations rounded";
     }
     return s + ")";

@@ -167,12 +167,13 @@ void gemv(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, 
 }
 
 // ---- GEMM (m > kGemvMaxRows, prefill): bf16 pairs. ----
-// Only with MOESERVE_BF16_ACTIVATIONS=round (the default prefill is gemm_f32 below): x rounded to bf16 once (2^-9
-// relative per element, what llama.cpp does for bf16 weights; logits off by ~1e-3 relative), twice the f32-FMA rate per
-// instruction. Weights are packed per block into panels of 32 rows x kc as bf16 pairs: panel[q * 32 + c] = (w[c, 2q],
-// w[c, 2q+1]) as one 32-bit word, so a micro-kernel step is two 64-byte loads, one broadcast pair of x per row and two
-// vdpbf16ps per row, MR x 32 outputs in 2 * MR zmm accumulators. (The kernel takes x as P bf16 parts; P = 1 is the one
-// used.)
+// Only with MOESERVE_BF16_ACTIVATIONS=round (the default prefill is gemm_f32 below): x rounded
+// to bf16 once (2^-9 relative per element, what llama.cpp does for bf16 weights; logits off by
+// ~1e-3 relative), twice the f32-FMA rate per instruction. Weights are packed per block into
+// panels of 32 rows x kc as bf16 pairs: panel[q * 32 + c] = (w[c, 2q], w[c, 2q+1]) as one 32-bit
+// word, so a micro-kernel step is two 64-byte loads, one broadcast pair of x per row and two
+// vdpbf16ps per row, MR x 32 outputs in 2 * MR zmm accumulators. (The kernel takes x as P bf16
+// parts; P = 1 is the one used.) On the Intel Xeon measured it is slower than gemm_f32.
 constexpr int64_t kKc = 512;  // k per block (256 pairs): an 8-row x block is 8 KiB in L1
 constexpr int64_t kNc = 128;  // weight rows per packed block: 128 KiB of pairs in L2
 constexpr int kPr = 32;       // panel width (2 zmm of f32 outputs)
