@@ -1,9 +1,11 @@
 // The ISA choice: names round-trip, unsupported levels are refused with
 // moeserve::Error, avx2 and ref are always available (the tree is built for
-// x86-64-v3), and forcing a level sticks.
+// x86-64-v3), forcing a level sticks, and the decode GEMV walk follows the CPU vendor.
 #include "moeserve/kernels/cpu/isa.h"
 
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 
 #include "kernel_test_util.h"
 #include "moeserve/core/error.h"
@@ -40,6 +42,19 @@ TEST(IsaTest, ForcingSticksAndUnsupportedIsRefused) {
         }
         EXPECT_EQ(active_isa(), prev);
     }
+}
+
+TEST(IsaTest, GemvWalkFollowsTheVendorAndCanBeForced) {
+    const bool row_blocks = gemv_row_blocks();
+    if (std::getenv("MOESERVE_GEMV_ROW_BLOCKS") == nullptr) {
+        // One weight row at a time on AMD (measured best on Zen4), row blocks elsewhere.
+        EXPECT_EQ(row_blocks, cpu_features().vendor != "AuthenticAMD") << "vendor " << cpu_features().vendor;
+    }
+    EXPECT_FALSE(cpu_features().vendor.empty());
+    set_gemv_row_blocks(!row_blocks);
+    EXPECT_EQ(gemv_row_blocks(), !row_blocks);
+    set_gemv_row_blocks(row_blocks);
+    EXPECT_EQ(gemv_row_blocks(), row_blocks);
 }
 
 }  // namespace

@@ -163,42 +163,51 @@ void set_active_isa(Isa isa) {
 }
 
 namespace {
-std::atomic<int> g_round{-1};
+
+// A process-wide on/off choice of the kernels: read once from the environment variable `name`
+// (the spelling `off` or `on`; unset or empty: the default), or forced by set() (tests,
+// benchmarks). Any other value is a moeserve::Error naming the variable.
+class EnvSwitch {
+public:
+    constexpr EnvSwitch(const char* name, const char* off, const char* on) : name_(name), off_(off), on_(on) {}
+
+    bool get(bool (*default_value)()) {
+        int v = state_.load(std::memory_order_relaxed);
+        if (v >= 0) return v == 1;
+        const char* env = std::getenv(name_);
+        const std::string_view s = env == nullptr ? "" : env;
+        if (!s.empty() && s != off_ && s != on_) {
+            raise(ErrorCode::kInvalidArgument, "{}='{}' is not one of {}, {}", name_, s, off_, on_);
+        }
+        v = (s.empty() ? default_value() : s == on_) ? 1 : 0;
+        state_.store(v);
+        return v == 1;
+    }
+    void set(bool on) { state_.store(on ? 1 : 0); }
+
+private:
+    const char* name_;
+    const char* off_;
+    const char* on_;
+    std::atomic<int> state_{-1};
+};
+
+EnvSwitch g_round("MOESERVE_BF16_ACTIVATIONS", "split", "round");
+EnvSwitch g_row_blocks("MOESERVE_GEMV_ROW_BLOCKS", "0", "1");
+
 }  // namespace
 
 bool bf16_round_activations() {
-    int v = g_round.load(std::memory_order_relaxed);
-    if (v >= 0) return v == 1;
-    const char* env = std::getenv("MOESERVE_BF16_ACTIVATIONS");
-    const std::string_view s = env == nullptr ? "" : env;
-    if (!s.empty() && s != "split" && s != "round") {
-        raise(ErrorCode::kInvalidArgument, "MOESERVE_BF16_ACTIVATIONS='{}' is not one of split, round", s);
-    }
-    v = s == "round" ? 1 : 0;
-    g_round.store(v);
-    return v == 1;
+    return g_round.get([] { return false; });
 }
 
-void set_bf16_round_activations(bool round) { g_round.store(round ? 1 : 0); }
-
-namespace {
-std::atomic<int> g_row_blocks{-1};
-}  // namespace
+void set_bf16_round_activations(bool round) { g_round.set(round); }
 
 bool gemv_row_blocks() {
-    int v = g_row_blocks.load(std::memory_order_relaxed);
-    if (v >= 0) return v == 1;
-    const char* env = std::getenv("MOESERVE_GEMV_ROW_BLOCKS");
-    const std::string_view s = env == nullptr ? "" : env;
-    if (!s.empty() && s != "0" && s != "1") {
-        raise(ErrorCode::kInvalidArgument, "MOESERVE_GEMV_ROW_BLOCKS='{}' is not 0 or 1", s);
-    }
-    v = !s.empty() ? s == "1" : cpu_features().vendor != "AuthenticAMD";
-    g_row_blocks.store(v);
-    return v == 1;
+    return g_row_blocks.get([] { return cpu_features().vendor != "AuthenticAMD"; });
 }
 
-void set_gemv_row_blocks(bool on) { g_row_blocks.store(on ? 1 : 0); }
+void set_gemv_row_blocks(bool on) { g_row_blocks.set(on); }
 
 std::string isa_summary() {
     const CpuFeatures& f = cpu_features();

@@ -24,6 +24,16 @@ inline __mmask16 tail_mask16(int64_t n) {
     return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
 }
 
+// c[0, 32) (+)= the 32 floats v0 | v1, only the lanes masks m0 (c[0, 16)) and m1 (c[16, 32)) keep.
+inline void store_row32(float* c, __m512 v0, __m512 v1, __mmask16 m0, __mmask16 m1, bool accumulate) {
+    if (accumulate) {
+        v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, c));
+        v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, c + 16));
+    }
+    _mm512_mask_storeu_ps(c, m0, v0);
+    _mm512_mask_storeu_ps(c + 16, m1, v1);
+}
+
 // x [m, k] (row stride ldx) as P bf16 rows [m, kp] each (kp a multiple of 32, zero past k):
 // part 0 = bf16(x), part p = bf16(x - parts 0..p-1). Each rounding keeps 8 more bits, so
 // |x - sum of P parts| <= 2^(-9P) |x|. The GEMM uses P = 1 (x rounded once).
@@ -219,16 +229,7 @@ void micro_kernel(const uint32_t* xs, int64_t mp, int64_t ldxa, const uint32_t* 
     }
     const __mmask16 m0 = tail_mask16(ncols), m1 = tail_mask16(ncols - 16);
 #pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-        float* ci = c + i * ldc;
-        __m512 v0 = acc0[i], v1 = acc1[i];
-        if (accumulate) {
-            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ci));
-            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ci + 16));
-        }
-        _mm512_mask_storeu_ps(ci, m0, v0);
-        _mm512_mask_storeu_ps(ci + 16, m1, v1);
-    }
+    for (int i = 0; i < MR; ++i) store_row32(c + i * ldc, acc0[i], acc1[i], m0, m1, accumulate);
 }
 
 template <int P>
@@ -377,16 +378,7 @@ void micro_kernel_f32(const float* a, int64_t lda, const float* b, int64_t kc, f
     }
     const __mmask16 m0 = tail_mask16(ncols), m1 = tail_mask16(ncols - 16);
 #pragma GCC unroll 12
-    for (int i = 0; i < MR; ++i) {
-        float* ci = c + i * ldc;
-        __m512 v0 = acc0[i], v1 = acc1[i];
-        if (accumulate) {
-            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ci));
-            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ci + 16));
-        }
-        _mm512_mask_storeu_ps(ci, m0, v0);
-        _mm512_mask_storeu_ps(ci + 16, m1, v1);
-    }
+    for (int i = 0; i < MR; ++i) store_row32(c + i * ldc, acc0[i], acc1[i], m0, m1, accumulate);
 }
 
 using MicroF32 = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, int64_t, bool);
