@@ -27,101 +27,80 @@ inline __mmask64 tail_mask64(int64_t n) {
     return n >= 64 ? ~__mmask64{0} : n <= 0 ? __mmask64{0} : (__mmask64{1} << n) - 1;
 }
 
-// Decode (m <= 2) on AMD: the weight rows one at a time, one sequential stream (see the bf16 GEMV
-// in matmul_tile_avx512.cpp: interleaved row blocks read at about half the rate on Zen4). xu: the MR
-// activation rows already shifted to unsigned, kp64 bytes each (the padding is never used:
-// masked-off weights are zero). U accumulator pairs per row hide the vpdpbusd latency.
-template <int MR, int U>
-void rows_seq(const uint8_t* xu, int64_t kp64, const float* sx, int64_t k, const int8_t* w, const float* sw, int64_t n,
+// Decode (m <= 2): NR weight rows at a time against the MR activation rows xu (already shifted
+// to unsigned, kp64 bytes each; the padding is never used: masked-off weights are zero), with U
+// accumulators per (row of x, weight row) to hide the vpdpbusd latency. kPrefetch: fetch the
+// next NR rows' lines while these are read. NR = 1 is one sequential stream (AMD: interleaved
+// rows read at about half the rate on Zen4, see the bf16 GEMV in matmul_tile_avx512.cpp);
+// NR = 4 with prefetch reads faster on Intel Xeon (isa.h gemv_row_blocks()). n % NR rows are
+// left to the caller.
+template <int MR, int NR, int U, bool kPrefetch>
+void rows_dot(const uint8_t* xu, int64_t kp64, const float* sx, int64_t k, const int8_t* w, const float* sw, int64_t n,
               float* out, int64_t ldo) {
     const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
     const int64_t k64 = k & ~int64_t{63};
     const __mmask64 tail = tail_mask64(k - k64);
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = 0; j + NR <= n; j += NR) {
         const int8_t* wj = w + j * k;
-        __m512i acc[MR][U], corr[U];
-#pragma GCC unroll 4
-        for (int u = 0; u < U; ++u) {
-            corr[u] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-            for (int i = 0; i < MR; ++i) acc[i][u] = _mm512_setzero_si512();
-        }
-        int64_t p = 0;
-        for (; p + 64 * U <= k64; p += 64 * U) {
-#pragma GCC unroll 4
-            for (int u = 0; u < U; ++u) {
-                const int64_t q = p + 64 * u;
-                const __m512i wv = _mm512_loadu_si512(wj + q);
-                corr[u] = _mm512_dpbusd_epi32(corr[u], c128, wv);
-#pragma GCC unroll 4
-                for (int i = 0; i < MR; ++i)
-                    acc[i][u] = _mm512_dpbusd_epi32(acc[i][u], _mm512_load_si512(xu + i * kp64 + q), wv);
-            }
-        }
-        for (; p < k; p += 64) {
-            const __m512i wv = _mm512_maskz_loadu_epi8(p + 64 <= k ? ~__mmask64{0} : tail, wj + p);
-            corr[0] = _mm512_dpbusd_epi32(corr[0], c128, wv);
-#pragma GCC unroll 4
-            for (int i = 0; i < MR; ++i)
-                acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], _mm512_load_si512(xu + i * kp64 + p), wv);
-        }
-        __m512i cs = corr[0];
-#pragma GCC unroll 4
-        for (int u = 1; u < U; ++u) cs = _mm512_add_epi32(cs, corr[u]);
-#pragma GCC unroll 4
-        for (int i = 0; i < MR; ++i) {
-            __m512i a = acc[i][0];
-#pragma GCC unroll 4
-            for (int u = 1; u < U; ++u) a = _mm512_add_epi32(a, acc[i][u]);
-            const int32_t dot = _mm512_reduce_add_epi32(_mm512_sub_epi32(a, cs));
-            out[i * ldo + j] = static_cast<float>(dot) * (sx[i] * sw[j]);
-        }
-    }
-}
-
-// Decode (m <= 2) where interleaved rows read faster (Intel Xeon; isa.h gemv_row_blocks()): NR
-// weight rows at a time with the next NR rows' lines prefetched; the rows past the last full
-// block go through rows_seq.
-template <int MR, int NR>
-void rows_blocked(const uint8_t* xu, int64_t kp64, const float* sx, int64_t k, const int8_t* w, const float* sw,
-                  int64_t n, float* out, int64_t ldo) {
-    const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
-    const int64_t k64 = k & ~int64_t{63};
-    const __mmask64 tail = tail_mask64(k - k64);
-    int64_t j = 0;
-    for (; j + NR <= n; j += NR) {
-        const int8_t* wj = w + j * k;
-        __m512i acc[MR][NR], corr[NR];
+        __m512i acc[MR][NR][U], corr[NR][U];
 #pragma GCC unroll 4
         for (int r = 0; r < NR; ++r) {
-            corr[r] = _mm512_setzero_si512();
-#pragma GCC unroll 2
-            for (int i = 0; i < MR; ++i) acc[i][r] = _mm512_setzero_si512();
-        }
-        for (int64_t p = 0; p < k; p += 64) {
 #pragma GCC unroll 4
-            for (int r = 0; r < NR; ++r)
-                _mm_prefetch(reinterpret_cast<const char*>(wj + (NR + r) * k + p), _MM_HINT_T0);
-            const __mmask64 mask = p < k64 ? ~__mmask64{0} : tail;
+            for (int u = 0; u < U; ++u) {
+                corr[r][u] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+                for (int i = 0; i < MR; ++i) acc[i][r][u] = _mm512_setzero_si512();
+            }
+        }
+        // One step of 64 k at p into accumulator u (mask: the k tail).
+        auto step = [&](int64_t p, int u, __mmask64 mask) __attribute__((always_inline)) {
 #pragma GCC unroll 4
             for (int r = 0; r < NR; ++r) {
                 const __m512i wv = _mm512_maskz_loadu_epi8(mask, wj + r * k + p);
-                corr[r] = _mm512_dpbusd_epi32(corr[r], c128, wv);
+                corr[r][u] = _mm512_dpbusd_epi32(corr[r][u], c128, wv);
 #pragma GCC unroll 2
                 for (int i = 0; i < MR; ++i)
-                    acc[i][r] = _mm512_dpbusd_epi32(acc[i][r], _mm512_load_si512(xu + i * kp64 + p), wv);
+                    acc[i][r][u] = _mm512_dpbusd_epi32(acc[i][r][u], _mm512_load_si512(xu + i * kp64 + p), wv);
             }
-        }
-#pragma GCC unroll 2
-        for (int i = 0; i < MR; ++i) {
+        };
+        int64_t p = 0;
+        for (; p + 64 * U <= k64; p += 64 * U) {
+            if constexpr (kPrefetch) {
 #pragma GCC unroll 4
-            for (int r = 0; r < NR; ++r) {
-                const int32_t dot = _mm512_reduce_add_epi32(_mm512_sub_epi32(acc[i][r], corr[r]));
+                for (int r = 0; r < NR; ++r)
+                    _mm_prefetch(reinterpret_cast<const char*>(wj + (NR + r) * k + p), _MM_HINT_T0);
+            }
+#pragma GCC unroll 4
+            for (int u = 0; u < U; ++u) step(p + 64 * u, u, ~__mmask64{0});
+        }
+        for (; p < k; p += 64) step(p, 0, p + 64 <= k ? ~__mmask64{0} : tail);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; ++r) {
+            __m512i cs = corr[r][0];
+#pragma GCC unroll 4
+            for (int u = 1; u < U; ++u) cs = _mm512_add_epi32(cs, corr[r][u]);
+#pragma GCC unroll 2
+            for (int i = 0; i < MR; ++i) {
+                __m512i a = acc[i][r][0];
+#pragma GCC unroll 4
+                for (int u = 1; u < U; ++u) a = _mm512_add_epi32(a, acc[i][r][u]);
+                const int32_t dot = _mm512_reduce_add_epi32(_mm512_sub_epi32(a, cs));
                 out[i * ldo + j + r] = static_cast<float>(dot) * (sx[i] * sw[j + r]);
             }
         }
     }
-    if (j < n) rows_seq<MR, (MR == 1 ? 4 : 2)>(xu, kp64, sx, k, w + j * k, sw + j, n - j, out + j, ldo);
+}
+
+// All n weight rows for MR rows of x: row blocks of 4 with prefetch, or one row at a time.
+template <int MR>
+void gemv_int8(const uint8_t* xu, int64_t kp64, const float* sx, int64_t k, const int8_t* w, const float* sw, int64_t n,
+               float* out, int64_t ldo, bool row_blocks) {
+    constexpr int kSeqU = MR == 1 ? 4 : 2;  // accumulators per row when reading one row at a time
+    const int64_t blocked = row_blocks ? n / 4 * 4 : 0;
+    if (blocked > 0) rows_dot<MR, 4, 1, true>(xu, kp64, sx, k, w, sw, blocked, out, ldo);
+    if (blocked < n) {
+        rows_dot<MR, 1, kSeqU, false>(xu, kp64, sx, k, w + blocked * k, sw + blocked, n - blocked, out + blocked, ldo);
+    }
 }
 
 // Prefill (m >= 3): weights packed per 32 rows into panels of int32 words, panel[q * 32 + c] =
@@ -268,16 +247,10 @@ void matmul_tile_int8_avx512(const int8_t* qx, int64_t ldx, const float* sx, int
                 _mm512_store_si512(xu + i * kp64 + p, _mm512_xor_si512(v, c128));
             }
         }
-        if (gemv_row_blocks) {
-            if (m == 1) {
-                rows_blocked<1, 4>(xu, kp64, sx, k, w, sw, n, out, ldo);
-            } else {
-                rows_blocked<2, 4>(xu, kp64, sx, k, w, sw, n, out, ldo);
-            }
-        } else if (m == 1) {
-            rows_seq<1, 4>(xu, kp64, sx, k, w, sw, n, out, ldo);
+        if (m == 1) {
+            gemv_int8<1>(xu, kp64, sx, k, w, sw, n, out, ldo, gemv_row_blocks);
         } else {
-            rows_seq<2, 2>(xu, kp64, sx, k, w, sw, n, out, ldo);
+            gemv_int8<2>(xu, kp64, sx, k, w, sw, n, out, ldo, gemv_row_blocks);
         }
         return;
     }
