@@ -299,8 +299,9 @@ void gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, 
 // [kc][32], so a micro-kernel step is two 64-byte loads of the panel, one broadcast of x per row
 // and two FMAs per row: MR x 32 outputs in 2 * MR zmm accumulators (24 of the 32 registers at
 // MR = 12). Products and sums are f32 FMA, as in the AVX2 GEMM (same accuracy), with twice the
-// work per instruction and twice the accumulators; the gain is largest where a core has two
-// 512-bit FMA units (Intel server cores), smaller where 512-bit FMAs are split in two (Zen4).
+// work per instruction and twice the accumulators: 1.7-1.8x the AVX2 GEMM on an Intel Xeon with
+// two 512-bit FMA units per core (docs/performance.md); not measured yet on Zen4, whose 512-bit
+// FMAs are split in two.
 constexpr int64_t kF32Kc = 256;  // k per block: a 12-row x block is 12 KiB in L1
 constexpr int64_t kF32Nc = 256;  // weight rows per packed block: 256 KiB of f32 panels in L2
 constexpr int kF32Nr = 32;       // panel width (2 zmm of outputs)
