@@ -1,7 +1,9 @@
 // Sharded models in one process (LocalComm threads, one per rank): TP, EP and TP+EP logits equal
 // the single-rank logits on the tiny models, with the per-phase MoE exchange (prefill: padded
 // all-gather + reduce-scatter, decode: all-to-all-v), DP ranks running different token counts, and
-// a forced exchange mismatch failing in bounded time. Also reports the weight bytes per rank.
+// a forced exchange mismatch failing in bounded time. With EP and TP together (tp=2 ep=2, tp=4
+// ep=2, dp=2 tp=2 ep=4) each TP rank routes only its slice of the tokens and the slices are
+// all-gathered over TP. Also reports the weight bytes per rank.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -131,7 +133,8 @@ INSTANTIATE_TEST_SUITE_P(Qwen3Moe, ParallelModelTest,
                          ::testing::Combine(::testing::Values(kQwen3),
                                             ::testing::Values(ParallelSizes{1, 2, 1}, ParallelSizes{1, 4, 1},
                                                               ParallelSizes{2, 1, 2}, ParallelSizes{2, 2, 4},
-                                                              ParallelSizes{1, 2, 2}, ParallelSizes{4, 1, 2})),
+                                                              ParallelSizes{1, 2, 2}, ParallelSizes{1, 4, 2},
+                                                              ParallelSizes{4, 1, 2})),
                          [](const auto& param_info) {
                              const ParallelSizes& s = std::get<1>(param_info.param);
                              return std::string(std::get<0>(param_info.param).name) + "_dp" + std::to_string(s.dp) +
@@ -144,7 +147,8 @@ const ModelCase kDsv3NoQ{"deepseek_v3_noq", MOESERVE_DSV3_NOQ_TINY_DIR, MOESERVE
 INSTANTIATE_TEST_SUITE_P(DeepseekV3, ParallelModelTest,
                          ::testing::Combine(::testing::Values(kDsv3, kDsv3NoQ),
                                             ::testing::Values(ParallelSizes{1, 2, 1}, ParallelSizes{2, 1, 2},
-                                                              ParallelSizes{2, 2, 4}, ParallelSizes{4, 1, 2})),
+                                                              ParallelSizes{1, 2, 2}, ParallelSizes{2, 2, 4},
+                                                              ParallelSizes{4, 1, 2})),
                          [](const auto& param_info) {
                              const ParallelSizes& s = std::get<1>(param_info.param);
                              return std::string(std::get<0>(param_info.param).name) + "_dp" + std::to_string(s.dp) +

@@ -117,19 +117,38 @@ void MoeBlock::forward(ThreadPool& pool, const ParallelConfig& par, const Routin
         tp_all_reduce(par, out, n);
         return;
     }
+    // EP with TP: the TP ranks of a DP group hold the same tokens, so each routes and dispatches
+    // only its slice of them (its EP group holds every expert), and an all-gather over TP gives
+    // every rank all rows; without the slice each token's expert work would run tp times.
+    const bool split = par.ep_size > 1 && par.tp_size > 1;
+    const ShardRange mine = split ? shard_range(num_tokens, par.tp_size, par.tp_rank) : ShardRange{0, num_tokens};
+    const float* h_mine = h + mine.begin * hidden_;
     const int64_t e = router_.out_features();
-    s.router_logits.resize(static_cast<size_t>(num_tokens * e));
-    s.topk_ids.resize(static_cast<size_t>(num_tokens * k_));
-    s.topk_weights.resize(static_cast<size_t>(num_tokens * k_));
+    s.router_logits.resize(static_cast<size_t>(mine.count * e));
+    s.topk_ids.resize(static_cast<size_t>(mine.count * k_));
+    s.topk_weights.resize(static_cast<size_t>(mine.count * k_));
     // 1. router: [T, hidden] -> [T, E] -> the architecture's top-k ids and weights [T, k]
-    if (num_tokens > 0) {
-        router_.forward(pool, h, num_tokens, s.router_logits.data());
-        route(s.router_logits.data(), num_tokens, score_bias_.empty() ? nullptr : score_bias_.as<float>(),
+    if (mine.count > 0) {
+        router_.forward(pool, h_mine, mine.count, s.router_logits.data());
+        route(s.router_logits.data(), mine.count, score_bias_.empty() ? nullptr : score_bias_.as<float>(),
               s.topk_ids.data(), s.topk_weights.data());
     }
     // 2. routed experts, weighted sum -> out [T, hidden] (EP dispatch/combine, or TP-split + all-reduce)
-    s.parallel_moe.forward(pool, experts_, par, {h, num_tokens, s.topk_ids.data(), s.topk_weights.data(), k_, exchange},
-                           experts_per_rank_, s.moe, out);
+    float* routed = out;
+    if (split) {
+        s.routed_slice.resize(static_cast<size_t>(std::max<int64_t>(mine.count, 1) * hidden_));
+        routed = s.routed_slice.data();
+    }
+    s.parallel_moe.forward(pool, experts_, par,
+                           {h_mine, mine.count, s.topk_ids.data(), s.topk_weights.data(), k_, exchange},
+                           experts_per_rank_, s.moe, routed);
+    if (split) {
+        s.slice_rows.resize(static_cast<size_t>(par.tp_size));
+        for (int r = 0; r < par.tp_size; ++r)
+            s.slice_rows[static_cast<size_t>(r)] = shard_range(num_tokens, par.tp_size, r).count * hidden_;
+        par.tp->all_gather_v(std::span<const float>(routed, static_cast<size_t>(mine.count * hidden_)), s.slice_rows,
+                             std::span<float>(out, static_cast<size_t>(n)));
+    }
     // 3. shared experts added unweighted
     if (shared_.num_experts() > 0) {
         s.shared_out.resize(static_cast<size_t>(n));

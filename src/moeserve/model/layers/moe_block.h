@@ -59,6 +59,8 @@ struct MoeShards {
 struct MoeBlockScratch {
     std::vector<float> router_logits, topk_weights, shared_out, dense_weights;
     std::vector<int32_t> topk_ids, dense_ids;
+    std::vector<float> routed_slice;   // EP with TP: this TP rank's slice of the routed output
+    std::vector<int64_t> slice_rows;   // EP with TP: floats of each TP rank's slice
     kernels::cpu::MoeScratch moe{};
     ParallelMoe parallel_moe{};
 };
@@ -79,7 +81,8 @@ public:
                              const MoeShape& shape, const MoeNames& names, bool with_router_bias);
 
     // out f32 [num_tokens, hidden] = the block applied to h f32 [num_tokens, hidden], complete on
-    // every TP rank. num_tokens may be 0 (the rank still joins the EP exchange).
+    // every TP rank. num_tokens may be 0 (the rank still joins the EP exchange). With EP and TP,
+    // h must be the same on every rank of the TP group: each routes only its slice of the rows.
     void forward(ThreadPool& pool, const ParallelConfig& par, const RoutingRule& route, const float* h,
                  int64_t num_tokens, parallel::MoeExchangeKind exchange, MoeBlockScratch& scratch, float* out) const;
 
