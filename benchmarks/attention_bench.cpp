@@ -2,9 +2,10 @@
 // block size 16), 2 threads. Decode (8 sequences x context 2048) reports GB/s of K/V read against a
 // STREAM-style read of the same bytes; prefill (one 512-token chunk after 0 or 1536 tokens of
 // context) reports GFLOP/s (QK^T and PV multiply-adds of the causal part). No OpenBLAS baseline:
-// it has no paged attention; the ratio to STREAM bounds decode. Decode with bf16=1 reads a bf16
-// KV cache (--kv-cache-dtype bf16: half the bytes) and also times the f32 cache in the same loop:
-// speedup_vs_f32 = median f32 time / median bf16 time.
+// it has no paged attention; the ratio to STREAM bounds decode. Decode with cache=1 reads a bf16
+// KV cache (--kv-cache-dtype bf16: half the bytes), cache=2 an fp8 one (--kv-cache-dtype fp8: e4m3
+// codes + an f32 scale per row, ~a quarter), and both also time the f32 cache in the same loop:
+// speedup_vs_f32 = median f32 time / median time of that cache.
 #include <benchmark/benchmark.h>
 
 #include <numeric>
@@ -27,14 +28,18 @@ constexpr int64_t kHeads = 16, kKvHeads = 4, kDim = 128, kBlock = 16;
 struct Batch {
     std::vector<float> k, v, q, out;
     std::vector<uint16_t> kh, vh;  // the bf16 cache (when asked for)
+    std::vector<uint8_t> k8, v8;   // the fp8 cache (when asked for) and its row scales
+    std::vector<float> ks, vs;
     std::vector<int32_t> tables, qstart, lens;
     int64_t max_blocks = 0, tokens = 0;
     kc::PagedKvLayer kv{};
     kc::PagedAttentionArgs args{};
 };
 
+enum class Cache { kF32 = 0, kBf16 = 1, kFp8 = 2 };
+
 // num_seqs sequences of seq_len tokens each, the last q_len of which are queries.
-void make_batch(Batch& b, int64_t num_seqs, int64_t seq_len, int64_t q_len, bool bf16 = false) {
+void make_batch(Batch& b, int64_t num_seqs, int64_t seq_len, int64_t q_len, Cache cache = Cache::kF32) {
     b.max_blocks = (seq_len + kBlock - 1) / kBlock;
     const int64_t num_blocks = num_seqs * b.max_blocks + 1;
     b.k.assign(size_t(num_blocks * kBlock * kKvHeads * kDim), 0.01f);
@@ -51,7 +56,17 @@ void make_batch(Batch& b, int64_t num_seqs, int64_t seq_len, int64_t q_len, bool
     b.q.assign(size_t(b.tokens * kHeads * kDim), 0.1f);
     b.out.resize(b.q.size());
     b.kv = {b.k.data(), b.v.data(), num_blocks, kBlock, kKvHeads, kDim};
-    if (bf16) {
+    if (cache == Cache::kFp8) {  // code 0x38 = 1.0, scales 0.01 and 0.02: the same values
+        b.k8.assign(b.k.size(), 0x38);
+        b.v8.assign(b.v.size(), 0x38);
+        b.ks.assign(b.k.size() / size_t(kDim), 0.01f);
+        b.vs.assign(b.ks.size(), 0.02f);
+        b.k.clear();
+        b.v.clear();
+        b.kv = {b.k8.data(), b.v8.data(), num_blocks, kBlock, kKvHeads, kDim, moeserve::DType::kF8E4M3,
+                b.ks.data(), b.vs.data()};
+    }
+    if (cache == Cache::kBf16) {
         b.kh.assign(b.k.size(), moeserve::f32_to_bf16(0.01f));
         b.vh.assign(b.v.size(), moeserve::f32_to_bf16(0.02f));
         b.k.clear();
@@ -64,13 +79,15 @@ void make_batch(Batch& b, int64_t num_seqs, int64_t seq_len, int64_t q_len, bool
 
 void BM_AttentionDecode(benchmark::State& state) {
     const int64_t num_seqs = 8, ctx = state.range(0);
-    const bool bf16 = state.range(1) != 0;
+    const auto cache = static_cast<Cache>(state.range(1));
+    const bool vs_f32 = cache != Cache::kF32;
     ThreadPool pool(kThreads);
     // Several batches so the K/V of one call is not still in L3 from the previous one.
-    const int64_t kv_bytes = num_seqs * ctx * kKvHeads * kDim * (bf16 ? 2 : 4) * 2;
+    const int64_t row_bytes = cache == Cache::kFp8 ? kDim + 4 : kDim * (cache == Cache::kBf16 ? 2 : 4);
+    const int64_t kv_bytes = num_seqs * ctx * kKvHeads * row_bytes * 2;
     const int64_t copies = cold_copies(kv_bytes);
-    std::vector<Batch> batches(static_cast<size_t>(copies)), f32_batches(static_cast<size_t>(bf16 ? copies : 0));
-    for (auto& b : batches) make_batch(b, num_seqs, ctx, 1, bf16);
+    std::vector<Batch> batches(static_cast<size_t>(copies)), f32_batches(static_cast<size_t>(vs_f32 ? copies : 0));
+    for (auto& b : batches) make_batch(b, num_seqs, ctx, 1, cache);
     for (auto& b : f32_batches) make_batch(b, num_seqs, ctx, 1);
     std::vector<uint8_t> buf(size_t(copies * kv_bytes), 1);
     volatile float sink = 0;
@@ -82,7 +99,7 @@ void BM_AttentionDecode(benchmark::State& state) {
         kc::paged_attention(pool, b.kv, b.args);
         times.push_back(now_s() - t0);
         benchmark::DoNotOptimize(b.out.data());
-        if (bf16) {
+        if (vs_f32) {
             Batch& f = f32_batches[size_t(it % copies)];
             t0 = now_s();
             kc::paged_attention(pool, f.kv, f.args);
@@ -99,7 +116,7 @@ void BM_AttentionDecode(benchmark::State& state) {
     state.counters["GBps"] = gbps;
     state.counters["stream_GBps"] = stream;
     state.counters["ratio_vs_stream"] = gbps / stream;
-    if (bf16) state.counters["speedup_vs_f32"] = median(f32_times) / median(times);
+    if (vs_f32) state.counters["speedup_vs_f32"] = median(f32_times) / median(times);
 }
 
 void BM_AttentionPrefill(benchmark::State& state) {
@@ -123,7 +140,8 @@ void BM_AttentionPrefill(benchmark::State& state) {
 BENCHMARK(BM_AttentionDecode)
     ->Args({2048, 0})
     ->Args({2048, 1})
-    ->ArgNames({"ctx", "bf16"})
+    ->Args({2048, 2})
+    ->ArgNames({"ctx", "cache"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(BM_AttentionPrefill)->Arg(0)->Arg(1536)->ArgName("ctx_before")->Unit(benchmark::kMillisecond)->UseRealTime();

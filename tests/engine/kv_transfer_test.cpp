@@ -3,8 +3,9 @@
 // loopback ZeroMQ socket (CURVE, the shared rank-plane key) and continues. Outputs equal one
 // engine doing everything, on the fake model (whose logits depend on every KV slot it reads, so
 // a block written to the wrong place changes the tokens) and on the tiny Qwen3-MoE; with
-// chunked prefill on the producer, prefix-cache hits on the consumer, and the failures: unknown
-// transfer, layout mismatch, a producer gone mid-way, an abort during the fetch, expiry.
+// chunked prefill on the producer, prefix-cache hits on the consumer, an fp8 KV cache, and the
+// failures: unknown transfer, layout mismatch (block size; bf16 vs fp8 cache), a producer gone mid-way, an abort during
+// the fetch, expiry.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -150,6 +151,48 @@ TEST(KvTransferTest, Qwen3TinyGreedyEqualsOneEngine) {
     for (size_t i = 0; i < prompts.size(); ++i) {
         EXPECT_EQ(got.tokens.at("d" + std::to_string(i)), greedy_alone(*model, prompts[i], 8)) << i;
     }
+    expect_all_blocks_free(producer);
+    expect_all_blocks_free(consumer);
+}
+
+// An fp8 KV cache (e4m3 codes and their row scales travel in the blocks): the consumer's greedy
+// tokens equal one engine's on the same fp8 cache; a bf16 producer's blocks are refused by an fp8
+// consumer, naming both layouts.
+TEST(KvTransferTest, Qwen3TinyFp8CacheTransfersAndRefusesBf16Blocks) {
+    ThreadPool pool(2);
+    auto fp8 = model::load_model(MOESERVE_QWEN3_TINY_DIR, pool, {.max_model_len = 256, .kv_cache_dtype = "fp8"});
+    auto bf16 = model::load_model(MOESERVE_QWEN3_TINY_DIR, pool, {.max_model_len = 256, .kv_cache_dtype = "bf16"});
+    EngineConfig producer_config = with_role(base_config(16, 64), KvTransferConfig::Role::kProducer);
+    producer_config.max_num_batched_tokens = 16;
+    EngineCore producer(*fp8, pool, producer_config);
+    EngineCore consumer(*fp8, pool, with_role(base_config(16, 64), KvTransferConfig::Role::kConsumer));
+    Rng rng(6);
+    std::vector<std::vector<int32_t>> prompts;
+    for (int len : {40, 9, 33}) {
+        std::vector<int32_t> p;
+        for (int k = 0; k < len; ++k) p.push_back(static_cast<int32_t>(rng.next_u64() % 150000));
+        prompts.push_back(p);
+    }
+    const Collected got = disaggregated(producer, consumer, prompts, 8);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_EQ(got.tokens.at("d" + std::to_string(i)), greedy_alone(*fp8, prompts[i], 8)) << i;
+    }
+    EXPECT_EQ(consumer.stats().kv_received_transfers, 3);
+
+    EngineCore bf16_producer(*bf16, pool, with_role(base_config(16, 64), KvTransferConfig::Role::kProducer));
+    ipc::AddRequest p = greedy_add("bf16", prompts[1], 1);
+    p.kv_transfer.produce = true;
+    bf16_producer.add_request(p);
+    drain(bf16_producer);
+    ipc::AddRequest d = greedy_add("mismatch", prompts[1], 4);
+    d.kv_transfer = {false, bf16_producer.kv_transfer()->endpoint(), "bf16"};
+    consumer.add_request(d);
+    const Collected c = drain(consumer);
+    const std::string& error = c.last.at("mismatch").error;
+    EXPECT_EQ(c.last.at("mismatch").finish_reason, FinishReason::kError);
+    EXPECT_NE(error.find("KV layouts differ"), std::string::npos) << error;
+    EXPECT_NE(error.find("dtype=BF16"), std::string::npos) << error;
+    EXPECT_NE(error.find("dtype=F8_E4M3"), std::string::npos) << error;
     expect_all_blocks_free(producer);
     expect_all_blocks_free(consumer);
 }

@@ -1,7 +1,8 @@
 // MLA kernels: mla_attention (AVX2) vs its scalar reference over several sequences, block
-// tables out of order and head counts that do not fill a head group; mla_absorb_q / mla_expand_v
-// vs their references (bf16 and f32 weights); and the absorbed pipeline vs the expanded
-// attention (per-head K = [W_UK latent, k_pe], V = W_UV latent) computed in double.
+// tables out of order and head counts that do not fill a head group, over f32, bf16 and fp8
+// latent caches; mla_absorb_q / mla_expand_v vs their references (bf16 and f32 weights); and the
+// absorbed pipeline vs the expanded attention (per-head K = [W_UK latent, k_pe], V = W_UV
+// latent) computed in double.
 #include "moeserve/kernels/cpu/mla_attention.h"
 
 #include <gtest/gtest.h>
@@ -102,6 +103,74 @@ TEST(MlaAttentionTest, Bf16CacheMatchesReferenceOfRoundedRows) {
             ThreadPool pool(2);
             mla_attention(pool, kv, args);
             test::expect_close(out.data(), ref.data(), t * c.heads * c.rank, 2e-6f, isa_name(isa));
+        }
+    }
+    set_active_isa(saved);
+}
+
+// An fp8 latent cache (the latent and k_pe with scales of their own; k_pe 16x larger here, as an
+// unnormalized rope key can be): read_latent returns code * scale exactly, and mla_attention (every
+// ISA level) and mla_attention_ref over it equal the reference over an f32 cache of those
+// dequantized rows, causal or not, with lse; odd ranks, rope dims and block sizes (vector tails).
+TEST(MlaAttentionTest, Fp8CacheMatchesReferenceOfDequantizedRows) {
+    std::mt19937 rng(7);
+    const Isa saved = active_isa();
+    for (const Case& c : {Case{4, 32, 16, 16}, Case{3, 20, 6, 5}, Case{5, 37, 11, 3}, Case{16, 512, 64, 16}}) {
+        SCOPED_TRACE(testing::Message() << "rank=" << c.rank << " rope=" << c.rope << " bs=" << c.block_size);
+        const int64_t num_blocks = 2 * ((41 + c.block_size - 1) / c.block_size) + 2;
+        const Batch b = make_batch(c.block_size, num_blocks);
+        const int64_t row = c.rank + c.rope, t = b.num_tokens(), n = num_blocks * c.block_size;
+        test::Floats rows(n * row), deq(n * row), q(t * c.heads * row);
+        test::fill_uniform(rows.data(), n * row, rng);
+        for (int64_t i = 0; i < n; ++i) {
+            for (int64_t x = c.rank; x < row; ++x) rows[i * row + x] *= 16.0f;
+        }
+        test::fill_uniform(q.data(), t * c.heads * row, rng, -0.5f, 0.5f);
+        std::vector<uint8_t> cache(size_t(n * row), 0x7f);  // e4m3 NaN
+        std::vector<float> scales(size_t(n * 2), NAN);
+        const PagedLatentLayer kv{cache.data(), num_blocks,     c.block_size, c.rank,
+                                  c.rope,       DType::kF8E4M3, scales.data()};
+        std::vector<int64_t> slots(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) slots[size_t(i)] = i;
+        write_latent(kv, rows.data(), n, slots.data());
+        for (int64_t i = 0; i < n; ++i) {
+            for (int64_t x = 0; x < row; ++x) {
+                const float sc = scales[size_t(2 * i + (x < c.rank ? 0 : 1))];
+                deq[i * row + x] = f8e4m3_to_f32(cache[size_t(i * row + x)]) * sc;
+            }
+        }
+        const PagedLatentLayer kv32{deq.data(), num_blocks, c.block_size, c.rank, c.rope};
+        test::Floats back((41 - 3) * row);
+        read_latent(kv, b.tables.data(), 3, 41, back.data());
+        for (int64_t j = 3; j < 41; ++j) {
+            const int64_t slot = int64_t{b.tables[size_t(j / c.block_size)]} * c.block_size + j % c.block_size;
+            for (int64_t x = 0; x < row; ++x) ASSERT_EQ(back[(j - 3) * row + x], deq[slot * row + x]);
+        }
+        for (bool causal : {true, false}) {
+            SCOPED_TRACE(causal ? "causal" : "non-causal");
+            const int64_t no = t * c.heads * c.rank, nl = t * c.heads;
+            test::Floats out(no), ref(no), ref8(no), lse(nl), lse_ref(nl), lse_ref8(nl);
+            MlaAttentionArgs args{
+                q.data(),        ref.data(),   t,   c.heads, 2, b.query_start.data(), b.seq_lens.data(),
+                b.tables.data(), b.max_blocks, 0.3f};
+            args.causal = causal;
+            args.lse = lse_ref.data();
+            mla_attention_ref(kv32, args);
+            args.out = ref8.data();
+            args.lse = lse_ref8.data();
+            mla_attention_ref(kv, args);
+            test::expect_close(ref8.data(), ref.data(), no, 1e-6f, "mla_attention_ref fp8");
+            test::expect_close(lse_ref8.data(), lse_ref.data(), nl, 1e-6f, "mla_attention_ref fp8 lse");
+            args.out = out.data();
+            args.lse = lse.data();
+            for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512}) {
+                if (!isa_supported(isa)) continue;
+                set_active_isa(isa);
+                ThreadPool pool(2);
+                mla_attention(pool, kv, args);
+                test::expect_close(out.data(), ref.data(), no, 2e-6f, isa_name(isa));
+                test::expect_close(lse.data(), lse_ref.data(), nl, 2e-6f, isa_name(isa));
+            }
         }
     }
     set_active_isa(saved);

@@ -1,8 +1,9 @@
 // paged_attention (and paged_attention_ref) vs a dense causal attention computed without paging:
 // KV written through write_kv into shuffled blocks, a batch mixing decode, full prefill and
 // chunked prefill (q_len > 1 with earlier context), GQA, block sizes 1/16/128, head dims 64/128;
-// an f32 and a bf16 cache (the bf16 one against the dense attention of the bf16-rounded K/V, and
-// at every ISA level the process can set).
+// an f32, a bf16 and an fp8 cache (the bf16 / fp8 ones against the dense attention of the K/V the
+// cache holds, read back through their rounding / codes and scales, at every ISA level the
+// process can set).
 #include "moeserve/kernels/cpu/paged_attention.h"
 
 #include <gtest/gtest.h>
@@ -46,10 +47,15 @@ void check(int64_t block_size, int64_t head_dim, int64_t num_heads, int64_t num_
     const size_t cache_elems = size_t(total_blocks * block_size * row);
     std::vector<float> kc(cache_elems, NAN), vc(cache_elems, NAN);
     std::vector<uint16_t> kh(cache_elems, 0x7fc0), vh(cache_elems, 0x7fc0);  // bf16 NaN
-    PagedKvLayer kv =
-        dtype == DType::kBF16
-            ? PagedKvLayer{kh.data(), vh.data(), total_blocks, block_size, num_kv_heads, head_dim, DType::kBF16}
-            : PagedKvLayer{kc.data(), vc.data(), total_blocks, block_size, num_kv_heads, head_dim};
+    std::vector<uint8_t> k8(cache_elems, 0x7f), v8(cache_elems, 0x7f);       // e4m3 NaN
+    std::vector<float> ks(cache_elems / size_t(head_dim), NAN), vs(ks.size(), NAN);
+    PagedKvLayer kv{kc.data(), vc.data(), total_blocks, block_size, num_kv_heads, head_dim};
+    if (dtype == DType::kBF16) {
+        kv = PagedKvLayer{kh.data(), vh.data(), total_blocks, block_size, num_kv_heads, head_dim, DType::kBF16};
+    } else if (dtype == DType::kF8E4M3) {
+        kv = PagedKvLayer{k8.data(), v8.data(),      total_blocks, block_size, num_kv_heads,
+                          head_dim,  DType::kF8E4M3, ks.data(),    vs.data()};
+    }
 
     // Dense K/V per sequence, written through write_kv (with a padding slot -1 in between).
     std::vector<std::vector<float>> dk(static_cast<size_t>(ns)), dv(static_cast<size_t>(ns));
@@ -68,6 +74,15 @@ void check(int64_t block_size, int64_t head_dim, int64_t num_heads, int64_t num_
         if (dtype == DType::kBF16) {  // the reference attends over what a bf16 cache holds
             for (auto& x : dk[size_t(s)]) x = bf16_to_f32(f32_to_bf16(x));
             for (auto& x : dv[size_t(s)]) x = bf16_to_f32(f32_to_bf16(x));
+        }
+        if (dtype == DType::kF8E4M3) {  // ... and over the codes times the scales of an fp8 one
+            for (int64_t p = 0; p < len; ++p) {
+                for (int64_t i = 0; i < row; ++i) {
+                    const auto c = size_t(slots[size_t(p)] * row + i), sc = c / size_t(head_dim);
+                    dk[size_t(s)][size_t(p * row + i)] = f8e4m3_to_f32(k8[c]) * ks[sc];
+                    dv[size_t(s)][size_t(p * row + i)] = f8e4m3_to_f32(v8[c]) * vs[sc];
+                }
+            }
         }
     }
 
@@ -143,6 +158,23 @@ TEST(PagedAttentionTest, Bf16CacheMatchesDenseAttentionOfRoundedKv) {
         check(16, 128, 4, 2, 2, DType::kBF16);
         check(1, 64, 4, 1, 3, DType::kBF16);
         check(16, 100, 3, 1, 1, DType::kBF16);  // scalar tails
+    }
+    set_active_isa(saved);
+}
+
+// An fp8 cache, odd shapes: head_dim, sequence lengths and block counts that are not multiples
+// of 8 (vector tails of the widening and of the key tiles).
+TEST(PagedAttentionTest, Fp8CacheMatchesDenseAttentionOfDequantizedKv) {
+    const Isa saved = active_isa();
+    for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512}) {
+        if (!isa_supported(isa)) continue;
+        SCOPED_TRACE(isa_name(isa));
+        set_active_isa(isa);
+        check(16, 128, 4, 2, 2, DType::kF8E4M3);
+        check(1, 64, 4, 1, 3, DType::kF8E4M3);
+        check(16, 100, 3, 1, 1, DType::kF8E4M3);
+        check(5, 37, 6, 3, 2, DType::kF8E4M3);
+        check(7, 13, 2, 2, 1, DType::kF8E4M3);
     }
     set_active_isa(saved);
 }

@@ -28,9 +28,10 @@ struct EngineOptions {
     bool pd_hybrid = false;                  // --pd-hybrid or env OMNI_PD_HYBRID=1 (read by serve)
     std::string quantization;                // --quantization: "" (as the checkpoint says), w8a8, w8a8-all, fp8, none
     std::string scheduling_policy = "fcfs";  // fcfs | priority (the request's `priority` field)
-    std::string kv_cache_dtype = "auto";     // --kv-cache-dtype: auto (--dtype's, else the checkpoint's) | bf16 | fp32
-    std::string dtype = "auto";              // --dtype: auto | bfloat16 (the checkpoint's bf16) | float32 (widened)
-    std::string kv_transfer_config;          // --kv-transfer-config: vLLM's JSON (kv_transfer_config.h); "" = none
+    std::string kv_cache_dtype =
+        "auto";                      // --kv-cache-dtype: auto (--dtype's, else the checkpoint's) | bf16 | fp32 | fp8
+    std::string dtype = "auto";      // --dtype: auto | bfloat16 (the checkpoint's bf16) | float32 (widened)
+    std::string kv_transfer_config;  // --kv-transfer-config: vLLM's JSON (kv_transfer_config.h); "" = none
 };
 
 // --kv-cache-memory: bytes with an optional K, M or G suffix (KiB, MiB, GiB; binary units),

@@ -16,6 +16,7 @@
 #include "moeserve/core/error.h"
 #include "moeserve/engine/engine_core.h"
 #include "moeserve/ipc/request_validation.h"
+#include "moeserve/model/kv_cache.h"
 #include "moeserve/model/registry.h"
 #include "moeserve/serve/output_processor.h"
 #include "moeserve/tokenizer/chat_prompt.h"
@@ -248,6 +249,9 @@ OfflineEngine load_offline_engine(const EngineOptions& o, ThreadPool& pool) {
                                                    .dtype = o.dtype,
                                                    .quantization = o.quantization,
                                                    .kv_cache_dtype = o.kv_cache_dtype});
+    const std::string kv_warning =
+        model::kv_cache_dtype_warning(model::parse_kv_cache_dtype(o.kv_cache_dtype, DType::kBF16));
+    if (!kv_warning.empty()) std::fprintf(stderr, "moeserve: warning: %s\n", kv_warning.c_str());
     e.config = make_engine_config(o, e.model->info(), total_ram_bytes());
     e.core = std::make_unique<engine::EngineCore>(*e.model, pool, e.config);
     return e;

@@ -181,7 +181,8 @@ void add_generate_command(CLI::App& app, Action* action) {
                     "checkpoint, as stored); default: as the checkpoint (quant_model_description.json, else "
                     "config.json's quantization_config)");
     sub->add_option("--kv-cache-dtype", e.kv_cache_dtype,
-                    "auto (the checkpoint's dtype: bf16) | bf16 | fp32: element type of the KV / MLA latent cache")
+                    "auto (the checkpoint's dtype: bf16) | bf16 | fp32 | fp8 (fp8_e4m3; experimental: e4m3 with a "
+                    "scale per row): element type of the KV / MLA latent cache")
         ->capture_default_str();
     sub->add_option("--max-model-len", e.max_model_len, "longest sequence (prompt + output)")->capture_default_str();
     sub->add_option("--block-size", e.block_size, "KV cache block size in tokens")->capture_default_str();

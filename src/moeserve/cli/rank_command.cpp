@@ -22,6 +22,7 @@
 #include "moeserve/engine/engine_proc_tp.h"
 #include "moeserve/engine/scheduler/policy_pd_hybrid.h"
 #include "moeserve/ipc/auth.h"
+#include "moeserve/model/kv_cache.h"
 #include "moeserve/model/registry.h"
 #include "moeserve/parallel/gloo_comm.h"
 #include "moeserve/parallel/layout.h"
@@ -127,6 +128,9 @@ int run_rank(const RankOptions& o) {
                    o.rank, sizes.world(), mib(info.rank_weight_bytes > 0 ? info.rank_weight_bytes : info.weight_bytes),
                    mib(resident_bytes()), load_s, pool.num_threads());
     MOESERVE_LOG_I(logger, "engine", "rank %d: quantization: %s", o.rank, info.quantization.c_str());
+    const std::string kv_warning =
+        model::kv_cache_dtype_warning(model::parse_kv_cache_dtype(engine.kv_cache_dtype, DType::kBF16));
+    if (!kv_warning.empty()) MOESERVE_LOG_W(logger, "engine", "rank %d: %s", o.rank, kv_warning.c_str());
 
     if (groups.tp_rank != 0) return engine::run_tp_follower(*model, *ctx.tp, logger);
 

@@ -81,7 +81,8 @@ void add_engine_options(CLI::App* sub, EngineOptions& o, bool positional_model) 
         ->check(CLI::IsMember({"fcfs", "priority"}))
         ->capture_default_str();
     sub->add_option("--kv-cache-dtype", o.kv_cache_dtype,
-                    "auto (the checkpoint's dtype: bf16) | bf16 | fp32: element type of the KV / MLA latent cache")
+                    "auto (the checkpoint's dtype: bf16) | bf16 | fp32 | fp8 (fp8_e4m3; experimental: e4m3 with a "
+                    "scale per row): element type of the KV / MLA latent cache")
         ->capture_default_str();
     sub->add_option("--dtype", o.dtype,
                     "auto | bfloat16 (bf16): the checkpoint's bf16 weights; float32 (float, fp32): widened to f32 at "

@@ -1,5 +1,6 @@
 #include "moeserve/core/dtype.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace moeserve {
@@ -107,19 +108,27 @@ float f8e4m3_to_f32(uint8_t v) {
 uint8_t f32_to_f8e4m3(float f) {
     if (std::isnan(f)) return 0x7f;
     const uint8_t sign = std::signbit(f) ? 0x80 : 0;
-    float a = std::fabs(f);
+    const float a = std::fabs(f);
     if (a >= 448.0f) return static_cast<uint8_t>(sign | 0x7e);  // saturate to max finite
-    // Pick the nearest of all 127 non-negative finite codes (ties to even code).
-    uint8_t best = 0;
-    float best_err = a;
-    for (uint8_t c = 1; c <= 0x7e; ++c) {
-        const float err = std::fabs(f8e4m3_to_f32(c) - a);
-        if (err < best_err || (err == best_err && (c & 1) == 0)) {
-            best = c;
-            best_err = err;
-        }
+    if (a < 0.015625f) {
+        // Below the smallest normal 2^-6: multiples of 2^-9 (a * 512 is exact). The nearest one,
+        // ties to even, is its own code: subnormal codes 0..7 are m * 2^-9, and 8 is 2^-6.
+        return static_cast<uint8_t>(sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f)));
     }
-    return static_cast<uint8_t>(sign | best);
+    // Normal: keep 3 mantissa bits, rounding the 20 dropped ones to nearest, ties to even (a
+    // carry into the exponent is the right answer; a < 448 never carries past 448 = 0x7e).
+    uint32_t bits = f32_bits(a);
+    bits += 0x7ffffu + ((bits >> 20) & 1u);
+    const uint32_t exp = (bits >> 23) - 127 + 7;  // 1..15
+    return static_cast<uint8_t>(sign | (exp << 3) | ((bits >> 20) & 0x7u));
+}
+
+float store_f32_row_e4m3(uint8_t* dst, const float* src, int64_t n) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(src[i]));
+    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+    for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_f8e4m3(src[i] / scale);
+    return scale;
 }
 
 }  // namespace moeserve

@@ -57,7 +57,12 @@ uint16_t f32_to_f16(float f);
 
 // OCP FP8 E4M3 ("fn": no infinities, 0x7f/0xff are NaN, max 448), as DeepSeek-V3 uses.
 float f8e4m3_to_f32(uint8_t v);
-// Round to nearest even, saturating to +-448.
+// Round to nearest even, saturating to +-448; NaN -> 0x7f.
 uint8_t f32_to_f8e4m3(float f);
+// An fp8 KV cache row: scale = max |src[i]| / 448 (1 when the row is all zeros), dst[i] =
+// f32_to_f8e4m3(src[i] / scale); returns the scale, and dst[i] * scale reads src[i] back. e4m3
+// keeps 3 mantissa bits: within 2^-4 |src[i]| where src[i] / scale is normal (>= 2^-6), within
+// 2^-10 scale below that.
+float store_f32_row_e4m3(uint8_t* dst, const float* src, int64_t n);
 
 }  // namespace moeserve

@@ -21,8 +21,8 @@ void copy_out(const std::vector<const Tensor*>& tensors, int64_t block, std::byt
         out += n;
     }
 }
-void copy_in(const std::vector<Tensor*>& tensors, int64_t block, const std::byte* in) {
-    for (Tensor* t : tensors) {
+void copy_in(const std::vector<const Tensor*>& tensors, int64_t block, const std::byte* in) {
+    for (const Tensor* t : tensors) {  // a Tensor's data() is writable through a const Tensor
         const size_t n = slice_bytes(*t);
         std::memcpy(static_cast<std::byte*>(t->data()) + n * static_cast<size_t>(block), in, n);
         in += n;
@@ -33,97 +33,137 @@ void check_block(int64_t block, int64_t num_blocks) {
     MOESERVE_CHECK(block >= 0 && block < num_blocks, "KV block {} outside [0, {})", block, num_blocks);
 }
 
+int64_t total_block_bytes(const std::vector<const Tensor*>& tensors) {
+    size_t n = 0;
+    for (const Tensor* t : tensors) n += slice_bytes(*t);
+    return static_cast<int64_t>(n);
+}
+
+bool is_cache_dtype(DType dtype) { return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF8E4M3; }
+
+// The layout's dtype part: fp8 names its scales, so a change of their granularity changes it.
+std::string layout_dtype(DType dtype, const char* fp8_scales) {
+    if (dtype != DType::kF8E4M3) return std::string(dtype_name(dtype));
+    return fmt::format("{} scales=F32/{}", dtype_name(dtype), fp8_scales);
+}
+
 }  // namespace
 
 DType parse_kv_cache_dtype(const std::string& text, DType model_dtype) {
     if (text == "auto" || text.empty()) return model_dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
     if (text == "bf16" || text == "bfloat16") return DType::kBF16;
     if (text == "fp32" || text == "float32" || text == "float") return DType::kF32;
-    if (text.rfind("fp8", 0) == 0) {
-        raise(ErrorCode::kInvalidArgument,
-              "--kv-cache-dtype {}: an fp8 KV cache is not implemented; use auto, bf16 or fp32", text);
-    }
-    raise(ErrorCode::kInvalidArgument, "--kv-cache-dtype {}: expected auto, bf16 (bfloat16) or fp32 (float32)", text);
+    if (text == "fp8" || text == "fp8_e4m3") return DType::kF8E4M3;
+    raise(ErrorCode::kInvalidArgument,
+          "--kv-cache-dtype {}: expected auto, bf16 (bfloat16), fp32 (float32) or fp8 (fp8_e4m3){}", text,
+          text.rfind("fp8", 0) == 0 ? "; fp8 is e4m3 only here" : "");
+}
+
+std::string kv_cache_dtype_warning(DType kv_dtype) {
+    if (kv_dtype != DType::kF8E4M3) return "";
+    return "--kv-cache-dtype fp8 is experimental: keys/values (MLA: latent and rope key) are stored as e4m3 with an "
+           "f32 scale per row, 3 mantissa bits; expect logits to move (docs/performance.md has the measured error)";
 }
 
 GqaKvCache::GqaKvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t num_kv_heads,
                        int64_t head_dim, DType dtype)
     : KvCache(num_blocks, block_size), num_kv_heads_(num_kv_heads), head_dim_(head_dim), dtype_(dtype) {
-    MOESERVE_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, "KV cache dtype {}", dtype_name(dtype));
+    MOESERVE_CHECK(is_cache_dtype(dtype), "KV cache dtype {}", dtype_name(dtype));
     for (int64_t i = 0; i < num_layers; ++i) {
         k_.emplace_back(dtype, Shape{num_blocks, block_size, num_kv_heads, head_dim});
         v_.emplace_back(dtype, Shape{num_blocks, block_size, num_kv_heads, head_dim});
+        if (dtype == DType::kF8E4M3) {
+            k_scale_.emplace_back(DType::kF32, Shape{num_blocks, block_size, num_kv_heads});
+            v_scale_.emplace_back(DType::kF32, Shape{num_blocks, block_size, num_kv_heads});
+        }
     }
 }
 
 kernels::cpu::PagedKvLayer GqaKvCache::layer(int64_t i) {
     const auto idx = static_cast<size_t>(i);
-    return {k_[idx].data(), v_[idx].data(), num_blocks(), block_size(), num_kv_heads_, head_dim_, dtype_};
+    kernels::cpu::PagedKvLayer out{k_[idx].data(), v_[idx].data(), num_blocks(), block_size(),
+                                   num_kv_heads_,  head_dim_,      dtype_};
+    if (dtype_ == DType::kF8E4M3) {
+        out.k_scale = k_scale_[idx].as<float>();
+        out.v_scale = v_scale_[idx].as<float>();
+    }
+    return out;
 }
 
-int64_t GqaKvCache::block_bytes() const {
-    return 2 * static_cast<int64_t>(k_.size()) * block_size() * num_kv_heads_ * head_dim_ *
-           static_cast<int64_t>(dtype_size(dtype_));
+std::vector<const Tensor*> GqaKvCache::tensors() const {
+    std::vector<const Tensor*> out;
+    out.reserve(4 * k_.size());
+    for (size_t l = 0; l < k_.size(); ++l) {
+        out.insert(out.end(), {&k_[l], &v_[l]});
+        if (dtype_ == DType::kF8E4M3) out.insert(out.end(), {&k_scale_[l], &v_scale_[l]});
+    }
+    return out;
 }
+
+int64_t GqaKvCache::block_bytes() const { return total_block_bytes(tensors()); }
 
 void GqaKvCache::read_block(int64_t block, std::byte* out) const {
     check_block(block, num_blocks());
-    std::vector<const Tensor*> tensors;
-    for (size_t l = 0; l < k_.size(); ++l) tensors.insert(tensors.end(), {&k_[l], &v_[l]});
-    copy_out(tensors, block, out);
+    copy_out(tensors(), block, out);
 }
 
 void GqaKvCache::write_block(int64_t block, const std::byte* in) {
     check_block(block, num_blocks());
-    std::vector<Tensor*> tensors;
-    for (size_t l = 0; l < k_.size(); ++l) tensors.insert(tensors.end(), {&k_[l], &v_[l]});
-    copy_in(tensors, block, in);
+    copy_in(tensors(), block, in);
 }
 
 std::string GqaKvCache::layout() const {
     return fmt::format("gqa layers={} block_size={} kv_heads={} head_dim={} dtype={}", k_.size(), block_size(),
-                       num_kv_heads_, head_dim_, dtype_name(dtype_));
+                       num_kv_heads_, head_dim_, layout_dtype(dtype_, "token/kv_head"));
 }
 
 MlaKvCache::MlaKvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_lora_rank,
                        int64_t rope_dim, DType dtype)
     : KvCache(num_blocks, block_size), kv_lora_rank_(kv_lora_rank), rope_dim_(rope_dim), dtype_(dtype) {
-    MOESERVE_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, "latent cache dtype {}", dtype_name(dtype));
+    MOESERVE_CHECK(is_cache_dtype(dtype), "latent cache dtype {}", dtype_name(dtype));
     for (int64_t i = 0; i < num_layers; ++i) {
         cache_.emplace_back(dtype, Shape{num_blocks, block_size, kv_lora_rank + rope_dim});
+        if (dtype == DType::kF8E4M3) scale_.emplace_back(DType::kF32, Shape{num_blocks, block_size, 2});
     }
 }
 
 kernels::cpu::PagedLatentLayer MlaKvCache::layer(int64_t i) {
-    return {cache_[static_cast<size_t>(i)].data(), num_blocks(), block_size(), kv_lora_rank_, rope_dim_, dtype_};
+    const auto idx = static_cast<size_t>(i);
+    kernels::cpu::PagedLatentLayer out{cache_[idx].data(), num_blocks(), block_size(),
+                                       kv_lora_rank_,      rope_dim_,    dtype_};
+    if (dtype_ == DType::kF8E4M3) out.scale = scale_[idx].as<float>();
+    return out;
 }
 
 }  // namespace moeserve::model
 
 namespace moeserve::model {
 
-int64_t MlaKvCache::block_bytes() const {
-    return static_cast<int64_t>(cache_.size()) * block_size() * (kv_lora_rank_ + rope_dim_) *
-           static_cast<int64_t>(dtype_size(dtype_));
+std::vector<const Tensor*> MlaKvCache::tensors() const {
+    std::vector<const Tensor*> out;
+    out.reserve(2 * cache_.size());
+    for (size_t l = 0; l < cache_.size(); ++l) {
+        out.push_back(&cache_[l]);
+        if (dtype_ == DType::kF8E4M3) out.push_back(&scale_[l]);
+    }
+    return out;
 }
+
+int64_t MlaKvCache::block_bytes() const { return total_block_bytes(tensors()); }
 
 void MlaKvCache::read_block(int64_t block, std::byte* out) const {
     check_block(block, num_blocks());
-    std::vector<const Tensor*> tensors;
-    for (const auto& t : cache_) tensors.push_back(&t);
-    copy_out(tensors, block, out);
+    copy_out(tensors(), block, out);
 }
 
 void MlaKvCache::write_block(int64_t block, const std::byte* in) {
     check_block(block, num_blocks());
-    std::vector<Tensor*> tensors;
-    for (auto& t : cache_) tensors.push_back(&t);
-    copy_in(tensors, block, in);
+    copy_in(tensors(), block, in);
 }
 
 std::string MlaKvCache::layout() const {
     return fmt::format("mla layers={} block_size={} kv_lora_rank={} rope_dim={} dtype={}", cache_.size(), block_size(),
-                       kv_lora_rank_, rope_dim_, dtype_name(dtype_));
+                       kv_lora_rank_, rope_dim_, layout_dtype(dtype_, "token/(latent, rope)"));
 }
 
 }  // namespace moeserve::model

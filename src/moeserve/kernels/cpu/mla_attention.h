@@ -4,9 +4,13 @@
 // weighted sum of the latents. W_UK / W_UV (the per-head halves of kv_b_proj) are applied before
 // and after the attention by mla_absorb_q and mla_expand_v.
 //
-// Latent cache of one layer, f32 or bf16 (--kv-cache-dtype; bf16 rounded to nearest even when
-// written, widened exactly when read):
+// Latent cache of one layer, f32, bf16 or fp8 e4m3 (--kv-cache-dtype; bf16 rounded to nearest
+// even when written, widened exactly when read):
 //   cache [num_blocks, block_size, kv_lora_rank + rope_dim]   row = [latent, k_pe after RoPE]
+//   scale [num_blocks, block_size, 2] f32, fp8 only: the latent's scale, then k_pe's
+// fp8 quantizes the latent and k_pe of a row each with its own scale (max |value| / 448, see
+// store_f32_row_e4m3 in core/dtype.h): k_pe (after RoPE, not normalized) and the normalized latent
+// have different ranges. A value reads back as code * scale (widened exactly, multiplied in f32).
 // Sequences, query_start, seq_lens and block tables as in paged_attention.h (causal; query i of a
 // sequence with q_len new tokens sits at position seq_len - q_len + i).
 #pragma once
@@ -24,13 +28,14 @@ struct PagedLatentLayer {
     int64_t block_size;
     int64_t kv_lora_rank;
     int64_t rope_dim;
-    DType dtype = DType::kF32;  // kF32 or kBF16
+    DType dtype = DType::kF32;  // kF32, kBF16 or kF8E4M3
+    float* scale = nullptr;     // kF8E4M3: [num_blocks, block_size, 2] (latent, k_pe)
 
     int64_t row_dim() const { return kv_lora_rank + rope_dim; }
 };
 
 // Writes rows f32 [num_tokens, kv_lora_rank + rope_dim] at slot_mapping[t], converted to the
-// cache's dtype; a negative slot skips the token.
+// cache's dtype (fp8: the latent and k_pe each with their scale); a negative slot skips the token.
 void write_latent(const PagedLatentLayer& kv, const float* rows, int64_t num_tokens, const int64_t* slot_mapping);
 
 // Reads positions [begin, end) of one sequence (block table `table`) back as f32 rows

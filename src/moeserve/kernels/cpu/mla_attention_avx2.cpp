@@ -3,13 +3,16 @@
 // loaded once for kHeads dot products and kHeads weighted sums (online softmax per head).
 // Missing heads of the last group attend with a zero query into a scratch output.
 // Absorption: per head (threads split the heads), register-blocked axpy / dot over the rank.
-// The cache element T is float or bf16 (uint16_t, widened by simd::load8); f32 arithmetic after
-// the load. Attention has no scalar dispatch level: this code serves every ISA level.
+// The cache element T is float, bf16 (uint16_t) or fp8 e4m3 (simd::E4m3), widened by simd::load8;
+// f32 arithmetic after the load. An fp8 row's two scales (latent, k_pe; times simd::kE4m3Unit)
+// multiply the two halves of its score, and the latent's is folded into the row's softmax weight.
+// Attention has no scalar dispatch level: this code serves every ISA level.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "moeserve/core/error.h"
@@ -23,30 +26,47 @@ constexpr int64_t kTile = 32;  // cached rows per tile
 constexpr int kHeads = 8;      // heads sharing each tile
 
 template <typename T>
+constexpr bool kScaled = std::is_same_v<T, simd::E4m3>;  // rows carry scales (fp8)
+
+template <typename T>
 struct Tile {
     const T* rows[kTile];
     alignas(32) float p[kHeads][kTile];
+    // fp8: per row, the factors of its widened latent and k_pe (scale * kE4m3Unit).
+    float lf[kTile], rf[kTile];
 };
 
-// p[u][j] = dot(q[u], rows[j]) * scale over dk values, j < n.
+// s[u] = dot(q[u][x0, x1), row[x0, x1)) for the kHeads queries.
 template <typename T>
-void tile_scores(const float* const* q, int64_t dk, Tile<T>& t, int64_t n, float scale) {
-    for (int64_t j = 0; j < n; ++j) {
-        const T* row = t.rows[j];
-        __m256 a[kHeads];
-        for (int u = 0; u < kHeads; ++u) a[u] = _mm256_setzero_ps();
-        int64_t x = 0;
-        for (; x + 8 <= dk; x += 8) {
-            const __m256 r = simd::load8(row + x);
+void dot_heads(const float* const* q, const T* row, int64_t x0, int64_t x1, float* s) {
+    __m256 a[kHeads];
+    for (int u = 0; u < kHeads; ++u) a[u] = _mm256_setzero_ps();
+    int64_t x = x0;
+    for (; x + 8 <= x1; x += 8) {
+        const __m256 r = simd::load8(row + x);
 #pragma GCC unroll 8
-            for (int u = 0; u < kHeads; ++u) a[u] = _mm256_fmadd_ps(_mm256_loadu_ps(q[u] + x), r, a[u]);
-        }
+        for (int u = 0; u < kHeads; ++u) a[u] = _mm256_fmadd_ps(_mm256_loadu_ps(q[u] + x), r, a[u]);
+    }
+    _mm256_storeu_ps(s, simd::hsum8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]));
+    for (; x < x1; ++x) {
+        for (int u = 0; u < kHeads; ++u) s[u] += q[u][x] * simd::to_f32(row[x]);
+    }
+}
+
+// p[u][j] = dot(q[u], rows[j]) * scale over dk values (the first rank of them the latent), j < n.
+template <typename T>
+void tile_scores(const float* const* q, int64_t dk, int64_t rank, Tile<T>& t, int64_t n, float scale) {
+    for (int64_t j = 0; j < n; ++j) {
         alignas(32) float s[kHeads];
-        _mm256_store_ps(s, simd::hsum8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]));
-        for (; x < dk; ++x) {
-            for (int u = 0; u < kHeads; ++u) s[u] += q[u][x] * simd::to_f32(row[x]);
+        if constexpr (kScaled<T>) {  // the latent and k_pe apart, each times its factor
+            alignas(32) float sr[kHeads];
+            dot_heads(q, t.rows[j], 0, rank, s);
+            dot_heads(q, t.rows[j], rank, dk, sr);
+            for (int u = 0; u < kHeads; ++u) t.p[u][j] = (s[u] * t.lf[j] + sr[u] * t.rf[j]) * scale;
+        } else {
+            dot_heads(q, t.rows[j], 0, dk, s);
+            for (int u = 0; u < kHeads; ++u) t.p[u][j] = s[u] * scale;
         }
-        for (int u = 0; u < kHeads; ++u) t.p[u][j] = s[u] * scale;
     }
 }
 
@@ -147,9 +167,14 @@ void run_mla_attention(ThreadPool& pool, const PagedLatentLayer& kv, const MlaAt
                 const int64_t n = std::min(kTile, pos + 1 - j0);
                 for (int64_t j = 0; j < n; ++j) {
                     const int64_t p = j0 + j;
-                    tile.rows[j] = cache + (int64_t{table[p / kv.block_size]} * kv.block_size + p % kv.block_size) * dk;
+                    const int64_t slot = int64_t{table[p / kv.block_size]} * kv.block_size + p % kv.block_size;
+                    tile.rows[j] = cache + slot * dk;
+                    if constexpr (kScaled<T>) {
+                        tile.lf[j] = kv.scale[2 * slot] * simd::kE4m3Unit;
+                        tile.rf[j] = kv.scale[2 * slot + 1] * simd::kE4m3Unit;
+                    }
                 }
-                tile_scores(q, dk, tile, n, a.scale);
+                tile_scores(q, dk, dv, tile, n, a.scale);
                 for (int u = 0; u < kHeads; ++u) {
                     float* p = tile.p[u];
                     float mt = -INFINITY;
@@ -164,6 +189,9 @@ void run_mla_attention(ThreadPool& pool, const PagedLatentLayer& kv, const MlaAt
                         lt += simd::hsum(e);
                     }
                     for (; j < n; ++j) lt += p[j] = std::exp(p[j] - m_new);
+                    if constexpr (kScaled<T>) {  // each latent row's factor, folded into its weight
+                        for (j = 0; j < n; ++j) p[j] *= tile.lf[j];
+                    }
                     l[u] = l[u] * alpha[u] + lt;
                     m[u] = m_new;
                 }
@@ -182,23 +210,44 @@ void run_mla_attention(ThreadPool& pool, const PagedLatentLayer& kv, const MlaAt
 }  // namespace
 
 void write_latent(const PagedLatentLayer& kv, const float* rows, int64_t num_tokens, const int64_t* slot_mapping) {
-    const int64_t d = kv.row_dim();
+    const int64_t d = kv.row_dim(), r = kv.kv_lora_rank;
     const size_t esize = dtype_size(kv.dtype);
     auto* cache = static_cast<std::byte*>(kv.cache);
     for (int64_t t = 0; t < num_tokens; ++t) {
         const int64_t slot = slot_mapping[t];
         if (slot < 0) continue;
         MOESERVE_DCHECK(slot < kv.num_blocks * kv.block_size, "write_latent: slot {} out of range", slot);
+        if (kv.dtype == DType::kF8E4M3) {  // the latent and k_pe each with their scale
+            auto* dst = reinterpret_cast<uint8_t*>(cache) + slot * d;
+            kv.scale[2 * slot] = store_f32_row_e4m3(dst, rows + t * d, r);
+            kv.scale[2 * slot + 1] = store_f32_row_e4m3(dst + r, rows + t * d + r, d - r);
+            continue;
+        }
         store_f32_row(cache + size_t(slot * d) * esize, kv.dtype, rows + t * d, d);
     }
 }
+
+namespace {
+// out[x] = value of src[x] * factor for x < n (the widened codes times the row's scale * kE4m3Unit).
+void widen_e4m3(const simd::E4m3* src, int64_t n, float factor, float* out) {
+    const __m256 f = _mm256_set1_ps(factor);
+    int64_t x = 0;
+    for (; x + 8 <= n; x += 8) _mm256_storeu_ps(out + x, _mm256_mul_ps(simd::load8(src + x), f));
+    for (; x < n; ++x) out[x] = simd::to_f32(src[x]) * factor;
+}
+}  // namespace
 
 void read_latent(const PagedLatentLayer& kv, const int32_t* table, int64_t begin, int64_t end, float* out) {
     const int64_t d = kv.row_dim();
     for (int64_t j = begin; j < end; ++j) {
         const int64_t off = (int64_t{table[j / kv.block_size]} * kv.block_size + j % kv.block_size) * d;
         float* o = out + (j - begin) * d;
-        if (kv.dtype == DType::kBF16) {
+        if (kv.dtype == DType::kF8E4M3) {
+            const int64_t slot = off / d, r = kv.kv_lora_rank;
+            const auto* src = static_cast<const simd::E4m3*>(kv.cache) + off;
+            widen_e4m3(src, r, kv.scale[2 * slot] * simd::kE4m3Unit, o);
+            widen_e4m3(src + r, d - r, kv.scale[2 * slot + 1] * simd::kE4m3Unit, o + r);
+        } else if (kv.dtype == DType::kBF16) {
             const uint16_t* src = static_cast<const uint16_t*>(kv.cache) + off;
             int64_t x = 0;
             for (; x + 8 <= d; x += 8) _mm256_storeu_ps(o + x, simd::load8(src + x));
@@ -210,9 +259,12 @@ void read_latent(const PagedLatentLayer& kv, const int32_t* table, int64_t begin
 }
 
 void mla_attention(ThreadPool& pool, const PagedLatentLayer& kv, const MlaAttentionArgs& a) {
-    MOESERVE_CHECK(kv.dtype == DType::kF32 || kv.dtype == DType::kBF16, "mla_attention: latent cache dtype {}",
-                   dtype_name(kv.dtype));
-    if (kv.dtype == DType::kBF16) {
+    MOESERVE_CHECK(kv.dtype == DType::kF32 || kv.dtype == DType::kBF16 || kv.dtype == DType::kF8E4M3,
+                   "mla_attention: latent cache dtype {}", dtype_name(kv.dtype));
+    if (kv.dtype == DType::kF8E4M3) {
+        MOESERVE_CHECK(kv.scale != nullptr, "mla_attention: an fp8 latent cache without scales");
+        run_mla_attention<simd::E4m3>(pool, kv, a);
+    } else if (kv.dtype == DType::kBF16) {
         run_mla_attention<uint16_t>(pool, kv, a);
     } else {
         run_mla_attention<float>(pool, kv, a);

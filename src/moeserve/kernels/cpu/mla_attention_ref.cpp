@@ -12,9 +12,13 @@ float weight_at(const MlaKvB& w, int64_t h, int64_t row, int64_t col) {
     const int64_t idx = (h * (w.nope_dim + w.v_dim) + row) * w.kv_lora_rank + col;
     return w.w_bf16 ? bf16_to_f32(w.w_bf16[idx]) : w.w_f32[idx];
 }
-// Element i of a latent cache of `dtype` (f32 or bf16).
+// Element i of a latent cache of kv.dtype (fp8: times its row's latent or k_pe scale).
 double cache_at(const PagedLatentLayer& kv, int64_t i) {
     if (kv.dtype == DType::kBF16) return double(bf16_to_f32(static_cast<const uint16_t*>(kv.cache)[i]));
+    if (kv.dtype == DType::kF8E4M3) {
+        const int64_t row = i / kv.row_dim(), part = i % kv.row_dim() < kv.kv_lora_rank ? 0 : 1;
+        return double(f8e4m3_to_f32(static_cast<const uint8_t*>(kv.cache)[i])) * double(kv.scale[row * 2 + part]);
+    }
     return double(static_cast<const float*>(kv.cache)[i]);
 }
 }  // namespace

@@ -1,8 +1,12 @@
 // Causal attention over a paged KV cache (GQA), for prefill chunks and decode alike.
 //
-// KV cache of one layer, f32 or bf16 (--kv-cache-dtype; bf16 rows are rounded to nearest even
-// when written and widened exactly to f32 when read; the arithmetic stays f32):
+// KV cache of one layer, f32, bf16 or fp8 e4m3 (--kv-cache-dtype; bf16 rows are rounded to
+// nearest even when written and widened exactly to f32 when read; the arithmetic stays f32):
 //   k_cache, v_cache [num_blocks, block_size, num_kv_heads, head_dim]
+//   k_scale, v_scale [num_blocks, block_size, num_kv_heads] f32, fp8 only
+// An fp8 row (one token's head_dim values of one kv head) holds e4m3 codes of value / scale with
+// scale = the row's max |value| / 448 (store_f32_row_e4m3 in core/dtype.h); it reads back as
+// code * scale, widened exactly and then multiplied in f32.
 // A sequence's token at position p lives in block block_table[p / block_size], row p % block_size.
 // Block 0 is never handed to a sequence (the engine's null block).
 //
@@ -26,12 +30,14 @@ struct PagedKvLayer {
     int64_t block_size;
     int64_t num_kv_heads;
     int64_t head_dim;
-    DType dtype = DType::kF32;  // kF32 or kBF16
+    DType dtype = DType::kF32;  // kF32, kBF16 or kF8E4M3
+    float* k_scale = nullptr;   // kF8E4M3: [num_blocks, block_size, num_kv_heads]
+    float* v_scale = nullptr;   // kF8E4M3: [num_blocks, block_size, num_kv_heads]
 };
 
 // Writes k, v f32 [num_tokens, num_kv_heads, head_dim] into the cache at slot_mapping[t]
-// (= block_id * block_size + row), converted to the cache's dtype. A negative slot skips the
-// token (padding).
+// (= block_id * block_size + row), converted to the cache's dtype (fp8: each row quantized with
+// its own scale, stored in k_scale / v_scale). A negative slot skips the token (padding).
 void write_kv(const PagedKvLayer& kv, const float* k, const float* v, int64_t num_tokens, const int64_t* slot_mapping);
 
 struct PagedAttentionArgs {

@@ -3,14 +3,17 @@
 // a token, then consecutive tokens) and, per group, tiles of kTile keys with an online softmax
 // (running max m, sum l, accumulator rescaled by exp(m_old - m_new)); the group shares each
 // tile's K/V loads. Scores of 8 keys come out of one transpose-reduce (hsum8). write_kv copies
-// new keys/values into their slots. The cache element T is float or bf16 (uint16_t, widened to
-// f32 on load by simd::load8); everything after the load is f32 either way. This code serves
-// every ISA level (the ref level included: attention has no scalar dispatch level).
+// new keys/values into their slots. The cache element T is float, bf16 (uint16_t) or fp8 e4m3
+// (simd::E4m3), widened to f32 on load by simd::load8; everything after the load is f32. An fp8
+// row's scale (times simd::kE4m3Unit) multiplies the score of its key and, folded into the
+// softmax weight, its value row, so the inner loops only widen. This code serves every ISA level
+// (the ref level included: attention has no scalar dispatch level).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "moeserve/core/error.h"
@@ -25,10 +28,16 @@ constexpr int64_t kQueries = 4;  // queries sharing each key tile (GQA heads and
 constexpr int64_t kChunk = 16;   // query tokens per work item
 
 template <typename T>
+constexpr bool kScaled = std::is_same_v<T, simd::E4m3>;  // rows carry a scale (fp8)
+
+template <typename T>
 struct Tile {
     const T* k[kTile];
     const T* v[kTile];
     alignas(32) float p[kQueries][kTile];
+    // fp8: per key, the factor its widened K / V row is multiplied by (scale * kE4m3Unit).
+    alignas(32) float kf[kTile];
+    alignas(32) float vf[kTile];
 };
 
 // p[j] = dot(q, k[j]) * scale for j < n.
@@ -44,7 +53,8 @@ void tile_scores(const float* q, int64_t d, const Tile<T>& t, int64_t n, float s
 #pragma GCC unroll 8
                 for (int u = 0; u < 8; ++u) a[u] = _mm256_fmadd_ps(qv, simd::load8(t.k[j + u] + x), a[u]);
             }
-            const __m256 s = simd::hsum8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+            __m256 s = simd::hsum8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+            if constexpr (kScaled<T>) s = _mm256_mul_ps(s, _mm256_load_ps(t.kf + j));
             _mm256_store_ps(p + j, _mm256_mul_ps(s, _mm256_set1_ps(scale)));
         }
     }
@@ -54,6 +64,7 @@ void tile_scores(const float* q, int64_t d, const Tile<T>& t, int64_t n, float s
         for (; x + 8 <= d; x += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + x), simd::load8(t.k[j] + x), a);
         float s = simd::hsum(a);
         for (; x < d; ++x) s += q[x] * simd::to_f32(t.k[j][x]);
+        if constexpr (kScaled<T>) s *= t.kf[j];
         p[j] = s * scale;
     }
 }
@@ -139,7 +150,7 @@ void prefetch_tile(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, in
 // Each query g.q[qi] attends keys [0, g.pos[qi]] of kv head kvh; writes g.out[qi].
 template <typename T>
 void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, float scale, Tile<T>& t, Group& g) {
-    const int64_t d = kv.head_dim, bs = kv.block_size, row_stride = kv.num_kv_heads * d;
+    const int64_t d = kv.head_dim, bs = kv.block_size;
     const T* k_cache = static_cast<const T*>(kv.k_cache);
     const T* v_cache = static_cast<const T*>(kv.v_cache);
     const int64_t nq = g.nq;
@@ -155,9 +166,13 @@ void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, flo
         // Walk block/row incrementally: a division per key cost as much as its dot product.
         int64_t blk = j0 / bs, row = j0 % bs;
         for (int64_t j = 0; j < n; ++j) {
-            const int64_t off = (int64_t{table[blk]} * bs + row) * row_stride + kvh * d;
-            t.k[j] = k_cache + off;
-            t.v[j] = v_cache + off;
+            const int64_t head_row = (int64_t{table[blk]} * bs + row) * kv.num_kv_heads + kvh;
+            t.k[j] = k_cache + head_row * d;
+            t.v[j] = v_cache + head_row * d;
+            if constexpr (kScaled<T>) {
+                t.kf[j] = kv.k_scale[head_row] * simd::kE4m3Unit;
+                t.vf[j] = kv.v_scale[head_row] * simd::kE4m3Unit;
+            }
             if (++row == bs) {
                 row = 0;
                 ++blk;
@@ -187,6 +202,9 @@ void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, flo
             }
             for (; j < nv; ++j) lt += p[j] = std::exp(p[j] - m_new);
             std::fill(p + nv, p + n, 0.0f);  // causal mask inside the tile
+            if constexpr (kScaled<T>) {      // each value row's factor, folded into its weight
+                for (j = 0; j < nv; ++j) p[j] *= t.vf[j];
+            }
             g.l[qi] = g.l[qi] * alpha[qi] + lt;
             g.m[qi] = m_new;
         }
@@ -255,6 +273,16 @@ void write_kv(const PagedKvLayer& kv, const float* k, const float* v, int64_t nu
         const int64_t slot = slot_mapping[t];
         if (slot < 0) continue;
         MOESERVE_DCHECK(slot < kv.num_blocks * kv.block_size, "write_kv: slot {} out of range", slot);
+        if (kv.dtype == DType::kF8E4M3) {  // one scale per kv head's row
+            for (int64_t h = 0; h < kv.num_kv_heads; ++h) {
+                const int64_t head_row = slot * kv.num_kv_heads + h, src = t * row + h * kv.head_dim;
+                kv.k_scale[head_row] = store_f32_row_e4m3(reinterpret_cast<uint8_t*>(k_cache) + head_row * kv.head_dim,
+                                                          k + src, kv.head_dim);
+                kv.v_scale[head_row] = store_f32_row_e4m3(reinterpret_cast<uint8_t*>(v_cache) + head_row * kv.head_dim,
+                                                          v + src, kv.head_dim);
+            }
+            continue;
+        }
         store_f32_row(k_cache + size_t(slot * row) * esize, kv.dtype, k + t * row, row);
         store_f32_row(v_cache + size_t(slot * row) * esize, kv.dtype, v + t * row, row);
     }
@@ -263,9 +291,12 @@ void write_kv(const PagedKvLayer& kv, const float* k, const float* v, int64_t nu
 void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttentionArgs& a) {
     MOESERVE_CHECK(a.num_heads % kv.num_kv_heads == 0, "paged_attention: num_heads={} num_kv_heads={}", a.num_heads,
                    kv.num_kv_heads);
-    MOESERVE_CHECK(kv.dtype == DType::kF32 || kv.dtype == DType::kBF16, "paged_attention: KV cache dtype {}",
-                   dtype_name(kv.dtype));
-    if (kv.dtype == DType::kBF16) {
+    MOESERVE_CHECK(kv.dtype == DType::kF32 || kv.dtype == DType::kBF16 || kv.dtype == DType::kF8E4M3,
+                   "paged_attention: KV cache dtype {}", dtype_name(kv.dtype));
+    if (kv.dtype == DType::kF8E4M3) {
+        MOESERVE_CHECK(kv.k_scale != nullptr && kv.v_scale != nullptr, "paged_attention: an fp8 cache without scales");
+        run_paged_attention<simd::E4m3>(pool, kv, a);
+    } else if (kv.dtype == DType::kBF16) {
         run_paged_attention<uint16_t>(pool, kv, a);
     } else {
         run_paged_attention<float>(pool, kv, a);

@@ -7,9 +7,12 @@
 
 namespace moeserve::kernels::cpu {
 namespace {
-// Element i of a cache of `dtype` (f32 or bf16) as a double.
-double cache_at(const void* cache, DType dtype, int64_t i) {
-    if (dtype == DType::kBF16) return double(bf16_to_f32(static_cast<const uint16_t*>(cache)[i]));
+// Element i of a cache (k or v, with its fp8 row scales) of kv.dtype as a double.
+double cache_at(const PagedKvLayer& kv, const void* cache, const float* scales, int64_t i) {
+    if (kv.dtype == DType::kBF16) return double(bf16_to_f32(static_cast<const uint16_t*>(cache)[i]));
+    if (kv.dtype == DType::kF8E4M3) {
+        return double(f8e4m3_to_f32(static_cast<const uint8_t*>(cache)[i])) * double(scales[i / kv.head_dim]);
+    }
     return double(static_cast<const float*>(cache)[i]);
 }
 }  // namespace
@@ -34,7 +37,7 @@ void paged_attention_ref(const PagedKvLayer& kv, const PagedAttentionArgs& a) {
                 for (int64_t p = 0; p <= pos; ++p) {
                     const int64_t kr = row(p);
                     double dot = 0;
-                    for (int64_t x = 0; x < d; ++x) dot += double(q[x]) * cache_at(kv.k_cache, kv.dtype, kr + x);
+                    for (int64_t x = 0; x < d; ++x) dot += double(q[x]) * cache_at(kv, kv.k_cache, kv.k_scale, kr + x);
                     sc[size_t(p)] = dot * double(a.scale);
                     mx = std::max(mx, sc[size_t(p)]);
                 }
@@ -44,7 +47,7 @@ void paged_attention_ref(const PagedKvLayer& kv, const PagedAttentionArgs& a) {
                 for (int64_t x = 0; x < d; ++x) {
                     double acc = 0;
                     for (int64_t p = 0; p <= pos; ++p)
-                        acc += sc[size_t(p)] * cache_at(kv.v_cache, kv.dtype, row(p) + x);
+                        acc += sc[size_t(p)] * cache_at(kv, kv.v_cache, kv.v_scale, row(p) + x);
                     o[x] = float(acc / sum);
                 }
             }

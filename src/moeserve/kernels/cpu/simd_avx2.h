@@ -1,5 +1,5 @@
-// Internal AVX2/FMA helpers shared by the *_avx2.cpp kernels: bf16 -> f32 loads, horizontal sums
-// and a vectorized exp. Not part of the kernels' public API; depends on <immintrin.h> only.
+// Internal AVX2/FMA helpers shared by the *_avx2.cpp kernels: bf16 and e4m3 -> f32 loads,
+// horizontal sums and a vectorized exp. Not part of the kernels' public API; depends on <immintrin.h> only.
 #pragma once
 
 #include <immintrin.h>
@@ -22,6 +22,31 @@ inline float to_f32(uint16_t h) {
     return f;
 }
 inline float to_f32(float f) { return f; }
+
+// An fp8 e4m3 ("fn") code of an fp8 KV cache, as its own type so that load8 / to_f32 overload on it.
+struct E4m3 {
+    uint8_t bits;
+};
+// e4m3 widens through f16 (F16C, part of x86-64-v3): the sign goes to bit 15 and the 7 magnitude
+// bits (exponent, mantissa) to bits 7..13, i.e. the low 4 bits of f16's 5-bit exponent and the top
+// 3 of its mantissa. With f16's exponent bias 15 against e4m3's 7 that f16 is the e4m3 value times
+// 2^-8, exactly, for normals and subnormals alike (f16 subnormals are m * 2^-24, e4m3's m * 2^-9).
+// So these return value * 2^-8; callers multiply by kE4m3Unit times the row's scale, once per row
+// where they can. The NaN codes 0x7f / 0xff (never written: writes saturate) come out finite.
+inline constexpr float kE4m3Unit = 256.0f;
+
+// 8 e4m3 -> 8 f32 (times 2^-8): each byte into the high half of a 16-bit lane, an arithmetic shift
+// right by one puts the magnitude at bits 7..13 and copies the sign into bits 15 and 14, and the
+// mask clears bit 14.
+inline __m256 load8(const E4m3* p) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    const __m128i h = _mm_unpacklo_epi8(_mm_setzero_si128(), b);
+    return _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(h, 1), _mm_set1_epi16(static_cast<int16_t>(0xbfff))));
+}
+inline float to_f32(E4m3 v) {
+    const auto h = static_cast<uint16_t>(((v.bits & 0x80u) << 8) | ((v.bits & 0x7fu) << 7));
+    return _cvtsh_ss(h);
+}
 
 inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
