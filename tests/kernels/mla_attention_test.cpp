@@ -39,6 +39,18 @@ Batch make_batch(int64_t block_size, int64_t num_blocks) {
     return b;
 }
 
+// read_latent of sequence A's positions [3, 41) through its table equals `expected` f32 [slots,
+// row] at each position's slot, exactly.
+void expect_read_latent_exact(const PagedLatentLayer& kv, const Batch& b, const float* expected) {
+    const int64_t row = kv.kv_lora_rank + kv.rope_dim;
+    test::Floats back((41 - 3) * row);
+    read_latent(kv, b.tables.data(), 3, 41, back.data());
+    for (int64_t j = 3; j < 41; ++j) {
+        const int64_t slot = int64_t{b.tables[size_t(j / kv.block_size)]} * kv.block_size + j % kv.block_size;
+        for (int64_t x = 0; x < row; ++x) ASSERT_EQ(back[(j - 3) * row + x], expected[slot * row + x]);
+    }
+}
+
 TEST(MlaAttentionTest, MatchesReference) {
     std::mt19937 rng(3);
     for (const Case& c : {Case{4, 32, 16, 16}, Case{16, 256, 32, 16}, Case{3, 20, 6, 5}, Case{9, 64, 8, 1}}) {
@@ -82,13 +94,7 @@ TEST(MlaAttentionTest, Bf16CacheMatchesReferenceOfRoundedRows) {
         write_latent(kv, rows.data(), n, slots.data());
         for (int64_t i = 0; i < n * row; ++i) rounded[i] = bf16_to_f32(f32_to_bf16(rows[i]));
         const PagedLatentLayer kv32{rounded.data(), num_blocks, c.block_size, c.rank, c.rope};
-        // read_latent of sequence A's positions [3, 41) through its table
-        test::Floats back((41 - 3) * row);
-        read_latent(kv, b.tables.data(), 3, 41, back.data());
-        for (int64_t j = 3; j < 41; ++j) {
-            const int64_t slot = int64_t{b.tables[size_t(j / c.block_size)]} * c.block_size + j % c.block_size;
-            for (int64_t x = 0; x < row; ++x) ASSERT_EQ(back[(j - 3) * row + x], rounded[slot * row + x]);
-        }
+        expect_read_latent_exact(kv, b, rounded.data());
         test::Floats out(t * c.heads * c.rank), ref(t * c.heads * c.rank), ref16(t * c.heads * c.rank);
         MlaAttentionArgs args{q.data(),        ref.data(),   t,   c.heads, 2, b.query_start.data(), b.seq_lens.data(),
                               b.tables.data(), b.max_blocks, 0.3f};
@@ -140,12 +146,7 @@ TEST(MlaAttentionTest, Fp8CacheMatchesReferenceOfDequantizedRows) {
             }
         }
         const PagedLatentLayer kv32{deq.data(), num_blocks, c.block_size, c.rank, c.rope};
-        test::Floats back((41 - 3) * row);
-        read_latent(kv, b.tables.data(), 3, 41, back.data());
-        for (int64_t j = 3; j < 41; ++j) {
-            const int64_t slot = int64_t{b.tables[size_t(j / c.block_size)]} * c.block_size + j % c.block_size;
-            for (int64_t x = 0; x < row; ++x) ASSERT_EQ(back[(j - 3) * row + x], deq[slot * row + x]);
-        }
+        expect_read_latent_exact(kv, b, deq.data());
         for (bool causal : {true, false}) {
             SCOPED_TRACE(causal ? "causal" : "non-causal");
             const int64_t no = t * c.heads * c.rank, nl = t * c.heads;
