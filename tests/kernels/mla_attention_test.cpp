@@ -79,7 +79,6 @@ TEST(MlaAttentionTest, MatchesReference) {
 // reference over an f32 cache holding the same bf16-rounded rows; read_latent widens exactly.
 TEST(MlaAttentionTest, Bf16CacheMatchesReferenceOfRoundedRows) {
     std::mt19937 rng(4);
-    const Isa saved = active_isa();
     for (const Case& c : {Case{4, 32, 16, 16}, Case{3, 20, 6, 5}, Case{16, 512, 64, 16}}) {
         const int64_t num_blocks = 2 * ((41 + c.block_size - 1) / c.block_size) + 2;
         const Batch b = make_batch(c.block_size, num_blocks);
@@ -103,15 +102,12 @@ TEST(MlaAttentionTest, Bf16CacheMatchesReferenceOfRoundedRows) {
         mla_attention_ref(kv, args);
         test::expect_close(ref16.data(), ref.data(), t * c.heads * c.rank, 1e-6f, "mla_attention_ref bf16");
         args.out = out.data();
-        for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512}) {
-            if (!isa_supported(isa)) continue;
-            set_active_isa(isa);
+        test::for_each_isa([&](Isa isa) {
             ThreadPool pool(2);
             mla_attention(pool, kv, args);
             test::expect_close(out.data(), ref.data(), t * c.heads * c.rank, 2e-6f, isa_name(isa));
-        }
+        });
     }
-    set_active_isa(saved);
 }
 
 // An fp8 latent cache (the latent and k_pe with scales of their own; k_pe 16x larger here, as an
@@ -120,7 +116,6 @@ TEST(MlaAttentionTest, Bf16CacheMatchesReferenceOfRoundedRows) {
 // dequantized rows, causal or not, with lse; odd ranks, rope dims and block sizes (vector tails).
 TEST(MlaAttentionTest, Fp8CacheMatchesReferenceOfDequantizedRows) {
     std::mt19937 rng(7);
-    const Isa saved = active_isa();
     for (const Case& c : {Case{4, 32, 16, 16}, Case{3, 20, 6, 5}, Case{5, 37, 11, 3}, Case{16, 512, 64, 16}}) {
         SCOPED_TRACE(testing::Message() << "rank=" << c.rank << " rope=" << c.rope << " bs=" << c.block_size);
         const int64_t num_blocks = 2 * ((41 + c.block_size - 1) / c.block_size) + 2;
@@ -164,17 +159,14 @@ TEST(MlaAttentionTest, Fp8CacheMatchesReferenceOfDequantizedRows) {
             test::expect_close(lse_ref8.data(), lse_ref.data(), nl, 1e-6f, "mla_attention_ref fp8 lse");
             args.out = out.data();
             args.lse = lse.data();
-            for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512}) {
-                if (!isa_supported(isa)) continue;
-                set_active_isa(isa);
+            test::for_each_isa([&](Isa isa) {
                 ThreadPool pool(2);
                 mla_attention(pool, kv, args);
                 test::expect_close(out.data(), ref.data(), no, 2e-6f, isa_name(isa));
                 test::expect_close(lse.data(), lse_ref.data(), nl, 2e-6f, isa_name(isa));
-            }
+            });
         }
     }
-    set_active_isa(saved);
 }
 
 // causal = false: every query attends all seq_lens[s] rows; lse as the reference computes it.

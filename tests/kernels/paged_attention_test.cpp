@@ -150,33 +150,23 @@ TEST(PagedAttentionTest, MatchesDenseAttention) {
 }
 
 TEST(PagedAttentionTest, Bf16CacheMatchesDenseAttentionOfRoundedKv) {
-    const Isa saved = active_isa();
-    for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512}) {
-        if (!isa_supported(isa)) continue;
-        SCOPED_TRACE(isa_name(isa));
-        set_active_isa(isa);
+    test::for_each_isa([&](Isa) {
         check(16, 128, 4, 2, 2, DType::kBF16);
         check(1, 64, 4, 1, 3, DType::kBF16);
         check(16, 100, 3, 1, 1, DType::kBF16);  // scalar tails
-    }
-    set_active_isa(saved);
+    });
 }
 
 // An fp8 cache, odd shapes: head_dim, sequence lengths and block counts that are not multiples
 // of 8 (vector tails of the widening and of the key tiles).
 TEST(PagedAttentionTest, Fp8CacheMatchesDenseAttentionOfDequantizedKv) {
-    const Isa saved = active_isa();
-    for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512}) {
-        if (!isa_supported(isa)) continue;
-        SCOPED_TRACE(isa_name(isa));
-        set_active_isa(isa);
+    test::for_each_isa([&](Isa) {
         check(16, 128, 4, 2, 2, DType::kF8E4M3);
         check(1, 64, 4, 1, 3, DType::kF8E4M3);
         check(16, 100, 3, 1, 1, DType::kF8E4M3);
         check(5, 37, 6, 3, 2, DType::kF8E4M3);
         check(7, 13, 2, 2, 1, DType::kF8E4M3);
-    }
-    set_active_isa(saved);
+    });
 }
 
 // write_kv rounds to nearest even into a bf16 cache, skips negative slots.
