@@ -143,11 +143,13 @@ void MoeBlock::forward(ThreadPool& pool, const ParallelConfig& par, const Routin
                            {h_mine, mine.count, s.topk_ids.data(), s.topk_weights.data(), k_, exchange},
                            experts_per_rank_, s.moe, routed);
     if (split) {
-        s.slice_rows.resize(static_cast<size_t>(par.tp_size));
+        s.slice_bytes.resize(static_cast<size_t>(par.tp_size));
         for (int r = 0; r < par.tp_size; ++r)
-            s.slice_rows[static_cast<size_t>(r)] = shard_range(num_tokens, par.tp_size, r).count * hidden_;
-        par.tp->all_gather_v(std::span<const float>(routed, static_cast<size_t>(mine.count * hidden_)), s.slice_rows,
-                             std::span<float>(out, static_cast<size_t>(n)));
+            s.slice_bytes[static_cast<size_t>(r)] =
+                static_cast<size_t>(shard_range(num_tokens, par.tp_size, r).count * hidden_) * sizeof(float);
+        par.tp->all_gather_v_bytes(
+            std::as_bytes(std::span<const float>(routed, static_cast<size_t>(mine.count * hidden_))), s.slice_bytes,
+            std::as_writable_bytes(std::span<float>(out, static_cast<size_t>(n))));
     }
     // 3. shared experts added unweighted
     if (shared_.num_experts() > 0) {

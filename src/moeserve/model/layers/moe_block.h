@@ -60,7 +60,7 @@ struct MoeBlockScratch {
     std::vector<float> router_logits, topk_weights, shared_out, dense_weights;
     std::vector<int32_t> topk_ids, dense_ids;
     std::vector<float> routed_slice;  // EP with TP: this TP rank's slice of the routed output
-    std::vector<int64_t> slice_rows;  // EP with TP: floats of each TP rank's slice
+    std::vector<size_t> slice_bytes;  // EP with TP: bytes of each TP rank's slice (no allocation per layer)
     kernels::cpu::MoeScratch moe{};
     ParallelMoe parallel_moe{};
 };
