@@ -262,9 +262,14 @@ private:
     void on_header(beast::error_code ec) {
         if (ec) return on_read_failed(ec);
         const auto& r = parser_->get();
-        if (!parser_->is_done()) {  // a body follows: who asks, and is there room, before it is read
-            if (options_.header_check) {
-                if (auto refused = options_.header_check(request_head(r))) return refuse(std::move(*refused));
+        // A body follows: who asks, and is there room, before it is read. A small body is read
+        // anyway (the handler applies the same policy): closing with unread bytes would reset the
+        // connection, and an ordinary client with a wrong key could lose its 401.
+        constexpr uint64_t kSmallBody = 64 * 1024;
+        if (!parser_->is_done()) {
+            const bool small = parser_->content_length() && *parser_->content_length() <= kSmallBody;
+            if (options_.header_check && !small) {
+                if (auto refused = options_.header_check(request_head(r))) return refuse(*refused);
             }
             if (!reserve_body(parser_->content_length().value_or(options_.max_body_bytes))) {
                 return refuse({503, error_json("The server is receiving too many request bodies at once; retry later.",
@@ -345,7 +350,7 @@ private:
 
     // A request refused from its headers (HeaderCheck, or no room for its body): answered
     // without reading the body, then the connection closes.
-    void refuse(HttpError error) {
+    void refuse(const HttpError& error) {
         reading_ = false;
         release_body();
         fail_with(response_head(error.status, "application/json", error.body.size(), false) + error.body);

@@ -95,8 +95,8 @@ struct HttpServerOptions {
     // SO_REUSEPORT on the listening socket: several API server processes listen on the same port
     // and the kernel spreads new connections over them (--api-server-count).
     bool reuse_port = false;
-    // Applied to every request with a body before the body is read (access_policy.h): a client
-    // the policy refuses makes the server buffer nothing.
+    // Applied before the body is read to every request with a body over 64 KiB or of unknown
+    // length (access_policy.h): a client the policy refuses makes the server buffer nothing.
     HeaderCheck header_check{};
     // Bytes of request bodies being received at once, over all connections (each counts its
     // Content-Length, or max_body_bytes when chunked, from its headers until its body is in);

@@ -110,7 +110,66 @@ void read_structured_outputs(const Json& v, std::vector<Spec>& specs) {
     }
 }
 
+std::string convert(const Spec& s);
+
+// Bounds on a constraint, checked before any conversion: the conversion and the grammar
+// compile grow with the constraint, and one request must not hold an API worker (or later the
+// engine's step) for seconds (a 3 MB schema took 8.7 s to refuse). Real schemas, regexes and
+// grammars are far smaller (docs/serving.md, "Structured outputs").
+constexpr size_t kMaxSchemaNodes = 10000;      // values in a JSON schema (objects, arrays, leaves)
+constexpr size_t kMaxConstraintBytes = 64000;  // a regex, a GBNF grammar, all choices together
+constexpr size_t kMaxGbnfBytes = 256000;       // the GBNF a constraint converts to
+
+// The number of values in v, counting stops just past limit (so a huge schema costs no more).
+size_t count_nodes(const Json& v, size_t limit) {
+    size_t n = 1;
+    if (v.is_structured()) {
+        for (const Json& child : v) {
+            if (n > limit) break;
+            n += count_nodes(child, limit - n);
+        }
+    }
+    return n;
+}
+
+void check_size(const Spec& s) {
+    size_t bytes = 0;
+    switch (s.kind) {
+        case Spec::kJsonSchema:
+            if (count_nodes(s.value, kMaxSchemaNodes) > kMaxSchemaNodes) {
+                bad(s.param, fmt::format("'{}' has more than {} values; structured outputs take smaller schemas",
+                                         s.path, kMaxSchemaNodes));
+            }
+            return;
+        case Spec::kRegex:
+        case Spec::kGrammar:
+            bytes = s.value.get_ref<const std::string&>().size();
+            break;
+        case Spec::kChoice:
+            if (s.value.is_array()) {
+                for (const Json& c : s.value) bytes += c.is_string() ? c.get_ref<const std::string&>().size() : 0;
+            }
+            break;
+        case Spec::kJsonObject:
+            return;
+    }
+    if (bytes > kMaxConstraintBytes) {
+        bad(s.param, fmt::format("'{}' has {} bytes; structured outputs take at most {}", s.path, bytes,
+                                 kMaxConstraintBytes));
+    }
+}
+
 std::string to_gbnf(const Spec& s) {
+    check_size(s);
+    std::string gbnf = convert(s);
+    if (gbnf.size() > kMaxGbnfBytes) {
+        bad(s.param, fmt::format("'{}' makes a grammar of {} bytes; structured outputs take at most {}", s.path,
+                                 gbnf.size(), kMaxGbnfBytes));
+    }
+    return gbnf;
+}
+
+std::string convert(const Spec& s) {
     try {
         switch (s.kind) {
             case Spec::kJsonSchema:
