@@ -30,7 +30,7 @@ show() {  # route, JSON body: prints the curl line and the answer
 show completions '{"model": "demo", "prompt": "The LORD is my shepherd", "max_tokens": 32, "temperature": 0}'
 show chat/completions '{"model": "demo", "messages": [{"role": "user", "content": "What does Psalms 23 say?"}], "max_tokens": 48, "temperature": 0}'
 echo
-echo "(a 2.9M-parameter model trained on the King James Bible for a few minutes on 2 CPU cores: tools/train)"
+echo "(a 2.8M-parameter Qwen3-MoE trained on the King James Bible in 18 minutes on one CPU core: tools/train)"
 [ "${MOESERVE_DEMO_ONCE:-0}" = 1 ] && exit 0
 echo "serving the demo model on http://127.0.0.1:$PORT (Ctrl-C to stop)"
 wait $server

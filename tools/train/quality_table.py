@@ -3,7 +3,7 @@ held-out text for each shipped model, in float32 (weights and KV cache: the base
 precision that loads, with the KL divergence of each against the float32 run.
 
     /usr/bin/python3 tools/train/quality_table.py --moeserve build/src/moeserve/cli/moeserve \
-        [--text tests/data/perplexity/kjv_test.txt] [--ctx 512] [--threads 2] [--chunks -1]
+        [--text tests/data/perplexity/kjv_test.txt] [--ctx 512] [--threads 2] [--chunks -1] [--only M]
 
 Prints one markdown table per model; each row's flags are given in full so it can be rerun.
 """
@@ -52,9 +52,10 @@ def main():
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--chunks", type=int, default=-1)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--only", choices=MODELS, help="one model only")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp()
-    for model in MODELS:
+    for model in [args.only] if args.only else MODELS:
         base = os.path.join(tmp, model + ".kld")
         model_dir = os.path.join(ROOT, "models", model)
         out = run(args, model_dir, BASE + ["--kl-divergence-base", base])
