@@ -1,6 +1,6 @@
 """`moeserve perplexity` on a shipped trained model (models/) against the float64 numpy
-reference (tests/reference), plus the KL divergence of a run against itself and the one-line
-refusals. CTest runs it once per model (label model); by hand:
+reference (tests/reference), plus the KL divergence of a run against itself (0), bounds on how
+far the bf16 KV cache, W8A8 and the fp8 KV cache may move it, and the one-line refusals. CTest runs it once per model (label model); by hand:
 
     /usr/bin/python3 tests/model/perplexity_test.py --moeserve build/src/moeserve/cli/moeserve \
         --model models/qwen3-moe-kjv --text tests/data/perplexity/kjv_test.txt --scratch /tmp/ppl

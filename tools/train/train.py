@@ -1,7 +1,7 @@
 """Trains moeserve's two small real models on the KJV text (corpus.py) with a byte-level BPE
 (bpe.py), on the CPU with fixed seeds, and writes them as Hugging Face model directories:
 
-    /usr/bin/python3 tools/train/train.py --out models [--steps 1000] [--threads 2]
+    /usr/bin/python3 tools/train/train.py --out models [--steps 700] [--threads 1] [--only NAME]
 
 models/qwen3-moe-kjv: qwen3_moe; models/deepseek-v3-kjv: deepseek_v3 with its MTP layer. Each
 directory also gets train_log.json (the losses, the held-out perplexity, the expert load
@@ -244,11 +244,11 @@ def build_one(name, config, args, enc, vocab, merges, train_ids, test_ids, chapt
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="folder that receives the model directories")
-    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--steps", type=int, default=700)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (results depend on it)")
     ap.add_argument("--mtp-weight", type=float, default=0.3)
     ap.add_argument("--bias-update-speed", type=float, default=0.001)
     ap.add_argument("--only", choices=["qwen3-moe-kjv", "deepseek-v3-kjv"])
