@@ -57,7 +57,7 @@ std::vector<std::vector<int32_t>> read_chunks(const PerplexityOptions& o, const 
     const std::vector<int32_t> bos = tok.encode("", /*add_special_tokens=*/true);
     std::optional<int32_t> first;
     if (!bos.empty()) first = bos[0];
-    auto chunks = perplexity_chunks(tok.encode(read_text_file(o.file), /*add_special_tokens=*/false), o.ctx, first);
+    auto chunks = perplexity_chunks(tok.encode(read_text_file(o.file), /*add_special_tokens=*/true), o.ctx, first);
     if (o.max_chunks > 0 && static_cast<size_t>(o.max_chunks) < chunks.size()) chunks.resize(o.max_chunks);
     return chunks;
 }

@@ -3,8 +3,9 @@
 // against a saved base run (KL divergence, top-1 agreement, delta-p), with the base file's
 // format. Depends on core and the ipc message types only; no I/O but the base file's.
 //
-// Chunking (llama-perplexity): the text's tokens are cut into num_chunks = n / ctx chunks of ctx
-// tokens (the rest is dropped); a model that adds a BOS gets it as each chunk's first token. Each
+// Chunking (llama-perplexity): the text is encoded with the tokenizer's special tokens (a BOS first
+// where it adds one), cut into num_chunks = n / ctx chunks of ctx tokens (the rest is dropped),
+// and, with a BOS, each chunk's first token is replaced by it. Each
 // chunk is one sequence; the logits of positions [ctx / 2, ctx - 1) predict tokens ctx/2 + 1 ..
 // ctx - 1, so every scored token has at least ctx / 2 tokens of context.
 #pragma once
@@ -19,8 +20,8 @@
 
 namespace moeserve::cli {
 
-// The chunks of `tokens` (the text without special tokens): [num_chunks][ctx], the first token of
-// each replaced by *bos when given. Raises kInvalidArgument, in one line naming both counts, when
+// The chunks of `tokens` (the encoded text): [num_chunks][ctx], the first token of each replaced
+// by *bos when given. Raises kInvalidArgument, in one line naming both counts, when
 // the text is shorter than one chunk, and when ctx < 4.
 std::vector<std::vector<int32_t>> perplexity_chunks(const std::vector<int32_t>& tokens, int32_t ctx,
                                                     std::optional<int32_t> bos);
