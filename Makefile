@@ -2,8 +2,8 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CACHE ?= $(HOME)/.cache/moeserve
-DEMO_MODEL ?= $(CACHE)/models/demo-qwen3-moe-tiny
-PROMPT ?= The capital of France is
+DEMO_MODEL ?= models/qwen3-moe-kjv
+PROMPT ?= The LORD is my shepherd
 
 .PHONY: setup configure build test test-sanitize test-asan test-tsan run generate bench format tidy clean
 

@@ -176,6 +176,38 @@ def moe(weights, config, layer, x):
     return out
 
 
+def decoder_layer(weights, config, layer, x, cos, sin):
+    """One decoder layer on the residual stream x [n, hidden] -> [n, hidden]."""
+    p = f"model.layers.{layer}"
+    eps = config["rms_norm_eps"]
+    h = rc.norm(weights, p + ".input_layernorm", x, eps)
+    x = x + mla_attention(weights, config, layer, h, cos, sin)
+    h = rc.norm(weights, p + ".post_attention_layernorm", x, eps)
+    if is_moe_layer(config, layer):
+        return x + moe(weights, config, layer, h)
+    return x + rc.swiglu_mlp(weights, p + ".mlp", h)
+
+
+def mtp_logits(weights, config, token_ids):
+    """Logits [n - 1, vocab] of the first MTP layer (model.layers.{num_hidden_layers}, as
+    DeepSeek-V3 checkpoints hold it): position i reads the main model's final normed hidden state
+    h_i and the embedding of token i+1, eh_proj(cat(enorm(embed), hnorm(h_i))), runs that layer
+    at RoPE position i, and predicts token i+2 through shared_head.norm and shared_head.head."""
+    weights = rc.prepare_weights(weights)
+    n_layer = config["num_hidden_layers"]
+    p = f"model.layers.{n_layer}"
+    eps = config["rms_norm_eps"]
+    h = forward_hidden(weights, config, token_ids)[:-1]
+    table = weights.get(p + ".embed_tokens.weight")
+    e = (rc.need(weights, "model.embed_tokens.weight") if table is None else table)[np.asarray(token_ids[1:])]
+    x = np.concatenate([rc.norm(weights, p + ".enorm", e, eps), rc.norm(weights, p + ".hnorm", h, eps)], -1)
+    x = rc.linear(weights, p + ".eh_proj", x)
+    cos, sin = rope_for(config, np.arange(len(token_ids) - 1))
+    x = decoder_layer(weights, config, n_layer, x, cos, sin)
+    x = rc.norm(weights, p + ".shared_head.norm", x, eps)
+    return x @ rc.need(weights, p + ".shared_head.head.weight").T
+
+
 def forward_hidden(weights, config, token_ids, trace=None):
     """Final-normed hidden states [n, hidden] (float64) for token_ids at positions 0..n-1.
     trace: optional dict that receives embed, layer_<i> (residual after layer i), norm."""
@@ -188,14 +220,7 @@ def forward_hidden(weights, config, token_ids, trace=None):
     if trace is not None:
         trace["embed"] = x.copy()
     for layer in range(config["num_hidden_layers"]):
-        p = f"model.layers.{layer}"
-        h = rc.norm(weights, p + ".input_layernorm", x, eps)
-        x = x + mla_attention(weights, config, layer, h, cos, sin)
-        h = rc.norm(weights, p + ".post_attention_layernorm", x, eps)
-        if is_moe_layer(config, layer):
-            x = x + moe(weights, config, layer, h)
-        else:
-            x = x + rc.swiglu_mlp(weights, p + ".mlp", h)
+        x = decoder_layer(weights, config, layer, x, cos, sin)
         if trace is not None:
             trace[f"layer_{layer}"] = x.copy()
     x = rc.norm(weights, "model.norm", x, eps)

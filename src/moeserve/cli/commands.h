@@ -17,5 +17,6 @@ void add_serve_command(CLI::App& app, Action* action);
 void add_bench_command(CLI::App& app, Action* action);
 void add_env_command(CLI::App& app, Action* action);
 void add_proxy_command(CLI::App& app, Action* action);
+void add_perplexity_command(CLI::App& app, Action* action);
 
 }  // namespace moeserve::cli

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
     moeserve::cli::add_bench_command(app, &action);
     moeserve::cli::add_env_command(app, &action);
     moeserve::cli::add_proxy_command(app, &action);
+    moeserve::cli::add_perplexity_command(app, &action);
     try {
         std::vector<std::string> args = moeserve::cli::expand_vllm_short_flags(argc, argv);
         args.erase(args.begin());  // CLI11 takes them without argv[0], last first
