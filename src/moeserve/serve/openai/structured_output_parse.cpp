@@ -154,8 +154,8 @@ void check_size(const Spec& s) {
             return;
     }
     if (bytes > kMaxConstraintBytes) {
-        bad(s.param, fmt::format("'{}' has {} bytes; structured outputs take at most {}", s.path, bytes,
-                                 kMaxConstraintBytes));
+        bad(s.param,
+            fmt::format("'{}' has {} bytes; structured outputs take at most {}", s.path, bytes, kMaxConstraintBytes));
     }
 }
 
