@@ -22,16 +22,12 @@ test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
 # Sanitizer builds (CI runs them after `make test`). ASan + UBSan: every suite. TSan: the threaded
-# pieces in their unit suites: thread pool, HTTP server, engine client, ipc channel, the local and
-# Gloo collectives (LocalComm's rank threads), and the engine tests that run threads of their own
-# (the KV-transfer agent's workers, DP coordination, PD hybrid steps).
+# pieces (thread pool, HTTP server, engine client, ipc channel) in their unit suites.
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 ASAN_ENV = MOESERVE_SANITIZER=address ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan.supp UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tools/tsan.supp
-TSAN_TARGETS = moeserve moeserve_core_tests moeserve_serve_tests moeserve_ipc_tests moeserve_parallel_tests \
-	moeserve_engine_tests
-TSAN_ENGINE_TESTS = ^(KvTransferTest|DpCoordinator|Workloads/DpCoordinatorFake|PdHybridPolicy)\.
+TSAN_TARGETS = moeserve_core_tests moeserve_serve_tests moeserve_ipc_tests
 
 test-sanitize: test-asan test-tsan
 
@@ -43,8 +39,7 @@ test-asan: setup
 test-tsan: setup
 	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOESERVE_SANITIZE=thread -DMOESERVE_WERROR=ON -DMOESERVE_BENCHMARKS=OFF -DMOESERVE_CACHE_DIR=$(CACHE) >/dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TARGETS)
-	@cd $(TSAN_BUILD) && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 900 -L '^(core|serve|ipc|parallel)$$'
-	@cd $(TSAN_BUILD) && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 900 -R '$(TSAN_ENGINE_TESTS)'
+	@cd $(TSAN_BUILD) && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 900 -L '^(core|serve|ipc)$$'
 
 run: build
 	@bash scripts/run_demo.sh $(BUILD)/src/moeserve/cli/moeserve $(DEMO_MODEL)
