@@ -101,7 +101,9 @@ TEST(StructuredOutputParseTest, OversizedConstraintsAreRefusedAtOnce) {
         EXPECT_EQ(e.param(), "response_format");
         EXPECT_NE(std::string(e.what()).find("more than 10000 values"), std::string::npos) << e.what();
     }
-    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100));
+    // The conversion it no longer attempts took 8.7 s; parsing the 4 MB body itself stays, so the
+    // bound is loose enough for a loaded machine and the sanitizer builds.
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
     const std::string long_regex(70000, 'a');
     EXPECT_EQ(
         error_of((R"({"messages": [{"role": "user", "content": "x"}], "guided_regex": ")" + long_regex + "\"}").c_str())
