@@ -173,11 +173,13 @@ TEST(GgufHeaderTest, RefusesBadTensorEntries) {
     expect_refused(file("w", {32}, 4, 0), {"'w'", "ggml type 4"}, ErrorCode::kUnsupported);  // removed Q4_2
     expect_refused(file("w", {1, 1, 1, 1, 1}, 0, 0), {"'w'", "5 dims"});
     expect_refused(file("w", {1ull << 62, 4}, 0, 0), {"'w'", "63 bits"});
+    expect_refused(file("w", {1ull << 40, 0, 1ull << 40}, 0, 0), {"'w'", "63 bits"});  // even around a 0
     expect_refused(file("w", {48, 2}, 2, 0), {"'w'", "Q4_0", "rows of 48", "block size 32"});
     expect_refused(file("w", {32}, 0, 16), {"'w'", "offset 16", "alignment 32"});
     expect_refused(file("w", {2048}, 0, 0), {"'w'", "8192 bytes", "past the end"});
     expect_refused(file("w", {32}, 0, 1ull << 63), {"'w'", "past the end"});
     expect_refused(file("", {32}, 0, 0), {"tensor 0 of 1", "empty name"});
+    expect_refused(GgufBytes().header(1, 0).tensor("e", {0}, 0, 0).s, {"truncated", "data section would start"});
     expect_refused(GgufBytes().header(2, 0).tensor("w", {8}, 0, 0).tensor("w", {8}, 0, 32).pad().zeros(64).s,
                    {"'w'", "more than once"});
     expect_refused(GgufBytes().header(2, 0).tensor("a", {16}, 0, 0).tensor("b", {8}, 0, 32).pad().zeros(96).s,

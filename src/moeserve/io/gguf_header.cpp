@@ -231,11 +231,14 @@ Shape read_shape(Reader& r, const std::string& name) {
               gguf_printable(name), n_dims, kGgufMaxDims);
     }
     int64_t dims[kGgufMaxDims] = {};
-    uint64_t numel = 1;
+    // NOTE: zero dims are left out of the product, so that Shape::numel(), which multiplies in
+    // the other order, cannot overflow before it reaches the zero (found by gguf_header_fuzz).
+    uint64_t nonzero_numel = 1;
     for (uint32_t j = 0; j < n_dims; ++j) {
         const auto ne = r.read<uint64_t>(what);
-        if (ne > static_cast<uint64_t>(INT64_MAX) || __builtin_mul_overflow(numel, ne, &numel) ||
-            numel > static_cast<uint64_t>(INT64_MAX)) {
+        if (ne > static_cast<uint64_t>(INT64_MAX) ||
+            __builtin_mul_overflow(nonzero_numel, ne == 0 ? 1 : ne, &nonzero_numel) ||
+            nonzero_numel > static_cast<uint64_t>(INT64_MAX)) {
             raise(ErrorCode::kInvalidModel, "{}: tensor '{}': dim {} = {} makes more elements than fit in 63 bits",
                   r.file(), gguf_printable(name), j, ne);
         }
@@ -298,7 +301,7 @@ void check_placement(const GgufHeader& h, uint64_t file_size) {
             raise(ErrorCode::kInvalidModel, "{}: tensor '{}' has offset {}, not a multiple of the alignment {}", h.file,
                   gguf_printable(t.name), t.offset, h.alignment);
         }
-        const uint64_t room = h.data_offset <= file_size ? file_size - h.data_offset : 0;
+        const uint64_t room = file_size - h.data_offset;  // data_offset <= file_size: checked by the caller
         if (t.offset > room || t.nbytes > room - t.offset) {
             raise(ErrorCode::kInvalidModel,
                   "{}: tensor '{}' ({} bytes at data offset {}) runs past the end of the file ({} bytes, data from "
@@ -341,6 +344,12 @@ GgufHeader parse_gguf_header(std::span<const uint8_t> file, const std::string& f
     r.check_count(n_tensors, kMinTensorEntryBytes, [] { return std::string("the tensor count"); });
     read_tensor_table(r, n_tensors, h);
     h.data_offset = (r.pos() + h.alignment - 1) / h.alignment * h.alignment;  // pos <= file size: no overflow
+    if (n_tensors > 0 && h.data_offset > file.size()) {
+        raise(ErrorCode::kInvalidModel,
+              "{}: truncated: the data section would start at byte {} (aligned to {}), past the end of the file ({} "
+              "bytes)",
+              file_label, h.data_offset, h.alignment, file.size());
+    }
     check_placement(h, file.size());
     return h;
 }
