@@ -182,6 +182,41 @@ TEST(GgufFileTest, BrokenSplitSetsAreRefused) {
                           {dup[0].string(), "'split.tensors.count' is 2", "hold 1 tensors"});
 }
 
+// Files written by llama.cpp's gguf-py GGUFWriter (tools/goldens/gguf_quants.py): one file, and
+// the same content as three splits of two, two and one tensors.
+void expect_gguf_py_file(const GgufCheckpoint& c) {
+    const GgufHeader& h = c.metadata();
+    EXPECT_EQ(h.get_string("general.architecture"), "qwen3moe");
+    EXPECT_EQ(h.get_int("qwen3moe.block_count"), 2);
+    EXPECT_EQ(h.get_int("qwen3moe.context_length"), 4096);
+    EXPECT_EQ(h.get_float("qwen3moe.rope.freq_base"), 1e6);
+    EXPECT_TRUE(h.get_bool("test.flag"));
+    EXPECT_EQ(h.get_int("test.i8"), -8);
+    EXPECT_EQ(h.get_int("test.u64"), (int64_t{1} << 40) + 1);
+    EXPECT_EQ(h.get_float("test.f64"), -0.125);
+    EXPECT_EQ(h.get_array("tokenizer.ggml.tokens").string_at(2), "\xc3\xa9t\xc3\xa9");
+    EXPECT_EQ(h.get_array("tokenizer.ggml.token_type").int_at(0), 3);
+    EXPECT_EQ(h.get_array("test.floats").float_at(1), -1.5);
+    ASSERT_EQ(c.num_tensors(), 5u);
+    const TensorView norm = c.view("output_norm.weight");
+    ASSERT_EQ(norm.shape, (Shape{3, 5}));
+    for (int i = 0; i < 15; ++i) EXPECT_EQ(norm.as<float>()[i], static_cast<float>(i) / 4) << i;
+    EXPECT_EQ(c.view("token_embd.weight").dtype, DType::kF16);
+    EXPECT_EQ(c.info("blk.0.attn_q.weight").type, GgmlType::kQ8_0);
+    EXPECT_EQ(c.info("blk.0.attn_q.weight").shape, (Shape{2, 64}));
+    EXPECT_EQ(c.info("blk.0.ffn_up_exps.weight").type, GgmlType::kQ4_0);
+    EXPECT_EQ(c.info("blk.0.ffn_up_exps.weight").nbytes, 2u * 18);
+    EXPECT_EQ(c.view("blk.0.attn_k.weight").shape, (Shape{1, 64}));
+}
+
+TEST(GgufFileTest, ReadsFilesWrittenByGgufPy) {
+    const auto dir = ::moeserve::test::data_dir() / "gguf";
+    expect_gguf_py_file(GgufCheckpoint(dir / "gguf_py.gguf"));
+    const GgufCheckpoint split(dir / "gguf_py_split-00002-of-00003.gguf");
+    EXPECT_EQ(split.num_files(), 3u);
+    expect_gguf_py_file(split);
+}
+
 TEST(GgufFileTest, FileErrorsNameThePath) {
     const auto dir = ::moeserve::test::scratch_dir("GgufFileTest.FileErrors");
     expect_one_line_error([&] { GgufCheckpoint c(dir / "absent.gguf"); }, ErrorCode::kNotFound, {"absent.gguf"});

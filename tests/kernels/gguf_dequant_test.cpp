@@ -3,8 +3,9 @@
 // numpy code returned for them (tools/goldens/gguf_quants.py); every output must be the same
 // bytes. F16 and BF16 are checked on all 65536 bit patterns through a hash of gguf-py's output.
 // NOTE(#27): one exception: where both operands of an addition are NaN (Q4_1 / Q5_1 with an
-// infinite d and a NaN m), which payload comes out depends on the operand order the compiler
-// picked, which IEEE 754 leaves open; there any NaN matches a NaN.
+// infinite d and a NaN m), which payload comes out depends on the operand order the instruction
+// gets, which IEEE 754 leaves open: numpy itself returned 0x7fffe000 for element 919 of the Q4_1
+// golden in one run and 0xffc00000 in the next. There any NaN matches a NaN.
 #include "moeserve/kernels/cpu/gguf_dequant.h"
 
 #include <gtest/gtest.h>

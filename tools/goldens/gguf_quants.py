@@ -12,13 +12,17 @@ A .bin file is: b"MSGGUFDQ", u32 ggml type, u32 element count, u32 block byte co
 little-endian), the blocks, then the element count of f32 values gguf-py returned.
 `dequant_exhaustive.txt` holds, for F16 and BF16, the FNV-1a 64 hash of the f32 bytes gguf-py
 gives for all 65536 bit patterns in order.
+
+It also writes GGUF files with gguf-py's own GGUFWriter, which tests/io/gguf_file_test.cpp reads:
+`gguf_py.gguf` (metadata of many types, tensors of several types) and the same content split
+two tensors per file, `gguf_py_split-0000i-of-00003.gguf`.
 """
 import pathlib
 import struct
 import sys
 
 import numpy as np
-from gguf import quants
+from gguf import GGUFWriter, quants
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
 SEED = 27
@@ -66,6 +70,33 @@ def fnv1a64(data):
     return h
 
 
+def write_gguf_py_files(out):
+    """Small GGUF files written by gguf-py itself (format compatibility of the reader)."""
+    for name, split in (("gguf_py.gguf", 0), ("gguf_py_split.gguf", 2)):
+        w = GGUFWriter(out / name, "qwen3moe", split_max_tensors=split)
+        w.add_block_count(2)
+        w.add_context_length(4096)
+        w.add_rope_freq_base(1000000.0)
+        w.add_bool("test.flag", True)
+        w.add_int8("test.i8", -8)
+        w.add_uint64("test.u64", 2**40 + 1)
+        w.add_float64("test.f64", -0.125)
+        w.add_token_list(["<s>", "hello", "\u00e9t\u00e9"])
+        w.add_token_types([3, 1, 1])
+        w.add_array("test.floats", [0.5, -1.5])
+        f32 = np.arange(15, dtype=np.float32).reshape(3, 5) / 4
+        w.add_tensor("output_norm.weight", f32)
+        w.add_tensor("token_embd.weight", np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8).astype(np.float16))
+        q = np.linspace(-2, 2, 128, dtype=np.float32).reshape(2, 64)
+        w.add_tensor("blk.0.attn_q.weight", quants.quantize(q, T.Q8_0), raw_dtype=T.Q8_0)
+        w.add_tensor("blk.0.ffn_up_exps.weight", quants.quantize(q[:, :32].copy(), T.Q4_0), raw_dtype=T.Q4_0)
+        w.add_tensor("blk.0.attn_k.weight", quants.quantize(q[:1], T.BF16), raw_dtype=T.BF16)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+
+
 def main():
     out = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "tests/data/gguf")
     out.mkdir(parents=True, exist_ok=True)
@@ -86,6 +117,7 @@ def main():
             values = quants.dequantize(every, qtype).reshape(-1).astype("<f4")
             lines.append(f"{qtype.name} {fnv1a64(values.tobytes()):016x}\n")
     (out / "dequant_exhaustive.txt").write_text("".join(lines))
+    write_gguf_py_files(out)
 
 
 if __name__ == "__main__":
