@@ -132,7 +132,8 @@ void dequant_q6_k(const void* src, float* y, int64_t n) {
             const int l = i % 32;
             const int low = (b.ql[64 * h + 32 * (r % 2) + l] >> (4 * (r / 2))) & 0xF;
             const int high = (b.qh[32 * h + l] >> (2 * r)) & 3;
-            const float ds = d * static_cast<float>(b.scales[i / 16]);
+            const int8_t scale = b.scales[i / 16];
+            const float ds = d * static_cast<float>(scale);
             y[o + i] = ds * static_cast<float>((low | (high << 4)) - 32);
         }
     });
