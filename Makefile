@@ -54,15 +54,17 @@ format:
 	@find src tests benchmarks fuzz \( -name '*.h' -o -name '*.cpp' \) | xargs clang-format -i
 
 # clang-tidy (.clang-tidy) over src/ with the build's compile_commands.json: fails on any finding
-# (run-clang-tidy exits 1 when one file's clang-tidy does; WarningsAsErrors is '*').
-# Not part of `make test` (a full run takes about 20 CPU-minutes); .ci/run runs it after `make test`.
+# (WarningsAsErrors is '*'). tools/tidy_cached.py re-checks only the units whose source, headers,
+# flags, .clang-tidy or clang-tidy changed since a clean run of theirs (a full run takes about
+# 20 CPU-minutes); it reads the headers of each unit from the build, hence `build` first.
+# Not part of `make test`; .ci/run runs it after `make test`.
 # The compile commands are g++'s: clang is told to ignore g++-only flags and not to turn its own
 # warnings into errors (-Werror is in them), so only the checks decide. BOOST_ASIO_HAS_CO_AWAIT:
 # Boost.Asio looks for <experimental/coroutine> under clang, which libstdc++ 12 lacks, and so
 # hides its coroutine API (serve/upstream_call.cpp, bench/serve_bench.cpp); clang 14 handles
 # libstdc++'s <coroutine>, which Asio then uses as it does under g++.
-tidy: configure
-	@run-clang-tidy -quiet -p $(BUILD) -j $(JOBS) -extra-arg=-Wno-unknown-warning-option -extra-arg=-Wno-error -extra-arg=-DBOOST_ASIO_HAS_CO_AWAIT=1 '$(CURDIR)/src/moeserve/'
+tidy: build
+	@python3 tools/tidy_cached.py $(BUILD) $(CACHE)/tidy -j $(JOBS) --extra-arg=-Wno-unknown-warning-option --extra-arg=-Wno-error --extra-arg=-DBOOST_ASIO_HAS_CO_AWAIT=1
 
 clean:
 	@rm -rf $(BUILD)

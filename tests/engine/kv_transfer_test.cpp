@@ -8,7 +8,13 @@
 // the fetch, expiry.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "engine/engine_test_util.h"
@@ -233,7 +239,9 @@ TEST(KvTransferTest, FailuresFailTheRequestAndFreeItsBlocks) {
     c = drain(consumer);
     EXPECT_NE(c.last.at("prompt").error.find("is not this request's"), std::string::npos) << c.last.at("prompt").error;
 
-    // The producer is gone: the fetch fails after the timeout (700 ms), not never.
+    // The producer is gone: its port refuses, and the fetch fails at once, not after the timeout
+    // (a silent producer's timeout: StuckAndDeadProducersDoNotDelayAHealthyOne, and the
+    // SIGSTOP case of tests/integration/pd_disagg_test.py).
     producer.reset();
     d = greedy_add("gone", make_prompt(9), 4);
     d.kv_transfer = {false, endpoint, "p"};
@@ -241,7 +249,8 @@ TEST(KvTransferTest, FailuresFailTheRequestAndFreeItsBlocks) {
     consumer.add_request(d);
     c = drain(consumer);
     EXPECT_EQ(c.last.at("gone").finish_reason, FinishReason::kError);
-    EXPECT_NE(c.last.at("gone").error.find("nothing arrived for 700 ms"), std::string::npos) << c.last.at("gone").error;
+    EXPECT_NE(c.last.at("gone").error.find("cannot connect (Connection refused)"), std::string::npos)
+        << c.last.at("gone").error;
     EXPECT_LT(steady_seconds() - start, 10.0);
     expect_all_blocks_free(consumer);
     expect_all_blocks_free(other_layout);
@@ -270,6 +279,118 @@ TEST(KvTransferTest, AbortDuringTheFetchAndExpiryFreeTheBlocks) {
     consumer.abort(ipc::Abort{{"d"}});
     Collected c = drain(consumer);
     EXPECT_EQ(c.last.at("d").finish_reason, FinishReason::kAbort);
+    expect_all_blocks_free(consumer);
+}
+
+int count_entries(const char* dir) {
+    int n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++n;
+    return n;
+}
+
+// A port that accepts TCP connections (the kernel's backlog) and never speaks: a producer that is
+// stopped (SIGSTOP) or wedged.
+struct SilentListener {
+    SilentListener() {
+        fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof(a);
+        MOESERVE_CHECK(::bind(fd, reinterpret_cast<sockaddr*>(&a), len) == 0 && ::listen(fd, 16) == 0 &&
+                           ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0,
+                       "cannot listen on loopback");
+        endpoint = "tcp://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+    }
+    ~SilentListener() { ::close(fd); }
+    int fd = -1;
+    std::string endpoint;
+};
+
+// A port nothing listens on (bound, then closed: refused from then on).
+std::string dead_endpoint() {
+    const SilentListener closed;
+    return closed.endpoint;
+}
+
+// Thousands of distinct producer addresses (the API server refuses unsigned ones; this is the
+// engine's own bound): the consumer's descriptors and threads stay flat, each fetch fails at once
+// (refused), and a real transfer still works afterwards.
+TEST(KvTransferTest, ManyDistinctEndpointsKeepDescriptorsAndThreadsFlat) {
+    FakeModel model;
+    ThreadPool pool(1);
+    EngineCore producer(model, pool, with_role(base_config(), KvTransferConfig::Role::kProducer));
+    EngineCore consumer(model, pool, with_role(base_config(), KvTransferConfig::Role::kConsumer, 5000));
+    const std::string dead = dead_endpoint();
+    const std::string port = dead.substr(dead.rfind(':') + 1);
+    const int fds_before = count_entries("/proc/self/fd"), threads_before = count_entries("/proc/self/task");
+    constexpr int kRequests = 3000;
+    const double start = steady_seconds();
+    for (int i = 0; i < kRequests; i += 100) {  // the KV cache holds 100 such requests at once
+        for (int j = i; j < i + 100; ++j) {
+            ipc::AddRequest d = greedy_add("x" + std::to_string(j), make_prompt(3), 2);
+            // Leading zeros: the same port, a different string (the probe that leaked before).
+            d.kv_transfer = {
+                false, "tcp://127.0.0.1:" + std::string(static_cast<size_t>(j % 7), '0') + port + (j % 2 ? "" : " "),
+                "id" + std::to_string(j)};
+            if (j % 3 == 0) d.kv_transfer.remote_endpoint = "tcp://localhost:" + port;
+            consumer.add_request(d);
+        }
+        const Collected c = drain(consumer);
+        for (const auto& [id, out] : c.last) EXPECT_EQ(out.finish_reason, FinishReason::kError) << id;
+    }
+    EXPECT_LT(steady_seconds() - start, 60.0);
+    EXPECT_LE(count_entries("/proc/self/fd"), fds_before + 8);
+    EXPECT_LE(count_entries("/proc/self/task"), threads_before + 2);
+    const Collected ok = disaggregated(producer, consumer, {make_prompt(9)}, 4);
+    EXPECT_EQ(ok.last.at("d0").finish_reason, FinishReason::kLength) << ok.last.at("d0").error;
+    expect_all_blocks_free(consumer);
+}
+
+// A stopped producer with three pending fetches and a dead one do not delay a healthy
+// producer's request: it finishes within 2 s of being added (each stuck fetch waits 5 s).
+TEST(KvTransferTest, StuckAndDeadProducersDoNotDelayAHealthyOne) {
+    FakeModel model;
+    ThreadPool pool(1);
+    EngineCore producer(model, pool, with_role(base_config(), KvTransferConfig::Role::kProducer));
+    EngineCore consumer(model, pool, with_role(base_config(), KvTransferConfig::Role::kConsumer, 5000));
+    ipc::AddRequest p = greedy_add("p", make_prompt(9), 1);
+    p.kv_transfer.produce = true;
+    producer.add_request(p);
+    drain(producer);
+    const SilentListener stuck;
+    const double start = steady_seconds();
+    for (int i = 0; i < 3; ++i) {
+        ipc::AddRequest d = greedy_add("stuck" + std::to_string(i), make_prompt(9), 2);
+        d.kv_transfer = {false, stuck.endpoint, "s" + std::to_string(i)};
+        consumer.add_request(d);
+    }
+    ipc::AddRequest dead = greedy_add("dead", make_prompt(9), 2);
+    dead.kv_transfer = {false, dead_endpoint(), "x"};
+    consumer.add_request(dead);
+    ipc::AddRequest healthy = greedy_add("healthy", make_prompt(9), 4);
+    healthy.kv_transfer = {false, producer.kv_transfer()->endpoint(), "p"};
+    consumer.add_request(healthy);
+    std::map<std::string, double> finished_at;
+    std::map<std::string, ipc::RequestOutput> last;
+    const double deadline = start + 30;
+    while ((consumer.has_unfinished_requests() || consumer.has_pending_kv_transfers()) && steady_seconds() < deadline) {
+        if (last.count("healthy") == 1 && last.count("stuck0") == 0)
+            consumer.abort(ipc::Abort{{"stuck0", "stuck1", "stuck2"}});  // no need to wait out their timeouts
+        consumer.poll_kv_transfers();
+        for (auto& o : consumer.step().outputs) {
+            if (o.finish_reason == FinishReason::kNone) continue;
+            finished_at[o.request_id] = steady_seconds() - start;
+            last[o.request_id] = o;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(last.count("healthy"), 1u);
+    EXPECT_EQ(last.at("healthy").finish_reason, FinishReason::kLength) << last.at("healthy").error;
+    EXPECT_LT(finished_at.at("healthy"), 2.0);
+    EXPECT_NE(last.at("dead").error.find("cannot connect"), std::string::npos) << last.at("dead").error;
+    EXPECT_LT(finished_at.at("dead"), 2.0);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(last.count("stuck" + std::to_string(i)), 1u);
     expect_all_blocks_free(consumer);
 }
 

@@ -10,6 +10,8 @@ Suites (one CTest each):
   multi   2 prefill + 2 decode instances, uneven prompts at once: outputs equal, every instance used
   netns   prefill + proxy in one network namespace, decode in another (veth, 10.202.x.{1,2}); the
           KV crosses over TCP between the namespaces' addresses (skipped if not permitted)
+  forged  kv_transfer_params a client made up (other endpoints, tokens, ids): 400, and the decode rank's
+          descriptors and threads stay flat over 3,000 of them; the proxy's access policy (403, 415, 401)
   faults  a prefill instance stopped (SIGSTOP) before its KV is fetched: the decode fails that
           request within its timeout; the proxy then serves from the other prefill instance; a decode
           instance killed mid-stream ends the client's stream with an error event, and the next
@@ -22,6 +24,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -218,7 +221,9 @@ class Disaggregated(unittest.TestCase):
 
     def test_faults(self):
         ps = [serve(ARGS.model, "--kv-transfer-config", kv_config("kv_producer")) for _ in range(2)]
-        ds = [serve(ARGS.model, "--kv-transfer-config", kv_config("kv_consumer", timeout_ms=2000)) for _ in range(2)]
+        # A step watchdog far below the fetch timeout: a request waiting for its KV is not a stuck step.
+        ds = [serve(ARGS.model, "--kv-transfer-config", kv_config("kv_consumer", timeout_ms=2000),
+                    "--step-watchdog-timeout", "0.3") for _ in range(2)]
         started(*ps, *ds)
         front = proxy(ps, ds).wait_healthy()
         try:
@@ -227,8 +232,16 @@ class Disaggregated(unittest.TestCase):
             for pid in ps[0].rank_pids():
                 os.kill(pid, signal.SIGSTOP)
             start = time.time()
-            status, payload = ds[0].request("POST", "/v1/completions",
-                                            {**completion("Hello", 8), "kv_transfer_params": pre["kv_transfer_params"]})
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                pending = pool.submit(ds[0].request, "POST", "/v1/completions",
+                                      {**completion("Hello", 8), "kv_transfer_params": pre["kv_transfer_params"]})
+                health = []
+                while not pending.done() and len(health) < 100:  # /health while the fetch waits
+                    health.append(ds[0].request("GET", "/health")[0])
+                    time.sleep(0.05)
+                status, payload = pending.result()
+            self.assertGreater(len(health), 10)
+            self.assertEqual(set(health), {200})
             self.assertGreaterEqual(status, 500, payload)
             self.assertIn("nothing arrived for 2000 ms", json.loads(payload)["error"]["message"])
             self.assertLess(time.time() - start, 20)
@@ -267,6 +280,85 @@ class Disaggregated(unittest.TestCase):
                 if p.proc.poll() is None:
                     p.stop()
 
+
+    def test_forged_transfers(self):
+        """kv_transfer_params a client made up: refused with 400 before anything is dialled, and
+        3,000 distinct endpoints leave the decode rank's descriptors and threads flat."""
+        prefill = serve(ARGS.model, "--kv-transfer-config", kv_config("kv_producer"))
+        decode = serve(ARGS.model, "--kv-transfer-config", kv_config("kv_consumer"))
+        started(prefill, decode)
+        try:
+            pre = prefill.post("/v1/completions", {**completion("Hello", 1), "kv_transfer_params": {"do_remote_decode": True}})
+            real = pre["kv_transfer_params"]["transfers"][0]
+            self.assertRegex(real["token"], "^[0-9a-f]{64}$")
+            rank = decode.rank_pids()[0]
+
+            def counts():
+                return len(os.listdir(f"/proc/{rank}/fd")), len(os.listdir(f"/proc/{rank}/task"))
+
+            before = counts()
+            port = real["endpoint"].rsplit(":", 1)[1]
+            forged = [{**real, "endpoint": "tcp://127.0.0.1:" + "0" * (i % 9) + port + "/" * (i // 9)} for i in range(1, 3001)]
+            forged += [{**real, "token": "0" * 64}, {**real, "id": real["id"] + "x"}, {k: real[k] for k in ("endpoint", "id")}]
+            for i, t in enumerate(forged):
+                status, payload = decode.request("POST", "/v1/completions", {
+                    **completion("Hello", 2), "kv_transfer_params": {"do_remote_prefill": True, "transfers": [t]}})
+                self.assertEqual(status, 400, (i, payload))
+                self.assertEqual(json.loads(payload)["error"]["param"], "kv_transfer_params")
+            after = counts()
+            self.assertLessEqual(after[0], before[0] + 4, (before, after))
+            self.assertLessEqual(after[1], before[1] + 2, (before, after))
+            # The real answer, unchanged, still decodes.
+            out = decode.post("/v1/completions", {**completion("Hello", 4), "kv_transfer_params": pre["kv_transfer_params"]})
+            self.assertEqual(out["choices"][0]["finish_reason"], "length")
+        finally:
+            for p in (prefill, decode):
+                p.stop()
+
+    def test_proxy_access_policy(self):
+        """The proxy refuses what `serve` refuses (hardening 2, item 4): cross-site and DNS-rebinding
+        requests, form and text bodies, /metrics for a foreign Host, and clients without its key,
+        the body unread (answered while the client still has 15 MB to send)."""
+        prefill = serve(ARGS.model, "--kv-transfer-config", kv_config("kv_producer"))
+        decode = serve(ARGS.model, "--kv-transfer-config", kv_config("kv_consumer"))
+        started(prefill, decode)
+        open_front = proxy([prefill], [decode]).wait_healthy()
+        keyed = proxy([prefill], [decode], "--api-key", "proxy-key-1").wait_healthy()
+        try:
+            body = json.dumps(completion("Hello", 2)).encode()
+
+            def raw(port, method, path, headers, payload=b""):
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+                c.request(method, path, body=payload or None, headers=headers)
+                r = c.getresponse()
+                out = (r.status, r.read())
+                c.close()
+                return out
+
+            json_ct = {"Content-Type": "application/json"}
+            for headers, path, payload, want in [
+                ({"Content-Type": "text/plain"}, "/v1/completions", body, 415),
+                ({"Content-Type": "application/x-www-form-urlencoded"}, "/v1/completions", body, 415),
+                ({**json_ct, "Origin": "http://evil.example"}, "/v1/completions", body, 403),
+                ({**json_ct, "Host": "evil.example"}, "/v1/completions", body, 403),
+                ({"Host": "evil.example"}, "/metrics", b"", 403),
+            ]:
+                status, payload_out = raw(open_front.port, "POST" if payload else "GET", path, headers, payload)
+                self.assertEqual(status, want, (headers, path, payload_out))
+            self.assertEqual(raw(open_front.port, "POST", "/v1/completions", json_ct, body)[0], 200)
+            self.assertEqual(raw(open_front.port, "GET", "/metrics", {})[0], 200)
+            # The keyed proxy: 401 without the key, decided from the headers alone.
+            self.assertEqual(raw(keyed.port, "POST", "/v1/completions", json_ct, body)[0], 401)
+            self.assertEqual(raw(keyed.port, "POST", "/v1/completions", {**json_ct, "Authorization": "Bearer proxy-key-1"},
+                                 body)[0], 200)
+            with socket.create_connection(("127.0.0.1", keyed.port), timeout=TIMEOUT) as c:
+                c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: 15000000\r\n\r\n" + b" " * 65536)
+                c.settimeout(10)
+                self.assertTrue(c.recv(4096).startswith(b"HTTP/1.1 401"))
+        finally:
+            for p in (open_front, keyed, prefill, decode):
+                p.stop()
 
 
 class Netns(unittest.TestCase):
@@ -311,10 +403,11 @@ if __name__ == "__main__":
     p.add_argument("--moeserve", required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--deepseek-model", required=True)
-    p.add_argument("--suite", required=True, choices=["equal", "multi", "netns", "faults"])
+    p.add_argument("--suite", required=True, choices=["equal", "multi", "netns", "faults", "forged"])
     ARGS, rest = p.parse_known_args()
     names = {"equal": ["Disaggregated.test_equal_qwen3", "Disaggregated.test_equal_deepseek"],
-             "multi": ["Disaggregated.test_multi"], "faults": ["Disaggregated.test_faults"], "netns": ["Netns.test_two_hosts"]}
+             "multi": ["Disaggregated.test_multi"], "faults": ["Disaggregated.test_faults"],
+             "forged": ["Disaggregated.test_forged_transfers", "Disaggregated.test_proxy_access_policy"], "netns": ["Netns.test_two_hosts"]}
     suite = unittest.defaultTestLoader.loadTestsFromNames(names[ARGS.suite], sys.modules[__name__])
     ok = unittest.TextTestRunner(verbosity=2).run(suite).wasSuccessful()
     sys.exit(0 if ok else 1)

@@ -115,6 +115,36 @@ TEST(TokenizerTest, UnsupportedComponentsAreNamed) {
     EXPECT_THROW(make_tiny(doc), Error);
 }
 
+// A value of the wrong type anywhere in tokenizer.json is an Error naming the file and the
+// top-level field (it was nlohmann's type_error, reported as "internal error").
+TEST(TokenizerTest, WrongTypesNameTheFileAndField) {
+    const std::vector<std::pair<std::string, nlohmann::json>> cases = {
+        {"/normalizer", 5},
+        {"/pre_tokenizer", nlohmann::json::array({1, 2})},
+        {"/decoder", "ByteLevel"},
+        {"/post_processor", 7},
+        {"/model/type", 3},
+        {"/added_tokens", nlohmann::json::object({{"x", 1}})},
+        {"/added_tokens/0/special", "yes"},
+        {"/pre_tokenizer/add_prefix_space", "yes"},
+    };
+    for (const auto& [pointer, value] : cases) {
+        auto doc = tiny_tokenizer();
+        doc[nlohmann::json::json_pointer(pointer)] = value;
+        try {
+            (void)Tokenizer::from_json(doc.dump(), "", "/models/x/tokenizer.json");
+            ADD_FAILURE() << pointer << ": expected an error";
+        } catch (const Error& e) {
+            const std::string what = e.what();
+            const std::string field = pointer.substr(1, pointer.find('/', 1) - 1);
+            EXPECT_NE(what.find("/models/x/tokenizer.json"), std::string::npos) << pointer << ": " << what;
+            EXPECT_NE(what.find(field), std::string::npos) << pointer << ": " << what;
+        } catch (const std::exception& e) {
+            ADD_FAILURE() << pointer << ": not an Error: " << e.what();
+        }
+    }
+}
+
 TEST(TokenizerTest, InvalidInputIsAUserError) {
     auto tokenizer = make_tiny(tiny_tokenizer());
     try {

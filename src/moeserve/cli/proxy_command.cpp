@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "moeserve/cli/access_flags.h"
 #include "moeserve/cli/commands.h"
 #include "moeserve/core/error.h"
 #include "moeserve/core/log.h"
@@ -31,11 +32,18 @@ int run_proxy(const ProxyOptions& o) {
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts: only sigwait takes them
     signal(SIGPIPE, SIG_IGN);
     Logger logger("proxy", parse_log_level(o.log_level));
-    serve::PdProxy proxy(o.proxy, logger);
-    serve::HttpServer server({.host = o.host, .port = o.port, .num_threads = 2, .logger = &logger},
-                             [&proxy](serve::HttpRequest r, std::shared_ptr<serve::Responder> responder) {
-                                 proxy.handle(std::move(r), std::move(responder));
-                             });
+    serve::PdProxyOptions options = o.proxy;
+    options.access.loopback_only = serve::is_loopback_host(o.host);
+    serve::PdProxy proxy(options, logger);
+    serve::HttpServer server(
+        {.host = o.host,
+         .port = o.port,
+         .num_threads = 2,
+         .logger = &logger,
+         .header_check = [&proxy](const serve::HttpRequest& head) { return proxy.check_head(head); }},
+        [&proxy](serve::HttpRequest r, std::shared_ptr<serve::Responder> responder) {
+            proxy.handle(std::move(r), std::move(responder));
+        });
     std::thread http([&server] { server.run(); });
     MOESERVE_LOG_I(logger, "proxy", "listening on http://%s:%d (%zu prefill, %zu decode instances)", o.host.c_str(),
                    server.port(), o.proxy.prefill_urls.size(), o.proxy.decode_urls.size());
@@ -69,7 +77,11 @@ void add_proxy_command(CLI::App& app, Action* action) {
         ->capture_default_str();
     cmd->add_option("--max-in-flight", o->proxy.max_in_flight, "requests at once; more get 503")->capture_default_str();
     cmd->add_option("--log-level", o->log_level, "debug | info | warning | error")->capture_default_str();
-    cmd->callback([o, action] { *action = [o] { return run_proxy(*o); }; });
+    add_access_flags(cmd, o->proxy.access.api_keys, o->proxy.access.allowed_hosts);
+    cmd->callback([o, action] {
+        resolve_api_keys(o->proxy.access.api_keys);
+        *action = [o] { return run_proxy(*o); };
+    });
 }
 
 }  // namespace moeserve::cli

@@ -26,6 +26,7 @@
 #include <mutex>
 #include <thread>
 
+#include "moeserve/cli/access_flags.h"
 #include "moeserve/cli/commands.h"
 #include "moeserve/cli/serve_command.h"
 #include "moeserve/cli/serve_processes.h"
@@ -214,10 +215,12 @@ int run_serve(ServeOptions o) {
     rc.priority_scheduling = o.engine.scheduling_policy == "priority";
     rc.kv_producer = kv_transfer.produces();
     rc.kv_consumer = kv_transfer.consumes();
+    const std::string key = rank_plane_key(o, d);
+    if (kv_transfer.role != engine::KvTransferConfig::Role::kNone) rc.kv_transfer_key = key;
     serve::CorsOptions cors;
     cors.allow_credentials = o.allow_credentials;
     if (!o.allowed_origins.empty())
-        cors.origins = rc.allowed_origins = json_string_list("--allowed-origins", o.allowed_origins);
+        cors.origins = rc.access.allowed_origins = json_string_list("--allowed-origins", o.allowed_origins);
     if (!o.allowed_methods.empty()) cors.methods = json_string_list("--allowed-methods", o.allowed_methods);
     if (!o.allowed_headers.empty()) cors.headers = json_string_list("--allowed-headers", o.allowed_headers);
     if (o.enable_auto_tool_choice) rc.tool_call_parser = o.tool_call_parser;
@@ -228,9 +231,9 @@ int run_serve(ServeOptions o) {
     rc.limits.max_model_len = o.engine.max_model_len;
     rc.limits.max_logprobs = o.max_logprobs;
     rc.limits.vocab_size = config_int(config, "vocab_size", tok.vocab_size(), o.engine.model);
-    rc.api_keys = o.api_keys;
-    rc.allowed_hosts = o.allowed_hosts;
-    rc.loopback_only = serve::is_loopback_host(o.host);
+    rc.access.api_keys = o.api_keys;
+    rc.access.allowed_hosts = o.allowed_hosts;
+    rc.access.loopback_only = serve::is_loopback_host(o.host);
     rc.max_choices_per_request = o.max_choices_per_request;
     rc.num_workers = o.api_workers;
     rc.model_path = o.engine.model;
@@ -255,19 +258,20 @@ int run_serve(ServeOptions o) {
     // starts) and destroyed last: the router's requests hold its connections until they end.
     // It serves only once the router exists (run() below).
     serve::Router* router_ptr = nullptr;
-    serve::HttpServer server({.host = o.host,
-                              .port = one_of_several ? o.api_server_port : o.port,
-                              .num_threads = o.http_threads,
-                              .max_body_bytes = static_cast<size_t>(o.max_request_body_bytes),
-                              .max_connections = o.max_connections,
-                              .logger = &logger,
-                              .cors = cors,
-                              .tls = o.tls,
-                              .reuse_port = one_of_several},
-                             [&router_ptr](serve::HttpRequest r, std::shared_ptr<serve::Responder> s) {
-                                 router_ptr->handle(std::move(r), std::move(s));
-                             });
-    const std::string key = rank_plane_key(o, d);
+    serve::HttpServer server(
+        {.host = o.host,
+         .port = one_of_several ? o.api_server_port : o.port,
+         .num_threads = o.http_threads,
+         .max_body_bytes = static_cast<size_t>(o.max_request_body_bytes),
+         .max_connections = o.max_connections,
+         .logger = &logger,
+         .cors = cors,
+         .tls = o.tls,
+         .reuse_port = one_of_several,
+         .header_check = [&router_ptr](const serve::HttpRequest& head) { return router_ptr->check_head(head); }},
+        [&router_ptr](serve::HttpRequest r, std::shared_ptr<serve::Responder> s) {
+            router_ptr->handle(std::move(r), std::move(s));
+        });
     std::optional<IpcDir> ipc_dir;
     if (d.local_sockets() && !one_of_several) ipc_dir.emplace();
     const std::string ipc_path = one_of_several ? o.api_server_run_dir : ipc_dir ? ipc_dir->path() : "";
@@ -416,8 +420,9 @@ int run_serve(ServeOptions o) {
     }
     MOESERVE_LOG_I(logger, "api", "signal %d: draining (up to %.0f s; a second signal stops at once)", signals.last(),
                    o.drain_timeout);
+    // The listener stays open until exit: a client that connects during the drain gets the
+    // router's 503 ("shutting down") instead of a reset from a closed listener's backlog.
     router.set_draining();
-    server.stop_accepting();
     drain(o, engines, signals, logger);
     stopping = true;
     if (snapshots.joinable()) snapshots.join();
@@ -474,14 +479,7 @@ void add_serve_command(CLI::App& app, Action* action) {
         ->check(CLI::NonNegativeNumber);
     sub->add_option("--host", o->host)->capture_default_str();
     sub->add_option("--port", o->port, "0 = any free port")->capture_default_str();
-    sub->add_option("--api-key", o->api_keys,
-                    "require 'Authorization: Bearer KEY' on /v1; several keys allowed "
-                    "(env: VLLM_API_KEY or MOESERVE_API_KEY, which ps does not show)")
-        ->expected(1, -1);
-    sub->add_option("--allowed-hosts", o->allowed_hosts,
-                    "Host/Origin names accepted besides loopback ones when --host is a "
-                    "loopback address ('*' = any); with another --host, if given, the only ones accepted")
-        ->expected(1, -1);
+    add_access_flags(sub, o->api_keys, o->allowed_hosts);
     sub->add_option("--max-connections", o->max_connections,
                     "open HTTP connections at most; more get 503 (0 = the open-file limit less 256)")
         ->capture_default_str();
@@ -540,18 +538,7 @@ void add_serve_command(CLI::App& app, Action* action) {
                     "reports unhealthy, its requests kept (0 = off; default: half of --heartbeat-timeout-ms, so it "
                     "warns before the heartbeat declares the engine dead)");
     sub->callback([o, action] {
-        // env: VLLM_API_KEY or MOESERVE_API_KEY, the API key when --api-key is not given.
-        if (o->api_keys.empty()) {
-            for (const char* name : {"VLLM_API_KEY", "MOESERVE_API_KEY"}) {
-                if (const char* key = std::getenv(name); key && *key) {
-                    o->api_keys.emplace_back(key);
-                    break;
-                }
-            }
-        }
-        for (const auto& k : o->api_keys) {
-            if (k.empty()) throw CLI::ValidationError("--api-key", "an API key may not be empty");
-        }
+        resolve_api_keys(o->api_keys);
         if (o->engine.model.empty()) throw CLI::RequiredError("the model directory (`serve DIR` or --model DIR)");
         // env: OMNI_PD_HYBRID=1 turns PD hybrid scheduling on, as --pd-hybrid does.
         if (const char* hybrid = std::getenv("OMNI_PD_HYBRID"); hybrid && std::string(hybrid) == "1")

@@ -64,4 +64,56 @@ CurveKeys derive_curve_keys(std::string_view rank_plane_key) {
     return keys;
 }
 
+namespace {
+
+using TransferTag = std::array<unsigned char, crypto_auth_hmacsha256_BYTES>;
+
+// HMAC-SHA-256 of "endpoint \n transfer id" (neither may hold a newline, so the split is
+// unambiguous) under BLAKE2b(deployment key hash, context).
+TransferTag transfer_tag(std::string_view rank_plane_key, std::string_view endpoint, std::string_view transfer_id) {
+    if (rank_plane_key.size() < kMinKeyChars) {
+        raise(ErrorCode::kInvalidArgument, "the rank-plane key ({}) must have at least {} characters; got {}",
+              kRankPlaneKeyEnv, kMinKeyChars, rank_plane_key.size());
+    }
+    init_sodium();
+    std::array<unsigned char, crypto_generichash_KEYBYTES> k{};
+    crypto_generichash(k.data(), k.size(), reinterpret_cast<const unsigned char*>(rank_plane_key.data()),
+                       rank_plane_key.size(), nullptr, 0);
+    std::array<unsigned char, crypto_auth_hmacsha256_KEYBYTES> mac_key{};
+    const std::string_view context("moeserve kv transfer params");
+    crypto_generichash(mac_key.data(), mac_key.size(), reinterpret_cast<const unsigned char*>(context.data()),
+                       context.size(), k.data(), k.size());
+    crypto_auth_hmacsha256_state state;
+    crypto_auth_hmacsha256_init(&state, mac_key.data(), mac_key.size());
+    const auto update = [&state](std::string_view part) {
+        crypto_auth_hmacsha256_update(&state, reinterpret_cast<const unsigned char*>(part.data()), part.size());
+    };
+    update(endpoint);
+    update("\n");
+    update(transfer_id);
+    TransferTag tag{};
+    crypto_auth_hmacsha256_final(&state, tag.data());
+    sodium_memzero(k.data(), k.size());
+    sodium_memzero(mac_key.data(), mac_key.size());
+    return tag;
+}
+
+}  // namespace
+
+std::string kv_transfer_token(std::string_view rank_plane_key, std::string_view endpoint,
+                              std::string_view transfer_id) {
+    const TransferTag tag = transfer_tag(rank_plane_key, endpoint, transfer_id);
+    std::string hex(tag.size() * 2, '0');
+    sodium_bin2hex(hex.data(), hex.size() + 1, tag.data(), tag.size());
+    return hex;
+}
+
+bool kv_transfer_token_valid(std::string_view rank_plane_key, std::string_view endpoint, std::string_view transfer_id,
+                             std::string_view token) {
+    if (token.size() != crypto_auth_hmacsha256_BYTES * 2) return false;
+    if (endpoint.find('\n') != std::string_view::npos || transfer_id.find('\n') != std::string_view::npos) return false;
+    const std::string want = kv_transfer_token(rank_plane_key, endpoint, transfer_id);
+    return sodium_memcmp(want.data(), token.data(), want.size()) == 0;
+}
+
 }  // namespace moeserve::ipc

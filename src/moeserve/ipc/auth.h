@@ -30,4 +30,14 @@ std::string random_rank_plane_key();
 // (guessable).
 CurveKeys derive_curve_keys(std::string_view rank_plane_key);
 
+// PD disaggregation: the proof that a prefill instance of this deployment issued a KV transfer
+// (endpoint, transfer id). The producer's API server puts it in its answer's kv_transfer_params;
+// a consumer's API server fetches only transfers whose token verifies, so a client cannot make a
+// decode instance dial an address of its choosing. HMAC-SHA-256 under a key derived from the
+// rank-plane key (its own context string), as 64 hex characters. Same key rules as above.
+std::string kv_transfer_token(std::string_view rank_plane_key, std::string_view endpoint, std::string_view transfer_id);
+// Constant-time comparison against the token the key gives.
+bool kv_transfer_token_valid(std::string_view rank_plane_key, std::string_view endpoint, std::string_view transfer_id,
+                             std::string_view token);
+
 }  // namespace moeserve::ipc

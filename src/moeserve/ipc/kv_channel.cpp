@@ -1,6 +1,14 @@
 #include "moeserve/ipc/kv_channel.h"
 
+#include <fmt/format.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <vector>
 
 #include "moeserve/core/error.h"
@@ -59,7 +67,64 @@ bool send_frames(zmq::socket_t& socket, const std::string* peer, const KvMessage
     }
 }
 
+// host and port of tcp://host:port (host may be [v6]); false if it is not of that form.
+bool split_tcp_endpoint(const std::string& endpoint, std::string& host, std::string& port) {
+    constexpr std::string_view kScheme = "tcp://";
+    if (endpoint.rfind(kScheme, 0) != 0) return false;
+    const size_t colon = endpoint.rfind(':');
+    if (colon == std::string::npos || colon < kScheme.size()) return false;
+    host = endpoint.substr(kScheme.size(), colon - kScheme.size());
+    port = endpoint.substr(colon + 1);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    return !host.empty() && !port.empty() && port.size() <= 5 &&
+           port.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// "" once a non-blocking connect to addr completes within timeout_ms, else the reason.
+std::string try_connect(const addrinfo& addr, int timeout_ms) {
+    const int fd = ::socket(addr.ai_family, addr.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, addr.ai_protocol);
+    if (fd < 0) return std::strerror(errno);
+    std::string error;
+    if (::connect(fd, addr.ai_addr, addr.ai_addrlen) != 0) {
+        if (errno != EINPROGRESS) {
+            error = std::strerror(errno);
+        } else {
+            pollfd p{fd, POLLOUT, 0};
+            const int ready = ::poll(&p, 1, timeout_ms);
+            int so_error = 0;
+            socklen_t len = sizeof(so_error);
+            if (ready == 0) {
+                error = fmt::format("no answer within {} ms", timeout_ms);
+            } else if (ready < 0 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) != 0) {
+                error = std::strerror(errno);
+            } else if (so_error != 0) {
+                error = std::strerror(so_error);
+            }
+        }
+    }
+    ::close(fd);
+    return error;
+}
+
 }  // namespace
+
+std::string probe_kv_endpoint(const std::string& endpoint, int timeout_ms) {
+    std::string host, port;
+    if (!split_tcp_endpoint(endpoint, host, port)) return "not a tcp://HOST:PORT address";
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    addrinfo* found = nullptr;
+    if (const int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0)
+        return fmt::format("cannot resolve '{}': {}", host, ::gai_strerror(rc));
+    std::string error = "no address";
+    for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+        error = try_connect(*a, timeout_ms);
+        if (error.empty()) break;
+    }
+    ::freeaddrinfo(found);
+    return error;
+}
 
 struct KvServerSocket::Impl {
     zmq::context_t context{1};
@@ -101,13 +166,20 @@ bool KvServerSocket::send(const std::string& peer, const KvMessage& message, std
     return send_frames(impl_->socket, &peer, message, payload);
 }
 
-struct KvClientSocket::Impl {
+struct KvClientContext::Impl {
     zmq::context_t context{1};
-    zmq::socket_t socket{context, zmq::socket_type::dealer};
 };
 
-KvClientSocket::KvClientSocket(const std::string& endpoint, const KvChannelOptions& options)
-    : impl_(std::make_unique<Impl>()) {
+KvClientContext::KvClientContext() : impl_(std::make_unique<Impl>()) {}
+KvClientContext::~KvClientContext() = default;
+
+struct KvClientSocket::Impl {
+    explicit Impl(zmq::context_t& context) : socket(context, zmq::socket_type::dealer) {}
+    zmq::socket_t socket;
+};
+
+KvClientSocket::KvClientSocket(KvClientContext& context, const std::string& endpoint, const KvChannelOptions& options)
+    : impl_(std::make_unique<Impl>(context.impl_->context)) {
     auto& s = *impl_;
     set_options(s.socket, options);
     if (!options.rank_plane_key.empty()) set_client_auth(s.socket, derive_curve_keys(options.rank_plane_key));

@@ -49,10 +49,31 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
+// The ZeroMQ context a consumer's client sockets share: one I/O thread and one reaper for all of
+// them, however many producers it fetches from (a context per socket costs 2 threads and several
+// descriptors). Thread-safe; outlives its sockets.
+class KvClientContext {
+public:
+    KvClientContext();
+    ~KvClientContext();
+    KvClientContext(const KvClientContext&) = delete;
+    KvClientContext& operator=(const KvClientContext&) = delete;
+
+private:
+    friend class KvClientSocket;
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+// "" if a TCP connection to endpoint (tcp://host:port, host a numeric IPv4/IPv6 address or a
+// name) opens within timeout_ms, else why not ("connection refused", ...). ZeroMQ retries a
+// refused connection forever in the background; this lets a consumer fail such a fetch at once.
+std::string probe_kv_endpoint(const std::string& endpoint, int timeout_ms);
+
 class KvClientSocket {
 public:
     // Connects to a producer's endpoint (the connection completes in the background).
-    KvClientSocket(const std::string& endpoint, const KvChannelOptions& options);
+    KvClientSocket(KvClientContext& context, const std::string& endpoint, const KvChannelOptions& options);
     ~KvClientSocket();
     KvClientSocket(const KvClientSocket&) = delete;
     KvClientSocket& operator=(const KvClientSocket&) = delete;

@@ -300,6 +300,9 @@ void EngineClient::check_engines() {
                                 std::to_string(options_.heartbeat_timeout_ms) + " ms";
                 ready_cv_.notify_all();
             }
+            // Requests waiting for their KV from a prefill instance (PD disaggregation) need no
+            // step: an engine with only those is not stuck (their fetch has its own timeout).
+            if (e.in_flight <= e.stats.kv_waiting_requests) e.last_progress_ms = now;
             if (options_.step_watchdog_ms > 0 && e.ready && !e.dead && !e.stalled && e.in_flight > 0 &&
                 now - e.last_progress_ms > options_.step_watchdog_ms) {
                 e.stalled = true;

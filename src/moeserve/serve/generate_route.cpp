@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include "moeserve/ipc/auth.h"
 #include "moeserve/serve/request_log.h"
 #include "moeserve/serve/openai/chat_messages.h"
 #include "moeserve/serve/openai/chat_output.h"
@@ -259,6 +260,14 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
                        "--kv-transfer-config and kv_role kv_consumer or kv_both)",
                        "invalid_request_error", "kv_transfer_params");
     }
+    for (const auto& source : kv.transfers) {  // only transfers a producer of this deployment issued
+        if (!ipc::kv_transfer_token_valid(config_.kv_transfer_key, source.endpoint, source.id, source.token)) {
+            throw ApiError(400,
+                           "kv_transfer_params.transfers: a token does not match its endpoint and id (pass the answer "
+                           "of a prefill instance of this deployment, with the same rank-plane key, unchanged)",
+                           "invalid_request_error", "kv_transfer_params");
+        }
+    }
     if (!params.request_id.empty()) job->meta.id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", params.request_id);
     if (params.truncate_prompt_tokens) {
         for (auto& ids : prompts) {
@@ -340,8 +349,8 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
     for (size_t c = 0; c < num_choices; ++c) {
         adds[c].kv_transfer.produce = p.kv_transfer.produce;
         if (!p.kv_transfer.transfers.empty()) {
-            adds[c].kv_transfer.remote_endpoint = p.kv_transfer.transfers[c].first;
-            adds[c].kv_transfer.remote_transfer_id = p.kv_transfer.transfers[c].second;
+            adds[c].kv_transfer.remote_endpoint = p.kv_transfer.transfers[c].endpoint;
+            adds[c].kv_transfer.remote_transfer_id = p.kv_transfer.transfers[c].id;
         }
     }
     job->kv_endpoints.assign(num_choices, "");
@@ -586,7 +595,11 @@ void Router::finish_job(const std::shared_ptr<Job>& job) {
         // vLLM's field: what the decode half of this request passes back as its kv_transfer_params.
         OJson transfers = OJson::array();
         for (size_t c = 0; c < job->engine_ids.size(); ++c) {
-            transfers.push_back({{"endpoint", job->kv_endpoints[c]}, {"id", job->engine_ids[c]}});
+            const std::string& endpoint = job->kv_endpoints[c];
+            const std::string& id = job->engine_ids[c];
+            transfers.push_back({{"endpoint", endpoint},
+                                 {"id", id},
+                                 {"token", ipc::kv_transfer_token(config_.kv_transfer_key, endpoint, id)}});
         }
         body["kv_transfer_params"] = {{"do_remote_prefill", true}, {"transfers", std::move(transfers)}};
     }

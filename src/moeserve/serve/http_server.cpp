@@ -137,21 +137,38 @@ std::string header(const http::request<http::string_body>& request, http::field 
     return it == request.end() ? std::string() : std::string(it->value());
 }
 
+// The request's method, target and the headers a Handler sees; no body.
+HttpRequest request_head(const http::request<http::string_body>& request) {
+    HttpRequest r;
+    r.method = std::string(request.method_string());
+    r.target = std::string(request.target());
+    r.authorization = header(request, http::field::authorization);
+    r.content_type = header(request, http::field::content_type);
+    r.host = header(request, http::field::host);
+    r.origin = header(request, http::field::origin);
+    return r;
+}
+
 class Session : public std::enable_shared_from_this<Session> {
 public:
     // tls: the server's TLS context (null: plain HTTP); it outlives the session.
     Session(tcp::socket socket, const HttpServerOptions& options, const Handler& handler, std::atomic<int>& counter,
-            net::ssl::context* tls)
+            std::atomic<size_t>& body_bytes, net::ssl::context* tls)
         : socket_(std::move(socket)),
           idle_timer_(socket_.get_executor()),
           write_timer_(socket_.get_executor()),
+          probe_timer_(socket_.get_executor()),
           options_(options),
           handler_(handler),
-          counter_(counter) {
+          counter_(counter),
+          body_bytes_(body_bytes) {
         ++counter_;
         if (tls) tls_.emplace(socket_, *tls);
     }
-    ~Session() { --counter_; }
+    ~Session() {
+        release_body();
+        --counter_;
+    }
 
     void start() {
         net::dispatch(socket_.get_executor(), [self = shared_from_this()] {
@@ -245,6 +262,15 @@ private:
     void on_header(beast::error_code ec) {
         if (ec) return on_read_failed(ec);
         const auto& r = parser_->get();
+        if (!parser_->is_done()) {  // a body follows: who asks, and is there room, before it is read
+            if (options_.header_check) {
+                if (auto refused = options_.header_check(request_head(r))) return refuse(std::move(*refused));
+            }
+            if (!reserve_body(parser_->content_length().value_or(options_.max_body_bytes))) {
+                return refuse({503, error_json("The server is receiving too many request bodies at once; retry later.",
+                                               "too_many_request_bodies")});
+            }
+        }
         if (!busy_ && r.version() >= 11 && beast::iequals(header(r, http::field::expect), "100-continue")) {
             enqueue("HTTP/1.1 100 Continue\r\n\r\n");
         }
@@ -259,6 +285,7 @@ private:
 
     void on_request() {
         reading_ = false;
+        release_body();
         auto request = parser_->release();
         if (busy_) {  // pipelined while answering: answered in order afterwards
             pending_.emplace(std::move(request));
@@ -269,6 +296,7 @@ private:
 
     void on_read_failed(beast::error_code ec) {
         reading_ = false;
+        release_body();
         if (closed_) return;
         if (ec == http::error::body_limit) {
             return fail_protocol(413, fmt::format("The request body is larger than {} bytes.", options_.max_body_bytes),
@@ -283,13 +311,62 @@ private:
             ec != http::error::end_of_stream && ec != http::error::partial_message) {
             return fail_protocol(400, "Malformed HTTP request: " + ec.message(), "bad_request");
         }
+        if (ec == http::error::end_of_stream && busy_ && !answered_ && !http10_) return on_peer_done_sending();
         close();  // end of stream, reset, or aborted by close()
+    }
+
+    // The client shut down its sending side after its request (shutdown(SHUT_WR)) and may still
+    // read: it is answered, then the connection closes. A client that closed completely looks
+    // the same until a write to it fails, so until the answer starts an interim "100 Continue"
+    // goes out at once, again after 100 ms, then each second (HTTP/1.1 clients skip 1xx
+    // responses they did not ask for). A vanished client answers the first with a reset, so the
+    // second fails, which closes the session and aborts its request as before. A stream's own
+    // chunks do the same once it has started. HTTP/1.0 has no interim responses: there the end
+    // of the client's stream stays a disconnect.
+    void on_peer_done_sending() {
+        keep_alive_ = false;  // the answer says "Connection: close": nothing more can arrive
+        probe_peer(0);
+    }
+
+    void probe_peer(int round) {
+        if (closed_ || !busy_ || answered_ || streaming_) return;
+        enqueue("HTTP/1.1 100 Continue\r\n\r\n");
+        probe_timer_.expires_after(std::chrono::milliseconds(round == 0 ? 100 : 1000));
+        probe_timer_.async_wait([self = shared_from_this(), round](beast::error_code ec) {
+            if (!ec) self->probe_peer(round + 1);
+        });
     }
 
     // A request that cannot be read: answer it (after the answer in progress, if
     // any), then close.
     void fail_protocol(int status, const std::string& message, const char* code) {
-        std::string bytes = closing_response(status, message, code);
+        fail_with(closing_response(status, message, code));
+    }
+
+    // A request refused from its headers (HeaderCheck, or no room for its body): answered
+    // without reading the body, then the connection closes.
+    void refuse(HttpError error) {
+        reading_ = false;
+        release_body();
+        fail_with(response_head(error.status, "application/json", error.body.size(), false) + error.body);
+    }
+
+    // Counts a body about to be received against max_body_bytes_in_flight; false if it would
+    // pass it.
+    bool reserve_body(size_t bytes) {
+        const size_t cap =
+            options_.max_body_bytes_in_flight > 0 ? options_.max_body_bytes_in_flight : 16 * options_.max_body_bytes;
+        if (body_bytes_.fetch_add(bytes) + bytes > cap) {
+            body_bytes_.fetch_sub(bytes);
+            return false;
+        }
+        reserved_body_bytes_ = bytes;
+        return true;
+    }
+
+    void release_body() { body_bytes_.fetch_sub(std::exchange(reserved_body_bytes_, 0)); }
+
+    void fail_with(std::string bytes) {
         if (busy_) {
             pending_error_ = std::move(bytes);
             return;
@@ -308,13 +385,7 @@ private:
         keep_alive_ = request.keep_alive();
         http10_ = request.version() < 11;
         head_request_ = request.method() == http::verb::head;
-        HttpRequest r;
-        r.method = std::string(request.method_string());
-        r.target = std::string(request.target());
-        r.authorization = header(request, http::field::authorization);
-        r.content_type = header(request, http::field::content_type);
-        r.host = header(request, http::field::host);
-        r.origin = header(request, http::field::origin);
+        HttpRequest r = request_head(request);
         cors_ = cors_headers(options_.cors, r.origin);
         const std::string preflight_method = header(request, http::field::access_control_request_method);
         if (request.method() == http::verb::options && !r.origin.empty() && !preflight_method.empty()) {
@@ -400,6 +471,7 @@ private:
         if (closed_) return;
         closed_ = true;
         idle_timer_.cancel();
+        probe_timer_.cancel();
         if (!writing_) {  // else the write's completion frees the queue
             writes_.clear();
             queued_bytes_ = 0;
@@ -426,10 +498,12 @@ private:
 
     tcp::socket socket_;
     std::optional<net::ssl::stream<tcp::socket&>> tls_;
-    net::steady_timer idle_timer_, write_timer_;
+    net::steady_timer idle_timer_, write_timer_, probe_timer_;
     const HttpServerOptions& options_;
     const Handler& handler_;
     std::atomic<int>& counter_;
+    std::atomic<size_t>& body_bytes_;  // the server's bodies being received
+    size_t reserved_body_bytes_ = 0;   // this session's part of it
     beast::flat_buffer buffer_;
     std::optional<http::request_parser<http::string_body>> parser_;
     std::optional<http::request<http::string_body>> pending_;
@@ -544,6 +618,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     Handler handler;
     int max_connections = 0;
     std::atomic<int> connections{0};  // before ioc: sessions die with ioc's pending handlers
+    std::atomic<size_t> body_bytes_in_flight{0};
     net::io_context ioc;
     tcp::acceptor acceptor;
     net::steady_timer backoff;
@@ -608,7 +683,8 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
         } else {
             at_limit = false;
             socket.set_option(tcp::no_delay(true), ignored);
-            std::make_shared<Session>(std::move(socket), options, handler, connections, tls.get())->start();
+            std::make_shared<Session>(std::move(socket), options, handler, connections, body_bytes_in_flight, tls.get())
+                ->start();
         }
         accept();
     }
@@ -710,16 +786,6 @@ void HttpServer::run() {
     }
     impl_->ioc.run();
     for (auto& t : threads) t.join();
-}
-
-void HttpServer::stop_accepting() {
-    net::post(impl_->acceptor.get_executor(), [weak = std::weak_ptr<Impl>(impl_)] {
-        auto impl = weak.lock();
-        if (!impl) return;
-        beast::error_code ignored;
-        impl->acceptor.close(ignored);
-        impl->backoff.cancel();
-    });
 }
 
 void HttpServer::stop() {

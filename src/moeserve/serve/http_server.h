@@ -9,6 +9,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,15 @@ public:
 
 using Handler = std::function<void(HttpRequest request, std::shared_ptr<Responder> responder)>;
 
+// An answer a HeaderCheck gives instead of reading the request on: status and JSON body.
+struct HttpError {
+    int status = 400;
+    std::string body;
+};
+// Sees a request's method, target and headers (body empty) before its body is read; an error
+// is answered at once and the connection closed, the body never read.
+using HeaderCheck = std::function<std::optional<HttpError>(const HttpRequest& head)>;
+
 // CORS as vLLM configures it (--allowed-origins, --allowed-methods, --allowed-headers,
 // --allow-credentials; defaults "*", "*", "*", false), applied at the HTTP layer as Starlette's
 // middleware does: a preflight (OPTIONS with Origin and Access-Control-Request-Method) is answered
@@ -85,6 +95,13 @@ struct HttpServerOptions {
     // SO_REUSEPORT on the listening socket: several API server processes listen on the same port
     // and the kernel spreads new connections over them (--api-server-count).
     bool reuse_port = false;
+    // Applied to every request with a body before the body is read (access_policy.h): a client
+    // the policy refuses makes the server buffer nothing.
+    HeaderCheck header_check{};
+    // Bytes of request bodies being received at once, over all connections (each counts its
+    // Content-Length, or max_body_bytes when chunked, from its headers until its body is in);
+    // a request that would pass it gets 503 and its connection closes. 0 = 16 x max_body_bytes.
+    size_t max_body_bytes_in_flight = 0;
 };
 
 // host:port bound with SO_REUSEPORT but not listening (so no connection is queued on it): holds
@@ -125,8 +142,6 @@ public:
     // Serves on options.num_threads threads (this one included) until stop().
     // Call once.
     void run();
-    // Closes the listening socket; open connections go on. Thread-safe.
-    void stop_accepting();
     // Stops every I/O thread; run() returns. Thread-safe.
     void stop();
     // Connections currently open. Thread-safe.

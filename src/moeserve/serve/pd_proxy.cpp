@@ -59,7 +59,8 @@ struct PdProxy::Flow {
     }
 };
 
-PdProxy::PdProxy(PdProxyOptions options, Logger& logger) : options_(std::move(options)), logger_(logger) {
+PdProxy::PdProxy(PdProxyOptions options, Logger& logger)
+    : options_(std::move(options)), access_(options_.access), logger_(logger) {
     const auto add = [this](const std::string& url, bool prefill) {
         const std::string prefix = "http://";
         std::string rest = url.rfind(prefix, 0) == 0 ? url.substr(prefix.size()) : "";
@@ -162,8 +163,16 @@ std::string PdProxy::metrics_text() const {
     return out;
 }
 
+std::optional<HttpError> PdProxy::check_head(const HttpRequest& head) const {
+    return access_.check_head(head, head.target.substr(0, head.target.find('?')));
+}
+
 void PdProxy::handle(HttpRequest request, std::shared_ptr<Responder> responder) {
     const std::string path = request.target.substr(0, request.target.find('?'));
+    // What `serve` refuses, the proxy refuses too (cross-site pages, DNS rebinding, no key).
+    if (auto refused = access_.check_head(request, path)) {
+        return responder->respond(refused->status, kJson, std::move(refused->body));
+    }
     const bool get = request.method == "GET" || request.method == "HEAD";
     if (get && path == "/health") return responder->respond(200, "text/plain", "");
     if (get && path == "/metrics") return responder->respond(200, "text/plain; version=0.0.4", metrics_text());

@@ -15,10 +15,12 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "moeserve/core/log.h"
+#include "moeserve/serve/access_policy.h"
 #include "moeserve/serve/http_server.h"
 
 namespace moeserve::serve {
@@ -30,6 +32,9 @@ struct PdProxyOptions {
     int idle_timeout_ms = 600000;  // an upstream silent this long fails the request
     int down_ms = 5000;            // an unreachable instance is skipped this long
     int max_in_flight = 1024;      // requests at once; more get 503
+    // Who may use the proxy: the same Host / Origin / API key / JSON-body policy as `serve`
+    // (access_policy.h); the client's Authorization is passed on to the instances as it came.
+    AccessPolicyConfig access{};
 };
 
 class PdProxy {
@@ -43,6 +48,8 @@ public:
     // The HttpServer handler: POST /v1/completions, /v1/chat/completions; GET /v1/models (from a
     // decode instance), /health, /metrics (the proxy's own counters). Thread-safe.
     void handle(HttpRequest request, std::shared_ptr<Responder> responder);
+    // The HttpServer's header check (before a body is read): the access policy. Thread-safe.
+    std::optional<HttpError> check_head(const HttpRequest& head) const;
 
     struct Instance {
         std::string url, host;
@@ -66,6 +73,7 @@ private:
     std::string metrics_text() const;
 
     PdProxyOptions options_;
+    AccessPolicy access_;
     Logger& logger_;
     mutable std::mutex mutex_;
     std::vector<Instance> instances_;

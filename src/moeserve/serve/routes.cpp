@@ -21,6 +21,7 @@ using OJson = nlohmann::ordered_json;
 Router::Router(RouterConfig config, const tokenizer::Tokenizer& tokenizer, EngineClient& engines, Metrics& metrics,
                Logger& logger)
     : config_(std::move(config)),
+      access_(config_.access),
       request_limits_{.max_model_len = config_.limits.max_model_len,
                       .vocab_size = config_.limits.vocab_size,
                       .max_logprobs = config_.limits.max_logprobs,
@@ -60,49 +61,6 @@ void Router::reply(const std::shared_ptr<Responder>& responder, int status, std:
     responder->respond(status, std::move(content_type), std::move(body));
 }
 
-namespace {
-
-bool constant_time_equal(std::string_view a, std::string_view b) {
-    size_t diff = a.size() ^ b.size();
-    const size_t n = std::max(a.size(), b.size());
-    for (size_t i = 0; i < n; ++i) {
-        diff |=
-            static_cast<unsigned char>(i < a.size() ? a[i] : 0) ^ static_cast<unsigned char>(i < b.size() ? b[i] : 0);
-    }
-    return diff == 0;
-}
-
-std::string lower(std::string s) {
-    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return s;
-}
-
-// "Host: name[:port]" or "[v6]:port" -> the name, lower case.
-std::string host_name(const std::string& host) {
-    if (!host.empty() && host[0] == '[') return lower(host.substr(1, host.find(']') - 1));
-    const size_t colon = host.find(':');
-    if (colon != std::string::npos && host.find(':', colon + 1) == std::string::npos)
-        return lower(host.substr(0, colon));
-    return lower(host);
-}
-
-bool is_loopback_name(const std::string& name) {
-    if (name == "localhost" || name == "::1" || name == "0:0:0:0:0:0:0:1") return true;
-    if (name.size() > 10 && name.compare(name.size() - 10, 10, ".localhost") == 0) return true;
-    if (name.rfind("127.", 0) != 0) return false;
-    return name.find_first_not_of("0123456789.") == std::string::npos;
-}
-
-// "application/json" or "application/json; charset=utf-8" (case-insensitive).
-bool is_json_media_type(const std::string& content_type) {
-    std::string media = lower(content_type.substr(0, content_type.find(';')));
-    media.erase(media.find_last_not_of(" \t") + 1);
-    media.erase(0, media.find_first_not_of(" \t"));
-    return media == "application/json";
-}
-
-}  // namespace
-
 template <typename F>
 void Router::guarded(const HttpRequest& request, const std::shared_ptr<Responder>& responder, F&& fn) {
     try {
@@ -130,51 +88,13 @@ void Router::handle(HttpRequest request, std::shared_ptr<Responder> responder) {
     guarded(request, responder, [&] { route(request, responder); });
 }
 
-bool Router::host_allowed(const std::string& host) const {
-    const std::string name = host_name(host);
-    for (const auto& allowed : config_.allowed_hosts) {
-        if (allowed == "*" || lower(allowed) == name) return true;
+std::string Router::route_path(const std::string& target) const {
+    std::string path = target.substr(0, target.find('?'));
+    const std::string& root = config_.root_path;
+    if (!root.empty() && path.rfind(root, 0) == 0 && (path.size() == root.size() || path[root.size()] == '/')) {
+        path = path.size() == root.size() ? "/" : path.substr(root.size());
     }
-    if (config_.loopback_only) return is_loopback_name(name);
-    return config_.allowed_hosts.empty();
-}
-
-// The Host / Origin policy (DNS rebinding, cross-site requests), then auth: before any work.
-void Router::check_access(const HttpRequest& request, const std::string& path) const {
-    if (!request.host.empty() && !host_allowed(request.host)) {
-        throw ApiError(403,
-                       fmt::format("Host '{}' is not allowed: this server answers loopback names only; "
-                                   "name other hosts with --allowed-hosts.",
-                                   request.host),
-                       "invalid_request_error", std::nullopt, "host_not_allowed");
-    }
-    if (!request.origin.empty()) {
-        const size_t scheme = request.origin.find("://");
-        const std::string origin_host =
-            scheme == std::string::npos ? request.origin : request.origin.substr(scheme + 3);
-        const auto& origins = config_.allowed_origins;
-        const bool listed = std::find(origins.begin(), origins.end(), "*") != origins.end() ||
-                            std::find(origins.begin(), origins.end(), request.origin) != origins.end();
-        if (!listed && !host_allowed(origin_host)) {
-            throw ApiError(403,
-                           fmt::format("Cross-origin requests from '{}' are not allowed; name the origin with "
-                                       "--allowed-origins (or its host with --allowed-hosts).",
-                                       request.origin),
-                           "invalid_request_error", std::nullopt, "origin_not_allowed");
-        }
-    }
-    if (path.rfind("/v1/", 0) == 0 && !config_.api_keys.empty()) {
-        const std::string_view prefix = "Bearer ";
-        const std::string_view auth = request.authorization;
-        const std::string_view given =
-            auth.substr(0, prefix.size()) == prefix ? auth.substr(prefix.size()) : std::string_view();
-        bool ok = false;
-        for (const auto& key : config_.api_keys) ok |= constant_time_equal(given, key);  // no early exit
-        if (!ok) {
-            throw ApiError(401, "Incorrect API key provided. Send it as 'Authorization: Bearer <key>'.",
-                           "invalid_request_error", std::nullopt, "invalid_api_key");
-        }
-    }
+    return path;
 }
 
 std::vector<int32_t> Router::encode_prompt(const std::string& text, bool add_special_tokens, const char* param) const {
@@ -189,12 +109,8 @@ std::vector<int32_t> Router::encode_prompt(const std::string& text, bool add_spe
 }
 
 void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& responder) {
-    std::string path = request.target.substr(0, request.target.find('?'));
-    const std::string& root = config_.root_path;
-    if (!root.empty() && path.rfind(root, 0) == 0 && (path.size() == root.size() || path[root.size()] == '/')) {
-        path = path.size() == root.size() ? "/" : path.substr(root.size());
-    }
-    check_access(request, path);
+    const std::string path = route_path(request.target);
+    access_.check(request, path);
     const bool get = request.method == "GET" || request.method == "HEAD", post = request.method == "POST";
     const auto method_check = [&](bool ok) {
         if (!ok)
@@ -202,12 +118,7 @@ void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& respo
                            "invalid_request_error", std::nullopt, "method_not_allowed");
     };
     // JSON routes take JSON only: a cross-site form or text/plain POST (no CORS preflight) is refused.
-    const auto json_check = [&] {
-        if ((!request.body.empty() || !request.content_type.empty()) && !is_json_media_type(request.content_type)) {
-            throw ApiError(415, fmt::format("Content-Type must be application/json; got '{}'.", request.content_type),
-                           "invalid_request_error", std::nullopt, "unsupported_media_type");
-        }
-    };
+    const auto json_check = [&] { AccessPolicy::check_json(request); };
     if (path == "/health" || path == "/ping") {  // /ping: SageMaker's, GET or POST, as vLLM
         method_check(get || (post && path == "/ping"));
         const bool ok = engines_.healthy();

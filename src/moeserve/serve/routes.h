@@ -15,6 +15,7 @@
 #include "moeserve/core/log.h"
 #include "moeserve/ipc/request_validation.h"
 #include "moeserve/serve/engine_client.h"
+#include "moeserve/serve/access_policy.h"
 #include "moeserve/serve/http_server.h"
 #include "moeserve/serve/metrics.h"
 #include "moeserve/serve/openai/protocol.h"
@@ -35,18 +36,10 @@ struct GenerationDefaults {
 
 struct RouterConfig {
     openai::ModelLimits limits;
-    // Empty = no auth; else /v1/* needs "Authorization: Bearer <one of them>" (compared in
-    // constant time).
-    std::vector<std::string> api_keys;
-    // Host (and Origin) header policy against DNS rebinding: with loopback_only (the server
-    // listens on a loopback address) only loopback names and addresses plus allowed_hosts pass;
-    // otherwise any host passes unless allowed_hosts is non-empty. "*" in allowed_hosts = any.
-    bool loopback_only = true;
-    std::vector<std::string> allowed_hosts;
-    std::vector<std::string> allowed_origins;  // --allowed-origins as given: these Origins pass too ("*": any)
-    int max_choices_per_request = 256;         // prompts x n of one request; more is a 400
-    std::string chat_template;                 // overrides the tokenizer's (--chat-template); empty = its own
-    std::string root_path;                     // a path prefix a proxy may leave on requests (--root-path)
+    AccessPolicyConfig access;          // Host, Origin, API key, JSON bodies (access_policy.h)
+    int max_choices_per_request = 256;  // prompts x n of one request; more is a 400
+    std::string chat_template;          // overrides the tokenizer's (--chat-template); empty = its own
+    std::string root_path;              // a path prefix a proxy may leave on requests (--root-path)
     // --enable-log-requests (vLLM's, off by default): a line per prompt as it arrives (id, prompt
     // cut to max_log_len code points / ids, sampling params; serve/request_log.h) and one per
     // finished request (reason, tokens, TTFT, e2e). max_log_len < 0: no cut (--max-log-len unset).
@@ -67,6 +60,9 @@ struct RouterConfig {
     // PD disaggregation (--kv-transfer-config): whether requests may ask this instance for the
     // prefill half (kv_producer, kv_both) or the decode half (kv_consumer, kv_both).
     bool kv_producer = false, kv_consumer = false;
+    // The deployment's rank-plane key when either is set: signs (producer) and checks (consumer)
+    // the transfers' tokens (ipc::kv_transfer_token).
+    std::string kv_transfer_key;
 };
 
 class Router {
@@ -79,6 +75,10 @@ public:
 
     // The HttpServer handler. Thread-safe.
     void handle(HttpRequest request, std::shared_ptr<Responder> responder);
+    // The HttpServer's header check (before a body is read): the access policy. Thread-safe.
+    std::optional<HttpError> check_head(const HttpRequest& head) const {
+        return access_.check_head(head, route_path(head.target));
+    }
 
     // New generation requests get 503 from now on (SIGTERM drain). Thread-safe.
     void set_draining() { draining_ = true; }
@@ -92,8 +92,7 @@ private:
     // Runs fn on a worker thread (guarded), off the I/O thread.
     template <typename F>
     void defer(HttpRequest request, std::shared_ptr<Responder> responder, F fn);
-    void check_access(const HttpRequest& request, const std::string& path) const;
-    bool host_allowed(const std::string& host) const;
+    std::string route_path(const std::string& target) const;  // without query and --root-path
     // encode(), after refusing a text too long to fit max_model_len in any tokenization.
     std::vector<int32_t> encode_prompt(const std::string& text, bool add_special_tokens, const char* param) const;
     void generate(const nlohmann::ordered_json& body, bool chat, const std::shared_ptr<Responder>& responder);
@@ -120,6 +119,7 @@ private:
     std::string new_request_id(const char* prefix);
 
     RouterConfig config_;
+    AccessPolicy access_;
     ipc::RequestLimits request_limits_;  // from config_: what validate_request checks each engine request against
     const tokenizer::Tokenizer& tokenizer_;
     std::optional<tokenizer::ChatTemplate> chat_template_;

@@ -75,10 +75,27 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
     return load(tokenizer_json, config_json, where, "tokenizer_config.json");
 }
 
+namespace {
+
+// Runs the part of loading that reads one top-level field. A value of the wrong type inside it
+// makes nlohmann throw a type_error that names neither the file nor the field (it reached the
+// user as "internal error"): it becomes an Error naming both.
+template <typename F>
+auto reading_field(std::string_view where, const char* field, F&& read) {
+    try {
+        return read();
+    } catch (const nlohmann::json::exception& e) {
+        raise(ErrorCode::kInvalidModel, "{}: field \"{}\" is malformed: {}", where, field, e.what());
+    }
+}
+
+}  // namespace
+
 Tokenizer Tokenizer::load(std::string_view tokenizer_json, std::string_view config_json, std::string_view where,
                           std::string_view config_where) {
     auto impl = std::make_unique<Impl>();
-    impl->config = TokenizerConfig::parse(config_json, config_where);
+    impl->config =
+        reading_field(config_where, "(top level)", [&] { return TokenizerConfig::parse(config_json, config_where); });
     TokenizerJson parsed = parse_tokenizer_json(tokenizer_json, where);
     const nlohmann::json& doc = parsed.doc;
     if (!doc.is_object() || !doc.contains("model")) {
@@ -86,25 +103,34 @@ Tokenizer Tokenizer::load(std::string_view tokenizer_json, std::string_view conf
     }
     const auto& model = doc["model"];
     // Old files omit "type" for BPE; a vocab plus merges is BPE.
-    std::string model_type = model.value("type", parsed.has_merges ? "BPE" : "");
+    const std::string model_type =
+        reading_field(where, "model", [&] { return model.value("type", parsed.has_merges ? "BPE" : ""); });
     if (model_type != "BPE") {
         raise(ErrorCode::kUnsupported, "{}: model type '{}' is not supported (supported: BPE)", where, model_type);
     }
-    impl->normalizer = make_normalizer(doc.value("normalizer", nlohmann::json()), where);
-    impl->pre_tokenizer = make_pre_tokenizer(doc.value("pre_tokenizer", nlohmann::json()), where);
-    impl->decoder = make_decoder(doc.value("decoder", nlohmann::json()), where);
+    const auto field = [&doc](const char* name) { return doc.value(name, nlohmann::json()); };
+    impl->normalizer = reading_field(where, "normalizer", [&] { return make_normalizer(field("normalizer"), where); });
+    impl->pre_tokenizer =
+        reading_field(where, "pre_tokenizer", [&] { return make_pre_tokenizer(field("pre_tokenizer"), where); });
+    impl->decoder = reading_field(where, "decoder", [&] { return make_decoder(field("decoder"), where); });
     const bool llama = is_llama_class(impl->config.tokenizer_class);
-    const auto post_processor = doc.value("post_processor", nlohmann::json());
-    if (!llama && !post_processor.is_null() && post_processor.value("type", std::string()) != "ByteLevel") {
+    const std::string post_processor = reading_field(where, "post_processor", [&] {
+        const auto p = field("post_processor");
+        return p.is_null() ? std::string() : p.value("type", std::string("(no type)"));
+    });
+    if (!llama && !post_processor.empty() && post_processor != "ByteLevel") {
         raise(ErrorCode::kUnsupported, "{}: post_processor type '{}' is not supported (supported: ByteLevel, null)",
-              where, post_processor.value("type", std::string()));
+              where, post_processor);
     }
     if (!parsed.has_vocab || !parsed.has_merges) {
         raise(ErrorCode::kInvalidModel, "{}: the BPE model needs \"vocab\" and \"merges\"", where);
     }
-    impl->model = std::make_unique<Bpe>(Bpe::from_parts(model, std::move(parsed.vocab), parsed.merges, where));
-    impl->added = AddedVocabulary::from_json(doc.value("added_tokens", nlohmann::json()), *impl->model,
-                                             impl->normalizer.get(), where);
+    impl->model = reading_field(where, "model", [&] {
+        return std::make_unique<Bpe>(Bpe::from_parts(model, std::move(parsed.vocab), parsed.merges, where));
+    });
+    impl->added = reading_field(where, "added_tokens", [&] {
+        return AddedVocabulary::from_json(field("added_tokens"), *impl->model, impl->normalizer.get(), where);
+    });
     impl->vocab_size = impl->model->num_tokens();
     for (const auto& token : impl->added.tokens()) {
         if (impl->model->id_to_token(token.id) == nullptr) ++impl->vocab_size;

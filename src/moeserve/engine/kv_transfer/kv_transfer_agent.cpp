@@ -13,6 +13,13 @@ namespace {
 
 constexpr int kPollMs = 100;                      // how often the threads look at stop_
 constexpr int64_t kChunkBytes = 4 * 1024 * 1024;  // blocks per KvBlockChunk: about this many bytes
+// Consumer: fetches from this many producers run at once (from one producer, one at a time).
+constexpr int kFetchWorkers = 4;
+// Consumer: connections kept open at most (least recently used closed first), and how long an
+// unused one stays. Each holds a descriptor or two in the shared context.
+constexpr size_t kMaxConnections = 32;
+constexpr double kIdleConnectionSeconds = 60;
+constexpr int kProbeMs = 2000;  // consumer: a new producer's TCP port must answer within this
 
 ipc::KvChannelOptions channel_options(const KvTransferConfig& c) {
     ipc::KvChannelOptions o;
@@ -49,14 +56,18 @@ KvTransferAgent::KvTransferAgent(const KvTransferConfig& config, model::KvCache&
         endpoint_ = fmt::format("tcp://{}:{}", host, bound.substr(bound.rfind(':') + 1));
         serve_thread_ = std::thread([this] { serve_loop(); });
     }
-    if (config_.consumes()) fetch_thread_ = std::thread([this] { fetch_loop(); });
+    if (config_.consumes()) {
+        client_context_ = std::make_unique<ipc::KvClientContext>();
+        for (int i = 0; i < kFetchWorkers; ++i) fetch_threads_.emplace_back([this] { fetch_loop(); });
+    }
 }
 
 KvTransferAgent::~KvTransferAgent() {
     stop_ = true;
     jobs_cv_.notify_all();
     if (serve_thread_.joinable()) serve_thread_.join();
-    if (fetch_thread_.joinable()) fetch_thread_.join();
+    for (auto& t : fetch_threads_) t.join();
+    connections_.clear();  // the sockets before their context
 }
 
 void KvTransferAgent::log_error(const char* format, const std::string& a, const std::string& b) {
@@ -209,24 +220,35 @@ KvTransferCounters KvTransferAgent::counters() const {
     return counters_;
 }
 
-ipc::KvClientSocket& KvTransferAgent::client(const std::string& endpoint) {
-    auto& socket = clients_[endpoint];
-    if (!socket) socket = std::make_unique<ipc::KvClientSocket>(endpoint, channel_options(config_));
-    return *socket;
+// The oldest queued job whose producer no other worker is fetching from (waiting up to a poll
+// interval for one); nullopt to look at stop_ again. Closes idle connections meanwhile.
+std::optional<std::pair<KvTransferAgent::FetchJob, double>> KvTransferAgent::next_job(
+    std::unique_lock<std::mutex>& lock) {
+    const auto runnable = [this] {
+        return std::find_if(jobs_.begin(), jobs_.end(),
+                            [this](const auto& j) { return busy_endpoints_.count(j.first.endpoint) == 0; });
+    };
+    jobs_cv_.wait_for(lock, std::chrono::milliseconds(kPollMs * 10),
+                      [&] { return stop_ || runnable() != jobs_.end(); });
+    evict_connections(kMaxConnections, steady_seconds());
+    const auto it = runnable();
+    if (stop_ || it == jobs_.end()) return std::nullopt;
+    std::pair<FetchJob, double> job = std::move(*it);
+    jobs_.erase(it);
+    busy_endpoints_.insert(job.first.endpoint);
+    ++running_fetches_;
+    return job;
 }
 
 void KvTransferAgent::fetch_loop() {
-    while (true) {
-        std::pair<FetchJob, double> next;
+    while (!stop_) {
+        std::optional<std::pair<FetchJob, double>> next;
         {
             std::unique_lock lock(mutex_);
-            jobs_cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
-            if (stop_) return;
-            next = std::move(jobs_.front());
-            jobs_.pop_front();
-            ++running_fetches_;
+            next = next_job(lock);
         }
-        const FetchJob& job = next.first;
+        if (!next) continue;
+        const FetchJob& job = next->first;
         const double start = steady_seconds();
         Fetched result;
         result.id = job.id;
@@ -236,31 +258,105 @@ void KvTransferAgent::fetch_loop() {
             result.error = e.what();
         }
         if (!result.error.empty()) log_error("request {}: {}", job.id, result.error);
-        std::lock_guard lock(mutex_);
-        cancelled_.erase(job.id);
-        --running_fetches_;
-        if (result.error.empty()) {
-            ++counters_.received_transfers;
-            counters_.received_bytes +=
-                static_cast<int64_t>(job.block_ids.size() - static_cast<size_t>(job.skip_blocks)) *
-                cache_.block_bytes();
-            counters_.receive_seconds += steady_seconds() - start;
-        } else {
-            ++counters_.failed_transfers;
+        {
+            std::lock_guard lock(mutex_);
+            busy_endpoints_.erase(job.endpoint);
+            cancelled_.erase(job.id);
+            --running_fetches_;
+            if (result.error.empty()) {
+                ++counters_.received_transfers;
+                counters_.received_bytes +=
+                    static_cast<int64_t>(job.block_ids.size() - static_cast<size_t>(job.skip_blocks)) *
+                    cache_.block_bytes();
+                counters_.receive_seconds += steady_seconds() - start;
+            } else {
+                ++counters_.failed_transfers;
+            }
+            counters_.wait_seconds += steady_seconds() - next->second;
+            fetched_.push_back(std::move(result));
         }
-        counters_.wait_seconds += steady_seconds() - next.second;
-        fetched_.push_back(std::move(result));
+        jobs_cv_.notify_all();  // this producer's next job may run now
     }
+}
+
+// Closes connections nobody uses that have been idle too long, then the least recently used
+// until at most keep are open.
+void KvTransferAgent::evict_connections(size_t keep, double now) {
+    for (auto it = connections_.begin(); it != connections_.end();) {
+        const bool idle = !it->second.in_use && now - it->second.last_used > kIdleConnectionSeconds;
+        it = idle ? connections_.erase(it) : std::next(it);
+    }
+    while (connections_.size() > keep) {
+        auto oldest = connections_.end();
+        for (auto it = connections_.begin(); it != connections_.end(); ++it) {
+            if (!it->second.in_use && (oldest == connections_.end() || it->second.last_used < oldest->second.last_used))
+                oldest = it;
+        }
+        if (oldest == connections_.end()) return;  // all in use (more workers than kMaxConnections)
+        connections_.erase(oldest);
+    }
+}
+
+// The connection to endpoint, opened if needed; nullptr with error set if its TCP port does not
+// answer (a refused or dead producer fails its fetch at once instead of after timeout_ms).
+ipc::KvClientSocket* KvTransferAgent::acquire_connection(const std::string& endpoint, std::string& error) {
+    {
+        std::lock_guard lock(mutex_);
+        if (const auto it = connections_.find(endpoint); it != connections_.end()) {
+            it->second.in_use = true;
+            return it->second.socket.get();
+        }
+    }
+    error = ipc::probe_kv_endpoint(endpoint, std::min(kProbeMs, config_.timeout_ms));
+    if (!error.empty()) return nullptr;
+    auto socket = std::make_unique<ipc::KvClientSocket>(*client_context_, endpoint, channel_options(config_));
+    std::lock_guard lock(mutex_);
+    evict_connections(kMaxConnections - 1, steady_seconds());
+    Connection& c = connections_[endpoint];
+    c = Connection{std::move(socket), steady_seconds(), true};
+    return c.socket.get();
+}
+
+// A connection whose fetch failed is closed: the next fetch from that producer starts afresh.
+void KvTransferAgent::release_connection(const std::string& endpoint, bool healthy) {
+    std::lock_guard lock(mutex_);
+    const auto it = connections_.find(endpoint);
+    if (it == connections_.end()) return;
+    if (!healthy) {
+        connections_.erase(it);
+        return;
+    }
+    it->second.in_use = false;
+    it->second.last_used = steady_seconds();
 }
 
 // Fetches one request's blocks into the cache. Returns "" on success, else why it failed.
 std::string KvTransferAgent::run_fetch(const FetchJob& job, ipc::KvTransferMeta& meta) {
+    {
+        std::lock_guard lock(mutex_);
+        if (stop_ || cancelled_.count(job.id) > 0) return "aborted before its KV transfer started";
+    }
+    std::string error;
+    ipc::KvClientSocket* socket = acquire_connection(job.endpoint, error);
+    if (socket == nullptr) {
+        return fmt::format("KV transfer from the prefill engine at {}: cannot connect ({})", job.endpoint, error);
+    }
+    try {
+        error = run_fetch_on(*socket, job, meta);
+    } catch (...) {
+        release_connection(job.endpoint, false);
+        throw;
+    }
+    release_connection(job.endpoint, error.empty());
+    return error;
+}
+
+// The fetch itself, on a connection this worker holds.
+std::string KvTransferAgent::run_fetch_on(ipc::KvClientSocket& socket, const FetchJob& job, ipc::KvTransferMeta& meta) {
     const auto is_cancelled = [this, &job] {
         std::lock_guard lock(mutex_);
         return stop_ || cancelled_.count(job.id) > 0;
     };
-    if (is_cancelled()) return "aborted before its KV transfer started";
-    ipc::KvClientSocket& socket = client(job.endpoint);
     const std::string from = fmt::format("KV transfer from the prefill engine at {}", job.endpoint);
     const uint64_t fetch = ++num_fetches_;
     if (!socket.send(ipc::KvFetch{fetch, job.remote_id, cache_.layout(), job.skip_blocks}))

@@ -1,8 +1,10 @@
 // KvTransferAgent: one engine's end of PD disaggregation (docs/parallelism.md, "PD
 // disaggregation"). A producer (prefill instance) keeps the KV blocks of its finished
 // requests and serves them from a thread on its own ROUTER socket until a consumer releases
-// them or hold_ms passes. A consumer (decode instance) fetches blocks from producers on one
-// thread, writing them straight into its KV cache, and hands each finished fetch back. The
+// them or hold_ms passes. A consumer (decode instance) fetches blocks from producers on a few
+// worker threads (one fetch per producer at a time, so a stuck producer delays only its own
+// requests), writing them straight into its KV cache, and hands each finished fetch back. Its
+// connections share one ZeroMQ context and are bounded and evicted when idle. The
 // engine thread calls every public method except the constructor's threads' own work; block
 // memory is shared safely because the scheduler keeps a block that is being shipped or
 // received out of every batch (and out of the prefix cache until it is complete).
@@ -109,9 +111,21 @@ private:
 
     void serve_loop();
     void serve_fetch(const std::string& peer, const ipc::KvFetch& fetch);
+    // A consumer's connection to one producer: used by one worker at a time (the worker that
+    // holds its endpoint in busy_endpoints_).
+    struct Connection {
+        std::unique_ptr<ipc::KvClientSocket> socket;
+        double last_used = 0;
+        bool in_use = false;
+    };
+
     void fetch_loop();
+    std::optional<std::pair<FetchJob, double>> next_job(std::unique_lock<std::mutex>& lock);
     std::string run_fetch(const FetchJob& job, ipc::KvTransferMeta& meta);
-    ipc::KvClientSocket& client(const std::string& endpoint);
+    std::string run_fetch_on(ipc::KvClientSocket& socket, const FetchJob& job, ipc::KvTransferMeta& meta);
+    ipc::KvClientSocket* acquire_connection(const std::string& endpoint, std::string& error);
+    void release_connection(const std::string& endpoint, bool healthy);
+    void evict_connections(size_t keep, double now);  // mutex_ held
     void log_error(const char* format, const std::string& a, const std::string& b);
 
     KvTransferConfig config_;
@@ -131,10 +145,14 @@ private:
     KvTransferCounters counters_;
     std::condition_variable jobs_cv_;
 
-    std::unique_ptr<ipc::KvServerSocket> server_;                          // used by the serve thread only
-    std::map<std::string, std::unique_ptr<ipc::KvClientSocket>> clients_;  // fetch thread only
-    uint64_t num_fetches_ = 0;                                             // fetch thread only
-    std::thread serve_thread_, fetch_thread_;
+    std::unordered_set<std::string> busy_endpoints_;  // a worker is fetching from each
+    std::map<std::string, Connection> connections_;
+
+    std::unique_ptr<ipc::KvServerSocket> server_;           // used by the serve thread only
+    std::unique_ptr<ipc::KvClientContext> client_context_;  // consumer: shared by its sockets
+    std::atomic<uint64_t> num_fetches_{0};
+    std::thread serve_thread_;
+    std::vector<std::thread> fetch_threads_;
 };
 
 }  // namespace moeserve::engine

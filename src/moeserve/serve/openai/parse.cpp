@@ -282,11 +282,16 @@ void read_generation(Fields& f, GenerationParams& p) {
             const auto t = v->find("transfers");
             check(t != v->end() && t->is_array() && !t->empty(), "kv_transfer_params",
                   "'kv_transfer_params' with do_remote_prefill needs 'transfers': the prefill instance's answer");
+            const auto text = [](const Json& e, const char* key) {
+                const auto it = e.find(key);
+                return it != e.end() && it->is_string();
+            };
             for (const Json& e : *t) {
-                check(e.is_object() && e.contains("endpoint") && e["endpoint"].is_string() && e.contains("id") &&
-                          e["id"].is_string(),
-                      "kv_transfer_params", "each of 'kv_transfer_params.transfers' needs an 'endpoint' and an 'id'");
-                p.kv_transfer.transfers.emplace_back(e["endpoint"].get<std::string>(), e["id"].get<std::string>());
+                check(e.is_object() && text(e, "endpoint") && text(e, "id") && text(e, "token"), "kv_transfer_params",
+                      "each of 'kv_transfer_params.transfers' needs an 'endpoint', an 'id' and a 'token' (pass the "
+                      "prefill instance's answer unchanged)");
+                p.kv_transfer.transfers.push_back(
+                    {e["endpoint"].get<std::string>(), e["id"].get<std::string>(), e["token"].get<std::string>()});
             }
         }
         check(!(p.kv_transfer.produce && !p.kv_transfer.transfers.empty()), "kv_transfer_params",

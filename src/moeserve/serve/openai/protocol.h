@@ -23,16 +23,20 @@ public:
     ApiError(int status, const std::string& message, std::string type = "invalid_request_error",
              std::optional<std::string> param = std::nullopt, std::optional<std::string> code = std::nullopt)
         : Error(status >= 500 ? ErrorCode::kUnavailable : ErrorCode::kInvalidArgument, message),
+          message_(message),
           status_(status),
           type_(std::move(type)),
           param_(std::move(param)),
           code_(std::move(code)) {}
     int status() const { return status_; }
+    // The whole message: what() stops at a NUL, which a client's own text (a model name) may hold.
+    const std::string& message() const { return message_; }
     const std::string& type() const { return type_; }
     const std::optional<std::string>& param() const { return param_; }
     const std::optional<std::string>& code() const { return code_; }
 
 private:
+    std::string message_;
     int status_;
     std::string type_;
     std::optional<std::string> param_;
@@ -83,10 +87,14 @@ struct GenerationParams {
     int32_t priority = 0;                           // --scheduling-policy priority: lower first
     // vLLM's kv_transfer_params (PD disaggregation, docs/parallelism.md): produce = the prefill
     // half ({"do_remote_decode": true}); transfers = the decode half, where each choice's KV waits
-    // ({"do_remote_prefill": true, "transfers": [{"endpoint", "id"}, ...]}, as the prefill answered).
+    // ({"do_remote_prefill": true, "transfers": [{"endpoint", "id", "token"}, ...]}, as the prefill
+    // answered; the token is ipc::kv_transfer_token, checked before anything is fetched).
     struct KvTransfer {
+        struct Source {
+            std::string endpoint, id, token;
+        };
         bool produce = false;
-        std::vector<std::pair<std::string, std::string>> transfers;  // (endpoint, id) per choice
+        std::vector<Source> transfers;  // per choice
     };
     KvTransfer kv_transfer;
 };

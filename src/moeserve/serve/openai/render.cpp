@@ -83,7 +83,7 @@ int64_t utf8_length(std::string_view text) {
 }
 
 std::string error_body(const ApiError& e) {
-    OJson err{{"message", e.what()},
+    OJson err{{"message", e.message()},
               {"type", e.type()},
               {"param", e.param() ? OJson(*e.param()) : OJson(nullptr)},
               {"code", e.code() ? OJson(*e.code()) : OJson(nullptr)}};
