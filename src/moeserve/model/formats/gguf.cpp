@@ -189,8 +189,10 @@ std::vector<GgufTensorEntry> gguf_tensor_table(const io::HfConfig& config) {
         t.push_back({b + "attn_norm.weight", {p + "input_layernorm.weight"}});
         for (const auto& [g, hf] : std::vector<std::pair<std::string, std::string>>{
                  {"attn_q", "q_proj"}, {"attn_k", "k_proj"}, {"attn_v", "v_proj"}, {"attn_output", "o_proj"}}) {
-            t.push_back({b + g + ".weight", {p + "self_attn." + hf + ".weight"}});
-            if (bias && hf != "o_proj") t.push_back({b + g + ".bias", {p + "self_attn." + hf + ".bias"}});
+            t.push_back({fmt::format("{}{}.weight", b, g), {fmt::format("{}self_attn.{}.weight", p, hf)}});
+            if (bias && hf != "o_proj") {
+                t.push_back({fmt::format("{}{}.bias", b, g), {fmt::format("{}self_attn.{}.bias", p, hf)}});
+            }
         }
         t.push_back({b + "attn_q_norm.weight", {p + "self_attn.q_norm.weight"}});
         t.push_back({b + "attn_k_norm.weight", {p + "self_attn.k_norm.weight"}});

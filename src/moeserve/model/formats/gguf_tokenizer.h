@@ -20,10 +20,10 @@ struct TokenizerFiles {
     std::string config_json;
 };
 
-// nullopt when the metadata has no tokenizer.ggml.model. Throws kUnsupported naming the file and
+// From the metadata `h`; nullopt when it has no tokenizer.ggml.model. Throws kUnsupported naming the file and
 // the key for a tokenizer model or pre-tokenizer other than the above, kInvalidModel for missing
 // or mismatched arrays (tokens vs token_type lengths, a bos/eos id outside the vocabulary).
-std::optional<TokenizerFiles> gguf_tokenizer_files(const io::GgufHeader& metadata);
+std::optional<TokenizerFiles> gguf_tokenizer_files(const io::GgufHeader& h);
 
 // Sets tokenizer.ggml.* (and tokenizer.chat_template when the config has one) from the two files,
 // with `vocab_size` token entries (ids with no token become "[PAD<id>]", type 5). Throws
