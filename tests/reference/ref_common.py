@@ -25,6 +25,7 @@ class Weights(dict):
     names by golden_stick_np); its MLPs and experts run with per-token dynamic activations."""
 
     act_quant = False
+    gguf_types = None
     modelslim = None
     golden_stick = None
 
@@ -74,6 +75,41 @@ def quant_dequant_rows(x):
     amax = np.max(np.abs(x), axis=-1, keepdims=True)
     inv = np.where(amax > 0, 127.0 / np.where(amax > 0, amax, 1.0), 0.0)
     return np.rint(x * inv) * (amax / 127.0)
+
+
+def q8_0_act(x):
+    """llama.cpp's x86 quantize_row_q8_0 round trip on f32 values, per block of 32:
+    q = round-half-even(x * (127 / amax)), d = f16(amax / 127); returns q * d."""
+    b = np.asarray(x, dtype=np.float32).reshape(x.shape[:-1] + (-1, 32))
+    amax = np.max(np.abs(b), axis=-1, keepdims=True)
+    inv = np.where(amax != 0, np.float32(127) / np.where(amax != 0, amax, np.float32(1)), np.float32(0))
+    q = np.rint(b * inv.astype(np.float32))
+    d = (amax / np.float32(127)).astype(np.float16).astype(np.float64)
+    return (q.astype(np.float64) * d).reshape(x.shape)
+
+
+def q8_k_act(x):
+    """llama.cpp's quantize_row_q8_K_ref round trip, per block of 256: the element of largest
+    magnitude maps to -127 (iscale = -127 / max), q = min(127, nearest(iscale * x)), d = 1 / iscale."""
+    b = np.asarray(x, dtype=np.float32).reshape(x.shape[:-1] + (-1, 256))
+    idx = np.argmax(np.abs(b), axis=-1)[..., None]
+    mx = np.take_along_axis(b, idx, axis=-1)
+    nz = mx != 0
+    iscale = np.where(nz, np.float32(-127) / np.where(nz, mx, np.float32(1)), np.float32(0)).astype(np.float32)
+    q = np.minimum(127, np.rint(iscale * b))
+    d = np.where(nz, np.float32(1) / np.where(nz, iscale, np.float32(1)), np.float32(0)).astype(np.float32)
+    return (q.astype(np.float64) * d.astype(np.float64)).reshape(x.shape)
+
+
+def gguf_act(weights, name, x):
+    """The activations as moeserve's GGUF dot products see them for the weight `name`: q8_0 for
+    Q4_0 / Q8_0, q8_K for Q4_K / Q5_K / Q6_K, unchanged for the types dequantized per row."""
+    t = weights.gguf_types.get(name)
+    if t in ("Q4_0", "Q8_0"):
+        return q8_0_act(x)
+    if t in ("Q4_K", "Q5_K", "Q6_K"):
+        return q8_k_act(x)
+    return x
 
 
 def prepare_weights(raw):
@@ -133,6 +169,8 @@ def linear(weights, prefix, x):
             raise ValueError(f"{prefix}.weight: ModelSlim type {kind} is not modelled")
     elif weights.act_quant and int8_module(prefix):
         x = quant_dequant_rows(x)
+    elif weights.gguf_types is not None:
+        x = gguf_act(weights, prefix + ".weight", x)
     y = x @ need(weights, prefix + ".weight").T
     bias = weights.get(prefix + ".bias")
     return y if bias is None else y + bias
@@ -324,10 +362,15 @@ def main(argv, hidden_fn, model_types):
     ap.add_argument("--greedy-out")
     ap.add_argument("--act-quant", action="store_true",
                     help="simulate W8A8 per-token int8 activations at int8 linears' inputs")
+    ap.add_argument("--gguf-act-quant", action="store_true",
+                    help="quantize activations as the GGUF dot products do (gguf_types.json of --model)")
     ap.add_argument("--trace-dir", help="writes embed.f32, layer_<i>.f32, norm.f32 [n, hidden]")
     args = ap.parse_args(argv)
     weights, config = load_model(args.model)
     weights.act_quant = args.act_quant
+    if args.gguf_act_quant:
+        with open(os.path.join(args.model, "gguf_types.json")) as f:
+            weights.gguf_types = json.load(f)
     if config.get("model_type") not in model_types:
         sys.exit(f"{args.model}: model_type {config.get('model_type')!r} is not one of "
                  f"{sorted(model_types)}")
@@ -337,6 +380,9 @@ def main(argv, hidden_fn, model_types):
     trace = {} if args.trace_dir else None
     hidden = hidden_fn(weights, config, prompt, trace=trace)
     if args.out:
+        if weights.gguf_types is not None:
+            tied = "lm_head.weight" not in weights
+            hidden = gguf_act(weights, "model.embed_tokens.weight" if tied else "lm_head.weight", hidden)
         logits = hidden @ lm_head_weight(weights, config).T
         logits.astype("<f4").tofile(args.out)
     if trace is not None:

@@ -1,6 +1,7 @@
 // Offline batch generation: parse the JSON-lines input at the edge into engine requests (token
 // ids + sampling) and text options, drive EngineCore::step until all finish, and write the
 // outputs in input order with a progress bar and a throughput line on stderr.
+#include "moeserve/cli/model_files.h"
 #include "moeserve/cli/generate_batch.h"
 
 #include <fmt/format.h>
@@ -260,7 +261,7 @@ OfflineEngine load_offline_engine(const EngineOptions& o, ThreadPool& pool) {
 int run_generate_batch(const GenerateBatchOptions& o) {
     const int threads = offline_threads(o.engine);
     ThreadPool pool(threads);
-    const auto tok = tokenizer::Tokenizer::from_dir(o.engine.model);
+    const auto tok = load_model_tokenizer(o.engine.tokenizer_dir());
     const std::vector<Item> items = read_items(o.input, tok);
     std::ofstream out(o.output);
     if (!out) raise(ErrorCode::kIo, "--output {}: cannot create the file", o.output);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "moeserve/cli/model_files.h"
 #include "moeserve/cli/commands.h"
 #include "moeserve/cli/generate_batch.h"
 #include "moeserve/cli/generation_config.h"
@@ -59,7 +60,7 @@ int run_generate(const GenerateOptions& o) {
     const int threads = offline_threads(eo);
     ThreadPool pool(threads);
     const auto load_start = Clock::now();
-    const auto tok = tokenizer::Tokenizer::from_dir(eo.model);
+    const auto tok = load_model_tokenizer(eo.tokenizer_dir());
     OfflineEngine e = load_offline_engine(eo, pool);
     const double load_secs = seconds_since(load_start);
     std::fprintf(stderr, "moeserve: quantization: %s\n", e.model->info().quantization.c_str());

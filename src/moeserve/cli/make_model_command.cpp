@@ -7,11 +7,45 @@
 
 #include "moeserve/cli/cache_dir.h"
 #include "moeserve/cli/commands.h"
+#include "moeserve/core/error.h"
 #include "moeserve/model/architecture.h"
+#include "moeserve/model/formats/gguf_convert.h"
 #include "moeserve/model/generator.h"
 #include "moeserve/model/registry.h"
 
 namespace moeserve::cli {
+
+namespace {
+
+struct GgufFlags {
+    std::string format = "hf";
+    std::string type = "Q8_0";
+    uint64_t split_bytes = 0;
+    std::string dequantized_dir;
+};
+
+GgmlType parse_gguf_type(const std::string& name) {
+    for (uint32_t n = 0; n < 64; ++n) {
+        const auto t = ggml_type_traits(n);
+        if (t && t->name == name && t->supported && name != "Q8_K") return static_cast<GgmlType>(n);
+    }
+    raise(ErrorCode::kInvalidArgument, "--gguf-type {}: expected one of {} (not Q8_K)", name,
+          ggml_supported_type_names());
+}
+
+// --format gguf: the HF directory just written becomes OUT/model-<TYPE>.gguf (and its references).
+void write_gguf(const model::GeneratorOptions& opts, const GgufFlags& g) {
+    const GgmlType type = parse_gguf_type(g.type);
+    const std::filesystem::path out = opts.out_dir / fmt::format("model-{}.gguf", g.type);
+    const auto files = model::write_gguf_from_checkpoint(opts.out_dir, out, {type, g.split_bytes});
+    for (const auto& f : files) fmt::print("wrote {}\n", f.string());
+    if (!g.dequantized_dir.empty()) {
+        model::write_dequantized_checkpoint(files.front(), g.dequantized_dir);
+        fmt::print("wrote {} (the GGUF's weights dequantized to F32)\n", g.dequantized_dir);
+    }
+}
+
+}  // namespace
 
 void add_make_model_command(CLI::App& app, Action* action) {
     auto opts = std::make_shared<model::GeneratorOptions>();
@@ -28,10 +62,24 @@ void add_make_model_command(CLI::App& app, Action* action) {
                     "scales), modelslim-w8a8 (Ascend static+dynamic mix), modelslim-w8a8-dynamic, omniinfer-w8a8 or "
                     "mindspore-a8w8 (golden-stick, MindFormers names; deepseek only)");
     sub->add_option("--set", opts->overrides, "config.json override key=value (JSON value), repeatable");
+    auto gguf = std::make_shared<GgufFlags>();
+    sub->add_option("--format", gguf->format,
+                    "hf (the safetensors directory) | gguf (also OUT/model-<TYPE>.gguf, qwen3_moe as llama.cpp's "
+                    "qwen3moe; use --set mlp_only_layers=[] for the tiny size)")
+        ->capture_default_str();
+    sub->add_option("--gguf-type", gguf->type, "GGUF matrix type: Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, F16, ...")
+        ->capture_default_str();
+    sub->add_option("--gguf-split-bytes", gguf->split_bytes,
+                    "> 0: write gguf-split files of at most this many tensor bytes");
+    sub->add_option("--gguf-dequantized-dir", gguf->dequantized_dir,
+                    "also write the GGUF's weights dequantized to F32 there (config + tokenizer), for references");
     sub->add_option("--tokenizer-dir", *tokenizer_dir,
                     "folder with tokenizer.json + tokenizer_config.json (default: the setup cache)");
-    sub->callback([opts, tokenizer_dir, action] {
-        *action = [opts, tokenizer_dir] {
+    sub->callback([opts, tokenizer_dir, gguf, action] {
+        *action = [opts, tokenizer_dir, gguf] {
+            if (gguf->format != "hf" && gguf->format != "gguf") {
+                raise(ErrorCode::kInvalidArgument, "--format {}: expected hf or gguf", gguf->format);
+            }
             if (tokenizer_dir->empty()) {
                 // an unknown --arch gets no folder: generate_random_model names the supported ones
                 const model::Architecture* arch = model::find_architecture(opts->arch);
@@ -45,6 +93,7 @@ void add_make_model_command(CLI::App& app, Action* action) {
             fmt::print("wrote {} ({} {}, seed {}): {} tensors, {:.1f}M parameters, {:.1f} MiB in {:.1f} s\n",
                        opts->out_dir.string(), opts->arch, opts->size, opts->seed, m.num_tensors,
                        static_cast<double>(m.num_parameters) / 1e6, static_cast<double>(m.num_bytes) / 1048576.0, secs);
+            if (gguf->format == "gguf") write_gguf(*opts, *gguf);
             return 0;
         };
     });

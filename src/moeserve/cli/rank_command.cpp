@@ -93,8 +93,8 @@ int run_rank(const RankOptions& o) {
     parallel::validate(sizes);
     const auto groups = parallel::rank_groups(sizes, o.rank);
     Logger logger(parallel::rank_tag(groups), parse_log_level(o.engine.log_level));
-    const std::string config_text = read_text_file(o.engine.model + "/config.json");
     const auto config = read_model_config(o.engine.model);
+    const std::string config_text = config.dump();
     EngineOptions engine = o.engine;
     engine.max_model_len = resolve_max_model_len(o.engine, config);
     ThreadPool pool(

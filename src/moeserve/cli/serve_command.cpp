@@ -26,6 +26,7 @@
 #include <mutex>
 #include <thread>
 
+#include "moeserve/cli/model_files.h"
 #include "moeserve/cli/access_flags.h"
 #include "moeserve/cli/commands.h"
 #include "moeserve/cli/serve_command.h"
@@ -201,7 +202,7 @@ int run_serve(ServeOptions o) {
     Logger logger(one_of_several ? fmt::format("api{}", server_index) : "api", parse_log_level(o.engine.log_level));
     for (const auto& note : o.vllm.no_effect)
         MOESERVE_LOG_I(logger, "api", "flag with no effect here: %s", note.c_str());
-    const auto tok = tokenizer::Tokenizer::from_dir(o.engine.tokenizer_dir());
+    const auto tok = load_model_tokenizer(o.engine.tokenizer_dir());
 
     serve::RouterConfig rc;
     rc.limits.served_model_name = o.served_model_names.empty() ? o.engine.model : o.served_model_names.front();

@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "moeserve/core/error.h"
+#include "moeserve/io/gguf_file.h"
+#include "moeserve/model/formats/gguf.h"
 
 namespace moeserve::cli {
 
@@ -20,6 +22,7 @@ std::string read_text_file(const std::string& path) {
 }
 
 nlohmann::json read_model_config(const std::string& dir) {
+    if (model::is_gguf_path(dir)) return model::gguf_config_json(io::GgufCheckpoint(dir));
     const auto path = std::filesystem::path(dir) / "config.json";
     if (!std::filesystem::exists(path)) raise(ErrorCode::kNotFound, "--model {}: no config.json there", dir);
     nlohmann::json j = nlohmann::json::parse(read_text_file(path.string()), nullptr, false);

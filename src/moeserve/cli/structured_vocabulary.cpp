@@ -1,3 +1,4 @@
+#include "moeserve/cli/model_files.h"
 #include "moeserve/cli/structured_vocabulary.h"
 
 #include "moeserve/cli/generation_config.h"
@@ -12,7 +13,7 @@ std::shared_ptr<const structured::Vocabulary> load_structured_vocabulary(const s
                                                                          const std::string& config_dir,
                                                                          std::string* error) {
     try {
-        const auto tok = tokenizer::Tokenizer::from_dir(model_dir);
+        const auto tok = load_model_tokenizer(model_dir);
         std::vector<std::string> bytes(static_cast<size_t>(vocab_size));
         for (int32_t id = 0; id < vocab_size && id < tok.vocab_size(); ++id) {
             if (!tok.is_special(id))

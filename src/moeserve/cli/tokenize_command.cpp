@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "moeserve/cli/model_files.h"
 #include "moeserve/cli/commands.h"
 #include "moeserve/core/error.h"
 #include "moeserve/tokenizer/tokenizer.h"
@@ -50,7 +51,7 @@ std::vector<int32_t> parse_ids(const std::vector<std::string>& inputs) {
 }
 
 int run_tokenize(const TokenizeOptions& opts) {
-    const auto tokenizer = tokenizer::Tokenizer::from_dir(opts.model_dir);
+    const auto tokenizer = load_model_tokenizer(opts.model_dir);
     std::vector<std::string> inputs = opts.inputs;
     if (inputs.empty()) {  // no positional argument: read stdin
         inputs.emplace_back(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());

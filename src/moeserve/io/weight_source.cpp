@@ -121,7 +121,8 @@ std::unique_ptr<WeightSource> WeightSource::renamed(std::unique_ptr<WeightSource
 
 std::vector<std::string> WeightSource::names() const {
     std::vector<std::string> out;
-    out.reserve(file_of_.size() + owned_.size());
+    out.reserve(num_tensors());
+    for (const auto& [name, ref] : gguf_names_) out.push_back(name);
     for (const auto& [name, pos] : file_of_) out.push_back(name);
     for (const auto& [name, t] : owned_) out.push_back(name);
     std::sort(out.begin(), out.end());
@@ -134,6 +135,13 @@ std::string WeightSource::stored_name(const std::string& name) const {
 }
 
 std::string WeightSource::describe(const std::string& name) const {
+    if (gguf_) {
+        const auto g = gguf_names_.find(name);
+        if (g == gguf_names_.end()) return fmt::format("'{}' (not in {})", name, dir_.string());
+        const std::string stored =
+            g->second.index < 0 ? g->second.tensor : fmt::format("{}[{}]", g->second.tensor, g->second.index);
+        return fmt::format("'{}' (read as '{}') in {}", stored, name, dir_.string());
+    }
     if (owned_.count(name) != 0) return fmt::format("'{}' (converted in memory from {})", name, dir_.string());
     const auto it = file_of_.find(name);
     if (it == file_of_.end()) return fmt::format("'{}' (not in {})", name, dir_.string());
@@ -144,6 +152,7 @@ std::string WeightSource::describe(const std::string& name) const {
 }
 
 const SafetensorsFile& WeightSource::file_of(const std::string& name) const {
+    if (gguf_) raise(ErrorCode::kUnsupported, "{}: a GGUF file has no safetensors tensor {}", dir_.string(), name);
     auto it = file_of_.find(name);
     if (it == file_of_.end()) {
         if (owned_.count(name) != 0) {
@@ -164,6 +173,7 @@ const SafetensorsFile& WeightSource::file_of(const std::string& name) const {
 const TensorInfo& WeightSource::info(const std::string& name) const { return file_of(name).info(stored_name(name)); }
 
 TensorView WeightSource::get(const std::string& name) const {
+    if (gguf_) return gguf_view(name);
     const auto it = owned_.find(name);
     if (it != owned_.end()) return it->second.view();
     return file_of(name).view(stored_name(name));
@@ -188,12 +198,18 @@ Tensor WeightSource::load_f32(const std::string& name) const {
 std::vector<std::shared_ptr<const MappedFile>> WeightSource::mappings() const {
     std::vector<std::shared_ptr<const MappedFile>> out;
     for (const auto& f : files_) out.push_back(f->mapping());
+    if (gguf_) {
+        for (size_t i = 0; i < gguf_->num_files(); ++i) out.push_back(gguf_->file(i).mapping());
+    }
     return out;
 }
 
 std::vector<std::filesystem::path> WeightSource::files() const {
     std::vector<std::filesystem::path> out;
     for (const auto& f : files_) out.push_back(f->path());
+    if (gguf_) {
+        for (size_t i = 0; i < gguf_->num_files(); ++i) out.push_back(gguf_->file(i).path());
+    }
     return out;
 }
 

@@ -10,10 +10,28 @@
 #include <string>
 #include <vector>
 
+#include "moeserve/core/ggml_type.h"
 #include "moeserve/core/tensor.h"
+#include "moeserve/io/gguf_file.h"
 #include "moeserve/io/safetensors.h"
 
 namespace moeserve::io {
+
+// A GGUF tensor as stored (its blocks, in a read-only mapping kept alive by `owner`), or one
+// [index] slice of a stacked one (the experts of ffn_gate_exps [n_expert, inter, hidden]).
+struct GgufBlocks {
+    GgmlType type = GgmlType::kF32;
+    Shape shape;  // outermost first; a slice drops the stacked dim
+    std::span<const uint8_t> bytes;
+    std::shared_ptr<const MappedFile> owner;
+};
+
+// A checkpoint name's place in a GGUF file: the tensor, and for a stacked tensor the index along
+// its outermost dim (-1: the whole tensor).
+struct GgufRef {
+    std::string tensor;
+    int64_t index = -1;
+};
 
 // Immutable after open(): every const method is safe to call from many threads (ranks load their
 // shards in parallel).
@@ -38,12 +56,26 @@ public:
                                                  const std::map<std::string, std::string>& aliases,
                                                  std::map<std::string, Tensor> owned);
 
+    // A GGUF checkpoint read under the checkpoint names of `names` (name -> tensor [+ index];
+    // model/formats/gguf.cpp makes the map). Every tensor must exist in `gguf` (MOESERVE_CHECK: the
+    // mapper checks first). get() gives zero-copy views of F32/F16/BF16 tensors and refuses the
+    // block-quantized ones (kUnsupported naming tensor, type and file); gguf() gives any of them as
+    // blocks. info() and file_of() have no GGUF answer (kUnsupported).
+    static std::unique_ptr<WeightSource> from_gguf(std::shared_ptr<const GgufCheckpoint> gguf,
+                                                   std::map<std::string, GgufRef> names);
+
     const std::filesystem::path& dir() const { return dir_; }
     // True when the checkpoint lists `name` (with an index: when the index maps it).
-    bool contains(const std::string& name) const { return file_of_.count(name) != 0 || owned_.count(name) != 0; }
+    bool contains(const std::string& name) const {
+        return file_of_.count(name) != 0 || owned_.count(name) != 0 || gguf_names_.count(name) != 0;
+    }
+    // The GGUF blocks of `name`, or nullopt when this source is not a GGUF file. Throws kNotFound
+    // for a name the GGUF source does not have, kUnsupported for a type moeserve cannot compute with.
+    std::optional<GgufBlocks> gguf(const std::string& name) const;
+    bool is_gguf() const { return gguf_ != nullptr; }
     // Every tensor name, sorted.
     std::vector<std::string> names() const;
-    size_t num_tensors() const { return file_of_.size() + owned_.size(); }
+    size_t num_tensors() const { return file_of_.size() + owned_.size() + gguf_names_.size(); }
     // The name `name` has in its file (differs only in a renamed() source).
     std::string stored_name(const std::string& name) const;
     // "'NAME' in FILE" for messages ("'NAME' (converted in memory from DIR)" for an owned tensor,
@@ -83,6 +115,11 @@ private:
     // renamed(): exposed name -> name in its file (absent: the same), and tensors held in memory
     std::map<std::string, std::string> stored_;
     std::map<std::string, Tensor> owned_;
+    // from_gguf(): the file and the names it is read under (file_of_ and owned_ stay empty)
+    std::shared_ptr<const GgufCheckpoint> gguf_;
+    std::map<std::string, GgufRef> gguf_names_;
+    const GgufRef& gguf_ref(const std::string& name) const;
+    TensorView gguf_view(const std::string& name) const;
 };
 
 // Converts every element of `src` to f32 into `dst` (room for src.numel() floats).

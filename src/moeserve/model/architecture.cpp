@@ -24,9 +24,10 @@ void deepseek_mindformers(const std::vector<WeightSpec>& specs, const io::HfConf
 }  // namespace
 
 const std::vector<Architecture>& architectures() {
-    // model_type, tokenizer, preset, weight_specs, load, write_mindformers, mla
+    // model_type, tokenizer, preset, weight_specs, load, write_mindformers, mla, load_weights
     static const std::vector<Architecture> table = {
-        {"qwen3_moe", "qwen3", &Qwen3MoeConfig::preset, &qwen3_moe_specs, &Qwen3MoeModel::load, nullptr, false},
+        {"qwen3_moe", "qwen3", &Qwen3MoeConfig::preset, &qwen3_moe_specs, &Qwen3MoeModel::load, nullptr, false,
+         &Qwen3MoeModel::load_weights},
         {"deepseek_v3", "deepseek_v3", &DeepseekV3Config::preset, &deepseek_specs, &DeepseekV3Model::load,
          &deepseek_mindformers, true},
         {"deepseek_v2", "deepseek_v3", &DeepseekV3Config::preset, &deepseek_specs, &DeepseekV3Model::load,

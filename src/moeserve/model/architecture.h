@@ -14,6 +14,7 @@
 
 #include "moeserve/core/thread_pool.h"
 #include "moeserve/io/hf_config.h"
+#include "moeserve/io/weight_source.h"
 #include "moeserve/model/generator.h"
 #include "moeserve/model/load_options.h"
 #include "moeserve/model/model.h"
@@ -40,6 +41,10 @@ struct Architecture {
                               int num_shards, const std::filesystem::path& out_dir, GeneratedModel& result) = nullptr;
     // Multi-head latent attention: ModelSlim's recipe adds its mla_quantize keys to config.json.
     bool mla = false;
+    // Builds the model from a config and an already opened weight source (a GGUF file's, read
+    // under checkpoint names: formats/gguf.h); nullptr where the architecture has no GGUF mapping.
+    std::unique_ptr<Model> (*load_weights)(const io::HfConfig& config, std::shared_ptr<const io::WeightSource> weights,
+                                           ThreadPool& pool, const LoadOptions& options) = nullptr;
 };
 
 // Every row, in the order supported_model_types() lists them.

@@ -6,6 +6,7 @@
 
 #include "moeserve/core/error.h"
 #include "moeserve/kernels/cpu/norm.h"
+#include "moeserve/model/formats/gguf_weights.h"
 #include "moeserve/model/layers/weight_loading.h"
 
 namespace moeserve::model {
@@ -37,15 +38,23 @@ MoeDecoder::MoeDecoder(DecoderSpec spec, std::shared_ptr<const io::WeightSource>
     vocab_shard_ = shard_range(c.vocab_size, par_.tp_size, par_.tp_rank);
     const MoeShards shards = MoeShards::of(par_, spec_.moe);
     int64_t rank_bytes = h * 4;  // the final norm
-    embed_tokens_ = get_checked(w, "model.embed_tokens.weight", {c.vocab_size, h})
-                        .rows(vocab_shard_.begin, vocab_shard_.begin + vocab_shard_.count);
-    if (embed_tokens_.dtype != DType::kBF16) {
-        raise(ErrorCode::kUnsupported, "model.embed_tokens.weight has dtype {}; only BF16 embeddings are supported",
-              dtype_name(embed_tokens_.dtype));
+    int64_t active_bytes = 0;
+    if (const auto g = gguf_matrix(w, "model.embed_tokens.weight", c.vocab_size, h)) {
+        // GGUF blocks (any type but BF16 / F32): the looked-up rows are dequantized
+        embed_gguf_ = gguf_rectangle(*g, vocab_shard_.begin, vocab_shard_.count, 0, h, "model.embed_tokens.weight");
+        rank_bytes += static_cast<int64_t>(gguf_matrix_bytes(embed_gguf_));
+        active_bytes += static_cast<int64_t>(embed_gguf_.row_stride);
+    } else {
+        embed_tokens_ = get_checked(w, "model.embed_tokens.weight", {c.vocab_size, h})
+                            .rows(vocab_shard_.begin, vocab_shard_.begin + vocab_shard_.count);
+        if (embed_tokens_.dtype != DType::kBF16 && !(w.is_gguf() && embed_tokens_.dtype == DType::kF32)) {
+            raise(ErrorCode::kUnsupported, "model.embed_tokens.weight has dtype {}; only BF16 embeddings are supported",
+                  dtype_name(embed_tokens_.dtype));
+        }
+        embed_tokens_ = widen_to_f32_if(embed_tokens_, options.quant.f32_weights, embed_owned_);
+        rank_bytes += static_cast<int64_t>(embed_tokens_.nbytes());
+        active_bytes += h * static_cast<int64_t>(dtype_size(embed_tokens_.dtype));  // one embedding row
     }
-    embed_tokens_ = widen_to_f32_if(embed_tokens_, options.quant.f32_weights, embed_owned_);
-    rank_bytes += static_cast<int64_t>(embed_tokens_.nbytes());
-    int64_t active_bytes = h * static_cast<int64_t>(dtype_size(embed_tokens_.dtype));  // one embedding row
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
         const std::string p = "model.layers." + std::to_string(i) + ".";
         Layer layer{load_vector_f32(w, p + "input_layernorm.weight", h),
@@ -77,6 +86,11 @@ MoeDecoder::MoeDecoder(DecoderSpec spec, std::shared_ptr<const io::WeightSource>
     if (c.bos_token_id) info_.bos_token_id = static_cast<int32_t>(*c.bos_token_id);
     for (int64_t id : c.eos_token_id) info_.eos_token_ids.push_back(static_cast<int32_t>(id));
     for (const auto& name : w.names()) {
+        if (const auto g = w.gguf(name)) {
+            info_.weight_bytes += static_cast<int64_t>(g->bytes.size());
+            info_.num_parameters += g->shape.numel();
+            continue;
+        }
         const TensorView t = w.get(name);
         info_.weight_bytes += static_cast<int64_t>(t.nbytes());
         info_.num_parameters += t.numel();
@@ -137,7 +151,8 @@ TensorView MoeDecoder::forward(const ForwardBatch& batch, int64_t num_positions,
     float* out = tmp_.data();  // block output [T, hidden]
 
     // 1. embedding: ids [T] -> x [T, hidden]
-    embed_vocab_parallel(par_, embed_tokens_, vocab_shard_, h, batch.token_ids.data(), t, x);
+    embed_vocab_parallel(par_, embed_tokens_, vocab_shard_, h, batch.token_ids.data(), t, x,
+                         embed_gguf_.data != nullptr ? &embed_gguf_ : nullptr);
     kc::rms_norm(pool_, x, layers_[0].input_layernorm.as<float>(), t, h, eps, hs);
     add_row_bias(layers_[0].input_layernorm_bias, hs, t, h);
     int64_t rows = t;  // rows still computed: all T, then the R logits rows after the last attention

@@ -21,6 +21,7 @@
 #include "moeserve/core/thread_pool.h"
 #include "moeserve/io/weight_source.h"
 #include "moeserve/model/forward_batch.h"
+#include "moeserve/kernels/cpu/gguf_linear.h"
 #include "moeserve/model/layers/linear.h"
 #include "moeserve/model/layers/moe_block.h"
 #include "moeserve/model/layers/parallel_ops.h"
@@ -110,6 +111,8 @@ private:
     ModelInfo info_;
     TensorView embed_tokens_;  // bf16 | f32 (--dtype float32) [vocab_shard.count, hidden]
     Tensor embed_owned_;       // the f32 widening behind embed_tokens_, when there is one
+    // GGUF: the table's rows [vocab_shard) as stored blocks (data null: embed_tokens_ is used)
+    kernels::cpu::GgufMatrix embed_gguf_;
     std::vector<Layer> layers_;
     Tensor norm_;     // f32 [hidden]
     Linear lm_head_;  // [vocab_shard.count, hidden] (embed_tokens when tied)

@@ -162,6 +162,7 @@ bool Quantization::int8_module(const std::string& module, LayerPrecision precisi
 }
 
 std::string Quantization::describe() const {
+    if (!described_as.empty()) return described_as;
     if (checkpoint == CheckpointQuant::kModelSlim) {
         return fmt::format(
             "ModelSlim checkpoint ({}): {} W8A8 static + {} W8A8_DYNAMIC + {} FLOAT linears, "

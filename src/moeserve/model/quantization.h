@@ -67,6 +67,8 @@ struct Quantization {
     // --dtype float32: every weight that is not run in int8 (bf16, F16, FP8 dequantized) is held
     // as f32, and the float kernels take their f32 path; false: bf16 as the checkpoint has it.
     bool f32_weights = false;
+    // A checkpoint format that describes itself (a GGUF file: its types); describe() returns it.
+    std::string described_as{};
     std::shared_ptr<LinearCounts> counts = std::make_shared<LinearCounts>();
 
     // ModelSlim: the scheme of module (weight name without ".weight"), from the description's

@@ -6,6 +6,7 @@
 #include "moeserve/core/error.h"
 #include "moeserve/io/hf_config.h"
 #include "moeserve/model/architecture.h"
+#include "moeserve/model/formats/gguf.h"
 
 namespace moeserve::model {
 
@@ -15,6 +16,32 @@ std::vector<std::string> supported_model_types() {
     return types;
 }
 std::vector<std::string> config_only_model_types() { return {}; }
+
+namespace {
+// A GGUF file (formats/gguf.h): its metadata as the config, its tensors under checkpoint names.
+std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& path, ThreadPool& pool,
+                                       const LoadOptions& options) {
+    GgufModel g = open_gguf_model(path);
+    const std::string model_type = g.config.get_string("model_type", "");
+    const Architecture* arch = find_architecture(model_type);
+    if (arch == nullptr || arch->load_weights == nullptr) {
+        raise(ErrorCode::kUnsupported, "{}: model_type '{}' cannot be loaded from GGUF", path.string(), model_type);
+    }
+    if (!options.quantization.empty() && options.quantization != "none") {
+        raise(ErrorCode::kInvalidArgument,
+              "--quantization {}: a GGUF file runs the types it stores; leave --quantization out for {}",
+              options.quantization, path.string());
+    }
+    LoadOptions resolved = options;
+    resolved.quant = Quantization{};
+    resolved.quant.format = "gguf";
+    resolved.quant.described_as = g.description;
+    resolved.quant.f32_weights = parse_dtype_is_f32(options.dtype);
+    resolved.kv_dtype =
+        parse_kv_cache_dtype(options.kv_cache_dtype, resolved.quant.f32_weights ? DType::kF32 : DType::kBF16);
+    return arch->load_weights(g.config, std::move(g.weights), pool, resolved);
+}
+}  // namespace
 
 bool parse_dtype_is_f32(const std::string& text) {
     if (text == "auto" || text == "bfloat16" || text == "bf16") return false;
@@ -30,6 +57,7 @@ bool parse_dtype_is_f32(const std::string& text) {
 
 std::unique_ptr<Model> load_model(const std::filesystem::path& model_dir, ThreadPool& pool,
                                   const LoadOptions& options) {
+    if (is_gguf_path(model_dir)) return load_gguf_model(model_dir, pool, options);
     const io::HfConfig config = io::HfConfig::from_model_dir(model_dir.string());
     const std::string model_type = config.get_string("model_type", "");
     const Architecture* arch = find_architecture(model_type);

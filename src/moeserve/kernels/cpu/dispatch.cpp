@@ -8,6 +8,9 @@
 #include <memory>
 
 #include "moeserve/core/dtype.h"
+#include "moeserve/core/error.h"
+#include "moeserve/kernels/cpu/gguf_dot.h"
+#include "moeserve/kernels/cpu/gguf_dot_isa.h"
 #include "moeserve/kernels/cpu/isa.h"
 #include "moeserve/kernels/cpu/linear_int8.h"
 #include "moeserve/kernels/cpu/matmul_tile.h"
@@ -115,3 +118,28 @@ void matmul_tile_int8(const int8_t* qx, int64_t ldx, const float* sx, int64_t m,
 }
 
 }  // namespace moeserve::kernels::cpu::detail
+
+namespace moeserve::kernels::cpu {
+
+float gguf_vec_dot(GgmlType type, int64_t n, const void* w, const void* a) {
+    // NOTE(#27): no AVX-512 GGUF dot products yet (none measured); every level above ref runs AVX2.
+    if (active_isa() == Isa::kRef) return gguf_vec_dot_ref(type, n, w, a);
+    const int64_t bs = ggml_traits(type).block_size;
+    MOESERVE_CHECK(gguf_dot_supported(type) && n >= 0 && n % bs == 0, "type={} n={}", ggml_type_name(type), n);
+    switch (type) {
+        case GgmlType::kQ4_0:
+            return detail::vec_dot_q4_0_q8_0_avx2(n / bs, w, a);
+        case GgmlType::kQ8_0:
+            return detail::vec_dot_q8_0_q8_0_avx2(n / bs, w, a);
+        case GgmlType::kQ4_K:
+            return detail::vec_dot_q4_k_q8_k_avx2(n / bs, w, a);
+        case GgmlType::kQ5_K:
+            return detail::vec_dot_q5_k_q8_k_avx2(n / bs, w, a);
+        case GgmlType::kQ6_K:
+            return detail::vec_dot_q6_k_q8_k_avx2(n / bs, w, a);
+        default:
+            return 0.0f;  // unreachable: checked above
+    }
+}
+
+}  // namespace moeserve::kernels::cpu

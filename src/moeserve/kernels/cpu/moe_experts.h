@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "moeserve/core/thread_pool.h"
+#include "moeserve/kernels/cpu/gguf_linear.h"
 
 namespace moeserve::kernels::cpu {
 
@@ -42,6 +43,7 @@ struct MoeScratch {
     std::vector<float> gathered, gate_up, act, down_out;
     std::vector<float> pack;  // [threads, matmul_pack_floats()]: each thread's GEMM packing
     MoeInt8Scratch int8;      // int8 experts only: kept here so one scratch serves every layer of a model
+    GgufScratch gguf;         // GGUF experts only (gguf_linear.h), likewise
 };
 
 // x f32 [num_tokens, hidden]; topk_ids int32 / topk_weights f32 [num_tokens, k];

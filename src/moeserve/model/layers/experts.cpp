@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "moeserve/core/error.h"
+#include "moeserve/model/formats/gguf_weights.h"
 #include "moeserve/model/layers/weight_loading.h"
 
 namespace moeserve::model {
@@ -64,6 +65,8 @@ Experts Experts::load(const io::WeightSource& weights, const std::vector<std::st
     if (inter_count <= 0) inter_count = full_inter - inter_begin;
     MOESERVE_CHECK(inter_begin >= 0 && inter_begin + inter_count <= full_inter, "inter shard [{}, +{}) of {}",
                    inter_begin, inter_count, full_inter);
+    if (weights.is_gguf() && n > 0)
+        return load_gguf(weights, prefixes, hidden, full_inter, expert_begin, inter_begin, inter_count);
     inter = inter_count;
     e.hidden_ = hidden;
     e.inter_ = inter;
@@ -132,6 +135,30 @@ Experts Experts::load(const io::WeightSource& weights, const std::vector<std::st
     return e;
 }
 
+Experts Experts::load_gguf(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
+                           int64_t full_inter, int64_t expert_begin, int64_t inter_begin, int64_t inter_count) {
+    Experts e;
+    e.hidden_ = hidden;
+    e.inter_ = inter_count;
+    e.expert_begin_ = expert_begin;
+    e.num_experts_ = static_cast<int64_t>(prefixes.size());
+    e.gguf_.expert_begin = expert_begin;
+    e.gguf_.hidden = hidden;
+    e.gguf_.inter = inter_count;
+    for (const std::string& p : prefixes) {
+        // gate/up: rows [inter_begin, +inter_count); down: the same columns (TP partial sums)
+        const auto gate = *gguf_matrix(weights, p + "gate_proj.weight", full_inter, hidden, true);
+        const auto up = *gguf_matrix(weights, p + "up_proj.weight", full_inter, hidden, true);
+        const auto down = *gguf_matrix(weights, p + "down_proj.weight", hidden, full_inter, true);
+        e.gguf_.gate.push_back(gguf_rectangle(gate, inter_begin, inter_count, 0, hidden, p + "gate_proj.weight"));
+        e.gguf_.up.push_back(gguf_rectangle(up, inter_begin, inter_count, 0, hidden, p + "up_proj.weight"));
+        e.gguf_.down.push_back(gguf_rectangle(down, 0, hidden, inter_begin, inter_count, p + "down_proj.weight"));
+        e.gguf_bytes_ += gguf_matrix_bytes(e.gguf_.gate.back()) + gguf_matrix_bytes(e.gguf_.up.back()) +
+                         gguf_matrix_bytes(e.gguf_.down.back());
+    }
+    return e;
+}
+
 kernels::cpu::MoeExpertsInt8 Experts::desc_int8() const {
     return {gate_up_.as<const int8_t>(),
             gate_up_scale_.as<const float>(),
@@ -153,6 +180,10 @@ kernels::cpu::MoeExpertsBf16 Experts::desc() const {
 
 void Experts::forward(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
                       const float* topk_weights, int k, kernels::cpu::MoeScratch& scratch, float* out) const {
+    if (is_gguf()) {
+        kernels::cpu::gguf_moe_experts(pool, x, num_tokens, topk_ids, topk_weights, k, gguf_, scratch.gguf, out);
+        return;
+    }
     if (int8_) {
         kernels::cpu::moe_experts_int8(pool, x, num_tokens, topk_ids, topk_weights, k, desc_int8(), scratch,
                                        scratch.int8, out);

@@ -1,7 +1,8 @@
 // SwiGLU experts with gate|up fused at load time (bf16; f32 under --dtype float32; or int8 with
 // per-channel scales for W8A8):
 // the routed experts of a MoE layer, and also a dense MLP or DeepSeek's shared experts, which are
-// a single always-chosen expert.
+// a single always-chosen expert. From a GGUF file the experts stay in their stored blocks (slices
+// of the stacked ffn_*_exps tensors, kernels/cpu/gguf_linear.h), whatever their type.
 #pragma once
 
 #include <string>
@@ -41,8 +42,9 @@ public:
     int64_t inter() const { return inter_; }
     int64_t hidden() const { return hidden_; }
     size_t weight_bytes() const {
-        return gate_up_.nbytes() + down_.nbytes() + gate_up_scale_.nbytes() + down_scale_.nbytes();
+        return gate_up_.nbytes() + down_.nbytes() + gate_up_scale_.nbytes() + down_scale_.nbytes() + gguf_bytes_;
     }
+    bool is_gguf() const { return !gguf_.gate.empty(); }
     size_t bytes_per_expert() const { return num_experts() ? weight_bytes() / static_cast<size_t>(num_experts()) : 0; }
 
 private:
@@ -54,6 +56,10 @@ private:
     Tensor gate_up_scale_;  // int8 only: f32 [num_experts, 2 * inter]
     Tensor down_scale_;     // int8 only: f32 [num_experts, hidden]
     bool int8_ = false;
+    kernels::cpu::GgufExperts gguf_;  // GGUF: every expert's three matrices in the file's mapping
+    size_t gguf_bytes_ = 0;
+    static Experts load_gguf(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
+                             int64_t full_inter, int64_t expert_begin, int64_t inter_begin, int64_t inter_count);
     int64_t num_experts_ = 0, hidden_ = 0, inter_ = 0, expert_begin_ = 0;
 };
 

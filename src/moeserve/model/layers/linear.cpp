@@ -6,6 +6,7 @@
 #include "moeserve/kernels/cpu/linear.h"
 #include "moeserve/kernels/cpu/linear_int8.h"
 #include "moeserve/kernels/cpu/linear_int8_static.h"
+#include "moeserve/model/formats/gguf_weights.h"
 #include "moeserve/model/layers/weight_loading.h"
 
 namespace moeserve::model {
@@ -14,6 +15,12 @@ Linear Linear::load(const io::WeightSource& weights, const std::string& prefix, 
                     int64_t in_features, bool has_bias, const Quantization& quant, LayerPrecision precision) {
     Linear l;
     const std::string name = prefix + ".weight";
+    if (const auto g = gguf_matrix(weights, name, out_features, in_features)) {
+        l.gguf_ = *g;
+        quant.counts->float_linears += 1;
+        if (has_bias) l.bias_ = load_vector_f32(weights, prefix + ".bias", out_features);
+        return l;
+    }
     l.weight_ = get_checked(weights, name, Shape{out_features, in_features});
     const LinearScheme scheme = quant.scheme(prefix, precision);
     if (scheme == LinearScheme::kW8A8Static) {
@@ -89,6 +96,14 @@ Linear Linear::load_shard(const io::WeightSource& weights, const std::string& pr
     Linear full = load(weights, prefix, out_features, in_features, has_bias, quant, precision);
     if (rows == out_features && cols == in_features) return full;
     Linear l;
+    if (full.is_gguf()) {
+        l.gguf_ = gguf_rectangle(full.gguf_, shard.row_begin, rows, shard.col_begin, cols, prefix + ".weight");
+        if (has_bias) {
+            l.bias_ = Tensor(DType::kF32, {rows});
+            std::memcpy(l.bias_.as<float>(), full.bias_.as<float>() + shard.row_begin, static_cast<size_t>(rows) * 4);
+        }
+        return l;
+    }
     if (full.static_) {
         // rows: a slice of deq_scale and quant_bias; columns (row-parallel): the per-tensor
         // quantization is elementwise, so the partial sums add up; quant_bias is added once
@@ -154,10 +169,18 @@ Linear Linear::load_shard(const io::WeightSource& weights, const std::string& pr
     return l;
 }
 
+size_t Linear::weight_bytes() const {
+    if (is_gguf()) return gguf_matrix_bytes(gguf_);
+    return int8_ || static_ ? w8_.nbytes() + w8_scale_.nbytes() + quant_bias_.nbytes() : weight_.nbytes();
+}
+
 void Linear::forward(ThreadPool& pool, const float* x, int64_t rows, float* out) const {
     const int64_t n = out_features();
     const int64_t k = in_features();
-    if (static_) {
+    if (is_gguf()) {
+        kernels::cpu::GgufScratch scratch;
+        kernels::cpu::gguf_linear(pool, x, rows, gguf_, out, scratch);
+    } else if (static_) {
         kernels::cpu::Int8Scratch scratch;
         const kernels::cpu::StaticInt8Weights w{w8_.as<const int8_t>(),
                                                 quant_bias_.empty() ? nullptr : quant_bias_.as<const int32_t>(),

@@ -5,7 +5,8 @@
 // [out, in] with one f32 scale per output channel, activations quantized per token. A ModelSlim
 // static W8A8 linear keeps int8 weights, one per-tensor activation scale (golden-stick A8W8: one
 // divisor per input channel) and zero point, an int32 bias added before the per-channel
-// dequantization scale (kernels/cpu/linear_int8_static.h).
+// dequantization scale (kernels/cpu/linear_int8_static.h). A GGUF weight other than F32/BF16
+// stays in its stored blocks (gguf_: formats/gguf_weights.h), run by kernels/cpu/gguf_linear.h.
 #pragma once
 
 #include <string>
@@ -13,6 +14,7 @@
 #include "moeserve/core/tensor.h"
 #include "moeserve/core/thread_pool.h"
 #include "moeserve/io/weight_source.h"
+#include "moeserve/kernels/cpu/gguf_linear.h"
 #include "moeserve/model/quantization.h"
 
 namespace moeserve::model {
@@ -48,12 +50,11 @@ public:
     // x f32 [rows, in] -> out f32 [rows, out].
     void forward(ThreadPool& pool, const float* x, int64_t rows, float* out) const;
 
-    int64_t in_features() const { return int8_ || static_ ? w8_.dim(1) : weight_.dim(1); }
-    int64_t out_features() const { return int8_ || static_ ? w8_.dim(0) : weight_.dim(0); }
-    size_t weight_bytes() const {
-        return int8_ || static_ ? w8_.nbytes() + w8_scale_.nbytes() + quant_bias_.nbytes() : weight_.nbytes();
-    }
+    int64_t in_features() const { return is_gguf() ? gguf_.cols : int8_ || static_ ? w8_.dim(1) : weight_.dim(1); }
+    int64_t out_features() const { return is_gguf() ? gguf_.rows : int8_ || static_ ? w8_.dim(0) : weight_.dim(0); }
+    size_t weight_bytes() const;
     bool is_int8() const { return int8_ || static_; }
+    bool is_gguf() const { return gguf_.data != nullptr; }
     bool is_static_int8() const { return static_; }
 
 private:
@@ -69,6 +70,8 @@ private:
     Tensor quant_bias_;
     float x_mul_ = 1.0f, x_zero_ = 0.0f;
     Tensor x_div_;
+    // GGUF blocks [out_features, in_features] in the file's mapping (data null: not GGUF)
+    kernels::cpu::GgufMatrix gguf_;
 };
 
 }  // namespace moeserve::model

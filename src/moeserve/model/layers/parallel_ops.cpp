@@ -35,9 +35,12 @@ ShardRange local_moe_inter(const ParallelConfig& par, int64_t moe_inter) {
 }
 
 void embed_vocab_parallel(const ParallelConfig& par, const TensorView& table, ShardRange vocab, int64_t hidden,
-                          const int32_t* ids, int64_t num_tokens, float* x) {
+                          const int32_t* ids, int64_t num_tokens, float* x,
+                          const kernels::cpu::GgufMatrix* gguf_shard) {
     auto lookup = [&](const int32_t* rows, int64_t n, float* dst) {
-        if (table.dtype == DType::kF32) {
+        if (gguf_shard != nullptr) {
+            kernels::cpu::gguf_embedding(*gguf_shard, rows, n, dst);
+        } else if (table.dtype == DType::kF32) {
             kernels::cpu::embedding_f32(table.as<const float>(), vocab.count, hidden, rows, n, dst);
         } else {
             kernels::cpu::embedding_bf16(table.as<const uint16_t>(), vocab.count, hidden, rows, n, dst);

@@ -9,6 +9,7 @@
 #include "moeserve/core/thread_pool.h"
 #include "moeserve/kernels/cpu/moe_experts.h"
 #include "moeserve/model/layers/experts.h"
+#include "moeserve/kernels/cpu/gguf_linear.h"
 #include "moeserve/model/layers/linear.h"
 #include "moeserve/model/parallel_config.h"
 #include "moeserve/parallel/moe_exchange.h"
@@ -24,10 +25,12 @@ ShardRange local_experts(const ParallelConfig& par, int64_t num_experts);
 // moe_intermediate rows this rank loads: all (EP or single rank), or its TP slice.
 ShardRange local_moe_inter(const ParallelConfig& par, int64_t moe_inter);
 
-// Vocabulary-parallel embedding: this rank holds rows [vocab_shard) of the bf16 | f32 table.
+// Vocabulary-parallel embedding: this rank holds rows [vocab_shard) of the bf16 | f32 table, or,
+// with gguf_shard set, of that GGUF matrix (each looked-up row dequantized; table_shard unused).
 // ids [T] -> x f32 [T, hidden], all-reduced over TP (rows of other ranks' ids are zero here).
 void embed_vocab_parallel(const ParallelConfig& par, const TensorView& table_shard, ShardRange vocab_shard,
-                          int64_t hidden, const int32_t* ids, int64_t num_tokens, float* x);
+                          int64_t hidden, const int32_t* ids, int64_t num_tokens, float* x,
+                          const kernels::cpu::GgufMatrix* gguf_shard = nullptr);
 
 // Buffers of compute_logits, reused across steps (they grow to the largest step, then no
 // step allocates).

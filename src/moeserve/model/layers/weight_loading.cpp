@@ -7,6 +7,10 @@ namespace moeserve::model {
 
 TensorView get_checked(const io::WeightSource& weights, const std::string& name, const Shape& shape) {
     TensorView t = weights.get(name);
+    if (!(t.shape == shape) && weights.is_gguf()) {
+        raise(ErrorCode::kInvalidModel, "tensor {} has shape {}, but the model's metadata implies {}",
+              weights.describe(name), t.shape.str(), shape.str());
+    }
     if (!(t.shape == shape)) {
         raise(ErrorCode::kInvalidModel, "tensor '{}' has shape {}, but config.json implies {}", name, t.shape.str(),
               shape.str());

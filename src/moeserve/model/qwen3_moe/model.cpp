@@ -65,6 +65,12 @@ std::unique_ptr<Model> Qwen3MoeModel::load(const io::HfConfig& config, const std
     return std::make_unique<Qwen3MoeModel>(c, std::move(weights), pool, options);
 }
 
+std::unique_ptr<Model> Qwen3MoeModel::load_weights(const io::HfConfig& config,
+                                                   std::shared_ptr<const io::WeightSource> weights, ThreadPool& pool,
+                                                   const LoadOptions& options) {
+    return std::make_unique<Qwen3MoeModel>(Qwen3MoeConfig::from_json(config), std::move(weights), pool, options);
+}
+
 std::unique_ptr<KvCache> Qwen3MoeModel::create_kv_cache(int64_t num_blocks, int64_t block_size) const {
     return std::make_unique<GqaKvCache>(config_.num_hidden_layers, num_blocks, block_size, local_kv_heads_,
                                         config_.head_dim, decoder_.kv_dtype());

@@ -1,0 +1,77 @@
+// GGUF dot products (kernels/cpu/gguf_dot.h) as a decode GEMV, one thread: rows of a
+// [rows, 2048] weight matrix in their stored blocks against one activation row quantized to
+// q8_0 / q8_K, reported as GB/s of weight bytes next to a STREAM-style one-thread read of the
+// same bytes, alternating call by call over copies that do not fit in L3 (medians).
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_baselines.h"
+#include "moeserve/core/ggml_type.h"
+#include "moeserve/kernels/cpu/gguf_dot.h"
+#include "moeserve/kernels/cpu/gguf_quantize.h"
+
+namespace {
+
+using moeserve::GgmlType;
+using moeserve::ThreadPool;
+using namespace moeserve::bench;
+namespace kc = moeserve::kernels::cpu;
+
+constexpr int64_t kCols = 2048;  // Qwen3-MoE hidden size
+constexpr int64_t kRows = 4096;
+
+void BM_GgufMatvec(benchmark::State& state, GgmlType type) {
+    const int64_t row_bytes = static_cast<int64_t>(*moeserve::ggml_nbytes(type, kCols));
+    const int64_t bytes = row_bytes * kRows;
+    const int64_t copies = cold_copies(bytes);
+    std::vector<uint8_t> w(static_cast<size_t>(bytes * copies));
+    {
+        std::mt19937 rng(1);
+        std::normal_distribution<float> normal(0.0f, 0.5f);
+        std::vector<float> row(kCols);
+        for (int64_t r = 0; r < kRows; ++r) {
+            for (float& v : row) v = normal(rng);
+            kc::quantize_gguf(type, row.data(), w.data() + r * row_bytes, kCols);
+        }
+        for (int64_t c = 1; c < copies; ++c) std::copy_n(w.begin(), bytes, w.begin() + c * bytes);
+    }
+    std::vector<float> x(kCols, 0.25f);
+    const GgmlType at = kc::gguf_dot_activation_type(type);
+    std::vector<uint64_t> a((*moeserve::ggml_nbytes(at, kCols) + 7) / 8);
+    kc::quantize_gguf(at, x.data(), a.data(), kCols);
+    std::vector<float> out(kRows);
+    ThreadPool pool(1);
+    std::vector<double> ours, stream;
+    int64_t it = 0;
+    volatile float sink = 0;
+    for (auto _ : state) {
+        const uint8_t* wc = w.data() + (it % copies) * bytes;
+        double t0 = now_s();
+        kc::gguf_matvec(type, kRows, kCols, wc, a.data(), out.data());
+        ours.push_back(now_s() - t0);
+        benchmark::DoNotOptimize(out.data());
+        const uint8_t* sc = w.data() + ((it + copies / 2) % copies) * bytes;
+        t0 = now_s();
+        sink = sink + stream_read(pool, sc, bytes);
+        stream.push_back(now_s() - t0);
+        ++it;
+    }
+    const double gbps = double(bytes) / median(ours) / 1e9;
+    const double stream_gb = double(bytes) / median(stream) / 1e9;
+    state.counters["GBps"] = gbps;
+    state.counters["stream_GBps"] = stream_gb;
+    state.counters["of_stream"] = gbps / stream_gb;
+}
+
+BENCHMARK_CAPTURE(BM_GgufMatvec, Q4_0, GgmlType::kQ4_0)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufMatvec, Q8_0, GgmlType::kQ8_0)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufMatvec, Q4_K, GgmlType::kQ4_K)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufMatvec, Q5_K, GgmlType::kQ5_K)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufMatvec, Q6_K, GgmlType::kQ6_K)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

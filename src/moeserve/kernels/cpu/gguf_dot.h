@@ -1,0 +1,33 @@
+// Dot products of GGUF weight rows, kept as their stored blocks, with activations quantized per
+// block the way llama.cpp's CPU backend does: Q8_0 for Q4_0 and Q8_0 weights, Q8_K for the
+// K-quants (quantize_gguf makes both). The products are integer (exact int32 per block); the
+// block scales are applied in f32. Supported weight types: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K.
+// Depends on core only.
+#pragma once
+
+#include <cstdint>
+
+#include "moeserve/core/ggml_type.h"
+
+namespace moeserve::kernels::cpu {
+
+// True for the weight types above.
+bool gguf_dot_supported(GgmlType weight);
+// The activation type llama.cpp pairs with `weight`: kQ8_0 or kQ8_K (checked: supported types).
+GgmlType gguf_dot_activation_type(GgmlType weight);
+
+// sum_i w_i * a_i over n elements. w: n / block_size blocks of `type` (one weight row, any
+// address); a: the same n elements quantized to gguf_dot_activation_type(type) (Q8_K blocks
+// 4-byte aligned). n a multiple of the block size (checked). Runs the level active_isa() picks:
+// ref is gguf_vec_dot_ref; avx2 and above the AVX2 code. The K-quants give the reference's bits
+// exactly (per-block integer sums, then the same f32 operations); Q4_0 / Q8_0 accumulate in 8
+// f32 lanes, so they differ from the reference by float rounding only. Single-threaded.
+float gguf_vec_dot(GgmlType type, int64_t n, const void* w, const void* a);
+// Scalar reference: per block the exact integer dot product, then
+// sum += (d_w * d_a) * isum (K-quants with a min: sum -= (dmin_w * d_a) * isum_min).
+float gguf_vec_dot_ref(GgmlType type, int64_t n, const void* w, const void* a);
+
+// out[r] = gguf_vec_dot(type, n, row r, a) for `rows` rows of w stored one after another.
+void gguf_matvec(GgmlType type, int64_t rows, int64_t n, const void* w, const void* a, float* out);
+
+}  // namespace moeserve::kernels::cpu

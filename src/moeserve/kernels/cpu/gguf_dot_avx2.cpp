@@ -1,0 +1,155 @@
+// AVX2 GGUF dot products (see gguf_dot.h). The weights stay in their blocks: nibbles are split
+// with a mask and a 16-bit shift, high bits merged in, and vpmaddubsw multiplies the unsigned
+// weight bytes by the signed activation bytes (no pair can saturate: at most 63 * 127 * 2), then
+// vpmaddwd applies the sub-block scale in int32. Q4_0 / Q8_0 have signed weights, so they use
+// the sign trick (|w| times a with w's sign) and accumulate d_w * d_a * isum in 8 f32 lanes. The
+// K-quants reduce each super-block to its exact integer sums and then run the reference's f32
+// operations, so their result has the reference's bits.
+#include <immintrin.h>
+
+#include "moeserve/kernels/cpu/gguf_blocks.h"
+#include "moeserve/kernels/cpu/gguf_dot_isa.h"
+#include "moeserve/kernels/cpu/simd_avx2.h"
+
+namespace moeserve::kernels::cpu::detail {
+namespace {
+
+// f16 -> f32 with F16C (x86-64-v3). Equal to core's f16_to_f32 for every non-NaN value; a
+// signalling NaN comes out quiet, which a product with it would make it anyway.
+inline float f16(const uint8_t* p) { return _cvtsh_ss(static_cast<uint16_t>(p[0] | (p[1] << 8))); }
+
+inline int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+// Eight int32 sums of pairs of products of signed bytes x and y (|x| * (y with x's sign)).
+inline __m256i dot_i8(__m256i x, __m256i y) {
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+// Each byte shifted right by `count` bits (a 16-bit shift; the caller masks the bits it keeps).
+inline __m256i shift_right(__m256i v, int count) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(count)); }
+
+template <typename Block, typename Weights>
+float dot_q8_0_acts(int64_t nb, const Block* w, const BlockQ8_0* a, Weights&& weights) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));
+        const __m256i p = dot_i8(weights(w[b]), y);
+        const __m256 d = _mm256_set1_ps(f16(w[b].d) * f16(a[b].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+    }
+    return simd::hsum(acc);
+}
+
+// The integer sums of one Q4_K / Q5_K super-block (qh null for Q4_K): sum_j sc_j * sum q * q8.
+int isum_k4(const uint8_t* scales, const uint8_t* qh, const uint8_t* qs, const BlockQ8_K& a, int& isum_min) {
+    uint8_t sc[8];
+    uint8_t m[8];
+    isum_min = 0;
+    for (int j = 0; j < 8; ++j) {
+        unpack_scale_min_k4(j, scales, sc[j], m[j]);
+        isum_min += m[j] * (a.bsums[2 * j] + a.bsums[2 * j + 1]);
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i one = _mm256_set1_epi8(1);
+    const __m256i hbits = qh != nullptr ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh)) : __m256i{};
+    __m256i acc = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+        __m256i lo = _mm256_and_si256(q, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (qh != nullptr) {
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(shift_right(hbits, 2 * c), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(shift_right(hbits, 2 * c + 1), one), 4));
+        }
+        const __m256i y0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 64 * c));
+        const __m256i y1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 64 * c + 32));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), _mm256_set1_epi16(sc[2 * c])));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), _mm256_set1_epi16(sc[2 * c + 1])));
+    }
+    return hsum_i32(acc);
+}
+
+// sum_j sc_j * sum (q - 32) * q8 of one Q6_K super-block: q (0-63) times q8 in vpmaddubsw, the
+// 32 taken out afterwards through the activation block sums.
+int isum_q6_k(const BlockQ6_K& w, const BlockQ8_K& a) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+        const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.ql + 64 * h));
+        const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.ql + 64 * h + 32));
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qh + 32 * h));
+        for (int r = 0; r < 4; ++r) {
+            const __m256i ql = shift_right(r % 2 == 0 ? ql0 : ql1, 4 * (r / 2));
+            const __m256i high = _mm256_slli_epi16(_mm256_and_si256(shift_right(qh, 2 * r), m3), 4);
+            const __m256i q = _mm256_or_si256(_mm256_and_si256(ql, m4), high);
+            const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 128 * h + 32 * r));
+            const __m256i scales =
+                _mm256_set_m128i(_mm_set1_epi16(w.scales[8 * h + 2 * r + 1]), _mm_set1_epi16(w.scales[8 * h + 2 * r]));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), scales));
+        }
+    }
+    int offset = 0;
+    for (int j = 0; j < 16; ++j) offset += w.scales[j] * a.bsums[j];
+    return hsum_i32(acc) - 32 * offset;
+}
+
+}  // namespace
+
+float vec_dot_q4_0_q8_0_avx2(int64_t nb, const void* w, const void* a) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i eight = _mm256_set1_epi8(8);
+    return dot_q8_0_acts(nb, static_cast<const BlockQ4_0*>(w), static_cast<const BlockQ8_0*>(a),
+                         [&](const BlockQ4_0& x) {
+                             const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.qs));
+                             const __m256i n = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
+                             return _mm256_sub_epi8(n, eight);
+                         });
+}
+
+float vec_dot_q8_0_q8_0_avx2(int64_t nb, const void* w, const void* a) {
+    return dot_q8_0_acts(nb, static_cast<const BlockQ8_0*>(w), static_cast<const BlockQ8_0*>(a),
+                         [](const BlockQ8_0& x) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs)); });
+}
+
+float vec_dot_q4_k_q8_k_avx2(int64_t nb, const void* w, const void* a) {
+    const auto* x = static_cast<const BlockQ4_K*>(w);
+    const auto* y = static_cast<const BlockQ8_K*>(a);
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+        int isum_min = 0;
+        const int isum = isum_k4(x[b].scales, nullptr, x[b].qs, y[b], isum_min);
+        sum += (f16(x[b].d) * y[b].d) * static_cast<float>(isum);
+        sum -= (f16(x[b].dmin) * y[b].d) * static_cast<float>(isum_min);
+    }
+    return sum;
+}
+
+float vec_dot_q5_k_q8_k_avx2(int64_t nb, const void* w, const void* a) {
+    const auto* x = static_cast<const BlockQ5_K*>(w);
+    const auto* y = static_cast<const BlockQ8_K*>(a);
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+        int isum_min = 0;
+        const int isum = isum_k4(x[b].scales, x[b].qh, x[b].qs, y[b], isum_min);
+        sum += (f16(x[b].d) * y[b].d) * static_cast<float>(isum);
+        sum -= (f16(x[b].dmin) * y[b].d) * static_cast<float>(isum_min);
+    }
+    return sum;
+}
+
+float vec_dot_q6_k_q8_k_avx2(int64_t nb, const void* w, const void* a) {
+    const auto* x = static_cast<const BlockQ6_K*>(w);
+    const auto* y = static_cast<const BlockQ8_K*>(a);
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) sum += (f16(x[b].d) * y[b].d) * static_cast<float>(isum_q6_k(x[b], y[b]));
+    return sum;
+}
+
+}  // namespace moeserve::kernels::cpu::detail

@@ -1,0 +1,15 @@
+// Internal: the per-ISA GGUF dot products behind gguf_vec_dot (gguf_dot.h), picked in
+// dispatch.cpp. Plain types only, as matmul_tile_isa.h explains. nb = number of weight blocks.
+#pragma once
+
+#include <cstdint>
+
+namespace moeserve::kernels::cpu::detail {
+
+float vec_dot_q4_0_q8_0_avx2(int64_t nb, const void* w, const void* a);
+float vec_dot_q8_0_q8_0_avx2(int64_t nb, const void* w, const void* a);
+float vec_dot_q4_k_q8_k_avx2(int64_t nb, const void* w, const void* a);
+float vec_dot_q5_k_q8_k_avx2(int64_t nb, const void* w, const void* a);
+float vec_dot_q6_k_q8_k_avx2(int64_t nb, const void* w, const void* a);
+
+}  // namespace moeserve::kernels::cpu::detail

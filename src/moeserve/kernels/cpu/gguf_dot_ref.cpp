@@ -1,0 +1,135 @@
+// Scalar GGUF dot products (see gguf_dot.h): the integer sum of each block is exact, then the
+// scales are applied in f32 in one fixed order, which the AVX2 K-quant code repeats (this file
+// and gguf_dot_avx2.cpp are built with -ffp-contract=off, so both round alike).
+#include <cstring>
+
+#include "moeserve/core/error.h"
+#include "moeserve/kernels/cpu/gguf_blocks.h"
+#include "moeserve/kernels/cpu/gguf_dot.h"
+
+namespace moeserve::kernels::cpu {
+namespace {
+
+int nibble(const uint8_t* qs, int i) { return i < 16 ? qs[i] & 0xF : qs[i - 16] >> 4; }
+
+float dot_q4_0(int64_t nb, const BlockQ4_0* w, const BlockQ8_0* a) {
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+        int isum = 0;
+        for (int i = 0; i < kQK4_0; ++i) isum += (nibble(w[b].qs, i) - 8) * a[b].qs[i];
+        sum += (load_f16(w[b].d) * load_f16(a[b].d)) * static_cast<float>(isum);
+    }
+    return sum;
+}
+
+float dot_q8_0(int64_t nb, const BlockQ8_0* w, const BlockQ8_0* a) {
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+        int isum = 0;
+        for (int i = 0; i < kQK8_0; ++i) isum += w[b].qs[i] * a[b].qs[i];
+        sum += (load_f16(w[b].d) * load_f16(a[b].d)) * static_cast<float>(isum);
+    }
+    return sum;
+}
+
+// Q4_K (qh null) and Q5_K: sum_j sc_j * sum_l q * q8, and sum_j m_j * (bsums of sub-block j).
+float dot_k4(const uint8_t* d, const uint8_t* dmin, const uint8_t* scales, const uint8_t* qh, const uint8_t* qs,
+             const BlockQ8_K& a, float sum) {
+    int isum = 0;
+    int isum_min = 0;
+    for (int j = 0; j < 8; ++j) {
+        uint8_t sc = 0;
+        uint8_t m = 0;
+        unpack_scale_min_k4(j, scales, sc, m);
+        int sub = 0;
+        for (int l = 0; l < 32; ++l) {
+            int q = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0xF;
+            if (qh != nullptr) q |= ((qh[l] >> j) & 1) << 4;
+            sub += q * a.qs[32 * j + l];
+        }
+        isum += sc * sub;
+        isum_min += m * (a.bsums[2 * j] + a.bsums[2 * j + 1]);
+    }
+    sum += (load_f16(d) * a.d) * static_cast<float>(isum);
+    sum -= (load_f16(dmin) * a.d) * static_cast<float>(isum_min);
+    return sum;
+}
+
+float dot_q6_k(int64_t nb, const BlockQ6_K* w, const BlockQ8_K* a) {
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+        int isum = 0;
+        for (int j = 0; j < 16; ++j) {
+            int sub = 0;
+            for (int i = 16 * j; i < 16 * j + 16; ++i) {
+                const int h = i / 128;
+                const int r = (i % 128) / 32;
+                const int l = i % 32;
+                const int low = (w[b].ql[64 * h + 32 * (r % 2) + l] >> (4 * (r / 2))) & 0xF;
+                const int high = (w[b].qh[32 * h + l] >> (2 * r)) & 3;
+                sub += ((low | (high << 4)) - 32) * a[b].qs[i];
+            }
+            isum += w[b].scales[j] * sub;
+        }
+        sum += (load_f16(w[b].d) * a[b].d) * static_cast<float>(isum);
+    }
+    return sum;
+}
+
+}  // namespace
+
+bool gguf_dot_supported(GgmlType weight) {
+    switch (weight) {
+        case GgmlType::kQ4_0:
+        case GgmlType::kQ8_0:
+        case GgmlType::kQ4_K:
+        case GgmlType::kQ5_K:
+        case GgmlType::kQ6_K:
+            return true;
+        default:
+            return false;
+    }
+}
+
+GgmlType gguf_dot_activation_type(GgmlType weight) {
+    MOESERVE_CHECK(gguf_dot_supported(weight), "no GGUF dot product for {}", ggml_type_name(weight));
+    return ggml_traits(weight).block_size == kQK_K ? GgmlType::kQ8_K : GgmlType::kQ8_0;
+}
+
+float gguf_vec_dot_ref(GgmlType type, int64_t n, const void* w, const void* a) {
+    const int64_t bs = ggml_traits(type).block_size;
+    MOESERVE_CHECK(gguf_dot_supported(type) && n >= 0 && n % bs == 0, "type={} n={}", ggml_type_name(type), n);
+    const int64_t nb = n / bs;
+    const auto* q8k = static_cast<const BlockQ8_K*>(a);
+    float sum = 0.0f;
+    switch (type) {
+        case GgmlType::kQ4_0:
+            return dot_q4_0(nb, static_cast<const BlockQ4_0*>(w), static_cast<const BlockQ8_0*>(a));
+        case GgmlType::kQ8_0:
+            return dot_q8_0(nb, static_cast<const BlockQ8_0*>(w), static_cast<const BlockQ8_0*>(a));
+        case GgmlType::kQ4_K:
+            for (int64_t b = 0; b < nb; ++b) {
+                const BlockQ4_K& x = static_cast<const BlockQ4_K*>(w)[b];
+                sum = dot_k4(x.d, x.dmin, x.scales, nullptr, x.qs, q8k[b], sum);
+            }
+            return sum;
+        case GgmlType::kQ5_K:
+            for (int64_t b = 0; b < nb; ++b) {
+                const BlockQ5_K& x = static_cast<const BlockQ5_K*>(w)[b];
+                sum = dot_k4(x.d, x.dmin, x.scales, x.qh, x.qs, q8k[b], sum);
+            }
+            return sum;
+        case GgmlType::kQ6_K:
+            return dot_q6_k(nb, static_cast<const BlockQ6_K*>(w), q8k);
+        default:
+            return 0.0f;  // unreachable: checked above
+    }
+}
+
+void gguf_matvec(GgmlType type, int64_t rows, int64_t n, const void* w, const void* a, float* out) {
+    const auto row_bytes = static_cast<int64_t>(ggml_nbytes(type, static_cast<uint64_t>(n)).value_or(0));
+    const auto* base = static_cast<const uint8_t*>(w);
+    for (int64_t r = 0; r < rows; ++r) out[r] = gguf_vec_dot(type, n, base + r * row_bytes, a);
+}
+
+}  // namespace moeserve::kernels::cpu

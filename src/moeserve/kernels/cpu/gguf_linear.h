@@ -1,0 +1,56 @@
+// Layers on GGUF weights kept as their stored blocks: y = x @ W^T, an embedding lookup and SwiGLU
+// experts. Weight types with a dot kernel (gguf_dot.h: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K) quantize each
+// activation row to the type's partner (q8_0 / q8_K) and use the integer dot products; every
+// other supported type (F32, F16, BF16, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K) dequantizes one weight row at
+// a time into a per-thread scratch row and takes f32 dot products, so no widened copy of a matrix
+// is ever held. Multi-threaded over output rows on the caller's pool. Depends on core only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "moeserve/core/ggml_type.h"
+#include "moeserve/core/thread_pool.h"
+
+namespace moeserve::kernels::cpu {
+
+// A [rows, cols] matrix of GGUF blocks: row r starts at data + r * row_stride (a column slice of a
+// wider matrix has a stride larger than its own row bytes). cols is a multiple of the block size.
+struct GgufMatrix {
+    GgmlType type = GgmlType::kF32;
+    const uint8_t* data = nullptr;
+    int64_t rows = 0, cols = 0;
+    size_t row_stride = 0;
+    const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_stride; }
+};
+
+// Reused buffers (grow to the largest call; one per caller thread).
+struct GgufScratch {
+    std::vector<uint8_t> qx;  // activations quantized per row
+    std::vector<float> wrow;  // [threads, cols]: dequantized weight rows (types without a dot kernel)
+    std::vector<float> gathered, gate, up, down;
+    std::vector<int32_t> tokens;
+    std::vector<float> token_weights;
+};
+
+// x f32 [rows, w.cols] -> out f32 [rows, w.rows] (overwritten).
+void gguf_linear(ThreadPool& pool, const float* x, int64_t rows, const GgufMatrix& w, float* out, GgufScratch& scratch);
+
+// out f32 [n, table.cols]: row ids[i] of the table dequantized (ids in [0, table.rows), checked).
+void gguf_embedding(const GgufMatrix& table, const int32_t* ids, int64_t n, float* out);
+
+// SwiGLU experts: expert e (global id expert_begin + e) is down_e(silu(gate_e x) * up_e x);
+// gate/up [inter, hidden], down [hidden, inter].
+struct GgufExperts {
+    std::vector<GgufMatrix> gate, up, down;
+    int64_t expert_begin = 0, hidden = 0, inter = 0;
+    int64_t num_experts() const { return static_cast<int64_t>(gate.size()); }
+};
+
+// x f32 [num_tokens, hidden]; topk_ids int32 / topk_weights f32 [num_tokens, k]; ids outside this
+// rank's experts are skipped. out f32 [num_tokens, hidden] is overwritten.
+void gguf_moe_experts(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
+                      const float* topk_weights, int k, const GgufExperts& experts, GgufScratch& scratch, float* out);
+
+}  // namespace moeserve::kernels::cpu

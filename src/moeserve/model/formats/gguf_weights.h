@@ -1,0 +1,31 @@
+// The layers' side of GGUF weights: a checkpoint tensor of a GGUF source as a matrix of stored
+// blocks (kernels/cpu/gguf_linear.h) and its tensor-parallel rectangles. Linear, Experts and the
+// decoder's embedding ask here first; a nullopt answer sends them down their usual paths.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "moeserve/io/weight_source.h"
+#include "moeserve/kernels/cpu/gguf_linear.h"
+
+namespace moeserve::model {
+
+// The blocks of `name` as a [rows, cols] matrix when `weights` is a GGUF source and the layer
+// should run on them: every type but F32 and BF16 (those stay zero-copy views on the float
+// paths), or every type when `all_types`. nullopt for a safetensors source. Throws kInvalidModel
+// naming the tensor when its shape is not [rows, cols], kUnsupported for a type moeserve cannot
+// compute with.
+std::optional<kernels::cpu::GgufMatrix> gguf_matrix(const io::WeightSource& weights, const std::string& name,
+                                                    int64_t rows, int64_t cols, bool all_types = false);
+
+// The rectangle [row_begin, +rows) x [col_begin, +cols) of m, zero-copy. Columns must start and
+// end on the type's block boundaries (kUnsupported naming `name` otherwise: a TP degree that cuts
+// a block).
+kernels::cpu::GgufMatrix gguf_rectangle(const kernels::cpu::GgufMatrix& m, int64_t row_begin, int64_t rows,
+                                        int64_t col_begin, int64_t cols, const std::string& name);
+
+// Bytes of the matrix's blocks (rows x whole blocks of cols).
+size_t gguf_matrix_bytes(const kernels::cpu::GgufMatrix& m);
+
+}  // namespace moeserve::model

@@ -1,0 +1,155 @@
+// gguf_vec_dot at every ISA level against gguf_vec_dot_ref (the K-quants bit for bit, Q4_0 /
+// Q8_0 within f32 reassociation), and the reference against the float64 dot product of the
+// dequantized weights and activations (dequantize_gguf, itself checked against gguf-py).
+// Weights are both quantized floats and raw random blocks (every quant bit pattern, -128 in
+// Q8_0, every Q6_K scale) with finite f16 scales; rows start at odd addresses.
+#include "moeserve/kernels/cpu/gguf_dot.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/kernel_test_util.h"
+#include "moeserve/core/dtype.h"
+#include "moeserve/core/ggml_type.h"
+#include "moeserve/kernels/cpu/gguf_dequant.h"
+#include "moeserve/kernels/cpu/gguf_quantize.h"
+
+namespace moeserve::kernels::cpu {
+namespace {
+
+// Byte offsets of each block's f16 scales (d, dmin) for the raw random blocks.
+std::vector<size_t> scale_offsets(GgmlType type) {
+    switch (type) {
+        case GgmlType::kQ4_0:
+        case GgmlType::kQ8_0:
+            return {0};
+        case GgmlType::kQ4_K:
+        case GgmlType::kQ5_K:
+            return {0, 2};
+        case GgmlType::kQ6_K:
+            return {208};
+        default:
+            return {};
+    }
+}
+
+// One weight row of n elements: quantized normal floats, or random bytes with sane scales.
+// Returned with one leading byte, so data() + 1 is an odd address.
+std::string weight_row(GgmlType type, int64_t n, bool raw, std::mt19937& rng) {
+    const auto traits = ggml_traits(type);
+    std::string bytes(*ggml_nbytes(type, static_cast<uint64_t>(n)) + 1, '\0');
+    if (raw) {
+        for (size_t i = 1; i < bytes.size(); ++i) bytes[i] = static_cast<char>(rng());
+        std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+        for (int64_t b = 0; b < n / traits.block_size; ++b) {
+            for (const size_t off : scale_offsets(type)) {
+                const uint16_t h = f32_to_f16(scale(rng));
+                std::memcpy(&bytes[1 + static_cast<size_t>(b) * traits.type_size + off], &h, 2);
+            }
+        }
+    } else {
+        std::vector<float> x(static_cast<size_t>(n));
+        std::normal_distribution<float> normal(0.0f, 0.5f);
+        for (float& v : x) v = normal(rng);
+        quantize_gguf(type, x.data(), &bytes[1], n);
+    }
+    return bytes;
+}
+
+// Activations quantized as the dot product expects, in an aligned buffer.
+std::vector<uint64_t> activations(GgmlType type, int64_t n, std::mt19937& rng) {
+    std::vector<float> x(static_cast<size_t>(n));
+    std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+    for (float& v : x) v = u(rng);
+    const GgmlType at = gguf_dot_activation_type(type);
+    std::vector<uint64_t> q((*ggml_nbytes(at, static_cast<uint64_t>(n)) + 7) / 8 + 1);
+    quantize_gguf(at, x.data(), q.data(), n);
+    return q;
+}
+
+struct Exact {
+    double dot = 0.0;
+    double magnitude = 0.0;  // sum |w_i * a_i|
+};
+
+Exact f64_dot(GgmlType type, int64_t n, const void* w, const void* a) {
+    std::vector<float> wf(static_cast<size_t>(n));
+    std::vector<float> af(static_cast<size_t>(n));
+    dequantize_gguf(type, w, wf.data(), n);
+    dequantize_gguf(gguf_dot_activation_type(type), a, af.data(), n);
+    Exact e;
+    for (int64_t i = 0; i < n; ++i) {
+        const double p = static_cast<double>(wf[static_cast<size_t>(i)]) * af[static_cast<size_t>(i)];
+        e.dot += p;
+        e.magnitude += std::fabs(p);
+    }
+    return e;
+}
+
+class GgufDotTest : public testing::TestWithParam<GgmlType> {};
+
+TEST_P(GgufDotTest, EveryIsaMatchesTheReferenceAndTheF64Dot) {
+    const GgmlType type = GetParam();
+    const int64_t bs = ggml_traits(type).block_size;
+    const bool exact = bs == kQK_K;  // the K-quants reproduce the reference's bits
+    std::mt19937 rng(27);
+    std::vector<int64_t> sizes = {0, bs, 2 * bs, 3 * bs, 8 * bs, 768, 2048, 7168};
+    for (const int64_t n : sizes) {
+        if (n % bs != 0) continue;
+        for (const bool raw : {false, true}) {
+            SCOPED_TRACE(testing::Message() << "n=" << n << (raw ? " raw blocks" : " quantized floats"));
+            const std::string w = weight_row(type, n, raw, rng);
+            const std::vector<uint64_t> a = activations(type, n, rng);
+            const float ref = gguf_vec_dot_ref(type, n, w.data() + 1, a.data());
+            const Exact e = f64_dot(type, n, w.data() + 1, a.data());
+            EXPECT_NEAR(ref, e.dot, 1e-5 * e.magnitude + 1e-30);
+            test::for_each_isa([&](cpu::Isa) {
+                const float got = gguf_vec_dot(type, n, w.data() + 1, a.data());
+                if (exact) {
+                    EXPECT_EQ(f32_bits(got), f32_bits(ref)) << got << " vs " << ref;
+                } else {
+                    EXPECT_NEAR(got, ref, 2e-6 * e.magnitude + 1e-30);
+                }
+            });
+        }
+    }
+}
+
+TEST_P(GgufDotTest, MatvecIsOneDotPerRow) {
+    const GgmlType type = GetParam();
+    const int64_t n = 2 * kQK_K;
+    std::mt19937 rng(5);
+    std::string rows;
+    for (int r = 0; r < 3; ++r) rows += weight_row(type, n, r == 1, rng).substr(1);
+    const std::vector<uint64_t> a = activations(type, n, rng);
+    const size_t row_bytes = rows.size() / 3;
+    test::for_each_isa([&](cpu::Isa) {
+        float out[3] = {};
+        gguf_matvec(type, 3, n, rows.data(), a.data(), out);
+        for (int r = 0; r < 3; ++r) EXPECT_EQ(out[r], gguf_vec_dot(type, n, rows.data() + r * row_bytes, a.data()));
+    });
+}
+
+INSTANTIATE_TEST_SUITE_P(WeightTypes, GgufDotTest,
+                         testing::Values(GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                                         GgmlType::kQ6_K),
+                         [](const auto& p) { return std::string(ggml_type_name(p.param)); });
+
+TEST(GgufDotPairingTest, ActivationTypesFollowLlamaCpp) {
+    EXPECT_EQ(gguf_dot_activation_type(GgmlType::kQ4_0), GgmlType::kQ8_0);
+    EXPECT_EQ(gguf_dot_activation_type(GgmlType::kQ8_0), GgmlType::kQ8_0);
+    EXPECT_EQ(gguf_dot_activation_type(GgmlType::kQ4_K), GgmlType::kQ8_K);
+    EXPECT_EQ(gguf_dot_activation_type(GgmlType::kQ5_K), GgmlType::kQ8_K);
+    EXPECT_EQ(gguf_dot_activation_type(GgmlType::kQ6_K), GgmlType::kQ8_K);
+    EXPECT_FALSE(gguf_dot_supported(GgmlType::kQ4_1));
+    EXPECT_FALSE(gguf_dot_supported(GgmlType::kQ2_K));
+    EXPECT_FALSE(gguf_dot_supported(GgmlType::kF32));
+}
+
+}  // namespace
+}  // namespace moeserve::kernels::cpu

@@ -1,0 +1,118 @@
+// quantize_gguf: every type's blocks dequantize (with the gguf-py-checked dequantize_gguf) back
+// to the input within that type's step, zeros stay zeros, and the activation formats follow
+// llama.cpp's rules (Q8_K block sums, the largest element at -127).
+#include "moeserve/kernels/cpu/gguf_quantize.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "moeserve/core/ggml_type.h"
+#include "moeserve/kernels/cpu/gguf_blocks.h"
+#include "moeserve/kernels/cpu/gguf_dequant.h"
+
+namespace moeserve::kernels::cpu {
+namespace {
+
+struct Case {
+    GgmlType type;
+    double max_err;  // largest |x - y| allowed, as a fraction of the largest |x| of the super-block
+};
+
+std::vector<uint8_t> quantize(GgmlType type, const std::vector<float>& x) {
+    std::vector<uint8_t> q(*ggml_nbytes(type, x.size()) + 1);
+    quantize_gguf(type, x.data(), q.data() + 1, static_cast<int64_t>(x.size()));  // unaligned on purpose
+    q.erase(q.begin());
+    return q;
+}
+
+std::vector<float> round_trip(GgmlType type, const std::vector<float>& x) {
+    const std::vector<uint8_t> q = quantize(type, x);
+    std::vector<float> y(x.size());
+    dequantize_gguf(type, q.data(), y.data(), static_cast<int64_t>(x.size()));
+    return y;
+}
+
+class GgufQuantizeTest : public testing::TestWithParam<Case> {};
+
+TEST_P(GgufQuantizeTest, RoundTripsWithinTheStep) {
+    const Case c = GetParam();
+    std::mt19937 rng(27);
+    for (const float spread : {1.0f, 1e-3f, 300.0f}) {
+        SCOPED_TRACE(spread);
+        const int64_t n = 4 * kQK_K;
+        std::vector<float> x(n);
+        std::normal_distribution<float> normal(0.0f, spread);
+        for (float& v : x) v = normal(rng);
+        x[5] = 0.0f;
+        for (int i = 0; i < 16; ++i) x[kQK_K + i] = spread;                              // a constant sub-block
+        for (int i = 0; i < kQK_K; ++i) x[2 * kQK_K + i] = std::fabs(x[2 * kQK_K + i]);  // one-signed
+        const std::vector<float> y = round_trip(c.type, x);
+        for (int64_t b = 0; b < n / kQK_K; ++b) {
+            float amax = 0.0f;
+            for (int64_t i = b * kQK_K; i < (b + 1) * kQK_K; ++i) amax = std::max(amax, std::fabs(x[i]));
+            for (int64_t i = b * kQK_K; i < (b + 1) * kQK_K; ++i) {
+                ASSERT_LE(std::fabs(x[i] - y[i]), c.max_err * amax)
+                    << "element " << i << ": " << x[i] << " -> " << y[i];
+            }
+        }
+    }
+}
+
+TEST_P(GgufQuantizeTest, ZerosStayZeros) {
+    const GgmlType type = GetParam().type;
+    const std::vector<float> x(2 * kQK_K, 0.0f);
+    for (const float v : round_trip(type, x)) EXPECT_EQ(v, 0.0f);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, GgufQuantizeTest,
+                         testing::Values(Case{GgmlType::kF32, 0.0}, Case{GgmlType::kF16, 1e-3},
+                                         Case{GgmlType::kBF16, 4e-3}, Case{GgmlType::kQ8_0, 0.01},
+                                         Case{GgmlType::kQ4_0, 0.135}, Case{GgmlType::kQ4_1, 0.07},
+                                         Case{GgmlType::kQ5_0, 0.07}, Case{GgmlType::kQ5_1, 0.035},
+                                         Case{GgmlType::kQ2_K, 0.45}, Case{GgmlType::kQ3_K, 0.3},
+                                         Case{GgmlType::kQ4_K, 0.09}, Case{GgmlType::kQ5_K, 0.045},
+                                         Case{GgmlType::kQ6_K, 0.035}, Case{GgmlType::kQ8_K, 0.005}),
+                         [](const auto& p) { return std::string(ggml_type_name(p.param.type)); });
+
+TEST(GgufQuantizeActivationsTest, Q8KMatchesLlamaCppRules) {
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    std::vector<float> x(kQK_K);
+    for (float& v : x) v = u(rng);
+    x[17] = 3.0f;  // the largest magnitude, positive: maps to -127
+    BlockQ8_K b{};
+    quantize_gguf(GgmlType::kQ8_K, x.data(), &b, kQK_K);
+    EXPECT_EQ(b.qs[17], -127);
+    EXPECT_EQ(b.d, 1.0f / (-127.0f / 3.0f));
+    for (int j = 0; j < kQK_K / 16; ++j) {
+        int sum = 0;
+        for (int i = 0; i < 16; ++i) sum += b.qs[16 * j + i];
+        EXPECT_EQ(b.bsums[j], sum);
+    }
+    for (int i = 0; i < kQK_K; ++i) {
+        EXPECT_EQ(b.qs[i], static_cast<int8_t>(std::min(127.0f, std::nearbyint(-127.0f / 3.0f * x[i])))) << i;
+    }
+}
+
+TEST(GgufQuantizeActivationsTest, Q8_0RoundsHalfToEvenLikeLlamaCppX86) {
+    std::vector<float> x(32, 0.0f);
+    x[0] = 127.0f;  // id = 1: the other elements are rounded as they are
+    x[1] = 2.5f;
+    x[2] = -3.5f;
+    x[3] = 0.5f;
+    BlockQ8_0 b{};
+    quantize_gguf(GgmlType::kQ8_0, x.data(), &b, 32);
+    EXPECT_EQ(b.qs[0], 127);
+    EXPECT_EQ(b.qs[1], 2);
+    EXPECT_EQ(b.qs[2], -4);
+    EXPECT_EQ(b.qs[3], 0);
+    EXPECT_EQ(load_f16(b.d), 1.0f);
+}
+
+}  // namespace
+}  // namespace moeserve::kernels::cpu

@@ -1,0 +1,98 @@
+// The tokenizer of a GGUF file's metadata (model/formats/gguf_tokenizer.h) against the
+// tokenizer.json path: a GGUF whose metadata holds the real Qwen3 vocabulary (written here from
+// setup.sh's cache, the way llama.cpp's converter lays it out) encodes and decodes the Qwen3
+// goldens exactly as Hugging Face did, and carries the same chat template and special tokens.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "moeserve/io/gguf_file.h"
+#include "moeserve/io/gguf_writer.h"
+#include "moeserve/model/formats/gguf_tokenizer.h"
+#include "moeserve/tokenizer/tokenizer.h"
+#include "test_support.h"
+
+namespace moeserve::model {
+namespace {
+
+std::string read(const std::filesystem::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    EXPECT_TRUE(in.good()) << p;
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+class GgufTokenizerTest : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        const auto dir = test::tokenizer_dir("qwen3");
+        io::GgufWriter w;
+        w.set_string("general.architecture", "qwen3moe");
+        set_gguf_tokenizer_metadata(read(dir / "tokenizer.json"), read(dir / "tokenizer_config.json"), 151936,
+                                    dir.string(), w);
+        path_ = test::scratch_dir("gguf_tokenizer") / "qwen3_vocab.gguf";
+        w.write(path_);
+    }
+    static std::filesystem::path path_;
+};
+std::filesystem::path GgufTokenizerTest::path_;
+
+TEST_F(GgufTokenizerTest, MetadataIsLaidOutAsLlamaCppWritesIt) {
+    const io::GgufCheckpoint f(path_);
+    const io::GgufHeader& h = f.metadata();
+    EXPECT_EQ(h.get_string("tokenizer.ggml.model"), "gpt2");
+    EXPECT_EQ(h.get_string("tokenizer.ggml.pre"), "qwen2");
+    EXPECT_EQ(h.get_array("tokenizer.ggml.tokens").size(), 151936u);
+    EXPECT_EQ(h.get_array("tokenizer.ggml.tokens").string_at(151643), "<|endoftext|>");
+    EXPECT_EQ(h.get_array("tokenizer.ggml.tokens").string_at(151935), "[PAD151935]");
+    EXPECT_EQ(h.get_array("tokenizer.ggml.token_type").int_at(151644), 3);  // control
+    EXPECT_EQ(h.get_array("tokenizer.ggml.token_type").int_at(151667), 4);  // <think>: user-defined
+    EXPECT_EQ(h.get_array("tokenizer.ggml.token_type").int_at(151935), 5);  // unused
+    EXPECT_EQ(h.get_int("tokenizer.ggml.eos_token_id"), 151645);
+    EXPECT_EQ(h.get_int("tokenizer.ggml.padding_token_id"), 151643);
+    EXPECT_EQ(h.find("tokenizer.ggml.bos_token_id"), nullptr);  // Qwen3's bos_token is null
+}
+
+TEST_F(GgufTokenizerTest, EncodesAndDecodesTheGoldensLikeTokenizerJson) {
+    const auto files = gguf_tokenizer_files(io::GgufCheckpoint(path_).metadata());
+    ASSERT_TRUE(files.has_value());
+    const auto tok = tokenizer::Tokenizer::from_json(files->tokenizer_json, files->config_json, path_.string());
+    const auto ref = tokenizer::Tokenizer::from_dir(test::tokenizer_dir("qwen3"));
+    std::ifstream in(test::data_dir() / "tokenizer" / "qwen3_goldens.json");
+    const auto goldens = nlohmann::json::parse(in);
+    ASSERT_GE(goldens["cases"].size(), 70u);
+    for (const auto& c : goldens["cases"]) {
+        const auto text = c["text"].get<std::string>();
+        const bool special = c["add_special_tokens"].get<bool>();
+        const auto ids = tok.encode(text, special);
+        EXPECT_EQ(ids, c["ids"].get<std::vector<int32_t>>()) << text;
+        EXPECT_EQ(ids, ref.encode(text, special)) << text;
+        EXPECT_EQ(tok.decode(ids), c["decoded"].get<std::string>()) << text;
+        EXPECT_EQ(tok.decode(ids, true), c["decoded_skip_special"].get<std::string>()) << text;
+    }
+    EXPECT_EQ(tok.eos_token_id(), ref.eos_token_id());
+    EXPECT_EQ(tok.pad_token_id(), ref.pad_token_id());
+    EXPECT_EQ(tok.bos_token_id(), ref.bos_token_id());
+    ASSERT_TRUE(tok.chat_template().has_value());
+    EXPECT_EQ(*tok.chat_template(), *ref.chat_template());
+}
+
+TEST_F(GgufTokenizerTest, RefusesOtherTokenizerModels) {
+    io::GgufWriter w;
+    w.set_string("tokenizer.ggml.model", "llama");
+    const auto p = test::scratch_dir("gguf_tokenizer_bad") / "spm.gguf";
+    w.write(p);
+    try {
+        gguf_tokenizer_files(io::GgufCheckpoint(p).metadata());
+        ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.model 'llama'"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(p.string()), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace
+}  // namespace moeserve::model
