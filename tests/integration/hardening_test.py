@@ -194,9 +194,13 @@ class Http(unittest.TestCase):
                 c = socket.create_connection(("127.0.0.1", self.s.port), timeout=10)
                 conns.append(c)
                 c.sendall(head)
+            deadline = time.time() + 60  # bounded even if a server stopped reading without closing
             for c in conns:
+                c.settimeout(2)
                 try:
                     for _ in range(15):
+                        if time.time() > deadline:
+                            break
                         c.sendall(chunk)
                 except OSError:
                     pass  # refused and closed before the body: what should happen
