@@ -322,20 +322,21 @@ private:
 
     // The client shut down its sending side after its request (shutdown(SHUT_WR)) and may still
     // read: it is answered, then the connection closes. A client that closed completely looks
-    // the same until a write to it fails, so until the answer starts an interim "100 Continue"
-    // goes out at once, again after 100 ms, then each second (HTTP/1.1 clients skip 1xx
-    // responses they did not ask for). A vanished client answers the first with a reset, so the
-    // second fails, which closes the session and aborts its request as before. A stream's own
-    // chunks do the same once it has started. HTTP/1.0 has no interim responses: there the end
-    // of the client's stream stays a disconnect.
+    // the same until a write to it fails, so a probe goes out at once, again after 100 ms, then
+    // each second: before the answer starts an interim "100 Continue" (HTTP/1.1 clients skip 1xx
+    // responses they did not ask for), in a started stream an SSE comment line (which SSE
+    // clients skip). A vanished client answers the first with a reset, so the second fails,
+    // which closes the session and aborts its request at once, as before (a queued request must
+    // not wait for its first token to find out). HTTP/1.0 has neither: there the end of the
+    // client's stream stays a disconnect.
     void on_peer_done_sending() {
         keep_alive_ = false;  // the answer says "Connection: close": nothing more can arrive
         probe_peer(0);
     }
 
     void probe_peer(int round) {
-        if (closed_ || !busy_ || answered_ || streaming_) return;
-        enqueue("HTTP/1.1 100 Continue\r\n\r\n");
+        if (closed_ || !busy_ || answered_) return;
+        enqueue(streaming_ ? std::string("3\r\n:\n\n\r\n") : std::string("HTTP/1.1 100 Continue\r\n\r\n"));
         probe_timer_.expires_after(std::chrono::milliseconds(round == 0 ? 100 : 1000));
         probe_timer_.async_wait([self = shared_from_this(), round](beast::error_code ec) {
             if (!ec) self->probe_peer(round + 1);
