@@ -8,6 +8,8 @@
 #include <optional>
 #include <string_view>
 
+#include "moeserve/core/dtype.h"
+
 namespace moeserve {
 
 // The numbers are ggml's (`enum ggml_type`) and appear as-is in GGUF files. Gaps are types ggml
@@ -65,6 +67,22 @@ std::optional<GgmlTypeTraits> ggml_type_traits(uint32_t type);
 // Traits of a known type (the enum holds only known numbers).
 GgmlTypeTraits ggml_traits(GgmlType type);
 inline std::string_view ggml_type_name(GgmlType type) { return ggml_traits(type).name; }
+
+// The element type of a tensor the project can view as plain elements (F32, F16, BF16); nullopt
+// for block-quantized types.
+inline std::optional<DType> ggml_plain_dtype(GgmlType type) {
+    switch (type) {
+        case GgmlType::kF32:
+            return DType::kF32;
+        case GgmlType::kF16:
+            return DType::kF16;
+        case GgmlType::kBF16:
+            return DType::kBF16;
+        default:
+            return std::nullopt;
+    }
+}
+
 // The supported types, comma-separated, for error messages.
 std::string_view ggml_supported_type_names();
 

@@ -126,24 +126,13 @@ GgufTensor GgufCheckpoint::tensor(const std::string& name) const {
 
 TensorView GgufCheckpoint::view(const std::string& name) const {
     const GgufTensor t = tensor(name);
-    DType dtype = DType::kF32;
-    switch (t.info->type) {
-        case GgmlType::kF32:
-            dtype = DType::kF32;
-            break;
-        case GgmlType::kF16:
-            dtype = DType::kF16;
-            break;
-        case GgmlType::kBF16:
-            dtype = DType::kBF16;
-            break;
-        default:
-            raise(ErrorCode::kUnsupported,
-                  "{}: tensor '{}' has type {}; only F32, F16 and BF16 tensors have a plain view",
-                  files_[locate(name).file]->path().string(), gguf_printable(name), ggml_type_name(t.info->type));
+    const std::optional<DType> dtype = ggml_plain_dtype(t.info->type);
+    if (!dtype) {
+        raise(ErrorCode::kUnsupported, "{}: tensor '{}' has type {}; only F32, F16 and BF16 tensors have a plain view",
+              files_[locate(name).file]->path().string(), gguf_printable(name), ggml_type_name(t.info->type));
     }
     // NOTE: TensorView holds a mutable pointer; the pages are PROT_READ, so writes fault loudly.
-    return TensorView{const_cast<uint8_t*>(t.bytes.data()), dtype, t.info->shape};
+    return TensorView{const_cast<uint8_t*>(t.bytes.data()), *dtype, t.info->shape};
 }
 
 void GgufCheckpoint::check_types_supported() const {

@@ -47,22 +47,13 @@ std::optional<GgufBlocks> WeightSource::gguf(const std::string& name) const {
 
 TensorView WeightSource::gguf_view(const std::string& name) const {
     const GgufBlocks b = *gguf(name);
-    DType dtype = DType::kF32;
-    switch (b.type) {
-        case GgmlType::kF32:
-            break;
-        case GgmlType::kF16:
-            dtype = DType::kF16;
-            break;
-        case GgmlType::kBF16:
-            dtype = DType::kBF16;
-            break;
-        default:
-            raise(ErrorCode::kUnsupported,
-                  "tensor {} is {}, and the layer that reads it takes only F32, F16 or BF16 weights", describe(name),
-                  ggml_type_name(b.type));
+    const std::optional<DType> dtype = ggml_plain_dtype(b.type);
+    if (!dtype) {
+        raise(ErrorCode::kUnsupported,
+              "tensor {} is {}, and the layer that reads it takes only F32, F16 or BF16 weights", describe(name),
+              ggml_type_name(b.type));
     }
-    return TensorView{const_cast<uint8_t*>(b.bytes.data()), dtype, b.shape};
+    return TensorView{const_cast<uint8_t*>(b.bytes.data()), *dtype, b.shape};
 }
 
 }  // namespace moeserve::io
