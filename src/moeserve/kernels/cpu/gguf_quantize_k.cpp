@@ -10,20 +10,12 @@
 #include "moeserve/kernels/cpu/gguf_blocks.h"
 #include "moeserve/kernels/cpu/gguf_quantize.h"
 
+#include "moeserve/kernels/cpu/gguf_quantize_util.h"
+
 namespace moeserve::kernels::cpu {
 namespace {
 
-inline int round_int(float v) { return static_cast<int>(std::lround(v)); }
-inline int clampi(int v, int lo, int hi) { return std::min(hi, std::max(lo, v)); }
-inline float inverse(float d) { return d != 0.0f ? 1.0f / d : 0.0f; }
-
-float signed_absmax(const float* x, int n) {
-    float best = 0.0f;
-    for (int i = 0; i < n; ++i) {
-        if (std::fabs(x[i]) > std::fabs(best)) best = x[i];
-    }
-    return best;
-}
+using namespace gguf_quantize;  // gguf_quantize_util.h
 
 // Affine sub-blocks of an affine K-quant: x ~ d * sc_j * q - dmin * m_j with q in
 // [0, levels - 1], sc_j and m_j in [0, scale_max]. Fills the f16 d and dmin, sc, m and q

@@ -13,24 +13,14 @@
 #include "moeserve/core/error.h"
 #include "moeserve/kernels/cpu/gguf_blocks.h"
 
+#include "moeserve/kernels/cpu/gguf_quantize_util.h"
+
 namespace moeserve::kernels::cpu {
 namespace {
 
-// Rounds half away from zero (C's roundf), for the weight quantizers.
-inline int round_int(float v) { return static_cast<int>(std::lround(v)); }
+using namespace gguf_quantize;  // gguf_quantize_util.h
 // Rounds half to even (the default rounding mode), as ggml's nearest_int and _mm256_round_ps.
 inline int round_even(float v) { return static_cast<int>(std::nearbyint(v)); }
-inline int clampi(int v, int lo, int hi) { return std::min(hi, std::max(lo, v)); }
-inline float inverse(float d) { return d != 0.0f ? 1.0f / d : 0.0f; }
-
-// The element of largest magnitude, with its sign (0 for an all-zero span).
-float signed_absmax(const float* x, int n) {
-    float best = 0.0f;
-    for (int i = 0; i < n; ++i) {
-        if (std::fabs(x[i]) > std::fabs(best)) best = x[i];
-    }
-    return best;
-}
 
 void set_nibbles(uint8_t* qs, const int* q) {
     for (int i = 0; i < 16; ++i) qs[i] = static_cast<uint8_t>(q[i] | (q[i + 16] << 4));
