@@ -229,19 +229,20 @@ class ApiServers(unittest.TestCase):
             s.stop()
 
     def test_kill(self):
-        s = Server("--api-server-count", "2", "--enable-log-requests")
+        # What is tested is that a killed API server takes the deployment down once the other has
+        # drained (exit 1, no process left), not how fast: under ASan on a busy 2-core CI machine the
+        # survivor's 200-token streams once took 30.6 s, past an earlier 30 s bound.
+        s = Server("--api-server-count", "2", "--enable-log-requests", "--drain-timeout", "300")
         children = s.children()
         victim = s.api_server_pid(1)
         try:
             streams = self.open_streams(s)
-            start = time.time()
             os.kill(victim, signal.SIGKILL)
             done = self.finish_streams(streams)  # the other server drains: its streams end normally
             sys.stderr.write("kill: %d of %d streams completed\n" % (sum(done), len(done)))
             self.assertIn(True, done)  # both servers had streams (open_streams)
             self.assertIn(False, done)
-            self.assertEqual(s.proc.wait(30), 1)
-            self.assertLess(time.time() - start, 30)
+            self.assertEqual(s.proc.wait(300), 1)
             self.assertEqual(wait_gone(children), [])
             self.assertRegex(s.log_text(), r"API server 1 \(process \d+\) was killed by signal 9")
         finally:
