@@ -237,5 +237,45 @@ TEST_F(StructuredOutputTest, BadGrammarFailsOnlyThatRequest) {
     EXPECT_EQ(c.last.at("g").finish_reason, FinishReason::kError);
 }
 
+// A grammar not compiled yet is compiled off the step path: the request waits outside the
+// scheduler (counted as waiting) while the others step; a second request with the same grammar
+// takes the cached one at once.
+TEST_F(StructuredOutputTest, GrammarsCompileOffTheStepPath) {
+    EngineCore engine(*model_, *pool_, config());
+    engine.add_request(greedy_add("free", tok_->encode("hi", false), 6));
+    const std::string grammar = structured::choices_to_gbnf({"yes", "no"}, "choice");
+    engine.add_request(add("g1", grammar, 0.0f, 8, 0));
+    EXPECT_TRUE(engine.has_compiling_grammars());
+    EXPECT_EQ(engine.scheduler().num_waiting(), 1);  // only "free": "g1" is compiling
+    EXPECT_EQ(engine.stats().num_waiting, 2);
+    const Collected first = run_to_completion(engine);
+    EXPECT_FALSE(engine.has_compiling_grammars());
+    ASSERT_EQ(first.last.at("g1").finish_reason, FinishReason::kStop) << first.last.at("g1").error;
+    const std::string text = text_of(first.tokens.at("g1"));
+    EXPECT_TRUE(text == "yes" || text == "no") << text;
+    EXPECT_EQ(first.tokens.at("free").size(), 6u);
+
+    engine.add_request(add("g2", grammar, 0.0f, 8, 0));
+    EXPECT_FALSE(engine.has_compiling_grammars());  // cached
+    EXPECT_EQ(text_of(run_to_completion(engine).tokens.at("g2")), text);
+}
+
+TEST_F(StructuredOutputTest, AbortWhileCompilingEndsTheRequest) {
+    EngineCore engine(*model_, *pool_, config());
+    engine.add_request(add("a", structured::choices_to_gbnf({"left", "right"}, "choice"), 0.0f, 8, 0));
+    ASSERT_TRUE(engine.has_compiling_grammars());
+    engine.abort(ipc::Abort{{"a"}});
+    EXPECT_FALSE(engine.has_compiling_grammars());
+    const Collected got = run_to_completion(engine);
+    EXPECT_EQ(got.last.at("a").finish_reason, FinishReason::kAbort);
+    EXPECT_TRUE(got.tokens.at("a").empty());
+    // The same id again, while the aborted compile may still be finishing: a request of its own.
+    engine.add_request(add("a", structured::choices_to_gbnf({"up", "down"}, "choice"), 0.0f, 8, 0));
+    const Collected again = run_to_completion(engine);
+    ASSERT_EQ(again.last.at("a").finish_reason, FinishReason::kStop) << again.last.at("a").error;
+    const std::string text = text_of(again.tokens.at("a"));
+    EXPECT_TRUE(text == "up" || text == "down") << text;
+}
+
 }  // namespace
 }  // namespace moeserve::engine

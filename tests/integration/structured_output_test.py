@@ -11,6 +11,7 @@ import os
 import random
 import re
 import sys
+import time
 import unittest
 
 import jsonschema
@@ -19,6 +20,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import serve_test  # noqa: E402  (Server, the stdlib HTTP client)
 
 MAX_TOKENS = 300
+# Time bounds are the issue's on a release build; a sanitizer build runs the same work 3-5x
+# slower (make test-asan sets MOESERVE_SANITIZER).
+SLOWDOWN = 5 if os.environ.get("MOESERVE_SANITIZER") else 1
 
 SCHEMAS = [
     {"type": "object", "properties": {"name": {"type": "string", "maxLength": 10},
@@ -264,6 +268,47 @@ class StructuredOutputs(unittest.TestCase):
             c = r["choices"][0]
             stopped += self.check_json(schema, c["message"]["content"], c["finish_reason"], c["message"]["content"])
         self.assertGreaterEqual(stopped, 5)
+
+    def timed(self, path, body):
+        raw = json.dumps(body).encode()  # the client's own serialization is not the server's time
+        start = time.monotonic()
+        status, payload = self.s.request("POST", path, raw=raw)
+        return status, json.loads(payload), time.monotonic() - start
+
+    def test_big_schemas_are_refused_or_compiled_without_stalling_others(self):
+        # Issue (hardening round two, item 5): a 3 MB schema took 8.7 s of an API worker to refuse,
+        # and eight at once delayed a normal request by 34 s; a big schema that compiled stalled
+        # the engine's other streams while it compiled on the step path.
+        wide = {"type": "object", "properties": {"p%d" % i: {"type": "string", "maxLength": 9} for i in range(60000)}}
+        nested = {"type": "object", "properties": {"p%d" % i: {"type": "object", "properties": {
+            "q%d" % j: {"enum": list(range(40))} for j in range(30)}} for i in range(600)}}
+        # The wide one is refused before its body is built; the nested one (720,000 values) after a
+        # parse that is linear in its size (about 0.1-0.25 s here, most of it nlohmann's DOM).
+        for schema, why, bound in ((wide, "more than 4096 members", 0.1), (nested, "more than 10000 values", 0.5)):
+            self.assertGreater(len(json.dumps(schema)), 2_500_000)
+            status, r, took = self.timed("/v1/completions", completion(guided_json=schema, max_tokens=4))
+            serve_test.assert_error_shape(self, status, r, 400)
+            self.assertIn(why, r["error"]["message"])
+            self.assertLess(took, bound * SLOWDOWN, "a 3 MB schema took %.3f s to refuse" % took)
+
+        normal = completion("Hello", max_tokens=16, ignore_eos=True)
+        alone = max(self.timed("/v1/completions", normal)[2] for _ in range(3))
+
+        def big(i):  # distinct schemas near the size bound: no compile is shared or cached
+            props = {"k%d_%d" % (i, j): {"type": "integer", "minimum": 0, "maximum": j + 1} for j in range(1000)}
+            body = completion(guided_json={"type": "object", "properties": props, "required": ["k%d_0" % i]},
+                              max_tokens=4)
+            status, r = self.s.json("POST", "/v1/completions", body)
+            return status if status == 200 else (status, r)
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            bigs = [pool.submit(big, i) for i in range(8)]
+            time.sleep(0.05)  # the big ones are on their way first
+            status, r, loaded = self.timed("/v1/completions", normal)
+            self.assertEqual(status, 200, r)
+            self.assertEqual([f.result() for f in bigs], [200] * 8)
+        sys.stderr.write("normal request alone %.3f s, beside 8 big schemas %.3f s\n" % (alone, loaded))
+        self.assertLess(loaded, alone + 1.0 * SLOWDOWN)
 
     def test_errors_name_the_problem(self):
         def err(path, body, param, fragment):

@@ -26,6 +26,29 @@ int status_of(const std::string& body, bool chat = false, std::string* param = n
     return 200;
 }
 
+std::string message_of(const std::string& body) {
+    try {
+        parse_body(body);
+    } catch (const ApiError& e) {
+        return e.message();
+    }
+    return "";
+}
+
+TEST(ParseBodyTest, ShapeIsBoundedBeforeTheBodyIsBuilt) {
+    std::string wide = "{";
+    for (int i = 0; i < 4097; ++i) wide += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":1";
+    wide += "}";
+    EXPECT_EQ(message_of(wide), "A JSON object in the body has more than 4096 members.");
+    // Colons in strings and members of sibling objects do not count; arrays may be long.
+    std::string ok = R"({"a": ")" + std::string(10000, ':') + R"(", "b": [)";
+    for (int i = 0; i < 3000; ++i) ok += R"({"x": 1, "y": 2},)";
+    ok += "1]}";
+    EXPECT_EQ(message_of(ok), "");
+    EXPECT_EQ(message_of(std::string(65, '[') + std::string(65, ']')), "The JSON body nests deeper than 64 levels.");
+    EXPECT_EQ(message_of(R"({"a": "\"{{{"})"), "");  // an escaped quote does not end the string
+}
+
 TEST(ParseTest, PromptForms) {
     auto r = parse_completion_request(parse_body(R"({"prompt": "hi"})"), kLimits);
     EXPECT_EQ(r.prompts.size(), 1u);

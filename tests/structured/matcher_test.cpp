@@ -175,6 +175,29 @@ TEST(MatcherTest, CompilerCachesByText) {
     c.compile("root ::= \"c\"");  // evicts the least recently used ("a")
     EXPECT_NE(c.compile("root ::= \"a\""), a);
     EXPECT_THROW(c.compile("root ::= ("), Error);
+    EXPECT_EQ(c.cached("root ::= \"b\""), nullptr);  // evicted by "a"
+    EXPECT_NE(c.cached("root ::= \"c\""), nullptr);
+}
+
+TEST(MatcherTest, CompilerCacheIsBoundedByBytes) {
+    // Each grammar's rules take some hundreds of bytes; a budget of about two grammars keeps two,
+    // however many entries are allowed.
+    GrammarCompiler probe(small_vocab());
+    const size_t one = probe.compile("root ::= \"a\" [b-c]*")->memory_bytes() + 20;
+    GrammarCompiler c(small_vocab(), 64, 2 * one + one / 2);
+    for (const char* g : {"root ::= \"a\" [b-c]*", "root ::= \"b\" [b-c]*", "root ::= \"c\" [b-c]*"}) {
+        c.compile(g);
+        EXPECT_LE(c.cached_bytes(), 2 * one + one / 2);
+    }
+    EXPECT_EQ(c.num_cached(), 2u);
+    EXPECT_EQ(c.cached("root ::= \"a\" [b-c]*"), nullptr);  // the least recently used went first
+    // Masks count: walking a grammar grows what it holds.
+    auto g = c.compile("root ::= \"b\" [b-c]*");
+    const size_t before = g->memory_bytes();
+    GrammarMatcher m(g);
+    std::vector<uint32_t> mask;
+    m.fill_next_token_bitmask(mask);
+    EXPECT_GT(g->memory_bytes(), before);
 }
 
 }  // namespace

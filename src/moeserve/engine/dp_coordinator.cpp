@@ -34,7 +34,8 @@ parallel::DpVote DpCoordinator::vote() {
     // blocks and max-num-seqs) -- never just "has waiting requests" (issue #8).
     v.can_prefill = core_.propose_phase() == Phase::kPrefill;
     v.has_decode = decodes > 0;
-    v.has_unfinished = core_.has_unfinished_requests();
+    // Compiling requests are not work the group can step yet: the idle loop polls their compiles.
+    v.has_unfinished = core_.scheduler().has_unfinished_requests();
     v.num_tokens = decodes;  // tokens a decode step of this rank runs (prefill sizes vary per step)
     const auto& s = core_.scheduler();
     v.shutdown = shutdown_requested_;

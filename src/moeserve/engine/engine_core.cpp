@@ -11,6 +11,9 @@ namespace moeserve::engine {
 
 namespace {
 
+// How long step() waits for a compile when nothing else can run (a few steps' worth).
+constexpr int kCompileWaitMs = 5;
+
 SchedulerConfig scheduler_config(const EngineConfig& c) {
     return SchedulerConfig{.max_num_seqs = c.max_num_seqs,
                            .max_num_batched_tokens = c.max_num_batched_tokens,
@@ -70,25 +73,55 @@ void EngineCore::add_request(const ipc::AddRequest& add) {
             "(kv_consumer or kv_both needed)",
             kv_role_name(role));
     }
-    if (!add.sampling.grammar.empty()) {
-        // A bad grammar fails this request (a kError output from the next step), not the engine.
-        if (!grammars_) {
-            request->error =
-                "structured outputs need the tokenizer's vocabulary, which this engine was started without";
-        } else {
-            try {
-                request->grammar =
-                    std::make_unique<structured::GrammarMatcher>(grammars_->compile(add.sampling.grammar));
-                request->grammar_active = add.sampling.grammar_after_token_ids.empty();
-            } catch (const Error& e) {
-                request->error = std::string("structured output: ") + e.what();
-            }
-        }
+    if (add.sampling.grammar.empty() || !request->error.empty()) {
+        scheduler_.add_request(std::move(request));
+    } else if (!grammars_) {
+        request->error = "structured outputs need the tokenizer's vocabulary, which this engine was started without";
+        scheduler_.add_request(std::move(request));
+    } else {
+        add_grammar(std::move(request), add.sampling.grammar);
     }
-    scheduler_.add_request(std::move(request));
+}
+
+void EngineCore::add_grammar(std::unique_ptr<Request> request, const std::string& gbnf) {
+    request->grammar_active = request->sampling.grammar_after_token_ids.empty();
+    if (auto hit = grammars_->cached(gbnf)) {
+        request->grammar = std::make_unique<structured::GrammarMatcher>(std::move(hit));
+        scheduler_.add_request(std::move(request));
+        return;
+    }
+    if (!grammar_worker_) grammar_worker_ = std::make_unique<GrammarCompileWorker>(*grammars_);
+    grammar_worker_->submit(num_added_, gbnf);
+    compiling_.emplace(num_added_, std::move(request));
+}
+
+void EngineCore::poll_grammar_compiles() {
+    if (compiling_.empty()) return;
+    for (auto& done : grammar_worker_->take_done()) {
+        const auto it = compiling_.find(done.ticket);
+        if (it == compiling_.end()) continue;  // aborted while it compiled
+        std::unique_ptr<Request> request = std::move(it->second);
+        compiling_.erase(it);
+        if (done.grammar) {
+            request->grammar = std::make_unique<structured::GrammarMatcher>(std::move(done.grammar));
+        } else {  // a bad grammar fails this request (a kError output), not the engine
+            request->error = "structured output: " + done.error;
+        }
+        scheduler_.add_request(std::move(request));
+    }
 }
 
 void EngineCore::abort(const ipc::Abort& abort) {
+    // A request still compiling joins the scheduler now, to leave it as every aborted one does
+    // (a kAbort output); its compile finishes unused.
+    for (const auto& id : abort.request_ids) {
+        for (auto it = compiling_.begin(); it != compiling_.end(); ++it) {
+            if (it->second->request_id != id) continue;
+            scheduler_.add_request(std::move(it->second));
+            compiling_.erase(it);
+            break;
+        }
+    }
     if (kv_transfer_) {  // only fetches: the agent remembers a cancelled id until its fetch ends
         for (const auto& id : abort.request_ids) {
             if (const Request* r = scheduler_.find(id); r && r->fetching) kv_transfer_->cancel(id);
@@ -134,6 +167,10 @@ void EngineCore::publish_parked(std::vector<ipc::RequestOutput>& outputs) {
 }
 
 StepOutcome EngineCore::step(std::optional<Phase> forced) {
+    // Only compiles pending: wait a little for one rather than let a caller's loop spin on empty steps.
+    if (!scheduler_.has_unfinished_requests() && has_compiling_grammars()) {
+        grammar_worker_->wait_for_done(std::chrono::milliseconds(kCompileWaitMs));
+    }
     return step_lockstep(forced, runner_.moe_exchange(), false);
 }
 
@@ -141,6 +178,7 @@ StepOutcome EngineCore::step_lockstep(std::optional<Phase> forced, parallel::Moe
                                       bool dummy_forward) {
     StepOutcome out;
     poll_kv_transfers();
+    poll_grammar_compiles();
     runner_.set_moe_exchange(exchange);
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
@@ -181,7 +219,7 @@ StepOutcome EngineCore::step_lockstep(std::optional<Phase> forced, parallel::Moe
 ipc::Stats EngineCore::stats() const {
     ipc::Stats s = stats_;
     s.num_running = scheduler_.num_running();
-    s.num_waiting = scheduler_.num_waiting();
+    s.num_waiting = scheduler_.num_waiting() + static_cast<int32_t>(compiling_.size());
     s.kv_cache_usage = kv_.pool().usage();
     s.step_prepare_seconds = runner_.times().prepare;
     s.step_forward_seconds = runner_.times().forward;

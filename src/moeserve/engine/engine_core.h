@@ -4,12 +4,14 @@
 // Not thread-safe: every call from one thread (the engine thread).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "moeserve/core/thread_pool.h"
+#include "moeserve/engine/grammar_compile_worker.h"
 #include "moeserve/engine/kv_cache/kv_cache_manager.h"
 #include "moeserve/engine/kv_transfer/kv_transfer_agent.h"
 #include "moeserve/engine/model_runner.h"
@@ -58,7 +60,9 @@ public:
     // Queues a request made by ipc::validate_request (its values are trusted, not checked
     // again). What only the engine can refuse (more KV blocks than the cache has, a duplicate
     // id, a grammar that does not compile, a KV-transfer role this instance lacks) comes back as
-    // a kError output from the next step, never as an exception.
+    // a kError output from the next step, never as an exception. A grammar not compiled yet is
+    // compiled on a worker thread; the request joins the scheduler once it is ready
+    // (poll_grammar_compiles).
     void add_request(const ipc::AddRequest& add);
     // Frees the requests' blocks now; each comes back as a kAbort output from the next step.
     void abort(const ipc::Abort& abort);
@@ -78,6 +82,11 @@ public:
     void poll_kv_transfers();
     // Consumer requests queued for or in a KV fetch (they are not runnable yet).
     bool has_pending_kv_transfers() const { return scheduler_.num_remote_waiting() > 0; }
+    // Hands the requests whose grammars finished compiling to the scheduler (a grammar that
+    // failed: a kError output). Every step calls it first; an idle engine loop calls it too.
+    void poll_grammar_compiles();
+    // Requests whose grammar is being compiled (they are not runnable yet).
+    bool has_compiling_grammars() const { return !compiling_.empty(); }
     // The KV transfer agent, null without --kv-transfer-config.
     const KvTransferAgent* kv_transfer() const { return kv_transfer_.get(); }
     // Running requests whose next step is a decode.
@@ -85,7 +94,9 @@ public:
     // What this core would like to run next (Scheduler::propose_phase).
     Phase propose_phase() { return scheduler_.propose_phase(); }
 
-    bool has_unfinished_requests() const { return scheduler_.has_unfinished_requests(); }
+    // Requests held, compiling ones included: callers that loop until everything finished
+    // (generate, tests) need not know about compiles; step() waits for one when nothing else runs.
+    bool has_unfinished_requests() const { return scheduler_.has_unfinished_requests() || has_compiling_grammars(); }
     ipc::Stats stats() const;
     const KvCacheManager& kv_cache_manager() const { return kv_; }
     const Scheduler& scheduler() const { return scheduler_; }
@@ -99,7 +110,10 @@ private:
     Sampler sampler_;
     ModelRunner runner_;
     std::unique_ptr<structured::GrammarCompiler> grammars_;  // compiled grammars by text
-    std::unique_ptr<KvTransferAgent> kv_transfer_;           // after runner_: it uses its KV storage
+    std::unique_ptr<GrammarCompileWorker> grammar_worker_;   // after grammars_: it compiles with it
+    std::map<int64_t, std::unique_ptr<Request>> compiling_;  // by arrival number (a ticket)
+    void add_grammar(std::unique_ptr<Request> request, const std::string& gbnf);
+    std::unique_ptr<KvTransferAgent> kv_transfer_;  // after runner_: it uses its KV storage
     // Producer requests just finished: publish their blocks and name the endpoint in their outputs.
     void publish_parked(std::vector<ipc::RequestOutput>& outputs);
     int64_t num_added_ = 0;

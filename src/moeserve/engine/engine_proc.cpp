@@ -12,8 +12,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How often an engine with nothing to run but KV fetches in flight looks whether they are done.
-constexpr int kKvPollMs = 2;
+// How often an engine with nothing to run but KV fetches or grammar compiles in flight looks
+// whether they are done.
+constexpr int kBackgroundPollMs = 2;
 
 // Applies one message; false on Shutdown (from every API server).
 bool apply(EngineCore& core, ipc::EngineChannel& channel, ipc::ClientRouting& routing,
@@ -101,10 +102,11 @@ int run_engine_loop(EngineCore& core, ipc::EngineChannel& channel, Logger& logge
     ipc::ClientRouting routing(channel.num_clients());
     auto last_sent = Clock::now() - std::chrono::milliseconds(options.heartbeat_ms);
     while (true) {
-        // Idle: block on the socket up to one heartbeat. Busy: take what is queued, no waiting.
-        // Waiting only for KV from a prefill instance: look again soon, without spinning.
+        // Idle: block on the socket up to one heartbeat. Busy: take what is queued, no waiting
+        // (while only grammars compile, step() waits for them). Waiting only for KV from a
+        // prefill instance: look again soon, without spinning.
         const int timeout = core.has_unfinished_requests()    ? 0
-                            : core.has_pending_kv_transfers() ? kKvPollMs
+                            : core.has_pending_kv_transfers() ? kBackgroundPollMs
                                                               : options.heartbeat_ms;
         bool received = false;
         if (!drain(core, channel, routing, logger, timeout, options.engine_index, received)) {
@@ -114,10 +116,14 @@ int run_engine_loop(EngineCore& core, ipc::EngineChannel& channel, Logger& logge
         try {
             if (options.on_iteration) options.on_iteration();
             core.poll_kv_transfers();
+            core.poll_grammar_compiles();
+            const bool heartbeat_due = Clock::now() - last_sent >= std::chrono::milliseconds(options.heartbeat_ms);
             if (core.has_unfinished_requests()) {
                 StepOutcome outcome = core.step();
-                send_outputs(core, channel, routing, logger, options.engine_index, std::move(outcome.outputs));
-                last_sent = Clock::now();
+                if (!outcome.outputs.empty() || !outcome.dummy || heartbeat_due) {  // not every wait for a compile
+                    send_outputs(core, channel, routing, logger, options.engine_index, std::move(outcome.outputs));
+                    last_sent = Clock::now();
+                }
             } else if (!received && Clock::now() - last_sent >= std::chrono::milliseconds(options.heartbeat_ms)) {
                 send_outputs(core, channel, routing, logger, options.engine_index, {});
                 last_sent = Clock::now();
@@ -136,7 +142,9 @@ int run_engine_loop_dp(EngineCore& core, DpCoordinator& coordinator, ipc::Engine
     ipc::ClientRouting routing(channel.num_clients());
     auto last_sent = Clock::now();
     while (true) {
-        const int wait = coordinator.global_has_work() ? 0 : coordinator.options().idle_wait_ms;
+        const int wait = coordinator.global_has_work()   ? 0
+                         : core.has_compiling_grammars() ? kBackgroundPollMs
+                                                         : coordinator.options().idle_wait_ms;
         bool received = false;
         if (!drain(core, channel, routing, logger, wait, options.engine_index, received)) {
             MOESERVE_LOG_I(logger, "engine", "shutdown requested; telling the other DP groups");
@@ -146,6 +154,7 @@ int run_engine_loop_dp(EngineCore& core, DpCoordinator& coordinator, ipc::Engine
         try {
             if (options.on_iteration) options.on_iteration();
             core.poll_kv_transfers();
+            core.poll_grammar_compiles();
             r = coordinator.step();
         } catch (const Error& e) {
             return fail(channel, logger, options.engine_index, e);

@@ -10,8 +10,9 @@ namespace {
 
 // More stacks than this in one state means an ambiguous grammar blowing up; fail the request.
 constexpr size_t kMaxStacks = 4096;
-// Masks kept per compiled grammar before the cache is cleared (each is vocab/8 bytes).
-constexpr size_t kMaxCachedMasks = 2048;
+// Mask bytes kept per compiled grammar before its cache is cleared (a mask is vocab/8 bytes:
+// 19 KB for Qwen3's vocabulary, so about 1,700 states).
+constexpr size_t kMaxCachedMaskBytes = size_t{32} << 20;
 // Interned stack sets a matcher's transition memo keeps between steps (each ~1 KiB + its stacks).
 constexpr size_t kMaxMemoSets = 4096;
 // Subtrees with at least this many tokens are tested for bulk acceptance (self_loops costs 256
@@ -41,6 +42,9 @@ bool has_stack(const StackSet& out, const int32_t* data, size_t n) {
 CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const Vocabulary> vocabulary)
     : grammar_(std::move(grammar)), vocab_(std::move(vocabulary)) {
     MOESERVE_CHECK(vocab_ != nullptr, "null vocabulary");
+    grammar_bytes_ = grammar_.elements.size() * sizeof(Element) + grammar_.byte_sets.size() * sizeof(ByteSet);
+    for (const auto& starts : grammar_.alt_starts) grammar_bytes_ += starts.size() * sizeof(int32_t);
+    for (const auto& name : grammar_.rule_names) grammar_bytes_ += name.size();
     for (int32_t start : grammar_.alt_starts[static_cast<size_t>(grammar_.root)]) {
         std::vector<int32_t> stack{start};
         expand(stack, initial_);
@@ -165,9 +169,18 @@ std::shared_ptr<const std::vector<uint32_t>> CompiledGrammar::token_mask(const S
     auto mask = std::make_shared<const std::vector<uint32_t>>(compute_mask(state, memo));
     std::lock_guard<std::mutex> lock(mutex_);
     ++num_computed_;
-    if (masks_.size() >= kMaxCachedMasks) masks_.clear();
-    masks_.emplace(std::move(key), mask);
+    const size_t bytes = key.size() + mask->size() * sizeof(uint32_t);
+    if (mask_bytes_ + bytes > kMaxCachedMaskBytes) {
+        masks_.clear();
+        mask_bytes_ = 0;
+    }
+    if (masks_.emplace(std::move(key), mask).second) mask_bytes_ += bytes;
     return mask;
+}
+
+size_t CompiledGrammar::memory_bytes() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return grammar_bytes_ + mask_bytes_;
 }
 
 int64_t CompiledGrammar::num_mask_computations() const {
@@ -308,27 +321,49 @@ bool GrammarMatcher::is_terminated() const {
     return is_accepting();
 }
 
-GrammarCompiler::GrammarCompiler(std::shared_ptr<const Vocabulary> vocabulary, size_t max_entries)
-    : vocab_(std::move(vocabulary)), max_entries_(std::max<size_t>(1, max_entries)) {}
+GrammarCompiler::GrammarCompiler(std::shared_ptr<const Vocabulary> vocabulary, size_t max_entries, size_t max_bytes)
+    : vocab_(std::move(vocabulary)), max_entries_(std::max<size_t>(1, max_entries)), max_bytes_(max_bytes) {}
+
+std::shared_ptr<const CompiledGrammar> GrammarCompiler::find_locked(const std::string& gbnf) {
+    const auto it = cache_.find(gbnf);
+    if (it == cache_.end()) return nullptr;
+    it->second.first = ++clock_;
+    return it->second.second;
+}
+
+std::shared_ptr<const CompiledGrammar> GrammarCompiler::cached(const std::string& gbnf) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return find_locked(gbnf);
+}
 
 std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const std::string& gbnf) {
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        const auto it = cache_.find(gbnf);
-        if (it != cache_.end()) {
-            it->second.first = ++clock_;
-            return it->second.second;
-        }
-    }
+    if (auto hit = cached(gbnf)) return hit;
     auto compiled = std::make_shared<const CompiledGrammar>(parse_gbnf(gbnf), vocab_);
     std::lock_guard<std::mutex> lock(mutex_);
-    if (cache_.size() >= max_entries_) {
+    if (auto raced = find_locked(gbnf)) return raced;
+    // The cached grammars' masks grew since they were inserted: measure them now.
+    size_t total = compiled->memory_bytes() + gbnf.size();
+    for (const auto& [text, entry] : cache_) total += entry.second->memory_bytes() + text.size();
+    while (!cache_.empty() && (cache_.size() >= max_entries_ || total > max_bytes_)) {
         auto oldest = std::min_element(cache_.begin(), cache_.end(),
                                        [](const auto& a, const auto& b) { return a.second.first < b.second.first; });
+        total -= std::min(total, oldest->second.second->memory_bytes() + oldest->first.size());  // masks may grow
         cache_.erase(oldest);
     }
     cache_[gbnf] = {++clock_, compiled};
     return compiled;
+}
+
+size_t GrammarCompiler::num_cached() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return cache_.size();
+}
+
+size_t GrammarCompiler::cached_bytes() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    size_t total = 0;
+    for (const auto& [text, entry] : cache_) total += entry.second->memory_bytes() + text.size();
+    return total;
 }
 
 }  // namespace moeserve::structured

@@ -79,6 +79,9 @@ public:
     std::shared_ptr<const std::vector<uint32_t>> token_mask(const StackSet& state, TransitionMemo& memo) const;
 
     int64_t num_mask_computations() const;  // cache misses so far (for tests and benchmarks)
+    // What this grammar holds now: its rules plus its cached masks (which grow as requests walk
+    // it, up to kMaxCachedMaskBytes). GrammarCompiler bounds its cache by the sum.
+    size_t memory_bytes() const;
 
     // The mask of state computed afresh, bypassing the cache (with a fresh memo: what a cold
     // cache miss costs; for tests and benchmarks).
@@ -89,10 +92,12 @@ private:
     void expand_prefix(std::vector<int32_t>& stack, size_t len, StackSet& out, int depth) const;
 
     Grammar grammar_;
+    size_t grammar_bytes_ = 0;
     std::shared_ptr<const Vocabulary> vocab_;
     StackSet initial_;
     mutable std::mutex mutex_;
     mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<uint32_t>>> masks_;
+    mutable size_t mask_bytes_ = 0;  // of masks_, keys included
     mutable int64_t num_computed_ = 0;
 };
 
@@ -129,19 +134,32 @@ private:
     mutable std::string error_;
 };
 
-// Compiles GBNF text against a vocabulary, caching compiled grammars by their text (up to
-// max_entries, least recently used dropped). Thread-safe.
+// Compiles GBNF text against a vocabulary, caching compiled grammars by their text: at most
+// max_entries, holding at most max_bytes together (CompiledGrammar::memory_bytes, masks
+// included), least recently used dropped first. A dropped grammar lives on in the requests
+// that use it. Thread-safe: the engine compiles on a worker thread (GrammarCompileWorker).
 class GrammarCompiler {
 public:
-    explicit GrammarCompiler(std::shared_ptr<const Vocabulary> vocabulary, size_t max_entries = 64);
+    static constexpr size_t kDefaultMaxEntries = 64;
+    static constexpr size_t kDefaultMaxBytes = size_t{256} << 20;
+
+    explicit GrammarCompiler(std::shared_ptr<const Vocabulary> vocabulary, size_t max_entries = kDefaultMaxEntries,
+                             size_t max_bytes = kDefaultMaxBytes);
     // Raises Error kInvalidArgument for a bad grammar (see parse_gbnf).
     std::shared_ptr<const CompiledGrammar> compile(const std::string& gbnf);
+    // The cached grammar of this text, or null: what may be had without compiling.
+    std::shared_ptr<const CompiledGrammar> cached(const std::string& gbnf);
     const std::shared_ptr<const Vocabulary>& vocabulary() const { return vocab_; }
+    size_t num_cached() const;
+    size_t cached_bytes() const;
 
 private:
+    std::shared_ptr<const CompiledGrammar> find_locked(const std::string& gbnf);
+
     std::shared_ptr<const Vocabulary> vocab_;
     size_t max_entries_;
-    std::mutex mutex_;
+    size_t max_bytes_;
+    mutable std::mutex mutex_;
     int64_t clock_ = 0;
     std::unordered_map<std::string, std::pair<int64_t, std::shared_ptr<const CompiledGrammar>>> cache_;
 };
