@@ -90,6 +90,32 @@ TEST(RendezvousTest, SetGetWait) {
     EXPECT_THROW(b.wait({"missing"}, 100ms), Error);
 }
 
+// The store holds what anyone who reaches the head's port sends it, so what it keeps is bounded:
+// 256 MiB stored, 16 MiB a value, 4 KiB a key.
+TEST(RendezvousTest, WhatTheStoreKeepsIsBounded) {
+    auto server = TcpStoreServer::start("127.0.0.1", 0);
+    TcpStore stranger("127.0.0.1", server->port(), 5000ms);
+    const std::vector<char> value(16u << 20, 'v');
+    stranger.set("same", value);
+    stranger.set("same", value);  // an overwrite takes no more room
+    int stored = 1;
+    try {
+        for (; stored < 32; ++stored) stranger.set("k" + std::to_string(stored), value);
+        FAIL() << "the store took 32 values of 16 MiB";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("is full"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(stored, 15);  // 15 x (16 MiB + key) fit in 256 MiB, the 16th does not
+    // What is left below the bound still takes small values.
+    EXPECT_THROW(stranger.set("another", value), Error);
+    stranger.set("small", {'x'});
+    std::vector<char> got;
+    EXPECT_TRUE(stranger.try_get("small", got));
+    EXPECT_THROW(stranger.set(std::string(5000, 'k'), {'x'}), Error);  // too long a key: connection closed
+    TcpStore rank("127.0.0.1", server->port(), 2000ms);
+    EXPECT_TRUE(rank.try_get("small", got));
+}
+
 TEST(RendezvousTest, UnreachableStoreIsUnavailable) {
     int port = 0;
     {

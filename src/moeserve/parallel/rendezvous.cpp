@@ -23,7 +23,15 @@ namespace {
 constexpr uint8_t kOpSet = 1;
 constexpr uint8_t kOpGet = 2;
 constexpr size_t kHeader = 9;
-constexpr uint32_t kMaxField = 64u << 20;
+// The store is reachable by anyone who can reach the head's RPC port, and holds what it is sent
+// until the deployment ends, so everything it keeps is bounded: a field, the store, the bytes
+// buffered for requests not complete yet, the connections. What a deployment stores is far
+// smaller: per rank a Gloo address list (~30 bytes per peer) and the configuration fingerprint.
+constexpr uint32_t kMaxKey = 4u << 10;
+constexpr uint32_t kMaxValue = 16u << 20;
+constexpr size_t kMaxStoredBytes = size_t{256} << 20;
+constexpr size_t kMaxBufferedBytes = size_t{256} << 20;
+constexpr size_t kMaxConnections = 4096;
 
 uint32_t read_u32(const char* p) {
     uint32_t v;
@@ -55,19 +63,36 @@ struct Conn {
     std::string in;
 };
 
+// The key-value map with the bytes it holds.
+struct Table {
+    std::map<std::string, std::string> kv;
+    size_t bytes = 0;
+
+    // false (nothing stored) when the store would pass kMaxStoredBytes.
+    bool set(std::string key, std::string value) {
+        const auto it = kv.find(key);
+        const size_t old = it == kv.end() ? 0 : it->first.size() + it->second.size();
+        const size_t now = key.size() + value.size();
+        if (bytes - old + now > kMaxStoredBytes) return false;
+        bytes = bytes - old + now;
+        kv[std::move(key)] = std::move(value);
+        return true;
+    }
+};
+
 // Parses and answers every complete request in c.in; false when the peer sent garbage.
-bool handle_requests(Conn& c, std::map<std::string, std::string>& kv) {
+bool handle_requests(Conn& c, Table& table) {
+    auto& kv = table.kv;
     while (c.in.size() >= kHeader) {
         const auto op = static_cast<uint8_t>(c.in[0]);
         const uint32_t klen = read_u32(c.in.data() + 1);
         const uint32_t vlen = read_u32(c.in.data() + 5);
-        if (klen > kMaxField || vlen > kMaxField || (op != kOpSet && op != kOpGet)) return false;
+        if (klen > kMaxKey || vlen > kMaxValue || (op != kOpSet && op != kOpGet)) return false;
         if (c.in.size() < kHeader + klen + vlen) return true;
         std::string key = c.in.substr(kHeader, klen);
         std::string reply;
-        if (op == kOpSet) {
-            kv[key] = c.in.substr(kHeader + klen, vlen);
-            reply.push_back(1);
+        if (op == kOpSet) {  // the ack: 1 stored, 0 the store is full
+            reply.push_back(table.set(std::move(key), c.in.substr(kHeader + klen, vlen)) ? 1 : 0);
         } else {
             auto it = kv.find(key);
             reply.push_back(it != kv.end() ? 1 : 0);
@@ -118,9 +143,10 @@ TcpStoreServer::~TcpStoreServer() {
 }
 
 void TcpStoreServer::serve() {
-    std::map<std::string, std::string> kv;
+    Table table;
     std::vector<Conn> conns;
     std::vector<pollfd> fds;
+    size_t buffered = 0;  // of every conns[i].in
     char buf[65536];
     while (!stop_) {
         fds.clear();
@@ -129,17 +155,25 @@ void TcpStoreServer::serve() {
         if (::poll(fds.data(), fds.size(), 50) <= 0) continue;
         if (fds[0].revents & POLLIN) {
             const int cfd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-            if (cfd >= 0) conns.push_back({cfd, {}});
+            if (cfd >= 0 && conns.size() >= kMaxConnections) {
+                ::close(cfd);  // a real rank retries its connect until its timeout
+            } else if (cfd >= 0) {
+                conns.push_back({cfd, {}});
+            }
         }
         for (size_t i = 1; i < fds.size(); ++i) {
             if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
             Conn& c = conns[i - 1];
             const ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
+            buffered -= c.in.size();
             if (n > 0) c.in.append(buf, static_cast<size_t>(n));
-            if (n <= 0 || !handle_requests(c, kv)) {
+            const bool ok = n > 0 && handle_requests(c, table) && buffered + c.in.size() <= kMaxBufferedBytes;
+            if (!ok) {
                 ::close(c.fd);
                 c.fd = -1;
+                c.in.clear();
             }
+            buffered += c.in.size();
         }
         std::erase_if(conns, [](const Conn& c) { return c.fd < 0; });
     }
@@ -213,6 +247,10 @@ void TcpStore::set(const std::string& key, const std::vector<char>& data) {
     send_all(msg.data(), msg.size());
     char ack = 0;
     recv_all(&ack, 1);
+    if (ack != 1) {
+        raise(ErrorCode::kUnavailable, "the rendezvous store at {} is full; it refused key '{}' ({} bytes)", where_,
+              key, data.size());
+    }
 }
 
 bool TcpStore::try_get(const std::string& key, std::vector<char>& out) {
