@@ -12,12 +12,15 @@ Suites (one CTest each):
           KV crosses over TCP between the namespaces' addresses (skipped if not permitted)
   forged  kv_transfer_params a client made up (other endpoints, tokens, ids): 400, and the decode rank's
           descriptors and threads stay flat over 3,000 of them; the proxy's access policy (403, 415, 401)
+  chaos   the hardening chaos through a PD pair and its proxy: a disconnect storm, forged transfers,
+          paused prefill ranks; then nothing held on either side, everything alive, outputs equal
   faults  a prefill instance stopped (SIGSTOP) before its KV is fetched: the decode fails that
           request within its timeout; the proxy then serves from the other prefill instance; a decode
           instance killed mid-stream ends the client's stream with an error event, and the next
           request goes to the surviving decode instance
 """
 import argparse
+import asyncio
 import concurrent.futures
 import http.client
 import json
@@ -42,9 +45,10 @@ PROMPTS = ["The capital of France is", "Hello", "Once upon a time there was a", 
 LONG = " ".join(["the quick brown fox jumps over the lazy dog"] * 12)  # ~110 tokens: several prefill chunks
 
 
-def kv_config(role, timeout_ms=5000, ip="127.0.0.1"):
+def kv_config(role, timeout_ms=5000, ip="127.0.0.1", hold_ms=None):
+    extra = {"timeout_ms": timeout_ms, **({"hold_ms": hold_ms} if hold_ms else {})}
     return json.dumps({"kv_connector": "MoeserveConnector", "kv_role": role, "kv_ip": ip,
-                       "kv_connector_extra_config": {"timeout_ms": timeout_ms}})
+                       "kv_connector_extra_config": extra})
 
 
 class Proc:
@@ -361,6 +365,59 @@ class Disaggregated(unittest.TestCase):
                 p.stop()
 
 
+    def test_chaos(self):
+        """The hardening chaos, through a PD pair and its proxy (hardening 2): a disconnect storm of
+        streams through the proxy, forged transfers straight at the decode instance, the prefill
+        ranks paused with requests in flight. Then nothing is left: no request running or waiting,
+        no KV block held on either side (a transfer nobody fetched expires), the proxy and both
+        instances alive, and a request through the proxy decodes as one instance would."""
+        from hardening_test import disconnect_storm  # the same storm the single-instance chaos runs
+        single = serve(ARGS.model)
+        # Streams the storm cut after their prefill leave transfers nobody fetches: held for 3 s.
+        prefill = serve(ARGS.model, "--kv-transfer-config", kv_config("kv_producer", timeout_ms=2000, hold_ms=3000))
+        decode = serve(ARGS.model, "--kv-transfer-config", kv_config("kv_consumer", timeout_ms=2000))
+        started(single, prefill, decode)
+        front = proxy([prefill], [decode]).wait_healthy()
+        procs = (front, single, prefill, decode)
+        try:
+            want = texts(single, [completion("Hello", 6)])
+            asyncio.run(disconnect_storm(front.port, 200, 1.0, 11))
+            pre = prefill.post("/v1/completions", {**completion("Hello", 1), "kv_transfer_params": {"do_remote_decode": True}})
+            real = pre["kv_transfer_params"]["transfers"][0]
+            for forged in ({**real, "token": "f" * 64}, {**real, "endpoint": "tcp://127.0.0.1:1"}):
+                status, _ = decode.request("POST", "/v1/completions", {
+                    **completion("Hello", 2), "kv_transfer_params": {"do_remote_prefill": True, "transfers": [forged]}})
+                self.assertEqual(status, 400)
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                pending = [pool.submit(front.request, "POST", "/v1/completions", completion(p, 16)) for p in PROMPTS[:4]]
+                time.sleep(0.2)
+                for pid in prefill.rank_pids():
+                    os.kill(pid, signal.SIGSTOP)
+                time.sleep(1.0)
+                for pid in prefill.rank_pids():
+                    os.kill(pid, signal.SIGCONT)
+                statuses = [f.result()[0] for f in pending]  # each answered, none hangs
+            self.assertTrue(all(st == 200 or st >= 500 for st in statuses), statuses)
+
+            def idle(server):
+                m = server.metrics()
+                return (family(m, "vllm:num_requests_running") == 0 and family(m, "vllm:num_requests_waiting") == 0
+                        and family(m, "vllm:kv_cache_usage_perc") == 0)
+
+            deadline = time.time() + 60
+            while time.time() < deadline and not (idle(prefill) and idle(decode)):
+                time.sleep(0.2)
+            self.assertTrue(idle(prefill), {k: v for k, v in prefill.metrics().items() if "bucket" not in k})
+            self.assertTrue(idle(decode), {k: v for k, v in decode.metrics().items() if "bucket" not in k})
+            for p in procs:
+                self.assertIsNone(p.proc.poll(), p.log_text()[-2000:])
+            self.assertEqual(texts(front, [completion("Hello", 6)]), want)
+        finally:
+            for p in procs:
+                if p.proc.poll() is None:
+                    p.stop()
+
+
 class Netns(unittest.TestCase):
     def test_two_hosts(self):
         pid = os.getpid()
@@ -403,11 +460,12 @@ if __name__ == "__main__":
     p.add_argument("--moeserve", required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--deepseek-model", required=True)
-    p.add_argument("--suite", required=True, choices=["equal", "multi", "netns", "faults", "forged"])
+    p.add_argument("--suite", required=True, choices=["equal", "multi", "netns", "faults", "forged", "chaos"])
     ARGS, rest = p.parse_known_args()
     names = {"equal": ["Disaggregated.test_equal_qwen3", "Disaggregated.test_equal_deepseek"],
              "multi": ["Disaggregated.test_multi"], "faults": ["Disaggregated.test_faults"],
-             "forged": ["Disaggregated.test_forged_transfers", "Disaggregated.test_proxy_access_policy"], "netns": ["Netns.test_two_hosts"]}
+             "forged": ["Disaggregated.test_forged_transfers", "Disaggregated.test_proxy_access_policy"],
+             "chaos": ["Disaggregated.test_chaos"], "netns": ["Netns.test_two_hosts"]}
     suite = unittest.defaultTestLoader.loadTestsFromNames(names[ARGS.suite], sys.modules[__name__])
     ok = unittest.TextTestRunner(verbosity=2).run(suite).wasSuccessful()
     sys.exit(0 if ok else 1)
