@@ -64,7 +64,7 @@ format:
 # hides its coroutine API (serve/upstream_call.cpp, bench/serve_bench.cpp); clang 14 handles
 # libstdc++'s <coroutine>, which Asio then uses as it does under g++.
 tidy: build
-	@python3 tools/tidy_cached.py $(BUILD) $(CACHE)/tidy -j $(JOBS) --extra-arg=-Wno-unknown-warning-option --extra-arg=-Wno-error --extra-arg=-DBOOST_ASIO_HAS_CO_AWAIT=1
+	@python3 tools/tidy_cached.py $(BUILD) $(CACHE)/tidy --record .ci/tidy-clean.txt -j $(JOBS) --extra-arg=-Wno-unknown-warning-option --extra-arg=-Wno-error --extra-arg=-DBOOST_ASIO_HAS_CO_AWAIT=1
 
 clean:
 	@rm -rf $(BUILD)

@@ -12,7 +12,14 @@ compile flags re-checks the whole tree, and a finding can never be hidden by the
 failing unit is never recorded. The cache is a folder of empty files named by key
 ($MOESERVE_CACHE_DIR/tidy, shared by every clone on the machine).
 
-Usage: tidy_cached.py BUILD_DIR CACHE_DIR [-j N] [--extra-arg ARG ...]
+A fresh clone on a fresh machine has no cache folder, so the clean keys also travel with the
+tree: --record FILE reads FILE's keys as clean runs too, and after a run with no finding writes
+the keys of every unit of the tree into it (make tidy: .ci/tidy-clean.txt, committed with the
+change). CI then checks only the units whose inputs changed since the commit that recorded it.
+The same rules hold: a key names every input, so a changed header, flag or clang-tidy re-checks
+what it touches (another Debian point release of a system header re-checks the whole tree).
+
+Usage: tidy_cached.py BUILD_DIR CACHE_DIR [-j N] [--extra-arg ARG ...] [--record FILE]
 Needs a finished build in BUILD_DIR (the dependency lists come from it).
 """
 import argparse
@@ -78,7 +85,12 @@ def main():
     p.add_argument("cache_dir")
     p.add_argument("-j", type=int, default=os.cpu_count() or 1)
     p.add_argument("--extra-arg", action="append", default=[])
+    p.add_argument("--record", help="a file of clean keys that travels with the tree (read, then rewritten)")
     a = p.parse_args()
+    recorded = set()
+    if a.record and os.path.exists(a.record):
+        with open(a.record) as f:
+            recorded = {line.strip() for line in f if line.strip() and not line.startswith("#")}
     build_dir = os.path.abspath(a.build_dir)
     with open(os.path.join(build_dir, "compile_commands.json")) as f:
         units = [e for e in json.load(f) if os.path.abspath(e["file"]).startswith(os.path.join(ROOT, "src/moeserve/"))]
@@ -87,14 +99,15 @@ def main():
     with open(os.path.join(ROOT, ".clang-tidy"), "rb") as f:
         common = version.encode() + f.read() + json.dumps(a.extra_arg).encode()
     os.makedirs(a.cache_dir, exist_ok=True)
-    memo, todo = {}, []
+    memo, todo, keys = {}, [], []
     for e in units:
         obj = object_of(e)
         if obj not in deps:  # not built yet: no dependency list, so always checked
             todo.append((e, None))
             continue
         key = unit_key(e, deps[obj], common, build_dir, memo)
-        if not os.path.exists(os.path.join(a.cache_dir, key)):
+        keys.append(key)
+        if key not in recorded and not os.path.exists(os.path.join(a.cache_dir, key)):
             todo.append((e, key))
     print(f"tidy: {len(units) - len(todo)} of {len(units)} units unchanged since a clean run, checking {len(todo)}",
           flush=True)
@@ -114,6 +127,10 @@ def main():
                 failed += 1
                 print(f"tidy: {os.path.relpath(path, ROOT)}:\n{r.stdout}{r.stderr}", flush=True)
     print(f"tidy: {len(todo) - failed} clean, {failed} with findings")
+    if a.record and not failed and all(key is not None for _, key in todo):
+        with open(a.record, "w") as f:
+            f.write("# clang-tidy keys of the units of this tree that were clean (tools/tidy_cached.py)\n")
+            f.writelines(k + "\n" for k in sorted(set(keys)))
     return 1 if failed else 0
 
 

@@ -1,5 +1,6 @@
 """`moeserve perplexity` on a shipped trained model (models/) against the float64 numpy
-reference (tests/reference), plus the KL divergence of a run against itself (0), bounds on how
+reference (tests/reference), the same through a deployed server in TP=2 and DP=2+EP layouts
+(--url), plus the KL divergence of a run against itself (0), bounds on how
 far the bf16 KV cache, W8A8 and the fp8 KV cache may move it, and the one-line refusals. CTest runs it once per model (label model); by hand:
 
     /usr/bin/python3 tests/model/perplexity_test.py --moeserve build/src/moeserve/cli/moeserve \
@@ -17,8 +18,12 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
+import tempfile
+import time
+import urllib.request
 
 import numpy as np
 
@@ -100,6 +105,7 @@ def check_reference(args):
     print(f"engine f32 PPL {ppl:.6f} over {scored} tokens; float64 reference {want:.6f} over {want_scored}")
     assert scored == want_scored, (scored, want_scored)
     assert abs(ppl / want - 1) < 1e-3, (ppl, want)
+    return ppl
 
 
 def check_self_kld(args):
@@ -138,6 +144,46 @@ def check_mtp(args):
     assert hits / total > MIN_MTP_ACCURACY, (hits, total)
 
 
+def served(args, *flags):
+    """`moeserve serve` of the model with these layout flags, on a port it picks; (process, url)."""
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen([args.moeserve, "serve", "--model", args.model, "--port", "0", "--threads", "1",
+                             "--max-model-len", str(args.ctx + 1), *F32, *flags],
+                            stdout=subprocess.DEVNULL, stderr=log)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        log.seek(0)
+        m = re.search(rb"listening on (http://\S+?:\d+)", log.read())
+        if m:
+            url = m.group(1).decode()
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return proc, url
+            except OSError:
+                pass
+        time.sleep(0.2)
+    proc.kill()
+    log.seek(0)
+    raise AssertionError("serve %s did not come up: %s" % (flags, log.read()[-2000:]))
+
+
+def check_layouts(args, ppl_single):
+    """--url: the same chunks through a deployed server, TP=2 and DP=2 with EP, give the
+    in-process perplexity (float32 again; only the order of sums differs)."""
+    for flags in (["--tensor-parallel-size", "2"], ["--data-parallel-size", "2", "--enable-expert-parallel"]):
+        proc, url = served(args, *flags)
+        try:
+            p = run(args, "--file", args.text, "--ctx", str(args.ctx), "--chunks", str(args.chunks), "--url", url,
+                    "--batch", str(4 * args.ctx))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+        scored, ppl = parse_ppl(p.stdout)
+        print(f"{' '.join(flags)}: PPL {ppl:.6f} over {scored} tokens (in-process {ppl_single:.6f})")
+        assert abs(ppl / ppl_single - 1) < 1e-4, (flags, ppl, ppl_single)
+
+
 def check_refusals(args):
     short = os.path.join(args.scratch, "short.txt")
     with open(short, "w") as f:
@@ -162,7 +208,8 @@ def main():
     ap.add_argument("--chunks", type=int, default=8)
     args = ap.parse_args()
     os.makedirs(args.scratch, exist_ok=True)
-    check_reference(args)
+    ppl = check_reference(args)
+    check_layouts(args, ppl)
     check_self_kld(args)
     check_bounds(args)
     check_mtp(args)

@@ -1,7 +1,8 @@
 // `moeserve perplexity`: llama.cpp's llama-perplexity through moeserve's engine. The text is cut
 // into chunks (perplexity_stats.h); each chunk is one request with prompt_logprobs, run by the
 // in-process EngineCore `generate` uses, so every precision, KV cache dtype and load-time
-// quantization flag applies. Prints the perplexity with its standard error and tokens/s; with
+// quantization flag applies; or, with --url, by a deployed server in any TP/DP/EP layout
+// (perplexity_remote.h). Prints the perplexity with its standard error and tokens/s; with
 // --kl-divergence-base FILE it saves each scored position's top log-probabilities, and with
 // --kl-divergence too it compares this run against that file instead.
 #include <fmt/format.h>
@@ -10,11 +11,13 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 
 #include "moeserve/cli/commands.h"
 #include "moeserve/cli/generate_batch.h"
+#include "moeserve/cli/perplexity_remote.h"
 #include "moeserve/cli/perplexity_stats.h"
 #include "moeserve/cli/serve_layout.h"
 #include "moeserve/core/error.h"
@@ -35,6 +38,7 @@ struct PerplexityOptions {
     int32_t max_chunks = -1;
     std::string kl_base;
     bool kl_divergence = false;
+    RemotePerplexityTarget remote;  // url set: the chunks run on that server
 };
 
 using Clock = std::chrono::steady_clock;
@@ -114,35 +118,25 @@ void print_kl(const KlStats::Summary& k) {
                100 * k.delta_p_stderr, 100 * k.delta_p_rms, 100 * k.delta_p_min, 100 * k.delta_p_max);
 }
 
-int run_perplexity(PerplexityOptions o) {
-    EngineOptions& eo = o.engine;
-    if (o.kl_divergence && o.kl_base.empty())
-        raise(ErrorCode::kInvalidArgument, "--kl-divergence needs --kl-divergence-base FILE");
-    const int32_t max_model_len = resolve_max_model_len(eo, read_model_config(eo.model));
-    const auto tok = tokenizer::Tokenizer::from_dir(eo.model);
-    const std::vector<std::vector<int32_t>> chunks = read_chunks(o, tok, max_model_len);
+using ChunkDone = std::function<void(size_t, std::vector<ipc::TokenLogprobs>)>;
+
+// The chunks through the in-process engine, batch / ctx at once.
+void run_local_chunks(EngineOptions eo, const std::vector<std::vector<int32_t>>& chunks, int32_t ctx, int32_t batch,
+                      int32_t top, const ChunkDone& on_done) {
     // A chunk is a prompt of ctx tokens plus the one token a request must generate.
-    const int32_t num_seqs = std::max(1, o.batch / o.ctx);
-    eo.max_model_len = o.ctx + 1;
+    const int32_t num_seqs = std::max(1, batch / ctx);
+    eo.max_model_len = ctx + 1;
     eo.max_num_seqs = num_seqs;
-    eo.max_num_batched_tokens = std::max(o.batch, 1);
+    eo.max_num_batched_tokens = std::max(batch, 1);
     eo.enable_prefix_caching = false;
     ThreadPool pool(offline_threads(eo));
     OfflineEngine e = load_offline_engine(eo, pool);
     const auto vocab = static_cast<int32_t>(e.model->info().vocab_size);
-    std::fprintf(stderr, "perplexity: %zu chunks of %d tokens, %d at once; quantization: %s\n", chunks.size(), o.ctx,
+    std::fprintf(stderr, "perplexity: %zu chunks of %d tokens, %d at once; quantization: %s\n", chunks.size(), ctx,
                  num_seqs, e.model->info().quantization.c_str());
-    Sinks sinks = make_sinks(o, chunks, vocab);
-    // prompt_logprobs: the token's own log-probability always; a base needs its top k, a
-    // comparison every token's.
-    const int32_t top = sinks.base ? vocab : sinks.writer ? std::min(kBaseTopK, vocab) : 0;
     const ipc::RequestLimits limits{.max_model_len = eo.max_model_len, .vocab_size = vocab, .max_logprobs = vocab};
-
-    NllStats nll;
-    std::map<size_t, std::vector<ipc::TokenLogprobs>> done;  // finished chunks waiting for their turn
-    size_t next_submit = 0, next_score = 0, in_flight = 0;
-    const auto start = Clock::now();
-    while (next_score < chunks.size()) {
+    size_t next_submit = 0, in_flight = 0, finished = 0;
+    while (finished < chunks.size()) {
         for (; in_flight < static_cast<size_t>(num_seqs) && next_submit < chunks.size(); ++next_submit, ++in_flight) {
             ipc::AddRequest add{std::to_string(next_submit), chunks[next_submit], {}};
             add.sampling.max_tokens = 1;
@@ -154,14 +148,50 @@ int run_perplexity(PerplexityOptions o) {
             if (out.finish_reason == ipc::FinishReason::kError || out.finish_reason == ipc::FinishReason::kAbort)
                 raise(ErrorCode::kInvalidArgument, "the engine rejected chunk {}: {}", out.request_id, out.error);
             if (!out.prompt_logprobs) continue;
-            done[std::stoul(out.request_id)] = std::move(*out.prompt_logprobs);
+            on_done(std::stoul(out.request_id), std::move(*out.prompt_logprobs));
             --in_flight;
+            ++finished;
         }
+    }
+}
+
+int run_perplexity(PerplexityOptions o) {
+    EngineOptions& eo = o.engine;
+    if (o.kl_divergence && o.kl_base.empty())
+        raise(ErrorCode::kInvalidArgument, "--kl-divergence needs --kl-divergence-base FILE");
+    if (o.kl_divergence && !o.remote.url.empty()) {
+        raise(ErrorCode::kInvalidArgument,
+              "--kl-divergence needs every token's log-probability at every position, too much for --url: compare "
+              "in-process (the same flags without --url); --url can save a base");
+    }
+    const nlohmann::json config = read_model_config(eo.model);
+    const int32_t max_model_len = o.remote.url.empty() ? resolve_max_model_len(eo, config) : o.ctx + 1;
+    const auto tok = tokenizer::Tokenizer::from_dir(eo.model);
+    const std::vector<std::vector<int32_t>> chunks = read_chunks(o, tok, max_model_len);
+    const auto vocab = config.value("vocab_size", int32_t{0});
+    Sinks sinks = make_sinks(o, chunks, vocab);
+    // prompt_logprobs: the token's own log-probability always; a base needs its top k, a
+    // comparison every token's.
+    const int32_t top = sinks.base ? vocab : sinks.writer ? std::min(kBaseTopK, vocab) : 0;
+
+    NllStats nll;
+    std::map<size_t, std::vector<ipc::TokenLogprobs>> done;  // finished chunks waiting for their turn
+    size_t next_score = 0;
+    const ChunkDone on_done = [&](size_t chunk, std::vector<ipc::TokenLogprobs> lps) {
+        done[chunk] = std::move(lps);
         while (done.count(next_score) != 0) {  // in chunk order: the base file is chunk-major
             score_chunk(next_score, done[next_score], o.ctx, nll, sinks);
             done.erase(next_score++);
             std::fprintf(stderr, "[%zu]%.4f%s", next_score, nll.ppl(), next_score == chunks.size() ? "\n" : ",");
         }
+    };
+    const auto start = Clock::now();
+    if (o.remote.url.empty()) {
+        run_local_chunks(eo, chunks, o.ctx, o.batch, top, on_done);
+    } else {
+        std::fprintf(stderr, "perplexity: %zu chunks of %d tokens, %d at once, on %s\n", chunks.size(), o.ctx,
+                     std::max(1, o.batch / o.ctx), o.remote.url.c_str());
+        run_remote_chunks(o.remote, chunks, std::max(1, o.batch / o.ctx), top, on_done);
     }
     const double secs = std::chrono::duration<double>(Clock::now() - start).count();
     if (sinks.writer) sinks.writer->close();
@@ -190,6 +220,11 @@ void add_perplexity_command(CLI::App& app, Action* action) {
                     "save the top log-probabilities of this run to FILE (or, with --kl-divergence, compare with it)");
     sub->add_flag("--kl-divergence", o->kl_divergence,
                   "compare this run with --kl-divergence-base: KL divergence, top-token agreement, delta p");
+    sub->add_option("--url", o->remote.url,
+                    "run the chunks on this `moeserve serve` (http://host:port), in whatever TP/DP/EP layout and "
+                    "precision it serves; --model still names the tokenizer, and the engine flags below do not apply");
+    sub->add_option("--api-key", o->remote.api_key, "with --url: the server's API key");
+    sub->add_option("--served-model-name", o->remote.model, "with --url: the model to ask for (default: the first)");
     sub->add_option("--threads", e.threads, "compute threads (default: all cores)");
     sub->add_option("--quantization,-q", e.quantization,
                     "w8a8 | w8a8-all | fp8 | none | ascend; default: as the checkpoint (see generate --help)");
