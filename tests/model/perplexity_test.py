@@ -41,15 +41,19 @@ F32 = ["--dtype", "float32", "--kv-cache-dtype", "fp32"]
 # models"), the larger of the two models: bf16 KV 1.1e-4 / 2e-4, W8A8 3.1e-4 / 1.7e-3, fp8 KV
 # 1.1e-3 / 2.7e-3; the bounds are 3x or more above, so kernel rounding passes and a real loss of
 # accuracy fails.
-BOUNDS = {"default": (5e-4, 2e-3), "w8a8": (1.5e-3, 5e-3), "fp8-kv": (4e-3, 1e-2)}
+BOUNDS = {"default": (5e-4, 2e-3), "w8a8": (1.5e-3, 5e-3), "fp8-kv": (4e-3, 1e-2),
+          "modelslim-w8a8": (1.5e-3, 5e-3), "mindspore-a8w8": (1.5e-3, 5e-3)}
 # The trained MTP head's top-1 accuracy on the slice was 0.25 (0.27 on the whole test split at
 # ctx 512, train_log.json); a misplaced or misread tensor gives near 0.
 MIN_MTP_ACCURACY = 0.15
 PRECISIONS = {"default": [], "w8a8": ["--quantization", "w8a8"], "fp8-kv": ["--kv-cache-dtype", "fp8"]}
+# Checkpoint layouts `moeserve make-model --from` writes from the trained model (the Ascend ones,
+# static attention calibrated on synthetic rows), with the model_types each is written for.
+LAYOUTS = {"modelslim-w8a8": ("qwen3_moe", "deepseek_v3"), "mindspore-a8w8": ("deepseek_v3",)}
 
 
-def run(args, *extra, check=True):
-    cmd = [args.moeserve, "perplexity", "--model", args.model, "--threads", "2", *extra]
+def run(args, *extra, check=True, model=None):
+    cmd = [args.moeserve, "perplexity", "--model", model or args.model, "--threads", "2", *extra]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if check and p.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr}")
@@ -116,10 +120,39 @@ def check_self_kld(args):
     assert "same top token 100.000 +/- 0.000 %" in p.stdout, p.stdout
 
 
+def converted(args, quantization):
+    """The trained model written by make-model --from in a layout; its directory, or None where
+    the layout is not written for this model_type."""
+    with open(os.path.join(args.model, "config.json")) as f:
+        model_type = json.load(f)["model_type"]
+    if quantization and model_type not in LAYOUTS[quantization]:
+        return None
+    out = os.path.join(args.scratch, "from-" + (quantization or "bf16"))
+    cmd = [args.moeserve, "make-model", "--arch", model_type, "--from", args.model, "--out", out]
+    subprocess.run(cmd + (["--quantization", quantization] if quantization else []), check=True, capture_output=True,
+                   timeout=120)
+    return out
+
+
+def check_make_model_from(args):
+    """make-model --from without a quantization writes the checkpoint's own weights."""
+    from safetensors_np import read_safetensors  # noqa: E402  (tests/reference, on the path)
+    out = converted(args, None)
+    want, got = read_safetensors(os.path.join(args.model, "model.safetensors")), read_safetensors(
+        os.path.join(out, "model.safetensors"))
+    for name, t in got.items():
+        assert np.array_equal(t, want[name]), name
+    print(f"make-model --from: {len(got)} tensors bit-identical to the checkpoint's")
+
+
 def check_bounds(args):
-    for name, flags in PRECISIONS.items():
+    runs = [(name, args.model, flags) for name, flags in PRECISIONS.items()]
+    runs += [(q, converted(args, q), []) for q in LAYOUTS]
+    for name, model_dir, flags in runs:
+        if model_dir is None:
+            continue
         p = run(args, "--file", args.text, "--ctx", str(args.ctx), "--chunks", str(args.chunks), *flags,
-                "--kl-divergence-base", os.path.join(args.scratch, "base.kld"), "--kl-divergence")
+                "--kl-divergence-base", os.path.join(args.scratch, "base.kld"), "--kl-divergence", model=model_dir)
         kld = float(re.search(r"mean KLD (\S+) ", p.stdout).group(1))
         ratio = float(re.search(r"mean ln\(PPL\(this\)/PPL\(base\)\) (\S+) ", p.stdout).group(1))
         max_kld, max_ratio = BOUNDS[name]
@@ -211,6 +244,7 @@ def main():
     ppl = check_reference(args)
     check_layouts(args, ppl)
     check_self_kld(args)
+    check_make_model_from(args)
     check_bounds(args)
     check_mtp(args)
     check_refusals(args)

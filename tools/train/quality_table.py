@@ -5,10 +5,12 @@ precision that loads, with the KL divergence of each against the float32 run.
     /usr/bin/python3 tools/train/quality_table.py --moeserve build/src/moeserve/cli/moeserve \
         [--text tests/data/perplexity/kjv_test.txt] [--ctx 512] [--threads 2] [--chunks -1] [--only M]
 
-Prints one markdown table per model; each row's flags are given in full so it can be rerun.
+Prints one markdown table per model; each row's flags are given in full so it can be rerun. The
+converted checkpoints are written by tools/train/quantize.py and by `moeserve make-model --from`.
 """
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -30,6 +32,13 @@ RUNS = [
 # Checkpoints written by quantize.py from the shipped model: (row name, --format).
 CONVERTED = [("FP8 block-scaled checkpoint (quantize.py), bf16 KV", "fp8"),
              ("compressed-tensors W8A8 checkpoint (quantize.py), bf16 KV", "w8a8")]
+# Checkpoints written by `moeserve make-model --from` (the Ascend layouts): (row name,
+# --quantization, the model_types it is written for).
+MADE = [("ModelSlim W8A8 mix (static attention, synthetic calibration; make-model), bf16 KV", "modelslim-w8a8",
+         ("qwen3_moe", "deepseek_v3")),
+        ("ModelSlim W8A8_DYNAMIC (make-model), bf16 KV", "modelslim-w8a8-dynamic", ("qwen3_moe", "deepseek_v3")),
+        ("MindSpore golden-stick A8W8 (static attention, synthetic calibration; make-model), bf16 KV",
+         "mindspore-a8w8", ("deepseek_v3",))]
 
 
 def run(args, model_dir, extra):
@@ -53,6 +62,7 @@ def main():
     ap.add_argument("--chunks", type=int, default=-1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", choices=MODELS, help="one model only")
+    ap.add_argument("--rows", help="only the rows whose name holds this text (the base always runs)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp()
     for model in [args.only] if args.only else MODELS:
@@ -71,6 +81,17 @@ def main():
             subprocess.run([sys.executable, os.path.join(HERE, "quantize.py"), "--model", model_dir, "--format", fmt,
                             "--out", q_dir], check=True)
             runs.append((name, q_dir, []))
+        with open(os.path.join(model_dir, "config.json")) as f:
+            model_type = json.load(f)["model_type"]
+        for name, quant, types in MADE:
+            if model_type not in types:
+                continue
+            q_dir = os.path.join(tmp, f"{model}-{quant}")
+            subprocess.run([args.moeserve, "make-model", "--arch", model_type, "--from", model_dir, "--quantization",
+                            quant, "--out", q_dir], check=True, capture_output=True)
+            runs.append((name, q_dir, []))
+        if args.rows:
+            runs = [r for r in runs if args.rows in r[0]]
         for name, run_dir, flags in runs:
             out = run(args, run_dir, flags + ["--kl-divergence-base", base, "--kl-divergence"])
             ppl, err = field(r"PPL = ([0-9.]+) \+/- ([0-9.]+)", out)

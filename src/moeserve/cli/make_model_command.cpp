@@ -50,7 +50,8 @@ void write_gguf(const model::GeneratorOptions& opts, const GgufFlags& g) {
 void add_make_model_command(CLI::App& app, Action* action) {
     auto opts = std::make_shared<model::GeneratorOptions>();
     auto tokenizer_dir = std::make_shared<std::string>();
-    CLI::App* sub = app.add_subcommand("make-model", "Write a deterministic random-weight model directory");
+    CLI::App* sub = app.add_subcommand(
+        "make-model", "Write a deterministic random-weight model directory (or a checkpoint's, with --from)");
     sub->add_option("--arch", opts->arch, fmt::format("{}", fmt::join(model::supported_model_types(), " | ")))
         ->capture_default_str();
     sub->add_option("--size", opts->size, "tiny (tests) | bench (~1B parameters)")->capture_default_str();
@@ -62,6 +63,9 @@ void add_make_model_command(CLI::App& app, Action* action) {
                     "scales), modelslim-w8a8 (Ascend static+dynamic mix), modelslim-w8a8-dynamic, omniinfer-w8a8 or "
                     "mindspore-a8w8 (golden-stick, MindFormers names; deepseek only)");
     sub->add_option("--set", opts->overrides, "config.json override key=value (JSON value), repeatable");
+    sub->add_option("--from", opts->from_dir,
+                    "take config.json, the weights and the tokenizer of this checkpoint instead of random ones (a "
+                    "trained model into a --quantization layout or --format gguf); --arch must be its model_type");
     auto gguf = std::make_shared<GgufFlags>();
     sub->add_option("--format", gguf->format,
                     "hf (the safetensors directory) | gguf (also OUT/model-<TYPE>.gguf, qwen3_moe as llama.cpp's "
@@ -80,7 +84,9 @@ void add_make_model_command(CLI::App& app, Action* action) {
             if (gguf->format != "hf" && gguf->format != "gguf") {
                 raise(ErrorCode::kInvalidArgument, "--format {}: expected hf or gguf", gguf->format);
             }
-            if (tokenizer_dir->empty()) {
+            if (tokenizer_dir->empty() && !opts->from_dir.empty()) {
+                opts->tokenizer_dir = opts->from_dir;
+            } else if (tokenizer_dir->empty()) {
                 // an unknown --arch gets no folder: generate_random_model names the supported ones
                 const model::Architecture* arch = model::find_architecture(opts->arch);
                 opts->tokenizer_dir = cache_dir() / "tokenizers" / (arch != nullptr ? arch->tokenizer : "");
@@ -90,8 +96,10 @@ void add_make_model_command(CLI::App& app, Action* action) {
             const auto start = std::chrono::steady_clock::now();
             const model::GeneratedModel m = model::generate_random_model(*opts);
             const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-            fmt::print("wrote {} ({} {}, seed {}): {} tensors, {:.1f}M parameters, {:.1f} MiB in {:.1f} s\n",
-                       opts->out_dir.string(), opts->arch, opts->size, opts->seed, m.num_tensors,
+            const std::string origin = opts->from_dir.empty() ? fmt::format("{}, seed {}", opts->size, opts->seed)
+                                                              : fmt::format("from {}", opts->from_dir.string());
+            fmt::print("wrote {} ({} {}): {} tensors, {:.1f}M parameters, {:.1f} MiB in {:.1f} s\n",
+                       opts->out_dir.string(), opts->arch, origin, m.num_tensors,
                        static_cast<double>(m.num_parameters) / 1e6, static_cast<double>(m.num_bytes) / 1048576.0, secs);
             if (gguf->format == "gguf") write_gguf(*opts, *gguf);
             return 0;

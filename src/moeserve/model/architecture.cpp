@@ -16,9 +16,10 @@ std::vector<WeightSpec> qwen3_moe_specs(const io::HfConfig& c) {
 std::vector<WeightSpec> deepseek_specs(const io::HfConfig& c) {
     return deepseek_v3_weight_specs(DeepseekV3Config::from_json(c));
 }
-void deepseek_mindformers(const std::vector<WeightSpec>& specs, const io::HfConfig& c, uint64_t seed, int num_shards,
-                          const std::filesystem::path& out_dir, GeneratedModel& result) {
-    gen::write_mindformers_a8w8(specs, DeepseekV3Config::from_json(c), seed, num_shards, out_dir, result);
+void deepseek_mindformers(const std::vector<WeightSpec>& specs, const io::HfConfig& c, uint64_t seed,
+                          const gen::TensorSource& source, int num_shards, const std::filesystem::path& out_dir,
+                          GeneratedModel& result) {
+    gen::write_mindformers_a8w8(specs, DeepseekV3Config::from_json(c), seed, source, num_shards, out_dir, result);
 }
 
 }  // namespace

@@ -22,6 +22,10 @@
 
 namespace moeserve::model {
 
+namespace gen {
+struct TensorSource;  // generator_parts.h
+}
+
 struct Architecture {
     std::string model_type;  // config.json model_type
     std::string tokenizer;   // folder under <cache>/tokenizers/ that make-model copies by default
@@ -38,7 +42,8 @@ struct Architecture {
     // make-model --quantization mindspore-a8w8: writes the golden-stick A8W8 checkpoint in
     // MindFormers names (generator_mindformers.h); nullptr where moeserve knows no such names.
     void (*write_mindformers)(const std::vector<WeightSpec>& specs, const io::HfConfig& config, uint64_t seed,
-                              int num_shards, const std::filesystem::path& out_dir, GeneratedModel& result) = nullptr;
+                              const gen::TensorSource& source, int num_shards, const std::filesystem::path& out_dir,
+                              GeneratedModel& result) = nullptr;
     // Multi-head latent attention: ModelSlim's recipe adds its mla_quantize keys to config.json.
     bool mla = false;
     // Builds the model from a config and an already opened weight source (a GGUF file's, read

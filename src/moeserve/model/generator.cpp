@@ -11,6 +11,7 @@
 #include "moeserve/core/error.h"
 #include "moeserve/core/rng.h"
 #include "moeserve/io/hf_config.h"
+#include "moeserve/io/json_file.h"
 #include "moeserve/io/safetensors_writer.h"
 #include "moeserve/model/architecture.h"
 #include "moeserve/model/generator_parts.h"
@@ -24,8 +25,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using gen::Calibrator;
-using gen::make_norm_bias;
-using gen::make_tensor;
 using gen::StaticCalibration;
 using gen::value_at;
 
@@ -227,6 +226,14 @@ nlohmann::json preset_config(const std::string& arch, const std::string& size) {
 GeneratedModel generate_random_model(const GeneratorOptions& options) {
     const Architecture& arch = architecture_of(options.arch);
     nlohmann::json config = arch.preset(options.arch, options.size);
+    std::shared_ptr<const io::WeightSource> checkpoint;
+    if (!options.from_dir.empty()) {
+        config = io::read_json_file(options.from_dir / "config.json");
+        config.erase("quantization_config");
+        checkpoint = io::WeightSource::open(options.from_dir);
+    }
+    const gen::TensorSource source =
+        checkpoint ? gen::checkpoint_tensors(checkpoint) : gen::random_tensors(options.seed);
     apply_overrides(config, options.overrides);
     const io::HfConfig hf(config, "generated config.json");
     const std::vector<WeightSpec> specs = arch.weight_specs(hf);
@@ -263,7 +270,7 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
         config["quantize"] = "w8a8_dynamic";
         config["mla_quantize"] = quant == "modelslim-w8a8" ? "w8a8" : "w8a8_dynamic";
     }
-    const Calibrator calibrator(specs, options.seed, quant == "modelslim-w8a8");
+    const Calibrator calibrator(specs, options.seed, quant == "modelslim-w8a8", source);
     nlohmann::json desc = {{"model_quant_type", "W8A8_DYNAMIC"}, {"version", "1.0.0"}};
     if (options.num_shards < 1 || options.num_shards > static_cast<int>(specs.size())) {
         raise(ErrorCode::kInvalidArgument, "--shards must be in [1, {}]; got {}", specs.size(), options.num_shards);
@@ -279,7 +286,7 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
 
     GeneratedModel result;
     if (mindspore) {
-        arch.write_mindformers(specs, hf, options.seed, options.num_shards, options.out_dir, result);
+        arch.write_mindformers(specs, hf, options.seed, source, options.num_shards, options.out_dir, result);
     }
     const size_t per_shard =
         (specs.size() + static_cast<size_t>(options.num_shards) - 1) / static_cast<size_t>(options.num_shards);
@@ -297,7 +304,7 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
         const size_t begin = static_cast<size_t>(shard) * per_shard;
         const size_t end = std::min(specs.size(), begin + per_shard);
         for (size_t i = begin; i < end; ++i) {
-            Tensor t = make_tensor(specs[i], options.seed);
+            Tensor t = source.weight(specs[i]);
             result.num_parameters += t.numel();
             result.num_bytes += static_cast<int64_t>(t.nbytes());
             result.num_tensors += 1;
@@ -323,7 +330,7 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
                     result.num_bytes += 2 * spec.shape[0];  // bf16 -> f32
                     const std::string norm = module_of(spec.name);
                     if (calibrator.writes_bias(norm)) {
-                        writer.add(norm + ".bias", make_norm_bias(norm + ".bias", spec.shape[0], options.seed));
+                        writer.add(norm + ".bias", source.norm_bias(norm + ".bias", spec.shape[0]));
                         names.push_back(norm + ".bias");
                         result.num_bytes += 4 * spec.shape[0];
                     }

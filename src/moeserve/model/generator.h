@@ -31,6 +31,10 @@ struct GeneratorOptions {
     // only: MindSpore golden-stick A8W8 in MindFormers names, generator_mindformers.h). All quantize
     // the same bf16 weights the plain model has.
     std::string quantization;
+    // Set: the config.json and the weights of this checkpoint (bf16 or f32) instead of the preset
+    // and random ones, e.g. a trained model written in a quantized layout; arch must be its
+    // model_type. Tensors the architecture's specs do not list (an MTP layer) are left out.
+    std::filesystem::path from_dir;
 };
 
 // The preset config.json of an architecture and size; Error kInvalidArgument for unknown ones.

@@ -116,8 +116,8 @@ struct ExpertStack {
 
 class Writer {
 public:
-    Writer(const std::vector<WeightSpec>& specs, const DeepseekV3Config& c, uint64_t seed)
-        : c_(c), seed_(seed), calib_(specs, seed, false) {}
+    Writer(const std::vector<WeightSpec>& specs, const DeepseekV3Config& c, uint64_t seed, const TensorSource& source)
+        : c_(c), seed_(seed), calib_(specs, seed, false, source) {}
 
     // Appends the MindFormers tensors of HF tensor `spec` (value t) to out.
     void add(const WeightSpec& spec, const Tensor& t, Named& out) {
@@ -218,14 +218,15 @@ private:
 }  // namespace
 
 void write_mindformers_a8w8(const std::vector<WeightSpec>& specs, const DeepseekV3Config& c, uint64_t seed,
-                            int num_shards, const std::filesystem::path& out_dir, GeneratedModel& result) {
+                            const TensorSource& source, int num_shards, const std::filesystem::path& out_dir,
+                            GeneratedModel& result) {
     if (!c.q_lora_rank) {
         raise(ErrorCode::kInvalidArgument, "--quantization mindspore-a8w8 needs q_lora_rank (MindFormers' q2l_proj)");
     }
-    Writer writer(specs, c, seed);
+    Writer writer(specs, c, seed, source);
     Named tensors;
     for (const WeightSpec& spec : specs) {
-        const Tensor t = make_tensor(spec, seed);
+        const Tensor t = source.weight(spec);
         result.num_parameters += t.numel();
         writer.add(spec, t, tensors);
     }

@@ -9,6 +9,7 @@
 
 #include "moeserve/model/deepseek_v3/config.h"
 #include "moeserve/model/generator.h"
+#include "moeserve/model/generator_parts.h"
 #include "moeserve/model/weight_spec.h"
 
 namespace moeserve::model::gen {
@@ -20,6 +21,7 @@ namespace moeserve::model::gen {
 // MLPs and experts: per-token dynamic with per-channel weight_scale, routed experts stacked
 // [E, in, out]; kv_b_proj split into lkv2kv_k_nope / lkv2kv_v; the rest bf16 as generated.
 void write_mindformers_a8w8(const std::vector<WeightSpec>& specs, const DeepseekV3Config& c, uint64_t seed,
-                            int num_shards, const std::filesystem::path& out_dir, GeneratedModel& result);
+                            const TensorSource& source, int num_shards, const std::filesystem::path& out_dir,
+                            GeneratedModel& result);
 
 }  // namespace moeserve::model::gen

@@ -6,13 +6,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "moeserve/core/dtype.h"
 #include "moeserve/core/rng.h"
 #include "moeserve/core/tensor.h"
+#include "moeserve/io/weight_source.h"
 #include "moeserve/model/weight_spec.h"
 
 namespace moeserve::model::gen {
@@ -21,6 +24,20 @@ uint64_t fnv1a(const std::string& s);
 
 // Each tensor has its own stream (seed x name), so adding a tensor never changes the others.
 Tensor make_tensor(const WeightSpec& spec, uint64_t seed);
+
+// Where the writers' tensors come from: the random streams, or the weights of a checkpoint
+// (make-model --from: a trained model written in the quantized layouts).
+struct TensorSource {
+    std::function<Tensor(const WeightSpec&)> weight;  // spec.dtype and spec.shape
+    // The RMSNorm biases the ModelSlim mix writes (f32 [n]).
+    std::function<Tensor(const std::string& name, int64_t n)> norm_bias;
+};
+
+// make_tensor and make_norm_bias under `seed`.
+TensorSource random_tensors(uint64_t seed);
+// The checkpoint's tensors converted to each spec's dtype (a shape that differs is an error
+// naming the tensor); norm biases of zeros, so the written model computes what the checkpoint does.
+TensorSource checkpoint_tensors(std::shared_ptr<const io::WeightSource> checkpoint);
 
 // Element i of a bf16 or f32 tensor.
 float value_at(const Tensor& t, int64_t i);
@@ -44,7 +61,8 @@ struct StaticCalibration {
 // hence their scale and offset.
 class Calibrator {
 public:
-    Calibrator(const std::vector<WeightSpec>& specs, uint64_t seed, bool norm_bias) : seed_(seed), bias_(norm_bias) {
+    Calibrator(const std::vector<WeightSpec>& specs, uint64_t seed, bool norm_bias, TensorSource source)
+        : seed_(seed), bias_(norm_bias), source_(std::move(source)) {
         for (const auto& s : specs) specs_.emplace(s.name, s);
     }
 
@@ -86,9 +104,9 @@ private:
 
     // kCalibrationRows x n values of RMSNorm(z) * w + b
     std::vector<double> norm_rows(const std::string& norm) const {
-        const Tensor w = make_tensor(specs_.at(norm + ".weight"), seed_);
+        const Tensor w = source_.weight(specs_.at(norm + ".weight"));
         const int64_t n = w.numel();
-        const Tensor b = writes_bias(norm) ? make_norm_bias(norm + ".bias", n, seed_) : Tensor();
+        const Tensor b = writes_bias(norm) ? source_.norm_bias(norm + ".bias", n) : Tensor();
         Rng rng(seed_ ^ fnv1a(norm + "#calibration"));
         std::vector<double> out(static_cast<size_t>(kCalibrationRows * n));
         std::vector<double> z(static_cast<size_t>(n));
@@ -109,7 +127,7 @@ private:
     // rows [R, k] @ W[n, k]^T
     std::vector<double> project(const std::vector<double>& rows, const std::string& weight) const {
         const WeightSpec& spec = specs_.at(weight);
-        const Tensor w = make_tensor(spec, seed_);
+        const Tensor w = source_.weight(spec);
         const int64_t n = spec.shape[0], k = spec.shape[1];
         const auto num_rows = static_cast<int64_t>(rows.size()) / k;
         std::vector<double> out(static_cast<size_t>(num_rows * n));
@@ -124,8 +142,9 @@ private:
     }
 
     std::map<std::string, WeightSpec> specs_;
-    uint64_t seed_;
+    uint64_t seed_;  // the calibration rows' stream
     bool bias_;
+    TensorSource source_;
 };
 
 }  // namespace moeserve::model::gen
