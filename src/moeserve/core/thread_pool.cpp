@@ -1,7 +1,6 @@
 #include "moeserve/core/thread_pool.h"
 
-#include <immintrin.h>
-
+#include "moeserve/core/cpu_relax.h"
 #include "moeserve/core/error.h"
 
 namespace moeserve {
@@ -52,7 +51,7 @@ void ThreadPool::run_erased(TaskFn fn, void* ctx) {
     int spins = 0;
     while (pending_.load(std::memory_order_acquire) != 0) {
         if (++spins < kSpinIterations) {
-            _mm_pause();
+            cpu_relax();
         } else {
             std::this_thread::yield();
         }
@@ -65,7 +64,7 @@ void ThreadPool::worker_loop(int tid) {
         int spins = 0;
         uint64_t gen;
         while ((gen = generation_.load(std::memory_order_acquire)) == seen && ++spins < kSpinIterations) {
-            _mm_pause();
+            cpu_relax();
         }
         if (gen == seen) {
             std::unique_lock<std::mutex> lock(mutex_);

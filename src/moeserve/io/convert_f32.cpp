@@ -2,10 +2,7 @@
 #include <cstring>
 
 #include "moeserve/io/weight_source.h"
-
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
+#include "moeserve/kernels/cpu/convert_f16.h"
 
 namespace moeserve::io {
 namespace {
@@ -21,18 +18,6 @@ T load(const uint8_t* p, size_t i) {
 template <typename T>
 void convert_by_value(const uint8_t* src, size_t n, float* dst) {
     for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(load<T>(src, i));
-}
-
-void convert_f16(const uint8_t* src, size_t n, float* dst) {
-    size_t i = 0;
-#if defined(__F16C__)
-    // NOTE: the hardware conversion is exact, like f16_to_f32 (a NaN may come out quieted).
-    for (; i + 8 <= n; i += 8) {
-        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i));
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
-    }
-#endif
-    for (; i < n; ++i) dst[i] = f16_to_f32(load<uint16_t>(src, i));
 }
 
 void convert_f8e4m3(const uint8_t* src, size_t n, float* dst) {
@@ -52,7 +37,7 @@ void convert_to_f32(const TensorView& src, float* dst) {
             std::memcpy(dst, p, n * sizeof(float));
             return;
         case DType::kF16:
-            convert_f16(p, n, dst);
+            kernels::cpu::f16_to_f32_array(p, n, dst);
             return;
         case DType::kBF16:
             for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load<uint16_t>(p, i));
