@@ -1,10 +1,17 @@
 #include "moeserve/engine/grammar_compile_worker.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <exception>
 
 #include "moeserve/core/error.h"
 
 namespace moeserve::engine {
+
+namespace {
+constexpr int kCompileNice = 10;  // CFS weight about a tenth of the engine thread's
+}  // namespace
 
 GrammarCompileWorker::~GrammarCompileWorker() {
     {
@@ -38,6 +45,11 @@ bool GrammarCompileWorker::wait_for_done(std::chrono::milliseconds timeout) {
 }
 
 void GrammarCompileWorker::run() {
+    // Below the engine thread: on a machine with no idle core the steps of running requests go
+    // first, and a compile takes what they leave (Linux: nice applies per thread).
+    if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kCompileNice) != 0) {
+        // not permitted or not Linux: the compile competes as an equal, as before
+    }
     std::unique_lock<std::mutex> lock(mutex_);
     while (true) {
         job_ready_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
