@@ -3,6 +3,8 @@
 #include "moeserve/model/deepseek_v3/model.h"
 #include "moeserve/model/deepseek_v3/weight_specs.h"
 #include "moeserve/model/generator_mindformers.h"
+#include "moeserve/model/mixtral/model.h"
+#include "moeserve/model/mixtral/weight_specs.h"
 #include "moeserve/model/qwen3_moe/model.h"
 #include "moeserve/model/qwen3_moe/weight_specs.h"
 
@@ -12,6 +14,9 @@ namespace {
 
 std::vector<WeightSpec> qwen3_moe_specs(const io::HfConfig& c) {
     return qwen3_moe_weight_specs(Qwen3MoeConfig::from_json(c));
+}
+std::vector<WeightSpec> mixtral_specs(const io::HfConfig& c) {
+    return mixtral_weight_specs(MixtralConfig::from_json(c));
 }
 std::vector<WeightSpec> deepseek_specs(const io::HfConfig& c) {
     return deepseek_v3_weight_specs(DeepseekV3Config::from_json(c));
@@ -29,6 +34,7 @@ const std::vector<Architecture>& architectures() {
     static const std::vector<Architecture> table = {
         {"qwen3_moe", "qwen3", &Qwen3MoeConfig::preset, &qwen3_moe_specs, &Qwen3MoeModel::load, nullptr, false,
          &Qwen3MoeModel::load_weights},
+        {"mixtral", "qwen3", &MixtralConfig::preset, &mixtral_specs, &MixtralModel::load, nullptr, false},
         {"deepseek_v3", "deepseek_v3", &DeepseekV3Config::preset, &deepseek_specs, &DeepseekV3Model::load,
          &deepseek_mindformers, true},
         {"deepseek_v2", "deepseek_v3", &DeepseekV3Config::preset, &deepseek_specs, &DeepseekV3Model::load,
