@@ -5,6 +5,8 @@
 #include "moeserve/model/generator_mindformers.h"
 #include "moeserve/model/mixtral/model.h"
 #include "moeserve/model/mixtral/weight_specs.h"
+#include "moeserve/model/qwen2_moe/model.h"
+#include "moeserve/model/qwen2_moe/weight_specs.h"
 #include "moeserve/model/qwen3_moe/model.h"
 #include "moeserve/model/qwen3_moe/weight_specs.h"
 
@@ -14,6 +16,9 @@ namespace {
 
 std::vector<WeightSpec> qwen3_moe_specs(const io::HfConfig& c) {
     return qwen3_moe_weight_specs(Qwen3MoeConfig::from_json(c));
+}
+std::vector<WeightSpec> qwen2_moe_specs(const io::HfConfig& c) {
+    return qwen2_moe_weight_specs(Qwen2MoeConfig::from_json(c));
 }
 std::vector<WeightSpec> mixtral_specs(const io::HfConfig& c) {
     return mixtral_weight_specs(MixtralConfig::from_json(c));
@@ -34,6 +39,7 @@ const std::vector<Architecture>& architectures() {
     static const std::vector<Architecture> table = {
         {"qwen3_moe", "qwen3", &Qwen3MoeConfig::preset, &qwen3_moe_specs, &Qwen3MoeModel::load, nullptr, false,
          &Qwen3MoeModel::load_weights},
+        {"qwen2_moe", "qwen3", &Qwen2MoeConfig::preset, &qwen2_moe_specs, &Qwen2MoeModel::load, nullptr, false},
         {"mixtral", "qwen3", &MixtralConfig::preset, &mixtral_specs, &MixtralModel::load, nullptr, false},
         {"deepseek_v3", "deepseek_v3", &DeepseekV3Config::preset, &deepseek_specs, &DeepseekV3Model::load,
          &deepseek_mindformers, true},

@@ -57,6 +57,14 @@ MoeBlock MoeBlock::load(const io::WeightSource& weights, const std::string& laye
     if (!names.shared_experts.empty() && shape.shared_inter > 0) {
         b.shared_ = Experts::load(w, {p + names.shared_experts}, h, shape.shared_inter, 0, shards.shared_inter.begin,
                                   shards.shared_inter.count, quant);
+        if (!names.shared_expert_gate.empty()) {  // one row: the same on every rank, read as f32
+            Tensor gate = w.load_f32(p + names.shared_expert_gate + ".weight");
+            if (gate.numel() != h) {
+                raise(ErrorCode::kInvalidModel, "{} has {} values; the shared expert gate is [1, {}]",
+                      w.describe(p + names.shared_expert_gate + ".weight"), gate.numel(), h);
+            }
+            b.shared_gate_ = std::move(gate);
+        }
     }
     return b;
 }
@@ -94,6 +102,14 @@ void MoeBlock::weight_specs(std::vector<WeightSpec>& specs, const std::string& l
     }
     if (!names.shared_experts.empty() && shape.shared_inter > 0) {
         add_expert_specs(specs, p + names.shared_experts, h, shape.shared_inter);
+        if (!names.shared_expert_gate.empty()) {
+            specs.push_back({p + names.shared_expert_gate + ".weight",
+                             {1, h},
+                             DType::kBF16,
+                             WeightInit::kNormal,
+                             1.0f / std::sqrt(static_cast<float>(h)),
+                             LayerPrecision::kHigh});
+        }
     }
 }
 
@@ -151,14 +167,26 @@ void MoeBlock::forward(ThreadPool& pool, const ParallelConfig& par, const Routin
             std::as_bytes(std::span<const float>(routed, static_cast<size_t>(mine.count * hidden_))), s.slice_bytes,
             std::as_writable_bytes(std::span<float>(out, static_cast<size_t>(n))));
     }
-    // 3. shared experts added unweighted
+    // 3. shared experts added, unweighted or scaled per token by their sigmoid gate
     if (shared_.num_experts() > 0) {
         s.shared_out.resize(static_cast<size_t>(n));
         if (num_tokens > 0) {
             shared_.forward_dense(pool, h, num_tokens, s.moe, s.dense_ids, s.dense_weights, s.shared_out.data());
         }
         tp_all_reduce(par, s.shared_out.data(), n);
-        for (int64_t i = 0; i < n; ++i) out[i] += s.shared_out[static_cast<size_t>(i)];
+        for (int64_t t = 0; t < num_tokens; ++t) {
+            float scale = 1.0f;
+            if (!shared_gate_.empty()) {
+                const float* g = shared_gate_.as<float>();
+                const float* x = h + t * hidden_;
+                double dot = 0.0;
+                for (int64_t j = 0; j < hidden_; ++j) dot += static_cast<double>(g[j]) * x[j];
+                scale = static_cast<float>(1.0 / (1.0 + std::exp(-dot)));
+            }
+            float* o = out + t * hidden_;
+            const float* sh = s.shared_out.data() + t * hidden_;
+            for (int64_t j = 0; j < hidden_; ++j) o[j] += scale * sh[j];
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 // The feed-forward half of a MoE decoder layer, shared by every architecture: router (always high
 // precision), routed experts (EP
-// dispatch/combine or TP-split), shared experts added unweighted, or a dense MLP on the layers without experts. What an
-// architecture owns is passed in: its sizes (MoeShape), its tensor names (MoeNames) and its routing rule (RoutingRule).
+// dispatch/combine or TP-split), shared experts added (unweighted, or sigmoid-gated), or a dense MLP on the layers
+// without experts. What an architecture owns is passed in: its sizes (MoeShape), its tensor names (MoeNames) and its
+// routing rule (RoutingRule).
 #pragma once
 
 #include <cstdint>
@@ -38,7 +39,10 @@ struct MoeNames {
     std::string router_bias{};             // f32 [num_experts] added to the scores when present; "": none
     std::string experts = "mlp.experts.";  // + expert id + "."
     std::string shared_experts{};          // prefix of the shared experts; "": none
-    std::string dense = "mlp.";            // prefix of a dense layer's MLP
+    // [1, hidden] (+ ".weight"): the shared experts' output is scaled per token by sigmoid(gate . h)
+    // (Qwen2-MoE's shared_expert_gate); "": added unweighted
+    std::string shared_expert_gate{};
+    std::string dense = "mlp.";  // prefix of a dense layer's MLP
 };
 
 // The architecture's routing: router logits f32 [num_tokens, num_experts] (may be overwritten) and
@@ -95,10 +99,11 @@ private:
     bool is_moe_ = false;
     int k_ = 0;
     int64_t hidden_ = 0, experts_per_rank_ = 1;
-    Linear router_;      // [num_experts, hidden]
-    Tensor score_bias_;  // f32 [num_experts], or empty
-    Experts experts_;    // routed experts, or the dense MLP as one expert
-    Experts shared_;     // shared experts as one expert, or empty
+    Linear router_;       // [num_experts, hidden]
+    Tensor score_bias_;   // f32 [num_experts], or empty
+    Experts experts_;     // routed experts, or the dense MLP as one expert
+    Experts shared_;      // shared experts as one expert, or empty
+    Tensor shared_gate_;  // f32 [hidden], or empty: the shared output unweighted
 };
 
 }  // namespace moeserve::model

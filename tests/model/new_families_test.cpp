@@ -1,7 +1,8 @@
-// Mixtral numerics against the independent numpy reference (tests/reference/mixtral_ref.py,
-// float64 from the same bf16 weights): prefill and token-by-token decode through the paged KV
-// cache; the config's refusals. The tiny model is `make-model --arch mixtral` (Mixtral's names:
-// block_sparse_moe.gate, experts' w1 / w3 / w2).
+// The families added on the shared skeleton (issue 35) against their independent numpy references
+// (tests/reference/mixtral_ref.py, qwen2_moe_ref.py: float64 from the same bf16 weights): prefill
+// and token-by-token decode through the paged KV cache; their configs' refusals. The tiny models
+// are `make-model --arch mixtral` (Mixtral's names: block_sparse_moe.gate, experts' w1 / w3 / w2)
+// and `--arch qwen2_moe` (q/k/v biases, a shared expert with its sigmoid gate, a dense layer).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -21,29 +22,25 @@ using testutil::max_abs;
 using testutil::max_abs_diff;
 using testutil::read_f32;
 
-const std::filesystem::path kModelDir = MOESERVE_MIXTRAL_TINY_DIR;
 constexpr float kRelTolerance = 2e-5f;  // float32 activations vs the float64 oracle (as Qwen3-MoE's)
 
-std::vector<int32_t> prompt_ids() { return testutil::parse_ids(MOESERVE_QWEN3_PROMPT); }
-
-TEST(MixtralTest, PrefillAndDecodeMatchTheReference) {
+void expect_reference_logits(const std::filesystem::path& dir, const std::string& model_type) {
     ThreadPool pool(2);
-    const auto model = load_model(kModelDir, pool, LoadOptions{.max_model_len = 256});
-    EXPECT_EQ(model->info().model_type, "mixtral");
+    const auto model = load_model(dir, pool, LoadOptions{.max_model_len = 256});
+    EXPECT_EQ(model->info().model_type, model_type);
     const int64_t vocab = model->info().vocab_size;
-    const auto ids = prompt_ids();
-    const auto ref = read_f32(kModelDir / "reference_logits.f32");
+    const auto ids = testutil::parse_ids(MOESERVE_QWEN3_PROMPT);
+    const auto ref = read_f32(dir / "reference_logits.f32");
     ASSERT_EQ(ref.size(), ids.size() * static_cast<size_t>(vocab));
 
     SequenceRunner prefill(*model, 256, 16);
     const auto logits = prefill.append(ids, 0, /*all_logits=*/true);
-    std::printf("prefill: max |logit - reference| = %.3g, max |reference| = %.3g\n", max_abs_diff(logits, ref),
-                max_abs(ref));
+    std::printf("%s prefill: max |logit - reference| = %.3g, max |reference| = %.3g\n", model_type.c_str(),
+                max_abs_diff(logits, ref), max_abs(ref));
     EXPECT_LE(max_abs_diff(logits, ref), kRelTolerance * max_abs(ref));
     for (size_t t = 0; t < ids.size(); ++t) {
         EXPECT_EQ(argmax(&logits[t * size_t(vocab)], vocab), argmax(&ref[t * size_t(vocab)], vocab)) << t;
     }
-
     SequenceRunner decode(*model, 256, 4);
     std::vector<float> stepped;
     for (int32_t id : ids) {
@@ -51,6 +48,12 @@ TEST(MixtralTest, PrefillAndDecodeMatchTheReference) {
         stepped.insert(stepped.end(), row.begin(), row.end());
     }
     EXPECT_LE(max_abs_diff(stepped, ref), kRelTolerance * max_abs(ref));
+}
+
+TEST(MixtralTest, PrefillAndDecodeMatchTheReference) { expect_reference_logits(MOESERVE_MIXTRAL_TINY_DIR, "mixtral"); }
+
+TEST(Qwen2MoeTest, PrefillAndDecodeMatchTheReference) {
+    expect_reference_logits(MOESERVE_QWEN2_MOE_TINY_DIR, "qwen2_moe");
 }
 
 TEST(MixtralTest, ConfigRefusalsNameTheField) {
