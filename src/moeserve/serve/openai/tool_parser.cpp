@@ -334,13 +334,89 @@ private:
     size_t args_at_ = std::string::npos, args_sent_ = 0;
 };
 
+// kimi_k2: calls between <|tool_calls_section_begin|> and <|tool_calls_section_end|>, each
+// <|tool_call_begin|>functions.NAME:INDEX<|tool_call_argument_begin|>ARGS<|tool_call_end|>. The
+// "functions.NAME:INDEX" id is the call's id (Kimi reads it back in the history, as vLLM keeps it).
+class KimiK2Parser : public MarkedToolParser {
+private:
+    static constexpr std::string_view kSectionBegin = "<|tool_calls_section_begin|>";
+    static constexpr std::string_view kCallBegin = "<|tool_call_begin|>";
+    static constexpr std::string_view kArgsBegin = "<|tool_call_argument_begin|>";
+    static constexpr std::string_view kCallEnd = "<|tool_call_end|>";
+
+    ToolParseDelta advance(bool at_end) override {
+        ToolParseDelta out;
+        while (true) {
+            if (!in_call_) {
+                // Before the section, content runs to its first marker; after, text between calls
+                // (newlines, the section's end) is dropped.
+                const bool before = !in_section_;
+                const size_t section = before ? buffer_.find(kSectionBegin) : std::string::npos;
+                const size_t call = buffer_.find(kCallBegin);
+                const size_t at = std::min(section, call);
+                if (at == std::string::npos) {
+                    size_t keep = at_end ? 0 : partial_marker(buffer_, kCallBegin);
+                    if (before && !at_end) keep = std::max(keep, partial_marker(buffer_, kSectionBegin));
+                    if (before) out.content += buffer_.substr(0, buffer_.size() - keep);
+                    buffer_.erase(0, buffer_.size() - keep);
+                    return out;
+                }
+                if (before) out.content += buffer_.substr(0, at);
+                in_section_ = true;
+                if (at == section) {
+                    buffer_.erase(0, at + kSectionBegin.size());
+                    continue;
+                }
+                buffer_.erase(0, at + kCallBegin.size());
+                in_call_ = true;
+                call_.clear();
+                name_sent_ = false;
+                args_sent_ = 0;
+            }
+            const bool closed = take_call_text(kCallEnd, at_end);
+            stream_call(out, closed || at_end);
+            if (!closed && !at_end) return out;
+            in_call_ = false;
+            if (name_sent_) ++num_calls_;
+            if (!closed) return out;
+        }
+    }
+
+    // The id and name once the argument marker came, then the arguments as far as they are not
+    // trailing spaces (which may precede the end marker).
+    void stream_call(ToolParseDelta& out, bool whole) {
+        const size_t marker = call_.find(kArgsBegin);
+        if (!name_sent_) {
+            if (marker == std::string::npos) return;
+            const std::string id(trim(std::string_view(call_).substr(0, marker)));
+            std::string name = id.substr(0, id.rfind(':'));
+            if (name.rfind("functions.", 0) == 0) name = name.substr(std::string_view("functions.").size());
+            if (name.empty()) return;
+            out.calls.push_back({num_calls_, id.find(':') != std::string::npos ? id : new_tool_call_id(), name, ""});
+            name_sent_ = true;
+        }
+        std::string_view args = std::string_view(call_).substr(marker + kArgsBegin.size());
+        while (!args.empty() && is_json_space(args.front())) args.remove_prefix(1);
+        while (!args.empty() && is_json_space(args.back())) args.remove_suffix(1);
+        if (args.size() > args_sent_) {
+            out.calls.push_back({num_calls_, std::nullopt, std::nullopt, std::string(args.substr(args_sent_))});
+            args_sent_ = args.size();
+        }
+        if (whole && args_sent_ == 0) out.calls.push_back({num_calls_, std::nullopt, std::nullopt, "{}"});
+    }
+
+    bool in_section_ = false, in_call_ = false, name_sent_ = false;
+    size_t args_sent_ = 0;
+};
+
 }  // namespace
 
-std::vector<std::string> tool_parser_names() { return {"hermes", "deepseek_v3"}; }
+std::vector<std::string> tool_parser_names() { return {"hermes", "deepseek_v3", "kimi_k2"}; }
 
 std::unique_ptr<ToolParser> make_tool_parser(const std::string& name) {
     if (name == "hermes") return std::make_unique<HermesParser>();
     if (name == "deepseek_v3") return std::make_unique<DeepSeekV3Parser>();
+    if (name == "kimi_k2") return std::make_unique<KimiK2Parser>();
     return nullptr;
 }
 

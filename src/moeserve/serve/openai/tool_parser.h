@@ -5,6 +5,8 @@
 //   hermes       Qwen3 / Hermes: <tool_call>{"name": ..., "arguments": {...}}</tool_call>
 //   deepseek_v3  DeepSeek-V3/R1: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
 //                \n```json\nARGS\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
+//   kimi_k2      Kimi-K2: <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:I
+//                <|tool_call_argument_begin|>ARGS<|tool_call_end|>...<|tool_calls_section_end|>
 // Text outside calls before the first call is content; after the first call it is dropped (as
 // vLLM's non-streaming parsers do). A call whose text is not what the format says is returned as
 // content when nothing of it was streamed yet.
@@ -54,7 +56,7 @@ protected:
     int32_t num_calls_ = 0;
 };
 
-// The parser names known here ("hermes", "deepseek_v3"); make_tool_parser accepts exactly these.
+// The parser names known here ("hermes", "deepseek_v3", "kimi_k2"); make_tool_parser accepts exactly these.
 std::vector<std::string> tool_parser_names();
 // nullptr for an unknown name.
 std::unique_ptr<ToolParser> make_tool_parser(const std::string& name);
