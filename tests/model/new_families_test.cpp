@@ -1,8 +1,10 @@
 // The families added on the shared skeleton (issue 35) against their independent numpy references
-// (tests/reference/mixtral_ref.py, qwen2_moe_ref.py: float64 from the same bf16 weights): prefill
-// and token-by-token decode through the paged KV cache; their configs' refusals. The tiny models
-// are `make-model --arch mixtral` (Mixtral's names: block_sparse_moe.gate, experts' w1 / w3 / w2)
-// and `--arch qwen2_moe` (q/k/v biases, a shared expert with its sigmoid gate, a dense layer).
+// (tests/reference/mixtral_ref.py, qwen2_moe_ref.py, glm4_moe_ref.py: float64 from the same bf16
+// weights): prefill and token-by-token decode through the paged KV cache; their configs'
+// refusals. The tiny models come from make-model: --arch mixtral (Mixtral's names:
+// block_sparse_moe.gate, experts' w1 / w3 / w2), --arch qwen2_moe (q/k/v biases, a shared expert
+// with its sigmoid gate, a dense layer) and --arch glm4_moe (partial RoPE, q/k norms and biases,
+// DeepSeek-V3's router, a shared expert, a dense first layer).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -54,6 +56,10 @@ TEST(MixtralTest, PrefillAndDecodeMatchTheReference) { expect_reference_logits(M
 
 TEST(Qwen2MoeTest, PrefillAndDecodeMatchTheReference) {
     expect_reference_logits(MOESERVE_QWEN2_MOE_TINY_DIR, "qwen2_moe");
+}
+
+TEST(Glm4MoeTest, PrefillAndDecodeMatchTheReference) {
+    expect_reference_logits(MOESERVE_GLM4_MOE_TINY_DIR, "glm4_moe");
 }
 
 TEST(MixtralTest, ConfigRefusalsNameTheField) {

@@ -3,6 +3,8 @@
 #include "moeserve/model/deepseek_v3/model.h"
 #include "moeserve/model/deepseek_v3/weight_specs.h"
 #include "moeserve/model/generator_mindformers.h"
+#include "moeserve/model/glm4_moe/model.h"
+#include "moeserve/model/glm4_moe/weight_specs.h"
 #include "moeserve/model/mixtral/model.h"
 #include "moeserve/model/mixtral/weight_specs.h"
 #include "moeserve/model/qwen2_moe/model.h"
@@ -19,6 +21,9 @@ std::vector<WeightSpec> qwen3_moe_specs(const io::HfConfig& c) {
 }
 std::vector<WeightSpec> qwen2_moe_specs(const io::HfConfig& c) {
     return qwen2_moe_weight_specs(Qwen2MoeConfig::from_json(c));
+}
+std::vector<WeightSpec> glm4_moe_specs(const io::HfConfig& c) {
+    return glm4_moe_weight_specs(Glm4MoeConfig::from_json(c));
 }
 std::vector<WeightSpec> mixtral_specs(const io::HfConfig& c) {
     return mixtral_weight_specs(MixtralConfig::from_json(c));
@@ -40,6 +45,7 @@ const std::vector<Architecture>& architectures() {
         {"qwen3_moe", "qwen3", &Qwen3MoeConfig::preset, &qwen3_moe_specs, &Qwen3MoeModel::load, nullptr, false,
          &Qwen3MoeModel::load_weights},
         {"qwen2_moe", "qwen3", &Qwen2MoeConfig::preset, &qwen2_moe_specs, &Qwen2MoeModel::load, nullptr, false},
+        {"glm4_moe", "qwen3", &Glm4MoeConfig::preset, &glm4_moe_specs, &Glm4MoeModel::load, nullptr, false},
         {"mixtral", "qwen3", &MixtralConfig::preset, &mixtral_specs, &MixtralModel::load, nullptr, false},
         {"deepseek_v3", "deepseek_v3", &DeepseekV3Config::preset, &deepseek_specs, &DeepseekV3Model::load,
          &deepseek_mindformers, true},
