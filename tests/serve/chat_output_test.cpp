@@ -150,6 +150,27 @@ TEST(ToolParserTest, KimiK2Calls) {
     EXPECT_EQ(run_all_splits(o, "no <|tool call here").content, "no <|tool call here");
 }
 
+TEST(ToolParserTest, Glm45CallsTypedByTheSchema) {
+    ToolRequest tools;
+    tools.tools = Json::parse(R"([{"type": "function", "function": {"name": "book", "parameters": {"type": "object",
+        "properties": {"city": {"type": "string"}, "nights": {"type": "integer"}, "code": {"type": "string"},
+                       "extras": {"type": "object"}}}}}])");
+    tools.choice = ToolRequest::Choice::kAuto;
+    const ChatOutputOptions o{std::nullopt, ReasoningParser::Start::kOpen, &tools, "glm45"};
+    const Folded f = run_all_splits(o,
+                                    "Booking.\n<tool_call>book\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+                                    "<arg_key>nights</arg_key>\n<arg_value>3</arg_value>\n<arg_key>code</arg_key>\n"
+                                    "<arg_value>007</arg_value>\n<arg_key>extras</arg_key>\n<arg_value>{\"bed\": "
+                                    "\"twin\"}</arg_value>\n</tool_call>\n<tool_call>book\n</tool_call>");
+    EXPECT_EQ(f.content, "Booking.\n");
+    ASSERT_EQ(f.calls.size(), 2u);
+    EXPECT_EQ(f.calls[0].name, "book");
+    EXPECT_EQ(Json::parse(f.calls[0].arguments),
+              Json::parse(R"({"city": "Paris", "nights": 3, "code": "007", "extras": {"bed": "twin"}})"));
+    EXPECT_EQ(f.calls[1].arguments, "{}");
+    EXPECT_EQ(f.num_name_deltas, 2);
+}
+
 TEST(ReasoningParserTest, Qwen3AndDeepSeekR1) {
     const ChatOutputOptions qwen{ReasoningParser::Format::kQwen3, ReasoningParser::Start::kOpen};
     Folded f = run_all_splits(qwen, "<think>\nweigh it\n</think>\n\nThe answer.");

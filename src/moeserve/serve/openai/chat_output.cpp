@@ -6,7 +6,7 @@ ChatOutput::ChatOutput(const ChatOutputOptions& options) : options_(options) {
     if (options_.reasoning)
         reasoning_ = std::make_unique<ReasoningParser>(*options_.reasoning, options_.reasoning_start);
     if (options_.tools && options_.tools->choice == ToolRequest::Choice::kAuto) {
-        parser_ = make_tool_parser(options_.tool_parser);
+        parser_ = make_tool_parser(options_.tool_parser, &options_.tools->tools);
     }
 }
 

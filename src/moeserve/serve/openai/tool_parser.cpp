@@ -1,5 +1,5 @@
-// The hermes and deepseek_v3 tool-call parsers: small state machines over the streamed text that
-// hold back only what could still be the start of a marker.
+// The tool-call parsers (hermes, deepseek_v3, kimi_k2, glm45): small state machines over the
+// streamed text that hold back only what could still be the start of a marker.
 #include "moeserve/serve/openai/tool_parser.h"
 
 #include <nlohmann/json.hpp>
@@ -409,14 +409,117 @@ private:
     size_t args_sent_ = 0;
 };
 
+// glm45 (GLM-4.5 / 4.6): <tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>...
+// </tool_call>, repeated. The arguments are key/value text, not JSON: a value is kept as a JSON
+// string where the tool's schema types that parameter string (or names no type), else read as
+// JSON when it parses, else kept as a string. The name streams as soon as it is whole; the
+// arguments go out as one JSON object when the call closes.
+class Glm45Parser : public MarkedToolParser {
+public:
+    explicit Glm45Parser(const Json* tools) : tools_(tools) {}
+
+private:
+    static constexpr std::string_view kBegin = "<tool_call>";
+    static constexpr std::string_view kEnd = "</tool_call>";
+    static constexpr std::string_view kKey = "<arg_key>";
+    static constexpr std::string_view kKeyEnd = "</arg_key>";
+    static constexpr std::string_view kValue = "<arg_value>";
+    static constexpr std::string_view kValueEnd = "</arg_value>";
+
+    ToolParseDelta advance(bool at_end) override {
+        ToolParseDelta out;
+        while (true) {
+            if (!in_call_) {
+                const size_t begin = buffer_.find(kBegin);
+                if (begin == std::string::npos) {
+                    const size_t keep = at_end ? 0 : partial_marker(buffer_, kBegin);
+                    if (num_calls_ == 0) out.content += buffer_.substr(0, buffer_.size() - keep);
+                    buffer_.erase(0, buffer_.size() - keep);
+                    return out;
+                }
+                if (num_calls_ == 0) out.content += buffer_.substr(0, begin);
+                buffer_.erase(0, begin + kBegin.size());
+                in_call_ = true;
+                call_.clear();
+                name_.clear();
+            }
+            const bool closed = take_call_text(kEnd, at_end);
+            stream_name(out, closed || at_end);
+            if (!closed && !at_end) return out;
+            in_call_ = false;
+            if (!name_.empty()) {
+                out.calls.push_back({num_calls_, std::nullopt, std::nullopt, arguments().dump()});
+                ++num_calls_;
+            }
+            if (!closed) return out;
+        }
+    }
+
+    // The name: the call's text up to its first newline or argument key.
+    void stream_name(ToolParseDelta& out, bool whole) {
+        if (!name_.empty()) return;
+        const size_t end = std::min(call_.find('\n'), call_.find(kKey));
+        if (end == std::string::npos && !whole) return;
+        const std::string name(trim(std::string_view(call_).substr(0, end)));
+        if (name.empty()) return;
+        name_ = name;
+        out.calls.push_back({num_calls_, new_tool_call_id(), name_, ""});
+    }
+
+    Json arguments() const {
+        Json args = Json::object();
+        size_t at = call_.find(kKey);
+        while (at != std::string::npos) {
+            const size_t key_end = call_.find(kKeyEnd, at);
+            const size_t value = key_end == std::string::npos ? key_end : call_.find(kValue, key_end);
+            const size_t value_end = value == std::string::npos ? value : call_.find(kValueEnd, value);
+            if (value_end == std::string::npos) break;  // cut off: the pairs that are whole
+            const std::string key(trim(std::string_view(call_).substr(at + kKey.size(), key_end - at - kKey.size())));
+            const std::string text = call_.substr(value + kValue.size(), value_end - value - kValue.size());
+            args[key] = value_of(key, text);
+            at = call_.find(kKey, value_end);
+        }
+        return args;
+    }
+
+    Json value_of(const std::string& key, const std::string& text) const {
+        if (!is_string_parameter(key)) {
+            Json parsed = Json::parse(trim(text), nullptr, false);
+            if (!parsed.is_discarded()) return parsed;
+        }
+        return text;
+    }
+
+    // Whether the schema of this call's tool types `key` as a string (or does not say).
+    bool is_string_parameter(const std::string& key) const {
+        if (tools_ == nullptr || !tools_->is_array()) return true;
+        for (const Json& tool : *tools_) {
+            const Json* f = tool.contains("function") ? &tool["function"] : nullptr;
+            if (f == nullptr || f->value("name", "") != name_) continue;
+            const Json* props = f->contains("parameters") && (*f)["parameters"].contains("properties")
+                                    ? &(*f)["parameters"]["properties"]
+                                    : nullptr;
+            if (props == nullptr || !props->contains(key) || !(*props)[key].contains("type")) return true;
+            const Json& type = (*props)[key]["type"];
+            return type == "string" || (type.is_array() && type.size() == 1 && type[0] == "string");
+        }
+        return true;
+    }
+
+    const Json* tools_;
+    bool in_call_ = false;
+    std::string name_;
+};
+
 }  // namespace
 
-std::vector<std::string> tool_parser_names() { return {"hermes", "deepseek_v3", "kimi_k2"}; }
+std::vector<std::string> tool_parser_names() { return {"hermes", "deepseek_v3", "kimi_k2", "glm45"}; }
 
-std::unique_ptr<ToolParser> make_tool_parser(const std::string& name) {
+std::unique_ptr<ToolParser> make_tool_parser(const std::string& name, const nlohmann::ordered_json* tools) {
     if (name == "hermes") return std::make_unique<HermesParser>();
     if (name == "deepseek_v3") return std::make_unique<DeepSeekV3Parser>();
     if (name == "kimi_k2") return std::make_unique<KimiK2Parser>();
+    if (name == "glm45") return std::make_unique<Glm45Parser>(tools);
     return nullptr;
 }
 

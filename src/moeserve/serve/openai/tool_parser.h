@@ -7,10 +7,14 @@
 //                \n```json\nARGS\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
 //   kimi_k2      Kimi-K2: <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:I
 //                <|tool_call_argument_begin|>ARGS<|tool_call_end|>...<|tool_calls_section_end|>
+//   glm45        GLM-4.5 / 4.6: <tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>...
+//                </tool_call> (values typed by the tool's schema)
 // Text outside calls before the first call is content; after the first call it is dropped (as
 // vLLM's non-streaming parsers do). A call whose text is not what the format says is returned as
 // content when nothing of it was streamed yet.
 #pragma once
+
+#include <nlohmann/json.hpp>
 
 #include <memory>
 #include <optional>
@@ -56,10 +60,11 @@ protected:
     int32_t num_calls_ = 0;
 };
 
-// The parser names known here ("hermes", "deepseek_v3", "kimi_k2"); make_tool_parser accepts exactly these.
+// The parser names known here; make_tool_parser accepts exactly these.
 std::vector<std::string> tool_parser_names();
-// nullptr for an unknown name.
-std::unique_ptr<ToolParser> make_tool_parser(const std::string& name);
+// nullptr for an unknown name. tools: the request's validated list (OpenAI shape), which glm45
+// reads to type the arguments; may be null; must outlive the parser.
+std::unique_ptr<ToolParser> make_tool_parser(const std::string& name, const nlohmann::ordered_json* tools = nullptr);
 
 // An OpenAI-shaped call id: "call_" + 24 random alphanumerics (vLLM's "chatcmpl-tool-" style ids
 // are accepted by clients too; the SDK only echoes them back).
