@@ -7,41 +7,28 @@
 
 #include <filesystem>
 #include <memory>
-#include <vector>
 
-#include "moeserve/core/thread_pool.h"
 #include "moeserve/io/hf_config.h"
 #include "moeserve/io/weight_source.h"
+#include "moeserve/model/gqa_moe_model.h"
 #include "moeserve/model/glm4_moe/config.h"
-#include "moeserve/model/layers/attention_gqa.h"
-#include "moeserve/model/layers/rotary_embedding.h"
-#include "moeserve/model/load_options.h"
-#include "moeserve/model/model.h"
-#include "moeserve/model/moe_decoder.h"
 
 namespace moeserve::model {
 
-class Glm4MoeModel : public Model {
+class Glm4MoeModel : public GqaMoeModel {
 public:
     Glm4MoeModel(const Glm4MoeConfig& config, std::shared_ptr<const io::WeightSource> weights, ThreadPool& pool,
                  const LoadOptions& options);
-    // The architecture table's loader: config.json and the checkpoint of model_dir.
+    // The architecture table's loader (architecture.h): config.json and the checkpoint of
+    // model_dir, `options` resolved.
     static std::unique_ptr<Model> load(const io::HfConfig& config, const std::filesystem::path& model_dir,
                                        ThreadPool& pool, const LoadOptions& options);
 
+    // The decoder's part of this architecture: sizes, tensor names, routing rule (also what
+    // weight_specs.cpp lists the tensors from).
     static DecoderSpec decoder_spec(const Glm4MoeConfig& config);
-
-    const ModelInfo& info() const override { return decoder_.info(); }
-    std::unique_ptr<KvCache> create_kv_cache(int64_t num_blocks, int64_t block_size) const override;
-    TensorView forward(const ForwardBatch& batch, KvCache& kv) override;
-
-private:
-    const Glm4MoeConfig config_;
-    int64_t local_kv_heads_ = 0;
-    std::vector<GqaAttention> attention_;  // per layer; filled while decoder_ loads
-    MoeDecoder decoder_;
-    std::unique_ptr<RotaryEmbedding> rope_;
-    GqaScratch attn_scratch_;
+    // Everything GqaMoeModel needs: the decoder spec, attention shape and rotary settings.
+    static GqaModelSpec model_spec(const Glm4MoeConfig& config);
 };
 
 }  // namespace moeserve::model

@@ -229,65 +229,83 @@ private:
     size_t args_at_ = std::string::npos, args_sent_ = 0;
 };
 
+// The formats whose calls sit in a section: SECTION_BEGIN (CALL_BEGIN ... CALL_END)* SECTION_END.
+// Before the section, content runs to its first marker (a call marker alone opens it too); after,
+// text between calls (newlines, the section's end) is dropped. A format supplies its markers and
+// stream_call, which releases what it can of call_ (whole: the call ended, or the output did).
+class SectionToolParser : public MarkedToolParser {
+protected:
+    SectionToolParser(std::string_view section_begin, std::string_view call_begin, std::string_view call_end)
+        : section_begin_(section_begin), call_begin_(call_begin), call_end_(call_end) {}
+
+    virtual void start_call() = 0;
+    virtual void stream_call(ToolParseDelta& out, bool whole) = 0;
+    // Whether the call being closed produced a call (its name went out).
+    virtual bool call_named() const = 0;
+
+private:
+    ToolParseDelta advance(bool at_end) final {
+        ToolParseDelta out;
+        while (true) {
+            if (!in_call_) {
+                const bool before = !in_section_;
+                const size_t section = before ? buffer_.find(section_begin_) : std::string::npos;
+                const size_t call = buffer_.find(call_begin_);
+                const size_t at = std::min(section, call);
+                if (at == std::string::npos) {
+                    size_t keep = at_end ? 0 : partial_marker(buffer_, call_begin_);
+                    if (before && !at_end) keep = std::max(keep, partial_marker(buffer_, section_begin_));
+                    if (before) out.content += buffer_.substr(0, buffer_.size() - keep);
+                    buffer_.erase(0, buffer_.size() - keep);
+                    return out;
+                }
+                if (before) out.content += buffer_.substr(0, at);
+                in_section_ = true;
+                if (at == section) {
+                    buffer_.erase(0, at + section_begin_.size());
+                    continue;
+                }
+                buffer_.erase(0, at + call_begin_.size());
+                in_call_ = true;
+                call_.clear();
+                start_call();
+            }
+            const bool closed = take_call_text(call_end_, at_end);
+            stream_call(out, closed || at_end);
+            if (!closed && !at_end) return out;
+            in_call_ = false;
+            if (call_named()) ++num_calls_;
+            if (!closed) return out;
+        }
+    }
+
+    std::string_view section_begin_, call_begin_, call_end_;
+    bool in_section_ = false, in_call_ = false;
+};
+
 // deepseek_v3: calls between <｜tool▁calls▁begin｜> and <｜tool▁calls▁end｜>, each
 // <｜tool▁call▁begin｜>TYPE<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>. Also the later
 // DeepSeek form without type and fence: <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>.
-class DeepSeekV3Parser : public MarkedToolParser {
+class DeepSeekV3Parser : public SectionToolParser {
+public:
+    DeepSeekV3Parser() : SectionToolParser(kCallsBegin, kCallBegin, kCallEnd) {}
+
 private:
     static constexpr std::string_view kCallsBegin = "<｜tool▁calls▁begin｜>";
     static constexpr std::string_view kCallBegin = "<｜tool▁call▁begin｜>";
     static constexpr std::string_view kSep = "<｜tool▁sep｜>";
     static constexpr std::string_view kCallEnd = "<｜tool▁call▁end｜>";
 
-    ToolParseDelta advance(bool at_end) override {
-        ToolParseDelta out;
-        while (true) {
-            if (!in_call_) {
-                // Before the calls, content runs to the first marker; after, text between calls
-                // (newlines, the closing marker) is dropped.
-                const bool before = !in_calls_;
-                const size_t calls = before ? buffer_.find(kCallsBegin) : std::string::npos;
-                const size_t call = buffer_.find(kCallBegin);
-                const size_t at = std::min(calls, call);
-                if (at == std::string::npos) {
-                    size_t keep = at_end ? 0 : partial_marker(buffer_, kCallBegin);
-                    if (before && !at_end) keep = std::max(keep, partial_marker(buffer_, kCallsBegin));
-                    if (before) out.content += buffer_.substr(0, buffer_.size() - keep);
-                    buffer_.erase(0, buffer_.size() - keep);
-                    return out;
-                }
-                if (before) out.content += buffer_.substr(0, at);
-                in_calls_ = true;
-                if (at == calls) {
-                    buffer_.erase(0, at + kCallsBegin.size());
-                    continue;
-                }
-                buffer_.erase(0, at + kCallBegin.size());
-                start_call();
-            }
-            const bool closed = take_call_text(kCallEnd, at_end);
-            if (!closed && !at_end) {
-                stream_call(out, false);
-                return out;
-            }
-            stream_call(out, true);
-            in_call_ = false;
-            if (name_sent_) ++num_calls_;
-            if (!closed) return out;
-        }
-    }
-
-    void start_call() {
-        in_call_ = true;
-        call_.clear();
+    void start_call() override {
         name_sent_ = false;
         args_at_ = std::string::npos;
         args_sent_ = 0;
     }
+    bool call_named() const override { return name_sent_; }
 
     // Finds the name (and where the arguments start), then releases the arguments as far as they
     // cannot be the closing fence.
-    void stream_call(ToolParseDelta& out, bool whole) {
+    void stream_call(ToolParseDelta& out, bool whole) override {
         if (!name_sent_) {
             const size_t sep = call_.find(kSep);
             if (sep == std::string::npos) return;
@@ -330,61 +348,32 @@ private:
         if (whole && args_sent_ == 0) out.calls.push_back({num_calls_, std::nullopt, std::nullopt, "{}"});
     }
 
-    bool in_calls_ = false, in_call_ = false, name_sent_ = false;
+    bool name_sent_ = false;
     size_t args_at_ = std::string::npos, args_sent_ = 0;
 };
 
 // kimi_k2: calls between <|tool_calls_section_begin|> and <|tool_calls_section_end|>, each
 // <|tool_call_begin|>functions.NAME:INDEX<|tool_call_argument_begin|>ARGS<|tool_call_end|>. The
 // "functions.NAME:INDEX" id is the call's id (Kimi reads it back in the history, as vLLM keeps it).
-class KimiK2Parser : public MarkedToolParser {
+class KimiK2Parser : public SectionToolParser {
+public:
+    KimiK2Parser() : SectionToolParser(kSectionBegin, kCallBegin, kCallEnd) {}
+
 private:
     static constexpr std::string_view kSectionBegin = "<|tool_calls_section_begin|>";
     static constexpr std::string_view kCallBegin = "<|tool_call_begin|>";
     static constexpr std::string_view kArgsBegin = "<|tool_call_argument_begin|>";
     static constexpr std::string_view kCallEnd = "<|tool_call_end|>";
 
-    ToolParseDelta advance(bool at_end) override {
-        ToolParseDelta out;
-        while (true) {
-            if (!in_call_) {
-                // Before the section, content runs to its first marker; after, text between calls
-                // (newlines, the section's end) is dropped.
-                const bool before = !in_section_;
-                const size_t section = before ? buffer_.find(kSectionBegin) : std::string::npos;
-                const size_t call = buffer_.find(kCallBegin);
-                const size_t at = std::min(section, call);
-                if (at == std::string::npos) {
-                    size_t keep = at_end ? 0 : partial_marker(buffer_, kCallBegin);
-                    if (before && !at_end) keep = std::max(keep, partial_marker(buffer_, kSectionBegin));
-                    if (before) out.content += buffer_.substr(0, buffer_.size() - keep);
-                    buffer_.erase(0, buffer_.size() - keep);
-                    return out;
-                }
-                if (before) out.content += buffer_.substr(0, at);
-                in_section_ = true;
-                if (at == section) {
-                    buffer_.erase(0, at + kSectionBegin.size());
-                    continue;
-                }
-                buffer_.erase(0, at + kCallBegin.size());
-                in_call_ = true;
-                call_.clear();
-                name_sent_ = false;
-                args_sent_ = 0;
-            }
-            const bool closed = take_call_text(kCallEnd, at_end);
-            stream_call(out, closed || at_end);
-            if (!closed && !at_end) return out;
-            in_call_ = false;
-            if (name_sent_) ++num_calls_;
-            if (!closed) return out;
-        }
+    void start_call() override {
+        name_sent_ = false;
+        args_sent_ = 0;
     }
+    bool call_named() const override { return name_sent_; }
 
     // The id and name once the argument marker came, then the arguments as far as they are not
     // trailing spaces (which may precede the end marker).
-    void stream_call(ToolParseDelta& out, bool whole) {
+    void stream_call(ToolParseDelta& out, bool whole) override {
         const size_t marker = call_.find(kArgsBegin);
         if (!name_sent_) {
             if (marker == std::string::npos) return;
@@ -405,7 +394,7 @@ private:
         if (whole && args_sent_ == 0) out.calls.push_back({num_calls_, std::nullopt, std::nullopt, "{}"});
     }
 
-    bool in_section_ = false, in_call_ = false, name_sent_ = false;
+    bool name_sent_ = false;
     size_t args_sent_ = 0;
 };
 
