@@ -1,22 +1,14 @@
 #include "moeserve/model/glm4_moe/config.h"
 
 #include "moeserve/core/error.h"
+#include "moeserve/model/decoder_fields.h"
 
 namespace moeserve::model {
 
 Glm4MoeConfig Glm4MoeConfig::from_json(const io::HfConfig& j) {
     Glm4MoeConfig c;
-    c.vocab_size = j.get_int("vocab_size", c.vocab_size);
-    c.hidden_size = j.get_int("hidden_size", c.hidden_size);
-    c.intermediate_size = j.get_int("intermediate_size", c.intermediate_size);
-    c.num_hidden_layers = j.get_int("num_hidden_layers", c.num_hidden_layers);
-    c.num_attention_heads = j.get_int("num_attention_heads", c.num_attention_heads);
-    c.num_key_value_heads = j.get_int("num_key_value_heads", c.num_key_value_heads);
+    read_decoder_fields(j, c);
     c.partial_rotary_factor = j.get_float("partial_rotary_factor", c.partial_rotary_factor);
-    c.hidden_act = j.get_string("hidden_act", c.hidden_act);
-    c.max_position_embeddings = j.get_int("max_position_embeddings", c.max_position_embeddings);
-    c.rms_norm_eps = j.get_float("rms_norm_eps", c.rms_norm_eps);
-    c.tie_word_embeddings = j.get_bool("tie_word_embeddings", c.tie_word_embeddings);
     c.rope = RopeScaling::parse(j, 10000.0);
     c.attention_bias = j.get_bool("attention_bias", c.attention_bias);
     c.use_qk_norm = j.get_bool("use_qk_norm", c.use_qk_norm);
@@ -29,23 +21,16 @@ Glm4MoeConfig Glm4MoeConfig::from_json(const io::HfConfig& j) {
     c.norm_topk_prob = j.get_bool("norm_topk_prob", c.norm_topk_prob);
     c.routed_scaling_factor = j.get_float("routed_scaling_factor", c.routed_scaling_factor);
     c.first_k_dense_replace = j.get_int("first_k_dense_replace", c.first_k_dense_replace);
-    c.eos_token_id = j.get_int_or_list("eos_token_id");
-    c.bos_token_id = j.get_optional_int("bos_token_id");
-    for (const char* key : {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                            "num_key_value_heads", "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok",
-                            "max_position_embeddings", "n_group", "topk_group"}) {
-        if (j.has(key) && j.get_int(key) < 1) j.fail(key, "a positive integer");
-    }
+    check_positive(j, {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                       "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok", "max_position_embeddings",
+                       "n_group", "topk_group"});
     c.head_dim = j.get_int("head_dim", c.hidden_size / c.num_attention_heads);
+    check_gqa_decoder(j, c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.hidden_act);
     const int64_t rot = c.rotary_dim();
     if (c.head_dim < 2 || rot < 2 || rot % 2 != 0 || rot > c.head_dim) {
         raise(ErrorCode::kInvalidModel,
               "{}: head_dim ({}) x partial_rotary_factor ({}) must be an even number of dims within the head; got {}",
               j.label(), c.head_dim, c.partial_rotary_factor, rot);
-    }
-    if (c.num_attention_heads % c.num_key_value_heads != 0) {
-        raise(ErrorCode::kInvalidModel, "{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})",
-              j.label(), c.num_attention_heads, c.num_key_value_heads);
     }
     if (c.n_routed_experts % c.n_group != 0 || c.topk_group > c.n_group ||
         c.num_experts_per_tok > c.n_routed_experts / c.n_group * c.topk_group) {
@@ -53,9 +38,6 @@ Glm4MoeConfig Glm4MoeConfig::from_json(const io::HfConfig& j) {
               "{}: n_routed_experts ({}) must split into n_group ({}) groups, topk_group ({}) of which hold "
               "num_experts_per_tok ({}) experts",
               j.label(), c.n_routed_experts, c.n_group, c.topk_group, c.num_experts_per_tok);
-    }
-    if (c.hidden_act != "silu") {
-        raise(ErrorCode::kUnsupported, "{}: hidden_act '{}' is not supported (only silu)", j.label(), c.hidden_act);
     }
     return c;
 }
