@@ -9,6 +9,7 @@
 #include <cctype>
 #include <random>
 
+#include "moeserve/serve/access_log.h"
 #include "moeserve/serve/openai/parse.h"
 #include "moeserve/serve/openai/render.h"
 #include "moeserve/serve/route_util.h"
@@ -85,6 +86,8 @@ void Router::defer(HttpRequest request, std::shared_ptr<Responder> responder, F 
 }
 
 void Router::handle(HttpRequest request, std::shared_ptr<Responder> responder) {
+    if (config_.access_log)
+        responder = std::make_shared<AccessLogResponder>(std::move(responder), request, access_.client(request), logger_);
     guarded(request, responder, [&] { route(request, responder); });
 }
 

@@ -45,6 +45,9 @@ struct RouterConfig {
     // finished request (reason, tokens, TTFT, e2e). max_log_len < 0: no cut (--max-log-len unset).
     bool log_requests = false;
     int max_log_len = -1;
+    // The access log (access_log.h): one line per answered request; off with
+    // --disable-uvicorn-access-log.
+    bool access_log = true;
     GenerationDefaults generation_defaults;
     int num_workers = 4;     // threads that parse, render and tokenize (WorkQueue)
     std::string model_path;  // shown as "root" in /v1/models
