@@ -277,6 +277,7 @@ int run_serve(ServeOptions o) {
     if (serve::openai::reasoning_format_of(o.reasoning_parser, reasoning)) rc.reasoning_format = reasoning;
     rc.log_requests = o.enable_log_requests && !o.disable_log_requests;
     rc.access_log = !o.disable_access_log;
+    rc.responses_store_size = static_cast<size_t>(o.responses_store_size);
     rc.max_log_len = o.max_log_len;
     rc.limits.max_model_len = o.engine.max_model_len;
     rc.limits.max_logprobs = o.max_logprobs;
@@ -534,6 +535,11 @@ void add_serve_command(CLI::App& app, Action* action) {
                   "VLLM_LOG_STATS_INTERVAL s, default 10)");
     sub->add_flag("--disable-uvicorn-access-log", o->disable_access_log,
                   "no access line per request (client, method, target, status, latency, tokens)");
+    sub->add_option("--responses-store-size", o->responses_store_size,
+                    "POST /v1/responses: responses kept in memory for previous_response_id and GET "
+                    "/v1/responses/{id}, the oldest evicted first (0 = none)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
     sub->add_option("--max-log-len", o->max_log_len,
                     "with --enable-log-requests: at most N characters and N token ids of each prompt (default: all)")
         ->check(CLI::NonNegativeNumber);

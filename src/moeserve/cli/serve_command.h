@@ -24,6 +24,7 @@ struct ServeOptions {
     bool disable_log_stats = false;     // --disable-log-stats: no periodic stats line
     double log_stats_interval = 10;     // seconds (env VLLM_LOG_STATS_INTERVAL)
     bool disable_access_log = false;    // --disable-uvicorn-access-log
+    int64_t responses_store_size = 1024;  // --responses-store-size
     // CORS (vLLM's flags: JSON lists; what was given, else the defaults).
     std::string allowed_origins, allowed_methods, allowed_headers;
     bool allow_credentials = false;

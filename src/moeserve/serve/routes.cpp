@@ -32,6 +32,7 @@ Router::Router(RouterConfig config, const tokenizer::Tokenizer& tokenizer, Engin
       metrics_(metrics),
       logger_(logger),
       id_salt_(std::random_device{}()),
+      responses_(std::make_shared<ResponseStore>(config_.responses_store_size)),
       workers_(config_.num_workers) {
     if (!config_.chat_template.empty()) {
         chat_template_ = tokenizer::ChatTemplate::parse(config_.chat_template);
@@ -176,6 +177,18 @@ void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& respo
                      [this, chat](const HttpRequest& r, const std::shared_ptr<Responder>& resp) {
                          generate(openai::parse_body(r.body), chat, resp);
                      });
+    }
+    if (path == "/v1/responses") {
+        method_check(post);
+        json_check();
+        return defer(std::move(request), responder, [this](const HttpRequest& r, const std::shared_ptr<Responder>& resp) {
+            responses(openai::parse_body(r.body), resp);
+        });
+    }
+    if (path.rfind("/v1/responses/", 0) == 0) {
+        method_check(get);
+        const std::string id = path.substr(std::string("/v1/responses/").size());
+        return reply(responder, 200, kJsonMediaType, dump(stored_response(id).response));
     }
     if (path == "/tokenize") {
         method_check(post);
