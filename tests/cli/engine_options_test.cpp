@@ -132,8 +132,9 @@ TEST(CheckEngineOptionsTest, FlagRangesNameTheFlag) {
               std::string::npos);
     EXPECT_NE(message([](EngineOptions& o) { o.threads = 0; }).find("--threads must be >= 1; got 0"),
               std::string::npos);
-    EXPECT_NE(message([](EngineOptions& o) { o.gpu_memory_utilization = 1.5; })
-                  .find("--gpu-memory-utilization must be in (0, 1]; got 1.5"),
+    EXPECT_NE(message([](EngineOptions& o) {
+                  o.gpu_memory_utilization = 1.5;
+              }).find("--gpu-memory-utilization must be in (0, 1]; got 1.5"),
               std::string::npos);
     EXPECT_NE(message([](EngineOptions& o) { o.gpu_memory_utilization = 0; }).find("--gpu-memory-utilization"),
               std::string::npos);

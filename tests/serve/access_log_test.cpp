@@ -14,7 +14,8 @@ namespace {
 TEST(AccessLogTest, LineFields) {
     EXPECT_EQ(access_log_line("127.0.0.1:5000", "POST", "/v1/completions", 200, 0.1534, std::pair{5, 16}),
               "127.0.0.1:5000 - \"POST /v1/completions\" 200 0.153s prompt_tokens=5 completion_tokens=16");
-    EXPECT_EQ(access_log_line("[::1]:7", "GET", "/health", 503, 0, std::nullopt), "[::1]:7 - \"GET /health\" 503 0.000s");
+    EXPECT_EQ(access_log_line("[::1]:7", "GET", "/health", 503, 0, std::nullopt),
+              "[::1]:7 - \"GET /health\" 503 0.000s");
 }
 
 TEST(AccessLogTest, QuotesAndControlBytesCannotForgeALine) {

@@ -66,8 +66,8 @@ TEST(ResponsesTest, RefusalsNameTheField) {
 }
 
 TEST(ResponsesTest, ChatAnswerBecomesAResponse) {
-    const ResponseHead head{.id = "resp_ab", .created_at = 5, .model = "m", .echo = {{"store", true}},
-                            .previous_response_id = "resp_prev"};
+    const ResponseHead head{
+        .id = "resp_ab", .created_at = 5, .model = "m", .echo = {{"store", true}}, .previous_response_id = "resp_prev"};
     const OJson message = OJson::parse(R"({"role": "assistant", "content": "hello", "reasoning_content": "think",
         "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]})");
     const OJson usage = OJson::parse(R"({"prompt_tokens": 4, "completion_tokens": 6, "total_tokens": 10})");
@@ -89,8 +89,8 @@ TEST(ResponsesTest, ChatAnswerBecomesAResponse) {
 // Every event names its type twice (SSE event line, JSON type) and carries the next sequence
 // number; the deltas add up to the final text, and the final response is the non-stream one.
 TEST(ResponsesTest, StreamEventsInOrder) {
-    ResponsesStream s({.id = "resp_x", .created_at = 1, .model = "m", .echo = OJson::object(),
-                       .previous_response_id = std::nullopt});
+    ResponsesStream s(
+        {.id = "resp_x", .created_at = 1, .model = "m", .echo = OJson::object(), .previous_response_id = std::nullopt});
     std::string all = s.start();
     all += s.feed(OJson::parse(R"({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})"));
     all += s.feed(OJson::parse(R"({"choices": [{"index": 0, "delta": {"content": "Hel"}}]})"));
@@ -116,12 +116,21 @@ TEST(ResponsesTest, StreamEventsInOrder) {
         EXPECT_EQ(data["sequence_number"], expected++) << type;
         types.push_back(type);
     }
-    const std::vector<std::string> want = {
-        "response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
-        "response.output_text.delta", "response.output_text.delta", "response.output_text.done",
-        "response.content_part.done", "response.output_item.done", "response.output_item.added",
-        "response.function_call_arguments.delta", "response.function_call_arguments.delta",
-        "response.function_call_arguments.done", "response.output_item.done", "response.completed"};
+    const std::vector<std::string> want = {"response.created",
+                                           "response.in_progress",
+                                           "response.output_item.added",
+                                           "response.content_part.added",
+                                           "response.output_text.delta",
+                                           "response.output_text.delta",
+                                           "response.output_text.done",
+                                           "response.content_part.done",
+                                           "response.output_item.done",
+                                           "response.output_item.added",
+                                           "response.function_call_arguments.delta",
+                                           "response.function_call_arguments.delta",
+                                           "response.function_call_arguments.done",
+                                           "response.output_item.done",
+                                           "response.completed"};
     EXPECT_EQ(types, want);
     EXPECT_EQ(message["content"], "Hello");
     EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], "{\"a\":1}");

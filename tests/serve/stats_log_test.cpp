@@ -39,8 +39,8 @@ TEST(StatsLogTest, ThroughputOverTheIntervalAndTheGauges) {
 TEST(StatsLogTest, IdleAfterAQuietIntervalFollowingAnotherQuietOne) {
     StatsLog log(0);
     EXPECT_TRUE(log.lines({stats(0, 0, 0, 0)}, 1).at(0).idle == false);  // nothing before the start: not idle yet
-    EXPECT_FALSE(log.lines({stats(10, 1, 0, 0)}, 10).at(0).idle);  // work in this interval
-    EXPECT_FALSE(log.lines({stats(10, 1, 0, 0)}, 20).at(0).idle);  // work in the one before
+    EXPECT_FALSE(log.lines({stats(10, 1, 0, 0)}, 10).at(0).idle);        // work in this interval
+    EXPECT_FALSE(log.lines({stats(10, 1, 0, 0)}, 20).at(0).idle);        // work in the one before
     EXPECT_TRUE(log.lines({stats(10, 1, 0, 0)}, 30).at(0).idle);
     EXPECT_FALSE(log.lines({stats(10, 1, 1, 0)}, 40).at(0).idle);  // a running request is not idle
 }

@@ -465,7 +465,8 @@ int run_serve(ServeOptions o) {
             stderr,
             "try: curl http://%s:%d/v1/completions -H 'Content-Type: application/json'%s -d '{\"model\": \"%s\", "
             "\"prompt\": \"Hello\", \"max_tokens\": 16}'\n",
-            o.host.c_str(), server.port(), o.access.api_keys.empty() ? "" : " -H 'Authorization: Bearer $MOESERVE_API_KEY'",
+            o.host.c_str(), server.port(),
+            o.access.api_keys.empty() ? "" : " -H 'Authorization: Bearer $MOESERVE_API_KEY'",
             rc.limits.served_model_name.c_str());
     }
 

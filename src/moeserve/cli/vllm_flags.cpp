@@ -118,8 +118,8 @@ void add_vllm_flags(CLI::App* sub, VllmFlags& f) {
                [&f, name, v](const std::string& value) {
                    for (const char* a : v.accepted)
                        if (value == a) return;
-                   f.refused.push_back(fmt::format("{} {}: {} (accepted: {})", name, value, v.why,
-                                                   fmt::join(v.accepted, ", ")));
+                   f.refused.push_back(
+                       fmt::format("{} {}: {} (accepted: {})", name, value, v.why, fmt::join(v.accepted, ", ")));
                },
                fmt::format("{} ({})", accepted, v.why))
             ->group(group);

@@ -20,16 +20,16 @@ std::string loggable(const std::string& text) {
 }
 }  // namespace
 
-std::string access_log_line(const std::string& client, const std::string& method, const std::string& target,
-                            int status, double seconds, std::optional<std::pair<int64_t, int64_t>> usage) {
-    std::string line = fmt::format("{} - \"{} {}\" {} {:.3f}s", loggable(client), loggable(method), loggable(target),
-                                   status, seconds);
+std::string access_log_line(const std::string& client, const std::string& method, const std::string& target, int status,
+                            double seconds, std::optional<std::pair<int64_t, int64_t>> usage) {
+    std::string line =
+        fmt::format("{} - \"{} {}\" {} {:.3f}s", loggable(client), loggable(method), loggable(target), status, seconds);
     if (usage) line += fmt::format(" prompt_tokens={} completion_tokens={}", usage->first, usage->second);
     return line;
 }
 
-AccessLogResponder::AccessLogResponder(std::shared_ptr<Responder> inner, const HttpRequest& request,
-                                       std::string client, Logger& logger)
+AccessLogResponder::AccessLogResponder(std::shared_ptr<Responder> inner, const HttpRequest& request, std::string client,
+                                       Logger& logger)
     : inner_(std::move(inner)),
       method_(request.method),
       target_(request.target),

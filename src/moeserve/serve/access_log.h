@@ -19,8 +19,8 @@ namespace moeserve::serve {
 
 // '127.0.0.1:51234 - "POST /v1/completions" 200 0.153s prompt_tokens=5 completion_tokens=16'
 // (the token fields only when known). Pure formatting.
-std::string access_log_line(const std::string& client, const std::string& method, const std::string& target,
-                            int status, double seconds, std::optional<std::pair<int64_t, int64_t>> usage);
+std::string access_log_line(const std::string& client, const std::string& method, const std::string& target, int status,
+                            double seconds, std::optional<std::pair<int64_t, int64_t>> usage);
 
 // A Responder that passes every call on to `inner` and writes the access line when the answer
 // completes (respond(), or end_stream() of a stream). Thread-safe as Responder is.

@@ -33,9 +33,8 @@ public:
     void respond(int status, std::string content_type, std::string body) override {
         if (status != 200) return inner_->respond(status, std::move(content_type), std::move(body));
         const OJson chat = OJson::parse(body, nullptr, /*allow_exceptions=*/false);
-        const OJson choice = chat.is_object() && !chat.value("choices", OJson::array()).empty()
-                                 ? chat["choices"][0]
-                                 : OJson::object();
+        const OJson choice =
+            chat.is_object() && !chat.value("choices", OJson::array()).empty() ? chat["choices"][0] : OJson::object();
         const OJson message = choice.value("message", OJson::object());
         const OJson response = openai::response_object(head_, message, choice.value("finish_reason", "stop"),
                                                        chat.is_object() ? chat.value("usage", OJson()) : OJson());

@@ -88,7 +88,8 @@ void Router::defer(HttpRequest request, std::shared_ptr<Responder> responder, F 
 
 void Router::handle(HttpRequest request, std::shared_ptr<Responder> responder) {
     if (config_.access_log)
-        responder = std::make_shared<AccessLogResponder>(std::move(responder), request, access_.client(request), logger_);
+        responder =
+            std::make_shared<AccessLogResponder>(std::move(responder), request, access_.client(request), logger_);
     guarded(request, responder, [&] { route(request, responder); });
 }
 
@@ -181,9 +182,10 @@ void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& respo
     if (path == "/v1/responses") {
         method_check(post);
         json_check();
-        return defer(std::move(request), responder, [this](const HttpRequest& r, const std::shared_ptr<Responder>& resp) {
-            responses(openai::parse_body(r.body), resp);
-        });
+        return defer(std::move(request), responder,
+                     [this](const HttpRequest& r, const std::shared_ptr<Responder>& resp) {
+                         responses(openai::parse_body(r.body), resp);
+                     });
     }
     if (path.rfind("/v1/responses/", 0) == 0) {
         method_check(get);

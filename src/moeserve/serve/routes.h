@@ -1,8 +1,8 @@
 // The OpenAI-compatible routes (docs/architecture.md, "The request path through the API server"): /v1/completions,
-// /v1/chat/completions, /v1/responses, /v1/models, /health, /version, /metrics, /tokenize, /detokenize. Turns HTTP requests into
-// validated requests, engine requests (token ids) and back into JSON/SSE. routes.cpp dispatches
-// and checks access; generate_route.cpp runs the generation requests. Depends on
-// tokenizer and ipc (via EngineClient), never on engine or model.
+// /v1/chat/completions, /v1/responses, /v1/models, /health, /version, /metrics, /tokenize, /detokenize. Turns HTTP
+// requests into validated requests, engine requests (token ids) and back into JSON/SSE. routes.cpp dispatches and
+// checks access; generate_route.cpp runs the generation requests. Depends on tokenizer and ipc (via EngineClient),
+// never on engine or model.
 #pragma once
 
 #include <atomic>
@@ -144,7 +144,7 @@ private:
     std::mutex warned_mutex_;
     std::set<std::string> warned_fields_;
     std::shared_ptr<ResponseStore> responses_;  // shared with the Responses answers in flight
-    WorkQueue workers_;  // last: its threads stop before the rest is destroyed
+    WorkQueue workers_;                         // last: its threads stop before the rest is destroyed
 };
 
 }  // namespace moeserve::serve

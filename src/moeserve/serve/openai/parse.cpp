@@ -434,8 +434,7 @@ ChatCompletionRequest parse_chat_request(const Json& body, const ModelLimits& li
     r.unknown_fields =
         f.unknown({"user", "service_tier", "metadata", "store", "modalities", "reasoning_effort", "audio", "prediction",
                    "web_search_options", "documents", "mm_processor_kwargs", "vllm_xargs", "length_penalty",
-                   "spaces_between_special_tokens", "guided_decoding_backend",
-                   "chat_template_content_format"});
+                   "spaces_between_special_tokens", "guided_decoding_backend", "chat_template_content_format"});
     r.params.grammar = parse_structured_output(body);
     if (r.tools.forced()) {
         if (!r.params.grammar.empty()) {

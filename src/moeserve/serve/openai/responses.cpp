@@ -30,8 +30,8 @@ OJson message_content(const OJson& content, const std::string& at) {
         const std::string type = p.is_object() && p.contains("type") && p["type"].is_string() ? p["type"] : "";
         if ((type != "input_text" && type != "output_text" && type != "text") || !p.contains("text") ||
             !p["text"].is_string()) {
-            bad(at, fmt::format("{}[{}]: only text parts (input_text, output_text) are supported; got '{}'", at, k,
-                                type));
+            bad(at,
+                fmt::format("{}[{}]: only text parts (input_text, output_text) are supported; got '{}'", at, k, type));
         }
         parts.push_back({{"type", "text"}, {"text", p["text"]}});
     }
@@ -70,7 +70,9 @@ void add_input_item(const OJson& item, size_t k, OJson& out) {
         const OJson* output = field(item, "output");
         out.push_back({{"role", "tool"},
                        {"tool_call_id", item["call_id"]},
-                       {"content", output == nullptr ? "" : output->is_string() ? *output : OJson(dump_text(*output))}});
+                       {"content", output == nullptr     ? ""
+                                   : output->is_string() ? *output
+                                                         : OJson(dump_text(*output))}});
     } else if (type != "reasoning") {  // a reasoning item from an earlier output is not replayed to the model
         bad(at + ".type", fmt::format("input item type '{}' is not supported (message, function_call, "
                                       "function_call_output, reasoning)",
@@ -118,7 +120,8 @@ void add_tools_and_format(const OJson& body, OJson& chat) {
     if (format == nullptr) return;
     const std::string type = format->is_object() ? format->value("type", "") : "";
     if (type == "json_schema") {
-        OJson schema = {{"name", format->value("name", "response")}, {"schema", format->value("schema", OJson::object())}};
+        OJson schema = {{"name", format->value("name", "response")},
+                        {"schema", format->value("schema", OJson::object())}};
         if (const OJson* strict = field(*format, "strict")) schema["strict"] = *strict;
         chat["response_format"] = {{"type", "json_schema"}, {"json_schema", schema}};
     } else if (type == "json_object") {
@@ -166,8 +169,8 @@ ResponsesRequest parse_responses_request(const OJson& body) {
     for (const char* unsupported : {"background", "conversation", "prompt"}) {
         const OJson* v = field(body, unsupported);
         if (v && !(v->is_boolean() && !v->get<bool>()))
-            bad(unsupported, fmt::format("'{}' is not supported here (use previous_response_id for a conversation)",
-                                         unsupported));
+            bad(unsupported,
+                fmt::format("'{}' is not supported here (use previous_response_id for a conversation)", unsupported));
     }
     ResponsesRequest r;
     const OJson* input = field(body, "input");
@@ -253,11 +256,12 @@ OJson response_object(const ResponseHead& head, const OJson& message, const std:
     const int64_t input = usage.is_object() ? usage.value("prompt_tokens", int64_t{0}) : 0;
     const int64_t out = usage.is_object() ? usage.value("completion_tokens", int64_t{0}) : 0;
     const OJson details = usage.is_object() ? usage.value("prompt_tokens_details", OJson()) : OJson();
-    r["usage"] = {{"input_tokens", input},
-                  {"input_tokens_details", {{"cached_tokens", details.is_object() ? details.value("cached_tokens", 0) : 0}}},
-                  {"output_tokens", out},
-                  {"output_tokens_details", {{"reasoning_tokens", 0}}},
-                  {"total_tokens", input + out}};
+    r["usage"] = {
+        {"input_tokens", input},
+        {"input_tokens_details", {{"cached_tokens", details.is_object() ? details.value("cached_tokens", 0) : 0}}},
+        {"output_tokens", out},
+        {"output_tokens_details", {{"reasoning_tokens", 0}}},
+        {"total_tokens", input + out}};
     return r;
 }
 
@@ -298,12 +302,8 @@ OJson ResponsesStream::item(bool done) const {
                     {"role", "assistant"},
                     {"content", done ? OJson::array({text_part(text_)}) : OJson::array()}};
         case Kind::kCall:
-            return {{"type", "function_call"},
-                    {"id", call_["item_id"]},
-                    {"call_id", call_["id"]},
-                    {"name", call_["name"]},
-                    {"arguments", done ? text_ : ""},
-                    {"status", status}};
+            return {{"type", "function_call"}, {"id", call_["item_id"]},         {"call_id", call_["id"]},
+                    {"name", call_["name"]},   {"arguments", done ? text_ : ""}, {"status", status}};
         case Kind::kNone:
             break;
     }
@@ -319,8 +319,9 @@ std::string ResponsesStream::open(Kind kind, const OJson& call) {
     const OJson it = item(false);
     out += event("response.output_item.added", {{"output_index", output_index_}, {"item", it}});
     if (kind == Kind::kText) {
-        out += event("response.content_part.added",
-                     {{"item_id", it["id"]}, {"output_index", output_index_}, {"content_index", 0}, {"part", text_part("")}});
+        out += event(
+            "response.content_part.added",
+            {{"item_id", it["id"]}, {"output_index", output_index_}, {"content_index", 0}, {"part", text_part("")}});
     }
     return out;
 }
@@ -367,10 +368,9 @@ std::string ResponsesStream::feed(const OJson& chunk) {
         if (kind_ != kind) out += open(kind);
         text_ += d;
         message_[message_key] = message_.value(message_key, "") + d;
-        out += event(event_type, {{"item_id", item(false)["id"]},
-                                  {"output_index", output_index_},
-                                  {"content_index", 0},
-                                  {"delta", d}});
+        out += event(
+            event_type,
+            {{"item_id", item(false)["id"]}, {"output_index", output_index_}, {"content_index", 0}, {"delta", d}});
     };
     text_delta(Kind::kReasoning, "reasoning_content", "response.reasoning_text.delta",
                string_or_empty(delta, "reasoning_content"));
@@ -379,9 +379,9 @@ std::string ResponsesStream::feed(const OJson& chunk) {
         if (d.contains("id") && d["id"].is_string()) {  // a new call: its id and name come first
             const size_t index = message_.value("tool_calls", OJson::array()).size();
             const std::string name = d.contains("function") ? d["function"].value("name", "") : "";
-            out += open(Kind::kCall, {{"item_id", fmt::format("fc_{}_{}", id_base(head_.id), index)},
-                                      {"id", d["id"]},
-                                      {"name", name}});
+            out +=
+                open(Kind::kCall,
+                     {{"item_id", fmt::format("fc_{}_{}", id_base(head_.id), index)}, {"id", d["id"]}, {"name", name}});
             message_["tool_calls"].push_back(
                 {{"id", d["id"]}, {"type", "function"}, {"function", {{"name", name}, {"arguments", ""}}}});
         }

@@ -50,7 +50,7 @@ OJson conversation_messages(const OJson& message);
 class ResponsesStream {
 public:
     explicit ResponsesStream(ResponseHead head) : head_(std::move(head)) {}
-    std::string start();                       // response.created, response.in_progress
+    std::string start();                        // response.created, response.in_progress
     std::string feed(const OJson& chat_chunk);  // the events of one chunk (usage chunks: none)
     // The closing events and response.completed (or response.incomplete); `message` gets what the
     // stream said as a chat message and `response` the final Response object (for the store).
