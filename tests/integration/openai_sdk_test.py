@@ -2,7 +2,8 @@
 """The official OpenAI Node SDK (npm `openai`, installed by scripts/setup.sh) against the real
 `moeserve serve` with the tiny model: chat.completions.parse with a Zod schema returns a parsed
 object, greedy and sampled; plain and streamed chat work; a tool conversation (required, auto,
-named, runTools) with the hermes parser. Bounded: one server per test, 60 s per call."""
+named, runTools) with the hermes parser; responses.create, streamed and not, with a tool round trip
+over previous_response_id, text.format and an evicted id. Bounded: one server per test, 60 s per call."""
 import argparse
 import json
 import os
@@ -67,6 +68,37 @@ class OpenAISdk(unittest.TestCase):
         finally:
             self.assertEqual(s.stop(), 0)
 
+    def test_responses_api(self):
+        # Store size 3: by the last call the first response is gone (a 404, not a silent new conversation).
+        s = Server("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--responses-store-size", "3")
+        try:
+            code, err, out = run_client(s.port, "openai_sdk_responses_client.cjs")
+            self.assertEqual(code, 0, err + "\n" + s.log_text()[-2000:])
+            r = json.loads(out.strip().splitlines()[-1])
+            self.assertEqual(r["plain"]["object"], "response")
+            self.assertTrue(r["plain"]["id"].startswith("resp_"))
+            self.assertEqual(r["plain"]["status"], "incomplete")  # max_output_tokens reached
+            self.assertTrue(r["plain"]["text"])
+            self.assertEqual(r["plain"]["usage"]["output_tokens"], 6)
+            st = r["stream"]
+            self.assertEqual(st["types"][:4], ["response.created", "response.in_progress", "response.output_item.added",
+                                               "response.content_part.added"])
+            self.assertEqual(st["types"][-1], "response.incomplete")
+            self.assertEqual(st["sequence"], list(range(len(st["sequence"]))))
+            self.assertEqual(st["deltas"], st["text"])
+            self.assertEqual(st["text"], r["plain"]["text"])  # greedy: the same answer streamed or not
+            self.assertEqual(r["call"]["name"], "get_weather")
+            self.assertIn(json.loads(r["call"]["arguments"])["city"], ["Paris", "Oslo"])
+            self.assertTrue(r["call"]["call_id"].startswith("call_"))
+            # The second turn ran over the stored first one: its prompt holds the first turn's.
+            self.assertEqual(r["second"]["previous"], r["call"]["id"])
+            self.assertGreater(r["second"]["input_tokens"], r["second"]["call_input_tokens"])
+            self.assertTrue(r["second"]["text"])
+            self.assertIn(json.loads(r["schema"]["text"])["color"], ("red", "green"))
+            self.assertEqual(r["evicted"]["status"], 404, r["evicted"])
+            self.assertEqual(r["evicted"]["code"], "response_not_found")
+        finally:
+            self.assertEqual(s.stop(), 0)
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()

@@ -37,6 +37,9 @@ STARTS = [
     "--max-model-len 512 --scheduling-policy priority --enable-server-load-tracking --max-logprobs 5",
     "--max-model-len 512 --dtype float32 --enable-log-requests --disable-log-requests",
     "--max-model-len 512 -asc 2",
+    # issue 34: common vLLM flags with one supported value or no effect here
+    "--max-model-len 512 --device cpu --task generate --response-role assistant --guided-decoding-backend xgrammar "
+    "--limit-mm-per-prompt '{\"image\": 0}' --disable-log-stats",
 ]
 REFUSED = [
     ("--distributed-executor-backend ray -tp 1", "there is no Ray here"),
@@ -56,6 +59,10 @@ REFUSED = [
     ("--tool-call-parser mistral_v9", "'mistral_v9' is not one of"),
     ("--enable-auto-tool-choice", "needs --tool-call-parser"),
     ("--reasoning-parser nope", "'nope' is not one of"),
+    ("--enable-lora", "--enable-lora: there are no LoRA adapters here"),
+    ("--device cuda", "--device cuda: moeserve runs on the CPU only (accepted: auto, cpu)"),
+    ("--task embed", "--task embed: only text generation is served here"),
+    ("--response-role bot", "--response-role bot: chat answers always carry role 'assistant'"),
 ]
 
 
@@ -87,6 +94,9 @@ class LaunchLines(unittest.TestCase):
                         self.assertEqual(s.json("GET", "/v1/models/nope")[0], 404)
                     if "--enforce-eager" in line:
                         self.assertIn("flag with no effect here: --enforce-eager", s.log_text())
+                    if "--guided-decoding-backend" in line:
+                        self.assertIn("flag with no effect here: --guided-decoding-backend", s.log_text())
+                        self.assertIn("flag with no effect here: --limit-mm-per-prompt", s.log_text())
                     if "--enable-log-requests" not in line or "--disable-log-requests" in line:
                         # off by default, as in vLLM; the older --disable-log-requests wins
                         self.assertNotIn("finished: reason=", s.log_text())

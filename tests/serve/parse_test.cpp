@@ -108,6 +108,20 @@ TEST(ParseTest, UnknownFieldsAreListedNotRefused) {
     EXPECT_EQ(param, "bogus");
 }
 
+// Ignoring these would answer something other than what was asked (issue 34): true is a 400
+// naming the field, false changes nothing; both endpoints.
+TEST(ParseTest, OutputChangingSwitchesAreRefused) {
+    for (const bool chat : {false, true}) {
+        const std::string head = chat ? R"({"messages": [{"role": "user", "content": "x"}], )" : R"({"prompt": "x", )";
+        for (const std::string key : {"use_beam_search", "return_tokens_as_token_ids"}) {
+            std::string param;
+            EXPECT_EQ(status_of(head + "\"" + key + "\": true}", chat, &param), 400) << key;
+            EXPECT_EQ(param, key);
+            EXPECT_EQ(status_of(head + "\"" + key + "\": false}", chat), 200) << key;
+        }
+    }
+}
+
 TEST(ParseTest, LogitsProcessorsAndVllmExtras) {
     const auto r = parse_completion_request(parse_body(R"({"prompt": "x", "logit_bias": {"5": 150, "7": -3.5},
         "allowed_token_ids": [5, 7, 9], "bad_words": ["no"], "prompt_logprobs": 2, "truncate_prompt_tokens": 3,

@@ -4,15 +4,22 @@
 
 namespace moeserve::cli {
 
-void add_access_flags(CLI::App* app, std::vector<std::string>& api_keys, std::vector<std::string>& allowed_hosts) {
-    app->add_option("--api-key", api_keys,
+void add_access_flags(CLI::App* app, serve::AccessPolicyConfig& access) {
+    app->add_option("--api-key", access.api_keys,
                     "require 'Authorization: Bearer KEY' on /v1; several keys allowed "
                     "(env: VLLM_API_KEY or MOESERVE_API_KEY, which ps does not show)")
         ->expected(1, -1);
-    app->add_option("--allowed-hosts", allowed_hosts,
+    app->add_option("--allowed-hosts", access.allowed_hosts,
                     "Host/Origin names accepted besides loopback ones when --host is a "
-                    "loopback address ('*' = any); with another --host, if given, the only ones accepted")
+                    "loopback address ('*' = any); with another --host, if given, the only ones accepted. "
+                    "Behind a reverse proxy: the public name clients use")
         ->expected(1, -1);
+    app->add_option("--forwarded-allow-ips", access.forwarded_allow_ips,
+                    "proxies whose X-Forwarded-Host (checked instead of Host) and X-Forwarded-For (the access "
+                    "log's client) are believed: IP addresses, '*' = any (uvicorn's flag)")
+        ->expected(1, -1)
+        ->delimiter(',')
+        ->capture_default_str();
 }
 
 void resolve_api_keys(std::vector<std::string>& api_keys) {

@@ -7,6 +7,7 @@
 
 #include "moeserve/core/error.h"
 #include "moeserve/engine/kv_cache/kv_cache_manager.h"
+#include "moeserve/model/registry.h"
 
 namespace moeserve::cli {
 
@@ -30,6 +31,31 @@ int64_t parse_bytes(const std::string& text) {
         raise(ErrorCode::kInvalidArgument, "--kv-cache-memory '{}': unknown unit '{}' (K, M or G)", text, suffix);
     if (value <= 0) raise(ErrorCode::kInvalidArgument, "--kv-cache-memory must be > 0; got '{}'", text);
     return static_cast<int64_t>(value * scale);
+}
+
+void check_engine_options(const EngineOptions& o) {
+    const auto at_least_one = [](const char* flag, int64_t value) {
+        if (value < 1) raise(ErrorCode::kInvalidArgument, "{} must be >= 1; got {}", flag, value);
+    };
+    at_least_one("--max-num-seqs", o.max_num_seqs);
+    at_least_one("--max-num-batched-tokens", o.max_num_batched_tokens);
+    at_least_one("--block-size", o.block_size);
+    if (o.threads != kThreadsUnset) {
+        if (o.threads < 1)
+            raise(ErrorCode::kInvalidArgument, "--threads must be >= 1; got {} (leave it out for all cores)",
+                  o.threads);
+    }
+    // vLLM's range: a share of the memory, more than nothing and at most all of it.
+    if (!(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1)) {
+        raise(ErrorCode::kInvalidArgument, "--gpu-memory-utilization must be in (0, 1]; got {}",
+              o.gpu_memory_utilization);
+    }
+    if (!o.kv_cache_memory.empty()) parse_bytes(o.kv_cache_memory);
+    model::LoadOptions load;
+    load.dtype = o.dtype;
+    load.quantization = o.quantization;
+    load.kv_cache_dtype = o.kv_cache_dtype;
+    model::check_model(o.model, load);
 }
 
 int64_t total_ram_bytes() {

@@ -11,6 +11,9 @@
 
 namespace moeserve::cli {
 
+// --threads when not given: the command picks (all cores, or the cores split between ranks).
+inline constexpr int kThreadsUnset = -1;
+
 struct EngineOptions {
     std::string model;
     std::string tokenizer;  // folder with tokenizer.json (+ tokenizer_config.json); empty = model
@@ -23,7 +26,7 @@ struct EngineOptions {
     std::string kv_cache_memory;  // bytes, with an optional K/M/G suffix; empty = from utilization
     bool enable_prefix_caching = true;
     uint64_t seed = 0;
-    int threads = 0;
+    int threads = kThreadsUnset;
     std::string log_level = "info";
     bool pd_hybrid = false;                  // --pd-hybrid or env OMNI_PD_HYBRID=1 (read by serve)
     std::string quantization;                // --quantization: "" (as the checkpoint says), w8a8, w8a8-all, fp8, none
@@ -33,6 +36,15 @@ struct EngineOptions {
     std::string dtype = "auto";      // --dtype: auto | bfloat16 (the checkpoint's bf16) | float32 (widened)
     std::string kv_transfer_config;  // --kv-transfer-config: vLLM's JSON (kv_transfer_config.h); "" = none
 };
+
+// Everything wrong with these options that can be found without loading weights, raised as
+// Error kInvalidArgument / kInvalidModel / kUnsupported with one sentence naming the flag, file or
+// field: the flag ranges (--max-num-seqs, --max-num-batched-tokens, --block-size >= 1,
+// --gpu-memory-utilization in (0, 1], --threads >= 1, --kv-cache-memory), then model::check_model
+// (config.json, --quantization, --dtype, --kv-cache-dtype, the checkpoint's headers and tensor
+// index). Every command that runs an engine calls it first (serve before it binds its port), so
+// one fault reads the same in serve and generate.
+void check_engine_options(const EngineOptions& o);
 
 // --kv-cache-memory: bytes with an optional K, M or G suffix (KiB, MiB, GiB; binary units),
 // e.g. 4G. Raises kInvalidArgument naming the flag unless it is a size > 0.

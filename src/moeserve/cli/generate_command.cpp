@@ -131,6 +131,7 @@ int run_generate(const GenerateOptions& o) {
 }
 
 int run_generate_command(GenerateOptions& o) {
+    check_engine_options(o.batch.engine);  // as serve checks them: the same fault, the same words
     if (o.batch.input.empty() == o.prompt.empty()) {
         raise(ErrorCode::kInvalidArgument, "generate needs either --prompt or --input (with --output), not {}",
               o.prompt.empty() ? "neither" : "both");

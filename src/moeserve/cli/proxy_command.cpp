@@ -77,7 +77,7 @@ void add_proxy_command(CLI::App& app, Action* action) {
         ->capture_default_str();
     cmd->add_option("--max-in-flight", o->proxy.max_in_flight, "requests at once; more get 503")->capture_default_str();
     cmd->add_option("--log-level", o->log_level, "debug | info | warning | error")->capture_default_str();
-    add_access_flags(cmd, o->proxy.access.api_keys, o->proxy.access.allowed_hosts);
+    add_access_flags(cmd, o->proxy.access);
     cmd->callback([o, action] {
         resolve_api_keys(o->proxy.access.api_keys);
         *action = [o] { return run_proxy(*o); };

@@ -48,6 +48,7 @@
 #include "moeserve/serve/http_server.h"
 #include "moeserve/serve/metrics.h"
 #include "moeserve/serve/routes.h"
+#include "moeserve/serve/stats_log.h"
 #include "moeserve/tokenizer/tokenizer.h"
 
 namespace moeserve::cli {
@@ -70,6 +71,56 @@ std::vector<std::string> json_string_list(const char* flag, const std::string& t
     }
     return out;
 }
+
+// --chat-template, as vLLM reads it: a file's path, else the template text itself. A value with
+// none of Jinja's characters ({, }, a newline) that does not open is a mistyped path: used as the
+// template it would render every chat as that constant text, messages dropped (vLLM refuses it
+// too).
+std::string chat_template_of_flag(const std::string& value) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(value, ec)) return read_text_file(value);
+    if (value.find_first_of("{}\n") == std::string::npos) {
+        raise(ErrorCode::kNotFound,
+              "--chat-template '{}' looks like a file path, but no such file opens (a template itself has Jinja's "
+              "{{{{ }}}} or {{% %}})",
+              value);
+    }
+    return value;
+}
+
+// vLLM's periodic stats lines (serve/stats_log.h), written by the first API server only (every
+// engine reports to each of them): on unless --disable-log-stats.
+class PeriodicStats {
+public:
+    PeriodicStats(const ServeOptions& o, int server_index, Logger& logger)
+        : on_(!o.disable_log_stats && server_index == 0),
+          interval_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+              std::chrono::duration<double>(o.log_stats_interval))),
+          next_(std::chrono::steady_clock::now() + interval_),
+          log_(seconds(std::chrono::steady_clock::now())),
+          logger_(logger) {}
+    void log_if_due(const std::vector<ipc::Stats>& engines) {
+        const auto now = std::chrono::steady_clock::now();
+        if (!on_ || now < next_) return;
+        next_ = now + interval_;
+        for (const auto& line : log_.lines(engines, seconds(now))) {
+            if (line.idle)
+                MOESERVE_LOG_D(logger_, "stats", "%s", line.text.c_str());
+            else
+                MOESERVE_LOG_I(logger_, "stats", "%s", line.text.c_str());
+        }
+    }
+
+private:
+    static double seconds(std::chrono::steady_clock::time_point t) {
+        return std::chrono::duration<double>(t.time_since_epoch()).count();
+    }
+    bool on_;
+    std::chrono::steady_clock::duration interval_;
+    std::chrono::steady_clock::time_point next_;
+    serve::StatsLog log_;
+    Logger& logger_;
+};
 
 // ---- a --headless node: only ranks ----
 
@@ -208,10 +259,7 @@ int run_serve(ServeOptions o) {
     rc.limits.served_model_name = o.served_model_names.empty() ? o.engine.model : o.served_model_names.front();
     if (o.served_model_names.size() > 1)
         rc.limits.model_aliases.assign(o.served_model_names.begin() + 1, o.served_model_names.end());
-    if (!o.chat_template.empty()) {  // as vLLM: a file's path, else the template text itself
-        rc.chat_template =
-            std::filesystem::is_regular_file(o.chat_template) ? read_text_file(o.chat_template) : o.chat_template;
-    }
+    if (!o.chat_template.empty()) rc.chat_template = chat_template_of_flag(o.chat_template);
     rc.root_path = o.root_path;
     rc.priority_scheduling = o.engine.scheduling_policy == "priority";
     rc.kv_producer = kv_transfer.produces();
@@ -228,12 +276,15 @@ int run_serve(ServeOptions o) {
     serve::openai::ReasoningParser::Format reasoning{};
     if (serve::openai::reasoning_format_of(o.reasoning_parser, reasoning)) rc.reasoning_format = reasoning;
     rc.log_requests = o.enable_log_requests && !o.disable_log_requests;
+    rc.access_log = !o.disable_access_log;
+    rc.responses_store_size = static_cast<size_t>(o.responses_store_size);
     rc.max_log_len = o.max_log_len;
     rc.limits.max_model_len = o.engine.max_model_len;
     rc.limits.max_logprobs = o.max_logprobs;
     rc.limits.vocab_size = config_int(config, "vocab_size", tok.vocab_size(), o.engine.model);
-    rc.access.api_keys = o.api_keys;
-    rc.access.allowed_hosts = o.allowed_hosts;
+    rc.access.api_keys = o.access.api_keys;
+    rc.access.allowed_hosts = o.access.allowed_hosts;
+    rc.access.forwarded_allow_ips = o.access.forwarded_allow_ips;
     rc.access.loopback_only = serve::is_loopback_host(o.host);
     rc.max_choices_per_request = o.max_choices_per_request;
     rc.num_workers = o.api_workers;
@@ -373,8 +424,10 @@ int run_serve(ServeOptions o) {
     // wait in the listen backlog, so a client never meets a server that is not ready while
     // another one is (the kernel picks the server per connection).
     if (!one_of_several) http = std::thread([&server] { server.run(); });
-    MOESERVE_LOG_I(logger, "api", "listening on %s://%s:%d (max %d connections); waiting for the engines",
-                   o.tls.cert_file.empty() ? "http" : "https", o.host.c_str(), server.port(), server.max_connections());
+    MOESERVE_LOG_I(logger, "api", "listening on %s://%s:%d (max %d connections; %s%s); waiting for the engines",
+                   o.tls.cert_file.empty() ? "http" : "https", o.host.c_str(), server.port(), server.max_connections(),
+                   serve::AccessPolicy(rc.access).describe().c_str(),
+                   o.root_path.empty() ? "" : fmt::format("; --root-path {}", o.root_path).c_str());
 
     // Wait for every DP engine (local and remote), but not for ranks that died, nor past a signal.
     const auto deadline = started + std::chrono::duration<double>(o.engine_ready_timeout);
@@ -412,12 +465,15 @@ int run_serve(ServeOptions o) {
             stderr,
             "try: curl http://%s:%d/v1/completions -H 'Content-Type: application/json'%s -d '{\"model\": \"%s\", "
             "\"prompt\": \"Hello\", \"max_tokens\": 16}'\n",
-            o.host.c_str(), server.port(), o.api_keys.empty() ? "" : " -H 'Authorization: Bearer $MOESERVE_API_KEY'",
+            o.host.c_str(), server.port(),
+            o.access.api_keys.empty() ? "" : " -H 'Authorization: Bearer $MOESERVE_API_KEY'",
             rc.limits.served_model_name.c_str());
     }
 
+    PeriodicStats stats(o, server_index, logger);
     while (signals.wait_beyond(0, std::chrono::milliseconds(one_of_several ? 200 : 1000)) == 0) {
         check_engines_dead();
+        stats.log_if_due(engines.stats());
     }
     MOESERVE_LOG_I(logger, "api", "signal %d: draining (up to %.0f s; a second signal stops at once)", signals.last(),
                    o.drain_timeout);
@@ -475,12 +531,22 @@ void add_serve_command(CLI::App& app, Action* action) {
                   "log each request as it arrives (id, prompt, sampling params) and as it finishes");
     sub->add_flag("--disable-log-requests", o->disable_log_requests,
                   "no request lines (the default; vLLM's older flag, wins over --enable-log-requests)");
+    sub->add_flag("--disable-log-stats", o->disable_log_stats,
+                  "no periodic stats line (throughput, running/waiting, KV cache usage, prefix-cache hit rate; every "
+                  "VLLM_LOG_STATS_INTERVAL s, default 10)");
+    sub->add_flag("--disable-uvicorn-access-log", o->disable_access_log,
+                  "no access line per request (client, method, target, status, latency, tokens)");
+    sub->add_option("--responses-store-size", o->responses_store_size,
+                    "POST /v1/responses: responses kept in memory for previous_response_id and GET "
+                    "/v1/responses/{id}, the oldest evicted first (0 = none)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
     sub->add_option("--max-log-len", o->max_log_len,
                     "with --enable-log-requests: at most N characters and N token ids of each prompt (default: all)")
         ->check(CLI::NonNegativeNumber);
     sub->add_option("--host", o->host)->capture_default_str();
     sub->add_option("--port", o->port, "0 = any free port")->capture_default_str();
-    add_access_flags(sub, o->api_keys, o->allowed_hosts);
+    add_access_flags(sub, o->access);
     sub->add_option("--max-connections", o->max_connections,
                     "open HTTP connections at most; more get 503 (0 = the open-file limit less 256)")
         ->capture_default_str();
@@ -539,7 +605,7 @@ void add_serve_command(CLI::App& app, Action* action) {
                     "reports unhealthy, its requests kept (0 = off; default: half of --heartbeat-timeout-ms, so it "
                     "warns before the heartbeat declares the engine dead)");
     sub->callback([o, action] {
-        resolve_api_keys(o->api_keys);
+        resolve_api_keys(o->access.api_keys);
         if (o->engine.model.empty()) throw CLI::RequiredError("the model directory (`serve DIR` or --model DIR)");
         // env: OMNI_PD_HYBRID=1 turns PD hybrid scheduling on, as --pd-hybrid does.
         if (const char* hybrid = std::getenv("OMNI_PD_HYBRID"); hybrid && std::string(hybrid) == "1")
@@ -561,7 +627,9 @@ void add_serve_command(CLI::App& app, Action* action) {
                                                    fmt::join(serve::openai::reasoning_parser_names(), ", ")));
         }
         *action = [o] {
+            o->log_stats_interval = serve::StatsLog::interval_from_env();
             check_vllm_flags(o->vllm);
+            check_engine_options(o->engine);  // the model and the flag ranges, before anything binds
             // Bad values fail here, not in the ranks.
             model::parse_kv_cache_dtype(o->engine.kv_cache_dtype, DType::kBF16);
             if (!o->engine.kv_cache_memory.empty()) parse_bytes(o->engine.kv_cache_memory);

@@ -7,6 +7,7 @@
 
 #include "moeserve/cli/serve_layout.h"
 #include "moeserve/cli/vllm_flags.h"
+#include "moeserve/serve/access_policy.h"
 #include "moeserve/serve/http_server.h"
 
 namespace moeserve::cli {
@@ -17,9 +18,13 @@ struct ServeOptions {
     std::vector<std::string> served_model_names;  // the first is reported
     std::string chat_template;                    // a file, or the template itself
     std::string root_path;
-    bool enable_log_requests = false;   // vLLM's default: off
-    bool disable_log_requests = false;  // vLLM's older flag; wins over --enable-log-requests
-    int max_log_len = -1;               // -1: prompts logged whole
+    bool enable_log_requests = false;     // vLLM's default: off
+    bool disable_log_requests = false;    // vLLM's older flag; wins over --enable-log-requests
+    int max_log_len = -1;                 // -1: prompts logged whole
+    bool disable_log_stats = false;       // --disable-log-stats: no periodic stats line
+    double log_stats_interval = 10;       // seconds (env VLLM_LOG_STATS_INTERVAL)
+    bool disable_access_log = false;      // --disable-uvicorn-access-log
+    int64_t responses_store_size = 1024;  // --responses-store-size
     // CORS (vLLM's flags: JSON lists; what was given, else the defaults).
     std::string allowed_origins, allowed_methods, allowed_headers;
     bool allow_credentials = false;
@@ -31,8 +36,7 @@ struct ServeOptions {
     VllmFlags vllm;
     std::string host = "127.0.0.1";
     int port = 8000;
-    std::vector<std::string> api_keys;
-    std::vector<std::string> allowed_hosts;
+    serve::AccessPolicyConfig access;  // --api-key, --allowed-hosts, --forwarded-allow-ips (access_flags.h)
     bool trust_remote_code = false;
     int http_threads = 1;
     int api_workers = 4;

@@ -9,6 +9,7 @@
 
 #include "moeserve/core/error.h"
 #include "moeserve/io/gguf_file.h"
+#include "moeserve/io/hf_config.h"
 #include "moeserve/model/formats/gguf.h"
 
 namespace moeserve::cli {
@@ -23,11 +24,7 @@ std::string read_text_file(const std::string& path) {
 
 nlohmann::json read_model_config(const std::string& dir) {
     if (model::is_gguf_path(dir)) return model::gguf_config_json(io::GgufCheckpoint(dir));
-    const auto path = std::filesystem::path(dir) / "config.json";
-    if (!std::filesystem::exists(path)) raise(ErrorCode::kNotFound, "--model {}: no config.json there", dir);
-    nlohmann::json j = nlohmann::json::parse(read_text_file(path.string()), nullptr, false);
-    if (!j.is_object()) raise(ErrorCode::kInvalidModel, "{}/config.json is not a JSON object", dir);
-    return j;
+    return io::HfConfig::from_model_dir(dir).json();  // the loader's reader: the same words for the same fault
 }
 
 int32_t config_int(const nlohmann::json& config, const char* field, int32_t fallback, const std::string& dir) {

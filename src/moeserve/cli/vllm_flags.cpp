@@ -1,6 +1,9 @@
 #include "moeserve/cli/vllm_flags.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <vector>
 
 #include "moeserve/core/error.h"
 
@@ -18,7 +21,6 @@ struct NoEffect {
 constexpr NoEffect kNoEffect[] = {
     {"--enforce-eager", false, "no CUDA graphs on a CPU engine"},
     {"--disable-custom-all-reduce", false, "Gloo does every all-reduce"},
-    {"--disable-log-stats", false, "there is no periodic stats log; /metrics has the figures"},
     {"--disable-fastapi-docs", false, "there are no /docs routes"},
     {"--disable-frontend-multiprocessing", false, "the API server is one process already"},
     {"--enable-prompt-tokens-details", false,
@@ -41,16 +43,36 @@ constexpr NoEffect kNoEffect[] = {
     {"--tokenizer-mode", true, "tokenizer.json is always used"},
     {"--enable-server-load-tracking", false, "the load (GET /load) is always tracked"},
     {"--exclude-tools-when-tool-choice-none", false, "tools are never rendered for tool_choice none"},
+    {"--guided-decoding-backend", true, "structured outputs always run the built-in grammar engine"},
+    {"--limit-mm-per-prompt", true, "the models served here are text-only; an image or audio part is a 400"},
 };
+
+// Flags with one value (or its synonyms) that means what it means in vLLM; another value is
+// refused with the reason.
+struct OneValue {
+    const char* name;
+    std::vector<const char*> accepted;  // the first is the default
+    const char* why;
+};
+const std::vector<OneValue>& one_value_flags() {
+    static const std::vector<OneValue> table = {
+        {"--device", {"auto", "cpu"}, "moeserve runs on the CPU only"},
+        {"--task", {"auto", "generate"}, "only text generation is served here (no embed, classify, score, reward)"},
+        {"--response-role", {"assistant"}, "chat answers always carry role 'assistant'"},
+    };
+    return table;
+}
 
 // Flags refused with what to do instead.
 struct Refused {
     const char* name;
+    bool takes_value;
     const char* why;
 };
 constexpr Refused kRefused[] = {
-    {"--ssl-keyfile-password",
+    {"--ssl-keyfile-password", true,
      "encrypted private keys are not read: decrypt the key file (openssl pkey -in K -out K2)"},
+    {"--enable-lora", false, "there are no LoRA adapters here: merge the adapter into the weights first"},
 };
 
 [[noreturn]] void unsupported(const std::string& flag, const std::string& value, const std::string& what) {
@@ -77,8 +99,29 @@ void add_vllm_flags(CLI::App* sub, VllmFlags& f) {
     }
     for (const auto& r : kRefused) {
         const std::string note = fmt::format("{}: {}", r.name, r.why);
+        if (r.takes_value) {
+            sub->add_option_function<std::string>(
+                   r.name, [&f, note](const std::string&) { f.refused.push_back(note); },
+                   fmt::format("refused: {}", r.why))
+                ->group(group);
+        } else {
+            sub->add_flag_callback(
+                   r.name, [&f, note] { f.refused.push_back(note); }, fmt::format("refused: {}", r.why))
+                ->group(group);
+        }
+    }
+    for (const auto& v : one_value_flags()) {
+        const std::string name = v.name;
+        const std::string accepted = fmt::format("{}", fmt::join(v.accepted, " | "));
         sub->add_option_function<std::string>(
-               r.name, [&f, note](const std::string&) { f.refused.push_back(note); }, fmt::format("refused: {}", r.why))
+               name,
+               [&f, name, v](const std::string& value) {
+                   for (const char* a : v.accepted)
+                       if (value == a) return;
+                   f.refused.push_back(
+                       fmt::format("{} {}: {} (accepted: {})", name, value, v.why, fmt::join(v.accepted, ", ")));
+               },
+               fmt::format("{} ({})", accepted, v.why))
             ->group(group);
     }
     sub->add_option("--distributed-executor-backend", f.distributed_executor_backend,

@@ -18,10 +18,53 @@ std::vector<std::string> supported_model_types() {
 std::vector<std::string> config_only_model_types() { return {}; }
 
 namespace {
-// A GGUF file (formats/gguf.h): its metadata as the config, its tensors under checkpoint names.
-std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& path, ThreadPool& pool,
-                                       const LoadOptions& options) {
-    GgufModel g = open_gguf_model(path);
+
+// The architecture row of config's model_type; an unknown one lists the supported types.
+const Architecture& architecture_of(const io::HfConfig& config) {
+    const std::string model_type = config.get_string("model_type", "");
+    const Architecture* arch = find_architecture(model_type);
+    if (arch == nullptr) {
+        raise(ErrorCode::kUnsupported, "{}: model_type '{}' is not supported; supported: {}", config.label(),
+              model_type.empty() ? "(missing)" : model_type, fmt::join(supported_model_types(), ", "));
+    }
+    return *arch;
+}
+
+// options with the checkpoint's quantization, --dtype and --kv-cache-dtype resolved.
+LoadOptions resolve_load_options(const io::HfConfig& config, const std::filesystem::path& model_dir,
+                                 const LoadOptions& options) {
+    LoadOptions resolved = options;
+    resolved.quant = resolve_quantization(config, options.quantization, model_dir);
+    // "auto" follows the checkpoint's dtype (transformers writes torch_dtype, newer ones dtype).
+    const std::string torch_dtype = config.get_string("torch_dtype", config.get_string("dtype", "bfloat16"));
+    const bool f32 = parse_dtype_is_f32(options.dtype);
+    resolved.quant.f32_weights = f32;
+    // --kv-cache-dtype auto follows --dtype when it is given, as in vLLM
+    const DType model_dtype = f32 || (options.dtype == "auto" && torch_dtype == "float32") ? DType::kF32 : DType::kBF16;
+    resolved.kv_dtype = parse_kv_cache_dtype(options.kv_cache_dtype, model_dtype);
+    return resolved;
+}
+
+// An unquantized checkpoint holds every tensor of the specs with the spec's shape (its float
+// dtype may differ: f32 and f16 are converted at load). Quantized checkpoints store other
+// shapes and names (scales, packed or renamed tensors); their loaders check them.
+void check_tensor_index(const io::WeightSource& weights, const std::vector<WeightSpec>& specs) {
+    for (const WeightSpec& spec : specs) {
+        if (!weights.contains(spec.name)) {
+            raise(ErrorCode::kInvalidModel, "{}: tensor '{}' is missing (the config.json architecture needs it)",
+                  weights.dir().string(), spec.name);
+        }
+        const io::TensorInfo& info = weights.info(spec.name);
+        if (!(info.shape == spec.shape)) {
+            raise(ErrorCode::kInvalidModel, "{}: shape {}, but config.json's architecture needs {}",
+                  weights.describe(spec.name), info.shape.str(), spec.shape.str());
+        }
+    }
+}
+
+// The architecture that loads GGUF file g, with the flags a GGUF file allows checked.
+const Architecture& gguf_architecture(const GgufModel& g, const std::filesystem::path& path,
+                                      const LoadOptions& options) {
     const std::string model_type = g.config.get_string("model_type", "");
     const Architecture* arch = find_architecture(model_type);
     if (arch == nullptr || arch->load_weights == nullptr) {
@@ -32,6 +75,15 @@ std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& path, Thread
               "--quantization {}: a GGUF file runs the types it stores; leave --quantization out for {}",
               options.quantization, path.string());
     }
+    parse_kv_cache_dtype(options.kv_cache_dtype, parse_dtype_is_f32(options.dtype) ? DType::kF32 : DType::kBF16);
+    return *arch;
+}
+
+// A GGUF file (formats/gguf.h): its metadata as the config, its tensors under checkpoint names.
+std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& path, ThreadPool& pool,
+                                       const LoadOptions& options) {
+    GgufModel g = open_gguf_model(path);
+    const Architecture* arch = &gguf_architecture(g, path, options);
     LoadOptions resolved = options;
     resolved.quant = Quantization{};
     resolved.quant.format = "gguf";
@@ -59,22 +111,22 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& model_dir, Thread
                                   const LoadOptions& options) {
     if (is_gguf_path(model_dir)) return load_gguf_model(model_dir, pool, options);
     const io::HfConfig config = io::HfConfig::from_model_dir(model_dir.string());
-    const std::string model_type = config.get_string("model_type", "");
-    const Architecture* arch = find_architecture(model_type);
-    if (arch == nullptr) {
-        raise(ErrorCode::kUnsupported, "{}: model_type '{}' is not supported; supported: {}", config.label(),
-              model_type.empty() ? "(missing)" : model_type, fmt::join(supported_model_types(), ", "));
+    const Architecture& arch = architecture_of(config);
+    return arch.load(config, model_dir, pool, resolve_load_options(config, model_dir, options));
+}
+
+void check_model(const std::filesystem::path& model_dir, const LoadOptions& options) {
+    if (is_gguf_path(model_dir)) {
+        // Opening reads the header and the tensor table: a truncated file fails here.
+        gguf_architecture(open_gguf_model(model_dir), model_dir, options);
+        return;
     }
-    LoadOptions resolved = options;
-    resolved.quant = resolve_quantization(config, options.quantization, model_dir);
-    // "auto" follows the checkpoint's dtype (transformers writes torch_dtype, newer ones dtype).
-    const std::string torch_dtype = config.get_string("torch_dtype", config.get_string("dtype", "bfloat16"));
-    const bool f32 = parse_dtype_is_f32(options.dtype);
-    resolved.quant.f32_weights = f32;
-    // --kv-cache-dtype auto follows --dtype when it is given, as in vLLM
-    const DType model_dtype = f32 || (options.dtype == "auto" && torch_dtype == "float32") ? DType::kF32 : DType::kBF16;
-    resolved.kv_dtype = parse_kv_cache_dtype(options.kv_cache_dtype, model_dtype);
-    return arch->load(config, model_dir, pool, resolved);
+    const io::HfConfig config = io::HfConfig::from_model_dir(model_dir.string());
+    const Architecture& arch = architecture_of(config);
+    const LoadOptions resolved = resolve_load_options(config, model_dir, options);
+    const std::vector<WeightSpec> specs = arch.weight_specs(config);  // parses every field it needs
+    const auto weights = io::WeightSource::open(model_dir);           // maps the files, checks each header
+    if (resolved.quant.checkpoint == CheckpointQuant::kNone) check_tensor_index(*weights, specs);
 }
 
 }  // namespace moeserve::model

@@ -30,4 +30,12 @@ bool parse_dtype_is_f32(const std::string& text);
 std::unique_ptr<Model> load_model(const std::filesystem::path& model_dir, ThreadPool& pool,
                                   const LoadOptions& options = {});
 
+// What load_model would refuse that needs no weight read, in milliseconds, so a server can refuse
+// before it opens its port: config.json (model_type, every field the architecture parses), the
+// --quantization / --dtype / --kv-cache-dtype values against the checkpoint, every checkpoint
+// header (a truncated file), and for an unquantized safetensors checkpoint the tensor index
+// against the architecture's weight specs (each tensor present, with its shape). Raises the
+// Error load_model would raise, with the same words.
+void check_model(const std::filesystem::path& model_dir, const LoadOptions& options = {});
+
 }  // namespace moeserve::model

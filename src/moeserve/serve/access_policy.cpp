@@ -1,6 +1,7 @@
 #include "moeserve/serve/access_policy.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -52,7 +53,52 @@ bool is_json_media_type(const std::string& content_type) {
     return media == "application/json";
 }
 
+// The first entry of a comma-separated header (the one the first proxy wrote), trimmed.
+std::string first_entry(const std::string& list) {
+    std::string entry = list.substr(0, list.find(','));
+    entry.erase(entry.find_last_not_of(" \t") + 1);
+    entry.erase(0, entry.find_first_not_of(" \t"));
+    return entry;
+}
+
 }  // namespace
+
+bool AccessPolicy::trusted_proxy(const HttpRequest& request) const {
+    std::string peer = request.peer_address;
+    if (peer.rfind("::ffff:", 0) == 0) peer = peer.substr(7);  // an IPv4 peer on a dual-stack socket
+    for (const auto& ip : config_.forwarded_allow_ips) {
+        if (ip == "*" || ip == peer) return true;
+    }
+    return false;
+}
+
+std::string AccessPolicy::describe() const {
+    const auto& hosts = config_.allowed_hosts;
+    const bool any = std::find(hosts.begin(), hosts.end(), "*") != hosts.end();
+    std::string who;
+    if (any || (!config_.loopback_only && hosts.empty()))
+        who = "any";
+    else if (config_.loopback_only)
+        who = hosts.empty() ? "loopback names only (--allowed-hosts adds others)"
+                            : fmt::format("loopback names or {}", fmt::join(hosts, ", "));
+    else
+        who = fmt::format("{} only", fmt::join(hosts, ", "));
+    const auto& proxies = config_.forwarded_allow_ips;
+    return fmt::format("Host: {}; X-Forwarded-Host believed from {}", who,
+                       proxies.empty() ? "no one" : fmt::format("{}", fmt::join(proxies, ", ")));
+}
+
+std::string AccessPolicy::requested_host(const HttpRequest& request) const {
+    if (!request.forwarded_host.empty() && trusted_proxy(request)) return first_entry(request.forwarded_host);
+    return request.host;
+}
+
+std::string AccessPolicy::client(const HttpRequest& request) const {
+    if (!request.forwarded_for.empty() && trusted_proxy(request)) return first_entry(request.forwarded_for);
+    return request.peer_address.find(':') == std::string::npos
+               ? fmt::format("{}:{}", request.peer_address, request.peer_port)
+               : fmt::format("[{}]:{}", request.peer_address, request.peer_port);
+}
 
 bool AccessPolicy::host_allowed(const std::string& host) const {
     const std::string name = host_name(host);
@@ -65,11 +111,13 @@ bool AccessPolicy::host_allowed(const std::string& host) const {
 
 void AccessPolicy::check(const HttpRequest& request, const std::string& path) const {
     using openai::ApiError;
-    if (!request.host.empty() && !host_allowed(request.host)) {
+    const std::string host = requested_host(request);
+    if (!host.empty() && !host_allowed(host)) {
         throw ApiError(403,
-                       fmt::format("Host '{}' is not allowed: this server answers loopback names only; "
-                                   "name other hosts with --allowed-hosts.",
-                                   request.host),
+                       fmt::format("{} '{}' is not allowed: {}; name other hosts with --allowed-hosts.",
+                                   host == request.host ? "Host" : "X-Forwarded-Host", host,
+                                   config_.loopback_only ? "this server answers loopback names only"
+                                                         : "it is not one of --allowed-hosts"),
                        "invalid_request_error", std::nullopt, "host_not_allowed");
     }
     if (!request.origin.empty()) {

@@ -23,6 +23,10 @@ struct AccessPolicyConfig {
     bool loopback_only = true;
     std::vector<std::string> allowed_hosts;
     std::vector<std::string> allowed_origins;  // --allowed-origins as given: these Origins pass too ("*": any)
+    // --forwarded-allow-ips (uvicorn's): peers whose X-Forwarded-Host and X-Forwarded-For are
+    // believed (IP addresses, "*" = any). Behind such a proxy the host checked is the one the
+    // client asked the proxy for, so a rebinding page cannot pass as the proxy's loopback Host.
+    std::vector<std::string> forwarded_allow_ips = {"127.0.0.1", "::1"};
 };
 
 class AccessPolicy {
@@ -41,7 +45,17 @@ public:
 
     const AccessPolicyConfig& config() const { return config_; }
 
+    // The Host policy in one phrase for the startup line: "Host: loopback names or a, b;
+    // X-Forwarded-Host believed from 127.0.0.1, ::1".
+    std::string describe() const;
+    // The host the client asked for: X-Forwarded-Host's first entry from a trusted proxy, else Host.
+    std::string requested_host(const HttpRequest& request) const;
+    // Who sent the request (for the access log): X-Forwarded-For's first entry from a trusted
+    // proxy, else the peer's "address:port".
+    std::string client(const HttpRequest& request) const;
+
 private:
+    bool trusted_proxy(const HttpRequest& request) const;
     bool host_allowed(const std::string& host) const;
 
     AccessPolicyConfig config_;

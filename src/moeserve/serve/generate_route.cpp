@@ -581,6 +581,7 @@ void Router::finish_job(const std::shared_ptr<Job>& job) {
         }
         if (!job->echo_only) usage.completion_tokens += job->streams[c]->num_tokens();
     }
+    job->responder->note_usage(usage.prompt_tokens, usage.completion_tokens);
     if (job->params.stream) {
         std::string tail;
         if (job->params.include_usage) tail += openai::sse_event(openai::usage_chunk(job->meta, usage, job->chat));

@@ -137,9 +137,18 @@ std::string header(const http::request<http::string_body>& request, http::field 
     return it == request.end() ? std::string() : std::string(it->value());
 }
 
-// The request's method, target and the headers a Handler sees; no body.
-HttpRequest request_head(const http::request<http::string_body>& request) {
+std::string header(const http::request<http::string_body>& request, std::string_view name) {
+    const auto it = request.find(beast::string_view(name.data(), name.size()));
+    return it == request.end() ? std::string() : std::string(it->value());
+}
+
+// The request's method, target and the headers a Handler sees, and who sent it; no body.
+HttpRequest request_head(const http::request<http::string_body>& request, const tcp::endpoint& peer) {
     HttpRequest r;
+    r.peer_address = peer.address().to_string();
+    r.peer_port = peer.port();
+    r.forwarded_host = header(request, "X-Forwarded-Host");  // no http::field for these two
+    r.forwarded_for = header(request, "X-Forwarded-For");
     r.method = std::string(request.method_string());
     r.target = std::string(request.target());
     r.authorization = header(request, http::field::authorization);
@@ -163,6 +172,8 @@ public:
           counter_(counter),
           body_bytes_(body_bytes) {
         ++counter_;
+        beast::error_code ec;
+        peer_ = socket_.remote_endpoint(ec);  // a connection already reset keeps the empty endpoint
         if (tls) tls_.emplace(socket_, *tls);
     }
     ~Session() {
@@ -269,7 +280,7 @@ private:
         if (!parser_->is_done()) {
             const bool small = parser_->content_length() && *parser_->content_length() <= kSmallBody;
             if (options_.header_check && !small) {
-                if (auto refused = options_.header_check(request_head(r))) return refuse(*refused);
+                if (auto refused = options_.header_check(request_head(r, peer_))) return refuse(*refused);
             }
             if (!reserve_body(parser_->content_length().value_or(options_.max_body_bytes))) {
                 return refuse({503, error_json("The server is receiving too many request bodies at once; retry later.",
@@ -391,7 +402,7 @@ private:
         keep_alive_ = request.keep_alive();
         http10_ = request.version() < 11;
         head_request_ = request.method() == http::verb::head;
-        HttpRequest r = request_head(request);
+        HttpRequest r = request_head(request, peer_);
         cors_ = cors_headers(options_.cors, r.origin);
         const std::string preflight_method = header(request, http::field::access_control_request_method);
         if (request.method() == http::verb::options && !r.origin.empty() && !preflight_method.empty()) {
@@ -503,6 +514,7 @@ private:
     }
 
     tcp::socket socket_;
+    tcp::endpoint peer_;
     std::optional<net::ssl::stream<tcp::socket&>> tls_;
     net::steady_timer idle_timer_, write_timer_, probe_timer_;
     const HttpServerOptions& options_;

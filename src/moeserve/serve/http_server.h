@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -24,6 +25,11 @@ struct HttpRequest {
     std::string content_type;   // the Content-Type header, or empty
     std::string host;           // the Host header, or empty
     std::string origin;         // the Origin header, or empty
+    // Behind a proxy (AccessPolicy decides whether to believe them: --forwarded-allow-ips):
+    std::string forwarded_host;  // the X-Forwarded-Host header, or empty
+    std::string forwarded_for;   // the X-Forwarded-For header, or empty
+    std::string peer_address;    // the connection's remote IP address ("127.0.0.1", "::1")
+    int peer_port = 0;           // and port
     std::string body;
 };
 
@@ -45,6 +51,9 @@ public:
     // is complete (streaming or not: the connection is read while a request is
     // answered). Set it before start_stream().
     virtual void on_disconnect(std::function<void()> fn) = 0;
+    // The tokens a generation request used, for the access log (access_log.h); call before the
+    // answer completes. Other responders ignore it.
+    virtual void note_usage(int64_t /*prompt_tokens*/, int64_t /*completion_tokens*/) {}
 };
 
 using Handler = std::function<void(HttpRequest request, std::shared_ptr<Responder> responder)>;

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <random>
 
+#include "moeserve/serve/access_log.h"
 #include "moeserve/serve/openai/parse.h"
 #include "moeserve/serve/openai/render.h"
 #include "moeserve/serve/route_util.h"
@@ -31,6 +32,7 @@ Router::Router(RouterConfig config, const tokenizer::Tokenizer& tokenizer, Engin
       metrics_(metrics),
       logger_(logger),
       id_salt_(std::random_device{}()),
+      responses_(std::make_shared<ResponseStore>(config_.responses_store_size)),
       workers_(config_.num_workers) {
     if (!config_.chat_template.empty()) {
         chat_template_ = tokenizer::ChatTemplate::parse(config_.chat_template);
@@ -85,6 +87,9 @@ void Router::defer(HttpRequest request, std::shared_ptr<Responder> responder, F 
 }
 
 void Router::handle(HttpRequest request, std::shared_ptr<Responder> responder) {
+    if (config_.access_log)
+        responder =
+            std::make_shared<AccessLogResponder>(std::move(responder), request, access_.client(request), logger_);
     guarded(request, responder, [&] { route(request, responder); });
 }
 
@@ -173,6 +178,19 @@ void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& respo
                      [this, chat](const HttpRequest& r, const std::shared_ptr<Responder>& resp) {
                          generate(openai::parse_body(r.body), chat, resp);
                      });
+    }
+    if (path == "/v1/responses") {
+        method_check(post);
+        json_check();
+        return defer(std::move(request), responder,
+                     [this](const HttpRequest& r, const std::shared_ptr<Responder>& resp) {
+                         responses(openai::parse_body(r.body), resp);
+                     });
+    }
+    if (path.rfind("/v1/responses/", 0) == 0) {
+        method_check(get);
+        const std::string id = path.substr(std::string("/v1/responses/").size());
+        return reply(responder, 200, kJsonMediaType, dump(stored_response(id).response));
     }
     if (path == "/tokenize") {
         method_check(post);

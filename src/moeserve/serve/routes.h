@@ -1,8 +1,8 @@
 // The OpenAI-compatible routes (docs/architecture.md, "The request path through the API server"): /v1/completions,
-// /v1/chat/completions, /v1/models, /health, /version, /metrics, /tokenize, /detokenize. Turns HTTP requests into
-// validated requests, engine requests (token ids) and back into JSON/SSE. routes.cpp dispatches
-// and checks access; generate_route.cpp runs the generation requests. Depends on
-// tokenizer and ipc (via EngineClient), never on engine or model.
+// /v1/chat/completions, /v1/responses, /v1/models, /health, /version, /metrics, /tokenize, /detokenize. Turns HTTP
+// requests into validated requests, engine requests (token ids) and back into JSON/SSE. routes.cpp dispatches and
+// checks access; generate_route.cpp runs the generation requests. Depends on tokenizer and ipc (via EngineClient),
+// never on engine or model.
 #pragma once
 
 #include <atomic>
@@ -20,6 +20,7 @@
 #include "moeserve/serve/metrics.h"
 #include "moeserve/serve/openai/protocol.h"
 #include "moeserve/serve/openai/reasoning_parser.h"
+#include "moeserve/serve/response_store.h"
 #include "moeserve/serve/work_queue.h"
 #include "moeserve/tokenizer/chat_template/chat_template.h"
 #include "moeserve/tokenizer/tokenizer.h"
@@ -45,6 +46,12 @@ struct RouterConfig {
     // finished request (reason, tokens, TTFT, e2e). max_log_len < 0: no cut (--max-log-len unset).
     bool log_requests = false;
     int max_log_len = -1;
+    // The access log (access_log.h): one line per answered request; off with
+    // --disable-uvicorn-access-log.
+    bool access_log = true;
+    // POST /v1/responses: the responses kept for previous_response_id and GET /v1/responses/{id}
+    // (--responses-store-size; the oldest evicted first; 0 = none kept).
+    size_t responses_store_size = 1024;
     GenerationDefaults generation_defaults;
     int num_workers = 4;     // threads that parse, render and tokenize (WorkQueue)
     std::string model_path;  // shown as "root" in /v1/models
@@ -96,6 +103,10 @@ private:
     // encode(), after refusing a text too long to fit max_model_len in any tokenization.
     std::vector<int32_t> encode_prompt(const std::string& text, bool add_special_tokens, const char* param) const;
     void generate(const nlohmann::ordered_json& body, bool chat, const std::shared_ptr<Responder>& responder);
+    // POST /v1/responses (responses_route.cpp): runs as a chat request, answered as the Responses API.
+    void responses(const nlohmann::ordered_json& body, const std::shared_ptr<Responder>& responder);
+    // The stored response `id`; ApiError 404 naming the store's size when it is not there.
+    ResponseStore::Entry stored_response(const std::string& id) const;
     struct ChatPromptInput {
         const nlohmann::ordered_json* messages;  // as the client sent them (validated)
         bool add_generation_prompt = true, continue_final_message = false, add_special_tokens = false;
@@ -132,7 +143,8 @@ private:
     size_t max_prompt_bytes_ = 0;  // no text longer than this fits in max_model_len tokens
     std::mutex warned_mutex_;
     std::set<std::string> warned_fields_;
-    WorkQueue workers_;  // last: its threads stop before the rest is destroyed
+    std::shared_ptr<ResponseStore> responses_;  // shared with the Responses answers in flight
+    WorkQueue workers_;                         // last: its threads stop before the rest is destroyed
 };
 
 }  // namespace moeserve::serve

@@ -214,9 +214,25 @@ std::vector<std::string> stop_strings(const Json* v) {
     return out;
 }
 
+// vLLM request fields that change the output when honoured and are not run here: true is a 400
+// naming the field (ignoring it would answer something other than what was asked); false or
+// absent changes nothing.
+void refuse_unsupported_switches(Fields& f) {
+    static const std::pair<const char*, const char*> kSwitches[] = {
+        {"use_beam_search", "beam search is not run here; sample several choices with 'n' instead"},
+        {"return_tokens_as_token_ids", "logprobs name tokens by their text here, never as 'token_id:N'"},
+    };
+    for (const auto& [key, why] : kSwitches) {
+        bool on = false;
+        f.boolean(key, on);
+        if (on) bad(key, fmt::format("'{}' is not supported: {}", key, why));
+    }
+}
+
 // The fields both endpoints share; `max_tokens_key` differs (chat also takes
 // max_completion_tokens).
 void read_generation(Fields& f, GenerationParams& p) {
+    refuse_unsupported_switches(f);
     f.number("n", p.n);
     f.number("max_tokens", p.max_tokens);
     f.number("temperature", p.temperature);
@@ -425,9 +441,8 @@ ChatCompletionRequest parse_chat_request(const Json& body, const ModelLimits& li
     // Known to OpenAI or vLLM and without effect here (docs/serving.md lists them).
     r.unknown_fields =
         f.unknown({"user", "service_tier", "metadata", "store", "modalities", "reasoning_effort", "audio", "prediction",
-                   "web_search_options", "documents", "mm_processor_kwargs", "vllm_xargs", "return_tokens_as_token_ids",
-                   "length_penalty", "use_beam_search", "spaces_between_special_tokens", "guided_decoding_backend",
-                   "chat_template_content_format"});
+                   "web_search_options", "documents", "mm_processor_kwargs", "vllm_xargs", "length_penalty",
+                   "spaces_between_special_tokens", "guided_decoding_backend", "chat_template_content_format"});
     r.params.grammar = parse_structured_output(body);
     if (r.tools.forced()) {
         if (!r.params.grammar.empty()) {
