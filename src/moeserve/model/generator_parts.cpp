@@ -49,7 +49,7 @@ TensorSource random_tensors(uint64_t seed) {
             [seed](const std::string& name, int64_t n) { return make_norm_bias(name, n, seed); }};
 }
 
-TensorSource checkpoint_tensors(std::shared_ptr<const io::WeightSource> checkpoint) {
+TensorSource checkpoint_tensors(const std::shared_ptr<const io::WeightSource>& checkpoint) {
     auto weight = [checkpoint](const WeightSpec& spec) {
         const TensorView view = checkpoint->get(spec.name);
         if (!(view.shape == spec.shape)) {

@@ -37,7 +37,7 @@ struct TensorSource {
 TensorSource random_tensors(uint64_t seed);
 // The checkpoint's tensors converted to each spec's dtype (a shape that differs is an error
 // naming the tensor); norm biases of zeros, so the written model computes what the checkpoint does.
-TensorSource checkpoint_tensors(std::shared_ptr<const io::WeightSource> checkpoint);
+TensorSource checkpoint_tensors(const std::shared_ptr<const io::WeightSource>& checkpoint);
 
 // Element i of a bf16 or f32 tensor.
 float value_at(const Tensor& t, int64_t i);

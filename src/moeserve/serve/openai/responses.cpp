@@ -133,7 +133,7 @@ void add_tools_and_format(const OJson& body, OJson& chat) {
 
 // What the request says that the Response repeats, with the API's defaults.
 OJson echo_fields(const OJson& body) {
-    const auto get = [&](const char* key, OJson fallback) {
+    const auto get = [&](const char* key, const OJson& fallback) {
         const OJson* v = field(body, key);
         return v ? *v : fallback;
     };
