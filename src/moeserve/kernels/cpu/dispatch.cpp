@@ -129,6 +129,12 @@ float gguf_vec_dot(GgmlType type, int64_t n, const void* w, const void* a) {
     switch (type) {
         case GgmlType::kQ4_0:
             return detail::vec_dot_q4_0_q8_0_avx2(n / bs, w, a);
+        case GgmlType::kQ4_1:
+            return detail::vec_dot_q4_1_q8_0_avx2(n / bs, w, a);
+        case GgmlType::kQ5_0:
+            return detail::vec_dot_q5_0_q8_0_avx2(n / bs, w, a);
+        case GgmlType::kQ5_1:
+            return detail::vec_dot_q5_1_q8_0_avx2(n / bs, w, a);
         case GgmlType::kQ8_0:
             return detail::vec_dot_q8_0_q8_0_avx2(n / bs, w, a);
         case GgmlType::kQ4_K:
