@@ -15,6 +15,7 @@
 
 #include "moeserve/cli/commands.h"
 #include "moeserve/cli/generate_batch.h"
+#include "moeserve/cli/model_files.h"
 #include "moeserve/cli/perplexity_stats.h"
 #include "moeserve/cli/serve_layout.h"
 #include "moeserve/core/error.h"
@@ -119,7 +120,8 @@ int run_perplexity(PerplexityOptions o) {
     if (o.kl_divergence && o.kl_base.empty())
         raise(ErrorCode::kInvalidArgument, "--kl-divergence needs --kl-divergence-base FILE");
     const int32_t max_model_len = resolve_max_model_len(eo, read_model_config(eo.model));
-    const auto tok = tokenizer::Tokenizer::from_dir(eo.model);
+    // a GGUF file's tokenizer is its metadata (--tokenizer overrides), as for generate and serve
+    const auto tok = load_model_tokenizer(eo.tokenizer_dir());
     const std::vector<std::vector<int32_t>> chunks = read_chunks(o, tok, max_model_len);
     // A chunk is a prompt of ctx tokens plus the one token a request must generate.
     const int32_t num_seqs = std::max(1, o.batch / o.ctx);
