@@ -40,12 +40,14 @@ void gguf_linear(ThreadPool& pool, const float* x, int64_t rows, const GgufMatri
         scratch.qx.resize(qrow * static_cast<size_t>(rows));
         for (int64_t r = 0; r < rows; ++r) quantize_gguf(act, x + r * k, scratch.qx.data() + qrow * r, k);
         const uint8_t* qx = scratch.qx.data();
+        const GgufDotKernel dot = gguf_dot_kernel(w.type);
+        const int64_t nb = k / ggml_traits(w.type).block_size;
         pool.run([&](int tid) {
             const int64_t begin = tid * chunk;
             const int64_t end = std::min(n, begin + chunk);
             for (int64_t j = begin; j < end; ++j) {
                 const uint8_t* wr = w.row(j);
-                for (int64_t r = 0; r < rows; ++r) out[r * n + j] = gguf_vec_dot(w.type, k, wr, qx + qrow * r);
+                for (int64_t r = 0; r < rows; ++r) out[r * n + j] = dot(nb, wr, qx + qrow * r);
             }
         });
         return;
@@ -141,6 +143,10 @@ void moe_experts_fused(ThreadPool& pool, const float* x, int64_t num_tokens, con
     const GgmlType wdn = experts.down[0].type;
     const GgmlType act_gu = gguf_dot_activation_type(wgu);
     const GgmlType act_dn = gguf_dot_activation_type(wdn);
+    const GgufDotKernel dot_gu = gguf_dot_kernel(wgu);
+    const GgufDotKernel dot_dn = gguf_dot_kernel(wdn);
+    const int64_t nb_gu = h / ggml_traits(wgu).block_size;
+    const int64_t nb_dn = inter / ggml_traits(wdn).block_size;
     const auto slots = static_cast<int64_t>(scratch.tokens.size());
     std::vector<int32_t>& active = scratch.active;  // local ids of experts with tokens
     active.clear();
@@ -163,9 +169,10 @@ void moe_experts_fused(ThreadPool& pool, const float* x, int64_t num_tokens, con
             const uint8_t* g_row = experts.gate[e].row(j);
             const uint8_t* u_row = experts.up[e].row(j);
             for (int64_t s = scratch.offsets[e]; s < scratch.offsets[e + 1]; ++s) {
-                const uint8_t* q = scratch.qx.data() + qrow_gu * static_cast<size_t>(scratch.tokens[static_cast<size_t>(s)]);
-                const float g = gguf_vec_dot(wgu, h, g_row, q);
-                const float u = gguf_vec_dot(wgu, h, u_row, q);
+                const uint8_t* q =
+                    scratch.qx.data() + qrow_gu * static_cast<size_t>(scratch.tokens[static_cast<size_t>(s)]);
+                const float g = dot_gu(nb_gu, g_row, q);
+                const float u = dot_gu(nb_gu, u_row, q);
                 scratch.gate[static_cast<size_t>(s * inter + j)] = g / (1.0f + std::exp(-g)) * u;
             }
         }
@@ -182,7 +189,7 @@ void moe_experts_fused(ThreadPool& pool, const float* x, int64_t num_tokens, con
             const uint8_t* d_row = experts.down[e].row(c);
             for (int64_t s = scratch.offsets[e]; s < scratch.offsets[e + 1]; ++s) {
                 const uint8_t* q = scratch.qh.data() + qrow_dn * static_cast<size_t>(s);
-                scratch.down[static_cast<size_t>(s * h + c)] = gguf_vec_dot(wdn, inter, d_row, q);
+                scratch.down[static_cast<size_t>(s * h + c)] = dot_dn(nb_dn, d_row, q);
             }
         }
     });

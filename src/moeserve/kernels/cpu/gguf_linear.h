@@ -31,10 +31,10 @@ struct GgufScratch {
     std::vector<uint8_t> qh;  // experts: the down projections' inputs quantized per row
     std::vector<float> wrow;  // [threads, cols]: dequantized weight rows (types without a dot kernel)
     std::vector<float> gathered, gate, up, down;
-    std::vector<int32_t> tokens;        // experts: the slots' tokens, expert-major
-    std::vector<float> token_weights;   // and their router weights
-    std::vector<int64_t> offsets;       // expert e's slots: [offsets[e], offsets[e + 1])
-    std::vector<int32_t> active;        // experts with slots
+    std::vector<int32_t> tokens;       // experts: the slots' tokens, expert-major
+    std::vector<float> token_weights;  // and their router weights
+    std::vector<int64_t> offsets;      // expert e's slots: [offsets[e], offsets[e + 1])
+    std::vector<int32_t> active;       // experts with slots
 };
 
 // x f32 [rows, w.cols] -> out f32 [rows, w.rows] (overwritten).
