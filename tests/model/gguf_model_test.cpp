@@ -87,7 +87,21 @@ TEST_P(GgufModelTest, WeightsStayInTheFilesBlocks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GgufModelTest,
-                         ::testing::Values(MOESERVE_GGUF_Q8_0_DIR, MOESERVE_GGUF_Q4_0_DIR, MOESERVE_GGUF_Q4_K_DIR));
+                         ::testing::Values(MOESERVE_GGUF_Q8_0_DIR, MOESERVE_GGUF_Q4_0_DIR, MOESERVE_GGUF_Q4_K_DIR,
+                                           MOESERVE_GGUF_MIXED_DIR));
+
+TEST(GgufModel, MixedFileHoldsTheTypesLlamaQuantizeMixes) {
+    // the fixture really has the mix the parametrized test runs on (make-model --gguf-tensor-type)
+    const io::GgufCheckpoint file(gguf_in(MOESERVE_GGUF_MIXED_DIR));
+    EXPECT_EQ(file.info("blk.0.ffn_down_exps.weight").type, GgmlType::kQ5_0);
+    EXPECT_EQ(file.info("blk.1.ffn_down_exps.weight").type, GgmlType::kQ5_1);
+    EXPECT_EQ(file.info("blk.2.ffn_down_exps.weight").type, GgmlType::kQ8_0);  // 64 wide: no K-quant
+    EXPECT_EQ(file.info("blk.2.ffn_up_exps.weight").type, GgmlType::kQ4_1);
+    EXPECT_EQ(file.info("blk.2.ffn_gate_exps.weight").type, GgmlType::kQ4_K);
+    EXPECT_EQ(file.info("blk.0.attn_v.weight").type, GgmlType::kQ6_K);
+    EXPECT_EQ(file.info("output.weight").type, GgmlType::kQ6_K);
+    EXPECT_EQ(file.info("token_embd.weight").type, GgmlType::kQ4_K);
+}
 
 TEST(GgufModel, SplitSetLoadsFromAnySplit) {
     ThreadPool pool(1);
