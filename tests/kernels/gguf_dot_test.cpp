@@ -1,5 +1,5 @@
-// gguf_vec_dot at every ISA level against gguf_vec_dot_ref (the K-quants bit for bit, Q4_0 /
-// Q8_0 within f32 reassociation), and the reference against the float64 dot product of the
+// gguf_vec_dot at every ISA level against gguf_vec_dot_ref (the K-quants bit for bit, the
+// 32-element types within f32 reassociation), and the reference against the float64 dot product of the
 // dequantized weights and activations (dequantize_gguf, itself checked against gguf-py).
 // Weights are both quantized floats and raw random blocks (every quant bit pattern, -128 in
 // Q8_0, every Q6_K scale) with finite f16 scales; rows start at odd addresses.
@@ -26,8 +26,12 @@ namespace {
 std::vector<size_t> scale_offsets(GgmlType type) {
     switch (type) {
         case GgmlType::kQ4_0:
+        case GgmlType::kQ5_0:
         case GgmlType::kQ8_0:
             return {0};
+        case GgmlType::kQ4_1:
+        case GgmlType::kQ5_1:
+            return {0, 2};
         case GgmlType::kQ4_K:
         case GgmlType::kQ5_K:
             return {0, 2};
@@ -136,17 +140,20 @@ TEST_P(GgufDotTest, MatvecIsOneDotPerRow) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WeightTypes, GgufDotTest,
-                         testing::Values(GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
-                                         GgmlType::kQ6_K),
+                         testing::Values(GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                                         GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K),
                          [](const auto& p) { return std::string(ggml_type_name(p.param)); });
 
 TEST(GgufDotPairingTest, ActivationTypesFollowLlamaCpp) {
     EXPECT_EQ(gguf_dot_activation_type(GgmlType::kQ4_0), GgmlType::kQ8_0);
     EXPECT_EQ(gguf_dot_activation_type(GgmlType::kQ8_0), GgmlType::kQ8_0);
+    // Q4_1 / Q5_1: q8_0 here, q8_1 (the same bytes plus their f16 sum) in llama.cpp
+    for (const GgmlType t : {GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1}) {
+        EXPECT_EQ(gguf_dot_activation_type(t), GgmlType::kQ8_0);
+    }
     EXPECT_EQ(gguf_dot_activation_type(GgmlType::kQ4_K), GgmlType::kQ8_K);
     EXPECT_EQ(gguf_dot_activation_type(GgmlType::kQ5_K), GgmlType::kQ8_K);
     EXPECT_EQ(gguf_dot_activation_type(GgmlType::kQ6_K), GgmlType::kQ8_K);
-    EXPECT_FALSE(gguf_dot_supported(GgmlType::kQ4_1));
     EXPECT_FALSE(gguf_dot_supported(GgmlType::kQ2_K));
     EXPECT_FALSE(gguf_dot_supported(GgmlType::kF32));
 }

@@ -51,11 +51,11 @@ constexpr float kTolerance = 1e-3f;
 
 class GgufModelTest : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(GgufModelTest, LogitsMatchReferenceOnDequantizedWeights) {
-    const fs::path dir = GetParam();
+// The model at `path` against DIR/reference_logits.f32 on `ids`: prefill and token-by-token
+// decode within the bound, and the same argmax at every position.
+void expect_matches_reference(const fs::path& path, const fs::path& dir, const std::vector<int32_t>& ids) {
     ThreadPool pool(2);
-    const auto m = open(gguf_in(dir), pool);
-    const auto ids = parse_ids(MOESERVE_QWEN3_PROMPT);
+    const auto m = open(path, pool);
     const auto ref = read_f32(dir / "reference_logits.f32");
     const auto got = prefill(*m, ids);
     ASSERT_EQ(got.size(), ref.size());
@@ -70,6 +70,23 @@ TEST_P(GgufModelTest, LogitsMatchReferenceOnDequantizedWeights) {
     for (size_t t = 0; t < ids.size(); ++t) {
         EXPECT_EQ(argmax(got.data() + t * vocab, vocab), argmax(ref.data() + t * vocab, vocab)) << "position " << t;
     }
+}
+
+TEST_P(GgufModelTest, LogitsMatchReferenceOnDequantizedWeights) {
+    const fs::path dir = GetParam();
+    expect_matches_reference(gguf_in(dir), dir, parse_ids(MOESERVE_QWEN3_PROMPT));
+}
+
+TEST(GgufModel, FileWrittenByLlamaQuantizeMatchesReference) {
+    // llama.cpp's own Q4_K_M choices (tests/data/gguf/README.md): the types it mixes per layer
+    const io::GgufCheckpoint file(MOESERVE_GGUF_LLAMA_Q4_K_M);
+    EXPECT_EQ(file.info("blk.0.ffn_down_exps.weight").type, GgmlType::kQ5_0);
+    EXPECT_EQ(file.info("blk.1.ffn_down_exps.weight").type, GgmlType::kQ8_0);
+    EXPECT_EQ(file.info("blk.1.attn_v.weight").type, GgmlType::kQ6_K);
+    EXPECT_EQ(file.info("output.weight").type, GgmlType::kQ6_K);
+    EXPECT_EQ(file.info("token_embd.weight").type, GgmlType::kQ4_K);
+    expect_matches_reference(MOESERVE_GGUF_LLAMA_Q4_K_M, MOESERVE_GGUF_LLAMA_Q4_K_M_DIR,
+                             parse_ids(MOESERVE_GGUF_LLAMA_PROMPT));
 }
 
 TEST_P(GgufModelTest, WeightsStayInTheFilesBlocks) {
@@ -87,7 +104,21 @@ TEST_P(GgufModelTest, WeightsStayInTheFilesBlocks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GgufModelTest,
-                         ::testing::Values(MOESERVE_GGUF_Q8_0_DIR, MOESERVE_GGUF_Q4_0_DIR, MOESERVE_GGUF_Q4_K_DIR));
+                         ::testing::Values(MOESERVE_GGUF_Q8_0_DIR, MOESERVE_GGUF_Q4_0_DIR, MOESERVE_GGUF_Q4_K_DIR,
+                                           MOESERVE_GGUF_MIXED_DIR));
+
+TEST(GgufModel, MixedFileHoldsTheTypesLlamaQuantizeMixes) {
+    // the fixture really has the mix the parametrized test runs on (make-model --gguf-tensor-type)
+    const io::GgufCheckpoint file(gguf_in(MOESERVE_GGUF_MIXED_DIR));
+    EXPECT_EQ(file.info("blk.0.ffn_down_exps.weight").type, GgmlType::kQ5_0);
+    EXPECT_EQ(file.info("blk.1.ffn_down_exps.weight").type, GgmlType::kQ5_1);
+    EXPECT_EQ(file.info("blk.2.ffn_down_exps.weight").type, GgmlType::kQ8_0);  // 64 wide: no K-quant
+    EXPECT_EQ(file.info("blk.2.ffn_up_exps.weight").type, GgmlType::kQ4_1);
+    EXPECT_EQ(file.info("blk.2.ffn_gate_exps.weight").type, GgmlType::kQ4_K);
+    EXPECT_EQ(file.info("blk.0.attn_v.weight").type, GgmlType::kQ6_K);
+    EXPECT_EQ(file.info("output.weight").type, GgmlType::kQ6_K);
+    EXPECT_EQ(file.info("token_embd.weight").type, GgmlType::kQ4_K);
+}
 
 TEST(GgufModel, SplitSetLoadsFromAnySplit) {
     ThreadPool pool(1);

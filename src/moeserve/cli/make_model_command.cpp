@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "moeserve/cli/cache_dir.h"
 #include "moeserve/cli/commands.h"
@@ -22,6 +24,7 @@ struct GgufFlags {
     std::string type = "Q8_0";
     uint64_t split_bytes = 0;
     std::string dequantized_dir;
+    std::vector<std::string> tensor_types;  // PART=TYPE
 };
 
 GgmlType parse_gguf_type(const std::string& name) {
@@ -37,7 +40,15 @@ GgmlType parse_gguf_type(const std::string& name) {
 void write_gguf(const model::GeneratorOptions& opts, const GgufFlags& g) {
     const GgmlType type = parse_gguf_type(g.type);
     const std::filesystem::path out = opts.out_dir / fmt::format("model-{}.gguf", g.type);
-    const auto files = model::write_gguf_from_checkpoint(opts.out_dir, out, {type, g.split_bytes});
+    model::GgufWriteOptions w{type, g.split_bytes, {}};
+    for (const std::string& spec : g.tensor_types) {
+        const size_t eq = spec.rfind('=');
+        if (eq == std::string::npos || eq == 0) {
+            raise(ErrorCode::kInvalidArgument, "--gguf-tensor-type {}: expected PART=TYPE, e.g. attn_v=Q6_K", spec);
+        }
+        w.tensor_types.emplace_back(spec.substr(0, eq), parse_gguf_type(spec.substr(eq + 1)));
+    }
+    const auto files = model::write_gguf_from_checkpoint(opts.out_dir, out, w);
     for (const auto& f : files) fmt::print("wrote {}\n", f.string());
     if (!g.dequantized_dir.empty()) {
         model::write_dequantized_checkpoint(files.front(), g.dequantized_dir);
@@ -73,6 +84,9 @@ void add_make_model_command(CLI::App& app, Action* action) {
         ->capture_default_str();
     sub->add_option("--gguf-type", gguf->type, "GGUF matrix type: Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, F16, ...")
         ->capture_default_str();
+    sub->add_option("--gguf-tensor-type", gguf->tensor_types,
+                    "PART=TYPE: GGUF tensors whose name contains PART are written as TYPE (the first match; "
+                    "repeatable), as llama-quantize mixes types");
     sub->add_option("--gguf-split-bytes", gguf->split_bytes,
                     "> 0: write gguf-split files of at most this many tensor bytes");
     sub->add_option("--gguf-dequantized-dir", gguf->dequantized_dir,

@@ -17,6 +17,7 @@
 
 #include "moeserve/cli/commands.h"
 #include "moeserve/cli/generate_batch.h"
+#include "moeserve/cli/model_files.h"
 #include "moeserve/cli/perplexity_remote.h"
 #include "moeserve/cli/perplexity_stats.h"
 #include "moeserve/cli/serve_layout.h"
@@ -166,7 +167,8 @@ int run_perplexity(PerplexityOptions o) {
     }
     const nlohmann::json config = read_model_config(eo.model);
     const int32_t max_model_len = o.remote.url.empty() ? resolve_max_model_len(eo, config) : o.ctx + 1;
-    const auto tok = tokenizer::Tokenizer::from_dir(eo.model);
+    // a GGUF file's tokenizer is its metadata (--tokenizer overrides), as for generate and serve
+    const auto tok = load_model_tokenizer(eo.tokenizer_dir());
     const std::vector<std::vector<int32_t>> chunks = read_chunks(o, tok, max_model_len);
     const auto vocab = config.value("vocab_size", int32_t{0});
     Sinks sinks = make_sinks(o, chunks, vocab);

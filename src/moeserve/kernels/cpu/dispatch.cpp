@@ -121,25 +121,46 @@ void matmul_tile_int8(const int8_t* qx, int64_t ldx, const float* sx, int64_t m,
 
 namespace moeserve::kernels::cpu {
 
-float gguf_vec_dot(GgmlType type, int64_t n, const void* w, const void* a) {
+namespace {
+
+// The scalar reference with the kernels' signature (the ref ISA level; tests only).
+template <GgmlType T>
+float gguf_dot_ref_blocks(int64_t nb, const void* w, const void* a) {
+    return gguf_vec_dot_ref(T, nb * ggml_traits(T).block_size, w, a);
+}
+
+}  // namespace
+
+GgufDotKernel gguf_dot_kernel(GgmlType type) {
     // NOTE(#27): no AVX-512 GGUF dot products yet (none measured); every level above ref runs AVX2.
-    if (active_isa() == Isa::kRef) return gguf_vec_dot_ref(type, n, w, a);
-    const int64_t bs = ggml_traits(type).block_size;
-    MOESERVE_CHECK(gguf_dot_supported(type) && n >= 0 && n % bs == 0, "type={} n={}", ggml_type_name(type), n);
+    MOESERVE_CHECK(gguf_dot_supported(type), "no GGUF dot product for {}", ggml_type_name(type));
+    const bool ref = active_isa() == Isa::kRef;
     switch (type) {
         case GgmlType::kQ4_0:
-            return detail::vec_dot_q4_0_q8_0_avx2(n / bs, w, a);
+            return ref ? &gguf_dot_ref_blocks<GgmlType::kQ4_0> : &detail::vec_dot_q4_0_q8_0_avx2;
+        case GgmlType::kQ4_1:
+            return ref ? &gguf_dot_ref_blocks<GgmlType::kQ4_1> : &detail::vec_dot_q4_1_q8_0_avx2;
+        case GgmlType::kQ5_0:
+            return ref ? &gguf_dot_ref_blocks<GgmlType::kQ5_0> : &detail::vec_dot_q5_0_q8_0_avx2;
+        case GgmlType::kQ5_1:
+            return ref ? &gguf_dot_ref_blocks<GgmlType::kQ5_1> : &detail::vec_dot_q5_1_q8_0_avx2;
         case GgmlType::kQ8_0:
-            return detail::vec_dot_q8_0_q8_0_avx2(n / bs, w, a);
+            return ref ? &gguf_dot_ref_blocks<GgmlType::kQ8_0> : &detail::vec_dot_q8_0_q8_0_avx2;
         case GgmlType::kQ4_K:
-            return detail::vec_dot_q4_k_q8_k_avx2(n / bs, w, a);
+            return ref ? &gguf_dot_ref_blocks<GgmlType::kQ4_K> : &detail::vec_dot_q4_k_q8_k_avx2;
         case GgmlType::kQ5_K:
-            return detail::vec_dot_q5_k_q8_k_avx2(n / bs, w, a);
+            return ref ? &gguf_dot_ref_blocks<GgmlType::kQ5_K> : &detail::vec_dot_q5_k_q8_k_avx2;
         case GgmlType::kQ6_K:
-            return detail::vec_dot_q6_k_q8_k_avx2(n / bs, w, a);
+            return ref ? &gguf_dot_ref_blocks<GgmlType::kQ6_K> : &detail::vec_dot_q6_k_q8_k_avx2;
         default:
-            return 0.0f;  // unreachable: checked above
+            return nullptr;  // unreachable: checked above
     }
+}
+
+float gguf_vec_dot(GgmlType type, int64_t n, const void* w, const void* a) {
+    const int64_t bs = ggml_traits(type).block_size;
+    MOESERVE_CHECK(gguf_dot_supported(type) && n >= 0 && n % bs == 0, "type={} n={}", ggml_type_name(type), n);
+    return gguf_dot_kernel(type)(n / bs, w, a);
 }
 
 }  // namespace moeserve::kernels::cpu

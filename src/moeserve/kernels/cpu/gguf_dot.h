@@ -1,7 +1,11 @@
 // Dot products of GGUF weight rows, kept as their stored blocks, with activations quantized per
-// block the way llama.cpp's CPU backend does: Q8_0 for Q4_0 and Q8_0 weights, Q8_K for the
+// block the way llama.cpp's CPU backend does: Q8_0 for the 32-element types, Q8_K for the
 // K-quants (quantize_gguf makes both). The products are integer (exact int32 per block); the
-// block scales are applied in f32. Supported weight types: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K.
+// block scales are applied in f32. Supported weight types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
+// Q5_K, Q6_K (llama-quantize writes Q5_0 / Q5_1 / Q8_0 where a row is too short for a K-quant:
+// the bench model's 384-wide expert down projections in Q4_K_M / Q5_K_M files). Q4_1 / Q5_1
+// (y = d q + m) take q8_0 activations and sum them in the kernel, where llama.cpp stores that
+// sum, rounded to f16, in its q8_1 blocks.
 // Depends on core only.
 #pragma once
 
@@ -21,8 +25,16 @@ GgmlType gguf_dot_activation_type(GgmlType weight);
 // 4-byte aligned). n a multiple of the block size (checked). Runs the level active_isa() picks:
 // ref is gguf_vec_dot_ref; avx2 and above the AVX2 code. The K-quants give the reference's bits
 // exactly (per-block integer sums, then the same f32 operations); Q4_0 / Q8_0 accumulate in 8
-// f32 lanes, so they differ from the reference by float rounding only. Single-threaded.
+// f32 lanes (and the 32-element types likewise), so they differ from the reference by float rounding only.
+// Single-threaded.
 float gguf_vec_dot(GgmlType type, int64_t n, const void* w, const void* a);
+// The kernel gguf_vec_dot runs for `type` at the active ISA level, taking the number of weight
+// blocks: a product over many rows resolves it once, not per row (the per-row type and ISA
+// dispatch was 12% of a Q4_0 decode step's instructions, the rows being 4-32 blocks long).
+// Checked: a supported type.
+using GgufDotKernel = float (*)(int64_t nb, const void* w, const void* a);
+GgufDotKernel gguf_dot_kernel(GgmlType type);
+
 // Scalar reference: per block the exact integer dot product, then
 // sum += (d_w * d_a) * isum (K-quants with a min: sum -= (dmin_w * d_a) * isum_min).
 float gguf_vec_dot_ref(GgmlType type, int64_t n, const void* w, const void* a);

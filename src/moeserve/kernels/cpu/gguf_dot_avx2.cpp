@@ -7,6 +7,8 @@
 // operations, so their result has the reference's bits.
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "moeserve/kernels/cpu/gguf_blocks.h"
 #include "moeserve/kernels/cpu/gguf_dot_isa.h"
 #include "moeserve/kernels/cpu/simd_avx2.h"
@@ -34,6 +36,25 @@ inline __m256i dot_i8(__m256i x, __m256i y) {
 // Each byte shifted right by `count` bits (a 16-bit shift; the caller masks the bits it keeps).
 inline __m256i shift_right(__m256i v, int count) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(count)); }
 
+// The 32 nibbles of a 32-element block as bytes 0-15, element i in byte i.
+inline __m256i nibbles32(const uint8_t* qs) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+}
+
+// Q5_0 / Q5_1's fifth bits: byte i is 0x10 where bit i of the little-endian u32 at qh is set.
+// Each byte is given its qh byte (i / 8), then tests its own bit (i % 8) of it.
+inline __m256i fifth_bits32(const uint8_t* qh) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, qh, 4);
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(static_cast<int>(bits)),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+    const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
 template <typename Block, typename Weights>
 float dot_q8_0_acts(int64_t nb, const Block* w, const BlockQ8_0* a, Weights&& weights) {
     __m256 acc = _mm256_setzero_ps();
@@ -44,6 +65,25 @@ float dot_q8_0_acts(int64_t nb, const Block* w, const BlockQ8_0* a, Weights&& we
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
     }
     return simd::hsum(acc);
+}
+
+// Q4_1 / Q5_1 (y = d q + m, q unsigned): d_w d_a sum q * q8 and m d_a sum q8 in two sets of 8 f32
+// lanes (q <= 31 times an int8 in vpmaddubsw cannot saturate).
+template <typename Block, typename Weights>
+float dot_min_q8_0_acts(int64_t nb, const Block* w, const BlockQ8_0* a, Weights&& weights) {
+    const __m256i ones8 = _mm256_set1_epi8(1);
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    __m256 acc_min = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(weights(w[b]), y), ones16);
+        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, y), ones16);
+        const float da = f16(a[b].d);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[b].d) * da), _mm256_cvtepi32_ps(p), acc);
+        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[b].m) * da), _mm256_cvtepi32_ps(s), acc_min);
+    }
+    return simd::hsum(_mm256_add_ps(acc, acc_min));
 }
 
 // The integer sums of one Q4_K / Q5_K super-block (qh null for Q4_K): sum_j sc_j * sum q * q8.
@@ -103,14 +143,27 @@ int isum_q6_k(const BlockQ6_K& w, const BlockQ8_K& a) {
 }  // namespace
 
 float vec_dot_q4_0_q8_0_avx2(int64_t nb, const void* w, const void* a) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i eight = _mm256_set1_epi8(8);
     return dot_q8_0_acts(nb, static_cast<const BlockQ4_0*>(w), static_cast<const BlockQ8_0*>(a),
-                         [&](const BlockQ4_0& x) {
-                             const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.qs));
-                             const __m256i n = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
-                             return _mm256_sub_epi8(n, eight);
+                         [&](const BlockQ4_0& x) { return _mm256_sub_epi8(nibbles32(x.qs), eight); });
+}
+
+float vec_dot_q5_0_q8_0_avx2(int64_t nb, const void* w, const void* a) {
+    const __m256i sixteen = _mm256_set1_epi8(16);
+    return dot_q8_0_acts(nb, static_cast<const BlockQ5_0*>(w), static_cast<const BlockQ8_0*>(a),
+                         [&](const BlockQ5_0& x) {
+                             return _mm256_sub_epi8(_mm256_or_si256(nibbles32(x.qs), fifth_bits32(x.qh)), sixteen);
                          });
+}
+
+float vec_dot_q4_1_q8_0_avx2(int64_t nb, const void* w, const void* a) {
+    return dot_min_q8_0_acts(nb, static_cast<const BlockQ4_1*>(w), static_cast<const BlockQ8_0*>(a),
+                             [](const BlockQ4_1& x) { return nibbles32(x.qs); });
+}
+
+float vec_dot_q5_1_q8_0_avx2(int64_t nb, const void* w, const void* a) {
+    return dot_min_q8_0_acts(nb, static_cast<const BlockQ5_1*>(w), static_cast<const BlockQ8_0*>(a),
+                             [](const BlockQ5_1& x) { return _mm256_or_si256(nibbles32(x.qs), fifth_bits32(x.qh)); });
 }
 
 float vec_dot_q8_0_q8_0_avx2(int64_t nb, const void* w, const void* a) {

@@ -12,12 +12,50 @@ namespace {
 
 int nibble(const uint8_t* qs, int i) { return i < 16 ? qs[i] & 0xF : qs[i - 16] >> 4; }
 
+const uint8_t* min_block_qh(const BlockQ4_1& /*b*/) { return nullptr; }
+const uint8_t* min_block_qh(const BlockQ5_1& b) { return b.qh; }
+
 float dot_q4_0(int64_t nb, const BlockQ4_0* w, const BlockQ8_0* a) {
     float sum = 0.0f;
     for (int64_t b = 0; b < nb; ++b) {
         int isum = 0;
         for (int i = 0; i < kQK4_0; ++i) isum += (nibble(w[b].qs, i) - 8) * a[b].qs[i];
         sum += (load_f16(w[b].d) * load_f16(a[b].d)) * static_cast<float>(isum);
+    }
+    return sum;
+}
+
+// Element i of a Q5_0 / Q5_1 block: its nibble and bit i of qh (little-endian u32) as bit 4.
+int five_bits(const uint8_t* qs, const uint8_t* qh, int i) {
+    return nibble(qs, i) | (((qh[i / 8] >> (i % 8)) & 1) << 4);
+}
+
+float dot_q5_0(int64_t nb, const BlockQ5_0* w, const BlockQ8_0* a) {
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+        int isum = 0;
+        for (int i = 0; i < kQK4_0; ++i) isum += (five_bits(w[b].qs, w[b].qh, i) - 16) * a[b].qs[i];
+        sum += (load_f16(w[b].d) * load_f16(a[b].d)) * static_cast<float>(isum);
+    }
+    return sum;
+}
+
+// Q4_1 (qh null) and Q5_1, y = d * q + m: d_w d_a sum q * q8 + m d_a sum q8. llama.cpp pairs these
+// with q8_1, which is q8_0 plus f16(d_a * sum q8); the sum is taken here in f32 instead (the same
+// quantized activations, one f16 rounding fewer).
+template <typename Block>
+float dot_with_min(int64_t nb, const Block* w, const BlockQ8_0* a, bool five) {
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+        int isum = 0;
+        int asum = 0;
+        for (int i = 0; i < kQK4_0; ++i) {
+            const int q = five ? five_bits(w[b].qs, min_block_qh(w[b]), i) : nibble(w[b].qs, i);
+            isum += q * a[b].qs[i];
+            asum += a[b].qs[i];
+        }
+        const float da = load_f16(a[b].d);
+        sum += (load_f16(w[b].d) * da) * static_cast<float>(isum) + (load_f16(w[b].m) * da) * static_cast<float>(asum);
     }
     return sum;
 }
@@ -81,6 +119,9 @@ float dot_q6_k(int64_t nb, const BlockQ6_K* w, const BlockQ8_K* a) {
 bool gguf_dot_supported(GgmlType weight) {
     switch (weight) {
         case GgmlType::kQ4_0:
+        case GgmlType::kQ4_1:
+        case GgmlType::kQ5_0:
+        case GgmlType::kQ5_1:
         case GgmlType::kQ8_0:
         case GgmlType::kQ4_K:
         case GgmlType::kQ5_K:
@@ -105,6 +146,12 @@ float gguf_vec_dot_ref(GgmlType type, int64_t n, const void* w, const void* a) {
     switch (type) {
         case GgmlType::kQ4_0:
             return dot_q4_0(nb, static_cast<const BlockQ4_0*>(w), static_cast<const BlockQ8_0*>(a));
+        case GgmlType::kQ4_1:
+            return dot_with_min(nb, static_cast<const BlockQ4_1*>(w), static_cast<const BlockQ8_0*>(a), false);
+        case GgmlType::kQ5_0:
+            return dot_q5_0(nb, static_cast<const BlockQ5_0*>(w), static_cast<const BlockQ8_0*>(a));
+        case GgmlType::kQ5_1:
+            return dot_with_min(nb, static_cast<const BlockQ5_1*>(w), static_cast<const BlockQ8_0*>(a), true);
         case GgmlType::kQ8_0:
             return dot_q8_0(nb, static_cast<const BlockQ8_0*>(w), static_cast<const BlockQ8_0*>(a));
         case GgmlType::kQ4_K:

@@ -7,6 +7,7 @@
 #include "moeserve/kernels/cpu/gguf_dequant.h"
 #include "moeserve/kernels/cpu/gguf_dot.h"
 #include "moeserve/kernels/cpu/gguf_quantize.h"
+#include "moeserve/kernels/cpu/linear.h"
 
 namespace moeserve::kernels::cpu {
 
@@ -39,14 +40,27 @@ void gguf_linear(ThreadPool& pool, const float* x, int64_t rows, const GgufMatri
         scratch.qx.resize(qrow * static_cast<size_t>(rows));
         for (int64_t r = 0; r < rows; ++r) quantize_gguf(act, x + r * k, scratch.qx.data() + qrow * r, k);
         const uint8_t* qx = scratch.qx.data();
+        const GgufDotKernel dot = gguf_dot_kernel(w.type);
+        const int64_t nb = k / ggml_traits(w.type).block_size;
         pool.run([&](int tid) {
             const int64_t begin = tid * chunk;
             const int64_t end = std::min(n, begin + chunk);
             for (int64_t j = begin; j < end; ++j) {
                 const uint8_t* wr = w.row(j);
-                for (int64_t r = 0; r < rows; ++r) out[r * n + j] = gguf_vec_dot(w.type, k, wr, qx + qrow * r);
+                for (int64_t r = 0; r < rows; ++r) out[r * n + j] = dot(nb, wr, qx + qrow * r);
             }
         });
+        return;
+    }
+    // BF16 / F32 rows stored one after another (a whole matrix, not a column slice) are what the
+    // float linears read: their blocked GEMV / GEMM, not a row dequantized at a time (BF16 expert
+    // tensors come here; a BF16 GGUF file decoded at ~1 tok/s on the row path).
+    if (w.type == GgmlType::kBF16 && w.row_stride == static_cast<size_t>(k) * 2) {
+        linear_bf16(pool, x, rows, k, reinterpret_cast<const uint16_t*>(w.data), n, out);
+        return;
+    }
+    if (w.type == GgmlType::kF32 && w.row_stride == static_cast<size_t>(k) * 4) {
+        linear_f32(pool, x, rows, k, reinterpret_cast<const float*>(w.data), n, out);
         return;
     }
     // no dot kernel: one dequantized weight row per thread at a time
@@ -71,16 +85,18 @@ void gguf_embedding(const GgufMatrix& table, const int32_t* ids, int64_t n, floa
     }
 }
 
-void gguf_moe_experts(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
-                      const float* topk_weights, int k, const GgufExperts& experts, GgufScratch& scratch, float* out) {
-    const int64_t h = experts.hidden;
-    const int64_t inter = experts.inter;
-    std::fill(out, out + num_tokens * h, 0.0f);
-    for (int64_t e = 0; e < experts.num_experts(); ++e) {
+namespace {
+
+// The slots (token, weight) of each local expert, expert-major: expert e's are
+// [offsets[e], offsets[e + 1]) of scratch.tokens / scratch.token_weights.
+void group_by_expert(const int32_t* topk_ids, const float* topk_weights, int64_t num_tokens, int k,
+                     const GgufExperts& experts, GgufScratch& scratch) {
+    const int64_t ne = experts.num_experts();
+    scratch.tokens.clear();
+    scratch.token_weights.clear();
+    scratch.offsets.assign(static_cast<size_t>(ne + 1), 0);
+    for (int64_t e = 0; e < ne; ++e) {
         const auto id = static_cast<int32_t>(experts.expert_begin + e);
-        // 1. the tokens that chose this expert, with their weights
-        scratch.tokens.clear();
-        scratch.token_weights.clear();
         for (int64_t t = 0; t < num_tokens; ++t) {
             for (int j = 0; j < k; ++j) {
                 if (topk_ids[t * k + j] != id) continue;
@@ -88,17 +104,123 @@ void gguf_moe_experts(ThreadPool& pool, const float* x, int64_t num_tokens, cons
                 scratch.token_weights.push_back(topk_weights[t * k + j]);
             }
         }
-        const auto m = static_cast<int64_t>(scratch.tokens.size());
+        scratch.offsets[static_cast<size_t>(e + 1)] = static_cast<int64_t>(scratch.tokens.size());
+    }
+}
+
+// True when every expert's gate and up share one dot-product type and every down another: the
+// fused path below quantizes each activation row once for all of them.
+bool fused_types(const GgufExperts& experts) {
+    if (experts.num_experts() == 0) return false;
+    const GgmlType gu = experts.gate[0].type;
+    const GgmlType dn = experts.down[0].type;
+    if (!gguf_dot_supported(gu) || !gguf_dot_supported(dn)) return false;
+    for (int64_t e = 0; e < experts.num_experts(); ++e) {
+        const auto i = static_cast<size_t>(e);
+        if (experts.gate[i].type != gu || experts.up[i].type != gu || experts.down[i].type != dn) return false;
+    }
+    return true;
+}
+
+// rows x f32 [rows, n] -> `act` blocks at dst (row r at dst + r * row_bytes(act, n)), split over the pool.
+void quantize_rows(ThreadPool& pool, GgmlType act, const float* x, int64_t rows, int64_t n, uint8_t* dst) {
+    const size_t qrow = row_bytes(act, n);
+    pool.parallel_for(rows, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) quantize_gguf(act, x + r * n, dst + qrow * static_cast<size_t>(r), n);
+    });
+}
+
+// Experts whose types all have dot kernels: the token rows are quantized once (not once per expert
+// and projection), and gate+up, then down, each run as one pass over the (expert, weight row)
+// pairs of the active experts, so a decode step makes two pool dispatches per layer instead of
+// three per expert. Every output element is the same gguf_vec_dot as on the per-expert path, and
+// out[t] sums its experts in the same order, so the result has that path's bits.
+void moe_experts_fused(ThreadPool& pool, const float* x, int64_t num_tokens, const GgufExperts& experts,
+                       GgufScratch& scratch, float* out) {
+    const int64_t h = experts.hidden;
+    const int64_t inter = experts.inter;
+    const GgmlType wgu = experts.gate[0].type;
+    const GgmlType wdn = experts.down[0].type;
+    const GgmlType act_gu = gguf_dot_activation_type(wgu);
+    const GgmlType act_dn = gguf_dot_activation_type(wdn);
+    const GgufDotKernel dot_gu = gguf_dot_kernel(wgu);
+    const GgufDotKernel dot_dn = gguf_dot_kernel(wdn);
+    const int64_t nb_gu = h / ggml_traits(wgu).block_size;
+    const int64_t nb_dn = inter / ggml_traits(wdn).block_size;
+    const auto slots = static_cast<int64_t>(scratch.tokens.size());
+    std::vector<int32_t>& active = scratch.active;  // local ids of experts with tokens
+    active.clear();
+    for (int64_t e = 0; e < experts.num_experts(); ++e) {
+        if (scratch.offsets[static_cast<size_t>(e + 1)] > scratch.offsets[static_cast<size_t>(e)]) {
+            active.push_back(static_cast<int32_t>(e));
+        }
+    }
+    const auto na = static_cast<int64_t>(active.size());
+    // 1. every token row -> act_gu once
+    const size_t qrow_gu = row_bytes(act_gu, h);
+    scratch.qx.resize(qrow_gu * static_cast<size_t>(num_tokens));
+    quantize_rows(pool, act_gu, x, num_tokens, h, scratch.qx.data());
+    // 2. silu(gate x) * up x for each slot: [slots, inter]
+    scratch.gate.resize(static_cast<size_t>(slots * inter));
+    pool.parallel_for(na * inter, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            const auto e = static_cast<size_t>(active[static_cast<size_t>(i / inter)]);
+            const int64_t j = i % inter;
+            const uint8_t* g_row = experts.gate[e].row(j);
+            const uint8_t* u_row = experts.up[e].row(j);
+            for (int64_t s = scratch.offsets[e]; s < scratch.offsets[e + 1]; ++s) {
+                const uint8_t* q =
+                    scratch.qx.data() + qrow_gu * static_cast<size_t>(scratch.tokens[static_cast<size_t>(s)]);
+                const float g = dot_gu(nb_gu, g_row, q);
+                const float u = dot_gu(nb_gu, u_row, q);
+                scratch.gate[static_cast<size_t>(s * inter + j)] = g / (1.0f + std::exp(-g)) * u;
+            }
+        }
+    });
+    // 3. those rows -> act_dn, then down for each slot: [slots, h]
+    const size_t qrow_dn = row_bytes(act_dn, inter);
+    scratch.qh.resize(qrow_dn * static_cast<size_t>(slots));
+    quantize_rows(pool, act_dn, scratch.gate.data(), slots, inter, scratch.qh.data());
+    scratch.down.resize(static_cast<size_t>(slots * h));
+    pool.parallel_for(na * h, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            const auto e = static_cast<size_t>(active[static_cast<size_t>(i / h)]);
+            const int64_t c = i % h;
+            const uint8_t* d_row = experts.down[e].row(c);
+            for (int64_t s = scratch.offsets[e]; s < scratch.offsets[e + 1]; ++s) {
+                const uint8_t* q = scratch.qh.data() + qrow_dn * static_cast<size_t>(s);
+                scratch.down[static_cast<size_t>(s * h + c)] = dot_dn(nb_dn, d_row, q);
+            }
+        }
+    });
+    // 4. out[t] += w * down, slots in expert order; threads own column ranges
+    pool.parallel_for(h, [&](int64_t c0, int64_t c1) {
+        for (int64_t s = 0; s < slots; ++s) {
+            float* o = out + scratch.tokens[static_cast<size_t>(s)] * h;
+            const float wt = scratch.token_weights[static_cast<size_t>(s)];
+            const float* d = scratch.down.data() + s * h;
+            for (int64_t c = c0; c < c1; ++c) o[c] += wt * d[c];
+        }
+    });
+}
+
+// Any other types (a dequantized row at a time inside gguf_linear): one expert after another.
+void moe_experts_per_expert(ThreadPool& pool, const float* x, const GgufExperts& experts, GgufScratch& scratch,
+                            float* out) {
+    const int64_t h = experts.hidden;
+    const int64_t inter = experts.inter;
+    for (int64_t e = 0; e < experts.num_experts(); ++e) {
+        const int64_t begin = scratch.offsets[static_cast<size_t>(e)];
+        const int64_t m = scratch.offsets[static_cast<size_t>(e + 1)] - begin;
         if (m == 0) continue;
         scratch.gathered.resize(static_cast<size_t>(m * h));
         for (int64_t i = 0; i < m; ++i) {
-            std::copy_n(x + scratch.tokens[static_cast<size_t>(i)] * h, h, scratch.gathered.data() + i * h);
+            std::copy_n(x + scratch.tokens[static_cast<size_t>(begin + i)] * h, h, scratch.gathered.data() + i * h);
         }
-        // 2. gate, up -> silu(gate) * up -> down
+        // gate, up -> silu(gate) * up -> down (gguf_linear touches only scratch.qx and scratch.wrow)
         scratch.gate.resize(static_cast<size_t>(m * inter));
         scratch.up.resize(static_cast<size_t>(m * inter));
         scratch.down.resize(static_cast<size_t>(m * h));
-        // (gguf_linear touches only scratch.qx and scratch.wrow)
         const float* rows_in = scratch.gathered.data();
         gguf_linear(pool, rows_in, m, experts.gate[static_cast<size_t>(e)], scratch.gate.data(), scratch);
         gguf_linear(pool, rows_in, m, experts.up[static_cast<size_t>(e)], scratch.up.data(), scratch);
@@ -107,13 +229,25 @@ void gguf_moe_experts(ThreadPool& pool, const float* x, int64_t num_tokens, cons
             scratch.gate[static_cast<size_t>(i)] = g / (1.0f + std::exp(-g)) * scratch.up[static_cast<size_t>(i)];
         }
         gguf_linear(pool, scratch.gate.data(), m, experts.down[static_cast<size_t>(e)], scratch.down.data(), scratch);
-        // 3. out[t] += w * down
         for (int64_t i = 0; i < m; ++i) {
-            float* o = out + scratch.tokens[static_cast<size_t>(i)] * h;
-            const float wt = scratch.token_weights[static_cast<size_t>(i)];
+            float* o = out + scratch.tokens[static_cast<size_t>(begin + i)] * h;
+            const float wt = scratch.token_weights[static_cast<size_t>(begin + i)];
             const float* d = scratch.down.data() + i * h;
             for (int64_t c = 0; c < h; ++c) o[c] += wt * d[c];
         }
+    }
+}
+
+}  // namespace
+
+void gguf_moe_experts(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
+                      const float* topk_weights, int k, const GgufExperts& experts, GgufScratch& scratch, float* out) {
+    std::fill(out, out + num_tokens * experts.hidden, 0.0f);
+    group_by_expert(topk_ids, topk_weights, num_tokens, k, experts, scratch);
+    if (fused_types(experts)) {
+        moe_experts_fused(pool, x, num_tokens, experts, scratch, out);
+    } else {
+        moe_experts_per_expert(pool, x, experts, scratch, out);
     }
 }
 

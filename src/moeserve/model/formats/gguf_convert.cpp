@@ -85,7 +85,14 @@ std::vector<std::filesystem::path> write_gguf_from_checkpoint(const std::filesys
             for (int64_t d : shape.dims()) dims.push_back(d);
             shape = Shape(std::span<const int64_t>(dims));
         }
-        const GgmlType type = gguf_write_type(e.gguf, shape, options.type);
+        GgmlType requested = options.type;
+        for (const auto& [part, t] : options.tensor_types) {
+            if (e.gguf.find(part) != std::string::npos) {
+                requested = t;
+                break;
+            }
+        }
+        const GgmlType type = gguf_write_type(e.gguf, shape, requested);
         w.add_tensor(e.gguf, type, shape, quantize_rows(type, data.data(), shape.numel(), shape[shape.rank() - 1]));
     }
     if (options.max_split_bytes > 0) {

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "moeserve/core/ggml_type.h"
@@ -15,6 +17,10 @@ namespace moeserve::model {
 struct GgufWriteOptions {
     GgmlType type = GgmlType::kQ8_0;  // the matrices' type (see gguf_write_type)
     uint64_t max_split_bytes = 0;     // > 0: split files PREFIX-0000i-of-0000N.gguf (gguf-split's layout)
+    // (part of a GGUF tensor name, type): the first entry whose part the name contains replaces
+    // `type` for that tensor, as llama-quantize's --tensor-type and its per-layer choices mix
+    // types in one file (Q4_K_M: Q6_K attn_v / output, Q5_0 or Q8_0 expert down projections)
+    std::vector<std::pair<std::string, GgmlType>> tensor_types;
 };
 
 // The type a tensor is written as: 1-D tensors (norms, biases) and the router (ffn_gate_inp)
