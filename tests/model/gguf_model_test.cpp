@@ -11,6 +11,7 @@
 #include "moeserve/core/error.h"
 #include "moeserve/io/gguf_file.h"
 #include "moeserve/io/gguf_writer.h"
+#include "moeserve/model/deepseek_v3/config.h"
 #include "moeserve/model/formats/gguf.h"
 #include "moeserve/model/registry.h"
 #include "test_support.h"
@@ -53,21 +54,22 @@ class GgufModelTest : public ::testing::TestWithParam<const char*> {};
 
 // The model at `path` against DIR/reference_logits.f32 on `ids`: prefill and token-by-token
 // decode within the bound, and the same argmax at every position.
-void expect_matches_reference(const fs::path& path, const fs::path& dir, const std::vector<int32_t>& ids) {
+void expect_matches_reference(const fs::path& path, const fs::path& dir, const std::vector<int32_t>& ids,
+                              float tolerance = kTolerance, bool same_argmax = true) {
     ThreadPool pool(2);
     const auto m = open(path, pool);
     const auto ref = read_f32(dir / "reference_logits.f32");
     const auto got = prefill(*m, ids);
     ASSERT_EQ(got.size(), ref.size());
     const float diff = max_abs_diff(got, ref);
-    EXPECT_LE(diff, kTolerance * max_abs(ref)) << dir << ": max |logit diff| " << diff << " of " << max_abs(ref);
+    EXPECT_LE(diff, tolerance * max_abs(ref)) << dir << ": max |logit diff| " << diff << " of " << max_abs(ref);
     std::printf("%s: max |logit diff| %.3g = %.3g of the largest logit\n", dir.filename().c_str(), diff,
                 diff / max_abs(ref));
     // one token at a time through the KV cache gives the same logits
     const auto dec = decode_each(*m, ids);
-    EXPECT_LE(max_abs_diff(dec, ref), kTolerance * max_abs(ref));
+    EXPECT_LE(max_abs_diff(dec, ref), tolerance * max_abs(ref));
     const int64_t vocab = m->info().vocab_size;
-    for (size_t t = 0; t < ids.size(); ++t) {
+    for (size_t t = 0; same_argmax && t < ids.size(); ++t) {
         EXPECT_EQ(argmax(got.data() + t * vocab, vocab), argmax(ref.data() + t * vocab, vocab)) << "position " << t;
     }
 }
@@ -106,6 +108,72 @@ TEST_P(GgufModelTest, WeightsStayInTheFilesBlocks) {
 INSTANTIATE_TEST_SUITE_P(Types, GgufModelTest,
                          ::testing::Values(MOESERVE_GGUF_Q8_0_DIR, MOESERVE_GGUF_Q4_0_DIR, MOESERVE_GGUF_Q4_K_DIR,
                                            MOESERVE_GGUF_MIXED_DIR));
+
+// deepseek2 files (make-model --arch deepseek_v3 --format gguf): MLA, the correction-biased
+// grouped router, shared experts, a dense first layer, YaRN, from the file's metadata alone.
+//
+// NOTE(#27): the bound for the quantized files. The tiny random DeepSeek is far more sensitive to
+// its activations than the Qwen3 one: scaling its norm weights by 1 + 1e-7 noise moves the
+// reference's own logits by 2% of the largest (17% with top-k routing, where a nudge switches an
+// expert). So wherever f32 and f64 arithmetic put an activation on the other side of a q8_0 / q8_K
+// rounding step, the logits move by about that much, and whether that happens depends on the
+// kernels' summation order (the ISA). The quantized fixtures therefore run every expert (no
+// switch possible) and are held to 5% of the largest logit, without the argmax; the F32 file, with
+// no activation quantization, is held to the tight bound with the preset's grouped routing. The
+// bit-level work of the dot products is the Qwen3 tests' (1e-3, argmax equal).
+constexpr float kDeepseekQuantizedTolerance = 5e-2f;
+
+struct DeepseekFile {
+    const char* dir;
+    bool quantized;
+};
+
+class GgufDeepseekTest : public ::testing::TestWithParam<DeepseekFile> {};
+
+TEST_P(GgufDeepseekTest, LogitsMatchReferenceOnDequantizedWeights) {
+    const fs::path dir = GetParam().dir;
+    const bool q = GetParam().quantized;
+    expect_matches_reference(gguf_in(dir), dir, parse_ids(MOESERVE_DSV3_PROMPT),
+                             q ? kDeepseekQuantizedTolerance : kTolerance, !q);
+}
+
+TEST_P(GgufDeepseekTest, OnlyKvBIsHeldOutsideTheFilesBlocks) {
+    // kv_b_proj, stored per head as attn_k_b + attn_v_b, is joined in f32 (decode absorbs it in
+    // f32); every other tensor stays in the file's blocks
+    ThreadPool pool(1);
+    const fs::path path = gguf_in(GetParam().dir);
+    const io::GgufCheckpoint file(path);
+    uint64_t expected = 0;
+    for (const auto& name : file.tensor_names()) {
+        const bool kv_b = name.find("attn_k_b") != std::string::npos || name.find("attn_v_b") != std::string::npos;
+        expected += kv_b ? 4 * static_cast<uint64_t>(file.info(name).shape.numel()) : file.info(name).nbytes;
+    }
+    const auto m = open(path, pool);
+    EXPECT_EQ(static_cast<uint64_t>(m->info().weight_bytes), expected);
+    EXPECT_NE(m->info().quantization.find("GGUF deepseek2"), std::string::npos) << m->info().quantization;
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, GgufDeepseekTest,
+                         ::testing::Values(DeepseekFile{MOESERVE_GGUF_DSV3_F32_DIR, false},
+                                           DeepseekFile{MOESERVE_GGUF_DSV3_Q8_0_DIR, true},
+                                           DeepseekFile{MOESERVE_GGUF_DSV3_Q4_K_DIR, true}));
+
+TEST(GgufModel, Deepseek2MetadataGivesTheCheckpointsConfig) {
+    // the config the file's metadata makes equals the preset it was written from, field by field
+    const GgufModel g = open_gguf_model(gguf_in(MOESERVE_GGUF_DSV3_F32_DIR));
+    const io::HfConfig written(DeepseekV3Config::preset("deepseek_v3", "tiny"), "preset");
+    for (const char* key : {"hidden_size", "num_hidden_layers", "num_attention_heads", "q_lora_rank", "kv_lora_rank",
+                            "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "n_routed_experts",
+                            "n_shared_experts", "num_experts_per_tok", "first_k_dense_replace", "n_group", "topk_group",
+                            "topk_method", "scoring_func", "norm_topk_prob", "routed_scaling_factor", "vocab_size"}) {
+        EXPECT_EQ(g.config.json().at(key), written.json().at(key)) << key;
+    }
+    const auto& rope = g.config.json().at("rope_scaling");
+    EXPECT_EQ(rope.at("rope_type"), "yarn");
+    EXPECT_EQ(rope.at("factor"), 4.0);
+    EXPECT_EQ(rope.at("original_max_position_embeddings"), 4096);
+    EXPECT_NEAR(rope.at("mscale_all_dim").get<double>(), 1.0, 1e-6);
+}
 
 TEST(GgufModel, MixedFileHoldsTheTypesLlamaQuantizeMixes) {
     // the fixture really has the mix the parametrized test runs on (make-model --gguf-tensor-type)

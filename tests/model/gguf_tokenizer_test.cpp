@@ -1,7 +1,8 @@
 // The tokenizer of a GGUF file's metadata (model/formats/gguf_tokenizer.h) against the
-// tokenizer.json path: a GGUF whose metadata holds the real Qwen3 vocabulary (written here from
-// setup.sh's cache, the way llama.cpp's converter lays it out) encodes and decodes the Qwen3
-// goldens exactly as Hugging Face did, and carries the same chat template and special tokens.
+// tokenizer.json path: a GGUF whose metadata holds the real Qwen3 or DeepSeek-V3 vocabulary
+// (written here from setup.sh's cache, the way llama.cpp's converter lays it out) encodes and
+// decodes that tokenizer's goldens exactly as Hugging Face did, and carries the same chat template
+// and special tokens.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -25,17 +26,21 @@ std::string read(const std::filesystem::path& p) {
     return s.str();
 }
 
+// A GGUF file holding only the tokenizer of setup.sh's cache folder `name`.
+std::filesystem::path tokenizer_gguf(const std::string& name, int64_t vocab_size) {
+    const auto path = test::scratch_dir("gguf_tokenizer") / (name + "_vocab.gguf");
+    const auto dir = test::tokenizer_dir(name);
+    io::GgufWriter w;
+    w.set_string("general.architecture", name == "qwen3" ? "qwen3moe" : "deepseek2");
+    set_gguf_tokenizer_metadata(read(dir / "tokenizer.json"), read(dir / "tokenizer_config.json"), vocab_size,
+                                dir.string(), w);
+    w.write(path);
+    return path;
+}
+
 class GgufTokenizerTest : public ::testing::Test {
 protected:
-    static void SetUpTestSuite() {
-        const auto dir = test::tokenizer_dir("qwen3");
-        io::GgufWriter w;
-        w.set_string("general.architecture", "qwen3moe");
-        set_gguf_tokenizer_metadata(read(dir / "tokenizer.json"), read(dir / "tokenizer_config.json"), 151936,
-                                    dir.string(), w);
-        path_ = test::scratch_dir("gguf_tokenizer") / "qwen3_vocab.gguf";
-        w.write(path_);
-    }
+    static void SetUpTestSuite() { path_ = tokenizer_gguf("qwen3", 151936); }
     static std::filesystem::path path_;
 };
 std::filesystem::path GgufTokenizerTest::path_;
@@ -56,12 +61,13 @@ TEST_F(GgufTokenizerTest, MetadataIsLaidOutAsLlamaCppWritesIt) {
     EXPECT_EQ(h.find("tokenizer.ggml.bos_token_id"), nullptr);  // Qwen3's bos_token is null
 }
 
-TEST_F(GgufTokenizerTest, EncodesAndDecodesTheGoldensLikeTokenizerJson) {
-    const auto files = gguf_tokenizer_files(io::GgufCheckpoint(path_).metadata());
+// The tokenizer of `gguf` against tokenizer.json of cache folder `name` on its goldens.
+void expect_same_as_tokenizer_json(const std::filesystem::path& gguf, const std::string& name) {
+    const auto files = gguf_tokenizer_files(io::GgufCheckpoint(gguf).metadata());
     ASSERT_TRUE(files.has_value());
-    const auto tok = tokenizer::Tokenizer::from_json(files->tokenizer_json, files->config_json, path_.string());
-    const auto ref = tokenizer::Tokenizer::from_dir(test::tokenizer_dir("qwen3"));
-    std::ifstream in(test::data_dir() / "tokenizer" / "qwen3_goldens.json");
+    const auto tok = tokenizer::Tokenizer::from_json(files->tokenizer_json, files->config_json, gguf.string());
+    const auto ref = tokenizer::Tokenizer::from_dir(test::tokenizer_dir(name));
+    std::ifstream in(test::data_dir() / "tokenizer" / (name + "_goldens.json"));
     const auto goldens = nlohmann::json::parse(in);
     ASSERT_GE(goldens["cases"].size(), 70u);
     for (const auto& c : goldens["cases"]) {
@@ -78,6 +84,19 @@ TEST_F(GgufTokenizerTest, EncodesAndDecodesTheGoldensLikeTokenizerJson) {
     EXPECT_EQ(tok.bos_token_id(), ref.bos_token_id());
     ASSERT_TRUE(tok.chat_template().has_value());
     EXPECT_EQ(*tok.chat_template(), *ref.chat_template());
+}
+
+TEST_F(GgufTokenizerTest, EncodesAndDecodesTheGoldensLikeTokenizerJson) {
+    expect_same_as_tokenizer_json(path_, "qwen3");
+}
+
+TEST(GgufDeepseekTokenizer, EncodesAndDecodesTheGoldensLikeTokenizerJson) {
+    // llama.cpp's pre-tokenizer name for DeepSeek-V3 / R1's splits, and BOS added as its config says
+    const auto path = tokenizer_gguf("deepseek_v3", 129280);
+    const io::GgufCheckpoint f(path);
+    EXPECT_EQ(f.metadata().get_string("tokenizer.ggml.pre"), "deepseek-v3");
+    EXPECT_TRUE(f.metadata().get_bool("tokenizer.ggml.add_bos_token"));
+    expect_same_as_tokenizer_json(path, "deepseek_v3");
 }
 
 TEST_F(GgufTokenizerTest, RefusesOtherTokenizerModels) {

@@ -106,6 +106,7 @@ void GgufWriter::set_u32(const std::string& key, uint32_t value) {
 void GgufWriter::set_f32(const std::string& key, float value) {
     set(key, GgufValue::of<GgufValueType::kFloat32>(value));
 }
+void GgufWriter::set_bool(const std::string& key, bool value) { set(key, GgufValue::of<GgufValueType::kBool>(value)); }
 
 void GgufWriter::add_tensor(const std::string& name, GgmlType type, const Shape& shape, std::string bytes) {
     if (name.empty()) raise(ErrorCode::kInvalidArgument, "gguf writer: tensor name is empty");

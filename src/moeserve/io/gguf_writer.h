@@ -28,6 +28,7 @@ public:
     void set_string(const std::string& key, const std::string& value);
     void set_u32(const std::string& key, uint32_t value);
     void set_f32(const std::string& key, float value);
+    void set_bool(const std::string& key, bool value);
 
     // Adds a tensor of `shape` (outermost first) whose ggml blocks are `bytes`. Throws
     // kInvalidArgument for an empty or duplicate name, more than 4 dims, a row that is not a whole

@@ -135,6 +135,7 @@ std::string WeightSource::stored_name(const std::string& name) const {
 }
 
 std::string WeightSource::describe(const std::string& name) const {
+    if (owned_.count(name) != 0) return fmt::format("'{}' (converted in memory from {})", name, dir_.string());
     if (gguf_) {
         const auto g = gguf_names_.find(name);
         if (g == gguf_names_.end()) return fmt::format("'{}' (not in {})", name, dir_.string());
@@ -142,7 +143,6 @@ std::string WeightSource::describe(const std::string& name) const {
             g->second.index < 0 ? g->second.tensor : fmt::format("{}[{}]", g->second.tensor, g->second.index);
         return fmt::format("'{}' (read as '{}') in {}", stored, name, dir_.string());
     }
-    if (owned_.count(name) != 0) return fmt::format("'{}' (converted in memory from {})", name, dir_.string());
     const auto it = file_of_.find(name);
     if (it == file_of_.end()) return fmt::format("'{}' (not in {})", name, dir_.string());
     const std::string file = files_[it->second]->path().string();

@@ -57,12 +57,16 @@ public:
                                                  std::map<std::string, Tensor> owned);
 
     // A GGUF checkpoint read under the checkpoint names of `names` (name -> tensor [+ index];
-    // model/formats/gguf.cpp makes the map). Every tensor must exist in `gguf` (MOESERVE_CHECK: the
-    // mapper checks first). get() gives zero-copy views of F32/F16/BF16 tensors and refuses the
-    // block-quantized ones (kUnsupported naming tensor, type and file); gguf() gives any of them as
-    // blocks. info() and file_of() have no GGUF answer (kUnsupported).
+    // model/formats/gguf.cpp makes the map), plus `owned` tensors made in memory from the file's
+    // (a checkpoint tensor the file stores in another layout, such as DeepSeek's kv_b_proj as
+    // attn_k_b + attn_v_b). Every tensor must exist in `gguf` and no name may be in both maps
+    // (MOESERVE_CHECK: the mapper checks first). get() gives zero-copy views of F32/F16/BF16 tensors
+    // and of owned ones and refuses the block-quantized ones (kUnsupported naming tensor, type and
+    // file); gguf() gives any of them as blocks (an owned tensor as F32). info() and file_of() have
+    // no GGUF answer (kUnsupported).
     static std::unique_ptr<WeightSource> from_gguf(std::shared_ptr<const GgufCheckpoint> gguf,
-                                                   std::map<std::string, GgufRef> names);
+                                                   std::map<std::string, GgufRef> names,
+                                                   std::map<std::string, Tensor> owned = {});
 
     const std::filesystem::path& dir() const { return dir_; }
     // True when the checkpoint lists `name` (with an index: when the index maps it).

@@ -8,8 +8,10 @@
 namespace moeserve::io {
 
 std::unique_ptr<WeightSource> WeightSource::from_gguf(std::shared_ptr<const GgufCheckpoint> gguf,
-                                                      std::map<std::string, GgufRef> names) {
+                                                      std::map<std::string, GgufRef> names,
+                                                      std::map<std::string, Tensor> owned) {
     for (const auto& [name, ref] : names) {
+        MOESERVE_CHECK(owned.count(name) == 0, "from_gguf: '{}' is both a file tensor and an owned one", name);
         MOESERVE_CHECK(gguf->contains(ref.tensor), "from_gguf: '{}' -> '{}' is not in the file", name, ref.tensor);
         const Shape& s = gguf->info(ref.tensor).shape;
         MOESERVE_CHECK(ref.index < (s.rank() > 0 ? s[0] : 0) && s.rank() >= (ref.index >= 0 ? 2 : 0),
@@ -20,6 +22,7 @@ std::unique_ptr<WeightSource> WeightSource::from_gguf(std::shared_ptr<const Gguf
     src->source_desc_ = src->dir_.string();
     src->gguf_ = std::move(gguf);
     src->gguf_names_ = std::move(names);
+    src->owned_ = std::move(owned);
     return src;
 }
 
@@ -33,6 +36,10 @@ const GgufRef& WeightSource::gguf_ref(const std::string& name) const {
 
 std::optional<GgufBlocks> WeightSource::gguf(const std::string& name) const {
     if (!gguf_) return std::nullopt;
+    if (const auto it = owned_.find(name); it != owned_.end()) {
+        const Tensor& t = it->second;  // made at open in f32 (from_gguf)
+        return GgufBlocks{GgmlType::kF32, t.shape(), {t.as<uint8_t>(), t.nbytes()}, nullptr};
+    }
     const GgufRef& ref = gguf_ref(name);
     const GgufTensor t = gguf_->tensor(ref.tensor);  // refuses unsupported types, naming them
     GgufBlocks b{t.info->type, t.info->shape, t.bytes, t.owner};
@@ -46,6 +53,7 @@ std::optional<GgufBlocks> WeightSource::gguf(const std::string& name) const {
 }
 
 TensorView WeightSource::gguf_view(const std::string& name) const {
+    if (const auto it = owned_.find(name); it != owned_.end()) return it->second.view();
     const GgufBlocks b = *gguf(name);
     const std::optional<DType> dtype = ggml_plain_dtype(b.type);
     if (!dtype) {

@@ -48,7 +48,7 @@ const std::vector<Architecture>& architectures() {
         {"glm4_moe", "qwen3", &Glm4MoeConfig::preset, &glm4_moe_specs, &Glm4MoeModel::load, nullptr, false},
         {"mixtral", "qwen3", &MixtralConfig::preset, &mixtral_specs, &MixtralModel::load, nullptr, false},
         {"deepseek_v3", "deepseek_v3", &DeepseekV3Config::preset, &deepseek_specs, &DeepseekV3Model::load,
-         &deepseek_mindformers, true},
+         &deepseek_mindformers, true, &DeepseekV3Model::load_weights},
         {"deepseek_v2", "deepseek_v3", &DeepseekV3Config::preset, &deepseek_specs, &DeepseekV3Model::load,
          &deepseek_mindformers, true},
     };

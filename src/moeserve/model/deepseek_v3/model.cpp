@@ -110,6 +110,12 @@ std::unique_ptr<Model> DeepseekV3Model::load(const io::HfConfig& config, const s
                                              resolved);
 }
 
+std::unique_ptr<Model> DeepseekV3Model::load_weights(const io::HfConfig& config,
+                                                     std::shared_ptr<const io::WeightSource> weights, ThreadPool& pool,
+                                                     const LoadOptions& options) {
+    return std::make_unique<DeepseekV3Model>(DeepseekV3Config::from_json(config), std::move(weights), pool, options);
+}
+
 int64_t DeepseekV3Model::full_kv_bytes_per_token() const {
     const DeepseekV3Config& c = config_;
     return c.num_hidden_layers * c.num_attention_heads * (c.qk_head_dim() + c.v_head_dim) *

@@ -28,6 +28,10 @@ public:
     // mindformers_checkpoint.h); kInvalidModel when the names and quant_method disagree.
     static std::unique_ptr<Model> load(const io::HfConfig& config, const std::filesystem::path& model_dir,
                                        ThreadPool& pool, const LoadOptions& options);
+    // The same from an opened source (a GGUF file: formats/gguf.h).
+    static std::unique_ptr<Model> load_weights(const io::HfConfig& config,
+                                               std::shared_ptr<const io::WeightSource> weights, ThreadPool& pool,
+                                               const LoadOptions& options);
     // Keeps `weights` alive (bf16 tensors are views into its mapping). The pool must outlive the model.
     DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr<const io::WeightSource> weights, ThreadPool& pool,
                     const LoadOptions& options);

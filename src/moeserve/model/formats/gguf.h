@@ -2,14 +2,16 @@
 // hyperparameters as the config.json the architecture already parses, and their tensor names
 // mapped onto the checkpoint names the layers read (io::WeightSource::from_gguf). Stacked expert
 // tensors [n_expert, ...] are read as per-expert slices, never copied. The same tensor table
-// drives the writer (make-model --format gguf). Adding a GGUF architecture is one row in
-// gguf_architectures() (gguf.cpp): its config and tensor-table functions.
+// drives the writer (make-model --format gguf). Adding a GGUF architecture is one file
+// (gguf_qwen3moe.cpp, gguf_deepseek2.cpp: see gguf_arch.h) and one row in gguf_architectures()
+// (gguf.cpp).
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "moeserve/io/gguf_writer.h"
 #include "moeserve/io/hf_config.h"
 #include "moeserve/io/weight_source.h"
+#include "moeserve/model/formats/gguf_kv_b.h"
 
 namespace moeserve::model {
 
@@ -24,12 +27,15 @@ namespace moeserve::model {
 bool is_gguf_path(const std::filesystem::path& path);
 
 // One GGUF tensor and the checkpoint name(s) it holds: one name, or one per expert for a stacked
-// tensor (slice e is names[e]).
+// tensor (slice e is names[e]), or one half of a checkpoint tensor stored split (kv_b: DeepSeek's
+// kv_b_proj as attn_k_b / attn_v_b of `heads` heads with qk_nope key rows, gguf_kv_b.h).
 struct GgufTensorEntry {
     std::string gguf;
     std::vector<std::string> names;
     bool stacked = false;
     bool required = true;
+    std::optional<KvbPart> kv_b{};
+    int64_t heads = 0, qk_nope = 0;  // kv_b only
 };
 
 struct GgufModel {
@@ -44,9 +50,9 @@ struct GgufModel {
 // kInvalidModel naming the file and key for a missing or malformed hyperparameter.
 nlohmann::json gguf_config_json(const io::GgufCheckpoint& file);
 
-// Opens a GGUF file (or split set): its config and its tensors under checkpoint names. A
-// required tensor that is missing or a stacked one whose shape is not [expert_count, ...] throws
-// kInvalidModel naming the file and the tensor.
+// Opens a GGUF file (or split set): its config and its tensors under checkpoint names (a split
+// tensor joined in memory, the rest zero-copy). A required tensor that is missing or a stacked
+// one whose shape is not [expert_count, ...] throws kInvalidModel naming the file and the tensor.
 GgufModel open_gguf_model(const std::filesystem::path& path);
 
 // The GGUF architecture name of a model_type ("qwen3_moe" -> "qwen3moe"), or "" when none.

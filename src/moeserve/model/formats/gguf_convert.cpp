@@ -76,7 +76,8 @@ std::vector<std::filesystem::path> write_gguf_from_checkpoint(const std::filesys
         std::vector<float> data;
         Shape shape;
         for (const std::string& name : e.names) {
-            const Tensor t = weights->load_f32(name);
+            Tensor t = weights->load_f32(name);
+            if (e.kv_b) t = split_kv_b(t, e.heads, e.qk_nope, *e.kv_b);
             data.insert(data.end(), t.as<float>(), t.as<float>() + t.numel());
             shape = t.shape();
         }

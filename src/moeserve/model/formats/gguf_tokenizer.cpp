@@ -34,6 +34,50 @@ Json qwen2_pre_tokenizer() {
               byte_level()}}};
 }
 
+// DeepSeek-V3's (and R1's) pre-tokenizer splits, llama.cpp's pre-tokenizer name "deepseek-v3":
+// digits in runs of up to three, CJK runs, then words and punctuation.
+constexpr std::string_view kDeepseekDigits = R"(\p{N}{1,3})";
+constexpr std::string_view kDeepseekCjk = "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+";
+constexpr std::string_view kDeepseekWords =
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
+    " ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+";
+
+Json isolated_split(std::string_view regex) {
+    return {
+        {"type", "Split"}, {"pattern", {{"Regex", std::string(regex)}}}, {"behavior", "Isolated"}, {"invert", false}};
+}
+
+Json deepseek_v3_pre_tokenizer() {
+    Json byte_level_trimmed = byte_level();
+    byte_level_trimmed["trim_offsets"] = true;
+    return {{"type", "Sequence"},
+            {"pretokenizers",
+             {isolated_split(kDeepseekDigits), isolated_split(kDeepseekCjk), isolated_split(kDeepseekWords),
+              byte_level_trimmed}}};
+}
+
+// The byte-level BPE tokenizers a GGUF file can name (tokenizer.ggml.pre): the normalizer and
+// pre-tokenizer of their tokenizer.json. Reading rebuilds them from the name; writing finds the
+// name whose pair equals the tokenizer.json's.
+struct KnownPreTokenizer {
+    std::string name;
+    Json normalizer, pre_tokenizer;
+};
+
+const std::vector<KnownPreTokenizer>& known_pre_tokenizers() {
+    static const std::vector<KnownPreTokenizer> table = {
+        {"qwen2", {{"type", "NFC"}}, qwen2_pre_tokenizer()},
+        {"deepseek-v3", {{"type", "Sequence"}, {"normalizers", Json::array()}}, deepseek_v3_pre_tokenizer()},
+    };
+    return table;
+}
+
+std::string known_pre_names() {
+    std::string out;
+    for (const KnownPreTokenizer& k : known_pre_tokenizers()) out += (out.empty() ? "" : ", ") + k.name;
+    return out;
+}
+
 // A token's text for tokenizer_config.json (bos_token etc.), or null.
 Json token_or_null(const io::GgufHeader& h, const std::vector<std::string>& tokens, const std::string& key) {
     if (h.find(key) == nullptr) return nullptr;
@@ -54,9 +98,13 @@ std::optional<TokenizerFiles> gguf_tokenizer_files(const io::GgufHeader& h) {
               h.file, io::gguf_printable(model));
     }
     const std::string pre = h.find("tokenizer.ggml.pre") != nullptr ? h.get_string("tokenizer.ggml.pre") : "";
-    if (pre != "qwen2") {
-        raise(ErrorCode::kUnsupported, "{}: tokenizer.ggml.pre '{}' is not supported (qwen2 only); pass --tokenizer",
-              h.file, io::gguf_printable(pre));
+    const KnownPreTokenizer* known = nullptr;
+    for (const KnownPreTokenizer& k : known_pre_tokenizers()) {
+        if (k.name == pre) known = &k;
+    }
+    if (known == nullptr) {
+        raise(ErrorCode::kUnsupported, "{}: tokenizer.ggml.pre '{}' is not supported ({}); pass --tokenizer", h.file,
+              io::gguf_printable(pre), known_pre_names());
     }
     const io::GgufArray& tok = h.get_array("tokenizer.ggml.tokens");
     const io::GgufArray& types = h.get_array("tokenizer.ggml.token_type");
@@ -67,6 +115,10 @@ std::optional<TokenizerFiles> gguf_tokenizer_files(const io::GgufHeader& h) {
               "{}: tokenizer.ggml.tokens / merges must be string arrays and token_type as long as tokens ({} vs {})",
               h.file, types.size(), tok.size());
     }
+    size_t last_normal = 0;
+    for (size_t i = 0; i < types.size(); ++i) {
+        if (types.int_at(i).value_or(-1) == kNormal) last_normal = i;
+    }
     std::vector<std::string> tokens;
     tokens.reserve(tok.size());
     Json vocab = Json::object();
@@ -74,9 +126,13 @@ std::optional<TokenizerFiles> gguf_tokenizer_files(const io::GgufHeader& h) {
     for (size_t i = 0; i < tok.size(); ++i) {
         tokens.emplace_back(tok.string_at(i));
         const int64_t type = types.int_at(i).value_or(-1);
-        if (type == kNormal) {
+        // A special token inside the BPE vocabulary's id range is one of its entries too, as
+        // tokenizer.json lists it (DeepSeek's <｜begin▁of▁sentence｜> is id 0 of the vocab and an added
+        // token); past the range it is only an added token (Qwen's <|im_start|>).
+        if (type == kNormal || ((type == kControl || type == kUserDefined) && i < last_normal)) {
             vocab[tokens.back()] = i;
-        } else if (type == kControl || type == kUserDefined) {
+        }
+        if (type == kControl || type == kUserDefined) {
             added.push_back({{"id", i},
                              {"content", tokens.back()},
                              {"single_word", false},
@@ -84,7 +140,7 @@ std::optional<TokenizerFiles> gguf_tokenizer_files(const io::GgufHeader& h) {
                              {"rstrip", false},
                              {"normalized", false},
                              {"special", type == kControl}});
-        } else if (type != kUnused) {
+        } else if (type != kUnused && type != kNormal) {
             raise(ErrorCode::kUnsupported, "{}: tokenizer.ggml.token_type[{}] = {} is not supported (1, 3, 4, 5)",
                   h.file, i, type);
         }
@@ -102,8 +158,8 @@ std::optional<TokenizerFiles> gguf_tokenizer_files(const io::GgufHeader& h) {
                             {"truncation", nullptr},
                             {"padding", nullptr},
                             {"added_tokens", added},
-                            {"normalizer", {{"type", "NFC"}}},
-                            {"pre_tokenizer", qwen2_pre_tokenizer()},
+                            {"normalizer", known->normalizer},
+                            {"pre_tokenizer", known->pre_tokenizer},
                             {"post_processor", byte_level()},
                             {"decoder", byte_level()},
                             {"model",
@@ -129,6 +185,11 @@ std::optional<TokenizerFiles> gguf_tokenizer_files(const io::GgufHeader& h) {
         {"clean_up_tokenization_spaces", false},
         {"model_max_length", 131072},
     };
+    if (config["add_bos_token"].get<bool>() || config["add_eos_token"].get<bool>()) {
+        // llama.cpp adds BOS / EOS as these keys say; of transformers' classes, the Llama one
+        // honours add_bos_token / add_eos_token (DeepSeek-V3's tokenizer is one)
+        config["tokenizer_class"] = "LlamaTokenizerFast";
+    }
     if (h.find("tokenizer.chat_template") != nullptr) config["chat_template"] = h.get_string("tokenizer.chat_template");
     return TokenizerFiles{tokenizer.dump(), config.dump()};
 }
@@ -138,13 +199,16 @@ void set_gguf_tokenizer_metadata(std::string_view tokenizer_json, std::string_vi
     const Json t = Json::parse(tokenizer_json);
     const Json c = config_json.empty() ? Json::object() : Json::parse(config_json);
     const Json& model = t.at("model");
-    const Json* pre = t.contains("pre_tokenizer") ? &t.at("pre_tokenizer") : nullptr;
-    const bool qwen2 = model.value("type", "") == "BPE" && pre != nullptr && pre->value("type", "") == "Sequence" &&
-                       pre->at("pretokenizers").size() == 2 &&
-                       pre->at("pretokenizers")[0].value("type", "") == "Split" &&
-                       pre->at("pretokenizers")[0].at("pattern").value("Regex", "") == kQwen2Regex;
-    if (!qwen2) {
-        raise(ErrorCode::kUnsupported, "{}: only Qwen2/Qwen3's byte-level BPE tokenizer can be written to GGUF", label);
+    const Json normalizer = t.contains("normalizer") ? t.at("normalizer") : Json();
+    const Json pre = t.contains("pre_tokenizer") ? t.at("pre_tokenizer") : Json();
+    const KnownPreTokenizer* known = nullptr;
+    for (const KnownPreTokenizer& k : known_pre_tokenizers()) {
+        if (model.value("type", "") == "BPE" && k.normalizer == normalizer && k.pre_tokenizer == pre) known = &k;
+    }
+    if (known == nullptr) {
+        raise(ErrorCode::kUnsupported,
+              "{}: only the byte-level BPE tokenizers of Qwen2/Qwen3 and DeepSeek-V3 ({}) can be written to GGUF",
+              label, known_pre_names());
     }
     std::vector<std::string> tokens(static_cast<size_t>(vocab_size));
     std::vector<int32_t> types(static_cast<size_t>(vocab_size), kUnused);
@@ -170,7 +234,7 @@ void set_gguf_tokenizer_metadata(std::string_view tokenizer_json, std::string_vi
                                        : m[0].get<std::string>() + " " + m[1].get<std::string>());
     }
     writer.set_string("tokenizer.ggml.model", "gpt2");
-    writer.set_string("tokenizer.ggml.pre", "qwen2");
+    writer.set_string("tokenizer.ggml.pre", known->name);
     writer.set("tokenizer.ggml.tokens",
                io::GgufValue::of<io::GgufValueType::kArray>(io::GgufArray::of_strings(tokens)));
     writer.set("tokenizer.ggml.token_type",
