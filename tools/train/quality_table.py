@@ -39,6 +39,11 @@ MADE = [("ModelSlim W8A8 mix (static attention, synthetic calibration; make-mode
         ("ModelSlim W8A8_DYNAMIC (make-model), bf16 KV", "modelslim-w8a8-dynamic", ("qwen3_moe", "deepseek_v3")),
         ("MindSpore golden-stick A8W8 (static attention, synthetic calibration; make-model), bf16 KV",
          "mindspore-a8w8", ("deepseek_v3",))]
+# GGUF files written by `moeserve make-model --from ... --format gguf`: (row name, --gguf-type). The
+# K-quants need rows of 256 and these models are 128 wide, so their files would be Q8_0 fallbacks.
+GGUF = [("GGUF Q8_0 (make-model --format gguf), bf16 KV", "Q8_0"),
+        ("GGUF Q5_0 (make-model --format gguf), bf16 KV", "Q5_0"),
+        ("GGUF Q4_0 (make-model --format gguf), bf16 KV", "Q4_0")]
 
 
 def run(args, model_dir, extra):
@@ -75,8 +80,12 @@ def main():
         print("| run | flags | PPL | mean KLD vs f32 | 99% KLD | same top token | RMS delta p |")
         print("| --- | --- | --- | --- | --- | --- | --- |")
         print(f"| f32 weights, f32 KV (base) | `{' '.join(BASE)}` | {ppl} +/- {err} | 0 | 0 | 100 % | 0 |")
-        runs = [(name, model_dir, flags) for name, flags in RUNS]
+        wanted = [name for name, _ in RUNS + CONVERTED] + [m[0] for m in MADE] + [g[0] for g in GGUF]
+        wanted = {name for name in wanted if not args.rows or args.rows in name}
+        runs = [(name, model_dir, flags) for name, flags in RUNS if name in wanted]
         for name, fmt in CONVERTED:
+            if name not in wanted:
+                continue
             q_dir = os.path.join(tmp, f"{model}-{fmt}")
             subprocess.run([sys.executable, os.path.join(HERE, "quantize.py"), "--model", model_dir, "--format", fmt,
                             "--out", q_dir], check=True)
@@ -84,14 +93,19 @@ def main():
         with open(os.path.join(model_dir, "config.json")) as f:
             model_type = json.load(f)["model_type"]
         for name, quant, types in MADE:
-            if model_type not in types:
+            if model_type not in types or name not in wanted:
                 continue
             q_dir = os.path.join(tmp, f"{model}-{quant}")
-            subprocess.run([args.moeserve, "make-model", "--arch", model_type, "--from", model_dir, "--quantization",
-                            quant, "--out", q_dir], check=True, capture_output=True)
+            subprocess.run([args.moeserve, "make-model", "--from", model_dir, "--quantization", quant, "--out", q_dir],
+                           check=True, capture_output=True)
             runs.append((name, q_dir, []))
-        if args.rows:
-            runs = [r for r in runs if args.rows in r[0]]
+        for name, gguf_type in GGUF:
+            if name not in wanted:
+                continue
+            q_dir = os.path.join(tmp, f"{model}-{gguf_type}")
+            subprocess.run([args.moeserve, "make-model", "--from", model_dir, "--format", "gguf", "--gguf-type",
+                            gguf_type, "--out", q_dir], check=True, capture_output=True)
+            runs.append((name, os.path.join(q_dir, f"model-{gguf_type}.gguf"), []))
         for name, run_dir, flags in runs:
             out = run(args, run_dir, flags + ["--kl-divergence-base", base, "--kl-divergence"])
             ppl, err = field(r"PPL = ([0-9.]+) \+/- ([0-9.]+)", out)

@@ -224,14 +224,17 @@ nlohmann::json preset_config(const std::string& arch, const std::string& size) {
 }
 
 GeneratedModel generate_random_model(const GeneratorOptions& options) {
-    const Architecture& arch = architecture_of(options.arch);
-    nlohmann::json config = arch.preset(options.arch, options.size);
+    nlohmann::json config;
     std::shared_ptr<const io::WeightSource> checkpoint;
     if (!options.from_dir.empty()) {
+        // the checkpoint's own architecture, whatever --arch says
         config = io::read_json_file(options.from_dir / "config.json");
         config.erase("quantization_config");
         checkpoint = io::WeightSource::open(options.from_dir);
+    } else {
+        config = architecture_of(options.arch).preset(options.arch, options.size);
     }
+    const Architecture& arch = architecture_of(config.value("model_type", options.arch));
     const gen::TensorSource source =
         checkpoint ? gen::checkpoint_tensors(checkpoint) : gen::random_tensors(options.seed);
     apply_overrides(config, options.overrides);
@@ -250,7 +253,7 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
         raise(ErrorCode::kInvalidArgument,
               "--quantization mindspore-a8w8 is not written for {}: moeserve knows MindFormers names only for "
               "DeepSeek's (deepseek_v3 / deepseek_v2)",
-              options.arch);
+              arch.model_type);
     }
     if (mindspore) {
         // moeserve's convention: golden-stick keeps quant_method in the MindFormers yaml
