@@ -86,6 +86,11 @@ struct ModelCase {
     const char* name;
     const char* dir;
     const char* prompt;
+    // f32 sums in another order (partial sums over ranks): measured <= 4e-6 relative. A GGUF file's
+    // quantized activations can flip one q8 step where that order moves a value across a rounding
+    // boundary (gguf_model_test.cpp, kTolerance), so those get its bound and no argmax check.
+    float tolerance = 2e-5f;
+    bool same_argmax = true;
 };
 
 class ParallelModelTest : public ::testing::TestWithParam<std::tuple<ModelCase, ParallelSizes>> {};
@@ -110,9 +115,8 @@ TEST_P(ParallelModelTest, ShardedLogitsEqualSingleRank) {
         float ref_max = 0;
         for (float v : ref) ref_max = std::max(ref_max, std::fabs(v));
         const float diff = max_abs_diff(res.logits, ref);
-        // f32 sums in another order (partial sums over ranks): measured <= 4e-6 relative.
-        EXPECT_LE(diff, 2e-5f * ref_max) << "rank " << r;
-        for (size_t row = 0; row * static_cast<size_t>(vocab) < ref.size(); ++row) {
+        EXPECT_LE(diff, mc.tolerance * ref_max) << "rank " << r;
+        for (size_t row = 0; mc.same_argmax && row * static_cast<size_t>(vocab) < ref.size(); ++row) {
             const float* a = res.logits.data() + row * static_cast<size_t>(vocab);
             const float* b = ref.data() + row * static_cast<size_t>(vocab);
             EXPECT_EQ(std::max_element(a, a + vocab) - a, std::max_element(b, b + vocab) - b) << "row " << row;
@@ -149,6 +153,25 @@ INSTANTIATE_TEST_SUITE_P(DeepseekV3, ParallelModelTest,
                                             ::testing::Values(ParallelSizes{1, 2, 1}, ParallelSizes{2, 1, 2},
                                                               ParallelSizes{1, 2, 2}, ParallelSizes{2, 2, 4},
                                                               ParallelSizes{4, 1, 2})),
+                         [](const auto& param_info) {
+                             const ParallelSizes& s = std::get<1>(param_info.param);
+                             return std::string(std::get<0>(param_info.param).name) + "_dp" + std::to_string(s.dp) +
+                                    "_tp" + std::to_string(s.tp) + "_ep" + std::to_string(s.ep);
+                         });
+
+// GGUF files (#27): the stored blocks sharded zero-copy (rows, and columns on block boundaries)
+// and the experts split over EP ranks. Q8_0 Qwen3 (32-element blocks: every TP=2 cut is on a block
+// boundary); the F32 DeepSeek-V3 file (the preset's grouped routing; no activation quantization, so
+// the tight bound).
+const ModelCase kQwen3GgufQ8{"qwen3_moe_gguf_q8_0", MOESERVE_GGUF_Q8_0_DIR "/model-Q8_0.gguf", MOESERVE_QWEN3_PROMPT,
+                             1e-3f, false};
+const ModelCase kDsv3GgufF32{"deepseek_v3_gguf_f32", MOESERVE_GGUF_DSV3_F32_DIR "/model-F32.gguf",
+                             MOESERVE_DSV3_PROMPT};
+
+INSTANTIATE_TEST_SUITE_P(Gguf, ParallelModelTest,
+                         ::testing::Combine(::testing::Values(kQwen3GgufQ8, kDsv3GgufF32),
+                                            ::testing::Values(ParallelSizes{1, 2, 1}, ParallelSizes{2, 1, 2},
+                                                              ParallelSizes{1, 2, 2})),
                          [](const auto& param_info) {
                              const ParallelSizes& s = std::get<1>(param_info.param);
                              return std::string(std::get<0>(param_info.param).name) + "_dp" + std::to_string(s.dp) +
