@@ -270,5 +270,19 @@ TEST(GgufModel, BadFilesGiveOneLineErrors) {
                           ErrorCode::kInvalidModel);
 }
 
+TEST(GgufModel, BadDeepseek2FilesGiveOneLineErrors) {
+    const fs::path src = gguf_in(MOESERVE_GGUF_DSV3_F32_DIR);
+    expect_one_line_error(rewrite(src, {.drop = "blk.1.attn_k_b.weight"}, "no_k_b"),
+                          "'blk.1.attn_k_b.weight' and 'blk.1.attn_v_b.weight' (or the older 'blk.1.attn_kv_b.weight') "
+                          "are missing",
+                          ErrorCode::kInvalidModel);
+    expect_one_line_error(rewrite(src, {.halve_rows = "blk.0.attn_v_b.weight"}, "v_b_shape"),
+                          "blk.0.attn_k_b.weight / blk.0.attn_v_b.weight", ErrorCode::kInvalidModel);
+    expect_one_line_error(rewrite(src, {.drop_key = "deepseek2.attention.kv_lora_rank"}, "kv_lora"),
+                          "deepseek2.attention.kv_lora_rank", ErrorCode::kInvalidModel);
+    expect_one_line_error(rewrite(src, {.drop = "blk.2.exp_probs_b.bias"}, "layer_bias"),
+                          "'blk.2.exp_probs_b.bias' is missing", ErrorCode::kInvalidModel);
+}
+
 }  // namespace
 }  // namespace moeserve::model
