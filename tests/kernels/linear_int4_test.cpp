@@ -99,7 +99,17 @@ TEST(LinearInt4Test, LargeShapesMatchDequantizedProduct) {
 struct MoeCase {
     int64_t tokens, hidden, inter, num_experts, expert_begin, global_experts, group_size;
     int k;
+    bool act_order = false;  // GPTQ desc_act: per-expert column orders of x and of the SwiGLU output
 };
+
+std::vector<int32_t> random_orders(int64_t count, int64_t width, std::mt19937& rng) {
+    std::vector<int32_t> v(static_cast<size_t>(count * width));
+    for (int64_t e = 0; e < count; ++e) {
+        std::iota(v.begin() + e * width, v.begin() + (e + 1) * width, 0);
+        std::shuffle(v.begin() + e * width, v.begin() + (e + 1) * width, rng);
+    }
+    return v;
+}
 
 void check_moe(const MoeCase& c, int threads, uint32_t seed) {
     SCOPED_TRACE(testing::Message() << "tokens=" << c.tokens << " h=" << c.hidden << " i=" << c.inter
@@ -107,7 +117,16 @@ void check_moe(const MoeCase& c, int threads, uint32_t seed) {
     std::mt19937 rng(seed);
     const RandomInt4 gu(c.num_experts * 2 * c.inter, c.hidden, c.group_size, rng);
     const RandomInt4 down(c.num_experts * c.hidden, c.inter, c.group_size, rng);
-    const MoeExpertsInt4 ex{gu.w, down.w, c.num_experts, c.expert_begin, c.hidden, c.inter};
+    const std::vector<int32_t> gu_order = random_orders(c.num_experts, c.hidden, rng);
+    const std::vector<int32_t> down_order = random_orders(c.num_experts, c.inter, rng);
+    const MoeExpertsInt4 ex{gu.w,
+                            down.w,
+                            c.num_experts,
+                            c.expert_begin,
+                            c.hidden,
+                            c.inter,
+                            c.act_order ? gu_order.data() : nullptr,
+                            c.act_order ? down_order.data() : nullptr};
     test::Floats x(c.tokens * c.hidden), out(c.tokens * c.hidden), ref(c.tokens * c.hidden);
     test::fill_uniform(x.data(), c.tokens * c.hidden, rng, -2.0f, 2.0f);
     std::vector<int32_t> ids(size_t(c.tokens * c.k));
@@ -137,7 +156,8 @@ TEST(MoeExpertsInt4Test, MatchesReference) {
             check_moe({1, 128, 64, 16, 0, 16, 32, 8}, threads, seed++);
             check_moe({3, 64, 40, 8, 4, 16, 32, 1}, threads, seed++);  // EP slice: half the experts elsewhere
             check_moe({40, 96, 50, 4, 8, 12, 64, 8}, threads, seed++);
-            check_moe({17, 34, 6, 32, 0, 64, 34, 2}, threads, seed++);  // one group per row
+            check_moe({17, 34, 6, 32, 0, 64, 34, 2}, threads, seed++);      // one group per row
+            check_moe({9, 64, 32, 8, 0, 8, 32, 2, true}, threads, seed++);  // act order
         }
     });
 }

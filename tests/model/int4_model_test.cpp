@@ -1,5 +1,5 @@
 // int4 (W4A16) checkpoints on the tiny models: compressed-tensors pack-quantized (symmetric and
-// asymmetric, groups of 32), AutoAWQ and GPTQ written by make-model; logits against the float64
+// asymmetric, groups of 32), AutoAWQ and GPTQ (also with desc_act) written by make-model; logits against the float64
 // numpy reference run on the weights the reference dequantizes itself (tests/reference/
 // safetensors_np.py, from each format's definition). Load-time --quantization w4a16 of a bf16
 // checkpoint against bf16 (reported, loosely bounded). Config and bad-file errors are one line
@@ -73,6 +73,12 @@ TEST_F(Int4ModelTest, Qwen3AwqMatchesReference) {
 
 TEST_F(Int4ModelTest, DeepseekV3GptqMatchesReference) {
     check_against_reference(MOESERVE_DSV3_GPTQ_DIR, MOESERVE_DSV3_PROMPT, "deepseek_v3 gptq");
+}
+
+TEST_F(Int4ModelTest, Qwen3GptqActOrderMatchesReference) {
+    // desc_act: g_idx is a shuffled activation order; the reference uses g_idx as it is, the engine
+    // stores the columns in group order and gathers the activations to match
+    check_against_reference(MOESERVE_QWEN3_GPTQ_ACT_DIR, MOESERVE_QWEN3_PROMPT, "qwen3_moe gptq desc_act");
 }
 
 TEST_F(Int4ModelTest, LoadTimeW4A16CloseToBf16AndSmaller) {
@@ -175,7 +181,7 @@ protected:
         std::filesystem::create_directories(dir_);
         quant_.checkpoint = CheckpointQuant::kInt4;
         quant_.int4 = true;
-        quant_.int4_config = Int4Config{Int4Layout::kCompressedTensors, 32, true, true};
+        quant_.int4_config = Int4Config{Int4Layout::kCompressedTensors, 32, true, true, false};
     }
     void TearDown() override { std::filesystem::remove_all(dir_); }
     // Writes m.weight_packed [rows, words], and m.weight_scale [rows, groups] when with_scale.

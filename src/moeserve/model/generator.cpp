@@ -84,7 +84,10 @@ std::vector<std::string> add_int4(io::SafetensorsWriter& writer, const std::stri
     const int64_t rows = t.shape()[0], cols = t.shape()[1];
     std::vector<float> f(static_cast<size_t>(rows * cols));
     for (size_t i = 0; i < f.size(); ++i) f[i] = bf16_to_f32(t.as<uint16_t>()[i]);
-    const Int4Matrix m = quantize_int4(f.data(), rows, cols, cfg.group_size, cfg.symmetric, int4_scale_dtype(cfg));
+    // an act order follows the input: gate_proj and up_proj share one (as GPTQ's, from one Hessian)
+    std::string order_key = name;
+    if (const auto at = order_key.find("up_proj"); at != std::string::npos) order_key.replace(at, 7, "gate_proj");
+    const Int4Matrix m = quantize_int4_for(f.data(), rows, cols, cfg, gen::fnv1a(order_key));
     result.num_bytes +=
         static_cast<int64_t>(m.codes.nbytes() + m.scale.nbytes() / 2) - static_cast<int64_t>(t.nbytes());
     return add_int4_tensors(writer, name.substr(0, name.size() - std::string(".weight").size()), m, cfg);
@@ -256,7 +259,7 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
     const std::optional<Int4Config> int4 = int4_layout_for(quant);
     if (!quant.empty() && quant != "w8a8" && quant != "fp8" && !modelslim && !omniinfer && !mindspore && !int4) {
         raise(ErrorCode::kInvalidArgument,
-              "--quantization '{}' is not supported (expected w8a8, fp8, w4a16, w4a16-asym, awq, gptq, "
+              "--quantization '{}' is not supported (expected w8a8, fp8, w4a16, w4a16-asym, awq, gptq, gptq-act, "
               "modelslim-w8a8, modelslim-w8a8-dynamic, omniinfer-w8a8 or mindspore-a8w8)",
               quant);
     }

@@ -43,6 +43,7 @@ struct Int4Config {
     int64_t group_size = 128;        // input columns per scale; 0: one group per row (per-channel)
     bool symmetric = true;           // compressed-tensors: no weight_zero_point (zero 8)
     bool gptq_zero_plus_one = true;  // GPTQ v1 (checkpoint_format gptq): stored zeros are one less
+    bool desc_act = false;           // GPTQ: groups follow an activation order (g_idx; the loader reads g_idx itself)
 };
 
 // How one linear of a ModelSlim checkpoint is stored and run (its quant_model_description type).

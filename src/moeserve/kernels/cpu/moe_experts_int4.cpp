@@ -27,6 +27,22 @@ void run_items(ThreadPool& pool, int64_t num_items, F&& item) {
     });
 }
 
+// Rows [offsets[e], offsets[e + 1]) of rows [total, width] put in expert e's column order
+// perm[e * width + i] (GPTQ act order), for every active expert e.
+void permute_rows(const MoeScratch& s, const int32_t* active, int64_t num_active, const int32_t* perm, int64_t width,
+                  float* rows) {
+    std::vector<float> tmp(static_cast<size_t>(width));
+    for (int64_t a = 0; a < num_active; ++a) {
+        const int64_t e = active[a];
+        const int32_t* p = perm + e * width;
+        for (int64_t pos = s.offsets[size_t(e)]; pos < s.offsets[size_t(e + 1)]; ++pos) {
+            float* row = rows + pos * width;
+            for (int64_t i = 0; i < width; ++i) tmp[size_t(i)] = row[p[i]];
+            std::memcpy(row, tmp.data(), size_t(width) * 4);
+        }
+    }
+}
+
 }  // namespace
 
 void moe_experts_int4(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
@@ -42,6 +58,7 @@ void moe_experts_int4(ThreadPool& pool, const float* x, int64_t num_tokens, cons
     for (int64_t pos = 0; pos < total; ++pos) {
         std::memcpy(s.gathered.data() + pos * h, x + int64_t{s.token_index[size_t(pos)]} * h, size_t(h) * 4);
     }
+    if (ex.gate_up_perm != nullptr) permute_rows(s, active, num_active, ex.gate_up_perm, h, s.gathered.data());
 
     // Phase A: gate|up + SwiGLU, items (active expert, inter block).
     const int64_t a_blocks = (inter + kInterBlock - 1) / kInterBlock;
@@ -60,6 +77,8 @@ void moe_experts_int4(ThreadPool& pool, const float* x, int64_t num_tokens, cons
         }
     });
 
+    if (ex.down_perm != nullptr) permute_rows(s, active, num_active, ex.down_perm, inter, s.act.data());
+
     // Phase B: down projection, items (active expert, hidden block).
     const int64_t b_blocks = (h + kHiddenBlock - 1) / kHiddenBlock;
     run_items(pool, num_active * b_blocks, [&](int64_t item) {
@@ -77,18 +96,29 @@ void moe_experts_int4_ref(const float* x, int64_t num_tokens, const int32_t* top
                           const MoeExpertsInt4& ex, float* out) {
     const int64_t h = ex.hidden, inter = ex.inter;
     std::vector<float> gu(static_cast<size_t>(2 * inter)), act(static_cast<size_t>(inter)), d(static_cast<size_t>(h));
+    std::vector<float> xp(static_cast<size_t>(h)), ap(static_cast<size_t>(inter));
     for (int64_t t = 0; t < num_tokens; ++t) {
         float* ot = out + t * h;
         std::fill(ot, ot + h, 0.0f);
         for (int j = 0; j < k; ++j) {
             const int64_t e = int64_t{topk_ids[t * k + j]} - ex.expert_begin;
             if (e < 0 || e >= ex.num_experts) continue;
-            linear_int4_ref(x + t * h, 1, ex.gate_up.rows(e * 2 * inter, 2 * inter), gu.data());
+            const float* xe = x + t * h;
+            if (ex.gate_up_perm != nullptr) {
+                for (int64_t i = 0; i < h; ++i) xp[size_t(i)] = xe[ex.gate_up_perm[e * h + i]];
+                xe = xp.data();
+            }
+            linear_int4_ref(xe, 1, ex.gate_up.rows(e * 2 * inter, 2 * inter), gu.data());
             for (int64_t r = 0; r < inter; ++r) {
                 const float g = gu[size_t(r)];
                 act[size_t(r)] = g / (1.0f + std::exp(-g)) * gu[size_t(inter + r)];
             }
-            linear_int4_ref(act.data(), 1, ex.down.rows(e * h, h), d.data());
+            const float* ae = act.data();
+            if (ex.down_perm != nullptr) {
+                for (int64_t i = 0; i < inter; ++i) ap[size_t(i)] = act[size_t(ex.down_perm[e * inter + i])];
+                ae = ap.data();
+            }
+            linear_int4_ref(ae, 1, ex.down.rows(e * h, h), d.data());
             const float w = topk_weights[t * k + j];
             for (int64_t i = 0; i < h; ++i) ot[i] += w * d[size_t(i)];
         }

@@ -18,6 +18,10 @@ struct MoeExpertsInt4 {
     int64_t expert_begin = 0;
     int64_t hidden = 0;
     int64_t inter = 0;
+    // GPTQ act order (desc_act), or null: expert e's gate/up columns i multiply x[gate_up_perm[e * hidden + i]],
+    // its down columns i act[down_perm[e * inter + i]]. The activations are gathered once per (token, expert).
+    const int32_t* gate_up_perm = nullptr;
+    const int32_t* down_perm = nullptr;
 };
 
 // As moe_experts_bf16: x f32 [num_tokens, hidden]; topk_ids int32 / topk_weights f32

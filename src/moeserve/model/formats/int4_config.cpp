@@ -120,6 +120,7 @@ Int4Config gptq(const nlohmann::json& qc, const std::string& label) {
               label, format);
     }
     c.gptq_zero_plus_one = format == "gptq";
+    c.desc_act = qc.value("desc_act", false);
     return c;
 }
 

@@ -51,7 +51,7 @@ Tensor float_param(const io::WeightSource& weights, const std::string& name, con
 Int4Matrix empty_matrix(int64_t rows, int64_t cols, int64_t group_size) {
     const int64_t groups = kernels::cpu::int4_groups(cols, group_size);
     Int4Matrix m{Tensor(DType::kU8, {rows, cols / 2}), Tensor(DType::kF32, {rows, groups}),
-                 Tensor(DType::kF32, {rows, groups}), group_size};
+                 Tensor(DType::kF32, {rows, groups}), group_size, Tensor()};
     std::memset(m.codes.data(), 0, m.codes.nbytes());
     return m;
 }
@@ -95,6 +95,35 @@ Int4Matrix read_compressed_tensors(const io::WeightSource& weights, const std::s
     return m;
 }
 
+// GPTQ's g_idx [cols] (group of each input column): empty when it is p / group_size (or
+// absent); else the input columns sorted by group (stable), which must then fill each group
+// with group_size columns (what desc_act writes). Error kUnsupported naming the tensor otherwise.
+std::vector<int32_t> activation_order(const io::WeightSource& weights, const std::string& name, int64_t cols,
+                                      int64_t group_size) {
+    if (!weights.contains(name)) return {};
+    const TensorView v = weights.get(name);
+    if (v.dtype != DType::kI32 || !(v.shape == Shape{cols})) {
+        raise(ErrorCode::kInvalidModel, "{} is {} {}; a GPTQ g_idx is I32 [{}]", weights.describe(name),
+              dtype_name(v.dtype), v.shape.str(), cols);
+    }
+    std::vector<int32_t> g(static_cast<size_t>(cols));
+    std::memcpy(g.data(), v.data, g.size() * 4);
+    bool in_order = true;
+    for (int64_t p = 0; p < cols; ++p) in_order = in_order && g[size_t(p)] == p / group_size;
+    if (in_order) return {};
+    std::vector<int32_t> order(static_cast<size_t>(cols));
+    for (int64_t p = 0; p < cols; ++p) order[size_t(p)] = static_cast<int32_t>(p);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return g[size_t(a)] < g[size_t(b)]; });
+    for (int64_t i = 0; i < cols; ++i) {
+        if (g[size_t(order[size_t(i)])] != i / group_size) {
+            raise(ErrorCode::kUnsupported,
+                  "{}: group {} does not hold {} columns; moeserve runs GPTQ act order with full groups only",
+                  weights.describe(name), g[size_t(order[size_t(i)])], group_size);
+        }
+    }
+    return order;
+}
+
 // AWQ and GPTQ: qweight/qzeros/scales with [groups, out] scales. awq: AWQ's layout, else GPTQ's.
 Int4Matrix read_awq_gptq(const io::WeightSource& weights, const std::string& prefix, int64_t rows, int64_t cols,
                          int64_t group_size, const Int4Config& cfg) {
@@ -109,22 +138,20 @@ Int4Matrix read_awq_gptq(const io::WeightSource& weights, const std::string& pre
             : packed_words(weights, prefix + ".qweight", {cols / 8, rows}, "GPTQ's [in / 8, out] layout");
     const uint8_t* qz = packed_words(weights, prefix + ".qzeros", {groups, rows / 8}, "[groups, out / 8] zeros");
     const Tensor scales = float_param(weights, prefix + ".scales", {groups, rows}, "scales");
-    if (!awq && weights.contains(prefix + ".g_idx")) {
-        const Tensor g_idx = weights.load_f32(prefix + ".g_idx");
-        for (int64_t p = 0; p < g_idx.numel(); ++p) {
-            if (g_idx.numel() != cols || g_idx.as<float>()[p] != static_cast<float>(p / group_size)) {
-                raise(ErrorCode::kUnsupported,
-                      "{} reorders columns (desc_act) at {}; moeserve runs GPTQ with groups in column order only",
-                      weights.describe(prefix + ".g_idx"), p);
-            }
-        }
-    }
+    // GPTQ desc_act: the stored matrix takes its columns in group order (input column order[i])
+    const std::vector<int32_t> order =
+        awq ? std::vector<int32_t>() : activation_order(weights, prefix + ".g_idx", cols, group_size);
     Int4Matrix m = empty_matrix(rows, cols, group_size);
+    if (!order.empty()) {
+        m.perm = Tensor(DType::kI32, {cols});
+        std::copy(order.begin(), order.end(), m.perm.as<int32_t>());
+    }
     const float zero_offset = !awq && cfg.gptq_zero_plus_one ? 1.0f : 0.0f;
     for (int64_t j = 0; j < rows; ++j) {
         const int zk = awq ? kAwqNibble[j % 8] : int(j % 8);
-        for (int64_t p = 0; p < cols; ++p) {
-            set_code(m, j, p,
+        for (int64_t i = 0; i < cols; ++i) {
+            const int64_t p = order.empty() ? i : order[static_cast<size_t>(i)];
+            set_code(m, j, i,
                      awq ? nibble(qw, p * (rows / 8) + j / 8, zk) : nibble(qw, (p / 8) * rows + j, int(p % 8)));
         }
         for (int64_t g = 0; g < groups; ++g) {
@@ -192,10 +219,28 @@ Int4Matrix quantize_int4(const float* w, int64_t rows, int64_t cols, int64_t gro
 }
 
 Tensor dequantize_int4(const Int4Matrix& m) {
-    Tensor f(DType::kF32, {m.rows(), m.cols()});
+    const int64_t cols = m.cols();
+    Tensor f(DType::kF32, {m.rows(), cols});
     const kernels::cpu::Int4Weights v = m.view();
-    for (int64_t j = 0; j < m.rows(); ++j) kernels::cpu::dequantize_int4_row(v, j, f.as<float>() + j * m.cols());
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t j = 0; j < m.rows(); ++j) {
+        float* out = f.as<float>() + j * cols;
+        if (m.perm.empty()) {
+            kernels::cpu::dequantize_int4_row(v, j, out);
+            continue;
+        }
+        kernels::cpu::dequantize_int4_row(v, j, row.data());
+        for (int64_t i = 0; i < cols; ++i) out[m.perm.as<int32_t>()[i]] = row[size_t(i)];
+    }
     return f;
+}
+
+void gather_columns(const Int4Matrix& m, const float* x, int64_t rows, float* out) {
+    const int64_t k = m.cols();
+    const int32_t* perm = m.perm.as<const int32_t>();
+    for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t i = 0; i < k; ++i) out[r * k + i] = x[r * k + perm[i]];
+    }
 }
 
 Int4Matrix int4_rectangle(const Int4Matrix& m, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
@@ -211,6 +256,16 @@ Int4Matrix int4_rectangle(const Int4Matrix& m, int64_t row0, int64_t rows, int64
     }
     const int64_t g0 = groups == 1 ? 0 : col0 / gs, ng = kernels::cpu::int4_groups(cols, gs);
     Int4Matrix r = empty_matrix(rows, cols, gs);
+    if (!m.perm.empty()) {
+        if (col0 != 0 || cols != m.cols()) {
+            raise(ErrorCode::kUnsupported,
+                  "'{}': GPTQ act order (desc_act) mixes the input columns, so its columns cannot be split for tensor "
+                  "parallelism; use expert parallelism or a GPTQ checkpoint without desc_act",
+                  name);
+        }
+        r.perm = Tensor(DType::kI32, {cols});
+        std::memcpy(r.perm.data(), m.perm.data(), m.perm.nbytes());
+    }
     for (int64_t j = 0; j < rows; ++j) {
         std::memcpy(r.codes.as<uint8_t>() + j * (cols / 2),
                     m.codes.as<uint8_t>() + (row0 + j) * (m.cols() / 2) + col0 / 2, static_cast<size_t>(cols / 2));

@@ -10,6 +10,8 @@
 //   GPTQ: PREFIX.qweight I32 [in / 8, out] (input row 8i + k in nibble k), qzeros I32
 //     [groups, out / 8] (nibble k: column 8j + k), scales [groups, out], g_idx [in]:
 //     w = scale * (q - (z + 1)) for checkpoint_format gptq (v1), scale * (q - z) for gptq_v2.
+//     With desc_act, g_idx is an activation order: the columns are stored sorted by group and
+//     `perm` says which input column each one multiplies (the activations are gathered to match).
 #pragma once
 
 #include <cstdint>
@@ -27,13 +29,14 @@ struct Int4Matrix {
     Tensor scale;            // F32 [rows, groups]
     Tensor zero;             // F32 [rows, groups]
     int64_t group_size = 0;  // columns per group (the last may be partial)
+    Tensor perm;             // I32 [cols] or empty: stored column i multiplies input column perm[i] (GPTQ desc_act)
 
     int64_t rows() const { return codes.dim(0); }
     int64_t cols() const { return codes.dim(1) * 2; }
     kernels::cpu::Int4Weights view() const {
         return {codes.as<const uint8_t>(), scale.as<const float>(), zero.as<const float>(), rows(), cols(), group_size};
     }
-    size_t nbytes() const { return codes.nbytes() + scale.nbytes() + zero.nbytes(); }
+    size_t nbytes() const { return codes.nbytes() + scale.nbytes() + zero.nbytes() + perm.nbytes(); }
 };
 
 // Whether the weight of module `prefix` is stored as int4 (quant is an int4 checkpoint and
@@ -43,7 +46,8 @@ bool stored_as_int4(const io::WeightSource& weights, const std::string& prefix, 
 // PREFIX's weight [rows, cols] as int4: read in its layout when stored_as_int4, else the weight
 // dequantized to f32 (load_dequantized_f32) and quantized with quant.int4_config's group size.
 // Errors kInvalidModel name the tensor (wrong dtype or shape, a missing scale or zero point, an
-// odd column count); kUnsupported a GPTQ g_idx that reorders columns (desc_act).
+// odd column count); kUnsupported a GPTQ g_idx whose groups are not full (desc_act is read
+// into `perm`).
 Int4Matrix load_int4_matrix(const io::WeightSource& weights, const std::string& prefix, int64_t rows, int64_t cols,
                             const Quantization& quant);
 
@@ -55,12 +59,16 @@ Int4Matrix load_int4_matrix(const io::WeightSource& weights, const std::string& 
 Int4Matrix quantize_int4(const float* w, int64_t rows, int64_t cols, int64_t group_size, bool symmetric,
                          DType scale_dtype = DType::kF32);
 
-// m as f32 [rows, cols] (kernels::cpu::dequantize_int4_row per row).
+// m as f32 [rows, cols] in input column order (kernels::cpu::dequantize_int4_row per row).
 Tensor dequantize_int4(const Int4Matrix& m);
+
+// out [rows, m.cols()] = x [rows, m.cols()] with its columns in m's stored order (m.perm set).
+void gather_columns(const Int4Matrix& m, const float* x, int64_t rows, float* out);
 
 // Rows [row0, row0 + rows) and columns [col0, col0 + cols) of m. Columns must start on a group
 // boundary and end on one (or at the row's end), unless m has one group per row: Error
-// kUnsupported naming `name` otherwise (a tensor-parallel split inside a group).
+// kUnsupported naming `name` otherwise (a tensor-parallel split inside a group, or any column
+// slice of an act-order matrix).
 Int4Matrix int4_rectangle(const Int4Matrix& m, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
                           const std::string& name);
 

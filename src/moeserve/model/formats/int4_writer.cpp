@@ -1,5 +1,8 @@
 #include "moeserve/model/formats/int4_writer.h"
 
+#include <algorithm>
+#include <random>
+
 #include "moeserve/core/dtype.h"
 #include "moeserve/core/error.h"
 
@@ -74,6 +77,10 @@ std::vector<std::string> add_awq_gptq(io::SafetensorsWriter& w, const std::strin
     const int64_t rows = m.rows(), cols = m.cols(), groups = m.scale.dim(1);
     MOESERVE_CHECK(rows % 8 == 0 && (awq || cols % 8 == 0), "{}: [{}, {}] cannot be packed 8 per word", prefix, rows,
                    cols);
+    MOESERVE_CHECK(!awq || m.perm.empty(), "{}: AWQ has no act order", prefix);
+    // stored column i of m multiplies input column perm[i]: slot[p] = i
+    std::vector<int64_t> slot(static_cast<size_t>(cols));
+    for (int64_t i = 0; i < cols; ++i) slot[size_t(m.perm.empty() ? i : m.perm.as<int32_t>()[i])] = i;
     Words qweight(rows * cols / 8), qzeros(groups * rows / 8);
     const int zero_offset = !awq && cfg.gptq_zero_plus_one ? 1 : 0;
     for (int64_t j = 0; j < rows; ++j) {
@@ -82,7 +89,7 @@ std::vector<std::string> add_awq_gptq(io::SafetensorsWriter& w, const std::strin
             if (awq) {
                 qweight.set(p * (rows / 8) + j / 8, zk, code_at(m, j, p));
             } else {
-                qweight.set((p / 8) * rows + j, int(p % 8), code_at(m, j, p));
+                qweight.set((p / 8) * rows + j, int(p % 8), code_at(m, j, slot[size_t(p)]));
             }
         }
         for (int64_t g = 0; g < groups; ++g) {
@@ -97,7 +104,7 @@ std::vector<std::string> add_awq_gptq(io::SafetensorsWriter& w, const std::strin
     std::vector<std::string> names = {prefix + ".qweight", prefix + ".qzeros", prefix + ".scales"};
     if (!awq) {
         std::vector<int32_t> g_idx(static_cast<size_t>(cols));
-        for (int64_t p = 0; p < cols; ++p) g_idx[static_cast<size_t>(p)] = static_cast<int32_t>(p / m.group_size);
+        for (int64_t p = 0; p < cols; ++p) g_idx[size_t(p)] = static_cast<int32_t>(slot[size_t(p)] / m.group_size);
         w.add(prefix + ".g_idx", DType::kI32, {cols}, g_idx.data());
         names.push_back(prefix + ".g_idx");
     }
@@ -107,10 +114,11 @@ std::vector<std::string> add_awq_gptq(io::SafetensorsWriter& w, const std::strin
 }  // namespace
 
 std::optional<Int4Config> int4_layout_for(const std::string& quantization) {
-    if (quantization == "w4a16") return Int4Config{Int4Layout::kCompressedTensors, 32, true, true};
-    if (quantization == "w4a16-asym") return Int4Config{Int4Layout::kCompressedTensors, 32, false, true};
-    if (quantization == "awq") return Int4Config{Int4Layout::kAwq, 32, false, true};
-    if (quantization == "gptq") return Int4Config{Int4Layout::kGptq, 32, true, true};
+    if (quantization == "w4a16") return Int4Config{Int4Layout::kCompressedTensors, 32, true, true, false};
+    if (quantization == "w4a16-asym") return Int4Config{Int4Layout::kCompressedTensors, 32, false, true, false};
+    if (quantization == "awq") return Int4Config{Int4Layout::kAwq, 32, false, true, false};
+    if (quantization == "gptq") return Int4Config{Int4Layout::kGptq, 32, true, true, false};
+    if (quantization == "gptq-act") return Int4Config{Int4Layout::kGptq, 32, true, true, true};
     return std::nullopt;
 }
 
@@ -122,6 +130,24 @@ std::vector<std::string> add_int4_tensors(io::SafetensorsWriter& writer, const s
                                           const Int4Config& cfg) {
     if (cfg.layout == Int4Layout::kCompressedTensors) return add_compressed_tensors(writer, prefix, m, cfg.symmetric);
     return add_awq_gptq(writer, prefix, m, cfg);
+}
+
+Int4Matrix quantize_int4_for(const float* w, int64_t rows, int64_t cols, const Int4Config& cfg, uint64_t seed) {
+    if (!cfg.desc_act) return quantize_int4(w, rows, cols, cfg.group_size, cfg.symmetric, int4_scale_dtype(cfg));
+    // an activation order: a seeded Fisher-Yates shuffle of the columns (mt19937 is the same
+    // everywhere; std::shuffle's algorithm is not)
+    std::vector<int32_t> order(static_cast<size_t>(cols));
+    for (int64_t i = 0; i < cols; ++i) order[size_t(i)] = static_cast<int32_t>(i);
+    std::mt19937_64 rng(seed);
+    for (int64_t i = cols - 1; i > 0; --i) std::swap(order[size_t(i)], order[size_t(rng() % uint64_t(i + 1))]);
+    std::vector<float> permuted(static_cast<size_t>(rows * cols));
+    for (int64_t j = 0; j < rows; ++j) {
+        for (int64_t i = 0; i < cols; ++i) permuted[size_t(j * cols + i)] = w[j * cols + order[size_t(i)]];
+    }
+    Int4Matrix m = quantize_int4(permuted.data(), rows, cols, cfg.group_size, cfg.symmetric, int4_scale_dtype(cfg));
+    m.perm = Tensor(DType::kI32, {cols});
+    std::copy(order.begin(), order.end(), m.perm.as<int32_t>());
+    return m;
 }
 
 nlohmann::json int4_quantization_config(const Int4Config& cfg, const std::vector<std::string>& ignore) {

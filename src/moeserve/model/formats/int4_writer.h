@@ -1,5 +1,5 @@
 // Writes int4 weights in the checkpoint layouts moeserve reads (formats/int4_weights.h), for
-// `moeserve make-model --quantization w4a16 | w4a16-asym | awq | gptq`: tests and benchmarks
+// `moeserve make-model --quantization w4a16 | w4a16-asym | awq | gptq | gptq-act`: tests and benchmarks
 // get int4 checkpoints without the Python quantizers.
 #pragma once
 
@@ -22,6 +22,10 @@ std::optional<Int4Config> int4_layout_for(const std::string& quantization);
 // The dtype the layout stores scales in (compressed-tensors BF16, AWQ and GPTQ F16): the
 // generator quantizes with it so the checkpoint reads back exactly.
 DType int4_scale_dtype(const Int4Config& cfg);
+
+// w [rows, cols] quantized as cfg's layout stores it (int4_scale_dtype scales); with
+// cfg.desc_act (GPTQ) in a seeded random activation order, as `perm`.
+Int4Matrix quantize_int4_for(const float* w, int64_t rows, int64_t cols, const Int4Config& cfg, uint64_t seed);
 
 // Adds module `prefix`'s int4 weight m to the writer in cfg's layout; returns the names written.
 // AWQ and GPTQ need rows % 8 == 0 (and GPTQ cols % 8 == 0); GPTQ v1 stores zero - 1 (zeros >= 1).

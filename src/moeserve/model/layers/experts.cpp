@@ -41,10 +41,24 @@ void copy_int4_rows(const Int4Matrix& src, Int4Matrix& dst, int64_t row0) {
     std::memcpy(dst.zero.as<float>() + row0 * ng, src.zero.data(), src.zero.nbytes());
 }
 
+// Expert i's act order (GPTQ desc_act) into row i of dst: gate and up share one input, so they
+// must share one order (GPTQ's, from the same Hessian, does); all experts must agree on having one.
+void copy_act_order(const Int4Matrix& a, const Int4Matrix& b, const std::string& prefix, Tensor& dst, int64_t i) {
+    const bool same = a.perm.empty() == b.perm.empty() &&
+                      (a.perm.empty() || std::memcmp(a.perm.data(), b.perm.data(), a.perm.nbytes()) == 0);
+    if (!same || a.perm.empty() != dst.empty()) {
+        raise(ErrorCode::kUnsupported,
+              "'{}': the experts' gate/up projections (or experts 0 and this one) differ in GPTQ act order; moeserve "
+              "runs one order per shared input",
+              prefix);
+    }
+    if (!dst.empty()) std::memcpy(dst.as<int32_t>() + i * a.cols(), a.perm.data(), a.perm.nbytes());
+}
+
 // An empty stacked int4 matrix [rows, like.cols()] with like's groups.
 Int4Matrix stacked_like(const Int4Matrix& like, int64_t rows) {
     return {Tensor(DType::kU8, {rows, like.codes.dim(1)}), Tensor(DType::kF32, {rows, like.scale.dim(1)}),
-            Tensor(DType::kF32, {rows, like.scale.dim(1)}), like.group_size};
+            Tensor(DType::kF32, {rows, like.scale.dim(1)}), like.group_size, Tensor()};
 }
 
 // Copies the [rows, cols] rectangle at (row0, col0) of a `shape` weight into dst as f32 (the
@@ -174,10 +188,14 @@ Experts Experts::load_int4(const io::WeightSource& weights, const std::vector<st
         if (i == 0) {
             e.gate_up4_ = stacked_like(gate, n * 2 * inter);
             e.down4_ = stacked_like(down, n * hidden);
+            if (!gate.perm.empty()) e.gate_up4_perm_ = Tensor(DType::kI32, {n, hidden});
+            if (!down.perm.empty()) e.down4_perm_ = Tensor(DType::kI32, {n, inter});
         }
         copy_int4_rows(gate, e.gate_up4_, i * 2 * inter);
         copy_int4_rows(up, e.gate_up4_, i * 2 * inter + inter);
         copy_int4_rows(down, e.down4_, i * hidden);
+        copy_act_order(gate, up, p, e.gate_up4_perm_, i);
+        copy_act_order(down, down, p, e.down4_perm_, i);
     }
     return e;
 }
@@ -232,8 +250,14 @@ void Experts::forward(ThreadPool& pool, const float* x, int64_t num_tokens, cons
         return;
     }
     if (is_int4()) {
-        const kernels::cpu::MoeExpertsInt4 ex{gate_up4_.view(), down4_.view(), num_experts(),
-                                              expert_begin_,    hidden_,       inter_};
+        const kernels::cpu::MoeExpertsInt4 ex{gate_up4_.view(),
+                                              down4_.view(),
+                                              num_experts(),
+                                              expert_begin_,
+                                              hidden_,
+                                              inter_,
+                                              gate_up4_perm_.empty() ? nullptr : gate_up4_perm_.as<const int32_t>(),
+                                              down4_perm_.empty() ? nullptr : down4_perm_.as<const int32_t>()};
         kernels::cpu::moe_experts_int4(pool, x, num_tokens, topk_ids, topk_weights, k, ex, scratch, out);
         return;
     }

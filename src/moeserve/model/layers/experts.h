@@ -45,7 +45,7 @@ public:
     int64_t hidden() const { return hidden_; }
     size_t weight_bytes() const {
         return gate_up_.nbytes() + down_.nbytes() + gate_up_scale_.nbytes() + down_scale_.nbytes() + gguf_bytes_ +
-               gate_up4_.nbytes() + down4_.nbytes();
+               gate_up4_.nbytes() + down4_.nbytes() + gate_up4_perm_.nbytes() + down4_perm_.nbytes();
     }
     bool is_int4() const { return !gate_up4_.codes.empty(); }
     bool is_gguf() const { return !gguf_.gate.empty(); }
@@ -63,6 +63,7 @@ private:
     // W4A16: gate_up4_ [num_experts * 2 * inter, hidden] (expert e: gate rows, then up rows),
     // down4_ [num_experts * hidden, inter]
     Int4Matrix gate_up4_, down4_;
+    Tensor gate_up4_perm_, down4_perm_;  // GPTQ act order: I32 [num_experts, hidden] / [num_experts, inter], or empty
     static Experts load_int4(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
                              int64_t full_inter, int64_t inter_begin, int64_t inter_count, const Quantization& quant,
                              Experts e);

@@ -1,6 +1,7 @@
 #include "moeserve/model/layers/linear.h"
 
 #include <cstring>
+#include <vector>
 
 #include "moeserve/core/error.h"
 #include "moeserve/kernels/cpu/linear.h"
@@ -212,8 +213,12 @@ void Linear::forward(ThreadPool& pool, const float* x, int64_t rows, float* out)
     if (is_gguf()) {
         kernels::cpu::GgufScratch scratch;
         kernels::cpu::gguf_linear(pool, x, rows, gguf_, out, scratch);
-    } else if (is_int4()) {
+    } else if (is_int4() && w4_.perm.empty()) {
         kernels::cpu::linear_int4(pool, x, rows, w4_.view(), out);
+    } else if (is_int4()) {  // GPTQ act order: x's columns in the stored order first
+        std::vector<float> xp(static_cast<size_t>(rows * k));
+        gather_columns(w4_, x, rows, xp.data());
+        kernels::cpu::linear_int4(pool, xp.data(), rows, w4_.view(), out);
     } else if (static_) {
         kernels::cpu::Int8Scratch scratch;
         const kernels::cpu::StaticInt8Weights w{w8_.as<const int8_t>(),
