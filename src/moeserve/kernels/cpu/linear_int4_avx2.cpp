@@ -1,12 +1,14 @@
-// The AVX2 W4A16 tile. 16 codes (8 bytes) at a time are split into nibbles, interleaved back into
-// column order, widened to f32 and turned into scale * (code - zero): the same one rounding as
+// The AVX2 W4A16 tile. 8 codes (one 32-bit word) at a time are shifted into their lanes, widened
+// to f32 and turned into scale * (code - zero): the same one rounding as
 // dequantize_int4_row, so only the order of the f32 sums differs from the reference. Few rows
-// (decode): each weight row is widened once in registers and multiplied into up to 4 activation
-// rows. Many rows (prefill): a panel of weight rows is widened into a per-thread f32 buffer and
+// (decode): blocks of weight rows are widened in registers and multiplied into up to 4
+// activation rows (one decode row: 4 weight rows at a time, 8 independent FMA chains). Many rows
+// (prefill): a panel of weight rows is widened into a per-thread f32 buffer and
 // handed to the f32 GEMM tile, so the widening is paid once per panel, not once per row.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "moeserve/kernels/cpu/linear_int4.h"
 #include "moeserve/kernels/cpu/matmul_tile.h"
@@ -29,17 +31,22 @@ inline float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-// Columns [p, p + 16) of a row whose codes start at `row`: lo = columns p..p+7, hi = p+8..p+15.
+// Columns [p, p + 8) of a row whose codes start at `row` (p even): the 32-bit word holding
+// them broadcast to every lane (a load-port broadcast, no shuffle), lane c shifted right by 4c
+// and masked (column p + c sits in bits 4c..4c+3 of the little-endian word), then widened.
+inline __m256 widen8(const uint8_t* row, int64_t p, __m256 zero, __m256 scale) {
+    uint32_t word;
+    std::memcpy(&word, row + p / 2, 4);
+    const __m256i shifted =
+        _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(word)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    const __m256i codes = _mm256_and_si256(shifted, _mm256_set1_epi32(0x0F));
+    return _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(codes), zero), scale);
+}
+
+// Columns [p, p + 16): lo = columns p..p+7, hi = p+8..p+15.
 inline void widen16(const uint8_t* row, int64_t p, __m256 zero, __m256 scale, __m256& lo, __m256& hi) {
-    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + p / 2));
-    const __m128i mask = _mm_set1_epi8(0x0F);
-    const __m128i low = _mm_and_si128(bytes, mask);
-    const __m128i high = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);
-    const __m128i codes = _mm_unpacklo_epi8(low, high);  // column order: low nibble first
-    lo = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(codes));
-    hi = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(codes, 8)));
-    lo = _mm256_mul_ps(_mm256_sub_ps(lo, zero), scale);
-    hi = _mm256_mul_ps(_mm256_sub_ps(hi, zero), scale);
+    lo = widen8(row, p, zero, scale);
+    hi = widen8(row, p + 8, zero, scale);
 }
 
 inline float scalar_weight(const uint8_t* row, int64_t p, float zero, float scale) {
@@ -47,39 +54,61 @@ inline float scalar_weight(const uint8_t* row, int64_t p, float zero, float scal
     return (static_cast<float>(code) - zero) * scale;
 }
 
-// MR activation rows against every weight row of w.
-template <int MR>
-void gemv_rows(const float* x, int64_t ldx, const Int4Weights& w, float* out, int64_t ldo) {
+// MR activation rows against NR weight rows starting at row j. The low and high 8 columns of
+// each 16 go to separate accumulators: two FMA chains per (row, weight row), so a single decode
+// row is not bound by the FMA latency.
+template <int MR, int NR>
+void gemv_block(const float* x, int64_t ldx, const Int4Weights& w, int64_t j, float* out, int64_t ldo) {
     const int64_t k = w.k, gs = w.group_size, ng = w.groups();
-    for (int64_t j = 0; j < w.n; ++j) {
-        const uint8_t* row = w.codes + j * (k / 2);
-        const float* sc = w.scale + j * ng;
-        const float* zr = w.zero + j * ng;
-        __m256 acc[MR];
-        float tail[MR];
-        for (int r = 0; r < MR; ++r) {
-            acc[r] = _mm256_setzero_ps();
-            tail[r] = 0.0f;
+    __m256 lo_acc[MR][NR], hi_acc[MR][NR];
+    float tail[MR][NR];
+    for (int r = 0; r < MR; ++r) {
+        for (int c = 0; c < NR; ++c) {
+            lo_acc[r][c] = _mm256_setzero_ps();
+            hi_acc[r][c] = _mm256_setzero_ps();
+            tail[r][c] = 0.0f;
         }
-        for (int64_t g = 0; g < ng; ++g) {
-            const int64_t p1 = std::min(k, (g + 1) * gs);
-            const __m256 vz = _mm256_set1_ps(zr[g]), vs = _mm256_set1_ps(sc[g]);
-            int64_t p = g * gs;
-            for (; p + 16 <= p1; p += 16) {
-                __m256 lo, hi;
-                widen16(row, p, vz, vs, lo, hi);
-                for (int r = 0; r < MR; ++r) {
-                    acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + p), lo, acc[r]);
-                    acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + p + 8), hi, acc[r]);
+    }
+    for (int64_t g = 0; g < ng; ++g) {
+        const int64_t p1 = std::min(k, (g + 1) * gs);
+        __m256 vz[NR], vs[NR];
+        for (int c = 0; c < NR; ++c) {
+            vz[c] = _mm256_set1_ps(w.zero[(j + c) * ng + g]);
+            vs[c] = _mm256_set1_ps(w.scale[(j + c) * ng + g]);
+        }
+        int64_t p = g * gs;
+        for (; p + 16 <= p1; p += 16) {
+            __m256 lo[NR], hi[NR];
+            for (int c = 0; c < NR; ++c) widen16(w.codes + (j + c) * (k / 2), p, vz[c], vs[c], lo[c], hi[c]);
+            for (int r = 0; r < MR; ++r) {
+                const __m256 xl = _mm256_loadu_ps(x + r * ldx + p), xh = _mm256_loadu_ps(x + r * ldx + p + 8);
+                for (int c = 0; c < NR; ++c) {
+                    lo_acc[r][c] = _mm256_fmadd_ps(xl, lo[c], lo_acc[r][c]);
+                    hi_acc[r][c] = _mm256_fmadd_ps(xh, hi[c], hi_acc[r][c]);
                 }
             }
-            for (; p < p1; ++p) {
-                const float wv = scalar_weight(row, p, zr[g], sc[g]);
-                for (int r = 0; r < MR; ++r) tail[r] += x[r * ldx + p] * wv;
+        }
+        for (; p < p1; ++p) {
+            for (int c = 0; c < NR; ++c) {
+                const float wv =
+                    scalar_weight(w.codes + (j + c) * (k / 2), p, w.zero[(j + c) * ng + g], w.scale[(j + c) * ng + g]);
+                for (int r = 0; r < MR; ++r) tail[r][c] += x[r * ldx + p] * wv;
             }
         }
-        for (int r = 0; r < MR; ++r) out[r * ldo + j] = hsum(acc[r]) + tail[r];
     }
+    for (int r = 0; r < MR; ++r) {
+        for (int c = 0; c < NR; ++c) {
+            out[r * ldo + j + c] = hsum(_mm256_add_ps(lo_acc[r][c], hi_acc[r][c])) + tail[r][c];
+        }
+    }
+}
+
+// MR activation rows against every weight row of w, NR weight rows at a time.
+template <int MR, int NR>
+void gemv_rows(const float* x, int64_t ldx, const Int4Weights& w, float* out, int64_t ldo) {
+    int64_t j = 0;
+    for (; j + NR <= w.n; j += NR) gemv_block<MR, NR>(x, ldx, w, j, out, ldo);
+    for (; j < w.n; ++j) gemv_block<MR, 1>(x, ldx, w, j, out, ldo);
 }
 
 // Row j of w widened into dst [k].
@@ -106,11 +135,11 @@ void widen_row(const Int4Weights& w, int64_t j, float* dst) {
 void matmul_tile_int4_avx2(const float* x, int64_t ldx, int64_t m, const Int4Weights& w, float* out, int64_t ldo) {
     if (m <= kGemvRows) {
         int64_t i = 0;
-        for (; i + 4 <= m; i += 4) gemv_rows<4>(x + i * ldx, ldx, w, out + i * ldo, ldo);
+        for (; i + 4 <= m; i += 4) gemv_rows<4, 1>(x + i * ldx, ldx, w, out + i * ldo, ldo);
         const int64_t rest = m - i;
-        if (rest == 3) gemv_rows<3>(x + i * ldx, ldx, w, out + i * ldo, ldo);
-        if (rest == 2) gemv_rows<2>(x + i * ldx, ldx, w, out + i * ldo, ldo);
-        if (rest == 1) gemv_rows<1>(x + i * ldx, ldx, w, out + i * ldo, ldo);
+        if (rest == 3) gemv_rows<3, 1>(x + i * ldx, ldx, w, out + i * ldo, ldo);
+        if (rest == 2) gemv_rows<2, 2>(x + i * ldx, ldx, w, out + i * ldo, ldo);
+        if (rest == 1) gemv_rows<1, 4>(x + i * ldx, ldx, w, out + i * ldo, ldo);
         return;
     }
     const int64_t panel_floats = kPanelRows * w.k;
