@@ -257,3 +257,29 @@ TEST(Int4QuantizeTest, RoundTripsWithinAStep) {
 
 }  // namespace
 }  // namespace moeserve::model
+
+namespace moeserve::model {
+namespace {
+
+TEST(Int4ShardTest, SlicesOnGroupBoundariesAndRefusesTheRest) {
+    std::vector<float> w(4 * 128, 0.25f);
+    const Int4Matrix m = quantize_int4(w.data(), 4, 128, 32, true);
+    const Int4Matrix half = int4_rectangle(m, 2, 2, 64, 64, "t.weight");  // rows 2-3, groups 2-3
+    EXPECT_EQ(half.rows(), 2);
+    EXPECT_EQ(half.cols(), 64);
+    EXPECT_EQ(half.scale.dim(1), 2);
+    const std::string inside = error_of([&] { int4_rectangle(m, 0, 4, 48, 64, "t.weight"); });
+    EXPECT_NE(inside.find("'t.weight'"), std::string::npos) << inside;
+    EXPECT_NE(inside.find("groups of 32"), std::string::npos) << inside;
+    Int4Matrix act = quantize_int4(w.data(), 4, 128, 32, true);
+    act.perm = Tensor(DType::kI32, {128});
+    for (int32_t i = 0; i < 128; ++i) act.perm.as<int32_t>()[i] = 127 - i;
+    EXPECT_EQ(int4_rectangle(act, 0, 2, 0, 128, "a.weight").perm.numel(), 128);  // a row slice keeps the order
+    const std::string cols = error_of([&] { int4_rectangle(act, 0, 4, 0, 64, "a.weight"); });
+    EXPECT_NE(cols.find("'a.weight'"), std::string::npos) << cols;
+    EXPECT_NE(cols.find("act order"), std::string::npos) << cols;
+    EXPECT_EQ(cols.find('\n'), std::string::npos) << cols;
+}
+
+}  // namespace
+}  // namespace moeserve::model
