@@ -1,7 +1,9 @@
 // W8A8 int8 models sharded in one process (LocalComm threads): expert parallelism gives the
 // single-rank logits up to f32 summation order (each token is quantized whole on every rank);
 // tensor parallelism quantizes each rank's slice of a row-parallel layer's input separately,
-// so it differs from one rank by int8 rounding: bounded loosely and reported.
+// so it differs from one rank by int8 rounding: bounded loosely and reported. W4A16 (int4
+// weights, f32 activations) has no activation quantization, so TP and dp=2 + EP give the
+// single-rank logits up to f32 summation order.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -89,13 +91,13 @@ void check(const Case& c, const ParallelSizes& sizes, float rel_bound) {
         const float* b = ref.data() + row * size_t(vocab);
         agree += (std::max_element(a, a + vocab) - a) == (std::max_element(b, b + vocab) - b);
     }
-    std::printf("%s w8a8 tp=%d ep=%d: max |logit diff| vs one rank %.3g (max |logit| %.3g), argmax %d/%d\n", c.name,
+    std::printf("%s tp=%d ep=%d: max |logit diff| vs one rank %.3g (max |logit| %.3g), argmax %d/%d\n", c.name,
                 sizes.tp, sizes.ep, diff, ref_max, agree, rows);
     EXPECT_LE(diff, rel_bound * ref_max);
 }
 
-const Case kQwen3{"qwen3_moe", MOESERVE_QWEN3_W8A8_DIR, MOESERVE_QWEN3_PROMPT};
-const Case kDsv3{"deepseek_v3", MOESERVE_DSV3_W8A8_DIR, MOESERVE_DSV3_PROMPT};
+const Case kQwen3{"qwen3_moe w8a8", MOESERVE_QWEN3_W8A8_DIR, MOESERVE_QWEN3_PROMPT};
+const Case kDsv3{"deepseek_v3 w8a8", MOESERVE_DSV3_W8A8_DIR, MOESERVE_DSV3_PROMPT};
 // Ascend ModelSlim mix (static W8A8 attention, W8A8_DYNAMIC MLPs): the static per-tensor
 // quantization is elementwise, so a row-parallel o_proj's partial sums add up exactly (its
 // quant_bias is added on TP rank 0 only); the dynamic MLPs behave as above.
@@ -120,6 +122,26 @@ TEST(W8A8ParallelTest, TensorParallelCloseToSingleRank) {
     check(kQwen3Slim, ParallelSizes{1, 2, 1}, 0.05f);
     check(kDsv3Slim, ParallelSizes{1, 2, 1}, 0.5f);
     check(kDsv3Golden, ParallelSizes{1, 2, 1}, 0.5f);
+}
+
+}  // namespace
+}  // namespace moeserve::model
+
+namespace moeserve::model {
+namespace {
+
+const Case kQwen3Int4{"qwen3_moe w4a16", MOESERVE_QWEN3_W4A16_DIR, MOESERVE_QWEN3_PROMPT};
+const Case kDsv3Int4{"deepseek_v3 w4a16-asym", MOESERVE_DSV3_W4A16_ASYM_DIR, MOESERVE_DSV3_PROMPT};
+const Case kDsv3Gptq{"deepseek_v3 gptq", MOESERVE_DSV3_GPTQ_DIR, MOESERVE_DSV3_PROMPT};
+
+TEST(Int4ParallelTest, TensorParallelAndExpertParallelEqualSingleRank) {
+    for (const Case& c : {kQwen3Int4, kDsv3Int4, kDsv3Gptq}) {
+        check(c, ParallelSizes{1, 2, 1}, 2e-5f);  // TP=2: row-parallel slices on int4 group boundaries
+        check(c, ParallelSizes{2, 1, 2}, 2e-5f);  // dp=2 + EP=2: experts split by id
+    }
+    // GPTQ act order: experts split by id (a TP column slice of an act-order matrix is refused)
+    check({"qwen3_moe gptq desc_act", MOESERVE_QWEN3_GPTQ_ACT_DIR, MOESERVE_QWEN3_PROMPT}, ParallelSizes{2, 1, 2},
+          2e-5f);
 }
 
 }  // namespace

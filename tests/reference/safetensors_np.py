@@ -161,6 +161,58 @@ def _dequantize(tensors, dtypes, block_size):
             tensors[name] = w.astype(np.float64) * s  # exact product
 
 
+_AWQ_NIBBLE = [0, 4, 1, 5, 2, 6, 3, 7]  # AutoAWQ: output column c of a word sits in nibble _AWQ_NIBBLE[c]
+
+
+def _nibbles(words):
+    """int32 [..., n] -> uint [..., 8 n]: element 8 i + k is bits 4k..4k+3 of word i."""
+    u = np.asarray(words).astype(np.int64) & 0xFFFFFFFF
+    shifts = np.arange(8, dtype=np.int64) * 4
+    return ((u[..., None] >> shifts) & 0xF).reshape(*u.shape[:-1], -1)
+
+
+def _dequantize_int4(tensors, q):
+    """Replaces the int4 tensors of compressed-tensors pack-quantized, AutoAWQ (gemm) and GPTQ
+    checkpoints by PREFIX.weight in float64, per each format's own definition (independent of
+    moeserve's loader): compressed-tensors w = (q - zero_point) * scale with q and zero_point
+    signed (stored + 8); AWQ w = (q - z) * s; GPTQ w = (q - (z + 1)) * s (checkpoint_format gptq,
+    z alone for gptq_v2), the group of input column p being g_idx[p]."""
+    method = q.get("quant_method")
+    if method == "compressed-tensors" and q.get("format") == "pack-quantized":
+        wq = next(iter(q["config_groups"].values()))["weights"]
+        for name in [n for n in tensors if n.endswith(".weight_packed")]:
+            prefix = name[: -len(".weight_packed")]
+            rows, cols = (int(v) for v in np.asarray(tensors.pop(prefix + ".weight_shape")).reshape(-1))
+            qv = _nibbles(tensors.pop(name))[:, :cols].astype(np.float64) - 8.0
+            s = np.asarray(tensors.pop(prefix + ".weight_scale"), dtype=np.float64)
+            gs = wq["group_size"] if wq["strategy"] == "group" else cols
+            if wq.get("symmetric", True):
+                zp = np.zeros_like(s)
+            else:
+                zp = _nibbles(np.asarray(tensors.pop(prefix + ".weight_zero_point")).T).T[:rows].astype(np.float64) - 8.0
+            full = lambda a: np.repeat(a, gs, axis=1)[:, :cols]  # noqa: E731
+            tensors[prefix + ".weight"] = (qv - full(zp)) * full(s)
+    elif method in ("awq", "gptq"):
+        gs = q.get("group_size", 128)
+        plus_one = method == "gptq" and q.get("checkpoint_format", "gptq") == "gptq"
+        for name in [n for n in tensors if n.endswith(".qweight")]:
+            prefix = name[: -len(".qweight")]
+            s = np.asarray(tensors.pop(prefix + ".scales"), dtype=np.float64)  # [groups, out]
+            out = s.shape[1]
+            z = _nibbles(tensors.pop(prefix + ".qzeros")).astype(np.float64)  # [groups, out] (raw order)
+            if method == "awq":
+                qv = _nibbles(tensors.pop(name)).astype(np.float64)  # [in, out] (raw order)
+                order = (np.arange(out) // 8) * 8 + np.array(_AWQ_NIBBLE)[np.arange(out) % 8]
+                qv, z = qv[:, order], z[:, order]
+            else:
+                qv = _nibbles(np.asarray(tensors.pop(name)).T).T.astype(np.float64)  # [in, out]
+                z = z + (1.0 if plus_one else 0.0)
+            cols = qv.shape[0]
+            g_idx = tensors.pop(prefix + ".g_idx", None)
+            g_idx = np.arange(cols) // (gs if gs > 0 else cols) if g_idx is None else np.asarray(g_idx).astype(np.int64)
+            tensors[prefix + ".weight"] = ((qv - z[g_idx]) * s[g_idx]).T
+
+
 def load_model_dir(model_dir, dequantize=True):
     """All tensors of a HF model directory: model.safetensors, or the shards named by
     model.safetensors.index.json. Returns {name: ndarray}."""
@@ -196,11 +248,13 @@ def load_model_dir(model_dir, dequantize=True):
     if dequantize:
         block = [128, 128]
         cfg_path = os.path.join(model_dir, "config.json")
+        q = {}
         if os.path.exists(cfg_path):
             with open(cfg_path) as f:
                 q = json.load(f).get("quantization_config") or {}
             block = q.get("weight_block_size") or block
         _dequantize(tensors, dtypes, block)
+        _dequantize_int4(tensors, q)
     return tensors
 
 

@@ -69,10 +69,13 @@ void add_make_model_command(CLI::App& app, Action* action) {
     sub->add_option("--seed", opts->seed, "random seed")->capture_default_str();
     sub->add_option("--out", opts->out_dir, "output directory")->required();
     sub->add_option("--shards", opts->num_shards, "number of safetensors shards")->capture_default_str();
-    sub->add_option("--quantization", opts->quantization,
-                    "write the linear weights as w8a8 (compressed-tensors int8), fp8 (F8_E4M3, 128x128 block "
-                    "scales), modelslim-w8a8 (Ascend static+dynamic mix), modelslim-w8a8-dynamic, omniinfer-w8a8 or "
-                    "mindspore-a8w8 (golden-stick, MindFormers names; deepseek only)");
+    sub->add_option(
+        "--quantization", opts->quantization,
+        "write the linear weights as w8a8 (compressed-tensors int8), w4a16 / w4a16-asym (compressed-tensors "
+        "pack-quantized int4, groups of 32), awq, gptq, gptq-act (desc_act) (int4, groups of 32), fp8 (F8_E4M3, "
+        "128x128 block "
+        "scales), modelslim-w8a8 (Ascend static+dynamic mix), modelslim-w8a8-dynamic, omniinfer-w8a8 or "
+        "mindspore-a8w8 (golden-stick, MindFormers names; deepseek only)");
     sub->add_option("--set", opts->overrides, "config.json override key=value (JSON value), repeatable");
     sub->add_option("--from", opts->from_dir,
                     "take config.json, the weights and the tokenizer of this checkpoint instead of random ones (a "

@@ -14,6 +14,7 @@
 #include "moeserve/io/json_file.h"
 #include "moeserve/io/safetensors_writer.h"
 #include "moeserve/model/architecture.h"
+#include "moeserve/model/formats/int4_writer.h"
 #include "moeserve/model/generator_parts.h"
 #include "moeserve/model/quantization.h"
 #include "moeserve/model/registry.h"
@@ -75,6 +76,21 @@ std::vector<std::string> add_quantized(io::SafetensorsWriter& writer, const std:
     writer.add(name, DType::kF8E4M3, {rows, cols}, q.data());
     writer.add(name + "_scale_inv", DType::kF32, {br, bc}, scale.data());
     return {name, name + "_scale_inv"};
+}
+
+// Adds `t` (bf16 [rows, cols], name PREFIX.weight) as int4 in cfg's layout; counts its bytes.
+std::vector<std::string> add_int4(io::SafetensorsWriter& writer, const std::string& name, const Tensor& t,
+                                  const Int4Config& cfg, GeneratedModel& result) {
+    const int64_t rows = t.shape()[0], cols = t.shape()[1];
+    std::vector<float> f(static_cast<size_t>(rows * cols));
+    for (size_t i = 0; i < f.size(); ++i) f[i] = bf16_to_f32(t.as<uint16_t>()[i]);
+    // an act order follows the input: gate_proj and up_proj share one (as GPTQ's, from one Hessian)
+    std::string order_key = name;
+    if (const auto at = order_key.find("up_proj"); at != std::string::npos) order_key.replace(at, 7, "gate_proj");
+    const Int4Matrix m = quantize_int4_for(f.data(), rows, cols, cfg, gen::fnv1a(order_key));
+    result.num_bytes +=
+        static_cast<int64_t>(m.codes.nbytes() + m.scale.nbytes() / 2) - static_cast<int64_t>(t.nbytes());
+    return add_int4_tensors(writer, name.substr(0, name.size() - std::string(".weight").size()), m, cfg);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -243,10 +259,11 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
     const std::string& quant = options.quantization;
     const bool modelslim = is_modelslim(quant), omniinfer = quant == "omniinfer-w8a8";
     const bool mindspore = quant == "mindspore-a8w8";
-    if (!quant.empty() && quant != "w8a8" && quant != "fp8" && !modelslim && !omniinfer && !mindspore) {
+    const std::optional<Int4Config> int4 = int4_layout_for(quant);
+    if (!quant.empty() && quant != "w8a8" && quant != "fp8" && !modelslim && !omniinfer && !mindspore && !int4) {
         raise(ErrorCode::kInvalidArgument,
-              "--quantization '{}' is not supported (expected w8a8, fp8, modelslim-w8a8, modelslim-w8a8-dynamic, "
-              "omniinfer-w8a8 or mindspore-a8w8)",
+              "--quantization '{}' is not supported (expected w8a8, fp8, w4a16, w4a16-asym, awq, gptq, gptq-act, "
+              "modelslim-w8a8, modelslim-w8a8-dynamic, omniinfer-w8a8 or mindspore-a8w8)",
               quant);
     }
     if (mindspore && arch.write_mindformers == nullptr) {
@@ -258,6 +275,8 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
     if (mindspore) {
         // moeserve's convention: golden-stick keeps quant_method in the MindFormers yaml
         config["quantization_config"] = {{"quant_method", "osl"}};
+    } else if (int4) {
+        config["quantization_config"] = int4_quantization_config(*int4, {"lm_head", "re:.*mlp\\.gate$"});
     } else if (!quant.empty() && !modelslim) {
         config["quantization_config"] = quantization_config(quant);
     }
@@ -345,6 +364,10 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
                     weight_map[n] = file;
                     if (!desc.contains(n)) desc[n] = "FLOAT";
                 }
+                continue;
+            }
+            if (int4 && quantized_in_checkpoint(specs[i])) {
+                for (const std::string& n : add_int4(writer, specs[i].name, t, *int4, result)) weight_map[n] = file;
                 continue;
             }
             if (!options.quantization.empty() && quantized_in_checkpoint(specs[i])) {

@@ -10,6 +10,7 @@
 #include "moeserve/core/error.h"
 #include "moeserve/io/json_file.h"
 #include "moeserve/kernels/cpu/quantize_int8.h"
+#include "moeserve/model/formats/int4_config.h"
 
 namespace moeserve::model {
 
@@ -125,6 +126,7 @@ LinearScheme Quantization::scheme(const std::string& module, LayerPrecision prec
         return always_high(precision) ? LinearScheme::kFloat : golden_stick_scheme(module);
     }
     if (checkpoint != CheckpointQuant::kModelSlim) {
+        if (int4_module(module, precision)) return LinearScheme::kW4A16;
         return int8_module(module, precision) ? LinearScheme::kW8A8Dynamic : LinearScheme::kFloat;
     }
     const std::string name = module + ".weight";
@@ -150,15 +152,22 @@ bool Quantization::int8_module(const std::string& module, LayerPrecision precisi
     }
     if (!int8) return false;
     if (precision == LayerPrecision::kOutputHead) return int8_lm_head;
-    if (always_high(precision)) return false;
+    return !always_high(precision) && !ignored(module);
+}
+
+bool Quantization::int4_module(const std::string& module, LayerPrecision precision) const {
+    return int4 && precision == LayerPrecision::kQuantizable && !ignored(module);
+}
+
+bool Quantization::ignored(const std::string& module) const {
     for (const std::string& pattern : ignore) {
         if (pattern.rfind("re:", 0) == 0) {
-            if (std::regex_match(module, std::regex(pattern.substr(3)))) return false;
+            if (std::regex_match(module, std::regex(pattern.substr(3)))) return true;
         } else if (module == pattern) {
-            return false;
+            return true;
         }
     }
-    return true;
+    return false;
 }
 
 std::string Quantization::describe() const {
@@ -178,13 +187,25 @@ std::string Quantization::describe() const {
             counts->static_linears.load(), counts->dynamic_linears.load(), counts->float_linears.load(),
             counts->dynamic_experts.load(), counts->float_experts.load());
     }
+    if (int4) {
+        const std::string group =
+            int4_config.group_size == 0 ? std::string("per channel") : fmt::format("group {}", int4_config.group_size);
+        return fmt::format(
+            "{}, running W4A16 int4 ({}, {}): {} int4 + {} high-precision linears, {} int4 + {} float "
+            "expert groups",
+            checkpoint == CheckpointQuant::kInt4 ? fmt::format("{} checkpoint", format)
+                                                 : std::string("quantized at load"),
+            group, int4_config.symmetric ? "symmetric" : "asymmetric", counts->int4_linears.load(),
+            counts->float_linears.load(), counts->int4_experts.load(), counts->float_experts.load());
+    }
     const std::string counted = fmt::format(" ({} int8 + {} high-precision linears, {} int8 + {} float expert groups)",
                                             counts->dynamic_linears.load(), counts->float_linears.load(),
                                             counts->dynamic_experts.load(), counts->float_experts.load());
     std::string ck = checkpoint == CheckpointQuant::kW8A8Int8 ? "compressed-tensors w8a8 int8 checkpoint"
                      : checkpoint == CheckpointQuant::kFp8Block
                          ? fmt::format("fp8 checkpoint (blocks {}x{})", block_rows, block_cols)
-                         : std::string("unquantized checkpoint");
+                     : checkpoint == CheckpointQuant::kInt4 ? fmt::format("int4 {} checkpoint", format)
+                                                            : std::string("unquantized checkpoint");
     return ck +
            (int8          ? (int8_lm_head ? ", running W8A8 int8 (lm_head too)" : ", running W8A8 int8")
             : f32_weights ? ", running f32 (--dtype float32)"
@@ -218,13 +239,31 @@ Quantization resolve_quantization(const io::HfConfig& config, const std::string&
     return q;
 }
 
+namespace {
+// An int4 checkpoint runs as stored ("", auto, w4a16) or dequantized to bf16 (none).
+Quantization resolve_int4_run(Quantization q, const io::HfConfig& config, const std::string& requested) {
+    if (requested.empty() || requested == "auto" || requested == "w4a16") {
+        q.int4 = true;
+    } else if (requested != "none") {
+        raise(ErrorCode::kInvalidArgument,
+              "--quantization '{}': {} is an int4 ({}) checkpoint; pass w4a16 (as stored), none (bf16) or leave it out",
+              requested, config.label(), q.format);
+    }
+    return q;
+}
+}  // namespace
+
 Quantization resolve_quantization(const io::HfConfig& config, const std::string& requested) {
     Quantization q;
     const nlohmann::json& root = config.json();
     const nlohmann::json* qc = root.contains("quantization_config") ? &root["quantization_config"] : nullptr;
     if (qc && qc->is_object()) {
         const std::string method = qc->value("quant_method", "");
-        if (method == "compressed-tensors") {
+        if (auto int4 = parse_int4_config(*qc, config.label(), q.ignore)) {
+            q.checkpoint = CheckpointQuant::kInt4;
+            q.int4_config = *int4;
+            q.format = int4_layout_name(int4->layout);
+        } else if (method == "compressed-tensors") {
             check_compressed_tensors(*qc, config.label());
             q.checkpoint = CheckpointQuant::kW8A8Int8;
             q.format = "compressed-tensors";
@@ -271,7 +310,8 @@ Quantization resolve_quantization(const io::HfConfig& config, const std::string&
         } else {
             raise(ErrorCode::kUnsupported,
                   "{}: quantization_config.quant_method '{}' is not supported (supported: compressed-tensors W8A8 "
-                  "int8, npu_w8a8_dynamic, fp8 with weight_block_size, osl (golden-stick A8W8); ModelSlim checkpoints "
+                  "int8 and pack-quantized W4A16, awq, gptq, npu_w8a8_dynamic, fp8 with weight_block_size, osl "
+                  "(golden-stick A8W8); ModelSlim checkpoints "
                   "are recognised by "
                   "their quant_model_description.json)",
                   config.label(), method);
@@ -287,8 +327,12 @@ Quantization resolve_quantization(const io::HfConfig& config, const std::string&
         q.int8 = true;
         return q;
     }
+    if (q.checkpoint == CheckpointQuant::kInt4) return resolve_int4_run(q, config, requested);
     if (requested.empty() || requested == "auto") {
         q.int8 = q.checkpoint == CheckpointQuant::kW8A8Int8;
+    } else if (requested == "w4a16") {
+        q.int4 = true;
+        q.int4_config = Int4Config{.layout = Int4Layout::kCompressedTensors, .group_size = 128, .symmetric = false};
     } else if (requested == "w8a8") {
         q.int8 = true;
     } else if (requested == "w8a8-all") {
@@ -304,7 +348,7 @@ Quantization resolve_quantization(const io::HfConfig& config, const std::string&
         q.int8 = false;
     } else {
         raise(ErrorCode::kInvalidArgument,
-              "--quantization '{}' is not supported (expected w8a8, w8a8-all, fp8 or none)", requested);
+              "--quantization '{}' is not supported (expected w8a8, w8a8-all, w4a16, fp8 or none)", requested);
     }
     return q;
 }

@@ -1,7 +1,9 @@
 // Weight quantization of a checkpoint (config.json quantization_config) and of the run
 // (--quantization): compressed-tensors W8A8 int8 (int8 weights, per-output-channel weight_scale,
 // dynamic per-token symmetric int8 activations), DeepSeek FP8 (F8_E4M3 weights with
-// weight_scale_inv per 128 x 128 block), and load-time W8A8 of a bf16 checkpoint.
+// weight_scale_inv per 128 x 128 block), int4 weights with f32 activations (W4A16:
+// compressed-tensors pack-quantized, AWQ, GPTQ; formats/int4_config.h), and load-time W8A8 / W4A16
+// of a bf16 checkpoint.
 #pragma once
 
 #include <atomic>
@@ -26,6 +28,22 @@ enum class CheckpointQuant {
     // MindSpore golden-stick A8W8 (quant_method osl, MindFormers names; model/mindformers_checkpoint.h
     // presents it under HF names): static attention with per-channel input_scale, dynamic MLPs
     kGoldenStick,
+    kInt4,  // 4-bit weights with group scales (W4A16); Quantization::int4_config says which layout
+};
+
+// The layout of an int4 checkpoint (formats/int4_config.h parses it from quantization_config).
+enum class Int4Layout {
+    kCompressedTensors,  // pack-quantized: PREFIX.weight_packed I32 [out, in/8] + weight_scale (+ weight_zero_point)
+    kAwq,                // AutoAWQ GEMM: PREFIX.qweight I32 [in, out/8] (interleaved nibbles) + qzeros + scales
+    kGptq,               // GPTQ: PREFIX.qweight I32 [in/8, out] + qzeros + scales (+ g_idx)
+};
+
+struct Int4Config {
+    Int4Layout layout = Int4Layout::kCompressedTensors;
+    int64_t group_size = 128;        // input columns per scale; 0: one group per row (per-channel)
+    bool symmetric = true;           // compressed-tensors: no weight_zero_point (zero 8)
+    bool gptq_zero_plus_one = true;  // GPTQ v1 (checkpoint_format gptq): stored zeros are one less
+    bool desc_act = false;           // GPTQ: groups follow an activation order (g_idx; the loader reads g_idx itself)
 };
 
 // How one linear of a ModelSlim checkpoint is stored and run (its quant_model_description type).
@@ -33,6 +51,7 @@ enum class LinearScheme {
     kFloat,        // FLOAT: bf16 / f16 / f32 weights
     kW8A8Dynamic,  // W8A8_DYNAMIC: I8 weight + weight_scale, dynamic per-token int8 activations
     kW8A8Static,   // W8A8: I8 weight, per-tensor input_scale/input_offset, int32 quant_bias, deq_scale
+    kW4A16,        // int4 weights with group scales, f32 activations (formats/int4_weights.h)
 };
 
 // How a layer may be quantized. The code that builds the layer says it (MoeBlock's router, MLA's
@@ -52,12 +71,15 @@ enum class LayerPrecision {
 struct LinearCounts {
     std::atomic<int64_t> float_linears{0}, dynamic_linears{0}, static_linears{0};
     std::atomic<int64_t> dynamic_experts{0}, float_experts{0};  // routed / shared / dense MLP experts
+    std::atomic<int64_t> int4_linears{0}, int4_experts{0};      // W4A16
 };
 
 struct Quantization {
     CheckpointQuant checkpoint = CheckpointQuant::kNone;
-    bool int8 = false;                           // run linears and experts as W8A8 int8
-    bool int8_lm_head = false;                   // also the lm_head (llama.cpp's Q8_0 does; vLLM's W8A8 does not)
+    bool int8 = false;          // run linears and experts as W8A8 int8
+    bool int8_lm_head = false;  // also the lm_head (llama.cpp's Q8_0 does; vLLM's W8A8 does not)
+    bool int4 = false;          // run linears and experts as W4A16 (int4_config's group size)
+    Int4Config int4_config{};
     int64_t block_rows = 128, block_cols = 128;  // FP8 weight_block_size
     std::vector<std::string> ignore;             // compressed-tensors ignore: module names, or "re:<regex>"
     std::string format = "none";                 // for logs: none | compressed-tensors | fp8 | modelslim
@@ -83,14 +105,19 @@ struct Quantization {
     // runs in int8: int8 is on, the module is not on the ignore list, and its precision allows it
     // (kHigh and kDequantized never; kOutputHead only with int8_lm_head).
     bool int8_module(const std::string& module, LayerPrecision precision = LayerPrecision::kQuantizable) const;
+    // The same rule for W4A16 (int4 on instead of int8; the lm_head is never int4).
+    bool int4_module(const std::string& module, LayerPrecision precision = LayerPrecision::kQuantizable) const;
+    // Whether the module is on the checkpoint's ignore list (a name or "re:<regex>").
+    bool ignored(const std::string& module) const;
     // "none", "w8a8 (compressed-tensors)", "fp8 block 128x128 -> bf16", ... for logs.
     std::string describe() const;
 };
 
 // Resolves what the checkpoint holds (config.json quantization_config, absent -> kNone) and what
 // the user asked: requested "" or "auto" (as the checkpoint: W8A8 runs int8, FP8 converts to
-// bf16), "w8a8" (int8; quantizes bf16 and FP8 weights at load), "w8a8-all" (w8a8 and the
-// lm_head in int8 too, overriding an ignore list's lm_head), "fp8" (an FP8 checkpoint,
+// bf16, int4 runs W4A16), "w8a8" (int8; quantizes bf16 and FP8 weights at load), "w8a8-all" (w8a8
+// and the lm_head in int8 too, overriding an ignore list's lm_head), "w4a16" (int4 in groups of
+// 128, asymmetric; quantizes bf16 and FP8 weights at load), "fp8" (an FP8 checkpoint,
 // converted to bf16), "none" (dequantize everything to bf16/f32). Errors (kInvalidArgument /
 // kUnsupported) name config.json or the flag, what was found and what is supported.
 Quantization resolve_quantization(const io::HfConfig& config, const std::string& requested);

@@ -12,6 +12,7 @@
 #include "moeserve/kernels/cpu/gguf_dot.h"
 #include "moeserve/kernels/cpu/gguf_dot_isa.h"
 #include "moeserve/kernels/cpu/isa.h"
+#include "moeserve/kernels/cpu/linear_int4.h"
 #include "moeserve/kernels/cpu/linear_int8.h"
 #include "moeserve/kernels/cpu/matmul_tile.h"
 #include "moeserve/kernels/cpu/matmul_tile_isa.h"
@@ -114,6 +115,15 @@ void matmul_tile_int8(const int8_t* qx, int64_t ldx, const float* sx, int64_t m,
         case Isa::kAmx:
             matmul_tile_int8_avx512(qx, ldx, sx, m, k, w, sw, n, out, ldo, gemv_row_blocks());
             return;
+    }
+}
+
+void matmul_tile_int4(const float* x, int64_t ldx, int64_t m, const Int4Weights& w, float* out, int64_t ldo) {
+    // NOTE(#27): no AVX-512 int4 tile yet (none measured); every level above ref runs AVX2.
+    if (active_isa() == Isa::kRef) {
+        matmul_tile_int4_ref(x, ldx, m, w, out, ldo);
+    } else {
+        matmul_tile_int4_avx2(x, ldx, m, w, out, ldo);
     }
 }
 

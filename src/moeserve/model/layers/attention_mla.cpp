@@ -7,6 +7,7 @@
 #include "moeserve/core/error.h"
 #include "moeserve/kernels/cpu/norm.h"
 #include "moeserve/kernels/cpu/paged_attention.h"
+#include "moeserve/model/formats/int4_weights.h"
 #include "moeserve/model/layers/weight_loading.h"
 
 namespace moeserve::model {
@@ -46,7 +47,12 @@ MlaAttention MlaAttention::load(const io::WeightSource& weights, const std::stri
     a.kv_b_proj_ =
         Linear::load_shard(weights, prefix + "kv_b_proj", kv_b_rows, s.kv_lora_rank,
                            {h0 * per_head, heads * per_head, 0, -1}, false, quant, LayerPrecision::kDequantized);
-    a.kv_b_w_ = get_checked(weights, prefix + "kv_b_proj.weight", Shape{kv_b_rows, s.kv_lora_rank});
+    if (stored_as_int4(weights, prefix + "kv_b_proj", quant)) {
+        a.kv_b_owned_ = load_weight_f32(weights, prefix + "kv_b_proj", kv_b_rows, s.kv_lora_rank, quant);
+        a.kv_b_w_ = a.kv_b_owned_.view();
+    } else {
+        a.kv_b_w_ = get_checked(weights, prefix + "kv_b_proj.weight", Shape{kv_b_rows, s.kv_lora_rank});
+    }
     if (a.kv_b_w_.dtype != DType::kBF16 && a.kv_b_w_.dtype != DType::kF32) {
         a.kv_b_owned_ = load_dequantized_f32(weights, prefix + "kv_b_proj.weight", quant.block_rows, quant.block_cols);
         a.kv_b_w_ = a.kv_b_owned_.view();

@@ -13,28 +13,60 @@ namespace {
 // bytes copied, other float dtypes rounded).
 void copy_as_bf16(const io::WeightSource& weights, const std::string& name, const Shape& shape, int64_t row0,
                   int64_t rows, int64_t col0, int64_t cols, const Quantization& quant, uint16_t* dst) {
-    TensorView src = get_checked(weights, name, shape);
     const int64_t width = shape[1];
-    if (src.dtype == DType::kBF16) {
-        for (int64_t r = 0; r < rows; ++r) {
-            std::memcpy(dst + r * cols, src.as<const uint16_t>() + (row0 + r) * width + col0,
-                        static_cast<size_t>(cols) * 2);
+    const std::string module = name.substr(0, name.size() - std::string(".weight").size());
+    if (!stored_as_int4(weights, module, quant)) {
+        const TensorView src = get_checked(weights, name, shape);
+        if (src.dtype == DType::kBF16) {
+            for (int64_t r = 0; r < rows; ++r) {
+                std::memcpy(dst + r * cols, src.as<const uint16_t>() + (row0 + r) * width + col0,
+                            static_cast<size_t>(cols) * 2);
+            }
+            return;
         }
-        return;
     }
-    Tensor f = load_dequantized_f32(weights, name, quant.block_rows, quant.block_cols);
+    // other dtypes (and int4 under --quantization none) through f32
+    const Tensor f = load_weight_f32(weights, module, shape[0], width, quant);
     for (int64_t r = 0; r < rows; ++r) {
         for (int64_t c = 0; c < cols; ++c)
             dst[r * cols + c] = f32_to_bf16(f.as<float>()[(row0 + r) * width + col0 + c]);
     }
 }
 
+// Copies src into rows [row0, row0 + src.rows()) of dst (same columns and groups).
+void copy_int4_rows(const Int4Matrix& src, Int4Matrix& dst, int64_t row0) {
+    const int64_t ng = src.scale.dim(1);
+    std::memcpy(dst.codes.as<uint8_t>() + row0 * (dst.cols() / 2), src.codes.data(), src.codes.nbytes());
+    std::memcpy(dst.scale.as<float>() + row0 * ng, src.scale.data(), src.scale.nbytes());
+    std::memcpy(dst.zero.as<float>() + row0 * ng, src.zero.data(), src.zero.nbytes());
+}
+
+// Expert i's act order (GPTQ desc_act) into row i of dst: gate and up share one input, so they
+// must share one order (GPTQ's, from the same Hessian, does); all experts must agree on having one.
+void copy_act_order(const Int4Matrix& a, const Int4Matrix& b, const std::string& prefix, Tensor& dst, int64_t i) {
+    const bool same = a.perm.empty() == b.perm.empty() &&
+                      (a.perm.empty() || std::memcmp(a.perm.data(), b.perm.data(), a.perm.nbytes()) == 0);
+    if (!same || a.perm.empty() != dst.empty()) {
+        raise(ErrorCode::kUnsupported,
+              "'{}': the experts' gate/up projections (or experts 0 and this one) differ in GPTQ act order; moeserve "
+              "runs one order per shared input",
+              prefix);
+    }
+    if (!dst.empty()) std::memcpy(dst.as<int32_t>() + i * a.cols(), a.perm.data(), a.perm.nbytes());
+}
+
+// An empty stacked int4 matrix [rows, like.cols()] with like's groups.
+Int4Matrix stacked_like(const Int4Matrix& like, int64_t rows) {
+    return {Tensor(DType::kU8, {rows, like.codes.dim(1)}), Tensor(DType::kF32, {rows, like.scale.dim(1)}),
+            Tensor(DType::kF32, {rows, like.scale.dim(1)}), like.group_size, Tensor()};
+}
+
 // Copies the [rows, cols] rectangle at (row0, col0) of a `shape` weight into dst as f32 (the
 // --dtype float32 path: any float dtype widened, FP8 dequantized).
 void copy_as_f32(const io::WeightSource& weights, const std::string& name, const Shape& shape, int64_t row0,
                  int64_t rows, int64_t col0, int64_t cols, const Quantization& quant, float* dst) {
-    get_checked(weights, name, shape);
-    const Tensor f = load_dequantized_f32(weights, name, quant.block_rows, quant.block_cols);
+    const Tensor f = load_weight_f32(weights, name.substr(0, name.size() - std::string(".weight").size()), shape[0],
+                                     shape[1], quant);
     const int64_t width = shape[1];
     for (int64_t r = 0; r < rows; ++r) {
         std::memcpy(dst + r * cols, f.as<float>() + (row0 + r) * width + col0, static_cast<size_t>(cols) * 4);
@@ -83,6 +115,10 @@ Experts Experts::load(const io::WeightSource& weights, const std::vector<std::st
                   "(the ModelSlim mix)",
                   quant.description_file, prefixes[0]);
         }
+    }
+    if (n > 0 && quant.int4_module(prefixes[0] + "gate_proj")) {
+        quant.counts->int4_experts += 1;
+        return load_int4(weights, prefixes, hidden, full_inter, inter_begin, inter, quant, std::move(e));
     }
     if (n > 0 && quant.int8_module(prefixes[0] + "gate_proj")) {
         quant.counts->dynamic_experts += 1;
@@ -135,6 +171,35 @@ Experts Experts::load(const io::WeightSource& weights, const std::vector<std::st
     return e;
 }
 
+Experts Experts::load_int4(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
+                           int64_t full_inter, int64_t inter_begin, int64_t inter_count, const Quantization& quant,
+                           Experts e) {
+    const auto n = static_cast<int64_t>(prefixes.size());
+    const int64_t inter = inter_count;
+    for (int64_t i = 0; i < n; ++i) {
+        const std::string& p = prefixes[static_cast<size_t>(i)];
+        // gate/up: rows [inter_begin, +inter) of the full matrices; down: the same columns
+        const Int4Matrix gate =
+            load_int4_rectangle(weights, p + "gate_proj", full_inter, hidden, inter_begin, inter, 0, hidden, quant);
+        const Int4Matrix up =
+            load_int4_rectangle(weights, p + "up_proj", full_inter, hidden, inter_begin, inter, 0, hidden, quant);
+        const Int4Matrix down =
+            load_int4_rectangle(weights, p + "down_proj", hidden, full_inter, 0, hidden, inter_begin, inter, quant);
+        if (i == 0) {
+            e.gate_up4_ = stacked_like(gate, n * 2 * inter);
+            e.down4_ = stacked_like(down, n * hidden);
+            if (!gate.perm.empty()) e.gate_up4_perm_ = Tensor(DType::kI32, {n, hidden});
+            if (!down.perm.empty()) e.down4_perm_ = Tensor(DType::kI32, {n, inter});
+        }
+        copy_int4_rows(gate, e.gate_up4_, i * 2 * inter);
+        copy_int4_rows(up, e.gate_up4_, i * 2 * inter + inter);
+        copy_int4_rows(down, e.down4_, i * hidden);
+        copy_act_order(gate, up, p, e.gate_up4_perm_, i);
+        copy_act_order(down, down, p, e.down4_perm_, i);
+    }
+    return e;
+}
+
 Experts Experts::load_gguf(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
                            int64_t full_inter, int64_t expert_begin, int64_t inter_begin, int64_t inter_count) {
     Experts e;
@@ -182,6 +247,18 @@ void Experts::forward(ThreadPool& pool, const float* x, int64_t num_tokens, cons
                       const float* topk_weights, int k, kernels::cpu::MoeScratch& scratch, float* out) const {
     if (is_gguf()) {
         kernels::cpu::gguf_moe_experts(pool, x, num_tokens, topk_ids, topk_weights, k, gguf_, scratch.gguf, out);
+        return;
+    }
+    if (is_int4()) {
+        const kernels::cpu::MoeExpertsInt4 ex{gate_up4_.view(),
+                                              down4_.view(),
+                                              num_experts(),
+                                              expert_begin_,
+                                              hidden_,
+                                              inter_,
+                                              gate_up4_perm_.empty() ? nullptr : gate_up4_perm_.as<const int32_t>(),
+                                              down4_perm_.empty() ? nullptr : down4_perm_.as<const int32_t>()};
+        kernels::cpu::moe_experts_int4(pool, x, num_tokens, topk_ids, topk_weights, k, ex, scratch, out);
         return;
     }
     if (int8_) {

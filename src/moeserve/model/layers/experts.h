@@ -1,5 +1,5 @@
 // SwiGLU experts with gate|up fused at load time (bf16; f32 under --dtype float32; or int8 with
-// per-channel scales for W8A8):
+// per-channel scales for W8A8; or int4 codes with group scales for W4A16):
 // the routed experts of a MoE layer, and also a dense MLP or DeepSeek's shared experts, which are
 // a single always-chosen expert. From a GGUF file the experts stay in their stored blocks (slices
 // of the stacked ffn_*_exps tensors, kernels/cpu/gguf_linear.h), whatever their type.
@@ -12,7 +12,9 @@
 #include "moeserve/core/thread_pool.h"
 #include "moeserve/io/weight_source.h"
 #include "moeserve/kernels/cpu/moe_experts.h"
+#include "moeserve/kernels/cpu/moe_experts_int4.h"
 #include "moeserve/kernels/cpu/moe_experts_int8.h"
+#include "moeserve/model/formats/int4_weights.h"
 #include "moeserve/model/quantization.h"
 
 namespace moeserve::model {
@@ -42,8 +44,10 @@ public:
     int64_t inter() const { return inter_; }
     int64_t hidden() const { return hidden_; }
     size_t weight_bytes() const {
-        return gate_up_.nbytes() + down_.nbytes() + gate_up_scale_.nbytes() + down_scale_.nbytes() + gguf_bytes_;
+        return gate_up_.nbytes() + down_.nbytes() + gate_up_scale_.nbytes() + down_scale_.nbytes() + gguf_bytes_ +
+               gate_up4_.nbytes() + down4_.nbytes() + gate_up4_perm_.nbytes() + down4_perm_.nbytes();
     }
+    bool is_int4() const { return !gate_up4_.codes.empty(); }
     bool is_gguf() const { return !gguf_.gate.empty(); }
     size_t bytes_per_expert() const { return num_experts() ? weight_bytes() / static_cast<size_t>(num_experts()) : 0; }
 
@@ -56,6 +60,13 @@ private:
     Tensor gate_up_scale_;  // int8 only: f32 [num_experts, 2 * inter]
     Tensor down_scale_;     // int8 only: f32 [num_experts, hidden]
     bool int8_ = false;
+    // W4A16: gate_up4_ [num_experts * 2 * inter, hidden] (expert e: gate rows, then up rows),
+    // down4_ [num_experts * hidden, inter]
+    Int4Matrix gate_up4_, down4_;
+    Tensor gate_up4_perm_, down4_perm_;  // GPTQ act order: I32 [num_experts, hidden] / [num_experts, inter], or empty
+    static Experts load_int4(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
+                             int64_t full_inter, int64_t inter_begin, int64_t inter_count, const Quantization& quant,
+                             Experts e);
     kernels::cpu::GgufExperts gguf_;  // GGUF: every expert's three matrices in the file's mapping
     size_t gguf_bytes_ = 0;
     static Experts load_gguf(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,

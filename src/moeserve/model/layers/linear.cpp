@@ -1,9 +1,11 @@
 #include "moeserve/model/layers/linear.h"
 
 #include <cstring>
+#include <vector>
 
 #include "moeserve/core/error.h"
 #include "moeserve/kernels/cpu/linear.h"
+#include "moeserve/kernels/cpu/linear_int4.h"
 #include "moeserve/kernels/cpu/linear_int8.h"
 #include "moeserve/kernels/cpu/linear_int8_static.h"
 #include "moeserve/model/formats/gguf_weights.h"
@@ -21,8 +23,19 @@ Linear Linear::load(const io::WeightSource& weights, const std::string& prefix, 
         if (has_bias) l.bias_ = load_vector_f32(weights, prefix + ".bias", out_features);
         return l;
     }
-    l.weight_ = get_checked(weights, name, Shape{out_features, in_features});
     const LinearScheme scheme = quant.scheme(prefix, precision);
+    if (scheme == LinearScheme::kW4A16) {
+        l.w4_ = load_int4_matrix(weights, prefix, out_features, in_features, quant);
+        quant.counts->int4_linears += 1;
+    } else if (stored_as_int4(weights, prefix, quant)) {
+        l = dequantized_int4(weights, prefix, out_features, in_features, quant);
+        quant.counts->float_linears += 1;
+    }
+    if (l.weight_.data != nullptr || l.is_int4()) {
+        if (has_bias) l.bias_ = load_vector_f32(weights, prefix + ".bias", out_features);
+        return l;
+    }
+    l.weight_ = get_checked(weights, name, Shape{out_features, in_features});
     if (scheme == LinearScheme::kW8A8Static) {
         StaticInt8Matrix m = load_static_int8(weights, prefix, out_features, in_features,
                                               quant.checkpoint == CheckpointQuant::kGoldenStick);
@@ -84,6 +97,16 @@ Linear Linear::load(const io::WeightSource& weights, const std::string& prefix, 
     return l;
 }
 
+Linear Linear::dequantized_int4(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
+                                int64_t in_features, const Quantization& quant) {
+    // f32, not bf16: scale * (q - zero) needs up to 4 more mantissa bits than the scale has, so
+    // bf16 would round it (MLA's kv_b_proj, absorbed into attention, must match its decode copy)
+    Linear l;
+    l.owned_ = load_weight_f32(weights, prefix, out_features, in_features, quant);
+    l.weight_ = l.owned_.view();
+    return l;
+}
+
 Linear Linear::load_shard(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
                           int64_t in_features, const LinearShard& shard, bool has_bias, const Quantization& quant,
                           LayerPrecision precision) {
@@ -98,6 +121,15 @@ Linear Linear::load_shard(const io::WeightSource& weights, const std::string& pr
     Linear l;
     if (full.is_gguf()) {
         l.gguf_ = gguf_rectangle(full.gguf_, shard.row_begin, rows, shard.col_begin, cols, prefix + ".weight");
+        if (has_bias) {
+            l.bias_ = Tensor(DType::kF32, {rows});
+            std::memcpy(l.bias_.as<float>(), full.bias_.as<float>() + shard.row_begin, static_cast<size_t>(rows) * 4);
+        }
+        return l;
+    }
+    if (full.is_int4()) {
+        l.w4_ = load_int4_rectangle(weights, prefix, out_features, in_features, shard.row_begin, rows, shard.col_begin,
+                                    cols, quant);
         if (has_bias) {
             l.bias_ = Tensor(DType::kF32, {rows});
             std::memcpy(l.bias_.as<float>(), full.bias_.as<float>() + shard.row_begin, static_cast<size_t>(rows) * 4);
@@ -171,6 +203,7 @@ Linear Linear::load_shard(const io::WeightSource& weights, const std::string& pr
 
 size_t Linear::weight_bytes() const {
     if (is_gguf()) return gguf_matrix_bytes(gguf_);
+    if (is_int4()) return w4_.nbytes();
     return int8_ || static_ ? w8_.nbytes() + w8_scale_.nbytes() + quant_bias_.nbytes() : weight_.nbytes();
 }
 
@@ -180,6 +213,12 @@ void Linear::forward(ThreadPool& pool, const float* x, int64_t rows, float* out)
     if (is_gguf()) {
         kernels::cpu::GgufScratch scratch;
         kernels::cpu::gguf_linear(pool, x, rows, gguf_, out, scratch);
+    } else if (is_int4() && w4_.perm.empty()) {
+        kernels::cpu::linear_int4(pool, x, rows, w4_.view(), out);
+    } else if (is_int4()) {  // GPTQ act order: x's columns in the stored order first
+        std::vector<float> xp(static_cast<size_t>(rows * k));
+        gather_columns(w4_, x, rows, xp.data());
+        kernels::cpu::linear_int4(pool, xp.data(), rows, w4_.view(), out);
     } else if (static_) {
         kernels::cpu::Int8Scratch scratch;
         const kernels::cpu::StaticInt8Weights w{w8_.as<const int8_t>(),

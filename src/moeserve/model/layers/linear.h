@@ -7,6 +7,8 @@
 // divisor per input channel) and zero point, an int32 bias added before the per-channel
 // dequantization scale (kernels/cpu/linear_int8_static.h). A GGUF weight other than F32/BF16
 // stays in its stored blocks (gguf_: formats/gguf_weights.h), run by kernels/cpu/gguf_linear.h.
+// A W4A16 linear holds int4 codes with group scales (w4_: formats/int4_weights.h), read from an
+// int4 checkpoint or quantized at load, run by kernels/cpu/linear_int4.h.
 #pragma once
 
 #include <string>
@@ -15,6 +17,7 @@
 #include "moeserve/core/thread_pool.h"
 #include "moeserve/io/weight_source.h"
 #include "moeserve/kernels/cpu/gguf_linear.h"
+#include "moeserve/model/formats/int4_weights.h"
 #include "moeserve/model/quantization.h"
 
 namespace moeserve::model {
@@ -50,12 +53,17 @@ public:
     // x f32 [rows, in] -> out f32 [rows, out].
     void forward(ThreadPool& pool, const float* x, int64_t rows, float* out) const;
 
-    int64_t in_features() const { return is_gguf() ? gguf_.cols : int8_ || static_ ? w8_.dim(1) : weight_.dim(1); }
-    int64_t out_features() const { return is_gguf() ? gguf_.rows : int8_ || static_ ? w8_.dim(0) : weight_.dim(0); }
+    int64_t in_features() const {
+        return is_gguf() ? gguf_.cols : is_int4() ? w4_.cols() : int8_ || static_ ? w8_.dim(1) : weight_.dim(1);
+    }
+    int64_t out_features() const {
+        return is_gguf() ? gguf_.rows : is_int4() ? w4_.rows() : int8_ || static_ ? w8_.dim(0) : weight_.dim(0);
+    }
     size_t weight_bytes() const;
     bool is_int8() const { return int8_ || static_; }
     bool is_gguf() const { return gguf_.data != nullptr; }
     bool is_static_int8() const { return static_; }
+    bool is_int4() const { return !w4_.codes.empty(); }
 
 private:
     TensorView weight_;  // bf16 | f32 [out_features, in_features]
@@ -72,6 +80,12 @@ private:
     Tensor x_div_;
     // GGUF blocks [out_features, in_features] in the file's mapping (data null: not GGUF)
     kernels::cpu::GgufMatrix gguf_;
+    Int4Matrix w4_;  // W4A16 (codes empty: not int4)
+
+    // The f32 weight of a linear whose checkpoint stores it as int4 but which runs in high
+    // precision (a kHigh / kDequantized layer, an ignored module, --quantization none).
+    static Linear dequantized_int4(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
+                                   int64_t in_features, const Quantization& quant);
 };
 
 }  // namespace moeserve::model
