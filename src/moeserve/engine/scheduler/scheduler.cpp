@@ -24,6 +24,9 @@ ipc::RequestOutput output_of(const Request& r) {
 Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, std::unique_ptr<SchedulingPolicy> policy)
     : config_(config), kv_(kv), policy_(std::move(policy)) {
     MOESERVE_CHECK(policy_ != nullptr, "scheduler without a policy");
+    // One counter per draft position from the start (vLLM's series per position), 0 until used.
+    if (config.speculative.enabled())
+        counters_.num_accepted_tokens_per_pos.resize(static_cast<size_t>(config.speculative.num_speculative_tokens));
     if (config.max_num_seqs < 1 || config.max_num_batched_tokens < 1 || config.max_model_len < 1) {
         raise(ErrorCode::kInvalidArgument,
               "--max-num-seqs, --max-num-batched-tokens and --max-model-len must be >= 1; got {}, {}, {}",
