@@ -1,20 +1,24 @@
 #!/usr/bin/python3
 """`moeserve serve --speculative-config` on a real socket (issue 30), on the trained Qwen3-MoE KJV model
 (its text repeats, so drafts get accepted): n-gram drafting gives the same greedy texts and the same seeded samples as a server without it, for prompts alone and at once,
-and counts its drafts in /metrics under vLLM's names; bad configs and the parallel layouts not
-built yet fail at startup with one `error:` line and exit 2. Every wait is bounded.
+also with TP = 2, DP = 2 + EP (lock-step) and PD hybrid, and counts its drafts in /metrics under
+vLLM's names; bad configs and PD disaggregation fail at startup with one `error:` line and exit 2. Every wait is bounded.
 """
 import argparse
 import concurrent.futures
 import json
 import subprocess
 import sys
+import tempfile
 import unittest
 
 import serve_test
 from serve_test import Server
 
 ARGS = None
+KEY_FILE = tempfile.NamedTemporaryFile("w", suffix=".key")
+KEY_FILE.write("k" * 40)
+KEY_FILE.flush()
 NGRAM = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}'
 PROMPTS = [
     "And God said, Let there be light: and there was light. And God saw the light",
@@ -78,6 +82,31 @@ class SpecDecodeServe(unittest.TestCase):
         self.assertLessEqual(draft_tokens, 4 * drafts)
         self.assertEqual(total("vllm:spec_decode_num_accepted_tokens_per_pos_total"), accepted)
 
+    def test_parallel_layouts(self):
+        # TP broadcasts the verify batch; DP + EP lock-step and PD hybrid take it as a decode step.
+        plain = Server(model=ARGS.trained_model)
+        try:
+            expected = [completion(plain, {"model": "tiny", "prompt": p, "max_tokens": 32, "temperature": 0,
+                                           "ignore_eos": True})["text"] for p in PROMPTS]
+        finally:
+            self.assertEqual(plain.stop(), 0)
+        for layout in (["-tp", "2"], ["-dp", "2", "--enable-expert-parallel"],
+                       ["-dp", "2", "--enable-expert-parallel", "--pd-hybrid"]):
+            with self.subTest(layout=layout):
+                s = Server("--speculative-config", NGRAM, *layout, model=ARGS.trained_model)
+                try:
+                    with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as pool:
+                        got = list(pool.map(lambda p: completion(s, {"model": "tiny", "prompt": p, "max_tokens": 32,
+                                                                     "temperature": 0, "ignore_eos": True})["text"],
+                                            PROMPTS))
+                    metrics = s.metrics()
+                finally:
+                    self.assertEqual(s.stop(), 0)
+                self.assertEqual(got, expected)
+                accepted = sum(v for k, v in metrics.items()
+                               if k.startswith("vllm:spec_decode_num_accepted_tokens_total{"))
+                self.assertGreater(accepted, 0)
+
     def test_refusals(self):
         refused = [
             (['--speculative-config', '{"method": "eagle", "num_speculative_tokens": 2}'],
@@ -91,10 +120,9 @@ class SpecDecodeServe(unittest.TestCase):
             (['--speculative-config', '{"method": "ngram"'], "--speculative-config: not valid JSON"),
             (['--speculative-config', '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'],
              "method deepseek_mtp needs a checkpoint with an MTP layer"),
-            (['--speculative-config', NGRAM, '-tp', '2'], "not supported with --tensor-parallel-size > 1"),
-            (['--speculative-config', NGRAM, '-dp', '2', '--enable-expert-parallel'],
-             "not supported with DP with expert parallelism (lock-step)"),
-            (['--speculative-config', NGRAM, '--pd-hybrid'], "not supported with --pd-hybrid"),
+            (['--speculative-config', NGRAM, '--rank-plane-key-file', KEY_FILE.name, '--kv-transfer-config',
+              '{"kv_connector": "MoeserveConnector", "kv_role": "kv_consumer"}'],
+             "--speculative-config is not supported with --kv-transfer-config (PD disaggregation) yet"),
         ]
         for extra, message in refused:
             with self.subTest(extra=extra):

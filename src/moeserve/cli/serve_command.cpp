@@ -220,21 +220,14 @@ void check_api_server_count(const ServeOptions& o, const Deployment& d, const en
 
 namespace {
 
-// Speculative decoding runs in one engine stepping on its own; the layouts whose ranks share
-// each step (or whose KV comes from elsewhere) are refused until their verify steps are built.
-void check_speculative_layout(const ServeOptions& o, const Deployment& d, const engine::KvTransferConfig& kv_transfer) {
-    if (o.engine.speculative_config.empty()) return;
-    const char* layout = d.sizes.tp > 1                               ? "--tensor-parallel-size > 1"
-                         : parallel::dp_groups_step_together(d.sizes) ? "DP with expert parallelism (lock-step)"
-                         : o.engine.pd_hybrid                         ? "--pd-hybrid"
-                         : kv_transfer.role != engine::KvTransferConfig::Role::kNone ? "--kv-transfer-config"
-                                                                                     : nullptr;
-    if (layout != nullptr) {
-        raise(ErrorCode::kUnsupported,
-              "--speculative-config is not supported with {} yet: run it with one engine per DP rank, without "
-              "tensor parallelism, PD hybrid or PD disaggregation",
-              layout);
-    }
+// Speculative decoding in a decode instance of PD disaggregation is not built yet (its first
+// step comes from a remote prefill); every other layout verifies drafts in its decode steps
+// (TP broadcasts the verify batch, DP lock-step and PD hybrid count it as a decode step).
+void check_speculative_layout(const ServeOptions& o, const engine::KvTransferConfig& kv_transfer) {
+    if (o.engine.speculative_config.empty() || kv_transfer.role == engine::KvTransferConfig::Role::kNone) return;
+    raise(ErrorCode::kUnsupported,
+          "--speculative-config is not supported with --kv-transfer-config (PD disaggregation) yet: run the "
+          "instances without speculation");
 }
 
 }  // namespace
@@ -263,7 +256,7 @@ int run_serve(ServeOptions o) {
     }
     d.heartbeat_timeout_ms = o.heartbeat_timeout_ms;
     check_api_server_count(o, d, kv_transfer);
-    check_speculative_layout(o, d, kv_transfer);
+    check_speculative_layout(o, kv_transfer);
     d.api_servers = o.vllm.api_server_count;
     if (o.parallel.headless) return run_headless(o, d);
     if (d.api_servers > 1 && o.api_server_index < 0) return run_api_servers(o, d);
