@@ -2,23 +2,20 @@
 """`moeserve serve --speculative-config` on a real socket (issue 30), on the trained Qwen3-MoE KJV model
 (its text repeats, so drafts get accepted): n-gram drafting gives the same greedy texts and the same seeded samples as a server without it, for prompts alone and at once,
 also with TP = 2, DP = 2 + EP (lock-step) and PD hybrid, and counts its drafts in /metrics under
-vLLM's names; bad configs and PD disaggregation fail at startup with one `error:` line and exit 2. Every wait is bounded.
+vLLM's names (PD disaggregation: pd_disagg_test.py, suite spec); bad configs fail at startup with
+one `error:` line and exit 2. Every wait is bounded.
 """
 import argparse
 import concurrent.futures
 import json
 import subprocess
 import sys
-import tempfile
 import unittest
 
 import serve_test
 from serve_test import Server
 
 ARGS = None
-KEY_FILE = tempfile.NamedTemporaryFile("w", suffix=".key")
-KEY_FILE.write("k" * 40)
-KEY_FILE.flush()
 NGRAM = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}'
 PROMPTS = [
     "And God said, Let there be light: and there was light. And God saw the light",
@@ -120,9 +117,6 @@ class SpecDecodeServe(unittest.TestCase):
             (['--speculative-config', '{"method": "ngram"'], "--speculative-config: not valid JSON"),
             (['--speculative-config', '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'],
              "method deepseek_mtp needs a checkpoint with an MTP layer"),
-            (['--speculative-config', NGRAM, '--rank-plane-key-file', KEY_FILE.name, '--kv-transfer-config',
-              '{"kv_connector": "MoeserveConnector", "kv_role": "kv_consumer"}'],
-             "--speculative-config is not supported with --kv-transfer-config (PD disaggregation) yet"),
         ]
         for extra, message in refused:
             with self.subTest(extra=extra):

@@ -218,20 +218,6 @@ void check_api_server_count(const ServeOptions& o, const Deployment& d, const en
     }
 }
 
-namespace {
-
-// Speculative decoding in a decode instance of PD disaggregation is not built yet (its first
-// step comes from a remote prefill); every other layout verifies drafts in its decode steps
-// (TP broadcasts the verify batch, DP lock-step and PD hybrid count it as a decode step).
-void check_speculative_layout(const ServeOptions& o, const engine::KvTransferConfig& kv_transfer) {
-    if (o.engine.speculative_config.empty() || kv_transfer.role == engine::KvTransferConfig::Role::kNone) return;
-    raise(ErrorCode::kUnsupported,
-          "--speculative-config is not supported with --kv-transfer-config (PD disaggregation) yet: run the "
-          "instances without speculation");
-}
-
-}  // namespace
-
 int run_serve(ServeOptions o) {
     const auto config = read_model_config(o.engine.model);
     o.engine.max_model_len = resolve_max_model_len(o.engine, config);
@@ -256,7 +242,6 @@ int run_serve(ServeOptions o) {
     }
     d.heartbeat_timeout_ms = o.heartbeat_timeout_ms;
     check_api_server_count(o, d, kv_transfer);
-    check_speculative_layout(o, kv_transfer);
     d.api_servers = o.vllm.api_server_count;
     if (o.parallel.headless) return run_headless(o, d);
     if (d.api_servers > 1 && o.api_server_index < 0) return run_api_servers(o, d);
