@@ -123,6 +123,7 @@ private:
     // token) into `out`, stopping at the first that finishes it; returns false when it finished.
     // Rolls back the KV slots of rejected drafts.
     bool append_tokens(const ScheduledRequest& s, std::span<const SampledToken> tokens, ipc::RequestOutput& out);
+    // Adds a verify step of s (its drafts, num_accepted of them kept) to the spec_decode counters.
     void count_drafts(const ScheduledRequest& s, size_t num_accepted);
     void preempt(Request* request, ScheduledBatch& out);
     // Finishes a request and frees its blocks (preempt() frees a preempted one's too).

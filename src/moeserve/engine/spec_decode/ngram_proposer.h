@@ -14,6 +14,8 @@ namespace moeserve::engine {
 // Up to max_drafts tokens of the sequence prompt + output (one sequence, in two parts): for n
 // from max_n down to min_n, find the last start i < L - n with tokens[i, i + n) equal to the
 // last n tokens, and return tokens[i + n, min(i + n + max_drafts, L)). Empty when no n matches.
+// A backward scan, O(L x n) at worst per call: at max_model_len 4096 and n <= 64 it stays far
+// below a forward's cost, and a mismatch usually ends a comparison at its first token.
 std::vector<TokenId> propose_ngram(std::span<const TokenId> prompt, std::span<const TokenId> output, int32_t max_n,
                                    int32_t min_n, int32_t max_drafts);
 
