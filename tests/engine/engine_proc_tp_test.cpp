@@ -128,9 +128,11 @@ private:
     testing::FakeModel inner_;
 };
 
-TEST(TpBroadcastTest, FollowerRunsEveryBatchOfTheLeader) {
-    // An engine with few blocks (preemption, prefix hits, chunked prefill) over a 2-rank TP group.
+// An engine with few blocks (preemption, prefix hits, chunked prefill) over a 2-rank TP group;
+// with speculation, verify steps and the tables that rejected drafts shrink travel too.
+void expect_follower_runs_every_batch(const SpeculativeConfig& speculative) {
     EngineConfig config;
+    config.speculative = speculative;
     config.max_num_seqs = 8;
     config.max_num_batched_tokens = 32;
     config.max_model_len = 128;
@@ -139,7 +141,7 @@ TEST(TpBroadcastTest, FollowerRunsEveryBatchOfTheLeader) {
     RecordingModel leader_model, follower_model;
     parallel::LocalCommGroup group(2, 5000ms, "tp");
     testing::Collected collected;
-    int64_t preemptions = 0;
+    int64_t preemptions = 0, drafted = 0;
     int follower_rc = -1;
     auto errors = moeserve::testing::run_ranks(2, [&](int rank) {
         auto comm = group.communicator(rank);
@@ -159,6 +161,7 @@ TEST(TpBroadcastTest, FollowerRunsEveryBatchOfTheLeader) {
             }
             collected = testing::run_to_completion(engine, arrivals);
             preemptions = engine.stats().num_preemptions;
+            drafted = engine.stats().spec_num_draft_tokens;
         }
         leader.shutdown();
     });
@@ -170,6 +173,15 @@ TEST(TpBroadcastTest, FollowerRunsEveryBatchOfTheLeader) {
     ASSERT_GT(leader_model.seen.size(), 10u);
     for (size_t i = 0; i < leader_model.seen.size(); ++i)
         expect_same(leader_model.seen[i], follower_model.seen[i], static_cast<int>(i));
+    if (speculative.enabled()) {
+        EXPECT_GT(drafted, 0);
+    }
+}
+
+TEST(TpBroadcastTest, FollowerRunsEveryBatchOfTheLeader) { expect_follower_runs_every_batch({}); }
+
+TEST(TpBroadcastTest, FollowerRunsEveryVerifyStepOfTheLeader) {
+    expect_follower_runs_every_batch({SpeculativeConfig::Method::kNgram, 3, 2, 1});
 }
 
 }  // namespace

@@ -41,10 +41,11 @@ public:
 
 // vocab 32, eos 1 (in ModelInfo only: the engine stops at a request's stop_token_ids). The logits of a row peak at
 // hash(context tokens 0..p) % vocab, where the context is read from the KV cache; reading a slot not written for that
-// position aborts.
+// position aborts. window > 0: only the last `window` tokens of the context enter the hash (every slot is still
+// read and checked), so greedy outputs fall into cycles that n-gram drafts predict.
 class FakeModel : public model::Model {
 public:
-    explicit FakeModel(int64_t vocab = 32) {
+    explicit FakeModel(int64_t vocab = 32, int32_t window = 0) : window_(window) {
         info_.model_type = "fake";
         info_.vocab_size = vocab;
         info_.eos_token_ids = {1};
@@ -52,7 +53,9 @@ public:
     }
     const model::ModelInfo& info() const override { return info_; }
     std::unique_ptr<model::KvCache> create_kv_cache(int64_t num_blocks, int64_t block_size) const override {
-        return std::make_unique<FakeKvCache>(num_blocks, block_size);
+        auto kv = std::make_unique<FakeKvCache>(num_blocks, block_size);
+        last_kv_cache = kv.get();
+        return kv;
     }
     TensorView forward(const model::ForwardBatch& b, model::KvCache& kv_base) override {
         auto& kv = static_cast<FakeKvCache&>(kv_base);
@@ -77,7 +80,8 @@ public:
                 MOESERVE_CHECK(block > 0 && kv.positions[slot] == p,
                                "seq {} pos {} reads block {} slot {} holding pos {}", seq, p, block, slot,
                                kv.positions[slot]);
-                h = (h ^ static_cast<uint64_t>(kv.tokens[slot] + 7)) * 1099511628211ull;
+                if (window_ == 0 || p > pos - window_)
+                    h = (h ^ static_cast<uint64_t>(kv.tokens[slot] + 7)) * 1099511628211ull;
             }
             float* out = logits_.data() + r * static_cast<size_t>(vocab);
             for (int64_t v = 0; v < vocab; ++v) {
@@ -88,9 +92,11 @@ public:
         return TensorView{logits_.data(), DType::kF32, Shape({static_cast<int64_t>(b.logits_rows.size()), vocab})};
     }
 
-    std::vector<int64_t> num_forward_tokens;  // tokens per forward call
+    std::vector<int64_t> num_forward_tokens;       // tokens per forward call
+    mutable FakeKvCache* last_kv_cache = nullptr;  // the storage of the last engine made on this model
 
 private:
+    int32_t window_ = 0;
     model::ModelInfo info_;
     std::vector<float> logits_;
 };

@@ -14,6 +14,8 @@ Suites (one CTest each):
           descriptors and threads stay flat over 3,000 of them; the proxy's access policy (403, 415, 401)
   chaos   the hardening chaos through a PD pair and its proxy: a disconnect storm, forged transfers,
           paused prefill ranks; then nothing held on either side, everything alive, outputs equal
+  spec    the decode instance drafts (--speculative-config ngram) on the trained Qwen3-MoE KJV model:
+          greedy outputs == one instance without speculation, drafts accepted on the decode side
   faults  a prefill instance stopped (SIGSTOP) before its KV is fetched: the decode fails that
           request within its timeout; the proxy then serves from the other prefill instance; a decode
           instance killed mid-stream ends the client's stream with an error event, and the next
@@ -207,6 +209,23 @@ class Disaggregated(unittest.TestCase):
 
     def test_equal_deepseek(self):
         self.check_equal(ARGS.deepseek_model)
+
+    def test_speculative_decode(self):
+        model = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "qwen3-moe-kjv")
+        spec = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}'
+        single = serve(model)
+        prefill = serve(model, "--kv-transfer-config", kv_config("kv_producer"), "--speculative-config", spec)
+        decode = serve(model, "--kv-transfer-config", kv_config("kv_consumer"), "--speculative-config", spec)
+        started(single, prefill, decode)
+        front = proxy([prefill], [decode]).wait_healthy()
+        try:
+            bodies = [completion(p, 32) for p in ("And God said, Let there be light", "The LORD is my shepherd",
+                                                   "In the beginning God created the heaven and the earth")]
+            self.assertEqual(texts(front, bodies), texts(single, bodies))
+            self.assertGreater(family(decode.metrics(), "vllm:spec_decode_num_accepted_tokens_total"), 0)
+        finally:
+            for p in (front, single, prefill, decode):
+                p.stop()
 
     def test_multi(self):
         single = serve(ARGS.model)
@@ -460,12 +479,13 @@ if __name__ == "__main__":
     p.add_argument("--moeserve", required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--deepseek-model", required=True)
-    p.add_argument("--suite", required=True, choices=["equal", "multi", "netns", "faults", "forged", "chaos"])
+    p.add_argument("--suite", required=True, choices=["equal", "multi", "netns", "faults", "forged", "chaos", "spec"])
     ARGS, rest = p.parse_known_args()
     names = {"equal": ["Disaggregated.test_equal_qwen3", "Disaggregated.test_equal_deepseek"],
              "multi": ["Disaggregated.test_multi"], "faults": ["Disaggregated.test_faults"],
              "forged": ["Disaggregated.test_forged_transfers", "Disaggregated.test_proxy_access_policy"],
-             "chaos": ["Disaggregated.test_chaos"], "netns": ["Netns.test_two_hosts"]}
+             "chaos": ["Disaggregated.test_chaos"], "netns": ["Netns.test_two_hosts"],
+             "spec": ["Disaggregated.test_speculative_decode"]}
     suite = unittest.defaultTestLoader.loadTestsFromNames(names[ARGS.suite], sys.modules[__name__])
     ok = unittest.TextTestRunner(verbosity=2).run(suite).wasSuccessful()
     sys.exit(0 if ok else 1)

@@ -37,6 +37,9 @@ STARTS = [
     "--max-model-len 512 --scheduling-policy priority --enable-server-load-tracking --max-logprobs 5",
     "--max-model-len 512 --dtype float32 --enable-log-requests --disable-log-requests",
     "--max-model-len 512 -asc 2",
+    # issue 30: n-gram speculative decoding
+    "--max-model-len 512 --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+    "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}'",
     # issue 34: common vLLM flags with one supported value or no effect here
     "--max-model-len 512 --device cpu --task generate --response-role assistant --guided-decoding-backend xgrammar "
     "--limit-mm-per-prompt '{\"image\": 0}' --disable-log-stats",

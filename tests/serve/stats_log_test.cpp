@@ -36,6 +36,24 @@ TEST(StatsLogTest, ThroughputOverTheIntervalAndTheGauges) {
     EXPECT_FALSE(lines[0].idle);
 }
 
+TEST(StatsLogTest, DraftAcceptanceOverTheInterval) {
+    StatsLog log(0);
+    ipc::Stats s = stats(100, 10, 1, 0);
+    s.spec_num_drafts = 10;
+    s.spec_num_draft_tokens = 30;
+    s.spec_num_accepted_tokens = 15;
+    EXPECT_NE(log.lines({s}, 10).at(0).text.find(
+                  ", Draft acceptance rate: 50.0% (15 of 30 drafted tokens), Mean acceptance length: 2.50"),
+              std::string::npos);
+    s.spec_num_drafts = 20;
+    s.spec_num_draft_tokens = 70;
+    s.spec_num_accepted_tokens = 25;  // this interval: 10 of 40 over 10 drafts
+    EXPECT_NE(log.lines({s}, 20).at(0).text.find(
+                  ", Draft acceptance rate: 25.0% (10 of 40 drafted tokens), Mean acceptance length: 2.00"),
+              std::string::npos);
+    EXPECT_EQ(log.lines({s}, 30).at(0).text.find("Draft"), std::string::npos);  // none in this interval
+}
+
 TEST(StatsLogTest, IdleAfterAQuietIntervalFollowingAnotherQuietOne) {
     StatsLog log(0);
     EXPECT_TRUE(log.lines({stats(0, 0, 0, 0)}, 1).at(0).idle == false);  // nothing before the start: not idle yet

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "moeserve/cli/speculative_config.h"
 #include "moeserve/core/error.h"
 #include "moeserve/engine/kv_cache/kv_cache_manager.h"
 #include "moeserve/model/registry.h"
@@ -51,6 +52,7 @@ void check_engine_options(const EngineOptions& o) {
               o.gpu_memory_utilization);
     }
     if (!o.kv_cache_memory.empty()) parse_bytes(o.kv_cache_memory);
+    parse_speculative_config(o.speculative_config, o.model);
     model::LoadOptions load;
     load.dtype = o.dtype;
     load.quantization = o.quantization;
@@ -97,6 +99,7 @@ engine::EngineConfig make_engine_config(const EngineOptions& o, const model::Mod
     c.seed = o.seed;
     c.scheduling_order =
         o.scheduling_policy == "priority" ? engine::SchedulingOrder::kPriority : engine::SchedulingOrder::kFcfs;
+    c.speculative = parse_speculative_config(o.speculative_config, o.model);
     return c;
 }
 

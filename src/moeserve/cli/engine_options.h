@@ -35,12 +35,13 @@ struct EngineOptions {
         "auto";                      // --kv-cache-dtype: auto (--dtype's, else the checkpoint's) | bf16 | fp32 | fp8
     std::string dtype = "auto";      // --dtype: auto | bfloat16 (the checkpoint's bf16) | float32 (widened)
     std::string kv_transfer_config;  // --kv-transfer-config: vLLM's JSON (kv_transfer_config.h); "" = none
+    std::string speculative_config;  // --speculative-config: vLLM's JSON (speculative_config.h); "" = none
 };
 
 // Everything wrong with these options that can be found without loading weights, raised as
 // Error kInvalidArgument / kInvalidModel / kUnsupported with one sentence naming the flag, file or
 // field: the flag ranges (--max-num-seqs, --max-num-batched-tokens, --block-size >= 1,
-// --gpu-memory-utilization in (0, 1], --threads >= 1, --kv-cache-memory), then model::check_model
+// --gpu-memory-utilization in (0, 1], --threads >= 1, --kv-cache-memory, --speculative-config), then model::check_model
 // (config.json, --quantization, --dtype, --kv-cache-dtype, the checkpoint's headers and tensor
 // index). Every command that runs an engine calls it first (serve before it binds its port), so
 // one fault reads the same in serve and generate.

@@ -350,14 +350,23 @@ int run_generate_batch(const GenerateBatchOptions& o) {
     std::fprintf(
         stderr,
         "generate: %zu requests in %.2f s: %.2f requests/s, input %.1f tok/s, output %.1f tok/s | prefix cache "
-        "hit rate %.1f%% | %lld preemptions | %lld steps | threads=%d\n",
+        "hit rate %.1f%% | %lld preemptions | %lld steps | threads=%d%s\n",
         total, secs, static_cast<double>(total) / secs, static_cast<double>(num_input_tokens) / secs,
         static_cast<double>(num_output_tokens) / secs,
         st.prefix_cache_queries > 0
             ? 100.0 * static_cast<double>(st.prefix_cache_hits) / static_cast<double>(st.prefix_cache_queries)
             : 0.0,
-        static_cast<long long>(st.num_preemptions), static_cast<long long>(st.num_steps), threads);
+        static_cast<long long>(st.num_preemptions), static_cast<long long>(st.num_steps), threads,
+        speculation_summary(st).c_str());
     return 0;
+}
+
+std::string speculation_summary(const ipc::Stats& st) {
+    if (st.spec_num_draft_tokens == 0) return "";
+    return fmt::format(
+        " | drafts: {} of {} accepted ({:.1f}%), {} steps", st.spec_num_accepted_tokens, st.spec_num_draft_tokens,
+        100.0 * static_cast<double>(st.spec_num_accepted_tokens) / static_cast<double>(st.spec_num_draft_tokens),
+        st.num_steps);
 }
 
 }  // namespace moeserve::cli

@@ -40,4 +40,8 @@ struct GenerateBatchOptions {
 // the engine rejects (too long) gets an "error" in its output line instead.
 int run_generate_batch(const GenerateBatchOptions& options);
 
+// " | drafts: A of D accepted (R%), S steps" for the summary lines of a run with speculative
+// decoding (stats of its engine), "" without drafts.
+std::string speculation_summary(const ipc::Stats& stats);
+
 }  // namespace moeserve::cli

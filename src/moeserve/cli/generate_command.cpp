@@ -124,9 +124,10 @@ int run_generate(const GenerateOptions& o) {
     std::printf("\n");
     std::fprintf(stderr,
                  "generate: load %.2f s | prompt %zu tokens, prefill %.1f tok/s | %d tokens generated, decode %.1f "
-                 "tok/s | finish=%s | threads=%d\n",
+                 "tok/s | finish=%s | threads=%d%s\n",
                  load_secs, prompt.size(), static_cast<double>(prompt.size()) / prefill_secs, generated,
-                 decode_steps > 0 ? decode_steps / decode_secs : 0.0, finish.c_str(), threads);
+                 decode_steps > 0 ? decode_steps / decode_secs : 0.0, finish.c_str(), threads,
+                 speculation_summary(e.core->stats()).c_str());
     return 0;
 }
 
@@ -186,6 +187,9 @@ void add_generate_command(CLI::App& app, Action* action) {
                     "auto (the checkpoint's dtype: bf16) | bf16 | fp32 | fp8 (fp8_e4m3; experimental: e4m3 with a "
                     "scale per row): element type of the KV / MLA latent cache")
         ->capture_default_str();
+    sub->add_option("--speculative-config", e.speculative_config,
+                    "speculative decoding: {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
+                    "\"prompt_lookup_max\": N, \"prompt_lookup_min\": M} (docs/serving.md)");
     sub->add_option("--max-model-len", e.max_model_len, "longest sequence (prompt + output)")->capture_default_str();
     sub->add_option("--block-size", e.block_size, "KV cache block size in tokens")->capture_default_str();
     sub->callback([o, action, max_num_seqs] {

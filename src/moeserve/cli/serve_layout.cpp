@@ -92,6 +92,9 @@ void add_engine_options(CLI::App* sub, EngineOptions& o, bool positional_model) 
                     "PD disaggregation: {\"kv_connector\": \"MoeserveConnector\", \"kv_role\": \"kv_producer\" | "
                     "\"kv_consumer\" | \"kv_both\", \"kv_ip\", \"kv_port\", \"kv_connector_extra_config\"} "
                     "(docs/parallelism.md)");
+    sub->add_option("--speculative-config", o.speculative_config,
+                    "speculative decoding: {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
+                    "\"prompt_lookup_max\": N, \"prompt_lookup_min\": M} (docs/serving.md)");
     sub->add_flag("--pd-hybrid", o.pd_hybrid,
                   "PD hybrid scheduling: all DP ranks agree each step on prefill or decode (env: OMNI_PD_HYBRID=1)");
 }
@@ -276,6 +279,7 @@ std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, 
     a.insert(a.end(), {"--scheduling-policy", e.scheduling_policy});
     if (!e.tokenizer.empty()) a.insert(a.end(), {"--tokenizer", e.tokenizer});
     if (!e.kv_transfer_config.empty()) a.insert(a.end(), {"--kv-transfer-config", e.kv_transfer_config});
+    if (!e.speculative_config.empty()) a.insert(a.end(), {"--speculative-config", e.speculative_config});
     a.insert(a.end(), {"--kv-cache-dtype", e.kv_cache_dtype});
     a.insert(a.end(), {"--dtype", e.dtype});
     return a;

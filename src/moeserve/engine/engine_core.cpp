@@ -19,7 +19,8 @@ SchedulerConfig scheduler_config(const EngineConfig& c) {
                            .max_num_batched_tokens = c.max_num_batched_tokens,
                            .max_model_len = c.max_model_len,
                            .enable_chunked_prefill = c.enable_chunked_prefill,
-                           .order = c.scheduling_order};
+                           .order = c.scheduling_order,
+                           .speculative = c.speculative};
 }
 
 const EngineConfig& checked(const EngineConfig& c) {
@@ -230,6 +231,10 @@ ipc::Stats EngineCore::stats() const {
     s.num_preemptions = c.num_preemptions;
     s.num_prompt_tokens = c.num_prompt_tokens;
     s.num_generation_tokens = c.num_generation_tokens;
+    s.spec_num_drafts = c.num_drafts;
+    s.spec_num_draft_tokens = c.num_draft_tokens;
+    s.spec_num_accepted_tokens = c.num_accepted_tokens;
+    s.spec_num_accepted_tokens_per_pos = c.num_accepted_tokens_per_pos;
     if (kv_transfer_) {
         const KvTransferCounters k = kv_transfer_->counters();
         s.kv_sent_bytes = k.sent_bytes;

@@ -34,6 +34,7 @@ struct EngineConfig {
     uint64_t seed = 0;  // streams of requests without their own seed derive from it
     int32_t engine_index = 0;
     SchedulingOrder scheduling_order = SchedulingOrder::kFcfs;  // --scheduling-policy
+    SpeculativeConfig speculative;                              // --speculative-config
     // The bytes of each token id, for structured outputs (requests with sampling.grammar); null:
     // such requests are rejected. The cli decodes it from the model's tokenizer.
     std::shared_ptr<const structured::Vocabulary> vocabulary;

@@ -24,7 +24,9 @@ ModelRunner::Layout ModelRunner::build(const ScheduledBatch& batch) const {
                        r.request_id, r.block_ids.size(), end);
         const auto row0 = static_cast<int32_t>(fb.token_ids.size());
         for (int32_t p = begin; p < end; ++p) {
-            fb.token_ids.push_back(r.token_at(p));
+            // Past the request's tokens come its drafts (a speculative decode).
+            fb.token_ids.push_back(p < r.num_tokens() ? r.token_at(p)
+                                                      : s.draft_token_ids[static_cast<size_t>(p - r.num_tokens())]);
             fb.positions.push_back(p);
             fb.slot_mapping.push_back(r.block_ids[static_cast<size_t>(p / block_size_)] * block_size_ +
                                       p % block_size_);
@@ -41,10 +43,12 @@ ModelRunner::Layout ModelRunner::build(const ScheduledBatch& batch) const {
                 out.row_position.push_back(p);
             }
         }
-        if (s.samples()) {
-            fb.logits_rows.push_back(row0 + s.num_tokens - 1);
-            out.row_request.push_back(static_cast<int32_t>(i));
-            out.row_position.push_back(end - 1);
+        if (s.samples()) {  // the last token's row, then one row per draft
+            for (int32_t p = end - 1 - s.num_drafts(); p < end; ++p) {
+                fb.logits_rows.push_back(row0 + (p - begin));
+                out.row_request.push_back(static_cast<int32_t>(i));
+                out.row_position.push_back(p);
+            }
         }
     }
     return out;
@@ -54,6 +58,7 @@ StepResult ModelRunner::execute(const ScheduledBatch& batch) {
     StepResult result;
     result.sampled.resize(batch.requests.size());
     result.prompt_logprobs.resize(batch.requests.size());
+    result.accepted_drafts.resize(batch.requests.size());
     if (batch.requests.empty()) return result;
     using Clock = std::chrono::steady_clock;
     const auto seconds = [](Clock::time_point a, Clock::time_point b) {
@@ -72,9 +77,8 @@ StepResult ModelRunner::execute(const ScheduledBatch& batch) {
                    "model returned {} logits for {} rows of {}", logits.numel(), layout.forward.logits_rows.size(),
                    vocab);
     auto* data = logits.as<float>();
-    std::vector<float*> sample_rows;
-    std::vector<Request*> sample_requests;
-    std::vector<size_t> sample_index;
+    // Rows of each sampling request, in position order (its last token's, then its drafts').
+    std::vector<std::vector<float*>> rows_of(batch.requests.size());
     for (size_t row = 0; row < layout.row_request.size(); ++row) {
         const auto i = static_cast<size_t>(layout.row_request[row]);
         Request* r = batch.requests[i].request;
@@ -84,13 +88,23 @@ StepResult ModelRunner::execute(const ScheduledBatch& batch) {
             result.prompt_logprobs[i].push_back(
                 compute_logprobs(logits_row, vocab, r->token_at(p + 1), *r->sampling.prompt_logprobs));
         } else {
-            sample_rows.push_back(logits_row);
-            sample_requests.push_back(r);
-            sample_index.push_back(i);
+            rows_of[i].push_back(logits_row);
         }
     }
-    std::vector<SampledToken> tokens = sampler_.sample(sample_rows, sample_requests);
-    for (size_t k = 0; k < tokens.size(); ++k) result.sampled[sample_index[k]] = std::move(tokens[k]);
+    std::vector<DraftRows> to_sample;
+    std::vector<size_t> sample_index;
+    for (size_t i = 0; i < batch.requests.size(); ++i) {
+        if (rows_of[i].empty()) continue;
+        to_sample.push_back(DraftRows{batch.requests[i].request, rows_of[i], batch.requests[i].draft_token_ids});
+        sample_index.push_back(i);
+    }
+    std::vector<std::vector<SampledToken>> drawn = sampler_.sample_drafts(to_sample);
+    for (size_t k = 0; k < drawn.size(); ++k) {
+        const size_t i = sample_index[k];
+        result.sampled[i] = std::move(drawn[k].back());
+        drawn[k].pop_back();
+        result.accepted_drafts[i] = std::move(drawn[k]);
+    }
     times_.sample += seconds(t2, Clock::now());
     return result;
 }

@@ -142,21 +142,34 @@ SampledToken Sampler::sample_row(float* logits, Request& r, kernels::cpu::Sample
 
 std::vector<SampledToken> Sampler::sample(std::span<float* const> rows, std::span<Request* const> requests) {
     MOESERVE_CHECK(rows.size() == requests.size(), "{} logits rows for {} requests", rows.size(), requests.size());
-    std::vector<SampledToken> out(rows.size());
-    const auto n = static_cast<int64_t>(rows.size());
-    if (pool_ == nullptr || pool_->num_threads() == 1 || n == 1) {
-        for (int64_t i = 0; i < n; ++i) {
-            const auto k = static_cast<size_t>(i);
-            out[k] = sample_row(rows[k], *requests[k], scratch_[0]);
+    std::vector<DraftRows> single(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) single[i] = DraftRows{requests[i], rows.subspan(i, 1), {}};
+    std::vector<SampledToken> out;
+    out.reserve(rows.size());
+    for (auto& drawn : sample_drafts(single)) out.push_back(std::move(drawn.front()));
+    return out;
+}
+
+std::vector<std::vector<SampledToken>> Sampler::sample_drafts(std::span<const DraftRows> requests) {
+    std::vector<std::vector<SampledToken>> out(requests.size());
+    const auto verify = [&](size_t k, kernels::cpu::SampleScratch& scratch) {
+        const DraftRows& d = requests[k];
+        MOESERVE_CHECK(d.rows.size() == d.drafts.size() + 1, "{}: {} logits rows for {} drafts", d.request->request_id,
+                       d.rows.size(), d.drafts.size());
+        for (size_t j = 0; j < d.rows.size(); ++j) {
+            out[k].push_back(sample_row(d.rows[j], *d.request, scratch));
+            if (j == d.drafts.size() || out[k].back().token_id != d.drafts[j]) break;
         }
+    };
+    const auto n = static_cast<int64_t>(requests.size());
+    if (pool_ == nullptr || pool_->num_threads() == 1 || n == 1) {
+        for (size_t k = 0; k < requests.size(); ++k) verify(k, scratch_[0]);
         return out;
     }
     const int64_t num_threads = pool_->num_threads();
     pool_->run([&](int tid) {
-        for (int64_t i = tid; i < n; i += num_threads) {
-            const auto k = static_cast<size_t>(i);
-            out[k] = sample_row(rows[k], *requests[k], scratch_[static_cast<size_t>(tid)]);
-        }
+        for (int64_t i = tid; i < n; i += num_threads)
+            verify(static_cast<size_t>(i), scratch_[static_cast<size_t>(tid)]);
     });
     return out;
 }

@@ -36,6 +36,14 @@ void apply_logit_processors(float* logits, int64_t vocab, const Request& request
 // logits f32 [vocab]. If nothing is allowed, token 0 is left open and fails the request later.
 void apply_grammar_mask(float* logits, int64_t vocab, const Request& request);
 
+// One request's logits rows of a speculative step: rows[j] f32 [vocab] follows its last token
+// and drafts[0, j) (rows.size() == drafts.size() + 1; no drafts: one row).
+struct DraftRows {
+    Request* request = nullptr;
+    std::span<float* const> rows;
+    std::span<const TokenId> drafts;
+};
+
 class Sampler {
 public:
     // pool: the rank's pool (may be null: one thread); it must outlive the sampler.
@@ -46,6 +54,17 @@ public:
     // raw_logprobs), but after the grammar mask of a structured output. Advances each non-greedy
     // request's Rng.
     std::vector<SampledToken> sample(std::span<float* const> rows, std::span<Request* const> requests);
+
+    // Speculative decoding, exact for greedy and sampled requests: for each request, draws a token
+    // from rows[0] as sample() does, and from rows[j + 1] while the token drawn from rows[j] equals
+    // drafts[j]; returns the tokens drawn (1 to drafts.size() + 1; all but the last are accepted
+    // drafts). For a draft t proposed with certainty (n-gram: a point mass q), this is rejection
+    // sampling: t is accepted with probability p(t) = min(1, p(t) / q(t)), and on rejection the
+    // token drawn is distributed as p without t, renormalized (max(p - q, 0)). Each verified row
+    // takes the same one draw of the request's Rng as a plain decode step, so a seeded request
+    // draws the same stream with or without drafts. The request's processing (penalties, grammar)
+    // must not depend on its outputs after the last one (can_draft).
+    std::vector<std::vector<SampledToken>> sample_drafts(std::span<const DraftRows> requests);
 
     int64_t vocab_size() const { return vocab_; }
 

@@ -46,7 +46,8 @@ auto fields(T& v) {
                         v.step_update_seconds, v.step_output_seconds, v.kv_sent_bytes, v.kv_sent_transfers,
                         v.kv_expired_transfers, v.kv_send_seconds, v.kv_received_bytes, v.kv_received_transfers,
                         v.kv_failed_transfers, v.kv_receive_seconds, v.kv_wait_seconds, v.kv_held_transfers,
-                        v.kv_waiting_requests);
+                        v.kv_waiting_requests, v.spec_num_drafts, v.spec_num_draft_tokens, v.spec_num_accepted_tokens,
+                        v.spec_num_accepted_tokens_per_pos);
     } else if constexpr (std::is_same_v<S, StepOutputs>) {
         return std::tie(v.engine_index, v.outputs, v.stats);
     } else if constexpr (std::is_same_v<S, HealthReply>) {

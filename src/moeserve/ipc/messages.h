@@ -149,6 +149,10 @@ struct Stats {
     double kv_wait_seconds = 0;       // a request's admission to its KV being complete
     int32_t kv_held_transfers = 0;    // now: producer requests holding blocks for a consumer
     int32_t kv_waiting_requests = 0;  // now: consumer requests waiting for their KV
+    // Speculative decoding (--speculative-config), cumulative: decodes that carried drafts, their
+    // drafted tokens, the drafts accepted, and per draft position [0, k) the drafts accepted there.
+    int64_t spec_num_drafts = 0, spec_num_draft_tokens = 0, spec_num_accepted_tokens = 0;
+    std::vector<int64_t> spec_num_accepted_tokens_per_pos;
 };
 
 // Upper bounds of the iteration-token buckets (vLLM's, without the CUDA-graph sizes).

@@ -287,6 +287,21 @@ std::string Metrics::render_local(const std::vector<ipc::Stats>& engines, int64_
                [](S s) { return s.num_prompt_tokens; });
     per_engine("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
                [](S s) { return s.num_generation_tokens; });
+    // Speculative decoding (--speculative-config); zero without it.
+    per_engine("vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.",
+               [](S s) { return s.spec_num_drafts; });
+    per_engine("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.",
+               [](S s) { return s.spec_num_draft_tokens; });
+    per_engine("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.",
+               [](S s) { return s.spec_num_accepted_tokens; });
+    head("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted tokens per draft position.");
+    for (const auto& s : engines) {
+        for (size_t pos = 0; pos < s.spec_num_accepted_tokens_per_pos.size(); ++pos) {
+            out += fmt::format(
+                "vllm:spec_decode_num_accepted_tokens_per_pos_total{{{},engine=\"{}\",position=\"{}\"}} {}\n", model,
+                s.engine_index, pos, s.spec_num_accepted_tokens_per_pos[pos]);
+        }
+    }
     head("vllm:iteration_tokens_total", "histogram", "Histogram of number of tokens per engine_step.");
     for (const auto& s : engines) {
         int64_t cumulative = 0, count = 0;

@@ -1,6 +1,7 @@
 // vLLM's periodic stats line (its LoggingStatLogger's figures, in our words), one per engine every
 // interval: prompt and generation throughput over the interval, running and waiting requests, KV
-// cache usage, prefix-cache hit rate. On by default as in vLLM; --disable-log-stats turns it off;
+// cache usage, prefix-cache hit rate, and with speculative decoding the draft acceptance rate and
+// mean acceptance length over the interval. On by default as in vLLM; --disable-log-stats turns it off;
 // env VLLM_LOG_STATS_INTERVAL sets the interval (seconds, default 10). An idle engine's line
 // (no tokens in this interval nor the one before) goes out at debug level, as vLLM keeps an idle
 // server's log quiet. Depends on ipc (the engines' Stats) only.
@@ -37,7 +38,8 @@ private:
     struct Last {
         double time_s = 0;
         int64_t prompt_tokens = 0, generation_tokens = 0;
-        bool active = true;  // the previous interval computed something
+        int64_t drafts = 0, draft_tokens = 0, accepted_tokens = 0;  // speculative decoding
+        bool active = true;                                         // the previous interval computed something
     };
     double start_s_;
     std::map<int32_t, Last> last_;  // by engine index

@@ -76,6 +76,15 @@ void KvCacheManager::cache_full_blocks(Request& request, int32_t num_tokens) {
     }
 }
 
+void KvCacheManager::free_tail(Request& request, int32_t num_tokens) {
+    const auto keep = static_cast<size_t>(blocks_for_tokens(num_tokens));
+    if (request.block_ids.size() <= keep) return;
+    std::vector<int32_t> reversed(request.block_ids.rbegin(),
+                                  request.block_ids.rend() - static_cast<std::ptrdiff_t>(keep));
+    pool_.free(reversed);
+    request.block_ids.resize(keep);
+}
+
 void KvCacheManager::free(Request& request) {
     std::vector<int32_t> reversed(request.block_ids.rbegin(), request.block_ids.rend());
     pool_.free(reversed);

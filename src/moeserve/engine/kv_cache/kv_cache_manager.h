@@ -59,6 +59,10 @@ public:
         if (enable_prefix_caching_) cache_full_blocks(request, num_tokens);
     }
 
+    // Returns the request's blocks past those its first num_tokens tokens need to the pool (tail
+    // first): the slots of a speculative step's rejected drafts. They are never in the prefix
+    // cache (only full blocks of accepted tokens are).
+    void free_tail(Request& request, int32_t num_tokens);
     // Returns all the request's blocks to the pool (tail first) and clears its block table.
     void free(Request& request);
 

@@ -17,8 +17,12 @@ struct ScheduledRequest {
     int32_t num_tokens = 0;      // tokens computed this step, from request->num_computed_tokens
     std::vector<int32_t> new_block_ids;
     bool is_decode = false;
+    // Speculative decoding: tokens drafted after the request's last one (a decode only). They are
+    // the last draft_token_ids.size() of num_tokens; the step verifies them (Sampler::sample_drafts).
+    std::vector<TokenId> draft_token_ids;
+    int32_t num_drafts() const { return static_cast<int32_t>(draft_token_ids.size()); }
     // The step computes through the request's last token, so the sampler draws its next token.
-    bool samples() const { return request->num_computed_tokens + num_tokens == request->num_tokens(); }
+    bool samples() const { return request->num_computed_tokens + num_tokens - num_drafts() == request->num_tokens(); }
 };
 
 struct ScheduledBatch {
@@ -37,7 +41,10 @@ struct SampledToken {
 
 // One entry per ScheduledBatch::requests, in order.
 struct StepResult {
-    std::vector<std::optional<SampledToken>> sampled;              // set where samples()
+    std::vector<std::optional<SampledToken>> sampled;  // set where samples()
+    // Speculative decoding: the drafts the sampler drew as well, in order, before `sampled` (which
+    // is then the token after them: a correction or the bonus token). Empty without drafts.
+    std::vector<std::vector<SampledToken>> accepted_drafts;
     std::vector<std::vector<ipc::TokenLogprobs>> prompt_logprobs;  // this step's prompt positions
 };
 

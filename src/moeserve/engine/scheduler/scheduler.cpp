@@ -4,6 +4,7 @@
 
 #include "moeserve/core/clock.h"
 #include "moeserve/core/error.h"
+#include "moeserve/engine/spec_decode/ngram_proposer.h"
 
 namespace moeserve::engine {
 
@@ -23,6 +24,9 @@ ipc::RequestOutput output_of(const Request& r) {
 Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, std::unique_ptr<SchedulingPolicy> policy)
     : config_(config), kv_(kv), policy_(std::move(policy)) {
     MOESERVE_CHECK(policy_ != nullptr, "scheduler without a policy");
+    // One counter per draft position from the start (vLLM's series per position), 0 until used.
+    if (config.speculative.enabled())
+        counters_.num_accepted_tokens_per_pos.resize(static_cast<size_t>(config.speculative.num_speculative_tokens));
     if (config.max_num_seqs < 1 || config.max_num_batched_tokens < 1 || config.max_model_len < 1) {
         raise(ErrorCode::kInvalidArgument,
               "--max-num-seqs, --max-num-batched-tokens and --max-model-len must be >= 1; got {}, {}, {}",
@@ -251,6 +255,10 @@ void Scheduler::schedule_running(const StepPlan& plan, TokenBudget& budget, Sche
             ++i;
             continue;
         }
+        if (decode && schedule_with_drafts(r, budget, out)) {
+            ++i;
+            continue;
+        }
         std::optional<NewBlocks> blocks;
         while (!(blocks = kv_.allocate_slots(*r, n))) {
             // Out of blocks: recompute-preempt the youngest (or lowest-priority) running request,
@@ -261,10 +269,27 @@ void Scheduler::schedule_running(const StepPlan& plan, TokenBudget& budget, Sche
             if (victim == r) break;
         }
         if (!blocks) break;
-        out.requests.push_back(ScheduledRequest{r, n, std::move(blocks->block_ids), decode});
+        out.requests.push_back(ScheduledRequest{r, n, std::move(blocks->block_ids), decode, {}});
         budget.consume(n);
         ++i;
     }
+}
+
+bool Scheduler::schedule_with_drafts(Request* r, TokenBudget& budget, ScheduledBatch& out) {
+    if (!config_.speculative.enabled()) return false;
+    // A step that accepts every draft emits drafts + 1 tokens: never past max_tokens or
+    // max_model_len, nor past the step's token budget.
+    const int32_t room = std::min({r->sampling.max_tokens - r->num_output_tokens(),
+                                   config_.max_model_len - r->num_tokens(), budget.tokens_left()}) -
+                         1;
+    std::vector<TokenId> drafts = propose_drafts(*r, config_.speculative, room);
+    if (drafts.empty()) return false;
+    const int32_t n = 1 + static_cast<int32_t>(drafts.size());
+    auto blocks = kv_.allocate_slots(*r, n);
+    if (!blocks) return false;  // the plain decode path may preempt for its one slot
+    out.requests.push_back(ScheduledRequest{r, n, std::move(blocks->block_ids), true, std::move(drafts)});
+    budget.consume(n);
+    return true;
 }
 
 void Scheduler::schedule_waiting(TokenBudget& budget, ScheduledBatch& out) {
@@ -282,7 +307,7 @@ void Scheduler::schedule_waiting(TokenBudget& budget, ScheduledBatch& out) {
         }
         r->status = RequestStatus::kRunning;
         running_.push_back(r);
-        out.requests.push_back(ScheduledRequest{r, n, std::move(blocks->block_ids), false});
+        out.requests.push_back(ScheduledRequest{r, n, std::move(blocks->block_ids), false, {}});
         budget.consume(n);
     }
 }
@@ -341,7 +366,8 @@ std::vector<ipc::RequestOutput> Scheduler::update(const ScheduledBatch& batch, c
         const ScheduledRequest& s = batch.requests[i];
         Request* r = s.request;
         const bool samples = s.samples();
-        r->num_computed_tokens += s.num_tokens;
+        // Drafts count once accepted (append_tokens); a rejected draft's KV is not the request's.
+        r->num_computed_tokens += s.num_tokens - s.num_drafts();
         if (!s.is_decode) counters_.num_prompt_tokens += s.num_tokens;
         if (i < result.prompt_logprobs.size() && r->wants_prompt_logprobs()) {
             const auto& chunk = result.prompt_logprobs[i];
@@ -363,17 +389,17 @@ std::vector<ipc::RequestOutput> Scheduler::update(const ScheduledBatch& batch, c
             outputs.push_back(std::move(fail));
             continue;
         }
-        r->append_output(tok.token_id);
-        ++counters_.num_generation_tokens;
+        std::vector<SampledToken> tokens;
+        if (i < result.accepted_drafts.size()) tokens = result.accepted_drafts[i];
+        if (s.num_drafts() > 0) count_drafts(s, tokens.size());
+        tokens.push_back(tok);
         ipc::RequestOutput out = output_of(*r);
-        out.new_token_ids.push_back(tok.token_id);
-        if (tok.logprobs) out.new_logprobs.push_back(*tok.logprobs);
         if (r->sampling.prompt_logprobs && !r->prompt_logprobs_sent) {
             out.prompt_logprobs = std::move(r->prompt_logprobs);
             r->prompt_logprobs.clear();
             r->prompt_logprobs_sent = true;
         }
-        if (check_stop(*r)) {
+        if (!append_tokens(s, tokens, out)) {
             const ipc::RequestOutput fin = finish(r, r->finish_reason);
             out.finish_reason = fin.finish_reason;
             out.stop_token_id = fin.stop_token_id;
@@ -381,6 +407,38 @@ std::vector<ipc::RequestOutput> Scheduler::update(const ScheduledBatch& batch, c
         outputs.push_back(std::move(out));
     }
     return outputs;
+}
+
+bool Scheduler::append_tokens(const ScheduledRequest& s, std::span<const SampledToken> tokens,
+                              ipc::RequestOutput& out) {
+    Request* r = s.request;
+    for (size_t j = 0; j < tokens.size(); ++j) {
+        // Token j > 0 follows an accepted draft, whose KV this step computed.
+        if (j > 0) ++r->num_computed_tokens;
+        r->append_output(tokens[j].token_id);
+        ++counters_.num_generation_tokens;
+        out.new_token_ids.push_back(tokens[j].token_id);
+        if (tokens[j].logprobs) out.new_logprobs.push_back(*tokens[j].logprobs);
+        if (check_stop(*r)) {
+            // As a plain run would: the full blocks of computed, accepted tokens are in the cache.
+            if (s.num_drafts() > 0) kv_.cache_blocks(*r, r->num_computed_tokens);
+            return false;
+        }
+    }
+    if (s.num_drafts() > 0) {
+        kv_.cache_blocks(*r, r->num_computed_tokens);
+        kv_.free_tail(*r, r->num_computed_tokens);  // the blocks only rejected drafts used
+    }
+    return true;
+}
+
+void Scheduler::count_drafts(const ScheduledRequest& s, size_t num_accepted) {
+    ++counters_.num_drafts;
+    counters_.num_draft_tokens += s.num_drafts();
+    counters_.num_accepted_tokens += static_cast<int64_t>(num_accepted);
+    auto& per_pos = counters_.num_accepted_tokens_per_pos;
+    if (per_pos.size() < num_accepted) per_pos.resize(num_accepted);
+    for (size_t j = 0; j < num_accepted; ++j) ++per_pos[j];
 }
 
 std::vector<ipc::RequestOutput> Scheduler::take_finished() {

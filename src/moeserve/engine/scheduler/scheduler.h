@@ -22,6 +22,7 @@
 #include "moeserve/engine/scheduler/policy.h"
 #include "moeserve/engine/scheduler/scheduled_batch.h"
 #include "moeserve/engine/scheduler/token_budget.h"
+#include "moeserve/engine/spec_decode/speculative_config.h"
 #include "moeserve/ipc/kv_messages.h"
 
 namespace moeserve::engine {
@@ -37,12 +38,19 @@ struct SchedulerConfig {
     int32_t max_model_len = 4096;           // prompt + output tokens of one request
     bool enable_chunked_prefill = true;
     SchedulingOrder order = SchedulingOrder::kFcfs;
+    SpeculativeConfig speculative;  // --speculative-config: decodes carry drafts (ngram_proposer.h)
 };
 
 struct SchedulerCounters {
     int64_t num_preemptions = 0;
     int64_t num_prompt_tokens = 0;      // tokens computed for prompts / recomputes
     int64_t num_generation_tokens = 0;  // tokens sampled
+    // Speculative decoding (vLLM's vllm:spec_decode_*): decodes that carried drafts, their drafted
+    // tokens, the drafts accepted, and the drafts accepted at each draft position.
+    int64_t num_drafts = 0;
+    int64_t num_draft_tokens = 0;
+    int64_t num_accepted_tokens = 0;
+    std::vector<int64_t> num_accepted_tokens_per_pos;
 };
 
 class Scheduler {
@@ -108,6 +116,15 @@ private:
     bool admissible(Request& request, int32_t num_tokens, const CachedPrefix& prefix) const;
     void schedule_running(const StepPlan& plan, TokenBudget& budget, ScheduledBatch& out);
     void schedule_waiting(TokenBudget& budget, ScheduledBatch& out);
+    // Schedules the decode r with its drafts when it has some and the budget and free blocks hold
+    // them without preempting anyone; false leaves r to the plain one-token decode.
+    bool schedule_with_drafts(Request* r, TokenBudget& budget, ScheduledBatch& out);
+    // Appends a step's tokens to the running request s.request (accepted drafts, then the sampled
+    // token) into `out`, stopping at the first that finishes it; returns false when it finished.
+    // Rolls back the KV slots of rejected drafts.
+    bool append_tokens(const ScheduledRequest& s, std::span<const SampledToken> tokens, ipc::RequestOutput& out);
+    // Adds a verify step of s (its drafts, num_accepted of them kept) to the spec_decode counters.
+    void count_drafts(const ScheduledRequest& s, size_t num_accepted);
     void preempt(Request* request, ScheduledBatch& out);
     // Finishes a request and frees its blocks (preempt() frees a preempted one's too).
     ipc::RequestOutput finish(Request* request, FinishReason reason);

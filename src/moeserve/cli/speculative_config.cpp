@@ -1,0 +1,101 @@
+#include "moeserve/cli/speculative_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+
+#include "moeserve/core/error.h"
+#include "moeserve/io/hf_config.h"
+#include "moeserve/io/weight_source.h"
+#include "moeserve/model/formats/gguf.h"
+
+namespace moeserve::cli {
+
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr int32_t kMaxPromptLookup = 64;
+constexpr int32_t kDefaultPromptLookup = 5;
+
+[[noreturn]] void bad(const std::string& what) { raise(ErrorCode::kInvalidArgument, "--speculative-config: {}", what); }
+
+std::optional<int32_t> int_field(const Json& o, const char* key, int32_t min, int32_t max) {
+    const auto it = o.find(key);
+    if (it == o.end() || it->is_null()) return std::nullopt;
+    if (!it->is_number_integer() || it->get<int64_t>() < min || it->get<int64_t>() > max)
+        bad(fmt::format("'{}' must be an integer in [{}, {}]; got {}", key, min, max, it->dump()));
+    return it->get<int32_t>();
+}
+
+// The checkpoint's MTP layer: config.json's num_nextn_predict_layers > 0 and the layer's eh_proj
+// (layer index num_hidden_layers) in the tensor index.
+bool has_mtp_layer(const std::string& model_dir) {
+    if (model::is_gguf_path(model_dir)) return false;
+    const Json config = io::HfConfig::from_model_dir(model_dir).json();
+    const auto count = [&](const char* key) {
+        const auto it = config.find(key);
+        return it != config.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+    };
+    if (count("num_nextn_predict_layers") < 1) return false;
+    return io::WeightSource::open(model_dir)->contains(
+        fmt::format("model.layers.{}.eh_proj.weight", count("num_hidden_layers")));
+}
+
+[[noreturn]] void refuse_mtp(const std::string& model_dir) {
+    if (!has_mtp_layer(model_dir)) {
+        raise(ErrorCode::kInvalidModel,
+              "--speculative-config: method deepseek_mtp needs a checkpoint with an MTP layer "
+              "(num_nextn_predict_layers > 0 and model.layers.<num_hidden_layers>.eh_proj.weight); {} has none: use "
+              "method ngram",
+              model_dir);
+    }
+    raise(ErrorCode::kUnsupported,
+          "--speculative-config: method deepseek_mtp is not supported yet (the MTP layer of {} is not loaded); use "
+          "method ngram",
+          model_dir);
+}
+
+}  // namespace
+
+engine::SpeculativeConfig parse_speculative_config(const std::string& text, const std::string& model_dir) {
+    engine::SpeculativeConfig c;
+    if (text.empty()) return c;
+    Json j;
+    try {
+        j = Json::parse(text);
+    } catch (const Json::parse_error& e) {
+        bad(fmt::format("not valid JSON: {}", e.what()));
+    }
+    if (!j.is_object()) bad("expected a JSON object");
+    for (const auto& [key, value] : j.items()) {
+        if (key != "method" && key != "num_speculative_tokens" && key != "prompt_lookup_max" &&
+            key != "prompt_lookup_min") {
+            bad(
+                fmt::format("field '{}' is not supported (known: method, num_speculative_tokens, prompt_lookup_max, "
+                            "prompt_lookup_min)",
+                            key));
+        }
+    }
+    const auto method = j.find("method");
+    if (method == j.end() || !method->is_string()) bad("'method' must be a string: \"ngram\" or \"deepseek_mtp\"");
+    const auto k = int_field(j, "num_speculative_tokens", 1, engine::kMaxSpeculativeTokens);
+    if (!k)
+        bad(fmt::format("'num_speculative_tokens' is required (an integer in [1, {}])", engine::kMaxSpeculativeTokens));
+    const std::string name = method->get<std::string>();
+    if (name == "deepseek_mtp" || name == "mtp") refuse_mtp(model_dir);
+    if (name != "ngram") bad(fmt::format("method '{}' is not supported: expected \"ngram\" or \"deepseek_mtp\"", name));
+    const auto max_n = int_field(j, "prompt_lookup_max", 1, kMaxPromptLookup);
+    const auto min_n = int_field(j, "prompt_lookup_min", 1, kMaxPromptLookup);
+    c.method = engine::SpeculativeConfig::Method::kNgram;
+    c.num_speculative_tokens = *k;
+    c.prompt_lookup_max = max_n.value_or(min_n.value_or(kDefaultPromptLookup));
+    c.prompt_lookup_min = min_n.value_or(max_n.value_or(kDefaultPromptLookup));
+    if (c.prompt_lookup_min > c.prompt_lookup_max) {
+        bad(fmt::format("'prompt_lookup_min' ({}) must not exceed 'prompt_lookup_max' ({})", c.prompt_lookup_min,
+                        c.prompt_lookup_max));
+    }
+    return c;
+}
+
+}  // namespace moeserve::cli
