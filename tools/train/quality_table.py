@@ -28,6 +28,7 @@ RUNS = [
     ("W8A8 at load, bf16 KV", ["--quantization", "w8a8"]),
     ("W8A8 at load (lm_head too), bf16 KV", ["--quantization", "w8a8-all"]),
     ("W8A8 at load, fp8 KV", ["--quantization", "w8a8", "--kv-cache-dtype", "fp8"]),
+    ("W4A16 at load (int4, groups of 128), bf16 KV", ["--quantization", "w4a16"]),
 ]
 # Checkpoints written by quantize.py from the shipped model: (row name, --format).
 CONVERTED = [("FP8 block-scaled checkpoint (quantize.py), bf16 KV", "fp8"),
