@@ -18,8 +18,8 @@
 namespace moeserve::kernels::cpu {
 namespace {
 
-constexpr int64_t kInterBlock = 64;    // gate/up rows per phase-A item
-constexpr int64_t kHiddenBlock = 128;  // down rows per phase-B item
+using detail::kHiddenBlock;
+using detail::kInterBlock;
 
 // Runs item(tid, index, pack) for index in [0, num_items), handed out dynamically; each thread
 // packs into its own slice of `packs` (grown here, on the calling thread, when need_pack).

@@ -22,17 +22,9 @@
 namespace moeserve::kernels::cpu {
 namespace {
 
-constexpr int64_t kInterBlock = 64;
-constexpr int64_t kHiddenBlock = 128;
-
-template <typename F>
-void run_items(ThreadPool& pool, int64_t num_items, F&& item) {
-    if (num_items <= 0) return;
-    std::atomic<int64_t> next{0};
-    pool.run([&](int) {
-        for (int64_t i = next.fetch_add(1); i < num_items; i = next.fetch_add(1)) item(i);
-    });
-}
+using detail::kHiddenBlock;
+using detail::kInterBlock;
+using detail::run_items;
 
 }  // namespace
 

@@ -1,13 +1,30 @@
-// Internal to the MoE expert kernels (bf16 and int8): the steps they share around their
+// Internal to the MoE expert kernels (bf16, int8 and int4): the steps they share around their
 // per-expert matmuls. Not part of the kernels API.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "moeserve/core/thread_pool.h"
 #include "moeserve/kernels/cpu/moe_experts.h"
 
 namespace moeserve::kernels::cpu::detail {
+
+// The work split of the grouped kernels: phase A items are (expert, kInterBlock rows of gate and
+// of up), phase B items (expert, kHiddenBlock rows of down).
+constexpr int64_t kInterBlock = 64;
+constexpr int64_t kHiddenBlock = 128;
+
+// item(i) for i in [0, num_items), each taken by whichever pool thread is free next (an atomic
+// counter: the items differ in cost, as experts have different token counts).
+template <typename F>
+void run_items(ThreadPool& pool, int64_t num_items, F&& item) {
+    if (num_items <= 0) return;
+    std::atomic<int64_t> next{0};
+    pool.run([&](int) {
+        for (int64_t i = next.fetch_add(1); i < num_items; i = next.fetch_add(1)) item(i);
+    });
+}
 
 struct MoeGroups {
     int64_t num_active = 0;  // experts with at least one token; their ids: s.offsets[num_e + 1 ..]
