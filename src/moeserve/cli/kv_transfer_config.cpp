@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "moeserve/cli/json_flag.h"
 #include "moeserve/core/error.h"
 
 namespace moeserve::cli {
@@ -32,13 +33,7 @@ std::string string_field(const Json& o, const char* key, const std::string& fall
 engine::KvTransferConfig parse_kv_transfer_config(const std::string& text) {
     engine::KvTransferConfig c;
     if (text.empty()) return c;
-    Json j;
-    try {
-        j = Json::parse(text);
-    } catch (const Json::parse_error& e) {
-        bad(fmt::format("not valid JSON: {}", e.what()));
-    }
-    if (!j.is_object()) bad("expected a JSON object");
+    const Json j = parse_json_object_flag("--kv-transfer-config", text);
     const std::string connector = string_field(j, "kv_connector", "");
     if (connector != kKvConnectorName) {
         bad(fmt::format("kv_connector '{}' is not available here; this engine's connector is \"{}\"", connector,

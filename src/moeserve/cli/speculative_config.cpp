@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "moeserve/cli/json_flag.h"
 #include "moeserve/core/error.h"
 #include "moeserve/io/hf_config.h"
 #include "moeserve/io/weight_source.h"
@@ -61,13 +62,7 @@ bool has_mtp_layer(const std::string& model_dir) {
 engine::SpeculativeConfig parse_speculative_config(const std::string& text, const std::string& model_dir) {
     engine::SpeculativeConfig c;
     if (text.empty()) return c;
-    Json j;
-    try {
-        j = Json::parse(text);
-    } catch (const Json::parse_error& e) {
-        bad(fmt::format("not valid JSON: {}", e.what()));
-    }
-    if (!j.is_object()) bad("expected a JSON object");
+    const Json j = parse_json_object_flag("--speculative-config", text);
     for (const auto& [key, value] : j.items()) {
         if (key != "method" && key != "num_speculative_tokens" && key != "prompt_lookup_max" &&
             key != "prompt_lookup_min") {
