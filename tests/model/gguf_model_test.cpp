@@ -207,7 +207,8 @@ struct Change {
     std::string drop_key{};          // leaves this metadata key out
 };
 
-fs::path rewrite(const fs::path& src, const Change& c, const std::string& name) {
+// Each test its own `scratch` folder: scratch_dir() empties it, and ctest runs tests in parallel.
+fs::path rewrite(const fs::path& src, const Change& c, const std::string& name, const std::string& scratch) {
     const io::GgufCheckpoint in(src);
     io::GgufWriter w;
     for (const auto& kv : in.metadata().metadata) {
@@ -234,7 +235,7 @@ fs::path rewrite(const fs::path& src, const Change& c, const std::string& name) 
         }
         w.add_tensor(t, type, shape, std::move(bytes));
     }
-    const fs::path out = test::scratch_dir("gguf_bad") / (name + ".gguf");
+    const fs::path out = test::scratch_dir(scratch) / (name + ".gguf");
     w.write(out);
     return out;
 }
@@ -256,31 +257,32 @@ void expect_one_line_error(const fs::path& path, const std::string& what, ErrorC
 
 TEST(GgufModel, BadFilesGiveOneLineErrors) {
     const fs::path src = gguf_in(MOESERVE_GGUF_Q8_0_DIR);
-    expect_one_line_error(rewrite(src, {.architecture = "llama"}, "arch"), "general.architecture 'llama'",
+    expect_one_line_error(rewrite(src, {.architecture = "llama"}, "arch", "gguf_bad"), "general.architecture 'llama'",
                           ErrorCode::kUnsupported);
-    expect_one_line_error(rewrite(src, {.drop = "blk.1.ffn_up_exps.weight"}, "missing"),
+    expect_one_line_error(rewrite(src, {.drop = "blk.1.ffn_up_exps.weight"}, "missing", "gguf_bad"),
                           "'blk.1.ffn_up_exps.weight' is missing", ErrorCode::kInvalidModel);
-    expect_one_line_error(rewrite(src, {.halve_rows = "blk.0.attn_q.weight"}, "shape"), "'blk.0.attn_q.weight'",
-                          ErrorCode::kInvalidModel);
-    expect_one_line_error(rewrite(src, {.halve_rows = "blk.2.ffn_down_exps.weight"}, "stacked"),
+    expect_one_line_error(rewrite(src, {.halve_rows = "blk.0.attn_q.weight"}, "shape", "gguf_bad"),
+                          "'blk.0.attn_q.weight'", ErrorCode::kInvalidModel);
+    expect_one_line_error(rewrite(src, {.halve_rows = "blk.2.ffn_down_exps.weight"}, "stacked", "gguf_bad"),
                           "'blk.2.ffn_down_exps.weight' has shape [4, 128, 64]", ErrorCode::kInvalidModel);
-    expect_one_line_error(rewrite(src, {.retype_as_iq4_nl = "blk.0.attn_k.weight"}, "type"), "IQ4_NL",
+    expect_one_line_error(rewrite(src, {.retype_as_iq4_nl = "blk.0.attn_k.weight"}, "type", "gguf_bad"), "IQ4_NL",
                           ErrorCode::kUnsupported);
-    expect_one_line_error(rewrite(src, {.drop_key = "qwen3moe.expert_count"}, "key"), "qwen3moe.expert_count",
-                          ErrorCode::kInvalidModel);
+    expect_one_line_error(rewrite(src, {.drop_key = "qwen3moe.expert_count"}, "key", "gguf_bad"),
+                          "qwen3moe.expert_count", ErrorCode::kInvalidModel);
 }
 
 TEST(GgufModel, BadDeepseek2FilesGiveOneLineErrors) {
     const fs::path src = gguf_in(MOESERVE_GGUF_DSV3_F32_DIR);
-    expect_one_line_error(rewrite(src, {.drop = "blk.1.attn_k_b.weight"}, "no_k_b"),
+    expect_one_line_error(rewrite(src, {.drop = "blk.1.attn_k_b.weight"}, "no_k_b", "gguf_bad_deepseek2"),
                           "'blk.1.attn_k_b.weight' and 'blk.1.attn_v_b.weight' (or the older 'blk.1.attn_kv_b.weight') "
                           "are missing",
                           ErrorCode::kInvalidModel);
-    expect_one_line_error(rewrite(src, {.halve_rows = "blk.0.attn_v_b.weight"}, "v_b_shape"),
+    expect_one_line_error(rewrite(src, {.halve_rows = "blk.0.attn_v_b.weight"}, "v_b_shape", "gguf_bad_deepseek2"),
                           "blk.0.attn_k_b.weight / blk.0.attn_v_b.weight", ErrorCode::kInvalidModel);
-    expect_one_line_error(rewrite(src, {.drop_key = "deepseek2.attention.kv_lora_rank"}, "kv_lora"),
-                          "deepseek2.attention.kv_lora_rank", ErrorCode::kInvalidModel);
-    expect_one_line_error(rewrite(src, {.drop = "blk.2.exp_probs_b.bias"}, "layer_bias"),
+    expect_one_line_error(
+        rewrite(src, {.drop_key = "deepseek2.attention.kv_lora_rank"}, "kv_lora", "gguf_bad_deepseek2"),
+        "deepseek2.attention.kv_lora_rank", ErrorCode::kInvalidModel);
+    expect_one_line_error(rewrite(src, {.drop = "blk.2.exp_probs_b.bias"}, "layer_bias", "gguf_bad_deepseek2"),
                           "'blk.2.exp_probs_b.bias' is missing", ErrorCode::kInvalidModel);
 }
 

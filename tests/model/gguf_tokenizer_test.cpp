@@ -5,6 +5,9 @@
 // and special tokens.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -26,9 +29,10 @@ std::string read(const std::filesystem::path& p) {
     return s.str();
 }
 
-// A GGUF file holding only the tokenizer of setup.sh's cache folder `name`.
+// A GGUF file holding only the tokenizer of setup.sh's cache folder `name`. The folder is this
+// process's own: ctest runs each test case as a process, in parallel, and scratch_dir() empties it.
 std::filesystem::path tokenizer_gguf(const std::string& name, int64_t vocab_size) {
-    const auto path = test::scratch_dir("gguf_tokenizer") / (name + "_vocab.gguf");
+    const auto path = test::scratch_dir(fmt::format("gguf_tokenizer_{}_{}", name, ::getpid())) / (name + "_vocab.gguf");
     const auto dir = test::tokenizer_dir(name);
     io::GgufWriter w;
     w.set_string("general.architecture", name == "qwen3" ? "qwen3moe" : "deepseek2");
@@ -41,6 +45,7 @@ std::filesystem::path tokenizer_gguf(const std::string& name, int64_t vocab_size
 class GgufTokenizerTest : public ::testing::Test {
 protected:
     static void SetUpTestSuite() { path_ = tokenizer_gguf("qwen3", 151936); }
+    static void TearDownTestSuite() { std::filesystem::remove_all(path_.parent_path()); }
     static std::filesystem::path path_;
 };
 std::filesystem::path GgufTokenizerTest::path_;
@@ -97,6 +102,7 @@ TEST(GgufDeepseekTokenizer, EncodesAndDecodesTheGoldensLikeTokenizerJson) {
     EXPECT_EQ(f.metadata().get_string("tokenizer.ggml.pre"), "deepseek-v3");
     EXPECT_TRUE(f.metadata().get_bool("tokenizer.ggml.add_bos_token"));
     expect_same_as_tokenizer_json(path, "deepseek_v3");
+    std::filesystem::remove_all(path.parent_path());
 }
 
 TEST_F(GgufTokenizerTest, RefusesOtherTokenizerModels) {
