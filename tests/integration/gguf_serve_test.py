@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A GGUF file made by llama.cpp's own tools, served with no other file (issue #27):
 `moeserve serve FILE.gguf` on a real socket, the tokenizer and chat template from the file's
-metadata. The file (tests/data/gguf/README.md) is llama-quantize's Q4_K_M of the trained
+metadata. The file (tests/data/gguf/README.md) is llama-quantize's Q4_0 of the trained
 qwen3-moe-kjv model, so its greedy text is English, and it must be the text llama.cpp itself
 generated from that file (llama-simple, recorded below when the file was made). Also the chat
 route with the template from the metadata, streaming, and /v1/models.
@@ -17,7 +17,7 @@ import serve_test  # noqa: E402  (Server, the stdlib HTTP client)
 
 GGUF = None
 PROMPT = "In the beginning God created"
-# `llama-simple -m llama_quantize_kjv_q4_k_m.gguf -n 16 "In the beginning God created"` (llama.cpp
+# `llama-simple -m llama_quantize_kjv_q4_0.gguf -n 16 "In the beginning God created"` (llama.cpp
 # v0.5.0, greedy): the 16 tokens after the prompt.
 LLAMA_CPP_TEXT = ", and the Lord Jesus Christ, and the Lord, and the Lord, and"
 
