@@ -39,8 +39,42 @@ function(moeserve_add_test_suite mod)
     set_tests_properties(fixture.${mod}_ready PROPERTIES
       FIXTURES_SETUP ${fixture_name} FIXTURES_REQUIRED "${ARG_FIXTURES}" LABELS ${mod})
   endif()
-  gtest_discover_tests(moeserve_${mod}_tests DISCOVERY_MODE PRE_TEST
+  gtest_discover_tests(moeserve_${mod}_tests DISCOVERY_MODE PRE_TEST WORKING_DIRECTORY ${PROJECT_BINARY_DIR}
     PROPERTIES LABELS ${mod} FIXTURES_REQUIRED "${fixture_name}")
+endfunction()
+
+# moeserve_test_definitions(<target> NAME="path" ...)
+#   The paths tests read, as compile definitions relative to the build folder, where every test
+#   runs (WORKING_DIRECTORY above). An absolute path would make each clone's command lines differ
+#   and miss the compiler cache for every test file (docs/testing.md "CI time"); relative ones are
+#   the same in every clone and still name this clone's files. Absolute paths outside both trees
+#   (the tokenizer cache) stay as they are.
+function(moeserve_test_definitions target)
+  moeserve_source_dir_from_build(source_rel)
+  set(defs "")
+  foreach(def IN LISTS ARGN)
+    string(REPLACE "\"${PROJECT_BINARY_DIR}/" "\"./" def "${def}")
+    string(REPLACE "\"${PROJECT_BINARY_DIR}\"" "\".\"" def "${def}")
+    string(REPLACE "\"${PROJECT_SOURCE_DIR}/" "\"${source_rel}/" def "${def}")
+    string(REPLACE "\"${PROJECT_SOURCE_DIR}\"" "\"${source_rel}\"" def "${def}")
+    list(APPEND defs "${def}")
+  endforeach()
+  target_compile_definitions(${target} PRIVATE ${defs})
+endfunction()
+
+# The source tree relative to the build folder, without a trailing slash ("..", or "." in-tree).
+function(moeserve_source_dir_from_build out)
+  file(RELATIVE_PATH rel ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR})
+  string(REGEX REPLACE "/$" "" rel "${rel}")
+  if(rel STREQUAL "")
+    set(rel ".")
+  endif()
+  set(${out} "${rel}" PARENT_SCOPE)
+endfunction()
+
+# A built executable's path relative to the build folder, for moeserve_test_definitions.
+function(moeserve_test_executable_path out target)
+  set(${out} "$<PATH:RELATIVE_PATH,$<TARGET_FILE:${target}>,${PROJECT_BINARY_DIR}>" PARENT_SCOPE)
 endfunction()
 
 # moeserve_add_benchmark(<name> [LIBS ...]) from benchmarks/<name>_bench.cpp

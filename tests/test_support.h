@@ -6,8 +6,10 @@
 
 namespace moeserve::test {
 
-inline std::filesystem::path source_dir() { return MOESERVE_SOURCE_DIR; }
-inline std::filesystem::path binary_dir() { return MOESERVE_BINARY_DIR; }
+// The compiled-in paths are relative to the build folder, where CTest runs every test
+// (tests/CMakeLists.txt); absolute here so a path handed to another process stays right.
+inline std::filesystem::path source_dir() { return std::filesystem::absolute(MOESERVE_SOURCE_DIR).lexically_normal(); }
+inline std::filesystem::path binary_dir() { return std::filesystem::absolute(MOESERVE_BINARY_DIR).lexically_normal(); }
 // Checked-in test data (goldens): tests/data/.
 inline std::filesystem::path data_dir() { return source_dir() / "tests" / "data"; }
 // The real tokenizer files fetched by scripts/setup.sh: name is "qwen3" or "deepseek_v3".
