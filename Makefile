@@ -5,6 +5,16 @@ CACHE ?= $(HOME)/.cache/moeserve
 DEMO_MODEL ?= models/qwen3-moe-kjv
 PROMPT ?= The LORD is my shepherd
 
+# CTest starts the longest tests first when it knows their durations (Testing/Temporary/
+# CTestCostData.txt, which each run rewrites); a fresh clone has none, so each build folder's are
+# kept in $(CACHE)/ctest-costs between clones. Only the order depends on them, never a verdict.
+# $(call ctest_in,<build folder>,<ctest command>)
+define ctest_in
+	@mkdir -p $(1)/Testing/Temporary $(CACHE)/ctest-costs
+	@[ -f $(1)/Testing/Temporary/CTestCostData.txt ] || cp $(CACHE)/ctest-costs/$(notdir $(1)).txt $(1)/Testing/Temporary/CTestCostData.txt 2>/dev/null || true
+	@cd $(1) && { $(2); rc=$$?; cp Testing/Temporary/CTestCostData.txt $(CACHE)/ctest-costs/$(notdir $(1)).txt 2>/dev/null; exit $$rc; }
+endef
+
 .PHONY: setup configure build test test-sanitize test-asan test-tsan run generate bench format tidy clean
 
 setup:
@@ -19,27 +29,35 @@ build: configure
 test: build
 	@python3 tools/check_layering.py
 	@bash tools/check_format.sh
-	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+	$(call ctest_in,$(BUILD),ctest --output-on-failure -j $(JOBS) --timeout 900)
 
 # Sanitizer builds (CI runs them after `make test`). ASan + UBSan: every suite. TSan: the threaded
-# pieces (thread pool, HTTP server, engine client, ipc channel) in their unit suites.
+# pieces: the unit suites of core (thread pool), serve (HTTP server, engine client), ipc (channel)
+# and parallel (LocalComm, the desync guard, Gloo rank processes); the engine tests that run
+# threads (DP engine loops over LocalComm, the DP coordinator, the TP broadcast, the KV-transfer
+# agent, DP rank processes, the grammar compile worker); and the API server with two API server
+# processes over one engine (integration.api_server_equal, the binary built with TSan).
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 ASAN_ENV = MOESERVE_SANITIZER=address ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan.supp UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tools/tsan.supp
-TSAN_TARGETS = moeserve_core_tests moeserve_serve_tests moeserve_ipc_tests
+TSAN_TARGETS = moeserve moeserve_core_tests moeserve_serve_tests moeserve_ipc_tests moeserve_parallel_tests \
+	moeserve_parallel_rank_helper moeserve_engine_tests moeserve_engine_dp_rank_helper
+TSAN_LABELS = '^(core|serve|ipc|parallel)$$'
+TSAN_TESTS = '^(DpQwen3Test|DpCoordinator|DpCoordinatorFake|TpBroadcastTest|KvTransferTest|DpProcessTest)\.|^StructuredOutputTest\.(GrammarsCompileOffTheStepPath|AbortWhileCompilingEndsTheRequest)$$|^integration\.api_server_equal$$'
 
 test-sanitize: test-asan test-tsan
 
 test-asan: setup
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOESERVE_SANITIZE=address -DMOESERVE_WERROR=ON -DMOESERVE_BENCHMARKS=OFF -DMOESERVE_CACHE_DIR=$(CACHE) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
-	@cd $(ASAN_BUILD) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 900
+	$(call ctest_in,$(ASAN_BUILD),$(ASAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 900)
 
 test-tsan: setup
 	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOESERVE_SANITIZE=thread -DMOESERVE_WERROR=ON -DMOESERVE_BENCHMARKS=OFF -DMOESERVE_CACHE_DIR=$(CACHE) >/dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TARGETS)
-	@cd $(TSAN_BUILD) && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 900 -L '^(core|serve|ipc)$$'
+	$(call ctest_in,$(TSAN_BUILD),$(TSAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 900 -L $(TSAN_LABELS))
+	$(call ctest_in,$(TSAN_BUILD),$(TSAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 900 -R $(TSAN_TESTS))
 
 run: build
 	@bash scripts/run_demo.sh $(BUILD)/src/moeserve/cli/moeserve $(DEMO_MODEL)
