@@ -295,6 +295,40 @@ class Parallel(unittest.TestCase):
         finally:
             self.assertEqual(s.stop(), 0)
 
+    def test_desync(self):
+        """The desync guard (guarded_comm.h) in a real dp=2 + EP deployment: a test hook makes rank 1
+        leave out its DP vote all-gather of round 200 (the engines vote every round, idle or not).
+        Both ranks fail at the next round with the guard's line naming both sides, long before the
+        60 s --distributed-timeout-ms; then /health is 503 and requests get 503."""
+        env = dict(os.environ, MOESERVE_DEBUG_SKIP_COLLECTIVE="dp:1:200:0")
+        start = time.time()
+        s = Server("--data-parallel-size", "2", "--enable-expert-parallel", "--distributed-timeout-ms", "60000",
+                   env=env, wait=False)
+        try:
+            deadline = time.time() + 30
+            while time.time() < deadline and s.log_text().count("ranks out of step") < 2:
+                time.sleep(0.05)
+            log = s.log_text()
+            lines = [l for l in log.splitlines() if "ranks out of step" in l]
+            self.assertGreaterEqual(len(lines), 2, log[-3000:])
+            for line in lines[:2]:
+                self.assertIn("rank 0 ran collective", line)
+                self.assertIn("rank 1 ran collective", line)
+            print(f"\nguard fired {time.time() - start:.2f} s after the launch: {lines[0]}", file=sys.stderr)
+            deadline = time.time() + 15
+            while s.port is None and time.time() < deadline:
+                m = re.search(r"listening on https?://\S+?:(\d+) ", s.log_text())
+                s.port = int(m.group(1)) if m else None
+                time.sleep(0.05)
+            self.assertIsNotNone(s.port, s.log_text()[-3000:])
+            while s.request("GET", "/health")[0] != 503 and time.time() < deadline:
+                time.sleep(0.05)
+            self.assertEqual(s.request("GET", "/health")[0], 503)
+            status, _ = s.request("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2})
+            self.assertEqual(status, 503)
+        finally:
+            s.stop()
+
     def test_validate(self):
         cases = [
             (["--data-parallel-size", "2", "--data-parallel-size-local", "3"], "exceeds --data-parallel-size"),
@@ -398,11 +432,11 @@ if __name__ == "__main__":
     p.add_argument("--model", required=True)
     p.add_argument("--verbose-logs", action="store_true")
     p.add_argument("--suite", required=True, choices=["dp_ep", "dp_tp_ep", "tp", "pd_hybrid", "netns", "kill", "validate", "external_lb",
-                                                   "dp_independent"])
+                                                   "dp_independent", "desync"])
     ARGS, rest = p.parse_known_args()
     names = {"dp_ep": "Parallel.test_dp_ep", "dp_tp_ep": "Parallel.test_dp_tp_ep", "tp": "Parallel.test_tp", "pd_hybrid": "Parallel.test_pd_hybrid",
              "kill": "Parallel.test_kill_rank", "validate": "Parallel.test_validate", "netns": "Netns.test_two_hosts",
-             "external_lb": "Parallel.test_external_lb", "dp_independent": "Parallel.test_dp_independent"}
+             "external_lb": "Parallel.test_external_lb", "dp_independent": "Parallel.test_dp_independent", "desync": "Parallel.test_desync"}
     suite = unittest.defaultTestLoader.loadTestsFromName(names[ARGS.suite], sys.modules[__name__])
     ok = unittest.TextTestRunner(verbosity=2).run(suite).wasSuccessful()
     sys.exit(0 if ok else 1)

@@ -18,7 +18,8 @@ using namespace std::chrono_literals;
 using moeserve::testing::ExitStatus;
 
 std::vector<ExitStatus> run_world(int world, const std::string& mode, int timeout_ms,
-                                  const std::vector<std::string>& fingerprints = {}) {
+                                  const std::vector<std::string>& fingerprints = {},
+                                  const std::vector<std::string>& extra = {}) {
     auto server = TcpStoreServer::start("127.0.0.1", 0);
     std::vector<pid_t> pids;
     for (int r = 0; r < world; ++r) {
@@ -39,6 +40,7 @@ std::vector<ExitStatus> run_world(int world, const std::string& mode, int timeou
             argv.push_back("--fingerprint");
             argv.push_back(fingerprints[static_cast<size_t>(r)]);
         }
+        argv.insert(argv.end(), extra.begin(), extra.end());
         pids.push_back(moeserve::testing::spawn_process(argv));
         EXPECT_GT(pids.back(), 0);
     }
@@ -69,6 +71,18 @@ TEST(GlooCommTest, MismatchedMoeExchangeFailsInBoundedTime) {
     for (size_t r = 0; r < st.size(); ++r) {
         EXPECT_FALSE(st[r].timed_out) << "rank " << r << " hung";
         EXPECT_NE(st[r].code, 0) << "rank " << r;
+    }
+}
+
+// The desync guard (guarded_comm.h) across processes: rank 1 leaves out the second all-reduce of
+// step 3. Each step's all-reduces have the same size, so Gloo cannot tell; the guard fails both
+// ranks at step 4's first collective, each within a second and naming both ranks (the helper
+// checks its own message and time: exit 0), long before the 20 s collective timeout.
+TEST(GlooCommTest, SkippedCollectiveFailsEveryRankNamingBoth) {
+    const auto st = run_world(2, "skip", 20000, {}, {"--skip", "ep:1:3:1"});
+    for (size_t r = 0; r < st.size(); ++r) {
+        EXPECT_FALSE(st[r].timed_out) << "rank " << r << " hung";
+        EXPECT_EQ(st[r].code, 0) << "rank " << r << " (its stderr says what it saw)";
     }
 }
 

@@ -3,7 +3,8 @@
 // Exit codes: 0 ok, 1 wrong result, 2 Error kInvalidArgument, 3 Error kUnavailable (printed with
 // the elapsed ms), 4 other error. Usage:
 //   rank_helper --rank R --world N --store HOST:PORT [--host-store] [--iface IF | --addr A]
-//               [--timeout-ms T] [--mode check|die|mismatch|bench] [--fingerprint S]
+//               [--timeout-ms T] [--mode check|die|mismatch|skip|bench] [--fingerprint S]
+//               [--skip GROUP:RANK:STEP:INDEX] [--no-guard]
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -31,14 +32,21 @@ struct Args {
     bool host_store = false;
     std::string iface, addr = "127.0.0.1", mode = "check", fingerprint = "test";
     int timeout_ms = 10000;
+    std::string skip;   // GlooConnectOptions::debug_skip_collective
+    bool guard = true;  // GlooConnectOptions::collective_guard
 };
 
 Args parse(int argc, char** argv) {
     Args a;
-    for (int i = 1; i + 1 < argc || (i < argc && std::strcmp(argv[i], "--host-store") == 0); ++i) {
+    auto is_switch = [](const char* s) { return std::strcmp(s, "--host-store") == 0 || std::strcmp(s, "--no-guard") == 0; };
+    for (int i = 1; i + 1 < argc || (i < argc && is_switch(argv[i])); ++i) {
         const std::string k = argv[i];
         if (k == "--host-store") {
             a.host_store = true;
+            continue;
+        }
+        if (k == "--no-guard") {
+            a.guard = false;
             continue;
         }
         const std::string v = argv[++i];
@@ -57,6 +65,8 @@ Args parse(int argc, char** argv) {
             a.timeout_ms = std::stoi(v);
         else if (k == "--mode")
             a.mode = v;
+        else if (k == "--skip")
+            a.skip = v;
         else if (k == "--fingerprint")
             a.fingerprint = v;
     }
@@ -140,6 +150,34 @@ int mismatch(ParallelContext& c, int rank) {
     return 0;
 }
 
+// Ten steps of four same-sized all-reduces; the test skips one of them on one rank (--skip), so the
+// inner collectives still line up and only the desync guard can tell. Returns 0 when this rank
+// failed with the guard's message naming both ranks within a second of the skipped step's start,
+// 1 otherwise.
+int skip(ParallelContext& c, int rank) {
+    std::vector<float> v(256, 1.0f);
+    auto step_start = std::chrono::steady_clock::now();
+    try {
+        for (int step = 1; step <= 10; ++step) {
+            c.ep->begin_step();
+            if (step == 3) step_start = std::chrono::steady_clock::now();
+            for (int i = 0; i < 4; ++i) c.ep->all_reduce_sum(std::span<float>(v));
+        }
+    } catch (const Error& e) {
+        const auto ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - step_start);
+        const std::string what = e.what();
+        std::fprintf(stderr, "rank %d: failed %ld ms after step 3 began: %s\n", rank, static_cast<long>(ms.count()),
+                     what.c_str());
+        const bool named = what.find("ranks out of step") != std::string::npos &&
+                           what.find("rank 0 ran collective") != std::string::npos &&
+                           what.find("rank 1 ran collective") != std::string::npos;
+        _exit(named && ms.count() < 1000 ? 0 : 1);
+    }
+    std::fprintf(stderr, "rank %d: ten steps without an error\n", rank);
+    _exit(1);
+}
+
 template <typename F>
 double median_us(F&& f, int iters) {
     std::vector<double> t;
@@ -208,6 +246,8 @@ int main(int argc, char** argv) {
         o.hostname = a.addr;
         o.timeout = std::chrono::milliseconds(a.timeout_ms);
         o.fingerprint = a.fingerprint;
+        o.collective_guard = a.guard;
+        o.debug_skip_collective = a.skip;
         ParallelContext c = connect_gloo(o);
         int rc = 0;
         if (a.mode == "check")
@@ -216,6 +256,8 @@ int main(int argc, char** argv) {
             rc = die(c, a.rank);
         else if (a.mode == "mismatch")
             rc = mismatch(c, a.rank);
+        else if (a.mode == "skip")
+            rc = skip(c, a.rank);
         else if (a.mode == "bench")
             rc = bench(c, a.rank, a.world);
         // Keep the store up until every rank is done with it.

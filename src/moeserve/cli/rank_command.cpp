@@ -42,6 +42,7 @@ struct RankOptions {
     int store_port = 0;
     std::string gloo_iface, gloo_hostname;
     int distributed_timeout_ms = 30000;
+    bool collective_guard = true;
     int heartbeat_timeout_ms = 30000;
 };
 
@@ -108,6 +109,7 @@ int run_rank(const RankOptions& o) {
     if (sizes.world() > 1) {
         Deployment d;  // only the fields the fingerprint reads
         d.sizes = sizes;
+        d.collective_guard = o.collective_guard;
         parallel::GlooConnectOptions go;
         go.sizes = sizes;
         go.rank = o.rank;
@@ -117,6 +119,10 @@ int run_rank(const RankOptions& o) {
         go.hostname = o.gloo_hostname;
         go.timeout = std::chrono::milliseconds(o.distributed_timeout_ms);
         go.fingerprint = deployment_fingerprint(engine, d, config_text);
+        go.collective_guard = o.collective_guard;
+        if (const char* skip = std::getenv("MOESERVE_DEBUG_SKIP_COLLECTIVE"); skip != nullptr) {
+            go.debug_skip_collective = skip;  // a test hook (tests/integration/desync_guard_test.py)
+        }
         ctx = parallel::connect_gloo(go);
         load.parallel = model::ParallelConfig::from_context(ctx);
     }
@@ -198,6 +204,7 @@ void add_rank_command(CLI::App& app, std::function<int()>* action) {
     rank->add_option("--gloo-iface", r->gloo_iface);
     rank->add_option("--gloo-hostname", r->gloo_hostname);
     rank->add_option("--distributed-timeout-ms", r->distributed_timeout_ms);
+    rank->add_flag("--no-collective-guard{false}", r->collective_guard);
     rank->add_option("--heartbeat-timeout-ms", r->heartbeat_timeout_ms);
     rank->callback([r, action] { *action = [r] { return run_rank(*r); }; });
 }

@@ -591,6 +591,9 @@ void add_serve_command(CLI::App& app, Action* action) {
     sub->add_option("--distributed-timeout-ms", p.distributed_timeout_ms,
                     "bound on rendezvous and every collective; a dead peer fails its ranks after this")
         ->capture_default_str();
+    sub->add_flag("--disable-collective-guard", p.disable_collective_guard,
+                  "leave out the per-collective step check that fails a desynchronized group at once "
+                  "(docs/parallelism.md)");
     sub->add_option("--http-threads", o->http_threads, "I/O threads of the API server")->capture_default_str();
     sub->add_option("--max-request-body-bytes", o->max_request_body_bytes, "larger bodies get 413")
         ->capture_default_str();

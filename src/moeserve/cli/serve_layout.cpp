@@ -194,6 +194,7 @@ Deployment make_deployment(const ParallelFlags& f, const nlohmann::json& config,
         raise(ErrorCode::kInvalidArgument, "--distributed-timeout-ms must be >= 100; got {}", f.distributed_timeout_ms);
     }
     d.timeout_ms = f.distributed_timeout_ms;
+    d.collective_guard = !f.disable_collective_guard;
     const int64_t heads = config_int(config, "num_attention_heads", 1, "--model");
     const int64_t kv_heads = config_int(config, "num_key_value_heads", static_cast<int32_t>(heads), "--model");
     if (heads % tp != 0) {
@@ -222,9 +223,9 @@ std::string deployment_fingerprint(const EngineOptions& e, const Deployment& d, 
     for (const unsigned char c : config_text) h = (h ^ c) * 1099511628211ull;
     return fmt::format(
         "config.json fnv1a {:016x}, dp {} tp {} ep {}, max_model_len {}, block_size {}, max_num_seqs {}, pd_hybrid {}, "
-        "quantization '{}', kv_cache_dtype {}, dtype {}",
+        "quantization '{}', kv_cache_dtype {}, dtype {}, collective guard {}",
         h, d.sizes.dp, d.sizes.tp, d.sizes.ep, e.max_model_len, e.block_size, e.max_num_seqs, e.pd_hybrid ? 1 : 0,
-        e.quantization, e.kv_cache_dtype, e.dtype);
+        e.quantization, e.kv_cache_dtype, e.dtype, d.collective_guard ? "on" : "off");
 }
 
 std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, int rank, int store_port,
@@ -270,6 +271,7 @@ std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, 
         a.insert(a.end(), {"--input-address", d.input_address(ipc_dir, dp_rank, s), "--output-address",
                            d.output_address(ipc_dir, s)});
     }
+    if (!d.collective_guard) a.emplace_back("--no-collective-guard");
     if (!d.gloo_iface.empty()) a.insert(a.end(), {"--gloo-iface", d.gloo_iface});
     if (!d.gloo_hostname.empty()) a.insert(a.end(), {"--gloo-hostname", d.gloo_hostname});
     if (!e.kv_cache_memory.empty()) a.insert(a.end(), {"--kv-cache-memory", e.kv_cache_memory});

@@ -30,6 +30,7 @@ struct ParallelFlags {
     bool enable_expert_parallel = false;
     bool headless = false;
     int distributed_timeout_ms = 30000;
+    bool disable_collective_guard = false;
 };
 
 // The validated deployment of this node.
@@ -47,6 +48,9 @@ struct Deployment {
     std::string gloo_iface;     // env GLOO_SOCKET_IFNAME
     std::string gloo_hostname;  // the address ranks bind when no interface is named
     int timeout_ms = 30000;
+    // The desync guard on every collective group (parallel/guarded_comm.h); in the fingerprint,
+    // since guarded and unguarded ranks cannot share a group.
+    bool collective_guard = true;
     int heartbeat_timeout_ms = 30000;  // --heartbeat-timeout-ms: the engine sockets' liveness bound
     // --api-server-count: API server processes, each with its own engine sockets (local_sockets()
     // only); every engine connects to all of them.

@@ -62,6 +62,7 @@ StepPhase DpCoordinator::choose_phase(const std::vector<parallel::DpControlRow>&
 
 DpStepResult DpCoordinator::step() {
     DpStepResult out;
+    dp_.begin_step();
     const parallel::DpVote my_vote = vote();
     const auto t0 = Clock::now();
     const std::vector<parallel::DpControlRow> rows = parallel::gather_votes(dp_, my_vote);

@@ -159,6 +159,8 @@ TensorView MoeDecoder::forward(const ForwardBatch& batch, int64_t num_positions,
     // The EP exchange counts rows once per forward, and again at the last layer: there any rank
     // may keep fewer rows, so every rank recounts (the same collectives on each; ParallelMoe).
     moe_scratch_.parallel_moe.begin_forward();
+    if (par_.tp != nullptr) par_.tp->begin_step();  // the desync guard's steps (guarded_comm.h)
+    if (par_.ep != nullptr) par_.ep->begin_step();
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& layer = layers_[i];
         const bool last = i + 1 == layers_.size();

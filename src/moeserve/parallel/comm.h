@@ -31,6 +31,11 @@ public:
     virtual const std::string& name() const = 0;
     virtual std::chrono::milliseconds timeout() const = 0;
 
+    // Starts the group's next step. Every rank of the group calls it at the same point (the start
+    // of each model forward for TP and EP, of each DP round for DP); only the desync guard
+    // (guarded_comm.h) counts steps, to tell one step's collectives from the next one's.
+    virtual void begin_step() {}
+
     // In place: data[i] = sum (or max) over ranks of data[i].
     virtual void all_reduce_sum(std::span<float> data) = 0;
     virtual void all_reduce_sum(std::span<int64_t> data) = 0;

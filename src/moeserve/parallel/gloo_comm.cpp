@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "moeserve/core/error.h"
+#include "moeserve/parallel/guarded_comm.h"
 #include "moeserve/parallel/rendezvous.h"
 
 namespace moeserve::parallel {
@@ -192,10 +193,37 @@ int index_in(const std::vector<int>& ranks, int rank) {
     return -1;
 }
 
-std::unique_ptr<Communicator> connect_group(GlooResources& res, const std::string& key, const std::vector<int>& ranks,
-                                            int rank, std::chrono::milliseconds timeout) {
+// The test hook's collective in group `kind` ("tp", "dp", "ep") of global rank `rank`, if the
+// spec "<kind>:<rank>:<step>:<index>" names them.
+SkipCollective skip_for(const std::string& spec, const std::string& kind, int rank) {
+    if (spec.empty()) return {};
+    std::vector<std::string> parts;
+    for (size_t at = 0;;) {
+        const size_t colon = spec.find(':', at);
+        parts.push_back(spec.substr(at, colon == std::string::npos ? std::string::npos : colon - at));
+        if (colon == std::string::npos) break;
+        at = colon + 1;
+    }
+    SkipCollective s;
+    try {
+        if (parts.size() != 4) throw std::invalid_argument(spec);
+        if (parts[0] != kind || std::stoi(parts[1]) != rank) return {};
+        s.step = std::stoll(parts[2]);
+        s.index = std::stoll(parts[3]);
+    } catch (const std::logic_error&) {
+        raise(ErrorCode::kInvalidArgument,
+              "MOESERVE_DEBUG_SKIP_COLLECTIVE '{}' is not <tp|dp|ep>:<global rank>:<step>:<index>", spec);
+    }
+    return s;
+}
+
+std::unique_ptr<Communicator> connect_group(GlooResources& res, const std::string& kind, int group_index,
+                                            const std::vector<int>& ranks, const GlooConnectOptions& o) {
+    const std::string key = fmt::format("{}{}", kind, group_index);
     const std::string name = fmt::format("{}[{}]", key, fmt::join(ranks, " "));
     if (ranks.size() == 1) return make_single_rank_communicator(name);
+    const int rank = o.rank;
+    const std::chrono::milliseconds timeout = o.timeout;
     gloo::rendezvous::PrefixStore prefixed(key, *res.store);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(index_in(ranks, rank), static_cast<int>(ranks.size()));
     ctx->setTimeout(timeout);
@@ -206,7 +234,9 @@ std::unique_ptr<Communicator> connect_group(GlooResources& res, const std::strin
     } catch (const gloo::EnforceNotMet& e) {
         raise(ErrorCode::kUnavailable, "{}: cannot connect to the group's ranks: {}", name, e.what());
     }
-    return std::make_unique<GlooComm>(std::move(ctx), name, timeout);
+    auto comm = std::make_unique<GlooComm>(std::move(ctx), name, timeout);
+    if (!o.collective_guard) return comm;
+    return make_guarded_communicator(std::move(comm), skip_for(o.debug_skip_collective, kind, rank));
 }
 
 void check_fingerprints(TcpStore& store, const GlooConnectOptions& o) {
@@ -252,9 +282,9 @@ ParallelContext connect_gloo(const GlooConnectOptions& o) {
     ParallelContext c;
     c.sizes = o.sizes;
     c.groups = rank_groups(o.sizes, o.rank);
-    c.tp = connect_group(*res, fmt::format("tp{}", c.groups.dp_rank), c.groups.tp_group, o.rank, o.timeout);
-    c.dp = connect_group(*res, fmt::format("dp{}", c.groups.tp_rank), c.groups.dp_group, o.rank, o.timeout);
-    c.ep = connect_group(*res, fmt::format("ep{}", c.groups.ep_group_index), c.groups.ep_group, o.rank, o.timeout);
+    c.tp = connect_group(*res, "tp", c.groups.dp_rank, c.groups.tp_group, o);
+    c.dp = connect_group(*res, "dp", c.groups.tp_rank, c.groups.dp_group, o);
+    c.ep = connect_group(*res, "ep", c.groups.ep_group_index, c.groups.ep_group, o);
     c.resources = res;
     return c;
 }

@@ -23,6 +23,12 @@ struct GlooConnectOptions {
     // Model + sizes (+ anything all ranks must share). A rank whose fingerprint differs from rank
     // 0's is refused with Error kInvalidArgument naming both, instead of hanging later.
     std::string fingerprint;
+    // The desync guard (guarded_comm.h) on every group of more than one rank.
+    bool collective_guard = true;
+    // Debug only (a test hook, from MOESERVE_DEBUG_SKIP_COLLECTIVE):
+    // "<tp|dp|ep>:<global rank>:<step>:<index>" makes that rank leave out that collective of that
+    // group (guarded_comm.h SkipCollective). Empty: none.
+    std::string debug_skip_collective;
 };
 
 // Blocks until every rank of the world has connected (bounded by options.timeout). Throws Error

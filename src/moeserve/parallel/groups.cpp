@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <map>
 
+#include "moeserve/parallel/guarded_comm.h"
+
 namespace moeserve::parallel {
 
 namespace {
@@ -70,9 +72,14 @@ LocalWorld make_local_world(const ParallelSizes& sizes, std::chrono::millisecond
         ParallelContext c;
         c.sizes = sizes;
         c.groups = rank_groups(sizes, r);
-        c.tp = group_for("tp", c.groups.tp_group)->communicator(index_in(c.groups.tp_group, r));
-        c.dp = group_for("dp", c.groups.dp_group)->communicator(index_in(c.groups.dp_group, r));
-        c.ep = group_for("ep", c.groups.ep_group)->communicator(index_in(c.groups.ep_group, r));
+        // Guarded as connect_gloo() guards the process groups, so every test of a local world
+        // runs the guard too.
+        auto member = [&](const char* kind, const std::vector<int>& ranks) {
+            return make_guarded_communicator(group_for(kind, ranks)->communicator(index_in(ranks, r)));
+        };
+        c.tp = member("tp", c.groups.tp_group);
+        c.dp = member("dp", c.groups.dp_group);
+        c.ep = member("ep", c.groups.ep_group);
         w.ranks.push_back(std::move(c));
     }
     return w;
