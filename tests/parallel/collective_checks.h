@@ -67,11 +67,9 @@ inline void expect_every_collective(parallel::Communicator& comm, int rank) {
     // reduce-scatter: rank r contributes (r+1) * (block index + 1)
     std::vector<float> rs(6), rs_out(2);
     for (int b = 0; b < n; ++b)
-        rs[static_cast<size_t>(2 * b)] = rs[static_cast<size_t>(2 * b + 1)] =
-            static_cast<float>((rank + 1) * (b + 1));
+        rs[static_cast<size_t>(2 * b)] = rs[static_cast<size_t>(2 * b + 1)] = static_cast<float>((rank + 1) * (b + 1));
     comm.reduce_scatter_sum(rs, rs_out);
-    EXPECT_EQ(rs_out,
-              (std::vector<float>{6.0f * static_cast<float>(rank + 1), 6.0f * static_cast<float>(rank + 1)}));
+    EXPECT_EQ(rs_out, (std::vector<float>{6.0f * static_cast<float>(rank + 1), 6.0f * static_cast<float>(rank + 1)}));
     std::vector<int32_t> bc{rank == 2 ? 7 : 0};
     comm.broadcast<int32_t>(bc, 2);
     EXPECT_EQ(bc[0], 7);

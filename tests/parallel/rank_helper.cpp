@@ -38,7 +38,9 @@ struct Args {
 
 Args parse(int argc, char** argv) {
     Args a;
-    auto is_switch = [](const char* s) { return std::strcmp(s, "--host-store") == 0 || std::strcmp(s, "--no-guard") == 0; };
+    auto is_switch = [](const char* s) {
+        return std::strcmp(s, "--host-store") == 0 || std::strcmp(s, "--no-guard") == 0;
+    };
     for (int i = 1; i + 1 < argc || (i < argc && is_switch(argv[i])); ++i) {
         const std::string k = argv[i];
         if (k == "--host-store") {

@@ -28,15 +28,24 @@ enum class Kind : int32_t {
 
 const char* kind_name(int32_t kind) {
     switch (static_cast<Kind>(kind)) {
-        case Kind::kAllReduceSumF32: return "all_reduce_sum f32";
-        case Kind::kAllReduceSumI64: return "all_reduce_sum i64";
-        case Kind::kAllReduceMaxI64: return "all_reduce_max i64";
-        case Kind::kAllGather: return "all_gather";
-        case Kind::kAllGatherV: return "all_gather_v";
-        case Kind::kAllToAllV: return "all_to_all_v";
-        case Kind::kReduceScatter: return "reduce_scatter";
-        case Kind::kBroadcast: return "broadcast";
-        case Kind::kBarrier: return "barrier";
+        case Kind::kAllReduceSumF32:
+            return "all_reduce_sum f32";
+        case Kind::kAllReduceSumI64:
+            return "all_reduce_sum i64";
+        case Kind::kAllReduceMaxI64:
+            return "all_reduce_max i64";
+        case Kind::kAllGather:
+            return "all_gather";
+        case Kind::kAllGatherV:
+            return "all_gather_v";
+        case Kind::kAllToAllV:
+            return "all_to_all_v";
+        case Kind::kReduceScatter:
+            return "reduce_scatter";
+        case Kind::kBroadcast:
+            return "broadcast";
+        case Kind::kBarrier:
+            return "barrier";
     }
     return "unknown collective";
 }
@@ -271,8 +280,8 @@ private:
     // This rank's tag of the next collective; false when the test hook skips it.
     bool next(Kind kind, size_t bytes, Tag& tag) {
         if (broken_) {
-            raise(ErrorCode::kUnavailable, "{}: {} after an earlier failure: {}", name(), kind_name(static_cast<int32_t>(kind)),
-                  broken_reason_);
+            raise(ErrorCode::kUnavailable, "{}: {} after an earlier failure: {}", name(),
+                  kind_name(static_cast<int32_t>(kind)), broken_reason_);
         }
         if (step_ == skip_.step && index_ == skip_.index) {
             skip_ = {};
@@ -323,9 +332,10 @@ private:
         std::string peers;
         for (const Tag& t : theirs) peers += "; " + describe(t);
         if (theirs.empty()) peers = "; another rank ran a different collective";
-        return fmt::format("ranks out of step: this {}{}. The group stops: its ranks no longer run the same "
-                           "collectives (a bug; please report this line)",
-                           describe(mine), peers);
+        return fmt::format(
+            "ranks out of step: this {}{}. The group stops: its ranks no longer run the same "
+            "collectives (a bug; please report this line)",
+            describe(mine), peers);
     }
 
     [[noreturn]] void fail(const std::string& reason) { break_with(fmt::format("{}: {}", name(), reason)); }

@@ -35,7 +35,6 @@ struct SkipCollective {
 };
 
 // Wraps `inner` (any size); the guard's tags travel through `inner`'s collectives.
-std::unique_ptr<Communicator> make_guarded_communicator(std::unique_ptr<Communicator> inner,
-                                                        SkipCollective skip = {});
+std::unique_ptr<Communicator> make_guarded_communicator(std::unique_ptr<Communicator> inner, SkipCollective skip = {});
 
 }  // namespace moeserve::parallel
