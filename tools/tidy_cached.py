@@ -69,8 +69,11 @@ def relocatable(text, build_dir):
 def unit_key(entry, inputs, common, build_dir, memo):
     h = hashlib.sha256(common)
     h.update(relocatable(entry["command"], build_dir).encode())
-    for path in sorted(set(inputs) | {os.path.abspath(entry["file"])}):
-        h.update(relocatable(path, build_dir).encode() + b"\0" + file_digest(path, memo).encode() + b"\0")
+    # In the order of the relocated names: sorted by the real ones, the clone's folder would decide
+    # where the tree's files fall among the system headers, and each folder would get its own keys.
+    paths = {relocatable(p, build_dir): p for p in set(inputs) | {os.path.abspath(entry["file"])}}
+    for name in sorted(paths):
+        h.update(name.encode() + b"\0" + file_digest(paths[name], memo).encode() + b"\0")
     return h.hexdigest()
 
 

@@ -121,7 +121,7 @@ int run_rank(const RankOptions& o) {
         go.fingerprint = deployment_fingerprint(engine, d, config_text);
         go.collective_guard = o.collective_guard;
         if (const char* skip = std::getenv("MOESERVE_DEBUG_SKIP_COLLECTIVE"); skip != nullptr) {
-            go.debug_skip_collective = skip;  // a test hook (tests/integration/desync_guard_test.py)
+            go.debug_skip_collective = skip;  // a test hook (tests/integration/parallel_serve_test.py, suite desync)
         }
         ctx = parallel::connect_gloo(go);
         load.parallel = model::ParallelConfig::from_context(ctx);
