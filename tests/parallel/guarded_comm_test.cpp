@@ -43,6 +43,24 @@ TEST(GuardedCommTest, EveryCollectiveGivesTheUnguardedResult) {
     }));
 }
 
+// Empty contributions (a rank with no rows, a zero-byte broadcast): their spans may be null, and the
+// tags still travel (UBSan found a null memcpy here once, through the Gloo rank helper).
+TEST(GuardedCommTest, EmptyBlocksCarryTheirTags) {
+    LocalCommGroup group(2, 5000ms, "test");
+    expect_no_errors(run_ranks(2, [&](int rank) {
+        auto comm = make_guarded_communicator(group.communicator(rank));
+        std::vector<int32_t> out(1, -1);
+        const std::vector<int32_t> one(rank == 1 ? 1 : 0, 5);
+        comm->all_gather_v<int32_t>(std::span<const int32_t>(one.data(), one.size()), {0, 1}, out);
+        EXPECT_EQ(out[0], 5);
+        comm->all_gather_bytes({}, {});
+        comm->broadcast_bytes({}, 0);
+        comm->all_to_all_v_bytes({}, {0, 0}, {}, {0, 0});
+        std::vector<float> none;
+        comm->all_reduce_sum(std::span<float>(none));
+    }));
+}
+
 // Rank 1 leaves out the second all-reduce of step 2: every step's all-reduces have one size, so
 // the inner collectives still line up, and step 3's first collective meets rank 0's last of step 2.
 TEST(GuardedCommTest, ASkippedCollectiveFailsEveryRankAtTheNextStepNamingBoth) {

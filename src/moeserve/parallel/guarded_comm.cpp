@@ -161,7 +161,7 @@ public:
         if (!next(Kind::kAllGather, in.size(), tag)) return;
         const size_t block = in.size() + kTagBytes;
         send_.resize(block);
-        std::memcpy(send_.data(), in.data(), in.size());
+        if (!in.empty()) std::memcpy(send_.data(), in.data(), in.size());  // an empty span may be null
         std::memcpy(send_.data() + in.size(), &tag, kTagBytes);
         recv_.resize(block * static_cast<size_t>(size()));
         run(tag, [&] { inner_->all_gather_bytes(send_, recv_); });
@@ -181,7 +181,7 @@ public:
         counts_.resize(counts.size());
         for (size_t r = 0; r < counts.size(); ++r) counts_[r] = counts[r] + kTagBytes;
         send_.resize(in.size() + kTagBytes);
-        std::memcpy(send_.data(), in.data(), in.size());
+        if (!in.empty()) std::memcpy(send_.data(), in.data(), in.size());  // an empty span may be null
         std::memcpy(send_.data() + in.size(), &tag, kTagBytes);
         recv_.resize(total + kTagBytes * counts.size());
         run(tag, [&] { inner_->all_gather_v_bytes(send_, counts_, recv_); });
@@ -256,12 +256,12 @@ public:
         Tag tag;
         if (!next(Kind::kBroadcast, data.size(), tag)) return;
         send_.resize(data.size() + kTagBytes);
-        std::memcpy(send_.data(), data.data(), data.size());
+        if (!data.empty()) std::memcpy(send_.data(), data.data(), data.size());
         std::memcpy(send_.data() + data.size(), &tag, kTagBytes);
         run(tag, [&] { inner_->broadcast_bytes(send_, root); });
         if (rank() != root) {
             check_peer(tag, send_.data() + data.size());
-            std::memcpy(data.data(), send_.data(), data.size());
+            if (!data.empty()) std::memcpy(data.data(), send_.data(), data.size());
         }
     }
 
