@@ -89,6 +89,7 @@ public:
     }
     int port() const { return server_.port(); }
     int connections() const { return server_.num_connections(); }
+    int unfinished_answers() const { return server_.num_unfinished_answers(); }
     int disconnects() const { return disconnects_.load(); }
     int num_held() {
         std::lock_guard lock(mutex_);
@@ -246,6 +247,37 @@ TEST(HttpServerTest, AClientThatLeftFreesItsSlotWhenItsAnswerComes) {
     EXPECT_NE(read_all(b).find("200 OK"), std::string::npos);
     close(a);
     close(b);
+}
+
+TEST(HttpServerTest, CountsAnswersUntilTheirLastByteIsSent) {
+    // SIGTERM's drain waits on this count: a request counts from its arrival until its answer is
+    // all written (the engine may be done with it earlier), and an idle keep-alive connection or a
+    // client that left counts nothing.
+    StreamingServer s(1, 1);
+    const auto wait_for = [&](int n) {
+        for (int i = 0; i < 200 && s.unfinished_answers() != n; ++i) std::this_thread::sleep_for(10ms);
+        return s.unfinished_answers();
+    };
+    const int kept = connect_to(s.port()), streamed = connect_to(s.port()), gone = connect_to(s.port());
+    ASSERT_GE(kept, 0);
+    ASSERT_GE(streamed, 0);
+    ASSERT_GE(gone, 0);
+    send_all(kept, request("/plain", ""));  // keep-alive: answered, then idle
+    char buf[4096];
+    ASSERT_GT(recv(kept, buf, sizeof(buf), 0), 0);
+    EXPECT_EQ(wait_for(0), 0);
+    send_all(streamed, request("/hold_stream"));
+    send_all(gone, request("/hold", ""));
+    for (int i = 0; i < 200 && s.num_held() < 2; ++i) std::this_thread::sleep_for(10ms);
+    ASSERT_EQ(s.num_held(), 2);
+    EXPECT_EQ(s.unfinished_answers(), 2);
+    close(gone);
+    EXPECT_EQ(wait_for(1), 1);
+    s.answer_held();
+    EXPECT_EQ(wait_for(0), 0);
+    EXPECT_NE(read_all(streamed).find("0\r\n\r\n"), std::string::npos);
+    close(streamed);
+    close(kept);
 }
 
 TEST(HttpServerTest, AnOversizedPipelinedRequestWaitsForTheStream) {

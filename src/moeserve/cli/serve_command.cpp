@@ -170,12 +170,15 @@ int run_headless(const ServeOptions& o, const Deployment& d) {
 
 // ---- the API server ----
 
-// Waits for the requests in flight to finish (at most drain_timeout, or until a second signal),
-// then aborts the rest and gives their answers a moment to go out.
-void drain(const ServeOptions& o, serve::EngineClient& engines, SignalWatcher& signals, Logger& logger) {
+// Waits for the requests in flight to finish and their answers to be sent (at most drain_timeout,
+// or until a second signal), then aborts the rest and gives their answers a moment to go out.
+// The engines' count alone is not enough: a request leaves it before its last bytes are written.
+void drain(const ServeOptions& o, serve::EngineClient& engines, const serve::HttpServer& server,
+           SignalWatcher& signals, Logger& logger) {
     const int seen = signals.count();
+    const auto unfinished = [&] { return engines.num_in_flight() > 0 || server.num_unfinished_answers() > 0; };
     const auto drain_end = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.drain_timeout);
-    while (engines.num_in_flight() > 0 && std::chrono::steady_clock::now() < drain_end) {
+    while (unfinished() && std::chrono::steady_clock::now() < drain_end) {
         if (signals.wait_beyond(seen, std::chrono::milliseconds(20)) > seen) {
             MOESERVE_LOG_W(logger, "api", "second signal: not waiting for the running requests");
             break;
@@ -184,10 +187,10 @@ void drain(const ServeOptions& o, serve::EngineClient& engines, SignalWatcher& s
     if (engines.num_in_flight() > 0) {
         MOESERVE_LOG_W(logger, "api", "aborting %d requests still running", engines.num_in_flight());
         engines.abort_all();
-        for (int i = 0; i < 100 && engines.num_in_flight() > 0; ++i)
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let the last answers go out
+    // The aborted requests' answers (and any other still being sent), bounded: a client that does
+    // not read must not hold the exit.
+    for (int i = 0; i < 100 && unfinished(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 
 // --api-server-count: what runs with it, else one sentence saying why not.
@@ -480,7 +483,7 @@ int run_serve(ServeOptions o) {
     // The listener stays open until exit: a client that connects during the drain gets the
     // router's 503 ("shutting down") instead of a reset from a closed listener's backlog.
     router.set_draining();
-    drain(o, engines, signals, logger);
+    drain(o, engines, server, signals, logger);
     stopping = true;
     if (snapshots.joinable()) snapshots.join();
     if (one_of_several) metrics.write_snapshot(engines.num_in_flight());

@@ -162,7 +162,7 @@ class Session : public std::enable_shared_from_this<Session> {
 public:
     // tls: the server's TLS context (null: plain HTTP); it outlives the session.
     Session(tcp::socket socket, const HttpServerOptions& options, const Handler& handler, std::atomic<int>& counter,
-            std::atomic<size_t>& body_bytes, net::ssl::context* tls)
+            std::atomic<size_t>& body_bytes, std::atomic<int>& owing_sessions, net::ssl::context* tls)
         : socket_(std::move(socket)),
           idle_timer_(socket_.get_executor()),
           write_timer_(socket_.get_executor()),
@@ -170,7 +170,8 @@ public:
           options_(options),
           handler_(handler),
           counter_(counter),
-          body_bytes_(body_bytes) {
+          body_bytes_(body_bytes),
+          owing_sessions_(owing_sessions) {
         ++counter_;
         beast::error_code ec;
         peer_ = socket_.remote_endpoint(ec);  // a connection already reset keeps the empty endpoint
@@ -178,6 +179,7 @@ public:
     }
     ~Session() {
         release_body();
+        set_owes_answer(false);
         --counter_;
     }
 
@@ -395,6 +397,7 @@ private:
     void dispatch(http::request<http::string_body> request) {
         ++generation_;
         busy_ = true;
+        set_owes_answer(true);
         answered_ = false;
         streaming_ = false;
         disconnect_fn_ = nullptr;
@@ -481,7 +484,16 @@ private:
         }
         if (ec) return close();
         if (!writes_.empty()) return write_front();
+        if (!busy_) set_owes_answer(false);  // the last answer's bytes are all sent
         if (close_after_write_) close();
+    }
+
+    // Whether a request of this connection has come in whose answer is not all sent: the server
+    // counts such connections (HttpServer::num_unfinished_answers) so a drain can wait for them.
+    void set_owes_answer(bool owes) {
+        if (owes == owes_answer_) return;
+        owes_answer_ = owes;
+        owing_sessions_ += owes ? 1 : -1;
     }
 
     void close() {
@@ -496,6 +508,7 @@ private:
         beast::error_code ignored;
         socket_.shutdown(tcp::socket::shutdown_both, ignored);
         socket_.close(ignored);
+        set_owes_answer(false);  // nothing more can reach this client
         if (busy_ && !answered_ && disconnect_fn_) {
             auto fn = std::move(disconnect_fn_);
             fn();
@@ -521,6 +534,8 @@ private:
     const Handler& handler_;
     std::atomic<int>& counter_;
     std::atomic<size_t>& body_bytes_;  // the server's bodies being received
+    std::atomic<int>& owing_sessions_;  // the server's connections with an answer not all sent
+    bool owes_answer_ = false;          // whether this one counts there
     size_t reserved_body_bytes_ = 0;   // this session's part of it
     beast::flat_buffer buffer_;
     std::optional<http::request_parser<http::string_body>> parser_;
@@ -637,6 +652,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     int max_connections = 0;
     std::atomic<int> connections{0};  // before ioc: sessions die with ioc's pending handlers
     std::atomic<size_t> body_bytes_in_flight{0};
+    std::atomic<int> owing_sessions{0};
     net::io_context ioc;
     tcp::acceptor acceptor;
     net::steady_timer backoff;
@@ -701,7 +717,8 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
         } else {
             at_limit = false;
             socket.set_option(tcp::no_delay(true), ignored);
-            std::make_shared<Session>(std::move(socket), options, handler, connections, body_bytes_in_flight, tls.get())
+            std::make_shared<Session>(std::move(socket), options, handler, connections, body_bytes_in_flight,
+                                      owing_sessions, tls.get())
                 ->start();
         }
         accept();
@@ -812,5 +829,7 @@ void HttpServer::stop() {
 }
 
 int HttpServer::num_connections() const { return impl_->connections.load(); }
+
+int HttpServer::num_unfinished_answers() const { return impl_->owing_sessions.load(); }
 
 }  // namespace moeserve::serve

@@ -155,6 +155,9 @@ public:
     void stop();
     // Connections currently open. Thread-safe.
     int num_connections() const;
+    // Connections with a request whose answer is not all written to the socket yet (being
+    // generated, queued, or being sent); a closed connection owes nothing. Thread-safe.
+    int num_unfinished_answers() const;
 
 private:
     struct Impl;
