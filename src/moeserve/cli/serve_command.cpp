@@ -173,8 +173,8 @@ int run_headless(const ServeOptions& o, const Deployment& d) {
 // Waits for the requests in flight to finish and their answers to be sent (at most drain_timeout,
 // or until a second signal), then aborts the rest and gives their answers a moment to go out.
 // The engines' count alone is not enough: a request leaves it before its last bytes are written.
-void drain(const ServeOptions& o, serve::EngineClient& engines, const serve::HttpServer& server,
-           SignalWatcher& signals, Logger& logger) {
+void drain(const ServeOptions& o, serve::EngineClient& engines, const serve::HttpServer& server, SignalWatcher& signals,
+           Logger& logger) {
     const int seen = signals.count();
     const auto unfinished = [&] { return engines.num_in_flight() > 0 || server.num_unfinished_answers() > 0; };
     const auto drain_end = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.drain_timeout);

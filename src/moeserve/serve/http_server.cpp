@@ -533,10 +533,10 @@ private:
     const HttpServerOptions& options_;
     const Handler& handler_;
     std::atomic<int>& counter_;
-    std::atomic<size_t>& body_bytes_;  // the server's bodies being received
+    std::atomic<size_t>& body_bytes_;   // the server's bodies being received
     std::atomic<int>& owing_sessions_;  // the server's connections with an answer not all sent
     bool owes_answer_ = false;          // whether this one counts there
-    size_t reserved_body_bytes_ = 0;   // this session's part of it
+    size_t reserved_body_bytes_ = 0;    // this session's part of it
     beast::flat_buffer buffer_;
     std::optional<http::request_parser<http::string_body>> parser_;
     std::optional<http::request<http::string_body>> pending_;
