@@ -3,6 +3,7 @@ inside a network namespace, Prometheus text parsing, and a quiet shell command."
 import concurrent.futures
 import http.client
 import json
+import os
 import signal
 import subprocess
 import tempfile
@@ -63,8 +64,18 @@ class ServeProcess:
         return parse_metrics(payload)
 
     def children(self):
-        with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
-            return [int(p) for p in f.read().split()]
+        """Its child processes: the main thread's first (the ranks it started, in order), then those
+        other threads started (a rank restarted by the watcher thread)."""
+        task_dir = f"/proc/{self.proc.pid}/task"
+        tids = sorted(os.listdir(task_dir), key=lambda t: (int(t) != self.proc.pid, int(t)))
+        out = []
+        for tid in tids:
+            try:
+                with open(f"{task_dir}/{tid}/children") as f:
+                    out += [int(p) for p in f.read().split()]
+            except FileNotFoundError:  # the thread ended meanwhile
+                pass
+        return out
 
     def stop(self, timeout=30, sig=signal.SIGTERM):
         return stop_process(self.proc, sig, timeout)

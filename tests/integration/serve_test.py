@@ -3,7 +3,8 @@
 
 Suites: api (routes and response shapes, greedy == `moeserve generate`, streaming == non-
 streaming), errors (OpenAI-shaped 400/401/404/405/413), lifecycle (disconnect aborts and frees
-KV blocks, SIGTERM drains and exits 0, a killed rank gives errors and 503, not hangs), load
+KV blocks, SIGTERM drains and exits 0, a killed rank gives errors and is restarted, or with
+--max-rank-restarts 0 gives 503 for good, not hangs), load
 (1,000 concurrent streaming clients).
 """
 import argparse
@@ -420,13 +421,11 @@ class Lifecycle(unittest.TestCase):
         self.assertEqual(s.proc.wait(30), 0)
 
     def test_killed_rank_fails_requests_and_health(self):
-        s = Server()
+        """Without self-healing (--max-rank-restarts 0): the stream ends with an error, then /health
+        and new requests are 503 for good."""
+        s = Server("--max-rank-restarts", "0")
         try:
-            c = s.conn()
-            c.request("POST", "/v1/completions", body=json.dumps({"prompt": "Hello", "max_tokens": 500, "ignore_eos": True, "stream": True}),
-                      headers=s.headers())
-            r = c.getresponse()
-            self.assertTrue(r.read(6).startswith(b"data: "))
+            r = self.running_stream(s)
             os.kill(s.rank_pid(), signal.SIGKILL)
             body = r.read().decode()  # ends (error event + [DONE]), does not hang
             self.assertIn('"error"', body)
@@ -439,6 +438,37 @@ class Lifecycle(unittest.TestCase):
             assert_error_shape(self, status, err, 503)
         finally:
             self.assertEqual(s.stop(), 0)
+
+    def test_killed_rank_is_restarted(self):
+        """Self-healing (the default) with one rank: the stream ends with an error, the rank process
+        is started again, and the server answers again, the same text as before."""
+        s = Server()
+        try:
+            status, before = s.json("POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 8, "temperature": 0})
+            self.assertEqual(status, 200, before)
+            r = self.running_stream(s)
+            os.kill(s.rank_pid(), signal.SIGKILL)
+            body = r.read().decode()
+            self.assertIn('"error"', body)
+            self.assertTrue(body.rstrip().endswith("data: [DONE]"))
+            deadline = time.time() + 60
+            while s.request("GET", "/health")[0] != 200 and time.time() < deadline:
+                time.sleep(0.1)
+            self.assertEqual(s.request("GET", "/health")[0], 200)
+            status, after = s.json("POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 8, "temperature": 0})
+            self.assertEqual(status, 200, after)
+            self.assertEqual(after["choices"][0]["text"], before["choices"][0]["text"])
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def running_stream(self, s):
+        """The response of a long stream, known to be running (its first event read)."""
+        c = s.conn()
+        c.request("POST", "/v1/completions", body=json.dumps({"prompt": "Hello", "max_tokens": 500, "ignore_eos": True, "stream": True}),
+                  headers=s.headers())
+        r = c.getresponse()
+        self.assertTrue(r.read(6).startswith(b"data: "))
+        return r
 
 
 class Load(unittest.TestCase):

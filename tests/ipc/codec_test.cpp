@@ -87,6 +87,9 @@ TEST(CodecTest, HealthReplyRoundTrips) {
     EXPECT_EQ(h.engine_index, 3);
     EXPECT_FALSE(h.healthy);
     EXPECT_EQ(h.detail, "oom");
+    EXPECT_FALSE(h.recovering);
+    const auto again = decode_engine_message(encode(EngineMessage{HealthReply{1, false, "regrouping", true}}));
+    EXPECT_TRUE(std::get<HealthReply>(again).recovering);
 }
 
 TEST(CodecTest, TpMessagesRoundTrip) {

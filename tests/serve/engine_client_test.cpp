@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
+#include <mutex>
+#include <map>
 #include <thread>
 
 #include "test_support.h"
@@ -117,6 +120,71 @@ TEST(EngineClientTest, StepWatchdogFlagsAnEngineThatStopsStepping) {
     EXPECT_TRUE(until(true));  // it steps again
     client.shutdown();
     std::filesystem::remove_all(dir);
+}
+
+TEST(EngineClientTest, ARecoveringEngineKeepsItsQueueAndARestartedOneReplaysWhatNeverRan) {
+    // Self-healing groups: an engine whose group re-forms says "recovering" (its running requests
+    // failed on its side: their outputs came), keeps the rest and takes no new ones until ready.
+    // An engine whose process is restarted has its started requests failed here; those that
+    // produced nothing go to an engine again once one is ready.
+    const auto dir = moeserve::test::scratch_dir("engine_client_heal_" + std::to_string(getpid()));
+    const std::string out = "ipc://" + (dir / "out").string();
+    const std::vector<std::string> in = {"ipc://" + (dir / "in0").string(), "ipc://" + (dir / "in1").string()};
+    Logger logger("test", LogLevel::kError);
+    EngineClient client({.output_address = out, .input_addresses = in, .heartbeat_timeout_ms = 30000}, logger);
+    ipc::EngineChannel e0(in[0], out), e1(in[1], out);
+    e0.send(ipc::HealthReply{0, true, "ready"});
+    e1.send(ipc::HealthReply{1, true, "ready"});
+    ASSERT_TRUE(client.wait_ready(5000));
+    std::mutex mutex;
+    std::map<std::string, ipc::FinishReason> finished;
+    const auto record = [&](const std::string& id) {
+        return [&, id](const ipc::RequestOutput& o) {
+            std::lock_guard lock(mutex);
+            if (o.finish_reason != ipc::FinishReason::kNone) finished[id] = o.finish_reason;
+        };
+    };
+    const auto finish_of = [&](const std::string& id) {
+        std::lock_guard lock(mutex);
+        const auto it = finished.find(id);
+        return it == finished.end() ? ipc::FinishReason::kNone : it->second;
+    };
+    const auto wait_until = [&](const std::function<bool()>& done) {
+        for (int i = 0; i < 200 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        return done();
+    };
+    ASSERT_TRUE(client.add(make_request("queued0", 4, 4), record("queued0")));  // tie -> engine 0
+    EXPECT_EQ(next_add(e0), "queued0");
+    ASSERT_TRUE(client.add(make_request("started1", 4, 4), record("started1")));
+    EXPECT_EQ(next_add(e1), "started1");
+    ipc::StepOutputs step;  // engine 1 produced a token of started1
+    step.engine_index = 1;
+    step.outputs.emplace_back();
+    step.outputs.back().request_id = "started1";
+    step.outputs.back().new_token_ids = {5};
+    e1.send(step);
+    EXPECT_TRUE(wait_until([&] { return client.outstanding_tokens()[1] == 3; }));
+    ASSERT_TRUE(client.add(make_request("queued1", 64, 4), record("queued1")));  // engine 1 owes less
+    EXPECT_EQ(next_add(e1), "queued1");
+
+    e0.send(ipc::HealthReply{0, false, "regrouping", /*recovering=*/true});
+    client.mark_restarting(1, "rank 1 died");
+    EXPECT_TRUE(wait_until([&] { return client.num_recovering() == 2; }));
+    EXPECT_TRUE(wait_until([&] { return finish_of("started1") == ipc::FinishReason::kError; }));
+    EXPECT_EQ(finish_of("queued0"), ipc::FinishReason::kNone);  // still waiting on engine 0
+    EXPECT_EQ(finish_of("queued1"), ipc::FinishReason::kNone);  // waits for an engine
+    EXPECT_EQ(client.num_in_flight(), 2);
+    EXPECT_FALSE(client.healthy());
+    EXPECT_NE(client.unhealthy_reason().find("recovering"), std::string::npos) << client.unhealthy_reason();
+    EXPECT_FALSE(client.accepting());
+    EXPECT_FALSE(client.add(make_request("refused", 4, 4), record("refused")));
+
+    e1.send(ipc::HealthReply{1, true, "ready"});  // the restarted process: queued1 goes to it
+    EXPECT_EQ(next_add(e1), "queued1");
+    e0.send(ipc::HealthReply{0, true, "ready"});
+    EXPECT_TRUE(wait_until([&] { return client.healthy(); })) << client.unhealthy_reason();
+    EXPECT_EQ(client.num_recovering(), 0);
+    EXPECT_EQ(client.num_in_flight(), 2);
 }
 
 }  // namespace

@@ -8,9 +8,11 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "moeserve/cli/kv_transfer_config.h"
+#include "moeserve/cli/rank_group.h"
 #include "moeserve/cli/serve_layout.h"
 #include "moeserve/cli/structured_vocabulary.h"
 #include "moeserve/core/error.h"
@@ -44,6 +46,8 @@ struct RankOptions {
     int distributed_timeout_ms = 30000;
     bool collective_guard = true;
     int heartbeat_timeout_ms = 30000;
+    bool self_heal = false;  // re-form the group after a failed step (the launcher restarts dead ranks)
+    bool rejoin = false;     // this process replaces a dead rank of a formed group
 };
 
 // The engine socket addresses (inputs, outputs; one each per API server): as given, or
@@ -88,45 +92,70 @@ std::chrono::milliseconds keepalive_interval(const RankOptions& o) {
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
+// How this rank meets the others (more than one rank).
+parallel::GlooConnectOptions gloo_options(const RankOptions& o, const EngineOptions& engine,
+                                          const std::string& config_text) {
+    Deployment d;  // only the fields the fingerprint reads
+    d.sizes = {o.dp, o.tp, o.ep};
+    d.collective_guard = o.collective_guard;
+    parallel::GlooConnectOptions go;
+    go.sizes = d.sizes;
+    go.rank = o.rank;
+    go.store_host = o.store_host;
+    go.store_port = o.store_port;
+    go.iface = o.gloo_iface;
+    go.hostname = o.gloo_hostname;
+    go.timeout = std::chrono::milliseconds(o.distributed_timeout_ms);
+    go.fingerprint = deployment_fingerprint(engine, d, config_text);
+    go.collective_guard = o.collective_guard;
+    if (const char* skip = std::getenv("MOESERVE_DEBUG_SKIP_COLLECTIVE"); skip != nullptr) {
+        go.debug_skip_collective = skip;  // a test hook (tests/integration/parallel_serve_test.py, suite desync)
+    }
+    return go;
+}
+
+// A TP follower's life: its leader's forwards, and with self-healing, again after each time the
+// group re-forms (the leader then announces the KV cache anew).
+int run_follower(model::Model& model, parallel::ParallelContext& ctx, RankGroup* group, const RankOptions& o,
+                 Logger& logger) {
+    while (true) {
+        try {
+            return engine::run_tp_follower(model, *ctx.tp, logger);
+        } catch (const Error& e) {
+            if (group == nullptr || !o.self_heal || !group->regroup(e, nullptr, std::chrono::milliseconds(1000))) throw;
+        }
+    }
+}
+
 int run_rank(const RankOptions& o) {
+    if (o.rejoin && std::getenv("MOESERVE_DEBUG_EXIT_ON_REJOIN") != nullptr) {  // a test hook: a crash loop
+        std::fprintf(stderr, "rank %d: exiting at once on a restart (MOESERVE_DEBUG_EXIT_ON_REJOIN)\n", o.rank);
+        return 3;
+    }
     const auto started = std::chrono::steady_clock::now();
     const parallel::ParallelSizes sizes{o.dp, o.tp, o.ep};
     parallel::validate(sizes);
     const auto groups = parallel::rank_groups(sizes, o.rank);
     Logger logger(parallel::rank_tag(groups), parse_log_level(o.engine.log_level));
     const auto config = read_model_config(o.engine.model);
-    const std::string config_text = config.dump();
     EngineOptions engine = o.engine;
     engine.max_model_len = resolve_max_model_len(o.engine, config);
     ThreadPool pool(
         std::max(1, o.engine.threads > 0 ? o.engine.threads : static_cast<int>(std::thread::hardware_concurrency())));
 
-    parallel::ParallelContext ctx;
+    parallel::ParallelContext single;  // one rank: no communicators
+    std::optional<RankGroup> group;
     model::LoadOptions load{.max_model_len = engine.max_model_len,
                             .dtype = engine.dtype,
                             .quantization = engine.quantization,
                             .kv_cache_dtype = engine.kv_cache_dtype};
     if (sizes.world() > 1) {
-        Deployment d;  // only the fields the fingerprint reads
-        d.sizes = sizes;
-        d.collective_guard = o.collective_guard;
-        parallel::GlooConnectOptions go;
-        go.sizes = sizes;
-        go.rank = o.rank;
-        go.store_host = o.store_host;
-        go.store_port = o.store_port;
-        go.iface = o.gloo_iface;
-        go.hostname = o.gloo_hostname;
-        go.timeout = std::chrono::milliseconds(o.distributed_timeout_ms);
-        go.fingerprint = deployment_fingerprint(engine, d, config_text);
-        go.collective_guard = o.collective_guard;
-        if (const char* skip = std::getenv("MOESERVE_DEBUG_SKIP_COLLECTIVE"); skip != nullptr) {
-            go.debug_skip_collective = skip;  // a test hook (tests/integration/parallel_serve_test.py, suite desync)
-        }
-        ctx = parallel::connect_gloo(go);
-        load.parallel = model::ParallelConfig::from_context(ctx);
+        group.emplace(gloo_options(o, engine, config.dump()), o.rejoin, logger);
+        load.parallel = model::ParallelConfig::from_context(group->context());
     }
+    parallel::ParallelContext& ctx = group ? group->context() : single;
     auto model = model::load_model(o.engine.model, pool, load);
+    if (group) group->join();  // a restarted rank joins once loaded
     const auto& info = model->info();
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     MOESERVE_LOG_I(logger, "engine",
@@ -138,7 +167,7 @@ int run_rank(const RankOptions& o) {
         model::kv_cache_dtype_warning(model::parse_kv_cache_dtype(engine.kv_cache_dtype, DType::kBF16));
     if (!kv_warning.empty()) MOESERVE_LOG_W(logger, "engine", "rank %d: %s", o.rank, kv_warning.c_str());
 
-    if (groups.tp_rank != 0) return engine::run_tp_follower(*model, *ctx.tp, logger);
+    if (groups.tp_rank != 0) return run_follower(*model, ctx, group ? &*group : nullptr, o, logger);
 
     std::unique_ptr<engine::TpLeaderModel> leader;
     model::Model* served = model.get();
@@ -176,13 +205,26 @@ int run_rank(const RankOptions& o) {
     engine::EngineProcOptions eo{.engine_index = groups.dp_rank};
     if (leader) eo.heartbeat_ms = static_cast<int>(std::min<int64_t>(eo.heartbeat_ms, keepalive_interval(o).count()));
     if (leader) eo.on_iteration = [&leader] { leader->keepalive(); };
-    int rc = 0;
+    std::optional<engine::DpCoordinator> coordinator;
     if (parallel::dp_groups_step_together(sizes)) {
-        engine::DpCoordinator coordinator(core, *ctx.dp, {.pd_hybrid = engine.pd_hybrid});
-        rc = engine::run_engine_loop_dp(core, coordinator, channel, logger, eo);
-    } else {
-        rc = engine::run_engine_loop(core, channel, logger, eo);
+        coordinator.emplace(core, *ctx.dp, engine::DpCoordinatorOptions{.pd_hybrid = engine.pd_hybrid});
     }
+    if (group && o.self_heal) {
+        eo.regroup = [&](const Error& failure, const std::function<void()>& still_waiting) {
+            for (Error last = failure;;) {
+                if (!group->regroup(last, still_waiting, std::chrono::milliseconds(eo.heartbeat_ms))) return false;
+                try {
+                    if (leader) leader->regrouped();  // the followers start over: the KV cache again
+                    if (coordinator) coordinator->regrouped();
+                    return true;
+                } catch (const Error& e) {
+                    last = e;  // the new generation failed at once: the next one
+                }
+            }
+        };
+    }
+    const int rc = coordinator ? engine::run_engine_loop_dp(core, *coordinator, channel, logger, eo)
+                               : engine::run_engine_loop(core, channel, logger, eo);
     if (leader && rc == 0) leader->shutdown();
     return rc;
 }
@@ -206,6 +248,8 @@ void add_rank_command(CLI::App& app, std::function<int()>* action) {
     rank->add_option("--distributed-timeout-ms", r->distributed_timeout_ms);
     rank->add_flag("--no-collective-guard{false}", r->collective_guard);
     rank->add_option("--heartbeat-timeout-ms", r->heartbeat_timeout_ms);
+    rank->add_flag("--self-heal", r->self_heal);
+    rank->add_flag("--rejoin", r->rejoin);
     rank->callback([r, action] { *action = [r] { return run_rank(*r); }; });
 }
 

@@ -30,6 +30,7 @@
 #include "moeserve/cli/access_flags.h"
 #include "moeserve/cli/commands.h"
 #include "moeserve/cli/serve_command.h"
+#include "moeserve/cli/rank_supervisor.h"
 #include "moeserve/cli/serve_processes.h"
 #include "moeserve/cli/generation_config.h"
 #include "moeserve/cli/kv_transfer_config.h"
@@ -379,6 +380,9 @@ int run_serve(ServeOptions o) {
     router_ptr = &router;
     const auto started = std::chrono::steady_clock::now();
     RankProcesses ranks(environment_with(ipc::kRankPlaneKeyEnv, key));
+    // A rank that exits while we serve: restarted, or its engines lost (rank_supervisor.h).
+    // (Several API servers learn of it from the parent's file, which marks every engine dead.)
+    RankSupervisor supervisor(d, first_engine, num_engines, ranks, engines, metrics, logger);
     std::atomic<bool> stopping{false};
     std::thread watcher, http, snapshots;
     ScopeExit cleanup([&] {  // however run_serve ends: nothing left running, nothing left behind
@@ -403,22 +407,9 @@ int run_serve(ServeOptions o) {
         for (int i = 0; i < num_engines; ++i) engines.mark_dead(i, reason);
         return true;
     };
-    // A rank that exits while we serve: when the DP groups step in lock-step (EP across them), one
-    // missing rank stops them all (the others' collectives time out and exit), so every engine's
-    // requests fail; otherwise only its own DP group's engine is lost and the others keep serving.
-    // (Several API servers learn of it from the parent's file, which marks every engine dead.)
-    const bool lockstep = parallel::dp_groups_step_together(d.sizes);
     watcher = std::thread([&] {
         ranks.watch([&](const RankProcesses::Rank& r) {
-            if (stopping) return;
-            const std::string reason =
-                fmt::format("rank process {} (rank {}) {}", r.pid, r.rank, describe_status(r.status));
-            MOESERVE_LOG_E(logger, "api", "%s", reason.c_str());
-            if (lockstep) {
-                for (int i = 0; i < num_engines; ++i) engines.mark_dead(i, reason);
-            } else {
-                engines.mark_dead(r.rank / d.sizes.tp - first_engine, reason);
-            }
+            if (!stopping) supervisor.on_exit(r);
         });
     });
     signals.start();
@@ -450,6 +441,7 @@ int run_serve(ServeOptions o) {
                   o.engine_ready_timeout);
         }
     }
+    supervisor.serving();
     MOESERVE_LOG_I(logger, "api", "%d engine(s) ready in %.2f s", num_engines,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     MOESERVE_LOG_I(logger, "api", "serving %s on %s://%s:%d", rc.limits.served_model_name.c_str(),
@@ -477,6 +469,7 @@ int run_serve(ServeOptions o) {
     while (signals.wait_beyond(0, std::chrono::milliseconds(one_of_several ? 200 : 1000)) == 0) {
         check_engines_dead();
         stats.log_if_due(engines.stats());
+        supervisor.check_health();
     }
     MOESERVE_LOG_I(logger, "api", "signal %d: draining (up to %.0f s; a second signal stops at once)", signals.last(),
                    o.drain_timeout);
@@ -593,6 +586,10 @@ void add_serve_command(CLI::App& app, Action* action) {
     sub->add_flag("--headless", p.headless, "run only this node's ranks (no API server); they connect to the head");
     sub->add_option("--distributed-timeout-ms", p.distributed_timeout_ms,
                     "bound on rendezvous and every collective; a dead peer fails its ranks after this")
+        ->capture_default_str();
+    sub->add_option("--max-rank-restarts", p.max_rank_restarts,
+                    "times in a row a dead rank is restarted and its group re-formed before the group is given up "
+                    "(0: a dead rank stops its group; docs/parallelism.md)")
         ->capture_default_str();
     sub->add_flag("--disable-collective-guard", p.disable_collective_guard,
                   "leave out the per-collective step check that fails a desynchronized group at once "

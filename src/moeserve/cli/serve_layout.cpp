@@ -195,6 +195,10 @@ Deployment make_deployment(const ParallelFlags& f, const nlohmann::json& config,
     }
     d.timeout_ms = f.distributed_timeout_ms;
     d.collective_guard = !f.disable_collective_guard;
+    if (f.max_rank_restarts < 0) {
+        raise(ErrorCode::kInvalidArgument, "--max-rank-restarts must be >= 0; got {}", f.max_rank_restarts);
+    }
+    d.max_rank_restarts = f.max_rank_restarts;
     const int64_t heads = config_int(config, "num_attention_heads", 1, "--model");
     const int64_t kv_heads = config_int(config, "num_key_value_heads", static_cast<int32_t>(heads), "--model");
     if (heads % tp != 0) {
@@ -216,6 +220,11 @@ Deployment make_deployment(const ParallelFlags& f, const nlohmann::json& config,
                       : f.headless || (d.external_lb && d.start != 0) ? ""
                                                                       : d.address;
     return d;
+}
+
+bool Deployment::self_healing() const {
+    return max_rank_restarts > 0 && all_local && !external_lb && api_servers == 1 &&
+           (sizes.dp == 1 || parallel::dp_groups_step_together(sizes));
 }
 
 std::string deployment_fingerprint(const EngineOptions& e, const Deployment& d, const std::string& config_text) {
@@ -272,6 +281,7 @@ std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, 
                            d.output_address(ipc_dir, s)});
     }
     if (!d.collective_guard) a.emplace_back("--no-collective-guard");
+    if (d.self_healing()) a.emplace_back("--self-heal");
     if (!d.gloo_iface.empty()) a.insert(a.end(), {"--gloo-iface", d.gloo_iface});
     if (!d.gloo_hostname.empty()) a.insert(a.end(), {"--gloo-hostname", d.gloo_hostname});
     if (!e.kv_cache_memory.empty()) a.insert(a.end(), {"--kv-cache-memory", e.kv_cache_memory});

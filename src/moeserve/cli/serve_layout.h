@@ -31,6 +31,7 @@ struct ParallelFlags {
     bool headless = false;
     int distributed_timeout_ms = 30000;
     bool disable_collective_guard = false;
+    int max_rank_restarts = 3;
 };
 
 // The validated deployment of this node.
@@ -52,6 +53,15 @@ struct Deployment {
     // since guarded and unguarded ranks cannot share a group.
     bool collective_guard = true;
     int heartbeat_timeout_ms = 30000;  // --heartbeat-timeout-ms: the engine sockets' liveness bound
+    // --max-rank-restarts: how often in a row a dead rank is started again (self-healing) before
+    // its group is given up; 0 = never (a dead rank stops its group for good).
+    int max_rank_restarts = 3;
+    // Whether a dead rank is restarted and its group re-formed: a group whose ranks all step
+    // together (one DP group, or DP groups in lock-step over EP), all started by the one API
+    // server. Not yet: independent DP groups (each forms its TP group inside one Gloo world that
+    // cannot re-form without the others), ranks on other nodes (their --headless launcher does not
+    // restart them), --api-server-count > 1 and external load balancing.
+    bool self_healing() const;
     // --api-server-count: API server processes, each with its own engine sockets (local_sockets()
     // only); every engine connects to all of them.
     int api_servers = 1;

@@ -31,6 +31,12 @@ pid_t spawn_rank(const std::vector<std::string>& args, const std::vector<std::st
         signal(SIGTERM, SIG_IGN);
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent) _exit(1);
+        // Nothing of the parent's but stdin/out/err: a rank restarted while the API server serves
+        // would hold its HTTP connections (and listener) open, so their closes never reach the
+        // clients.
+        if (close_range(3, ~0U, 0) != 0) {
+            for (int fd = 3; fd < 65536; ++fd) close(fd);
+        }
         execve("/proc/self/exe", argv.data(), envp.data());
         _exit(127);
     }

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -61,17 +62,32 @@ public:
         bool exited = false;
         int status = 0;
         int api_server = -1;  // >= 0: this child is that API server
+        std::vector<std::string> argv;
     };
 
     explicit RankProcesses(std::vector<std::string> env) : env_(std::move(env)) {}
 
     void spawn(const std::vector<std::string>& argv, int rank) {
         std::lock_guard lock(mutex_);
-        ranks_.push_back({spawn_rank(argv, env_), rank});
+        ranks_.push_back({spawn_rank(argv, env_), rank, false, 0, -1, argv});
+    }
+    // Starts the exited child `pid` again with its arguments plus extra_flag (once); the new
+    // process takes its entry. Returns the new pid.
+    pid_t respawn(pid_t pid, const std::string& extra_flag) {
+        std::lock_guard lock(mutex_);
+        for (auto& r : ranks_) {
+            if (r.pid != pid || !r.exited) continue;
+            if (std::find(r.argv.begin(), r.argv.end(), extra_flag) == r.argv.end()) r.argv.push_back(extra_flag);
+            r.pid = spawn_rank(r.argv, env_);
+            r.exited = false;
+            r.status = 0;
+            return r.pid;
+        }
+        raise(ErrorCode::kInternal, "no exited child process {} to start again", pid);
     }
     void spawn_api_server(const std::vector<std::string>& argv, int api_server) {
         std::lock_guard lock(mutex_);
-        ranks_.push_back({spawn_rank(argv, env_), -1, false, 0, api_server});
+        ranks_.push_back({spawn_rank(argv, env_), -1, false, 0, api_server, argv});
     }
     // Sends sig to every API server still running.
     void signal_api_servers(int sig) const {
@@ -124,6 +140,12 @@ public:
         std::lock_guard lock(mutex_);
         for (const auto& r : ranks_)
             if (!r.exited) kill(r.pid, SIGKILL);
+    }
+    // Kills every rank process (not the API servers).
+    void kill_ranks() const {
+        std::lock_guard lock(mutex_);
+        for (const auto& r : ranks_)
+            if (r.api_server < 0 && !r.exited) kill(r.pid, SIGKILL);
     }
     // Kills the rank processes of DP rank dp_rank (global ranks dp_rank * tp .. + tp - 1).
     void kill_group(int dp_rank, int tp) const {

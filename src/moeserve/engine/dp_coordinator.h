@@ -104,6 +104,12 @@ public:
     bool global_has_work() const { return global_has_work_; }
     // This rank votes to stop; the next step() returns shutdown = true on every rank.
     void request_shutdown() { shutdown_requested_ = true; }
+    // The group re-formed (self-healing): the state every rank derives from the agreed rounds
+    // starts over, as it does on the replaced rank's new coordinator, so all of them agree again.
+    void regrouped() {
+        selector_ = HybridPhaseSelector(options_.max_consecutive_prefill_steps);
+        global_has_work_ = false;
+    }
 
     const DpCounters& counters() const { return counters_; }
     const std::vector<TimelineEntry>& timeline() const { return timeline_; }

@@ -112,6 +112,12 @@ void EngineCore::poll_grammar_compiles() {
     }
 }
 
+std::vector<ipc::RequestOutput> EngineCore::fail_running(const std::string& reason) {
+    scheduler_.fail_running(reason);
+    kv_.reset_prefix_cache();
+    return scheduler_.take_finished();
+}
+
 void EngineCore::abort(const ipc::Abort& abort) {
     // A request still compiling joins the scheduler now, to leave it as every aborted one does
     // (a kAbort output); its compile finishes unused.

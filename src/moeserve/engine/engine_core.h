@@ -68,6 +68,11 @@ public:
     // Frees the requests' blocks now; each comes back as a kAbort output from the next step.
     void abort(const ipc::Abort& abort);
 
+    // Self-healing (docs/parallelism.md): a step failed because the group's collectives did (a
+    // rank died). Fails the running requests with `reason` and forgets the prefix cache; waiting
+    // requests stay. Returns the failed requests' outputs.
+    std::vector<ipc::RequestOutput> fail_running(const std::string& reason);
+
     // Runs one step. forced: the phase to run (PD hybrid, DP lock-step); kIdle runs a dummy step.
     StepOutcome step(std::optional<Phase> forced = std::nullopt);
     // DP lock-step (DpCoordinator): step(forced) with the MoE exchange the DP group agreed on; when

@@ -1,6 +1,8 @@
 // Engine process loop: drain the socket without waiting while there is work, step, send.
 #include "moeserve/engine/engine_proc.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <variant>
 
@@ -87,6 +89,23 @@ void send_outputs(EngineCore& core, ipc::EngineChannel& channel, ipc::ClientRout
     output_seconds += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// A failed step, with self-healing: the running requests fail (their outputs go out now), the
+// API server hears that this engine is recovering, and options.regroup re-forms the group. True
+// when it did (the waiting requests are still queued); false: fail() as without it.
+bool recover(EngineCore& core, ipc::EngineChannel& channel, ipc::ClientRouting& routing, Logger& logger,
+             const EngineProcOptions& options, const Error& e, const DpCounters* dp = nullptr) {
+    if (!options.regroup) return false;
+    const std::string reason = fmt::format("the engine's rank group failed and is re-forming: {}", e.what());
+    MOESERVE_LOG_W(logger, "engine", "engine %d: %s", options.engine_index, reason.c_str());
+    send_outputs(core, channel, routing, logger, options.engine_index, core.fail_running(reason), dp);
+    const ipc::HealthReply recovering{options.engine_index, false, reason, /*recovering=*/true};
+    channel.send(recovering);
+    if (!options.regroup(e, [&] { channel.send(recovering); })) return false;
+    MOESERVE_LOG_I(logger, "engine", "engine %d: the group re-formed; serving again", options.engine_index);
+    channel.send(ipc::HealthReply{options.engine_index, true, "ready"});
+    return true;
+}
+
 // A failed step: tell the API server why, then leave (the caller exits the process).
 int fail(ipc::EngineChannel& channel, Logger& logger, int32_t engine_index, const Error& e) {
     MOESERVE_LOG_E(logger, "engine", "engine %d: step failed, exiting: %s", engine_index, e.what());
@@ -129,6 +148,7 @@ int run_engine_loop(EngineCore& core, ipc::EngineChannel& channel, Logger& logge
                 last_sent = Clock::now();
             }
         } catch (const Error& e) {
+            if (recover(core, channel, routing, logger, options, e)) continue;
             return fail(channel, logger, options.engine_index, e);
         }
     }
@@ -157,6 +177,10 @@ int run_engine_loop_dp(EngineCore& core, DpCoordinator& coordinator, ipc::Engine
             core.poll_grammar_compiles();
             r = coordinator.step();
         } catch (const Error& e) {
+            if (recover(core, channel, routing, logger, options, e, &coordinator.counters())) {
+                last_sent = Clock::now();
+                continue;
+            }
             return fail(channel, logger, options.engine_index, e);
         }
         const bool stepped = r.phase != StepPhase::kIdle;

@@ -19,14 +19,20 @@ struct EngineProcOptions {
     int heartbeat_ms = 1000;  // an idle engine says it is alive this often
     // Called once per loop iteration on the engine thread (e.g. the TP leader's keepalive).
     std::function<void()> on_iteration{};
+    // Self-healing (docs/parallelism.md): after a step failed (a rank of the group died, or the
+    // ranks fell out of step), re-forms the group; true when it did. It calls still_waiting() about
+    // every heartbeat_ms while it waits (the engine tells the API server it is still recovering).
+    // Unset: a failed step is fatal.
+    std::function<bool(const Error& failure, const std::function<void()>& still_waiting)> regroup{};
 };
 
 // Sends a ready HealthReply (to every API server of the channel), then serves until a Shutdown
 // message from every API server; returns 0. Each request's outputs go to the API server that
 // added it (ipc/client_routing.h), the stats to all. Malformed messages
-// are logged and skipped. A step that throws Error (a collective whose peer is gone) is fatal:
-// the engine sends an unhealthy HealthReply naming it and returns 1. Not thread-safe: owns the
-// calling thread until it returns.
+// are logged and skipped. A step that throws Error (a collective whose peer is gone) fails the
+// running requests and, when options.regroup re-forms the group, the loop goes on with the waiting
+// ones (HealthReply recovering, then ready); else the engine sends an unhealthy HealthReply naming
+// the error and returns 1. Not thread-safe: owns the calling thread until it returns.
 int run_engine_loop(EngineCore& core, ipc::EngineChannel& channel, Logger& logger, const EngineProcOptions& options);
 
 // The DP lock-step loop (DpCoordinator's call pattern): every iteration drains the inbox (waiting

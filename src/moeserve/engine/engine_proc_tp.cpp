@@ -159,8 +159,14 @@ void TpLeaderModel::send(const ipc::TpMessage& message) const {
 }
 
 std::unique_ptr<model::KvCache> TpLeaderModel::create_kv_cache(int64_t num_blocks, int64_t block_size) const {
-    send(ipc::TpCreateKv{num_blocks, block_size});
+    kv_shape_ = ipc::TpCreateKv{num_blocks, block_size};
+    send(*kv_shape_);
     return inner_.create_kv_cache(num_blocks, block_size);
+}
+
+void TpLeaderModel::regrouped() {
+    tables_ = TpTables();
+    if (kv_shape_) send(*kv_shape_);
 }
 
 TensorView TpLeaderModel::forward(const model::ForwardBatch& b, model::KvCache& kv) {

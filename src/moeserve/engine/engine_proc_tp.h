@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -73,6 +74,9 @@ public:
     // Tells the followers to leave their loop. Call once, last; errors are swallowed (peers may
     // be gone already).
     void shutdown();
+    // The TP group re-formed (self-healing): a follower is a new process or has started its loop
+    // over, so the KV cache is announced again (same size) and the block tables are sent whole.
+    void regrouped();
 
 private:
     void send(const ipc::TpMessage& message) const;
@@ -82,6 +86,7 @@ private:
     std::chrono::milliseconds keepalive_;
     mutable std::chrono::steady_clock::time_point last_sent_;
     TpTables tables_;
+    mutable std::optional<ipc::TpCreateKv> kv_shape_;  // the last KV cache announced
 };
 
 // The TP follower's loop: waits for the leader's messages, creates the KV cache and runs every

@@ -51,7 +51,7 @@ auto fields(T& v) {
     } else if constexpr (std::is_same_v<S, StepOutputs>) {
         return std::tie(v.engine_index, v.outputs, v.stats);
     } else if constexpr (std::is_same_v<S, HealthReply>) {
-        return std::tie(v.engine_index, v.healthy, v.detail);
+        return std::tie(v.engine_index, v.healthy, v.detail, v.recovering);
     } else if constexpr (std::is_same_v<S, KvTransferParams>) {
         return std::tie(v.produce, v.remote_endpoint, v.remote_transfer_id);
     } else if constexpr (std::is_same_v<S, KvFetch>) {

@@ -173,6 +173,9 @@ struct HealthReply {
     int32_t engine_index = 0;
     bool healthy = true;
     std::string detail;
+    // Not healthy but coming back: the engine's rank group is re-forming (self-healing). Its
+    // running requests failed (their outputs came before this); its waiting ones stay queued.
+    bool recovering = false;
 };
 
 // Server -> engine.

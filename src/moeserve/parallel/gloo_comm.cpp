@@ -221,10 +221,11 @@ std::unique_ptr<Communicator> connect_group(GlooResources& res, const std::strin
                                             const std::vector<int>& ranks, const GlooConnectOptions& o) {
     const std::string key = fmt::format("{}{}", kind, group_index);
     const std::string name = fmt::format("{}[{}]", key, fmt::join(ranks, " "));
+    const std::string store_prefix = fmt::format("g{}/{}", o.generation, key);
     if (ranks.size() == 1) return make_single_rank_communicator(name);
     const int rank = o.rank;
     const std::chrono::milliseconds timeout = o.timeout;
-    gloo::rendezvous::PrefixStore prefixed(key, *res.store);
+    gloo::rendezvous::PrefixStore prefixed(store_prefix, *res.store);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(index_in(ranks, rank), static_cast<int>(ranks.size()));
     ctx->setTimeout(timeout);
     try {
@@ -236,14 +237,23 @@ std::unique_ptr<Communicator> connect_group(GlooResources& res, const std::strin
     }
     auto comm = std::make_unique<GlooComm>(std::move(ctx), name, timeout);
     if (!o.collective_guard) return comm;
-    return make_guarded_communicator(std::move(comm), skip_for(o.debug_skip_collective, kind, rank));
+    // The test hook skips in the first generation only: a re-formed group runs clean.
+    const SkipCollective skip = o.generation == 0 ? skip_for(o.debug_skip_collective, kind, rank) : SkipCollective{};
+    return make_guarded_communicator(std::move(comm), skip);
 }
 
+std::string generation_key(int rank) { return fmt::format("generation/{}", rank); }
+
+// Also where every rank waits for the others to arrive (each one's fingerprint).
 void check_fingerprints(TcpStore& store, const GlooConnectOptions& o) {
-    store.set(fmt::format("fingerprint/{}", o.rank), std::vector<char>(o.fingerprint.begin(), o.fingerprint.end()));
+    const std::string generation = std::to_string(o.generation);
+    store.set(generation_key(o.rank), std::vector<char>(generation.begin(), generation.end()));
+    store.set(fmt::format("g{}/fingerprint/{}", o.generation, o.rank),
+              std::vector<char>(o.fingerprint.begin(), o.fingerprint.end()));
+    const auto arrival = o.arrival_timeout.count() > 0 ? o.arrival_timeout : o.timeout;
     for (int r = 0; r < o.sizes.world(); ++r) {
-        const std::string key = fmt::format("fingerprint/{}", r);
-        store.wait({key}, o.timeout);
+        const std::string key = fmt::format("g{}/fingerprint/{}", o.generation, r);
+        store.wait({key}, arrival);
         const std::vector<char> v = store.get(key);
         const std::string theirs(v.begin(), v.end());
         if (theirs != o.fingerprint) {
@@ -256,6 +266,13 @@ void check_fingerprints(TcpStore& store, const GlooConnectOptions& o) {
 }
 
 }  // namespace
+
+int last_generation(const std::string& store_host, int store_port, int rank, std::chrono::milliseconds timeout) {
+    TcpStore store(store_host, store_port, timeout);
+    std::vector<char> value;
+    if (!store.try_get(generation_key(rank), value)) return -1;
+    return std::stoi(std::string(value.begin(), value.end()));
+}
 
 ParallelContext connect_gloo(const GlooConnectOptions& o) {
     validate(o.sizes);

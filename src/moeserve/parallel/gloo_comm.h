@@ -19,7 +19,13 @@ struct GlooConnectOptions {
     // else this hostname/address; both empty: the machine's hostname.
     std::string iface;
     std::string hostname;
-    std::chrono::milliseconds timeout{30000};  // rendezvous and every collective
+    std::chrono::milliseconds timeout{30000};  // every collective (and connecting, once all ranks are there)
+    // How long to wait for every rank to arrive at the rendezvous; 0 = `timeout`. A group that
+    // re-forms waits longer: its replaced rank is a new process.
+    std::chrono::milliseconds arrival_timeout{0};
+    // The group's generation: 0 when the deployment starts, one more each time it re-forms after a
+    // failure (self-healing, docs/parallelism.md). Its rendezvous keys are apart from the others'.
+    int generation = 0;
     // Model + sizes (+ anything all ranks must share). A rank whose fingerprint differs from rank
     // 0's is refused with Error kInvalidArgument naming both, instead of hanging later.
     std::string fingerprint;
@@ -30,6 +36,10 @@ struct GlooConnectOptions {
     // group (guarded_comm.h SkipCollective). Empty: none.
     std::string debug_skip_collective;
 };
+
+// The generation `rank` last joined (or tried to), as the store has it; -1 when it never did. A
+// restarted rank joins the one after it, where the survivors of its old group go.
+int last_generation(const std::string& store_host, int store_port, int rank, std::chrono::milliseconds timeout);
 
 // Blocks until every rank of the world has connected (bounded by options.timeout). Throws Error
 // kUnavailable when the store or a peer cannot be reached in time, kInvalidArgument on a

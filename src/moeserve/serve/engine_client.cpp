@@ -50,33 +50,45 @@ bool EngineClient::wait_ready(int timeout_ms) {
     return all_ready();
 }
 
+int EngineClient::pick_engine() const {
+    int best = -1;
+    const auto less_loaded = [](const EngineState& a, const EngineState& b) {
+        if (a.outstanding_tokens != b.outstanding_tokens) return a.outstanding_tokens < b.outstanding_tokens;
+        return a.in_flight < b.in_flight;
+    };
+    for (size_t i = 0; i < engines_.size(); ++i) {
+        const auto& e = engines_[i];
+        if (!e.ready || e.dead || e.recovering) continue;
+        if (best < 0 || less_loaded(e, engines_[static_cast<size_t>(best)])) best = static_cast<int>(i);
+    }
+    return best;
+}
+
+void EngineClient::place(int engine, const std::string& id, Pending p) {
+    auto& e = engines_[static_cast<size_t>(engine)];
+    if (e.in_flight == 0) e.last_progress_ms = now_ms();  // the watchdog counts from here
+    e.in_flight++;
+    e.routed++;
+    e.outstanding_tokens += p.prompt_owed + p.output_owed;
+    p.engine = engine;
+    pending_[id] = std::move(p);
+}
+
 bool EngineClient::add(ipc::AddRequest request, OutputCallback callback) {
     int best = -1;
     const int64_t prompt = static_cast<int64_t>(request.prompt_token_ids.size());
     const int64_t output = std::max<int64_t>(0, request.sampling.max_tokens);
-    {
-        std::lock_guard lock(mutex_);
-        const auto less_loaded = [](const EngineState& a, const EngineState& b) {
-            if (a.outstanding_tokens != b.outstanding_tokens) return a.outstanding_tokens < b.outstanding_tokens;
-            return a.in_flight < b.in_flight;
-        };
-        for (size_t i = 0; i < engines_.size(); ++i) {
-            const auto& e = engines_[i];
-            if (!e.ready || e.dead) continue;
-            if (best < 0 || less_loaded(e, engines_[static_cast<size_t>(best)])) best = static_cast<int>(i);
-        }
-        if (best < 0) return false;
-        auto& e = engines_[static_cast<size_t>(best)];
-        if (e.in_flight == 0) e.last_progress_ms = now_ms();  // the watchdog counts from here
-        e.in_flight++;
-        e.routed++;
-        e.outstanding_tokens += prompt + output;
-        pending_[request.request_id] =
-            Pending{best, prompt, output, now_ms(), std::make_shared<OutputCallback>(std::move(callback))};
-    }
     const std::string id = request.request_id;
     request.client_index = options_.client_index;
-    if (!channel_.send(best, std::move(request))) {
+    auto kept = std::make_shared<const ipc::AddRequest>(std::move(request));
+    {
+        std::lock_guard lock(mutex_);
+        best = pick_engine();
+        if (best < 0) return false;
+        place(best, id,
+              Pending{best, prompt, output, now_ms(), std::make_shared<OutputCallback>(std::move(callback)), kept});
+    }
+    if (!channel_.send(best, *kept)) {
         std::lock_guard lock(mutex_);
         if (pending_.erase(id)) {
             auto& e = engines_[static_cast<size_t>(best)];
@@ -91,15 +103,35 @@ bool EngineClient::add(ipc::AddRequest request, OutputCallback callback) {
 
 void EngineClient::abort(const std::vector<std::string>& request_ids) {
     std::vector<std::vector<std::string>> per_engine(engines_.size());
+    std::vector<std::pair<std::string, std::shared_ptr<OutputCallback>>> unplaced;
     {
         std::lock_guard lock(mutex_);
         for (const auto& id : request_ids) {
             const auto it = pending_.find(id);
             if (it != pending_.end()) per_engine[static_cast<size_t>(it->second.engine)].push_back(id);
         }
+        take_unplaced(request_ids, unplaced);
     }
     for (size_t i = 0; i < per_engine.size(); ++i) {
         if (!per_engine[i].empty()) channel_.send(static_cast<int>(i), ipc::Abort{per_engine[i]});
+    }
+    for (const auto& [id, cb] : unplaced) {  // on no engine: their abort outputs come from here
+        ipc::RequestOutput out;
+        out.request_id = id;
+        out.finish_reason = ipc::FinishReason::kAbort;
+        (*cb)(out);
+    }
+}
+
+void EngineClient::take_unplaced(const std::vector<std::string>& ids,
+                                 std::vector<std::pair<std::string, std::shared_ptr<OutputCallback>>>& taken) {
+    for (auto it = unplaced_.begin(); it != unplaced_.end();) {
+        if (std::find(ids.begin(), ids.end(), it->first) != ids.end()) {
+            taken.emplace_back(it->first, it->second.callback);
+            it = unplaced_.erase(it);
+        } else {
+            ++it;
+        }
     }
 }
 
@@ -108,6 +140,7 @@ void EngineClient::abort_all() {
     {
         std::lock_guard lock(mutex_);
         for (const auto& [id, p] : pending_) ids.push_back(id);
+        for (const auto& [id, p] : unplaced_) ids.push_back(id);
     }
     abort(ids);
 }
@@ -115,31 +148,65 @@ void EngineClient::abort_all() {
 void EngineClient::mark_dead(int engine, const std::string& reason) {
     std::lock_guard lock(mutex_);
     auto& e = engines_.at(static_cast<size_t>(engine));
-    if (!e.dead) e.dead_reason = reason;
+    if (!e.dead || e.recovering) e.dead_reason = reason;  // a restart's reason gives way to the final one
     e.dead = true;
     e.gone = true;
+    e.recovering = false;
     ready_cv_.notify_all();
 }
 
-bool EngineClient::healthy() const {
+void EngineClient::mark_restarting(int engine, const std::string& reason) {
     std::lock_guard lock(mutex_);
-    for (const auto& e : engines_) {
-        if (!e.ready || e.dead || e.stalled) return false;
+    auto& e = engines_.at(static_cast<size_t>(engine));
+    if (e.gone) return;
+    if (!e.dead) e.dead_reason = reason;
+    e.dead = true;  // check_engines fails (or re-places) its requests; its new process's "ready" revives it
+    e.recovering = true;
+    e.process_restarting = true;
+    e.recovering_reason = reason;
+    ready_cv_.notify_all();
+}
+
+void EngineClient::mark_recovering(int engine, const std::string& reason) {
+    std::lock_guard lock(mutex_);
+    auto& e = engines_.at(static_cast<size_t>(engine));
+    if (e.gone) return;
+    e.recovering = true;
+    e.recovering_reason = reason;
+}
+
+bool EngineClient::healthy() const { return unhealthy_reason().empty(); }
+
+std::string EngineClient::unhealthy_reason() const {
+    std::lock_guard lock(mutex_);
+    for (size_t i = 0; i < engines_.size(); ++i) {
+        const auto& e = engines_[i];
+        const int index = options_.first_engine_index + static_cast<int>(i);
+        if (e.recovering) return fmt::format("engine {} is recovering: {}", index, e.recovering_reason);
+        if (e.dead) return e.dead_reason;
+        if (!e.ready) return fmt::format("engine {} is starting", index);
+        if (e.stalled) return fmt::format("engine {} has requests but completes no step", index);
     }
-    return true;
+    return "";
+}
+
+int EngineClient::num_recovering() const {
+    std::lock_guard lock(mutex_);
+    return static_cast<int>(
+        std::count_if(engines_.begin(), engines_.end(), [](const auto& e) { return e.recovering; }));
 }
 
 bool EngineClient::accepting() const {
     std::lock_guard lock(mutex_);
     for (const auto& e : engines_) {
-        if (e.ready && !e.dead) return true;
+        if (e.ready && !e.dead && !e.recovering) return true;
     }
     return false;
 }
 
 int EngineClient::num_in_flight() const {
     std::lock_guard lock(mutex_);
-    return static_cast<int>(pending_.size());
+    return static_cast<int>(pending_.size() + unplaced_.size());
 }
 
 std::vector<int64_t> EngineClient::requests_routed() const {
@@ -193,14 +260,29 @@ void EngineClient::receive_loop() {
                     continue;
                 }
                 auto& e = engines_[index];
-                if (!reply->healthy) {
+                if (reply->recovering && e.gone) {
+                    // given up meanwhile (its process is being stopped): stays dead
+                } else if (reply->recovering) {  // its group re-forms: its running requests failed, its queue stays
+                    e.last_heard_ms = now_ms();
+                    if (!e.recovering)
+                        MOESERVE_LOG_W(logger_, "api", "engine %d is recovering: %s", reply->engine_index,
+                                       reply->detail.c_str());
+                    e.recovering = true;
+                    e.recovering_reason = reply->detail;
+                } else if (!reply->healthy) {
                     if (!e.dead)
                         e.dead_reason =
                             "engine " + std::to_string(reply->engine_index) + " reported unhealthy: " + reply->detail;
                     e.dead = true;
                     e.gone = true;  // it exits after saying so
+                    e.recovering = false;
                 } else {
                     orphans = heard_from(index);
+                    if (e.recovering) {
+                        MOESERVE_LOG_I(logger_, "api", "engine %d recovered: serving again", reply->engine_index);
+                        e.recovering = false;
+                        e.last_progress_ms = now_ms();
+                    }
                 }
                 if (!e.ready) {
                     e.ready = true;
@@ -225,6 +307,7 @@ void EngineClient::receive_loop() {
             MOESERVE_LOG_E(logger_, "api", "malformed engine message: %s", event.detail.c_str());
         }
         check_engines();
+        place_unplaced();
     }
 }
 
@@ -256,6 +339,7 @@ void EngineClient::on_step_outputs(const ipc::StepOutputs& step) {
             const int64_t got = std::min<int64_t>(p.output_owed, static_cast<int64_t>(out.new_token_ids.size()));
             e.outstanding_tokens -= p.prompt_owed + got;
             p.prompt_owed = 0;
+            p.request.reset();  // it ran: never sent again
             p.output_owed -= got;
             if (out.finish_reason != ipc::FinishReason::kNone) {
                 e.outstanding_tokens -= p.output_owed;
@@ -274,6 +358,7 @@ std::vector<std::string> EngineClient::heard_from(size_t index) {
     if (!e.dead || e.gone || !e.ready) return {};
     MOESERVE_LOG_I(logger_, "api", "engine %zu is answering again; healthy", index);
     e.dead = false;
+    e.process_restarting = false;
     e.failed = false;
     e.last_progress_ms = e.last_heard_ms;
     return std::exchange(e.orphaned, {});  // failed while it was silent: not wanted any more
@@ -303,7 +388,7 @@ void EngineClient::check_engines() {
             // Requests waiting for their KV from a prefill instance (PD disaggregation) need no
             // step: an engine with only those is not stuck (their fetch has its own timeout).
             if (e.in_flight <= e.stats.kv_waiting_requests) e.last_progress_ms = now;
-            if (options_.step_watchdog_ms > 0 && e.ready && !e.dead && !e.stalled && e.in_flight > 0 &&
+            if (options_.step_watchdog_ms > 0 && e.ready && !e.dead && !e.recovering && !e.stalled && e.in_flight > 0 &&
                 now - e.last_progress_ms > options_.step_watchdog_ms) {
                 e.stalled = true;
                 MOESERVE_LOG_E(logger_, "api",
@@ -349,6 +434,46 @@ void EngineClient::check_engines() {
     for (const auto& [engine, reason] : to_fail) fail_engine(engine, reason);
 }
 
+void EngineClient::place_unplaced() {
+    std::vector<std::pair<int, std::shared_ptr<const ipc::AddRequest>>> sends;
+    std::vector<std::pair<std::string, std::shared_ptr<OutputCallback>>> timed_out, lost;
+    std::string lost_reason;
+    {
+        std::lock_guard lock(mutex_);
+        if (unplaced_.empty()) return;
+        const bool all_gone = std::all_of(engines_.begin(), engines_.end(), [](const auto& e) { return e.gone; });
+        if (all_gone) lost_reason = engines_.front().dead_reason;
+        const int64_t now = now_ms();
+        for (auto it = unplaced_.begin(); it != unplaced_.end();) {
+            Pending& p = it->second;
+            const bool late = options_.queue_timeout_ms > 0 && now - p.added_ms > options_.queue_timeout_ms;
+            const int best = all_gone || late ? -1 : pick_engine();
+            if (all_gone || late) {
+                (all_gone ? lost : timed_out).emplace_back(it->first, p.callback);
+            } else if (best >= 0) {
+                sends.emplace_back(best, p.request);
+                place(best, it->first, std::move(p));
+            } else {
+                ++it;  // no engine takes requests yet (all recovering)
+                continue;
+            }
+            it = unplaced_.erase(it);
+        }
+    }
+    for (const auto& [engine, request] : sends) {
+        MOESERVE_LOG_I(logger_, "api", "request %s (its engine's process died before it ran) goes to engine %d",
+                       request->request_id.c_str(), options_.first_engine_index + engine);
+        if (!channel_.send(engine, *request))
+            MOESERVE_LOG_E(logger_, "api", "could not send request %s to engine %d", request->request_id.c_str(),
+                           options_.first_engine_index + engine);
+    }
+    fail_requests(timed_out,
+                  fmt::format("The request waited more than {} s without being scheduled (--request-queue-timeout).",
+                              options_.queue_timeout_ms / 1000.0),
+                  true);
+    fail_requests(lost, lost_reason, false);
+}
+
 void EngineClient::fail_engine(int engine, const std::string& reason) {
     MOESERVE_LOG_E(logger_, "api", "%s; failing its requests", reason.c_str());
     std::vector<std::pair<std::string, std::shared_ptr<OutputCallback>>> failed;
@@ -356,7 +481,10 @@ void EngineClient::fail_engine(int engine, const std::string& reason) {
         std::lock_guard lock(mutex_);
         auto& e = engines_[static_cast<size_t>(engine)];
         for (auto it = pending_.begin(); it != pending_.end();) {
-            if (it->second.engine == engine) {
+            if (it->second.engine == engine && e.process_restarting && it->second.request) {
+                unplaced_.emplace_back(it->first, std::move(it->second));  // it never ran: another engine runs it
+                it = pending_.erase(it);
+            } else if (it->second.engine == engine) {
                 failed.emplace_back(it->first, it->second.callback);
                 if (!e.gone) e.orphaned.push_back(it->first);
                 it = pending_.erase(it);

@@ -73,12 +73,26 @@ public:
 
     // Marks engine dead for good (its process exited): its requests fail with kError. Thread-safe.
     void mark_dead(int engine, const std::string& reason);
+    // Its process exited and is being started again (self-healing): its requests that had produced
+    // nothing yet go to another engine once one takes requests (the new process, or another DP
+    // group's engine; within queue_timeout_ms), the others fail with kError; it is recovering
+    // until the new process says it is ready. Thread-safe.
+    void mark_restarting(int engine, const std::string& reason);
+    // A rank of its group died and is being restarted: it is recovering (not taking requests; it
+    // fails its own running ones as its group re-forms) until it says it is ready. Thread-safe.
+    void mark_recovering(int engine, const std::string& reason);
+    // Why healthy() is false (the first engine that is not: recovering, dead, starting or
+    // stalled); empty when it is true. Thread-safe.
+    std::string unhealthy_reason() const;
+    // Engines whose rank group is re-forming or whose process is being restarted. Thread-safe.
+    int num_recovering() const;
     // True when every engine is alive, ready and (with work in flight) stepping. Thread-safe.
     bool healthy() const;
     // True when add() has an engine to send to (one alive and ready): with DP groups that step on
     // their own, the survivors of a dead engine keep taking requests. Thread-safe.
     bool accepting() const;
-    // Requests added and not yet finished. Thread-safe.
+    // Requests added and not yet finished (those waiting to go to an engine again included).
+    // Thread-safe.
     int num_in_flight() const;
     // Latest stats of each engine (index = engine). Thread-safe.
     std::vector<ipc::Stats> stats() const;
@@ -98,7 +112,10 @@ private:
     struct EngineState {
         bool ready = false;
         bool dead = false;
-        bool gone = false;                  // dead for good (mark_dead: its process exited)
+        bool gone = false;                // dead for good (mark_dead: its process exited)
+        bool recovering = false;          // its group re-forms / its process restarts (self-healing)
+        bool process_restarting = false;  // mark_restarting: its process died; a new one comes
+        std::string recovering_reason;
         std::string dead_reason;            // the receive thread fails the requests
         bool failed = false;                // its requests have been failed
         std::vector<std::string> orphaned;  // failed while dead: aborted on it if it comes back
@@ -116,7 +133,18 @@ private:
         int64_t output_owed = 0;  // max_tokens minus tokens received
         int64_t added_ms = 0;
         std::shared_ptr<OutputCallback> callback;
+        // The request until its first output: sent again if its engine's process dies first.
+        std::shared_ptr<const ipc::AddRequest> request;
     };
+    // With mutex_ held: the least-loaded engine that takes requests (-1: none), and the
+    // bookkeeping of sending p there.
+    int pick_engine() const;
+    void place(int engine, const std::string& id, Pending p);
+    // Sends the requests of a dead engine process that produced nothing to an engine that takes
+    // requests; fails them when every engine is gone or queue_timeout_ms passed.
+    void place_unplaced();
+    void take_unplaced(const std::vector<std::string>& ids,
+                       std::vector<std::pair<std::string, std::shared_ptr<OutputCallback>>>& taken);
 
     void receive_loop();
     void on_step_outputs(const ipc::StepOutputs& step);
@@ -137,6 +165,7 @@ private:
     std::condition_variable ready_cv_;
     std::vector<EngineState> engines_;
     std::unordered_map<std::string, Pending> pending_;
+    std::vector<std::pair<std::string, Pending>> unplaced_;  // their engine's process died (in order)
     std::atomic<bool> stop_{false};
     int64_t last_rejected_log_ms_ = 0;  // receive thread: rejected peers are logged at most every 10 s
     std::thread thread_;

@@ -356,6 +356,9 @@ std::string Metrics::render_local(const std::vector<ipc::Stats>& engines, int64_
             out += fmt::format("moeserve:http_responses_total{{{},status=\"{}\"}} {}\n", model, status, n);
         }
     }
+    head("moeserve:group_restarts_total", "counter",
+         "Dead rank processes started again, their group re-formed (--max-rank-restarts).");
+    out += fmt::format("moeserve:group_restarts_total{{{}}} {}\n", model, group_restarts_.load());
     head("moeserve:num_requests_in_flight", "gauge", "Requests the API server sent and not finished.");
     out += fmt::format("moeserve:num_requests_in_flight{{{}}} {}\n", model, num_in_flight);
     head("moeserve:engine_steps_total", "counter",

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <string>
@@ -61,6 +62,8 @@ public:
     void on_inter_token(double seconds);
     // Counts an HTTP answer by status code. Thread-safe.
     void on_http_status(int status);
+    // A dead rank was started again (self-healing; moeserve:group_restarts_total). Thread-safe.
+    void on_group_restart() { ++group_restarts_; }
     // The exposition text, with the engines' latest stats. Thread-safe.
     std::string render(const std::vector<ipc::Stats>& engines, int num_in_flight) const;
 
@@ -89,6 +92,7 @@ private:
     Histogram ttft_, tpot_, itl_, e2e_, queue_, prompt_tokens_, generation_tokens_;
     Histogram prefill_, decode_, inference_, max_tokens_param_;  // vLLM's request phases, max_tokens
     int64_t max_model_len_ = 0;
+    std::atomic<int64_t> group_restarts_{0};
     int share_index_ = -1;  // share(): this server's index; -1 = not shared
     std::string own_path_;
     std::vector<std::string> other_paths_;

@@ -126,11 +126,14 @@ void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& respo
     const auto json_check = [&] { AccessPolicy::check_json(request); };
     if (path == "/health" || path == "/ping") {  // /ping: SageMaker's, GET or POST, as vLLM
         method_check(get || (post && path == "/ping"));
-        const bool ok = engines_.healthy();
-        return reply(responder, ok ? 200 : 503, kJsonMediaType,
-                     ok ? "{}"
-                        : openai::error_body(ApiError(503, "The engine is not running.", "server_error", std::nullopt,
-                                                      "engine_unavailable")));
+        // Unhealthy: why (an engine recovering, dead, starting or stalled), and the code a load
+        // balancer can tell a restart in progress by.
+        const std::string why = engines_.unhealthy_reason();
+        if (why.empty()) return reply(responder, 200, kJsonMediaType, "{}");
+        const bool recovering = engines_.num_recovering() > 0;
+        return reply(responder, 503, kJsonMediaType,
+                     openai::error_body(ApiError(503, "The engine is not running: " + why, "server_error", std::nullopt,
+                                                 recovering ? "engine_recovering" : "engine_unavailable")));
     }
     if (path == "/load") {  // vLLM's: requests in flight (it counts them with --enable-server-load-tracking)
         method_check(get);

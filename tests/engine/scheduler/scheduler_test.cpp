@@ -210,6 +210,28 @@ TEST(SchedulerTest, AbortFreesBlocksAtOnce) {
     EXPECT_EQ(h.finish_of("r0"), FinishReason::kAbort);
 }
 
+TEST(SchedulerTest, FailRunningFailsTheRunningAndKeepsTheQueue) {
+    // Self-healing: a step failed part-way (a rank died). The running requests fail with the
+    // reason and free their blocks; the waiting one stays and runs next.
+    Harness h(32, 4, config(2, 64));
+    h.scheduler.add_request(make_request("r0", 4, 5));
+    h.scheduler.add_request(make_request("r1", 4, 5, 20));
+    h.scheduler.add_request(make_request("r2", 4, 5, 40));  // waits: max_num_seqs 2
+    h.step();
+    ASSERT_EQ(h.scheduler.num_running(), 2);
+    h.scheduler.fail_running("the group failed");
+    const auto failed = h.scheduler.take_finished();
+    ASSERT_EQ(failed.size(), 2u);
+    for (const auto& o : failed) {
+        EXPECT_EQ(o.finish_reason, FinishReason::kError);
+        EXPECT_EQ(o.error, "the group failed");
+    }
+    EXPECT_EQ(h.kv.pool().num_free_blocks(), 31);
+    EXPECT_EQ(h.scheduler.num_running(), 0);
+    EXPECT_EQ(h.scheduler.num_waiting(), 1);
+    EXPECT_EQ(h.step(), (Progress{{"r2", 4}}));
+}
+
 // The engine refuses only what it alone knows (the request's values were checked by
 // ipc::validate_request, tests/ipc/request_validation_test.cpp): its KV capacity and its ids.
 TEST(SchedulerTest, RequestsThatCanNeverFitAreRejectedWithAReason) {

@@ -65,6 +65,9 @@ public:
     void free_tail(Request& request, int32_t num_tokens);
     // Returns all the request's blocks to the pool (tail first) and clears its block table.
     void free(Request& request);
+    // Forgets every cached prefix (their blocks' KV is no longer trusted: a rank holding part of
+    // it was replaced).
+    void reset_prefix_cache() { pool_.reset_prefix_cache(); }
 
     int32_t block_size() const { return block_size_; }
     bool prefix_caching() const { return enable_prefix_caching_; }

@@ -117,6 +117,15 @@ void Scheduler::abort_requests(std::span<const std::string> request_ids) {
     }
 }
 
+void Scheduler::fail_running(const std::string& reason) {
+    const std::vector<Request*> running = running_;  // finish() edits running_
+    for (Request* r : running) {
+        ipc::RequestOutput out = finish(r, FinishReason::kError);
+        out.error = reason;
+        finished_.push_back(std::move(out));
+    }
+}
+
 const Request* Scheduler::find(const std::string& request_id) const {
     const auto it = requests_.find(request_id);
     return it == requests_.end() ? nullptr : it->second.get();

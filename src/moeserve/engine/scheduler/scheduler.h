@@ -65,6 +65,10 @@ public:
     // Removes the requests (unknown ids are ignored) and frees their blocks at once; each is
     // reported finished with kAbort. Not to be called between schedule() and update().
     void abort_requests(std::span<const std::string> request_ids);
+    // The step in progress failed part-way (a rank of the group died): every running request
+    // finishes with kError and `reason`, its blocks freed (their KV may be half-written, or held
+    // by a rank that is gone); waiting ones stay queued. Reported by the next take_finished().
+    void fail_running(const std::string& reason);
 
     // Picks the next step's work. forced: a phase imposed from outside (see SchedulingPolicy);
     // when none is and the policy separates phases, the policy's choose_phase() picks it.

@@ -1,0 +1,64 @@
+// RankSupervisor (rank_supervisor.h).
+#include "moeserve/cli/rank_supervisor.h"
+
+#include <fmt/format.h>
+
+namespace moeserve::cli {
+
+RankSupervisor::RankSupervisor(const Deployment& d, int first_engine, int num_engines, RankProcesses& ranks,
+                               serve::EngineClient& engines, serve::Metrics& metrics, Logger& logger)
+    : d_(d),
+      first_engine_(first_engine),
+      num_engines_(num_engines),
+      ranks_(ranks),
+      engines_(engines),
+      metrics_(metrics),
+      logger_(logger),
+      restarts_(d.max_rank_restarts) {}
+
+void RankSupervisor::on_exit(const RankProcesses::Rank& r) {
+    const std::string reason = fmt::format("rank process {} (rank {}) {}", r.pid, r.rank, describe_status(r.status));
+    MOESERVE_LOG_E(logger_, "api", "%s", reason.c_str());
+    if (d_.self_healing() && serving_) {
+        if (restarts_.given_up()) return;  // one of the ranks give_up() stopped
+        if (restarts_.allow(r.rank)) return restart(r, reason);
+        return give_up(
+            fmt::format("{}; it was restarted {} times in a row without its group serving again, so "
+                        "it is not restarted (--max-rank-restarts {})",
+                        reason, restarts_.limit(), restarts_.limit()));
+    }
+    if (parallel::dp_groups_step_together(d_.sizes)) {
+        for (int i = 0; i < num_engines_; ++i) engines_.mark_dead(i, reason);
+    } else {
+        engines_.mark_dead(r.rank / d_.sizes.tp - first_engine_, reason);
+    }
+}
+
+void RankSupervisor::restart(const RankProcesses::Rank& r, const std::string& reason) {
+    metrics_.on_group_restart();
+    const std::string why = fmt::format("{}; restarting it ({} of at most {} in a row)", reason,
+                                        restarts_.in_a_row(r.rank), restarts_.limit());
+    // Its group is every engine here (self-healing groups step together): all recover.
+    const int dead_engine = r.rank % d_.sizes.tp == 0 ? r.rank / d_.sizes.tp - first_engine_ : -1;
+    for (int i = 0; i < num_engines_; ++i) {
+        if (i == dead_engine) {
+            engines_.mark_restarting(i, why);  // its requests were in the dead process
+        } else {
+            engines_.mark_recovering(i, why);
+        }
+    }
+    const pid_t pid = ranks_.respawn(r.pid, "--rejoin");
+    MOESERVE_LOG_W(logger_, "api", "%s: new process %d", why.c_str(), pid);
+}
+
+void RankSupervisor::give_up(const std::string& reason) {
+    MOESERVE_LOG_E(logger_, "api", "%s; stopping its group", reason.c_str());
+    for (int i = 0; i < num_engines_; ++i) engines_.mark_dead(i, reason);
+    ranks_.kill_ranks();
+}
+
+void RankSupervisor::check_health() {
+    if (serving_ && engines_.healthy()) restarts_.serving_again();
+}
+
+}  // namespace moeserve::cli
