@@ -18,6 +18,8 @@ Suites (one CTest each):
             equal the reference; no descriptors or shared memory leak; group_restarts_total = 5;
             p50/max recovery time printed
   heal_tp   tp=2: the same for the follower and the leader (twice each)
+  netns_heal  as netns, then SIGKILL of the headless node's rank: its node restarts it, the group
+            re-forms across the hosts, the head answers the reference texts again (skipped if not permitted)
   crash_loop  a restarted rank that exits at once (test hook): the API server gives up after
             --max-rank-restarts tries, /health 503 says why, requests 503
   validate  bad layouts are refused at start with a message naming the flags; nodes whose
@@ -25,6 +27,7 @@ Suites (one CTest each):
 """
 import argparse
 import concurrent.futures
+import contextlib
 import http.client
 import json
 import os
@@ -465,7 +468,10 @@ class Parallel(unittest.TestCase):
 
 
 class Netns(unittest.TestCase):
-    def test_two_hosts(self):
+    @contextlib.contextmanager
+    def two_hosts(self):
+        """A head (DP rank 0) and a --headless node (DP rank 1) in two network namespaces joined by
+        a veth pair: yields (head Server, node Popen), both healthy, answering the reference texts."""
         pid = os.getpid()
         a, b = f"msw_a_{pid}", f"msw_b_{pid}"
         va, vb = f"mswa{pid % 100000}", f"mswb{pid % 100000}"
@@ -498,18 +504,7 @@ class Netns(unittest.TestCase):
                 m = head.metrics()
                 generated = per_engine(m, "vllm:generation_tokens_total")
                 self.assertGreater(generated.get(1, 0), 0, generated)  # the headless node's engine answered
-                # Kill the headless node: the head reports it (503) within a bounded time, no hang.
-                start = time.time()
-                node.kill()
-                node.wait(5)
-                deadline = time.time() + 30
-                while head.request("GET", "/health")[0] != 503 and time.time() < deadline:
-                    time.sleep(0.1)
-                self.assertEqual(head.request("GET", "/health")[0], 503)
-                status, _ = head.request("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2})
-                self.assertEqual(status, 503)
-                print(f"\nheadless node loss noticed in {time.time() - start:.2f} s", file=sys.stderr)
-                self.assertEqual(head.stop(), 0)
+                yield head, node
             finally:
                 head.stop(5)
                 if node.poll() is None:
@@ -521,6 +516,36 @@ class Netns(unittest.TestCase):
             sh(f"ip netns del {a}")
             sh(f"ip netns del {b}")
 
+    def test_two_hosts(self):
+        with self.two_hosts() as (head, node):
+            # Kill the headless node: the head reports it (503) within a bounded time, no hang.
+            start = time.time()
+            node.kill()
+            node.wait(5)
+            deadline = time.time() + 30
+            while head.request("GET", "/health")[0] != 503 and time.time() < deadline:
+                time.sleep(0.1)
+            self.assertEqual(head.request("GET", "/health")[0], 503)
+            status, _ = head.request("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2})
+            self.assertEqual(status, 503)
+            print(f"\nheadless node loss noticed in {time.time() - start:.2f} s", file=sys.stderr)
+            self.assertEqual(head.stop(), 0)
+
+    def test_headless_rank_heals(self):
+        """SIGKILL of the headless node's rank process: the node restarts it, the group re-forms
+        across the two hosts, and the head serves the reference texts again."""
+        with self.two_hosts() as (head, node):
+            with open(f"/proc/{node.pid}/task/{node.pid}/children") as f:  # `ip netns exec` execs the node
+                rank = int(f.read().split()[0])
+            start = time.time()
+            os.kill(rank, signal.SIGKILL)
+            time.sleep(0.5)
+            head.wait_healthy(HEAL_BOUND_S)
+            print(f"\nheadless rank restarted, group serving again in {time.time() - start:.2f} s", file=sys.stderr)
+            self.assertEqual(head.complete_all(PROMPTS[:3]), reference_texts()[:3])
+            self.assertIsNone(node.poll())  # the node lives on
+            self.assertEqual(head.stop(), 0)
+
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
@@ -528,12 +553,13 @@ if __name__ == "__main__":
     p.add_argument("--model", required=True)
     p.add_argument("--verbose-logs", action="store_true")
     p.add_argument("--suite", required=True, choices=["dp_ep", "dp_tp_ep", "tp", "pd_hybrid", "netns", "kill", "validate", "external_lb",
-                                                   "dp_independent", "desync", "heal", "heal_tp", "crash_loop"])
+                                                   "dp_independent", "desync", "heal", "heal_tp", "crash_loop", "netns_heal"])
     ARGS, rest = p.parse_known_args()
     names = {"dp_ep": "Parallel.test_dp_ep", "dp_tp_ep": "Parallel.test_dp_tp_ep", "tp": "Parallel.test_tp", "pd_hybrid": "Parallel.test_pd_hybrid",
              "kill": "Parallel.test_kill_rank", "validate": "Parallel.test_validate", "netns": "Netns.test_two_hosts",
              "external_lb": "Parallel.test_external_lb", "dp_independent": "Parallel.test_dp_independent", "desync": "Parallel.test_desync",
-             "heal": "Parallel.test_heal", "heal_tp": "Parallel.test_heal_tp", "crash_loop": "Parallel.test_crash_loop"}
+             "heal": "Parallel.test_heal", "heal_tp": "Parallel.test_heal_tp", "crash_loop": "Parallel.test_crash_loop",
+             "netns_heal": "Netns.test_headless_rank_heals"}
     suite = unittest.defaultTestLoader.loadTestsFromName(names[ARGS.suite], sys.modules[__name__])
     ok = unittest.TextTestRunner(verbosity=2).run(suite).wasSuccessful()
     sys.exit(0 if ok else 1)

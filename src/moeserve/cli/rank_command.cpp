@@ -98,6 +98,7 @@ parallel::GlooConnectOptions gloo_options(const RankOptions& o, const EngineOpti
     Deployment d;  // only the fields the fingerprint reads
     d.sizes = {o.dp, o.tp, o.ep};
     d.collective_guard = o.collective_guard;
+    d.max_rank_restarts = o.self_heal ? 1 : 0;  // the launcher passes --self-heal when d.self_healing()
     parallel::GlooConnectOptions go;
     go.sizes = d.sizes;
     go.rank = o.rank;
@@ -155,7 +156,10 @@ int run_rank(const RankOptions& o) {
     }
     parallel::ParallelContext& ctx = group ? group->context() : single;
     auto model = model::load_model(o.engine.model, pool, load);
-    if (group) group->join();  // a restarted rank joins once loaded
+    if (group) {
+        group->join();  // a restarted rank joins once loaded
+        group->announce_loaded();
+    }
     const auto& info = model->info();
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     MOESERVE_LOG_I(logger, "engine",

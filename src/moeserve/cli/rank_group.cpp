@@ -3,6 +3,8 @@
 
 #include <future>
 
+#include "moeserve/parallel/rendezvous.h"
+
 namespace moeserve::cli {
 
 std::chrono::milliseconds regroup_arrival_timeout(std::chrono::milliseconds collective_timeout) {
@@ -30,6 +32,26 @@ void RankGroup::join() {
     group_->regroup(parallel::connect_gloo(options_));
     connected_ = true;
     MOESERVE_LOG_I(logger_, "engine", "rank %d: joined the group (generation %d)", options_.rank, options_.generation);
+}
+
+namespace {
+std::string loaded_key(int rank) { return "loaded/" + std::to_string(rank); }
+}  // namespace
+
+void RankGroup::announce_loaded() {
+    parallel::TcpStore store(options_.store_host, options_.store_port, options_.timeout);
+    const std::string generation = std::to_string(options_.generation);
+    store.set(loaded_key(options_.rank), std::vector<char>(generation.begin(), generation.end()));
+}
+
+bool ranks_loaded(const std::string& store_host, int store_port, const std::vector<int>& ranks,
+                  std::chrono::milliseconds timeout) {
+    parallel::TcpStore store(store_host, store_port, timeout);
+    std::vector<char> value;
+    for (const int r : ranks) {
+        if (!store.try_get(loaded_key(r), value)) return false;
+    }
+    return true;
 }
 
 bool RankGroup::regroup(const Error& failure, const std::function<void()>& still_waiting,

@@ -11,6 +11,8 @@
 #include <deque>
 #include <functional>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "moeserve/core/error.h"
 #include "moeserve/core/log.h"
@@ -27,6 +29,9 @@ public:
     RankGroup(parallel::GlooConnectOptions options, bool rejoin, Logger& logger);
     // A rejoining rank's connection (Error as connect_gloo); nothing otherwise.
     void join();
+    // Tells the rendezvous store this rank has joined and loaded its shard: a --headless launcher
+    // restarts dead ranks only once all of its ranks have (ranks_loaded).
+    void announce_loaded();
 
     parallel::ParallelContext& context() { return group_->context(); }
     int generation() const { return options_.generation; }
@@ -46,6 +51,10 @@ private:
     bool connected_ = false;
     std::deque<std::chrono::steady_clock::time_point> recent_;  // regroups within the last minute
 };
+
+// Whether every rank in `ranks` announced it had loaded (one connection to the store).
+bool ranks_loaded(const std::string& store_host, int store_port, const std::vector<int>& ranks,
+                  std::chrono::milliseconds timeout);
 
 // How long a re-forming group waits for all its ranks: a replaced rank is a new process that
 // loads its shard first. At least two minutes, and ten collective timeouts.

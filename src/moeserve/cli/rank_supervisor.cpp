@@ -5,18 +5,36 @@
 
 namespace moeserve::cli {
 
+namespace {
+constexpr auto kHeadlessServingAgain = std::chrono::minutes(1);
+}
+
 RankSupervisor::RankSupervisor(const Deployment& d, int first_engine, int num_engines, RankProcesses& ranks,
                                serve::EngineClient& engines, serve::Metrics& metrics, Logger& logger)
     : d_(d),
       first_engine_(first_engine),
       num_engines_(num_engines),
       ranks_(ranks),
-      engines_(engines),
-      metrics_(metrics),
+      engines_(&engines),
+      metrics_(&metrics),
+      logger_(logger),
+      restarts_(d.max_rank_restarts) {}
+
+RankSupervisor::RankSupervisor(const Deployment& d, RankProcesses& ranks, Logger& logger)
+    : d_(d),
+      first_engine_(0),
+      num_engines_(0),
+      ranks_(ranks),
+      engines_(nullptr),
+      metrics_(nullptr),
       logger_(logger),
       restarts_(d.max_rank_restarts) {}
 
 void RankSupervisor::on_exit(const RankProcesses::Rank& r) {
+    if (WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) {
+        stopped_cleanly_ = true;  // told to stop
+        return;
+    }
     const std::string reason = fmt::format("rank process {} (rank {}) {}", r.pid, r.rank, describe_status(r.status));
     MOESERVE_LOG_E(logger_, "api", "%s", reason.c_str());
     if (d_.self_healing() && serving_) {
@@ -27,24 +45,40 @@ void RankSupervisor::on_exit(const RankProcesses::Rank& r) {
                         "it is not restarted (--max-rank-restarts {})",
                         reason, restarts_.limit(), restarts_.limit()));
     }
-    if (parallel::dp_groups_step_together(d_.sizes)) {
-        for (int i = 0; i < num_engines_; ++i) engines_.mark_dead(i, reason);
+    lose(r, reason);
+}
+
+void RankSupervisor::lose(const RankProcesses::Rank& r, const std::string& reason) {
+    const bool lockstep = parallel::dp_groups_step_together(d_.sizes);
+    if (engines_ == nullptr) {  // a headless node: stop what cannot work without it
+        ++failures_;
+        MOESERVE_LOG_E(logger_, "api", "stopping %s", lockstep ? "this node's ranks" : "the ranks of its DP group");
+        if (lockstep) {
+            ranks_.kill_ranks();
+        } else {
+            ranks_.kill_group(r.rank / d_.sizes.tp, d_.sizes.tp);
+        }
+    } else if (lockstep) {
+        for (int i = 0; i < num_engines_; ++i) engines_->mark_dead(i, reason);
     } else {
-        engines_.mark_dead(r.rank / d_.sizes.tp - first_engine_, reason);
+        engines_->mark_dead(r.rank / d_.sizes.tp - first_engine_, reason);
     }
 }
 
 void RankSupervisor::restart(const RankProcesses::Rank& r, const std::string& reason) {
-    metrics_.on_group_restart();
+    last_restart_ = std::chrono::steady_clock::now().time_since_epoch().count();
     const std::string why = fmt::format("{}; restarting it ({} of at most {} in a row)", reason,
                                         restarts_.in_a_row(r.rank), restarts_.limit());
-    // Its group is every engine here (self-healing groups step together): all recover.
-    const int dead_engine = r.rank % d_.sizes.tp == 0 ? r.rank / d_.sizes.tp - first_engine_ : -1;
-    for (int i = 0; i < num_engines_; ++i) {
-        if (i == dead_engine) {
-            engines_.mark_restarting(i, why);  // its requests were in the dead process
-        } else {
-            engines_.mark_recovering(i, why);
+    if (engines_ != nullptr) {
+        metrics_->on_group_restart();
+        // Its group is every engine here (self-healing groups step together): all recover.
+        const int dead_engine = r.rank % d_.sizes.tp == 0 ? r.rank / d_.sizes.tp - first_engine_ : -1;
+        for (int i = 0; i < num_engines_; ++i) {
+            if (i == dead_engine) {
+                engines_->mark_restarting(i, why);  // its requests were in the dead process
+            } else {
+                engines_->mark_recovering(i, why);
+            }
         }
     }
     const pid_t pid = ranks_.respawn(r.pid, "--rejoin");
@@ -53,12 +87,22 @@ void RankSupervisor::restart(const RankProcesses::Rank& r, const std::string& re
 
 void RankSupervisor::give_up(const std::string& reason) {
     MOESERVE_LOG_E(logger_, "api", "%s; stopping its group", reason.c_str());
-    for (int i = 0; i < num_engines_; ++i) engines_.mark_dead(i, reason);
+    ++failures_;
+    if (engines_ != nullptr) {
+        for (int i = 0; i < num_engines_; ++i) engines_->mark_dead(i, reason);
+    }
     ranks_.kill_ranks();
 }
 
 void RankSupervisor::check_health() {
-    if (serving_ && engines_.healthy()) restarts_.serving_again();
+    if (!serving_) return;
+    if (engines_ != nullptr) {
+        if (engines_->healthy()) restarts_.serving_again();
+        return;
+    }
+    const auto since =
+        std::chrono::steady_clock::now().time_since_epoch() - std::chrono::steady_clock::duration(last_restart_.load());
+    if (since > kHeadlessServingAgain) restarts_.serving_again();
 }
 
 }  // namespace moeserve::cli

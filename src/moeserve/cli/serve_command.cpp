@@ -30,6 +30,7 @@
 #include "moeserve/cli/access_flags.h"
 #include "moeserve/cli/commands.h"
 #include "moeserve/cli/serve_command.h"
+#include "moeserve/cli/rank_group.h"
 #include "moeserve/cli/rank_supervisor.h"
 #include "moeserve/cli/serve_processes.h"
 #include "moeserve/cli/generation_config.h"
@@ -129,44 +130,38 @@ int run_headless(const ServeOptions& o, const Deployment& d) {
     Logger logger(fmt::format("node dp{}..{}", d.start, d.start + d.local - 1), parse_log_level(o.engine.log_level));
     SignalWatcher signals;
     RankProcesses ranks(environment_with(ipc::kRankPlaneKeyEnv, rank_plane_key(o, d)));
-    std::atomic<int> failures{0};
+    RankSupervisor supervisor(d, ranks, logger);  // restarts dead ranks, or stops what needs them
     std::thread watcher;
     ScopeExit cleanup([&] {
         ranks.kill_all();
         if (watcher.joinable()) watcher.join();
     });
     spawn_local_ranks(ranks, o.engine, d, d.rpc_port, "", logger);
-    // The node lives as long as its ranks. A failed rank takes down what cannot work without it:
-    // every rank of the node when the DP groups step in lock-step (a partial node is of no use to
-    // the head), else only its own DP group (its TP peers); the node's other engines keep serving.
-    const bool lockstep = parallel::dp_groups_step_together(d.sizes);
-    watcher = std::thread([&] {
-        ranks.watch([&](const RankProcesses::Rank& r) {
-            const bool ok = WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
-            if (!ok) {
-                MOESERVE_LOG_E(logger, "api", "rank %d (process %d) %s; stopping %s", r.rank, r.pid,
-                               describe_status(r.status).c_str(),
-                               lockstep ? "this node's ranks" : "the ranks of its DP group");
-                failures++;
-                if (lockstep) {
-                    ranks.kill_all();
-                } else {
-                    ranks.kill_group(r.rank / d.sizes.tp, d.sizes.tp);
-                }
-            }
-        });
-    });
+    watcher = std::thread([&] { ranks.watch([&](const RankProcesses::Rank& r) { supervisor.on_exit(r); }); });
     signals.start();
     // The ranks leave when the head shuts the deployment down; a signal here stops them at once
     // (there is nothing to drain on a node without the API server).
-    while (!ranks.all_exited()) {
+    std::vector<int> local_ranks;
+    for (int r = d.start * d.sizes.tp; r < (d.start + d.local) * d.sizes.tp; ++r) local_ranks.push_back(r);
+    while (!(ranks.all_exited() && (supervisor.done() || !d.self_healing()))) {
         if (signals.wait_beyond(0, std::chrono::milliseconds(100)) > 0) {
             MOESERVE_LOG_I(logger, "api", "signal %d: stopping the ranks", signals.last());
             ranks.kill_all();
             break;
         }
+        if (d.self_healing() && !supervisor.is_serving()) {
+            try {
+                if (ranks_loaded(d.address, d.rpc_port, local_ranks, std::chrono::milliseconds(1000))) {
+                    supervisor.serving();
+                    MOESERVE_LOG_I(logger, "api", "this node's ranks are up: a rank that dies is restarted");
+                }
+            } catch (const Error& e) {
+                MOESERVE_LOG_D(logger, "api", "the head's store: %s; asking again", e.what());
+            }
+        }
+        supervisor.check_health();
     }
-    return failures > 0 ? 1 : 0;
+    return supervisor.failures() > 0 ? 1 : 0;
 }
 
 // ---- the API server ----
@@ -352,7 +347,8 @@ int run_serve(ServeOptions o) {
         .queue_timeout_ms = static_cast<int>(o.request_queue_timeout * 1000),
         .rank_plane_key = key,
         .first_engine_index = first_engine,
-        .client_index = server_index};
+        .client_index = server_index,
+        .engines_recover_together = d.self_healing() && parallel::dp_groups_step_together(d.sizes)};
     for (int i = first_engine; i < first_engine + num_engines; ++i)
         eco.input_addresses.push_back(d.local_sockets() ? d.input_address(ipc_path, i, server_index)
                                                         : d.bind_address());

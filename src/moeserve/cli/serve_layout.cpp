@@ -223,7 +223,7 @@ Deployment make_deployment(const ParallelFlags& f, const nlohmann::json& config,
 }
 
 bool Deployment::self_healing() const {
-    return max_rank_restarts > 0 && all_local && !external_lb && api_servers == 1 &&
+    return max_rank_restarts > 0 && !external_lb && api_servers == 1 &&
            (sizes.dp == 1 || parallel::dp_groups_step_together(sizes));
 }
 
@@ -232,9 +232,9 @@ std::string deployment_fingerprint(const EngineOptions& e, const Deployment& d, 
     for (const unsigned char c : config_text) h = (h ^ c) * 1099511628211ull;
     return fmt::format(
         "config.json fnv1a {:016x}, dp {} tp {} ep {}, max_model_len {}, block_size {}, max_num_seqs {}, pd_hybrid {}, "
-        "quantization '{}', kv_cache_dtype {}, dtype {}, collective guard {}",
+        "quantization '{}', kv_cache_dtype {}, dtype {}, collective guard {}, self-healing {}",
         h, d.sizes.dp, d.sizes.tp, d.sizes.ep, e.max_model_len, e.block_size, e.max_num_seqs, e.pd_hybrid ? 1 : 0,
-        e.quantization, e.kv_cache_dtype, e.dtype, d.collective_guard ? "on" : "off");
+        e.quantization, e.kv_cache_dtype, e.dtype, d.collective_guard ? "on" : "off", d.self_healing() ? "on" : "off");
 }
 
 std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, int rank, int store_port,

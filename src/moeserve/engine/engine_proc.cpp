@@ -97,9 +97,10 @@ bool recover(EngineCore& core, ipc::EngineChannel& channel, ipc::ClientRouting& 
     if (!options.regroup) return false;
     const std::string reason = fmt::format("the engine's rank group failed and is re-forming: {}", e.what());
     MOESERVE_LOG_W(logger, "engine", "engine %d: %s", options.engine_index, reason.c_str());
-    send_outputs(core, channel, routing, logger, options.engine_index, core.fail_running(reason), dp);
+    // Recovering first: by the time a client sees its request fail, /health says why.
     const ipc::HealthReply recovering{options.engine_index, false, reason, /*recovering=*/true};
     channel.send(recovering);
+    send_outputs(core, channel, routing, logger, options.engine_index, core.fail_running(reason), dp);
     if (!options.regroup(e, [&] { channel.send(recovering); })) return false;
     MOESERVE_LOG_I(logger, "engine", "engine %d: the group re-formed; serving again", options.engine_index);
     channel.send(ipc::HealthReply{options.engine_index, true, "ready"});

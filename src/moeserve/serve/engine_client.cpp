@@ -264,9 +264,18 @@ void EngineClient::receive_loop() {
                     // given up meanwhile (its process is being stopped): stays dead
                 } else if (reply->recovering) {  // its group re-forms: its running requests failed, its queue stays
                     e.last_heard_ms = now_ms();
-                    if (!e.recovering)
+                    if (!e.recovering) {  // its first report (later ones are its heartbeat while it waits)
                         MOESERVE_LOG_W(logger_, "api", "engine %d is recovering: %s", reply->engine_index,
                                        reply->detail.c_str());
+                        // In lock-step the whole group re-forms; an engine on a node that lost its
+                        // process says nothing until its new one is ready.
+                        for (auto& other : engines_) {
+                            if (!options_.engines_recover_together || other.gone || other.recovering) continue;
+                            other.recovering = true;
+                            other.recovering_reason =
+                                fmt::format("engine {} reports: {}", reply->engine_index, reply->detail);
+                        }
+                    }
                     e.recovering = true;
                     e.recovering_reason = reply->detail;
                 } else if (!reply->healthy) {

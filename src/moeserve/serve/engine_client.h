@@ -45,6 +45,9 @@ struct EngineClientOptions {
     // AddRequest and Shutdown, so the engines send this server its requests' outputs and stop
     // once every server has said Shutdown.
     int client_index = 0;
+    // Self-healing over DP groups in lock-step: one engine that reports its group re-forming means
+    // all of them are (a dead engine on another node says nothing; it must not take requests).
+    bool engines_recover_together = false;
 };
 
 class EngineClient {
