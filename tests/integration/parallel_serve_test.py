@@ -417,11 +417,13 @@ class Parallel(unittest.TestCase):
         try:
             os.kill(rank_pid(s, 1), signal.SIGKILL)
             deadline = time.time() + HEAL_BOUND_S
-            while "is not restarted (--max-rank-restarts 2)" not in s.log_text() and time.time() < deadline:
-                time.sleep(0.1)
             status, body = s.request("GET", "/health")
+            while b"restarted 2 times in a row" not in body and time.time() < deadline:
+                time.sleep(0.1)
+                status, body = s.request("GET", "/health")
             self.assertEqual(status, 503)
             self.assertIn("restarted 2 times in a row", body.decode())
+            self.assertIn("is not restarted (--max-rank-restarts 2)", s.log_text())
             status, _ = s.request("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2})
             self.assertEqual(status, 503)
             self.assertEqual(metric(s, "moeserve:group_restarts_total"), 2)

@@ -86,11 +86,11 @@ void RankSupervisor::restart(const RankProcesses::Rank& r, const std::string& re
 }
 
 void RankSupervisor::give_up(const std::string& reason) {
-    MOESERVE_LOG_E(logger_, "api", "%s; stopping its group", reason.c_str());
     ++failures_;
     if (engines_ != nullptr) {
         for (int i = 0; i < num_engines_; ++i) engines_->mark_dead(i, reason);
     }
+    MOESERVE_LOG_E(logger_, "api", "%s; stopping its group", reason.c_str());
     ranks_.kill_ranks();
 }
 
