@@ -32,18 +32,18 @@ test: build
 	$(call ctest_in,$(BUILD),ctest --output-on-failure -j $(JOBS) --timeout 900)
 
 # Sanitizer builds (CI runs them after `make test`). ASan + UBSan: every suite. TSan: the threaded
-# pieces: the unit suites of core (thread pool), serve (HTTP server, engine client), ipc (channel)
-# and parallel (LocalComm, the desync guard, Gloo rank processes); the engine tests that run
-# threads (DP engine loops over LocalComm, the DP coordinator, the TP broadcast, the KV-transfer
-# agent, DP rank processes, the grammar compile worker); and the API server with two API server
-# processes over one engine (integration.api_server_equal, the binary built with TSan).
+# pieces: the unit suites of core (thread pool), serve (HTTP server, engine client), ipc (channel),
+# parallel (LocalComm, the desync guard, Gloo rank processes) and eplb (EPLB's mover thread); the
+# engine tests that run threads (DP engine loops over LocalComm, the DP coordinator, the TP
+# broadcast, the KV-transfer agent, DP rank processes, the grammar compile worker); and the API
+# server with two API server processes over one engine (integration.api_server_equal, the binary built with TSan).
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 ASAN_ENV = MOESERVE_SANITIZER=address ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan.supp UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tools/tsan.supp
 TSAN_TARGETS = moeserve moeserve_core_tests moeserve_serve_tests moeserve_ipc_tests moeserve_parallel_tests \
-	moeserve_parallel_rank_helper moeserve_engine_tests moeserve_engine_dp_rank_helper
-TSAN_LABELS = '^(core|serve|ipc|parallel)$$'
+	moeserve_parallel_rank_helper moeserve_engine_tests moeserve_engine_dp_rank_helper moeserve_eplb_tests
+TSAN_LABELS = '^(core|serve|ipc|parallel|eplb)$$'
 TSAN_TESTS = '^(DpQwen3Test|DpCoordinator|DpCoordinatorFake|TpBroadcastTest|KvTransferTest|DpProcessTest)\.|^StructuredOutputTest\.(GrammarsCompileOffTheStepPath|AbortWhileCompilingEndsTheRequest)$$|^integration\.api_server_equal$$'
 
 test-sanitize: test-asan test-tsan

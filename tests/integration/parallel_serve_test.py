@@ -22,6 +22,10 @@ Suites (one CTest each):
             re-forms across the hosts, the head answers the reference texts again (skipped if not permitted)
   crash_loop  a restarted rank that exits at once (test hook): the API server gives up after
             --max-rank-restarts tries, /health 503 says why, requests 503
+  eplb      dp=2 + EP + --enable-eplb (2 redundant slots), the router skewed onto two experts of rank 0
+            (test hook): greedy texts == a single rank's with the same skew before, during and after
+            the moves; the imbalance ratio drops from ~2 below 1.3; the metrics and the log line; a
+            rank killed after the move: the group heals, the same texts, and it moves again
   validate  bad layouts are refused at start with a message naming the flags; nodes whose
             configurations differ are refused with a message (no hang)
 """
@@ -152,6 +156,7 @@ def metric(s, name):
 
 REFERENCE = {}
 SEEDED = {}
+EPLB_SKEW = "2,3:20"  # tiny model: experts 2 and 3 (both on EP rank 0, no initial copies) take nearly every token
 
 
 def reference_texts():
@@ -430,6 +435,52 @@ class Parallel(unittest.TestCase):
         finally:
             self.assertEqual(s.stop(), 0)
 
+    def test_eplb(self):
+        skew = {**os.environ, "MOESERVE_DEBUG_ROUTER_SKEW": EPLB_SKEW}
+        ref = Server(env=skew)
+        try:
+            expected = ref.complete_all(PROMPTS)
+        finally:
+            self.assertEqual(ref.stop(), 0)
+        config = json.dumps({"window_size": 8, "step_interval": 8, "num_redundant_experts": 2, "log_balancedness": True})
+        s = Server("--data-parallel-size", "2", "--enable-expert-parallel", "--enable-eplb", "--eplb-config", config,
+                   "--distributed-timeout-ms", "3000", env=skew)
+        try:
+            before = None
+            for _ in range(40):  # bounded: a decision every 8 forwards, each round runs ~10 per engine
+                self.assertEqual(s.complete_all(PROMPTS), expected)  # before, during and after the moves
+                m = s.metrics()
+                ratio = per_engine(m, "moeserve:eplb_imbalance_ratio")
+                decisions = per_engine(m, "moeserve:eplb_decisions_total")
+                rebalances = per_engine(m, "moeserve:eplb_rebalances_total")
+                if before is None and decisions[0] >= 1 and rebalances[0] == 0:
+                    before = ratio[0]
+                if rebalances[0] >= 1 and decisions[0] >= 3:
+                    break
+            self.assertIsNotNone(before)
+            self.assertGreater(before, 1.8)  # the two hot experts are both on rank 0 at first
+            self.assertGreaterEqual(rebalances[0], 1)
+            self.assertLess(ratio[0], 1.3)
+            self.assertEqual(ratio[0], ratio[1])  # both engines of the EP group saw the same loads
+            self.assertGreater(per_engine(m, "moeserve:eplb_moved_experts_total")[0], 0)
+            self.assertEqual(len(per_engine(m, "moeserve:eplb_expert_load", ep_rank="1")), 2)
+            self.assertIn("max/mean", s.log_text())
+            print(f"EPLB: max/mean {before:.3f} -> {ratio[0]:.3f}, {decisions[0]:.0f} decisions", file=sys.stderr)
+            # A rank killed after the move: the group re-forms on the initial placement (the new
+            # process starts there, the survivor goes back), texts stay the same, and it moves again.
+            r = self.long_stream(s)
+            os.kill(rank_pid(s, 1), signal.SIGKILL)
+            self.assertIn('"error"', r.read().decode())  # the failure is seen: /health then waits for the re-formed group
+            s.wait_healthy(HEAL_BOUND_S)
+            moved = rebalances[0]
+            for _ in range(40):
+                self.assertEqual(s.complete_all(PROMPTS), expected)
+                if per_engine(s.metrics(), "moeserve:eplb_rebalances_total")[0] > moved:
+                    break
+            self.assertGreater(per_engine(s.metrics(), "moeserve:eplb_rebalances_total")[0], moved)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
     def test_validate(self):
         cases = [
             (["--data-parallel-size", "2", "--data-parallel-size-local", "3"], "exceeds --data-parallel-size"),
@@ -441,6 +492,12 @@ class Parallel(unittest.TestCase):
             (["--data-parallel-size", "2", "--data-parallel-rank", "1"], "--data-parallel-rank 1 needs --data-parallel-rpc-port"),
             (["--data-parallel-size", "2", "--data-parallel-rank", "2"], "--data-parallel-rank must be in [0, 2)"),
             (["--data-parallel-size", "2", "-dpn", "0", "--headless", "--data-parallel-rpc-port", "1"], "does not go with --headless"),
+            (["--enable-eplb"], "--enable-eplb balances experts between expert-parallel ranks"),
+            (["--eplb-config", "{}"], "--eplb-config: set, but --enable-eplb is not"),
+            (["--enable-eplb", "--eplb-config", '{"window_size": 0}'], "'window_size' must be an integer"),
+            (["--enable-eplb", "--eplb-config", '{"policy": "x"}'], "field 'policy' is not supported"),
+            (["--data-parallel-size", "2", "--enable-expert-parallel", "--enable-eplb", "--eplb-config",
+              '{"num_redundant_experts": 1}'], "must be a multiple of the expert-parallel size"),
         ]
         for flags, message in cases:
             out = subprocess.run([ARGS.moeserve, "serve", "--model", ARGS.model, *COMMON, *flags], capture_output=True, timeout=30)
@@ -555,13 +612,13 @@ if __name__ == "__main__":
     p.add_argument("--model", required=True)
     p.add_argument("--verbose-logs", action="store_true")
     p.add_argument("--suite", required=True, choices=["dp_ep", "dp_tp_ep", "tp", "pd_hybrid", "netns", "kill", "validate", "external_lb",
-                                                   "dp_independent", "desync", "heal", "heal_tp", "crash_loop", "netns_heal"])
+                                                   "dp_independent", "desync", "heal", "heal_tp", "crash_loop", "netns_heal", "eplb"])
     ARGS, rest = p.parse_known_args()
     names = {"dp_ep": "Parallel.test_dp_ep", "dp_tp_ep": "Parallel.test_dp_tp_ep", "tp": "Parallel.test_tp", "pd_hybrid": "Parallel.test_pd_hybrid",
              "kill": "Parallel.test_kill_rank", "validate": "Parallel.test_validate", "netns": "Netns.test_two_hosts",
              "external_lb": "Parallel.test_external_lb", "dp_independent": "Parallel.test_dp_independent", "desync": "Parallel.test_desync",
              "heal": "Parallel.test_heal", "heal_tp": "Parallel.test_heal_tp", "crash_loop": "Parallel.test_crash_loop",
-             "netns_heal": "Netns.test_headless_rank_heals"}
+             "netns_heal": "Netns.test_headless_rank_heals", "eplb": "Parallel.test_eplb"}
     suite = unittest.defaultTestLoader.loadTestsFromName(names[ARGS.suite], sys.modules[__name__])
     ok = unittest.TextTestRunner(verbosity=2).run(suite).wasSuccessful()
     sys.exit(0 if ok else 1)

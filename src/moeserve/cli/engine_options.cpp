@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "moeserve/cli/eplb_flags.h"
 #include "moeserve/cli/speculative_config.h"
 #include "moeserve/core/error.h"
 #include "moeserve/engine/kv_cache/kv_cache_manager.h"
@@ -53,6 +54,7 @@ void check_engine_options(const EngineOptions& o) {
     }
     if (!o.kv_cache_memory.empty()) parse_bytes(o.kv_cache_memory);
     parse_speculative_config(o.speculative_config, o.model);
+    parse_eplb_flags(o.enable_eplb, o.eplb_config);
     model::LoadOptions load;
     load.dtype = o.dtype;
     load.quantization = o.quantization;

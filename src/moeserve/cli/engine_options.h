@@ -36,13 +36,15 @@ struct EngineOptions {
     std::string dtype = "auto";      // --dtype: auto | bfloat16 (the checkpoint's bf16) | float32 (widened)
     std::string kv_transfer_config;  // --kv-transfer-config: vLLM's JSON (kv_transfer_config.h); "" = none
     std::string speculative_config;  // --speculative-config: vLLM's JSON (speculative_config.h); "" = none
+    bool enable_eplb = false;        // --enable-eplb: expert-parallel load balancing (eplb_flags.h)
+    std::string eplb_config;         // --eplb-config: vLLM's JSON; "" = defaults
 };
 
 // Everything wrong with these options that can be found without loading weights, raised as
 // Error kInvalidArgument / kInvalidModel / kUnsupported with one sentence naming the flag, file or
 // field: the flag ranges (--max-num-seqs, --max-num-batched-tokens, --block-size >= 1,
-// --gpu-memory-utilization in (0, 1], --threads >= 1, --kv-cache-memory, --speculative-config), then model::check_model
-// (config.json, --quantization, --dtype, --kv-cache-dtype, the checkpoint's headers and tensor
+// --gpu-memory-utilization in (0, 1], --threads >= 1, --kv-cache-memory, --speculative-config, --eplb-config), then
+// model::check_model (config.json, --quantization, --dtype, --kv-cache-dtype, the checkpoint's headers and tensor
 // index). Every command that runs an engine calls it first (serve before it binds its port), so
 // one fault reads the same in serve and generate.
 void check_engine_options(const EngineOptions& o);

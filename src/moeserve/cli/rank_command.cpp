@@ -11,6 +11,7 @@
 #include <optional>
 #include <thread>
 
+#include "moeserve/cli/eplb_flags.h"
 #include "moeserve/cli/kv_transfer_config.h"
 #include "moeserve/cli/rank_group.h"
 #include "moeserve/cli/serve_layout.h"
@@ -124,6 +125,7 @@ int run_follower(model::Model& model, parallel::ParallelContext& ctx, RankGroup*
             return engine::run_tp_follower(model, *ctx.tp, logger);
         } catch (const Error& e) {
             if (group == nullptr || !o.self_heal || !group->regroup(e, nullptr, std::chrono::milliseconds(1000))) throw;
+            model.group_reformed();  // EPLB's placement starts over on every rank
         }
     }
 }
@@ -149,7 +151,12 @@ int run_rank(const RankOptions& o) {
     model::LoadOptions load{.max_model_len = engine.max_model_len,
                             .dtype = engine.dtype,
                             .quantization = engine.quantization,
-                            .kv_cache_dtype = engine.kv_cache_dtype};
+                            .kv_cache_dtype = engine.kv_cache_dtype,
+                            .eplb = parse_eplb_flags(engine.enable_eplb, engine.eplb_config),
+                            .logger = &logger};
+    if (const char* skew = std::getenv("MOESERVE_DEBUG_ROUTER_SKEW"); skew != nullptr) {
+        load.debug_router_skew = skew;  // a test hook (tests/integration/parallel_serve_test.py, suite eplb)
+    }
     if (sizes.world() > 1) {
         group.emplace(gloo_options(o, engine, config.dump()), o.rejoin, logger);
         load.parallel = model::ParallelConfig::from_context(group->context());
@@ -218,6 +225,7 @@ int run_rank(const RankOptions& o) {
             for (Error last = failure;;) {
                 if (!group->regroup(last, still_waiting, std::chrono::milliseconds(eo.heartbeat_ms))) return false;
                 try {
+                    model->group_reformed();          // EPLB's placement starts over on every rank
                     if (leader) leader->regrouped();  // the followers start over: the KV cache again
                     if (coordinator) coordinator->regrouped();
                     return true;

@@ -223,6 +223,11 @@ int run_serve(ServeOptions o) {
     // env: GLOO_SOCKET_IFNAME, the network interface the ranks' Gloo transport binds.
     const char* iface = std::getenv("GLOO_SOCKET_IFNAME");
     Deployment d = make_deployment(o.parallel, config, iface ? iface : "");
+    if (o.engine.enable_eplb && d.sizes.ep < 2) {
+        raise(ErrorCode::kInvalidArgument,
+              "--enable-eplb balances experts between expert-parallel ranks: add --enable-expert-parallel with "
+              "--data-parallel-size or --tensor-parallel-size > 1");
+    }
     const engine::KvTransferConfig kv_transfer = parse_kv_transfer_config(o.engine.kv_transfer_config);
     if (kv_transfer.role != engine::KvTransferConfig::Role::kNone) {
         if (d.sizes.tp > 1) {

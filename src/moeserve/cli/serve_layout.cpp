@@ -95,6 +95,12 @@ void add_engine_options(CLI::App* sub, EngineOptions& o, bool positional_model) 
     sub->add_option("--speculative-config", o.speculative_config,
                     "speculative decoding: {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
                     "\"prompt_lookup_max\": N, \"prompt_lookup_min\": M} (docs/serving.md)");
+    sub->add_flag("--enable-eplb", o.enable_eplb,
+                  "expert-parallel load balancing: count the tokens routed to each expert and move experts between "
+                  "EP ranks (copies of hot ones with num_redundant_experts) in the background (docs/parallelism.md)");
+    sub->add_option("--eplb-config", o.eplb_config,
+                    "EPLB: {\"window_size\": forwards counted (1000), \"step_interval\": forwards between "
+                    "decisions (3000), \"num_redundant_experts\": extra slots (0), \"log_balancedness\": false}");
     sub->add_flag("--pd-hybrid", o.pd_hybrid,
                   "PD hybrid scheduling: all DP ranks agree each step on prefill or decode (env: OMNI_PD_HYBRID=1)");
 }
@@ -232,9 +238,10 @@ std::string deployment_fingerprint(const EngineOptions& e, const Deployment& d, 
     for (const unsigned char c : config_text) h = (h ^ c) * 1099511628211ull;
     return fmt::format(
         "config.json fnv1a {:016x}, dp {} tp {} ep {}, max_model_len {}, block_size {}, max_num_seqs {}, pd_hybrid {}, "
-        "quantization '{}', kv_cache_dtype {}, dtype {}, collective guard {}, self-healing {}",
+        "quantization '{}', kv_cache_dtype {}, dtype {}, collective guard {}, self-healing {}, eplb {} '{}'",
         h, d.sizes.dp, d.sizes.tp, d.sizes.ep, e.max_model_len, e.block_size, e.max_num_seqs, e.pd_hybrid ? 1 : 0,
-        e.quantization, e.kv_cache_dtype, e.dtype, d.collective_guard ? "on" : "off", d.self_healing() ? "on" : "off");
+        e.quantization, e.kv_cache_dtype, e.dtype, d.collective_guard ? "on" : "off", d.self_healing() ? "on" : "off",
+        e.enable_eplb ? "on" : "off", e.eplb_config);
 }
 
 std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, int rank, int store_port,
@@ -292,6 +299,8 @@ std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, 
     if (!e.tokenizer.empty()) a.insert(a.end(), {"--tokenizer", e.tokenizer});
     if (!e.kv_transfer_config.empty()) a.insert(a.end(), {"--kv-transfer-config", e.kv_transfer_config});
     if (!e.speculative_config.empty()) a.insert(a.end(), {"--speculative-config", e.speculative_config});
+    if (e.enable_eplb) a.emplace_back("--enable-eplb");
+    if (!e.eplb_config.empty()) a.insert(a.end(), {"--eplb-config", e.eplb_config});
     a.insert(a.end(), {"--kv-cache-dtype", e.kv_cache_dtype});
     a.insert(a.end(), {"--dtype", e.dtype});
     return a;

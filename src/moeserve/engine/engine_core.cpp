@@ -241,6 +241,13 @@ ipc::Stats EngineCore::stats() const {
     s.spec_num_draft_tokens = c.num_draft_tokens;
     s.spec_num_accepted_tokens = c.num_accepted_tokens;
     s.spec_num_accepted_tokens_per_pos = c.num_accepted_tokens_per_pos;
+    if (const model::ExpertLoadStats* eplb = model_.expert_load()) {
+        s.eplb_rank_load = eplb->rank_load;
+        s.eplb_imbalance = eplb->imbalance;
+        s.eplb_decisions = eplb->decisions;
+        s.eplb_rebalances = eplb->rebalances;
+        s.eplb_moved_experts = eplb->moved_slots;
+    }
     if (kv_transfer_) {
         const KvTransferCounters k = kv_transfer_->counters();
         s.kv_sent_bytes = k.sent_bytes;

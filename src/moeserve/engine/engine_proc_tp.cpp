@@ -29,7 +29,7 @@ ipc::TpForward TpTables::encode(const model::ForwardBatch& batch) {
     // Every ForwardBatch field once: this binding stops the build when ForwardBatch gains a field
     // (carry it in ipc::TpForward, here and in decode()).
     const auto& [token_ids, positions, slot_mapping, query_start, seq_lens, seq_ids, block_tables, max_blocks_per_seq,
-                 logits_rows, moe_exchange] = batch;
+                 logits_rows, moe_exchange, dummy] = batch;
     const size_t seqs = seq_lens.size();
     MOESERVE_CHECK(positions.size() == token_ids.size() && slot_mapping.size() == token_ids.size() &&
                        query_start.size() == seqs + 1 &&
@@ -48,6 +48,7 @@ ipc::TpForward TpTables::encode(const model::ForwardBatch& batch) {
     w.max_blocks_per_seq = max_blocks_per_seq;
     w.logits_rows = logits_rows;
     w.moe_exchange = static_cast<int32_t>(moe_exchange);
+    w.dummy = dummy;
     w.seq_ids = seq_ids;
     const bool keyed = begin_forward(seq_ids);
     w.table_keep.resize(seqs);
@@ -71,7 +72,7 @@ ipc::TpForward TpTables::encode(const model::ForwardBatch& batch) {
 
 void TpTables::decode(const ipc::TpForward& w, model::ForwardBatch& batch) {
     auto& [token_ids, positions, slot_mapping, query_start, seq_lens, seq_ids, block_tables, max_blocks_per_seq,
-           logits_rows, moe_exchange] = batch;
+           logits_rows, moe_exchange, dummy] = batch;
     const size_t seqs = w.seq_lens.size();
     const size_t tokens = w.token_ids.size();
     if (w.positions.size() != tokens || w.slot_mapping.size() != tokens || w.query_start.size() != seqs + 1 ||
@@ -94,6 +95,7 @@ void TpTables::decode(const ipc::TpForward& w, model::ForwardBatch& batch) {
     max_blocks_per_seq = w.max_blocks_per_seq;
     logits_rows = w.logits_rows;
     moe_exchange = static_cast<parallel::MoeExchangeKind>(w.moe_exchange);
+    dummy = w.dummy;
     const bool keyed = begin_forward(w.seq_ids);
     block_tables.assign(seqs * static_cast<size_t>(w.max_blocks_per_seq), 0);
     size_t next = 0;

@@ -67,6 +67,7 @@ public:
     const model::ModelInfo& info() const override { return inner_.info(); }
     std::unique_ptr<model::KvCache> create_kv_cache(int64_t num_blocks, int64_t block_size) const override;
     TensorView forward(const model::ForwardBatch& batch, model::KvCache& kv) override;
+    const model::ExpertLoadStats* expert_load() const override { return inner_.expert_load(); }
 
     // Broadcasts a no-op when nothing was broadcast for `keepalive` (call from idle loops; the
     // followers wait in a broadcast bounded by the communicator's timeout).

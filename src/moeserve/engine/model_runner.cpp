@@ -119,6 +119,7 @@ void ModelRunner::execute_dummy() {
     fb.block_tables = {0};
     fb.max_blocks_per_seq = 1;
     fb.moe_exchange = moe_exchange_;
+    fb.dummy = true;
     model_.forward(fb, *kv_);
 }
 

@@ -47,7 +47,8 @@ auto fields(T& v) {
                         v.kv_expired_transfers, v.kv_send_seconds, v.kv_received_bytes, v.kv_received_transfers,
                         v.kv_failed_transfers, v.kv_receive_seconds, v.kv_wait_seconds, v.kv_held_transfers,
                         v.kv_waiting_requests, v.spec_num_drafts, v.spec_num_draft_tokens, v.spec_num_accepted_tokens,
-                        v.spec_num_accepted_tokens_per_pos);
+                        v.spec_num_accepted_tokens_per_pos, v.eplb_rank_load, v.eplb_imbalance, v.eplb_decisions,
+                        v.eplb_rebalances, v.eplb_moved_experts);
     } else if constexpr (std::is_same_v<S, StepOutputs>) {
         return std::tie(v.engine_index, v.outputs, v.stats);
     } else if constexpr (std::is_same_v<S, HealthReply>) {
@@ -69,9 +70,9 @@ auto fields(T& v) {
     } else if constexpr (std::is_same_v<S, TpForward>) {
         // A field added to TpForward must be listed here: the binding fails to build otherwise.
         auto& [token_ids, positions, slot_mapping, query_start, seq_lens, seq_ids, table_keep, table_new_count,
-               table_new, max_blocks_per_seq, logits_rows, moe_exchange] = v;
+               table_new, max_blocks_per_seq, logits_rows, moe_exchange, dummy] = v;
         return std::tie(token_ids, positions, slot_mapping, query_start, seq_lens, seq_ids, table_keep, table_new_count,
-                        table_new, max_blocks_per_seq, logits_rows, moe_exchange);
+                        table_new, max_blocks_per_seq, logits_rows, moe_exchange, dummy);
     } else {
         static_assert(std::is_empty_v<S>, "add the fields of this message");
         return std::tuple<>();

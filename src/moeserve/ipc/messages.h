@@ -153,6 +153,12 @@ struct Stats {
     // drafted tokens, the drafts accepted, and per draft position [0, k) the drafts accepted there.
     int64_t spec_num_drafts = 0, spec_num_draft_tokens = 0, spec_num_accepted_tokens = 0;
     std::vector<int64_t> spec_num_accepted_tokens_per_pos;
+    // EPLB (--enable-eplb; model/eplb/expert_load_stats.h): at the last placement decision, each
+    // EP rank's routed tokens over the window and max/mean (0 before the first); cumulative
+    // decisions, completed rebalances and moved expert slots.
+    std::vector<int64_t> eplb_rank_load;
+    double eplb_imbalance = 0;
+    int64_t eplb_decisions = 0, eplb_rebalances = 0, eplb_moved_experts = 0;
 };
 
 // Upper bounds of the iteration-token buckets (vLLM's, without the CUDA-graph sizes).

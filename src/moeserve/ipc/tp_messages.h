@@ -37,6 +37,7 @@ struct TpForward {
     int64_t max_blocks_per_seq = 0;
     std::vector<int32_t> logits_rows;
     int32_t moe_exchange = 0;  // parallel::MoeExchangeKind
+    bool dummy = false;        // ForwardBatch::dummy
 };
 
 // The leader leaves: the followers' loop returns.

@@ -32,6 +32,9 @@ struct ForwardBatch {
     // MoE exchange of this step under expert parallelism; every rank of the EP group must pass the
     // same (parallel/dp_control.h exchange_for_phase). Ignored on a single rank.
     parallel::MoeExchangeKind moe_exchange = parallel::MoeExchangeKind::kAllToAll;
+    // A dummy batch (DP lock-step: this rank had nothing of the step's phase): its token is
+    // padding, so EPLB does not count where it routes.
+    bool dummy = false;
 
     int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
     int64_t num_seqs() const { return static_cast<int64_t>(seq_lens.size()); }

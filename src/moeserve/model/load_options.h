@@ -6,6 +6,8 @@
 #include <string>
 
 #include "moeserve/core/dtype.h"
+#include "moeserve/core/log.h"
+#include "moeserve/model/eplb/eplb_config.h"
 #include "moeserve/model/parallel_config.h"
 #include "moeserve/model/quantization.h"
 
@@ -23,6 +25,11 @@ struct LoadOptions {
     // "fp32". The library default stays fp32 (the reference tests' exact cache); the CLI's is auto.
     std::string kv_cache_dtype = "fp32";
     DType kv_dtype = DType::kF32;  // resolved by load_model() from kv_cache_dtype
+    EplbConfig eplb{};             // --enable-eplb / --eplb-config (needs expert parallelism)
+    // A test hook (env MOESERVE_DEBUG_ROUTER_SKEW in `rank`/`generate`): "<experts>:<bias>", experts
+    // a list of ids and ranges ("0,5-7"); bias is added to their router logits in every MoE layer.
+    std::string debug_router_skew{};
+    Logger* logger = nullptr;  // where the model logs while it serves (EPLB's decisions); null: silent
 };
 
 }  // namespace moeserve::model

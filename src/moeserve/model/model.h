@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "moeserve/core/tensor.h"
+#include "moeserve/model/eplb/expert_load_stats.h"
 #include "moeserve/model/forward_batch.h"
 #include "moeserve/model/kv_cache.h"
 
@@ -41,6 +42,11 @@ public:
     // Runs the batch. Returns logits f32 [batch.logits_rows.size(), vocab_size], valid until the
     // next call. The batch's new tokens' K/V are written to `kv` at batch.slot_mapping.
     virtual TensorView forward(const ForwardBatch& batch, KvCache& kv) = 0;
+    // EPLB's figures (--enable-eplb), or null.
+    virtual const ExpertLoadStats* expert_load() const { return nullptr; }
+    // The parallel group re-formed around a restarted rank (self-healing): state that the ranks
+    // must share starts over (EPLB's placement).
+    virtual void group_reformed() {}
 };
 
 }  // namespace moeserve::model

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
+#include <sstream>
+#include <string>
 
 #include "moeserve/core/error.h"
 #include "moeserve/kernels/cpu/norm.h"
@@ -22,6 +25,38 @@ bool keeps_all_rows(const std::vector<int32_t>& rows, int64_t num_tokens) {
     }
     return true;
 }
+
+// LoadOptions::debug_router_skew -> the bias of each expert [num_experts].
+std::vector<float> parse_router_skew(const std::string& text, int64_t num_experts) {
+    const auto bad = [&] {
+        raise(ErrorCode::kInvalidArgument,
+              "MOESERVE_DEBUG_ROUTER_SKEW '{}' is not <experts>:<bias> with experts like 0,5-7 in [0, {})", text,
+              num_experts);
+    };
+    const size_t colon = text.rfind(':');
+    if (colon == std::string::npos) bad();
+    std::vector<float> skew(static_cast<size_t>(num_experts), 0.0f);
+    float bias = 0;
+    try {
+        bias = std::stof(text.substr(colon + 1));
+    } catch (const std::exception&) {
+        bad();
+    }
+    std::stringstream list(text.substr(0, colon));
+    for (std::string item; std::getline(list, item, ',');) {
+        const size_t dash = item.find('-');
+        int64_t first = 0, last = 0;
+        try {
+            first = std::stoll(item.substr(0, dash));
+            last = dash == std::string::npos ? first : std::stoll(item.substr(dash + 1));
+        } catch (const std::exception&) {
+            bad();
+        }
+        if (first < 0 || last < first || last >= num_experts) bad();
+        for (int64_t e = first; e <= last; ++e) skew[static_cast<size_t>(e)] = bias;
+    }
+    return skew;
+}
 }  // namespace
 
 MoeDecoder::MoeDecoder(DecoderSpec spec, std::shared_ptr<const io::WeightSource> weights, ThreadPool& pool,
@@ -36,7 +71,22 @@ MoeDecoder::MoeDecoder(DecoderSpec spec, std::shared_ptr<const io::WeightSource>
     const int64_t h = c.hidden_size;
     // Shards of this rank (parallel_config.h): vocabulary rows, routed experts, MLP slices.
     vocab_shard_ = shard_range(c.vocab_size, par_.tp_size, par_.tp_rank);
-    const MoeShards shards = MoeShards::of(par_, spec_.moe);
+    shards_ = MoeShards::of(par_, spec_.moe);
+    const MoeShards& shards = shards_;
+    std::optional<ExpertPlacement> placement;  // EPLB: every MoE layer starts at the initial placement
+    if (options.eplb.enabled) {
+        if (par_.ep_size < 2) {
+            raise(ErrorCode::kInvalidArgument,
+                  "--enable-eplb balances experts between expert-parallel ranks: it needs --enable-expert-parallel "
+                  "with more than one rank");
+        }
+        if (options.eplb.num_redundant_experts % par_.ep_size != 0) {
+            raise(ErrorCode::kInvalidArgument,
+                  "--eplb-config: num_redundant_experts ({}) must be a multiple of the expert-parallel size ({})",
+                  options.eplb.num_redundant_experts, par_.ep_size);
+        }
+        placement = ExpertPlacement::initial(spec_.moe.num_experts, par_.ep_size, options.eplb.num_redundant_experts);
+    }
     int64_t rank_bytes = h * 4;  // the final norm
     int64_t active_bytes = 0;
     if (const auto g = gguf_matrix(w, "model.embed_tokens.weight", c.vocab_size, h)) {
@@ -63,7 +113,14 @@ MoeDecoder::MoeDecoder(DecoderSpec spec, std::shared_ptr<const io::WeightSource>
                     {},
                     {}};
         const auto attention_bytes = static_cast<int64_t>(load_attention(w, i, p + "self_attn."));
-        layer.mlp = MoeBlock::load(w, p, spec_.is_moe_layer(i), spec_.moe, spec_.names, shards, options.quant);
+        const bool is_moe = spec_.is_moe_layer(i);
+        moe_index_.push_back(is_moe ? static_cast<int64_t>(moe_layers_.size()) : -1);
+        if (is_moe) moe_layers_.push_back(i);
+        layer.mlp = MoeBlock::load(w, p, is_moe, spec_.moe, spec_.names, shards, options.quant,
+                                   placement ? &*placement : nullptr, par_.ep_rank);
+        if (is_moe && !options.debug_router_skew.empty()) {
+            layer.mlp.set_router_skew(parse_router_skew(options.debug_router_skew, spec_.moe.num_experts));
+        }
         active_bytes += attention_bytes + static_cast<int64_t>(layer.mlp.active_bytes());
         rank_bytes += attention_bytes + static_cast<int64_t>(layer.mlp.weight_bytes()) + 2 * h * 4;
         layer.input_layernorm_bias = load_optional_vector_f32(w, p + "input_layernorm.bias", h);
@@ -99,6 +156,25 @@ MoeDecoder::MoeDecoder(DecoderSpec spec, std::shared_ptr<const io::WeightSource>
     if (!par_.is_single()) info_.weight_bytes = rank_bytes;  // what this rank holds
     info_.active_weight_bytes_per_token = active_bytes;
     info_.quantization = options.quant.describe();
+    if (placement) start_balancer(options, *placement);
+}
+
+void MoeDecoder::start_balancer(const LoadOptions& options, const ExpertPlacement& initial) {
+    Quantization quant = options.quant;
+    quant.counts = std::make_shared<LinearCounts>();  // moves are not part of the load log's counts
+    auto load = [this, quant](int64_t moe_layer, const ExpertPlacement& placement) {
+        const std::string p = "model.layers." + std::to_string(moe_layers_[static_cast<size_t>(moe_layer)]) + ".";
+        return MoeBlock::load_placed_experts(*weights_, p, spec_.moe, spec_.names, shards_, quant, placement,
+                                             par_.ep_rank);
+    };
+    auto install = [this](int64_t moe_layer, std::optional<Experts> experts) {
+        if (experts) {
+            layers_[static_cast<size_t>(moe_layers_[static_cast<size_t>(moe_layer)])].mlp.replace_routed_experts(
+                std::move(*experts));
+        }
+    };
+    balancer_ = std::make_unique<ExpertBalancer>(options.eplb, par_.ep_rank, static_cast<int64_t>(moe_layers_.size()),
+                                                 initial, load, install, options.logger);
 }
 
 std::vector<WeightSpec> MoeDecoder::weight_specs(const DecoderSpec& spec, bool with_router_bias,
@@ -161,6 +237,7 @@ TensorView MoeDecoder::forward(const ForwardBatch& batch, int64_t num_positions,
     moe_scratch_.parallel_moe.begin_forward();
     if (par_.tp != nullptr) par_.tp->begin_step();  // the desync guard's steps (guarded_comm.h)
     if (par_.ep != nullptr) par_.ep->begin_step();
+    if (balancer_) balancer_->begin_forward(*par_.ep, !batch.dummy);  // may switch moved layers (all ranks at once)
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& layer = layers_[i];
         const bool last = i + 1 == layers_.size();
@@ -187,7 +264,11 @@ TensorView MoeDecoder::forward(const ForwardBatch& batch, int64_t num_positions,
             add_row_bias(layer.post_attention_layernorm_bias, hs, rows, h);
         }
         // 4. MoE / MLP block: x += mlp(norm(x)); fused with the next layer's input norm
-        layer.mlp.forward(pool_, par_, spec_.route, hs, rows, batch.moe_exchange, moe_scratch_, out);
+        ExpertBalance balance;
+        if (const int64_t m = moe_index_[i]; balancer_ && m >= 0) {
+            balance = {&balancer_->placement(m), balancer_->counts(m), par_.ep_rank};
+        }
+        layer.mlp.forward(pool_, par_, spec_.route, hs, rows, batch.moe_exchange, moe_scratch_, out, balance);
         const float* next_norm = last ? norm_.as<float>() : layers_[i + 1].input_layernorm.as<float>();
         if (rows > 0) kc::add_rms_norm(pool_, x, out, next_norm, rows, h, eps, hs);
         if (!last) add_row_bias(layers_[i + 1].input_layernorm_bias, hs, rows, h);

@@ -20,6 +20,7 @@
 #include "moeserve/core/tensor.h"
 #include "moeserve/core/thread_pool.h"
 #include "moeserve/io/weight_source.h"
+#include "moeserve/model/eplb/expert_balancer.h"
 #include "moeserve/model/forward_batch.h"
 #include "moeserve/kernels/cpu/gguf_linear.h"
 #include "moeserve/model/layers/linear.h"
@@ -89,6 +90,14 @@ public:
     // next call. num_positions: the RoPE table's length (positions are checked against it).
     TensorView forward(const ForwardBatch& batch, int64_t num_positions, const AttentionStep& attention);
 
+    // EPLB's figures (null without --enable-eplb).
+    const ExpertLoadStats* expert_load() const { return balancer_ ? &balancer_->stats() : nullptr; }
+    // The parallel group re-formed around a restarted rank, which starts from the initial
+    // placement: every rank goes back to it (ExpertBalancer::reset).
+    void group_reformed() {
+        if (balancer_) balancer_->reset();
+    }
+
     ModelInfo& info() { return info_; }
     const ModelInfo& info() const { return info_; }
     ThreadPool& pool() const { return pool_; }
@@ -105,6 +114,7 @@ private:
     const DecoderSpec spec_;
     const ParallelConfig par_;  // this rank's TP/EP shard
     const DType kv_dtype_;
+    MoeShards shards_;        // what this rank holds of every MoE block
     ShardRange vocab_shard_;  // embedding / lm_head rows held here
     std::shared_ptr<const io::WeightSource> weights_;
     ThreadPool& pool_;
@@ -123,6 +133,11 @@ private:
     std::vector<int32_t> rows_;             // [R]: 0 .. R-1, the compacted rows' indices
     MoeBlockScratch moe_scratch_;
     LogitsScratch logits_scratch_;
+
+    // EPLB (--enable-eplb): moe_index_[layer] is the layer's index among the MoE layers (-1: dense)
+    std::vector<int64_t> moe_index_, moe_layers_;
+    std::unique_ptr<ExpertBalancer> balancer_;
+    void start_balancer(const LoadOptions& options, const ExpertPlacement& initial);
 };
 
 }  // namespace moeserve::model

@@ -255,6 +255,43 @@ std::string Metrics::render(const std::vector<ipc::Stats>& engines, int num_in_f
     return out;
 }
 
+namespace {
+// EPLB (--enable-eplb), only when an engine runs it: the figures of its last placement decision
+// (every engine of the EP group computes the same) and what it moved.
+void render_eplb(std::string& out, const std::vector<ipc::Stats>& engines, const std::string& model) {
+    const bool any =
+        std::any_of(engines.begin(), engines.end(), [](const ipc::Stats& s) { return !s.eplb_rank_load.empty(); });
+    if (!any) return;
+    out +=
+        "# HELP moeserve:eplb_expert_load Routed tokens each EP rank's expert slots served in the last EPLB window "
+        "(all MoE layers).\n# TYPE moeserve:eplb_expert_load gauge\n";
+    for (const auto& s : engines) {
+        for (size_t r = 0; r < s.eplb_rank_load.size(); ++r) {
+            out += fmt::format("moeserve:eplb_expert_load{{{},engine=\"{}\",ep_rank=\"{}\"}} {}\n", model,
+                               s.engine_index, r, s.eplb_rank_load[r]);
+        }
+    }
+    const auto gauge = [&](const char* name, const char* type, const char* help, auto field) {
+        out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+        for (const auto& s : engines) {
+            if (s.eplb_rank_load.empty()) continue;
+            out += fmt::format("{}{{{},engine=\"{}\"}} {}\n", name, model, s.engine_index, field(s));
+        }
+    };
+    using S = const ipc::Stats&;
+    gauge("moeserve:eplb_imbalance_ratio", "gauge",
+          "Busiest EP rank's routed tokens over the mean, summed over MoE layers, at the last EPLB decision (0: none "
+          "yet).",
+          [](S s) { return s.eplb_imbalance; });
+    gauge("moeserve:eplb_decisions_total", "counter", "EPLB placement decisions (every step_interval forwards).",
+          [](S s) { return s.eplb_decisions; });
+    gauge("moeserve:eplb_rebalances_total", "counter", "EPLB moves completed (a new placement on every EP rank).",
+          [](S s) { return s.eplb_rebalances; });
+    gauge("moeserve:eplb_moved_experts_total", "counter", "Expert slots (all EP ranks) that EPLB loaded anew.",
+          [](S s) { return s.eplb_moved_experts; });
+}
+}  // namespace
+
 std::string Metrics::render_local(const std::vector<ipc::Stats>& engines, int64_t num_in_flight) const {
     const std::string model = fmt::format("model_name=\"{}\"", model_name_);
     std::string out;
@@ -435,6 +472,7 @@ std::string Metrics::render_local(const std::vector<ipc::Stats>& engines, int64_
                [](S s) { return s.kv_held_transfers; });
     per_engine("moeserve:kv_waiting_requests", "gauge", "Decode instance: requests waiting for their KV.",
                [](S s) { return s.kv_waiting_requests; });
+    render_eplb(out, engines, model);
     if (!kernel_isa().empty()) {
         head("moeserve:kernel_isa_info", "gauge",
              "The ISA level the CPU kernels run at (MOESERVE_ISA or the best found).");

@@ -49,6 +49,8 @@ public:
     const ModelInfo& info() const override { return decoder_.info(); }
     std::unique_ptr<KvCache> create_kv_cache(int64_t num_blocks, int64_t block_size) const override;
     TensorView forward(const ForwardBatch& batch, KvCache& kv) override;
+    const ExpertLoadStats* expert_load() const override { return decoder_.expert_load(); }
+    void group_reformed() override { decoder_.group_reformed(); }
 
 private:
     const DeepseekV3Config config_;

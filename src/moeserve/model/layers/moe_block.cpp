@@ -29,7 +29,7 @@ MoeShards MoeShards::of(const ParallelConfig& par, const MoeShape& shape) {
 
 MoeBlock MoeBlock::load(const io::WeightSource& weights, const std::string& layer_prefix, bool is_moe,
                         const MoeShape& shape, const MoeNames& names, const MoeShards& shards,
-                        const Quantization& quant) {
+                        const Quantization& quant, const ExpertPlacement* placement, int ep_rank) {
     const io::WeightSource& w = weights;
     const std::string& p = layer_prefix;
     MoeBlock b;
@@ -48,12 +48,17 @@ MoeBlock MoeBlock::load(const io::WeightSource& weights, const std::string& laye
     if (!names.router_bias.empty() && w.contains(p + names.router_bias)) {
         b.score_bias_ = load_vector_f32(w, p + names.router_bias, shape.num_experts);
     }
-    std::vector<std::string> prefixes;
-    for (int64_t e = shards.experts.begin; e < shards.experts.begin + shards.experts.count; ++e) {
-        prefixes.push_back(p + names.experts + std::to_string(e) + ".");
+    if (placement != nullptr) {
+        b.experts_per_rank_ = placement->slots_per_rank();
+        b.experts_ = load_placed_experts(w, p, shape, names, shards, quant, *placement, ep_rank);
+    } else {
+        std::vector<std::string> prefixes;
+        for (int64_t e = shards.experts.begin; e < shards.experts.begin + shards.experts.count; ++e) {
+            prefixes.push_back(p + names.experts + std::to_string(e) + ".");
+        }
+        b.experts_ = Experts::load(w, prefixes, h, shape.moe_inter, shards.experts.begin, shards.moe_inter.begin,
+                                   shards.moe_inter.count, quant);
     }
-    b.experts_ = Experts::load(w, prefixes, h, shape.moe_inter, shards.experts.begin, shards.moe_inter.begin,
-                               shards.moe_inter.count, quant);
     if (!names.shared_experts.empty() && shape.shared_inter > 0) {
         b.shared_ = Experts::load(w, {p + names.shared_experts}, h, shape.shared_inter, 0, shards.shared_inter.begin,
                                   shards.shared_inter.count, quant);
@@ -67,6 +72,18 @@ MoeBlock MoeBlock::load(const io::WeightSource& weights, const std::string& laye
         }
     }
     return b;
+}
+
+Experts MoeBlock::load_placed_experts(const io::WeightSource& weights, const std::string& layer_prefix,
+                                      const MoeShape& shape, const MoeNames& names, const MoeShards& shards,
+                                      const Quantization& quant, const ExpertPlacement& placement, int ep_rank) {
+    const int64_t first = ep_rank * placement.slots_per_rank();
+    std::vector<std::string> prefixes;
+    for (int64_t slot = first; slot < first + placement.slots_per_rank(); ++slot) {
+        prefixes.push_back(layer_prefix + names.experts + std::to_string(placement.expert_of_slot(slot)) + ".");
+    }
+    return Experts::load(weights, prefixes, shape.hidden, shape.moe_inter, first, shards.moe_inter.begin,
+                         shards.moe_inter.count, quant);
 }
 
 namespace {
@@ -123,8 +140,8 @@ size_t MoeBlock::active_bytes() const {
 }
 
 void MoeBlock::forward(ThreadPool& pool, const ParallelConfig& par, const RoutingRule& route, const float* h,
-                       int64_t num_tokens, parallel::MoeExchangeKind exchange, MoeBlockScratch& scratch,
-                       float* out) const {
+                       int64_t num_tokens, parallel::MoeExchangeKind exchange, MoeBlockScratch& scratch, float* out,
+                       const ExpertBalance& balance) const {
     MoeBlockScratch& s = scratch;
     const int64_t n = num_tokens * hidden_;
     if (!is_moe_) {
@@ -146,8 +163,22 @@ void MoeBlock::forward(ThreadPool& pool, const ParallelConfig& par, const Routin
     // 1. router: [T, hidden] -> [T, E] -> the architecture's top-k ids and weights [T, k]
     if (mine.count > 0) {
         router_.forward(pool, h_mine, mine.count, s.router_logits.data());
+        if (!router_skew_.empty()) {
+            for (int64_t t = 0; t < mine.count; ++t) {
+                for (int64_t j = 0; j < e; ++j)
+                    s.router_logits[static_cast<size_t>(t * e + j)] += router_skew_[static_cast<size_t>(j)];
+            }
+        }
         route(s.router_logits.data(), mine.count, score_bias_.empty() ? nullptr : score_bias_.as<float>(),
               s.topk_ids.data(), s.topk_weights.data());
+        // EPLB: count the experts routing chose, then pick the copy (slot) that serves each choice
+        const int64_t choices = mine.count * k_;
+        if (balance.counts != nullptr) {
+            for (int64_t i = 0; i < choices; ++i) ++balance.counts[s.topk_ids[static_cast<size_t>(i)]];
+        }
+        if (balance.placement != nullptr) {
+            balance.placement->to_physical(s.topk_ids.data(), choices, balance.ep_rank, s.copy_turns);
+        }
     }
     // 2. routed experts, weighted sum -> out [T, hidden] (EP dispatch/combine, or TP-split + all-reduce)
     float* routed = out;

@@ -14,6 +14,7 @@
 #include "moeserve/core/thread_pool.h"
 #include "moeserve/io/weight_source.h"
 #include "moeserve/kernels/cpu/moe_experts.h"
+#include "moeserve/model/eplb/expert_placement.h"
 #include "moeserve/model/layers/experts.h"
 #include "moeserve/model/layers/linear.h"
 #include "moeserve/model/layers/parallel_ops.h"
@@ -59,10 +60,19 @@ struct MoeShards {
     static MoeShards of(const ParallelConfig& par, const MoeShape& shape);
 };
 
+// EPLB's part in one layer's forward (eplb/expert_balancer.h).
+struct ExpertBalance {
+    // Which slots hold which experts; null: expert e is slot e (the plain EP shards).
+    const ExpertPlacement* placement = nullptr;
+    int32_t* counts = nullptr;  // [num_experts]: += the tokens this rank routes to each expert; null: not counted
+    int ep_rank = 0;
+};
+
 // Buffers of MoeBlock::forward, one set per model (reused by every layer and step).
 struct MoeBlockScratch {
     std::vector<float> router_logits, topk_weights, shared_out, dense_weights;
     std::vector<int32_t> topk_ids, dense_ids;
+    std::vector<int32_t> copy_turns;  // EPLB: ExpertPlacement::to_physical's scratch
     std::vector<float> routed_slice;  // EP with TP: this TP rank's slice of the routed output
     std::vector<size_t> slice_bytes;  // EP with TP: bytes of each TP rank's slice (no allocation per layer)
     kernels::cpu::MoeScratch moe{};
@@ -74,9 +84,20 @@ public:
     MoeBlock() = default;
     // Loads layer_prefix + names: the router (LayerPrecision::kHigh, whatever its name), its
     // optional bias, this rank's routed experts and the shared experts (is_moe), or the dense MLP.
+    // With a placement (EPLB), this rank's routed experts are the experts of its slots.
     static MoeBlock load(const io::WeightSource& weights, const std::string& layer_prefix, bool is_moe,
                          const MoeShape& shape, const MoeNames& names, const MoeShards& shards,
-                         const Quantization& quant);
+                         const Quantization& quant, const ExpertPlacement* placement = nullptr, int ep_rank = 0);
+    // The routed experts of EP rank ep_rank's slots under `placement` (slot order; they run as
+    // physical ids ep_rank * slots_per_rank + slot), for load() and EPLB's moves.
+    static Experts load_placed_experts(const io::WeightSource& weights, const std::string& layer_prefix,
+                                       const MoeShape& shape, const MoeNames& names, const MoeShards& shards,
+                                       const Quantization& quant, const ExpertPlacement& placement, int ep_rank);
+    // Test hook (LoadOptions::debug_router_skew): added to the router logits [num_experts]
+    // before routing, so that a few experts take most tokens.
+    void set_router_skew(std::vector<float> skew) { router_skew_ = std::move(skew); }
+    // EPLB: this rank's routed experts under a new placement (load_placed_experts).
+    void replace_routed_experts(Experts experts) { experts_ = std::move(experts); }
 
     // Appends the tensors load() reads under layer_prefix, for the generator: the router (kHigh,
     // 4x sharper than 1/sqrt(hidden) so top-k has clear gaps), with with_router_bias its F32 bias
@@ -88,7 +109,8 @@ public:
     // every TP rank. num_tokens may be 0 (the rank still joins the EP exchange). With EP and TP,
     // h must be the same on every rank of the TP group: each routes only its slice of the rows.
     void forward(ThreadPool& pool, const ParallelConfig& par, const RoutingRule& route, const float* h,
-                 int64_t num_tokens, parallel::MoeExchangeKind exchange, MoeBlockScratch& scratch, float* out) const;
+                 int64_t num_tokens, parallel::MoeExchangeKind exchange, MoeBlockScratch& scratch, float* out,
+                 const ExpertBalance& balance = {}) const;
 
     bool is_moe() const { return is_moe_; }
     // Bytes this rank holds, and the bytes one token reads (router, shared and k experts; or the MLP).
@@ -98,12 +120,13 @@ public:
 private:
     bool is_moe_ = false;
     int k_ = 0;
-    int64_t hidden_ = 0, experts_per_rank_ = 1;
-    Linear router_;       // [num_experts, hidden]
-    Tensor score_bias_;   // f32 [num_experts], or empty
-    Experts experts_;     // routed experts, or the dense MLP as one expert
-    Experts shared_;      // shared experts as one expert, or empty
-    Tensor shared_gate_;  // f32 [hidden], or empty: the shared output unweighted
+    int64_t hidden_ = 0, experts_per_rank_ = 1;  // experts, or EPLB's slots, per EP rank
+    Linear router_;                              // [num_experts, hidden]
+    Tensor score_bias_;                          // f32 [num_experts], or empty
+    Experts experts_;                            // routed experts, or the dense MLP as one expert
+    Experts shared_;                             // shared experts as one expert, or empty
+    Tensor shared_gate_;                         // f32 [hidden], or empty: the shared output unweighted
+    std::vector<float> router_skew_;             // f32 [num_experts] added to the router logits, or empty (a test hook)
 };
 
 }  // namespace moeserve::model
