@@ -9,13 +9,15 @@
 #   benchmarks/eplb_ab.sh /tmp/qwen3-bench
 # Environment: MOESERVE_BIN (build/src/moeserve/cli/moeserve), ROUNDS ("1 2 3"), DP (2), THREADS
 # (threads per rank: 1), C (8), PROMPTS (32), IN (128), OUT (128), SKEW ("0-7:8": the bench model's
-# top-8 all land on rank 0), EPLB_CONFIG (window and interval of 64 forwards).
+# top-8 all land on rank 0), EPLB_CONFIG (window and interval of 128 forwards), IDEAL_SKEW (if set,
+# a third mode "ideal": no EPLB, the router skewed onto this many experts spread evenly over the
+# ranks by hand, e.g. "0-15,32-47:30" for SKEW "0-31:30": what a perfect placement would give).
 set -euo pipefail
 MODEL=${1:?model dir}
 MS=${MOESERVE_BIN:-build/src/moeserve/cli/moeserve}
 DP=${DP:-2}; T=${THREADS:-1}; C=${C:-8}; N=${PROMPTS:-32}; IN=${IN:-128}; OUT=${OUT:-128}
 SKEW=${SKEW:-0-7:8}
-EPLB_CONFIG=${EPLB_CONFIG:-'{"window_size": 64, "step_interval": 64}'}
+EPLB_CONFIG=${EPLB_CONFIG:-'{"window_size": 128, "step_interval": 128}'}
 [ -x "$MS" ] || { echo "no moeserve binary at $MS (set MOESERVE_BIN)" >&2; exit 2; }
 WORK=$(mktemp -d)
 pid=""
@@ -31,8 +33,10 @@ metric() {  # port, family -> engine 0's value
 serve() {  # mode -> starts the server, sets $port and $pid, waits for /health
   local extra=()
   [ "$1" = eplb ] && extra=(--enable-eplb --eplb-config "$EPLB_CONFIG")
+  local skew=$SKEW
+  [ "$1" = ideal ] && skew=$IDEAL_SKEW
   port=$(free_port)
-  MOESERVE_DEBUG_ROUTER_SKEW="$SKEW" setsid "$MS" serve --model "$MODEL" --served-model-name m --host 127.0.0.1 \
+  MOESERVE_DEBUG_ROUTER_SKEW="$skew" setsid "$MS" serve --model "$MODEL" --served-model-name m --host 127.0.0.1 \
     --port "$port" --threads "$T" --data-parallel-size "$DP" --enable-expert-parallel --kv-cache-dtype bf16 \
     --max-num-seqs "$C" --max-model-len $((IN + OUT + 64)) "${extra[@]}" >"$WORK/$1.log" 2>&1 &
   pid=$!
@@ -70,4 +74,5 @@ for r in ${ROUNDS:-1 2 3}; do
   echo "## round $r: $(OMP_NUM_THREADS=$((DP * T)) OMP_PROC_BIND=spread "$STREAM" | tail -1)"
   run plain
   run eplb
+  [ -n "${IDEAL_SKEW:-}" ] && run ideal
 done

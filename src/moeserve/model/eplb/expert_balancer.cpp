@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <string>
 
@@ -17,7 +18,7 @@ namespace {
 constexpr int kMoverNice = 10;  // below the engine's threads: steps go first on a busy machine
 // A placement is adopted only when it lowers the layer's max/mean load by this share: moves cost
 // loads and memory traffic, so near-equal placements are left alone.
-constexpr double kMinGain = 0.05;
+constexpr double kMinGain = 0.10;
 }  // namespace
 
 ExpertBalancer::ExpertBalancer(const EplbConfig& config, int ep_rank, int64_t num_moe_layers,
@@ -75,7 +76,7 @@ void ExpertBalancer::decide(parallel::Communicator& ep) {
         const ExpertPlacement& now = placements_[static_cast<size_t>(m)];
         const std::vector<double> loads = now.rank_loads(layer_load);
         const double mean = std::accumulate(loads.begin(), loads.end(), 0.0) / static_cast<double>(loads.size());
-        for (size_t r = 0; r < loads.size(); ++r) stats_.rank_load[r] += static_cast<int64_t>(loads[r] + 0.5);
+        for (size_t r = 0; r < loads.size(); ++r) stats_.rank_load[r] += std::llround(loads[r]);
         sum_max += *std::max_element(loads.begin(), loads.end());
         sum_mean += mean;
         ExpertPlacement next = now.rebalanced(layer_load);
