@@ -57,6 +57,24 @@ std::vector<float> parse_router_skew(const std::string& text, int64_t num_expert
     }
     return skew;
 }
+
+// EPLB's starting placement (none without --enable-eplb). Errors name the flag: EPLB without
+// expert parallelism, redundant slots that the EP ranks cannot share evenly.
+std::optional<ExpertPlacement> initial_placement(const EplbConfig& eplb, const ParallelConfig& par,
+                                                 int64_t num_experts) {
+    if (!eplb.enabled) return std::nullopt;
+    if (par.ep_size < 2) {
+        raise(ErrorCode::kInvalidArgument,
+              "--enable-eplb balances experts between expert-parallel ranks: it needs --enable-expert-parallel "
+              "with more than one rank");
+    }
+    if (eplb.num_redundant_experts % par.ep_size != 0) {
+        raise(ErrorCode::kInvalidArgument,
+              "--eplb-config: num_redundant_experts ({}) must be a multiple of the expert-parallel size ({})",
+              eplb.num_redundant_experts, par.ep_size);
+    }
+    return ExpertPlacement::initial(num_experts, par.ep_size, eplb.num_redundant_experts);
+}
 }  // namespace
 
 MoeDecoder::MoeDecoder(DecoderSpec spec, std::shared_ptr<const io::WeightSource> weights, ThreadPool& pool,
@@ -73,20 +91,8 @@ MoeDecoder::MoeDecoder(DecoderSpec spec, std::shared_ptr<const io::WeightSource>
     vocab_shard_ = shard_range(c.vocab_size, par_.tp_size, par_.tp_rank);
     shards_ = MoeShards::of(par_, spec_.moe);
     const MoeShards& shards = shards_;
-    std::optional<ExpertPlacement> placement;  // EPLB: every MoE layer starts at the initial placement
-    if (options.eplb.enabled) {
-        if (par_.ep_size < 2) {
-            raise(ErrorCode::kInvalidArgument,
-                  "--enable-eplb balances experts between expert-parallel ranks: it needs --enable-expert-parallel "
-                  "with more than one rank");
-        }
-        if (options.eplb.num_redundant_experts % par_.ep_size != 0) {
-            raise(ErrorCode::kInvalidArgument,
-                  "--eplb-config: num_redundant_experts ({}) must be a multiple of the expert-parallel size ({})",
-                  options.eplb.num_redundant_experts, par_.ep_size);
-        }
-        placement = ExpertPlacement::initial(spec_.moe.num_experts, par_.ep_size, options.eplb.num_redundant_experts);
-    }
+    // EPLB: every MoE layer starts at the initial placement
+    const std::optional<ExpertPlacement> placement = initial_placement(options.eplb, par_, spec_.moe.num_experts);
     int64_t rank_bytes = h * 4;  // the final norm
     int64_t active_bytes = 0;
     if (const auto g = gguf_matrix(w, "model.embed_tokens.weight", c.vocab_size, h)) {
