@@ -149,6 +149,19 @@ def open_descriptors(s):
     return sum(len(os.listdir(f"/proc/{pid}/fd")) for pid in [s.proc.pid, *s.children()])
 
 
+def settled_descriptors(s, timeout=10):
+    """open_descriptors once the count has held still for half a second (bounded): a connection the
+    checks just closed may still be open on the server's side for a moment."""
+    deadline = time.time() + timeout
+    last, since = open_descriptors(s), time.time()
+    while time.time() < deadline and time.time() - since < 0.5:
+        time.sleep(0.1)
+        now = open_descriptors(s)
+        if now != last:
+            last, since = now, time.time()
+    return last
+
+
 def metric(s, name):
     """The value of an unlabelled-but-for-the-model series."""
     return next(v for k, v in s.metrics().items() if k.split("{")[0] == name)
@@ -378,7 +391,7 @@ class Parallel(unittest.TestCase):
         from each kill to /health 200."""
         expected = reference_texts()
         self.assertEqual(s.complete_all(PROMPTS), expected)
-        fds_before, shm_before = open_descriptors(s), set(os.listdir("/dev/shm"))
+        fds_before, shm_before = settled_descriptors(s), set(os.listdir("/dev/shm"))
         times = []
         for victim in victims:
             r = self.long_stream(s)
@@ -391,10 +404,9 @@ class Parallel(unittest.TestCase):
             times.append(time.time() - start)
             self.assertEqual(s.complete_all(PROMPTS), expected)
         self.assertEqual(metric(s, "moeserve:group_restarts_total"), len(victims))
-        deadline = time.time() + 10  # closed HTTP connections of the checks may linger a moment
-        while open_descriptors(s) != fds_before and time.time() < deadline:
-            time.sleep(0.1)
-        self.assertEqual(open_descriptors(s), fds_before)
+        # Fewer is no leak: a connection of the first checks may still have been open at the count
+        # before, and a leak shows as more.
+        self.assertLessEqual(settled_descriptors(s), fds_before)
         self.assertEqual(set(os.listdir("/dev/shm")) - shm_before, set())
         times.sort()
         print(f"\nrecovery after a kill: p50 {times[len(times) // 2]:.2f} s, max {times[-1]:.2f} s "
