@@ -36,15 +36,31 @@ std::string next_add(ipc::EngineChannel& engine) {
     return "";
 }
 
+// An EngineClient over two fake engines (channels on scratch ipc sockets) that both said ready.
+struct TwoEngines {
+    explicit TwoEngines(const std::string& name)
+        : dir(moeserve::test::scratch_dir(name + "_" + std::to_string(getpid()))),
+          out("ipc://" + (dir / "out").string()),
+          in{"ipc://" + (dir / "in0").string(), "ipc://" + (dir / "in1").string()},
+          client({.output_address = out, .input_addresses = in, .heartbeat_timeout_ms = 30000}, logger),
+          e0(in[0], out),
+          e1(in[1], out) {
+        e0.send(ipc::HealthReply{0, true, "ready"});
+        e1.send(ipc::HealthReply{1, true, "ready"});
+    }
+    ~TwoEngines() { std::filesystem::remove_all(dir); }
+    std::filesystem::path dir;
+    std::string out;
+    std::vector<std::string> in;
+    Logger logger{"test", LogLevel::kError};
+    EngineClient client;
+    ipc::EngineChannel e0, e1;
+};
+
 TEST(EngineClientTest, RoutesByOutstandingTokens) {
-    const auto dir = moeserve::test::scratch_dir("engine_client_" + std::to_string(getpid()));
-    const std::string out = "ipc://" + (dir / "out").string();
-    const std::vector<std::string> in = {"ipc://" + (dir / "in0").string(), "ipc://" + (dir / "in1").string()};
-    Logger logger("test", LogLevel::kError);
-    EngineClient client({.output_address = out, .input_addresses = in, .heartbeat_timeout_ms = 30000}, logger);
-    ipc::EngineChannel e0(in[0], out), e1(in[1], out);
-    e0.send(ipc::HealthReply{0, true, "ready"});
-    e1.send(ipc::HealthReply{1, true, "ready"});
+    TwoEngines t("engine_client");
+    EngineClient& client = t.client;
+    ipc::EngineChannel &e0 = t.e0, &e1 = t.e1;
     ASSERT_TRUE(client.wait_ready(5000));
 
     const auto ignore = [](const ipc::RequestOutput&) {};
@@ -79,7 +95,6 @@ TEST(EngineClientTest, RoutesByOutstandingTokens) {
     ASSERT_TRUE(client.add(make_request("next", 4, 4), ignore));  // engine 0 is the least loaded again
     EXPECT_EQ(next_add(e0), "next");
     client.shutdown();
-    std::filesystem::remove_all(dir);
 }
 
 // The step watchdog: an engine that answers heartbeats but completes no step while requests
@@ -127,14 +142,9 @@ TEST(EngineClientTest, ARecoveringEngineKeepsItsQueueAndARestartedOneReplaysWhat
     // failed on its side: their outputs came), keeps the rest and takes no new ones until ready.
     // An engine whose process is restarted has its started requests failed here; those that
     // produced nothing go to an engine again once one is ready.
-    const auto dir = moeserve::test::scratch_dir("engine_client_heal_" + std::to_string(getpid()));
-    const std::string out = "ipc://" + (dir / "out").string();
-    const std::vector<std::string> in = {"ipc://" + (dir / "in0").string(), "ipc://" + (dir / "in1").string()};
-    Logger logger("test", LogLevel::kError);
-    EngineClient client({.output_address = out, .input_addresses = in, .heartbeat_timeout_ms = 30000}, logger);
-    ipc::EngineChannel e0(in[0], out), e1(in[1], out);
-    e0.send(ipc::HealthReply{0, true, "ready"});
-    e1.send(ipc::HealthReply{1, true, "ready"});
+    TwoEngines t("engine_client_heal");
+    EngineClient& client = t.client;
+    ipc::EngineChannel &e0 = t.e0, &e1 = t.e1;
     ASSERT_TRUE(client.wait_ready(5000));
     std::mutex mutex;
     std::map<std::string, ipc::FinishReason> finished;
