@@ -1,6 +1,7 @@
 // paged_attention (and paged_attention_ref) vs a dense causal attention computed without paging:
 // KV written through write_kv into shuffled blocks, a batch mixing decode, full prefill and
-// chunked prefill (q_len > 1 with earlier context), GQA, block sizes 1/16/128, head dims 64/128;
+// chunked prefill (q_len > 1 with earlier context), GQA, block sizes 1/16/128, head dims 64/128,
+// contexts past 16K keys;
 // an f32, a bf16 and an fp8 cache (the bf16 / fp8 ones against the dense attention of the K/V the
 // cache holds, read back through their rounding / codes and scales, at every ISA level the
 // process can set).
@@ -22,12 +23,14 @@ struct Seq {
     int32_t seq_len, q_len;
 };
 
+// Decode, a whole prefill, chunks after a cached prefix.
+const std::vector<Seq> kMixedBatch = {{1, 1}, {37, 1}, {50, 50}, {70, 13}, {300, 1}, {129, 2}};
+
 void check(int64_t block_size, int64_t head_dim, int64_t num_heads, int64_t num_kv_heads, int threads,
-           DType dtype = DType::kF32) {
+           DType dtype = DType::kF32, const std::vector<Seq>& seqs = kMixedBatch) {
     SCOPED_TRACE(testing::Message() << "bs=" << block_size << " d=" << head_dim << " heads=" << num_heads << "/"
                                     << num_kv_heads << " threads=" << threads << " " << dtype_name(dtype));
     std::mt19937 rng(uint32_t(block_size * 1000 + head_dim + threads));
-    const std::vector<Seq> seqs = {{1, 1}, {37, 1}, {50, 50}, {70, 13}, {300, 1}, {129, 2}};
     const int64_t ns = int64_t(seqs.size()), row = num_kv_heads * head_dim;
     int64_t max_blocks = 0, total_blocks = 1;  // block 0 is the null block
     for (const Seq& s : seqs) {
@@ -167,6 +170,17 @@ TEST(PagedAttentionTest, Fp8CacheMatchesDenseAttentionOfDequantizedKv) {
         check(5, 37, 6, 3, 2, DType::kF8E4M3);
         check(7, 13, 2, 2, 1, DType::kF8E4M3);
     });
+}
+
+// Long contexts (> 16K keys): a chunk of 17 queries (an item of 16 tokens and a ragged one) at the
+// end of a 16500-token sequence and a decode token at 16390, plus a chunk of 17 that starts on a
+// key tile boundary (416), with every cache dtype; the bf16 cache (the serving default) at every
+// ISA level (avx512 runs paged_attention_avx512.cpp), the others at the process's level.
+TEST(PagedAttentionTest, LongContextsMatchDenseAttention) {
+    const std::vector<Seq> seqs = {{16500, 17}, {16390, 1}, {416, 17}};
+    test::for_each_isa([&](Isa) { check(16, 64, 4, 2, 2, DType::kBF16, seqs); });
+    check(16, 64, 2, 1, 2, DType::kF32, seqs);
+    check(32, 48, 2, 2, 2, DType::kF8E4M3, seqs);
 }
 
 // write_kv rounds to nearest even into a bf16 cache, skips negative slots.

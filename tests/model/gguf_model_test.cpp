@@ -74,9 +74,18 @@ void expect_matches_reference(const fs::path& path, const fs::path& dir, const s
     }
 }
 
+// The mixed-type file is the exception to that bound: one one-step flip moves its logits by ~2% of
+// the largest. Measured on Zen5 when the AVX-512 attention came in (its output within 5e-7 of the
+// AVX2 kernel's): dumping every q8_K / q8_0 activation row of both runs showed exactly one element
+// one step apart (layer 0's attention output, token 2, as o_proj's Q5_K reads it), the routing
+// identical, and the prefill logits 1.7% of the largest apart from the reference; decode and the
+// argmax at every position still agree. So it is held to 3% with the argmax, the others to 1e-3.
+constexpr float kMixedTolerance = 3e-2f;
+
 TEST_P(GgufModelTest, LogitsMatchReferenceOnDequantizedWeights) {
     const fs::path dir = GetParam();
-    expect_matches_reference(gguf_in(dir), dir, parse_ids(MOESERVE_QWEN3_PROMPT));
+    const bool mixed = dir == fs::path(MOESERVE_GGUF_MIXED_DIR);
+    expect_matches_reference(gguf_in(dir), dir, parse_ids(MOESERVE_QWEN3_PROMPT), mixed ? kMixedTolerance : kTolerance);
 }
 
 TEST(GgufModel, FileWrittenByLlamaQuantizeMatchesReference) {

@@ -41,7 +41,7 @@ void* thread_scratch(int slot, int64_t bytes) {
         std::unique_ptr<std::byte[]> data;
         int64_t size = 0;
     };
-    thread_local Buf bufs[4];
+    thread_local Buf bufs[5];
     Buf& b = bufs[slot];
     if (b.size < bytes) {
         const int64_t size = std::max<int64_t>(bytes, 2 * b.size);

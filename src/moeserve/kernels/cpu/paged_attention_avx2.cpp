@@ -7,7 +7,8 @@
 // (simd::E4m3), widened to f32 on load by simd::load8; everything after the load is f32. An fp8
 // row's scale (times simd::kE4m3Unit) multiplies the score of its key and, folded into the
 // softmax weight, its value row, so the inner loops only widen. This code serves every ISA level
-// (the ref level included: attention has no scalar dispatch level).
+// (the ref level included: attention has no scalar dispatch level); at the avx512 level the
+// items go to paged_attention_avx512.cpp instead.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -17,7 +18,9 @@
 #include <vector>
 
 #include "moeserve/core/error.h"
+#include "moeserve/kernels/cpu/isa.h"
 #include "moeserve/kernels/cpu/paged_attention.h"
+#include "moeserve/kernels/cpu/paged_attention_isa.h"
 #include "moeserve/kernels/cpu/simd_avx2.h"
 
 namespace moeserve::kernels::cpu {
@@ -217,8 +220,45 @@ void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, flo
     }
 }
 
+// The AVX-512 kernels (paged_attention_isa.h) take every item when the CPU runs avx512 and the
+// head dim suits them.
+bool use_flash(const PagedKvLayer& kv) {
+    return active_isa() >= Isa::kAvx512 && kv.head_dim % 16 == 0 && kv.head_dim <= 256;
+}
+
+detail::FlashKvHead flash_kv_head(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, float scale) {
+    const int kind = kv.dtype == DType::kBF16 ? 1 : kv.dtype == DType::kF8E4M3 ? 2 : 0;
+    return {kv.k_cache,      kv.v_cache,  kv.k_scale, kv.v_scale, kind, kv.block_size,
+            kv.num_kv_heads, kv.head_dim, kvh,        table,      scale};
+}
+
+// Query tokens [i0, i1) of sequence s (token-major, then the heads of kv head kvh's group) through
+// the flash block, kFlashRows rows at a time.
+void attend_flash(const PagedKvLayer& kv, const PagedAttentionArgs& a, int64_t s, int64_t kvh, int64_t i0, int64_t i1) {
+    const int64_t d = kv.head_dim, group = a.num_heads / kv.num_kv_heads;
+    const int64_t q0 = a.query_start[s], q_len = a.query_start[s + 1] - q0;
+    const detail::FlashKvHead head = flash_kv_head(kv, a.block_tables + s * a.max_blocks_per_seq, kvh, a.scale);
+    detail::FlashRows rows;
+    rows.n = 0;
+    for (int64_t i = i0; i < i1; ++i) {
+        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+            const int64_t tok = (q0 + i) * a.num_heads + h;
+            rows.q[rows.n] = a.q + tok * d;
+            rows.out[rows.n] = a.out + tok * d;
+            rows.lse[rows.n] = a.lse ? a.lse + tok : nullptr;
+            rows.pos[rows.n] = a.seq_lens[s] - q_len + i;
+            if (++rows.n == detail::kFlashRows) {
+                detail::flash_attend_avx512(head, rows);
+                rows.n = 0;
+            }
+        }
+    }
+    if (rows.n > 0) detail::flash_attend_avx512(head, rows);
+}
+
 template <typename T>
 void run_paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttentionArgs& a) {
+    const bool flash = use_flash(kv);
     const int64_t d = kv.head_dim, group = a.num_heads / kv.num_kv_heads;
     // Work items: (sequence, kv head, chunk of kChunk query tokens), handed out dynamically
     // (later chunks of a prefill see more keys). item_start[s] = first item of sequence s.
@@ -242,6 +282,10 @@ void run_paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAt
             const int64_t q0 = a.query_start[s], q_len = a.query_start[s + 1] - q0;
             const int32_t* table = a.block_tables + s * a.max_blocks_per_seq;
             const int64_t i_end = std::min(q_len, (chunk + 1) * kChunk);
+            if (flash) {
+                attend_flash(kv, a, s, kvh, chunk * kChunk, i_end);
+                continue;
+            }
             // Token-major, then the heads of the kv group: a decode token's GQA heads share tiles.
             g.nq = 0;
             for (int64_t i = chunk * kChunk; i < i_end; ++i) {

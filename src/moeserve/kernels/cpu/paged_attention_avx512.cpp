@@ -1,0 +1,376 @@
+// AVX-512 attention over a paged cache for up to 32 query rows that read one kv head.
+// Prefill chunks (consecutive tokens times the heads of a GQA group; more than 8 rows) take the
+// flash block, where the rows are the vector lanes: the
+// block's queries are transposed once into qt [head_dim][32], so the scores of one key are two
+// zmm (S^T [key][row]), the online softmax (running max m, sum l, rescale alpha) runs across rows
+// without horizontal reductions, and the output accumulates transposed (ot [head_dim][32]) with
+// one broadcast V element per FMA pair. Keys go by tiles of kKeys, widened exactly to f32 into an
+// L1 buffer (bf16: shift; fp8: through f16, times the row's scale) and shared by all 32 rows; no
+// score matrix is materialized beyond one tile. Up to 8 rows (decode) take attend_decode, where
+// 16 keys are the lanes instead (see there). Arithmetic is f32 throughout.
+// NOTE: no std or project inline code here (see matmul_tile_isa.h): helpers live in this
+// anonymous namespace, buffers come from thread_scratch().
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "moeserve/kernels/cpu/matmul_tile_isa.h"
+#include "moeserve/kernels/cpu/paged_attention_isa.h"
+
+namespace moeserve::kernels::cpu::detail {
+namespace {
+
+constexpr int64_t kKeys = 32;  // keys per tile: their widened K and V rows (2 x 8 KiB at d=64) stay in L1
+constexpr int64_t kR = kFlashRows;
+constexpr int kAttentionSlot = 4;  // thread_scratch slot (matmul_tile_isa.h)
+
+inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// 16 cache elements -> 16 f32. fp8 e4m3 comes out times 2^-8 (the f16 trick simd_avx2.h explains).
+inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 widen16(const uint16_t* p) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline __m512 widen16(const uint8_t* p) {
+    const __m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 8);
+    return _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(h, 1), _mm256_set1_epi16(static_cast<short>(0xbfff))));
+}
+constexpr float kE4m3Unit = 256.0f;  // undoes widen16's 2^-8 for fp8
+
+// exp(x) for 16 lanes, relative error ~2e-7; lanes below -87.3 (exp underflows f32's normals, and
+// masked keys at -inf) give exactly 0. Cody-Waite reduction x = n ln2 + r, degree-6 polynomial.
+inline __m512 exp16(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.3365447505531f);
+    const __mmask16 live = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)), lo);
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, n));
+}
+
+// The scratch of one block, in floats: qt and ot [d][kR], st [kKeys][kR], kf and vf [kKeys][d],
+// then m, l, alpha [kR] and the rows' positions as int32 [kR].
+struct Scratch {
+    float *qt, *ot, *st, *kf, *vf, *m, *l, *alpha;
+    int32_t* pos;
+};
+Scratch make_scratch(int64_t d) {
+    const int64_t floats = 2 * d * kR + kKeys * kR + 2 * kKeys * d + 4 * kR;
+    auto* b = static_cast<float*>(thread_scratch(kAttentionSlot, floats * 4));
+    Scratch s{};
+    s.qt = b;
+    s.ot = s.qt + d * kR;
+    s.st = s.ot + d * kR;
+    s.kf = s.st + kKeys * kR;
+    s.vf = s.kf + kKeys * d;
+    s.m = s.vf + kKeys * d;
+    s.l = s.m + kR;
+    s.alpha = s.l + kR;
+    s.pos = reinterpret_cast<int32_t*>(s.alpha + kR);
+    return s;
+}
+
+// Row r of the cache for key position j of this kv head.
+inline int64_t head_row(const FlashKvHead& kv, int64_t j) {
+    return (int64_t{kv.block_table[j / kv.block_size]} * kv.block_size + j % kv.block_size) * kv.num_kv_heads +
+           kv.kv_head;
+}
+
+// kf / vf [j][0, d) = the widened K / V rows of keys j0 + j, j < n; prefetches the next tile's
+// rows (scattered blocks, which the hardware prefetcher follows poorly).
+template <typename T, bool kScaled, int64_t kTileKeys>
+void load_tile(const FlashKvHead& kv, int64_t j0, int64_t n, int64_t last, float* kf, float* vf) {
+    const T* k_cache = static_cast<const T*>(kv.k_cache);
+    const T* v_cache = static_cast<const T*>(kv.v_cache);
+    const int64_t d = kv.head_dim, bs = kv.block_size;
+    int64_t blk = j0 / bs, row = j0 % bs;  // walked incrementally: a division per key is not free
+    for (int64_t j = 0; j < n; ++j) {
+        const int64_t hr = (int64_t{kv.block_table[blk]} * bs + row) * kv.num_kv_heads + kv.kv_head;
+        const T* kr = k_cache + hr * d;
+        const T* vr = v_cache + hr * d;
+        __m512 ks = _mm512_set1_ps(1.0f), vs = ks;
+        if (kScaled) {
+            ks = _mm512_set1_ps(kv.k_scale[hr] * kE4m3Unit);
+            vs = _mm512_set1_ps(kv.v_scale[hr] * kE4m3Unit);
+        }
+        for (int64_t x = 0; x < d; x += 16) {
+            __m512 kx = widen16(kr + x), vx = widen16(vr + x);
+            if (kScaled) {
+                kx = _mm512_mul_ps(kx, ks);
+                vx = _mm512_mul_ps(vx, vs);
+            }
+            _mm512_store_ps(kf + j * d + x, kx);
+            _mm512_store_ps(vf + j * d + x, vx);
+        }
+        const int64_t ahead = j0 + kTileKeys + j;
+        if (ahead <= last) {
+            const int64_t hn = head_row(kv, ahead);
+            for (int64_t x = 0; x < d; x += 64 / int64_t{sizeof(T)}) {
+                _mm_prefetch(reinterpret_cast<const char*>(k_cache + hn * d + x), _MM_HINT_T0);
+                _mm_prefetch(reinterpret_cast<const char*>(v_cache + hn * d + x), _MM_HINT_T0);
+            }
+        }
+        if (++row == bs) {
+            row = 0;
+            ++blk;
+        }
+    }
+}
+
+// st[j][0, kR) = qt^T kf[j] for j < n (the softmax scale is folded into qt).
+void tile_scores(const float* qt, const float* kf, int64_t d, int64_t n, float* st) {
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m512 a0[8], a1[8];
+        for (int u = 0; u < 8; ++u) a0[u] = a1[u] = _mm512_setzero_ps();
+        for (int64_t x = 0; x < d; ++x) {
+            const __m512 q0 = _mm512_load_ps(qt + x * kR), q1 = _mm512_load_ps(qt + x * kR + 16);
+#pragma GCC unroll 8
+            for (int u = 0; u < 8; ++u) {
+                const __m512 b = _mm512_set1_ps(kf[(j + u) * d + x]);
+                a0[u] = _mm512_fmadd_ps(q0, b, a0[u]);
+                a1[u] = _mm512_fmadd_ps(q1, b, a1[u]);
+            }
+        }
+        for (int u = 0; u < 8; ++u) {
+            _mm512_store_ps(st + (j + u) * kR, a0[u]);
+            _mm512_store_ps(st + (j + u) * kR + 16, a1[u]);
+        }
+    }
+    for (; j < n; ++j) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+        for (int64_t x = 0; x < d; ++x) {
+            const __m512 b = _mm512_set1_ps(kf[j * d + x]);
+            a0 = _mm512_fmadd_ps(_mm512_load_ps(qt + x * kR), b, a0);
+            a1 = _mm512_fmadd_ps(_mm512_load_ps(qt + x * kR + 16), b, a1);
+        }
+        _mm512_store_ps(st + j * kR, a0);
+        _mm512_store_ps(st + j * kR + 16, a1);
+    }
+}
+
+// The online softmax of one tile, per row: keys past a row's position masked out (when `masked`),
+// m_new = max(m, tile max), st = exp(st - m_new), alpha = exp(m - m_new), l = l alpha + sum st.
+void tile_softmax(float* st, int64_t n, int64_t j0, bool masked, const Scratch& s) {
+    for (int64_t h = 0; h < kR; h += 16) {
+        const __m512i pos = _mm512_load_si512(s.pos + h);
+        __m512 mt = _mm512_set1_ps(-__builtin_inff());
+        for (int64_t j = 0; j < n; ++j) {
+            __m512 v = _mm512_load_ps(st + j * kR + h);
+            if (masked) {
+                const __mmask16 future = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(int32_t(j0 + j)), pos);
+                v = _mm512_mask_mov_ps(v, future, _mm512_set1_ps(-__builtin_inff()));
+                _mm512_store_ps(st + j * kR + h, v);
+            }
+            mt = _mm512_max_ps(mt, v);
+        }
+        const __m512 m_old = _mm512_load_ps(s.m + h), m_new = _mm512_max_ps(m_old, mt);
+        // m_old - m_new: -inf on the first tile (alpha 0); m_new is finite, since key 0 is every row's
+        const __m512 alpha = exp16(_mm512_sub_ps(m_old, m_new));
+        __m512 sum = _mm512_setzero_ps();
+        for (int64_t j = 0; j < n; ++j) {
+            const __m512 e = exp16(_mm512_sub_ps(_mm512_load_ps(st + j * kR + h), m_new));
+            _mm512_store_ps(st + j * kR + h, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        _mm512_store_ps(s.m + h, m_new);
+        _mm512_store_ps(s.alpha + h, alpha);
+        _mm512_store_ps(s.l + h, _mm512_fmadd_ps(_mm512_load_ps(s.l + h), alpha, sum));
+    }
+}
+
+// ot[x][0, kR) = ot[x] alpha + sum_j st[j] vf[j][x], for x < d (d a multiple of 8).
+void tile_pv(const float* st, const float* vf, int64_t d, int64_t n, const float* alpha, float* ot) {
+    const __m512 al0 = _mm512_load_ps(alpha), al1 = _mm512_load_ps(alpha + 16);
+    for (int64_t x0 = 0; x0 < d; x0 += 8) {
+        __m512 a0[8], a1[8];
+        for (int u = 0; u < 8; ++u) {
+            a0[u] = _mm512_mul_ps(_mm512_load_ps(ot + (x0 + u) * kR), al0);
+            a1[u] = _mm512_mul_ps(_mm512_load_ps(ot + (x0 + u) * kR + 16), al1);
+        }
+        for (int64_t j = 0; j < n; ++j) {
+            const __m512 p0 = _mm512_load_ps(st + j * kR), p1 = _mm512_load_ps(st + j * kR + 16);
+#pragma GCC unroll 8
+            for (int u = 0; u < 8; ++u) {
+                const __m512 b = _mm512_set1_ps(vf[j * d + x0 + u]);
+                a0[u] = _mm512_fmadd_ps(p0, b, a0[u]);
+                a1[u] = _mm512_fmadd_ps(p1, b, a1[u]);
+            }
+        }
+        for (int u = 0; u < 8; ++u) {
+            _mm512_store_ps(ot + (x0 + u) * kR, a0[u]);
+            _mm512_store_ps(ot + (x0 + u) * kR + 16, a1[u]);
+        }
+    }
+}
+
+// Transposes the rows' queries (times the softmax scale) into qt, padding rows past n with zeros
+// at the last position (they then see every key the block reads, so nothing of theirs is -inf
+// minus -inf), and resets the softmax state. Returns the smallest real position.
+int64_t begin_block(const FlashKvHead& kv, const FlashRows& rows, int64_t last, const Scratch& s) {
+    const int64_t d = kv.head_dim;
+    int64_t first = last;
+    for (int64_t r = 0; r < kR; ++r) {
+        const bool real = r < rows.n;
+        s.pos[r] = int32_t(real ? rows.pos[r] : last);
+        if (real) first = imin(first, rows.pos[r]);
+        for (int64_t x = 0; x < d; ++x) s.qt[x * kR + r] = real ? rows.q[r][x] * kv.scale : 0.0f;
+        s.m[r] = -__builtin_inff();
+        s.l[r] = 0.0f;
+    }
+    for (int64_t i = 0; i < d * kR; i += 16) _mm512_store_ps(s.ot + i, _mm512_setzero_ps());
+    return first;
+}
+
+template <typename T, bool kScaled>
+void attend(const FlashKvHead& kv, const FlashRows& rows) {
+    const int64_t d = kv.head_dim;
+    const Scratch s = make_scratch(d);
+    int64_t last = 0;
+    for (int64_t r = 0; r < rows.n; ++r) last = imax(last, rows.pos[r]);
+    const int64_t first = begin_block(kv, rows, last, s);
+    for (int64_t j0 = 0; j0 <= last; j0 += kKeys) {
+        const int64_t n = imin(kKeys, last + 1 - j0);
+        load_tile<T, kScaled, kKeys>(kv, j0, n, last, s.kf, s.vf);
+        tile_scores(s.qt, s.kf, d, n, s.st);
+        tile_softmax(s.st, n, j0, j0 + n - 1 > first, s);
+        tile_pv(s.st, s.vf, d, n, s.alpha, s.ot);
+    }
+    for (int64_t r = 0; r < rows.n; ++r) {
+        const float inv = 1.0f / s.l[r];
+        for (int64_t x = 0; x < d; ++x) rows.out[r][x] = s.ot[x * kR + r] * inv;
+        if (rows.lse[r] != nullptr) *rows.lse[r] = s.m[r] + __builtin_logf(s.l[r]);
+    }
+}
+
+// ---- Decode: a few rows (the GQA heads of one token), keys as the vector lanes. ----
+constexpr int64_t kDecodeKeys = 16;  // keys per tile: one zmm of scores per row
+
+// Lane j of the result = the sum of v[j]'s 16 lanes. Pairs within 128-bit lanes, then blocks.
+inline __m512 sum_each16(const __m512* v) {
+    __m512 w[4];
+    for (int g = 0; g < 4; ++g) {
+        const __m512* a = v + 4 * g;
+        const __m512 t01 = _mm512_add_ps(_mm512_unpacklo_ps(a[0], a[1]), _mm512_unpackhi_ps(a[0], a[1]));
+        const __m512 t23 = _mm512_add_ps(_mm512_unpacklo_ps(a[2], a[3]), _mm512_unpackhi_ps(a[2], a[3]));
+        // each 128-bit block L: [sum_L a0, sum_L a1, sum_L a2, sum_L a3]
+        w[g] = _mm512_add_ps(_mm512_shuffle_ps(t01, t23, 0x44), _mm512_shuffle_ps(t01, t23, 0xee));
+    }
+    const __m512 y01 = _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x88), _mm512_shuffle_f32x4(w[0], w[1], 0xdd));
+    const __m512 y23 = _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], 0x88), _mm512_shuffle_f32x4(w[2], w[3], 0xdd));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(y01, y23, 0x88), _mm512_shuffle_f32x4(y01, y23, 0xdd));
+}
+
+// Scores of one row against the tile's n keys (lanes past n or past the row's position: -inf).
+inline __m512 decode_scores(const float* q, const float* kf, int64_t d, int64_t n, int64_t j0, int64_t pos) {
+    __m512 part[kDecodeKeys];
+    for (int64_t j = 0; j < kDecodeKeys; ++j) {
+        __m512 a = _mm512_setzero_ps();
+        if (j < n) {
+            for (int64_t x = 0; x < d; x += 16)
+                a = _mm512_fmadd_ps(_mm512_load_ps(q + x), _mm512_load_ps(kf + j * d + x), a);
+        }
+        part[j] = a;
+    }
+    const int64_t visible = imin(n, pos + 1 - j0);  // keys this row sees; >= 1 on every tile it reads
+    const __mmask16 keep = visible >= 16 ? __mmask16(0xffff) : __mmask16((1u << visible) - 1);
+    return _mm512_mask_mov_ps(_mm512_set1_ps(-__builtin_inff()), keep, sum_each16(part));
+}
+
+// Up to kDecodeRows rows whose largest position is `last`, walking tiles of 16 keys: per row the
+// 16 partial dot products reduce into one vector of scores, the softmax state is per row, and
+// the value rows of the tile are read once for all rows.
+constexpr int64_t kDecodeRows = 8;
+template <typename T, bool kScaled>
+void attend_decode(const FlashKvHead& kv, const FlashRows& rows) {
+    const int64_t d = kv.head_dim, nq = rows.n;
+    // qs and acc [kDecodeRows][d], kf and vf [16][d], p [kDecodeRows][16]
+    auto* b = static_cast<float*>(
+        thread_scratch(kAttentionSlot, (2 * kDecodeRows * d + 2 * kDecodeKeys * d + kDecodeRows * kDecodeKeys) * 4));
+    float *qs = b, *acc = qs + kDecodeRows * d, *kf = acc + kDecodeRows * d, *vf = kf + kDecodeKeys * d,
+          *p = vf + kDecodeKeys * d;
+    float m[kDecodeRows], l[kDecodeRows], alpha[kDecodeRows];
+    int64_t last = 0;
+    for (int64_t r = 0; r < nq; ++r) {
+        last = imax(last, rows.pos[r]);
+        for (int64_t x = 0; x < d; ++x) {
+            qs[r * d + x] = rows.q[r][x] * kv.scale;
+            acc[r * d + x] = 0.0f;
+        }
+        m[r] = -__builtin_inff();
+        l[r] = 0.0f;
+    }
+    for (int64_t j0 = 0; j0 <= last; j0 += kDecodeKeys) {
+        const int64_t n = imin(kDecodeKeys, last + 1 - j0);
+        load_tile<T, kScaled, kDecodeKeys>(kv, j0, n, last, kf, vf);
+        for (int64_t r = 0; r < nq; ++r) {
+            if (rows.pos[r] < j0) {  // a shorter row of the group: this tile is past it
+                alpha[r] = 1.0f;
+                _mm512_store_ps(p + r * kDecodeKeys, _mm512_setzero_ps());
+                continue;
+            }
+            const __m512 sc = decode_scores(qs + r * d, kf, d, n, j0, rows.pos[r]);
+            const float m_new = m[r] > _mm512_reduce_max_ps(sc) ? m[r] : _mm512_reduce_max_ps(sc);
+            alpha[r] = _mm_cvtss_f32(_mm512_castps512_ps128(exp16(_mm512_set1_ps(m[r] - m_new))));
+            const __m512 e = exp16(_mm512_sub_ps(sc, _mm512_set1_ps(m_new)));
+            _mm512_store_ps(p + r * kDecodeKeys, e);
+            l[r] = l[r] * alpha[r] + _mm512_reduce_add_ps(e);
+            m[r] = m_new;
+        }
+        for (int64_t x = 0; x < d; x += 16) {
+            __m512 a[kDecodeRows];
+            for (int64_t r = 0; r < nq; ++r)
+                a[r] = _mm512_mul_ps(_mm512_load_ps(acc + r * d + x), _mm512_set1_ps(alpha[r]));
+            for (int64_t j = 0; j < n; ++j) {
+                const __m512 v = _mm512_load_ps(vf + j * d + x);
+                for (int64_t r = 0; r < nq; ++r)
+                    a[r] = _mm512_fmadd_ps(_mm512_set1_ps(p[r * kDecodeKeys + j]), v, a[r]);
+            }
+            for (int64_t r = 0; r < nq; ++r) _mm512_store_ps(acc + r * d + x, a[r]);
+        }
+    }
+    for (int64_t r = 0; r < nq; ++r) {
+        const __m512 inv = _mm512_set1_ps(1.0f / l[r]);
+        for (int64_t x = 0; x < d; x += 16)
+            _mm512_storeu_ps(rows.out[r] + x, _mm512_mul_ps(_mm512_load_ps(acc + r * d + x), inv));
+        if (rows.lse[r] != nullptr) *rows.lse[r] = m[r] + __builtin_logf(l[r]);
+    }
+}
+
+template <typename T, bool kScaled>
+void attend_rows(const FlashKvHead& kv, const FlashRows& rows) {
+    if (rows.n > kDecodeRows) {
+        attend<T, kScaled>(kv, rows);
+        return;
+    }
+    attend_decode<T, kScaled>(kv, rows);
+}
+
+}  // namespace
+
+void flash_attend_avx512(const FlashKvHead& kv, const FlashRows& rows) {
+    switch (kv.cache_kind) {
+        case 1:
+            attend_rows<uint16_t, false>(kv, rows);
+            break;
+        case 2:
+            attend_rows<uint8_t, true>(kv, rows);
+            break;
+        default:
+            attend_rows<float, false>(kv, rows);
+            break;
+    }
+}
+
+}  // namespace moeserve::kernels::cpu::detail
