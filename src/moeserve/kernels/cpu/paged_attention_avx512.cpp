@@ -272,16 +272,37 @@ inline __m512 sum_each16(const __m512* v) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(y01, y23, 0x88), _mm512_shuffle_f32x4(y01, y23, 0xdd));
 }
 
+// part[j] = the 16 lane-wise partial products of q and key j, for the 16 keys of a full tile at
+// head_dim 16 kC: q held in registers, the 16 keys' chains independent.
+template <int kC>
+inline void full_tile_partials(const float* q, const float* kf, __m512* part) {
+    __m512 qv[kC];
+    for (int c = 0; c < kC; ++c) qv[c] = _mm512_load_ps(q + 16 * c);
+#pragma GCC unroll 16
+    for (int j = 0; j < kDecodeKeys; ++j) {
+        const float* k = kf + j * 16 * kC;
+        __m512 a = _mm512_mul_ps(qv[0], _mm512_load_ps(k));
+        for (int c = 1; c < kC; ++c) a = _mm512_fmadd_ps(qv[c], _mm512_load_ps(k + 16 * c), a);
+        part[j] = a;
+    }
+}
+
 // Scores of one row against the tile's n keys (lanes past n or past the row's position: -inf).
 inline __m512 decode_scores(const float* q, const float* kf, int64_t d, int64_t n, int64_t j0, int64_t pos) {
     __m512 part[kDecodeKeys];
-    for (int64_t j = 0; j < kDecodeKeys; ++j) {
-        __m512 a = _mm512_setzero_ps();
-        if (j < n) {
-            for (int64_t x = 0; x < d; x += 16)
-                a = _mm512_fmadd_ps(_mm512_load_ps(q + x), _mm512_load_ps(kf + j * d + x), a);
+    if (n == kDecodeKeys && d == 64) {
+        full_tile_partials<4>(q, kf, part);
+    } else if (n == kDecodeKeys && d == 128) {
+        full_tile_partials<8>(q, kf, part);
+    } else {
+        for (int64_t j = 0; j < kDecodeKeys; ++j) {
+            __m512 a = _mm512_setzero_ps();
+            if (j < n) {
+                for (int64_t x = 0; x < d; x += 16)
+                    a = _mm512_fmadd_ps(_mm512_load_ps(q + x), _mm512_load_ps(kf + j * d + x), a);
+            }
+            part[j] = a;
         }
-        part[j] = a;
     }
     const int64_t visible = imin(n, pos + 1 - j0);  // keys this row sees; >= 1 on every tile it reads
     const __mmask16 keep = visible >= 16 ? __mmask16(0xffff) : __mmask16((1u << visible) - 1);
