@@ -33,6 +33,8 @@ CpuFeatures probe() {
     std::memcpy(vendor + 8, &c, 4);
     f.vendor = vendor;
     __get_cpuid(1, &a, &b, &c, &d);
+    const unsigned base_family = (a >> 8) & 0xf;
+    f.family = int(base_family == 0xf ? base_family + ((a >> 20) & 0xff) : base_family);
     const bool osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
     f.fma = (c >> 12) & 1;
     uint64_t xcr0 = 0;
@@ -194,6 +196,9 @@ private:
 
 EnvSwitch g_round("MOESERVE_BF16_ACTIVATIONS", "split", "round");
 EnvSwitch g_row_blocks("MOESERVE_GEMV_ROW_BLOCKS", "0", "1");
+// AMD family 0x19 (25: Zen3/Zen4) streams one weight row at a time faster; Zen5 (family 0x1a = 26)
+// the row blocks, like Intel (docs/kernels.md has the measurements).
+constexpr int kLastAmdFamilyRowByRow = 25;
 
 }  // namespace
 
@@ -204,7 +209,10 @@ bool bf16_round_activations() {
 void set_bf16_round_activations(bool round) { g_round.set(round); }
 
 bool gemv_row_blocks() {
-    return g_row_blocks.get([] { return cpu_features().vendor != "AuthenticAMD"; });
+    return g_row_blocks.get([] {
+        const CpuFeatures& f = cpu_features();
+        return f.vendor != "AuthenticAMD" || f.family > kLastAmdFamilyRowByRow;
+    });
 }
 
 void set_gemv_row_blocks(bool on) { g_row_blocks.set(on); }

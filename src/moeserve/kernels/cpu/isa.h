@@ -10,7 +10,8 @@
 //   avx2    AVX2 + FMA (x86-64-v3): every kernel
 //   avx512  AVX-512 F/BW/VL/DQ + AVX512_BF16 + AVX512_VNNI (Zen4, Sapphire Rapids
 //           and later): bf16 GEMV/GEMM (f32 FMA on widened weights; vdpbf16ps
-//           when activations are rounded) and vpdpbusd int8 GEMV/GEMM
+//           when activations are rounded), vpdpbusd int8 GEMV/GEMM and the GQA
+//           paged attention (paged_attention_avx512.cpp)
 //   amx     avx512 plus AMX-TILE/BF16/INT8 with the XTILEDATA permission granted;
 //           no AMX tile kernels yet, so it runs the avx512 kernels. Only chosen
 //           when forced.
@@ -35,6 +36,7 @@ struct CpuFeatures {
          os_amx = false;  // os_amx: XCR0 tile state
     std::string brand;    // e.g. "AMD EPYC 9R14 96-Core Processor"
     std::string vendor;   // CPUID leaf 0: "AuthenticAMD", "GenuineIntel", ...
+    int family = 0;       // CPUID leaf 1: base family, plus the extended family when it is 0xf
 };
 const CpuFeatures& cpu_features();
 
@@ -67,9 +69,10 @@ void set_bf16_round_activations(bool round);
 // k < 2048; int8: 1-2 rows at every k): false = one
 // weight row at a time (one sequential stream), true = blocks of 4 interleaved rows with the
 // next block prefetched. Which is faster depends on the core's prefetchers, not on the ISA: one
-// row on AMD Zen4, the row blocks on Intel Xeon (Emerald Rapids; docs/kernels.md has both
-// measurements). Chosen once from the CPU vendor (row blocks on every vendor but AMD) unless
-// MOESERVE_GEMV_ROW_BLOCKS=0|1 says otherwise; any other value throws moeserve::Error.
+// row on AMD Zen4, the row blocks on Intel Xeon (Emerald Rapids) and AMD Zen5 (docs/kernels.md
+// has the measurements). Chosen once from the CPU vendor and family (one row on AMD up to family
+// 25, Zen3/Zen4; row blocks elsewhere) unless MOESERVE_GEMV_ROW_BLOCKS=0|1 says otherwise; any
+// other value throws moeserve::Error.
 bool gemv_row_blocks();
 // Forces it (tests, benchmarks).
 void set_gemv_row_blocks(bool on);
