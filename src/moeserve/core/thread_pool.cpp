@@ -6,9 +6,12 @@
 namespace moeserve {
 
 namespace {
-// About 50-100 us of spinning before a worker sleeps: long enough to bridge the gaps between
-// the kernels of one decode step, short enough not to burn a core between steps.
-constexpr int kSpinIterations = 20000;
+// Pause loops before a waiting thread sleeps (worker) or yields (caller): a few microseconds.
+// Measured on Zen5 with a busy neighbour process on the 2 vCPUs (docs/performance.md, "The
+// thread pool beside a busy neighbour"): 20000 (~50-100 us) made 2-thread decode slower than
+// 1 thread, the spinning thread taking the core the late one needed; 500 gave 2 threads
+// 1.1-1.3x of 20000's rate there and the same rate on a quiet machine, within noise.
+constexpr int kSpinIterations = 500;
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads), open_(static_cast<size_t>(num_threads)) {
