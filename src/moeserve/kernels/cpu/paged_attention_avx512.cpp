@@ -7,7 +7,8 @@
 // one broadcast V element per FMA pair. Keys go by tiles of kKeys, widened exactly to f32 into an
 // L1 buffer (bf16: shift; fp8: through f16, times the row's scale) and shared by all 32 rows; no
 // score matrix is materialized beyond one tile. Up to 8 rows (decode) take attend_decode, where
-// 16 keys are the lanes instead (see there). Arithmetic is f32 throughout.
+// 16 keys are the lanes instead, with the same operations in the same order, so a row's bits
+// do not depend on which kernel ran it (see there). Arithmetic is f32 throughout.
 // NOTE: no std or project inline code here (see matmul_tile_isa.h): helpers live in this
 // anonymous namespace, buffers come from thread_scratch().
 #include <immintrin.h>
@@ -87,13 +88,62 @@ inline int64_t head_row(const FlashKvHead& kv, int64_t j) {
            kv.kv_head;
 }
 
-// kf / vf [j][0, d) = the widened K / V rows of keys j0 + j, j < n; prefetches the next tile's
-// rows (scattered blocks, which the hardware prefetcher follows poorly).
-template <typename T, bool kScaled, int64_t kTileKeys>
-void load_tile(const FlashKvHead& kv, int64_t j0, int64_t n, int64_t last, float* kf, float* vf) {
+// In place: r[i] lane j becomes the old r[j] lane i. Pairs within 128-bit blocks, then 4x4
+// blocks of 4-float groups.
+inline void transpose16(__m512* r) {
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);      // per block: a0 b0 a1 b1
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);  // a2 b2 a3 b3
+    }
+    for (int g = 0; g < 16; g += 4) {  // rows g..g+3 = a b c d: r[g + k] block L = a..d at 4L + k
+        r[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
+        r[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xee);
+        r[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+        r[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xee);
+    }
+    for (int k = 0; k < 4; ++k) {  // output row 4L + k = block L of r[k], r[4 + k], r[8 + k], r[12 + k]
+        const __m512 u = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x44),
+                     v = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x44);
+        const __m512 u2 = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xee),
+                     v2 = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xee);
+        t[k] = _mm512_shuffle_f32x4(u, v, 0x88);
+        t[4 + k] = _mm512_shuffle_f32x4(u, v, 0xdd);
+        t[8 + k] = _mm512_shuffle_f32x4(u2, v2, 0x88);
+        t[12 + k] = _mm512_shuffle_f32x4(u2, v2, 0xdd);
+    }
+    for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+// kt [d][kKeys] = the widened K rows of keys j0 + j, j < n, transposed in registers 16 keys at a
+// time (lanes of keys past n hold key j0's values: they are masked).
+template <typename T, bool kScaled>
+void transpose_k_rows(const T* const* k_rows, const float* k_scales, int64_t d, int64_t n, float* kt) {
+    for (int64_t h = 0; h < n; h += 16) {
+        for (int64_t x0 = 0; x0 < d; x0 += 16) {
+            __m512 r[16];
+            for (int64_t j = 0; j < 16; ++j) {
+                const int64_t key = h + j < n ? h + j : 0;
+                r[j] = widen16(k_rows[key] + x0);
+                if (kScaled) r[j] = _mm512_mul_ps(r[j], _mm512_set1_ps(k_scales[key]));
+            }
+            transpose16(r);
+            for (int64_t x = 0; x < 16; ++x) _mm512_store_ps(kt + (x0 + x) * kKeys + h, r[x]);
+        }
+    }
+}
+
+// vf [j][0, d) = the widened V rows of keys j0 + j, j < n, and the K rows likewise into kf [j][0, d)
+// or, with kTransposedK, transposed into kt [d][kKeys] (transpose_k_rows); prefetches the next
+// tile's rows (scattered blocks, which the hardware prefetcher follows poorly). fp8 rows are
+// multiplied by their scale here.
+template <typename T, bool kScaled, bool kTransposedK>
+void load_tile(const FlashKvHead& kv, int64_t j0, int64_t n, int64_t last, float* k_out, float* vf) {
     const T* k_cache = static_cast<const T*>(kv.k_cache);
     const T* v_cache = static_cast<const T*>(kv.v_cache);
     const int64_t d = kv.head_dim, bs = kv.block_size;
+    const T* k_rows[kKeys];
+    float k_scales[kKeys];
     int64_t blk = j0 / bs, row = j0 % bs;  // walked incrementally: a division per key is not free
     for (int64_t j = 0; j < n; ++j) {
         const int64_t hr = (int64_t{kv.block_table[blk]} * bs + row) * kv.num_kv_heads + kv.kv_head;
@@ -101,19 +151,22 @@ void load_tile(const FlashKvHead& kv, int64_t j0, int64_t n, int64_t last, float
         const T* vr = v_cache + hr * d;
         __m512 ks = _mm512_set1_ps(1.0f), vs = ks;
         if (kScaled) {
-            ks = _mm512_set1_ps(kv.k_scale[hr] * kE4m3Unit);
+            k_scales[j] = kv.k_scale[hr] * kE4m3Unit;
+            ks = _mm512_set1_ps(k_scales[j]);
             vs = _mm512_set1_ps(kv.v_scale[hr] * kE4m3Unit);
         }
+        k_rows[j] = kr;
         for (int64_t x = 0; x < d; x += 16) {
-            __m512 kx = widen16(kr + x), vx = widen16(vr + x);
-            if (kScaled) {
-                kx = _mm512_mul_ps(kx, ks);
-                vx = _mm512_mul_ps(vx, vs);
-            }
-            _mm512_store_ps(kf + j * d + x, kx);
+            __m512 vx = widen16(vr + x);
+            if (kScaled) vx = _mm512_mul_ps(vx, vs);
             _mm512_store_ps(vf + j * d + x, vx);
+            if (!kTransposedK) {
+                __m512 kx = widen16(kr + x);
+                if (kScaled) kx = _mm512_mul_ps(kx, ks);
+                _mm512_store_ps(k_out + j * d + x, kx);
+            }
         }
-        const int64_t ahead = j0 + kTileKeys + j;
+        const int64_t ahead = j0 + kKeys + j;
         if (ahead <= last) {
             const int64_t hn = head_row(kv, ahead);
             for (int64_t x = 0; x < d; x += 64 / int64_t{sizeof(T)}) {
@@ -126,6 +179,7 @@ void load_tile(const FlashKvHead& kv, int64_t j0, int64_t n, int64_t last, float
             ++blk;
         }
     }
+    if (kTransposedK) transpose_k_rows<T, kScaled>(k_rows, k_scales, d, n, k_out);
 }
 
 // st[j][0, kR) = qt^T kf[j] for j < n (the softmax scale is folded into qt).
@@ -242,7 +296,7 @@ void attend(const FlashKvHead& kv, const FlashRows& rows) {
     const int64_t first = begin_block(kv, rows, last, s);
     for (int64_t j0 = 0; j0 <= last; j0 += kKeys) {
         const int64_t n = imin(kKeys, last + 1 - j0);
-        load_tile<T, kScaled, kKeys>(kv, j0, n, last, s.kf, s.vf);
+        load_tile<T, kScaled, false>(kv, j0, n, last, s.kf, s.vf);
         tile_scores(s.qt, s.kf, d, n, s.st);
         tile_softmax(s.st, n, j0, j0 + n - 1 > first, s);
         tile_pv(s.st, s.vf, d, n, s.alpha, s.ot);
@@ -255,72 +309,48 @@ void attend(const FlashKvHead& kv, const FlashRows& rows) {
 }
 
 // ---- Decode: a few rows (the GQA heads of one token), keys as the vector lanes. ----
-constexpr int64_t kDecodeKeys = 16;  // keys per tile: one zmm of scores per row
-
-// Lane j of the result = the sum of v[j]'s 16 lanes. Pairs within 128-bit lanes, then blocks.
-inline __m512 sum_each16(const __m512* v) {
-    __m512 w[4];
-    for (int g = 0; g < 4; ++g) {
-        const __m512* a = v + 4 * g;
-        const __m512 t01 = _mm512_add_ps(_mm512_unpacklo_ps(a[0], a[1]), _mm512_unpackhi_ps(a[0], a[1]));
-        const __m512 t23 = _mm512_add_ps(_mm512_unpacklo_ps(a[2], a[3]), _mm512_unpackhi_ps(a[2], a[3]));
-        // each 128-bit block L: [sum_L a0, sum_L a1, sum_L a2, sum_L a3]
-        w[g] = _mm512_add_ps(_mm512_shuffle_ps(t01, t23, 0x44), _mm512_shuffle_ps(t01, t23, 0xee));
-    }
-    const __m512 y01 = _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x88), _mm512_shuffle_f32x4(w[0], w[1], 0xdd));
-    const __m512 y23 = _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], 0x88), _mm512_shuffle_f32x4(w[2], w[3], 0xdd));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(y01, y23, 0x88), _mm512_shuffle_f32x4(y01, y23, 0xdd));
-}
-
-// part[j] = the 16 lane-wise partial products of q and key j, for the 16 keys of a full tile at
-// head_dim 16 kC: q held in registers, the 16 keys' chains independent.
-template <int kC>
-inline void full_tile_partials(const float* q, const float* kf, __m512* part) {
-    __m512 qv[kC];
-    for (int c = 0; c < kC; ++c) qv[c] = _mm512_load_ps(q + 16 * c);
-#pragma GCC unroll 16
-    for (int j = 0; j < kDecodeKeys; ++j) {
-        const float* k = kf + j * 16 * kC;
-        __m512 a = _mm512_mul_ps(qv[0], _mm512_load_ps(k));
-        for (int c = 1; c < kC; ++c) a = _mm512_fmadd_ps(qv[c], _mm512_load_ps(k + 16 * c), a);
-        part[j] = a;
-    }
-}
-
-// Scores of one row against the tile's n keys (lanes past n or past the row's position: -inf).
-inline __m512 decode_scores(const float* q, const float* kf, int64_t d, int64_t n, int64_t j0, int64_t pos) {
-    __m512 part[kDecodeKeys];
-    if (n == kDecodeKeys && d == 64) {
-        full_tile_partials<4>(q, kf, part);
-    } else if (n == kDecodeKeys && d == 128) {
-        full_tile_partials<8>(q, kf, part);
-    } else {
-        for (int64_t j = 0; j < kDecodeKeys; ++j) {
-            __m512 a = _mm512_setzero_ps();
-            if (j < n) {
-                for (int64_t x = 0; x < d; x += 16)
-                    a = _mm512_fmadd_ps(_mm512_load_ps(q + x), _mm512_load_ps(kf + j * d + x), a);
-            }
-            part[j] = a;
-        }
-    }
-    const int64_t visible = imin(n, pos + 1 - j0);  // keys this row sees; >= 1 on every tile it reads
-    const __mmask16 keep = visible >= 16 ? __mmask16(0xffff) : __mmask16((1u << visible) - 1);
-    return _mm512_mask_mov_ps(_mm512_set1_ps(-__builtin_inff()), keep, sum_each16(part));
-}
-
-// Up to kDecodeRows rows whose largest position is `last`, walking tiles of 16 keys: per row the
-// 16 partial dot products reduce into one vector of scores, the softmax state is per row, and
-// the value rows of the tile are read once for all rows.
+// Every operation a row goes through is the flash block's, in the same order, so a row's output
+// has the same bits whichever of the two kernels computes it (and whatever else is in its
+// batch): the score of key j is the chain fma(q[x] * scale, k[j][x], .) over x = 0, 1, ...; tiles
+// of kKeys keys from key 0; the tile's sum of weights in key order; l = fma(l, alpha, sum); the
+// output rescaled by alpha and then fma(p[j], v[j][x], .) over j. Only the layout differs: the
+// tile's widened K rows are transposed in registers (kt [head_dim][kKeys]) so that 16 keys are
+// one zmm.
 constexpr int64_t kDecodeRows = 8;
+
+// The online softmax of one row over one tile: scores sc[0..1] (keys 0-15, 16-31), of which the
+// first `visible` count. Writes the weights to p [kKeys] and updates m, l; returns alpha.
+inline float decode_softmax(__m512 sc0, __m512 sc1, int64_t visible, float* p, float& m, float& l) {
+    const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
+    const __mmask16 k0 = visible >= 16 ? __mmask16(0xffff) : __mmask16((1u << visible) - 1);
+    const __mmask16 k1 = visible >= 32   ? __mmask16(0xffff)
+                         : visible <= 16 ? __mmask16(0)
+                                         : __mmask16((1u << (visible - 16)) - 1);
+    sc0 = _mm512_mask_mov_ps(ninf, k0, sc0);
+    sc1 = _mm512_mask_mov_ps(ninf, k1, sc1);
+    const float mt = _mm512_reduce_max_ps(_mm512_max_ps(sc0, sc1));
+    const float m_new = m > mt ? m : mt;
+    const __m512 mv = _mm512_set1_ps(m_new);
+    const float alpha = _mm_cvtss_f32(_mm512_castps512_ps128(exp16(_mm512_set1_ps(m - m_new))));
+    _mm512_store_ps(p, exp16(_mm512_sub_ps(sc0, mv)));
+    _mm512_store_ps(p + 16, exp16(_mm512_sub_ps(sc1, mv)));
+    float sum = 0.0f;
+    for (int64_t j = 0; j < kKeys; ++j) sum += p[j];  // in key order, as the flash block adds them
+    l = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(l), _mm_set_ss(alpha), _mm_set_ss(sum)));
+    m = m_new;
+    return alpha;
+}
+
+// Up to kDecodeRows rows: per tile, the 32 scores of a row are two zmm from kt, its softmax is
+// decode_softmax, and the value rows are loaded once for all rows.
 template <typename T, bool kScaled>
 void attend_decode(const FlashKvHead& kv, const FlashRows& rows) {
     const int64_t d = kv.head_dim, nq = rows.n;
-    // qs and acc [kDecodeRows][d], kf and vf [16][d], p [kDecodeRows][16]
+    // qs and acc [kDecodeRows][d], kf and vf [kKeys][d], kt [d][kKeys], p [kDecodeRows][kKeys]
     auto* b = static_cast<float*>(
-        thread_scratch(kAttentionSlot, (2 * kDecodeRows * d + 2 * kDecodeKeys * d + kDecodeRows * kDecodeKeys) * 4));
-    float *qs = b, *acc = qs + kDecodeRows * d, *kf = acc + kDecodeRows * d, *vf = kf + kDecodeKeys * d,
-          *p = vf + kDecodeKeys * d;
+        thread_scratch(kAttentionSlot, (2 * kDecodeRows * d + 3 * kKeys * d + kDecodeRows * kKeys) * 4));
+    float *qs = b, *acc = qs + kDecodeRows * d, *kf = acc + kDecodeRows * d, *vf = kf + kKeys * d, *kt = vf + kKeys * d,
+          *p = kt + kKeys * d;
     float m[kDecodeRows], l[kDecodeRows], alpha[kDecodeRows];
     int64_t last = 0;
     for (int64_t r = 0; r < nq; ++r) {
@@ -332,39 +362,40 @@ void attend_decode(const FlashKvHead& kv, const FlashRows& rows) {
         m[r] = -__builtin_inff();
         l[r] = 0.0f;
     }
-    for (int64_t j0 = 0; j0 <= last; j0 += kDecodeKeys) {
-        const int64_t n = imin(kDecodeKeys, last + 1 - j0);
-        load_tile<T, kScaled, kDecodeKeys>(kv, j0, n, last, kf, vf);
+    for (int64_t j0 = 0; j0 <= last; j0 += kKeys) {
+        const int64_t n = imin(kKeys, last + 1 - j0);
+        load_tile<T, kScaled, true>(kv, j0, n, last, kt, vf);
         for (int64_t r = 0; r < nq; ++r) {
             if (rows.pos[r] < j0) {  // a shorter row of the group: this tile is past it
                 alpha[r] = 1.0f;
-                _mm512_store_ps(p + r * kDecodeKeys, _mm512_setzero_ps());
+                for (int64_t j = 0; j < kKeys; j += 16) _mm512_store_ps(p + r * kKeys + j, _mm512_setzero_ps());
                 continue;
             }
-            const __m512 sc = decode_scores(qs + r * d, kf, d, n, j0, rows.pos[r]);
-            const float m_new = m[r] > _mm512_reduce_max_ps(sc) ? m[r] : _mm512_reduce_max_ps(sc);
-            alpha[r] = _mm_cvtss_f32(_mm512_castps512_ps128(exp16(_mm512_set1_ps(m[r] - m_new))));
-            const __m512 e = exp16(_mm512_sub_ps(sc, _mm512_set1_ps(m_new)));
-            _mm512_store_ps(p + r * kDecodeKeys, e);
-            l[r] = l[r] * alpha[r] + _mm512_reduce_add_ps(e);
-            m[r] = m_new;
+            __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+            for (int64_t x = 0; x < d; ++x) {
+                const __m512 qx = _mm512_set1_ps(qs[r * d + x]);
+                s0 = _mm512_fmadd_ps(qx, _mm512_load_ps(kt + x * kKeys), s0);
+                s1 = _mm512_fmadd_ps(qx, _mm512_load_ps(kt + x * kKeys + 16), s1);
+            }
+            alpha[r] = decode_softmax(s0, s1, imin(n, rows.pos[r] + 1 - j0), p + r * kKeys, m[r], l[r]);
         }
         for (int64_t x = 0; x < d; x += 16) {
             __m512 a[kDecodeRows];
-            for (int64_t r = 0; r < nq; ++r)
+            for (int64_t r = 0; r < nq; ++r) {
                 a[r] = _mm512_mul_ps(_mm512_load_ps(acc + r * d + x), _mm512_set1_ps(alpha[r]));
+            }
             for (int64_t j = 0; j < n; ++j) {
                 const __m512 v = _mm512_load_ps(vf + j * d + x);
-                for (int64_t r = 0; r < nq; ++r)
-                    a[r] = _mm512_fmadd_ps(_mm512_set1_ps(p[r * kDecodeKeys + j]), v, a[r]);
+                for (int64_t r = 0; r < nq; ++r) a[r] = _mm512_fmadd_ps(_mm512_set1_ps(p[r * kKeys + j]), v, a[r]);
             }
             for (int64_t r = 0; r < nq; ++r) _mm512_store_ps(acc + r * d + x, a[r]);
         }
     }
     for (int64_t r = 0; r < nq; ++r) {
         const __m512 inv = _mm512_set1_ps(1.0f / l[r]);
-        for (int64_t x = 0; x < d; x += 16)
+        for (int64_t x = 0; x < d; x += 16) {
             _mm512_storeu_ps(rows.out[r] + x, _mm512_mul_ps(_mm512_load_ps(acc + r * d + x), inv));
+        }
         if (rows.lse[r] != nullptr) *rows.lse[r] = m[r] + __builtin_logf(l[r]);
     }
 }
