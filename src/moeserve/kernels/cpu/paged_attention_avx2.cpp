@@ -233,7 +233,7 @@ detail::FlashKvHead flash_kv_head(const PagedKvLayer& kv, const int32_t* table, 
 }
 
 // Query tokens [i0, i1) of sequence s (token-major, then the heads of kv head kvh's group) through
-// the flash block, kFlashRows rows at a time.
+// the AVX-512 kernels, kFlashRows rows at a time.
 void attend_flash(const PagedKvLayer& kv, const PagedAttentionArgs& a, int64_t s, int64_t kvh, int64_t i0, int64_t i1) {
     const int64_t d = kv.head_dim, group = a.num_heads / kv.num_kv_heads;
     const int64_t q0 = a.query_start[s], q_len = a.query_start[s + 1] - q0;

@@ -7,7 +7,7 @@
 // one broadcast V element per FMA pair. Keys go by tiles of kKeys, widened exactly to f32 into an
 // L1 buffer (bf16: shift; fp8: through f16, times the row's scale) and shared by all 32 rows; no
 // score matrix is materialized beyond one tile. Up to 8 rows (decode) take attend_decode, where
-// 16 keys are the lanes instead, with the same operations in the same order, so a row's bits
+// the keys are the lanes instead, with the same operations in the same order, so a row's bits
 // do not depend on which kernel ran it (see there). Arithmetic is f32 throughout.
 // NOTE: no std or project inline code here (see matmul_tile_isa.h): helpers live in this
 // anonymous namespace, buffers come from thread_scratch().
