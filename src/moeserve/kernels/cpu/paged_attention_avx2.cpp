@@ -232,34 +232,62 @@ detail::FlashKvHead flash_kv_head(const PagedKvLayer& kv, const int32_t* table, 
             kv.num_kv_heads, kv.head_dim, kvh,        table,      scale};
 }
 
-// Query tokens [i0, i1) of sequence s (token-major, then the heads of kv head kvh's group) through
-// the AVX-512 kernels, kFlashRows rows at a time.
-void attend_flash(const PagedKvLayer& kv, const PagedAttentionArgs& a, int64_t s, int64_t kvh, int64_t i0, int64_t i1) {
+// Calls row(q, out, lse, pos) for each query row of tokens [i0, i1) of sequence s that reads kv
+// head kvh: token-major, then the heads of its GQA group (a decode token's heads share K/V tiles).
+template <typename F>
+void for_each_row(const PagedKvLayer& kv, const PagedAttentionArgs& a, int64_t s, int64_t kvh, int64_t i0, int64_t i1,
+                  F&& row) {
     const int64_t d = kv.head_dim, group = a.num_heads / kv.num_kv_heads;
     const int64_t q0 = a.query_start[s], q_len = a.query_start[s + 1] - q0;
-    const detail::FlashKvHead head = flash_kv_head(kv, a.block_tables + s * a.max_blocks_per_seq, kvh, a.scale);
-    detail::FlashRows rows;
-    rows.n = 0;
     for (int64_t i = i0; i < i1; ++i) {
         for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
             const int64_t tok = (q0 + i) * a.num_heads + h;
-            rows.q[rows.n] = a.q + tok * d;
-            rows.out[rows.n] = a.out + tok * d;
-            rows.lse[rows.n] = a.lse ? a.lse + tok : nullptr;
-            rows.pos[rows.n] = a.seq_lens[s] - q_len + i;
-            if (++rows.n == detail::kFlashRows) {
-                detail::flash_attend_avx512(head, rows);
-                rows.n = 0;
-            }
+            row(a.q + tok * d, a.out + tok * d, a.lse ? a.lse + tok : nullptr, a.seq_lens[s] - q_len + i);
         }
     }
+}
+
+// Query tokens [i0, i1) of sequence s through the AVX-512 kernels, kFlashRows rows at a time.
+void attend_flash(const PagedKvLayer& kv, const PagedAttentionArgs& a, int64_t s, int64_t kvh, int64_t i0, int64_t i1) {
+    const detail::FlashKvHead head = flash_kv_head(kv, a.block_tables + s * a.max_blocks_per_seq, kvh, a.scale);
+    detail::FlashRows rows;
+    rows.n = 0;
+    for_each_row(kv, a, s, kvh, i0, i1, [&](const float* q, float* out, float* lse, int64_t pos) {
+        rows.q[rows.n] = q;
+        rows.out[rows.n] = out;
+        rows.lse[rows.n] = lse;
+        rows.pos[rows.n] = pos;
+        if (++rows.n == detail::kFlashRows) {
+            detail::flash_attend_avx512(head, rows);
+            rows.n = 0;
+        }
+    });
     if (rows.n > 0) detail::flash_attend_avx512(head, rows);
+}
+
+// Query tokens [i0, i1) of sequence s through attend_group, kQueries rows at a time.
+template <typename T>
+void attend_avx2(const PagedKvLayer& kv, const PagedAttentionArgs& a, int64_t s, int64_t kvh, int64_t i0, int64_t i1,
+                 Tile<T>& tile, Group& g) {
+    const int32_t* table = a.block_tables + s * a.max_blocks_per_seq;
+    g.nq = 0;
+    for_each_row(kv, a, s, kvh, i0, i1, [&](const float* q, float* out, float* lse, int64_t pos) {
+        g.q[g.nq] = q;
+        g.out[g.nq] = out;
+        g.lse[g.nq] = lse;
+        g.pos[g.nq] = pos;
+        if (++g.nq == kQueries) {
+            attend_group(kv, table, kvh, a.scale, tile, g);
+            g.nq = 0;
+        }
+    });
+    if (g.nq > 0) attend_group(kv, table, kvh, a.scale, tile, g);
 }
 
 template <typename T>
 void run_paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttentionArgs& a) {
     const bool flash = use_flash(kv);
-    const int64_t d = kv.head_dim, group = a.num_heads / kv.num_kv_heads;
+    const int64_t d = kv.head_dim;
     // Work items: (sequence, kv head, chunk of kChunk query tokens), handed out dynamically
     // (later chunks of a prefill see more keys). item_start[s] = first item of sequence s.
     std::vector<int64_t> item_start(static_cast<size_t>(a.num_seqs + 1), 0);
@@ -271,37 +299,20 @@ void run_paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAt
     std::atomic<int64_t> next{0};
     pool.run([&](int) {
         Tile<T> tile;
-        std::vector<float> acc(static_cast<size_t>(kQueries * d));
+        std::vector<float> acc(static_cast<size_t>(flash ? 0 : kQueries * d));  // the AVX2 groups' accumulators
         Group g;
         g.acc = acc.data();
-        int64_t s = 0;
         for (int64_t item = next.fetch_add(1); item < num_items; item = next.fetch_add(1)) {
-            s = std::upper_bound(item_start.begin(), item_start.end(), item) - item_start.begin() - 1;
+            const int64_t s = std::upper_bound(item_start.begin(), item_start.end(), item) - item_start.begin() - 1;
             const int64_t local = item - item_start[size_t(s)];
             const int64_t kvh = local % kv.num_kv_heads, chunk = local / kv.num_kv_heads;
-            const int64_t q0 = a.query_start[s], q_len = a.query_start[s + 1] - q0;
-            const int32_t* table = a.block_tables + s * a.max_blocks_per_seq;
-            const int64_t i_end = std::min(q_len, (chunk + 1) * kChunk);
+            const int64_t q_len = a.query_start[s + 1] - a.query_start[s];
+            const int64_t i0 = chunk * kChunk, i1 = std::min(q_len, (chunk + 1) * kChunk);
             if (flash) {
-                attend_flash(kv, a, s, kvh, chunk * kChunk, i_end);
-                continue;
+                attend_flash(kv, a, s, kvh, i0, i1);
+            } else {
+                attend_avx2(kv, a, s, kvh, i0, i1, tile, g);
             }
-            // Token-major, then the heads of the kv group: a decode token's GQA heads share tiles.
-            g.nq = 0;
-            for (int64_t i = chunk * kChunk; i < i_end; ++i) {
-                for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-                    const int64_t tok = (q0 + i) * a.num_heads + h;
-                    g.q[g.nq] = a.q + tok * d;
-                    g.out[g.nq] = a.out + tok * d;
-                    g.lse[g.nq] = a.lse ? a.lse + tok : nullptr;
-                    g.pos[g.nq] = a.seq_lens[s] - q_len + i;
-                    if (++g.nq == kQueries) {
-                        attend_group(kv, table, kvh, a.scale, tile, g);
-                        g.nq = 0;
-                    }
-                }
-            }
-            if (g.nq > 0) attend_group(kv, table, kvh, a.scale, tile, g);
         }
     });
 }

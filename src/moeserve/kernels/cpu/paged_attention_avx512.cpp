@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "moeserve/kernels/cpu/exp_poly.h"
 #include "moeserve/kernels/cpu/matmul_tile_isa.h"
 #include "moeserve/kernels/cpu/paged_attention_isa.h"
 
@@ -40,22 +41,23 @@ inline __m512 widen16(const uint8_t* p) {
 }
 constexpr float kE4m3Unit = 256.0f;  // undoes widen16's 2^-8 for fp8
 
-// exp(x) for 16 lanes, relative error ~2e-7; lanes below -87.3 (exp underflows f32's normals, and
-// masked keys at -inf) give exactly 0. Cody-Waite reduction x = n ln2 + r, degree-6 polynomial.
+// exp(x) for 16 lanes (constants and method: exp_poly.h); lanes below kExpMin (exp underflows
+// f32's normals, and masked keys at -inf) give exactly 0; scalef applies 2^n.
 inline __m512 exp16(__m512 x) {
-    const __m512 lo = _mm512_set1_ps(-87.3365447505531f);
+    using namespace exp_poly;
+    const __m512 lo = _mm512_set1_ps(kExpMin);
     const __mmask16 live = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
-    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)), lo);
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(kExpMax)), lo);
+    const __m512 n =
+        _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
+    __m512 p = _mm512_set1_ps(kC5);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kC4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kC3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kC2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kC1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kC0));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, n));
 }

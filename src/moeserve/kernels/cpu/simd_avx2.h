@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "moeserve/kernels/cpu/exp_poly.h"
+
 namespace moeserve::kernels::cpu::simd {
 
 // 8 bf16 -> 8 f32: zero-extend to 32 bits and shift into the high half.
@@ -70,21 +72,21 @@ inline __m256 hsum8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m25
     return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-// exp(x) for 8 lanes, relative error ~2e-7 over the f32 range; exp(-inf) = 0, large x saturates.
-// Cody-Waite range reduction x = n ln2 + r, then a degree-6 polynomial for e^r.
+// exp(x) for 8 lanes (constants and method: exp_poly.h); exp(-inf) = 0, large x saturates.
 inline __m256 exp8(__m256 x) {
-    x = _mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f));
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3365447505531f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    using namespace exp_poly;
+    x = _mm256_min_ps(x, _mm256_set1_ps(kExpMax));
+    x = _mm256_max_ps(x, _mm256_set1_ps(kExpMin));
+    const __m256 n =
+        _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
+    __m256 p = _mm256_set1_ps(kC5);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kC4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kC3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kC2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kC1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kC0));
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
