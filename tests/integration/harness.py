@@ -80,6 +80,12 @@ class ServeProcess:
     def stop(self, timeout=30, sig=signal.SIGTERM):
         return stop_process(self.proc, sig, timeout)
 
+    def assert_stops_cleanly(self, test, timeout=30):
+        """SIGTERM; the test fails unless the exit status is 0, with the log's tail to say why (a
+        sanitizer report of a rank, a shutdown that hung)."""
+        status = self.stop(timeout)
+        test.assertEqual(status, 0, "exit status %s; the log ends:\n%s" % (status, self.log_text()[-4000:]))
+
 
 def netns_request(prefix, host, port, method, path, body, timeout):
     """(status, payload) of one HTTP request made by a tiny client run under `prefix` (e.g.

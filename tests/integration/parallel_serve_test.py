@@ -197,13 +197,13 @@ class Parallel(unittest.TestCase):
     def check_equal_outputs(self, s, n_engines, extra_tokens=0):
         expected = reference_texts()
         got = s.complete_all(PROMPTS)
-        self.assertEqual(got, expected)
+        self.assertEqual(got, expected, s.log_text()[-4000:])
         m = s.metrics()
         generated = per_engine(m, "vllm:generation_tokens_total")
         self.assertEqual(sorted(generated), list(range(n_engines)))
         self.assertEqual(sum(generated.values()), len(PROMPTS) * MAX_TOKENS + extra_tokens)
         if n_engines > 1:
-            self.assertTrue(all(v > 0 for v in generated.values()), generated)  # both engines got work
+            self.assertTrue(all(v > 0 for v in generated.values()), (generated, s.log_text()[-4000:]))  # both got work
         return m
 
     def test_dp_ep(self):
@@ -223,28 +223,28 @@ class Parallel(unittest.TestCase):
             self.assertEqual(status, 200, seeded)
             SEEDED["dp_ep"] = [c["text"] for c in json.loads(seeded)["choices"]]
         finally:
-            self.assertEqual(s.stop(), 0)
+            s.assert_stops_cleanly(self)
         single = Server()
         try:
             status, r = single.request("POST", "/v1/completions", {**body, "seed": 11})
             self.assertEqual(status, 200, r)
             self.assertEqual([c["text"] for c in json.loads(r)["choices"]], SEEDED["dp_ep"])
         finally:
-            self.assertEqual(single.stop(), 0)
+            single.assert_stops_cleanly(self)
 
     def test_dp_tp_ep(self):
         s = Server("--data-parallel-size", "2", "--tensor-parallel-size", "2", "--enable-expert-parallel")
         try:
             self.check_equal_outputs(s, 2)
         finally:
-            self.assertEqual(s.stop(), 0)
+            s.assert_stops_cleanly(self)
 
     def test_tp(self):
         s = Server("--tensor-parallel-size", "2")
         try:
             self.check_equal_outputs(s, 1)
         finally:
-            self.assertEqual(s.stop(), 0)
+            s.assert_stops_cleanly(self)
 
     def test_pd_hybrid(self):
         s = Server("--data-parallel-size", "2", "--enable-expert-parallel", "--pd-hybrid")
@@ -267,7 +267,7 @@ class Parallel(unittest.TestCase):
             self.assertTrue(all(v > 0 for v in control.values()), control)
             self.assertIn("PD hybrid", s.log_text())
         finally:
-            self.assertEqual(s.stop(), 0)
+            s.assert_stops_cleanly(self)
 
     def test_external_lb(self):
         # vLLM's external load balancing: one instance per DP rank (-dpn), each its own API server
@@ -328,7 +328,7 @@ class Parallel(unittest.TestCase):
             self.assertEqual(status, 200, streamed)
             self.assertIn(f"rank {victim})", s.log_text())
         finally:
-            self.assertEqual(s.stop(), 0)
+            s.assert_stops_cleanly(self)
 
     def test_kill_rank(self):
         s = Server("--data-parallel-size", "2", "--enable-expert-parallel", "--distributed-timeout-ms", "3000",
@@ -348,7 +348,7 @@ class Parallel(unittest.TestCase):
             self.assertEqual(status, 503)
             print(f"\nkilled rank noticed in {time.time() - start:.2f} s", file=sys.stderr)
         finally:
-            self.assertEqual(s.stop(), 0)
+            s.assert_stops_cleanly(self)
 
     def test_desync(self):
         """The desync guard (guarded_comm.h) in a real dp=2 + EP deployment: a test hook makes rank 1
@@ -382,7 +382,7 @@ class Parallel(unittest.TestCase):
             self.assertEqual(s.complete_all(PROMPTS), reference_texts())
             self.assertEqual(metric(s, "moeserve:group_restarts_total"), 0)  # nobody died
         finally:
-            self.assertEqual(s.stop(), 0)
+            s.assert_stops_cleanly(self)
 
     def check_heals(self, s, victims):
         """Kills each of `victims` (global ranks) in turn while a stream runs; each time the stream
@@ -418,14 +418,14 @@ class Parallel(unittest.TestCase):
         try:
             self.check_heals(s, [1, 0, 1, 0, 1])
         finally:
-            self.assertEqual(s.stop(), 0)
+            s.assert_stops_cleanly(self)
 
     def test_heal_tp(self):
         s = Server("--tensor-parallel-size", "2", "--distributed-timeout-ms", "3000")
         try:
             self.check_heals(s, [1, 0, 1, 0])
         finally:
-            self.assertEqual(s.stop(), 0)
+            s.assert_stops_cleanly(self)
 
     def test_crash_loop(self):
         env = dict(os.environ, MOESERVE_DEBUG_EXIT_ON_REJOIN="1")
@@ -445,7 +445,7 @@ class Parallel(unittest.TestCase):
             self.assertEqual(status, 503)
             self.assertEqual(metric(s, "moeserve:group_restarts_total"), 2)
         finally:
-            self.assertEqual(s.stop(), 0)
+            s.assert_stops_cleanly(self)
 
     def test_eplb(self):
         skew = {**os.environ, "MOESERVE_DEBUG_ROUTER_SKEW": EPLB_SKEW}
@@ -453,7 +453,7 @@ class Parallel(unittest.TestCase):
         try:
             expected = ref.complete_all(PROMPTS)
         finally:
-            self.assertEqual(ref.stop(), 0)
+            ref.assert_stops_cleanly(self)
         config = json.dumps({"window_size": 8, "step_interval": 8, "num_redundant_experts": 2, "log_balancedness": True})
         s = Server("--data-parallel-size", "2", "--enable-expert-parallel", "--enable-eplb", "--eplb-config", config,
                    "--distributed-timeout-ms", "3000", env=skew)
@@ -492,7 +492,7 @@ class Parallel(unittest.TestCase):
                     break
             self.assertGreater(per_engine(s.metrics(), "moeserve:eplb_rebalances_total")[0], moved)
         finally:
-            self.assertEqual(s.stop(), 0)
+            s.assert_stops_cleanly(self)
 
     def test_validate(self):
         cases = [
@@ -601,7 +601,7 @@ class Netns(unittest.TestCase):
             status, _ = head.request("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2})
             self.assertEqual(status, 503)
             print(f"\nheadless node loss noticed in {time.time() - start:.2f} s", file=sys.stderr)
-            self.assertEqual(head.stop(), 0)
+            head.assert_stops_cleanly(self)
 
     def test_headless_rank_heals(self):
         """SIGKILL of the headless node's rank process: the node restarts it, the group re-forms
@@ -616,7 +616,7 @@ class Netns(unittest.TestCase):
             print(f"\nheadless rank restarted, group serving again in {time.time() - start:.2f} s", file=sys.stderr)
             self.assertEqual(head.complete_all(PROMPTS[:3]), reference_texts()[:3])
             self.assertIsNone(node.poll())  # the node lives on
-            self.assertEqual(head.stop(), 0)
+            head.assert_stops_cleanly(self)
 
 
 if __name__ == "__main__":

@@ -88,6 +88,7 @@ public:
     void poll_kv_transfers();
     // Consumer requests queued for or in a KV fetch (they are not runnable yet).
     bool has_pending_kv_transfers() const { return scheduler_.num_remote_waiting() > 0; }
+    int32_t num_pending_kv_transfers() const { return scheduler_.num_remote_waiting(); }
     // Hands the requests whose grammars finished compiling to the scheduler (a grammar that
     // failed: a kError output). Every step calls it first; an idle engine loop calls it too.
     void poll_grammar_compiles();

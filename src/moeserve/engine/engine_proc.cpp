@@ -18,6 +18,30 @@ using Clock = std::chrono::steady_clock;
 // whether they are done.
 constexpr int kBackgroundPollMs = 2;
 
+// When the API server must hear this engine's stats: every heartbeat_ms (liveness), and at once
+// when the number of requests waiting for their KV changed. The API server's step watchdog leaves
+// those requests out only once the stats say they wait; a heartbeat up to a second late made
+// /health flap to 503 under a short --step-watchdog-timeout.
+class StatsClock {
+public:
+    StatsClock(int heartbeat_ms, bool due_now)
+        : period_(heartbeat_ms), last_sent_(Clock::now() - (due_now ? period_ : std::chrono::milliseconds(0))) {}
+    bool heartbeat_due() const { return Clock::now() - last_sent_ >= period_; }
+    bool kv_waiting_changed(const EngineCore& core) const {
+        return core.num_pending_kv_transfers() != sent_kv_waiting_;
+    }
+    bool due(const EngineCore& core) const { return heartbeat_due() || kv_waiting_changed(core); }
+    void sent(const EngineCore& core) {
+        last_sent_ = Clock::now();
+        sent_kv_waiting_ = core.num_pending_kv_transfers();
+    }
+
+private:
+    std::chrono::milliseconds period_;
+    Clock::time_point last_sent_;
+    int32_t sent_kv_waiting_ = 0;
+};
+
 // Applies one message; false on Shutdown (from every API server).
 bool apply(EngineCore& core, ipc::EngineChannel& channel, ipc::ClientRouting& routing,
            const ipc::ClientMessage& message, int32_t engine_index) {
@@ -120,7 +144,7 @@ int run_engine_loop(EngineCore& core, ipc::EngineChannel& channel, Logger& logge
     channel.send(ipc::HealthReply{options.engine_index, true, "ready"});
     MOESERVE_LOG_I(logger, "engine", "engine %d ready", options.engine_index);
     ipc::ClientRouting routing(channel.num_clients());
-    auto last_sent = Clock::now() - std::chrono::milliseconds(options.heartbeat_ms);
+    StatsClock stats_clock(options.heartbeat_ms, /*due_now=*/true);
     while (true) {
         // Idle: block on the socket up to one heartbeat. Busy: take what is queued, no waiting
         // (while only grammars compile, step() waits for them). Waiting only for KV from a
@@ -137,16 +161,15 @@ int run_engine_loop(EngineCore& core, ipc::EngineChannel& channel, Logger& logge
             if (options.on_iteration) options.on_iteration();
             core.poll_kv_transfers();
             core.poll_grammar_compiles();
-            const bool heartbeat_due = Clock::now() - last_sent >= std::chrono::milliseconds(options.heartbeat_ms);
             if (core.has_unfinished_requests()) {
                 StepOutcome outcome = core.step();
-                if (!outcome.outputs.empty() || !outcome.dummy || heartbeat_due) {  // not every wait for a compile
+                if (!outcome.outputs.empty() || !outcome.dummy || stats_clock.due(core)) {  // not every compile wait
                     send_outputs(core, channel, routing, logger, options.engine_index, std::move(outcome.outputs));
-                    last_sent = Clock::now();
+                    stats_clock.sent(core);
                 }
-            } else if (!received && Clock::now() - last_sent >= std::chrono::milliseconds(options.heartbeat_ms)) {
+            } else if ((!received && stats_clock.heartbeat_due()) || stats_clock.kv_waiting_changed(core)) {
                 send_outputs(core, channel, routing, logger, options.engine_index, {});
-                last_sent = Clock::now();
+                stats_clock.sent(core);
             }
         } catch (const Error& e) {
             if (recover(core, channel, routing, logger, options, e)) continue;
@@ -161,7 +184,7 @@ int run_engine_loop_dp(EngineCore& core, DpCoordinator& coordinator, ipc::Engine
     MOESERVE_LOG_I(logger, "engine", "engine %d ready (DP lock-step%s)", options.engine_index,
                    coordinator.options().pd_hybrid ? ", PD hybrid" : "");
     ipc::ClientRouting routing(channel.num_clients());
-    auto last_sent = Clock::now();
+    StatsClock stats_clock(options.heartbeat_ms, /*due_now=*/false);
     while (true) {
         const int wait = coordinator.global_has_work()   ? 0
                          : core.has_compiling_grammars() ? kBackgroundPollMs
@@ -179,17 +202,16 @@ int run_engine_loop_dp(EngineCore& core, DpCoordinator& coordinator, ipc::Engine
             r = coordinator.step();
         } catch (const Error& e) {
             if (recover(core, channel, routing, logger, options, e, &coordinator.counters())) {
-                last_sent = Clock::now();
+                stats_clock.sent(core);
                 continue;
             }
             return fail(channel, logger, options.engine_index, e);
         }
         const bool stepped = r.phase != StepPhase::kIdle;
-        const auto now = Clock::now();
-        if (stepped || !r.outputs.empty() || now - last_sent >= std::chrono::milliseconds(options.heartbeat_ms)) {
+        if (stepped || !r.outputs.empty() || stats_clock.due(core)) {
             send_outputs(core, channel, routing, logger, options.engine_index, std::move(r.outputs),
                          &coordinator.counters());
-            last_sent = now;
+            stats_clock.sent(core);
         }
         if (r.shutdown) {
             MOESERVE_LOG_I(logger, "engine", "engine %d: all DP groups stop", options.engine_index);
