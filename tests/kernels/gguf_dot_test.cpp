@@ -139,6 +139,45 @@ TEST_P(GgufDotTest, MatvecIsOneDotPerRow) {
     });
 }
 
+// Every tile shape gives each (weight row, activation row) pair the one-pair kernel's bits, for odd
+// block counts too, with rows at odd addresses and strides.
+TEST_P(GgufDotTest, TilesHaveThePairKernelsBits) {
+    const GgmlType type = GetParam();
+    const int64_t bs = ggml_traits(type).block_size;
+    std::mt19937 rng(29);
+    for (const int64_t n : {bs, 3 * bs, 2 * kQK_K, 4 * kQK_K + (bs == kQK_K ? 0 : bs)}) {
+        const size_t row_bytes = *ggml_nbytes(type, static_cast<uint64_t>(n));
+        const size_t stride = row_bytes + 5;
+        std::string rows(1 + stride * kGgufTileRows, '\0');
+        for (int r = 0; r < kGgufTileRows; ++r) {
+            const std::string row = weight_row(type, n, r % 2 == 1, rng);
+            std::memcpy(&rows[1 + stride * static_cast<size_t>(r)], row.data() + 1, row_bytes);
+        }
+        std::vector<std::vector<uint64_t>> acts;
+        const uint8_t* a[kGgufTileCols];
+        for (int c = 0; c < kGgufTileCols; ++c) acts.push_back(activations(type, n, rng));
+        for (int c = 0; c < kGgufTileCols; ++c)
+            a[c] = reinterpret_cast<const uint8_t*>(acts[static_cast<size_t>(c)].data());
+        const auto* w = reinterpret_cast<const uint8_t*>(rows.data() + 1);
+        test::for_each_isa([&](cpu::Isa) {
+            const GgufTiles tiles(type);
+            for (int nr = 1; nr <= kGgufTileRows; ++nr) {
+                for (int nc = 1; nc <= kGgufTileCols; ++nc) {
+                    SCOPED_TRACE(testing::Message() << "n=" << n << " tile " << nr << "x" << nc);
+                    float out[kGgufTileCols * 5] = {};
+                    tiles.run(n / bs, nr, nc, w, stride, a, out, 5);
+                    for (int c = 0; c < nc; ++c) {
+                        for (int r = 0; r < nr; ++r) {
+                            const float one = gguf_vec_dot(type, n, w + stride * static_cast<size_t>(r), a[c]);
+                            EXPECT_EQ(f32_bits(out[c * 5 + r]), f32_bits(one)) << out[c * 5 + r] << " vs " << one;
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(WeightTypes, GgufDotTest,
                          testing::Values(GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
                                          GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K),

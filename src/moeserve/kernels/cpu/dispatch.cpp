@@ -142,28 +142,46 @@ float gguf_dot_ref_blocks(int64_t nb, const void* w, const void* a) {
 }  // namespace
 
 GgufDotKernel gguf_dot_kernel(GgmlType type) {
-    // NOTE(#27): no AVX-512 GGUF dot products yet (none measured); every level above ref runs AVX2.
     MOESERVE_CHECK(gguf_dot_supported(type), "no GGUF dot product for {}", ggml_type_name(type));
-    const bool ref = active_isa() == Isa::kRef;
+    const Isa isa = active_isa();
+    const bool ref = isa == Isa::kRef;
+    const bool avx512 = isa >= Isa::kAvx512;  // VNNI comes with the avx512 level (isa.h)
     switch (type) {
         case GgmlType::kQ4_0:
-            return ref ? &gguf_dot_ref_blocks<GgmlType::kQ4_0> : &detail::vec_dot_q4_0_q8_0_avx2;
+            return ref      ? &gguf_dot_ref_blocks<GgmlType::kQ4_0>
+                   : avx512 ? &detail::vec_dot_q4_0_q8_0_avx512
+                            : &detail::vec_dot_q4_0_q8_0_avx2;
         case GgmlType::kQ4_1:
             return ref ? &gguf_dot_ref_blocks<GgmlType::kQ4_1> : &detail::vec_dot_q4_1_q8_0_avx2;
         case GgmlType::kQ5_0:
-            return ref ? &gguf_dot_ref_blocks<GgmlType::kQ5_0> : &detail::vec_dot_q5_0_q8_0_avx2;
+            return ref      ? &gguf_dot_ref_blocks<GgmlType::kQ5_0>
+                   : avx512 ? &detail::vec_dot_q5_0_q8_0_avx512
+                            : &detail::vec_dot_q5_0_q8_0_avx2;
         case GgmlType::kQ5_1:
             return ref ? &gguf_dot_ref_blocks<GgmlType::kQ5_1> : &detail::vec_dot_q5_1_q8_0_avx2;
         case GgmlType::kQ8_0:
-            return ref ? &gguf_dot_ref_blocks<GgmlType::kQ8_0> : &detail::vec_dot_q8_0_q8_0_avx2;
+            return ref      ? &gguf_dot_ref_blocks<GgmlType::kQ8_0>
+                   : avx512 ? &detail::vec_dot_q8_0_q8_0_avx512
+                            : &detail::vec_dot_q8_0_q8_0_avx2;
         case GgmlType::kQ4_K:
-            return ref ? &gguf_dot_ref_blocks<GgmlType::kQ4_K> : &detail::vec_dot_q4_k_q8_k_avx2;
+            return ref      ? &gguf_dot_ref_blocks<GgmlType::kQ4_K>
+                   : avx512 ? &detail::vec_dot_q4_k_q8_k_avx512
+                            : &detail::vec_dot_q4_k_q8_k_avx2;
         case GgmlType::kQ5_K:
             return ref ? &gguf_dot_ref_blocks<GgmlType::kQ5_K> : &detail::vec_dot_q5_k_q8_k_avx2;
         case GgmlType::kQ6_K:
-            return ref ? &gguf_dot_ref_blocks<GgmlType::kQ6_K> : &detail::vec_dot_q6_k_q8_k_avx2;
+            return ref      ? &gguf_dot_ref_blocks<GgmlType::kQ6_K>
+                   : avx512 ? &detail::vec_dot_q6_k_q8_k_avx512
+                            : &detail::vec_dot_q6_k_q8_k_avx2;
         default:
             return nullptr;  // unreachable: checked above
+    }
+}
+
+GgufTiles::GgufTiles(GgmlType type) : dot_(gguf_dot_kernel(type)) {
+    if (active_isa() < Isa::kAvx512) return;
+    for (int r = 0; r < kGgufTileRows; ++r) {
+        for (int c = 0; c < kGgufTileCols; ++c) tiles_[r][c] = detail::gguf_tile_avx512(type, r + 1, c + 1);
     }
 }
 

@@ -9,6 +9,7 @@
 // Depends on core only.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "moeserve/core/ggml_type.h"
@@ -34,6 +35,36 @@ float gguf_vec_dot(GgmlType type, int64_t n, const void* w, const void* a);
 // Checked: a supported type.
 using GgufDotKernel = float (*)(int64_t nb, const void* w, const void* a);
 GgufDotKernel gguf_dot_kernel(GgmlType type);
+
+// Tiles: rows (1..kGgufTileRows) weight rows, w + r * w_stride, times cols (1..kGgufTileCols)
+// activation rows a[c], nb blocks each: out[c * ldo + r] = the gguf_dot_kernel product of that
+// pair, with its bits (a token's result does not depend on the tile it was computed in). Where
+// the active ISA level has tile kernels for the type (AVX-512: Q4_0, Q5_0, Q8_0, Q4_K, Q6_K) a
+// weight block is unpacked once for the whole tile and an activation block loaded once per
+// weight row; elsewhere the tile is a loop over the pair kernel.
+inline constexpr int kGgufTileRows = 4;
+inline constexpr int kGgufTileCols = 4;
+using GgufTileFn = void (*)(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t* const* a, float* out,
+                            int64_t ldo);
+// A type's kernels at the active ISA level, resolved once for a whole product.
+class GgufTiles {
+public:
+    explicit GgufTiles(GgmlType type);
+    void run(int64_t nb, int rows, int cols, const uint8_t* w, size_t w_stride, const uint8_t* const* a, float* out,
+             int64_t ldo) const {
+        if (const GgufTileFn fn = tiles_[rows - 1][cols - 1]) {
+            fn(nb, w, w_stride, a, out, ldo);
+            return;
+        }
+        for (int r = 0; r < rows; ++r) {
+            for (int c = 0; c < cols; ++c) out[c * ldo + r] = dot_(nb, w + static_cast<size_t>(r) * w_stride, a[c]);
+        }
+    }
+
+private:
+    GgufDotKernel dot_;
+    GgufTileFn tiles_[kGgufTileRows][kGgufTileCols] = {};
+};
 
 // Scalar reference: per block the exact integer dot product, then
 // sum += (d_w * d_a) * isum (K-quants with a min: sum -= (dmin_w * d_a) * isum_min).

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "moeserve/kernels/cpu/gguf_dot.h"
+
 namespace moeserve::kernels::cpu::detail {
 
 float vec_dot_q4_0_q8_0_avx2(int64_t nb, const void* w, const void* a);
@@ -14,5 +16,14 @@ float vec_dot_q8_0_q8_0_avx2(int64_t nb, const void* w, const void* a);
 float vec_dot_q4_k_q8_k_avx2(int64_t nb, const void* w, const void* a);
 float vec_dot_q5_k_q8_k_avx2(int64_t nb, const void* w, const void* a);
 float vec_dot_q6_k_q8_k_avx2(int64_t nb, const void* w, const void* a);
+
+// AVX-512 VNNI: the tile kernel of `type` for rows x cols (1..4 each), null for a type without
+// one; the pair kernels are its 1 x 1 tiles.
+GgufTileFn gguf_tile_avx512(GgmlType type, int rows, int cols);
+float vec_dot_q4_0_q8_0_avx512(int64_t nb, const void* w, const void* a);
+float vec_dot_q5_0_q8_0_avx512(int64_t nb, const void* w, const void* a);
+float vec_dot_q8_0_q8_0_avx512(int64_t nb, const void* w, const void* a);
+float vec_dot_q4_k_q8_k_avx512(int64_t nb, const void* w, const void* a);
+float vec_dot_q6_k_q8_k_avx512(int64_t nb, const void* w, const void* a);
 
 }  // namespace moeserve::kernels::cpu::detail

@@ -40,14 +40,20 @@ void gguf_linear(ThreadPool& pool, const float* x, int64_t rows, const GgufMatri
         scratch.qx.resize(qrow * static_cast<size_t>(rows));
         for (int64_t r = 0; r < rows; ++r) quantize_gguf(act, x + r * k, scratch.qx.data() + qrow * r, k);
         const uint8_t* qx = scratch.qx.data();
-        const GgufDotKernel dot = gguf_dot_kernel(w.type);
+        const GgufTiles tiles(w.type);
         const int64_t nb = k / ggml_traits(w.type).block_size;
         pool.run([&](int tid) {
             const int64_t begin = tid * chunk;
             const int64_t end = std::min(n, begin + chunk);
-            for (int64_t j = begin; j < end; ++j) {
-                const uint8_t* wr = w.row(j);
-                for (int64_t r = 0; r < rows; ++r) out[r * n + j] = dot(nb, wr, qx + qrow * r);
+            const uint8_t* acts[kGgufTileCols];
+            // kGgufTileRows weight rows stay in L1 while every token row passes them
+            for (int64_t j = begin; j < end; j += kGgufTileRows) {
+                const int nr = static_cast<int>(std::min<int64_t>(kGgufTileRows, end - j));
+                for (int64_t r0 = 0; r0 < rows; r0 += kGgufTileCols) {
+                    const int nc = static_cast<int>(std::min<int64_t>(kGgufTileCols, rows - r0));
+                    for (int c = 0; c < nc; ++c) acts[c] = qx + qrow * static_cast<size_t>(r0 + c);
+                    tiles.run(nb, nr, nc, w.row(j), w.row_stride, acts, out + r0 * n + j, n);
+                }
             }
         });
         return;
@@ -130,23 +136,81 @@ void quantize_rows(ThreadPool& pool, GgmlType act, const float* x, int64_t rows,
     });
 }
 
+// silu(gate x) * up x of every slot into scratch.gate [slots, inter], from the slots' quantized
+// token rows (scratch.qx, qrow bytes each): one work item per (active expert, kGgufTileRows rows),
+// each a pass of tiles over the expert's slots.
+void gate_up_stage(ThreadPool& pool, const GgufExperts& experts, GgufScratch& scratch, size_t qrow) {
+    const int64_t inter = experts.inter;
+    const GgmlType type = experts.gate[0].type;
+    const GgufTiles tiles(type);
+    const int64_t nb = experts.hidden / ggml_traits(type).block_size;
+    const int64_t row_blocks = (inter + kGgufTileRows - 1) / kGgufTileRows;
+    const std::vector<int32_t>& active = scratch.active;
+    pool.parallel_for(static_cast<int64_t>(active.size()) * row_blocks, [&](int64_t begin, int64_t end) {
+        const uint8_t* acts[kGgufTileCols];
+        float g[kGgufTileCols * kGgufTileRows];
+        float u[kGgufTileCols * kGgufTileRows];
+        for (int64_t i = begin; i < end; ++i) {
+            const auto e = static_cast<size_t>(active[static_cast<size_t>(i / row_blocks)]);
+            const int64_t j = (i % row_blocks) * kGgufTileRows;
+            const int nr = static_cast<int>(std::min<int64_t>(kGgufTileRows, inter - j));
+            for (int64_t s0 = scratch.offsets[e]; s0 < scratch.offsets[e + 1]; s0 += kGgufTileCols) {
+                const int nc = static_cast<int>(std::min<int64_t>(kGgufTileCols, scratch.offsets[e + 1] - s0));
+                for (int c = 0; c < nc; ++c) {
+                    const auto token = static_cast<size_t>(scratch.tokens[static_cast<size_t>(s0 + c)]);
+                    acts[c] = scratch.qx.data() + qrow * token;
+                }
+                tiles.run(nb, nr, nc, experts.gate[e].row(j), experts.gate[e].row_stride, acts, g, kGgufTileRows);
+                tiles.run(nb, nr, nc, experts.up[e].row(j), experts.up[e].row_stride, acts, u, kGgufTileRows);
+                for (int c = 0; c < nc; ++c) {
+                    float* dst = scratch.gate.data() + (s0 + c) * inter + j;
+                    for (int r = 0; r < nr; ++r) {
+                        const float gv = g[c * kGgufTileRows + r];
+                        dst[r] = gv / (1.0f + std::exp(-gv)) * u[c * kGgufTileRows + r];
+                    }
+                }
+            }
+        }
+    });
+}
+
+// down of every slot into scratch.down [slots, hidden], from the slots' quantized rows of
+// scratch.gate (scratch.qh, qrow bytes each), tiled as gate_up_stage.
+void down_stage(ThreadPool& pool, const GgufExperts& experts, GgufScratch& scratch, size_t qrow) {
+    const int64_t h = experts.hidden;
+    const GgmlType type = experts.down[0].type;
+    const GgufTiles tiles(type);
+    const int64_t nb = experts.inter / ggml_traits(type).block_size;
+    const int64_t row_blocks = (h + kGgufTileRows - 1) / kGgufTileRows;
+    const std::vector<int32_t>& active = scratch.active;
+    pool.parallel_for(static_cast<int64_t>(active.size()) * row_blocks, [&](int64_t begin, int64_t end) {
+        const uint8_t* acts[kGgufTileCols];
+        for (int64_t i = begin; i < end; ++i) {
+            const auto e = static_cast<size_t>(active[static_cast<size_t>(i / row_blocks)]);
+            const int64_t c0 = (i % row_blocks) * kGgufTileRows;
+            const int nr = static_cast<int>(std::min<int64_t>(kGgufTileRows, h - c0));
+            for (int64_t s0 = scratch.offsets[e]; s0 < scratch.offsets[e + 1]; s0 += kGgufTileCols) {
+                const int nc = static_cast<int>(std::min<int64_t>(kGgufTileCols, scratch.offsets[e + 1] - s0));
+                for (int c = 0; c < nc; ++c) acts[c] = scratch.qh.data() + qrow * static_cast<size_t>(s0 + c);
+                tiles.run(nb, nr, nc, experts.down[e].row(c0), experts.down[e].row_stride, acts,
+                          scratch.down.data() + s0 * h + c0, h);
+            }
+        }
+    });
+}
+
 // Experts whose types all have dot kernels: the token rows are quantized once (not once per expert
-// and projection), and gate+up, then down, each run as one pass over the (expert, weight row)
-// pairs of the active experts, so a decode step makes two pool dispatches per layer instead of
-// three per expert. Every output element is the same gguf_vec_dot as on the per-expert path, and
-// out[t] sums its experts in the same order, so the result has that path's bits.
+// and projection), and gate+up, then down, each run as one pass over the (expert, weight rows)
+// tiles of the active experts, so a decode step makes two pool dispatches per layer instead of
+// three per expert. Every output element is the same gguf_vec_dot as on the per-expert path (a
+// tile has its pairs' bits), and out[t] sums its experts in the same order, so the result has
+// that path's bits.
 void moe_experts_fused(ThreadPool& pool, const float* x, int64_t num_tokens, const GgufExperts& experts,
                        GgufScratch& scratch, float* out) {
     const int64_t h = experts.hidden;
     const int64_t inter = experts.inter;
-    const GgmlType wgu = experts.gate[0].type;
-    const GgmlType wdn = experts.down[0].type;
-    const GgmlType act_gu = gguf_dot_activation_type(wgu);
-    const GgmlType act_dn = gguf_dot_activation_type(wdn);
-    const GgufDotKernel dot_gu = gguf_dot_kernel(wgu);
-    const GgufDotKernel dot_dn = gguf_dot_kernel(wdn);
-    const int64_t nb_gu = h / ggml_traits(wgu).block_size;
-    const int64_t nb_dn = inter / ggml_traits(wdn).block_size;
+    const GgmlType act_gu = gguf_dot_activation_type(experts.gate[0].type);
+    const GgmlType act_dn = gguf_dot_activation_type(experts.down[0].type);
     const auto slots = static_cast<int64_t>(scratch.tokens.size());
     std::vector<int32_t>& active = scratch.active;  // local ids of experts with tokens
     active.clear();
@@ -155,44 +219,19 @@ void moe_experts_fused(ThreadPool& pool, const float* x, int64_t num_tokens, con
             active.push_back(static_cast<int32_t>(e));
         }
     }
-    const auto na = static_cast<int64_t>(active.size());
     // 1. every token row -> act_gu once
     const size_t qrow_gu = row_bytes(act_gu, h);
     scratch.qx.resize(qrow_gu * static_cast<size_t>(num_tokens));
     quantize_rows(pool, act_gu, x, num_tokens, h, scratch.qx.data());
     // 2. silu(gate x) * up x for each slot: [slots, inter]
     scratch.gate.resize(static_cast<size_t>(slots * inter));
-    pool.parallel_for(na * inter, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-            const auto e = static_cast<size_t>(active[static_cast<size_t>(i / inter)]);
-            const int64_t j = i % inter;
-            const uint8_t* g_row = experts.gate[e].row(j);
-            const uint8_t* u_row = experts.up[e].row(j);
-            for (int64_t s = scratch.offsets[e]; s < scratch.offsets[e + 1]; ++s) {
-                const uint8_t* q =
-                    scratch.qx.data() + qrow_gu * static_cast<size_t>(scratch.tokens[static_cast<size_t>(s)]);
-                const float g = dot_gu(nb_gu, g_row, q);
-                const float u = dot_gu(nb_gu, u_row, q);
-                scratch.gate[static_cast<size_t>(s * inter + j)] = g / (1.0f + std::exp(-g)) * u;
-            }
-        }
-    });
+    gate_up_stage(pool, experts, scratch, qrow_gu);
     // 3. those rows -> act_dn, then down for each slot: [slots, h]
     const size_t qrow_dn = row_bytes(act_dn, inter);
     scratch.qh.resize(qrow_dn * static_cast<size_t>(slots));
     quantize_rows(pool, act_dn, scratch.gate.data(), slots, inter, scratch.qh.data());
     scratch.down.resize(static_cast<size_t>(slots * h));
-    pool.parallel_for(na * h, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-            const auto e = static_cast<size_t>(active[static_cast<size_t>(i / h)]);
-            const int64_t c = i % h;
-            const uint8_t* d_row = experts.down[e].row(c);
-            for (int64_t s = scratch.offsets[e]; s < scratch.offsets[e + 1]; ++s) {
-                const uint8_t* q = scratch.qh.data() + qrow_dn * static_cast<size_t>(s);
-                scratch.down[static_cast<size_t>(s * h + c)] = dot_dn(nb_dn, d_row, q);
-            }
-        }
-    });
+    down_stage(pool, experts, scratch, qrow_dn);
     // 4. out[t] += w * down, slots in expert order; threads own column ranges
     pool.parallel_for(h, [&](int64_t c0, int64_t c1) {
         for (int64_t s = 0; s < slots; ++s) {

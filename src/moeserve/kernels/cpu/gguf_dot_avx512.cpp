@@ -1,0 +1,338 @@
+// AVX-512 VNNI GGUF dot products (see gguf_dot.h), as tiles of up to kGgufTileRows weight rows
+// times kGgufTileCols activation rows: a weight block is unpacked once for every activation row
+// of the tile and an activation block loaded once for every weight row, which is what makes a
+// prefill GEMM out of them (the one-pair dot product unpacked the weight block once per token).
+// Each (row, activation) pair runs the same operations in the same order whatever the tile's
+// shape, so a tile's results have the bits of the one-pair kernel (a token's logits do not depend
+// on its batch).
+//
+// 32-element types (Q4_0, Q5_0, Q8_0) against q8_0 activations, two blocks per 512-bit step: the
+// weights become unsigned bytes q' = w + offset (Q4_0 and Q5_0 store them so; Q8_0's signed bytes
+// get their top bit flipped, + 128), so vpdpbusd (unsigned x signed) takes them against the
+// signed activations; sum w a = sum q' a - offset * sum a, the second term one more vpdpbusd per
+// activation block that every weight row of the tile shares. d_w * d_a * isum accumulates in 16
+// f32 lanes (8 per block), as the AVX2 kernels do in 8: within f32 reassociation of the
+// reference. K-quants (Q4_K, Q6_K) against q8_K: vpmaddubsw (unsigned weight x signed
+// activation, no pair can saturate) then vpdpwssd with the sub-block scales give each
+// super-block's exact integer sums, and the reference's f32 operations follow, so they have the
+// reference's bits. Compiled with -ffp-contract=off so that no multiply-add is fused there.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "moeserve/kernels/cpu/gguf_blocks.h"
+#include "moeserve/kernels/cpu/gguf_dot_isa.h"
+
+namespace moeserve::kernels::cpu::detail {
+namespace {
+
+inline float f16(const uint8_t* p) { return _cvtsh_ss(static_cast<uint16_t>(p[0] | (p[1] << 8))); }
+
+inline __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+inline __m512 join(__m256 lo, __m256 hi) { return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1); }
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// Decode streams the weights from memory once, a tile's rows interleaved block by block, which the
+// hardware prefetchers follow poorly (a 4 x 1 tile of a Q6_K lm_head read at a third of the
+// bandwidth of one row after another). So each step fetches the same bytes of the rows
+// kPrefetchRows further on: the next tiles' rows, where the callers walk the rows in order.
+constexpr int kPrefetchRows = 8;
+inline void prefetch_ahead(const uint8_t* p, size_t bytes, size_t w_stride) {
+    const uint8_t* ahead = p + kPrefetchRows * w_stride;
+    for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T0);
+}
+
+// ---- 32-element types against q8_0 ----
+
+// The 32 nibbles of a block as bytes, element i in byte i (low nibbles are elements 0-15).
+inline __m256i nibbles32(const uint8_t* qs) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+}
+
+// Q5_0's fifth bits: byte i is 0x10 where bit i of the little-endian u32 at qh is set.
+inline __m256i fifth_bits32(const uint8_t* qh) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, qh, 4);
+    const __mmask32 set = _cvtu32_mask32(bits);
+    return _mm256_maskz_mov_epi8(set, _mm256_set1_epi8(0x10));
+}
+
+struct Q4_0Weights {
+    using Block = BlockQ4_0;
+    static constexpr int kOffset = 8;
+    static __m256i bytes(const Block& b) { return nibbles32(b.qs); }
+};
+struct Q5_0Weights {
+    using Block = BlockQ5_0;
+    static constexpr int kOffset = 16;
+    static __m256i bytes(const Block& b) { return _mm256_or_si256(nibbles32(b.qs), fifth_bits32(b.qh)); }
+};
+struct Q8_0Weights {
+    using Block = BlockQ8_0;
+    static constexpr int kOffset = 128;
+    static __m256i bytes(const Block& b) { return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(-128)); }
+};
+
+// One activation row's step of two blocks (b, b + 1; `pair` false: b alone, the upper half zero).
+struct Q8_0Step {
+    __m512i a;     // the activation bytes
+    __m512i corr;  // -offset * (sum of each lane's 4 bytes): vpdpbusd's starting value
+    __m512 d;      // d_a of each lane's block
+};
+
+template <int kOffset>
+inline Q8_0Step q8_0_step(const BlockQ8_0* a, int64_t b, bool pair) {
+    Q8_0Step s;
+    const __m256i zero = _mm256_setzero_si256();
+    s.a = join(load256(a[b].qs), pair ? load256(a[b + 1].qs) : zero);
+    const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(static_cast<char>(kOffset)), s.a);
+    s.corr = _mm512_sub_epi32(_mm512_setzero_si512(), sums);
+    s.d = join(_mm256_set1_ps(f16(a[b].d)), _mm256_set1_ps(pair ? f16(a[b + 1].d) : 0.0f));
+    return s;
+}
+
+template <class W, int R, int C>
+void tile_q8_0_acts(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t* const* a, float* out, int64_t ldo) {
+    using Block = typename W::Block;
+    __m512 acc[R][C];
+    for (int r = 0; r < R; ++r) {
+        for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; b += 2) {
+        const bool pair = b + 1 < nb;
+        Q8_0Step act[C];
+        for (int c = 0; c < C; ++c) act[c] = q8_0_step<W::kOffset>(reinterpret_cast<const BlockQ8_0*>(a[c]), b, pair);
+        for (int r = 0; r < R; ++r) {
+            const auto* blocks = reinterpret_cast<const Block*>(w + static_cast<size_t>(r) * w_stride);
+            prefetch_ahead(reinterpret_cast<const uint8_t*>(blocks + b), 2 * sizeof(Block), w_stride);
+            const __m512i q = join(W::bytes(blocks[b]), pair ? W::bytes(blocks[b + 1]) : _mm256_setzero_si256());
+            const __m512 dw =
+                join(_mm256_set1_ps(f16(blocks[b].d)), _mm256_set1_ps(pair ? f16(blocks[b + 1].d) : 0.0f));
+            for (int c = 0; c < C; ++c) {
+                const __m512i p = _mm512_dpbusd_epi32(act[c].corr, q, act[c].a);
+                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw, act[c].d), acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        for (int c = 0; c < C; ++c) out[c * ldo + r] = _mm512_reduce_add_ps(acc[r][c]);
+    }
+}
+
+// ---- K-quants against q8_K ----
+
+// 16-bit lanes: the first 16 hold lo, the last 16 hi (the scales of two 32-element sub-blocks).
+inline __m512i scale_pair16(int lo, int hi) {
+    return join(_mm256_set1_epi16(static_cast<int16_t>(lo)), _mm256_set1_epi16(static_cast<int16_t>(hi)));
+}
+
+// One Q4_K super-block of one weight row, unpacked for every activation row of the tile.
+struct Q4KRow {
+    __m512i q[4];   // elements 64 c .. 64 c + 63 as bytes
+    __m512i sc[4];  // their sub-blocks' scales, 16-bit
+    int m[8];       // the sub-blocks' mins
+    float d;
+    float dmin;
+};
+
+// All 8 scales and mins of a Q4_K block (the packing unpack_scale_min_k4 describes). Written
+// here, not called from gguf_blocks.h: an inline function compiled in this file could be the copy
+// the linker keeps for the whole program (matmul_tile_isa.h).
+inline void scales_mins_k4(const uint8_t* q, int* sc, int* m) {
+    for (int j = 0; j < 4; ++j) {
+        sc[j] = q[j] & 63;
+        m[j] = q[j + 4] & 63;
+        sc[j + 4] = (q[j + 8] & 0xF) | ((q[j] >> 6) << 4);
+        m[j + 4] = (q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4);
+    }
+}
+
+inline void unpack_q4_k(const BlockQ4_K& x, Q4KRow& row) {
+    int sc[8];
+    scales_mins_k4(x.scales, sc, row.m);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int c = 0; c < 4; ++c) {
+        const __m256i q = load256(x.qs + 32 * c);
+        row.q[c] = join(_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+        row.sc[c] = scale_pair16(sc[2 * c], sc[2 * c + 1]);
+    }
+    row.d = f16(x.d);
+    row.dmin = f16(x.dmin);
+}
+
+template <int R, int C>
+void tile_q4_k(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t* const* a, float* out, int64_t ldo) {
+    float sum[R][C] = {};
+    for (int64_t b = 0; b < nb; ++b) {
+        const BlockQ8_K* y[C];
+        int asum[C][8];  // the activation's sum over each 32-element sub-block
+        for (int c = 0; c < C; ++c) {
+            y[c] = reinterpret_cast<const BlockQ8_K*>(a[c]) + b;
+            for (int j = 0; j < 8; ++j) asum[c][j] = y[c]->bsums[2 * j] + y[c]->bsums[2 * j + 1];
+        }
+        for (int r = 0; r < R; ++r) {
+            const BlockQ4_K& block = reinterpret_cast<const BlockQ4_K*>(w + static_cast<size_t>(r) * w_stride)[b];
+            prefetch_ahead(reinterpret_cast<const uint8_t*>(&block), sizeof(BlockQ4_K), w_stride);
+            Q4KRow row;
+            unpack_q4_k(block, row);
+            for (int c = 0; c < C; ++c) {
+                __m512i acc = _mm512_setzero_si512();
+                for (int k = 0; k < 4; ++k) {
+                    const __m512i p = _mm512_maddubs_epi16(row.q[k], _mm512_loadu_si512(y[c]->qs + 64 * k));
+                    acc = _mm512_dpwssd_epi32(acc, p, row.sc[k]);
+                }
+                const int isum = _mm512_reduce_add_epi32(acc);
+                int isum_min = 0;
+                for (int j = 0; j < 8; ++j) isum_min += row.m[j] * asum[c][j];
+                sum[r][c] += (row.d * y[c]->d) * static_cast<float>(isum);
+                sum[r][c] -= (row.dmin * y[c]->d) * static_cast<float>(isum_min);
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        for (int c = 0; c < C; ++c) out[c * ldo + r] = sum[r][c];
+    }
+}
+
+// One Q6_K super-block of one weight row: q (0-63) as bytes, 64 elements per vector, and the
+// 16-element sub-blocks' scales as 16-bit lanes (8 lanes each).
+struct Q6KRow {
+    __m512i q[4];
+    __m512i sc[4];
+    float d;
+};
+
+inline void unpack_q6_k(const BlockQ6_K& x, Q6KRow& row) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i m3 = _mm512_set1_epi8(3);
+    for (int h = 0; h < 2; ++h) {
+        // elements 128 h + 0..63: low nibbles of ql[64 h ..], bits 0-1 (first 32) / 2-3 (next 32)
+        // of qh[32 h + l]; elements 128 h + 64..127: the high nibbles, bits 4-5 / 6-7.
+        const __m512i ql = _mm512_loadu_si512(x.ql + 64 * h);
+        const __m256i qh256 = load256(x.qh + 32 * h);
+        const __m512i qh = join(qh256, _mm256_srli_epi16(qh256, 2));
+        const __m512i high0 = _mm512_slli_epi16(_mm512_and_si512(qh, m3), 4);
+        const __m512i high1 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4), m3), 4);
+        row.q[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), high0);
+        row.q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), high1);
+        for (int k = 0; k < 2; ++k) {
+            const int8_t* s = x.scales + 8 * h + 4 * k;  // 128-bit lane i: sub-block 8 h + 4 k + i
+            row.sc[2 * h + k] = join(_mm256_set_m128i(_mm_set1_epi16(s[1]), _mm_set1_epi16(s[0])),
+                                     _mm256_set_m128i(_mm_set1_epi16(s[3]), _mm_set1_epi16(s[2])));
+        }
+    }
+    row.d = f16(x.d);
+}
+
+template <int R, int C>
+void tile_q6_k(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t* const* a, float* out, int64_t ldo) {
+    float sum[R][C] = {};
+    const __m512i thirty_two = _mm512_set1_epi8(32);
+    for (int64_t b = 0; b < nb; ++b) {
+        const BlockQ8_K* y[C];
+        __m512i offset[C][4];  // 32 * (sums of activation pairs): q - 32 without a signed weight byte
+        for (int c = 0; c < C; ++c) {
+            y[c] = reinterpret_cast<const BlockQ8_K*>(a[c]) + b;
+            for (int k = 0; k < 4; ++k) {
+                offset[c][k] = _mm512_maddubs_epi16(thirty_two, _mm512_loadu_si512(y[c]->qs + 64 * k));
+            }
+        }
+        for (int r = 0; r < R; ++r) {
+            const BlockQ6_K& block = reinterpret_cast<const BlockQ6_K*>(w + static_cast<size_t>(r) * w_stride)[b];
+            prefetch_ahead(reinterpret_cast<const uint8_t*>(&block), sizeof(BlockQ6_K), w_stride);
+            Q6KRow row;
+            unpack_q6_k(block, row);
+            for (int c = 0; c < C; ++c) {
+                __m512i acc = _mm512_setzero_si512();
+                for (int k = 0; k < 4; ++k) {
+                    const __m512i p = _mm512_maddubs_epi16(row.q[k], _mm512_loadu_si512(y[c]->qs + 64 * k));
+                    acc = _mm512_dpwssd_epi32(acc, _mm512_sub_epi16(p, offset[c][k]), row.sc[k]);
+                }
+                sum[r][c] += (row.d * y[c]->d) * static_cast<float>(_mm512_reduce_add_epi32(acc));
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        for (int c = 0; c < C; ++c) out[c * ldo + r] = sum[r][c];
+    }
+}
+
+// ---- the R x C table ----
+
+template <template <int, int> class K>
+GgufTileFn pick(int rows, int cols) {
+    static constexpr GgufTileFn kTable[4][4] = {
+        {K<1, 1>::run, K<1, 2>::run, K<1, 3>::run, K<1, 4>::run},
+        {K<2, 1>::run, K<2, 2>::run, K<2, 3>::run, K<2, 4>::run},
+        {K<3, 1>::run, K<3, 2>::run, K<3, 3>::run, K<3, 4>::run},
+        {K<4, 1>::run, K<4, 2>::run, K<4, 3>::run, K<4, 4>::run},
+    };
+    return kTable[rows - 1][cols - 1];
+}
+
+template <int R, int C>
+struct Q4_0Tile {
+    static void run(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* const* a, float* out, int64_t ldo) {
+        tile_q8_0_acts<Q4_0Weights, R, C>(nb, w, ws, a, out, ldo);
+    }
+};
+template <int R, int C>
+struct Q5_0Tile {
+    static void run(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* const* a, float* out, int64_t ldo) {
+        tile_q8_0_acts<Q5_0Weights, R, C>(nb, w, ws, a, out, ldo);
+    }
+};
+template <int R, int C>
+struct Q8_0Tile {
+    static void run(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* const* a, float* out, int64_t ldo) {
+        tile_q8_0_acts<Q8_0Weights, R, C>(nb, w, ws, a, out, ldo);
+    }
+};
+template <int R, int C>
+struct Q4KTile {
+    static void run(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* const* a, float* out, int64_t ldo) {
+        tile_q4_k<R, C>(nb, w, ws, a, out, ldo);
+    }
+};
+template <int R, int C>
+struct Q6KTile {
+    static void run(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* const* a, float* out, int64_t ldo) {
+        tile_q6_k<R, C>(nb, w, ws, a, out, ldo);
+    }
+};
+
+template <template <int, int> class K>
+float one_pair(int64_t nb, const void* w, const void* a) {
+    float out = 0.0f;
+    const auto* act = static_cast<const uint8_t*>(a);
+    K<1, 1>::run(nb, static_cast<const uint8_t*>(w), 0, &act, &out, 1);
+    return out;
+}
+
+}  // namespace
+
+GgufTileFn gguf_tile_avx512(GgmlType type, int rows, int cols) {
+    switch (type) {
+        case GgmlType::kQ4_0:
+            return pick<Q4_0Tile>(rows, cols);
+        case GgmlType::kQ5_0:
+            return pick<Q5_0Tile>(rows, cols);
+        case GgmlType::kQ8_0:
+            return pick<Q8_0Tile>(rows, cols);
+        case GgmlType::kQ4_K:
+            return pick<Q4KTile>(rows, cols);
+        case GgmlType::kQ6_K:
+            return pick<Q6KTile>(rows, cols);
+        default:
+            return nullptr;
+    }
+}
+
+float vec_dot_q4_0_q8_0_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q4_0Tile>(nb, w, a); }
+float vec_dot_q5_0_q8_0_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q5_0Tile>(nb, w, a); }
+float vec_dot_q8_0_q8_0_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q8_0Tile>(nb, w, a); }
+float vec_dot_q4_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q4KTile>(nb, w, a); }
+float vec_dot_q6_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q6KTile>(nb, w, a); }
+
+}  // namespace moeserve::kernels::cpu::detail
