@@ -1,7 +1,12 @@
-// GGUF dot products (kernels/cpu/gguf_dot.h) as a decode GEMV, one thread: rows of a
-// [rows, 2048] weight matrix in their stored blocks against one activation row quantized to
-// q8_0 / q8_K, reported as GB/s of weight bytes next to a STREAM-style one-thread read of the
-// same bytes, alternating call by call over copies that do not fit in L3 (medians).
+// GGUF dot products (kernels/cpu/gguf_dot.h), one thread.
+// - BM_GgufMatvec, a decode GEMV: rows of a [rows, 2048] weight matrix in their stored blocks
+//   against one activation row quantized to q8_0 / q8_K, reported as GB/s of weight bytes next to
+//   a STREAM-style one-thread read of the same bytes, alternating call by call over copies that
+//   do not fit in L3 (medians).
+// - BM_GgufExpertGemm, a prefill expert: gguf_linear of 64 token rows through one expert-sized
+//   [384, 1024] weight matrix (cache-resident, as a prefill's expert is while its tokens pass),
+//   reported as GMAC/s: the tiles' compute rate. MOESERVE_ISA=avx2 against the default level
+//   gives the AVX-512 tiles' gain.
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -11,6 +16,7 @@
 #include "bench_baselines.h"
 #include "moeserve/core/ggml_type.h"
 #include "moeserve/kernels/cpu/gguf_dot.h"
+#include "moeserve/kernels/cpu/gguf_linear.h"
 #include "moeserve/kernels/cpu/gguf_quantize.h"
 
 namespace {
@@ -65,6 +71,33 @@ void BM_GgufMatvec(benchmark::State& state, GgmlType type) {
     state.counters["stream_GBps"] = stream_gb;
     state.counters["of_stream"] = gbps / stream_gb;
 }
+
+void BM_GgufExpertGemm(benchmark::State& state, GgmlType type) {
+    constexpr int64_t kTokens = 64, kIn = 1024, kOut = 384;
+    const int64_t row_bytes = static_cast<int64_t>(*moeserve::ggml_nbytes(type, kIn));
+    std::vector<uint8_t> w(static_cast<size_t>(row_bytes * kOut));
+    std::mt19937 rng(2);
+    std::normal_distribution<float> normal(0.0f, 0.5f);
+    std::vector<float> x(static_cast<size_t>(kIn * kOut));
+    for (float& v : x) v = normal(rng);
+    for (int64_t r = 0; r < kOut; ++r) kc::quantize_gguf(type, x.data() + r * kIn, w.data() + r * row_bytes, kIn);
+    x.resize(static_cast<size_t>(kTokens * kIn));
+    const kc::GgufMatrix m{type, w.data(), kOut, kIn, static_cast<size_t>(row_bytes)};
+    std::vector<float> out(static_cast<size_t>(kTokens * kOut));
+    kc::GgufScratch scratch;
+    ThreadPool pool(1);
+    for (auto _ : state) {
+        kc::gguf_linear(pool, x.data(), kTokens, m, out.data(), scratch);
+        benchmark::DoNotOptimize(out.data());
+    }
+    state.counters["GMACps"] = benchmark::Counter(static_cast<double>(kTokens * kIn * kOut) * 1e-9,
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK_CAPTURE(BM_GgufExpertGemm, Q4_0, GgmlType::kQ4_0)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufExpertGemm, Q8_0, GgmlType::kQ8_0)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufExpertGemm, Q4_K, GgmlType::kQ4_K)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufExpertGemm, Q6_K, GgmlType::kQ6_K)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 BENCHMARK_CAPTURE(BM_GgufMatvec, Q4_0, GgmlType::kQ4_0)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufMatvec, Q8_0, GgmlType::kQ8_0)->Unit(benchmark::kMillisecond)->UseRealTime();

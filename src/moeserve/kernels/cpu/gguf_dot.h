@@ -24,9 +24,10 @@ GgmlType gguf_dot_activation_type(GgmlType weight);
 // sum_i w_i * a_i over n elements. w: n / block_size blocks of `type` (one weight row, any
 // address); a: the same n elements quantized to gguf_dot_activation_type(type) (Q8_K blocks
 // 4-byte aligned). n a multiple of the block size (checked). Runs the level active_isa() picks:
-// ref is gguf_vec_dot_ref; avx2 and above the AVX2 code. The K-quants give the reference's bits
-// exactly (per-block integer sums, then the same f32 operations); Q4_0 / Q8_0 accumulate in 8
-// f32 lanes (and the 32-element types likewise), so they differ from the reference by float rounding only.
+// ref is gguf_vec_dot_ref; avx2 the AVX2 code; avx512 and amx the AVX-512 VNNI code for Q4_0,
+// Q5_0, Q8_0, Q4_K and Q6_K, AVX2 for the others. AVX2's K-quants give the reference's bits
+// exactly (per-block integer sums, then the same f32 operations); everything else accumulates in
+// f32 lanes, so it differs from the reference by float rounding only.
 // Single-threaded.
 float gguf_vec_dot(GgmlType type, int64_t n, const void* w, const void* a);
 // The kernel gguf_vec_dot runs for `type` at the active ISA level, taking the number of weight

@@ -11,11 +11,12 @@
 // get their top bit flipped, + 128), so vpdpbusd (unsigned x signed) takes them against the
 // signed activations; sum w a = sum q' a - offset * sum a, the second term one more vpdpbusd per
 // activation block that every weight row of the tile shares. d_w * d_a * isum accumulates in 16
-// f32 lanes (8 per block), as the AVX2 kernels do in 8: within f32 reassociation of the
-// reference. K-quants (Q4_K, Q6_K) against q8_K: vpmaddubsw (unsigned weight x signed
-// activation, no pair can saturate) then vpdpwssd with the sub-block scales give each
-// super-block's exact integer sums, and the reference's f32 operations follow, so they have the
-// reference's bits. Compiled with -ffp-contract=off so that no multiply-add is fused there.
+// f32 lanes (8 per block), as the AVX2 kernels do in 8. K-quants (Q4_K, Q6_K) against q8_K:
+// vpmaddubsw (unsigned weight x signed activation, no pair can saturate) then vpdpwssd with the
+// sub-block scales give each super-block's exact integer sums in 16 lanes, which accumulate times
+// d_w * d_a in 16 f32 lanes: one horizontal sum per pair at the end, not one per super-block as
+// the reference's (and AVX2's) f32 operations need (that was twice the instructions of the
+// integer work at decode). So every type here is within f32 reassociation of the reference.
 #include <immintrin.h>
 
 #include <cstring>
@@ -31,6 +32,13 @@ inline float f16(const uint8_t* p) { return _cvtsh_ss(static_cast<uint16_t>(p[0]
 inline __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 inline __m512 join(__m256 lo, __m256 hi) { return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1); }
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+inline float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
 
 // Decode streams the weights from memory once, a tile's rows interleaved block by block, which the
 // hardware prefetchers follow poorly (a 4 x 1 tile of a Q6_K lm_head read at a third of the
@@ -74,24 +82,18 @@ struct Q8_0Weights {
     static __m256i bytes(const Block& b) { return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(-128)); }
 };
 
-// One activation row's step of two blocks (b, b + 1; `pair` false: b alone, the upper half zero).
-struct Q8_0Step {
-    __m512i a;     // the activation bytes
-    __m512i corr;  // -offset * (sum of each lane's 4 bytes): vpdpbusd's starting value
-    __m512 d;      // d_a of each lane's block
-};
-
-template <int kOffset>
-inline Q8_0Step q8_0_step(const BlockQ8_0* a, int64_t b, bool pair) {
-    Q8_0Step s;
-    const __m256i zero = _mm256_setzero_si256();
-    s.a = join(load256(a[b].qs), pair ? load256(a[b + 1].qs) : zero);
-    const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(static_cast<char>(kOffset)), s.a);
-    s.corr = _mm512_sub_epi32(_mm512_setzero_si512(), sums);
-    s.d = join(_mm256_set1_ps(f16(a[b].d)), _mm256_set1_ps(pair ? f16(a[b + 1].d) : 0.0f));
-    return s;
+// Two blocks' f16 scales as 16 f32 lanes: the first 8 lanes d0, the last 8 d1 (0 for null).
+inline __m512 scales2(const uint8_t* d0, const uint8_t* d1) {
+    const auto h0 = static_cast<int16_t>(d0[0] | (d0[1] << 8));
+    const auto h1 = static_cast<int16_t>(d1 == nullptr ? 0 : (d1[0] | (d1[1] << 8)));
+    return _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16(h1), _mm_set1_epi16(h0)));
 }
 
+// The tile walks two blocks (b, b + 1) per step; an odd last block goes alone, its upper half
+// zero (zero bytes and zero scales add nothing). Per step the R weight rows are unpacked first
+// (R vectors of bytes, R of scales), then each activation row is loaded once and met with all R:
+// with 16 accumulators that keeps every live value in the 32 registers (the other order, all C
+// activation rows first, spilled).
 template <class W, int R, int C>
 void tile_q8_0_acts(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t* const* a, float* out, int64_t ldo) {
     using Block = typename W::Block;
@@ -99,19 +101,28 @@ void tile_q8_0_acts(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t
     for (int r = 0; r < R; ++r) {
         for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
     }
+    const __m512i offset = _mm512_set1_epi8(static_cast<char>(W::kOffset));
+    const __m256i zero = _mm256_setzero_si256();
     for (int64_t b = 0; b < nb; b += 2) {
         const bool pair = b + 1 < nb;
-        Q8_0Step act[C];
-        for (int c = 0; c < C; ++c) act[c] = q8_0_step<W::kOffset>(reinterpret_cast<const BlockQ8_0*>(a[c]), b, pair);
+        __m512i q[R];
+        __m512 dw[R];
         for (int r = 0; r < R; ++r) {
             const auto* blocks = reinterpret_cast<const Block*>(w + static_cast<size_t>(r) * w_stride);
             prefetch_ahead(reinterpret_cast<const uint8_t*>(blocks + b), 2 * sizeof(Block), w_stride);
-            const __m512i q = join(W::bytes(blocks[b]), pair ? W::bytes(blocks[b + 1]) : _mm256_setzero_si256());
-            const __m512 dw =
-                join(_mm256_set1_ps(f16(blocks[b].d)), _mm256_set1_ps(pair ? f16(blocks[b + 1].d) : 0.0f));
-            for (int c = 0; c < C; ++c) {
-                const __m512i p = _mm512_dpbusd_epi32(act[c].corr, q, act[c].a);
-                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw, act[c].d), acc[r][c]);
+            q[r] = join(W::bytes(blocks[b]), pair ? W::bytes(blocks[b + 1]) : zero);
+            dw[r] = scales2(blocks[b].d, pair ? blocks[b + 1].d : nullptr);
+        }
+        for (int c = 0; c < C; ++c) {
+            const auto* act = reinterpret_cast<const BlockQ8_0*>(a[c]);
+            const __m512i y = join(load256(act[b].qs), pair ? load256(act[b + 1].qs) : zero);
+            // -offset * (each lane's 4 activation bytes summed): vpdpbusd's starting value
+            const __m512i corr =
+                _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, y));
+            const __m512 da = scales2(act[b].d, pair ? act[b + 1].d : nullptr);
+            for (int r = 0; r < R; ++r) {
+                const __m512i p = _mm512_dpbusd_epi32(corr, q[r], y);
+                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[r], da), acc[r][c]);
             }
         }
     }
@@ -131,7 +142,7 @@ inline __m512i scale_pair16(int lo, int hi) {
 struct Q4KRow {
     __m512i q[4];   // elements 64 c .. 64 c + 63 as bytes
     __m512i sc[4];  // their sub-blocks' scales, 16-bit
-    int m[8];       // the sub-blocks' mins
+    __m256i m;      // the 8 sub-blocks' mins, 32-bit
     float d;
     float dmin;
 };
@@ -150,7 +161,9 @@ inline void scales_mins_k4(const uint8_t* q, int* sc, int* m) {
 
 inline void unpack_q4_k(const BlockQ4_K& x, Q4KRow& row) {
     int sc[8];
-    scales_mins_k4(x.scales, sc, row.m);
+    int m[8];
+    scales_mins_k4(x.scales, sc, m);
+    row.m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m));
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int c = 0; c < 4; ++c) {
         const __m256i q = load256(x.qs + 32 * c);
@@ -161,15 +174,26 @@ inline void unpack_q4_k(const BlockQ4_K& x, Q4KRow& row) {
     row.dmin = f16(x.dmin);
 }
 
+// Per pair and super-block: the scaled sub-block sums in 16 int32 lanes (vpdpwssd), times
+// d_w * d_a into 16 f32 lanes; the mins' term m_j * (activation sum of sub-block j) in 8 int32
+// lanes, times dmin_w * d_a into 8 more. One horizontal sum per pair at the end.
 template <int R, int C>
 void tile_q4_k(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t* const* a, float* out, int64_t ldo) {
-    float sum[R][C] = {};
+    __m512 acc[R][C];
+    __m256 acc_min[R][C];
+    for (int r = 0; r < R; ++r) {
+        for (int c = 0; c < C; ++c) {
+            acc[r][c] = _mm512_setzero_ps();
+            acc_min[r][c] = _mm256_setzero_ps();
+        }
+    }
+    const __m256i ones16 = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; ++b) {
         const BlockQ8_K* y[C];
-        int asum[C][8];  // the activation's sum over each 32-element sub-block
+        __m256i asum[C];  // the activation's sum over each 32-element sub-block
         for (int c = 0; c < C; ++c) {
             y[c] = reinterpret_cast<const BlockQ8_K*>(a[c]) + b;
-            for (int j = 0; j < 8; ++j) asum[c][j] = y[c]->bsums[2 * j] + y[c]->bsums[2 * j + 1];
+            asum[c] = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[c]->bsums)), ones16);
         }
         for (int r = 0; r < R; ++r) {
             const BlockQ4_K& block = reinterpret_cast<const BlockQ4_K*>(w + static_cast<size_t>(r) * w_stride)[b];
@@ -177,21 +201,24 @@ void tile_q4_k(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t* con
             Q4KRow row;
             unpack_q4_k(block, row);
             for (int c = 0; c < C; ++c) {
-                __m512i acc = _mm512_setzero_si512();
+                __m512i isum = _mm512_setzero_si512();
                 for (int k = 0; k < 4; ++k) {
                     const __m512i p = _mm512_maddubs_epi16(row.q[k], _mm512_loadu_si512(y[c]->qs + 64 * k));
-                    acc = _mm512_dpwssd_epi32(acc, p, row.sc[k]);
+                    isum = _mm512_dpwssd_epi32(isum, p, row.sc[k]);
                 }
-                const int isum = _mm512_reduce_add_epi32(acc);
-                int isum_min = 0;
-                for (int j = 0; j < 8; ++j) isum_min += row.m[j] * asum[c][j];
-                sum[r][c] += (row.d * y[c]->d) * static_cast<float>(isum);
-                sum[r][c] -= (row.dmin * y[c]->d) * static_cast<float>(isum_min);
+                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(row.d * y[c]->d), acc[r][c]);
+                const __m256 mins = _mm256_cvtepi32_ps(_mm256_mullo_epi32(row.m, asum[c]));
+                acc_min[r][c] = _mm256_fmadd_ps(mins, _mm256_set1_ps(row.dmin * y[c]->d), acc_min[r][c]);
             }
         }
     }
     for (int r = 0; r < R; ++r) {
-        for (int c = 0; c < C; ++c) out[c * ldo + r] = sum[r][c];
+        for (int c = 0; c < C; ++c) {
+            const __m256 lanes =
+                _mm256_add_ps(_mm512_castps512_ps256(acc[r][c]),
+                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][c]), 1)));
+            out[c * ldo + r] = hsum256(_mm256_sub_ps(lanes, acc_min[r][c]));
+        }
     }
 }
 
@@ -227,7 +254,10 @@ inline void unpack_q6_k(const BlockQ6_K& x, Q6KRow& row) {
 
 template <int R, int C>
 void tile_q6_k(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t* const* a, float* out, int64_t ldo) {
-    float sum[R][C] = {};
+    __m512 acc[R][C];
+    for (int r = 0; r < R; ++r) {
+        for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+    }
     const __m512i thirty_two = _mm512_set1_epi8(32);
     for (int64_t b = 0; b < nb; ++b) {
         const BlockQ8_K* y[C];
@@ -244,17 +274,17 @@ void tile_q6_k(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t* con
             Q6KRow row;
             unpack_q6_k(block, row);
             for (int c = 0; c < C; ++c) {
-                __m512i acc = _mm512_setzero_si512();
+                __m512i isum = _mm512_setzero_si512();
                 for (int k = 0; k < 4; ++k) {
                     const __m512i p = _mm512_maddubs_epi16(row.q[k], _mm512_loadu_si512(y[c]->qs + 64 * k));
-                    acc = _mm512_dpwssd_epi32(acc, _mm512_sub_epi16(p, offset[c][k]), row.sc[k]);
+                    isum = _mm512_dpwssd_epi32(isum, _mm512_sub_epi16(p, offset[c][k]), row.sc[k]);
                 }
-                sum[r][c] += (row.d * y[c]->d) * static_cast<float>(_mm512_reduce_add_epi32(acc));
+                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(row.d * y[c]->d), acc[r][c]);
             }
         }
     }
     for (int r = 0; r < R; ++r) {
-        for (int c = 0; c < C; ++c) out[c * ldo + r] = sum[r][c];
+        for (int c = 0; c < C; ++c) out[c * ldo + r] = _mm512_reduce_add_ps(acc[r][c]);
     }
 }
 
