@@ -168,7 +168,9 @@ GgufDotKernel gguf_dot_kernel(GgmlType type) {
                    : avx512 ? &detail::vec_dot_q4_k_q8_k_avx512
                             : &detail::vec_dot_q4_k_q8_k_avx2;
         case GgmlType::kQ5_K:
-            return ref ? &gguf_dot_ref_blocks<GgmlType::kQ5_K> : &detail::vec_dot_q5_k_q8_k_avx2;
+            return ref      ? &gguf_dot_ref_blocks<GgmlType::kQ5_K>
+                   : avx512 ? &detail::vec_dot_q5_k_q8_k_avx512
+                            : &detail::vec_dot_q5_k_q8_k_avx2;
         case GgmlType::kQ6_K:
             return ref      ? &gguf_dot_ref_blocks<GgmlType::kQ6_K>
                    : avx512 ? &detail::vec_dot_q6_k_q8_k_avx512

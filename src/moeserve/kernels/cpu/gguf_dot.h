@@ -25,7 +25,7 @@ GgmlType gguf_dot_activation_type(GgmlType weight);
 // address); a: the same n elements quantized to gguf_dot_activation_type(type) (Q8_K blocks
 // 4-byte aligned). n a multiple of the block size (checked). Runs the level active_isa() picks:
 // ref is gguf_vec_dot_ref; avx2 the AVX2 code; avx512 and amx the AVX-512 VNNI code for Q4_0,
-// Q5_0, Q8_0, Q4_K and Q6_K, AVX2 for the others. AVX2's K-quants give the reference's bits
+// Q5_0, Q8_0, Q4_K, Q5_K and Q6_K, AVX2 for Q4_1 / Q5_1. AVX2's K-quants give the reference's bits
 // exactly (per-block integer sums, then the same f32 operations); everything else accumulates in
 // f32 lanes, so it differs from the reference by float rounding only.
 // Single-threaded.
@@ -40,7 +40,7 @@ GgufDotKernel gguf_dot_kernel(GgmlType type);
 // Tiles: rows (1..kGgufTileRows) weight rows, w + r * w_stride, times cols (1..kGgufTileCols)
 // activation rows a[c], nb blocks each: out[c * ldo + r] = the gguf_dot_kernel product of that
 // pair, with its bits (a token's result does not depend on the tile it was computed in). Where
-// the active ISA level has tile kernels for the type (AVX-512: Q4_0, Q5_0, Q8_0, Q4_K, Q6_K) a
+// the active ISA level has tile kernels for the type (AVX-512: Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K) a
 // weight block is unpacked once for the whole tile and an activation block loaded once per
 // weight row; elsewhere the tile is a loop over the pair kernel.
 inline constexpr int kGgufTileRows = 4;

@@ -138,7 +138,7 @@ inline __m512i scale_pair16(int lo, int hi) {
     return join(_mm256_set1_epi16(static_cast<int16_t>(lo)), _mm256_set1_epi16(static_cast<int16_t>(hi)));
 }
 
-// One Q4_K super-block of one weight row, unpacked for every activation row of the tile.
+// One Q4_K / Q5_K super-block of one weight row, unpacked for every activation row of the tile.
 struct Q4KRow {
     __m512i q[4];   // elements 64 c .. 64 c + 63 as bytes
     __m512i sc[4];  // their sub-blocks' scales, 16-bit
@@ -159,26 +159,40 @@ inline void scales_mins_k4(const uint8_t* q, int* sc, int* m) {
     }
 }
 
-inline void unpack_q4_k(const BlockQ4_K& x, Q4KRow& row) {
+// A Q4_K block (qh null) or a Q5_K block (its fifth bits: bit j of qh[l] for element 32 j + l).
+inline void unpack_k4(const uint8_t* scales, const uint8_t* qs, const uint8_t* qh, const uint8_t* d,
+                      const uint8_t* dmin, Q4KRow& row) {
     int sc[8];
     int m[8];
-    scales_mins_k4(x.scales, sc, m);
+    scales_mins_k4(scales, sc, m);
     row.m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m));
     const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i one = _mm256_set1_epi8(1);
+    const __m256i hbits = qh != nullptr ? load256(qh) : _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
-        const __m256i q = load256(x.qs + 32 * c);
-        row.q[c] = join(_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+        const __m256i q = load256(qs + 32 * c);
+        __m256i lo = _mm256_and_si256(q, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (qh != nullptr) {
+            const __m128i lo_shift = _mm_cvtsi32_si128(2 * c);
+            const __m128i hi_shift = _mm_cvtsi32_si128(2 * c + 1);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hbits, lo_shift), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hbits, hi_shift), one), 4));
+        }
+        row.q[c] = join(lo, hi);
         row.sc[c] = scale_pair16(sc[2 * c], sc[2 * c + 1]);
     }
-    row.d = f16(x.d);
-    row.dmin = f16(x.dmin);
+    row.d = f16(d);
+    row.dmin = f16(dmin);
 }
+inline void unpack(const BlockQ4_K& x, Q4KRow& row) { unpack_k4(x.scales, x.qs, nullptr, x.d, x.dmin, row); }
+inline void unpack(const BlockQ5_K& x, Q4KRow& row) { unpack_k4(x.scales, x.qs, x.qh, x.d, x.dmin, row); }
 
 // Per pair and super-block: the scaled sub-block sums in 16 int32 lanes (vpdpwssd), times
 // d_w * d_a into 16 f32 lanes; the mins' term m_j * (activation sum of sub-block j) in 8 int32
 // lanes, times dmin_w * d_a into 8 more. One horizontal sum per pair at the end.
-template <int R, int C>
-void tile_q4_k(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t* const* a, float* out, int64_t ldo) {
+template <class Block, int R, int C>
+void tile_k4(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t* const* a, float* out, int64_t ldo) {
     __m512 acc[R][C];
     __m256 acc_min[R][C];
     for (int r = 0; r < R; ++r) {
@@ -196,10 +210,10 @@ void tile_q4_k(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t* con
             asum[c] = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[c]->bsums)), ones16);
         }
         for (int r = 0; r < R; ++r) {
-            const BlockQ4_K& block = reinterpret_cast<const BlockQ4_K*>(w + static_cast<size_t>(r) * w_stride)[b];
-            prefetch_ahead(reinterpret_cast<const uint8_t*>(&block), sizeof(BlockQ4_K), w_stride);
+            const Block& block = reinterpret_cast<const Block*>(w + static_cast<size_t>(r) * w_stride)[b];
+            prefetch_ahead(reinterpret_cast<const uint8_t*>(&block), sizeof(Block), w_stride);
             Q4KRow row;
-            unpack_q4_k(block, row);
+            unpack(block, row);
             for (int c = 0; c < C; ++c) {
                 __m512i isum = _mm512_setzero_si512();
                 for (int k = 0; k < 4; ++k) {
@@ -322,7 +336,13 @@ struct Q8_0Tile {
 template <int R, int C>
 struct Q4KTile {
     static void run(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* const* a, float* out, int64_t ldo) {
-        tile_q4_k<R, C>(nb, w, ws, a, out, ldo);
+        tile_k4<BlockQ4_K, R, C>(nb, w, ws, a, out, ldo);
+    }
+};
+template <int R, int C>
+struct Q5KTile {
+    static void run(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* const* a, float* out, int64_t ldo) {
+        tile_k4<BlockQ5_K, R, C>(nb, w, ws, a, out, ldo);
     }
 };
 template <int R, int C>
@@ -352,6 +372,8 @@ GgufTileFn gguf_tile_avx512(GgmlType type, int rows, int cols) {
             return pick<Q8_0Tile>(rows, cols);
         case GgmlType::kQ4_K:
             return pick<Q4KTile>(rows, cols);
+        case GgmlType::kQ5_K:
+            return pick<Q5KTile>(rows, cols);
         case GgmlType::kQ6_K:
             return pick<Q6KTile>(rows, cols);
         default:
@@ -363,6 +385,7 @@ float vec_dot_q4_0_q8_0_avx512(int64_t nb, const void* w, const void* a) { retur
 float vec_dot_q5_0_q8_0_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q5_0Tile>(nb, w, a); }
 float vec_dot_q8_0_q8_0_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q8_0Tile>(nb, w, a); }
 float vec_dot_q4_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q4KTile>(nb, w, a); }
+float vec_dot_q5_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q5KTile>(nb, w, a); }
 float vec_dot_q6_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q6KTile>(nb, w, a); }
 
 }  // namespace moeserve::kernels::cpu::detail

@@ -24,6 +24,7 @@ float vec_dot_q4_0_q8_0_avx512(int64_t nb, const void* w, const void* a);
 float vec_dot_q5_0_q8_0_avx512(int64_t nb, const void* w, const void* a);
 float vec_dot_q8_0_q8_0_avx512(int64_t nb, const void* w, const void* a);
 float vec_dot_q4_k_q8_k_avx512(int64_t nb, const void* w, const void* a);
+float vec_dot_q5_k_q8_k_avx512(int64_t nb, const void* w, const void* a);
 float vec_dot_q6_k_q8_k_avx512(int64_t nb, const void* w, const void* a);
 
 }  // namespace moeserve::kernels::cpu::detail
