@@ -35,6 +35,10 @@ std::vector<size_t> scale_offsets(GgmlType type) {
         case GgmlType::kQ4_K:
         case GgmlType::kQ5_K:
             return {0, 2};
+        case GgmlType::kQ2_K:
+            return {80, 82};
+        case GgmlType::kQ3_K:
+            return {108};
         case GgmlType::kQ6_K:
             return {208};
         default:
@@ -181,7 +185,8 @@ TEST_P(GgufDotTest, TilesHaveThePairKernelsBits) {
 
 INSTANTIATE_TEST_SUITE_P(WeightTypes, GgufDotTest,
                          testing::Values(GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
-                                         GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K),
+                                         GgmlType::kQ8_0, GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K,
+                                         GgmlType::kQ5_K, GgmlType::kQ6_K),
                          [](const auto& p) { return std::string(ggml_type_name(p.param)); });
 
 TEST(GgufDotPairingTest, ActivationTypesFollowLlamaCpp) {
@@ -194,7 +199,9 @@ TEST(GgufDotPairingTest, ActivationTypesFollowLlamaCpp) {
     EXPECT_EQ(gguf_dot_activation_type(GgmlType::kQ4_K), GgmlType::kQ8_K);
     EXPECT_EQ(gguf_dot_activation_type(GgmlType::kQ5_K), GgmlType::kQ8_K);
     EXPECT_EQ(gguf_dot_activation_type(GgmlType::kQ6_K), GgmlType::kQ8_K);
-    EXPECT_FALSE(gguf_dot_supported(GgmlType::kQ2_K));
+    EXPECT_EQ(gguf_dot_activation_type(GgmlType::kQ2_K), GgmlType::kQ8_K);
+    EXPECT_EQ(gguf_dot_activation_type(GgmlType::kQ3_K), GgmlType::kQ8_K);
+    EXPECT_FALSE(gguf_dot_supported(GgmlType::kIQ2_XXS));
     EXPECT_FALSE(gguf_dot_supported(GgmlType::kF32));
 }
 

@@ -33,6 +33,9 @@ inline __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_c
 inline __m512 join(__m256 lo, __m256 hi) { return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1); }
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
+// sum(acc) - sum(acc_min): the 16 lanes folded to 8 first.
+inline float sum_lanes(__m512 acc, __m256 acc_min);
+
 inline float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -48,6 +51,12 @@ constexpr int kPrefetchRows = 8;
 inline void prefetch_ahead(const uint8_t* p, size_t bytes, size_t w_stride) {
     const uint8_t* ahead = p + kPrefetchRows * w_stride;
     for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T0);
+}
+
+inline float sum_lanes(__m512 acc, __m256 acc_min) {
+    const __m256 lanes =
+        _mm256_add_ps(_mm512_castps512_ps256(acc), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
+    return hsum256(_mm256_sub_ps(lanes, acc_min));
 }
 
 // ---- 32-element types against q8_0 ----
@@ -227,29 +236,87 @@ void tile_k4(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t* const
         }
     }
     for (int r = 0; r < R; ++r) {
-        for (int c = 0; c < C; ++c) {
-            const __m256 lanes =
-                _mm256_add_ps(_mm512_castps512_ps256(acc[r][c]),
-                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][c]), 1)));
-            out[c * ldo + r] = hsum256(_mm256_sub_ps(lanes, acc_min[r][c]));
-        }
+        for (int c = 0; c < C; ++c) out[c * ldo + r] = sum_lanes(acc[r][c], acc_min[r][c]);
     }
 }
 
-// One Q6_K super-block of one weight row: q (0-63) as bytes, 64 elements per vector, and the
-// 16-element sub-blocks' scales as 16-bit lanes (8 lanes each).
-struct Q6KRow {
+// ---- K-quants with 16-element sub-blocks: Q2_K, Q3_K, Q6_K ----
+
+// One super-block of one weight row: its values as unsigned bytes (the signed value + kOffset;
+// Q2_K's as stored), 64 elements per vector, the sub-blocks' scales as 16-bit lanes (128-bit lane
+// i of vector k: sub-block 4 k + i), and Q2_K's mins as 16 16-bit lanes.
+struct K16Row {
     __m512i q[4];
     __m512i sc[4];
+    __m256i mins;
     float d;
+    float dmin;
 };
 
-inline void unpack_q6_k(const BlockQ6_K& x, Q6KRow& row) {
+// The 16 sub-block scales (16-bit) spread over the 4 vectors' 128-bit lanes: one vpermw each.
+inline void spread_scales(__m256i scales16, __m512i* sc) {
+    const __m512i s = _mm512_castsi256_si512(scales16);
+    const __m512i lane = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13,
+                                          12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    for (int k = 0; k < 4; ++k) {  // 16-bit lane i of vector k takes scale 4 k + i / 8
+        const __m512i idx =
+            _mm512_add_epi16(_mm512_set1_epi16(static_cast<int16_t>(4 * k)), _mm512_srli_epi16(lane, 3));
+        sc[k] = _mm512_permutexvar_epi16(idx, s);
+    }
+}
+
+// Q2_K / Q3_K's 2-bit values: element 128 h + 32 s + l is bits 2s..2s+1 of qs[32 h + l], so
+// vector k = 2 h + t holds s = 2 t (its first 32 bytes) and s = 2 t + 1.
+inline __m512i two_bits64(const uint8_t* qs, int k) {
+    const __m256i q = load256(qs + 32 * (k / 2));
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const int shift = 4 * (k % 2);
+    return join(_mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(shift)), m3),
+                _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(shift + 2)), m3));
+}
+
+inline void unpack(const BlockQ2_K& x, K16Row& row) {
+    const __m256i packed = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales)));
+    spread_scales(_mm256_and_si256(packed, _mm256_set1_epi16(0xF)), row.sc);
+    row.mins = _mm256_srli_epi16(packed, 4);
+    for (int k = 0; k < 4; ++k) row.q[k] = two_bits64(x.qs, k);
+    row.d = f16(x.d);
+    row.dmin = f16(x.dmin);
+}
+
+// Q3_K: q + 4 = the 2 bits + 4 * hbit (hbit of element 32 b + l: bit b of hmask[l]); scale_j
+// - 32 from the 12 packed bytes (low nibbles in bytes 0-7, j >= 8 in their high halves; the top
+// 2 bits in byte 8 + j % 4 at bit 2 (j / 4)). Unpacked here, not through gguf_blocks.h's
+// q3_k_scale, for the reason scales_mins_k4 gives.
+inline void unpack(const BlockQ3_K& x, K16Row& row) {
+    uint64_t low8 = 0;
+    uint32_t high4 = 0;
+    std::memcpy(&low8, x.scales, 8);
+    std::memcpy(&high4, x.scales + 8, 4);
+    const __m128i lo = _mm_cvtsi64_si128(static_cast<int64_t>(low8));
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(lo, m4), _mm_and_si128(_mm_srli_epi16(lo, 4), m4));
+    const __m128i high = _mm_and_si128(
+        _mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(high4)), _mm_set_epi32(6, 4, 2, 0)), _mm_set1_epi8(3));
+    const __m128i scales = _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
+    spread_scales(_mm256_cvtepi8_epi16(scales), row.sc);
+    const __m256i hmask = load256(x.hmask);
+    const __m256i one = _mm256_set1_epi8(1);
+    for (int k = 0; k < 4; ++k) {  // vector k: b = 2 k for its first 32 bytes, 2 k + 1 for the rest
+        const __m512i hbit = join(_mm256_and_si256(_mm256_srl_epi16(hmask, _mm_cvtsi32_si128(2 * k)), one),
+                                  _mm256_and_si256(_mm256_srl_epi16(hmask, _mm_cvtsi32_si128(2 * k + 1)), one));
+        row.q[k] = _mm512_or_si512(two_bits64(x.qs, k), _mm512_slli_epi16(hbit, 2));
+    }
+    row.d = f16(x.d);
+    row.dmin = 0.0f;
+}
+
+// Q6_K: elements 128 h + 0..63 are the low nibbles of ql[64 h ..] with bits 0-1 (first 32) /
+// 2-3 (next 32) of qh[32 h + l] on top; elements 128 h + 64..127 the high nibbles, bits 4-5 / 6-7.
+inline void unpack(const BlockQ6_K& x, K16Row& row) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i m3 = _mm512_set1_epi8(3);
     for (int h = 0; h < 2; ++h) {
-        // elements 128 h + 0..63: low nibbles of ql[64 h ..], bits 0-1 (first 32) / 2-3 (next 32)
-        // of qh[32 h + l]; elements 128 h + 64..127: the high nibbles, bits 4-5 / 6-7.
         const __m512i ql = _mm512_loadu_si512(x.ql + 64 * h);
         const __m256i qh256 = load256(x.qh + 32 * h);
         const __m512i qh = join(qh256, _mm256_srli_epi16(qh256, 2));
@@ -257,48 +324,58 @@ inline void unpack_q6_k(const BlockQ6_K& x, Q6KRow& row) {
         const __m512i high1 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4), m3), 4);
         row.q[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), high0);
         row.q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), high1);
-        for (int k = 0; k < 2; ++k) {
-            const int8_t* s = x.scales + 8 * h + 4 * k;  // 128-bit lane i: sub-block 8 h + 4 k + i
-            row.sc[2 * h + k] = join(_mm256_set_m128i(_mm_set1_epi16(s[1]), _mm_set1_epi16(s[0])),
-                                     _mm256_set_m128i(_mm_set1_epi16(s[3]), _mm_set1_epi16(s[2])));
-        }
     }
+    spread_scales(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales))), row.sc);
     row.d = f16(x.d);
+    row.dmin = 0.0f;
 }
 
-template <int R, int C>
-void tile_q6_k(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t* const* a, float* out, int64_t ldo) {
+// kOffset: the bytes are the signed values + kOffset (Q3_K 4, Q6_K 32; Q2_K 0: unsigned values),
+// taken out as kOffset * (activation pair sums) before vpdpwssd. kMins: Q2_K's dmin term, through
+// the activation's 16-element sums (bsums) in 8 more lanes.
+template <class Block, int kOffset, bool kMins, int R, int C>
+void tile_k16(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t* const* a, float* out, int64_t ldo) {
     __m512 acc[R][C];
+    __m256 acc_min[R][C];
     for (int r = 0; r < R; ++r) {
-        for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+        for (int c = 0; c < C; ++c) {
+            acc[r][c] = _mm512_setzero_ps();
+            acc_min[r][c] = _mm256_setzero_ps();
+        }
     }
-    const __m512i thirty_two = _mm512_set1_epi8(32);
+    const __m512i offset_bytes = _mm512_set1_epi8(kOffset);
     for (int64_t b = 0; b < nb; ++b) {
         const BlockQ8_K* y[C];
-        __m512i offset[C][4];  // 32 * (sums of activation pairs): q - 32 without a signed weight byte
+        __m512i offset[C][4];
         for (int c = 0; c < C; ++c) {
             y[c] = reinterpret_cast<const BlockQ8_K*>(a[c]) + b;
-            for (int k = 0; k < 4; ++k) {
-                offset[c][k] = _mm512_maddubs_epi16(thirty_two, _mm512_loadu_si512(y[c]->qs + 64 * k));
+            for (int k = 0; k < 4 && kOffset != 0; ++k) {
+                offset[c][k] = _mm512_maddubs_epi16(offset_bytes, _mm512_loadu_si512(y[c]->qs + 64 * k));
             }
         }
         for (int r = 0; r < R; ++r) {
-            const BlockQ6_K& block = reinterpret_cast<const BlockQ6_K*>(w + static_cast<size_t>(r) * w_stride)[b];
-            prefetch_ahead(reinterpret_cast<const uint8_t*>(&block), sizeof(BlockQ6_K), w_stride);
-            Q6KRow row;
-            unpack_q6_k(block, row);
+            const Block& block = reinterpret_cast<const Block*>(w + static_cast<size_t>(r) * w_stride)[b];
+            prefetch_ahead(reinterpret_cast<const uint8_t*>(&block), sizeof(Block), w_stride);
+            K16Row row;
+            unpack(block, row);
             for (int c = 0; c < C; ++c) {
                 __m512i isum = _mm512_setzero_si512();
                 for (int k = 0; k < 4; ++k) {
-                    const __m512i p = _mm512_maddubs_epi16(row.q[k], _mm512_loadu_si512(y[c]->qs + 64 * k));
-                    isum = _mm512_dpwssd_epi32(isum, _mm512_sub_epi16(p, offset[c][k]), row.sc[k]);
+                    __m512i p = _mm512_maddubs_epi16(row.q[k], _mm512_loadu_si512(y[c]->qs + 64 * k));
+                    if constexpr (kOffset != 0) p = _mm512_sub_epi16(p, offset[c][k]);
+                    isum = _mm512_dpwssd_epi32(isum, p, row.sc[k]);
                 }
                 acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(row.d * y[c]->d), acc[r][c]);
+                if constexpr (kMins) {
+                    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[c]->bsums));
+                    const __m256 mins = _mm256_cvtepi32_ps(_mm256_madd_epi16(row.mins, bsums));
+                    acc_min[r][c] = _mm256_fmadd_ps(mins, _mm256_set1_ps(row.dmin * y[c]->d), acc_min[r][c]);
+                }
             }
         }
     }
     for (int r = 0; r < R; ++r) {
-        for (int c = 0; c < C; ++c) out[c * ldo + r] = _mm512_reduce_add_ps(acc[r][c]);
+        for (int c = 0; c < C; ++c) out[c * ldo + r] = sum_lanes(acc[r][c], acc_min[r][c]);
     }
 }
 
@@ -346,9 +423,21 @@ struct Q5KTile {
     }
 };
 template <int R, int C>
+struct Q2KTile {
+    static void run(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* const* a, float* out, int64_t ldo) {
+        tile_k16<BlockQ2_K, 0, true, R, C>(nb, w, ws, a, out, ldo);
+    }
+};
+template <int R, int C>
+struct Q3KTile {
+    static void run(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* const* a, float* out, int64_t ldo) {
+        tile_k16<BlockQ3_K, 4, false, R, C>(nb, w, ws, a, out, ldo);
+    }
+};
+template <int R, int C>
 struct Q6KTile {
     static void run(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* const* a, float* out, int64_t ldo) {
-        tile_q6_k<R, C>(nb, w, ws, a, out, ldo);
+        tile_k16<BlockQ6_K, 32, false, R, C>(nb, w, ws, a, out, ldo);
     }
 };
 
@@ -370,6 +459,10 @@ GgufTileFn gguf_tile_avx512(GgmlType type, int rows, int cols) {
             return pick<Q5_0Tile>(rows, cols);
         case GgmlType::kQ8_0:
             return pick<Q8_0Tile>(rows, cols);
+        case GgmlType::kQ2_K:
+            return pick<Q2KTile>(rows, cols);
+        case GgmlType::kQ3_K:
+            return pick<Q3KTile>(rows, cols);
         case GgmlType::kQ4_K:
             return pick<Q4KTile>(rows, cols);
         case GgmlType::kQ5_K:
@@ -384,6 +477,8 @@ GgufTileFn gguf_tile_avx512(GgmlType type, int rows, int cols) {
 float vec_dot_q4_0_q8_0_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q4_0Tile>(nb, w, a); }
 float vec_dot_q5_0_q8_0_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q5_0Tile>(nb, w, a); }
 float vec_dot_q8_0_q8_0_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q8_0Tile>(nb, w, a); }
+float vec_dot_q2_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q2KTile>(nb, w, a); }
+float vec_dot_q3_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q3KTile>(nb, w, a); }
 float vec_dot_q4_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q4KTile>(nb, w, a); }
 float vec_dot_q5_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q5KTile>(nb, w, a); }
 float vec_dot_q6_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q6KTile>(nb, w, a); }

@@ -23,6 +23,8 @@ GgufTileFn gguf_tile_avx512(GgmlType type, int rows, int cols);
 float vec_dot_q4_0_q8_0_avx512(int64_t nb, const void* w, const void* a);
 float vec_dot_q5_0_q8_0_avx512(int64_t nb, const void* w, const void* a);
 float vec_dot_q8_0_q8_0_avx512(int64_t nb, const void* w, const void* a);
+float vec_dot_q2_k_q8_k_avx512(int64_t nb, const void* w, const void* a);
+float vec_dot_q3_k_q8_k_avx512(int64_t nb, const void* w, const void* a);
 float vec_dot_q4_k_q8_k_avx512(int64_t nb, const void* w, const void* a);
 float vec_dot_q5_k_q8_k_avx512(int64_t nb, const void* w, const void* a);
 float vec_dot_q6_k_q8_k_avx512(int64_t nb, const void* w, const void* a);

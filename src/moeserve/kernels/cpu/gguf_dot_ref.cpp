@@ -114,6 +114,47 @@ float dot_q6_k(int64_t nb, const BlockQ6_K* w, const BlockQ8_K* a) {
     return sum;
 }
 
+// The 2-bit value of element i (0-255) of a Q2_K / Q3_K block: bits 2s..2s+1 of qs[32 h + l]
+// for i = 128 h + 32 s + l.
+int two_bits(const uint8_t* qs, int i) { return (qs[32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3; }
+
+// Q2_K, y = d (sc_j & 15) q - dmin (sc_j >> 4) over 16 sub-blocks of 16: sum_j (sc_j & 15) *
+// sum q * q8, and sum_j (sc_j >> 4) * bsums_j.
+float dot_q2_k(int64_t nb, const BlockQ2_K* w, const BlockQ8_K* a) {
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+        int isum = 0;
+        int isum_min = 0;
+        for (int j = 0; j < 16; ++j) {
+            int sub = 0;
+            for (int i = 16 * j; i < 16 * j + 16; ++i) sub += two_bits(w[b].qs, i) * a[b].qs[i];
+            isum += (w[b].scales[j] & 0xF) * sub;
+            isum_min += (w[b].scales[j] >> 4) * a[b].bsums[j];
+        }
+        sum += (load_f16(w[b].d) * a[b].d) * static_cast<float>(isum);
+        sum -= (load_f16(w[b].dmin) * a[b].d) * static_cast<float>(isum_min);
+    }
+    return sum;
+}
+
+// Q3_K, y = d (scale_j - 32) (q - (hbit ? 0 : 4)): sum_j (scale_j - 32) * sum q3 * q8.
+float dot_q3_k(int64_t nb, const BlockQ3_K* w, const BlockQ8_K* a) {
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+        int isum = 0;
+        for (int j = 0; j < 16; ++j) {
+            int sub = 0;
+            for (int i = 16 * j; i < 16 * j + 16; ++i) {
+                const int high = (w[b].hmask[i % 32] >> (i / 32)) & 1;
+                sub += (two_bits(w[b].qs, i) - (high != 0 ? 0 : 4)) * a[b].qs[i];
+            }
+            isum += (q3_k_scale(w[b].scales, j) - 32) * sub;
+        }
+        sum += (load_f16(w[b].d) * a[b].d) * static_cast<float>(isum);
+    }
+    return sum;
+}
+
 }  // namespace
 
 bool gguf_dot_supported(GgmlType weight) {
@@ -123,6 +164,8 @@ bool gguf_dot_supported(GgmlType weight) {
         case GgmlType::kQ5_0:
         case GgmlType::kQ5_1:
         case GgmlType::kQ8_0:
+        case GgmlType::kQ2_K:
+        case GgmlType::kQ3_K:
         case GgmlType::kQ4_K:
         case GgmlType::kQ5_K:
         case GgmlType::kQ6_K:
@@ -154,6 +197,10 @@ float gguf_vec_dot_ref(GgmlType type, int64_t n, const void* w, const void* a) {
             return dot_with_min(nb, static_cast<const BlockQ5_1*>(w), static_cast<const BlockQ8_0*>(a), true);
         case GgmlType::kQ8_0:
             return dot_q8_0(nb, static_cast<const BlockQ8_0*>(w), static_cast<const BlockQ8_0*>(a));
+        case GgmlType::kQ2_K:
+            return dot_q2_k(nb, static_cast<const BlockQ2_K*>(w), q8k);
+        case GgmlType::kQ3_K:
+            return dot_q3_k(nb, static_cast<const BlockQ3_K*>(w), q8k);
         case GgmlType::kQ4_K:
             for (int64_t b = 0; b < nb; ++b) {
                 const BlockQ4_K& x = static_cast<const BlockQ4_K*>(w)[b];
