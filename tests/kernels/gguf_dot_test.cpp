@@ -166,11 +166,22 @@ TEST_P(GgufDotTest, TilesHaveThePairKernelsBits) {
         const auto* w = reinterpret_cast<const uint8_t*>(rows.data() + 1);
         test::for_each_isa([&](cpu::Isa) {
             const GgufTiles tiles(type);
+            // the rows as the tiles take them (prepared where this level's tiles want that)
+            const size_t prepared_bytes = tiles.prepared_row_bytes(n / bs);
+            std::vector<std::vector<uint64_t>> prepared(kGgufTileCols);
+            const uint8_t* rows_in[kGgufTileCols];
+            for (int c = 0; c < kGgufTileCols; ++c) {
+                rows_in[c] = a[c];
+                if (prepared_bytes == 0) continue;
+                prepared[static_cast<size_t>(c)].resize(prepared_bytes / 8 + 1);
+                tiles.prepare(a[c], n / bs, prepared[static_cast<size_t>(c)].data());
+                rows_in[c] = reinterpret_cast<const uint8_t*>(prepared[static_cast<size_t>(c)].data());
+            }
             for (int nr = 1; nr <= kGgufTileRows; ++nr) {
                 for (int nc = 1; nc <= kGgufTileCols; ++nc) {
                     SCOPED_TRACE(testing::Message() << "n=" << n << " tile " << nr << "x" << nc);
                     float out[kGgufTileCols * 5] = {};
-                    tiles.run(n / bs, nr, nc, w, stride, a, out, 5);
+                    tiles.run(n / bs, nr, nc, w, stride, rows_in, out, 5);
                     for (int c = 0; c < nc; ++c) {
                         for (int r = 0; r < nr; ++r) {
                             const float one = gguf_vec_dot(type, n, w + stride * static_cast<size_t>(r), a[c]);

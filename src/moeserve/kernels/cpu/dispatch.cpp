@@ -41,7 +41,7 @@ void* thread_scratch(int slot, int64_t bytes) {
         std::unique_ptr<std::byte[]> data;
         int64_t size = 0;
     };
-    thread_local Buf bufs[5];
+    thread_local Buf bufs[6];
     Buf& b = bufs[slot];
     if (b.size < bytes) {
         const int64_t size = std::max<int64_t>(bytes, 2 * b.size);
@@ -184,8 +184,13 @@ GgufDotKernel gguf_dot_kernel(GgmlType type) {
     }
 }
 
+size_t GgufTiles::prepared_row_bytes(int64_t nb) const {
+    return prepare_ == nullptr ? 0 : detail::kGgufPreparedStepBytes * static_cast<size_t>((nb + 1) / 2);
+}
+
 GgufTiles::GgufTiles(GgmlType type) : dot_(gguf_dot_kernel(type)) {
     if (active_isa() < Isa::kAvx512) return;
+    prepare_ = detail::gguf_prepare_avx512(type);
     for (int r = 0; r < kGgufTileRows; ++r) {
         for (int c = 0; c < kGgufTileCols; ++c) tiles_[r][c] = detail::gguf_tile_avx512(type, r + 1, c + 1);
     }

@@ -47,10 +47,16 @@ inline constexpr int kGgufTileRows = 4;
 inline constexpr int kGgufTileCols = 4;
 using GgufTileFn = void (*)(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t* const* a, float* out,
                             int64_t ldo);
-// A type's kernels at the active ISA level, resolved once for a whole product.
+using GgufPrepareFn = void (*)(const void* quantized_row, int64_t nb, void* dst);
+// A type's kernels at the active ISA level, resolved once for a whole product. Some tiles take
+// their activation rows prepared: where prepared_row_bytes(nb) is not 0, the caller runs
+// prepare() on each quantized row (gguf_dot_activation_type) into that many bytes and passes
+// those rows to run().
 class GgufTiles {
 public:
     explicit GgufTiles(GgmlType type);
+    size_t prepared_row_bytes(int64_t nb) const;
+    void prepare(const void* quantized_row, int64_t nb, void* dst) const { prepare_(quantized_row, nb, dst); }
     void run(int64_t nb, int rows, int cols, const uint8_t* w, size_t w_stride, const uint8_t* const* a, float* out,
              int64_t ldo) const {
         if (const GgufTileFn fn = tiles_[rows - 1][cols - 1]) {
@@ -64,6 +70,7 @@ public:
 
 private:
     GgufDotKernel dot_;
+    GgufPrepareFn prepare_ = nullptr;
     GgufTileFn tiles_[kGgufTileRows][kGgufTileCols] = {};
 };
 

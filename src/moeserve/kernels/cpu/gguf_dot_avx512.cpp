@@ -11,7 +11,7 @@
 // get their top bit flipped, + 128), so vpdpbusd (unsigned x signed) takes them against the
 // signed activations; sum w a = sum q' a - offset * sum a, the second term one more vpdpbusd per
 // activation block that every weight row of the tile shares. d_w * d_a * isum accumulates in 16
-// f32 lanes (8 per block), as the AVX2 kernels do in 8. K-quants (Q4_K, Q6_K) against q8_K:
+// f32 lanes (8 per block), as the AVX2 kernels do in 8. K-quants (Q2_K to Q6_K) against q8_K:
 // vpmaddubsw (unsigned weight x signed activation, no pair can saturate) then vpdpwssd with the
 // sub-block scales give each super-block's exact integer sums in 16 lanes, which accumulate times
 // d_w * d_a in 16 f32 lanes: one horizontal sum per pair at the end, not one per super-block as
@@ -23,6 +23,7 @@
 
 #include "moeserve/kernels/cpu/gguf_blocks.h"
 #include "moeserve/kernels/cpu/gguf_dot_isa.h"
+#include "moeserve/kernels/cpu/matmul_tile_isa.h"
 
 namespace moeserve::kernels::cpu::detail {
 namespace {
@@ -60,49 +61,93 @@ inline float sum_lanes(__m512 acc, __m256 acc_min) {
 }
 
 // ---- 32-element types against q8_0 ----
+//
+// A step is two blocks, b and b + 1 (an odd last block goes alone, b + 1 all zero), in 128-bit
+// lanes [b's elements 0-15, b + 1's 0-15, b's 16-31, b + 1's 16-31]: the order two blocks' 16
+// nibble bytes unpack in with one shift (low nibbles are elements 0-15). The activations are
+// prepared in that order once per row (prepare_q8_0), with what every weight row of a tile
+// would otherwise recompute: per step 64 bytes of values, the 16 lanes' -offset * (sum of their
+// 4 bytes) as vpdpbusd's starting value, and the 16 lanes' d_a.
+struct PreparedStep {
+    int8_t y[64];
+    int32_t corr[16];
+    float d[16];
+};
+static_assert(sizeof(PreparedStep) == kGgufPreparedStepBytes);
 
-// The 32 nibbles of a block as bytes, element i in byte i (low nibbles are elements 0-15).
-inline __m256i nibbles32(const uint8_t* qs) {
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+// Lanes [x, y, x, y] (4 f32 each) of two f16 scales; y 0 for null.
+inline __m512 scales2(const uint8_t* d0, const uint8_t* d1) {
+    const uint32_t h0 = d0[0] | (d0[1] << 8);
+    const uint32_t h1 = d1 == nullptr ? 0 : (d1[0] | (d1[1] << 8));
+    const __m512 pair = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(h0 | (h1 << 16)))));
+    const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0);
+    return _mm512_permutexvar_ps(idx, pair);
 }
 
-// Q5_0's fifth bits: byte i is 0x10 where bit i of the little-endian u32 at qh is set.
-inline __m256i fifth_bits32(const uint8_t* qh) {
-    uint32_t bits = 0;
-    std::memcpy(&bits, qh, 4);
-    const __mmask32 set = _cvtu32_mask32(bits);
-    return _mm256_maskz_mov_epi8(set, _mm256_set1_epi8(0x10));
+// Two 32-byte rows of elements 0-31 (b, b + 1) in the step's lane order.
+inline __m512i interleave(__m256i b0, __m256i b1) {
+    return _mm512_shuffle_i64x2(join(b0, b1), join(b0, b1), _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+template <int kOffset>
+void prepare_q8_0(const BlockQ8_0* a, int64_t nb, PreparedStep* steps) {
+    const __m512i offset = _mm512_set1_epi8(static_cast<char>(kOffset));
+    for (int64_t b = 0, s = 0; b < nb; b += 2, ++s) {
+        const bool pair = b + 1 < nb;
+        const __m512i y = interleave(load256(a[b].qs), pair ? load256(a[b + 1].qs) : _mm256_setzero_si256());
+        _mm512_storeu_si512(steps[s].y, y);
+        const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, y);
+        _mm512_storeu_si512(steps[s].corr, _mm512_sub_epi32(_mm512_setzero_si512(), sums));
+        _mm512_storeu_ps(steps[s].d, scales2(a[b].d, pair ? a[b + 1].d : nullptr));
+    }
+}
+
+// Two blocks' 16 nibble bytes, [qs_b | qs_b+1], as the step's 64 elements (4 bits each).
+inline __m512i nibbles64(const uint8_t* qs0, const uint8_t* qs1) {
+    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs0));
+    const __m256i z = qs1 == nullptr
+                          ? _mm256_zextsi128_si256(lo)
+                          : _mm256_inserti128_si256(_mm256_castsi128_si256(lo),
+                                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs1)), 1);
+    return _mm512_and_si512(join(z, _mm256_srli_epi16(z, 4)), _mm512_set1_epi8(0x0F));
+}
+
+// Q5_0's fifth bits (bit i of the block's little-endian u32 qh: element i) as 0x10 bytes in the
+// step's lane order.
+inline __m512i fifth_bits64(const uint8_t* qh0, const uint8_t* qh1) {
+    uint32_t h0 = 0;
+    uint32_t h1 = 0;
+    std::memcpy(&h0, qh0, 4);
+    if (qh1 != nullptr) std::memcpy(&h1, qh1, 4);
+    const uint64_t mask =
+        (h0 & 0xFFFFu) | (uint64_t{h1 & 0xFFFFu} << 16) | (uint64_t{h0 >> 16} << 32) | (uint64_t{h1 >> 16} << 48);
+    return _mm512_maskz_mov_epi8(_cvtu64_mask64(mask), _mm512_set1_epi8(0x10));
 }
 
 struct Q4_0Weights {
     using Block = BlockQ4_0;
     static constexpr int kOffset = 8;
-    static __m256i bytes(const Block& b) { return nibbles32(b.qs); }
+    static __m512i bytes(const Block& b0, const Block* b1) { return nibbles64(b0.qs, b1 ? b1->qs : nullptr); }
 };
 struct Q5_0Weights {
     using Block = BlockQ5_0;
     static constexpr int kOffset = 16;
-    static __m256i bytes(const Block& b) { return _mm256_or_si256(nibbles32(b.qs), fifth_bits32(b.qh)); }
+    static __m512i bytes(const Block& b0, const Block* b1) {
+        return _mm512_or_si512(nibbles64(b0.qs, b1 ? b1->qs : nullptr), fifth_bits64(b0.qh, b1 ? b1->qh : nullptr));
+    }
 };
 struct Q8_0Weights {
     using Block = BlockQ8_0;
     static constexpr int kOffset = 128;
-    static __m256i bytes(const Block& b) { return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(-128)); }
+    static __m512i bytes(const Block& b0, const Block* b1) {  // a missing b1 meets zero activations
+        const __m512i w = interleave(load256(b0.qs), b1 ? load256(b1->qs) : _mm256_setzero_si256());
+        return _mm512_xor_si512(w, _mm512_set1_epi8(-128));
+    }
 };
 
-// Two blocks' f16 scales as 16 f32 lanes: the first 8 lanes d0, the last 8 d1 (0 for null).
-inline __m512 scales2(const uint8_t* d0, const uint8_t* d1) {
-    const auto h0 = static_cast<int16_t>(d0[0] | (d0[1] << 8));
-    const auto h1 = static_cast<int16_t>(d1 == nullptr ? 0 : (d1[0] | (d1[1] << 8)));
-    return _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16(h1), _mm_set1_epi16(h0)));
-}
-
-// The tile walks two blocks (b, b + 1) per step; an odd last block goes alone, its upper half
-// zero (zero bytes and zero scales add nothing). Per step the R weight rows are unpacked first
-// (R vectors of bytes, R of scales), then each activation row is loaded once and met with all R:
-// with 16 accumulators that keeps every live value in the 32 registers (the other order, all C
-// activation rows first, spilled).
+// Per step the R weight rows are unpacked first (R vectors of bytes, R of scales), then each
+// prepared activation step is loaded and met with all R: with 16 accumulators every live value
+// stays in the 32 registers.
 template <class W, int R, int C>
 void tile_q8_0_acts(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t* const* a, float* out, int64_t ldo) {
     using Block = typename W::Block;
@@ -110,25 +155,21 @@ void tile_q8_0_acts(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t
     for (int r = 0; r < R; ++r) {
         for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
     }
-    const __m512i offset = _mm512_set1_epi8(static_cast<char>(W::kOffset));
-    const __m256i zero = _mm256_setzero_si256();
-    for (int64_t b = 0; b < nb; b += 2) {
+    for (int64_t b = 0, s = 0; b < nb; b += 2, ++s) {
         const bool pair = b + 1 < nb;
         __m512i q[R];
         __m512 dw[R];
         for (int r = 0; r < R; ++r) {
             const auto* blocks = reinterpret_cast<const Block*>(w + static_cast<size_t>(r) * w_stride);
             prefetch_ahead(reinterpret_cast<const uint8_t*>(blocks + b), 2 * sizeof(Block), w_stride);
-            q[r] = join(W::bytes(blocks[b]), pair ? W::bytes(blocks[b + 1]) : zero);
+            q[r] = W::bytes(blocks[b], pair ? &blocks[b + 1] : nullptr);
             dw[r] = scales2(blocks[b].d, pair ? blocks[b + 1].d : nullptr);
         }
         for (int c = 0; c < C; ++c) {
-            const auto* act = reinterpret_cast<const BlockQ8_0*>(a[c]);
-            const __m512i y = join(load256(act[b].qs), pair ? load256(act[b + 1].qs) : zero);
-            // -offset * (each lane's 4 activation bytes summed): vpdpbusd's starting value
-            const __m512i corr =
-                _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, y));
-            const __m512 da = scales2(act[b].d, pair ? act[b + 1].d : nullptr);
+            const PreparedStep& step = reinterpret_cast<const PreparedStep*>(a[c])[s];
+            const __m512i y = _mm512_loadu_si512(step.y);
+            const __m512i corr = _mm512_loadu_si512(step.corr);
+            const __m512 da = _mm512_loadu_ps(step.d);
             for (int r = 0; r < R; ++r) {
                 const __m512i p = _mm512_dpbusd_epi32(corr, q[r], y);
                 acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[r], da), acc[r][c]);
@@ -441,6 +482,19 @@ struct Q6KTile {
     }
 };
 
+// The 32-element types' pair kernels take q8_0 rows (gguf_vec_dot's contract): prepared here,
+// into this thread's scratch, as the tiles' callers prepare theirs.
+template <template <int, int> class K, class W>
+float one_pair_q8_0(int64_t nb, const void* w, const void* a) {
+    auto* steps = static_cast<PreparedStep*>(
+        thread_scratch(kGgufDotScratchSlot, static_cast<int64_t>(sizeof(PreparedStep)) * ((nb + 1) / 2)));
+    prepare_q8_0<W::kOffset>(static_cast<const BlockQ8_0*>(a), nb, steps);
+    float out = 0.0f;
+    const auto* act = reinterpret_cast<const uint8_t*>(steps);
+    K<1, 1>::run(nb, static_cast<const uint8_t*>(w), 0, &act, &out, 1);
+    return out;
+}
+
 template <template <int, int> class K>
 float one_pair(int64_t nb, const void* w, const void* a) {
     float out = 0.0f;
@@ -474,9 +528,37 @@ GgufTileFn gguf_tile_avx512(GgmlType type, int rows, int cols) {
     }
 }
 
-float vec_dot_q4_0_q8_0_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q4_0Tile>(nb, w, a); }
-float vec_dot_q5_0_q8_0_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q5_0Tile>(nb, w, a); }
-float vec_dot_q8_0_q8_0_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q8_0Tile>(nb, w, a); }
+GgufPrepareFn gguf_prepare_avx512(GgmlType type) {
+    switch (type) {
+        case GgmlType::kQ4_0:
+            return [](const void* q8, int64_t nb, void* dst) {
+                prepare_q8_0<Q4_0Weights::kOffset>(static_cast<const BlockQ8_0*>(q8), nb,
+                                                   static_cast<PreparedStep*>(dst));
+            };
+        case GgmlType::kQ5_0:
+            return [](const void* q8, int64_t nb, void* dst) {
+                prepare_q8_0<Q5_0Weights::kOffset>(static_cast<const BlockQ8_0*>(q8), nb,
+                                                   static_cast<PreparedStep*>(dst));
+            };
+        case GgmlType::kQ8_0:
+            return [](const void* q8, int64_t nb, void* dst) {
+                prepare_q8_0<Q8_0Weights::kOffset>(static_cast<const BlockQ8_0*>(q8), nb,
+                                                   static_cast<PreparedStep*>(dst));
+            };
+        default:
+            return nullptr;
+    }
+}
+
+float vec_dot_q4_0_q8_0_avx512(int64_t nb, const void* w, const void* a) {
+    return one_pair_q8_0<Q4_0Tile, Q4_0Weights>(nb, w, a);
+}
+float vec_dot_q5_0_q8_0_avx512(int64_t nb, const void* w, const void* a) {
+    return one_pair_q8_0<Q5_0Tile, Q5_0Weights>(nb, w, a);
+}
+float vec_dot_q8_0_q8_0_avx512(int64_t nb, const void* w, const void* a) {
+    return one_pair_q8_0<Q8_0Tile, Q8_0Weights>(nb, w, a);
+}
 float vec_dot_q2_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q2KTile>(nb, w, a); }
 float vec_dot_q3_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q3KTile>(nb, w, a); }
 float vec_dot_q4_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q4KTile>(nb, w, a); }

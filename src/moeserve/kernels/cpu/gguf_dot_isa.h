@@ -2,6 +2,7 @@
 // dispatch.cpp. Plain types only, as matmul_tile_isa.h explains. nb = number of weight blocks.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "moeserve/kernels/cpu/gguf_dot.h"
@@ -18,8 +19,12 @@ float vec_dot_q5_k_q8_k_avx2(int64_t nb, const void* w, const void* a);
 float vec_dot_q6_k_q8_k_avx2(int64_t nb, const void* w, const void* a);
 
 // AVX-512 VNNI: the tile kernel of `type` for rows x cols (1..4 each), null for a type without
-// one; the pair kernels are its 1 x 1 tiles.
+// one; the pair kernels are its 1 x 1 tiles. The 32-element types' tiles take their q8_0 rows
+// prepared (gguf_prepare_avx512, null for the others): kGgufPreparedStepBytes per two blocks.
 GgufTileFn gguf_tile_avx512(GgmlType type, int rows, int cols);
+GgufPrepareFn gguf_prepare_avx512(GgmlType type);
+inline constexpr size_t kGgufPreparedStepBytes = 192;
+inline constexpr int kGgufDotScratchSlot = 5;  // thread_scratch slot of the pair kernels' prepared row
 float vec_dot_q4_0_q8_0_avx512(int64_t nb, const void* w, const void* a);
 float vec_dot_q5_0_q8_0_avx512(int64_t nb, const void* w, const void* a);
 float vec_dot_q8_0_q8_0_avx512(int64_t nb, const void* w, const void* a);

@@ -24,6 +24,22 @@ float dot_f32(const float* a, const float* b, int64_t n) {
     return s;
 }
 
+// The rows the tiles take: the quantized rows themselves, or (tiles.prepared_row_bytes != 0)
+// those rows prepared into buf. row_bytes is set to the stride of the returned rows.
+const uint8_t* tile_rows(const GgufTiles& tiles, const uint8_t* quantized, size_t qrow, int64_t rows, int64_t nb,
+                         std::vector<uint8_t>& buf, size_t& row_bytes) {
+    row_bytes = tiles.prepared_row_bytes(nb);
+    if (row_bytes == 0) {
+        row_bytes = qrow;
+        return quantized;
+    }
+    buf.resize(row_bytes * static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+        tiles.prepare(quantized + qrow * static_cast<size_t>(r), nb, buf.data() + row_bytes * static_cast<size_t>(r));
+    }
+    return buf.data();
+}
+
 }  // namespace
 
 void gguf_linear(ThreadPool& pool, const float* x, int64_t rows, const GgufMatrix& w, float* out,
@@ -39,9 +55,10 @@ void gguf_linear(ThreadPool& pool, const float* x, int64_t rows, const GgufMatri
         const size_t qrow = row_bytes(act, k);
         scratch.qx.resize(qrow * static_cast<size_t>(rows));
         for (int64_t r = 0; r < rows; ++r) quantize_gguf(act, x + r * k, scratch.qx.data() + qrow * r, k);
-        const uint8_t* qx = scratch.qx.data();
         const GgufTiles tiles(w.type);
         const int64_t nb = k / ggml_traits(w.type).block_size;
+        size_t arow = 0;
+        const uint8_t* qx = tile_rows(tiles, scratch.qx.data(), qrow, rows, nb, scratch.prepared, arow);
         pool.run([&](int tid) {
             const int64_t begin = tid * chunk;
             const int64_t end = std::min(n, begin + chunk);
@@ -51,7 +68,7 @@ void gguf_linear(ThreadPool& pool, const float* x, int64_t rows, const GgufMatri
                 const int nr = static_cast<int>(std::min<int64_t>(kGgufTileRows, end - j));
                 for (int64_t r0 = 0; r0 < rows; r0 += kGgufTileCols) {
                     const int nc = static_cast<int>(std::min<int64_t>(kGgufTileCols, rows - r0));
-                    for (int c = 0; c < nc; ++c) acts[c] = qx + qrow * static_cast<size_t>(r0 + c);
+                    for (int c = 0; c < nc; ++c) acts[c] = qx + arow * static_cast<size_t>(r0 + c);
                     tiles.run(nb, nr, nc, w.row(j), w.row_stride, acts, out + r0 * n + j, n);
                 }
             }
@@ -139,13 +156,16 @@ void quantize_rows(ThreadPool& pool, GgmlType act, const float* x, int64_t rows,
 // silu(gate x) * up x of every slot into scratch.gate [slots, inter], from the slots' quantized
 // token rows (scratch.qx, qrow bytes each): one work item per (active expert, kGgufTileRows rows),
 // each a pass of tiles over the expert's slots.
-void gate_up_stage(ThreadPool& pool, const GgufExperts& experts, GgufScratch& scratch, size_t qrow) {
+void gate_up_stage(ThreadPool& pool, const GgufExperts& experts, int64_t num_tokens, GgufScratch& scratch,
+                   size_t qrow) {
     const int64_t inter = experts.inter;
     const GgmlType type = experts.gate[0].type;
     const GgufTiles tiles(type);
     const int64_t nb = experts.hidden / ggml_traits(type).block_size;
     const int64_t row_blocks = (inter + kGgufTileRows - 1) / kGgufTileRows;
     const std::vector<int32_t>& active = scratch.active;
+    size_t arow = 0;
+    const uint8_t* rows = tile_rows(tiles, scratch.qx.data(), qrow, num_tokens, nb, scratch.prepared, arow);
     pool.parallel_for(static_cast<int64_t>(active.size()) * row_blocks, [&](int64_t begin, int64_t end) {
         const uint8_t* acts[kGgufTileCols];
         float g[kGgufTileCols * kGgufTileRows];
@@ -158,7 +178,7 @@ void gate_up_stage(ThreadPool& pool, const GgufExperts& experts, GgufScratch& sc
                 const int nc = static_cast<int>(std::min<int64_t>(kGgufTileCols, scratch.offsets[e + 1] - s0));
                 for (int c = 0; c < nc; ++c) {
                     const auto token = static_cast<size_t>(scratch.tokens[static_cast<size_t>(s0 + c)]);
-                    acts[c] = scratch.qx.data() + qrow * token;
+                    acts[c] = rows + arow * token;
                 }
                 tiles.run(nb, nr, nc, experts.gate[e].row(j), experts.gate[e].row_stride, acts, g, kGgufTileRows);
                 tiles.run(nb, nr, nc, experts.up[e].row(j), experts.up[e].row_stride, acts, u, kGgufTileRows);
@@ -183,6 +203,9 @@ void down_stage(ThreadPool& pool, const GgufExperts& experts, GgufScratch& scrat
     const int64_t nb = experts.inter / ggml_traits(type).block_size;
     const int64_t row_blocks = (h + kGgufTileRows - 1) / kGgufTileRows;
     const std::vector<int32_t>& active = scratch.active;
+    size_t arow = 0;
+    const auto slots = static_cast<int64_t>(scratch.tokens.size());
+    const uint8_t* rows = tile_rows(tiles, scratch.qh.data(), qrow, slots, nb, scratch.prepared, arow);
     pool.parallel_for(static_cast<int64_t>(active.size()) * row_blocks, [&](int64_t begin, int64_t end) {
         const uint8_t* acts[kGgufTileCols];
         for (int64_t i = begin; i < end; ++i) {
@@ -191,7 +214,7 @@ void down_stage(ThreadPool& pool, const GgufExperts& experts, GgufScratch& scrat
             const int nr = static_cast<int>(std::min<int64_t>(kGgufTileRows, h - c0));
             for (int64_t s0 = scratch.offsets[e]; s0 < scratch.offsets[e + 1]; s0 += kGgufTileCols) {
                 const int nc = static_cast<int>(std::min<int64_t>(kGgufTileCols, scratch.offsets[e + 1] - s0));
-                for (int c = 0; c < nc; ++c) acts[c] = scratch.qh.data() + qrow * static_cast<size_t>(s0 + c);
+                for (int c = 0; c < nc; ++c) acts[c] = rows + arow * static_cast<size_t>(s0 + c);
                 tiles.run(nb, nr, nc, experts.down[e].row(c0), experts.down[e].row_stride, acts,
                           scratch.down.data() + s0 * h + c0, h);
             }
@@ -225,7 +248,7 @@ void moe_experts_fused(ThreadPool& pool, const float* x, int64_t num_tokens, con
     quantize_rows(pool, act_gu, x, num_tokens, h, scratch.qx.data());
     // 2. silu(gate x) * up x for each slot: [slots, inter]
     scratch.gate.resize(static_cast<size_t>(slots * inter));
-    gate_up_stage(pool, experts, scratch, qrow_gu);
+    gate_up_stage(pool, experts, num_tokens, scratch, qrow_gu);
     // 3. those rows -> act_dn, then down for each slot: [slots, h]
     const size_t qrow_dn = row_bytes(act_dn, inter);
     scratch.qh.resize(qrow_dn * static_cast<size_t>(slots));

@@ -27,9 +27,10 @@ struct GgufMatrix {
 
 // Reused buffers (grow to the largest call; one per caller thread).
 struct GgufScratch {
-    std::vector<uint8_t> qx;  // activations quantized per row
-    std::vector<uint8_t> qh;  // experts: the down projections' inputs quantized per row
-    std::vector<float> wrow;  // [threads, cols]: dequantized weight rows (types without a dot kernel)
+    std::vector<uint8_t> qx;        // activations quantized per row
+    std::vector<uint8_t> qh;        // experts: the down projections' inputs quantized per row
+    std::vector<uint8_t> prepared;  // quantized rows prepared for the tiles (GgufTiles::prepare)
+    std::vector<float> wrow;        // [threads, cols]: dequantized weight rows (types without a dot kernel)
     std::vector<float> gathered, gate, up, down;
     std::vector<int32_t> tokens;       // experts: the slots' tokens, expert-major
     std::vector<float> token_weights;  // and their router weights
