@@ -1,8 +1,8 @@
 // Dot products of GGUF weight rows, kept as their stored blocks, with activations quantized per
 // block the way llama.cpp's CPU backend does: Q8_0 for the 32-element types, Q8_K for the
 // K-quants (quantize_gguf makes both). The products are integer (exact int32 per block); the
-// block scales are applied in f32. Supported weight types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
-// Q5_K, Q6_K (llama-quantize writes Q5_0 / Q5_1 / Q8_0 where a row is too short for a K-quant:
+// block scales are applied in f32. Supported weight types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K,
+// Q3_K, Q4_K, Q5_K, Q6_K (llama-quantize writes Q5_0 / Q5_1 / Q8_0 where a row is too short for a K-quant:
 // the bench model's 384-wide expert down projections in Q4_K_M / Q5_K_M files). Q4_1 / Q5_1
 // (y = d q + m) take q8_0 activations and sum them in the kernel, where llama.cpp stores that
 // sum, rounded to f16, in its q8_1 blocks.
@@ -24,8 +24,8 @@ GgmlType gguf_dot_activation_type(GgmlType weight);
 // sum_i w_i * a_i over n elements. w: n / block_size blocks of `type` (one weight row, any
 // address); a: the same n elements quantized to gguf_dot_activation_type(type) (Q8_K blocks
 // 4-byte aligned). n a multiple of the block size (checked). Runs the level active_isa() picks:
-// ref is gguf_vec_dot_ref; avx2 the AVX2 code; avx512 and amx the AVX-512 VNNI code for Q4_0,
-// Q5_0, Q8_0, Q4_K, Q5_K and Q6_K, AVX2 for Q4_1 / Q5_1. AVX2's K-quants give the reference's bits
+// ref is gguf_vec_dot_ref; avx2 the AVX2 code (the reference for Q2_K / Q3_K); avx512 and amx
+// the AVX-512 VNNI code for all but Q4_1 / Q5_1 (AVX2 there). AVX2's K-quants give the reference's bits
 // exactly (per-block integer sums, then the same f32 operations); everything else accumulates in
 // f32 lanes, so it differs from the reference by float rounding only.
 // Single-threaded.
@@ -40,7 +40,7 @@ GgufDotKernel gguf_dot_kernel(GgmlType type);
 // Tiles: rows (1..kGgufTileRows) weight rows, w + r * w_stride, times cols (1..kGgufTileCols)
 // activation rows a[c], nb blocks each: out[c * ldo + r] = the gguf_dot_kernel product of that
 // pair, with its bits (a token's result does not depend on the tile it was computed in). Where
-// the active ISA level has tile kernels for the type (AVX-512: Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K) a
+// the active ISA level has tile kernels for the type (AVX-512: all but Q4_1 / Q5_1) a
 // weight block is unpacked once for the whole tile and an activation block loaded once per
 // weight row; elsewhere the tile is a loop over the pair kernel.
 inline constexpr int kGgufTileRows = 4;
