@@ -34,14 +34,18 @@ inline __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_c
 inline __m512 join(__m256 lo, __m256 hi) { return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1); }
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
-// sum(acc) - sum(acc_min): the 16 lanes folded to 8 first.
-inline float sum_lanes(__m512 acc, __m256 acc_min);
-
 inline float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+// sum(acc) - sum(acc_min): the 16 lanes folded to 8 first.
+inline float sum_lanes(__m512 acc, __m256 acc_min) {
+    const __m256 lanes =
+        _mm256_add_ps(_mm512_castps512_ps256(acc), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
+    return hsum256(_mm256_sub_ps(lanes, acc_min));
 }
 
 // Decode streams the weights from memory once, a tile's rows interleaved block by block, which the
@@ -52,12 +56,6 @@ constexpr int kPrefetchRows = 8;
 inline void prefetch_ahead(const uint8_t* p, size_t bytes, size_t w_stride) {
     const uint8_t* ahead = p + kPrefetchRows * w_stride;
     for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T0);
-}
-
-inline float sum_lanes(__m512 acc, __m256 acc_min) {
-    const __m256 lanes =
-        _mm256_add_ps(_mm512_castps512_ps256(acc), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
-    return hsum256(_mm256_sub_ps(lanes, acc_min));
 }
 
 // ---- 32-element types against q8_0 ----
