@@ -420,85 +420,63 @@ void tile_k16(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t* cons
 
 // ---- the R x C table ----
 
-template <template <int, int> class K>
+// The three tile families as types whose tile<R, C> the table takes.
+template <class W>
+struct Q8_0Family {
+    template <int R, int C>
+    static void tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* const* a, float* out, int64_t ldo) {
+        tile_q8_0_acts<W, R, C>(nb, w, ws, a, out, ldo);
+    }
+};
+template <class Block>
+struct K4Family {
+    template <int R, int C>
+    static void tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* const* a, float* out, int64_t ldo) {
+        tile_k4<Block, R, C>(nb, w, ws, a, out, ldo);
+    }
+};
+template <class Block, int kOffset, bool kMins>
+struct K16Family {
+    template <int R, int C>
+    static void tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* const* a, float* out, int64_t ldo) {
+        tile_k16<Block, kOffset, kMins, R, C>(nb, w, ws, a, out, ldo);
+    }
+};
+using Q2KFamily = K16Family<BlockQ2_K, 0, true>;
+using Q3KFamily = K16Family<BlockQ3_K, 4, false>;
+using Q6KFamily = K16Family<BlockQ6_K, 32, false>;
+
+template <class F>
 GgufTileFn pick(int rows, int cols) {
     static constexpr GgufTileFn kTable[4][4] = {
-        {K<1, 1>::run, K<1, 2>::run, K<1, 3>::run, K<1, 4>::run},
-        {K<2, 1>::run, K<2, 2>::run, K<2, 3>::run, K<2, 4>::run},
-        {K<3, 1>::run, K<3, 2>::run, K<3, 3>::run, K<3, 4>::run},
-        {K<4, 1>::run, K<4, 2>::run, K<4, 3>::run, K<4, 4>::run},
+        {F::template tile<1, 1>, F::template tile<1, 2>, F::template tile<1, 3>, F::template tile<1, 4>},
+        {F::template tile<2, 1>, F::template tile<2, 2>, F::template tile<2, 3>, F::template tile<2, 4>},
+        {F::template tile<3, 1>, F::template tile<3, 2>, F::template tile<3, 3>, F::template tile<3, 4>},
+        {F::template tile<4, 1>, F::template tile<4, 2>, F::template tile<4, 3>, F::template tile<4, 4>},
     };
     return kTable[rows - 1][cols - 1];
 }
 
-template <int R, int C>
-struct Q4_0Tile {
-    static void run(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* const* a, float* out, int64_t ldo) {
-        tile_q8_0_acts<Q4_0Weights, R, C>(nb, w, ws, a, out, ldo);
-    }
-};
-template <int R, int C>
-struct Q5_0Tile {
-    static void run(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* const* a, float* out, int64_t ldo) {
-        tile_q8_0_acts<Q5_0Weights, R, C>(nb, w, ws, a, out, ldo);
-    }
-};
-template <int R, int C>
-struct Q8_0Tile {
-    static void run(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* const* a, float* out, int64_t ldo) {
-        tile_q8_0_acts<Q8_0Weights, R, C>(nb, w, ws, a, out, ldo);
-    }
-};
-template <int R, int C>
-struct Q4KTile {
-    static void run(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* const* a, float* out, int64_t ldo) {
-        tile_k4<BlockQ4_K, R, C>(nb, w, ws, a, out, ldo);
-    }
-};
-template <int R, int C>
-struct Q5KTile {
-    static void run(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* const* a, float* out, int64_t ldo) {
-        tile_k4<BlockQ5_K, R, C>(nb, w, ws, a, out, ldo);
-    }
-};
-template <int R, int C>
-struct Q2KTile {
-    static void run(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* const* a, float* out, int64_t ldo) {
-        tile_k16<BlockQ2_K, 0, true, R, C>(nb, w, ws, a, out, ldo);
-    }
-};
-template <int R, int C>
-struct Q3KTile {
-    static void run(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* const* a, float* out, int64_t ldo) {
-        tile_k16<BlockQ3_K, 4, false, R, C>(nb, w, ws, a, out, ldo);
-    }
-};
-template <int R, int C>
-struct Q6KTile {
-    static void run(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* const* a, float* out, int64_t ldo) {
-        tile_k16<BlockQ6_K, 32, false, R, C>(nb, w, ws, a, out, ldo);
-    }
-};
-
-// The 32-element types' pair kernels take q8_0 rows (gguf_vec_dot's contract): prepared here,
-// into this thread's scratch, as the tiles' callers prepare theirs.
-template <template <int, int> class K, class W>
-float one_pair_q8_0(int64_t nb, const void* w, const void* a) {
-    auto* steps = static_cast<PreparedStep*>(
-        thread_scratch(kGgufDotScratchSlot, static_cast<int64_t>(sizeof(PreparedStep)) * ((nb + 1) / 2)));
-    prepare_q8_0<W::kOffset>(static_cast<const BlockQ8_0*>(a), nb, steps);
-    float out = 0.0f;
-    const auto* act = reinterpret_cast<const uint8_t*>(steps);
-    K<1, 1>::run(nb, static_cast<const uint8_t*>(w), 0, &act, &out, 1);
-    return out;
-}
-
-template <template <int, int> class K>
+// The pair kernels: 1 x 1 tiles. The 32-element types take q8_0 rows (gguf_vec_dot's contract),
+// prepared here into this thread's scratch, as the tiles' callers prepare theirs.
+template <class F>
 float one_pair(int64_t nb, const void* w, const void* a) {
     float out = 0.0f;
     const auto* act = static_cast<const uint8_t*>(a);
-    K<1, 1>::run(nb, static_cast<const uint8_t*>(w), 0, &act, &out, 1);
+    F::template tile<1, 1>(nb, static_cast<const uint8_t*>(w), 0, &act, &out, 1);
     return out;
+}
+
+template <class W>
+void prepare_row(const void* q8, int64_t nb, void* dst) {
+    prepare_q8_0<W::kOffset>(static_cast<const BlockQ8_0*>(q8), nb, static_cast<PreparedStep*>(dst));
+}
+
+template <class W>
+float one_pair_q8_0(int64_t nb, const void* w, const void* a) {
+    void* steps = thread_scratch(kGgufDotScratchSlot, static_cast<int64_t>(sizeof(PreparedStep)) * ((nb + 1) / 2));
+    prepare_row<W>(a, nb, steps);
+    return one_pair<Q8_0Family<W>>(nb, w, steps);
 }
 
 }  // namespace
@@ -506,21 +484,21 @@ float one_pair(int64_t nb, const void* w, const void* a) {
 GgufTileFn gguf_tile_avx512(GgmlType type, int rows, int cols) {
     switch (type) {
         case GgmlType::kQ4_0:
-            return pick<Q4_0Tile>(rows, cols);
+            return pick<Q8_0Family<Q4_0Weights>>(rows, cols);
         case GgmlType::kQ5_0:
-            return pick<Q5_0Tile>(rows, cols);
+            return pick<Q8_0Family<Q5_0Weights>>(rows, cols);
         case GgmlType::kQ8_0:
-            return pick<Q8_0Tile>(rows, cols);
+            return pick<Q8_0Family<Q8_0Weights>>(rows, cols);
         case GgmlType::kQ2_K:
-            return pick<Q2KTile>(rows, cols);
+            return pick<Q2KFamily>(rows, cols);
         case GgmlType::kQ3_K:
-            return pick<Q3KTile>(rows, cols);
+            return pick<Q3KFamily>(rows, cols);
         case GgmlType::kQ4_K:
-            return pick<Q4KTile>(rows, cols);
+            return pick<K4Family<BlockQ4_K>>(rows, cols);
         case GgmlType::kQ5_K:
-            return pick<Q5KTile>(rows, cols);
+            return pick<K4Family<BlockQ5_K>>(rows, cols);
         case GgmlType::kQ6_K:
-            return pick<Q6KTile>(rows, cols);
+            return pick<Q6KFamily>(rows, cols);
         default:
             return nullptr;
     }
@@ -529,38 +507,33 @@ GgufTileFn gguf_tile_avx512(GgmlType type, int rows, int cols) {
 GgufPrepareFn gguf_prepare_avx512(GgmlType type) {
     switch (type) {
         case GgmlType::kQ4_0:
-            return [](const void* q8, int64_t nb, void* dst) {
-                prepare_q8_0<Q4_0Weights::kOffset>(static_cast<const BlockQ8_0*>(q8), nb,
-                                                   static_cast<PreparedStep*>(dst));
-            };
+            return &prepare_row<Q4_0Weights>;
         case GgmlType::kQ5_0:
-            return [](const void* q8, int64_t nb, void* dst) {
-                prepare_q8_0<Q5_0Weights::kOffset>(static_cast<const BlockQ8_0*>(q8), nb,
-                                                   static_cast<PreparedStep*>(dst));
-            };
+            return &prepare_row<Q5_0Weights>;
         case GgmlType::kQ8_0:
-            return [](const void* q8, int64_t nb, void* dst) {
-                prepare_q8_0<Q8_0Weights::kOffset>(static_cast<const BlockQ8_0*>(q8), nb,
-                                                   static_cast<PreparedStep*>(dst));
-            };
+            return &prepare_row<Q8_0Weights>;
         default:
             return nullptr;
     }
 }
 
 float vec_dot_q4_0_q8_0_avx512(int64_t nb, const void* w, const void* a) {
-    return one_pair_q8_0<Q4_0Tile, Q4_0Weights>(nb, w, a);
+    return one_pair_q8_0<Q4_0Weights>(nb, w, a);
 }
 float vec_dot_q5_0_q8_0_avx512(int64_t nb, const void* w, const void* a) {
-    return one_pair_q8_0<Q5_0Tile, Q5_0Weights>(nb, w, a);
+    return one_pair_q8_0<Q5_0Weights>(nb, w, a);
 }
 float vec_dot_q8_0_q8_0_avx512(int64_t nb, const void* w, const void* a) {
-    return one_pair_q8_0<Q8_0Tile, Q8_0Weights>(nb, w, a);
+    return one_pair_q8_0<Q8_0Weights>(nb, w, a);
 }
-float vec_dot_q2_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q2KTile>(nb, w, a); }
-float vec_dot_q3_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q3KTile>(nb, w, a); }
-float vec_dot_q4_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q4KTile>(nb, w, a); }
-float vec_dot_q5_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q5KTile>(nb, w, a); }
-float vec_dot_q6_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q6KTile>(nb, w, a); }
+float vec_dot_q2_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q2KFamily>(nb, w, a); }
+float vec_dot_q3_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q3KFamily>(nb, w, a); }
+float vec_dot_q4_k_q8_k_avx512(int64_t nb, const void* w, const void* a) {
+    return one_pair<K4Family<BlockQ4_K>>(nb, w, a);
+}
+float vec_dot_q5_k_q8_k_avx512(int64_t nb, const void* w, const void* a) {
+    return one_pair<K4Family<BlockQ5_K>>(nb, w, a);
+}
+float vec_dot_q6_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q6KFamily>(nb, w, a); }
 
 }  // namespace moeserve::kernels::cpu::detail

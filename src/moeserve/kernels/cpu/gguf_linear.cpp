@@ -153,73 +153,74 @@ void quantize_rows(ThreadPool& pool, GgmlType act, const float* x, int64_t rows,
     });
 }
 
-// silu(gate x) * up x of every slot into scratch.gate [slots, inter], from the slots' quantized
-// token rows (scratch.qx, qrow bytes each): one work item per (active expert, kGgufTileRows rows),
-// each a pass of tiles over the expert's slots.
+// Calls fn(e, j, nr, s0, nc, acts) for every tile of the active experts: nr (<= kGgufTileRows)
+// of an expert's out_rows weight rows from j, times nc (<= kGgufTileCols) of its slots from s0,
+// acts their activation rows (slot_row(s) gives slot s's). One pool work item per (active
+// expert, kGgufTileRows rows), each a pass over the expert's slots.
+template <class SlotRow, class Fn>
+void expert_tiles(ThreadPool& pool, const GgufScratch& scratch, int64_t out_rows, SlotRow slot_row, Fn fn) {
+    const int64_t row_blocks = (out_rows + kGgufTileRows - 1) / kGgufTileRows;
+    const std::vector<int32_t>& active = scratch.active;
+    pool.parallel_for(static_cast<int64_t>(active.size()) * row_blocks, [&](int64_t begin, int64_t end) {
+        const uint8_t* acts[kGgufTileCols];
+        for (int64_t i = begin; i < end; ++i) {
+            const auto e = static_cast<size_t>(active[static_cast<size_t>(i / row_blocks)]);
+            const int64_t j = (i % row_blocks) * kGgufTileRows;
+            const int nr = static_cast<int>(std::min<int64_t>(kGgufTileRows, out_rows - j));
+            for (int64_t s0 = scratch.offsets[e]; s0 < scratch.offsets[e + 1]; s0 += kGgufTileCols) {
+                const int nc = static_cast<int>(std::min<int64_t>(kGgufTileCols, scratch.offsets[e + 1] - s0));
+                for (int c = 0; c < nc; ++c) acts[c] = slot_row(s0 + c);
+                fn(e, j, nr, s0, nc, acts);
+            }
+        }
+    });
+}
+
+// silu(gate x) * up x of every slot into scratch.gate [slots, inter], from the tokens' quantized
+// rows (scratch.qx, qrow bytes each).
 void gate_up_stage(ThreadPool& pool, const GgufExperts& experts, int64_t num_tokens, GgufScratch& scratch,
                    size_t qrow) {
     const int64_t inter = experts.inter;
     const GgmlType type = experts.gate[0].type;
     const GgufTiles tiles(type);
     const int64_t nb = experts.hidden / ggml_traits(type).block_size;
-    const int64_t row_blocks = (inter + kGgufTileRows - 1) / kGgufTileRows;
-    const std::vector<int32_t>& active = scratch.active;
     size_t arow = 0;
     const uint8_t* rows = tile_rows(tiles, scratch.qx.data(), qrow, num_tokens, nb, scratch.prepared, arow);
-    pool.parallel_for(static_cast<int64_t>(active.size()) * row_blocks, [&](int64_t begin, int64_t end) {
-        const uint8_t* acts[kGgufTileCols];
-        float g[kGgufTileCols * kGgufTileRows];
-        float u[kGgufTileCols * kGgufTileRows];
-        for (int64_t i = begin; i < end; ++i) {
-            const auto e = static_cast<size_t>(active[static_cast<size_t>(i / row_blocks)]);
-            const int64_t j = (i % row_blocks) * kGgufTileRows;
-            const int nr = static_cast<int>(std::min<int64_t>(kGgufTileRows, inter - j));
-            for (int64_t s0 = scratch.offsets[e]; s0 < scratch.offsets[e + 1]; s0 += kGgufTileCols) {
-                const int nc = static_cast<int>(std::min<int64_t>(kGgufTileCols, scratch.offsets[e + 1] - s0));
-                for (int c = 0; c < nc; ++c) {
-                    const auto token = static_cast<size_t>(scratch.tokens[static_cast<size_t>(s0 + c)]);
-                    acts[c] = rows + arow * token;
-                }
-                tiles.run(nb, nr, nc, experts.gate[e].row(j), experts.gate[e].row_stride, acts, g, kGgufTileRows);
-                tiles.run(nb, nr, nc, experts.up[e].row(j), experts.up[e].row_stride, acts, u, kGgufTileRows);
-                for (int c = 0; c < nc; ++c) {
-                    float* dst = scratch.gate.data() + (s0 + c) * inter + j;
-                    for (int r = 0; r < nr; ++r) {
-                        const float gv = g[c * kGgufTileRows + r];
-                        dst[r] = gv / (1.0f + std::exp(-gv)) * u[c * kGgufTileRows + r];
-                    }
-                }
-            }
-        }
-    });
+    const auto token_row = [&](int64_t s) {
+        return rows + arow * static_cast<size_t>(scratch.tokens[static_cast<size_t>(s)]);
+    };
+    expert_tiles(pool, scratch, inter, token_row,
+                 [&](size_t e, int64_t j, int nr, int64_t s0, int nc, const uint8_t* const* acts) {
+                     float g[kGgufTileCols * kGgufTileRows];
+                     float u[kGgufTileCols * kGgufTileRows];
+                     tiles.run(nb, nr, nc, experts.gate[e].row(j), experts.gate[e].row_stride, acts, g, kGgufTileRows);
+                     tiles.run(nb, nr, nc, experts.up[e].row(j), experts.up[e].row_stride, acts, u, kGgufTileRows);
+                     for (int c = 0; c < nc; ++c) {
+                         float* dst = scratch.gate.data() + (s0 + c) * inter + j;
+                         for (int r = 0; r < nr; ++r) {
+                             const float gv = g[c * kGgufTileRows + r];
+                             dst[r] = gv / (1.0f + std::exp(-gv)) * u[c * kGgufTileRows + r];
+                         }
+                     }
+                 });
 }
 
 // down of every slot into scratch.down [slots, hidden], from the slots' quantized rows of
-// scratch.gate (scratch.qh, qrow bytes each), tiled as gate_up_stage.
+// scratch.gate (scratch.qh, qrow bytes each).
 void down_stage(ThreadPool& pool, const GgufExperts& experts, GgufScratch& scratch, size_t qrow) {
     const int64_t h = experts.hidden;
     const GgmlType type = experts.down[0].type;
     const GgufTiles tiles(type);
     const int64_t nb = experts.inter / ggml_traits(type).block_size;
-    const int64_t row_blocks = (h + kGgufTileRows - 1) / kGgufTileRows;
-    const std::vector<int32_t>& active = scratch.active;
     size_t arow = 0;
     const auto slots = static_cast<int64_t>(scratch.tokens.size());
     const uint8_t* rows = tile_rows(tiles, scratch.qh.data(), qrow, slots, nb, scratch.prepared, arow);
-    pool.parallel_for(static_cast<int64_t>(active.size()) * row_blocks, [&](int64_t begin, int64_t end) {
-        const uint8_t* acts[kGgufTileCols];
-        for (int64_t i = begin; i < end; ++i) {
-            const auto e = static_cast<size_t>(active[static_cast<size_t>(i / row_blocks)]);
-            const int64_t c0 = (i % row_blocks) * kGgufTileRows;
-            const int nr = static_cast<int>(std::min<int64_t>(kGgufTileRows, h - c0));
-            for (int64_t s0 = scratch.offsets[e]; s0 < scratch.offsets[e + 1]; s0 += kGgufTileCols) {
-                const int nc = static_cast<int>(std::min<int64_t>(kGgufTileCols, scratch.offsets[e + 1] - s0));
-                for (int c = 0; c < nc; ++c) acts[c] = rows + arow * static_cast<size_t>(s0 + c);
-                tiles.run(nb, nr, nc, experts.down[e].row(c0), experts.down[e].row_stride, acts,
-                          scratch.down.data() + s0 * h + c0, h);
-            }
-        }
-    });
+    const auto slot_row = [&](int64_t s) { return rows + arow * static_cast<size_t>(s); };
+    expert_tiles(pool, scratch, h, slot_row,
+                 [&](size_t e, int64_t c0, int nr, int64_t s0, int nc, const uint8_t* const* acts) {
+                     tiles.run(nb, nr, nc, experts.down[e].row(c0), experts.down[e].row_stride, acts,
+                               scratch.down.data() + s0 * h + c0, h);
+                 });
 }
 
 // Experts whose types all have dot kernels: the token rows are quantized once (not once per expert
