@@ -162,6 +162,17 @@ def settled_descriptors(s, timeout=10):
     return last
 
 
+@contextlib.contextmanager
+def log_tail_on_failure(s):
+    """Writes the server's log tail to stderr when the block fails, so that a failure in CI, whose
+    record keeps little of the output, says what the ranks did."""
+    try:
+        yield
+    except BaseException:
+        sys.stderr.write("\n--- server log tail ---\n%s\n--- end of server log ---\n" % s.log_text()[-6000:])
+        raise
+
+
 def metric(s, name):
     """The value of an unlabelled-but-for-the-model series."""
     return next(v for k, v in s.metrics().items() if k.split("{")[0] == name)
@@ -390,24 +401,25 @@ class Parallel(unittest.TestCase):
         Nothing leaks: descriptors of the server's processes, /dev/shm entries. Returns the times
         from each kill to /health 200."""
         expected = reference_texts()
-        self.assertEqual(s.complete_all(PROMPTS), expected)
-        fds_before, shm_before = settled_descriptors(s), set(os.listdir("/dev/shm"))
-        times = []
-        for victim in victims:
-            r = self.long_stream(s)
-            start = time.time()
-            os.kill(rank_pid(s, victim), signal.SIGKILL)
-            body = r.read().decode()  # ends (error event + [DONE]) rather than hanging
-            self.assertIn('"error"', body)
-            self.assertTrue(body.rstrip().endswith("data: [DONE]"), body[-300:])
-            s.wait_healthy(HEAL_BOUND_S)
-            times.append(time.time() - start)
+        with log_tail_on_failure(s):
             self.assertEqual(s.complete_all(PROMPTS), expected)
-        self.assertEqual(metric(s, "moeserve:group_restarts_total"), len(victims))
-        # Fewer is no leak: a connection of the first checks may still have been open at the count
-        # before, and a leak shows as more.
-        self.assertLessEqual(settled_descriptors(s), fds_before)
-        self.assertEqual(set(os.listdir("/dev/shm")) - shm_before, set())
+            fds_before, shm_before = settled_descriptors(s), set(os.listdir("/dev/shm"))
+            times = []
+            for n, victim in enumerate(victims):
+                r = self.long_stream(s)
+                start = time.time()
+                os.kill(rank_pid(s, victim), signal.SIGKILL)
+                body = r.read().decode()  # ends (error event + [DONE]) rather than hanging
+                self.assertIn('"error"', body, f"kill {n + 1} (rank {victim})")
+                self.assertTrue(body.rstrip().endswith("data: [DONE]"), body[-300:])
+                s.wait_healthy(HEAL_BOUND_S)
+                times.append(time.time() - start)
+                self.assertEqual(s.complete_all(PROMPTS), expected, f"after kill {n + 1} (rank {victim})")
+            self.assertEqual(metric(s, "moeserve:group_restarts_total"), len(victims))
+            # Fewer is no leak: a connection of the first checks may still have been open at the
+            # count before, and a leak shows as more.
+            self.assertLessEqual(settled_descriptors(s), fds_before)
+            self.assertEqual(set(os.listdir("/dev/shm")) - shm_before, set())
         times.sort()
         print(f"\nrecovery after a kill: p50 {times[len(times) // 2]:.2f} s, max {times[-1]:.2f} s "
               f"over {len(times)} kills", file=sys.stderr)
