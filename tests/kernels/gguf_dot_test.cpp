@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -51,7 +52,15 @@ std::vector<size_t> scale_offsets(GgmlType type) {
 std::string weight_row(GgmlType type, int64_t n, bool raw, std::mt19937& rng) {
     const auto traits = ggml_traits(type);
     std::string bytes(*ggml_nbytes(type, static_cast<uint64_t>(n)) + 1, '\0');
-    if (raw) {
+    if (raw && type == GgmlType::kF8E4M3x128) {  // every E4M3 code but NaN (0x7f, 0xff); f32 scales
+        std::uniform_real_distribution<float> scale(1e-4f, 0.05f);
+        for (int64_t b = 0; b < n / traits.block_size; ++b) {
+            char* block = &bytes[1 + static_cast<size_t>(b) * traits.type_size];
+            const float d = scale(rng);
+            std::memcpy(block, &d, 4);
+            for (int i = 0; i < traits.block_size; ++i) block[4 + i] = static_cast<char>(rng() % 0x7f | (rng() & 0x80));
+        }
+    } else if (raw) {
         for (size_t i = 1; i < bytes.size(); ++i) bytes[i] = static_cast<char>(rng());
         std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
         for (int64_t b = 0; b < n / traits.block_size; ++b) {
@@ -105,6 +114,8 @@ TEST_P(GgufDotTest, EveryIsaMatchesTheReferenceAndTheF64Dot) {
     const GgmlType type = GetParam();
     const int64_t bs = ggml_traits(type).block_size;
     const bool k_quant = bs == kQK_K;
+    // FP8 (W8A16) sums every product in f32, where the integer types sum each block exactly first
+    const double tolerance = type == GgmlType::kF8E4M3x128 ? 1e-5 : 2e-6;
     std::mt19937 rng(27);
     std::vector<int64_t> sizes = {0, bs, 2 * bs, 3 * bs, 8 * bs, 768, 2048, 7168};
     for (const int64_t n : sizes) {
@@ -122,7 +133,7 @@ TEST_P(GgufDotTest, EveryIsaMatchesTheReferenceAndTheF64Dot) {
                 if (k_quant && isa < cpu::Isa::kAvx512) {
                     EXPECT_EQ(f32_bits(got), f32_bits(ref)) << got << " vs " << ref;
                 } else {
-                    EXPECT_NEAR(got, ref, 2e-6 * e.magnitude + 1e-30);
+                    EXPECT_NEAR(got, ref, tolerance * e.magnitude + 1e-30);
                 }
             });
         }
@@ -197,8 +208,37 @@ TEST_P(GgufDotTest, TilesHaveThePairKernelsBits) {
 INSTANTIATE_TEST_SUITE_P(WeightTypes, GgufDotTest,
                          testing::Values(GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
                                          GgmlType::kQ8_0, GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K,
-                                         GgmlType::kQ5_K, GgmlType::kQ6_K),
+                                         GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kF8E4M3x128),
                          [](const auto& p) { return std::string(ggml_type_name(p.param)); });
+
+// Each E4M3 code (NaN aside) alone in a row against a unit activation: every level widens it to
+// exactly d * e4m3(code), the subnormal codes included, for a power-of-two and an
+// arbitrary block scale.
+TEST(GgufDotF8Test, EveryCodeWidensExactly) {
+    const int64_t bs = ggml_traits(GgmlType::kF8E4M3x128).block_size;
+    std::string row(static_cast<size_t>(ggml_traits(GgmlType::kF8E4M3x128).type_size), '\0');
+    std::vector<float> a(static_cast<size_t>(bs), 0.0f);
+    for (const float d : {0.25f, 3.1e-3f}) {
+        std::memcpy(row.data(), &d, 4);
+        for (int code = 0; code < 256; ++code) {
+            if ((code & 0x7f) == 0x7f) continue;
+            const auto at = static_cast<size_t>(code % bs);
+            std::fill(row.begin() + 4, row.end(), '\0');
+            row[4 + at] = static_cast<char>(code);
+            a.assign(a.size(), 0.0f);
+            a[at] = 1.0f;
+            const float expected = d * f8e4m3_to_f32(static_cast<uint8_t>(code));
+            float dequantized[128];
+            dequantize_gguf(GgmlType::kF8E4M3x128, row.data(), dequantized, bs);
+            EXPECT_EQ(f32_bits(dequantized[at]), f32_bits(expected)) << "code " << code;
+            test::for_each_isa([&](cpu::Isa isa) {
+                const float got = gguf_vec_dot(GgmlType::kF8E4M3x128, bs, row.data(), a.data());
+                EXPECT_EQ(got, expected)  // == as numbers: a sum from +0 cannot return -0
+                    << "code " << code << " d " << d << " isa " << static_cast<int>(isa) << ": " << got;
+            });
+        }
+    }
+}
 
 TEST(GgufDotPairingTest, ActivationTypesFollowLlamaCpp) {
     EXPECT_EQ(gguf_dot_activation_type(GgmlType::kQ4_0), GgmlType::kQ8_0);
@@ -212,6 +252,7 @@ TEST(GgufDotPairingTest, ActivationTypesFollowLlamaCpp) {
     EXPECT_EQ(gguf_dot_activation_type(GgmlType::kQ6_K), GgmlType::kQ8_K);
     EXPECT_EQ(gguf_dot_activation_type(GgmlType::kQ2_K), GgmlType::kQ8_K);
     EXPECT_EQ(gguf_dot_activation_type(GgmlType::kQ3_K), GgmlType::kQ8_K);
+    EXPECT_EQ(gguf_dot_activation_type(GgmlType::kF8E4M3x128), GgmlType::kF32);  // moeserve's W8A16
     EXPECT_FALSE(gguf_dot_supported(GgmlType::kIQ2_XXS));
     EXPECT_FALSE(gguf_dot_supported(GgmlType::kF32));
 }

@@ -1,6 +1,6 @@
 // W8A8 int8 and FP8 checkpoints on the tiny models: logits against the numpy reference run on the
 // dequantized weights (with simulated per-token activation quantization for W8A8), load-time
-// W8A8 of a bf16 checkpoint equal to the W8A8 checkpoint made from it, FP8 -> bf16 and -> int8,
+// W8A8 of a bf16 checkpoint equal to the W8A8 checkpoint made from it, FP8 as stored, -> bf16 and -> int8,
 // agreement with bf16 (reported), and quantization_config parsing.
 #include <gtest/gtest.h>
 
@@ -109,10 +109,32 @@ TEST_F(W8A8ModelTest, DeepseekV3W8A8CheckpointMatchesReference) {
 }
 
 TEST_F(W8A8ModelTest, DeepseekV3Fp8CheckpointMatchesReference) {
-    // Power-of-two block scales: FP8 * scale is exact in bf16, so the bound is the bf16 one.
-    auto m = open(MOESERVE_DSV3_FP8_DIR);
-    check_against_reference(*m, std::filesystem::path(MOESERVE_DSV3_FP8_DIR) / "reference_logits.f32",
-                            MOESERVE_DSV3_PROMPT, kRelTolerance, "deepseek_v3 fp8 -> bf16");
+    // As stored (the default and --quantization fp8: FP8 W8A16 where a weight's columns are whole
+    // 128-wide blocks; the tiny model's 64-wide expert down projections widen to bf16) and widened
+    // to bf16 (none). Power-of-two block scales: FP8 * scale is exact in bf16, so the bound is the
+    // bf16 one for both.
+    const auto ref = std::filesystem::path(MOESERVE_DSV3_FP8_DIR) / "reference_logits.f32";
+    for (const std::string q : {"", "fp8"}) {
+        auto m = open(MOESERVE_DSV3_FP8_DIR, q);
+        EXPECT_NE(m->info().quantization.find("running FP8 W8A16"), std::string::npos) << m->info().quantization;
+        check_against_reference(*m, ref, MOESERVE_DSV3_PROMPT, kRelTolerance, "deepseek_v3 fp8 as stored");
+    }
+    auto widened = open(MOESERVE_DSV3_FP8_DIR, "none");
+    EXPECT_NE(widened->info().quantization.find("running bf16"), std::string::npos) << widened->info().quantization;
+    check_against_reference(*widened, ref, MOESERVE_DSV3_PROMPT, kRelTolerance, "deepseek_v3 fp8 -> bf16");
+}
+
+TEST_F(W8A8ModelTest, Fp8AsStoredHoldsFewerBytesThanBf16) {
+    auto fp8 = open(MOESERVE_DSV3_FP8_DIR);
+    auto bf16 = open(MOESERVE_DSV3_FP8_DIR, "none");
+    const std::string& log = fp8->info().quantization;
+    // the tiny model: its attention projections but q_b_proj (64 columns), and layer 0's dense MLP
+    EXPECT_NE(log.find("running FP8 W8A16: 9 fp8 + "), std::string::npos) << log;
+    EXPECT_NE(log.find(", 1 fp8 + "), std::string::npos) << log;
+    EXPECT_LT(fp8->info().rank_weight_bytes, bf16->info().rank_weight_bytes);
+    std::printf("deepseek_v3 tiny fp8: %lld weight bytes as stored, %lld widened to bf16\n",
+                static_cast<long long>(fp8->info().rank_weight_bytes),
+                static_cast<long long>(bf16->info().rank_weight_bytes));
 }
 
 TEST_F(W8A8ModelTest, LoadTimeW8A8EqualsW8A8Checkpoint) {
@@ -136,7 +158,9 @@ TEST_F(W8A8ModelTest, QuantizedVersusBf16) {
     auto q_all = open(MOESERVE_QWEN3_TINY_DIR, "w8a8-all");
     report_vs_bf16(*q_all, *q_bf16, MOESERVE_QWEN3_PROMPT, "qwen3_moe w8a8-all (lm_head int8)");
     auto d_fp8 = open(MOESERVE_DSV3_FP8_DIR, "fp8");
-    report_vs_bf16(*d_fp8, *d_bf16, MOESERVE_DSV3_PROMPT, "deepseek_v3 fp8 -> bf16");
+    report_vs_bf16(*d_fp8, *d_bf16, MOESERVE_DSV3_PROMPT, "deepseek_v3 fp8 as stored");
+    auto d_fp8_bf16 = open(MOESERVE_DSV3_FP8_DIR, "none");
+    report_vs_bf16(*d_fp8_bf16, *d_bf16, MOESERVE_DSV3_PROMPT, "deepseek_v3 fp8 -> bf16");
 }
 
 io::HfConfig config_with(const nlohmann::json& q) {
@@ -205,8 +229,15 @@ TEST(QuantizationConfigTest, ParsesFp8AndRequests) {
     EXPECT_FALSE(q.int8);
     EXPECT_EQ(q.block_rows, 128);
     EXPECT_EQ(q.block_cols, 64);
+    EXPECT_TRUE(q.fp8);  // FP8 runs as stored by default
+    EXPECT_TRUE(q.fp8_module("model.layers.0.self_attn.o_proj"));
+    EXPECT_FALSE(q.fp8_module("model.layers.0.self_attn.kv_b_proj", LayerPrecision::kDequantized));
+    EXPECT_FALSE(q.fp8_module("model.layers.1.mlp.gate", LayerPrecision::kHigh));
     EXPECT_TRUE(resolve_quantization(config_with(fp8), "w8a8").int8);
+    EXPECT_FALSE(resolve_quantization(config_with(fp8), "w8a8").fp8);
     EXPECT_FALSE(resolve_quantization(config_with(fp8), "fp8").int8);
+    EXPECT_TRUE(resolve_quantization(config_with(fp8), "fp8").fp8);
+    EXPECT_FALSE(resolve_quantization(config_with(fp8), "none").fp8);
     q = resolve_quantization(config_with(nullptr), "w8a8");
     EXPECT_EQ(q.checkpoint, CheckpointQuant::kNone);
     EXPECT_TRUE(q.int8);

@@ -146,3 +146,21 @@ TEST(Int4ParallelTest, TensorParallelAndExpertParallelEqualSingleRank) {
 
 }  // namespace
 }  // namespace moeserve::model
+
+namespace moeserve::model {
+namespace {
+
+// FP8 run as stored (W8A16, f32 activations): dp=2 + EP=2 and TP=2 give the single rank's logits
+// up to f32 summation order. Under TP=2 the tiny model's o_proj (128 input columns) splits into
+// 64-wide halves that cut its 128-wide blocks, so both ranks widen it to bf16 (formats/fp8_blocks.h),
+// which the fixture's power-of-two block scales keep exact, and the bf16 kernels take f32
+// activations; the dense MLP's down projection splits on a block boundary (256 -> 2 x 128) and
+// stays FP8 with its columns offset.
+TEST(Fp8ParallelTest, TensorParallelAndExpertParallelEqualSingleRank) {
+    const Case fp8{"deepseek_v3 fp8 as stored", MOESERVE_DSV3_FP8_DIR, MOESERVE_DSV3_PROMPT};
+    check(fp8, ParallelSizes{2, 1, 2}, 2e-5f);
+    check(fp8, ParallelSizes{1, 2, 1}, 2e-5f);
+}
+
+}  // namespace
+}  // namespace moeserve::model

@@ -180,7 +180,8 @@ void add_generate_command(CLI::App& app, Action* action) {
     sub->add_option("--threads", e.threads, "compute threads (default: all cores)");
     sub->add_option("--quantization", e.quantization,
                     "w8a8 (int8 weights + per-token int8 activations; quantizes bf16/FP8 checkpoints at load), "
-                    "w8a8-all (lm_head in int8 too), fp8 (FP8 checkpoint -> bf16), none, ascend (a ModelSlim "
+                    "w8a8-all (lm_head in int8 too), fp8 (an FP8 checkpoint as stored, W8A16; its default), none "
+                    "(bf16), ascend (a ModelSlim "
                     "checkpoint, as stored); default: as the checkpoint (quant_model_description.json, else "
                     "config.json's quantization_config)");
     sub->add_option("--kv-cache-dtype", e.kv_cache_dtype,

@@ -74,7 +74,8 @@ void add_engine_options(CLI::App* sub, EngineOptions& o, bool positional_model) 
                     "compute threads per rank (default: the host's cores divided between its ranks)");
     sub->add_option("--log-level", o.log_level, "debug | info | warning | error")->capture_default_str();
     sub->add_option("--quantization,-q", o.quantization,
-                    "w8a8 | w8a8-all (lm_head too) | fp8 | none; default: the checkpoint's quantization_config");
+                    "w8a8 | w8a8-all (lm_head too) | fp8 (FP8 as stored) | none (bf16); default: the checkpoint's "
+                    "quantization_config");
     sub->add_option("--scheduling-policy", o.scheduling_policy,
                     "fcfs: arrival order | priority: the requests' `priority` field, lower first (ties by arrival); "
                     "the lowest priority is preempted first")

@@ -13,7 +13,7 @@ struct Row {
 };
 
 // clang-format off
-constexpr std::array<Row, 35> kTypes = {{
+constexpr std::array<Row, 36> kTypes = {{
     {0,  {"F32",     1,     4,   true}},
     {1,  {"F16",     1,     2,   true}},
     {2,  {"Q4_0",    32,    18,  true}},   // f16 d, 16 bytes of nibbles
@@ -49,21 +49,31 @@ constexpr std::array<Row, 35> kTypes = {{
     {40, {"NVFP4",   64,    36,  false}},
     {41, {"Q1_0",    128,   18,  false}},
     {42, {"Q2_0",    64,    18,  false}},
+    // moeserve's own (not read from files): f32 block scale, 128 E4M3 bytes
+    {static_cast<uint32_t>(GgmlType::kF8E4M3x128), {"F8_E4M3x128", 128, 132, true}},
 }};
 // clang-format on
+
+constexpr uint32_t kFirstOwnType = static_cast<uint32_t>(GgmlType::kF8E4M3x128);
+
+const GgmlTypeTraits* find_traits(uint32_t type) {
+    for (const Row& r : kTypes) {
+        if (r.type == type) return &r.traits;
+    }
+    return nullptr;
+}
 
 }  // namespace
 
 std::optional<GgmlTypeTraits> ggml_type_traits(uint32_t type) {
-    for (const Row& r : kTypes) {
-        if (r.type == type) return r.traits;
-    }
-    return std::nullopt;
+    const GgmlTypeTraits* t = type < kFirstOwnType ? find_traits(type) : nullptr;
+    if (t == nullptr) return std::nullopt;
+    return *t;
 }
 
 GgmlTypeTraits ggml_traits(GgmlType type) {
     // Every enumerator is a row of the table.
-    return *ggml_type_traits(static_cast<uint32_t>(type));
+    return *find_traits(static_cast<uint32_t>(type));
 }
 
 std::string_view ggml_supported_type_names() {

@@ -50,6 +50,11 @@ enum class GgmlType : uint32_t {
     kNVFP4 = 40,
     kQ1_0 = 41,
     kQ2_0 = 42,
+    // moeserve's own, never in a file (ggml_type_traits(number) does not know it): DeepSeek's
+    // block-scaled FP8 weights, each row's 128-column blocks repacked as the f32 block scale
+    // followed by 128 E4M3 bytes, so the GGUF dot-product and experts code runs them in place
+    // (model/formats/fp8_blocks.h).
+    kF8E4M3x128 = 1u << 16,
 };
 
 // Elements per K-quant super-block.
@@ -62,9 +67,10 @@ struct GgmlTypeTraits {
     bool supported;         // moeserve reads and dequantizes it (see kernels/cpu/gguf_dequant.h)
 };
 
-// The traits of a known type number, or nullopt for a number ggml does not define (or removed).
+// The traits of a known type number, or nullopt for a number ggml does not define (or removed)
+// and for moeserve's own types: a file that names one is refused.
 std::optional<GgmlTypeTraits> ggml_type_traits(uint32_t type);
-// Traits of a known type (the enum holds only known numbers).
+// Traits of a known type (the enum holds only known numbers and moeserve's own types).
 GgmlTypeTraits ggml_traits(GgmlType type);
 inline std::string_view ggml_type_name(GgmlType type) { return ggml_traits(type).name; }
 

@@ -159,6 +159,10 @@ bool Quantization::int4_module(const std::string& module, LayerPrecision precisi
     return int4 && precision == LayerPrecision::kQuantizable && !ignored(module);
 }
 
+bool Quantization::fp8_module(const std::string& module, LayerPrecision precision) const {
+    return fp8 && precision == LayerPrecision::kQuantizable && !ignored(module);
+}
+
 bool Quantization::ignored(const std::string& module) const {
     for (const std::string& pattern : ignore) {
         if (pattern.rfind("re:", 0) == 0) {
@@ -197,6 +201,13 @@ std::string Quantization::describe() const {
                                                  : std::string("quantized at load"),
             group, int4_config.symmetric ? "symmetric" : "asymmetric", counts->int4_linears.load(),
             counts->float_linears.load(), counts->int4_experts.load(), counts->float_experts.load());
+    }
+    if (fp8) {
+        return fmt::format(
+            "fp8 checkpoint (blocks {}x{}), running FP8 W8A16: {} fp8 + {} high-precision linears, {} fp8 + {} "
+            "float expert groups (widened: weights whose columns are not whole 128-wide blocks)",
+            block_rows, block_cols, counts->fp8_linears.load(), counts->float_linears.load(),
+            counts->fp8_experts.load(), counts->float_experts.load());
     }
     const std::string counted = fmt::format(" ({} int8 + {} high-precision linears, {} int8 + {} float expert groups)",
                                             counts->dynamic_linears.load(), counts->float_linears.load(),
@@ -330,6 +341,7 @@ Quantization resolve_quantization(const io::HfConfig& config, const std::string&
     if (q.checkpoint == CheckpointQuant::kInt4) return resolve_int4_run(q, config, requested);
     if (requested.empty() || requested == "auto") {
         q.int8 = q.checkpoint == CheckpointQuant::kW8A8Int8;
+        q.fp8 = q.checkpoint == CheckpointQuant::kFp8Block;
     } else if (requested == "w4a16") {
         q.int4 = true;
         q.int4_config = Int4Config{.layout = Int4Layout::kCompressedTensors, .group_size = 128, .symmetric = false};
@@ -343,7 +355,7 @@ Quantization resolve_quantization(const io::HfConfig& config, const std::string&
             raise(ErrorCode::kInvalidArgument, "--quantization fp8 needs an FP8 checkpoint; {} has none",
                   config.label());
         }
-        q.int8 = false;
+        q.fp8 = true;
     } else if (requested == "none") {
         q.int8 = false;
     } else {
@@ -351,6 +363,22 @@ Quantization resolve_quantization(const io::HfConfig& config, const std::string&
               "--quantization '{}' is not supported (expected w8a8, w8a8-all, w4a16, fp8 or none)", requested);
     }
     return q;
+}
+
+Tensor load_fp8_block_scales(const io::WeightSource& weights, const std::string& name, int64_t rows, int64_t cols,
+                             int64_t block_rows, int64_t block_cols) {
+    const std::string sname = name + "_scale_inv";
+    if (!weights.contains(sname)) {
+        raise(ErrorCode::kInvalidModel, "F8_E4M3 tensor '{}' has no '{}' (block scales) in {}", name, sname,
+              weights.dir().string());
+    }
+    const int64_t br = (rows + block_rows - 1) / block_rows, bc = (cols + block_cols - 1) / block_cols;
+    const TensorView sv = weights.get(sname);
+    if (sv.numel() != br * bc) {
+        raise(ErrorCode::kInvalidModel, "'{}' has shape {}; blocks of {}x{} over {} [{}, {}] need [{}, {}]", sname,
+              sv.shape.str(), block_rows, block_cols, name, rows, cols, br, bc);
+    }
+    return weights.load_f32(sname);
 }
 
 Tensor load_dequantized_f32(const io::WeightSource& weights, const std::string& name, int64_t block_rows,
@@ -362,18 +390,8 @@ Tensor load_dequantized_f32(const io::WeightSource& weights, const std::string& 
     const int64_t rows = w.dim(0), cols = w.dim(1);
     float* p = f.as<float>();
     if (w.dtype == DType::kF8E4M3) {
-        const std::string sname = name + "_scale_inv";
-        if (!weights.contains(sname)) {
-            raise(ErrorCode::kInvalidModel, "F8_E4M3 tensor '{}' has no '{}' (block scales) in {}", name, sname,
-                  weights.dir().string());
-        }
-        const int64_t br = (rows + block_rows - 1) / block_rows, bc = (cols + block_cols - 1) / block_cols;
-        const TensorView sv = weights.get(sname);
-        if (sv.numel() != br * bc) {
-            raise(ErrorCode::kInvalidModel, "'{}' has shape {}; blocks of {}x{} over {} [{}, {}] need [{}, {}]", sname,
-                  sv.shape.str(), block_rows, block_cols, name, rows, cols, br, bc);
-        }
-        const Tensor s = weights.load_f32(sname);
+        const int64_t bc = (cols + block_cols - 1) / block_cols;
+        const Tensor s = load_fp8_block_scales(weights, name, rows, cols, block_rows, block_cols);
         for (int64_t r = 0; r < rows; ++r) {
             for (int64_t c = 0; c < cols; ++c) p[r * cols + c] *= s.as<float>()[(r / block_rows) * bc + c / block_cols];
         }

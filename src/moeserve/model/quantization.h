@@ -72,6 +72,7 @@ struct LinearCounts {
     std::atomic<int64_t> float_linears{0}, dynamic_linears{0}, static_linears{0};
     std::atomic<int64_t> dynamic_experts{0}, float_experts{0};  // routed / shared / dense MLP experts
     std::atomic<int64_t> int4_linears{0}, int4_experts{0};      // W4A16
+    std::atomic<int64_t> fp8_linears{0}, fp8_experts{0};        // FP8 W8A16
 };
 
 struct Quantization {
@@ -79,6 +80,9 @@ struct Quantization {
     bool int8 = false;          // run linears and experts as W8A8 int8
     bool int8_lm_head = false;  // also the lm_head (llama.cpp's Q8_0 does; vLLM's W8A8 does not)
     bool int4 = false;          // run linears and experts as W4A16 (int4_config's group size)
+    // An FP8 checkpoint's FP8 weights run as stored (W8A16, formats/fp8_blocks.h): the default for
+    // FP8 checkpoints; --quantization none widens them to bf16 instead.
+    bool fp8 = false;
     Int4Config int4_config{};
     int64_t block_rows = 128, block_cols = 128;  // FP8 weight_block_size
     std::vector<std::string> ignore;             // compressed-tensors ignore: module names, or "re:<regex>"
@@ -107,18 +111,22 @@ struct Quantization {
     bool int8_module(const std::string& module, LayerPrecision precision = LayerPrecision::kQuantizable) const;
     // The same rule for W4A16 (int4 on instead of int8; the lm_head is never int4).
     bool int4_module(const std::string& module, LayerPrecision precision = LayerPrecision::kQuantizable) const;
+    // The same rule for FP8 W8A16 (fp8 on; kQuantizable layers only, so a router, MLA's absorbed
+    // kv_b_proj and the lm_head widen their FP8 weights).
+    bool fp8_module(const std::string& module, LayerPrecision precision = LayerPrecision::kQuantizable) const;
     // Whether the module is on the checkpoint's ignore list (a name or "re:<regex>").
     bool ignored(const std::string& module) const;
-    // "none", "w8a8 (compressed-tensors)", "fp8 block 128x128 -> bf16", ... for logs.
+    // "unquantized checkpoint, running bf16 (...)", "fp8 checkpoint (blocks 128x128), running FP8
+    // W8A16 (...)", ... with the loader's counts, for logs.
     std::string describe() const;
 };
 
 // Resolves what the checkpoint holds (config.json quantization_config, absent -> kNone) and what
-// the user asked: requested "" or "auto" (as the checkpoint: W8A8 runs int8, FP8 converts to
-// bf16, int4 runs W4A16), "w8a8" (int8; quantizes bf16 and FP8 weights at load), "w8a8-all" (w8a8
+// the user asked: requested "" or "auto" (as the checkpoint: W8A8 runs int8, FP8 runs FP8 W8A16,
+// int4 runs W4A16), "w8a8" (int8; quantizes bf16 and FP8 weights at load), "w8a8-all" (w8a8
 // and the lm_head in int8 too, overriding an ignore list's lm_head), "w4a16" (int4 in groups of
-// 128, asymmetric; quantizes bf16 and FP8 weights at load), "fp8" (an FP8 checkpoint,
-// converted to bf16), "none" (dequantize everything to bf16/f32). Errors (kInvalidArgument /
+// 128, asymmetric; quantizes bf16 and FP8 weights at load), "fp8" (an FP8 checkpoint, run as
+// FP8), "none" (dequantize everything to bf16/f32). Errors (kInvalidArgument /
 // kUnsupported) name config.json or the flag, what was found and what is supported.
 Quantization resolve_quantization(const io::HfConfig& config, const std::string& requested);
 // As above, and first looks in model_dir for ModelSlim's quant_model_description.json (or one
@@ -167,6 +175,10 @@ void check_fused_shards(const io::WeightSource& weights, const Quantization& qua
 // other dtypes converted. Error kInvalidModel when a scale is missing or has the wrong shape.
 Tensor load_dequantized_f32(const io::WeightSource& weights, const std::string& name, int64_t block_rows = 128,
                             int64_t block_cols = 128);
+// The block scales of F8_E4M3 weight `name` [rows, cols] (NAME_scale_inv [ceil(rows / block_rows),
+// ceil(cols / block_cols)]) as f32. Error kInvalidModel when missing or of another size.
+Tensor load_fp8_block_scales(const io::WeightSource& weights, const std::string& name, int64_t rows, int64_t cols,
+                             int64_t block_rows, int64_t block_cols);
 
 // Per-output-channel int8 weights: data int8 [rows, cols], scale f32 [rows].
 struct Int8Matrix {

@@ -179,6 +179,10 @@ GgufDotKernel gguf_dot_kernel(GgmlType type) {
             return ref      ? &gguf_dot_ref_blocks<GgmlType::kQ6_K>
                    : avx512 ? &detail::vec_dot_q6_k_q8_k_avx512
                             : &detail::vec_dot_q6_k_q8_k_avx2;
+        case GgmlType::kF8E4M3x128:
+            return ref      ? &gguf_dot_ref_blocks<GgmlType::kF8E4M3x128>
+                   : avx512 ? &detail::vec_dot_f8_f32_avx512
+                            : &detail::vec_dot_f8_f32_avx2;
         default:
             return nullptr;  // unreachable: checked above
     }
@@ -189,10 +193,16 @@ size_t GgufTiles::prepared_row_bytes(int64_t nb) const {
 }
 
 GgufTiles::GgufTiles(GgmlType type) : dot_(gguf_dot_kernel(type)) {
-    if (active_isa() < Isa::kAvx512) return;
-    prepare_ = detail::gguf_prepare_avx512(type);
+    const Isa isa = active_isa();
+    const bool fp8 = type == GgmlType::kF8E4M3x128;
+    if (isa == Isa::kRef || (isa < Isa::kAvx512 && !fp8)) return;  // AVX2 has tiles for FP8 only
+    if (isa >= Isa::kAvx512) prepare_ = detail::gguf_prepare_avx512(type);
     for (int r = 0; r < kGgufTileRows; ++r) {
-        for (int c = 0; c < kGgufTileCols; ++c) tiles_[r][c] = detail::gguf_tile_avx512(type, r + 1, c + 1);
+        for (int c = 0; c < kGgufTileCols; ++c) {
+            tiles_[r][c] = !fp8                  ? detail::gguf_tile_avx512(type, r + 1, c + 1)
+                           : isa >= Isa::kAvx512 ? detail::f8_tile_avx512(r + 1, c + 1)
+                                                 : detail::f8_tile_avx2(r + 1, c + 1);
+        }
     }
 }
 

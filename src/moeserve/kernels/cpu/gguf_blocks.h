@@ -99,6 +99,15 @@ struct BlockQ8_K {
     int16_t bsums[kQK_K / 16];
 };
 
+// moeserve's own (GgmlType::kF8E4M3x128): y = d * e4m3(q), d the f32 block scale of
+// DeepSeek's FP8 checkpoints (weight_scale_inv) as 4 little-endian bytes.
+inline constexpr int kQF8 = 128;
+struct BlockF8x128 {
+    uint8_t d[4];
+    uint8_t q[kQF8];
+};
+
+static_assert(sizeof(BlockF8x128) == 132);
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
               sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
@@ -109,6 +118,12 @@ inline void store_f16(uint8_t* p, float v) {
     const uint16_t h = f32_to_f16(v);
     p[0] = static_cast<uint8_t>(h & 0xff);
     p[1] = static_cast<uint8_t>(h >> 8);
+}
+
+inline float load_f32(const uint8_t* p) {
+    float v;
+    std::memcpy(&v, p, 4);
+    return v;
 }
 
 // Scale and min j (0-7) of a Q4_K / Q5_K block, 6 bits each, from the 12 packed bytes:

@@ -1,7 +1,8 @@
 // Dequantization of GGUF tensors to f32, bit-exact with llama.cpp's gguf-py (`gguf.quants`,
 // numpy float32 arithmetic, no fused multiply-add): checked against its output in
-// tests/kernels/gguf_dequant_test.cpp. Scalar code; a layer's weights are dequantized only for
-// references and for tensors that stay float. Depends on core only.
+// tests/kernels/gguf_dequant_test.cpp (moeserve's own kF8E4M3x128, which gguf-py does not know:
+// d * e4m3(q) in f32, as the safetensors loader dequantizes FP8). Scalar code; a layer's weights are dequantized only
+// for references and for tensors that stay float. Depends on core only.
 #pragma once
 
 #include <cstdint>

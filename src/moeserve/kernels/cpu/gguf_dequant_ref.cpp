@@ -160,6 +160,15 @@ void dequant_plain(GgmlType type, const void* src, float* y, int64_t n) {
     }
 }
 
+// y = d * e4m3(q): the f32 product, as the safetensors loader dequantizes DeepSeek's FP8 blocks.
+void dequant_f8x128(const void* src, float* y, int64_t n) {
+    const auto* blocks = static_cast<const BlockF8x128*>(src);
+    for (int64_t b = 0; b < n / kQF8; ++b) {
+        const float d = load_f32(blocks[b].d);
+        for (int i = 0; i < kQF8; ++i) y[b * kQF8 + i] = d * f8e4m3_to_f32(blocks[b].q[i]);
+    }
+}
+
 }  // namespace
 
 void dequantize_gguf(GgmlType type, const void* src, float* dst, int64_t n) {
@@ -192,6 +201,8 @@ void dequantize_gguf(GgmlType type, const void* src, float* dst, int64_t n) {
             return dequant_q6_k(src, dst, n);
         case GgmlType::kQ8_K:
             return dequant_q8_k(src, dst, n);
+        case GgmlType::kF8E4M3x128:
+            return dequant_f8x128(src, dst, n);
         default:
             MOESERVE_CHECK(false, "type {} is marked supported but has no dequantizer", traits.name);
     }

@@ -6,6 +6,9 @@
 // the bench model's 384-wide expert down projections in Q4_K_M / Q5_K_M files). Q4_1 / Q5_1
 // (y = d q + m) take q8_0 activations and sum them in the kernel, where llama.cpp stores that
 // sum, rounded to f16, in its q8_1 blocks.
+// moeserve's own FP8 rows (kF8E4M3x128, DeepSeek's block-scaled weights) pair with f32
+// activations instead (W8A16): the weights are widened in registers and the sum is in f32 lanes;
+// AVX2 has tiles for them too.
 // Depends on core only.
 #pragma once
 
@@ -18,7 +21,8 @@ namespace moeserve::kernels::cpu {
 
 // True for the weight types above.
 bool gguf_dot_supported(GgmlType weight);
-// The activation type llama.cpp pairs with `weight`: kQ8_0 or kQ8_K (checked: supported types).
+// The activation type llama.cpp pairs with `weight`: kQ8_0 or kQ8_K; kF32 for kF8E4M3x128
+// (checked: supported types).
 GgmlType gguf_dot_activation_type(GgmlType weight);
 
 // sum_i w_i * a_i over n elements. w: n / block_size blocks of `type` (one weight row, any
@@ -40,7 +44,8 @@ GgufDotKernel gguf_dot_kernel(GgmlType type);
 // Tiles: rows (1..kGgufTileRows) weight rows, w + r * w_stride, times cols (1..kGgufTileCols)
 // activation rows a[c], nb blocks each: out[c * ldo + r] = the gguf_dot_kernel product of that
 // pair, with its bits (a token's result does not depend on the tile it was computed in). Where
-// the active ISA level has tile kernels for the type (AVX-512: all but Q4_1 / Q5_1) a
+// the active ISA level has tile kernels for the type (AVX-512: all but Q4_1 / Q5_1; AVX2:
+// kF8E4M3x128) a
 // weight block is unpacked once for the whole tile and an activation block loaded once per
 // weight row; elsewhere the tile is a loop over the pair kernel.
 inline constexpr int kGgufTileRows = 4;

@@ -34,4 +34,11 @@ float vec_dot_q4_k_q8_k_avx512(int64_t nb, const void* w, const void* a);
 float vec_dot_q5_k_q8_k_avx512(int64_t nb, const void* w, const void* a);
 float vec_dot_q6_k_q8_k_avx512(int64_t nb, const void* w, const void* a);
 
+// FP8 rows (kF8E4M3x128) with f32 activation rows: tiles for rows x cols (1..4 each) and the
+// pair kernel, its 1 x 1 tile (gguf_dot_f8_avx2.cpp / gguf_dot_f8_avx512.cpp).
+GgufTileFn f8_tile_avx2(int rows, int cols);
+GgufTileFn f8_tile_avx512(int rows, int cols);
+float vec_dot_f8_f32_avx2(int64_t nb, const void* w, const void* a);
+float vec_dot_f8_f32_avx512(int64_t nb, const void* w, const void* a);
+
 }  // namespace moeserve::kernels::cpu::detail

@@ -155,6 +155,19 @@ float dot_q3_k(int64_t nb, const BlockQ3_K* w, const BlockQ8_K* a) {
     return sum;
 }
 
+// FP8 rows with f32 activations: the dequantized weights d * e4m3(q) times a, summed per block in
+// order, then the blocks' sums (the SIMD code sums the same products in lanes instead).
+float dot_f8x128(int64_t nb, const BlockF8x128* w, const float* a) {
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+        const float d = load_f32(w[b].d);
+        float block = 0.0f;
+        for (int i = 0; i < kQF8; ++i) block += (d * f8e4m3_to_f32(w[b].q[i])) * a[b * kQF8 + i];
+        sum += block;
+    }
+    return sum;
+}
+
 }  // namespace
 
 bool gguf_dot_supported(GgmlType weight) {
@@ -169,6 +182,7 @@ bool gguf_dot_supported(GgmlType weight) {
         case GgmlType::kQ4_K:
         case GgmlType::kQ5_K:
         case GgmlType::kQ6_K:
+        case GgmlType::kF8E4M3x128:
             return true;
         default:
             return false;
@@ -177,6 +191,7 @@ bool gguf_dot_supported(GgmlType weight) {
 
 GgmlType gguf_dot_activation_type(GgmlType weight) {
     MOESERVE_CHECK(gguf_dot_supported(weight), "no GGUF dot product for {}", ggml_type_name(weight));
+    if (weight == GgmlType::kF8E4M3x128) return GgmlType::kF32;
     return ggml_traits(weight).block_size == kQK_K ? GgmlType::kQ8_K : GgmlType::kQ8_0;
 }
 
@@ -215,6 +230,8 @@ float gguf_vec_dot_ref(GgmlType type, int64_t n, const void* w, const void* a) {
             return sum;
         case GgmlType::kQ6_K:
             return dot_q6_k(nb, static_cast<const BlockQ6_K*>(w), q8k);
+        case GgmlType::kF8E4M3x128:
+            return dot_f8x128(nb, static_cast<const BlockF8x128*>(w), static_cast<const float*>(a));
         default:
             return 0.0f;  // unreachable: checked above
     }

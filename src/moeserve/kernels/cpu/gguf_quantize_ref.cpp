@@ -153,6 +153,12 @@ void quantize_gguf(GgmlType type, const float* x, void* dst, int64_t n) {
             }
             return;
         }
+        case GgmlType::kF8E4M3x128:
+            for (int64_t b = 0; b < nb; ++b) {
+                const float d = store_f32_row_e4m3(at(b) + 4, xb(b), kQF8);
+                std::memcpy(at(b), &d, 4);
+            }
+            return;
         default:
             quantize_gguf_k(type, x, dst, n);
             return;

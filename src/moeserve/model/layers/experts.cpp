@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "moeserve/core/error.h"
+#include "moeserve/model/formats/fp8_blocks.h"
 #include "moeserve/model/formats/gguf_weights.h"
 #include "moeserve/model/layers/weight_loading.h"
 
@@ -140,6 +141,12 @@ Experts Experts::load(const io::WeightSource& weights, const std::vector<std::st
         }
         return e;
     }
+    if (n > 0 && quant.fp8_module(prefixes[0] + "gate_proj") &&
+        fp8_packable(weights, prefixes[0] + "gate_proj.weight", quant, 0, hidden) &&
+        fp8_packable(weights, prefixes[0] + "down_proj.weight", quant, inter_begin, inter)) {
+        quant.counts->fp8_experts += 1;
+        return load_fp8(weights, prefixes, hidden, full_inter, expert_begin, inter_begin, inter, quant);
+    }
     if (n > 0) quant.counts->float_experts += 1;
     if (quant.f32_weights) {
         e.gate_up_ = Tensor(DType::kF32, {n, 2 * inter, hidden});
@@ -221,6 +228,37 @@ Experts Experts::load_gguf(const io::WeightSource& weights, const std::vector<st
         e.gguf_bytes_ += gguf_matrix_bytes(e.gguf_.gate.back()) + gguf_matrix_bytes(e.gguf_.up.back()) +
                          gguf_matrix_bytes(e.gguf_.down.back());
     }
+    return e;
+}
+
+Experts Experts::load_fp8(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
+                          int64_t full_inter, int64_t expert_begin, int64_t inter_begin, int64_t inter_count,
+                          const Quantization& quant) {
+    Experts e;
+    e.hidden_ = hidden;
+    e.inter_ = inter_count;
+    e.expert_begin_ = expert_begin;
+    e.num_experts_ = static_cast<int64_t>(prefixes.size());
+    e.gguf_.expert_begin = expert_begin;
+    e.gguf_.hidden = hidden;
+    e.gguf_.inter = inter_count;
+    const size_t proj = fp8_packed_bytes(inter_count, hidden);  // gate or up; down has as many blocks
+    e.fp8_store_ = Tensor(DType::kU8, {static_cast<int64_t>(3 * proj) * e.num_experts_});
+    uint8_t* dst = e.fp8_store_.as<uint8_t>();
+    for (const std::string& p : prefixes) {
+        // gate/up: rows [inter_begin, +inter_count); down: the same columns (TP partial sums)
+        pack_fp8_rows(weights, p + "gate_proj.weight", {full_inter, hidden}, inter_begin, inter_count, 0, hidden, quant,
+                      dst);
+        e.gguf_.gate.push_back(fp8_matrix(dst, inter_count, hidden));
+        pack_fp8_rows(weights, p + "up_proj.weight", {full_inter, hidden}, inter_begin, inter_count, 0, hidden, quant,
+                      dst + proj);
+        e.gguf_.up.push_back(fp8_matrix(dst + proj, inter_count, hidden));
+        pack_fp8_rows(weights, p + "down_proj.weight", {hidden, full_inter}, 0, hidden, inter_begin, inter_count, quant,
+                      dst + 2 * proj);
+        e.gguf_.down.push_back(fp8_matrix(dst + 2 * proj, hidden, inter_count));
+        dst += 3 * proj;
+    }
+    e.gguf_bytes_ = e.fp8_store_.nbytes();
     return e;
 }
 

@@ -1,5 +1,6 @@
 // SwiGLU experts with gate|up fused at load time (bf16; f32 under --dtype float32; or int8 with
-// per-channel scales for W8A8; or int4 codes with group scales for W4A16):
+// per-channel scales for W8A8; or int4 codes with group scales for W4A16; or FP8 blocks for an
+// FP8 checkpoint, formats/fp8_blocks.h, run by the GGUF experts kernels):
 // the routed experts of a MoE layer, and also a dense MLP or DeepSeek's shared experts, which are
 // a single always-chosen expert. From a GGUF file the experts stay in their stored blocks (slices
 // of the stacked ffn_*_exps tensors, kernels/cpu/gguf_linear.h), whatever their type.
@@ -67,8 +68,13 @@ private:
     static Experts load_int4(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
                              int64_t full_inter, int64_t inter_begin, int64_t inter_count, const Quantization& quant,
                              Experts e);
-    kernels::cpu::GgufExperts gguf_;  // GGUF: every expert's three matrices in the file's mapping
+    // GGUF: every expert's three matrices in the file's mapping; FP8 (W8A16): in fp8_store_
+    kernels::cpu::GgufExperts gguf_;
     size_t gguf_bytes_ = 0;
+    Tensor fp8_store_;  // U8: each expert's gate, up and down rows as kF8E4M3x128 blocks
+    static Experts load_fp8(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
+                            int64_t full_inter, int64_t expert_begin, int64_t inter_begin, int64_t inter_count,
+                            const Quantization& quant);
     static Experts load_gguf(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
                              int64_t full_inter, int64_t expert_begin, int64_t inter_begin, int64_t inter_count);
     int64_t num_experts_ = 0, hidden_ = 0, inter_ = 0, expert_begin_ = 0;

@@ -8,10 +8,35 @@
 #include "moeserve/kernels/cpu/linear_int4.h"
 #include "moeserve/kernels/cpu/linear_int8.h"
 #include "moeserve/kernels/cpu/linear_int8_static.h"
+#include "moeserve/model/formats/fp8_blocks.h"
 #include "moeserve/model/formats/gguf_weights.h"
 #include "moeserve/model/layers/weight_loading.h"
 
 namespace moeserve::model {
+
+namespace {
+// Rows [begin, begin + n) of an f32 vector (a bias), or empty for an empty one.
+Tensor slice_rows(const Tensor& v, int64_t begin, int64_t n) {
+    if (v.empty()) return {};
+    Tensor out(DType::kF32, {n});
+    std::memcpy(out.as<float>(), v.as<float>() + begin, static_cast<size_t>(n) * 4);
+    return out;
+}
+}  // namespace
+
+Linear Linear::load_fp8(const io::WeightSource& weights, const std::string& prefix, const Shape& shape,
+                        const LinearShard& shard, bool has_bias, const Quantization& quant) {
+    const int64_t rows = shard.rows < 0 ? shape[0] : shard.rows;
+    const int64_t cols = shard.cols < 0 ? shape[1] : shard.cols;
+    Linear l;
+    l.owned_ = Tensor(DType::kU8, {static_cast<int64_t>(fp8_packed_bytes(rows, cols))});
+    pack_fp8_rows(weights, prefix + ".weight", shape, shard.row_begin, rows, shard.col_begin, cols, quant,
+                  l.owned_.as<uint8_t>());
+    l.gguf_ = fp8_matrix(l.owned_.as<const uint8_t>(), rows, cols);
+    quant.counts->fp8_linears += 1;
+    if (has_bias) l.bias_ = slice_rows(load_vector_f32(weights, prefix + ".bias", shape[0]), shard.row_begin, rows);
+    return l;
+}
 
 Linear Linear::load(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
                     int64_t in_features, bool has_bias, const Quantization& quant, LayerPrecision precision) {
@@ -22,6 +47,9 @@ Linear Linear::load(const io::WeightSource& weights, const std::string& prefix, 
         quant.counts->float_linears += 1;
         if (has_bias) l.bias_ = load_vector_f32(weights, prefix + ".bias", out_features);
         return l;
+    }
+    if (quant.fp8_module(prefix, precision) && fp8_packable(weights, name, quant, 0, in_features)) {
+        return load_fp8(weights, prefix, {out_features, in_features}, {}, has_bias, quant);
     }
     const LinearScheme scheme = quant.scheme(prefix, precision);
     if (scheme == LinearScheme::kW4A16) {
@@ -116,24 +144,26 @@ Linear Linear::load_shard(const io::WeightSource& weights, const std::string& pr
                        shard.col_begin + cols <= in_features,
                    "shard rows [{}, +{}) cols [{}, +{}) outside [{}, {}]", shard.row_begin, rows, shard.col_begin, cols,
                    out_features, in_features);
+    if (quant.fp8_module(prefix, precision)) {
+        if (fp8_packable(weights, prefix + ".weight", quant, shard.col_begin, cols)) {
+            return load_fp8(weights, prefix, {out_features, in_features}, shard, has_bias, quant);
+        }
+        Quantization widened = quant;  // the split cuts a 128-column block: this rank's part in bf16
+        widened.fp8 = false;
+        return load_shard(weights, prefix, out_features, in_features, shard, has_bias, widened, precision);
+    }
     Linear full = load(weights, prefix, out_features, in_features, has_bias, quant, precision);
     if (rows == out_features && cols == in_features) return full;
     Linear l;
     if (full.is_gguf()) {
         l.gguf_ = gguf_rectangle(full.gguf_, shard.row_begin, rows, shard.col_begin, cols, prefix + ".weight");
-        if (has_bias) {
-            l.bias_ = Tensor(DType::kF32, {rows});
-            std::memcpy(l.bias_.as<float>(), full.bias_.as<float>() + shard.row_begin, static_cast<size_t>(rows) * 4);
-        }
+        l.bias_ = slice_rows(full.bias_, shard.row_begin, rows);
         return l;
     }
     if (full.is_int4()) {
         l.w4_ = load_int4_rectangle(weights, prefix, out_features, in_features, shard.row_begin, rows, shard.col_begin,
                                     cols, quant);
-        if (has_bias) {
-            l.bias_ = Tensor(DType::kF32, {rows});
-            std::memcpy(l.bias_.as<float>(), full.bias_.as<float>() + shard.row_begin, static_cast<size_t>(rows) * 4);
-        }
+        l.bias_ = slice_rows(full.bias_, shard.row_begin, rows);
         return l;
     }
     if (full.static_) {
@@ -171,10 +201,7 @@ Linear Linear::load_shard(const io::WeightSource& weights, const std::string& pr
                         static_cast<size_t>(cols));
             l.w8_scale_.as<float>()[r] = full.w8_scale_.as<float>()[shard.row_begin + r];
         }
-        if (has_bias) {
-            l.bias_ = Tensor(DType::kF32, {rows});
-            std::memcpy(l.bias_.as<float>(), full.bias_.as<float>() + shard.row_begin, static_cast<size_t>(rows) * 4);
-        }
+        l.bias_ = slice_rows(full.bias_, shard.row_begin, rows);
         return l;
     }
     const size_t es = dtype_size(full.weight_.dtype);
@@ -194,10 +221,7 @@ Linear Linear::load_shard(const io::WeightSource& weights, const std::string& pr
         }
         l.weight_ = l.owned_.view();
     }
-    if (has_bias) {
-        l.bias_ = Tensor(DType::kF32, {rows});
-        std::memcpy(l.bias_.as<float>(), full.bias_.as<float>() + shard.row_begin, static_cast<size_t>(rows) * 4);
-    }
+    l.bias_ = slice_rows(full.bias_, shard.row_begin, rows);
     return l;
 }
 

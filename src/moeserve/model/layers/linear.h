@@ -1,7 +1,8 @@
 // Linear layer y = x @ W^T (+ b). The weight stays in the checkpoint's precision: a bf16 view of
 // the mapped file (zero-copy), or f32 (F32 kept as is, F16 converted to f32 at load); FP8
-// block-scaled weights become bf16, int8 ones f32; with quant.f32_weights (--dtype float32)
-// bf16 and FP8 weights become f32 too. All unless the layer runs W8A8: then int8
+// block-scaled weights run as FP8 (quant.fp8_module: repacked into gguf_, formats/fp8_blocks.h)
+// or become bf16, int8 ones f32; with quant.f32_weights (--dtype float32) bf16 and widened FP8
+// weights become f32 too. All unless the layer runs W8A8: then int8
 // [out, in] with one f32 scale per output channel, activations quantized per token. A ModelSlim
 // static W8A8 linear keeps int8 weights, one per-tensor activation scale (golden-stick A8W8: one
 // divisor per input channel) and zero point, an int32 bias added before the per-channel
@@ -78,10 +79,14 @@ private:
     Tensor quant_bias_;
     float x_mul_ = 1.0f, x_zero_ = 0.0f;
     Tensor x_div_;
-    // GGUF blocks [out_features, in_features] in the file's mapping (data null: not GGUF)
+    // GGUF blocks [out_features, in_features] in the file's mapping, or FP8 blocks in owned_ (data
+    // null: neither)
     kernels::cpu::GgufMatrix gguf_;
     Int4Matrix w4_;  // W4A16 (codes empty: not int4)
 
+    // FP8 weight PREFIX.weight of `shape`, the shard's rectangle repacked into owned_ (gguf_ views it).
+    static Linear load_fp8(const io::WeightSource& weights, const std::string& prefix, const Shape& shape,
+                           const LinearShard& shard, bool has_bias, const Quantization& quant);
     // The f32 weight of a linear whose checkpoint stores it as int4 but which runs in high
     // precision (a kHigh / kDequantized layer, an ignored module, --quantization none).
     static Linear dequantized_int4(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# DeepSeek's FP8 checkpoints run as stored (W8A16, the default) against the same checkpoint widened
+# to bf16 at load (--quantization none) and quantized to int8 (w8a8), alternating within each
+# round, on the bench-size DeepSeek-V3 written in FP8 (128 x 128 block scales) by make-model. Each
+# row: `moeserve generate` decode (64 tokens) and prefill (a 518-token prompt) rates and the
+# process's peak resident memory; each round starts with the STREAM read. Run from the project
+# root:
+#   MOESERVE_BIN=build/src/moeserve/cli/moeserve ROUNDS="1 2 3" benchmarks/fp8_ab.sh
+# STREAM_BIN: stream_read built from benchmarks/stream_read.c (gcc -O2 -fopenmp).
+set -euo pipefail
+MS=${MOESERVE_BIN:-build/src/moeserve/cli/moeserve}
+MODEL=${MODEL:-/tmp/dsv3-bench-fp8}
+STREAM=${STREAM_BIN:-$HOME/.cache/moeserve-peer/stream_read}
+[ -f "$MODEL/config.json" ] || "$MS" make-model --arch deepseek_v3 --size bench --seed 1 --quantization fp8 \
+  --out "$MODEL" >/dev/null
+P518="$(/usr/bin/python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog near the river bank.']*37))")"
+DEC='The history of the Roman Empire spans many centuries, and'
+# rates and peak RSS (MiB) of one generate run
+ms() {
+  local out
+  out=$(/usr/bin/time -f "rss_kb %M" "$MS" generate --model "$MODEL" --quantization "$1" --prompt "$2" \
+    --max-tokens "$3" --ignore-eos --threads "${T:-2}" 2>&1)
+  echo "$(grep -o "generate:.*" <<<"$out" |
+    sed -E 's/.*prefill ([0-9.]+) tok\/s.*decode ([0-9.]+) tok\/s.*/prefill \1 tok\/s, decode \2 tok\/s/'), peak RSS \
+$(($(grep -o "rss_kb [0-9]*" <<<"$out" | cut -d' ' -f2) / 1024)) MiB"
+}
+lscpu | grep -E "Model name|^CPU\(s\)"
+"$MS" env | grep -E "isa|cpu" || true
+du -sh "$MODEL"
+for round in ${ROUNDS:-1 2 3}; do
+  echo "== round $round, load $(cut -d' ' -f1-3 /proc/loadavg)"
+  [ -x "$STREAM" ] && OMP_NUM_THREADS=2 OMP_PROC_BIND=spread "$STREAM"
+  for q in fp8 none w8a8; do
+    echo "$q decode: $(ms $q "$DEC" 64)"
+    echo "$q p518:   $(ms $q "$P518" 1)"
+  done
+done
+echo "== end, load $(cut -d' ' -f1-3 /proc/loadavg)"

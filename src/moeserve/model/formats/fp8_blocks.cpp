@@ -1,0 +1,59 @@
+#include "moeserve/model/formats/fp8_blocks.h"
+
+#include <cstring>
+
+#include "moeserve/core/error.h"
+#include "moeserve/model/layers/weight_loading.h"
+
+namespace moeserve::model {
+
+namespace {
+// kF8E4M3x128's geometry: 128 columns, the f32 scale and 128 bytes.
+int64_t block_cols() { return ggml_traits(GgmlType::kF8E4M3x128).block_size; }
+size_t block_bytes() { return ggml_traits(GgmlType::kF8E4M3x128).type_size; }
+}  // namespace
+
+bool fp8_packable(const io::WeightSource& weights, const std::string& name, const Quantization& quant, int64_t col0,
+                  int64_t cols) {
+    const int64_t block = block_cols();
+    if (quant.checkpoint != CheckpointQuant::kFp8Block || quant.block_cols != block) return false;
+    if (col0 % block != 0 || cols % block != 0 || !weights.contains(name)) return false;
+    return weights.get(name).dtype == DType::kF8E4M3;
+}
+
+void pack_fp8_rows(const io::WeightSource& weights, const std::string& name, const Shape& shape, int64_t row0,
+                   int64_t rows, int64_t col0, int64_t cols, const Quantization& quant, uint8_t* dst) {
+    const TensorView w = get_checked(weights, name, shape);
+    const int64_t width = shape[1];
+    const int64_t block = block_cols();
+    if (w.dtype != DType::kF8E4M3) {  // e.g. one expert of a layer stored unlike the others
+        raise(ErrorCode::kInvalidModel, "tensor '{}' is {} where the layer's other weights are F8_E4M3 in {}", name,
+              dtype_name(w.dtype), weights.dir().string());
+    }
+    MOESERVE_CHECK(
+        row0 >= 0 && row0 + rows <= shape[0] && col0 % block == 0 && cols % block == 0 && col0 + cols <= width,
+        "FP8 rectangle rows [{}, +{}) cols [{}, +{}) of {}", row0, rows, col0, cols, name);
+    const Tensor scales = load_fp8_block_scales(weights, name, shape[0], width, quant.block_rows, quant.block_cols);
+    const int64_t scale_cols = (width + quant.block_cols - 1) / quant.block_cols;
+    const auto* src = w.as<const uint8_t>();
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t row = row0 + r;
+        const float* row_scales = scales.as<float>() + (row / quant.block_rows) * scale_cols;
+        for (int64_t b = 0; b < cols / block; ++b) {
+            const int64_t col = col0 + b * block;
+            std::memcpy(dst, &row_scales[col / block], 4);
+            std::memcpy(dst + 4, src + row * width + col, static_cast<size_t>(block));
+            dst += block_bytes();
+        }
+    }
+}
+
+size_t fp8_packed_bytes(int64_t rows, int64_t cols) {
+    return static_cast<size_t>(rows) * static_cast<size_t>(cols / block_cols()) * block_bytes();
+}
+
+kernels::cpu::GgufMatrix fp8_matrix(const uint8_t* data, int64_t rows, int64_t cols) {
+    return {GgmlType::kF8E4M3x128, data, rows, cols, fp8_packed_bytes(1, cols)};
+}
+
+}  // namespace moeserve::model
