@@ -46,6 +46,17 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::filesystem::path& 
     return std::shared_ptr<const MappedFile>(new MappedFile(path, static_cast<const uint8_t*>(addr), size));
 }
 
+void MappedFile::drop_resident(const uint8_t* begin, uint64_t n) const {
+    const auto start = reinterpret_cast<uintptr_t>(data_);
+    const auto at = reinterpret_cast<uintptr_t>(begin);
+    if (data_ == nullptr || at < start || at - start > size_ || n > size_ - (at - start)) return;
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const uintptr_t lo = (at + page - 1) & ~(page - 1);
+    const uintptr_t hi = (at + n) & ~(page - 1);
+    // advice only: a failure leaves the pages resident, which costs memory, not correctness
+    if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
     if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }

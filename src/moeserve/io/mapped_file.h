@@ -24,6 +24,12 @@ public:
     uint64_t size() const { return size_; }
     const std::filesystem::path& path() const { return path_; }
 
+    // Drops this process's resident pages among [begin, begin + n) (the whole pages inside it; a
+    // range outside the mapping is ignored): for bytes a loader has copied into its own form, so
+    // the mapping no longer counts in the resident memory. Touched again, the pages are read back
+    // from the file (the mapping is private and never written, so nothing is lost).
+    void drop_resident(const uint8_t* begin, uint64_t n) const;
+
 private:
     MappedFile(std::filesystem::path path, const uint8_t* data, uint64_t size)
         : path_(std::move(path)), data_(data), size_(size) {}

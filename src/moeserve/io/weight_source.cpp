@@ -195,6 +195,13 @@ Tensor WeightSource::load_f32(const std::string& name) const {
     return out;
 }
 
+void WeightSource::drop_resident(const std::string& name) const {
+    if (gguf_ || owned_.count(name) != 0) return;
+    const SafetensorsFile& file = file_of(name);
+    const TensorView view = file.view(stored_name(name));
+    file.mapping()->drop_resident(static_cast<const uint8_t*>(view.data), view.nbytes());
+}
+
 std::vector<std::shared_ptr<const MappedFile>> WeightSource::mappings() const {
     std::vector<std::shared_ptr<const MappedFile>> out;
     for (const auto& f : files_) out.push_back(f->mapping());

@@ -97,6 +97,10 @@ public:
     TensorView get(const std::string& name, DType dtype, const Shape& shape) const;
     // The tensor converted to an owned f32 Tensor of the same shape (any dtype; see convert_to_f32).
     Tensor load_f32(const std::string& name) const;
+    // For a tensor the loader has copied into its own form: its pages in the file's mapping stop
+    // counting in this process's resident memory (MappedFile::drop_resident; read back from the
+    // file if get() is used again). No effect on owned and GGUF tensors.
+    void drop_resident(const std::string& name) const;
 
     // The file that holds `name` (throws like info()).
     const SafetensorsFile& file_of(const std::string& name) const;

@@ -395,6 +395,7 @@ Tensor load_dequantized_f32(const io::WeightSource& weights, const std::string& 
         for (int64_t r = 0; r < rows; ++r) {
             for (int64_t c = 0; c < cols; ++c) p[r * cols + c] *= s.as<float>()[(r / block_rows) * bc + c / block_cols];
         }
+        weights.drop_resident(name);  // the caller keeps this copy (or its bf16 / int8 form)
         return f;
     }
     const std::string sname = name + "_scale";

@@ -46,6 +46,7 @@ void pack_fp8_rows(const io::WeightSource& weights, const std::string& name, con
             dst += block_bytes();
         }
     }
+    weights.drop_resident(name);  // the repacked rows are what the layer reads from now on
 }
 
 size_t fp8_packed_bytes(int64_t rows, int64_t cols) {
