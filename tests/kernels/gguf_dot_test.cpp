@@ -156,7 +156,7 @@ TEST_P(GgufDotTest, MatvecIsOneDotPerRow) {
 }
 
 // Every tile shape gives each (weight row, activation row) pair the one-pair kernel's bits, for odd
-// block counts too, with rows at odd addresses and strides.
+// block counts too, with rows at odd addresses and strides; so do the tiles over widened rows.
 TEST_P(GgufDotTest, TilesHaveThePairKernelsBits) {
     const GgmlType type = GetParam();
     const int64_t bs = ggml_traits(type).block_size;
@@ -198,6 +198,15 @@ TEST_P(GgufDotTest, TilesHaveThePairKernelsBits) {
                             const float one = gguf_vec_dot(type, n, w + stride * static_cast<size_t>(r), a[c]);
                             EXPECT_EQ(f32_bits(out[c * 5 + r]), f32_bits(one)) << out[c * 5 + r] << " vs " << one;
                         }
+                    }
+                    if (!tiles.widens()) continue;
+                    // the same tile over the rows widened once (FP8's many-token path)
+                    std::vector<float> widened(static_cast<size_t>(nr * n));
+                    tiles.widen(n / bs, nr, w, stride, widened.data());
+                    float again[kGgufTileCols * 5] = {};
+                    tiles.run_widened(n / bs, nr, nc, widened.data(), n, rows_in, again, 5);
+                    for (int c = 0; c < nc; ++c) {
+                        for (int r = 0; r < nr; ++r) EXPECT_EQ(f32_bits(again[c * 5 + r]), f32_bits(out[c * 5 + r]));
                     }
                 }
             }

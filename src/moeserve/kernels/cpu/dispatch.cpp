@@ -41,7 +41,7 @@ void* thread_scratch(int slot, int64_t bytes) {
         std::unique_ptr<std::byte[]> data;
         int64_t size = 0;
     };
-    thread_local Buf bufs[6];
+    thread_local Buf bufs[7];
     Buf& b = bufs[slot];
     if (b.size < bytes) {
         const int64_t size = std::max<int64_t>(bytes, 2 * b.size);
@@ -196,14 +196,22 @@ GgufTiles::GgufTiles(GgmlType type) : dot_(gguf_dot_kernel(type)) {
     const Isa isa = active_isa();
     const bool fp8 = type == GgmlType::kF8E4M3x128;
     if (isa == Isa::kRef || (isa < Isa::kAvx512 && !fp8)) return;  // AVX2 has tiles for FP8 only
-    if (isa >= Isa::kAvx512) prepare_ = detail::gguf_prepare_avx512(type);
+    const bool avx512 = isa >= Isa::kAvx512;
+    if (avx512) prepare_ = detail::gguf_prepare_avx512(type);
+    if (fp8) widen_ = avx512 ? &detail::f8_widen_avx512 : &detail::f8_widen_avx2;
     for (int r = 0; r < kGgufTileRows; ++r) {
         for (int c = 0; c < kGgufTileCols; ++c) {
-            tiles_[r][c] = !fp8                  ? detail::gguf_tile_avx512(type, r + 1, c + 1)
-                           : isa >= Isa::kAvx512 ? detail::f8_tile_avx512(r + 1, c + 1)
-                                                 : detail::f8_tile_avx2(r + 1, c + 1);
+            tiles_[r][c] = !fp8     ? detail::gguf_tile_avx512(type, r + 1, c + 1)
+                           : avx512 ? detail::f8_tile_avx512(r + 1, c + 1)
+                                    : detail::f8_tile_avx2(r + 1, c + 1);
+            if (fp8)
+                widened_[r][c] = avx512 ? detail::f32_tile_avx512(r + 1, c + 1) : detail::f32_tile_avx2(r + 1, c + 1);
         }
     }
+}
+
+float* GgufTiles::widen_buffer(int64_t floats) const {
+    return static_cast<float*>(detail::thread_scratch(detail::kGgufWidenScratchSlot, floats * 4));
 }
 
 float gguf_vec_dot(GgmlType type, int64_t n, const void* w, const void* a) {

@@ -73,10 +73,29 @@ public:
         }
     }
 
+    // Weight rows widened once for many activation rows (FP8 at the avx2 / avx512 levels): where
+    // widens(), widen() writes `rows` weight rows as f32 [rows, nb * block] (dst from
+    // widen_buffer: this thread's, valid until its next call) and run_widened() over them gives
+    // run()'s bits without converting the weights again for each group of kGgufTileCols
+    // activation rows.
+    bool widens() const { return widen_ != nullptr; }
+    float* widen_buffer(int64_t floats) const;
+    void widen(int64_t nb, int rows, const uint8_t* w, size_t w_stride, float* dst) const {
+        widen_(nb, rows, w, w_stride, dst);
+    }
+    void run_widened(int64_t nb, int rows, int cols, const float* w, int64_t row_floats, const uint8_t* const* a,
+                     float* out, int64_t ldo) const {
+        widened_[rows - 1][cols - 1](nb, reinterpret_cast<const uint8_t*>(w), static_cast<size_t>(row_floats) * 4, a,
+                                     out, ldo);
+    }
+
 private:
+    using WidenFn = void (*)(int64_t nb, int rows, const uint8_t* w, size_t w_stride, float* dst);
     GgufDotKernel dot_;
     GgufPrepareFn prepare_ = nullptr;
+    WidenFn widen_ = nullptr;
     GgufTileFn tiles_[kGgufTileRows][kGgufTileCols] = {};
+    GgufTileFn widened_[kGgufTileRows][kGgufTileCols] = {};
 };
 
 // Scalar reference: per block the exact integer dot product, then

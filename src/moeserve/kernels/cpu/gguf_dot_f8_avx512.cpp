@@ -89,7 +89,66 @@ void tile_f8(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t* const
     }
 }
 
+// The same products on rows widened beforehand (f8_widen_avx512): the tile above without its
+// conversions, in the same order, so with the same bits.
+template <int R, int C>
+void tile_f32(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t* const* a, float* out, int64_t ldo) {
+    static_assert(R >= 1 && R <= 4 && C >= 1 && C <= 4);
+    __m512 acc[R][C];
+    for (int r = 0; r < R; ++r) {
+        for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+    }
+    const float* act[C];
+    for (int c = 0; c < C; ++c) act[c] = reinterpret_cast<const float*>(a[c]);
+    const float* wf[R];
+    for (int r = 0; r < R; ++r) wf[r] = reinterpret_cast<const float*>(w + r * w_stride);
+    for (int64_t i = 0; i < nb * kQF8; i += 32) {
+        __m512 x_lo[C], x_hi[C];
+        for (int c = 0; c < C; ++c) {
+            x_lo[c] = _mm512_loadu_ps(act[c] + i);
+            x_hi[c] = _mm512_loadu_ps(act[c] + i + 16);
+        }
+        for (int r = 0; r < R; ++r) {
+            const __m512 lo = _mm512_loadu_ps(wf[r] + i);
+            const __m512 hi = _mm512_loadu_ps(wf[r] + i + 16);
+            for (int c = 0; c < C; ++c) {
+                acc[r][c] = _mm512_fmadd_ps(lo, x_lo[c], acc[r][c]);
+                acc[r][c] = _mm512_fmadd_ps(hi, x_hi[c], acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        for (int c = 0; c < C; ++c) out[c * ldo + r] = sum16(acc[r][c]);
+    }
+}
+
 }  // namespace
+
+void f8_widen_avx512(int64_t nb, int rows, const uint8_t* w, size_t w_stride, float* dst) {
+    for (int r = 0; r < rows; ++r) {
+        for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t* block = w + r * w_stride + static_cast<size_t>(b) * sizeof(BlockF8x128);
+            const __m512 d = _mm512_set1_ps(block_scale(block) * 256.0f);
+            float* out = dst + (r * nb + b) * kQF8;
+            for (int k = 0; k < kQF8; k += 32) {
+                __m512 lo, hi;
+                widen32(block + 4 + k, lo, hi);
+                _mm512_storeu_ps(out + k, _mm512_mul_ps(lo, d));
+                _mm512_storeu_ps(out + k + 16, _mm512_mul_ps(hi, d));
+            }
+        }
+    }
+}
+
+GgufTileFn f32_tile_avx512(int rows, int cols) {
+    static constexpr GgufTileFn kTable[4][4] = {
+        {tile_f32<1, 1>, tile_f32<1, 2>, tile_f32<1, 3>, tile_f32<1, 4>},
+        {tile_f32<2, 1>, tile_f32<2, 2>, tile_f32<2, 3>, tile_f32<2, 4>},
+        {tile_f32<3, 1>, tile_f32<3, 2>, tile_f32<3, 3>, tile_f32<3, 4>},
+        {tile_f32<4, 1>, tile_f32<4, 2>, tile_f32<4, 3>, tile_f32<4, 4>},
+    };
+    return kTable[rows - 1][cols - 1];
+}
 
 GgufTileFn f8_tile_avx512(int rows, int cols) {
     static constexpr GgufTileFn kTable[4][4] = {

@@ -40,5 +40,13 @@ GgufTileFn f8_tile_avx2(int rows, int cols);
 GgufTileFn f8_tile_avx512(int rows, int cols);
 float vec_dot_f8_f32_avx2(int64_t nb, const void* w, const void* a);
 float vec_dot_f8_f32_avx512(int64_t nb, const void* w, const void* a);
+// FP8 rows widened once for many activation rows (GgufTiles::widen): dst f32 [rows, nb * 128]
+// holds each weight as the tiles compute it, and the f32 tiles over those rows give the FP8
+// tiles' bits (w_stride in bytes, as for every tile).
+void f8_widen_avx2(int64_t nb, int rows, const uint8_t* w, size_t w_stride, float* dst);
+void f8_widen_avx512(int64_t nb, int rows, const uint8_t* w, size_t w_stride, float* dst);
+GgufTileFn f32_tile_avx2(int rows, int cols);
+GgufTileFn f32_tile_avx512(int rows, int cols);
+inline constexpr int kGgufWidenScratchSlot = 6;  // thread_scratch slot of the widened rows
 
 }  // namespace moeserve::kernels::cpu::detail

@@ -59,17 +59,24 @@ void gguf_linear(ThreadPool& pool, const float* x, int64_t rows, const GgufMatri
         const int64_t nb = k / ggml_traits(w.type).block_size;
         size_t arow = 0;
         const uint8_t* qx = tile_rows(tiles, scratch.qx.data(), qrow, rows, nb, scratch.prepared, arow);
+        const bool widen = tiles.widens() && rows > kGgufTileCols;  // converted once for every token row
         pool.run([&](int tid) {
             const int64_t begin = tid * chunk;
             const int64_t end = std::min(n, begin + chunk);
             const uint8_t* acts[kGgufTileCols];
+            float* slab = widen ? tiles.widen_buffer(kGgufTileRows * k) : nullptr;
             // kGgufTileRows weight rows stay in L1 while every token row passes them
             for (int64_t j = begin; j < end; j += kGgufTileRows) {
                 const int nr = static_cast<int>(std::min<int64_t>(kGgufTileRows, end - j));
+                if (widen) tiles.widen(nb, nr, w.row(j), w.row_stride, slab);
                 for (int64_t r0 = 0; r0 < rows; r0 += kGgufTileCols) {
                     const int nc = static_cast<int>(std::min<int64_t>(kGgufTileCols, rows - r0));
                     for (int c = 0; c < nc; ++c) acts[c] = qx + arow * static_cast<size_t>(r0 + c);
-                    tiles.run(nb, nr, nc, w.row(j), w.row_stride, acts, out + r0 * n + j, n);
+                    if (widen) {
+                        tiles.run_widened(nb, nr, nc, slab, k, acts, out + r0 * n + j, n);
+                    } else {
+                        tiles.run(nb, nr, nc, w.row(j), w.row_stride, acts, out + r0 * n + j, n);
+                    }
                 }
             }
         });
@@ -156,7 +163,7 @@ void quantize_rows(ThreadPool& pool, GgmlType act, const float* x, int64_t rows,
 // Calls fn(e, j, nr, s0, nc, acts) for every tile of the active experts: nr (<= kGgufTileRows)
 // of an expert's out_rows weight rows from j, times nc (<= kGgufTileCols) of its slots from s0,
 // acts their activation rows (slot_row(s) gives slot s's). One pool work item per (active
-// expert, kGgufTileRows rows), each a pass over the expert's slots.
+// expert, kGgufTileRows rows), each a pass over the expert's slots in order on one thread.
 template <class SlotRow, class Fn>
 void expert_tiles(ThreadPool& pool, const GgufScratch& scratch, int64_t out_rows, SlotRow slot_row, Fn fn) {
     const int64_t row_blocks = (out_rows + kGgufTileRows - 1) / kGgufTileRows;
@@ -176,6 +183,21 @@ void expert_tiles(ThreadPool& pool, const GgufScratch& scratch, int64_t out_rows
     });
 }
 
+// One tile of expert e's matrix m (expert_tiles' fn arguments). An expert with more than one tile
+// of slots has its rows widened once, by its first tile (expert_tiles walks the slots in order on
+// one thread), into part `part` of the thread's widened rows (gate and up are live together).
+void expert_tile(const GgufTiles& tiles, int64_t nb, const GgufMatrix& m, const GgufScratch& scratch, size_t e,
+                 int64_t j, int nr, int64_t s0, int nc, const uint8_t* const* acts, float* out, int64_t ldo, int part) {
+    const bool widen = tiles.widens() && scratch.offsets[e + 1] - scratch.offsets[e] > kGgufTileCols;
+    if (!widen) {
+        tiles.run(nb, nr, nc, m.row(j), m.row_stride, acts, out, ldo);
+        return;
+    }
+    float* slab = tiles.widen_buffer(2 * kGgufTileRows * m.cols) + part * kGgufTileRows * m.cols;
+    if (s0 == scratch.offsets[e]) tiles.widen(nb, nr, m.row(j), m.row_stride, slab);
+    tiles.run_widened(nb, nr, nc, slab, m.cols, acts, out, ldo);
+}
+
 // silu(gate x) * up x of every slot into scratch.gate [slots, inter], from the tokens' quantized
 // rows (scratch.qx, qrow bytes each).
 void gate_up_stage(ThreadPool& pool, const GgufExperts& experts, int64_t num_tokens, GgufScratch& scratch,
@@ -193,8 +215,8 @@ void gate_up_stage(ThreadPool& pool, const GgufExperts& experts, int64_t num_tok
                  [&](size_t e, int64_t j, int nr, int64_t s0, int nc, const uint8_t* const* acts) {
                      float g[kGgufTileCols * kGgufTileRows];
                      float u[kGgufTileCols * kGgufTileRows];
-                     tiles.run(nb, nr, nc, experts.gate[e].row(j), experts.gate[e].row_stride, acts, g, kGgufTileRows);
-                     tiles.run(nb, nr, nc, experts.up[e].row(j), experts.up[e].row_stride, acts, u, kGgufTileRows);
+                     expert_tile(tiles, nb, experts.gate[e], scratch, e, j, nr, s0, nc, acts, g, kGgufTileRows, 0);
+                     expert_tile(tiles, nb, experts.up[e], scratch, e, j, nr, s0, nc, acts, u, kGgufTileRows, 1);
                      for (int c = 0; c < nc; ++c) {
                          float* dst = scratch.gate.data() + (s0 + c) * inter + j;
                          for (int r = 0; r < nr; ++r) {
@@ -218,8 +240,8 @@ void down_stage(ThreadPool& pool, const GgufExperts& experts, GgufScratch& scrat
     const auto slot_row = [&](int64_t s) { return rows + arow * static_cast<size_t>(s); };
     expert_tiles(pool, scratch, h, slot_row,
                  [&](size_t e, int64_t c0, int nr, int64_t s0, int nc, const uint8_t* const* acts) {
-                     tiles.run(nb, nr, nc, experts.down[e].row(c0), experts.down[e].row_stride, acts,
-                               scratch.down.data() + s0 * h + c0, h);
+                     expert_tile(tiles, nb, experts.down[e], scratch, e, c0, nr, s0, nc, acts,
+                                 scratch.down.data() + s0 * h + c0, h, 0);
                  });
 }
 
