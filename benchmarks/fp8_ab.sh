@@ -3,10 +3,10 @@
 # to bf16 at load (--quantization none) and quantized to int8 (w8a8), alternating within each
 # round, on the bench-size DeepSeek-V3 written in FP8 (128 x 128 block scales) by make-model. Each
 # row: `moeserve generate` decode (64 tokens) and prefill (a 518-token prompt) rates and the
-# process's peak resident memory; each round starts with the STREAM read. Run from the project
-# root:
+# process's peak resident memory (GNU time), at the CPU's best kernels and at AVX2 (MOESERVE_ISA);
+# each round starts with the STREAM read. Run from the project root:
 #   MOESERVE_BIN=build/src/moeserve/cli/moeserve ROUNDS="1 2 3" benchmarks/fp8_ab.sh
-# STREAM_BIN: stream_read built from benchmarks/stream_read.c (gcc -O2 -fopenmp).
+# STREAM_BIN: stream_read built from benchmarks/stream_read.c (gcc -O3 -mavx2 -fopenmp).
 set -euo pipefail
 MS=${MOESERVE_BIN:-build/src/moeserve/cli/moeserve}
 MODEL=${MODEL:-/tmp/dsv3-bench-fp8}
@@ -33,6 +33,10 @@ for round in ${ROUNDS:-1 2 3}; do
   for q in fp8 none w8a8; do
     echo "$q decode: $(ms $q "$DEC" 64)"
     echo "$q p518:   $(ms $q "$P518" 1)"
+  done
+  for q in fp8 none; do  # the AVX2 kernels (Zen3's), where the CPU has more
+    echo "$q avx2 decode: $(MOESERVE_ISA=avx2 ms $q "$DEC" 64)"
+    echo "$q avx2 p518:   $(MOESERVE_ISA=avx2 ms $q "$P518" 1)"
   done
 done
 echo "== end, load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -100,7 +100,7 @@ class Server(ServeProcess):
                 pass
             time.sleep(0.1)
         self.proc.kill()
-        raise RuntimeError("server not healthy within %d s: %s" % (timeout, self.log_text()[-3000:]))
+        raise RuntimeError("server not healthy within %d s: %s" % (timeout, log_tail(self, 3000)))
 
     def request(self, method, path, body=None):
         if self.prefix:  # inside a namespace: reach it from there with a tiny client
@@ -169,8 +169,14 @@ def log_tail_on_failure(s):
     try:
         yield
     except BaseException:
-        sys.stderr.write("\n--- server log tail ---\n%s\n--- end of server log ---\n" % s.log_text()[-6000:])
+        sys.stderr.write("\n--- server log tail ---\n%s\n--- end of server log ---\n" % log_tail(s, 8000))
         raise
+
+
+def log_tail(s, chars):
+    """The end of the server's log without the access lines of the tests' /health polls."""
+    lines = [line for line in s.log_text().splitlines() if '"GET /health"' not in line]
+    return "\n".join(lines)[-chars:]
 
 
 def metric(s, name):

@@ -30,9 +30,10 @@ RUNS = [
     ("W8A8 at load, fp8 KV", ["--quantization", "w8a8", "--kv-cache-dtype", "fp8"]),
     ("W4A16 at load (int4, groups of 128), bf16 KV", ["--quantization", "w4a16"]),
 ]
-# Checkpoints written by quantize.py from the shipped model: (row name, --format).
-CONVERTED = [("FP8 block-scaled checkpoint (quantize.py), bf16 KV", "fp8"),
-             ("compressed-tensors W8A8 checkpoint (quantize.py), bf16 KV", "w8a8")]
+# Checkpoints written by quantize.py from the shipped model: (row name, --format, run flags).
+CONVERTED = [("FP8 block-scaled checkpoint as stored (W8A16; quantize.py), bf16 KV", "fp8", []),
+             ("FP8 block-scaled checkpoint widened to bf16 (quantize.py), bf16 KV", "fp8", ["--quantization", "none"]),
+             ("compressed-tensors W8A8 checkpoint (quantize.py), bf16 KV", "w8a8", [])]
 # Checkpoints written by `moeserve make-model --from` (the Ascend layouts): (row name,
 # --quantization, the model_types it is written for).
 MADE = [("ModelSlim W8A8 mix (static attention, synthetic calibration; make-model), bf16 KV", "modelslim-w8a8",
@@ -81,16 +82,17 @@ def main():
         print("| run | flags | PPL | mean KLD vs f32 | 99% KLD | same top token | RMS delta p |")
         print("| --- | --- | --- | --- | --- | --- | --- |")
         print(f"| f32 weights, f32 KV (base) | `{' '.join(BASE)}` | {ppl} +/- {err} | 0 | 0 | 100 % | 0 |")
-        wanted = [name for name, _ in RUNS + CONVERTED] + [m[0] for m in MADE] + [g[0] for g in GGUF]
+        wanted = [r[0] for r in RUNS + CONVERTED + MADE + GGUF]
         wanted = {name for name in wanted if not args.rows or args.rows in name}
         runs = [(name, model_dir, flags) for name, flags in RUNS if name in wanted]
-        for name, fmt in CONVERTED:
+        for name, fmt, flags in CONVERTED:
             if name not in wanted:
                 continue
             q_dir = os.path.join(tmp, f"{model}-{fmt}")
-            subprocess.run([sys.executable, os.path.join(HERE, "quantize.py"), "--model", model_dir, "--format", fmt,
-                            "--out", q_dir], check=True)
-            runs.append((name, q_dir, []))
+            if not os.path.isdir(q_dir):
+                subprocess.run([sys.executable, os.path.join(HERE, "quantize.py"), "--model", model_dir, "--format",
+                                fmt, "--out", q_dir], check=True)
+            runs.append((name, q_dir, flags))
         with open(os.path.join(model_dir, "config.json")) as f:
             model_type = json.load(f)["model_type"]
         for name, quant, types in MADE:

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -130,6 +131,36 @@ int run_follower(model::Model& model, parallel::ParallelContext& ctx, RankGroup*
     }
 }
 
+// Runs build() on another thread while this one keeps the TP followers fed (leader null: no
+// followers, build() here). They wait for the leader's first message in a broadcast bounded by
+// --distributed-timeout-ms, and a leader's setup can outlast that: reading the structured-output
+// vocabulary took 3.7 s under ASan on a loaded machine, and the followers' timeouts re-formed the
+// group again and again until the restarts gave up.
+template <class Build>
+auto built_while_feeding(engine::TpLeaderModel* leader, std::chrono::milliseconds interval, Build build) {
+    if (leader == nullptr) return build();
+    auto result = std::async(std::launch::async, std::move(build));
+    while (result.wait_for(interval / 2) != std::future_status::ready) leader->keepalive();
+    return result.get();
+}
+
+// The engine configuration of a DP rank's leader (TP rank 0).
+engine::EngineConfig leader_engine_config(const RankOptions& o, const EngineOptions& engine,
+                                          const model::ModelInfo& info, const nlohmann::json& config, int dp_rank,
+                                          Logger& logger) {
+    engine::EngineConfig ec = make_engine_config(engine, info, total_ram_bytes());
+    ec.engine_index = dp_rank;
+    std::string vocab_error;
+    ec.vocabulary =
+        load_structured_vocabulary(o.engine.tokenizer_dir(), info.vocab_size, config, o.engine.model, &vocab_error);
+    if (!ec.vocabulary) MOESERVE_LOG_W(logger, "engine", "structured outputs are off: %s", vocab_error.c_str());
+    // The deployment's rank-plane key comes in the environment (never argv, which ps shows).
+    const char* key = std::getenv(ipc::kRankPlaneKeyEnv);
+    ec.kv_transfer = parse_kv_transfer_config(engine.kv_transfer_config);
+    ec.kv_transfer.rank_plane_key = key ? key : "";
+    return ec;
+}
+
 int run_rank(const RankOptions& o) {
     if (o.rejoin && std::getenv("MOESERVE_DEBUG_EXIT_ON_REJOIN") != nullptr) {  // a test hook: a crash loop
         std::fprintf(stderr, "rank %d: exiting at once on a restart (MOESERVE_DEBUG_EXIT_ON_REJOIN)\n", o.rank);
@@ -187,16 +218,9 @@ int run_rank(const RankOptions& o) {
         leader = std::make_unique<engine::TpLeaderModel>(*model, *ctx.tp, keepalive_interval(o));
         served = leader.get();
     }
-    engine::EngineConfig ec = make_engine_config(engine, info, total_ram_bytes());
-    ec.engine_index = groups.dp_rank;
-    std::string vocab_error;
-    ec.vocabulary =
-        load_structured_vocabulary(o.engine.tokenizer_dir(), info.vocab_size, config, o.engine.model, &vocab_error);
-    if (!ec.vocabulary) MOESERVE_LOG_W(logger, "engine", "structured outputs are off: %s", vocab_error.c_str());
-    // The deployment's rank-plane key comes in the environment (never argv, which ps shows).
-    const char* key = std::getenv(ipc::kRankPlaneKeyEnv);
-    ec.kv_transfer = parse_kv_transfer_config(engine.kv_transfer_config);
-    ec.kv_transfer.rank_plane_key = key ? key : "";
+    engine::EngineConfig ec = built_while_feeding(leader.get(), keepalive_interval(o), [&] {
+        return leader_engine_config(o, engine, info, config, groups.dp_rank, logger);
+    });
     ec.logger = &logger;
     std::unique_ptr<engine::SchedulingPolicy> policy;
     if (engine.pd_hybrid) policy = std::make_unique<engine::PdHybridPolicy>();
@@ -211,8 +235,9 @@ int run_rank(const RankOptions& o) {
                    info.model_type.c_str(), ec.num_blocks, ec.block_size, engine.kv_cache_dtype.c_str(),
                    static_cast<long long>(info.kv_bytes_per_token), mib(resident_bytes()));
     const auto [input_addresses, output_addresses] = engine_addresses(o, groups.dp_rank);
-    ipc::EngineChannel channel(input_addresses, output_addresses,
-                               {.heartbeat_timeout_ms = o.heartbeat_timeout_ms, .rank_plane_key = key ? key : ""});
+    ipc::EngineChannel channel(
+        input_addresses, output_addresses,
+        {.heartbeat_timeout_ms = o.heartbeat_timeout_ms, .rank_plane_key = ec.kv_transfer.rank_plane_key});
     engine::EngineProcOptions eo{.engine_index = groups.dp_rank};
     if (leader) eo.heartbeat_ms = static_cast<int>(std::min<int64_t>(eo.heartbeat_ms, keepalive_interval(o).count()));
     if (leader) eo.on_iteration = [&leader] { leader->keepalive(); };

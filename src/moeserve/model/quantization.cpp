@@ -205,7 +205,8 @@ std::string Quantization::describe() const {
     if (fp8) {
         return fmt::format(
             "fp8 checkpoint (blocks {}x{}), running FP8 W8A16: {} fp8 + {} high-precision linears, {} fp8 + {} "
-            "float expert groups (widened: weights whose columns are not whole 128-wide blocks)",
+            "float expert groups (high precision: routers, kv_b_proj, the lm_head, and weights whose columns are not "
+            "whole 128-wide blocks)",
             block_rows, block_cols, counts->fp8_linears.load(), counts->float_linears.load(),
             counts->fp8_experts.load(), counts->float_experts.load());
     }
