@@ -151,7 +151,7 @@ void dequant_q8_k(const void* src, float* y, int64_t n) {
 void dequant_plain(GgmlType type, const void* src, float* y, int64_t n) {
     const auto* p = static_cast<const uint8_t*>(src);
     if (type == GgmlType::kF32) {
-        std::memcpy(y, src, static_cast<size_t>(n) * sizeof(float));
+        if (n > 0) std::memcpy(y, src, static_cast<size_t>(n) * sizeof(float));  // null pointers when n is 0
         return;
     }
     for (int64_t i = 0; i < n; ++i) {

@@ -119,7 +119,7 @@ void quantize_gguf(GgmlType type, const float* x, void* dst, int64_t n) {
     const auto xb = [&](int64_t b) { return x + b * traits.block_size; };
     switch (type) {
         case GgmlType::kF32:
-            std::memcpy(dst, x, static_cast<size_t>(n) * 4);
+            if (n > 0) std::memcpy(dst, x, static_cast<size_t>(n) * 4);  // x may be null when n is 0
             return;
         case GgmlType::kF16:
             for (int64_t i = 0; i < n; ++i) store_f16(out + 2 * i, x[i]);
