@@ -9,6 +9,7 @@
 
 #include "moeserve/kernels/cpu/gguf_blocks.h"
 #include "moeserve/kernels/cpu/gguf_dot_isa.h"
+#include "moeserve/kernels/cpu/simd_avx2.h"
 
 namespace moeserve::kernels::cpu::detail {
 namespace {
@@ -18,13 +19,6 @@ inline __m256 widen8(const uint8_t* q) {
     __m128i h = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)));
     h = _mm_and_si128(_mm_srai_epi16(_mm_slli_epi16(h, 8), 1), _mm_set1_epi16(static_cast<short>(0xBFFF)));
     return _mm256_cvtph_ps(h);
-}
-
-inline float sum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 
 constexpr int kPrefetchRows = 8;  // as the AVX-512 tiles: the rows decode reads next
@@ -58,7 +52,7 @@ void pass_f8(int64_t nb, const uint8_t* w, size_t w_stride, const float* const* 
         }
     }
     for (int r = 0; r < R; ++r) {
-        for (int c = 0; c < C; ++c) out[c * ldo + r] = sum8(acc[r][c]);
+        for (int c = 0; c < C; ++c) out[c * ldo + r] = simd::hsum(acc[r][c]);
     }
 }
 
@@ -80,7 +74,7 @@ void pass_f32(int64_t nb, const uint8_t* w, size_t w_stride, const float* const*
         }
     }
     for (int r = 0; r < R; ++r) {
-        for (int c = 0; c < C; ++c) out[c * ldo + r] = sum8(acc[r][c]);
+        for (int c = 0; c < C; ++c) out[c * ldo + r] = simd::hsum(acc[r][c]);
     }
 }
 

@@ -207,16 +207,21 @@ Experts Experts::load_int4(const io::WeightSource& weights, const std::vector<st
     return e;
 }
 
-Experts Experts::load_gguf(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
-                           int64_t full_inter, int64_t expert_begin, int64_t inter_begin, int64_t inter_count) {
+Experts Experts::blocked(int64_t hidden, int64_t inter, int64_t expert_begin, int64_t num_experts) {
     Experts e;
     e.hidden_ = hidden;
-    e.inter_ = inter_count;
+    e.inter_ = inter;
     e.expert_begin_ = expert_begin;
-    e.num_experts_ = static_cast<int64_t>(prefixes.size());
+    e.num_experts_ = num_experts;
     e.gguf_.expert_begin = expert_begin;
     e.gguf_.hidden = hidden;
-    e.gguf_.inter = inter_count;
+    e.gguf_.inter = inter;
+    return e;
+}
+
+Experts Experts::load_gguf(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
+                           int64_t full_inter, int64_t expert_begin, int64_t inter_begin, int64_t inter_count) {
+    Experts e = blocked(hidden, inter_count, expert_begin, static_cast<int64_t>(prefixes.size()));
     for (const std::string& p : prefixes) {
         // gate/up: rows [inter_begin, +inter_count); down: the same columns (TP partial sums)
         const auto gate = *gguf_matrix(weights, p + "gate_proj.weight", full_inter, hidden, true);
@@ -234,14 +239,7 @@ Experts Experts::load_gguf(const io::WeightSource& weights, const std::vector<st
 Experts Experts::load_fp8(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
                           int64_t full_inter, int64_t expert_begin, int64_t inter_begin, int64_t inter_count,
                           const Quantization& quant) {
-    Experts e;
-    e.hidden_ = hidden;
-    e.inter_ = inter_count;
-    e.expert_begin_ = expert_begin;
-    e.num_experts_ = static_cast<int64_t>(prefixes.size());
-    e.gguf_.expert_begin = expert_begin;
-    e.gguf_.hidden = hidden;
-    e.gguf_.inter = inter_count;
+    Experts e = blocked(hidden, inter_count, expert_begin, static_cast<int64_t>(prefixes.size()));
     const size_t proj = fp8_packed_bytes(inter_count, hidden);  // gate or up; down has as many blocks
     e.fp8_store_ = Tensor(DType::kU8, {static_cast<int64_t>(3 * proj) * e.num_experts_});
     uint8_t* dst = e.fp8_store_.as<uint8_t>();

@@ -72,6 +72,8 @@ private:
     kernels::cpu::GgufExperts gguf_;
     size_t gguf_bytes_ = 0;
     Tensor fp8_store_;  // U8: each expert's gate, up and down rows as kF8E4M3x128 blocks
+    // Experts of that geometry with no matrices yet, for the two blocked forms (GGUF, FP8).
+    static Experts blocked(int64_t hidden, int64_t inter, int64_t expert_begin, int64_t num_experts);
     static Experts load_fp8(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
                             int64_t full_inter, int64_t expert_begin, int64_t inter_begin, int64_t inter_count,
                             const Quantization& quant);
