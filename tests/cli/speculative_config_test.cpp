@@ -1,8 +1,9 @@
 // parse_speculative_config: vLLM's --speculative-config JSON for n-gram drafting, its defaults, and
 // one-sentence refusals naming the flag and field (unknown method or field, k out of range,
-// deepseek_mtp without an MTP layer and, with one, not built yet).
+// deepseek_mtp without an MTP layer or with more than one token per step).
 #include "moeserve/cli/speculative_config.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "moeserve/core/error.h"
@@ -62,15 +63,26 @@ TEST(SpeculativeConfigTest, RefusesBadConfigsInOneSentence) {
     EXPECT_NE(refusal("{").find("--speculative-config: not valid JSON"), std::string::npos);
 }
 
-TEST(SpeculativeConfigTest, DeepseekMtpNeedsAnMtpLayerAndIsNotBuiltYet) {
+TEST(SpeculativeConfigTest, DeepseekMtpNeedsAnMtpLayer) {
     const std::string mtp = R"({"method": "deepseek_mtp", "num_speculative_tokens": 1})";
     // The tiny generated DeepSeek-V3 has no MTP layer (the generator leaves it out).
     const std::string none = refusal(mtp, MOESERVE_DSV3_TINY_DIR);
     EXPECT_NE(none.find("method deepseek_mtp needs a checkpoint with an MTP layer"), std::string::npos) << none;
     EXPECT_EQ(none.find('\n'), std::string::npos);
-    // The trained one has it (layer 3 of 3).
-    const std::string trained = refusal(mtp, MOESERVE_SOURCE_DIR "/models/deepseek-v3-kjv");
-    EXPECT_NE(trained.find("method deepseek_mtp is not supported yet"), std::string::npos) << trained;
+    // The trained one has it (layer 3 of 3): its draft head drafts one token per step.
+    const std::string trained = MOESERVE_SOURCE_DIR "/models/deepseek-v3-kjv";
+    for (const char* name : {"deepseek_mtp", "mtp"}) {
+        const SpeculativeConfig c =
+            parse_speculative_config(fmt::format(R"({{"method": "{}", "num_speculative_tokens": 1}})", name), trained);
+        EXPECT_EQ(c.method, SpeculativeConfig::Method::kDraftHead) << name;
+        EXPECT_EQ(c.num_speculative_tokens, 1);
+        EXPECT_TRUE(c.uses_draft_head());
+    }
+    EXPECT_EQ(refusal(R"({"method": "deepseek_mtp", "num_speculative_tokens": 2})", trained),
+              "--speculative-config: method deepseek_mtp drafts 1 token per step (the checkpoint's first MTP layer); "
+              "'num_speculative_tokens' is 2: set it to 1");
+    EXPECT_EQ(refusal(R"({"method": "deepseek_mtp", "num_speculative_tokens": 1, "prompt_lookup_max": 3})", trained),
+              "--speculative-config: 'prompt_lookup_max' is a field of method ngram, not deepseek_mtp");
 }
 
 }  // namespace

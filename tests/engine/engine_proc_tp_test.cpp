@@ -23,7 +23,7 @@ using namespace std::chrono_literals;
 // Every field of two batches. The binding stops the build when ForwardBatch gains a field.
 void expect_same(const model::ForwardBatch& a, const model::ForwardBatch& b, int forward) {
     const auto& [token_ids, positions, slot_mapping, query_start, seq_lens, seq_ids, block_tables, max_blocks_per_seq,
-                 logits_rows, moe_exchange, dummy] = a;
+                 logits_rows, moe_exchange, dummy, hidden_rows] = a;
     EXPECT_EQ(token_ids, b.token_ids) << "forward " << forward;
     EXPECT_EQ(positions, b.positions) << "forward " << forward;
     EXPECT_EQ(slot_mapping, b.slot_mapping) << "forward " << forward;
@@ -35,6 +35,7 @@ void expect_same(const model::ForwardBatch& a, const model::ForwardBatch& b, int
     EXPECT_EQ(logits_rows, b.logits_rows) << "forward " << forward;
     EXPECT_EQ(moe_exchange, b.moe_exchange) << "forward " << forward;
     EXPECT_EQ(dummy, b.dummy) << "forward " << forward;
+    EXPECT_EQ(hidden_rows, b.hidden_rows) << "forward " << forward;
 }
 
 // One token per sequence; tables padded with block 0 to the longest.

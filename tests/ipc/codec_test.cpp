@@ -106,6 +106,8 @@ TEST(CodecTest, TpMessagesRoundTrip) {
     f.max_blocks_per_seq = 2;
     f.logits_rows = {0, 1};
     f.moe_exchange = 1;
+    f.hidden_rows = {1, 0};
+    f.draft_head = true;
     const TpMessage back = decode_tp_message(encode(TpMessage{f}));
     ASSERT_TRUE(std::holds_alternative<TpForward>(back));
     const auto& g = std::get<TpForward>(back);
@@ -118,6 +120,8 @@ TEST(CodecTest, TpMessagesRoundTrip) {
     EXPECT_EQ(g.table_keep, f.table_keep);
     EXPECT_EQ(g.table_new_count, f.table_new_count);
     EXPECT_EQ(g.table_new, f.table_new);
+    EXPECT_EQ(g.hidden_rows, f.hidden_rows);
+    EXPECT_TRUE(g.draft_head);
     EXPECT_EQ(g.max_blocks_per_seq, 2);
     EXPECT_EQ(g.logits_rows, f.logits_rows);
     EXPECT_EQ(g.moe_exchange, 1);

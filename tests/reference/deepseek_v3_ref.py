@@ -235,5 +235,23 @@ def forward(weights, config, token_ids):
     return forward_hidden(weights, config, token_ids) @ rc.lm_head_weight(weights, config).T
 
 
+def mtp_main(argv):
+    """CLI: --model DIR --tokens 1,2,3 --mtp-out FILE: the MTP layer's logits (mtp_logits),
+    little-endian float32 [num_tokens - 1, vocab]."""
+    import argparse
+    ap = argparse.ArgumentParser(description=mtp_main.__doc__)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--tokens", required=True)
+    ap.add_argument("--mtp-out", required=True)
+    args = ap.parse_args(argv)
+    weights, config = rc.load_model(args.model)
+    ids = [int(t) for t in args.tokens.split(",") if t.strip()]
+    os.makedirs(os.path.dirname(os.path.abspath(args.mtp_out)), exist_ok=True)
+    mtp_logits(weights, config, ids).astype("<f4").tofile(args.mtp_out)
+
+
 if __name__ == "__main__":
-    rc.main(sys.argv[1:], forward_hidden, MODEL_TYPES)
+    if "--mtp-out" in sys.argv:
+        mtp_main(sys.argv[1:])
+    else:
+        rc.main(sys.argv[1:], forward_hidden, MODEL_TYPES)

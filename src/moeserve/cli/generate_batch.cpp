@@ -14,6 +14,7 @@
 
 #include "moeserve/cli/generation_config.h"
 #include "moeserve/cli/serve_layout.h"
+#include "moeserve/cli/speculative_config.h"
 #include "moeserve/core/error.h"
 #include "moeserve/engine/engine_core.h"
 #include "moeserve/ipc/request_validation.h"
@@ -245,11 +246,13 @@ int offline_threads(const EngineOptions& o) {
 
 OfflineEngine load_offline_engine(const EngineOptions& o, ThreadPool& pool) {
     OfflineEngine e;
-    e.model = model::load_model(o.model, pool,
-                                model::LoadOptions{.max_model_len = o.max_model_len,
-                                                   .dtype = o.dtype,
-                                                   .quantization = o.quantization,
-                                                   .kv_cache_dtype = o.kv_cache_dtype});
+    e.model = model::load_model(
+        o.model, pool,
+        model::LoadOptions{.max_model_len = o.max_model_len,
+                           .dtype = o.dtype,
+                           .quantization = o.quantization,
+                           .kv_cache_dtype = o.kv_cache_dtype,
+                           .draft_head = parse_speculative_config(o.speculative_config, o.model).uses_draft_head()});
     const std::string kv_warning =
         model::kv_cache_dtype_warning(model::parse_kv_cache_dtype(o.kv_cache_dtype, DType::kBF16));
     if (!kv_warning.empty()) std::fprintf(stderr, "moeserve: warning: %s\n", kv_warning.c_str());

@@ -16,6 +16,7 @@
 #include "moeserve/cli/kv_transfer_config.h"
 #include "moeserve/cli/rank_group.h"
 #include "moeserve/cli/serve_layout.h"
+#include "moeserve/cli/speculative_config.h"
 #include "moeserve/cli/structured_vocabulary.h"
 #include "moeserve/core/error.h"
 #include "moeserve/core/log.h"
@@ -179,12 +180,14 @@ int run_rank(const RankOptions& o) {
 
     parallel::ParallelContext single;  // one rank: no communicators
     std::optional<RankGroup> group;
-    model::LoadOptions load{.max_model_len = engine.max_model_len,
-                            .dtype = engine.dtype,
-                            .quantization = engine.quantization,
-                            .kv_cache_dtype = engine.kv_cache_dtype,
-                            .eplb = parse_eplb_flags(engine.enable_eplb, engine.eplb_config),
-                            .logger = &logger};
+    model::LoadOptions load{
+        .max_model_len = engine.max_model_len,
+        .dtype = engine.dtype,
+        .quantization = engine.quantization,
+        .kv_cache_dtype = engine.kv_cache_dtype,
+        .eplb = parse_eplb_flags(engine.enable_eplb, engine.eplb_config),
+        .draft_head = parse_speculative_config(engine.speculative_config, engine.model).uses_draft_head(),
+        .logger = &logger};
     if (const char* skew = std::getenv("MOESERVE_DEBUG_ROUTER_SKEW"); skew != nullptr) {
         load.debug_router_skew = skew;  // a test hook (tests/integration/parallel_serve_test.py, suite eplb)
     }

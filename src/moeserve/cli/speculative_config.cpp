@@ -29,32 +29,36 @@ std::optional<int32_t> int_field(const Json& o, const char* key, int32_t min, in
     return it->get<int32_t>();
 }
 
-// The checkpoint's MTP layer: config.json's num_nextn_predict_layers > 0 and the layer's eh_proj
-// (layer index num_hidden_layers) in the tensor index.
-bool has_mtp_layer(const std::string& model_dir) {
-    if (model::is_gguf_path(model_dir)) return false;
+// The checkpoint's MTP layers: config.json's num_nextn_predict_layers when the first one's
+// eh_proj (layer index num_hidden_layers) is in the tensor index, else 0.
+int64_t mtp_layers(const std::string& model_dir) {
+    if (model::is_gguf_path(model_dir)) return 0;
     const Json config = io::HfConfig::from_model_dir(model_dir).json();
     const auto count = [&](const char* key) {
         const auto it = config.find(key);
         return it != config.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
     };
-    if (count("num_nextn_predict_layers") < 1) return false;
-    return io::WeightSource::open(model_dir)->contains(
+    if (count("num_nextn_predict_layers") < 1) return 0;
+    const bool stored = io::WeightSource::open(model_dir)->contains(
         fmt::format("model.layers.{}.eh_proj.weight", count("num_hidden_layers")));
+    return stored ? count("num_nextn_predict_layers") : 0;
 }
 
-[[noreturn]] void refuse_mtp(const std::string& model_dir) {
-    if (!has_mtp_layer(model_dir)) {
+// deepseek_mtp: the checkpoint's first MTP layer drafts one token per step.
+void check_mtp(const std::string& model_dir, int32_t k) {
+    if (mtp_layers(model_dir) == 0) {
         raise(ErrorCode::kInvalidModel,
               "--speculative-config: method deepseek_mtp needs a checkpoint with an MTP layer "
               "(num_nextn_predict_layers > 0 and model.layers.<num_hidden_layers>.eh_proj.weight); {} has none: use "
               "method ngram",
               model_dir);
     }
-    raise(ErrorCode::kUnsupported,
-          "--speculative-config: method deepseek_mtp is not supported yet (the MTP layer of {} is not loaded); use "
-          "method ngram",
-          model_dir);
+    if (k != 1) {
+        raise(ErrorCode::kUnsupported,
+              "--speculative-config: method deepseek_mtp drafts 1 token per step (the checkpoint's first MTP layer); "
+              "'num_speculative_tokens' is {}: set it to 1",
+              k);
+    }
 }
 
 }  // namespace
@@ -78,7 +82,15 @@ engine::SpeculativeConfig parse_speculative_config(const std::string& text, cons
     if (!k)
         bad(fmt::format("'num_speculative_tokens' is required (an integer in [1, {}])", engine::kMaxSpeculativeTokens));
     const std::string name = method->get<std::string>();
-    if (name == "deepseek_mtp" || name == "mtp") refuse_mtp(model_dir);
+    if (name == "deepseek_mtp" || name == "mtp") {
+        for (const char* key : {"prompt_lookup_max", "prompt_lookup_min"}) {
+            if (j.contains(key)) bad(fmt::format("'{}' is a field of method ngram, not {}", key, name));
+        }
+        check_mtp(model_dir, *k);
+        c.method = engine::SpeculativeConfig::Method::kDraftHead;
+        c.num_speculative_tokens = *k;
+        return c;
+    }
     if (name != "ngram") bad(fmt::format("method '{}' is not supported: expected \"ngram\" or \"deepseek_mtp\"", name));
     const auto max_n = int_field(j, "prompt_lookup_max", 1, kMaxPromptLookup);
     const auto min_n = int_field(j, "prompt_lookup_min", 1, kMaxPromptLookup);

@@ -29,7 +29,7 @@ ipc::TpForward TpTables::encode(const model::ForwardBatch& batch) {
     // Every ForwardBatch field once: this binding stops the build when ForwardBatch gains a field
     // (carry it in ipc::TpForward, here and in decode()).
     const auto& [token_ids, positions, slot_mapping, query_start, seq_lens, seq_ids, block_tables, max_blocks_per_seq,
-                 logits_rows, moe_exchange, dummy] = batch;
+                 logits_rows, moe_exchange, dummy, hidden_rows] = batch;
     const size_t seqs = seq_lens.size();
     MOESERVE_CHECK(positions.size() == token_ids.size() && slot_mapping.size() == token_ids.size() &&
                        query_start.size() == seqs + 1 &&
@@ -49,6 +49,7 @@ ipc::TpForward TpTables::encode(const model::ForwardBatch& batch) {
     w.logits_rows = logits_rows;
     w.moe_exchange = static_cast<int32_t>(moe_exchange);
     w.dummy = dummy;
+    w.hidden_rows = hidden_rows;
     w.seq_ids = seq_ids;
     const bool keyed = begin_forward(seq_ids);
     w.table_keep.resize(seqs);
@@ -72,7 +73,7 @@ ipc::TpForward TpTables::encode(const model::ForwardBatch& batch) {
 
 void TpTables::decode(const ipc::TpForward& w, model::ForwardBatch& batch) {
     auto& [token_ids, positions, slot_mapping, query_start, seq_lens, seq_ids, block_tables, max_blocks_per_seq,
-           logits_rows, moe_exchange, dummy] = batch;
+           logits_rows, moe_exchange, dummy, hidden_rows] = batch;
     const size_t seqs = w.seq_lens.size();
     const size_t tokens = w.token_ids.size();
     if (w.positions.size() != tokens || w.slot_mapping.size() != tokens || w.query_start.size() != seqs + 1 ||
@@ -96,6 +97,7 @@ void TpTables::decode(const ipc::TpForward& w, model::ForwardBatch& batch) {
     logits_rows = w.logits_rows;
     moe_exchange = static_cast<parallel::MoeExchangeKind>(w.moe_exchange);
     dummy = w.dummy;
+    hidden_rows = w.hidden_rows;
     const bool keyed = begin_forward(w.seq_ids);
     block_tables.assign(seqs * static_cast<size_t>(w.max_blocks_per_seq), 0);
     size_t next = 0;
@@ -176,6 +178,13 @@ TensorView TpLeaderModel::forward(const model::ForwardBatch& b, model::KvCache& 
     return inner_.forward(b, kv);
 }
 
+TensorView TpLeaderModel::forward_draft(const model::ForwardBatch& b, model::KvCache& kv) {
+    ipc::TpForward w = tables_.encode(b);
+    w.draft_head = true;
+    send(w);
+    return inner_.forward_draft(b, kv);
+}
+
 void TpLeaderModel::keepalive() {
     if (std::chrono::steady_clock::now() - last_sent_ >= keepalive_) send(ipc::TpNoop{});
 }
@@ -209,7 +218,11 @@ int run_tp_follower(model::Model& model, parallel::Communicator& tp, Logger& log
         } else if (const auto* forward = std::get_if<ipc::TpForward>(&message)) {
             MOESERVE_CHECK(kv != nullptr, "TP follower got a forward before the KV cache was created");
             tables.decode(*forward, b);
-            model.forward(b, *kv);
+            if (forward->draft_head) {
+                model.forward_draft(b, *kv);
+            } else {
+                model.forward(b, *kv);
+            }
             ++forwards;
         } else if (std::holds_alternative<ipc::TpShutdown>(message)) {
             MOESERVE_LOG_I(logger, "engine", "TP follower: leader shut down after %lld forwards",

@@ -7,6 +7,8 @@
 //   TpLeaderModel::create_kv_cache -- TpCreateKv -----> create_kv_cache(num_blocks, block_size)
 //   TpLeaderModel::forward ---------- TpForward ------> model.forward(same batch)   (TP/EP collectives
 //                                     (tables as deltas)                            inside, in lock-step)
+//   TpLeaderModel::forward_draft ---- TpForward ------> model.forward_draft(same batch)
+//                                     (draft_head set)
 //   TpLeaderModel::keepalive -------- TpNoop ---------> (idle: keeps Gloo's timeout from firing)
 //   TpLeaderModel::shutdown --------- TpShutdown -----> run_tp_follower returns 0
 #pragma once
@@ -67,6 +69,8 @@ public:
     const model::ModelInfo& info() const override { return inner_.info(); }
     std::unique_ptr<model::KvCache> create_kv_cache(int64_t num_blocks, int64_t block_size) const override;
     TensorView forward(const model::ForwardBatch& batch, model::KvCache& kv) override;
+    bool has_draft_head() const override { return inner_.has_draft_head(); }
+    TensorView forward_draft(const model::ForwardBatch& batch, model::KvCache& kv) override;
     const model::ExpertLoadStats* expert_load() const override { return inner_.expert_load(); }
 
     // Broadcasts a no-op when nothing was broadcast for `keepalive` (call from idle loops; the

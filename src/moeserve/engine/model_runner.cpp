@@ -105,8 +105,67 @@ StepResult ModelRunner::execute(const ScheduledBatch& batch) {
         drawn[k].pop_back();
         result.accepted_drafts[i] = std::move(drawn[k]);
     }
-    times_.sample += seconds(t2, Clock::now());
+    const auto t3 = Clock::now();
+    times_.sample += seconds(t2, t3);
+    if (model_.has_draft_head()) {
+        result.head_drafts = propose_with_draft_head(batch, layout.forward, result);
+        times_.forward += seconds(t3, Clock::now());
+    }
     return result;
+}
+
+model::ForwardBatch ModelRunner::draft_batch(const ScheduledBatch& batch, const model::ForwardBatch& step,
+                                             const StepResult& result) {
+    model::ForwardBatch fb;
+    fb.max_blocks_per_seq = step.max_blocks_per_seq;
+    fb.block_tables = step.block_tables;
+    fb.seq_ids = step.seq_ids;
+    fb.moe_exchange = step.moe_exchange;
+    fb.query_start.push_back(0);
+    for (size_t i = 0; i < batch.requests.size(); ++i) {
+        const ScheduledRequest& s = batch.requests[i];
+        const Request& r = *s.request;
+        const int32_t first = step.query_start[i];
+        int32_t rows = s.num_tokens - s.num_drafts();  // through the request's last token
+        TokenId after_last = 0;
+        if (s.samples()) {
+            rows += static_cast<int32_t>(result.accepted_drafts[i].size());
+            after_last = result.sampled[i]->token_id;
+        } else {  // a prefill chunk short of the prompt's end
+            after_last = r.token_at(r.num_computed_tokens + s.num_tokens);
+        }
+        for (int32_t j = 0; j < rows; ++j) {
+            const int32_t row = first + j;
+            const auto at = static_cast<size_t>(row);
+            fb.token_ids.push_back(j + 1 < rows ? step.token_ids[at + 1] : after_last);
+            fb.positions.push_back(step.positions[at]);
+            fb.slot_mapping.push_back(step.slot_mapping[at]);
+            fb.hidden_rows.push_back(row);
+        }
+        fb.query_start.push_back(static_cast<int32_t>(fb.token_ids.size()));
+        fb.seq_lens.push_back(step.positions[static_cast<size_t>(first)] + rows);
+        if (s.samples()) fb.logits_rows.push_back(static_cast<int32_t>(fb.token_ids.size()) - 1);
+    }
+    return fb;
+}
+
+std::vector<std::vector<TokenId>> ModelRunner::propose_with_draft_head(const ScheduledBatch& batch,
+                                                                       const model::ForwardBatch& step,
+                                                                       const StepResult& result) {
+    const model::ForwardBatch fb = draft_batch(batch, step, result);
+    const TensorView logits = model_.forward_draft(fb, *kv_);
+    const int64_t vocab = model_.info().vocab_size;
+    MOESERVE_CHECK(logits.numel() == static_cast<int64_t>(fb.logits_rows.size()) * vocab,
+                   "draft head returned {} logits for {} rows of {}", logits.numel(), fb.logits_rows.size(), vocab);
+    // Greedy drafts: the point mass the sampler's acceptance rule expects (sampler.h).
+    std::vector<std::vector<TokenId>> drafts(batch.requests.size());
+    size_t row = 0;
+    for (size_t i = 0; i < batch.requests.size(); ++i) {
+        if (!batch.requests[i].samples()) continue;
+        const float* x = logits.as<float>() + static_cast<int64_t>(row++) * vocab;
+        drafts[i].push_back(static_cast<TokenId>(std::max_element(x, x + vocab) - x));
+    }
+    return drafts;
 }
 
 void ModelRunner::execute_dummy() {
@@ -121,6 +180,10 @@ void ModelRunner::execute_dummy() {
     fb.moe_exchange = moe_exchange_;
     fb.dummy = true;
     model_.forward(fb, *kv_);
+    if (model_.has_draft_head()) {
+        fb.hidden_rows = {0};
+        model_.forward_draft(fb, *kv_);
+    }
 }
 
 }  // namespace moeserve::engine

@@ -19,14 +19,16 @@ public:
     ModelRunner(model::Model& model, Sampler& sampler, int64_t num_blocks, int64_t block_size);
 
     // Runs the step: one forward over every scheduled request's new tokens (none for a dummy
-    // batch), then samples the requests that reach their last token. Reads the requests'
+    // batch), then samples the requests that reach their last token; with a draft head (MTP),
+    // then runs it (draft_batch) for the next step's drafts. Reads the requests'
     // num_computed_tokens as they were at schedule() time (call before Scheduler::update).
     StepResult execute(const ScheduledBatch& batch);
 
     // Runs the model on a dummy batch whose results are thrown away: one token (id 0) at position 0,
     // its K/V written to slot 0 of the null block 0 (never read by a request), no logits rows. It
     // takes part in every collective of a forward with the same kinds as a real batch (DP lock-step:
-    // a rank with nothing of the agreed phase still joins the MoE exchanges).
+    // a rank with nothing of the agreed phase still joins the MoE exchanges). With a draft head,
+    // its pass too, on the same token.
     void execute_dummy();
 
     // The MoE exchange the following forwards ask for (expert parallelism; DP ranks must agree).
@@ -42,10 +44,18 @@ public:
     };
     Layout build(const ScheduledBatch& batch) const;
 
+    // The draft head's batch after a step (Model::forward_draft): each request's positions that
+    // this step computed and kept (through its last token and the drafts the sampler accepted),
+    // each with the token that follows it (the next prompt token, an accepted draft, or the
+    // token just sampled) and the step's hidden row of that position. A sampling request's last
+    // row is a logits row: its draft for the next step. Exposed for tests.
+    static model::ForwardBatch draft_batch(const ScheduledBatch& batch, const model::ForwardBatch& step,
+                                           const StepResult& result);
+
     // Cumulative seconds of execute()'s parts (the per-step breakdown, ipc::Stats).
     struct Times {
         double prepare = 0;  // build(): the ForwardBatch and its block tables
-        double forward = 0;  // Model::forward
+        double forward = 0;  // Model::forward (and forward_draft with a draft head)
         double sample = 0;   // logits -> tokens
     };
     const Times& times() const { return times_; }
@@ -53,6 +63,11 @@ public:
     model::KvCache& kv_cache() { return *kv_; }
 
 private:
+    // Runs the draft head after a step (Model::has_draft_head): each sampling request's draft.
+    std::vector<std::vector<TokenId>> propose_with_draft_head(const ScheduledBatch& batch,
+                                                              const model::ForwardBatch& step,
+                                                              const StepResult& result);
+
     Times times_;
     model::Model& model_;
     Sampler& sampler_;

@@ -55,6 +55,11 @@ struct Request {
     std::unordered_map<TokenId, int32_t> output_token_counts;  // for presence/frequency penalties
     std::vector<ipc::TokenLogprobs> prompt_logprobs;           // collected until the first output
     bool prompt_logprobs_sent = false;
+    // Speculative decoding with a draft head (MTP): what it proposed for the tokens after
+    // position head_drafts_at - 1, at the last step that sampled this request (stale once the
+    // sequence has another length).
+    std::vector<TokenId> head_drafts;
+    int32_t head_drafts_at = -1;
 
     // PD disaggregation: produce = keep the prompt's KV for a decode instance after the first
     // token; consumes() = the prompt's KV and first token come from a prefill instance.

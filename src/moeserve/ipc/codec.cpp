@@ -70,9 +70,9 @@ auto fields(T& v) {
     } else if constexpr (std::is_same_v<S, TpForward>) {
         // A field added to TpForward must be listed here: the binding fails to build otherwise.
         auto& [token_ids, positions, slot_mapping, query_start, seq_lens, seq_ids, table_keep, table_new_count,
-               table_new, max_blocks_per_seq, logits_rows, moe_exchange, dummy] = v;
+               table_new, max_blocks_per_seq, logits_rows, moe_exchange, dummy, hidden_rows, draft_head] = v;
         return std::tie(token_ids, positions, slot_mapping, query_start, seq_lens, seq_ids, table_keep, table_new_count,
-                        table_new, max_blocks_per_seq, logits_rows, moe_exchange, dummy);
+                        table_new, max_blocks_per_seq, logits_rows, moe_exchange, dummy, hidden_rows, draft_head);
     } else {
         static_assert(std::is_empty_v<S>, "add the fields of this message");
         return std::tuple<>();

@@ -36,8 +36,10 @@ struct TpForward {
     std::vector<int32_t> table_new;        // [sum of table_new_count]
     int64_t max_blocks_per_seq = 0;
     std::vector<int32_t> logits_rows;
-    int32_t moe_exchange = 0;  // parallel::MoeExchangeKind
-    bool dummy = false;        // ForwardBatch::dummy
+    int32_t moe_exchange = 0;          // parallel::MoeExchangeKind
+    bool dummy = false;                // ForwardBatch::dummy
+    std::vector<int32_t> hidden_rows;  // ForwardBatch::hidden_rows
+    bool draft_head = false;           // run by Model::forward_draft, not forward
 };
 
 // The leader leaves: the followers' loop returns.

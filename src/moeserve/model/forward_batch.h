@@ -35,6 +35,9 @@ struct ForwardBatch {
     // A dummy batch (DP lock-step: this rank had nothing of the step's phase): its token is
     // padding, so EPLB does not count where it routes.
     bool dummy = false;
+    // Model::forward_draft only: [num_tokens] the row of the last forward() whose final hidden
+    // state token i continues (token i is the token after that row's position).
+    std::vector<int32_t> hidden_rows;
 
     int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
     int64_t num_seqs() const { return static_cast<int64_t>(seq_lens.size()); }

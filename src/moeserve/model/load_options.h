@@ -26,6 +26,9 @@ struct LoadOptions {
     std::string kv_cache_dtype = "fp32";
     DType kv_dtype = DType::kF32;  // resolved by load_model() from kv_cache_dtype
     EplbConfig eplb{};             // --enable-eplb / --eplb-config (needs expert parallelism)
+    // --speculative-config deepseek_mtp: load the checkpoint's MTP layer (model.layers.{N}, N =
+    // num_hidden_layers) as the draft head, with a KV layer of its own (Model::forward_draft).
+    bool draft_head = false;
     // A test hook (env MOESERVE_DEBUG_ROUTER_SKEW in `rank`/`generate`): "<experts>:<bias>", experts
     // a list of ids and ranges ("0,5-7"); bias is added to their router logits in every MoE layer.
     std::string debug_router_skew{};

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "moeserve/core/error.h"
 #include "moeserve/core/tensor.h"
 #include "moeserve/model/eplb/expert_load_stats.h"
 #include "moeserve/model/forward_batch.h"
@@ -42,6 +43,14 @@ public:
     // Runs the batch. Returns logits f32 [batch.logits_rows.size(), vocab_size], valid until the
     // next call. The batch's new tokens' K/V are written to `kv` at batch.slot_mapping.
     virtual TensorView forward(const ForwardBatch& batch, KvCache& kv) = 0;
+    // Speculative decoding's draft head (DeepSeek's MTP layer, loaded with LoadOptions::draft_head):
+    // runs `batch` (ForwardBatch::hidden_rows set) through it after a forward() and returns the
+    // draft logits f32 [batch.logits_rows.size(), vocab_size] (MoeDecoder::forward_draft). Its
+    // K/V go to the cache's draft layer. Invalidates the logits forward() returned.
+    virtual bool has_draft_head() const { return false; }
+    virtual TensorView forward_draft(const ForwardBatch& /*batch*/, KvCache& /*kv*/) {
+        raise(ErrorCode::kUnsupported, "{} has no draft head", info().model_type);
+    }
     // EPLB's figures (--enable-eplb), or null.
     virtual const ExpertLoadStats* expert_load() const { return nullptr; }
     // The parallel group re-formed around a restarted rank (self-healing): state that the ranks

@@ -90,7 +90,6 @@ MoeDecoder::MoeDecoder(DecoderSpec spec, std::shared_ptr<const io::WeightSource>
     // Shards of this rank (parallel_config.h): vocabulary rows, routed experts, MLP slices.
     vocab_shard_ = shard_range(c.vocab_size, par_.tp_size, par_.tp_rank);
     shards_ = MoeShards::of(par_, spec_.moe);
-    const MoeShards& shards = shards_;
     // EPLB: every MoE layer starts at the initial placement
     const std::optional<ExpertPlacement> placement = initial_placement(options.eplb, par_, spec_.moe.num_experts);
     int64_t rank_bytes = h * 4;  // the final norm
@@ -112,26 +111,16 @@ MoeDecoder::MoeDecoder(DecoderSpec spec, std::shared_ptr<const io::WeightSource>
         active_bytes += h * static_cast<int64_t>(dtype_size(embed_tokens_.dtype));  // one embedding row
     }
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-        const std::string p = "model.layers." + std::to_string(i) + ".";
-        Layer layer{load_vector_f32(w, p + "input_layernorm.weight", h),
-                    load_vector_f32(w, p + "post_attention_layernorm.weight", h),
-                    {},
-                    {},
-                    {}};
-        const auto attention_bytes = static_cast<int64_t>(load_attention(w, i, p + "self_attn."));
         const bool is_moe = spec_.is_moe_layer(i);
         moe_index_.push_back(is_moe ? static_cast<int64_t>(moe_layers_.size()) : -1);
         if (is_moe) moe_layers_.push_back(i);
-        layer.mlp = MoeBlock::load(w, p, is_moe, spec_.moe, spec_.names, shards, options.quant,
-                                   placement ? &*placement : nullptr, par_.ep_rank);
+        LayerBytes bytes;
+        layers_.push_back(load_layer(i, options, placement ? &*placement : nullptr, load_attention, bytes));
         if (is_moe && !options.debug_router_skew.empty()) {
-            layer.mlp.set_router_skew(parse_router_skew(options.debug_router_skew, spec_.moe.num_experts));
+            layers_.back().mlp.set_router_skew(parse_router_skew(options.debug_router_skew, spec_.moe.num_experts));
         }
-        active_bytes += attention_bytes + static_cast<int64_t>(layer.mlp.active_bytes());
-        rank_bytes += attention_bytes + static_cast<int64_t>(layer.mlp.weight_bytes()) + 2 * h * 4;
-        layer.input_layernorm_bias = load_optional_vector_f32(w, p + "input_layernorm.bias", h);
-        layer.post_attention_layernorm_bias = load_optional_vector_f32(w, p + "post_attention_layernorm.bias", h);
-        layers_.push_back(std::move(layer));
+        rank_bytes += bytes.rank;
+        active_bytes += bytes.active;
     }
     norm_ = load_vector_f32(w, "model.norm.weight", h);
     if (w.contains("model.norm.bias")) {
@@ -142,6 +131,11 @@ MoeDecoder::MoeDecoder(DecoderSpec spec, std::shared_ptr<const io::WeightSource>
                                   LayerPrecision::kOutputHead);
     active_bytes += static_cast<int64_t>(lm_head_.weight_bytes());
     if (!c.tie_word_embeddings) rank_bytes += static_cast<int64_t>(lm_head_.weight_bytes());
+    if (options.draft_head) {
+        LayerBytes bytes;
+        load_draft_head(options, load_attention, bytes);
+        rank_bytes += bytes.rank;  // not in the roofline's bytes per token: a draft is not a decoded token
+    }
 
     info_.vocab_size = c.vocab_size;
     info_.num_hidden_layers = c.num_hidden_layers;
@@ -163,6 +157,49 @@ MoeDecoder::MoeDecoder(DecoderSpec spec, std::shared_ptr<const io::WeightSource>
     info_.active_weight_bytes_per_token = active_bytes;
     info_.quantization = options.quant.describe();
     if (placement) start_balancer(options, *placement);
+}
+
+MoeDecoder::Layer MoeDecoder::load_layer(int64_t i, const LoadOptions& options, const ExpertPlacement* placement,
+                                         const AttentionLoader& load_attention, LayerBytes& bytes) const {
+    const io::WeightSource& w = *weights_;
+    const int64_t h = spec_.config.hidden_size;
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    Layer layer{load_vector_f32(w, p + "input_layernorm.weight", h),
+                load_vector_f32(w, p + "post_attention_layernorm.weight", h),
+                {},
+                load_optional_vector_f32(w, p + "input_layernorm.bias", h),
+                load_optional_vector_f32(w, p + "post_attention_layernorm.bias", h)};
+    const auto attention_bytes = static_cast<int64_t>(load_attention(w, i, p + "self_attn."));
+    layer.mlp = MoeBlock::load(w, p, spec_.is_moe_layer(i), spec_.moe, spec_.names, shards_, options.quant, placement,
+                               par_.ep_rank);
+    bytes.active = attention_bytes + static_cast<int64_t>(layer.mlp.active_bytes());
+    bytes.rank = attention_bytes + static_cast<int64_t>(layer.mlp.weight_bytes()) + 2 * h * 4;
+    return layer;
+}
+
+void MoeDecoder::load_draft_head(const LoadOptions& options, const AttentionLoader& load_attention, LayerBytes& bytes) {
+    const io::WeightSource& w = *weights_;
+    const DecoderConfig& c = spec_.config;
+    const int64_t h = c.hidden_size;
+    const std::string p = "model.layers." + std::to_string(c.num_hidden_layers) + ".";
+    if (!w.contains(p + "eh_proj.weight")) {
+        raise(ErrorCode::kInvalidModel,
+              "the draft head (--speculative-config deepseek_mtp) is the checkpoint's MTP layer, and {}eh_proj.weight "
+              "is not in it",
+              p);
+    }
+    // EPLB leaves the MTP layer where the initial placement puts it (it is not a counted layer).
+    auto head = std::make_unique<DraftHead>();
+    head->block = load_layer(c.num_hidden_layers, options, nullptr, load_attention, bytes);
+    head->enorm = load_vector_f32(w, p + "enorm.weight", h);
+    head->hnorm = load_vector_f32(w, p + "hnorm.weight", h);
+    head->eh_proj = Linear::load(w, p + "eh_proj", h, 2 * h, false, options.quant);
+    head->head_norm = load_vector_f32(w, p + "shared_head.norm.weight", h);
+    head->head =
+        Linear::load_shard(w, p + "shared_head.head", c.vocab_size, h, {vocab_shard_.begin, vocab_shard_.count, 0, -1},
+                           false, options.quant, LayerPrecision::kOutputHead);
+    bytes.rank += static_cast<int64_t>(head->eh_proj.weight_bytes() + head->head.weight_bytes()) + 3 * h * 4;
+    draft_ = std::move(head);
 }
 
 void MoeDecoder::start_balancer(const LoadOptions& options, const ExpertPlacement& initial) {
@@ -253,7 +290,8 @@ TensorView MoeDecoder::forward(const ForwardBatch& batch, int64_t num_positions,
         tp_all_reduce(par_, out, t * h);  // row-parallel o_proj: partial sums over TP
         // 3. last layer: what follows feeds only the logits, so keep the rows that need them
         //    (llama.cpp's inp_out_ids); every TP rank has the same rows, every EP peer still joins
-        if (last && !keeps_all_rows(batch.logits_rows, t)) {
+        //    (with a draft head, every row: it reads each row's final hidden state)
+        if (last && draft_ == nullptr && !keeps_all_rows(batch.logits_rows, t)) {
             rows = r;
             rows_x_.resize(static_cast<size_t>(r * h));
             rows_out_.resize(static_cast<size_t>(r * h));
@@ -279,12 +317,65 @@ TensorView MoeDecoder::forward(const ForwardBatch& batch, int64_t num_positions,
         if (rows > 0) kc::add_rms_norm(pool_, x, out, next_norm, rows, h, eps, hs);
         if (!last) add_row_bias(layers_[i + 1].input_layernorm_bias, hs, rows, h);
     }
+    if (draft_ != nullptr) {  // the draft head's input (forward_draft)
+        hidden_.assign(hs, hs + t * h);
+        hidden_count_ = t;
+    }
     // 5. final norm (done above) on the rows that need logits -> lm_head [R, vocab]
     if (rows == t)
         return compute_logits(par_, pool_, lm_head_, c.vocab_size, hs, h, batch.logits_rows, logits_scratch_);
     rows_.resize(static_cast<size_t>(r));
     std::iota(rows_.begin(), rows_.end(), 0);
     return compute_logits(par_, pool_, lm_head_, c.vocab_size, hs, h, rows_, logits_scratch_);
+}
+
+TensorView MoeDecoder::forward_draft(const ForwardBatch& batch, int64_t num_positions, const AttentionStep& attention) {
+    MOESERVE_CHECK(draft_ != nullptr, "forward_draft without a draft head");
+    const DecoderConfig& c = spec_.config;
+    const int64_t t = batch.num_tokens();
+    const int64_t h = c.hidden_size;
+    const auto eps = static_cast<float>(c.rms_norm_eps);
+    check_forward_batch(batch, c.vocab_size, num_positions);
+    MOESERVE_CHECK(batch.hidden_rows.size() == static_cast<size_t>(t), "draft batch: {} hidden rows for {} tokens",
+                   batch.hidden_rows.size(), t);
+    x_.resize(static_cast<size_t>(t * h));
+    h_.resize(static_cast<size_t>(t * h));
+    tmp_.resize(static_cast<size_t>(t * h));
+    draft_in_.resize(static_cast<size_t>(t * 2 * h));
+    float* x = x_.data();
+    float* hs = h_.data();
+    float* out = tmp_.data();
+    if (par_.tp != nullptr) par_.tp->begin_step();  // a forward of its own for the desync guard
+    if (par_.ep != nullptr) par_.ep->begin_step();
+    moe_scratch_.parallel_moe.begin_forward();
+    // 1. [enorm(embed(token)) | hnorm(hidden row)] -> eh_proj: the layer's residual stream
+    embed_vocab_parallel(par_, embed_tokens_, vocab_shard_, h, batch.token_ids.data(), t, out,
+                         embed_gguf_.data != nullptr ? &embed_gguf_ : nullptr);
+    kc::rms_norm(pool_, out, draft_->enorm.as<float>(), t, h, eps, x);
+    for (int64_t j = 0; j < t; ++j) {
+        const int32_t row = batch.hidden_rows[static_cast<size_t>(j)];
+        MOESERVE_CHECK(row >= 0 && row < hidden_count_, "draft batch: hidden row {} outside [0, {})", row,
+                       hidden_count_);
+        std::copy_n(hidden_.data() + row * h, h, out + j * h);
+    }
+    kc::rms_norm(pool_, out, draft_->hnorm.as<float>(), t, h, eps, hs);
+    for (int64_t j = 0; j < t; ++j) {
+        std::copy_n(x + j * h, h, draft_in_.data() + j * 2 * h);
+        std::copy_n(hs + j * h, h, draft_in_.data() + j * 2 * h + h);
+    }
+    draft_->eh_proj.forward(pool_, draft_in_.data(), t, x);
+    // 2. the decoder layer, as in forward()
+    const Layer& layer = draft_->block;
+    kc::rms_norm(pool_, x, layer.input_layernorm.as<float>(), t, h, eps, hs);
+    add_row_bias(layer.input_layernorm_bias, hs, t, h);
+    attention(layers_.size(), hs, out);
+    tp_all_reduce(par_, out, t * h);
+    kc::add_rms_norm(pool_, x, out, layer.post_attention_layernorm.as<float>(), t, h, eps, hs);
+    add_row_bias(layer.post_attention_layernorm_bias, hs, t, h);
+    layer.mlp.forward(pool_, par_, spec_.route, hs, t, batch.moe_exchange, moe_scratch_, out, {});
+    // 3. shared_head.norm -> shared_head.head on the rows that draft
+    kc::add_rms_norm(pool_, x, out, draft_->head_norm.as<float>(), t, h, eps, hs);
+    return compute_logits(par_, pool_, draft_->head, c.vocab_size, hs, h, batch.logits_rows, logits_scratch_);
 }
 
 }  // namespace moeserve::model

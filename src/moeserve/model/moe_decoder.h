@@ -90,6 +90,18 @@ public:
     // next call. num_positions: the RoPE table's length (positions are checked against it).
     TensorView forward(const ForwardBatch& batch, int64_t num_positions, const AttentionStep& attention);
 
+    // The draft head (LoadOptions::draft_head): DeepSeek's multi-token-prediction layer at index
+    // num_hidden_layers. Row i of `batch` is the token after the position of row
+    // batch.hidden_rows[i] of the last forward(), at that position:
+    //   x = eh_proj([enorm(embed(token)) | hnorm(h)])   h: that row's final normed hidden state
+    //   x = decoder layer num_hidden_layers (its attention on its own KV layer, its MoE)
+    //   logits = shared_head.head(shared_head.norm(x))  of batch.logits_rows: drafts of the token
+    //                                                   two past each row's position
+    // (the float64 reference: tests/reference/deepseek_v3_ref.py mtp_logits). `attention` is
+    // called with the layer index num_hidden_layers. Every TP/EP rank calls it after each forward.
+    TensorView forward_draft(const ForwardBatch& batch, int64_t num_positions, const AttentionStep& attention);
+    bool has_draft_head() const { return draft_ != nullptr; }
+
     // EPLB's figures (null without --enable-eplb).
     const ExpertLoadStats* expert_load() const { return balancer_ ? &balancer_->stats() : nullptr; }
     // The parallel group re-formed around a restarted rank, which starts from the initial
@@ -110,6 +122,22 @@ private:
         MoeBlock mlp;                                                // routed (+ shared) experts, or the dense MLP
         Tensor input_layernorm_bias, post_attention_layernorm_bias;  // f32 [hidden] or empty (ModelSlim)
     };
+    // What the MTP layer has besides its decoder layer (forward_draft).
+    struct DraftHead {
+        Layer block;          // model.layers.{N}: norms, MoE (its attention: the architecture's)
+        Tensor enorm, hnorm;  // f32 [hidden]
+        Linear eh_proj;       // [hidden, 2 x hidden], whole on every TP rank
+        Tensor head_norm;     // shared_head.norm f32 [hidden]
+        Linear head;          // shared_head.head [vocab_shard.count, hidden], vocabulary-parallel
+    };
+    // Weight bytes a layer adds: on this rank, and read by one decoded token (the roofline).
+    struct LayerBytes {
+        int64_t rank = 0, active = 0;
+    };
+    // Loads decoder layer `layer` (norms, the architecture's attention, the MoE block or MLP).
+    Layer load_layer(int64_t layer, const LoadOptions& options, const ExpertPlacement* placement,
+                     const AttentionLoader& load_attention, LayerBytes& bytes) const;
+    void load_draft_head(const LoadOptions& options, const AttentionLoader& load_attention, LayerBytes& bytes);
 
     const DecoderSpec spec_;
     const ParallelConfig par_;  // this rank's TP/EP shard
@@ -127,8 +155,14 @@ private:
     Tensor norm_;     // f32 [hidden]
     Linear lm_head_;  // [vocab_shard.count, hidden] (embed_tokens when tied)
 
+    std::unique_ptr<DraftHead> draft_;  // null unless LoadOptions::draft_head
+
     // Scratch, reused across steps.
-    std::vector<float> x_, h_, tmp_;        // [T, hidden]: residual stream, normed block input, block output
+    std::vector<float> x_, h_, tmp_;  // [T, hidden]: residual stream, normed block input, block output
+    // With a draft head: the last forward's final normed hidden states [T, hidden], and the draft
+    // head's input rows [T, 2 x hidden].
+    std::vector<float> hidden_, draft_in_;
+    int64_t hidden_count_ = 0;
     std::vector<float> rows_x_, rows_out_;  // [R, hidden]: the last layer's logits rows of x_ and tmp_
     std::vector<int32_t> rows_;             // [R]: 0 .. R-1, the compacted rows' indices
     MoeBlockScratch moe_scratch_;

@@ -1,7 +1,8 @@
-// n-gram speculative decoding on Qwen3-MoE and DeepSeek-V3: the trained KJV models of models/ (their
-// greedy text repeats itself, so drafts get accepted) and the tiny random fixtures
+// Speculative decoding on Qwen3-MoE and DeepSeek-V3, n-gram drafts: the trained KJV models of
+// models/ (their greedy text repeats itself, so drafts get accepted) and the tiny random fixtures
 // (qwen3_moe_tiny_model, dsv3_tiny_model; their prompts start with the continuation the model
-// gives the rest, so drafts are proposed and mostly rejected). Greedy outputs equal each prompt
+// gives the rest, so drafts are proposed and mostly rejected); and drafts of the trained DeepSeek
+// model's own MTP layer (the draft head). Greedy outputs equal each prompt
 // run alone, batched, under chunked prefill and under preemption; logprobs equal a run without
 // drafts within 1e-3.
 #include <gtest/gtest.h>
@@ -20,15 +21,17 @@ constexpr int32_t kMaxTokens = 24;
 struct ModelCase {
     const char* name;
     const char* dir;
-    int32_t vocab;  // prompt token ids are drawn below this
-    bool trained;   // its outputs repeat: drafts must get accepted
+    int32_t vocab;            // prompt token ids are drawn below this
+    bool trained;             // its outputs repeat: drafts must get accepted
+    bool draft_head = false;  // deepseek_mtp: the checkpoint's MTP layer drafts, else n-gram
 };
 
 class SpecDecodeModelTest : public ::testing::TestWithParam<ModelCase> {
 protected:
     void SetUp() override {
         pool_ = std::make_unique<ThreadPool>(2);
-        model_ = model::load_model(GetParam().dir, *pool_, model::LoadOptions{.max_model_len = 256});
+        model_ = model::load_model(GetParam().dir, *pool_,
+                                   model::LoadOptions{.max_model_len = 256, .draft_head = GetParam().draft_head});
         // A random phrase said three times, then a few other tokens; some prompts share the phrase.
         Rng rng(5);
         for (int i = 0; i < kNumPrompts; ++i) {
@@ -54,12 +57,19 @@ protected:
         c.max_model_len = 256;
         c.block_size = 8;
         c.num_blocks = 512;
-        if (speculative) c.speculative = {SpeculativeConfig::Method::kNgram, 4, 3, 1};
+        if (speculative && GetParam().draft_head) {
+            c.speculative = {SpeculativeConfig::Method::kDraftHead, 1, 0, 0};
+        } else if (speculative) {
+            c.speculative = {SpeculativeConfig::Method::kNgram, 4, 3, 1};
+        }
         return c;
     }
 
     // The speculation counters a run must show: drafts always, accepted ones on a trained model.
     void expect_drafts(const ipc::Stats& s) const {
+        std::printf("%s: %lld of %lld drafted tokens accepted\n", GetParam().name,
+                    static_cast<long long>(s.spec_num_accepted_tokens),
+                    static_cast<long long>(s.spec_num_draft_tokens));
         EXPECT_GT(s.spec_num_draft_tokens, 0);
         if (GetParam().trained) {
             EXPECT_GT(s.spec_num_accepted_tokens, 0);
@@ -140,6 +150,7 @@ INSTANTIATE_TEST_SUITE_P(
     Models, SpecDecodeModelTest,
     ::testing::Values(ModelCase{"qwen3_moe_kjv", MOESERVE_SOURCE_DIR "/models/qwen3-moe-kjv", 4000, true},
                       ModelCase{"deepseek_v3_kjv", MOESERVE_SOURCE_DIR "/models/deepseek-v3-kjv", 4000, true},
+                      ModelCase{"deepseek_v3_kjv_mtp", MOESERVE_SOURCE_DIR "/models/deepseek-v3-kjv", 4000, true, true},
                       ModelCase{"qwen3_moe_tiny", MOESERVE_QWEN3_TINY_DIR, 150000, false},
                       ModelCase{"deepseek_v3_tiny", MOESERVE_DSV3_TINY_DIR, 128000, false}),
     [](const auto& param_info) { return std::string(param_info.param.name); });

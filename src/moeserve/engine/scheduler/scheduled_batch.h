@@ -46,6 +46,9 @@ struct StepResult {
     // is then the token after them: a correction or the bonus token). Empty without drafts.
     std::vector<std::vector<SampledToken>> accepted_drafts;
     std::vector<std::vector<ipc::TokenLogprobs>> prompt_logprobs;  // this step's prompt positions
+    // The draft head's proposals for each sampling request's next step (Model::forward_draft);
+    // empty without a draft head.
+    std::vector<std::vector<TokenId>> head_drafts;
 };
 
 }  // namespace moeserve::engine

@@ -412,6 +412,9 @@ std::vector<ipc::RequestOutput> Scheduler::update(const ScheduledBatch& batch, c
             const ipc::RequestOutput fin = finish(r, r->finish_reason);
             out.finish_reason = fin.finish_reason;
             out.stop_token_id = fin.stop_token_id;
+        } else if (i < result.head_drafts.size()) {
+            r->head_drafts = result.head_drafts[i];
+            r->head_drafts_at = r->num_tokens();
         }
         outputs.push_back(std::move(out));
     }

@@ -35,8 +35,12 @@ bool can_draft(const Request& r) {
 
 std::vector<TokenId> propose_drafts(const Request& r, const SpeculativeConfig& config, int32_t max_drafts) {
     if (!config.enabled() || !can_draft(r)) return {};
-    return propose_ngram(r.prompt_token_ids, r.output_token_ids, config.prompt_lookup_max, config.prompt_lookup_min,
-                         std::min(max_drafts, config.num_speculative_tokens));
+    const int32_t n = std::min(max_drafts, config.num_speculative_tokens);
+    if (config.method == SpeculativeConfig::Method::kDraftHead) {
+        if (r.head_drafts_at != r.num_tokens() || n <= 0) return {};
+        return {r.head_drafts.begin(), r.head_drafts.begin() + std::min<ptrdiff_t>(n, std::ssize(r.head_drafts))};
+    }
+    return propose_ngram(r.prompt_token_ids, r.output_token_ids, config.prompt_lookup_max, config.prompt_lookup_min, n);
 }
 
 }  // namespace moeserve::engine

@@ -26,7 +26,8 @@ std::vector<TokenId> propose_ngram(std::span<const TokenId> prompt, std::span<co
 bool can_draft(const Request& request);
 
 // The drafts of a decode request for the next step under `config`: none when it cannot draft,
-// else propose_ngram capped at max_drafts.
+// else propose_ngram, or what the draft head proposed after its last step (Request::head_drafts),
+// capped at max_drafts.
 std::vector<TokenId> propose_drafts(const Request& request, const SpeculativeConfig& config, int32_t max_drafts);
 
 }  // namespace moeserve::engine

@@ -11,15 +11,17 @@ namespace moeserve::engine {
 inline constexpr int32_t kMaxSpeculativeTokens = 16;
 
 struct SpeculativeConfig {
-    // kNone: no speculation. kNgram: prompt lookup (ngram_proposer.h). MTP is refused at startup
-    // (not implemented), so the engine never sees it.
-    enum class Method { kNone, kNgram };
+    // kNone: no speculation. kNgram: prompt lookup (ngram_proposer.h). kDraftHead: the
+    // checkpoint's MTP layer (deepseek_mtp), run by ModelRunner after every forward.
+    enum class Method { kNone, kNgram, kDraftHead };
     Method method = Method::kNone;
     int32_t num_speculative_tokens = 0;  // k: tokens drafted per sequence and step, at most
     int32_t prompt_lookup_max = 0;       // longest suffix n-gram looked up
     int32_t prompt_lookup_min = 0;       // shortest suffix n-gram looked up
 
     bool enabled() const { return method != Method::kNone && num_speculative_tokens > 0; }
+    // The model must load its draft head (model::LoadOptions::draft_head).
+    bool uses_draft_head() const { return method == Method::kDraftHead; }
 };
 
 }  // namespace moeserve::engine

@@ -80,7 +80,7 @@ DeepseekV3Model::DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr
     ModelInfo& info = decoder_.info();
     info.model_type = c.model_type;
     info.kv_bytes_per_token =
-        MlaKvCache::bytes_per_token(c.num_hidden_layers, c.kv_lora_rank, c.qk_rope_head_dim, decoder_.kv_dtype());
+        MlaKvCache::bytes_per_token(kv_layers(), c.kv_lora_rank, c.qk_rope_head_dim, decoder_.kv_dtype());
 }
 
 std::unique_ptr<Model> DeepseekV3Model::load(const io::HfConfig& config, const std::filesystem::path& model_dir,
@@ -123,16 +123,24 @@ int64_t DeepseekV3Model::full_kv_bytes_per_token() const {
 }
 
 std::unique_ptr<KvCache> DeepseekV3Model::create_kv_cache(int64_t num_blocks, int64_t block_size) const {
-    return std::make_unique<MlaKvCache>(config_.num_hidden_layers, num_blocks, block_size, config_.kv_lora_rank,
+    return std::make_unique<MlaKvCache>(kv_layers(), num_blocks, block_size, config_.kv_lora_rank,
                                         config_.qk_rope_head_dim, decoder_.kv_dtype());
 }
 
-TensorView DeepseekV3Model::forward(const ForwardBatch& batch, KvCache& kv_base) {
+MoeDecoder::AttentionStep DeepseekV3Model::attention_step(const ForwardBatch& batch, KvCache& kv_base) {
     auto& kv = dynamic_cast<MlaKvCache&>(kv_base);
-    return decoder_.forward(batch, rope_->num_positions(), [&](size_t i, const float* hs, float* out) {
+    return [this, &batch, &kv](size_t i, const float* hs, float* out) {
         attention_[i].forward(decoder_.pool(), hs, batch, kv.layer(static_cast<int64_t>(i)), *rope_, path_,
                               attn_scratch_, out);
-    });
+    };
+}
+
+TensorView DeepseekV3Model::forward(const ForwardBatch& batch, KvCache& kv) {
+    return decoder_.forward(batch, rope_->num_positions(), attention_step(batch, kv));
+}
+
+TensorView DeepseekV3Model::forward_draft(const ForwardBatch& batch, KvCache& kv) {
+    return decoder_.forward_draft(batch, rope_->num_positions(), attention_step(batch, kv));
 }
 
 }  // namespace moeserve::model

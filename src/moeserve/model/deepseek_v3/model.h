@@ -49,6 +49,8 @@ public:
     const ModelInfo& info() const override { return decoder_.info(); }
     std::unique_ptr<KvCache> create_kv_cache(int64_t num_blocks, int64_t block_size) const override;
     TensorView forward(const ForwardBatch& batch, KvCache& kv) override;
+    bool has_draft_head() const override { return decoder_.has_draft_head(); }
+    TensorView forward_draft(const ForwardBatch& batch, KvCache& kv) override;
     const ExpertLoadStats* expert_load() const override { return decoder_.expert_load(); }
     void group_reformed() override { decoder_.group_reformed(); }
 
@@ -59,6 +61,11 @@ private:
     MoeDecoder decoder_;
     std::unique_ptr<RotaryEmbedding> rope_;
     MlaScratch attn_scratch_;
+
+    // Runs layer i's MLA attention of `batch` on the cache's layer i (forward and forward_draft).
+    MoeDecoder::AttentionStep attention_step(const ForwardBatch& batch, KvCache& kv);
+    // Layers of the KV cache: the decoder's, and the draft head's when it is loaded.
+    int64_t kv_layers() const { return config_.num_hidden_layers + (decoder_.has_draft_head() ? 1 : 0); }
 };
 
 }  // namespace moeserve::model
