@@ -1,9 +1,11 @@
 #!/usr/bin/python3
-"""`moeserve serve --speculative-config` on a real socket (issue 30), on the trained Qwen3-MoE KJV model
-(its text repeats, so drafts get accepted): n-gram drafting gives the same greedy texts and the same seeded samples as a server without it, for prompts alone and at once,
-also with TP = 2, DP = 2 + EP (lock-step) and PD hybrid, and counts its drafts in /metrics under
-vLLM's names (PD disaggregation: pd_disagg_test.py, suite spec); bad configs fail at startup with
-one `error:` line and exit 2. Every wait is bounded.
+"""`moeserve serve --speculative-config` on a real socket (issue 30): n-gram drafting on the trained
+Qwen3-MoE KJV model (its text repeats, so drafts get accepted), and deepseek_mtp (the drafts of its
+own MTP layer) on the trained DeepSeek-V3 KJV model. Each gives the same greedy texts and the same
+seeded samples as a server without it, for prompts alone and at once, also with TP = 2, DP = 2 + EP
+(lock-step) and PD hybrid, and counts its drafts in /metrics under vLLM's names (PD
+disaggregation: pd_disagg_test.py, suite spec); bad configs fail at startup with one `error:` line
+and exit 2. Every wait is bounded.
 """
 import argparse
 import concurrent.futures
@@ -17,6 +19,7 @@ from serve_test import Server
 
 ARGS = None
 NGRAM = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}'
+MTP = '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 PROMPTS = [
     "And God said, Let there be light: and there was light. And God saw the light",
     "In the beginning God created the heaven and the earth. In the beginning",
@@ -32,6 +35,11 @@ def completion(server, body):
 
 
 class SpecDecodeServe(unittest.TestCase):
+    SPEC, K = NGRAM, 4
+
+    def model(self):
+        return ARGS.trained_model
+
     def texts(self, server):
         greedy = [completion(server, {"model": "tiny", "prompt": p, "max_tokens": 32, "temperature": 0,
                                       "ignore_eos": True, "logprobs": 1})
@@ -47,12 +55,12 @@ class SpecDecodeServe(unittest.TestCase):
         return greedy, together, sampled, stopped
 
     def test_same_outputs_and_metrics(self):
-        plain = Server(model=ARGS.trained_model)
+        plain = Server(model=self.model())
         try:
             expected = self.texts(plain)
         finally:
             self.assertEqual(plain.stop(), 0)
-        spec = Server("--speculative-config", NGRAM, model=ARGS.trained_model)
+        spec = Server("--speculative-config", self.SPEC, model=self.model())
         try:
             greedy, together, sampled, stopped = self.texts(spec)
             metrics = spec.metrics()
@@ -76,12 +84,12 @@ class SpecDecodeServe(unittest.TestCase):
         self.assertGreater(drafts, 0)
         self.assertGreater(accepted, 0)
         self.assertLessEqual(accepted, draft_tokens)
-        self.assertLessEqual(draft_tokens, 4 * drafts)
+        self.assertLessEqual(draft_tokens, self.K * drafts)
         self.assertEqual(total("vllm:spec_decode_num_accepted_tokens_per_pos_total"), accepted)
 
     def test_parallel_layouts(self):
         # TP broadcasts the verify batch; DP + EP lock-step and PD hybrid take it as a decode step.
-        plain = Server(model=ARGS.trained_model)
+        plain = Server(model=self.model())
         try:
             expected = [completion(plain, {"model": "tiny", "prompt": p, "max_tokens": 32, "temperature": 0,
                                            "ignore_eos": True})["text"] for p in PROMPTS]
@@ -90,7 +98,7 @@ class SpecDecodeServe(unittest.TestCase):
         for layout in (["-tp", "2"], ["-dp", "2", "--enable-expert-parallel"],
                        ["-dp", "2", "--enable-expert-parallel", "--pd-hybrid"]):
             with self.subTest(layout=layout):
-                s = Server("--speculative-config", NGRAM, *layout, model=ARGS.trained_model)
+                s = Server("--speculative-config", self.SPEC, *layout, model=self.model())
                 try:
                     with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as pool:
                         got = list(pool.map(lambda p: completion(s, {"model": "tiny", "prompt": p, "max_tokens": 32,
@@ -128,13 +136,26 @@ class SpecDecodeServe(unittest.TestCase):
                 self.assertEqual(len([l for l in err.splitlines() if l.startswith("error:")]), 1, err)
 
 
+class MtpServe(SpecDecodeServe):
+    """The same checks with the DeepSeek model's MTP layer as the draft head."""
+    SPEC, K = MTP, 1
+
+    def model(self):
+        return ARGS.mtp_model
+
+    def test_refusals(self):
+        pass  # the base class's, for the flag's parse
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--moeserve", required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--trained-model", required=True)
+    p.add_argument("--mtp-model", required=True)
     ARGS, rest = p.parse_known_args()
     serve_test.ARGS = ARGS
-    suite = unittest.TestLoader().loadTestsFromTestCase(SpecDecodeServe)
+    loader = unittest.TestLoader()
+    suite = unittest.TestSuite([loader.loadTestsFromTestCase(SpecDecodeServe), loader.loadTestsFromTestCase(MtpServe)])
     result = unittest.TextTestRunner(verbosity=2).run(suite)
     sys.exit(0 if result.wasSuccessful() else 1)

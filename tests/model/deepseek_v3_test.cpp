@@ -216,6 +216,19 @@ TEST(MlaSplitCostTest, ShortChunksOverLongPrefixesSplit) {
     EXPECT_FALSE(mla_split_is_cheaper(v3, 2048, 32768));  // big chunks: re-expanding is cheaper
 }
 
+// kAuto absorbs decode and verify steps (a few tokens: each attends in the latent space as a decode
+// would), and expands or splits prefill chunks.
+TEST(MlaSplitCostTest, AutoAbsorbsDecodeAndVerifySteps) {
+    const MlaShape v3{7168, 128, 1536, 512, 128, 64, 128, 0.1, 1e-6, false};
+    for (int64_t prefix : {16, 4096, 32768}) {
+        EXPECT_EQ(mla_auto_path(v3, 1, prefix), MlaPath::kAbsorbed) << prefix;
+        EXPECT_EQ(mla_auto_path(v3, 2, prefix), MlaPath::kAbsorbed) << prefix;   // one draft
+        EXPECT_EQ(mla_auto_path(v3, 17, prefix), MlaPath::kAbsorbed) << prefix;  // 16 drafts
+    }
+    EXPECT_EQ(mla_auto_path(v3, 2048, 0), MlaPath::kExpanded);
+    EXPECT_EQ(mla_auto_path(v3, 2048, 32768), MlaPath::kExpanded);
+}
+
 TEST_P(DeepseekV3Test, BlockSizeDoesNotChangeLogits) {
     const auto ids = prompt_ids();
     SequenceRunner base(model(), 256, 16);

@@ -122,10 +122,10 @@ void MlaAttention::forward(ThreadPool& pool, const float* h, const ForwardBatch&
         const int64_t q_len = batch.query_start[size_t(seq + 1)] - batch.query_start[size_t(seq)];
         if (q_len == 0) continue;
         const int64_t prefix = batch.seq_lens[size_t(seq)] - q_len;
-        if (path == MlaPath::kAbsorbed || (path == MlaPath::kAuto && q_len == 1)) {
+        const MlaPath chosen = path == MlaPath::kAuto ? mla_auto_path(c, q_len, prefix) : path;
+        if (chosen == MlaPath::kAbsorbed) {
             absorbed.push_back(seq);
-        } else if (prefix > 0 &&
-                   (path == MlaPath::kSplit || (path == MlaPath::kAuto && mla_split_is_cheaper(c, q_len, prefix)))) {
+        } else if (prefix > 0 && chosen == MlaPath::kSplit) {
             attend_split(pool, batch, seq, kv, s);
         } else {
             attend_expanded(pool, batch, seq, kv, s);
@@ -299,17 +299,43 @@ void MlaAttention::attend_split(ThreadPool& pool, const ForwardBatch& batch, int
     }
 }
 
-bool mla_split_is_cheaper(const MlaShape& c, int64_t q_len, int64_t prefix) {
-    if (prefix <= 0) return false;
+namespace {
+
+// Multiply-adds per head of one chunk of q_len tokens after `prefix` cached ones, in each form.
+struct MlaCosts {
+    double absorbed, expanded, split;
+};
+
+MlaCosts mla_costs(const MlaShape& c, int64_t q_len, int64_t prefix) {
     const int64_t r = c.kv_lora_rank, dr = c.qk_rope_head_dim, dn = c.qk_nope_head_dim, dv = c.v_head_dim;
     const int64_t dp = std::max(dn + dr, dv), len = prefix + q_len;
+    const double q = double(q_len), uk_uv = double(r * (dn + dv));
+    MlaCosts k{};
+    // absorbed: W_UK / W_UV on the queries, scores over latent + rope and sums over the latent of
+    // every cached row
+    k.absorbed = q * uk_uv + q * double(len) * double(2 * r + dr);
     // expanded: kv_b_proj over every row, scores + weighted sums over dp-wide heads
-    const double expanded = double(len) * double(r * (dn + dv)) + double(q_len) * double(len) * double(2 * dp);
+    k.expanded = double(len) * uk_uv + q * double(len) * double(2 * dp);
     // split: kv_b_proj over the chunk, its own attention, W_UK / W_UV on the queries, and the
-    // absorbed attention over the prefix (scores over latent + rope, sums over the latent)
-    const double split = double(q_len) * double(r * (dn + dv)) + double(q_len) * double(q_len) * double(2 * dp) +
-                         double(q_len) * double(r * (dn + dv)) + double(q_len) * double(prefix) * double(2 * r + dr);
-    return split < expanded;
+    // absorbed attention over the prefix
+    k.split = q * uk_uv + q * q * double(2 * dp) + q * uk_uv + q * double(prefix) * double(2 * r + dr);
+    return k;
+}
+
+}  // namespace
+
+bool mla_split_is_cheaper(const MlaShape& c, int64_t q_len, int64_t prefix) {
+    if (prefix <= 0) return false;
+    const MlaCosts k = mla_costs(c, q_len, prefix);
+    return k.split < k.expanded;
+}
+
+MlaPath mla_auto_path(const MlaShape& c, int64_t q_len, int64_t prefix) {
+    if (q_len == 1) return MlaPath::kAbsorbed;
+    const MlaCosts k = mla_costs(c, q_len, prefix);
+    const bool split = mla_split_is_cheaper(c, q_len, prefix);
+    if (k.absorbed <= (split ? k.split : k.expanded)) return MlaPath::kAbsorbed;
+    return split ? MlaPath::kSplit : MlaPath::kExpanded;
 }
 
 }  // namespace moeserve::model

@@ -34,8 +34,8 @@ struct MlaShape {
 
 // Which form each sequence of a batch attends with.
 enum class MlaPath {
-    kAuto,      // absorbed for decode (one new token); a prefill chunk over a cached prefix split
-                // where mla_split_is_cheaper() says so, else expanded
+    kAuto,      // per sequence, the form mla_auto_path() says does the least work: absorbed for
+                // decode and verify steps (a few new tokens), split or expanded for prefill chunks
     kAbsorbed,  // absorbed for every sequence
     kExpanded,  // expanded for every sequence (the whole cached context re-expanded per chunk)
     kSplit,     // split for every chunk with a cached prefix, expanded for the rest
@@ -44,6 +44,10 @@ enum class MlaPath {
 // Multiply-adds per head of one chunk of q_len tokens after `prefix` cached ones: re-expanding
 // all prefix + q_len latents (kv_b_proj) and attending over them, against the split form.
 bool mla_split_is_cheaper(const MlaShape& c, int64_t q_len, int64_t prefix);
+// kAuto's choice for such a chunk: absorbed for one token (decode), else the form with the fewest
+// multiply-adds (absorbed attends every cached row in the latent space, so it wins for a few
+// tokens: a speculative verify step computes its rows as decode steps would).
+MlaPath mla_auto_path(const MlaShape& c, int64_t q_len, int64_t prefix);
 
 // Per-forward buffers, grown on demand and reused across layers and steps.
 struct MlaScratch {
