@@ -1,7 +1,9 @@
 // The draft head of speculative decoding (DeepSeek's MTP layer, LoadOptions::draft_head) against
-// the float64 reference (tests/reference/deepseek_v3_ref.py mtp_logits) on the trained
-// deepseek-v3-kjv model of models/, whose MTP layer was trained with it: after a whole prefill,
-// after each single-token step, and after prefill chunks (its own KV layer carried between steps).
+// the float64 reference (tests/reference/deepseek_v3_ref.py mtp_logits): on the trained
+// deepseek-v3-kjv model of models/, whose MTP layer was trained with it, and on the tiny random
+// DeepSeek-V3 with an MTP layer as bf16, W8A8 and FP8 checkpoints (the layer loads in the
+// checkpoint's precision). After a whole prefill, after each single-token step, and after prefill
+// chunks (its own KV layer carried between steps).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,9 +23,23 @@ using testutil::read_f32;
 
 constexpr int64_t kBlockSize = 16;
 constexpr int64_t kBlocks = 16;  // block 0 is the null block; the sequence uses 1..15
-// As the decoder's tests: f32 activations against the float64 reference, relative to the
-// largest reference logit.
+// As the decoder's tests, relative to the largest reference logit: f32 activations against the
+// float64 reference, and W8A8's one int8 step at a rounding boundary (w8a8_model_test.cpp).
 constexpr float kRelTolerance = 2e-5f;
+constexpr float kW8A8RelTolerance = 1e-4f;
+
+struct Case {
+    const char* name;
+    std::string dir;        // the checkpoint
+    std::string reference;  // its reference_mtp_logits.f32
+    const char* prompt;
+    float tolerance;
+};
+
+Case tiny(const char* precision, float tolerance) {
+    const std::string dir = std::string(MOESERVE_DSV3_MTP_TINY_DIR) + precision;
+    return {precision, dir, dir + "/reference_mtp_logits.f32", MOESERVE_DSV3_PROMPT, tolerance};
+}
 
 // Tokens [begin, end) of one sequence at their positions, its K/V in blocks 1, 2, ...
 ForwardBatch sequence_batch(const std::vector<int32_t>& ids, int32_t begin, int32_t end) {
@@ -53,21 +69,15 @@ ForwardBatch draft_batch(const std::vector<int32_t>& ids, int32_t begin, int32_t
     return b;
 }
 
-class DraftHeadTest : public ::testing::Test {
+class DraftHeadTest : public ::testing::TestWithParam<Case> {
 protected:
-    static void SetUpTestSuite() {
-        pool_ = new ThreadPool(2);
-        model_ = load_model(MOESERVE_SOURCE_DIR "/models/deepseek-v3-kjv", *pool_,
-                            LoadOptions{.max_model_len = 256, .draft_head = true})
-                     .release();
-    }
-    static void TearDownTestSuite() {
-        delete model_;
-        delete pool_;
+    void SetUp() override {
+        pool_ = std::make_unique<ThreadPool>(2);
+        model_ = load_model(GetParam().dir, *pool_, LoadOptions{.max_model_len = 256, .draft_head = true});
     }
 
-    static std::vector<int32_t> prompt() { return testutil::parse_ids(MOESERVE_KJV_MTP_PROMPT); }
-    static std::vector<float> reference() { return read_f32(MOESERVE_KJV_MTP_REFERENCE); }
+    std::vector<int32_t> prompt() const { return testutil::parse_ids(GetParam().prompt); }
+    std::vector<float> reference() const { return read_f32(GetParam().reference); }
     int64_t vocab() const { return model_->info().vocab_size; }
 
     // Runs the prompt in steps of `chunk` tokens, each followed by the draft head on the
@@ -93,41 +103,47 @@ protected:
         const auto ref = reference();
         ASSERT_EQ(logits.size(), ref.size());
         const float diff = max_abs_diff(logits, ref);
-        std::printf("%s: max |draft logit - reference| = %.3g, max |reference| = %.3g\n", what, diff, max_abs(ref));
-        EXPECT_LE(diff, kRelTolerance * max_abs(ref));
+        std::printf("%s %s: max |draft logit - reference| = %.3g, max |reference| = %.3g\n", GetParam().name, what,
+                    diff, max_abs(ref));
+        EXPECT_LE(diff, GetParam().tolerance * max_abs(ref));
         const auto v = static_cast<size_t>(vocab());
         for (size_t t = 0; t < ref.size() / v; ++t) {
             EXPECT_EQ(argmax(&logits[t * v], vocab()), argmax(&ref[t * v], vocab())) << "position " << t;
         }
     }
 
-    static ThreadPool* pool_;
-    static Model* model_;
+    std::unique_ptr<ThreadPool> pool_;
+    std::unique_ptr<Model> model_;
 };
-ThreadPool* DraftHeadTest::pool_ = nullptr;
-Model* DraftHeadTest::model_ = nullptr;
 
-TEST_F(DraftHeadTest, AfterAWholePrefillMatchesTheReference) {
+TEST_P(DraftHeadTest, AfterAWholePrefillMatchesTheReference) {
     ASSERT_TRUE(model_->has_draft_head());
     expect_reference(drafts_in_steps(1000), "whole prefill");
 }
 
-TEST_F(DraftHeadTest, AfterEachSingleTokenStepMatchesTheReference) {
+TEST_P(DraftHeadTest, AfterEachSingleTokenStepMatchesTheReference) {
     expect_reference(drafts_in_steps(1), "token by token");
 }
 
-TEST_F(DraftHeadTest, AfterPrefillChunksMatchesTheReference) { expect_reference(drafts_in_steps(5), "chunks of 5"); }
+TEST_P(DraftHeadTest, AfterPrefillChunksMatchesTheReference) { expect_reference(drafts_in_steps(5), "chunks of 5"); }
 
 // The draft head's K/V take one more layer of the cache.
-TEST_F(DraftHeadTest, TheKvCacheHasALayerForTheDraftHead) {
+TEST_P(DraftHeadTest, TheKvCacheHasALayerForTheDraftHead) {
     ThreadPool pool(1);
-    const auto plain =
-        load_model(MOESERVE_SOURCE_DIR "/models/deepseek-v3-kjv", pool, LoadOptions{.max_model_len = 256});
+    const auto plain = load_model(GetParam().dir, pool, LoadOptions{.max_model_len = 256});
     EXPECT_FALSE(plain->has_draft_head());
     const int64_t layers = plain->info().num_hidden_layers;
     EXPECT_EQ(model_->info().kv_bytes_per_token * layers, plain->info().kv_bytes_per_token * (layers + 1));
     EXPECT_GT(model_->info().rank_weight_bytes, plain->info().rank_weight_bytes);
 }
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, DraftHeadTest,
+                         ::testing::Values(Case{"kjv", MOESERVE_SOURCE_DIR "/models/deepseek-v3-kjv",
+                                                MOESERVE_KJV_MTP_DIR "/reference_mtp_logits.f32",
+                                                MOESERVE_KJV_MTP_PROMPT, kRelTolerance},
+                                           tiny("bf16", kRelTolerance), tiny("w8a8", kW8A8RelTolerance),
+                                           tiny("fp8", kRelTolerance)),
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
 
 // A checkpoint without an MTP layer: one error naming the tensor.
 TEST(DraftHeadLoadTest, ACheckpointWithoutAnMtpLayerIsRefused) {

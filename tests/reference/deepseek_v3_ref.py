@@ -236,15 +236,18 @@ def forward(weights, config, token_ids):
 
 
 def mtp_main(argv):
-    """CLI: --model DIR --tokens 1,2,3 --mtp-out FILE: the MTP layer's logits (mtp_logits),
-    little-endian float32 [num_tokens - 1, vocab]."""
+    """CLI: --model DIR --tokens 1,2,3 --mtp-out FILE [--act-quant]: the MTP layer's logits
+    (mtp_logits), little-endian float32 [num_tokens - 1, vocab]."""
     import argparse
     ap = argparse.ArgumentParser(description=mtp_main.__doc__)
     ap.add_argument("--model", required=True)
     ap.add_argument("--tokens", required=True)
     ap.add_argument("--mtp-out", required=True)
+    ap.add_argument("--act-quant", action="store_true",
+                    help="simulate W8A8 per-token int8 activations at int8 linears' inputs")
     args = ap.parse_args(argv)
     weights, config = rc.load_model(args.model)
+    weights.act_quant = args.act_quant
     ids = [int(t) for t in args.tokens.split(",") if t.strip()]
     os.makedirs(os.path.dirname(os.path.abspath(args.mtp_out)), exist_ok=True)
     mtp_logits(weights, config, ids).astype("<f4").tofile(args.mtp_out)

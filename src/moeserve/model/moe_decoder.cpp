@@ -231,14 +231,7 @@ std::vector<WeightSpec> MoeDecoder::weight_specs(const DecoderSpec& spec, bool w
                      WeightInit::kNormal,
                      1.0f,
                      c.tie_word_embeddings ? LayerPrecision::kOutputHead : LayerPrecision::kHigh});
-    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-        const std::string p = "model.layers." + std::to_string(i) + ".";
-        // gains near one but not exactly, so a missed norm shows
-        specs.push_back({p + "input_layernorm.weight", {h}, DType::kBF16, WeightInit::kNormOnes, 0.1f});
-        specs.push_back({p + "post_attention_layernorm.weight", {h}, DType::kBF16, WeightInit::kNormOnes, 0.1f});
-        attention_specs(specs, i, p + "self_attn.");
-        MoeBlock::weight_specs(specs, p, spec.is_moe_layer(i), spec.moe, spec.names, with_router_bias);
-    }
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) layer_specs(specs, spec, i, with_router_bias, attention_specs);
     specs.push_back({"model.norm.weight", {h}, DType::kBF16, WeightInit::kNormOnes, 0.1f});
     if (!c.tie_word_embeddings) {
         specs.push_back({"lm_head.weight",
@@ -249,6 +242,40 @@ std::vector<WeightSpec> MoeDecoder::weight_specs(const DecoderSpec& spec, bool w
                          LayerPrecision::kOutputHead});
     }
     return specs;
+}
+
+void MoeDecoder::layer_specs(std::vector<WeightSpec>& specs, const DecoderSpec& spec, int64_t layer,
+                             bool with_router_bias, const AttentionSpecs& attention_specs) {
+    const int64_t h = spec.config.hidden_size;
+    const std::string p = "model.layers." + std::to_string(layer) + ".";
+    // gains near one but not exactly, so a missed norm shows
+    specs.push_back({p + "input_layernorm.weight", {h}, DType::kBF16, WeightInit::kNormOnes, 0.1f});
+    specs.push_back({p + "post_attention_layernorm.weight", {h}, DType::kBF16, WeightInit::kNormOnes, 0.1f});
+    attention_specs(specs, layer, p + "self_attn.");
+    MoeBlock::weight_specs(specs, p, spec.is_moe_layer(layer), spec.moe, spec.names, with_router_bias);
+}
+
+void MoeDecoder::draft_head_specs(std::vector<WeightSpec>& specs, const DecoderSpec& spec, bool with_router_bias,
+                                  const AttentionSpecs& attention_specs) {
+    const DecoderConfig& c = spec.config;
+    const int64_t h = c.hidden_size;
+    const std::string p = "model.layers." + std::to_string(c.num_hidden_layers) + ".";
+    const float inv_sqrt_h = 1.0f / std::sqrt(static_cast<float>(h));
+    specs.push_back({p + "enorm.weight", {h}, DType::kBF16, WeightInit::kNormOnes, 0.1f});
+    specs.push_back({p + "hnorm.weight", {h}, DType::kBF16, WeightInit::kNormOnes, 0.1f});
+    specs.push_back({p + "eh_proj.weight",
+                     {h, 2 * h},
+                     DType::kBF16,
+                     WeightInit::kNormal,
+                     1.0f / std::sqrt(2.0f * static_cast<float>(h))});
+    layer_specs(specs, spec, c.num_hidden_layers, with_router_bias, attention_specs);
+    specs.push_back({p + "shared_head.norm.weight", {h}, DType::kBF16, WeightInit::kNormOnes, 0.1f});
+    specs.push_back({p + "shared_head.head.weight",
+                     {c.vocab_size, h},
+                     DType::kBF16,
+                     WeightInit::kNormal,
+                     inv_sqrt_h,
+                     LayerPrecision::kOutputHead});
 }
 
 int64_t MoeDecoder::rope_length(const LoadOptions& options) const {

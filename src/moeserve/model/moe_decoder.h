@@ -79,6 +79,10 @@ public:
         std::function<void(std::vector<WeightSpec>& specs, int64_t layer, const std::string& prefix)>;
     static std::vector<WeightSpec> weight_specs(const DecoderSpec& spec, bool with_router_bias,
                                                 const AttentionSpecs& attention_specs);
+    // The draft head's tensors (forward_draft): model.layers.{N}'s enorm, hnorm, eh_proj, decoder
+    // layer and shared_head (the embedding is the decoder's: DeepSeek's copy of it is not written).
+    static void draft_head_specs(std::vector<WeightSpec>& specs, const DecoderSpec& spec, bool with_router_bias,
+                                 const AttentionSpecs& attention_specs);
 
     // RoPE table length: --max-model-len when given, else max_position_embeddings.
     int64_t rope_length(const LoadOptions& options) const;
@@ -138,6 +142,9 @@ private:
     Layer load_layer(int64_t layer, const LoadOptions& options, const ExpertPlacement* placement,
                      const AttentionLoader& load_attention, LayerBytes& bytes) const;
     void load_draft_head(const LoadOptions& options, const AttentionLoader& load_attention, LayerBytes& bytes);
+    // Decoder layer `layer`'s tensors (weight_specs, draft_head_specs).
+    static void layer_specs(std::vector<WeightSpec>& specs, const DecoderSpec& spec, int64_t layer,
+                            bool with_router_bias, const AttentionSpecs& attention_specs);
 
     const DecoderSpec spec_;
     const ParallelConfig par_;  // this rank's TP/EP shard

@@ -38,6 +38,7 @@ DeepseekV3Config DeepseekV3Config::from_json(const io::HfConfig& j) {
     c.intermediate_size = j.get_int("intermediate_size", c.intermediate_size);
     c.moe_intermediate_size = j.get_int("moe_intermediate_size", c.moe_intermediate_size);
     c.num_hidden_layers = j.get_int("num_hidden_layers", c.num_hidden_layers);
+    c.num_nextn_predict_layers = j.get_int("num_nextn_predict_layers", c.num_nextn_predict_layers);
     c.num_attention_heads = j.get_int("num_attention_heads", c.num_attention_heads);
     c.num_key_value_heads = j.get_int("num_key_value_heads", c.num_key_value_heads);
     c.n_shared_experts = j.get_int("n_shared_experts", c.n_shared_experts);

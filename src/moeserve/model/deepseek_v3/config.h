@@ -19,6 +19,7 @@ struct DeepseekV3Config {
     int64_t intermediate_size = 18432;  // dense layers
     int64_t moe_intermediate_size = 2048;
     int64_t num_hidden_layers = 61;
+    int64_t num_nextn_predict_layers = 0;  // MTP layers after the decoder's (the draft head reads the first)
     int64_t num_attention_heads = 128;
     int64_t num_key_value_heads = 128;
     int64_t n_shared_experts = 1;

@@ -45,7 +45,12 @@ std::vector<WeightSpec> deepseek_v3_weight_specs(const DeepseekV3Config& c) {
                          WeightInit::kNormal,
                          inv_sqrt(heads * c.v_head_dim)});
     };
-    return MoeDecoder::weight_specs(DeepseekV3Model::decoder_spec(c), c.topk_method == "noaux_tc", attention);
+    const DecoderSpec spec = DeepseekV3Model::decoder_spec(c);
+    const bool router_bias = c.topk_method == "noaux_tc";
+    std::vector<WeightSpec> specs = MoeDecoder::weight_specs(spec, router_bias, attention);
+    // DeepSeek-V3's MTP layer (the draft head), when config.json has one; later ones are not read
+    if (c.num_nextn_predict_layers > 0) MoeDecoder::draft_head_specs(specs, spec, router_bias, attention);
+    return specs;
 }
 
 }  // namespace moeserve::model
