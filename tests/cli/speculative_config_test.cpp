@@ -40,6 +40,15 @@ TEST(SpeculativeConfigTest, ReadsNgram) {
     EXPECT_FALSE(parse_speculative_config("", "").enabled());
 }
 
+// moeserve's "adaptive" (DraftBudget): on unless turned off.
+TEST(SpeculativeConfigTest, TheDraftBudgetAdaptsUnlessTurnedOff) {
+    EXPECT_TRUE(parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 2})", "").adaptive);
+    EXPECT_FALSE(parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 2, "adaptive": false})", "")
+                     .adaptive);
+    EXPECT_EQ(refusal(R"({"method": "ngram", "num_speculative_tokens": 2, "adaptive": 1})"),
+              "--speculative-config: 'adaptive' must be true or false; got 1");
+}
+
 TEST(SpeculativeConfigTest, RefusesBadConfigsInOneSentence) {
     EXPECT_EQ(refusal(R"({"method": "eagle", "num_speculative_tokens": 2})"),
               "--speculative-config: method 'eagle' is not supported: expected \"ngram\" or \"deepseek_mtp\"");
@@ -56,7 +65,7 @@ TEST(SpeculativeConfigTest, RefusesBadConfigsInOneSentence) {
         "--speculative-config: 'prompt_lookup_min' (3) must not exceed 'prompt_lookup_max' (2)");
     EXPECT_EQ(refusal(R"({"method": "ngram", "num_speculative_tokens": 2, "model": "x"})"),
               "--speculative-config: field 'model' is not supported (known: method, num_speculative_tokens, "
-              "prompt_lookup_max, prompt_lookup_min)");
+              "prompt_lookup_max, prompt_lookup_min, adaptive)");
     EXPECT_EQ(refusal(R"({"num_speculative_tokens": 2})"),
               "--speculative-config: 'method' must be a string: \"ngram\" or \"deepseek_mtp\"");
     EXPECT_EQ(refusal("[1]"), "--speculative-config: expected a JSON object");

@@ -69,10 +69,10 @@ engine::SpeculativeConfig parse_speculative_config(const std::string& text, cons
     const Json j = parse_json_object_flag("--speculative-config", text);
     for (const auto& [key, value] : j.items()) {
         if (key != "method" && key != "num_speculative_tokens" && key != "prompt_lookup_max" &&
-            key != "prompt_lookup_min") {
+            key != "prompt_lookup_min" && key != "adaptive") {
             bad(
                 fmt::format("field '{}' is not supported (known: method, num_speculative_tokens, prompt_lookup_max, "
-                            "prompt_lookup_min)",
+                            "prompt_lookup_min, adaptive)",
                             key));
         }
     }
@@ -82,6 +82,11 @@ engine::SpeculativeConfig parse_speculative_config(const std::string& text, cons
     if (!k)
         bad(fmt::format("'num_speculative_tokens' is required (an integer in [1, {}])", engine::kMaxSpeculativeTokens));
     const std::string name = method->get<std::string>();
+    c.adaptive = true;  // the drafted tokens per step follow their measured cost (engine DraftBudget)
+    if (const auto a = j.find("adaptive"); a != j.end()) {
+        if (!a->is_boolean()) bad(fmt::format("'adaptive' must be true or false; got {}", a->dump()));
+        c.adaptive = a->get<bool>();
+    }
     if (name == "deepseek_mtp" || name == "mtp") {
         for (const char* key : {"prompt_lookup_max", "prompt_lookup_min"}) {
             if (j.contains(key)) bad(fmt::format("'{}' is a field of method ngram, not {}", key, name));

@@ -2,6 +2,8 @@
 // "Speculative decoding"):
 //   {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
 //   {"method": "deepseek_mtp", "num_speculative_tokens": 1}   (the checkpoint's MTP layer drafts)
+// and moeserve's "adaptive": false (default true: the drafts per step follow their measured cost,
+// engine/spec_decode/draft_budget.h).
 #pragma once
 
 #include <string>

@@ -197,6 +197,7 @@ StepOutcome EngineCore::step_lockstep(std::optional<Phase> forced, parallel::Moe
         out.dummy_forward = true;
     }
     const auto t2 = Clock::now();
+    scheduler_.record_step_time(batch, std::chrono::duration<double>(t2 - t1).count());
     out.outputs = scheduler_.update(batch, result);
     publish_parked(out.outputs);
     stats_.step_schedule_seconds += std::chrono::duration<double>(t1 - t0).count();
@@ -241,6 +242,7 @@ ipc::Stats EngineCore::stats() const {
     s.spec_num_draft_tokens = c.num_draft_tokens;
     s.spec_num_accepted_tokens = c.num_accepted_tokens;
     s.spec_num_accepted_tokens_per_pos = c.num_accepted_tokens_per_pos;
+    s.spec_draft_budget = scheduler_.draft_budget().current();
     if (const model::ExpertLoadStats* eplb = model_.expert_load()) {
         s.eplb_rank_load = eplb->rank_load;
         s.eplb_imbalance = eplb->imbalance;

@@ -47,8 +47,8 @@ auto fields(T& v) {
                         v.kv_expired_transfers, v.kv_send_seconds, v.kv_received_bytes, v.kv_received_transfers,
                         v.kv_failed_transfers, v.kv_receive_seconds, v.kv_wait_seconds, v.kv_held_transfers,
                         v.kv_waiting_requests, v.spec_num_drafts, v.spec_num_draft_tokens, v.spec_num_accepted_tokens,
-                        v.spec_num_accepted_tokens_per_pos, v.eplb_rank_load, v.eplb_imbalance, v.eplb_decisions,
-                        v.eplb_rebalances, v.eplb_moved_experts);
+                        v.spec_num_accepted_tokens_per_pos, v.spec_draft_budget, v.eplb_rank_load, v.eplb_imbalance,
+                        v.eplb_decisions, v.eplb_rebalances, v.eplb_moved_experts);
     } else if constexpr (std::is_same_v<S, StepOutputs>) {
         return std::tie(v.engine_index, v.outputs, v.stats);
     } else if constexpr (std::is_same_v<S, HealthReply>) {

@@ -153,6 +153,7 @@ struct Stats {
     // drafted tokens, the drafts accepted, and per draft position [0, k) the drafts accepted there.
     int64_t spec_num_drafts = 0, spec_num_draft_tokens = 0, spec_num_accepted_tokens = 0;
     std::vector<int64_t> spec_num_accepted_tokens_per_pos;
+    int32_t spec_draft_budget = 0;  // now: tokens a sequence may draft in a step (DraftBudget)
     // EPLB (--enable-eplb; model/eplb/expert_load_stats.h): at the last placement decision, each
     // EP rank's routed tokens over the window and max/mean (0 before the first); cumulative
     // decisions, completed rebalances and moved expert slots.

@@ -331,6 +331,9 @@ std::string Metrics::render_local(const std::vector<ipc::Stats>& engines, int64_
                [](S s) { return s.spec_num_draft_tokens; });
     per_engine("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.",
                [](S s) { return s.spec_num_accepted_tokens; });
+    per_engine("moeserve:spec_decode_draft_budget", "gauge",
+               "Tokens a sequence may draft in a step now (the adaptive rule; num_speculative_tokens when off).",
+               [](S s) { return s.spec_draft_budget; });
     head("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted tokens per draft position.");
     for (const auto& s : engines) {
         for (size_t pos = 0; pos < s.spec_num_accepted_tokens_per_pos.size(); ++pos) {

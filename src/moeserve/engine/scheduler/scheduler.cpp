@@ -22,7 +22,10 @@ ipc::RequestOutput output_of(const Request& r) {
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, std::unique_ptr<SchedulingPolicy> policy)
-    : config_(config), kv_(kv), policy_(std::move(policy)) {
+    : config_(config),
+      kv_(kv),
+      policy_(std::move(policy)),
+      draft_budget_(config.speculative.num_speculative_tokens, config.speculative.adaptive) {
     MOESERVE_CHECK(policy_ != nullptr, "scheduler without a policy");
     // One counter per draft position from the start (vLLM's series per position), 0 until used.
     if (config.speculative.enabled())
@@ -289,8 +292,7 @@ bool Scheduler::schedule_with_drafts(Request* r, TokenBudget& budget, ScheduledB
     // A step that accepts every draft emits drafts + 1 tokens: never past max_tokens or
     // max_model_len, nor past the step's token budget.
     const int32_t room = std::min({r->sampling.max_tokens - r->num_output_tokens(),
-                                   config_.max_model_len - r->num_tokens(), budget.tokens_left()}) -
-                         1;
+                                   config_.max_model_len - r->num_tokens(), budget.tokens_left() - 1, step_drafts_});
     std::vector<TokenId> drafts = propose_drafts(*r, config_.speculative, room);
     if (drafts.empty()) return false;
     const int32_t n = 1 + static_cast<int32_t>(drafts.size());
@@ -327,6 +329,9 @@ ScheduledBatch Scheduler::schedule(std::optional<Phase> forced) {
         forced = policy_->choose_phase(propose_phase() == Phase::kPrefill, num_running_decodes() > 0);
     }
     const StepPlan plan = policy_->plan(forced);
+    if (config_.speculative.enabled() && num_running_decodes() > 0) {
+        step_drafts_ = draft_budget_.next(num_running_decodes());
+    }
     TokenBudget budget(config_.max_num_batched_tokens, config_.max_num_seqs);
     schedule_running(plan, budget, out);
     // NOTE(#5): no admissions in a step that preempted: the cache is full (vLLM does the same).
@@ -444,7 +449,13 @@ bool Scheduler::append_tokens(const ScheduledRequest& s, std::span<const Sampled
     return true;
 }
 
+void Scheduler::record_step_time(const ScheduledBatch& batch, double seconds) {
+    if (config_.speculative.enabled() && batch.phase == Phase::kDecode)
+        draft_budget_.record_step(batch.num_tokens, seconds);
+}
+
 void Scheduler::count_drafts(const ScheduledRequest& s, size_t num_accepted) {
+    draft_budget_.record_drafts(s.num_drafts(), static_cast<int32_t>(num_accepted));
     ++counters_.num_drafts;
     counters_.num_draft_tokens += s.num_drafts();
     counters_.num_accepted_tokens += static_cast<int64_t>(num_accepted);

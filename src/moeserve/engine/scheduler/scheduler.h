@@ -22,6 +22,7 @@
 #include "moeserve/engine/scheduler/policy.h"
 #include "moeserve/engine/scheduler/scheduled_batch.h"
 #include "moeserve/engine/scheduler/token_budget.h"
+#include "moeserve/engine/spec_decode/draft_budget.h"
 #include "moeserve/engine/spec_decode/speculative_config.h"
 #include "moeserve/ipc/kv_messages.h"
 
@@ -77,6 +78,11 @@ public:
     // requests (stop token, max_tokens, max_model_len) and frees their blocks. Returns the
     // outputs of requests that produced a token or finished (incl. rejected/aborted ones).
     std::vector<ipc::RequestOutput> update(const ScheduledBatch& batch, const StepResult& result);
+    // The step ran its forward (and sampling) in `seconds`: speculative decoding's cost rule
+    // (DraftBudget) learns from decode-only steps.
+    void record_step_time(const ScheduledBatch& batch, double seconds);
+    // Speculative decoding's budget of drafted tokens per sequence and step.
+    const DraftBudget& draft_budget() const { return draft_budget_; }
     // Outputs produced outside a step (rejections, aborts, fetched remote prefills), cleared.
     std::vector<ipc::RequestOutput> take_finished();
 
@@ -148,6 +154,8 @@ private:
     Request* preemption_victim(size_t first) const;
     std::vector<ipc::RequestOutput> finished_;
     SchedulerCounters counters_;
+    DraftBudget draft_budget_;
+    int32_t step_drafts_ = 0;              // this step's draft budget per sequence (draft_budget_.next())
     std::deque<Request*> remote_waiting_;  // consumers: queued or fetching (Request::fetching)
     int32_t num_fetching_ = 0;
     std::unordered_map<std::string, std::unique_ptr<Request>> parked_;  // producers holding their KV

@@ -18,6 +18,9 @@ struct SpeculativeConfig {
     int32_t num_speculative_tokens = 0;  // k: tokens drafted per sequence and step, at most
     int32_t prompt_lookup_max = 0;       // longest suffix n-gram looked up
     int32_t prompt_lookup_min = 0;       // shortest suffix n-gram looked up
+    // Whether the drafted tokens per step follow their measured cost and acceptance (DraftBudget);
+    // false: always num_speculative_tokens. The CLI's default is true ("adaptive" field).
+    bool adaptive = false;
 
     bool enabled() const { return method != Method::kNone && num_speculative_tokens > 0; }
     // The model must load its draft head (model::LoadOptions::draft_head).
