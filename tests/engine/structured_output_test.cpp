@@ -172,6 +172,35 @@ TEST_F(StructuredOutputTest, EveryOutputMatchesItsGrammarBatchedWithFreeRequests
     }
 }
 
+// Speculative decoding: each drafted position is masked by the grammar state its drafts reach
+// (Sampler::sample_drafts), so constrained requests draft and their outputs, greedy and seeded,
+// are token for token those of a run without drafts.
+TEST_F(StructuredOutputTest, DraftsAreMaskedByTheGrammarStateTheyReach) {
+    std::map<int, std::vector<ipc::AddRequest>> arrivals;
+    int n = 0;
+    for (const Case& c : cases()) {
+        for (int k = 0; k < 2; ++k) {
+            arrivals[n++ % 3].push_back(
+                add(c.name + std::to_string(k), c.grammar, k == 0 ? 0.0f : 1.0f, 48, static_cast<uint64_t>(k)));
+        }
+    }
+    EngineConfig plain_config = config();
+    EngineCore plain(*model_, *pool_, plain_config);
+    const Collected expected = run_to_completion(plain, arrivals);
+    EngineConfig spec_config = config();
+    spec_config.speculative = {SpeculativeConfig::Method::kNgram, 4, 3, 1};
+    EngineCore spec(*model_, *pool_, spec_config);
+    const Collected got = run_to_completion(spec, arrivals);
+    for (const auto& [id, tokens] : expected.tokens) {
+        EXPECT_EQ(got.tokens.at(id), tokens) << id;
+        EXPECT_EQ(got.last.at(id).finish_reason, expected.last.at(id).finish_reason) << id;
+    }
+    EXPECT_GT(spec.stats().spec_num_accepted_tokens, 0);
+    std::printf("constrained drafts: %lld of %lld accepted\n",
+                static_cast<long long>(spec.stats().spec_num_accepted_tokens),
+                static_cast<long long>(spec.stats().spec_num_draft_tokens));
+}
+
 TEST_F(StructuredOutputTest, LogprobsAreReportedAfterMasking) {
     EngineCore engine(*model_, *pool_, config());
     const std::string g = structured::choices_to_gbnf({"yes", "no"}, "choice");

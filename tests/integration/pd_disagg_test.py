@@ -14,8 +14,9 @@ Suites (one CTest each):
           descriptors and threads stay flat over 3,000 of them; the proxy's access policy (403, 415, 401)
   chaos   the hardening chaos through a PD pair and its proxy: a disconnect storm, forged transfers,
           paused prefill ranks; then nothing held on either side, everything alive, outputs equal
-  spec    the decode instance drafts (--speculative-config ngram) on the trained Qwen3-MoE KJV model:
-          greedy outputs == one instance without speculation, drafts accepted on the decode side
+  spec    the decode instance drafts (--speculative-config ngram on the trained Qwen3-MoE KJV model,
+          deepseek_mtp on the DeepSeek one): greedy outputs == one instance without speculation,
+          drafts accepted on the decode side
   faults  a prefill instance stopped (SIGSTOP) before its KV is fetched: the decode fails that
           request within its timeout; the proxy then serves from the other prefill instance; a decode
           instance killed mid-stream ends the client's stream with an error event, and the next
@@ -211,8 +212,15 @@ class Disaggregated(unittest.TestCase):
         self.check_equal(ARGS.deepseek_model)
 
     def test_speculative_decode(self):
-        model = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "qwen3-moe-kjv")
-        spec = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}'
+        models = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models")
+        ngram = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}'
+        mtp = '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
+        # n-gram drafts; DeepSeek's MTP layer, whose K/V travel with the prompt's blocks
+        for name, spec in (("qwen3-moe-kjv", ngram), ("deepseek-v3-kjv", mtp)):
+            with self.subTest(model=name):
+                self.check_speculative_pair(os.path.join(models, name), spec)
+
+    def check_speculative_pair(self, model, spec):
         single = serve(model)
         prefill = serve(model, "--kv-transfer-config", kv_config("kv_producer"), "--speculative-config", spec)
         decode = serve(model, "--kv-transfer-config", kv_config("kv_consumer"), "--speculative-config", spec)

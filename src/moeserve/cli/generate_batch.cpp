@@ -353,23 +353,37 @@ int run_generate_batch(const GenerateBatchOptions& o) {
     std::fprintf(
         stderr,
         "generate: %zu requests in %.2f s: %.2f requests/s, input %.1f tok/s, output %.1f tok/s | prefix cache "
-        "hit rate %.1f%% | %lld preemptions | %lld steps | threads=%d%s\n",
+        "hit rate %.1f%% | %lld preemptions | %lld steps | threads=%d%s%s\n",
         total, secs, static_cast<double>(total) / secs, static_cast<double>(num_input_tokens) / secs,
         static_cast<double>(num_output_tokens) / secs,
         st.prefix_cache_queries > 0
             ? 100.0 * static_cast<double>(st.prefix_cache_hits) / static_cast<double>(st.prefix_cache_queries)
             : 0.0,
         static_cast<long long>(st.num_preemptions), static_cast<long long>(st.num_steps), threads,
-        speculation_summary(st).c_str());
+        speculation_summary(st).c_str(),
+        expert_bytes_summary(e.model->routed_expert_bytes(), num_output_tokens, "output token (prefill included)")
+            .c_str());
     return 0;
 }
 
 std::string speculation_summary(const ipc::Stats& st) {
     if (st.spec_num_draft_tokens == 0) return "";
+    std::string per_position;
+    for (int64_t accepted : st.spec_num_accepted_tokens_per_pos) {
+        per_position += fmt::format("{}{:.2f}", per_position.empty() ? "" : "/",
+                                    static_cast<double>(accepted) / static_cast<double>(st.spec_num_drafts));
+    }
     return fmt::format(
-        " | drafts: {} of {} accepted ({:.1f}%), {} steps", st.spec_num_accepted_tokens, st.spec_num_draft_tokens,
+        " | drafts: {} of {} accepted ({:.1f}%), per position {}, budget now {}, {} steps", st.spec_num_accepted_tokens,
+        st.spec_num_draft_tokens,
         100.0 * static_cast<double>(st.spec_num_accepted_tokens) / static_cast<double>(st.spec_num_draft_tokens),
-        st.num_steps);
+        per_position, st.spec_draft_budget, st.num_steps);
+}
+
+std::string expert_bytes_summary(int64_t bytes, int64_t tokens, const char* per) {
+    if (bytes <= 0 || tokens <= 0) return "";
+    return fmt::format(" | routed experts read {:.2f} MB per {}",
+                       static_cast<double>(bytes) / 1e6 / static_cast<double>(tokens), per);
 }
 
 }  // namespace moeserve::cli

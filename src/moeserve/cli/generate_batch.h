@@ -43,5 +43,8 @@ int run_generate_batch(const GenerateBatchOptions& options);
 // " | drafts: A of D accepted (R%), S steps" for the summary lines of a run with speculative
 // decoding (stats of its engine), "" without drafts.
 std::string speculation_summary(const ipc::Stats& stats);
+// " | routed experts read X MB per <per>": `bytes` of Model::routed_expert_bytes over `tokens`,
+// or "" when either is 0.
+std::string expert_bytes_summary(int64_t bytes, int64_t tokens, const char* per);
 
 }  // namespace moeserve::cli

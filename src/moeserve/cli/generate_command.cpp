@@ -97,6 +97,7 @@ int run_generate(const GenerateOptions& o) {
     std::fflush(stdout);
     const auto prefill_start = Clock::now();
     auto decode_start = prefill_start;
+    int64_t decode_expert_bytes = 0;  // routed expert bytes read before the decode
     double prefill_secs = 0;
     bool first = true;
     int generated = 0;  // the stop token not counted
@@ -107,6 +108,7 @@ int run_generate(const GenerateOptions& o) {
             if (first && !d.token_ids.empty()) {  // the first token comes from the prefill's logits
                 prefill_secs = seconds_since(prefill_start);
                 decode_start = Clock::now();
+                decode_expert_bytes = e.model->routed_expert_bytes();
                 first = false;
             }
             std::fputs(d.text.c_str(), stdout);
@@ -122,12 +124,15 @@ int run_generate(const GenerateOptions& o) {
     const double decode_secs = seconds_since(decode_start);
     const int decode_steps = std::max(generated - 1, 0);
     std::printf("\n");
-    std::fprintf(stderr,
-                 "generate: load %.2f s | prompt %zu tokens, prefill %.1f tok/s | %d tokens generated, decode %.1f "
-                 "tok/s | finish=%s | threads=%d%s\n",
-                 load_secs, prompt.size(), static_cast<double>(prompt.size()) / prefill_secs, generated,
-                 decode_steps > 0 ? decode_steps / decode_secs : 0.0, finish.c_str(), threads,
-                 speculation_summary(e.core->stats()).c_str());
+    std::fprintf(
+        stderr,
+        "generate: load %.2f s | prompt %zu tokens, prefill %.1f tok/s | %d tokens generated, decode %.1f "
+        "tok/s | finish=%s | threads=%d%s%s\n",
+        load_secs, prompt.size(), static_cast<double>(prompt.size()) / prefill_secs, generated,
+        decode_steps > 0 ? decode_steps / decode_secs : 0.0, finish.c_str(), threads,
+        speculation_summary(e.core->stats()).c_str(),
+        expert_bytes_summary(e.model->routed_expert_bytes() - decode_expert_bytes, decode_steps, "decoded token")
+            .c_str());
     return 0;
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "moeserve/core/error.h"
 
@@ -150,15 +151,57 @@ std::vector<SampledToken> Sampler::sample(std::span<float* const> rows, std::spa
     return out;
 }
 
+namespace {
+
+// The accepted drafts of a verify step appended to a request's outputs for the rows after them
+// (its grammar advanced by each, in the order the scheduler later applies them), and taken back
+// on destruction: the request leaves the sampler as it came.
+class DraftedOutputs {
+public:
+    explicit DraftedOutputs(Request& r) : r_(r), active_(r.grammar_active) {}
+    DraftedOutputs(const DraftedOutputs&) = delete;
+    DraftedOutputs& operator=(const DraftedOutputs&) = delete;
+    ~DraftedOutputs() {
+        for (size_t i = 0; i < appended_; ++i) {
+            const TokenId t = r_.output_token_ids.back();
+            r_.output_token_ids.pop_back();
+            if (auto it = r_.output_token_counts.find(t); it != r_.output_token_counts.end() && --it->second == 0) {
+                r_.output_token_counts.erase(it);
+            }
+        }
+        if (saved_grammar_) *r_.grammar = std::move(*saved_grammar_);
+        r_.grammar_active = active_;
+    }
+
+    void append(TokenId t) {
+        if (r_.constrained()) {
+            if (!saved_grammar_) saved_grammar_.emplace(*r_.grammar);
+            r_.grammar->accept_token(t);  // its row's mask allowed t
+        }
+        r_.append_output(t);
+        ++appended_;
+    }
+
+private:
+    Request& r_;
+    const bool active_;
+    std::optional<structured::GrammarMatcher> saved_grammar_;
+    size_t appended_ = 0;
+};
+
+}  // namespace
+
 std::vector<std::vector<SampledToken>> Sampler::sample_drafts(std::span<const DraftRows> requests) {
     std::vector<std::vector<SampledToken>> out(requests.size());
     const auto verify = [&](size_t k, kernels::cpu::SampleScratch& scratch) {
         const DraftRows& d = requests[k];
         MOESERVE_CHECK(d.rows.size() == d.drafts.size() + 1, "{}: {} logits rows for {} drafts", d.request->request_id,
                        d.rows.size(), d.drafts.size());
+        DraftedOutputs drafted(*d.request);
         for (size_t j = 0; j < d.rows.size(); ++j) {
             out[k].push_back(sample_row(d.rows[j], *d.request, scratch));
             if (j == d.drafts.size() || out[k].back().token_id != d.drafts[j]) break;
+            drafted.append(d.drafts[j]);
         }
     };
     const auto n = static_cast<int64_t>(requests.size());

@@ -62,8 +62,9 @@ public:
     // sampling: t is accepted with probability p(t) = min(1, p(t) / q(t)), and on rejection the
     // token drawn is distributed as p without t, renormalized (max(p - q, 0)). Each verified row
     // takes the same one draw of the request's Rng as a plain decode step, so a seeded request
-    // draws the same stream with or without drafts. The request's processing (penalties, grammar)
-    // must not depend on its outputs after the last one (can_draft).
+    // draws the same stream with or without drafts. Row j + 1 is processed as if drafts[0, j]
+    // were the request's outputs (its grammar state, penalties, bad words, min_tokens see them:
+    // DraftedOutputs); the request is left as it came.
     std::vector<std::vector<SampledToken>> sample_drafts(std::span<const DraftRows> requests);
 
     int64_t vocab_size() const { return vocab_; }

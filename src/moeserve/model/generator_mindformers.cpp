@@ -225,7 +225,11 @@ void write_mindformers_a8w8(const std::vector<WeightSpec>& specs, const Deepseek
     }
     Writer writer(specs, c, seed, source);
     Named tensors;
+    // The MTP layer (num_nextn_predict_layers) is left out, as the MindFormers reader leaves it out
+    // (mindformers_checkpoint.h): it has no MindFormers names here.
+    const std::string mtp_layer = fmt::format("model.layers.{}.", c.num_hidden_layers);
     for (const WeightSpec& spec : specs) {
+        if (spec.name.rfind(mtp_layer, 0) == 0) continue;
         const Tensor t = source.weight(spec);
         result.num_parameters += t.numel();
         writer.add(spec, t, tensors);

@@ -39,6 +39,7 @@ public:
     std::unique_ptr<KvCache> create_kv_cache(int64_t num_blocks, int64_t block_size) const override;
     TensorView forward(const ForwardBatch& batch, KvCache& kv) override;
     const ExpertLoadStats* expert_load() const override { return decoder_.expert_load(); }
+    int64_t routed_expert_bytes() const override { return decoder_.routed_expert_bytes(); }
     void group_reformed() override { decoder_.group_reformed(); }
 
 private:

@@ -106,6 +106,7 @@ public:
     TensorView forward_draft(const ForwardBatch& batch, int64_t num_positions, const AttentionStep& attention);
     bool has_draft_head() const { return draft_ != nullptr; }
 
+    int64_t routed_expert_bytes() const { return moe_scratch_.routed_expert_bytes; }
     // EPLB's figures (null without --enable-eplb).
     const ExpertLoadStats* expert_load() const { return balancer_ ? &balancer_->stats() : nullptr; }
     // The parallel group re-formed around a restarted rank, which starts from the initial

@@ -38,11 +38,16 @@ std::vector<int32_t> simulate(DraftBudget& budget, const Simulation& s, int step
     return budgets;
 }
 
-// The budgets of the last `n` non-probe steps (every kProbeInterval-th step probes).
+// Whether step i (from 0) is a probe: the kWarmupSteps-th, then every kProbeInterval-th.
+bool is_probe(size_t i) {
+    return (i + 1 + DraftBudget::kProbeInterval - DraftBudget::kWarmupSteps) % DraftBudget::kProbeInterval == 0;
+}
+
+// The budgets of the last `n` steps that were not probes.
 std::vector<int32_t> settled(const std::vector<int32_t>& budgets, size_t n) {
     std::vector<int32_t> out;
     for (size_t i = budgets.size() - n; i < budgets.size(); ++i) {
-        if ((i + 1) % DraftBudget::kProbeInterval != 0) out.push_back(budgets[i]);
+        if (!is_probe(i)) out.push_back(budgets[i]);
     }
     return out;
 }
@@ -55,8 +60,9 @@ TEST(DraftBudgetTest, WithoutTheRuleTheBudgetIsTheMaximum) {
 TEST(DraftBudgetTest, DraftsFullyWhileItMeasures) {
     DraftBudget budget(4, true);
     const auto budgets = simulate(budget, {1e-3, 10e-3, {0.1, 0.1, 0.1, 0.1}}, DraftBudget::kWarmupSteps);
-    for (int32_t k : budgets) EXPECT_EQ(k, 4);
-    EXPECT_FALSE(budget.fit().valid);  // one step size so far
+    for (size_t i = 0; i + 1 < budgets.size(); ++i) EXPECT_EQ(budgets[i], 4);
+    EXPECT_EQ(budgets.back(), 0);  // the first probe: a second step size for the fit
+    EXPECT_TRUE(budget.fit().valid);
 }
 
 // Per-step cost dominates (dense weights, attention; a small MoE): every draft pays.
@@ -78,7 +84,7 @@ TEST(DraftBudgetTest, CostlyDraftsTurnDraftingOffButForProbes) {
     for (int32_t k : settled(budgets, 200)) EXPECT_EQ(k, 0);
     std::vector<int32_t> probes;
     for (size_t i = 200; i < budgets.size(); ++i) {
-        if ((i + 1) % DraftBudget::kProbeInterval == 0) probes.push_back(budgets[i]);
+        if (is_probe(i)) probes.push_back(budgets[i]);
     }
     ASSERT_GE(probes.size(), 2u);
     EXPECT_NE(probes[0], probes[1]);

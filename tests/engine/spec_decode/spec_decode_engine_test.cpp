@@ -176,14 +176,17 @@ TEST(SpecDecodeTest, SeededSamplesEqualThePlainRun) {
     EXPECT_GT(spec.stats.spec_num_accepted_tokens, 0);
 }
 
-TEST(SpecDecodeTest, RequestsThatCannotDraftShareTheSteps) {
-    // Penalties depend on the outputs before each verified position: those requests decode one
-    // token per step next to requests with drafts, and their outputs stay those of a plain run.
+TEST(SpecDecodeTest, OutputDependentProcessingSeesTheDraftsBeforeEachPosition) {
+    // Penalties, bad words and min_tokens depend on the outputs before each verified position:
+    // the sampler processes each row with the drafts before it as outputs, so these requests
+    // draft next to the others and their outputs stay those of a plain run.
     FakeModel model(32, kWindow);
     auto adds = greedy_requests(6);
     adds[1].sampling.presence_penalty = 0.5f;
+    adds[2].sampling.frequency_penalty = 0.7f;
     adds[3].sampling.repetition_penalty = 1.3f;
     adds[4].sampling.min_tokens = 6;
+    adds[5].sampling.bad_words_token_ids = {{3, 4}};
     const RunResult plain = run_engine(model, config(200, 64, true, {}), adds);
     const RunResult spec = run_engine(model, config(200, 64, true, ngram(3)), adds);
     EXPECT_EQ(spec.collected.tokens, plain.collected.tokens);

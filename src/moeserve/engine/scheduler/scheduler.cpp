@@ -389,34 +389,22 @@ std::vector<ipc::RequestOutput> Scheduler::update(const ScheduledBatch& batch, c
         }
         if (!samples) continue;
         MOESERVE_CHECK(result.sampled[i].has_value(), "{}: no token sampled at the end of its tokens", r->request_id);
-        const SampledToken& tok = *result.sampled[i];
-        if (r->constrained() && !r->grammar->accept_token(tok.token_id)) {
-            // Only when no token of the vocabulary can continue the grammar (the mask was empty).
-            std::string error =
-                !r->grammar->error().empty()
-                    ? "structured output: " + r->grammar->error()
-                    : fmt::format(
-                          "structured output: no token of the vocabulary can continue the grammar after {} tokens",
-                          r->num_output_tokens());
-            ipc::RequestOutput fail = finish(r, FinishReason::kError);  // r is gone from here on
-            fail.error = std::move(error);
-            outputs.push_back(std::move(fail));
-            continue;
-        }
         std::vector<SampledToken> tokens;
         if (i < result.accepted_drafts.size()) tokens = result.accepted_drafts[i];
         if (s.num_drafts() > 0) count_drafts(s, tokens.size());
-        tokens.push_back(tok);
+        tokens.push_back(*result.sampled[i]);
         ipc::RequestOutput out = output_of(*r);
         if (r->sampling.prompt_logprobs && !r->prompt_logprobs_sent) {
             out.prompt_logprobs = std::move(r->prompt_logprobs);
             r->prompt_logprobs.clear();
             r->prompt_logprobs_sent = true;
         }
-        if (!append_tokens(s, tokens, out)) {
-            const ipc::RequestOutput fin = finish(r, r->finish_reason);
+        std::string grammar_error;
+        if (!append_tokens(s, tokens, out, grammar_error)) {
+            const ipc::RequestOutput fin = finish(r, grammar_error.empty() ? r->finish_reason : FinishReason::kError);
             out.finish_reason = fin.finish_reason;
             out.stop_token_id = fin.stop_token_id;
+            out.error = std::move(grammar_error);
         } else if (i < result.head_drafts.size()) {
             r->head_drafts = result.head_drafts[i];
             r->head_drafts_at = r->num_tokens();
@@ -426,10 +414,20 @@ std::vector<ipc::RequestOutput> Scheduler::update(const ScheduledBatch& batch, c
     return outputs;
 }
 
-bool Scheduler::append_tokens(const ScheduledRequest& s, std::span<const SampledToken> tokens,
-                              ipc::RequestOutput& out) {
+bool Scheduler::append_tokens(const ScheduledRequest& s, std::span<const SampledToken> tokens, ipc::RequestOutput& out,
+                              std::string& grammar_error) {
     Request* r = s.request;
     for (size_t j = 0; j < tokens.size(); ++j) {
+        if (r->constrained() && !r->grammar->accept_token(tokens[j].token_id)) {
+            // Only when no token of the vocabulary can continue the grammar (the mask was empty).
+            grammar_error =
+                !r->grammar->error().empty()
+                    ? "structured output: " + r->grammar->error()
+                    : fmt::format(
+                          "structured output: no token of the vocabulary can continue the grammar after {} tokens",
+                          r->num_output_tokens());
+            return false;
+        }
         // Token j > 0 follows an accepted draft, whose KV this step computed.
         if (j > 0) ++r->num_computed_tokens;
         r->append_output(tokens[j].token_id);

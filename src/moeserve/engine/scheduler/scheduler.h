@@ -130,9 +130,11 @@ private:
     // them without preempting anyone; false leaves r to the plain one-token decode.
     bool schedule_with_drafts(Request* r, TokenBudget& budget, ScheduledBatch& out);
     // Appends a step's tokens to the running request s.request (accepted drafts, then the sampled
-    // token) into `out`, stopping at the first that finishes it; returns false when it finished.
-    // Rolls back the KV slots of rejected drafts.
-    bool append_tokens(const ScheduledRequest& s, std::span<const SampledToken> tokens, ipc::RequestOutput& out);
+    // token) into `out`, each first through its grammar (a structured output), stopping at the
+    // first that finishes it; returns false when it finished, with grammar_error set when its
+    // grammar refused a token. Rolls back the KV slots of rejected drafts.
+    bool append_tokens(const ScheduledRequest& s, std::span<const SampledToken> tokens, ipc::RequestOutput& out,
+                       std::string& grammar_error);
     // Adds a verify step of s (its drafts, num_accepted of them kept) to the spec_decode counters.
     void count_drafts(const ScheduledRequest& s, size_t num_accepted);
     void preempt(Request* request, ScheduledBatch& out);

@@ -66,12 +66,13 @@ int32_t DraftBudget::best(int64_t num_decodes) const {
     double reached = 1;   // P_k: every draft up to position k accepted
     double expected = 1;  // tokens per sequence: 1 + P_1 + ... + P_k
     double best_rate = b / (f.per_step + f.per_token * b);
+    if (tried_[0] < kMinTries) return max_drafts_;  // warm-up
+    double rate_here = alpha[0];
     for (int32_t k = 1; k <= max_drafts_; ++k) {
-        if (tried_[static_cast<size_t>(k - 1)] < kMinTries) {  // not measured (enough)
-            if (k == 1) return max_drafts_;                    // warm-up
-            break;                                             // deeper: no claim past it
-        }
-        reached *= alpha[static_cast<size_t>(k - 1)];
+        // A position tried too rarely to measure is taken to accept as the one before it: drafting
+        // there is what measures it (a rate assumed low would never be corrected).
+        if (tried_[static_cast<size_t>(k - 1)] >= kMinTries) rate_here = alpha[static_cast<size_t>(k - 1)];
+        reached *= rate_here;
         expected += reached;
         const double rate = b * expected / (f.per_step + f.per_token * b * (1 + k));
         if (rate > best_rate) {

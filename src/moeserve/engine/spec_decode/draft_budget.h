@@ -12,9 +12,11 @@
 // step and drafting can lose: then the budget is 0 and only probes draft.
 //
 // Until enough has been measured (kWarmupSteps decode steps, and first drafts tried kMinTries
-// times) the budget is the maximum; a position tried fewer times bounds k below it. Every
-// kProbeInterval-th step is a probe instead, alternately drafting none and the maximum, so the
-// fit sees two step sizes and every position's rate stays current. Engine thread only.
+// times) the budget is the maximum; a deeper position tried fewer times is taken to accept as
+// the one before it (optimistic: drafting there is what measures it). The kWarmupSteps-th step
+// and then every kProbeInterval-th one are probes, alternately drafting none and the maximum, so
+// the fit sees two step sizes and every position's rate stays current.
+// Engine thread only.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +26,7 @@ namespace moeserve::engine {
 
 class DraftBudget {
 public:
-    static constexpr int64_t kWarmupSteps = 16;
+    static constexpr int64_t kWarmupSteps = 8;
     static constexpr int64_t kProbeInterval = 32;
     static constexpr double kMinTries = 4;
     // Weight of a measurement after m more: (1 - 1/kMemory)^m.
@@ -57,9 +59,9 @@ private:
     int32_t max_drafts_;
     bool adaptive_;
     int32_t current_;
-    int64_t decode_steps_ = 0;  // decode steps recorded
-    int64_t chosen_ = 0;        // next() calls since the last probe
-    bool probe_full_ = true;    // the last probe drafted the maximum (so the first drafts none)
+    int64_t decode_steps_ = 0;                        // decode steps recorded
+    int64_t chosen_ = kProbeInterval - kWarmupSteps;  // next() calls since the last probe (the first: warm-up)
+    bool probe_full_ = true;                          // the last probe drafted the maximum (so the first drafts none)
     // Decayed sums of the step fit: weights, n, n^2, t, n*t.
     double s0_ = 0, sn_ = 0, snn_ = 0, st_ = 0, snt_ = 0;
     // Per position j (index j - 1): decayed times it was tried (every earlier draft accepted) and

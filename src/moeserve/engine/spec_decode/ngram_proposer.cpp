@@ -27,14 +27,8 @@ std::vector<TokenId> propose_ngram(std::span<const TokenId> prompt, std::span<co
     return drafts;
 }
 
-bool can_draft(const Request& r) {
-    const auto& s = r.sampling;
-    return r.grammar == nullptr && s.repetition_penalty == 1.0f && s.frequency_penalty == 0.0f &&
-           s.presence_penalty == 0.0f && s.bad_words_token_ids.empty() && r.num_output_tokens() >= s.min_tokens;
-}
-
 std::vector<TokenId> propose_drafts(const Request& r, const SpeculativeConfig& config, int32_t max_drafts) {
-    if (!config.enabled() || !can_draft(r)) return {};
+    if (!config.enabled()) return {};
     const int32_t n = std::min(max_drafts, config.num_speculative_tokens);
     if (config.method == SpeculativeConfig::Method::kDraftHead) {
         if (r.head_drafts_at != r.num_tokens() || n <= 0) return {};

@@ -19,15 +19,10 @@ namespace moeserve::engine {
 std::vector<TokenId> propose_ngram(std::span<const TokenId> prompt, std::span<const TokenId> output, int32_t max_n,
                                    int32_t min_n, int32_t max_drafts);
 
-// Whether drafts for this request can be verified exactly by Sampler::sample_drafts: its logits
-// processing must not depend on the outputs before the verified position. Grammars, repetition,
-// frequency and presence penalties, bad words and a pending min_tokens do, so such requests
-// decode one token per step (they still share the steps of those that draft).
-bool can_draft(const Request& request);
-
-// The drafts of a decode request for the next step under `config`: none when it cannot draft,
-// else propose_ngram, or what the draft head proposed after its last step (Request::head_drafts),
-// capped at max_drafts.
+// The drafts of a decode request for the next step under `config`: propose_ngram, or what the
+// draft head proposed after its last step (Request::head_drafts), capped at max_drafts. Every
+// request may draft: Sampler::sample_drafts processes each verified row with the drafts before
+// it as outputs (grammars, penalties, bad words, min_tokens).
 std::vector<TokenId> propose_drafts(const Request& request, const SpeculativeConfig& config, int32_t max_drafts);
 
 }  // namespace moeserve::engine

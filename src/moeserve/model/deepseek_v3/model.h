@@ -52,6 +52,7 @@ public:
     bool has_draft_head() const override { return decoder_.has_draft_head(); }
     TensorView forward_draft(const ForwardBatch& batch, KvCache& kv) override;
     const ExpertLoadStats* expert_load() const override { return decoder_.expert_load(); }
+    int64_t routed_expert_bytes() const override { return decoder_.routed_expert_bytes(); }
     void group_reformed() override { decoder_.group_reformed(); }
 
 private:

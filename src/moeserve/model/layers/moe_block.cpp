@@ -139,6 +139,17 @@ size_t MoeBlock::active_bytes() const {
     return router_.weight_bytes() + shared_.weight_bytes() + experts_.bytes_per_expert() * static_cast<size_t>(k_);
 }
 
+void MoeBlock::count_routed_bytes(const int32_t* ids, int64_t choices, MoeBlockScratch& s) const {
+    s.expert_seen.assign(static_cast<size_t>(router_.out_features()), 0);
+    int64_t distinct = 0;
+    for (int64_t i = 0; i < choices; ++i) {
+        uint8_t& seen = s.expert_seen[static_cast<size_t>(ids[i])];
+        distinct += seen == 0 ? 1 : 0;
+        seen = 1;
+    }
+    s.routed_expert_bytes += distinct * static_cast<int64_t>(experts_.bytes_per_expert());
+}
+
 void MoeBlock::forward(ThreadPool& pool, const ParallelConfig& par, const RoutingRule& route, const float* h,
                        int64_t num_tokens, parallel::MoeExchangeKind exchange, MoeBlockScratch& scratch, float* out,
                        const ExpertBalance& balance) const {
@@ -171,8 +182,9 @@ void MoeBlock::forward(ThreadPool& pool, const ParallelConfig& par, const Routin
         }
         route(s.router_logits.data(), mine.count, score_bias_.empty() ? nullptr : score_bias_.as<float>(),
               s.topk_ids.data(), s.topk_weights.data());
-        // EPLB: count the experts routing chose, then pick the copy (slot) that serves each choice
         const int64_t choices = mine.count * k_;
+        count_routed_bytes(s.topk_ids.data(), choices, s);
+        // EPLB: count the experts routing chose, then pick the copy (slot) that serves each choice
         if (balance.counts != nullptr) {
             for (int64_t i = 0; i < choices; ++i) ++balance.counts[s.topk_ids[static_cast<size_t>(i)]];
         }

@@ -77,6 +77,10 @@ struct MoeBlockScratch {
     std::vector<size_t> slice_bytes;  // EP with TP: bytes of each TP rank's slice (no allocation per layer)
     kernels::cpu::MoeScratch moe{};
     ParallelMoe parallel_moe{};
+    // Cumulative bytes of routed expert weights the forwards read on this rank: per MoE layer and
+    // forward, the distinct experts its rows chose (each read once) times an expert's bytes here.
+    int64_t routed_expert_bytes = 0;
+    std::vector<uint8_t> expert_seen;  // [num_experts] scratch of that count
 };
 
 class MoeBlock {
@@ -118,6 +122,8 @@ public:
     size_t active_bytes() const;
 
 private:
+    // MoeBlockScratch::routed_expert_bytes of one forward's choices ids [choices] (logical experts).
+    void count_routed_bytes(const int32_t* ids, int64_t choices, MoeBlockScratch& s) const;
     bool is_moe_ = false;
     int k_ = 0;
     int64_t hidden_ = 0, experts_per_rank_ = 1;  // experts, or EPLB's slots, per EP rank
