@@ -144,7 +144,8 @@ model::ForwardBatch ModelRunner::draft_batch(const ScheduledBatch& batch, const 
         }
         fb.query_start.push_back(static_cast<int32_t>(fb.token_ids.size()));
         fb.seq_lens.push_back(step.positions[static_cast<size_t>(first)] + rows);
-        if (s.samples()) fb.logits_rows.push_back(static_cast<int32_t>(fb.token_ids.size()) - 1);
+        if (s.samples() && batch.wants_head_drafts)
+            fb.logits_rows.push_back(static_cast<int32_t>(fb.token_ids.size()) - 1);
     }
     return fb;
 }
@@ -160,7 +161,7 @@ std::vector<std::vector<TokenId>> ModelRunner::propose_with_draft_head(const Sch
     // Greedy drafts: the point mass the sampler's acceptance rule expects (sampler.h).
     std::vector<std::vector<TokenId>> drafts(batch.requests.size());
     size_t row = 0;
-    for (size_t i = 0; i < batch.requests.size(); ++i) {
+    for (size_t i = 0; i < batch.requests.size() && batch.wants_head_drafts; ++i) {
         if (!batch.requests[i].samples()) continue;
         const float* x = logits.as<float>() + static_cast<int64_t>(row++) * vocab;
         drafts[i].push_back(static_cast<TokenId>(std::max_element(x, x + vocab) - x));

@@ -48,7 +48,8 @@ public:
     // this step computed and kept (through its last token and the drafts the sampler accepted),
     // each with the token that follows it (the next prompt token, an accepted draft, or the
     // token just sampled) and the step's hidden row of that position. A sampling request's last
-    // row is a logits row: its draft for the next step. Exposed for tests.
+    // row is a logits row (its draft for the next step) when batch.wants_head_drafts. Exposed for
+    // tests.
     static model::ForwardBatch draft_batch(const ScheduledBatch& batch, const model::ForwardBatch& step,
                                            const StepResult& result);
 

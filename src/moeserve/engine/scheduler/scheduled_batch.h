@@ -32,6 +32,9 @@ struct ScheduledBatch {
     bool dummy = true;                       // nothing scheduled (the forward is skipped)
     int32_t num_tokens = 0;
     int32_t num_prefill_tokens = 0;
+    // With a draft head (MTP): whether it computes drafts after this step. When the draft budget
+    // will not draft next step it runs without its lm_head (its K/V must stay complete).
+    bool wants_head_drafts = true;
 };
 
 struct SampledToken {

@@ -347,6 +347,7 @@ ScheduledBatch Scheduler::schedule(std::optional<Phase> forced) {
         }
     }
     out.dummy = out.requests.empty();
+    out.wants_head_drafts = config_.speculative.enabled() && draft_budget_.may_draft_next();
     out.phase = any_prefill && any_decode ? Phase::kMixed
                 : any_prefill             ? Phase::kPrefill
                 : any_decode              ? Phase::kDecode

@@ -14,6 +14,7 @@ DraftBudget::DraftBudget(int32_t max_drafts, bool adaptive)
     : max_drafts_(max_drafts),
       adaptive_(adaptive),
       current_(max_drafts),
+      best_(max_drafts),
       tried_(static_cast<size_t>(std::max(max_drafts, 0)), 0.0),
       accepted_(static_cast<size_t>(std::max(max_drafts, 0)), 0.0) {}
 
@@ -59,14 +60,13 @@ std::vector<double> DraftBudget::acceptance() const {
 
 int32_t DraftBudget::best(int64_t num_decodes) const {
     const Fit f = fit();
-    if (!f.valid) return max_drafts_;
+    if (!f.valid || tried_[0] < kMinTries) return max_drafts_;  // warm-up
     const std::vector<double> alpha = acceptance();
     const auto b = static_cast<double>(std::max<int64_t>(num_decodes, 1));
     int32_t best_k = 0;
     double reached = 1;   // P_k: every draft up to position k accepted
     double expected = 1;  // tokens per sequence: 1 + P_1 + ... + P_k
     double best_rate = b / (f.per_step + f.per_token * b);
-    if (tried_[0] < kMinTries) return max_drafts_;  // warm-up
     double rate_here = alpha[0];
     for (int32_t k = 1; k <= max_drafts_; ++k) {
         // A position tried too rarely to measure is taken to accept as the one before it: drafting
@@ -85,7 +85,7 @@ int32_t DraftBudget::best(int64_t num_decodes) const {
 
 int32_t DraftBudget::next(int64_t num_decodes) {
     if (!adaptive_ || max_drafts_ <= 0) return current_ = max_drafts_;
-    const int32_t k = best(num_decodes);
+    const int32_t k = best_ = best(num_decodes);
     if (++chosen_ >= kProbeInterval) {  // probes, every other one drafting fully: both step sizes, every position
         chosen_ = 0;
         probe_full_ = !probe_full_;

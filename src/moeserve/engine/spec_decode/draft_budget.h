@@ -44,6 +44,9 @@ public:
 
     // The last budget next() returned, and the measured model (for the stats and the tests).
     int32_t current() const { return current_; }
+    // Whether the next step may draft: its budget will be > 0 unless the measurements change
+    // (a draft head skips its lm_head otherwise).
+    bool may_draft_next() const { return !adaptive_ || best_ > 0 || chosen_ + 1 >= kProbeInterval; }
     struct Fit {
         bool valid = false;
         double per_step = 0, per_token = 0;  // a, b in seconds
@@ -59,6 +62,7 @@ private:
     int32_t max_drafts_;
     bool adaptive_;
     int32_t current_;
+    int32_t best_;                                    // the last choice of best(), probes aside
     int64_t decode_steps_ = 0;                        // decode steps recorded
     int64_t chosen_ = kProbeInterval - kWarmupSteps;  // next() calls since the last probe (the first: warm-up)
     bool probe_full_ = true;                          // the last probe drafted the maximum (so the first drafts none)
