@@ -139,8 +139,8 @@ private:
     struct LayerBytes {
         int64_t rank = 0, active = 0;
     };
-    // Loads decoder layer `layer` (norms, the architecture's attention, the MoE block or MLP).
-    Layer load_layer(int64_t layer, const LoadOptions& options, const ExpertPlacement* placement,
+    // Loads decoder layer i (norms, the architecture's attention, the MoE block or MLP).
+    Layer load_layer(int64_t i, const LoadOptions& options, const ExpertPlacement* placement,
                      const AttentionLoader& load_attention, LayerBytes& bytes) const;
     void load_draft_head(const LoadOptions& options, const AttentionLoader& load_attention, LayerBytes& bytes);
     // Decoder layer `layer`'s tensors (weight_specs, draft_head_specs).
