@@ -1,9 +1,9 @@
 // The draft head of speculative decoding (DeepSeek's MTP layer, LoadOptions::draft_head) against
 // the float64 reference (tests/reference/deepseek_v3_ref.py mtp_logits): on the trained
 // deepseek-v3-kjv model of models/, whose MTP layer was trained with it, and on the tiny random
-// DeepSeek-V3 with an MTP layer as bf16, W8A8 and FP8 checkpoints (the layer loads in the
-// checkpoint's precision). After a whole prefill, after each single-token step, and after prefill
-// chunks (its own KV layer carried between steps).
+// DeepSeek-V3 with an MTP layer as bf16, W8A8 and FP8 checkpoints and an F32 GGUF (the layer
+// loads in the checkpoint's precision and format). After a whole prefill, after each single-token step, and after
+// prefill chunks (its own KV layer carried between steps).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -137,12 +137,20 @@ TEST_P(DraftHeadTest, TheKvCacheHasALayerForTheDraftHead) {
     EXPECT_GT(model_->info().rank_weight_bytes, plain->info().rank_weight_bytes);
 }
 
+// The bf16 model as an F32 GGUF (llama.cpp's blk.N.nextn.* names): the bf16 model's reference.
+Case gguf_f32() {
+    Case c = tiny("bf16", kRelTolerance);
+    c.name = "gguf";
+    c.dir = std::string(MOESERVE_DSV3_MTP_TINY_DIR) + "gguf/model-F32.gguf";
+    return c;
+}
+
 INSTANTIATE_TEST_SUITE_P(Checkpoints, DraftHeadTest,
                          ::testing::Values(Case{"kjv", MOESERVE_SOURCE_DIR "/models/deepseek-v3-kjv",
                                                 MOESERVE_KJV_MTP_DIR "/reference_mtp_logits.f32",
                                                 MOESERVE_KJV_MTP_PROMPT, kRelTolerance},
                                            tiny("bf16", kRelTolerance), tiny("w8a8", kW8A8RelTolerance),
-                                           tiny("fp8", kRelTolerance)),
+                                           tiny("fp8", kRelTolerance), gguf_f32()),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
 
 // A checkpoint without an MTP layer: one error naming the tensor.

@@ -32,7 +32,14 @@ std::optional<int32_t> int_field(const Json& o, const char* key, int32_t min, in
 // The checkpoint's MTP layers: config.json's num_nextn_predict_layers when the first one's
 // eh_proj (layer index num_hidden_layers) is in the tensor index, else 0.
 int64_t mtp_layers(const std::string& model_dir) {
-    if (model::is_gguf_path(model_dir)) return 0;
+    if (model::is_gguf_path(model_dir)) {  // llama.cpp's names: blk.<N>.nextn.*
+        const io::GgufCheckpoint file(model_dir);
+        const Json config = model::gguf_config_json(file);
+        const int64_t n = config.value("num_nextn_predict_layers", int64_t{0});
+        const bool stored =
+            file.contains(fmt::format("blk.{}.nextn.eh_proj.weight", config.value("num_hidden_layers", int64_t{0})));
+        return n > 0 && stored ? n : 0;
+    }
     const Json config = io::HfConfig::from_model_dir(model_dir).json();
     const auto count = [&](const char* key) {
         const auto it = config.find(key);

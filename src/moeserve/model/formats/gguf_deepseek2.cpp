@@ -108,7 +108,10 @@ void deepseek2_metadata(const io::HfConfig& c, const std::string& a, io::GgufWri
     const int64_t kv_lora = c.get_int("kv_lora_rank");
     w.set_u32(a + ".context_length", u32(c.get_int("max_position_embeddings")));
     w.set_u32(a + ".embedding_length", u32(c.get_int("hidden_size")));
-    w.set_u32(a + ".block_count", u32(c.get_int("num_hidden_layers")));
+    // The MTP layers (the draft head) are the last blocks, as llama.cpp counts them.
+    const int64_t nextn = c.get_int("num_nextn_predict_layers", 0);
+    w.set_u32(a + ".block_count", u32(c.get_int("num_hidden_layers") + nextn));
+    if (nextn > 0) w.set_u32(a + ".nextn_predict_layers", u32(nextn));
     w.set_u32(a + ".feed_forward_length", u32(c.get_int("intermediate_size")));
     w.set_u32(a + ".attention.head_count", u32(c.get_int("num_attention_heads")));
     w.set_u32(a + ".attention.head_count_kv", 1);  // MLA as llama.cpp runs it: one latent "head"
@@ -183,6 +186,21 @@ void moe_tensors(const io::HfConfig& c, const std::string& b, const std::string&
     }
 }
 
+// The first MTP layer (block num_hidden_layers; the draft head of --speculative-config
+// deepseek_mtp): a decoder layer with its nextn tensors, llama.cpp's names. Its own copy of the
+// embedding (nextn.embed_tokens) is not read: the draft head uses the model's.
+void mtp_tensors(const io::HfConfig& c, int64_t layer, std::vector<GgufTensorEntry>& t) {
+    const std::string b = fmt::format("blk.{}.", layer);
+    const std::string p = fmt::format("model.layers.{}.", layer);
+    attention_tensors(c, b, p, t);
+    moe_tensors(c, b, p, t);
+    t.push_back({b + "nextn.eh_proj.weight", {p + "eh_proj.weight"}});
+    t.push_back({b + "nextn.enorm.weight", {p + "enorm.weight"}});
+    t.push_back({b + "nextn.hnorm.weight", {p + "hnorm.weight"}});
+    t.push_back({b + "nextn.shared_head_norm.weight", {p + "shared_head.norm.weight"}});
+    t.push_back({b + "nextn.shared_head_head.weight", {p + "shared_head.head.weight"}});
+}
+
 std::vector<GgufTensorEntry> deepseek2_tensors(const io::HfConfig& c) {
     const int64_t layers = c.get_int("num_hidden_layers");
     const int64_t dense = c.get_int("first_k_dense_replace", 0);
@@ -202,6 +220,7 @@ std::vector<GgufTensorEntry> deepseek2_tensors(const io::HfConfig& c) {
     }
     t.push_back({"output_norm.weight", {"model.norm.weight"}});
     t.push_back({"output.weight", {"lm_head.weight"}, false, !c.get_bool("tie_word_embeddings", false)});
+    if (c.get_int("num_nextn_predict_layers", 0) > 0) mtp_tensors(c, layers, t);
     return t;
 }
 
