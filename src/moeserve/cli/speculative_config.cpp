@@ -56,8 +56,8 @@ void check_mtp(const std::string& model_dir, int32_t k) {
     if (mtp_layers(model_dir) == 0) {
         raise(ErrorCode::kInvalidModel,
               "--speculative-config: method deepseek_mtp needs a checkpoint with an MTP layer "
-              "(num_nextn_predict_layers > 0 and model.layers.<num_hidden_layers>.eh_proj.weight); {} has none: use "
-              "method ngram",
+              "(num_nextn_predict_layers > 0 and model.layers.<num_hidden_layers>.eh_proj.weight, in a GGUF file "
+              "blk.<N>.nextn.eh_proj.weight); {} has none: use method ngram",
               model_dir);
     }
     if (k != 1) {

@@ -188,7 +188,7 @@ void MoeDecoder::load_draft_head(const LoadOptions& options, const AttentionLoad
               "is not in it",
               p);
     }
-    // EPLB leaves the MTP layer where the initial placement puts it (it is not a counted layer).
+    // EPLB does not place or count the MTP layer: its experts keep the plain EP shards.
     auto head = std::make_unique<DraftHead>();
     head->block = load_layer(c.num_hidden_layers, options, nullptr, load_attention, bytes);
     head->enorm = load_vector_f32(w, p + "enorm.weight", h);
