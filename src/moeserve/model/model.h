@@ -51,7 +51,7 @@ public:
     virtual TensorView forward_draft(const ForwardBatch& /*batch*/, KvCache& /*kv*/) {
         raise(ErrorCode::kUnsupported, "{} has no draft head", info().model_type);
     }
-    // Cumulative bytes of routed expert weights this rank's forwards read (MoeBlockScratch), for
+    // Cumulative bytes of routed expert weights this rank's rows made its forwards read (MoeBlockScratch), for
     // benchmarks: what a decoded or an accepted drafted token costs in memory traffic.
     virtual int64_t routed_expert_bytes() const { return 0; }
     // EPLB's figures (--enable-eplb), or null.

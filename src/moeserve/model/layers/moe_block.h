@@ -77,8 +77,9 @@ struct MoeBlockScratch {
     std::vector<size_t> slice_bytes;  // EP with TP: bytes of each TP rank's slice (no allocation per layer)
     kernels::cpu::MoeScratch moe{};
     ParallelMoe parallel_moe{};
-    // Cumulative bytes of routed expert weights the forwards read on this rank: per MoE layer and
-    // forward, the distinct experts its rows chose (each read once) times an expert's bytes here.
+    // Cumulative bytes of routed expert weights this rank's rows made the forwards read: per MoE
+    // layer and forward, the distinct experts its rows chose (each read once; under EP by
+    // whichever rank holds it) times an expert's bytes.
     int64_t routed_expert_bytes = 0;
     std::vector<uint8_t> expert_seen;  // [num_experts] scratch of that count
 };
