@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "io/io_test_util.h"
 #include "model/model_test_util.h"
 #include "moeserve/core/error.h"
 #include "moeserve/model/registry.h"
@@ -156,13 +157,9 @@ INSTANTIATE_TEST_SUITE_P(Checkpoints, DraftHeadTest,
 // A checkpoint without an MTP layer: one error naming the tensor.
 TEST(DraftHeadLoadTest, ACheckpointWithoutAnMtpLayerIsRefused) {
     ThreadPool pool(1);
-    try {
-        load_model(MOESERVE_DSV3_TINY_DIR, pool, LoadOptions{.max_model_len = 64, .draft_head = true});
-        FAIL() << "loaded a draft head from a checkpoint without one";
-    } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::kInvalidModel);
-        EXPECT_NE(std::string(e.what()).find("eh_proj.weight"), std::string::npos) << e.what();
-    }
+    io::test::expect_error(
+        [&] { load_model(MOESERVE_DSV3_TINY_DIR, pool, LoadOptions{.max_model_len = 64, .draft_head = true}); },
+        ErrorCode::kInvalidModel, {"model.layers.3.eh_proj.weight", "deepseek_mtp"});
 }
 
 }  // namespace

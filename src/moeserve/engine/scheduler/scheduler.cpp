@@ -329,8 +329,8 @@ ScheduledBatch Scheduler::schedule(std::optional<Phase> forced) {
         forced = policy_->choose_phase(propose_phase() == Phase::kPrefill, num_running_decodes() > 0);
     }
     const StepPlan plan = policy_->plan(forced);
-    if (config_.speculative.enabled() && num_running_decodes() > 0) {
-        step_drafts_ = draft_budget_.next(num_running_decodes());
+    if (config_.speculative.enabled()) {
+        if (const int32_t decodes = num_running_decodes(); decodes > 0) step_drafts_ = draft_budget_.next(decodes);
     }
     TokenBudget budget(config_.max_num_batched_tokens, config_.max_num_seqs);
     schedule_running(plan, budget, out);
