@@ -89,6 +89,24 @@ TEST(ClientRoutingTest, StopsOnlyAfterEveryClientsShutdown) {
     EXPECT_TRUE(routing.on_shutdown(Shutdown{2}));
 }
 
+TEST(ClientRoutingTest, ARestartedClientsOldRequestsAreReturnedAndItsShutdownForgotten) {
+    ClientRouting routing(2);
+    routing.on_add(add_from("a", 1));
+    routing.on_add(add_from("b", 0));
+    routing.on_add(add_from("c", 1));
+    EXPECT_FALSE(routing.on_shutdown(Shutdown{1}));
+    auto old = routing.on_client_started(ClientStarted{1});
+    std::sort(old.begin(), old.end());
+    EXPECT_EQ(old, (std::vector<std::string>{"a", "c"}));
+    EXPECT_TRUE(routing.on_client_started(ClientStarted{5}).empty());  // out of range: nothing
+    EXPECT_FALSE(routing.on_shutdown(Shutdown{0}));                    // server 1's Shutdown was its dead process's
+    // The aborted requests' final outputs still go to client 1 (the new process ignores them).
+    const auto split = routing.split({output_of("a", FinishReason::kAbort), output_of("b")});
+    EXPECT_EQ(ids(split[1]), (std::vector<std::string>{"a"}));
+    EXPECT_EQ(ids(split[0]), (std::vector<std::string>{"b"}));
+    EXPECT_TRUE(routing.on_shutdown(Shutdown{1}));
+}
+
 // Two API servers' socket sets and one engine connected to both.
 TEST(ClientRoutingTest, AnEngineChannelReachesEachServerAloneOrAll) {
     const auto dir = test::scratch_dir("client_routing_two_servers");

@@ -45,6 +45,7 @@ TEST(CodecTest, AbortHealthShutdownRoundTrip) {
     EXPECT_TRUE(std::holds_alternative<HealthCheck>(decode_client_message(encode(ClientMessage{HealthCheck{}}))));
     EXPECT_TRUE(std::holds_alternative<Shutdown>(decode_client_message(encode(ClientMessage{Shutdown{}}))));
     EXPECT_EQ(std::get<Shutdown>(decode_client_message(encode(ClientMessage{Shutdown{2}}))).client_index, 2);
+    EXPECT_EQ(std::get<ClientStarted>(decode_client_message(encode(ClientMessage{ClientStarted{3}}))).client_index, 3);
 }
 
 TEST(CodecTest, StepOutputsRoundTrip) {

@@ -68,6 +68,36 @@ TEST(MetricsShareTest, AMalformedSnapshotCountsAsZero) {
     EXPECT_TRUE(has_line(text, "moeserve:api_server_requests_total{model_name=\"tiny\",api_server=\"1\"} 0"));
 }
 
+// A server started again in place of a dead one continues from the dead process's last snapshot
+// (not its in-flight requests, which died with it), so the sums never go back.
+TEST(MetricsShareTest, ARestartedServerContinuesTheDeadOnesCounts) {
+    const auto dir = test::scratch_dir("metrics_share_restart");
+    const std::string p0 = (dir / "api0.metrics").string(), p1 = (dir / "api1.metrics").string();
+    {
+        Metrics dead("tiny");
+        dead.share(1, p1, {p0}, 1);  // itself a restart
+        dead.on_request_finished(finished("length", 0.4));
+        dead.on_http_status(200);
+        dead.write_snapshot(4);
+    }
+    Metrics m0("tiny"), m1("tiny");
+    m0.share(0, p0, {p1});
+    m1.share(1, p1, {p0}, 2);
+    m1.on_request_finished(finished("stop", 0.2));
+    m1.write_snapshot(0);
+    m0.write_snapshot(0);
+    for (const Metrics* m : {&m0, &m1}) {
+        const std::string text = m->render({}, 0);
+        EXPECT_TRUE(has_line(text, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"length\"} 1"))
+            << text;
+        EXPECT_TRUE(has_line(text, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"stop\"} 1"));
+        EXPECT_TRUE(has_line(text, "moeserve:http_responses_total{model_name=\"tiny\",status=\"200\"} 1"));
+        EXPECT_TRUE(has_line(text, "moeserve:api_server_requests_total{model_name=\"tiny\",api_server=\"1\"} 2"));
+        EXPECT_TRUE(has_line(text, "moeserve:num_requests_in_flight{model_name=\"tiny\"} 0"));
+        EXPECT_TRUE(has_line(text, "moeserve:api_server_restarts_total{model_name=\"tiny\"} 2"));
+    }
+}
+
 TEST(MetricsShareTest, UnsharedRendersNoPerServerSeries) {
     Metrics m("tiny");
     EXPECT_EQ(m.render({}, 0).find("api_server_requests_total"), std::string::npos);

@@ -253,6 +253,11 @@ int run_serve(ServeOptions o) {
     // owns the run folder; this process serves on the port it reserved, with its own sockets.
     const int server_index = std::max(0, o.api_server_index);
     const bool one_of_several = o.api_server_index >= 0;
+    if (o.api_server_restarts > 0 && std::getenv("MOESERVE_DEBUG_EXIT_ON_REJOIN") != nullptr) {  // test: a crash loop
+        std::fprintf(stderr, "API server %d: exiting at once on a restart (MOESERVE_DEBUG_EXIT_ON_REJOIN)\n",
+                     server_index);
+        return 3;
+    }
 
     Logger logger(one_of_several ? fmt::format("api{}", server_index) : "api", parse_log_level(o.engine.log_level));
     for (const auto& note : o.vllm.no_effect)
@@ -358,6 +363,7 @@ int run_serve(ServeOptions o) {
         eco.input_addresses.push_back(d.local_sockets() ? d.input_address(ipc_path, i, server_index)
                                                         : d.bind_address());
     serve::EngineClient engines(eco, logger);
+    if (o.api_server_restarts > 0) engines.announce_restart();  // before any request: the old ones go
     if (!d.local_sockets()) {  // tell the ranks on other nodes where the engine sockets are
         parallel::TcpStore publish(d.address, store_port, std::chrono::milliseconds(d.timeout_ms));
         const auto set = [&](const std::string& k, const std::string& v) {
@@ -375,7 +381,7 @@ int run_serve(ServeOptions o) {
         std::vector<std::string> others;
         for (int i = 0; i < d.api_servers; ++i)
             if (i != server_index) others.push_back(api_server_metrics_file(ipc_path, i));
-        metrics.share(server_index, api_server_metrics_file(ipc_path, server_index), others);
+        metrics.share(server_index, api_server_metrics_file(ipc_path, server_index), others, o.api_server_restarts);
     }
     serve::Router router(rc, tok, engines, metrics, logger);  // a malformed chat template fails here
     router_ptr = &router;
@@ -564,6 +570,7 @@ void add_serve_command(CLI::App& app, Action* action) {
     sub->add_option("--api-server-index", o->api_server_index)->group("");
     sub->add_option("--api-server-run-dir", o->api_server_run_dir)->group("");
     sub->add_option("--api-server-port", o->api_server_port)->group("");
+    sub->add_option("--api-server-restarts", o->api_server_restarts)->group("");
     auto& p = o->parallel;
     sub->add_option("--data-parallel-size", p.data_parallel_size, "DP groups (engine cores) in the deployment")
         ->capture_default_str();

@@ -51,10 +51,12 @@ struct ServeOptions {
     std::string rank_plane_key_file;
     // An API server process of --api-server-count > 1 (hidden flags from its parent,
     // serve_multi.cpp): its index, the parent's run folder (engine sockets, ready and metrics
-    // files), the port the parent reserved. index -1: not one (the parent or a single server).
+    // files), the port the parent reserved, and how often this index was started again after
+    // its process died. index -1: not one (the parent or a single server).
     int api_server_index = -1;
     std::string api_server_run_dir;
     int api_server_port = 0;
+    int api_server_restarts = 0;
 };
 
 // --api-server-count at most (each API server is a process with its own sockets per engine).

@@ -10,8 +10,12 @@
 //
 // SIGTERM / SIGINT here: every server drains (SIGUSR1; a second signal, a second SIGUSR1 that
 // stops it at once) and says Shutdown to every engine, which exits once all N have; then exit 0.
-// An API server that dies: its clients' connections are gone with it, the others drain, and the
-// deployment stops with exit status 1 (a supervisor restarts it whole, as after a dead rank).
+// An API server that dies while serving: its clients' connections are gone with it; it is started
+// again in its place (`--api-server-restarts k`): the new process tells the engines, which abort
+// the dead one's requests, and serves once they answer. The other servers serve on meanwhile (the
+// kernel gives new connections only to listening servers). A server that dies --max-rank-restarts
+// times in a row before it serves (or with --max-rank-restarts 0, or once the engines are gone):
+// the others drain, and the deployment stops with exit status 1.
 // A rank that dies: the servers mark every engine dead (the engines-dead file), as one server does.
 #include <fmt/format.h>
 
@@ -20,6 +24,7 @@
 #include <iterator>
 #include <memory>
 
+#include "moeserve/cli/rank_restarts.h"
 #include "moeserve/cli/serve_command.h"
 #include "moeserve/cli/serve_processes.h"
 #include "moeserve/core/error.h"
@@ -51,6 +56,109 @@ bool exists(const std::string& path) {
     return std::filesystem::exists(path, ec);
 }
 
+// Starts the API server processes and starts a dead one again in its place (see the top).
+class ApiServers {
+public:
+    ApiServers(const Deployment& d, RankProcesses& children, const std::string& run_dir, int port, Logger& logger)
+        : d_(d),
+          children_(children),
+          run_dir_(run_dir),
+          base_(own_argv()),
+          port_(port),
+          logger_(logger),
+          restarts_(d.max_rank_restarts),
+          restarts_of_(static_cast<size_t>(d.api_servers), 0),
+          seen_ready_(static_cast<size_t>(d.api_servers), false) {}
+
+    void spawn_all() {
+        std::lock_guard lock(mutex_);
+        for (int i = 0; i < d_.api_servers; ++i) children_.spawn_api_server(argv(i), i);
+    }
+    bool all_ready() const {
+        for (int i = 0; i < d_.api_servers; ++i)
+            if (!exists(api_server_ready_file(run_dir_, i))) return false;
+        return true;
+    }
+    // Every API server has served once: from now on a dead one is started again.
+    void serving() { serving_ = true; }
+    // The watcher thread's handler of an API server that exited (not during shutdown): started
+    // again, or -1 -> its index in failed() (the deployment stops).
+    void on_exit(const RankProcesses::Rank& r);
+    int failed() const { return failed_.load(); }
+    // The main loop's: logs restarted servers that serve again; once all do, the counts of
+    // restarts in a row start over.
+    void check_ready();
+
+private:
+    std::vector<std::string> argv(int i) const {  // with mutex_ held
+        std::vector<std::string> a = base_;
+        a.insert(a.end(), {"--api-server-index", std::to_string(i), "--api-server-run-dir", run_dir_,
+                           "--api-server-port", std::to_string(port_)});
+        const int restarts = restarts_of_[static_cast<size_t>(i)];
+        if (restarts > 0) a.insert(a.end(), {"--api-server-restarts", std::to_string(restarts)});
+        return a;
+    }
+
+    const Deployment& d_;
+    RankProcesses& children_;
+    const std::string run_dir_;
+    const std::vector<std::string> base_;
+    const int port_;
+    Logger& logger_;
+    RankRestarts restarts_;
+    std::mutex mutex_;              // the two below: the watcher thread and the main loop
+    std::vector<int> restarts_of_;  // cumulative, per index
+    std::vector<bool> seen_ready_;  // its ready file, as check_ready() last saw it
+    std::atomic<bool> serving_{false};
+    std::atomic<int> failed_{-1};  // the first API server that exited and was not started again
+};
+
+void ApiServers::on_exit(const RankProcesses::Rank& r) {
+    const int i = r.api_server;
+    const std::string what = fmt::format("API server {} (process {}) {}", i, r.pid, describe_status(r.status));
+    std::string why_not;
+    if (!serving_) {
+        why_not = "during startup";
+    } else if (d_.max_rank_restarts == 0) {
+        why_not = "--max-rank-restarts 0: not restarted";
+    } else if (exists(engines_dead_file(run_dir_))) {
+        why_not = "the engines are gone too: not restarted";
+    } else if (!restarts_.allow(i)) {
+        why_not = fmt::format(
+            "it was restarted {} times in a row without serving again, so it is not restarted "
+            "(--max-rank-restarts {})",
+            restarts_.limit(), restarts_.limit());
+    }
+    if (!why_not.empty()) {
+        MOESERVE_LOG_E(logger_, "api", "%s; %s; stopping the deployment", what.c_str(), why_not.c_str());
+        int none = -1;
+        failed_.compare_exchange_strong(none, i);
+        return;
+    }
+    std::lock_guard lock(mutex_);
+    std::error_code ignored;
+    std::filesystem::remove(api_server_ready_file(run_dir_, i), ignored);  // written again once it serves
+    seen_ready_[static_cast<size_t>(i)] = false;
+    ++restarts_of_[static_cast<size_t>(i)];
+    const pid_t pid = children_.respawn(r.pid, argv(i));
+    MOESERVE_LOG_W(logger_, "api", "%s; restarting it (%d of at most %d in a row): new process %d", what.c_str(),
+                   restarts_.in_a_row(i), restarts_.limit(), pid);
+}
+
+void ApiServers::check_ready() {
+    std::lock_guard lock(mutex_);
+    bool all = true;
+    for (int i = 0; i < d_.api_servers; ++i) {
+        const bool ready = exists(api_server_ready_file(run_dir_, i));
+        all = all && ready;
+        if (ready && !seen_ready_[static_cast<size_t>(i)] && restarts_of_[static_cast<size_t>(i)] > 0)
+            MOESERVE_LOG_I(logger_, "api", "API server %d serves again (restart %d)", i,
+                           restarts_of_[static_cast<size_t>(i)]);
+        seen_ready_[static_cast<size_t>(i)] = ready;
+    }
+    if (all) restarts_.serving_again();
+}
+
 }  // namespace
 
 int run_api_servers(const ServeOptions& o, const Deployment& d) {
@@ -69,8 +177,8 @@ int run_api_servers(const ServeOptions& o, const Deployment& d) {
                        store_port, d.world(), d.sizes.dp, d.sizes.tp, d.sizes.ep);
     }
     RankProcesses children(environment_with(ipc::kRankPlaneKeyEnv, key));
+    ApiServers servers(d, children, run_dir.path(), port.port(), logger);
     std::atomic<bool> stopping{false};
-    std::atomic<int> failed_server{-1};  // the first API server that exited on its own
     std::thread watcher;
     ScopeExit cleanup([&] {  // however this ends: nothing left running
         stopping = true;
@@ -80,23 +188,11 @@ int run_api_servers(const ServeOptions& o, const Deployment& d) {
     });
     const auto started = std::chrono::steady_clock::now();
     spawn_local_ranks(children, o.engine, d, store_port, run_dir.path(), logger);
-    std::vector<std::string> base = own_argv();
-    for (int i = 0; i < d.api_servers; ++i) {
-        std::vector<std::string> argv = base;
-        argv.insert(argv.end(), {"--api-server-index", std::to_string(i), "--api-server-run-dir", run_dir.path(),
-                                 "--api-server-port", std::to_string(port.port())});
-        children.spawn_api_server(argv, i);
-    }
+    servers.spawn_all();
     watcher = std::thread([&] {
         children.watch([&](const RankProcesses::Rank& r) {
             if (stopping) return;
-            if (r.api_server >= 0) {
-                MOESERVE_LOG_E(logger, "api", "API server %d (process %d) %s; stopping the deployment", r.api_server,
-                               r.pid, describe_status(r.status).c_str());
-                int none = -1;
-                failed_server.compare_exchange_strong(none, r.api_server);
-                return;
-            }
+            if (r.api_server >= 0) return servers.on_exit(r);
             const std::string reason =
                 fmt::format("rank process {} (rank {}) {}", r.pid, r.rank, describe_status(r.status));
             MOESERVE_LOG_E(logger, "api", "%s", reason.c_str());
@@ -112,12 +208,7 @@ int run_api_servers(const ServeOptions& o, const Deployment& d) {
                    d.api_servers, o.tls.cert_file.empty() ? "http" : "https", o.host.c_str(), port.port());
 
     const auto deadline = started + std::chrono::duration<double>(o.engine_ready_timeout + 30);
-    const auto all_ready = [&] {
-        for (int i = 0; i < d.api_servers; ++i)
-            if (!exists(api_server_ready_file(run_dir.path(), i))) return false;
-        return true;
-    };
-    while (!all_ready()) {
+    while (!servers.all_ready()) {
         if (signals.wait_beyond(0, std::chrono::milliseconds(100)) > 0) {
             MOESERVE_LOG_I(logger, "api", "signal %d before the API servers were ready: stopping", signals.last());
             return 0;
@@ -138,12 +229,12 @@ int run_api_servers(const ServeOptions& o, const Deployment& d) {
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
                    o.tls.cert_file.empty() ? "http" : "https", o.host.c_str(), port.port());
 
-    while (failed_server.load() < 0 && signals.wait_beyond(0, std::chrono::milliseconds(100)) == 0) {
-    }
-    const bool failed = failed_server.load() >= 0;
+    servers.serving();
+    while (servers.failed() < 0 && signals.wait_beyond(0, std::chrono::milliseconds(100)) == 0) servers.check_ready();
+    const bool failed = servers.failed() >= 0;
     if (failed) {
         MOESERVE_LOG_E(logger, "api", "API server %d is gone: the other API servers drain, then everything stops",
-                       failed_server.load());
+                       servers.failed());
     } else {
         MOESERVE_LOG_I(logger, "api", "signal %d: the API servers drain (up to %.0f s; a second signal stops them)",
                        signals.last(), o.drain_timeout);

@@ -74,16 +74,13 @@ public:
     // Starts the exited child `pid` again with its arguments plus extra_flag (once); the new
     // process takes its entry. Returns the new pid.
     pid_t respawn(pid_t pid, const std::string& extra_flag) {
-        std::lock_guard lock(mutex_);
-        for (auto& r : ranks_) {
-            if (r.pid != pid || !r.exited) continue;
-            if (std::find(r.argv.begin(), r.argv.end(), extra_flag) == r.argv.end()) r.argv.push_back(extra_flag);
-            r.pid = spawn_rank(r.argv, env_);
-            r.exited = false;
-            r.status = 0;
-            return r.pid;
-        }
-        raise(ErrorCode::kInternal, "no exited child process {} to start again", pid);
+        return respawn_with(pid, [&](std::vector<std::string>& argv) {
+            if (std::find(argv.begin(), argv.end(), extra_flag) == argv.end()) argv.push_back(extra_flag);
+        });
+    }
+    // The same with the arguments `argv` instead.
+    pid_t respawn(pid_t pid, std::vector<std::string> argv) {
+        return respawn_with(pid, [&](std::vector<std::string>& old) { old = std::move(argv); });
     }
     void spawn_api_server(const std::vector<std::string>& argv, int api_server) {
         std::lock_guard lock(mutex_);
@@ -163,6 +160,20 @@ public:
     }
 
 private:
+    template <typename Edit>
+    pid_t respawn_with(pid_t pid, Edit&& edit_argv) {
+        std::lock_guard lock(mutex_);
+        for (auto& r : ranks_) {
+            if (r.pid != pid || !r.exited) continue;
+            edit_argv(r.argv);
+            r.pid = spawn_rank(r.argv, env_);
+            r.exited = false;
+            r.status = 0;
+            return r.pid;
+        }
+        raise(ErrorCode::kInternal, "no exited child process {} to start again", pid);
+    }
+
     const std::vector<std::string> env_;
     mutable std::mutex mutex_;
     std::vector<Rank> ranks_;

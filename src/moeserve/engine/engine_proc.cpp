@@ -43,7 +43,8 @@ private:
 };
 
 // Applies one message; false on Shutdown (from every API server).
-bool apply(EngineCore& core, ipc::EngineChannel& channel, ipc::ClientRouting& routing,
+// A restarted API server's requests of its dead process are aborted: nobody reads their outputs.
+bool apply(EngineCore& core, ipc::EngineChannel& channel, ipc::ClientRouting& routing, Logger& logger,
            const ipc::ClientMessage& message, int32_t engine_index) {
     if (const auto* add = std::get_if<ipc::AddRequest>(&message)) {
         routing.on_add(*add);
@@ -54,6 +55,14 @@ bool apply(EngineCore& core, ipc::EngineChannel& channel, ipc::ClientRouting& ro
         channel.send(ipc::HealthReply{engine_index, true, "ok"});
     } else if (const auto* shutdown = std::get_if<ipc::Shutdown>(&message)) {
         return !routing.on_shutdown(*shutdown);
+    } else if (const auto* started = std::get_if<ipc::ClientStarted>(&message)) {
+        std::vector<std::string> orphans = routing.on_client_started(*started);
+        MOESERVE_LOG_I(logger, "engine",
+                       "engine %d: API server %d restarted; aborting the %zu requests of its old process", engine_index,
+                       started->client_index, orphans.size());
+        if (!orphans.empty()) core.abort(ipc::Abort{std::move(orphans)});
+        if (started->client_index >= 0 && started->client_index < channel.num_clients())
+            channel.send(started->client_index, ipc::HealthReply{engine_index, true, "ready"});
     }
     return true;
 }
@@ -74,7 +83,7 @@ bool drain(EngineCore& core, ipc::EngineChannel& channel, ipc::ClientRouting& ro
         if (!message) return true;
         received = true;
         timeout_ms = 0;
-        if (!apply(core, channel, routing, *message, engine_index)) return false;
+        if (!apply(core, channel, routing, logger, *message, engine_index)) return false;
     }
 }
 

@@ -20,6 +20,17 @@ bool ClientRouting::on_shutdown(const Shutdown& message) {
     return std::all_of(shut_down_.begin(), shut_down_.end(), [](bool b) { return b; });
 }
 
+std::vector<std::string> ClientRouting::on_client_started(const ClientStarted& message) {
+    std::vector<std::string> ids;
+    if (message.client_index < 0 || message.client_index >= num_clients_) return ids;
+    shut_down_[static_cast<size_t>(message.client_index)] = false;
+    for (const auto& [id, client] : client_of_)
+        if (client == message.client_index) ids.push_back(id);
+    // Kept until their final (abort) outputs, which go to the new process: it ignores ids it
+    // never added.
+    return ids;
+}
+
 std::vector<std::vector<RequestOutput>> ClientRouting::split(std::vector<RequestOutput> outputs) {
     std::vector<std::vector<RequestOutput>> out(static_cast<size_t>(num_clients_));
     if (num_clients_ == 1) {

@@ -25,6 +25,9 @@ public:
     // Records a Shutdown of message.client_index; true once every client has sent one (with one
     // client: at once). An index out of range is ignored.
     bool on_shutdown(const Shutdown& message);
+    // A restarted client (ClientStarted): forgets its Shutdown and the requests its dead process
+    // added, whose ids are returned (to abort). An index out of range: nothing.
+    std::vector<std::string> on_client_started(const ClientStarted& message);
     // One step's outputs split per client (index = client): each output goes to the client that
     // added its request, an unknown request's to client 0; a request whose output is final is
     // forgotten. With one client: outputs unchanged, as the only element.

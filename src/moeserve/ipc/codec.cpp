@@ -26,7 +26,7 @@ auto fields(T& v) {
                         v.bad_words_token_ids, v.cache_salt);
     } else if constexpr (std::is_same_v<S, AddRequest>) {
         return std::tie(v.request_id, v.prompt_token_ids, v.sampling, v.priority, v.kv_transfer, v.client_index);
-    } else if constexpr (std::is_same_v<S, Shutdown>) {
+    } else if constexpr (std::is_same_v<S, Shutdown> || std::is_same_v<S, ClientStarted>) {
         return std::tie(v.client_index);
     } else if constexpr (std::is_same_v<S, Abort>) {
         return std::tie(v.request_ids);
@@ -84,10 +84,10 @@ constexpr bool kIsMessage =
     std::is_same_v<T, SamplingParams> || std::is_same_v<T, AddRequest> || std::is_same_v<T, Abort> ||
     std::is_same_v<T, TokenLogprobs> || std::is_same_v<T, RequestOutput> || std::is_same_v<T, Stats> ||
     std::is_same_v<T, StepOutputs> || std::is_same_v<T, HealthReply> || std::is_same_v<T, Shutdown> ||
-    std::is_same_v<T, HealthCheck> || std::is_same_v<T, KvTransferParams> || std::is_same_v<T, KvFetch> ||
-    std::is_same_v<T, KvTransferMeta> || std::is_same_v<T, KvBlockChunk> || std::is_same_v<T, KvRelease> ||
-    std::is_same_v<T, TpNoop> || std::is_same_v<T, TpCreateKv> || std::is_same_v<T, TpForward> ||
-    std::is_same_v<T, TpShutdown>;
+    std::is_same_v<T, HealthCheck> || std::is_same_v<T, ClientStarted> || std::is_same_v<T, KvTransferParams> ||
+    std::is_same_v<T, KvFetch> || std::is_same_v<T, KvTransferMeta> || std::is_same_v<T, KvBlockChunk> ||
+    std::is_same_v<T, KvRelease> || std::is_same_v<T, TpNoop> || std::is_same_v<T, TpCreateKv> ||
+    std::is_same_v<T, TpForward> || std::is_same_v<T, TpShutdown>;
 
 }  // namespace
 }  // namespace moeserve::ipc

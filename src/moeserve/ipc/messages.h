@@ -176,6 +176,12 @@ struct Shutdown {
     int32_t client_index = 0;  // the sender, as AddRequest::client_index
 };
 struct HealthCheck {};
+// A restarted API server (--api-server-count; its parent started it again after it died) says so
+// before it takes requests: the engine aborts what the dead process had added (nobody waits for
+// those outputs), forgets its Shutdown, and answers with a HealthReply to this server alone.
+struct ClientStarted {
+    int32_t client_index = 0;
+};
 struct HealthReply {
     int32_t engine_index = 0;
     bool healthy = true;
@@ -186,7 +192,7 @@ struct HealthReply {
 };
 
 // Server -> engine.
-using ClientMessage = std::variant<AddRequest, Abort, HealthCheck, Shutdown>;
+using ClientMessage = std::variant<AddRequest, Abort, HealthCheck, Shutdown, ClientStarted>;
 // Engine -> server.
 using EngineMessage = std::variant<StepOutputs, HealthReply>;
 

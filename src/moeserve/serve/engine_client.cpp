@@ -230,6 +230,15 @@ std::vector<ipc::Stats> EngineClient::stats() const {
     return out;
 }
 
+void EngineClient::announce_restart() {
+    for (int i = 0; i < channel_.num_engines(); ++i) {
+        // Waits up to the send timeout for the engine to connect again (zmq retries every 100 ms).
+        if (!channel_.send(i, ipc::ClientStarted{options_.client_index}))
+            MOESERVE_LOG_W(logger_, "api", "engine %d did not take this restarted server's hello",
+                           options_.first_engine_index + i);
+    }
+}
+
 void EngineClient::shutdown() {
     if (stop_.exchange(true)) return;
     for (int i = 0; i < channel_.num_engines(); ++i) {

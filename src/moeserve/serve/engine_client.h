@@ -62,6 +62,11 @@ public:
     EngineClient(const EngineClient&) = delete;
     EngineClient& operator=(const EngineClient&) = delete;
 
+    // This API server was started again in place of a dead one (--api-server-count): tells every
+    // engine, which aborts the dead process's requests and answers that it is ready (it said so
+    // to the dead process only). Before wait_ready(). Thread-safe.
+    void announce_restart();
+
     // Waits until every engine has said it is ready, at most timeout_ms; false on timeout or if
     // an engine died meanwhile. Thread-safe.
     bool wait_ready(int timeout_ms);

@@ -120,16 +120,24 @@ std::vector<const Histogram*> Metrics::histograms() const {
     return out;
 }
 
-void Metrics::share(int index, std::string own_path, std::vector<std::string> other_paths) {
+void Metrics::share(int index, std::string own_path, std::vector<std::string> other_paths, int64_t restarts) {
     share_index_ = index;
     own_path_ = std::move(own_path);
     other_paths_ = std::move(other_paths);
+    if (restarts > 0) {
+        std::ifstream in(own_path_);
+        const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        int64_t dead_in_flight = 0, finished = 0;  // the dead process's in-flight requests are gone
+        add_snapshot(text, dead_in_flight, finished);
+    }
+    api_server_restarts_ = restarts;  // not the dead process's count, which this one continues
 }
 
 // One line per item: "in_flight N", "reason R N", "status S N", "histogram I <serialized>".
 std::string Metrics::snapshot(int num_in_flight) const {
     std::lock_guard lock(mutex_);
     std::string out = fmt::format("in_flight {}\n", num_in_flight);
+    if (api_server_restarts_ > 0) out += fmt::format("restarts {}\n", api_server_restarts_);
     for (const auto& [reason, n] : finished_by_reason_) out += fmt::format("reason {} {}\n", reason, n);
     for (const auto& [status, n] : http_by_status_) out += fmt::format("status {} {}\n", status, n);
     const auto hists = histograms();
@@ -150,6 +158,8 @@ bool Metrics::add_snapshot(const std::string& text, int64_t& num_in_flight, int6
         in >> kind;
         if (kind == "in_flight") {
             if (!(in >> in_flight)) return false;
+        } else if (kind == "restarts") {
+            if (!(in >> parsed.api_server_restarts_)) return false;
         } else if (kind == "reason") {
             std::string reason;
             int64_t n = 0;
@@ -176,6 +186,7 @@ bool Metrics::add_snapshot(const std::string& text, int64_t& num_in_flight, int6
     for (const auto& [status, n] : parsed.http_by_status_) http_by_status_[status] += n;
     auto mine = histograms();
     for (size_t i = 0; i < mine.size(); ++i) mine[i]->add_serialized(hists[i]->serialize());
+    api_server_restarts_ += parsed.api_server_restarts_;
     num_in_flight += in_flight;
     num_finished += finished;
     return true;
@@ -252,6 +263,12 @@ std::string Metrics::render(const std::vector<ipc::Stats>& engines, int num_in_f
         out += fmt::format("moeserve:api_server_requests_total{{model_name=\"{}\",api_server=\"{}\"}} {}\n",
                            model_name_, i, finished[i]);
     }
+    out += fmt::format(
+        "# HELP moeserve:api_server_restarts_total API server processes started again after one died "
+        "(--api-server-count).\n"
+        "# TYPE moeserve:api_server_restarts_total counter\n"
+        "moeserve:api_server_restarts_total{{model_name=\"{}\"}} {}\n",
+        model_name_, sum.api_server_restarts_);
     return out;
 }
 

@@ -72,7 +72,10 @@ public:
     // and the latest snapshots at other_paths (a missing or unreadable one counts as zero), plus
     // moeserve:api_server_requests_total per server. The engine series need no sum: every engine
     // sends its stats to every server. Call before serving.
-    void share(int index, std::string own_path, std::vector<std::string> other_paths);
+    // A server started again in place of a dead one (restarts > 0: how often this index was)
+    // continues from the dead process's last snapshot at own_path, so the sums never go back;
+    // moeserve:api_server_restarts_total sums every index's restarts.
+    void share(int index, std::string own_path, std::vector<std::string> other_paths, int64_t restarts = 0);
     // Writes this server's counts (and num_in_flight) to own_path atomically. Thread-safe.
     void write_snapshot(int num_in_flight) const;
 
@@ -93,7 +96,8 @@ private:
     Histogram prefill_, decode_, inference_, max_tokens_param_;  // vLLM's request phases, max_tokens
     int64_t max_model_len_ = 0;
     std::atomic<int64_t> group_restarts_{0};
-    int share_index_ = -1;  // share(): this server's index; -1 = not shared
+    int64_t api_server_restarts_ = 0;  // share(): how often this server's index was started again
+    int share_index_ = -1;             // share(): this server's index; -1 = not shared
     std::string own_path_;
     std::vector<std::string> other_paths_;
 };
