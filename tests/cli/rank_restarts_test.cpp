@@ -28,5 +28,15 @@ TEST(RankRestartsTest, ACrashLoopGivesTheGroupUpForGood) {
     EXPECT_FALSE(r.allow(0));  // no rank is restarted once the group is given up
 }
 
+TEST(RankRestartsTest, IndependentGroupsAreGivenUpApart) {
+    RankRestarts r(1);
+    EXPECT_TRUE(r.allow(2, 1));
+    EXPECT_FALSE(r.allow(2, 1));  // DP group 1's crash loop
+    EXPECT_TRUE(r.given_up(1));
+    EXPECT_FALSE(r.given_up(0));
+    EXPECT_TRUE(r.allow(0, 0));  // DP group 0 is still restarted
+    EXPECT_FALSE(r.allow(3, 1));
+}
+
 }  // namespace
 }  // namespace moeserve::cli

@@ -314,7 +314,8 @@ class Parallel(unittest.TestCase):
 
     def test_dp_independent(self):
         # DP without EP: each DP group holds every expert, so the engines step on their own.
-        s = Server("--data-parallel-size", "2", "--distributed-timeout-ms", "3000")
+        # Without self-healing a dead engine stays lost (heal_dp_independent: restarted).
+        s = Server("--data-parallel-size", "2", "--distributed-timeout-ms", "3000", "--max-rank-restarts", "0")
         try:
             # An uneven load (one long request on top): in lock-step the idle engine would run dummy
             # steps while the other decodes; here it runs none.
@@ -445,6 +446,37 @@ class Parallel(unittest.TestCase):
         finally:
             s.assert_stops_cleanly(self)
 
+    def test_heal_dp_independent(self):
+        # DP without EP, tp=2: a dead rank's DP group re-forms alone; the other engine serves on.
+        s = Server("--data-parallel-size", "2", "--tensor-parallel-size", "2", "--distributed-timeout-ms", "3000")
+        expected = reference_texts()
+        try:
+            with log_tail_on_failure(s):
+                self.assertEqual(s.complete_all(PROMPTS), expected)
+                fds_before, shm_before = settled_descriptors(s), set(os.listdir("/dev/shm"))
+                for n, victim in enumerate([3, 2, 1]):  # group 1's follower and leader, group 0's follower
+                    # Least outstanding tokens: the first stream goes to engine 0, the second to 1.
+                    streams = [self.long_stream(s), self.long_stream(s)]
+                    os.kill(rank_pid(s, victim), signal.SIGKILL)
+                    bodies = [r.read().decode() for r in streams]
+                    failed = ['"error"' in body for body in bodies]
+                    self.assertEqual(failed, [victim < 2, victim >= 2], f"kill {n + 1} (rank {victim})")
+                    self.assertTrue(all(body.rstrip().endswith("data: [DONE]") for body in bodies))
+                    # The other DP group takes requests while the victim's re-forms.
+                    self.assertEqual(s.request("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2})[0], 200)
+                    s.wait_healthy(HEAL_BOUND_S)
+                    self.assertEqual(s.complete_all(PROMPTS), expected, f"after kill {n + 1} (rank {victim})")
+                self.assertEqual(metric(s, "moeserve:group_restarts_total"), 3)
+                self.assertLessEqual(settled_descriptors(s), fds_before)
+                self.assertEqual(set(os.listdir("/dev/shm")) - shm_before, set())
+                # Only the victim's group re-formed: engine 1's leader after kill 1 (kill 2 replaced it),
+                # engine 0's after kill 3 only.
+                log = s.log_text()
+                self.assertEqual(log.count("engine 1: the group re-formed"), 1)
+                self.assertEqual(log.count("engine 0: the group re-formed"), 1)
+        finally:
+            s.assert_stops_cleanly(self)
+
     def test_crash_loop(self):
         env = dict(os.environ, MOESERVE_DEBUG_EXIT_ON_REJOIN="1")
         s = Server("--data-parallel-size", "2", "--enable-expert-parallel", "--distributed-timeout-ms", "3000",
@@ -462,6 +494,20 @@ class Parallel(unittest.TestCase):
             status, _ = s.request("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2})
             self.assertEqual(status, 503)
             self.assertEqual(metric(s, "moeserve:group_restarts_total"), 2)
+        finally:
+            s.assert_stops_cleanly(self)
+        # Independent DP groups (no EP): only the crash-looping rank's group is given up.
+        s = Server("--data-parallel-size", "2", "--distributed-timeout-ms", "3000", "--max-rank-restarts", "2",
+                   env=env)
+        try:
+            os.kill(rank_pid(s, 1), signal.SIGKILL)
+            deadline = time.time() + HEAL_BOUND_S
+            while "is not restarted (--max-rank-restarts 2)" not in s.log_text() and time.time() < deadline:
+                time.sleep(0.1)
+            status, body = s.request("GET", "/health")
+            self.assertEqual(status, 503)
+            self.assertIn("restarted 2 times in a row", body.decode())
+            self.assertEqual(s.complete_all(PROMPTS), reference_texts())  # engine 0 serves on
         finally:
             s.assert_stops_cleanly(self)
 
@@ -584,9 +630,10 @@ class Netns(unittest.TestCase):
                           host=addr_a, wait=False, env={**os.environ, **key, "GLOO_SOCKET_IFNAME": va})
             rpc = wait_for_store_port(head.proc, head.log)
             node_log = tempfile.TemporaryFile()
-            node = subprocess.Popen(["ip", "netns", "exec", b, ARGS.moeserve, "serve", "--model", ARGS.model, "--headless",
-                                     *COMMON, *layout, "--data-parallel-rpc-port", str(rpc), "--data-parallel-start-rank", "1"],
-                                    stdout=subprocess.DEVNULL, stderr=node_log, env={**os.environ, **key, "GLOO_SOCKET_IFNAME": vb})
+            self.node_argv = ["ip", "netns", "exec", b, ARGS.moeserve, "serve", "--model", ARGS.model, "--headless",
+                              *COMMON, *layout, "--data-parallel-rpc-port", str(rpc), "--data-parallel-start-rank", "1"]
+            self.node_env = {**os.environ, **key, "GLOO_SOCKET_IFNAME": vb}
+            node = subprocess.Popen(self.node_argv, stdout=subprocess.DEVNULL, stderr=node_log, env=self.node_env)
             try:
                 head.wait_healthy(60)
                 got = head.complete_all(PROMPTS[:3])  # concurrent: both engines get some
@@ -636,6 +683,29 @@ class Netns(unittest.TestCase):
             self.assertIsNone(node.poll())  # the node lives on
             head.assert_stops_cleanly(self)
 
+    def test_lost_node_heals(self):
+        """SIGKILL of the headless node's process, its rank dying with it (a lost node), then the
+        node started again with the same command, as its supervisor (systemd) would: its rank
+        rejoins the group, and the head serves the reference texts again."""
+        with self.two_hosts() as (head, node):
+            start = time.time()
+            node.kill()
+            node.wait(5)
+            again_log = tempfile.TemporaryFile()
+            again = subprocess.Popen(self.node_argv, stdout=subprocess.DEVNULL, stderr=again_log, env=self.node_env)
+            try:
+                head.wait_healthy(HEAL_BOUND_S)
+                print(f"\nlost node started again, group serving in {time.time() - start:.2f} s", file=sys.stderr)
+                self.assertEqual(head.complete_all(PROMPTS[:3]), reference_texts()[:3])
+                again_log.seek(0)
+                self.assertIn("this node's ranks were in a group before: they rejoin it", again_log.read().decode())
+                head.assert_stops_cleanly(self)
+                self.assertEqual(again.wait(30), 0)  # its rank was told to stop with the deployment
+            finally:
+                if again.poll() is None:
+                    again.kill()
+                    again.wait(5)
+
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
@@ -643,13 +713,16 @@ if __name__ == "__main__":
     p.add_argument("--model", required=True)
     p.add_argument("--verbose-logs", action="store_true")
     p.add_argument("--suite", required=True, choices=["dp_ep", "dp_tp_ep", "tp", "pd_hybrid", "netns", "kill", "validate", "external_lb",
-                                                   "dp_independent", "desync", "heal", "heal_tp", "crash_loop", "netns_heal", "eplb"])
+                                                   "dp_independent", "desync", "heal", "heal_tp", "heal_dp_independent", "crash_loop",
+                                                   "netns_heal", "netns_lost_node", "eplb"])
     ARGS, rest = p.parse_known_args()
     names = {"dp_ep": "Parallel.test_dp_ep", "dp_tp_ep": "Parallel.test_dp_tp_ep", "tp": "Parallel.test_tp", "pd_hybrid": "Parallel.test_pd_hybrid",
              "kill": "Parallel.test_kill_rank", "validate": "Parallel.test_validate", "netns": "Netns.test_two_hosts",
              "external_lb": "Parallel.test_external_lb", "dp_independent": "Parallel.test_dp_independent", "desync": "Parallel.test_desync",
-             "heal": "Parallel.test_heal", "heal_tp": "Parallel.test_heal_tp", "crash_loop": "Parallel.test_crash_loop",
-             "netns_heal": "Netns.test_headless_rank_heals", "eplb": "Parallel.test_eplb"}
+             "heal": "Parallel.test_heal", "heal_tp": "Parallel.test_heal_tp",
+             "heal_dp_independent": "Parallel.test_heal_dp_independent", "crash_loop": "Parallel.test_crash_loop",
+             "netns_heal": "Netns.test_headless_rank_heals", "netns_lost_node": "Netns.test_lost_node_heals",
+             "eplb": "Parallel.test_eplb"}
     suite = unittest.defaultTestLoader.loadTestsFromName(names[ARGS.suite], sys.modules[__name__])
     ok = unittest.TextTestRunner(verbosity=2).run(suite).wasSuccessful()
     sys.exit(0 if ok else 1)

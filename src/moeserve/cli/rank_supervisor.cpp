@@ -38,12 +38,12 @@ void RankSupervisor::on_exit(const RankProcesses::Rank& r) {
     const std::string reason = fmt::format("rank process {} (rank {}) {}", r.pid, r.rank, describe_status(r.status));
     MOESERVE_LOG_E(logger_, "api", "%s", reason.c_str());
     if (d_.self_healing() && serving_) {
-        if (restarts_.given_up()) return;  // one of the ranks give_up() stopped
-        if (restarts_.allow(r.rank)) return restart(r, reason);
-        return give_up(
-            fmt::format("{}; it was restarted {} times in a row without its group serving again, so "
-                        "it is not restarted (--max-rank-restarts {})",
-                        reason, restarts_.limit(), restarts_.limit()));
+        const int group = restart_group(r.rank);
+        if (restarts_.given_up(group)) return;  // one of the ranks give_up() stopped
+        if (restarts_.allow(r.rank, group)) return restart(r, reason);
+        return give_up(r, fmt::format("{}; it was restarted {} times in a row without its group serving again, so "
+                                      "it is not restarted (--max-rank-restarts {})",
+                                      reason, restarts_.limit(), restarts_.limit()));
     }
     lose(r, reason);
 }
@@ -71,9 +71,12 @@ void RankSupervisor::restart(const RankProcesses::Rank& r, const std::string& re
                                         restarts_.in_a_row(r.rank), restarts_.limit());
     if (engines_ != nullptr) {
         metrics_->on_group_restart();
-        // Its group is every engine here (self-healing groups step together): all recover.
-        const int dead_engine = r.rank % d_.sizes.tp == 0 ? r.rank / d_.sizes.tp - first_engine_ : -1;
+        // Its group: every engine in lock-step, else its own DP group's (the others serve on).
+        const int group_engine = r.rank / d_.sizes.tp - first_engine_;
+        const bool lockstep = parallel::dp_groups_step_together(d_.sizes);
+        const int dead_engine = r.rank % d_.sizes.tp == 0 ? group_engine : -1;
         for (int i = 0; i < num_engines_; ++i) {
+            if (!lockstep && i != group_engine) continue;
             if (i == dead_engine) {
                 engines_->mark_restarting(i, why);  // its requests were in the dead process
             } else {
@@ -85,13 +88,23 @@ void RankSupervisor::restart(const RankProcesses::Rank& r, const std::string& re
     MOESERVE_LOG_W(logger_, "api", "%s: new process %d", why.c_str(), pid);
 }
 
-void RankSupervisor::give_up(const std::string& reason) {
+int RankSupervisor::restart_group(int rank) const {
+    return parallel::dp_groups_step_together(d_.sizes) ? 0 : rank / d_.sizes.tp;
+}
+
+void RankSupervisor::give_up(const RankProcesses::Rank& r, const std::string& reason) {
     ++failures_;
-    if (engines_ != nullptr) {
-        for (int i = 0; i < num_engines_; ++i) engines_->mark_dead(i, reason);
-    }
     MOESERVE_LOG_E(logger_, "api", "%s; stopping its group", reason.c_str());
-    ranks_.kill_ranks();
+    if (parallel::dp_groups_step_together(d_.sizes)) {
+        if (engines_ != nullptr) {
+            for (int i = 0; i < num_engines_; ++i) engines_->mark_dead(i, reason);
+        }
+        ranks_.kill_ranks();
+        return;
+    }
+    const int dp_rank = r.rank / d_.sizes.tp;  // independent DP groups: the others serve on
+    if (engines_ != nullptr) engines_->mark_dead(dp_rank - first_engine_, reason);
+    ranks_.kill_group(dp_rank, d_.sizes.tp);
 }
 
 void RankSupervisor::check_health() {

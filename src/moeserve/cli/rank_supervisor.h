@@ -1,12 +1,12 @@
 // What a launcher does when one of the rank processes it started exits: the API server for its
 // local ranks, a --headless process for its node's ranks.
 //   - Self-healing (Deployment::self_healing, docs/parallelism.md): the rank is started again with
-//     --rejoin. On the API server every engine of its group is recovering until its group has
-//     re-formed: the dead engine's requests that had started fail (they were in the dead
-//     process), the others go to an engine again; the survivors fail their running requests and
-//     keep their waiting ones. A rank that dies more than --max-rank-restarts times in a row
-//     (before its group serves again) is not restarted: the group is given up, its ranks stopped,
-//     and /health says why.
+//     --rejoin. On the API server every engine of its group (all in lock-step, else its DP
+//     group's) is recovering until its group has re-formed: the dead engine's requests that had
+//     started fail (they were in the dead process), the others go to an engine again; the
+//     survivors fail their running requests and keep their waiting ones. A rank that dies more
+//     than --max-rank-restarts times in a row (before the deployment serves again) is not
+//     restarted: the group is given up, its ranks stopped, and /health says why.
 //   - Otherwise, on the API server: in lock-step (EP across the DP groups) one missing rank stops
 //     them all, so every engine's requests fail; else only its own DP group's engine is lost and
 //     the others serve on. On a --headless node: the node's ranks (lock-step) or the dead rank's
@@ -52,7 +52,9 @@ public:
 
 private:
     void restart(const RankProcesses::Rank& r, const std::string& reason);
-    void give_up(const std::string& reason);
+    // Its group: 0 for every rank in lock-step, else its DP rank.
+    int restart_group(int rank) const;
+    void give_up(const RankProcesses::Rank& r, const std::string& reason);
     void lose(const RankProcesses::Rank& r, const std::string& reason);
 
     const Deployment& d_;

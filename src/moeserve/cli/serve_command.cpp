@@ -126,6 +126,24 @@ private:
 
 // ---- a --headless node: only ranks ----
 
+// Whether this node was lost and is started again (its process and ranks died, e.g. the machine
+// rebooted, and its supervisor started it): with self-healing its first rank already joined a
+// group generation (the head's store says so), so its ranks replace the lost ones (--rejoin)
+// where the survivors re-form. A store that cannot be reached: a first start.
+bool node_was_lost(const Deployment& d, Logger& logger) {
+    if (!d.self_healing()) return false;
+    try {
+        const int first_rank = d.start * d.sizes.tp;
+        if (parallel::last_generation(d.address, d.rpc_port, first_rank, std::chrono::milliseconds(2000)) < 0)
+            return false;
+    } catch (const Error& e) {
+        MOESERVE_LOG_D(logger, "api", "the head's store: %s; starting fresh", e.what());
+        return false;
+    }
+    MOESERVE_LOG_W(logger, "api", "this node's ranks were in a group before: they rejoin it");
+    return true;
+}
+
 int run_headless(const ServeOptions& o, const Deployment& d) {
     Logger logger(fmt::format("node dp{}..{}", d.start, d.start + d.local - 1), parse_log_level(o.engine.log_level));
     SignalWatcher signals;
@@ -136,7 +154,7 @@ int run_headless(const ServeOptions& o, const Deployment& d) {
         ranks.kill_all();
         if (watcher.joinable()) watcher.join();
     });
-    spawn_local_ranks(ranks, o.engine, d, d.rpc_port, "", logger);
+    spawn_local_ranks(ranks, o.engine, d, d.rpc_port, "", logger, node_was_lost(d, logger));
     watcher = std::thread([&] { ranks.watch([&](const RankProcesses::Rank& r) { supervisor.on_exit(r); }); });
     signals.start();
     // The ranks leave when the head shuts the deployment down; a signal here stops them at once

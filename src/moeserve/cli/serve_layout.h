@@ -57,10 +57,9 @@ struct Deployment {
     // its group is given up; 0 = never (a dead rank stops its group for good).
     int max_rank_restarts = 3;
     // Whether a dead rank is restarted (by the API server, or by the --headless process of its
-    // node) and its group re-formed: a group whose ranks all step together (one DP group, or DP
-    // groups in lock-step over EP). Not yet: independent DP groups (each forms its TP group inside
-    // one Gloo world that cannot re-form without the others), --api-server-count > 1 and external
-    // load balancing. In the fingerprint: every node must agree.
+    // node) and its group re-formed: every DP group in lock-step over EP, else the dead rank's DP
+    // group alone (the others serve on). Not yet: --api-server-count > 1 and external load
+    // balancing. In the fingerprint: every node must agree.
     bool self_healing() const;
     // --api-server-count: API server processes, each with its own engine sockets (local_sockets()
     // only); every engine connects to all of them.

@@ -88,17 +88,20 @@ int threads_per_rank(const EngineOptions& e, int local_ranks) {
 }
 
 void spawn_local_ranks(RankProcesses& ranks, const EngineOptions& e, const Deployment& d, int store_port,
-                       const std::string& ipc_dir, Logger& logger) {
+                       const std::string& ipc_dir, Logger& logger, bool rejoin) {
     const int threads = threads_per_rank(e, d.local * d.sizes.tp);
     for (int dp_rank = d.start; dp_rank < d.start + d.local; ++dp_rank) {
         for (int tp_rank = 0; tp_rank < d.sizes.tp; ++tp_rank) {
             const int rank = dp_rank * d.sizes.tp + tp_rank;
-            ranks.spawn(rank_argv(e, d, rank, store_port, ipc_dir, threads), rank);
+            std::vector<std::string> argv = rank_argv(e, d, rank, store_port, ipc_dir, threads);
+            if (rejoin) argv.emplace_back("--rejoin");
+            ranks.spawn(argv, rank);
         }
     }
-    MOESERVE_LOG_I(
-        logger, "api", "started %d rank processes (DP ranks %d..%d, tp %d, ep %d, %d threads each); loading %s",
-        d.local * d.sizes.tp, d.start, d.start + d.local - 1, d.sizes.tp, d.sizes.ep, threads, e.model.c_str());
+    MOESERVE_LOG_I(logger, "api",
+                   "started %d rank processes (DP ranks %d..%d, tp %d, ep %d, %d threads each%s); loading %s",
+                   d.local * d.sizes.tp, d.start, d.start + d.local - 1, d.sizes.tp, d.sizes.ep, threads,
+                   rejoin ? ", replacing the lost ones in their groups" : "", e.model.c_str());
 }
 
 }  // namespace moeserve::cli

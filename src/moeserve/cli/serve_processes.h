@@ -284,8 +284,9 @@ private:
     std::filesystem::path path_;
 };
 
-// Starts this node's ranks: DP ranks [start, start + local) x every tp_rank.
+// Starts this node's ranks: DP ranks [start, start + local) x every tp_rank. rejoin: they replace
+// lost ranks of groups that formed without them (--rejoin).
 void spawn_local_ranks(RankProcesses& ranks, const EngineOptions& e, const Deployment& d, int store_port,
-                       const std::string& ipc_dir, Logger& logger);
+                       const std::string& ipc_dir, Logger& logger, bool rejoin = false);
 
 }  // namespace moeserve::cli

@@ -16,6 +16,7 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "moeserve/core/error.h"
@@ -244,6 +245,24 @@ std::unique_ptr<Communicator> connect_group(GlooResources& res, const std::strin
 
 std::string generation_key(int rank) { return fmt::format("generation/{}", rank); }
 
+// The ranks a rank meets at the rendezvous of its generation: every rank of the world when the
+// deployment starts (each fingerprint checked against all), and when a lock-step group re-forms;
+// an independent DP group (no EP across DP groups) re-forms alone, with its own TP (and EP) ranks,
+// while the other DP groups serve on.
+std::vector<int> rendezvous_ranks(const GlooConnectOptions& o) {
+    std::vector<int> ranks;
+    if (o.generation == 0 || dp_groups_step_together(o.sizes)) {
+        for (int r = 0; r < o.sizes.world(); ++r) ranks.push_back(r);
+        return ranks;
+    }
+    const RankGroups g = rank_groups(o.sizes, o.rank);
+    ranks = g.tp_group;
+    ranks.insert(ranks.end(), g.ep_group.begin(), g.ep_group.end());
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    return ranks;
+}
+
 // Also where every rank waits for the others to arrive (each one's fingerprint).
 void check_fingerprints(TcpStore& store, const GlooConnectOptions& o) {
     const std::string generation = std::to_string(o.generation);
@@ -251,7 +270,7 @@ void check_fingerprints(TcpStore& store, const GlooConnectOptions& o) {
     store.set(fmt::format("g{}/fingerprint/{}", o.generation, o.rank),
               std::vector<char>(o.fingerprint.begin(), o.fingerprint.end()));
     const auto arrival = o.arrival_timeout.count() > 0 ? o.arrival_timeout : o.timeout;
-    for (int r = 0; r < o.sizes.world(); ++r) {
+    for (const int r : rendezvous_ranks(o)) {
         const std::string key = fmt::format("g{}/fingerprint/{}", o.generation, r);
         store.wait({key}, arrival);
         const std::vector<char> v = store.get(key);
@@ -300,7 +319,11 @@ ParallelContext connect_gloo(const GlooConnectOptions& o) {
     c.sizes = o.sizes;
     c.groups = rank_groups(o.sizes, o.rank);
     c.tp = connect_group(*res, "tp", c.groups.dp_rank, c.groups.tp_group, o);
-    c.dp = connect_group(*res, "dp", c.groups.tp_rank, c.groups.dp_group, o);
+    // Only lock-step DP runs collectives across DP groups (the DP coordinator's); independent DP
+    // groups have none, so each can re-form without the others (rendezvous_ranks).
+    c.dp = dp_groups_step_together(o.sizes)
+               ? connect_group(*res, "dp", c.groups.tp_rank, c.groups.dp_group, o)
+               : make_single_rank_communicator(fmt::format("dp{}[{}]", c.groups.tp_rank, o.rank));
     c.ep = connect_group(*res, "ep", c.groups.ep_group_index, c.groups.ep_group, o);
     c.resources = res;
     return c;

@@ -43,7 +43,10 @@ RegroupableContext::RegroupableContext(const ParallelSizes& sizes, int rank, std
     ctx_.sizes = sizes;
     ctx_.groups = rank_groups(sizes, rank);
     ctx_.tp = std::make_unique<ReplaceableCommunicator>("tp", ctx_.groups.tp_rank, sizes.tp, timeout);
-    ctx_.dp = std::make_unique<ReplaceableCommunicator>("dp", ctx_.groups.dp_rank, sizes.dp, timeout);
+    // Independent DP groups connect no DP communicator (connect_gloo): a single rank's stands in.
+    const bool dp_connected = dp_groups_step_together(sizes);
+    ctx_.dp = std::make_unique<ReplaceableCommunicator>("dp", dp_connected ? ctx_.groups.dp_rank : 0,
+                                                        dp_connected ? sizes.dp : 1, timeout);
     ctx_.ep = std::make_unique<ReplaceableCommunicator>("ep", ctx_.groups.ep_rank, sizes.ep, timeout);
 }
 
