@@ -18,6 +18,9 @@ Suites (one CTest each):
             the other's complete; it is started again in place and serves within RESTART_BOUND_S
             (reference texts through both servers), the engine aborted the dead one's requests; the
             summed counts never go back, moeserve:api_server_restarts_total 5; no fd or /dev/shm leak
+  heal_ranks  -dp 2 + EP: a rank killed 3 times while both servers stream: every stream fails
+            (lock-step), the parent restarts the rank, both servers are healthy again within
+            RESTART_BOUND_S and serve the reference texts, group_restarts_total on either
   crash_loop  a restarted API server that exits at once: given up after --max-rank-restarts 2, the
             deployment stops with exit 1 and says why
   external_lb  -dp 2 -dpn 0 / -dpn 1, two API servers in each instance: greedy texts == one server's,
@@ -83,6 +86,14 @@ class Server(ServeProcess):
 
     def complete_all(self, prompts, max_tokens=MAX_TOKENS):
         return super().complete_all(prompts, max_tokens)
+
+    def rank_pid(self, rank):
+        for pid in self.children():
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if b"--rank" in argv and argv[argv.index(b"--rank") + 1] == str(rank).encode():
+                return pid
+        raise RuntimeError("no rank %d among %s" % (rank, self.children()))
 
     def api_server_pid(self, index):
         for pid in self.children():
@@ -299,6 +310,31 @@ class ApiServers(unittest.TestCase):
             self.assertEqual(s.stop(), 0, s.log_text()[-3000:])
         self.assertEqual(sorted(os.listdir("/dev/shm")), shm_before)
 
+    def test_heal_ranks(self):
+        expected = reference_texts()
+        s = Server("-asc", "2", "-dp", "2", "--enable-expert-parallel", "--distributed-timeout-ms", "3000",
+                   "--enable-log-requests", "--max-model-len", "2048")
+        try:
+            for k in range(1, 4):
+                streams = self.open_streams(s, per_server=1, tag=f" of kill {k}", max_tokens=1000)
+                os.kill(s.rank_pid(k % 2), signal.SIGKILL)
+                killed = time.time()
+                done = self.finish_streams(streams)
+                self.assertEqual(done, [False] * len(done))  # lock-step: every engine's running requests fail
+                deadline = killed + RESTART_BOUND_S
+                healthy = 0
+                while healthy < 10 and time.time() < deadline:  # new connections: both servers answer
+                    healthy = healthy + 1 if s.request("GET", "/health")[0] == 200 else 0
+                    time.sleep(0.05)
+                self.assertEqual(healthy, 10, "\n".join(line for line in s.log_text().splitlines()[-400:]
+                                                        if "access:" not in line and "request" not in line))
+                sys.stderr.write("heal_ranks: kill %d -> both servers healthy in %.2f s\n" % (k, time.time() - killed))
+                self.assertEqual(s.complete_all(PROMPTS * 2), expected * 2)
+                for _ in range(4):  # whichever server answers counts every restart
+                    self.assertEqual(s.metrics()['moeserve:group_restarts_total{model_name="tiny"}'], k)
+        finally:
+            self.assertEqual(s.stop(), 0, s.log_text()[-3000:])
+
     def test_crash_loop(self):
         env = dict(os.environ, MOESERVE_DEBUG_EXIT_ON_REJOIN="1")
         s = Server("--api-server-count", "2", "--max-rank-restarts", "2", env=env)
@@ -366,7 +402,7 @@ if __name__ == "__main__":
     parser.add_argument("--suite", default=None)
     ARGS, rest = parser.parse_known_args()
     names = {"equal": "test_equal", "dp": "test_dp", "shutdown": "test_shutdown", "kill": "test_kill",
-             "restart": "test_restart", "crash_loop": "test_crash_loop", "external_lb": "test_external_lb",
+             "restart": "test_restart", "heal_ranks": "test_heal_ranks", "crash_loop": "test_crash_loop", "external_lb": "test_external_lb",
              "validate": "test_validate"}
     suite = unittest.TestSuite()
     for key, name in names.items():

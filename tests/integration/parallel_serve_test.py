@@ -288,7 +288,8 @@ class Parallel(unittest.TestCase):
 
     def test_external_lb(self):
         # vLLM's external load balancing: one instance per DP rank (-dpn), each its own API server
-        # on its own port reaching its own engine; the engines still step as one DP/EP group.
+        # on its own port reaching its own engine; the engines still step as one DP/EP group, and
+        # heal as one when a rank dies.
         layout = ["--data-parallel-size", "2", "--enable-expert-parallel", "--distributed-timeout-ms", "5000"]
         dp0 = Server(*layout, "-dpn", "0", "--data-parallel-rpc-port", "0", wait=False)
         dp1 = None
@@ -307,10 +308,23 @@ class Parallel(unittest.TestCase):
                 generated = per_engine(s.metrics(), "vllm:generation_tokens_total")
                 self.assertEqual(generated, {rank: len(PROMPTS) // 2 * MAX_TOKENS}, (rank, generated))
             self.assertIn("1 engine(s) ready", dp1.log_text())
+            # Self-healing: each instance restarts its own rank; the group re-forms across both.
+            for n, (owner, other) in enumerate([(dp1, dp0), (dp0, dp1)]):
+                streams = [self.long_stream(dp0), self.long_stream(dp1)]
+                os.kill(owner.rank_pids()[0], signal.SIGKILL)
+                for r in streams:  # lock-step: both engines' running requests fail
+                    self.assertIn('"error"', r.read().decode(), f"kill {n + 1}")
+                owner.wait_healthy(HEAL_BOUND_S)
+                other.wait_healthy(HEAL_BOUND_S)
+                with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as pool:
+                    got = list(pool.map(lambda ip: (dp0, dp1)[ip[0] % 2].complete(ip[1]), enumerate(PROMPTS)))
+                self.assertEqual(got, expected, f"after kill {n + 1}")
+            self.assertEqual(metric(dp0, "moeserve:group_restarts_total"), 1)  # each counts its own rank's
+            self.assertEqual(metric(dp1, "moeserve:group_restarts_total"), 1)
         finally:
             if dp1 is not None:
-                dp1.stop()
-            dp0.stop()
+                dp1.assert_stops_cleanly(self)
+            dp0.assert_stops_cleanly(self)
 
     def test_dp_independent(self):
         # DP without EP: each DP group holds every expert, so the engines step on their own.

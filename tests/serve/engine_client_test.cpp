@@ -199,3 +199,62 @@ TEST(EngineClientTest, ARecoveringEngineKeepsItsQueueAndARestartedOneReplaysWhat
 
 }  // namespace
 }  // namespace moeserve::serve
+
+namespace moeserve::serve {
+namespace {
+
+TEST(EngineClientTest, ANoticeThatComesAfterTheEngineRecoveredChangesNoState) {
+    // With --api-server-count the launcher's notices come through a file, and can arrive after the
+    // group re-formed: a late "recovering" is ignored; a late "restarting" fails or sends again only
+    // the requests the dead process had, not those of the new one.
+    TwoEngines t("engine_client_late_notice");
+    EngineClient& client = t.client;
+    ASSERT_TRUE(client.wait_ready(5000));
+    std::mutex mutex;
+    std::map<std::string, ipc::FinishReason> finished;
+    const auto record = [&](const std::string& id) {
+        return [&, id](const ipc::RequestOutput& o) {
+            std::lock_guard lock(mutex);
+            if (o.finish_reason != ipc::FinishReason::kNone) finished[id] = o.finish_reason;
+        };
+    };
+    const auto finish_of = [&](const std::string& id) {
+        std::lock_guard lock(mutex);
+        const auto it = finished.find(id);
+        return it == finished.end() ? ipc::FinishReason::kNone : it->second;
+    };
+    const auto wait_until = [&](const std::function<bool()>& done) {
+        for (int i = 0; i < 200 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        return done();
+    };
+    ASSERT_TRUE(client.add(make_request("old0", 4, 4), record("old0")));  // tie -> engine 0
+    ASSERT_TRUE(client.add(make_request("old1", 4, 4), record("old1")));
+    EXPECT_EQ(next_add(t.e1), "old1");
+    ipc::StepOutputs step;  // old1 started on engine 1's old process
+    step.engine_index = 1;
+    step.outputs.emplace_back();
+    step.outputs.back().request_id = "old1";
+    step.outputs.back().new_token_ids = {5};
+    t.e1.send(step);
+    EXPECT_TRUE(wait_until([&] { return client.outstanding_tokens()[1] == 3; }));
+    const int64_t died = EngineClient::steady_now_ms();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    t.e0.send(ipc::HealthReply{0, true, "ready"});  // both said ready after the death
+    t.e1.send(ipc::HealthReply{1, true, "ready"});
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ASSERT_TRUE(client.add(make_request("new1", 64, 4), record("new1")));  // engine 1 owes less
+    EXPECT_EQ(next_add(t.e1), "new1");
+
+    client.mark_recovering(0, "rank 1 died", died);
+    client.mark_restarting(1, "rank 1 died", died);
+    EXPECT_TRUE(wait_until([&] { return finish_of("old1") == ipc::FinishReason::kError; }));
+    EXPECT_TRUE(client.healthy()) << client.unhealthy_reason();
+    EXPECT_EQ(finish_of("new1"), ipc::FinishReason::kNone);
+    EXPECT_EQ(finish_of("old0"), ipc::FinishReason::kNone);
+    EXPECT_EQ(client.num_in_flight(), 2);
+    client.mark_recovering(0, "rank 1 died");  // a notice of now: it counts
+    EXPECT_FALSE(client.healthy());
+}
+
+}  // namespace
+}  // namespace moeserve::serve

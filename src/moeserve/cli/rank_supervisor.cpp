@@ -10,13 +10,12 @@ constexpr auto kHeadlessServingAgain = std::chrono::minutes(1);
 }
 
 RankSupervisor::RankSupervisor(const Deployment& d, int first_engine, int num_engines, RankProcesses& ranks,
-                               serve::EngineClient& engines, serve::Metrics& metrics, Logger& logger)
+                               EngineNotices& notices, Logger& logger)
     : d_(d),
       first_engine_(first_engine),
       num_engines_(num_engines),
       ranks_(ranks),
-      engines_(&engines),
-      metrics_(&metrics),
+      notices_(&notices),
       logger_(logger),
       restarts_(d.max_rank_restarts) {}
 
@@ -25,8 +24,7 @@ RankSupervisor::RankSupervisor(const Deployment& d, RankProcesses& ranks, Logger
       first_engine_(0),
       num_engines_(0),
       ranks_(ranks),
-      engines_(nullptr),
-      metrics_(nullptr),
+      notices_(nullptr),
       logger_(logger),
       restarts_(d.max_rank_restarts) {}
 
@@ -35,12 +33,13 @@ void RankSupervisor::on_exit(const RankProcesses::Rank& r) {
         stopped_cleanly_ = true;  // told to stop
         return;
     }
+    const int64_t died_ms = serve::EngineClient::steady_now_ms();
     const std::string reason = fmt::format("rank process {} (rank {}) {}", r.pid, r.rank, describe_status(r.status));
     MOESERVE_LOG_E(logger_, "api", "%s", reason.c_str());
     if (d_.self_healing() && serving_) {
         const int group = restart_group(r.rank);
         if (restarts_.given_up(group)) return;  // one of the ranks give_up() stopped
-        if (restarts_.allow(r.rank, group)) return restart(r, reason);
+        if (restarts_.allow(r.rank, group)) return restart(r, reason, died_ms);
         return give_up(r, fmt::format("{}; it was restarted {} times in a row without its group serving again, so "
                                       "it is not restarted (--max-rank-restarts {})",
                                       reason, restarts_.limit(), restarts_.limit()));
@@ -50,7 +49,7 @@ void RankSupervisor::on_exit(const RankProcesses::Rank& r) {
 
 void RankSupervisor::lose(const RankProcesses::Rank& r, const std::string& reason) {
     const bool lockstep = parallel::dp_groups_step_together(d_.sizes);
-    if (engines_ == nullptr) {  // a headless node: stop what cannot work without it
+    if (notices_ == nullptr) {  // a headless node: stop what cannot work without it
         ++failures_;
         MOESERVE_LOG_E(logger_, "api", "stopping %s", lockstep ? "this node's ranks" : "the ranks of its DP group");
         if (lockstep) {
@@ -59,18 +58,18 @@ void RankSupervisor::lose(const RankProcesses::Rank& r, const std::string& reaso
             ranks_.kill_group(r.rank / d_.sizes.tp, d_.sizes.tp);
         }
     } else if (lockstep) {
-        for (int i = 0; i < num_engines_; ++i) engines_->mark_dead(i, reason);
+        for (int i = 0; i < num_engines_; ++i) notices_->dead(i, reason);
     } else {
-        engines_->mark_dead(r.rank / d_.sizes.tp - first_engine_, reason);
+        notices_->dead(r.rank / d_.sizes.tp - first_engine_, reason);
     }
 }
 
-void RankSupervisor::restart(const RankProcesses::Rank& r, const std::string& reason) {
+void RankSupervisor::restart(const RankProcesses::Rank& r, const std::string& reason, int64_t died_ms) {
     last_restart_ = std::chrono::steady_clock::now().time_since_epoch().count();
     const std::string why = fmt::format("{}; restarting it ({} of at most {} in a row)", reason,
                                         restarts_.in_a_row(r.rank), restarts_.limit());
-    if (engines_ != nullptr) {
-        metrics_->on_group_restart();
+    if (notices_ != nullptr) {
+        notices_->group_restarted();
         // Its group: every engine in lock-step, else its own DP group's (the others serve on).
         const int group_engine = r.rank / d_.sizes.tp - first_engine_;
         const bool lockstep = parallel::dp_groups_step_together(d_.sizes);
@@ -78,9 +77,9 @@ void RankSupervisor::restart(const RankProcesses::Rank& r, const std::string& re
         for (int i = 0; i < num_engines_; ++i) {
             if (!lockstep && i != group_engine) continue;
             if (i == dead_engine) {
-                engines_->mark_restarting(i, why);  // its requests were in the dead process
+                notices_->restarting(i, why, died_ms);  // its requests were in the dead process
             } else {
-                engines_->mark_recovering(i, why);
+                notices_->recovering(i, why, died_ms);
             }
         }
     }
@@ -96,21 +95,21 @@ void RankSupervisor::give_up(const RankProcesses::Rank& r, const std::string& re
     ++failures_;
     MOESERVE_LOG_E(logger_, "api", "%s; stopping its group", reason.c_str());
     if (parallel::dp_groups_step_together(d_.sizes)) {
-        if (engines_ != nullptr) {
-            for (int i = 0; i < num_engines_; ++i) engines_->mark_dead(i, reason);
+        if (notices_ != nullptr) {
+            for (int i = 0; i < num_engines_; ++i) notices_->dead(i, reason);
         }
         ranks_.kill_ranks();
         return;
     }
     const int dp_rank = r.rank / d_.sizes.tp;  // independent DP groups: the others serve on
-    if (engines_ != nullptr) engines_->mark_dead(dp_rank - first_engine_, reason);
+    if (notices_ != nullptr) notices_->dead(dp_rank - first_engine_, reason);
     ranks_.kill_group(dp_rank, d_.sizes.tp);
 }
 
 void RankSupervisor::check_health() {
     if (!serving_) return;
-    if (engines_ != nullptr) {
-        if (engines_->healthy()) restarts_.serving_again();
+    if (const auto healthy = notices_ != nullptr ? notices_->all_healthy() : std::nullopt; healthy.has_value()) {
+        if (*healthy) restarts_.serving_again();
         return;
     }
     const auto since =

@@ -1,5 +1,5 @@
-// What a launcher does when one of the rank processes it started exits: the API server for its
-// local ranks, a --headless process for its node's ranks.
+// What a launcher does when one of the rank processes it started exits: the API server (or the
+// parent of --api-server-count N) for its local ranks, a --headless process for its node's ranks.
 //   - Self-healing (Deployment::self_healing, docs/parallelism.md): the rank is started again with
 //     --rejoin. On the API server every engine of its group (all in lock-step, else its DP
 //     group's) is recovering until its group has re-formed: the dead engine's requests that had
@@ -18,20 +18,20 @@
 #include <chrono>
 #include <string>
 
+#include "moeserve/cli/engine_notices.h"
 #include "moeserve/cli/rank_restarts.h"
 #include "moeserve/cli/serve_layout.h"
 #include "moeserve/cli/serve_processes.h"
 #include "moeserve/core/log.h"
-#include "moeserve/serve/engine_client.h"
-#include "moeserve/serve/metrics.h"
 
 namespace moeserve::cli {
 
 class RankSupervisor {
 public:
-    // The API server: its engines are DP ranks [first_engine, first_engine + num_engines).
-    RankSupervisor(const Deployment& d, int first_engine, int num_engines, RankProcesses& ranks,
-                   serve::EngineClient& engines, serve::Metrics& metrics, Logger& logger);
+    // The API server, or the parent of several: its engines are DP ranks [first_engine,
+    // first_engine + num_engines), and `notices` tells the API server(s) their fate.
+    RankSupervisor(const Deployment& d, int first_engine, int num_engines, RankProcesses& ranks, EngineNotices& notices,
+                   Logger& logger);
     // A --headless node: no engines of its own to tell.
     RankSupervisor(const Deployment& d, RankProcesses& ranks, Logger& logger);
 
@@ -42,8 +42,8 @@ public:
     // The watcher thread's handler of a rank process that exited (not during shutdown).
     void on_exit(const RankProcesses::Rank& r);
     // Called periodically by the launcher's loop: restart counts start over once the group
-    // serves again (the API server: every engine healthy; a headless node, which cannot see
-    // that: a minute without a restart).
+    // serves again (the API server: every engine healthy; a launcher that cannot see that: a
+    // minute without a restart).
     void check_health();
     // A headless node's loop ends once its ranks have exited and none is restarted: they were
     // told to stop, failed without self-healing, or the group was given up.
@@ -51,7 +51,7 @@ public:
     int failures() const { return failures_; }
 
 private:
-    void restart(const RankProcesses::Rank& r, const std::string& reason);
+    void restart(const RankProcesses::Rank& r, const std::string& reason, int64_t died_ms);
     // Its group: 0 for every rank in lock-step, else its DP rank.
     int restart_group(int rank) const;
     void give_up(const RankProcesses::Rank& r, const std::string& reason);
@@ -60,8 +60,7 @@ private:
     const Deployment& d_;
     const int first_engine_, num_engines_;
     RankProcesses& ranks_;
-    serve::EngineClient* engines_;  // null on a headless node
-    serve::Metrics* metrics_;       // likewise
+    EngineNotices* notices_;  // null on a headless node
     Logger& logger_;
     RankRestarts restarts_;
     std::atomic<bool> serving_{false}, stopped_cleanly_{false};

@@ -406,8 +406,14 @@ int run_serve(ServeOptions o) {
     const auto started = std::chrono::steady_clock::now();
     RankProcesses ranks(environment_with(ipc::kRankPlaneKeyEnv, key));
     // A rank that exits while we serve: restarted, or its engines lost (rank_supervisor.h).
-    // (Several API servers learn of it from the parent's file, which marks every engine dead.)
-    RankSupervisor supervisor(d, first_engine, num_engines, ranks, engines, metrics, logger);
+    // Several API servers learn of it from their parent's event log.
+    ServerEngineNotices notices(engines, num_engines, metrics);
+    RankSupervisor supervisor(d, first_engine, num_engines, ranks, notices, logger);
+    std::optional<EngineEventLogReader> events;
+    if (one_of_several) {
+        events.emplace(engine_event_log(ipc_path));
+        if (o.api_server_restarts > 0) events->skip_past(notices);
+    }
     std::atomic<bool> stopping{false};
     std::thread watcher, http, snapshots;
     ScopeExit cleanup([&] {  // however run_serve ends: nothing left running, nothing left behind
@@ -420,18 +426,9 @@ int run_serve(ServeOptions o) {
         if (watcher.joinable()) watcher.join();
     });
     if (!one_of_several) spawn_local_ranks(ranks, o.engine, d, store_port, ipc_path, logger);
-    // One of several API servers learns of a dead rank from its parent's file (no waitpid here).
-    bool engines_dead = false;
-    const auto check_engines_dead = [&] {
-        if (!one_of_several || engines_dead) return false;
-        std::error_code ec;
-        if (!std::filesystem::exists(engines_dead_file(ipc_path), ec)) return false;
-        engines_dead = true;
-        const std::string reason = read_text_file(engines_dead_file(ipc_path));
-        MOESERVE_LOG_E(logger, "api", "%s", reason.c_str());
-        for (int i = 0; i < num_engines; ++i) engines.mark_dead(i, reason);
-        return true;
-    };
+    // One of several API servers learns of its engines' fate from its parent (no waitpid here):
+    // true once an engine was lost.
+    const auto replay_events = [&] { return events && events->replay(notices) > 0; };
     watcher = std::thread([&] {
         ranks.watch([&](const RankProcesses::Rank& r) {
             if (!stopping) supervisor.on_exit(r);
@@ -451,7 +448,7 @@ int run_serve(ServeOptions o) {
     // Wait for every DP engine (local and remote), but not for ranks that died, nor past a signal.
     const auto deadline = started + std::chrono::duration<double>(o.engine_ready_timeout);
     while (!engines.wait_ready(200)) {
-        if (check_engines_dead()) raise(ErrorCode::kUnavailable, "a rank process exited during startup");
+        if (replay_events()) raise(ErrorCode::kUnavailable, "a rank process exited during startup");
         if (signals.count() > 0) {
             MOESERVE_LOG_I(logger, "api", "signal %d before the engines were ready: stopping", signals.last());
             return 0;
@@ -492,7 +489,7 @@ int run_serve(ServeOptions o) {
 
     PeriodicStats stats(o, server_index, logger);
     while (signals.wait_beyond(0, std::chrono::milliseconds(one_of_several ? 200 : 1000)) == 0) {
-        check_engines_dead();
+        replay_events();
         stats.log_if_due(engines.stats());
         supervisor.check_health();
     }

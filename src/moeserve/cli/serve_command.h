@@ -72,7 +72,8 @@ inline std::string api_server_ready_file(const std::string& run_dir, int server)
 inline std::string api_server_metrics_file(const std::string& run_dir, int server) {
     return run_dir + "/api" + std::to_string(server) + ".metrics";
 }
-inline std::string engines_dead_file(const std::string& run_dir) { return run_dir + "/engines.dead"; }
+// The parent's notices of its engines' fate, one line each (engine_notices.h).
+inline std::string engine_event_log(const std::string& run_dir) { return run_dir + "/engines.events"; }
 
 // --api-server-count > 1: this process supervises the ranks and the API server processes
 // (docs/parallelism.md, "Several API servers"). Returns the exit status.

@@ -229,7 +229,7 @@ Deployment make_deployment(const ParallelFlags& f, const nlohmann::json& config,
     return d;
 }
 
-bool Deployment::self_healing() const { return max_rank_restarts > 0 && !external_lb && api_servers == 1; }
+bool Deployment::self_healing() const { return max_rank_restarts > 0; }
 
 std::string deployment_fingerprint(const EngineOptions& e, const Deployment& d, const std::string& config_text) {
     uint64_t h = 1469598103934665603ull;  // FNV-1a of config.json

@@ -58,8 +58,8 @@ struct Deployment {
     int max_rank_restarts = 3;
     // Whether a dead rank is restarted (by the API server, or by the --headless process of its
     // node) and its group re-formed: every DP group in lock-step over EP, else the dead rank's DP
-    // group alone (the others serve on). Not yet: --api-server-count > 1 and external load
-    // balancing. In the fingerprint: every node must agree.
+    // group alone (the others serve on). With external load balancing each instance restarts its
+    // own ranks. In the fingerprint: every node must agree.
     bool self_healing() const;
     // --api-server-count: API server processes, each with its own engine sockets (local_sockets()
     // only); every engine connects to all of them.

@@ -16,7 +16,9 @@
 // kernel gives new connections only to listening servers). A server that dies --max-rank-restarts
 // times in a row before it serves (or with --max-rank-restarts 0, or once the engines are gone):
 // the others drain, and the deployment stops with exit status 1.
-// A rank that dies: the servers mark every engine dead (the engines-dead file), as one server does.
+// A rank that dies: this process is its launcher (rank_supervisor.h), as a single API server is:
+// restarted with self-healing, else its engines lost; it appends what happens to its engines to
+// the run folder's event log, which every server replays onto its EngineClient (engine_notices.h).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -24,7 +26,9 @@
 #include <iterator>
 #include <memory>
 
+#include "moeserve/cli/engine_notices.h"
 #include "moeserve/cli/rank_restarts.h"
+#include "moeserve/cli/rank_supervisor.h"
 #include "moeserve/cli/serve_command.h"
 #include "moeserve/cli/serve_processes.h"
 #include "moeserve/core/error.h"
@@ -59,10 +63,12 @@ bool exists(const std::string& path) {
 // Starts the API server processes and starts a dead one again in its place (see the top).
 class ApiServers {
 public:
-    ApiServers(const Deployment& d, RankProcesses& children, const std::string& run_dir, int port, Logger& logger)
+    ApiServers(const Deployment& d, RankProcesses& children, const std::string& run_dir, int port,
+               const EngineEventLogWriter& engine_events, Logger& logger)
         : d_(d),
           children_(children),
           run_dir_(run_dir),
+          engine_events_(engine_events),
           base_(own_argv()),
           port_(port),
           logger_(logger),
@@ -102,6 +108,7 @@ private:
     const Deployment& d_;
     RankProcesses& children_;
     const std::string run_dir_;
+    const EngineEventLogWriter& engine_events_;
     const std::vector<std::string> base_;
     const int port_;
     Logger& logger_;
@@ -121,8 +128,8 @@ void ApiServers::on_exit(const RankProcesses::Rank& r) {
         why_not = "during startup";
     } else if (d_.max_rank_restarts == 0) {
         why_not = "--max-rank-restarts 0: not restarted";
-    } else if (exists(engines_dead_file(run_dir_))) {
-        why_not = "the engines are gone too: not restarted";
+    } else if (engine_events_.engine_lost()) {
+        why_not = "an engine is lost too: not restarted";
     } else if (!restarts_.allow(i)) {
         why_not = fmt::format(
             "it was restarted {} times in a row without serving again, so it is not restarted "
@@ -177,7 +184,11 @@ int run_api_servers(const ServeOptions& o, const Deployment& d) {
                        store_port, d.world(), d.sizes.dp, d.sizes.tp, d.sizes.ep);
     }
     RankProcesses children(environment_with(ipc::kRankPlaneKeyEnv, key));
-    ApiServers servers(d, children, run_dir.path(), port.port(), logger);
+    EngineEventLogWriter engine_events(engine_event_log(run_dir.path()));
+    ApiServers servers(d, children, run_dir.path(), port.port(), engine_events, logger);
+    // The ranks' launcher; the API servers replay its notices onto their engines.
+    RankSupervisor ranks(d, d.external_lb ? d.start : 0, d.external_lb ? d.local : d.sizes.dp, children, engine_events,
+                         logger);
     std::atomic<bool> stopping{false};
     std::thread watcher;
     ScopeExit cleanup([&] {  // however this ends: nothing left running
@@ -193,12 +204,9 @@ int run_api_servers(const ServeOptions& o, const Deployment& d) {
         children.watch([&](const RankProcesses::Rank& r) {
             if (stopping) return;
             if (r.api_server >= 0) return servers.on_exit(r);
-            const std::string reason =
-                fmt::format("rank process {} (rank {}) {}", r.pid, r.rank, describe_status(r.status));
-            MOESERVE_LOG_E(logger, "api", "%s", reason.c_str());
             try {
-                write_text_file(engines_dead_file(run_dir.path()), reason);
-            } catch (const Error& e) {
+                ranks.on_exit(r);
+            } catch (const Error& e) {  // the event log could not be written
                 MOESERVE_LOG_E(logger, "api", "%s", e.what());
             }
         });
@@ -230,7 +238,11 @@ int run_api_servers(const ServeOptions& o, const Deployment& d) {
                    o.tls.cert_file.empty() ? "http" : "https", o.host.c_str(), port.port());
 
     servers.serving();
-    while (servers.failed() < 0 && signals.wait_beyond(0, std::chrono::milliseconds(100)) == 0) servers.check_ready();
+    ranks.serving();
+    while (servers.failed() < 0 && signals.wait_beyond(0, std::chrono::milliseconds(100)) == 0) {
+        servers.check_ready();
+        ranks.check_health();
+    }
     const bool failed = servers.failed() >= 0;
     if (failed) {
         MOESERVE_LOG_E(logger, "api", "API server %d is gone: the other API servers drain, then everything stops",

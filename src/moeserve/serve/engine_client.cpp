@@ -27,10 +27,12 @@ EngineClient::EngineClient(EngineClientOptions options, Logger& logger)
 
 EngineClient::~EngineClient() { shutdown(); }
 
-int64_t EngineClient::now_ms() const {
+int64_t EngineClient::steady_now_ms() {
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
         .count();
 }
+
+int64_t EngineClient::now_ms() const { return steady_now_ms(); }
 
 bool EngineClient::wait_ready(int timeout_ms) {
     std::unique_lock lock(mutex_);
@@ -71,6 +73,7 @@ void EngineClient::place(int engine, const std::string& id, Pending p) {
     e.routed++;
     e.outstanding_tokens += p.prompt_owed + p.output_owed;
     p.engine = engine;
+    p.placed_ms = now_ms();
     pending_[id] = std::move(p);
 }
 
@@ -155,10 +158,19 @@ void EngineClient::mark_dead(int engine, const std::string& reason) {
     ready_cv_.notify_all();
 }
 
-void EngineClient::mark_restarting(int engine, const std::string& reason) {
-    std::lock_guard lock(mutex_);
+void EngineClient::mark_restarting(int engine, const std::string& reason, int64_t died_ms) {
+    std::unique_lock lock(mutex_);
     auto& e = engines_.at(static_cast<size_t>(engine));
     if (e.gone) return;
+    if (died_ms >= 0 && e.ready_ms > died_ms) {  // its new process is up already: only the old one's requests
+        const int64_t new_process_ready = e.ready_ms;
+        e.process_restarting = true;  // the old process's requests that never ran are sent again
+        lock.unlock();
+        fail_engine(engine, reason, new_process_ready);
+        lock.lock();
+        e.process_restarting = false;
+        return;
+    }
     if (!e.dead) e.dead_reason = reason;
     e.dead = true;  // check_engines fails (or re-places) its requests; its new process's "ready" revives it
     e.recovering = true;
@@ -167,10 +179,10 @@ void EngineClient::mark_restarting(int engine, const std::string& reason) {
     ready_cv_.notify_all();
 }
 
-void EngineClient::mark_recovering(int engine, const std::string& reason) {
+void EngineClient::mark_recovering(int engine, const std::string& reason, int64_t died_ms) {
     std::lock_guard lock(mutex_);
     auto& e = engines_.at(static_cast<size_t>(engine));
-    if (e.gone) return;
+    if (e.gone || (died_ms >= 0 && e.ready_ms > died_ms)) return;  // it recovered before the notice came
     e.recovering = true;
     e.recovering_reason = reason;
 }
@@ -296,6 +308,7 @@ void EngineClient::receive_loop() {
                     e.recovering = false;
                 } else {
                     orphans = heard_from(index);
+                    e.ready_ms = now_ms();
                     if (e.recovering) {
                         MOESERVE_LOG_I(logger_, "api", "engine %d recovered: serving again", reply->engine_index);
                         e.recovering = false;
@@ -492,26 +505,28 @@ void EngineClient::place_unplaced() {
     fail_requests(lost, lost_reason, false);
 }
 
-void EngineClient::fail_engine(int engine, const std::string& reason) {
+void EngineClient::fail_engine(int engine, const std::string& reason, int64_t before_ms) {
     MOESERVE_LOG_E(logger_, "api", "%s; failing its requests", reason.c_str());
     std::vector<std::pair<std::string, std::shared_ptr<OutputCallback>>> failed;
     {
         std::lock_guard lock(mutex_);
         auto& e = engines_[static_cast<size_t>(engine)];
         for (auto it = pending_.begin(); it != pending_.end();) {
-            if (it->second.engine == engine && e.process_restarting && it->second.request) {
-                unplaced_.emplace_back(it->first, std::move(it->second));  // it never ran: another engine runs it
-                it = pending_.erase(it);
-            } else if (it->second.engine == engine) {
-                failed.emplace_back(it->first, it->second.callback);
-                if (!e.gone) e.orphaned.push_back(it->first);
-                it = pending_.erase(it);
-            } else {
+            Pending& p = it->second;
+            if (p.engine != engine || p.placed_ms >= before_ms) {
                 ++it;
+                continue;
             }
+            e.in_flight--;
+            e.outstanding_tokens -= p.prompt_owed + p.output_owed;
+            if (e.process_restarting && p.request) {
+                unplaced_.emplace_back(it->first, std::move(p));  // it never ran: another engine runs it
+            } else {
+                failed.emplace_back(it->first, p.callback);
+                if (!e.gone) e.orphaned.push_back(it->first);
+            }
+            it = pending_.erase(it);
         }
-        engines_[static_cast<size_t>(engine)].in_flight = 0;
-        engines_[static_cast<size_t>(engine)].outstanding_tokens = 0;
     }
     fail_requests(failed, reason, false);
 }

@@ -85,10 +85,17 @@ public:
     // nothing yet go to another engine once one takes requests (the new process, or another DP
     // group's engine; within queue_timeout_ms), the others fail with kError; it is recovering
     // until the new process says it is ready. Thread-safe.
-    void mark_restarting(int engine, const std::string& reason);
+    // died_ms: when the death was seen (steady clock, ms since its epoch, as now_ms(); the
+    // launcher may be another process on this host). A notice that arrives after the engine said
+    // ready again (its group re-formed, or its new process started) changes no state: only the
+    // requests sent before that are failed or sent again. < 0: now.
+    void mark_restarting(int engine, const std::string& reason, int64_t died_ms = -1);
     // A rank of its group died and is being restarted: it is recovering (not taking requests; it
-    // fails its own running ones as its group re-forms) until it says it is ready. Thread-safe.
-    void mark_recovering(int engine, const std::string& reason);
+    // fails its own running ones as its group re-forms) until it says it is ready. Ignored when it
+    // said ready after died_ms (as above). Thread-safe.
+    void mark_recovering(int engine, const std::string& reason, int64_t died_ms = -1);
+    // The clock of died_ms.
+    static int64_t steady_now_ms();
     // Why healthy() is false (the first engine that is not: recovering, dead, starting or
     // stalled); empty when it is true. Thread-safe.
     std::string unhealthy_reason() const;
@@ -131,6 +138,7 @@ private:
         int64_t outstanding_tokens = 0;  // sum of the Pending::owed of its requests
         int64_t routed = 0;              // requests sent (cumulative)
         int64_t last_heard_ms = 0;
+        int64_t ready_ms = 0;          // its last healthy HealthReply
         int64_t last_progress_ms = 0;  // last completed step, or when work became pending
         bool stalled = false;          // the step watchdog fired and the engine has not stepped since
         ipc::Stats stats;
@@ -143,6 +151,7 @@ private:
         std::shared_ptr<OutputCallback> callback;
         // The request until its first output: sent again if its engine's process dies first.
         std::shared_ptr<const ipc::AddRequest> request;
+        int64_t placed_ms = 0;  // sent to `engine` (place(): again, after its first engine's process died)
     };
     // With mutex_ held: the least-loaded engine that takes requests (-1: none), and the
     // bookkeeping of sending p there.
@@ -161,7 +170,9 @@ private:
     std::vector<std::string> heard_from(size_t index);
     void abort_orphans(size_t index, std::vector<std::string> ids);
     void check_engines();
-    void fail_engine(int engine, const std::string& reason);
+    // Fails the requests sent to engine before before_ms (all: INT64_MAX); those that never ran
+    // go to an engine again if its process is restarting.
+    void fail_engine(int engine, const std::string& reason, int64_t before_ms = INT64_MAX);
     void fail_requests(const std::vector<std::pair<std::string, std::shared_ptr<OutputCallback>>>& failed,
                        const std::string& reason, bool overloaded);
     int64_t now_ms() const;

@@ -240,6 +240,7 @@ std::string Metrics::render(const std::vector<ipc::Stats>& engines, int num_in_f
     if (share_index_ < 0) return render_local(engines, num_in_flight);
     // The sums over every API server: own counts (live) plus the others' latest snapshots.
     Metrics sum(model_name_, max_model_len_, cache_config_);
+    sum.group_restarts_ = group_restarts_.load();  // every server hears of every restart: not summed
     int64_t in_flight = 0;
     const size_t num_servers = other_paths_.size() + 1;
     std::vector<int64_t> finished(num_servers, 0);
