@@ -280,7 +280,7 @@ class ApiServers(unittest.TestCase):
         fds, succeeded, recovery = None, 0, []
         try:
             for k in range(1, 6):
-                streams = self.open_streams(s, per_server=1, tag=f" of round {k}", max_tokens=1000)
+                streams = self.open_streams(s, per_server=1, tag=f" of round {k}", max_tokens=600)
                 victim = s.api_server_pid(1)
                 os.kill(victim, signal.SIGKILL)
                 killed = time.time()
