@@ -6,7 +6,7 @@
 # rounds, so a machine whose memory bandwidth drifts (a shared VM) hits each alike; the STREAM read
 # (benchmarks/stream_read.c, 2 threads) is printed before each deployment. Prints vLLM's result
 # block per (round, deployment, shape), each headed by a line to grep:
-#   === round R, (x) deployment, random IN in / OUT out, N prompts, concurrency C, STREAM ...
+#   === round R, (x) deployment, random IN in / OUT out, N prompts, concurrency C, stream read ...
 #   MOESERVE_BIN=B MODEL=M [SHAPES="128:1024 1024:1024"] [ROUNDS=2] [PROMPTS=16] [CONCURRENCY=8] \
 #     [OUT_CAP=256] benchmarks/pd_abc.sh
 # SHAPES are the seed's (in:out); OUT_CAP cuts each output length to what the machine allows in
@@ -55,7 +55,7 @@ stop_all() { cleanup; pids=(); }
 kv() { echo "{\"kv_connector\":\"MoeserveConnector\",\"kv_role\":\"$1\"}"; }
 
 run() {  # a | b | c
-  stream_read="STREAM $(OMP_NUM_THREADS=2 OMP_PROC_BIND=spread "$STREAM" | tail -1)"
+  stream_read="$(OMP_NUM_THREADS=2 OMP_PROC_BIND=spread "$STREAM" | tail -1)"
   case $1 in
     a | b)
       name=$1; extra=(); [ "$1" = a ] && extra=(--pd-hybrid)

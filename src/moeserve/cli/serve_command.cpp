@@ -611,8 +611,9 @@ void add_serve_command(CLI::App& app, Action* action) {
                     "bound on rendezvous and every collective; a dead peer fails its ranks after this")
         ->capture_default_str();
     sub->add_option("--max-rank-restarts", p.max_rank_restarts,
-                    "times in a row a dead rank is restarted and its group re-formed before the group is given up "
-                    "(0: a dead rank stops its group; docs/parallelism.md)")
+                    "times in a row a dead rank is restarted and its group re-formed before the group is given up, "
+                    "and a dead API server of --api-server-count restarted (0: a dead rank stops its group, a dead "
+                    "API server the deployment; docs/parallelism.md)")
         ->capture_default_str();
     sub->add_flag("--disable-collective-guard", p.disable_collective_guard,
                   "leave out the per-collective step check that fails a desynchronized group at once "

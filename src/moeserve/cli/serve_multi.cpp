@@ -14,8 +14,8 @@
 // again in its place (`--api-server-restarts k`): the new process tells the engines, which abort
 // the dead one's requests, and serves once they answer. The other servers serve on meanwhile (the
 // kernel gives new connections only to listening servers). A server that dies --max-rank-restarts
-// times in a row before it serves (or with --max-rank-restarts 0, or once the engines are gone):
-// the others drain, and the deployment stops with exit status 1.
+// times in a row before it serves (or with --max-rank-restarts 0, or once an engine is lost): the
+// others drain, and the deployment stops with exit status 1.
 // A rank that dies: this process is its launcher (rank_supervisor.h), as a single API server is:
 // restarted with self-healing, else its engines lost; it appends what happens to its engines to
 // the run folder's event log, which every server replays onto its EngineClient (engine_notices.h).
