@@ -64,8 +64,8 @@ inline constexpr int kMaxApiServers = 64;
 
 // The run folder of --api-server-count > 1 (the parent's $TMPDIR/moeserve-<pid>/, mode 0700),
 // besides the engine sockets: server i writes its ready file once its engines answered and its
-// metrics snapshot (serve::Metrics::write_snapshot) every half second; the parent writes the
-// engines-dead file (the reason) when a rank process exits.
+// metrics snapshot (serve::Metrics::write_snapshot) every half second; the parent appends to the
+// engine event log what happens to the engines when a rank process exits (engine_notices.h).
 inline std::string api_server_ready_file(const std::string& run_dir, int server) {
     return run_dir + "/api" + std::to_string(server) + ".ready";
 }

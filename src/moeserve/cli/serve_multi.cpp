@@ -3,7 +3,7 @@
 // store, starts the rank processes and N API server processes (this binary again, with the same
 // flags plus hidden ones), and watches them all:
 //
-//   parent (this)    run folder $TMPDIR/moeserve-<pid>/: engine sockets, ready / metrics / dead files
+//   parent (this)    run folder $TMPDIR/moeserve-<pid>/: engine sockets, ready / metrics files, engine events
 //     |-- API server i (i < N): `serve ... --api-server-index i`, listens on the port with
 //     |     SO_REUSEPORT, binds its own sockets (out[.s<i>], in<e>[.s<i>]), EngineClient client_index i
 //     |-- rank processes: each engine connects to every server's sockets (ipc/client_routing.h)
