@@ -88,21 +88,10 @@ class Server(ServeProcess):
         return super().complete_all(prompts, max_tokens)
 
     def rank_pid(self, rank):
-        for pid in self.children():
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-            if b"--rank" in argv and argv[argv.index(b"--rank") + 1] == str(rank).encode():
-                return pid
-        raise RuntimeError("no rank %d among %s" % (rank, self.children()))
+        return self.child_with("--rank", rank)
 
     def api_server_pid(self, index):
-        for pid in self.children():
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-            if b"--api-server-index" in argv and argv[argv.index(b"--api-server-index") + 1] == str(index).encode():
-                return pid
-        raise RuntimeError("no API server %d among %s" % (index, self.children()))
-
+        return self.child_with("--api-server-index", index)
 
 def alive(pid):
     try:

@@ -77,6 +77,16 @@ class ServeProcess:
                 pass
         return out
 
+    def child_with(self, flag, value):
+        """The pid of the child process whose arguments hold `flag value` (--rank 1,
+        --api-server-index 0); a restarted one included."""
+        for pid in self.children():
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if flag.encode() in argv and argv[argv.index(flag.encode()) + 1] == str(value).encode():
+                return pid
+        raise RuntimeError(f"no child with {flag} {value} among {self.children()}")
+
     def stop(self, timeout=30, sig=signal.SIGTERM):
         return stop_process(self.proc, sig, timeout)
 

@@ -136,13 +136,7 @@ HEAL_BOUND_S = 60
 
 def rank_pid(s, rank):
     """The pid of global rank `rank` among the server's children (a restarted one included)."""
-    for pid in s.children():
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-        if b"--rank" in argv and argv[argv.index(b"--rank") + 1] == str(rank).encode():
-            return pid
-    raise AssertionError(f"no process of rank {rank}")
-
+    return s.child_with("--rank", rank)
 
 def open_descriptors(s):
     """Descriptors open in the server and its rank processes (sockets, files, shared memory)."""

@@ -57,6 +57,42 @@ struct TwoEngines {
     ipc::EngineChannel e0, e1;
 };
 
+// The final reason of each request whose callbacks it made (kNone: none yet). Thread-safe.
+class Finishes {
+public:
+    EngineClient::OutputCallback of(const std::string& id) {
+        return [this, id](const ipc::RequestOutput& o) {
+            std::lock_guard lock(mutex_);
+            if (o.finish_reason != ipc::FinishReason::kNone) finished_[id] = o.finish_reason;
+        };
+    }
+    ipc::FinishReason operator()(const std::string& id) const {
+        std::lock_guard lock(mutex_);
+        const auto it = finished_.find(id);
+        return it == finished_.end() ? ipc::FinishReason::kNone : it->second;
+    }
+
+private:
+    mutable std::mutex mutex_;
+    std::map<std::string, ipc::FinishReason> finished_;
+};
+
+// Polls done() for up to 2 s.
+bool wait_until(const std::function<bool()>& done) {
+    for (int i = 0; i < 200 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return done();
+}
+
+// Engine `engine`'s step that produced one token of request `id`.
+ipc::StepOutputs one_token(int engine, const std::string& id) {
+    ipc::StepOutputs step;
+    step.engine_index = engine;
+    step.outputs.emplace_back();
+    step.outputs.back().request_id = id;
+    step.outputs.back().new_token_ids = {5};
+    return step;
+}
+
 TEST(EngineClientTest, RoutesByOutstandingTokens) {
     TwoEngines t("engine_client");
     EngineClient& client = t.client;
@@ -146,35 +182,14 @@ TEST(EngineClientTest, ARecoveringEngineKeepsItsQueueAndARestartedOneReplaysWhat
     EngineClient& client = t.client;
     ipc::EngineChannel &e0 = t.e0, &e1 = t.e1;
     ASSERT_TRUE(client.wait_ready(5000));
-    std::mutex mutex;
-    std::map<std::string, ipc::FinishReason> finished;
-    const auto record = [&](const std::string& id) {
-        return [&, id](const ipc::RequestOutput& o) {
-            std::lock_guard lock(mutex);
-            if (o.finish_reason != ipc::FinishReason::kNone) finished[id] = o.finish_reason;
-        };
-    };
-    const auto finish_of = [&](const std::string& id) {
-        std::lock_guard lock(mutex);
-        const auto it = finished.find(id);
-        return it == finished.end() ? ipc::FinishReason::kNone : it->second;
-    };
-    const auto wait_until = [&](const std::function<bool()>& done) {
-        for (int i = 0; i < 200 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        return done();
-    };
-    ASSERT_TRUE(client.add(make_request("queued0", 4, 4), record("queued0")));  // tie -> engine 0
+    Finishes finish_of;
+    ASSERT_TRUE(client.add(make_request("queued0", 4, 4), finish_of.of("queued0")));  // tie -> engine 0
     EXPECT_EQ(next_add(e0), "queued0");
-    ASSERT_TRUE(client.add(make_request("started1", 4, 4), record("started1")));
+    ASSERT_TRUE(client.add(make_request("started1", 4, 4), finish_of.of("started1")));
     EXPECT_EQ(next_add(e1), "started1");
-    ipc::StepOutputs step;  // engine 1 produced a token of started1
-    step.engine_index = 1;
-    step.outputs.emplace_back();
-    step.outputs.back().request_id = "started1";
-    step.outputs.back().new_token_ids = {5};
-    e1.send(step);
+    e1.send(one_token(1, "started1"));
     EXPECT_TRUE(wait_until([&] { return client.outstanding_tokens()[1] == 3; }));
-    ASSERT_TRUE(client.add(make_request("queued1", 64, 4), record("queued1")));  // engine 1 owes less
+    ASSERT_TRUE(client.add(make_request("queued1", 64, 4), finish_of.of("queued1")));  // engine 1 owes less
     EXPECT_EQ(next_add(e1), "queued1");
 
     e0.send(ipc::HealthReply{0, false, "regrouping", /*recovering=*/true});
@@ -187,7 +202,7 @@ TEST(EngineClientTest, ARecoveringEngineKeepsItsQueueAndARestartedOneReplaysWhat
     EXPECT_FALSE(client.healthy());
     EXPECT_NE(client.unhealthy_reason().find("recovering"), std::string::npos) << client.unhealthy_reason();
     EXPECT_FALSE(client.accepting());
-    EXPECT_FALSE(client.add(make_request("refused", 4, 4), record("refused")));
+    EXPECT_FALSE(client.add(make_request("refused", 4, 4), finish_of.of("refused")));
 
     e1.send(ipc::HealthReply{1, true, "ready"});  // the restarted process: queued1 goes to it
     EXPECT_EQ(next_add(e1), "queued1");
@@ -197,12 +212,6 @@ TEST(EngineClientTest, ARecoveringEngineKeepsItsQueueAndARestartedOneReplaysWhat
     EXPECT_EQ(client.num_in_flight(), 2);
 }
 
-}  // namespace
-}  // namespace moeserve::serve
-
-namespace moeserve::serve {
-namespace {
-
 TEST(EngineClientTest, ANoticeThatComesAfterTheEngineRecoveredChangesNoState) {
     // With --api-server-count the launcher's notices come through a file, and can arrive after the
     // group re-formed: a late "recovering" is ignored; a late "restarting" fails or sends again only
@@ -210,39 +219,18 @@ TEST(EngineClientTest, ANoticeThatComesAfterTheEngineRecoveredChangesNoState) {
     TwoEngines t("engine_client_late_notice");
     EngineClient& client = t.client;
     ASSERT_TRUE(client.wait_ready(5000));
-    std::mutex mutex;
-    std::map<std::string, ipc::FinishReason> finished;
-    const auto record = [&](const std::string& id) {
-        return [&, id](const ipc::RequestOutput& o) {
-            std::lock_guard lock(mutex);
-            if (o.finish_reason != ipc::FinishReason::kNone) finished[id] = o.finish_reason;
-        };
-    };
-    const auto finish_of = [&](const std::string& id) {
-        std::lock_guard lock(mutex);
-        const auto it = finished.find(id);
-        return it == finished.end() ? ipc::FinishReason::kNone : it->second;
-    };
-    const auto wait_until = [&](const std::function<bool()>& done) {
-        for (int i = 0; i < 200 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        return done();
-    };
-    ASSERT_TRUE(client.add(make_request("old0", 4, 4), record("old0")));  // tie -> engine 0
-    ASSERT_TRUE(client.add(make_request("old1", 4, 4), record("old1")));
+    Finishes finish_of;
+    ASSERT_TRUE(client.add(make_request("old0", 4, 4), finish_of.of("old0")));  // tie -> engine 0
+    ASSERT_TRUE(client.add(make_request("old1", 4, 4), finish_of.of("old1")));
     EXPECT_EQ(next_add(t.e1), "old1");
-    ipc::StepOutputs step;  // old1 started on engine 1's old process
-    step.engine_index = 1;
-    step.outputs.emplace_back();
-    step.outputs.back().request_id = "old1";
-    step.outputs.back().new_token_ids = {5};
-    t.e1.send(step);
+    t.e1.send(one_token(1, "old1"));  // old1 started on engine 1's old process
     EXPECT_TRUE(wait_until([&] { return client.outstanding_tokens()[1] == 3; }));
     const int64_t died = EngineClient::steady_now_ms();
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     t.e0.send(ipc::HealthReply{0, true, "ready"});  // both said ready after the death
     t.e1.send(ipc::HealthReply{1, true, "ready"});
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    ASSERT_TRUE(client.add(make_request("new1", 64, 4), record("new1")));  // engine 1 owes less
+    ASSERT_TRUE(client.add(make_request("new1", 64, 4), finish_of.of("new1")));  // engine 1 owes less
     EXPECT_EQ(next_add(t.e1), "new1");
 
     client.mark_recovering(0, "rank 1 died", died);
