@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "moeserve/core/error.h"
-#include "moeserve/tokenizer/utf8.h"
+#include "moeserve/core/utf8.h"
 
 namespace moeserve::tokenizer {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "moeserve/core/error.h"
 #include "moeserve/tokenizer/detokenizer.h"
-#include "moeserve/tokenizer/utf8.h"
+#include "moeserve/core/utf8.h"
 #include "test_support.h"
 
 namespace moeserve::tokenizer {

@@ -12,7 +12,7 @@
 #include "moeserve/tokenizer/normalizer.h"
 #include "moeserve/tokenizer/regex.h"
 #include "moeserve/tokenizer/unicode_compat.h"
-#include "moeserve/tokenizer/utf8.h"
+#include "moeserve/core/utf8.h"
 #include "test_support.h"
 
 namespace moeserve::tokenizer {

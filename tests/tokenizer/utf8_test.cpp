@@ -1,6 +1,6 @@
 // UTF-8 helpers: lossy conversion must match Rust's String::from_utf8_lossy, and the incomplete
 // tail must be exactly what a streaming decoder can hold back.
-#include "moeserve/tokenizer/utf8.h"
+#include "moeserve/core/utf8.h"
 
 #include <gtest/gtest.h>
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "moeserve/core/error.h"
+#include "moeserve/core/utf8.h"
 #include "moeserve/structured/convert.h"
 #include "moeserve/structured/grammar.h"
 #include "moeserve/structured/matcher.h"
@@ -68,24 +69,6 @@ std::string class_text(const Ranges& r) {
         if (hi != lo) out += "-" + class_char(hi);
     }
     return out + "]";
-}
-
-void append_utf8(uint32_t cp, std::string& out) {
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
 }
 
 const Ranges kDigit = {{'0', '9'}};
@@ -192,10 +175,10 @@ private:
                     if (cp < 0x20)
                         bytes = fmt::format("\\u{:04x}", cp);
                     else
-                        append_utf8(cp, bytes);
+                        utf8_append(static_cast<char32_t>(cp), bytes);
             }
         } else {
-            append_utf8(cp, bytes);
+            utf8_append(static_cast<char32_t>(cp), bytes);
         }
         return gbnf_literal(bytes);
     }

@@ -12,7 +12,7 @@
 
 #include "moeserve/core/error.h"
 #include "moeserve/tokenizer/tokenizer_json.h"
-#include "moeserve/tokenizer/utf8.h"
+#include "moeserve/core/utf8.h"
 
 namespace moeserve::tokenizer {
 namespace {

@@ -2,7 +2,7 @@
 // U+0100.. in byte order.
 #include "moeserve/tokenizer/byte_level.h"
 
-#include "moeserve/tokenizer/utf8.h"
+#include "moeserve/core/utf8.h"
 
 namespace moeserve::tokenizer {
 

@@ -3,7 +3,7 @@
 // (see utf8_incomplete_tail), so the stream matches decode() exactly.
 #include "moeserve/tokenizer/detokenizer.h"
 
-#include "moeserve/tokenizer/utf8.h"
+#include "moeserve/core/utf8.h"
 
 namespace moeserve::tokenizer {
 

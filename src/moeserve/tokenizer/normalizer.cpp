@@ -10,7 +10,7 @@
 
 #include "moeserve/core/error.h"
 #include "moeserve/tokenizer/unicode_compat.h"
-#include "moeserve/tokenizer/utf8.h"
+#include "moeserve/core/utf8.h"
 
 namespace moeserve::tokenizer {
 namespace {

@@ -13,7 +13,7 @@
 #include "moeserve/tokenizer/pre_tokenizer.h"
 #include "moeserve/tokenizer/tokenizer_config.h"
 #include "moeserve/tokenizer/tokenizer_json.h"
-#include "moeserve/tokenizer/utf8.h"
+#include "moeserve/core/utf8.h"
 
 namespace moeserve::tokenizer {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <iterator>
 
-#include "moeserve/tokenizer/utf8.h"
+#include "moeserve/core/utf8.h"
 
 namespace moeserve::tokenizer {
 namespace {

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "moeserve/core/error.h"
+#include "moeserve/core/utf8.h"
 
 namespace moeserve::tokenizer::jinja {
 namespace {
@@ -31,24 +32,6 @@ int count_newlines(const std::string& s, size_t begin, size_t end) {
     int n = 0;
     for (size_t i = begin; i < end && i < s.size(); ++i) n += s[i] == '\n';
     return n;
-}
-
-void append_utf8(uint32_t cp, std::string& out) {
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
 }
 
 class Lexer {
@@ -293,7 +276,7 @@ private:
                         raise(ErrorCode::kInvalidArgument, "chat template line {}: bad \\{} escape in string literal",
                               line_, e);
                     }
-                    append_utf8(static_cast<uint32_t>(std::stoul(hex, nullptr, 16)), value);
+                    utf8_append(static_cast<char32_t>(std::stoul(hex, nullptr, 16)), value);
                     i += len;
                     break;
                 }

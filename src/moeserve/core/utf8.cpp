@@ -1,8 +1,8 @@
 // UTF-8 helpers; the validity table follows the Unicode standard's well-formed byte sequences
 // (Table 3-7), which is also what Rust's str validation accepts.
-#include "moeserve/tokenizer/utf8.h"
+#include "moeserve/core/utf8.h"
 
-namespace moeserve::tokenizer {
+namespace moeserve {
 namespace {
 
 // Total sequence length announced by a lead byte, 0 for bytes that cannot start a sequence.
@@ -141,4 +141,4 @@ bool is_unicode_whitespace(char32_t cp) {
            cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
-}  // namespace moeserve::tokenizer
+}  // namespace moeserve

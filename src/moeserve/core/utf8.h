@@ -1,4 +1,4 @@
-// UTF-8 helpers for the tokenizer: code point iteration, validation, Rust-compatible lossy
+// UTF-8 helpers (the tokenizer, chat templates, grammars): code point iteration, validation, Rust-compatible lossy
 // conversion (one U+FFFD per maximal invalid subpart) and detection of an incomplete tail.
 #pragma once
 
@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace moeserve::tokenizer {
+namespace moeserve {
 
 // Length in bytes of the valid UTF-8 sequence starting at text[pos], or 0 if the bytes there are
 // not a complete valid sequence (invalid lead, bad continuation, overlong, surrogate, truncated).
@@ -35,4 +35,4 @@ size_t utf8_incomplete_tail(std::string_view bytes);
 // Unicode White_Space, as Rust's char::is_whitespace.
 bool is_unicode_whitespace(char32_t cp);
 
-}  // namespace moeserve::tokenizer
+}  // namespace moeserve
