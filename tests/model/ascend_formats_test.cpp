@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <variant>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
@@ -19,6 +20,7 @@
 #include "moeserve/io/weight_source.h"
 #include "moeserve/model/layers/linear.h"
 #include "moeserve/model/mindformers_checkpoint.h"
+#include "moeserve/model/formats/modelslim.h"
 #include "moeserve/model/quantization.h"
 #include "moeserve/model/registry.h"
 #include "moeserve/model/sequence_runner.h"
@@ -278,7 +280,7 @@ void check_row_parallel_static(const io::WeightSource& w, const Quantization& q,
     const TensorView wv = w.get(prefix + ".weight");
     const int64_t n = wv.dim(0), k = wv.dim(1), rows = 5;
     const Linear full = Linear::load(w, prefix, n, k, false, q);
-    ASSERT_TRUE(full.is_static_int8());
+    ASSERT_TRUE(std::holds_alternative<StaticInt8Weight>(full.weight()));
     const Linear r0 = Linear::load_shard(w, prefix, n, k, {0, -1, 0, k / 2}, false, q);
     const Linear r1 = Linear::load_shard(w, prefix, n, k, {0, -1, k / 2, k / 2}, false, q);
     std::vector<float> x(static_cast<size_t>(rows * k)), x0(static_cast<size_t>(rows * k / 2)),

@@ -1,5 +1,6 @@
-// Weight quantization of a checkpoint (config.json quantization_config) and of the run
-// (--quantization): compressed-tensors W8A8 int8 (int8 weights, per-output-channel weight_scale,
+// Weight quantization of a checkpoint (config.json quantization_config; each format is one file
+// under model/formats/, formats/checkpoint_format.h) and of the run (--quantization):
+// compressed-tensors W8A8 int8 (int8 weights, per-output-channel weight_scale,
 // dynamic per-token symmetric int8 activations), DeepSeek FP8 (F8_E4M3 weights with
 // weight_scale_inv per 128 x 128 block), int4 weights with f32 activations (W4A16:
 // compressed-tensors pack-quantized, AWQ, GPTQ; formats/int4_config.h), and load-time W8A8 / W4A16
@@ -97,12 +98,10 @@ struct Quantization {
     std::string described_as{};
     std::shared_ptr<LinearCounts> counts = std::make_shared<LinearCounts>();
 
-    // ModelSlim: the scheme of module (weight name without ".weight"), from the description's
-    // entry for module + ".weight". Error kInvalidModel naming the tensor and the file when the
-    // entry is missing, kUnsupported for a type moeserve does not run (W8A16, W4A8_DYNAMIC, ...,
-    // and W8A8 static for a kHigh / kDequantized layer). golden-stick: by role (attention
-    // projections static, MLPs and experts dynamic, the rest and every kHigh / kDequantized layer
-    // FLOAT). Other checkpoints: kW8A8Dynamic when int8_module(module, precision), else kFloat.
+    // The scheme of module (weight name without ".weight"), as the checkpoint's format says
+    // (formats/checkpoint_format.h): ModelSlim from its description (errors name the tensor and
+    // the file), golden-stick by role, the others W4A16 / W8A8 dynamic where int4_module /
+    // int8_module, else kFloat.
     LinearScheme scheme(const std::string& module, LayerPrecision precision = LayerPrecision::kQuantizable) const;
 
     // Whether the module (weight name without ".weight", e.g. "model.layers.0.self_attn.q_proj")
@@ -121,54 +120,22 @@ struct Quantization {
     std::string describe() const;
 };
 
-// Resolves what the checkpoint holds (config.json quantization_config, absent -> kNone) and what
-// the user asked: requested "" or "auto" (as the checkpoint: W8A8 runs int8, FP8 runs FP8 W8A16,
-// int4 runs W4A16), "w8a8" (int8; quantizes bf16 and FP8 weights at load), "w8a8-all" (w8a8
-// and the lm_head in int8 too, overriding an ignore list's lm_head), "w4a16" (int4 in groups of
-// 128, asymmetric; quantizes bf16 and FP8 weights at load), "fp8" (an FP8 checkpoint, run as
-// FP8), "none" (dequantize everything to bf16/f32). Errors (kInvalidArgument /
-// kUnsupported) name config.json or the flag, what was found and what is supported.
+// Resolves what the checkpoint holds (config.json quantization_config, read by the first of
+// formats/checkpoint_format.h's config_formats() that knows it; absent -> kNone) and what the
+// user asked (that format's resolve_run): requested "" or "auto" (as the checkpoint: W8A8 runs int8, FP8 runs FP8
+// W8A16, int4 runs W4A16), "w8a8" (int8; quantizes bf16 and FP8 weights at load), "w8a8-all" (w8a8 and the lm_head in
+// int8 too, overriding an ignore list's lm_head), "w4a16" (int4 in groups of 128, asymmetric; quantizes bf16 and FP8
+// weights at load), "fp8" (an FP8 checkpoint, run as FP8), "none" (dequantize everything to bf16/f32). Errors
+// (kInvalidArgument / kUnsupported) name config.json or the flag, what was found and what is supported.
 Quantization resolve_quantization(const io::HfConfig& config, const std::string& requested);
-// As above, and first looks in model_dir for ModelSlim's quant_model_description.json (or one
-// quant_model_description_*.json): present, the checkpoint is ModelSlim whatever config.json's
-// quantization_config says (the MindIE saver writes one without quant_method). A ModelSlim
-// checkpoint runs as it is stored: requested must be "", "auto" or "ascend" (vllm-ascend's old
-// flag; refused on a directory without a description).
+// As above, and first looks in model_dir for a ModelSlim description (formats/modelslim.h):
+// present, the checkpoint is ModelSlim whatever config.json's quantization_config says.
 Quantization resolve_quantization(const io::HfConfig& config, const std::string& requested,
                                   const std::filesystem::path& model_dir);
-
-// ModelSlim description parsing (exposed for tests): a flat JSON object of tensor name -> type;
-// the meta keys and every non-string value are skipped. Error kInvalidModel naming `label`.
-std::map<std::string, std::string> parse_modelslim_description(const nlohmann::json& j, const std::string& label);
-
-// Static W8A8 (ModelSlim "W8A8", golden-stick A8W8 attention) weights of one linear [out, in].
-struct StaticInt8Matrix {
-    Tensor data;                                    // int8 [out, in]
-    Tensor deq_scale;                               // f32 [out] (decoded from F32, or from I64 holding f32 bits)
-    Tensor quant_bias;                              // int32 [out]
-    float input_scale = 1.0f, input_offset = 0.0f;  // ModelSlim: per-tensor s_x; both: the zero point z_x
-    float x_mul = 1.0f;                             // ModelSlim: bf16(1 / bf16(s_x)), what multiplies x
-    Tensor x_div;                                   // golden-stick: f32 [in], what divides x; else empty
-};
-
-// Loads PREFIX.{weight, input_scale, input_offset, deq_scale, quant_bias} of a static W8A8 linear,
-// checking dtypes and shapes (Error kInvalidModel naming the tensor: e.g. a deq_scale that is
-// neither F32 nor I64, an input_offset that is not an integer). golden_stick: input_scale is a
-// BF16/F16/F32 divisor per input channel ([in], or [1] for all), input_offset I8 [in] or [1] with
-// one value (golden-stick tiles its z_x), as the MindFormers converter presents them.
-StaticInt8Matrix load_static_int8(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
-                                  int64_t in_features, bool golden_stick = false);
 
 // ModelSlim/OmniInfer W8A8_DYNAMIC: PREFIX.weight_offset, when present, must be all zeros
 // (symmetric weights); Error kUnsupported naming it otherwise.
 void check_weight_offset_zero(const io::WeightSource& weights, const std::string& weight_name);
-
-// The linears that share one input and that engines fuse into one matmul (q/k/v_proj;
-// q_a_proj + kv_a_proj_with_mqa; gate/up_proj): in a ModelSlim checkpoint they must have the same
-// type and, for W8A8, the same input_scale and input_offset (vllm-ascend keeps one per fused
-// module). Error kInvalidModel naming the two tensors otherwise. No-op for other checkpoints.
-void check_fused_shards(const io::WeightSource& weights, const Quantization& quant,
-                        const std::vector<std::string>& modules);
 
 // The weight tensor `name` (PREFIX.weight [rows, cols]) as f32 with the checkpoint's scales
 // applied: F8_E4M3 times PREFIX.weight_scale_inv blocks, I8 times PREFIX.weight_scale per row,

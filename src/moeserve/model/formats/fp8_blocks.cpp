@@ -1,8 +1,11 @@
 #include "moeserve/model/formats/fp8_blocks.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
 
 #include "moeserve/core/error.h"
+#include "moeserve/model/formats/checkpoint_format.h"
 #include "moeserve/model/layers/weight_loading.h"
 
 namespace moeserve::model {
@@ -55,6 +58,73 @@ size_t fp8_packed_bytes(int64_t rows, int64_t cols) {
 
 kernels::cpu::GgufMatrix fp8_matrix(const uint8_t* data, int64_t rows, int64_t cols) {
     return {GgmlType::kF8E4M3x128, data, rows, cols, fp8_packed_bytes(1, cols)};
+}
+
+namespace {
+
+// DeepSeek's FP8 checkpoints (quant_method fp8, e4m3 with weight_block_size): runs FP8 W8A16 as
+// stored; --quantization none widens to bf16, w8a8 / w4a16 quantize at load.
+class Fp8BlockCheckpoint final : public CheckpointFormat {
+public:
+    CheckpointQuant kind() const override { return CheckpointQuant::kFp8Block; }
+
+    bool read_config(const nlohmann::json& qc, const std::string& label, Quantization& q) const override {
+        if (qc.value("quant_method", "") != "fp8") return false;
+        q.checkpoint = kind();
+        q.format = "fp8";
+        if (qc.value("fmt", "e4m3") != "e4m3") {
+            raise(ErrorCode::kUnsupported, "{}: fp8 fmt '{}' is not supported (expected e4m3)", label,
+                  qc.value("fmt", ""));
+        }
+        if (!qc.contains("weight_block_size")) {
+            raise(ErrorCode::kUnsupported, "{}: fp8 without weight_block_size (per-tensor FP8) is not supported",
+                  label);
+        }
+        const auto& b = qc["weight_block_size"];
+        if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
+            b[0].get<int64_t>() < 1 || b[1].get<int64_t>() < 1) {
+            raise(ErrorCode::kInvalidModel, "{}: quantization_config.weight_block_size must be [rows, cols]; got {}",
+                  label, b.dump());
+        }
+        q.block_rows = b[0].get<int64_t>();
+        q.block_cols = b[1].get<int64_t>();
+        if (qc.contains("modules_to_not_convert") && qc["modules_to_not_convert"].is_array()) {
+            for (const auto& s : qc["modules_to_not_convert"]) q.ignore.push_back(s.get<std::string>());
+        }
+        return true;
+    }
+
+    void resolve_run(Quantization& q, const std::string& label, const std::string& requested) const override {
+        if (requested == "fp8") {
+            q.fp8 = true;
+            return;
+        }
+        CheckpointFormat::resolve_run(q, label, requested);
+    }
+
+    std::string describe(const Quantization& q) const override {
+        if (!q.fp8) return CheckpointFormat::describe(q);
+        const LinearCounts& c = *q.counts;
+        return fmt::format(
+            "fp8 checkpoint (blocks {}x{}), running FP8 W8A16: {} fp8 + {} high-precision linears, {} fp8 + {} "
+            "float expert groups (high precision: routers, kv_b_proj, the lm_head, and weights whose columns are not "
+            "whole 128-wide blocks)",
+            q.block_rows, q.block_cols, c.fp8_linears.load(), c.float_linears.load(), c.fp8_experts.load(),
+            c.float_experts.load());
+    }
+
+protected:
+    void run_as_stored(Quantization& q) const override { q.fp8 = true; }
+    std::string checkpoint_name(const Quantization& q) const override {
+        return fmt::format("fp8 checkpoint (blocks {}x{})", q.block_rows, q.block_cols);
+    }
+};
+
+}  // namespace
+
+const CheckpointFormat& fp8_block_format() {
+    static const Fp8BlockCheckpoint format;
+    return format;
 }
 
 }  // namespace moeserve::model

@@ -1,8 +1,11 @@
 #include "moeserve/model/formats/int4_config.h"
 
+#include <fmt/format.h>
+
 #include <string_view>
 
 #include "moeserve/core/error.h"
+#include "moeserve/model/formats/checkpoint_format.h"
 
 namespace moeserve::model {
 
@@ -154,6 +157,51 @@ const char* int4_layout_name(Int4Layout layout) {
             return "gptq";
     }
     return "?";
+}
+
+namespace {
+
+// int4 checkpoints (compressed-tensors pack-quantized, AutoAWQ, GPTQ): run W4A16 as stored
+// ("", auto, w4a16) or dequantized to bf16 (none).
+class Int4Checkpoint final : public CheckpointFormat {
+public:
+    CheckpointQuant kind() const override { return CheckpointQuant::kInt4; }
+
+    bool read_config(const nlohmann::json& qc, const std::string& label, Quantization& q) const override {
+        const auto config = parse_int4_config(qc, label, q.ignore);
+        if (!config) return false;
+        q.checkpoint = kind();
+        q.int4_config = *config;
+        q.format = int4_layout_name(config->layout);
+        return true;
+    }
+
+    void resolve_run(Quantization& q, const std::string& label, const std::string& requested) const override {
+        if (requested.empty() || requested == "auto" || requested == "w4a16") {
+            q.int4 = true;
+        } else if (requested != "none") {
+            raise(ErrorCode::kInvalidArgument,
+                  "--quantization '{}': {} is an int4 ({}) checkpoint; pass w4a16 (as stored), none (bf16) or leave "
+                  "it out",
+                  requested, label, q.format);
+        }
+    }
+
+    std::string describe(const Quantization& q) const override {
+        return q.int4 ? describe_int4_run(q, fmt::format("{} checkpoint", q.format)) : CheckpointFormat::describe(q);
+    }
+
+protected:
+    std::string checkpoint_name(const Quantization& q) const override {
+        return fmt::format("int4 {} checkpoint", q.format);
+    }
+};
+
+}  // namespace
+
+const CheckpointFormat& int4_format() {
+    static const Int4Checkpoint format;
+    return format;
 }
 
 }  // namespace moeserve::model

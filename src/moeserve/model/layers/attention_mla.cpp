@@ -8,6 +8,7 @@
 #include "moeserve/kernels/cpu/norm.h"
 #include "moeserve/kernels/cpu/paged_attention.h"
 #include "moeserve/model/formats/int4_weights.h"
+#include "moeserve/model/formats/modelslim.h"
 #include "moeserve/model/layers/weight_loading.h"
 
 namespace moeserve::model {

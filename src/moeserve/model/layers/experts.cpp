@@ -3,13 +3,49 @@
 #include <cstring>
 
 #include "moeserve/core/error.h"
+#include "moeserve/core/overloaded.h"
+#include "moeserve/kernels/cpu/moe_experts_int4.h"
+#include "moeserve/kernels/cpu/moe_experts_int8.h"
 #include "moeserve/model/formats/fp8_blocks.h"
 #include "moeserve/model/formats/gguf_weights.h"
+#include "moeserve/model/formats/modelslim.h"
 #include "moeserve/model/layers/weight_loading.h"
 
 namespace moeserve::model {
 
 namespace {
+
+// The experts one rank loads: n experts; gate/up keep rows [inter_begin, +inter) of their
+// [full_inter, hidden] weights, down the same columns of [hidden, full_inter] (TP partial sums).
+struct ExpertsGeometry {
+    int64_t n = 0, hidden = 0, full_inter = 0, inter_begin = 0, inter = 0;
+};
+
+enum ProjectionKind : int { kGate = 0, kUp = 1, kDown = 2 };
+
+// One projection of one expert, as this rank holds it.
+struct Projection {
+    int64_t expert = 0;
+    ProjectionKind kind = kGate;
+    std::string module;                              // e.g. "model.layers.3.mlp.experts.7.gate_proj"
+    Shape shape;                                     // the checkpoint's full weight
+    int64_t row0 = 0, rows = 0, col0 = 0, cols = 0;  // the rectangle held
+    int64_t stacked_row = 0;  // its first row in the stacked gate_up (gate, then up) or down matrix
+    std::string weight() const { return module + ".weight"; }
+};
+
+// Every expert's gate, up and down projection in order: the one loop every representation loads by.
+template <class F>
+void for_each_projection(const std::vector<std::string>& prefixes, const ExpertsGeometry& g, F&& load) {
+    for (int64_t i = 0; i < g.n; ++i) {
+        const std::string& p = prefixes[static_cast<size_t>(i)];
+        const Shape up_shape{g.full_inter, g.hidden}, down_shape{g.hidden, g.full_inter};
+        load(Projection{i, kGate, p + "gate_proj", up_shape, g.inter_begin, g.inter, 0, g.hidden, i * 2 * g.inter});
+        load(Projection{i, kUp, p + "up_proj", up_shape, g.inter_begin, g.inter, 0, g.hidden,
+                        i * 2 * g.inter + g.inter});
+        load(Projection{i, kDown, p + "down_proj", down_shape, 0, g.hidden, g.inter_begin, g.inter, i * g.hidden});
+    }
+}
 // Copies the [rows, cols] rectangle at (row0, col0) of a `shape` weight into dst as bf16 (bf16
 // bytes copied, other float dtypes rounded).
 void copy_as_bf16(const io::WeightSource& weights, const std::string& name, const Shape& shape, int64_t row0,
@@ -44,16 +80,15 @@ void copy_int4_rows(const Int4Matrix& src, Int4Matrix& dst, int64_t row0) {
 
 // Expert i's act order (GPTQ desc_act) into row i of dst: gate and up share one input, so they
 // must share one order (GPTQ's, from the same Hessian, does); all experts must agree on having one.
-void copy_act_order(const Int4Matrix& a, const Int4Matrix& b, const std::string& prefix, Tensor& dst, int64_t i) {
-    const bool same = a.perm.empty() == b.perm.empty() &&
-                      (a.perm.empty() || std::memcmp(a.perm.data(), b.perm.data(), a.perm.nbytes()) == 0);
-    if (!same || a.perm.empty() != dst.empty()) {
+void copy_act_order(const Tensor& a, const Tensor& b, const std::string& module, Tensor& dst, int64_t i) {
+    const bool same = a.empty() == b.empty() && (a.empty() || std::memcmp(a.data(), b.data(), a.nbytes()) == 0);
+    if (!same || a.empty() != dst.empty()) {
         raise(ErrorCode::kUnsupported,
               "'{}': the experts' gate/up projections (or experts 0 and this one) differ in GPTQ act order; moeserve "
               "runs one order per shared input",
-              prefix);
+              module);
     }
-    if (!dst.empty()) std::memcpy(dst.as<int32_t>() + i * a.cols(), a.perm.data(), a.perm.nbytes());
+    if (!dst.empty()) std::memcpy(dst.as<int32_t>() + i * a.numel(), a.data(), a.nbytes());
 }
 
 // An empty stacked int4 matrix [rows, like.cols()] with like's groups.
@@ -87,226 +122,211 @@ void copy_as_int8(const io::WeightSource& weights, const std::string& name, cons
     }
 }
 
+FloatExpertWeights load_float(const io::WeightSource& weights, const std::vector<std::string>& prefixes,
+                              const ExpertsGeometry& g, const Quantization& quant) {
+    const DType dtype = quant.f32_weights ? DType::kF32 : DType::kBF16;
+    FloatExpertWeights w{Tensor(dtype, {g.n, 2 * g.inter, g.hidden}), Tensor(dtype, {g.n, g.hidden, g.inter})};
+    for_each_projection(prefixes, g, [&](const Projection& p) {
+        const Tensor& dst = p.kind == kDown ? w.down : w.gate_up;
+        const int64_t offset = p.stacked_row * p.cols;
+        if (dtype == DType::kF32) {
+            copy_as_f32(weights, p.weight(), p.shape, p.row0, p.rows, p.col0, p.cols, quant, dst.as<float>() + offset);
+        } else {
+            copy_as_bf16(weights, p.weight(), p.shape, p.row0, p.rows, p.col0, p.cols, quant,
+                         dst.as<uint16_t>() + offset);
+        }
+    });
+    return w;
+}
+
+Int8ExpertWeights load_int8(const io::WeightSource& weights, const std::vector<std::string>& prefixes,
+                            const ExpertsGeometry& g, const Quantization& quant) {
+    Int8ExpertWeights w{Tensor(DType::kI8, {g.n, 2 * g.inter, g.hidden}), Tensor(DType::kI8, {g.n, g.hidden, g.inter}),
+                        Tensor(DType::kF32, {g.n, 2 * g.inter}), Tensor(DType::kF32, {g.n, g.hidden})};
+    for_each_projection(prefixes, g, [&](const Projection& p) {
+        const bool down = p.kind == kDown;
+        copy_as_int8(weights, p.weight(), p.shape, p.row0, p.rows, p.col0, p.cols, quant,
+                     (down ? w.down : w.gate_up).as<int8_t>() + p.stacked_row * p.cols,
+                     (down ? w.down_scale : w.gate_up_scale).as<float>() + p.stacked_row);
+    });
+    return w;
+}
+
+Int4ExpertWeights load_int4(const io::WeightSource& weights, const std::vector<std::string>& prefixes,
+                            const ExpertsGeometry& g, const Quantization& quant) {
+    Int4ExpertWeights w;
+    Tensor gate_perm;  // the current expert's gate act order, which its up must share
+    for_each_projection(prefixes, g, [&](const Projection& p) {
+        Int4Matrix m =
+            load_int4_rectangle(weights, p.module, p.shape[0], p.shape[1], p.row0, p.rows, p.col0, p.cols, quant);
+        const bool down = p.kind == kDown;
+        Int4Matrix& dst = down ? w.down : w.gate_up;
+        Tensor& perm = down ? w.down_perm : w.gate_up_perm;
+        if (p.expert == 0 && p.kind != kUp) {
+            dst = stacked_like(m, down ? g.n * g.hidden : g.n * 2 * g.inter);
+            if (!m.perm.empty()) perm = Tensor(DType::kI32, {g.n, m.cols()});
+        }
+        copy_int4_rows(m, dst, p.stacked_row);
+        if (p.kind == kGate) {
+            gate_perm = std::move(m.perm);
+        } else {
+            copy_act_order(down ? m.perm : gate_perm, m.perm, p.module, perm, p.expert);
+        }
+    });
+    return w;
+}
+
+std::vector<kernels::cpu::GgufMatrix>& blocks_of(kernels::cpu::GgufExperts& e, ProjectionKind kind) {
+    return kind == kGate ? e.gate : kind == kUp ? e.up : e.down;
+}
+
+BlockExpertWeights no_blocks_yet(const ExpertsGeometry& g, int64_t expert_begin) {
+    BlockExpertWeights w;
+    w.blocks.expert_begin = expert_begin;
+    w.blocks.hidden = g.hidden;
+    w.blocks.inter = g.inter;
+    return w;
+}
+
+// A GGUF file's experts: slices of its stacked ffn_*_exps tensors, in the mapping.
+BlockExpertWeights load_gguf(const io::WeightSource& weights, const std::vector<std::string>& prefixes,
+                             const ExpertsGeometry& g, int64_t expert_begin) {
+    BlockExpertWeights w = no_blocks_yet(g, expert_begin);
+    for_each_projection(prefixes, g, [&](const Projection& p) {
+        const auto full = *gguf_matrix(weights, p.weight(), p.shape[0], p.shape[1], true);
+        blocks_of(w.blocks, p.kind).push_back(gguf_rectangle(full, p.row0, p.rows, p.col0, p.cols, p.weight()));
+        w.bytes += gguf_matrix_bytes(blocks_of(w.blocks, p.kind).back());
+    });
+    return w;
+}
+
+// An FP8 checkpoint's experts, repacked into FP8 blocks (each expert's gate, up and down in turn).
+BlockExpertWeights load_fp8(const io::WeightSource& weights, const std::vector<std::string>& prefixes,
+                            const ExpertsGeometry& g, int64_t expert_begin, const Quantization& quant) {
+    BlockExpertWeights w = no_blocks_yet(g, expert_begin);
+    const size_t proj = fp8_packed_bytes(g.inter, g.hidden);  // gate or up; down has as many blocks
+    w.owned = Tensor(DType::kU8, {static_cast<int64_t>(3 * proj) * g.n});
+    for_each_projection(prefixes, g, [&](const Projection& p) {
+        uint8_t* dst = w.owned.as<uint8_t>() + static_cast<size_t>(p.expert * 3 + p.kind) * proj;
+        pack_fp8_rows(weights, p.weight(), p.shape, p.row0, p.rows, p.col0, p.cols, quant, dst);
+        blocks_of(w.blocks, p.kind).push_back(fp8_matrix(dst, p.rows, p.cols));
+    });
+    w.bytes = w.owned.nbytes();
+    return w;
+}
+
+// gate|up|down run as one unit: one type for all three (vllm-ascend reads expert 0's).
+void check_one_scheme(const io::WeightSource& weights, const std::string& prefix, const Quantization& quant) {
+    check_fused_shards(weights, quant, {prefix + "gate_proj", prefix + "up_proj"});
+    check_fused_shards(weights, quant, {prefix + "gate_proj", prefix + "down_proj"});
+    if (quant.scheme(prefix + "gate_proj") == LinearScheme::kW8A8Static) {
+        raise(ErrorCode::kUnsupported,
+              "{}: '{}gate_proj.weight' is static W8A8; moeserve runs MLPs and experts as FLOAT or W8A8_DYNAMIC "
+              "(the ModelSlim mix)",
+              quant.description_file, prefix);
+    }
+}
+
 }  // namespace
 
 Experts Experts::load(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
                       int64_t inter, int64_t expert_begin, int64_t inter_begin, int64_t inter_count,
                       const Quantization& quant) {
+    if (inter_count <= 0) inter_count = inter - inter_begin;
+    MOESERVE_CHECK(inter_begin >= 0 && inter_begin + inter_count <= inter, "inter shard [{}, +{}) of {}", inter_begin,
+                   inter_count, inter);
     Experts e;
-    const auto n = static_cast<int64_t>(prefixes.size());
-    const int64_t full_inter = inter;
-    if (inter_count <= 0) inter_count = full_inter - inter_begin;
-    MOESERVE_CHECK(inter_begin >= 0 && inter_begin + inter_count <= full_inter, "inter shard [{}, +{}) of {}",
-                   inter_begin, inter_count, full_inter);
-    if (weights.is_gguf() && n > 0)
-        return load_gguf(weights, prefixes, hidden, full_inter, expert_begin, inter_begin, inter_count);
-    inter = inter_count;
+    const ExpertsGeometry g{static_cast<int64_t>(prefixes.size()), hidden, inter, inter_begin, inter_count};
+    e.num_experts_ = g.n;
     e.hidden_ = hidden;
-    e.inter_ = inter;
+    e.inter_ = inter_count;
     e.expert_begin_ = expert_begin;
-    e.num_experts_ = n;
-    const int64_t proj = inter * hidden;
-    if (n > 0) {
-        // gate|up|down run as one unit: one type for all three (vllm-ascend reads expert 0's)
-        check_fused_shards(weights, quant, {prefixes[0] + "gate_proj", prefixes[0] + "up_proj"});
-        check_fused_shards(weights, quant, {prefixes[0] + "gate_proj", prefixes[0] + "down_proj"});
-        if (quant.scheme(prefixes[0] + "gate_proj") == LinearScheme::kW8A8Static) {
-            raise(ErrorCode::kUnsupported,
-                  "{}: '{}gate_proj.weight' is static W8A8; moeserve runs MLPs and experts as FLOAT or W8A8_DYNAMIC "
-                  "(the ModelSlim mix)",
-                  quant.description_file, prefixes[0]);
-        }
+    if (g.n == 0) {
+        e.weights_ = load_float(weights, prefixes, g, quant);
+        return e;
     }
-    if (n > 0 && quant.int4_module(prefixes[0] + "gate_proj")) {
+    const std::string& first = prefixes[0];
+    if (weights.is_gguf()) {
+        e.weights_ = load_gguf(weights, prefixes, g, expert_begin);
+        return e;
+    }
+    check_one_scheme(weights, first, quant);
+    if (quant.int4_module(first + "gate_proj")) {
         quant.counts->int4_experts += 1;
-        return load_int4(weights, prefixes, hidden, full_inter, inter_begin, inter, quant, std::move(e));
-    }
-    if (n > 0 && quant.int8_module(prefixes[0] + "gate_proj")) {
+        e.weights_ = load_int4(weights, prefixes, g, quant);
+    } else if (quant.int8_module(first + "gate_proj")) {
         quant.counts->dynamic_experts += 1;
-        e.int8_ = true;
-        e.gate_up_ = Tensor(DType::kI8, {n, 2 * inter, hidden});
-        e.down_ = Tensor(DType::kI8, {n, hidden, inter});
-        e.gate_up_scale_ = Tensor(DType::kF32, {n, 2 * inter});
-        e.down_scale_ = Tensor(DType::kF32, {n, hidden});
-        for (int64_t i = 0; i < n; ++i) {
-            const std::string& p = prefixes[static_cast<size_t>(i)];
-            int8_t* gu = e.gate_up_.as<int8_t>() + i * 2 * proj;
-            float* gus = e.gate_up_scale_.as<float>() + i * 2 * inter;
-            copy_as_int8(weights, p + "gate_proj.weight", {full_inter, hidden}, inter_begin, inter, 0, hidden, quant,
-                         gu, gus);
-            copy_as_int8(weights, p + "up_proj.weight", {full_inter, hidden}, inter_begin, inter, 0, hidden, quant,
-                         gu + proj, gus + inter);
-            copy_as_int8(weights, p + "down_proj.weight", {hidden, full_inter}, 0, hidden, inter_begin, inter, quant,
-                         e.down_.as<int8_t>() + i * proj, e.down_scale_.as<float>() + i * hidden);
-        }
-        return e;
-    }
-    if (n > 0 && quant.fp8_module(prefixes[0] + "gate_proj") &&
-        fp8_packable(weights, prefixes[0] + "gate_proj.weight", quant, 0, hidden) &&
-        fp8_packable(weights, prefixes[0] + "down_proj.weight", quant, inter_begin, inter)) {
+        e.weights_ = load_int8(weights, prefixes, g, quant);
+    } else if (quant.fp8_module(first + "gate_proj") &&
+               fp8_packable(weights, first + "gate_proj.weight", quant, 0, hidden) &&
+               fp8_packable(weights, first + "down_proj.weight", quant, inter_begin, inter_count)) {
         quant.counts->fp8_experts += 1;
-        return load_fp8(weights, prefixes, hidden, full_inter, expert_begin, inter_begin, inter, quant);
-    }
-    if (n > 0) quant.counts->float_experts += 1;
-    if (quant.f32_weights) {
-        e.gate_up_ = Tensor(DType::kF32, {n, 2 * inter, hidden});
-        e.down_ = Tensor(DType::kF32, {n, hidden, inter});
-        for (int64_t i = 0; i < n; ++i) {
-            const std::string& p = prefixes[static_cast<size_t>(i)];
-            float* gate_up = e.gate_up_.as<float>() + i * 2 * proj;
-            copy_as_f32(weights, p + "gate_proj.weight", {full_inter, hidden}, inter_begin, inter, 0, hidden, quant,
-                        gate_up);
-            copy_as_f32(weights, p + "up_proj.weight", {full_inter, hidden}, inter_begin, inter, 0, hidden, quant,
-                        gate_up + proj);
-            copy_as_f32(weights, p + "down_proj.weight", {hidden, full_inter}, 0, hidden, inter_begin, inter, quant,
-                        e.down_.as<float>() + i * proj);
-        }
-        return e;
-    }
-    e.gate_up_ = Tensor(DType::kBF16, {n, 2 * inter, hidden});
-    e.down_ = Tensor(DType::kBF16, {n, hidden, inter});
-    for (int64_t i = 0; i < n; ++i) {
-        const std::string& p = prefixes[static_cast<size_t>(i)];
-        uint16_t* gate_up = e.gate_up_.as<uint16_t>() + i * 2 * proj;
-        copy_as_bf16(weights, p + "gate_proj.weight", {full_inter, hidden}, inter_begin, inter, 0, hidden, quant,
-                     gate_up);
-        copy_as_bf16(weights, p + "up_proj.weight", {full_inter, hidden}, inter_begin, inter, 0, hidden, quant,
-                     gate_up + proj);
-        copy_as_bf16(weights, p + "down_proj.weight", {hidden, full_inter}, 0, hidden, inter_begin, inter, quant,
-                     e.down_.as<uint16_t>() + i * proj);
+        e.weights_ = load_fp8(weights, prefixes, g, expert_begin, quant);
+    } else {
+        quant.counts->float_experts += 1;
+        e.weights_ = load_float(weights, prefixes, g, quant);
     }
     return e;
 }
 
-Experts Experts::load_int4(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
-                           int64_t full_inter, int64_t inter_begin, int64_t inter_count, const Quantization& quant,
-                           Experts e) {
-    const auto n = static_cast<int64_t>(prefixes.size());
-    const int64_t inter = inter_count;
-    for (int64_t i = 0; i < n; ++i) {
-        const std::string& p = prefixes[static_cast<size_t>(i)];
-        // gate/up: rows [inter_begin, +inter) of the full matrices; down: the same columns
-        const Int4Matrix gate =
-            load_int4_rectangle(weights, p + "gate_proj", full_inter, hidden, inter_begin, inter, 0, hidden, quant);
-        const Int4Matrix up =
-            load_int4_rectangle(weights, p + "up_proj", full_inter, hidden, inter_begin, inter, 0, hidden, quant);
-        const Int4Matrix down =
-            load_int4_rectangle(weights, p + "down_proj", hidden, full_inter, 0, hidden, inter_begin, inter, quant);
-        if (i == 0) {
-            e.gate_up4_ = stacked_like(gate, n * 2 * inter);
-            e.down4_ = stacked_like(down, n * hidden);
-            if (!gate.perm.empty()) e.gate_up4_perm_ = Tensor(DType::kI32, {n, hidden});
-            if (!down.perm.empty()) e.down4_perm_ = Tensor(DType::kI32, {n, inter});
-        }
-        copy_int4_rows(gate, e.gate_up4_, i * 2 * inter);
-        copy_int4_rows(up, e.gate_up4_, i * 2 * inter + inter);
-        copy_int4_rows(down, e.down4_, i * hidden);
-        copy_act_order(gate, up, p, e.gate_up4_perm_, i);
-        copy_act_order(down, down, p, e.down4_perm_, i);
-    }
-    return e;
-}
-
-Experts Experts::blocked(int64_t hidden, int64_t inter, int64_t expert_begin, int64_t num_experts) {
-    Experts e;
-    e.hidden_ = hidden;
-    e.inter_ = inter;
-    e.expert_begin_ = expert_begin;
-    e.num_experts_ = num_experts;
-    e.gguf_.expert_begin = expert_begin;
-    e.gguf_.hidden = hidden;
-    e.gguf_.inter = inter;
-    return e;
-}
-
-Experts Experts::load_gguf(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
-                           int64_t full_inter, int64_t expert_begin, int64_t inter_begin, int64_t inter_count) {
-    Experts e = blocked(hidden, inter_count, expert_begin, static_cast<int64_t>(prefixes.size()));
-    for (const std::string& p : prefixes) {
-        // gate/up: rows [inter_begin, +inter_count); down: the same columns (TP partial sums)
-        const auto gate = *gguf_matrix(weights, p + "gate_proj.weight", full_inter, hidden, true);
-        const auto up = *gguf_matrix(weights, p + "up_proj.weight", full_inter, hidden, true);
-        const auto down = *gguf_matrix(weights, p + "down_proj.weight", hidden, full_inter, true);
-        e.gguf_.gate.push_back(gguf_rectangle(gate, inter_begin, inter_count, 0, hidden, p + "gate_proj.weight"));
-        e.gguf_.up.push_back(gguf_rectangle(up, inter_begin, inter_count, 0, hidden, p + "up_proj.weight"));
-        e.gguf_.down.push_back(gguf_rectangle(down, 0, hidden, inter_begin, inter_count, p + "down_proj.weight"));
-        e.gguf_bytes_ += gguf_matrix_bytes(e.gguf_.gate.back()) + gguf_matrix_bytes(e.gguf_.up.back()) +
-                         gguf_matrix_bytes(e.gguf_.down.back());
-    }
-    return e;
-}
-
-Experts Experts::load_fp8(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
-                          int64_t full_inter, int64_t expert_begin, int64_t inter_begin, int64_t inter_count,
-                          const Quantization& quant) {
-    Experts e = blocked(hidden, inter_count, expert_begin, static_cast<int64_t>(prefixes.size()));
-    const size_t proj = fp8_packed_bytes(inter_count, hidden);  // gate or up; down has as many blocks
-    e.fp8_store_ = Tensor(DType::kU8, {static_cast<int64_t>(3 * proj) * e.num_experts_});
-    uint8_t* dst = e.fp8_store_.as<uint8_t>();
-    for (const std::string& p : prefixes) {
-        // gate/up: rows [inter_begin, +inter_count); down: the same columns (TP partial sums)
-        pack_fp8_rows(weights, p + "gate_proj.weight", {full_inter, hidden}, inter_begin, inter_count, 0, hidden, quant,
-                      dst);
-        e.gguf_.gate.push_back(fp8_matrix(dst, inter_count, hidden));
-        pack_fp8_rows(weights, p + "up_proj.weight", {full_inter, hidden}, inter_begin, inter_count, 0, hidden, quant,
-                      dst + proj);
-        e.gguf_.up.push_back(fp8_matrix(dst + proj, inter_count, hidden));
-        pack_fp8_rows(weights, p + "down_proj.weight", {hidden, full_inter}, 0, hidden, inter_begin, inter_count, quant,
-                      dst + 2 * proj);
-        e.gguf_.down.push_back(fp8_matrix(dst + 2 * proj, hidden, inter_count));
-        dst += 3 * proj;
-    }
-    e.gguf_bytes_ = e.fp8_store_.nbytes();
-    return e;
-}
-
-kernels::cpu::MoeExpertsInt8 Experts::desc_int8() const {
-    return {gate_up_.as<const int8_t>(),
-            gate_up_scale_.as<const float>(),
-            down_.as<const int8_t>(),
-            down_scale_.as<const float>(),
-            num_experts(),
-            expert_begin_,
-            hidden_,
-            inter_};
-}
-
-kernels::cpu::MoeExpertsF32 Experts::desc_f32() const {
-    return {gate_up_.as<const float>(), down_.as<const float>(), num_experts(), expert_begin_, hidden_, inter_};
-}
-
-kernels::cpu::MoeExpertsBf16 Experts::desc() const {
-    return {gate_up_.as<const uint16_t>(), down_.as<const uint16_t>(), num_experts(), expert_begin_, hidden_, inter_};
+size_t Experts::weight_bytes() const {
+    return std::visit(
+        Overloaded{[](const FloatExpertWeights& w) { return w.gate_up.nbytes() + w.down.nbytes(); },
+                   [](const Int8ExpertWeights& w) {
+                       return w.gate_up.nbytes() + w.down.nbytes() + w.gate_up_scale.nbytes() + w.down_scale.nbytes();
+                   },
+                   [](const Int4ExpertWeights& w) {
+                       return w.gate_up.nbytes() + w.down.nbytes() + w.gate_up_perm.nbytes() + w.down_perm.nbytes();
+                   },
+                   [](const BlockExpertWeights& w) { return w.bytes; }},
+        weights_);
 }
 
 void Experts::forward(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
                       const float* topk_weights, int k, kernels::cpu::MoeScratch& scratch, float* out) const {
-    if (is_gguf()) {
-        kernels::cpu::gguf_moe_experts(pool, x, num_tokens, topk_ids, topk_weights, k, gguf_, scratch.gguf, out);
-        return;
-    }
-    if (is_int4()) {
-        const kernels::cpu::MoeExpertsInt4 ex{gate_up4_.view(),
-                                              down4_.view(),
-                                              num_experts(),
-                                              expert_begin_,
-                                              hidden_,
-                                              inter_,
-                                              gate_up4_perm_.empty() ? nullptr : gate_up4_perm_.as<const int32_t>(),
-                                              down4_perm_.empty() ? nullptr : down4_perm_.as<const int32_t>()};
-        kernels::cpu::moe_experts_int4(pool, x, num_tokens, topk_ids, topk_weights, k, ex, scratch, out);
-        return;
-    }
-    if (int8_) {
-        kernels::cpu::moe_experts_int8(pool, x, num_tokens, topk_ids, topk_weights, k, desc_int8(), scratch,
-                                       scratch.int8, out);
-        return;
-    }
-    if (gate_up_.dtype() == DType::kF32) {
-        kernels::cpu::moe_experts_f32(pool, x, num_tokens, topk_ids, topk_weights, k, desc_f32(), scratch, out);
-        return;
-    }
-    kernels::cpu::moe_experts_bf16(pool, x, num_tokens, topk_ids, topk_weights, k, desc(), scratch, out);
+    const int64_t n = num_experts_, first = expert_begin_, h = hidden_, i = inter_;
+    std::visit(
+        Overloaded{[&](const BlockExpertWeights& w) {
+                       kernels::cpu::gguf_moe_experts(pool, x, num_tokens, topk_ids, topk_weights, k, w.blocks,
+                                                      scratch.gguf, out);
+                   },
+                   [&](const Int4ExpertWeights& w) {
+                       const kernels::cpu::MoeExpertsInt4 ex{
+                           w.gate_up.view(),
+                           w.down.view(),
+                           n,
+                           first,
+                           h,
+                           i,
+                           w.gate_up_perm.empty() ? nullptr : w.gate_up_perm.as<const int32_t>(),
+                           w.down_perm.empty() ? nullptr : w.down_perm.as<const int32_t>()};
+                       kernels::cpu::moe_experts_int4(pool, x, num_tokens, topk_ids, topk_weights, k, ex, scratch, out);
+                   },
+                   [&](const Int8ExpertWeights& w) {
+                       const kernels::cpu::MoeExpertsInt8 ex{w.gate_up.as<const int8_t>(),
+                                                             w.gate_up_scale.as<const float>(),
+                                                             w.down.as<const int8_t>(),
+                                                             w.down_scale.as<const float>(),
+                                                             n,
+                                                             first,
+                                                             h,
+                                                             i};
+                       kernels::cpu::moe_experts_int8(pool, x, num_tokens, topk_ids, topk_weights, k, ex, scratch,
+                                                      scratch.int8, out);
+                   },
+                   [&](const FloatExpertWeights& w) {
+                       if (w.gate_up.dtype() == DType::kF32) {
+                           const kernels::cpu::MoeExpertsF32 ex{
+                               w.gate_up.as<const float>(), w.down.as<const float>(), n, first, h, i};
+                           kernels::cpu::moe_experts_f32(pool, x, num_tokens, topk_ids, topk_weights, k, ex, scratch,
+                                                         out);
+                           return;
+                       }
+                       const kernels::cpu::MoeExpertsBf16 ex{
+                           w.gate_up.as<const uint16_t>(), w.down.as<const uint16_t>(), n, first, h, i};
+                       kernels::cpu::moe_experts_bf16(pool, x, num_tokens, topk_ids, topk_weights, k, ex, scratch, out);
+                   }},
+        weights_);
 }
 
 void Experts::forward_dense(ThreadPool& pool, const float* x, int64_t num_tokens, kernels::cpu::MoeScratch& scratch,
