@@ -19,28 +19,8 @@ ROUNDS=${ROUNDS:-2}
 PROMPTS=${PROMPTS:-16}
 CONCURRENCY=${CONCURRENCY:-8}
 OUT_CAP=${OUT_CAP:-256}
-export MOESERVE_RANK_PLANE_KEY=${MOESERVE_RANK_PLANE_KEY:-$(head -c 32 /dev/urandom | xxd -p -c 64)}
 COMMON=(--threads 1 --max-model-len 2560 --kv-cache-memory 2G --max-num-seqs 16 --served-model-name bench)
-LOGS=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
-STREAM="$LOGS/stream_read"
-gcc -O3 -mavx2 -fopenmp "$(dirname "$0")/stream_read.c" -o "$STREAM"
-
-port_of() {  # log file -> the port it reports listening on (waits up to 120 s)
-  for _ in $(seq 1200); do
-    p=$(grep -o 'listening on http://[0-9.]*:[0-9]*' "$1" 2>/dev/null | grep -o '[0-9]*$' || true)
-    [ -n "$p" ] && { echo "$p"; return; }
-    sleep 0.1
-  done
-  echo "no port in $1" >&2; exit 1
-}
-healthy() { for _ in $(seq 1200); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return; sleep 0.1; done; exit 1; }
-start() {  # name, args... -> sets PORT
-  "$B" "$@" >"$LOGS/$name.log" 2>&1 & pids+=($!)
-  PORT=$(port_of "$LOGS/$name.log")
-}
+source "$(dirname "$0")/pd_common.sh"
 bench() {  # port, label
   for shape in $SHAPES; do
     in=${shape%%:*} out=${shape##*:}
@@ -52,10 +32,9 @@ bench() {  # port, label
   done
 }
 stop_all() { cleanup; pids=(); }
-kv() { echo "{\"kv_connector\":\"MoeserveConnector\",\"kv_role\":\"$1\"}"; }
 
 run() {  # a | b | c
-  stream_read="$(OMP_NUM_THREADS=2 OMP_PROC_BIND=spread "$STREAM" | tail -1)"
+  stream_read="$(stream_read)"
   case $1 in
     a | b)
       name=$1; extra=(); [ "$1" = a ] && extra=(--pd-hybrid)

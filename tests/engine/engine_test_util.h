@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,13 +26,13 @@ public:
     std::vector<int32_t> tokens, positions;
 
     // A block: its slots' tokens, then their positions.
-    int64_t block_bytes() const override { return 2 * block_size() * static_cast<int64_t>(sizeof(int32_t)); }
-    void read_block(int64_t block, std::byte* out) const override {
+    int64_t part_bytes() const override { return 2 * block_size() * static_cast<int64_t>(sizeof(int32_t)); }
+    void read_parts(int64_t block, int64_t /*first: 0*/, int64_t /*count: 1*/, std::byte* out) const override {
         const size_t n = static_cast<size_t>(block_size()), first = static_cast<size_t>(block) * n;
         std::memcpy(out, tokens.data() + first, n * sizeof(int32_t));
         std::memcpy(out + n * sizeof(int32_t), positions.data() + first, n * sizeof(int32_t));
     }
-    void write_block(int64_t block, const std::byte* in) override {
+    void write_parts(int64_t block, int64_t /*first: 0*/, int64_t /*count: 1*/, const std::byte* in) override {
         const size_t n = static_cast<size_t>(block_size()), first = static_cast<size_t>(block) * n;
         std::memcpy(tokens.data() + first, in, n * sizeof(int32_t));
         std::memcpy(positions.data() + first, in + n * sizeof(int32_t), n * sizeof(int32_t));
@@ -61,6 +62,7 @@ public:
         auto& kv = static_cast<FakeKvCache&>(kv_base);
         const int64_t bs = kv.block_size();
         num_forward_tokens.push_back(b.num_tokens());
+        if (before_kv_write) before_kv_write();
         for (int64_t t = 0; t < b.num_tokens(); ++t) {
             const auto slot = static_cast<size_t>(b.slot_mapping[static_cast<size_t>(t)]);
             kv.tokens[slot] = b.token_ids[static_cast<size_t>(t)];
@@ -93,6 +95,7 @@ public:
     }
 
     std::vector<int64_t> num_forward_tokens;       // tokens per forward call
+    std::function<void()> before_kv_write;         // runs in each forward before it writes the KV (a slow forward)
     mutable FakeKvCache* last_kv_cache = nullptr;  // the storage of the last engine made on this model
 
 private:

@@ -90,6 +90,21 @@ Collected disaggregated(EngineCore& producer, EngineCore& consumer, const std::v
     return drain(consumer);
 }
 
+// The greedy tokens of request "d" (prompt, max_tokens) run on an engine without a KV transfer.
+std::vector<int32_t> tokens_alone(EngineCore& alone, const std::vector<int32_t>& prompt, int32_t max_tokens) {
+    std::map<int, std::vector<ipc::AddRequest>> arrivals;
+    arrivals[0].push_back(greedy_add("d", prompt, max_tokens));
+    return run_to_completion(alone, arrivals).tokens.at("d");
+}
+
+// Polls consumer for ~100 ms: its queued fetch starts, and the producer's session for it.
+void start_fetch(EngineCore& consumer) {
+    for (int i = 0; i < 50; ++i) {
+        consumer.poll_kv_transfers();
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+}
+
 void expect_all_blocks_free(EngineCore& engine) {
     const double deadline = steady_seconds() + 10;
     const auto& pool = engine.kv_cache_manager().pool();
@@ -98,6 +113,24 @@ void expect_all_blocks_free(EngineCore& engine) {
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     EXPECT_EQ(pool.num_free_blocks(), pool.num_blocks() - 1);
+}
+
+// Which producer rank each consumer rank fetches which KV parts from.
+TEST(KvPiecesTest, EachPartComesFromARankThatHoldsIt) {
+    using R = ipc::KvRankSlice;
+    // TP=2 producer (KV heads split), TP=1 consumer: half from each rank.
+    EXPECT_EQ(plan_pieces({0, 4, 4}, {R{"a", 0, 2}, R{"b", 2, 2}}, 0),
+              (std::vector<KvPiece>{{"a", 0, 2}, {"b", 2, 2}}));
+    // TP=1 producer, TP=2 consumer rank 1: its half from the one rank.
+    EXPECT_EQ(plan_pieces({2, 2, 4}, {R{"a", 0, 4}}, 1), (std::vector<KvPiece>{{"a", 2, 2}}));
+    // MLA: every rank holds the one part; consumer ranks spread over the producer's.
+    EXPECT_EQ(plan_pieces({0, 1, 1}, {R{"a", 0, 1}, R{"b", 0, 1}}, 0), (std::vector<KvPiece>{{"a", 0, 1}}));
+    EXPECT_EQ(plan_pieces({0, 1, 1}, {R{"a", 0, 1}, R{"b", 0, 1}}, 1), (std::vector<KvPiece>{{"b", 0, 1}}));
+    // Replicated KV heads (TP=4 over 2 heads): one copy of each.
+    EXPECT_EQ(plan_pieces({0, 2, 2}, {R{"a", 0, 1}, R{"b", 0, 1}, R{"c", 1, 1}, R{"d", 1, 1}}, 1),
+              (std::vector<KvPiece>{{"b", 0, 1}, {"d", 1, 1}}));
+    // A part nobody holds: no plan.
+    EXPECT_TRUE(plan_pieces({0, 2, 2}, {R{"a", 0, 1}}, 0).empty());
 }
 
 TEST(KvTransferTest, FakeModelOutputsEqualOneEngine) {
@@ -135,6 +168,132 @@ TEST(KvTransferTest, FakeModelOutputsEqualOneEngine) {
     expect_all_blocks_free(producer);   // every transfer released
     EXPECT_EQ(producer.stats().kv_sent_transfers, 5);
     expect_all_blocks_free(consumer);
+}
+
+// Streaming: the consumer's fetch starts when the producer has computed one chunk of the prompt
+// and follows it chunk by chunk (the producer is stepped only while the fetch waits); the
+// outputs equal one engine's, and every block is freed on both sides.
+TEST(KvTransferTest, AFetchFollowsThePrefillAsItComputes) {
+    FakeModel model;
+    ThreadPool pool(1);
+    EngineConfig producer_config = with_role(base_config(), KvTransferConfig::Role::kProducer);
+    producer_config.max_num_batched_tokens = 4;  // one block per step
+    EngineCore producer(model, pool, producer_config);
+    EngineCore consumer(model, pool, with_role(base_config(), KvTransferConfig::Role::kConsumer));
+    EngineCore alone(model, pool, base_config());
+    const std::vector<int32_t> prompt = make_prompt(23, 4);
+    ipc::AddRequest p = greedy_add("p", prompt, 1);
+    p.kv_transfer.produce = true;
+    producer.add_request(p);
+    const std::vector<ipc::RequestOutput> announced = producer.take_finished();
+    ASSERT_EQ(announced.size(), 1u);  // before any step: the transfer's endpoint, no token
+    EXPECT_EQ(announced[0].kv_transfer_endpoint, producer.kv_transfer()->endpoint());
+    EXPECT_TRUE(announced[0].new_token_ids.empty());
+    producer.step();  // the first block
+    ipc::AddRequest d = greedy_add("d", prompt, 6);
+    d.kv_transfer = {false, announced[0].kv_transfer_endpoint, "p"};
+    consumer.add_request(d);
+    Collected got;
+    int producer_steps_during_fetch = 0;
+    const double deadline = steady_seconds() + 30;
+    while (consumer.has_unfinished_requests() || consumer.has_pending_kv_transfers()) {
+        ASSERT_LT(steady_seconds(), deadline);
+        consumer.poll_kv_transfers();
+        if (consumer.has_pending_kv_transfers() && producer.has_unfinished_requests()) {
+            producer.step();
+            ++producer_steps_during_fetch;
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));  // its session sends the new block
+        }
+        if (!consumer.has_unfinished_requests()) continue;
+        for (auto& o : consumer.step().outputs) {
+            got.tokens[o.request_id].insert(got.tokens[o.request_id].end(), o.new_token_ids.begin(),
+                                            o.new_token_ids.end());
+        }
+    }
+    EXPECT_GE(producer_steps_during_fetch, 4);  // blocks 2..6 and the first token came while it fetched
+    EXPECT_EQ(got.tokens.at("d"), tokens_alone(alone, prompt, 6));
+    EXPECT_EQ(consumer.stats().kv_received_transfers, 1);
+    expect_all_blocks_free(producer);
+    expect_all_blocks_free(consumer);
+}
+
+// A prefill that hits the prefix cache on blocks another request's chunk writes in the same
+// step: those blocks are not streamed before that forward wrote them. The forward stalls before
+// writing, so a block sent early would reach the consumer unwritten (its fetch runs meanwhile).
+TEST(KvTransferTest, APrefixHitOnBlocksWrittenInTheSameStepIsStreamedOnlyOnceWritten) {
+    FakeModel model;
+    ThreadPool pool(1);
+    EngineConfig producer_config = with_role(base_config(), KvTransferConfig::Role::kProducer);
+    producer_config.max_num_batched_tokens = 16;
+    EngineCore producer(model, pool, producer_config);
+    EngineCore consumer(model, pool, with_role(base_config(), KvTransferConfig::Role::kConsumer));
+    EngineCore alone(model, pool, base_config());
+    const std::vector<int32_t> prompt = make_prompt(23, 4);
+    producer.add_request(greedy_add("a", prompt, 1));
+    producer.step();  // a: blocks 0..3
+    // b is admitted next to a's last chunk (blocks 4, 5) and hits blocks 0..4 of the prefix cache.
+    ipc::AddRequest b = greedy_add("b", prompt, 1);
+    b.kv_transfer.produce = true;
+    producer.add_request(b);
+    const std::vector<ipc::RequestOutput> announced = producer.take_finished();
+    ASSERT_EQ(announced.size(), 1u);
+    const std::string endpoint = announced[0].kv_transfer_endpoint;
+    ipc::AddRequest d = greedy_add("d", prompt, 6);
+    d.kv_transfer = {false, endpoint, "b"};
+    consumer.add_request(d);
+    start_fetch(consumer);
+    model.before_kv_write = [] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); };
+    const Collected pre = drain(producer);
+    model.before_kv_write = nullptr;
+    EXPECT_EQ(pre.last.at("b").finish_reason, FinishReason::kLength) << pre.last.at("b").error;
+    const Collected got = drain(consumer);
+    EXPECT_EQ(got.tokens.at("d"), tokens_alone(alone, prompt, 6));
+    EXPECT_EQ(consumer.stats().kv_received_transfers, 1);
+    EXPECT_EQ(producer.stats().prefix_cache_hits, 20);
+    expect_all_blocks_free(producer);
+    expect_all_blocks_free(consumer);
+}
+
+// A consumer aborted while the prefill it streams from still runs: its release reaches the
+// producer mid-prefill, and the producer frees the blocks as soon as the prefill ends (not after
+// hold_ms, a minute here).
+TEST(KvTransferTest, AReleaseDuringTheStreamedPrefillFreesTheBlocksWhenItEnds) {
+    FakeModel model;
+    ThreadPool pool(1);
+    EngineConfig producer_config = with_role(base_config(), KvTransferConfig::Role::kProducer);
+    producer_config.max_num_batched_tokens = 4;
+    EngineCore producer(model, pool, producer_config);
+    EngineCore consumer(model, pool, with_role(base_config(), KvTransferConfig::Role::kConsumer));
+    const std::vector<int32_t> prompt = make_prompt(23, 4);
+    ipc::AddRequest p = greedy_add("p", prompt, 1);
+    p.kv_transfer.produce = true;
+    producer.add_request(p);
+    const std::string endpoint = producer.take_finished().at(0).kv_transfer_endpoint;
+    producer.step();
+    ipc::AddRequest d = greedy_add("d", prompt, 6);
+    d.kv_transfer = {false, endpoint, "p"};
+    consumer.add_request(d);
+    start_fetch(consumer);
+    consumer.abort({{"d"}});
+    const Collected c = drain(consumer);
+    EXPECT_EQ(c.last.at("d").finish_reason, FinishReason::kAbort);
+    drain(producer);  // the rest of the prefill
+    expect_all_blocks_free(producer);
+    expect_all_blocks_free(consumer);
+    EXPECT_EQ(producer.stats().kv_expired_transfers, 0);
+
+    // Aborted while still queued for its fetch (before any poll started it): the release goes too.
+    ipc::AddRequest p2 = greedy_add("p2", prompt, 1);
+    p2.kv_transfer.produce = true;
+    producer.add_request(p2);
+    drain(producer);
+    ipc::AddRequest d2 = greedy_add("d2", prompt, 6);
+    d2.kv_transfer = {false, endpoint, "p2"};
+    consumer.add_request(d2);
+    consumer.abort({{"d2"}});
+    drain(consumer);
+    expect_all_blocks_free(producer);
+    EXPECT_EQ(producer.stats().kv_expired_transfers, 0);
 }
 
 TEST(KvTransferTest, Qwen3TinyGreedyEqualsOneEngine) {

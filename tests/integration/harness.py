@@ -21,6 +21,32 @@ def stop_process(proc, sig=signal.SIGTERM, timeout=30):
         return None
 
 
+def child_pids(pid):
+    """The child processes of pid: its main thread's first (the ranks it started, in order), then
+    those other threads started (a rank restarted by the watcher thread)."""
+    task_dir = f"/proc/{pid}/task"
+    tids = sorted(os.listdir(task_dir), key=lambda t: (int(t) != pid, int(t)))
+    out = []
+    for tid in tids:
+        try:
+            with open(f"{task_dir}/{tid}/children") as f:
+                out += [int(p) for p in f.read().split()]
+        except FileNotFoundError:  # the thread ended meanwhile
+            pass
+    return out
+
+
+def child_with(pid, flag, value):
+    """The pid of pid's child process whose arguments hold `flag value` (--rank 1,
+    --api-server-index 0); a restarted one included."""
+    for child in child_pids(pid):
+        with open(f"/proc/{child}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        if flag.encode() in argv and argv[argv.index(flag.encode()) + 1] == str(value).encode():
+            return child
+    raise RuntimeError(f"no child with {flag} {value} among {child_pids(pid)}")
+
+
 class ServeProcess:
     """A `moeserve serve` (or proxy) process on 127.0.0.1 whose stderr goes to a file (an unread
     pipe could fill up and block it), with the HTTP calls the tests make. `port` is set by the
@@ -64,28 +90,10 @@ class ServeProcess:
         return parse_metrics(payload)
 
     def children(self):
-        """Its child processes: the main thread's first (the ranks it started, in order), then those
-        other threads started (a rank restarted by the watcher thread)."""
-        task_dir = f"/proc/{self.proc.pid}/task"
-        tids = sorted(os.listdir(task_dir), key=lambda t: (int(t) != self.proc.pid, int(t)))
-        out = []
-        for tid in tids:
-            try:
-                with open(f"{task_dir}/{tid}/children") as f:
-                    out += [int(p) for p in f.read().split()]
-            except FileNotFoundError:  # the thread ended meanwhile
-                pass
-        return out
+        return child_pids(self.proc.pid)
 
     def child_with(self, flag, value):
-        """The pid of the child process whose arguments hold `flag value` (--rank 1,
-        --api-server-index 0); a restarted one included."""
-        for pid in self.children():
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-            if flag.encode() in argv and argv[argv.index(flag.encode()) + 1] == str(value).encode():
-                return pid
-        raise RuntimeError(f"no child with {flag} {value} among {self.children()}")
+        return child_with(self.proc.pid, flag, value)
 
     def stop(self, timeout=30, sig=signal.SIGTERM):
         return stop_process(self.proc, sig, timeout)

@@ -37,7 +37,7 @@ import tempfile
 import time
 import unittest
 
-from harness import netns_request, parse_metrics, sh, stop_process
+from harness import child_with, netns_request, parse_metrics, sh, stop_process
 
 ARGS = None
 TIMEOUT = 60  # seconds for any single HTTP exchange
@@ -196,6 +196,12 @@ class Disaggregated(unittest.TestCase):
             # The decode instance computed no prompt token: every prompt's KV came from the prefill.
             self.assertEqual(family(dm, "vllm:prompt_tokens_total"), 0)
             self.assertGreater(family(pm, "vllm:prompt_tokens_total"), 0)
+            self.check_bench_breakdown(model, front, prefill, decode)
+            fm = front.metrics()  # the proxy's own split of each request's time
+            self.assertGreater(fm["moeserve:proxy_prefills_total"], 0)
+            self.assertEqual(fm["moeserve:proxy_decodes_total"], fm["moeserve:proxy_prefills_total"])
+            self.assertGreater(fm["moeserve:proxy_prefill_seconds_total"], 0)
+            self.assertGreater(fm["moeserve:proxy_decode_first_byte_seconds_total"], 0)
             # A request asking the decode instance for a prefill is refused in the OpenAI shape.
             status, payload = decode.request("POST", "/v1/completions",
                                              {**completion("x"), "kv_transfer_params": {"do_remote_decode": True}})
@@ -204,6 +210,23 @@ class Disaggregated(unittest.TestCase):
         finally:
             for p in (front, single, prefill, decode):
                 p.stop()
+
+    def check_bench_breakdown(self, model, front, prefill, decode):
+        """`bench serve` through the proxy breaks the TTFT down from the instances' /metrics."""
+        with tempfile.TemporaryDirectory() as out:
+            run = subprocess.run([ARGS.moeserve, "bench", "serve", "--base-url", front.url, "--model", model,
+                                  "--served-model-name", "tiny", "--num-prompts", "4", "--random-input-len", "40",
+                                  "--random-output-len", "4", "--ignore-eos", "--disable-tqdm", "--save-result",
+                                  "--result-dir", out, "--result-filename", "r.json", "--pd-prefill-url", prefill.url,
+                                  "--pd-decode-url", decode.url], capture_output=True, text=True, timeout=120)
+            self.assertEqual(run.returncode, 0, run.stderr)
+            self.assertIn("PD TTFT breakdown", run.stdout)
+            with open(os.path.join(out, "r.json")) as f:
+                b = json.load(f)["pd_ttft_breakdown"]
+        self.assertEqual((b["prefills"], b["kv_transfers"]), (4, 4), b)
+        self.assertGreater(b["prefill_ms"], 0, b)
+        self.assertGreater(b["kv_bytes_per_transfer"], 0, b)
+        self.assertGreaterEqual(b["kv_wait_ms"], b["kv_fetch_ms"], b)
 
     def test_equal_qwen3(self):
         self.check_equal(ARGS.model)
@@ -445,6 +468,124 @@ class Disaggregated(unittest.TestCase):
                     p.stop()
 
 
+TP2 = ("--tensor-parallel-size", "2")
+DP2_EP = ("--data-parallel-size", "2", "--enable-expert-parallel")
+# (prefill, decode) layouts of #32; each rank of a TP=2 instance holds its own KV heads (Qwen3-MoE)
+# or the whole latent (DeepSeek's MLA), so a consumer rank fetches its parts from the producer
+# ranks that hold them; through a proxy that streams the KV and one that does not.
+LAYOUTS = [(TP2, ()), ((), TP2), (TP2, TP2), (DP2_EP, ()), ((), DP2_EP)]
+
+
+class Layouts(unittest.TestCase):
+    def check_layouts(self, model):
+        single = serve(model).wait_healthy()
+        try:
+            bodies = [completion(p) for p in PROMPTS[:3]] + [completion(LONG, 6), completion("Hello", 5, n=2)]
+            want = texts(single, bodies)
+        finally:
+            single.stop()
+        for prefill_layout, decode_layout in LAYOUTS:
+            with self.subTest(prefill=prefill_layout, decode=decode_layout):
+                prefill = serve(model, "--kv-transfer-config", kv_config("kv_producer"), "--max-num-batched-tokens",
+                                "32", *prefill_layout)
+                decode = serve(model, "--kv-transfer-config", kv_config("kv_consumer"), *decode_layout)
+                started(prefill, decode)
+                # The KV streamed while the prefill runs (the default), and fetched after it.
+                front = proxy([prefill], [decode]).wait_healthy()
+                after = proxy([prefill], [decode], "--kv-streaming", "false").wait_healthy()
+                try:
+                    self.assertEqual(texts(front, bodies), want)
+                    self.assertEqual(texts(after, bodies), want)
+                    dm = decode.metrics()
+                    self.assertEqual(family(dm, "vllm:prompt_tokens_total"), 0)  # every prompt's KV was fetched
+                    self.assertEqual(family(dm, "moeserve:kv_transfer_failures_total", role="consumer"), 0)
+                    self.assert_nothing_held(prefill, decode)
+                finally:
+                    for p in (front, after, prefill, decode):
+                        p.stop()
+
+    def assert_nothing_held(self, *servers):
+        """Every transfer released on both sides: no KV block in use (bounded wait)."""
+        for server in servers:
+            deadline = time.time() + 20
+            while time.time() < deadline and family(server.metrics(), "vllm:kv_cache_usage_perc") != 0:
+                time.sleep(0.1)
+            self.assertEqual(family(server.metrics(), "vllm:kv_cache_usage_perc"), 0, server.url)
+
+    def test_qwen3(self):
+        self.check_layouts(ARGS.model)
+
+    def test_deepseek(self):
+        self.check_layouts(ARGS.deepseek_model)
+
+    def test_incompatible(self):
+        """Layouts that cannot exchange KV (another KV cache dtype, another block size): the request
+        fails naming both; the TP=2 producer frees the blocks when they expire."""
+        prefill = serve(ARGS.model, "--kv-transfer-config", kv_config("kv_producer", hold_ms=2000), *TP2)
+        fp8 = serve(ARGS.model, "--kv-transfer-config", kv_config("kv_consumer"), "--kv-cache-dtype", "fp8")
+        blocks = serve(ARGS.model, "--kv-transfer-config", kv_config("kv_consumer"), "--block-size", "32", *TP2)
+        started(prefill, fp8, blocks)
+        try:
+            for decode in (fp8, blocks):
+                pre = prefill.post("/v1/completions", {**completion("Hello", 1),
+                                                       "kv_transfer_params": {"do_remote_decode": True}})
+                status, payload = decode.request("POST", "/v1/completions", {
+                    **completion("Hello", 4), "kv_transfer_params": pre["kv_transfer_params"]})
+                self.assertGreaterEqual(status, 500, payload)
+                message = json.loads(payload)["error"]["message"]
+                self.assertIn("KV layouts differ: the prefill engine has 'gqa", message)
+                self.assertIn("the decode engine 'gqa", message)
+            self.assert_nothing_held(prefill, fp8, blocks)
+        finally:
+            for p in (prefill, fp8, blocks):
+                p.stop()
+
+
+class KilledProducer(unittest.TestCase):
+    def test_rank_killed_during_streamed_transfer(self):
+        """A TP=2 prefill instance whose rank 1 takes 300 ms per forward (a test hook) prefills a long
+        prompt in chunks of 8 tokens while the decode instance already streams its KV; rank 1 is
+        killed then. The request fails within the timeout, naming the prefill instance; no KV block
+        stays in use on either side; the prefill instance heals (its rank restarted) and serves the
+        same texts again."""
+        single = serve(ARGS.model)
+        os.environ["MOESERVE_DEBUG_FOLLOWER_FORWARD_DELAY_MS"] = "300"
+        try:
+            prefill = serve(ARGS.model, "--kv-transfer-config", kv_config("kv_producer"), *TP2,
+                            "--max-num-batched-tokens", "8")
+        finally:
+            del os.environ["MOESERVE_DEBUG_FOLLOWER_FORWARD_DELAY_MS"]
+        decode = serve(ARGS.model, "--kv-transfer-config", kv_config("kv_consumer", timeout_ms=5000))
+        started(single, prefill, decode)
+        front = proxy([prefill], [decode]).wait_healthy()
+        try:
+            bodies = [completion(p) for p in PROMPTS[:2]]
+            want = texts(single, bodies)
+            start = time.time()
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                pending = pool.submit(front.request, "POST", "/v1/completions", completion(LONG, 8))
+                deadline = time.time() + 30  # the decode instance waits for the KV it streams
+                while time.time() < deadline and family(decode.metrics(), "moeserve:kv_waiting_requests") == 0:
+                    time.sleep(0.05)
+                self.assertEqual(family(decode.metrics(), "moeserve:kv_waiting_requests"), 1)
+                self.assertFalse(pending.done())  # ~14 chunks of 300 ms: the prefill still runs
+                os.kill(child_with(prefill.proc.pid, "--rank", 1), signal.SIGKILL)
+                status, payload = pending.result()
+            self.assertGreaterEqual(status, 500, payload)
+            self.assertIn("prefill", json.loads(payload)["error"]["message"])
+            self.assertLess(time.time() - start, 40)
+            Layouts.assert_nothing_held(self, decode, prefill)
+            prefill.wait_healthy()
+            try:
+                self.assertEqual(texts(front, bodies), want)
+            except AssertionError:
+                sys.stderr.write("PREFILL " + prefill.log_text()[-8000:] + "\nDECODE " + decode.log_text()[-3000:])
+                raise
+        finally:
+            for p in (front, single, prefill, decode):
+                p.stop()
+
+
 class Netns(unittest.TestCase):
     def test_two_hosts(self):
         pid = os.getpid()
@@ -487,9 +628,12 @@ if __name__ == "__main__":
     p.add_argument("--moeserve", required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--deepseek-model", required=True)
-    p.add_argument("--suite", required=True, choices=["equal", "multi", "netns", "faults", "forged", "chaos", "spec"])
+    p.add_argument("--suite", required=True, choices=["equal", "multi", "netns", "faults", "forged", "chaos", "spec",
+                                                            "layouts", "kill"])
     ARGS, rest = p.parse_known_args()
     names = {"equal": ["Disaggregated.test_equal_qwen3", "Disaggregated.test_equal_deepseek"],
+             "layouts": ["Layouts.test_qwen3", "Layouts.test_deepseek", "Layouts.test_incompatible"],
+             "kill": ["KilledProducer.test_rank_killed_during_streamed_transfer"],
              "multi": ["Disaggregated.test_multi"], "faults": ["Disaggregated.test_faults"],
              "forged": ["Disaggregated.test_forged_transfers", "Disaggregated.test_proxy_access_policy"],
              "chaos": ["Disaggregated.test_chaos"], "netns": ["Netns.test_two_hosts"],

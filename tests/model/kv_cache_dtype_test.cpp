@@ -306,5 +306,54 @@ TEST(KvCacheDtypeBlockTest, Fp8BlocksCarryCodesAndScales) {
     }
 }
 
+// PD disaggregation between TP layouts: a cache holding KV heads [2, 4) of 4 takes heads 2..3 of
+// a whole cache's block through read_parts / write_parts (codes and fp8 scales), and the heads
+// land where that rank's attention reads them (its head 0 is the model's head 2).
+TEST(KvCacheDtypeBlockTest, PartsMoveKvHeadsBetweenTpLayouts) {
+    const int64_t layers = 2, blocks = 4, bs = 3, dim = 5;
+    for (const DType dtype : {DType::kBF16, DType::kF32, DType::kF8E4M3}) {
+        SCOPED_TRACE(dtype_name(dtype));
+        GqaKvCache whole(layers, blocks, bs, 4, dim, dtype);
+        GqaKvCache upper(layers, blocks, bs, 2, dim, dtype, {2, 2, 4});
+        EXPECT_EQ(whole.layout(), upper.layout());  // the model's 4 heads, whichever a rank holds
+        EXPECT_EQ(upper.slice(), (KvSlice{2, 2, 4}));
+        EXPECT_EQ(whole.part_bytes(), upper.part_bytes());
+        EXPECT_EQ(whole.block_bytes(), 2 * upper.block_bytes());
+        std::vector<uint8_t> pattern(static_cast<size_t>(whole.block_bytes()));
+        for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<uint8_t>((i * 37 + 11) % 253);
+        whole.write_block(1, reinterpret_cast<const std::byte*>(pattern.data()));
+        std::vector<std::byte> heads(static_cast<size_t>(2 * whole.part_bytes()));
+        whole.read_parts(1, 2, 2, heads.data());
+        upper.write_parts(3, 0, 2, heads.data());
+        const size_t elem = dtype_size(dtype);
+        for (int64_t l = 0; l < layers; ++l) {
+            const auto w = whole.layer(l), u = upper.layer(l);
+            for (int64_t t = 0; t < bs; ++t) {
+                for (int64_t h = 0; h < 2; ++h) {
+                    const size_t from = static_cast<size_t>(((1 * bs + t) * 4 + 2 + h) * dim) * elem;
+                    const size_t to = static_cast<size_t>(((3 * bs + t) * 2 + h) * dim) * elem;
+                    EXPECT_EQ(std::memcmp(static_cast<const std::byte*>(w.k_cache) + from,
+                                          static_cast<const std::byte*>(u.k_cache) + to, dim * elem),
+                              0);
+                    EXPECT_EQ(std::memcmp(static_cast<const std::byte*>(w.v_cache) + from,
+                                          static_cast<const std::byte*>(u.v_cache) + to, dim * elem),
+                              0);
+                    if (dtype == DType::kF8E4M3) {
+                        EXPECT_EQ(w.k_scale[(1 * bs + t) * 4 + 2 + h], u.k_scale[(3 * bs + t) * 2 + h]);
+                        EXPECT_EQ(w.v_scale[(1 * bs + t) * 4 + 2 + h], u.v_scale[(3 * bs + t) * 2 + h]);
+                    }
+                }
+            }
+        }
+        // Back: the upper cache's whole block is the whole cache's heads 2..3.
+        std::vector<std::byte> back(heads.size());
+        upper.read_block(3, back.data());
+        EXPECT_EQ(back, heads);
+    }
+    MlaKvCache latent(layers, blocks, bs, 7, 2, DType::kBF16);
+    EXPECT_EQ(latent.slice(), (KvSlice{0, 1, 1}));
+    EXPECT_EQ(latent.block_bytes(), latent.part_bytes());
+}
+
 }  // namespace
 }  // namespace moeserve::model

@@ -8,6 +8,7 @@
 #include <ctime>
 #include <fstream>
 
+#include "moeserve/bench/pd_breakdown.h"
 #include "moeserve/core/error.h"
 #include "moeserve/tokenizer/tokenizer.h"
 
@@ -101,7 +102,15 @@ nlohmann::ordered_json run_bench_serve(BenchServeConfig c, FILE* out) {
 
     Progress progress(!c.disable_progress);
     c.client.on_progress = [&progress](int64_t done, int64_t total) { progress.update(done, total); };
+    const bool pd = !c.pd_prefill.empty() && !c.pd_decode.empty();
+    const MetricsSample prefill_before = pd ? scrape_metrics(c.pd_prefill, c.client.api_key) : MetricsSample{};
+    const MetricsSample decode_before = pd ? scrape_metrics(c.pd_decode, c.client.api_key) : MetricsSample{};
     const BenchRun run = run_benchmark_requests(c.client, requests);
+    std::optional<PdBreakdown> breakdown;
+    if (pd) {
+        breakdown = pd_breakdown(prefill_before, scrape_metrics(c.pd_prefill, c.client.api_key), decode_before,
+                                 scrape_metrics(c.pd_decode, c.client.api_key));
+    }
 
     const auto count_tokens = [&tok](const std::string& text) {
         return static_cast<int64_t>(tok.encode(text, /*add_special_tokens=*/false).size());
@@ -109,6 +118,7 @@ nlohmann::ordered_json run_bench_serve(BenchServeConfig c, FILE* out) {
     const BenchmarkMetrics metrics = calculate_metrics(requests, run.outputs, run.duration_s, count_tokens, c.metrics);
     const RunInfo info{run.duration_s, c.client.max_concurrency, c.client.request_rate};
     std::fputs(format_result_table(metrics, info, c.metrics).c_str(), out);
+    if (breakdown) std::fputs(format_pd_breakdown(*breakdown).c_str(), out);
     if (metrics.failed > 0) {
         std::fprintf(out, "Errors of the %lld failed requests:\n%s", static_cast<long long>(metrics.failed),
                      summarize_errors(run.outputs).c_str());
@@ -129,6 +139,7 @@ nlohmann::ordered_json run_bench_serve(BenchServeConfig c, FILE* out) {
         c.client.max_concurrency ? nlohmann::ordered_json(*c.client.max_concurrency) : nlohmann::ordered_json();
     const nlohmann::ordered_json result = result_json(metrics, info, c.metrics, run.outputs);
     for (const auto& [key, value] : result.items()) j[key] = value;
+    if (breakdown) j["pd_ttft_breakdown"] = pd_breakdown_json(*breakdown);
 
     if (c.save_result) {
         std::string name = c.result_filename;

@@ -31,6 +31,9 @@ struct BenchServeConfig {
     bool save_result = false;
     std::filesystem::path result_dir;  // "" = current directory
     std::string result_filename;       // "" = vLLM's {backend}-{rate}qps[-concurrency{N}]-{model}-{date}.json
+    // PD disaggregation: the instances behind the proxy, whose /metrics give the TTFT breakdown
+    // (pd_breakdown.h); both empty: none.
+    std::vector<ServerAddress> pd_prefill, pd_decode;
 };
 
 // Runs the benchmark; prints progress to stderr and the report to `out`. Returns the result JSON

@@ -343,28 +343,39 @@ BenchRun run_benchmark_requests(const ServeBenchOptions& options, std::span<cons
     return run;
 }
 
-std::string first_served_model(const ServerAddress& server, const std::string& api_key, double timeout_s) {
+std::string http_get(const ServerAddress& server, const std::string& path, const std::string& api_key,
+                     double timeout_s) {
     asio::io_context ioc;
     beast::tcp_stream stream(ioc);
-    const std::string where = fmt::format("GET http://{}:{}{}/v1/models", server.host, server.port, server.path_prefix);
+    const std::string where = fmt::format("GET http://{}:{}{}{}", server.host, server.port, server.path_prefix, path);
     http::response<http::string_body> res;
     try {
         stream.expires_after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s)));
         stream.connect(resolve(ioc, server));
-        http::request<http::empty_body> req{http::verb::get, server.path_prefix + "/v1/models", 11};
+        http::request<http::empty_body> req{http::verb::get, server.path_prefix + path, 11};
         req.set(http::field::host, fmt::format("{}:{}", server.host, server.port));
         if (!api_key.empty()) req.set(http::field::authorization, "Bearer " + api_key);
         http::write(stream, req);
         beast::flat_buffer buffer;
         http::read(stream, buffer, res);
     } catch (const boost::system::system_error& e) {
-        raise(ErrorCode::kUnavailable, "{} failed: {}; is the server running? (or pass --model)", where,
-              e.code().message());
+        raise(ErrorCode::kUnavailable, "{} failed: {}; is the server running?", where, e.code().message());
     }
     if (res.result_int() != 200) {
         raise(ErrorCode::kUnavailable, "{}: {}", where, http_error_message(res.result_int(), res.reason(), res.body()));
     }
-    const auto j = nlohmann::json::parse(res.body(), nullptr, /*allow_exceptions=*/false);
+    return res.body();
+}
+
+std::string first_served_model(const ServerAddress& server, const std::string& api_key, double timeout_s) {
+    const std::string where = fmt::format("GET http://{}:{}{}/v1/models", server.host, server.port, server.path_prefix);
+    std::string body;
+    try {
+        body = http_get(server, "/v1/models", api_key, timeout_s);
+    } catch (const Error& e) {
+        raise(e.code(), "{} (or pass --model)", e.what());
+    }
+    const auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty() ||
         !j["data"][0].is_object() || !j["data"][0].contains("id") || !j["data"][0]["id"].is_string()) {
         raise(ErrorCode::kInvalidArgument, "{} lists no model ({{\"data\": [{{\"id\": ...}}]}}); pass --model", where);

@@ -75,6 +75,9 @@ std::string request_body(const ServeBenchOptions& options, const SampleRequest& 
 
 // The id of the first model of GET {prefix}/v1/models. Error kUnavailable if the server cannot
 // be reached or answers with an error, kInvalidArgument if the answer lists no model.
+// The body of GET path on server (200 only); Error kUnavailable naming the URL otherwise.
+std::string http_get(const ServerAddress& server, const std::string& path, const std::string& api_key,
+                     double timeout_s = 30.0);
 std::string first_served_model(const ServerAddress& server, const std::string& api_key, double timeout_s = 30.0);
 
 }  // namespace moeserve::bench

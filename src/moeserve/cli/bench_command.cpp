@@ -45,6 +45,7 @@ struct BenchServeFlags {
     bool disable_tqdm = false;
     std::string api_key;
     double request_timeout = 6 * 3600.0;
+    std::vector<std::string> pd_prefill_urls, pd_decode_urls;
 };
 
 double parse_rate(const std::string& s) {
@@ -116,6 +117,11 @@ bench::BenchServeConfig to_config(const BenchServeFlags& f) {
     c.save_result = f.save_result;
     c.result_dir = f.result_dir;
     c.result_filename = f.result_filename;
+    if (f.pd_prefill_urls.empty() != f.pd_decode_urls.empty()) {
+        raise(ErrorCode::kInvalidArgument, "the PD TTFT breakdown needs both --pd-prefill-url and --pd-decode-url");
+    }
+    for (const auto& u : f.pd_prefill_urls) c.pd_prefill.push_back(bench::parse_base_url(u));
+    for (const auto& u : f.pd_decode_urls) c.pd_decode.push_back(bench::parse_base_url(u));
     return c;
 }
 
@@ -164,6 +170,10 @@ void add_serve_flags(CLI::App* sub, BenchServeFlags& f) {
     sub->add_option("--result-filename", f.result_filename, "name of the result JSON (default: vLLM's pattern)");
     sub->add_flag("--disable-tqdm", f.disable_tqdm, "no progress bar");
     sub->add_option("--api-key", f.api_key, "sent as Authorization: Bearer KEY (default: env OPENAI_API_KEY)");
+    sub->add_option("--pd-prefill-url", f.pd_prefill_urls,
+                    "PD disaggregation: a prefill instance behind the proxy (http://HOST:PORT; with --pd-decode-url): "
+                    "prints the TTFT broken into queue, prefill, KV transfer and first decode from their /metrics");
+    sub->add_option("--pd-decode-url", f.pd_decode_urls, "PD disaggregation: a decode instance behind the proxy");
     sub->add_option("--request-timeout", f.request_timeout, "seconds per request before it fails")
         ->capture_default_str();
 }

@@ -4,6 +4,7 @@
 
 #include "moeserve/cli/json_flag.h"
 #include "moeserve/core/error.h"
+#include "moeserve/ipc/auth.h"
 
 namespace moeserve::cli {
 
@@ -64,6 +65,13 @@ engine::KvTransferConfig parse_kv_transfer_config(const std::string& text) {
             "kv_connector_extra_config.advertise_host to this host's address");
     }
     return c;
+}
+
+engine::KvTransferConfig rank_kv_transfer_config(const std::string& text) {
+    engine::KvTransferConfig config = parse_kv_transfer_config(text);
+    const char* key = std::getenv(ipc::kRankPlaneKeyEnv);
+    config.rank_plane_key = key ? key : "";
+    return config;
 }
 
 }  // namespace moeserve::cli

@@ -19,4 +19,8 @@ inline constexpr const char* kKvConnectorName = "MoeserveConnector";
 // rank-plane key is not part of it (the caller sets it).
 engine::KvTransferConfig parse_kv_transfer_config(const std::string& text);
 
+// A rank's: parse_kv_transfer_config, with the deployment's rank-plane key from the environment
+// (never argv, which ps shows).
+engine::KvTransferConfig rank_kv_transfer_config(const std::string& text);
+
 }  // namespace moeserve::cli

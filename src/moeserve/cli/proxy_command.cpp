@@ -76,6 +76,10 @@ void add_proxy_command(CLI::App& app, Action* action) {
     cmd->add_option("--down-ms", o->proxy.down_ms, "an unreachable instance is skipped this long")
         ->capture_default_str();
     cmd->add_option("--max-in-flight", o->proxy.max_in_flight, "requests at once; more get 503")->capture_default_str();
+    cmd->add_option("--kv-streaming", o->proxy.stream_kv,
+                    "start the decode half as soon as the prefill instance names the KV transfer, so the transfer "
+                    "follows the prefill (false: after the prefill has finished)")
+        ->capture_default_str();
     cmd->add_option("--log-level", o->log_level, "debug | info | warning | error")->capture_default_str();
     add_access_flags(cmd, o->proxy.access);
     cmd->callback([o, action] {

@@ -120,11 +120,47 @@ parallel::GlooConnectOptions gloo_options(const RankOptions& o, const EngineOpti
 
 // A TP follower's life: its leader's forwards, and with self-healing, again after each time the
 // group re-forms (the leader then announces the KV cache anew).
+// A test hook (MOESERVE_DEBUG_FOLLOWER_FORWARD_DELAY_MS, tests/integration/pd_disagg_test.py suite
+// kill): a TP follower that sleeps before each forward, so a prefill lasts long enough to kill a
+// rank while its KV streams.
+class DelayedModel final : public model::Model {
+public:
+    DelayedModel(model::Model& inner, std::chrono::milliseconds delay) : inner_(inner), delay_(delay) {}
+    const model::ModelInfo& info() const override { return inner_.info(); }
+    std::unique_ptr<model::KvCache> create_kv_cache(int64_t num_blocks, int64_t block_size) const override {
+        return inner_.create_kv_cache(num_blocks, block_size);
+    }
+    TensorView forward(const model::ForwardBatch& batch, model::KvCache& kv) override {
+        std::this_thread::sleep_for(delay_);
+        return inner_.forward(batch, kv);
+    }
+    bool has_draft_head() const override { return inner_.has_draft_head(); }
+    TensorView forward_draft(const model::ForwardBatch& batch, model::KvCache& kv) override {
+        return inner_.forward_draft(batch, kv);
+    }
+    void group_reformed() override { inner_.group_reformed(); }
+
+private:
+    model::Model& inner_;
+    std::chrono::milliseconds delay_;
+};
+
 int run_follower(model::Model& model, parallel::ParallelContext& ctx, RankGroup* group, const RankOptions& o,
                  Logger& logger) {
+    std::optional<DelayedModel> delayed;
+    if (const char* ms = std::getenv("MOESERVE_DEBUG_FOLLOWER_FORWARD_DELAY_MS"); ms != nullptr) {
+        delayed.emplace(model, std::chrono::milliseconds(std::atoi(ms)));
+    }
+    model::Model& run_model = delayed ? static_cast<model::Model&>(*delayed) : model;
+    std::optional<engine::KvTransferFollower> kv_transfer;
+    if (!o.engine.kv_transfer_config.empty()) {
+        const auto& g = ctx.groups;
+        kv_transfer.emplace(rank_kv_transfer_config(o.engine.kv_transfer_config),
+                            engine::kv_port_offset(g.dp_rank, o.tp, g.tp_rank), g.tp_rank, &logger);
+    }
     while (true) {
         try {
-            return engine::run_tp_follower(model, *ctx.tp, logger);
+            return engine::run_tp_follower(run_model, *ctx.tp, logger, kv_transfer ? &*kv_transfer : nullptr);
         } catch (const Error& e) {
             if (group == nullptr || !o.self_heal || !group->regroup(e, nullptr, std::chrono::milliseconds(1000))) throw;
             model.group_reformed();  // EPLB's placement starts over on every rank
@@ -155,10 +191,7 @@ engine::EngineConfig leader_engine_config(const RankOptions& o, const EngineOpti
     ec.vocabulary =
         load_structured_vocabulary(o.engine.tokenizer_dir(), info.vocab_size, config, o.engine.model, &vocab_error);
     if (!ec.vocabulary) MOESERVE_LOG_W(logger, "engine", "structured outputs are off: %s", vocab_error.c_str());
-    // The deployment's rank-plane key comes in the environment (never argv, which ps shows).
-    const char* key = std::getenv(ipc::kRankPlaneKeyEnv);
-    ec.kv_transfer = parse_kv_transfer_config(engine.kv_transfer_config);
-    ec.kv_transfer.rank_plane_key = key ? key : "";
+    ec.kv_transfer = rank_kv_transfer_config(engine.kv_transfer_config);
     return ec;
 }
 

@@ -248,11 +248,6 @@ int run_serve(ServeOptions o) {
     }
     const engine::KvTransferConfig kv_transfer = parse_kv_transfer_config(o.engine.kv_transfer_config);
     if (kv_transfer.role != engine::KvTransferConfig::Role::kNone) {
-        if (d.sizes.tp > 1) {
-            raise(ErrorCode::kInvalidArgument,
-                  "--kv-transfer-config: PD disaggregation runs with --tensor-parallel-size 1 only (got {})",
-                  d.sizes.tp);
-        }
         const char* env_key = std::getenv(ipc::kRankPlaneKeyEnv);
         if (o.rank_plane_key_file.empty() && !(env_key && *env_key)) {
             raise(ErrorCode::kInvalidArgument,

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "moeserve/core/error.h"
 #include "moeserve/engine/scheduler/policy_mixed.h"
@@ -47,8 +49,9 @@ EngineCore::EngineCore(model::Model& model, ThreadPool& pool, const EngineConfig
     stats_.engine_index = config.engine_index;
     if (config.vocabulary) grammars_ = std::make_unique<structured::GrammarCompiler>(config.vocabulary);
     if (config.kv_transfer.role != KvTransferConfig::Role::kNone) {
-        kv_transfer_ = std::make_unique<KvTransferAgent>(config.kv_transfer, runner_.kv_cache(), config.engine_index,
-                                                         config.logger);
+        // With TP the model is the leader's decorator, which reaches the followers' agents.
+        kv_transfer_ = std::make_unique<KvTransferGroup>(config.kv_transfer, runner_.kv_cache(), config.engine_index,
+                                                         dynamic_cast<TpKvLink*>(&model), config.logger);
     }
 }
 
@@ -73,6 +76,14 @@ void EngineCore::add_request(const ipc::AddRequest& add) {
             "kv_transfer_params names a prefill instance, but this instance's --kv-transfer-config role is {} "
             "(kv_consumer or kv_both needed)",
             kv_role_name(role));
+    }
+    if (add.kv_transfer.produce && request->error.empty()) {
+        kv_transfer_->publish_started(add.request_id, add.prompt_token_ids);
+        prefilling_.insert(add.request_id);
+        ipc::RequestOutput announce;
+        announce.request_id = add.request_id;
+        announce.kv_transfer_endpoint = kv_transfer_->endpoint();
+        announced_.push_back(std::move(announce));
     }
     if (add.sampling.grammar.empty() || !request->error.empty()) {
         scheduler_.add_request(std::move(request));
@@ -112,6 +123,12 @@ void EngineCore::poll_grammar_compiles() {
     }
 }
 
+std::vector<ipc::RequestOutput> EngineCore::take_finished() {
+    std::vector<ipc::RequestOutput> out = std::exchange(announced_, {});
+    for (auto& o : scheduler_.take_finished()) out.push_back(std::move(o));
+    return out;
+}
+
 std::vector<ipc::RequestOutput> EngineCore::fail_running(const std::string& reason) {
     scheduler_.fail_running(reason);
     kv_.reset_prefix_cache();
@@ -131,7 +148,13 @@ void EngineCore::abort(const ipc::Abort& abort) {
     }
     if (kv_transfer_) {  // only fetches: the agent remembers a cancelled id until its fetch ends
         for (const auto& id : abort.request_ids) {
-            if (const Request* r = scheduler_.find(id); r && r->fetching) kv_transfer_->cancel(id);
+            const Request* r = scheduler_.find(id);
+            if (r && r->fetching) kv_transfer_->cancel(id);  // the fetch releases the producer's blocks
+            // Still queued for its fetch: nobody else tells the producer it may free them.
+            if (r && !r->fetching && r->kv_transfer.consumes() && r->status == RequestStatus::kWaiting &&
+                r->num_computed_tokens == 0) {
+                kv_transfer_->release(r->kv_transfer.remote_endpoint, r->kv_transfer.remote_transfer_id);
+            }
         }
     }
     scheduler_.abort_requests(abort.request_ids);
@@ -139,6 +162,9 @@ void EngineCore::abort(const ipc::Abort& abort) {
 
 void EngineCore::poll_kv_transfers() {
     if (!kv_transfer_) return;
+    // Before the schedule every counted block is written; a request that failed between steps (a
+    // re-formed group) is given up now.
+    report_prefill_progress({}, /*count_blocks=*/true);
     const std::vector<std::string> released = kv_transfer_->take_released();
     scheduler_.release_parked(released);
     for (auto& fetched : kv_transfer_->take_fetched()) {
@@ -169,7 +195,39 @@ void EngineCore::publish_parked(std::vector<ipc::RequestOutput>& outputs) {
             if (!out.new_logprobs.empty()) p.meta.first_logprobs = out.new_logprobs.front();
             if (out.prompt_logprobs) p.meta.prompt_logprobs = out.prompt_logprobs;
         }
+        prefilling_.erase(r->request_id);
         kv_transfer_->publish(std::move(p));
+    }
+}
+
+void EngineCore::report_prefill_progress(const std::vector<std::string>& preempted_ids, bool count_blocks) {
+    for (auto it = prefilling_.begin(); it != prefilling_.end();) {
+        const Request* r = scheduler_.find(*it);
+        const auto compiling = [&] {
+            return std::any_of(compiling_.begin(), compiling_.end(),
+                               [&](const auto& c) { return c.second->request_id == *it; });
+        };
+        if (r == nullptr && compiling()) {  // its grammar compiles: not in the scheduler yet
+            ++it;
+            continue;
+        }
+        const bool preempted = std::find(preempted_ids.begin(), preempted_ids.end(), *it) != preempted_ids.end();
+        if (r == nullptr || preempted || r->status == RequestStatus::kFinished) {
+            kv_transfer_->fail_published(
+                *it, preempted ? "it was preempted (out of KV blocks)" : "it was aborted or failed");
+            it = prefilling_.erase(it);
+            continue;
+        }
+        if (!count_blocks) {
+            ++it;
+            continue;
+        }
+        const int64_t prompt = r->num_prompt_tokens(), bs = config_.block_size;
+        const size_t blocks = std::min(r->block_ids.size(), static_cast<size_t>((prompt + bs - 1) / bs));
+        const auto complete = static_cast<int32_t>(std::min<int64_t>(r->num_computed_tokens, prompt) / bs);
+        kv_transfer_->progress(*it, {r->block_ids.begin(), r->block_ids.begin() + static_cast<std::ptrdiff_t>(blocks)},
+                               complete);
+        ++it;
     }
 }
 
@@ -190,6 +248,7 @@ StepOutcome EngineCore::step_lockstep(std::optional<Phase> forced, parallel::Moe
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
     const ScheduledBatch batch = scheduler_.schedule(forced);
+    report_prefill_progress(batch.preempted, /*count_blocks=*/false);
     const auto t1 = Clock::now();
     const StepResult result = runner_.execute(batch);
     if (batch.dummy && dummy_forward) {
@@ -198,7 +257,8 @@ StepOutcome EngineCore::step_lockstep(std::optional<Phase> forced, parallel::Moe
     }
     const auto t2 = Clock::now();
     scheduler_.record_step_time(batch, std::chrono::duration<double>(t2 - t1).count());
-    out.outputs = scheduler_.update(batch, result);
+    out.outputs = std::exchange(announced_, {});
+    for (auto& o : scheduler_.update(batch, result)) out.outputs.push_back(std::move(o));
     publish_parked(out.outputs);
     stats_.step_schedule_seconds += std::chrono::duration<double>(t1 - t0).count();
     stats_.step_update_seconds += std::chrono::duration<double>(Clock::now() - t2).count();

@@ -8,12 +8,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "moeserve/core/thread_pool.h"
 #include "moeserve/engine/grammar_compile_worker.h"
 #include "moeserve/engine/kv_cache/kv_cache_manager.h"
-#include "moeserve/engine/kv_transfer/kv_transfer_agent.h"
+#include "moeserve/engine/kv_transfer/kv_transfer_group.h"
 #include "moeserve/engine/model_runner.h"
 #include "moeserve/engine/sampler.h"
 #include "moeserve/engine/scheduler/scheduler.h"
@@ -80,7 +81,10 @@ public:
     // model (ModelRunner::execute_dummy) so this rank joins the step's collectives anyway.
     StepOutcome step_lockstep(std::optional<Phase> forced, parallel::MoeExchangeKind exchange, bool dummy_forward);
     // Outputs produced outside a step (rejected, aborted, remote prefills fetched), without stepping.
-    std::vector<ipc::RequestOutput> take_finished() { return scheduler_.take_finished(); }
+    // A producer's new requests come first: their announcement (the KV endpoint, no token), so
+    // that a streamed transfer can start while they prefill.
+    std::vector<ipc::RequestOutput> take_finished();
+    bool has_announcements() const { return !announced_.empty(); }
     // PD disaggregation: frees the blocks consumers released, starts fetches for consumer
     // requests that have blocks now, and turns finished fetches into running requests (their
     // first outputs come from take_finished() or the next step). Every step calls it first; an
@@ -95,7 +99,7 @@ public:
     // Requests whose grammar is being compiled (they are not runnable yet).
     bool has_compiling_grammars() const { return !compiling_.empty(); }
     // The KV transfer agent, null without --kv-transfer-config.
-    const KvTransferAgent* kv_transfer() const { return kv_transfer_.get(); }
+    const KvTransferGroup* kv_transfer() const { return kv_transfer_.get(); }
     // Running requests whose next step is a decode.
     int32_t num_running_decodes() const { return scheduler_.num_running_decodes(); }
     // What this core would like to run next (Scheduler::propose_phase).
@@ -120,9 +124,17 @@ private:
     std::unique_ptr<GrammarCompileWorker> grammar_worker_;   // after grammars_: it compiles with it
     std::map<int64_t, std::unique_ptr<Request>> compiling_;  // by arrival number (a ticket)
     void add_grammar(std::unique_ptr<Request> request, const std::string& gbnf);
-    std::unique_ptr<KvTransferAgent> kv_transfer_;  // after runner_: it uses its KV storage
+    std::unique_ptr<KvTransferGroup> kv_transfer_;  // after runner_: it uses its KV storage
+    std::unordered_set<std::string> prefilling_;    // producer requests whose transfer has started
+    std::vector<ipc::RequestOutput> announced_;     // their announcements, not sent yet
     // Producer requests just finished: publish their blocks and name the endpoint in their outputs.
     void publish_parked(std::vector<ipc::RequestOutput>& outputs);
+    // Producer: gives up the transfers of requests gone or preempted_ids (before the next forward,
+    // so that no block they freed is read while it is rewritten) and, when count_blocks, tells the
+    // KV transfer how far each prefill has computed its blocks. Blocks are counted only before a
+    // schedule: a prefix hit counts its blocks as computed when it is scheduled, and they may be
+    // written by the forward of that same step (another request's chunk).
+    void report_prefill_progress(const std::vector<std::string>& preempted_ids, bool count_blocks);
     int64_t num_added_ = 0;
     ipc::Stats stats_;
 };

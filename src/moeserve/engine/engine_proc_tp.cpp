@@ -165,12 +165,16 @@ void TpLeaderModel::send(const ipc::TpMessage& message) const {
 std::unique_ptr<model::KvCache> TpLeaderModel::create_kv_cache(int64_t num_blocks, int64_t block_size) const {
     kv_shape_ = ipc::TpCreateKv{num_blocks, block_size};
     send(*kv_shape_);
+    ++kv_generation_;
     return inner_.create_kv_cache(num_blocks, block_size);
 }
 
 void TpLeaderModel::regrouped() {
     tables_ = TpTables();
-    if (kv_shape_) send(*kv_shape_);
+    if (kv_shape_) {
+        send(*kv_shape_);
+        ++kv_generation_;
+    }
 }
 
 TensorView TpLeaderModel::forward(const model::ForwardBatch& b, model::KvCache& kv) {
@@ -197,8 +201,15 @@ void TpLeaderModel::shutdown() {
     }
 }
 
-int run_tp_follower(model::Model& model, parallel::Communicator& tp, Logger& logger) {
+int run_tp_follower(model::Model& model, parallel::Communicator& tp, Logger& logger, KvTransferFollower* kv_transfer) {
     std::unique_ptr<model::KvCache> kv;
+    // The KV transfer's agent goes before the cache it writes into, however this loop ends.
+    struct DropKv {
+        KvTransferFollower* follower;
+        ~DropKv() {
+            if (follower) follower->kv_dropped();
+        }
+    } drop_kv{kv_transfer};
     std::vector<std::byte> bytes;
     model::ForwardBatch b;
     TpTables tables;
@@ -212,7 +223,9 @@ int run_tp_follower(model::Model& model, parallel::Communicator& tp, Logger& log
         const ipc::TpMessage message =
             ipc::decode_tp_message(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
         if (const auto* create = std::get_if<ipc::TpCreateKv>(&message)) {
+            if (kv_transfer) kv_transfer->kv_dropped();
             kv = model.create_kv_cache(create->num_blocks, create->block_size);
+            if (kv_transfer) kv_transfer->kv_created(*kv);
             MOESERVE_LOG_I(logger, "engine", "TP follower: KV cache of %lld blocks of %lld tokens",
                            static_cast<long long>(create->num_blocks), static_cast<long long>(create->block_size));
         } else if (const auto* forward = std::get_if<ipc::TpForward>(&message)) {
@@ -223,7 +236,10 @@ int run_tp_follower(model::Model& model, parallel::Communicator& tp, Logger& log
             } else {
                 model.forward(b, *kv);
             }
+            if (kv_transfer) kv_transfer->forward_done();
             ++forwards;
+        } else if (kv_transfer && kv_transfer->handle(message, tp)) {
+            // a KV transfer message, handled
         } else if (std::holds_alternative<ipc::TpShutdown>(message)) {
             MOESERVE_LOG_I(logger, "engine", "TP follower: leader shut down after %lld forwards",
                            static_cast<long long>(forwards));

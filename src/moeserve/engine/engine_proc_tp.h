@@ -10,6 +10,7 @@
 //   TpLeaderModel::forward_draft ---- TpForward ------> model.forward_draft(same batch)
 //                                     (draft_head set)
 //   TpLeaderModel::keepalive -------- TpNoop ---------> (idle: keeps Gloo's timeout from firing)
+//   KvTransferGroup (PD) ------------ TpKv* ----------> KvTransferFollower::handle (kv_transfer_group.h)
 //   TpLeaderModel::shutdown --------- TpShutdown -----> run_tp_follower returns 0
 #pragma once
 
@@ -22,6 +23,7 @@
 #include "moeserve/ipc/tp_messages.h"
 
 #include "moeserve/core/log.h"
+#include "moeserve/engine/kv_transfer/kv_transfer_group.h"
 #include "moeserve/model/model.h"
 #include "moeserve/parallel/comm.h"
 
@@ -61,7 +63,7 @@ private:
 // peers (one TpMessage), then run on the inner model. The inner
 // model and the communicator must outlive it. Engine thread only. Collective errors (a dead peer)
 // surface as Error kUnavailable from the call that broadcast.
-class TpLeaderModel final : public model::Model {
+class TpLeaderModel final : public model::Model, public TpKvLink {
 public:
     TpLeaderModel(model::Model& inner, parallel::Communicator& tp,
                   std::chrono::milliseconds keepalive = std::chrono::milliseconds(1000));
@@ -83,6 +85,11 @@ public:
     // over, so the KV cache is announced again (same size) and the block tables are sent whole.
     void regrouped();
 
+    // TpKvLink (PD disaggregation with TP).
+    void announce(const ipc::TpMessage& message) override { send(message); }
+    parallel::Communicator& tp_comm() override { return tp_; }
+    int64_t kv_generation() const override { return kv_generation_; }
+
 private:
     void send(const ipc::TpMessage& message) const;
 
@@ -92,12 +99,15 @@ private:
     mutable std::chrono::steady_clock::time_point last_sent_;
     TpTables tables_;
     mutable std::optional<ipc::TpCreateKv> kv_shape_;  // the last KV cache announced
+    mutable int64_t kv_generation_ = 0;                // KV caches announced
 };
 
 // The TP follower's loop: waits for the leader's messages, creates the KV cache and runs every
-// forward the leader announces (results thrown away: the leader samples). Returns 0 when the
-// leader shuts down; throws Error kUnavailable when the leader or a peer is gone (after the
-// communicator's timeout), Error kInvalidArgument on a message it cannot decode.
-int run_tp_follower(model::Model& model, parallel::Communicator& tp, Logger& logger);
+// forward the leader announces (results thrown away: the leader samples); kv_transfer (PD
+// disaggregation, or null) gets the KV transfer's messages. Returns 0 when the leader shuts
+// down; throws Error kUnavailable when the leader or a peer is gone (after the communicator's
+// timeout), Error kInvalidArgument on a message it cannot decode.
+int run_tp_follower(model::Model& model, parallel::Communicator& tp, Logger& logger,
+                    KvTransferFollower* kv_transfer = nullptr);
 
 }  // namespace moeserve::engine

@@ -56,10 +56,14 @@ auto fields(T& v) {
     } else if constexpr (std::is_same_v<S, KvTransferParams>) {
         return std::tie(v.produce, v.remote_endpoint, v.remote_transfer_id);
     } else if constexpr (std::is_same_v<S, KvFetch>) {
-        return std::tie(v.fetch, v.transfer_id, v.layout, v.skip_blocks);
+        return std::tie(v.fetch, v.transfer_id, v.layout, v.skip_blocks, v.first_part, v.num_parts, v.block_ids,
+                        v.generation);
+    } else if constexpr (std::is_same_v<S, KvRankSlice>) {
+        return std::tie(v.endpoint, v.first_part, v.num_parts);
     } else if constexpr (std::is_same_v<S, KvTransferMeta>) {
         return std::tie(v.fetch, v.transfer_id, v.error, v.layout, v.block_bytes, v.num_blocks, v.prompt_token_ids,
-                        v.first_token, v.first_logprobs, v.prompt_logprobs);
+                        v.first_token, v.first_logprobs, v.prompt_logprobs, v.ranks, v.block_ids, v.hold_ms,
+                        v.computed_blocks, v.done, v.generation);
     } else if constexpr (std::is_same_v<S, KvBlockChunk>) {
         return std::tie(v.fetch, v.transfer_id, v.first_block, v.num_blocks, v.last);
     } else if constexpr (std::is_same_v<S, KvRelease>) {
@@ -73,6 +77,14 @@ auto fields(T& v) {
                table_new, max_blocks_per_seq, logits_rows, moe_exchange, dummy, hidden_rows, draft_head] = v;
         return std::tie(token_ids, positions, slot_mapping, query_start, seq_lens, seq_ids, table_keep, table_new_count,
                         table_new, max_blocks_per_seq, logits_rows, moe_exchange, dummy, hidden_rows, draft_head);
+    } else if constexpr (std::is_same_v<S, TpKvFetchJob>) {
+        return std::tie(v.id, v.endpoint, v.remote_id, v.block_ids, v.skip_blocks, v.prompt_token_ids);
+    } else if constexpr (std::is_same_v<S, TpKvExchange>) {
+        return std::tie(v.generation);
+    } else if constexpr (std::is_same_v<S, TpKvFetch>) {
+        return std::tie(v.jobs);
+    } else if constexpr (std::is_same_v<S, TpKvCancel> || std::is_same_v<S, TpKvPoll>) {
+        return std::tie(v.ids);
     } else {
         static_assert(std::is_empty_v<S>, "add the fields of this message");
         return std::tuple<>();
@@ -85,9 +97,11 @@ constexpr bool kIsMessage =
     std::is_same_v<T, TokenLogprobs> || std::is_same_v<T, RequestOutput> || std::is_same_v<T, Stats> ||
     std::is_same_v<T, StepOutputs> || std::is_same_v<T, HealthReply> || std::is_same_v<T, Shutdown> ||
     std::is_same_v<T, HealthCheck> || std::is_same_v<T, ClientStarted> || std::is_same_v<T, KvTransferParams> ||
-    std::is_same_v<T, KvFetch> || std::is_same_v<T, KvTransferMeta> || std::is_same_v<T, KvBlockChunk> ||
-    std::is_same_v<T, KvRelease> || std::is_same_v<T, TpNoop> || std::is_same_v<T, TpCreateKv> ||
-    std::is_same_v<T, TpForward> || std::is_same_v<T, TpShutdown>;
+    std::is_same_v<T, KvFetch> || std::is_same_v<T, KvRankSlice> || std::is_same_v<T, KvTransferMeta> ||
+    std::is_same_v<T, KvBlockChunk> || std::is_same_v<T, KvRelease> || std::is_same_v<T, TpNoop> ||
+    std::is_same_v<T, TpCreateKv> || std::is_same_v<T, TpForward> || std::is_same_v<T, TpShutdown> ||
+    std::is_same_v<T, TpKvExchange> || std::is_same_v<T, TpKvFetchJob> || std::is_same_v<T, TpKvFetch> ||
+    std::is_same_v<T, TpKvCancel> || std::is_same_v<T, TpKvPoll>;
 
 }  // namespace
 }  // namespace moeserve::ipc

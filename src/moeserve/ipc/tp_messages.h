@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <variant>
 #include <vector>
 
@@ -45,6 +46,35 @@ struct TpForward {
 // The leader leaves: the followers' loop returns.
 struct TpShutdown {};
 
-using TpMessage = std::variant<TpNoop, TpCreateKv, TpForward, TpShutdown>;
+// PD disaggregation (engine/kv_transfer/kv_transfer_group.h). Every rank gathers each rank's KV
+// endpoint and parts (after the KV cache is created, and again after the group re-formed).
+// generation: the leader's count of KV caches announced; a rank serves blocks only to fetches of
+// its own generation (a re-formed group's new follower never serves a transfer from before).
+struct TpKvExchange {
+    int64_t generation = 0;
+};
+
+// A consumer's fetch, which every TP rank runs for its own parts (the block ids are the same on
+// every rank: the leader's scheduler owns them).
+struct TpKvFetchJob {
+    std::string id, endpoint, remote_id;
+    std::vector<int32_t> block_ids;
+    int32_t skip_blocks = 0;
+    std::vector<int32_t> prompt_token_ids;
+};
+struct TpKvFetch {
+    std::vector<TpKvFetchJob> jobs;
+};
+struct TpKvCancel {
+    std::vector<std::string> ids;
+};
+// Then every rank takes part in one all_reduce_max over 2 x ids.size() values: per id, 1 while
+// its fetch still runs there, then (TP rank + 1) if it failed there.
+struct TpKvPoll {
+    std::vector<std::string> ids;
+};
+
+using TpMessage =
+    std::variant<TpNoop, TpCreateKv, TpForward, TpShutdown, TpKvExchange, TpKvFetch, TpKvCancel, TpKvPoll>;
 
 }  // namespace moeserve::ipc

@@ -16,17 +16,17 @@ GqaMoeModel::GqaMoeModel(GqaModelSpec spec, std::shared_ptr<const io::WeightSour
                    return attention_.back().weight_bytes();
                }) {
     const GqaShape& a = spec_.attention;
-    local_kv_heads_ = GqaAttention::local_kv_heads(a, options.parallel.tp_size);
+    kv_heads_ = GqaAttention::kv_heads(a, options.parallel.tp_rank, options.parallel.tp_size);
     rope_ = std::make_unique<RotaryEmbedding>(spec_.rope, spec_.rotary_dim, decoder_.rope_length(options),
                                               spec_.max_position_embeddings, kernels::cpu::RopeStyle::kNeox);
     decoder_.info().model_type = spec_.model_type;
     decoder_.info().kv_bytes_per_token = GqaKvCache::bytes_per_token(spec_.decoder.config.num_hidden_layers,
-                                                                     local_kv_heads_, a.head_dim, decoder_.kv_dtype());
+                                                                     kv_heads_.count, a.head_dim, decoder_.kv_dtype());
 }
 
 std::unique_ptr<KvCache> GqaMoeModel::create_kv_cache(int64_t num_blocks, int64_t block_size) const {
-    return std::make_unique<GqaKvCache>(spec_.decoder.config.num_hidden_layers, num_blocks, block_size, local_kv_heads_,
-                                        spec_.attention.head_dim, decoder_.kv_dtype());
+    return std::make_unique<GqaKvCache>(spec_.decoder.config.num_hidden_layers, num_blocks, block_size, kv_heads_.count,
+                                        spec_.attention.head_dim, decoder_.kv_dtype(), kv_heads_);
 }
 
 TensorView GqaMoeModel::forward(const ForwardBatch& batch, KvCache& kv_base) {

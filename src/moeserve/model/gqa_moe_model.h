@@ -44,7 +44,7 @@ public:
 
 private:
     const GqaModelSpec spec_;
-    int64_t local_kv_heads_ = 0;
+    KvSlice kv_heads_;                     // of this TP rank
     std::vector<GqaAttention> attention_;  // per layer; filled while decoder_ loads
     MoeDecoder decoder_;
     std::unique_ptr<RotaryEmbedding> rope_;

@@ -13,30 +13,40 @@ namespace {
 // Bytes of one block of a [num_blocks, block_size, ...] tensor.
 size_t slice_bytes(const Tensor& t) { return t.nbytes() / static_cast<size_t>(t.shape().dims()[0]); }
 
-// Copies block `block` of each tensor, in order, to out (or from in).
-void copy_out(const std::vector<const Tensor*>& tensors, int64_t block, std::byte* out) {
-    for (const Tensor* t : tensors) {
-        const size_t n = slice_bytes(*t);
-        std::memcpy(out, static_cast<const std::byte*>(t->data()) + n * static_cast<size_t>(block), n);
-        out += n;
-    }
-}
-void copy_in(const std::vector<const Tensor*>& tensors, int64_t block, const std::byte* in) {
-    for (const Tensor* t : tensors) {  // a Tensor's data() is writable through a const Tensor
-        const size_t n = slice_bytes(*t);
-        std::memcpy(static_cast<std::byte*>(t->data()) + n * static_cast<size_t>(block), in, n);
-        in += n;
-    }
-}
-
-void check_block(int64_t block, int64_t num_blocks) {
+void check_range(int64_t block, int64_t num_blocks, int64_t first, int64_t count, int64_t parts) {
     MOESERVE_CHECK(block >= 0 && block < num_blocks, "KV block {} outside [0, {})", block, num_blocks);
+    MOESERVE_CHECK(first >= 0 && count >= 0 && first + count <= parts, "KV parts [{}, {}) outside [0, {})", first,
+                   first + count, parts);
 }
 
-int64_t total_block_bytes(const std::vector<const Tensor*>& tensors) {
+// Copies parts [first, first + count) of block `block` of each tensor, in order, to `out` (or
+// from `in` when out is null): each tensor is [num_blocks, block_size, parts, ...], so a token's
+// row of a part range is one contiguous run.
+void copy_parts(const std::vector<const Tensor*>& tensors, int64_t block, int64_t block_size, int64_t parts,
+                int64_t first, int64_t count, const std::byte* in, std::byte* out) {
+    for (const Tensor* t : tensors) {  // a Tensor's data() is writable through a const Tensor
+        const size_t token_bytes = slice_bytes(*t) / static_cast<size_t>(block_size);
+        const size_t part = token_bytes / static_cast<size_t>(parts);
+        const size_t run = part * static_cast<size_t>(count);
+        auto* base = static_cast<std::byte*>(t->data()) + slice_bytes(*t) * static_cast<size_t>(block) +
+                     part * static_cast<size_t>(first);
+        for (int64_t token = 0; token < block_size; ++token) {
+            std::byte* row = base + token_bytes * static_cast<size_t>(token);
+            if (out != nullptr) {
+                std::memcpy(out, row, run);
+                out += run;
+            } else {
+                std::memcpy(row, in, run);
+                in += run;
+            }
+        }
+    }
+}
+
+int64_t part_bytes_of(const std::vector<const Tensor*>& tensors, int64_t parts) {
     size_t n = 0;
     for (const Tensor* t : tensors) n += slice_bytes(*t);
-    return static_cast<int64_t>(n);
+    return static_cast<int64_t>(n) / parts;
 }
 
 bool is_cache_dtype(DType dtype) { return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF8E4M3; }
@@ -66,9 +76,16 @@ std::string kv_cache_dtype_warning(DType kv_dtype) {
 }
 
 GqaKvCache::GqaKvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t num_kv_heads,
-                       int64_t head_dim, DType dtype)
-    : KvCache(num_blocks, block_size), num_kv_heads_(num_kv_heads), head_dim_(head_dim), dtype_(dtype) {
+                       int64_t head_dim, DType dtype, KvSlice heads)
+    : KvCache(num_blocks, block_size),
+      num_kv_heads_(num_kv_heads),
+      head_dim_(head_dim),
+      heads_(heads.total > 0 ? heads : KvSlice{0, num_kv_heads, num_kv_heads}),
+      dtype_(dtype) {
     MOESERVE_CHECK(is_cache_dtype(dtype), "KV cache dtype {}", dtype_name(dtype));
+    MOESERVE_CHECK(heads_.count == num_kv_heads && heads_.first >= 0 && heads_.first + heads_.count <= heads_.total,
+                   "KV heads [{}, +{}) of {} for a cache of {}", heads_.first, heads_.count, heads_.total,
+                   num_kv_heads);
     for (int64_t i = 0; i < num_layers; ++i) {
         k_.emplace_back(dtype, Shape{num_blocks, block_size, num_kv_heads, head_dim});
         v_.emplace_back(dtype, Shape{num_blocks, block_size, num_kv_heads, head_dim});
@@ -100,21 +117,21 @@ std::vector<const Tensor*> GqaKvCache::tensors() const {
     return out;
 }
 
-int64_t GqaKvCache::block_bytes() const { return total_block_bytes(tensors()); }
+int64_t GqaKvCache::part_bytes() const { return part_bytes_of(tensors(), num_kv_heads_); }
 
-void GqaKvCache::read_block(int64_t block, std::byte* out) const {
-    check_block(block, num_blocks());
-    copy_out(tensors(), block, out);
+void GqaKvCache::read_parts(int64_t block, int64_t first, int64_t count, std::byte* out) const {
+    check_range(block, num_blocks(), first, count, num_kv_heads_);
+    copy_parts(tensors(), block, block_size(), num_kv_heads_, first, count, nullptr, out);
 }
 
-void GqaKvCache::write_block(int64_t block, const std::byte* in) {
-    check_block(block, num_blocks());
-    copy_in(tensors(), block, in);
+void GqaKvCache::write_parts(int64_t block, int64_t first, int64_t count, const std::byte* in) {
+    check_range(block, num_blocks(), first, count, num_kv_heads_);
+    copy_parts(tensors(), block, block_size(), num_kv_heads_, first, count, in, nullptr);
 }
 
 std::string GqaKvCache::layout() const {
     return fmt::format("gqa layers={} block_size={} kv_heads={} head_dim={} dtype={}", k_.size(), block_size(),
-                       num_kv_heads_, head_dim_, layout_dtype(dtype_, "token/kv_head"));
+                       heads_.total, head_dim_, layout_dtype(dtype_, "token/kv_head"));
 }
 
 MlaKvCache::MlaKvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_lora_rank,
@@ -149,16 +166,16 @@ std::vector<const Tensor*> MlaKvCache::tensors() const {
     return out;
 }
 
-int64_t MlaKvCache::block_bytes() const { return total_block_bytes(tensors()); }
+int64_t MlaKvCache::part_bytes() const { return part_bytes_of(tensors(), 1); }
 
-void MlaKvCache::read_block(int64_t block, std::byte* out) const {
-    check_block(block, num_blocks());
-    copy_out(tensors(), block, out);
+void MlaKvCache::read_parts(int64_t block, int64_t first, int64_t count, std::byte* out) const {
+    check_range(block, num_blocks(), first, count, 1);
+    copy_parts(tensors(), block, block_size(), 1, first, count, nullptr, out);
 }
 
-void MlaKvCache::write_block(int64_t block, const std::byte* in) {
-    check_block(block, num_blocks());
-    copy_in(tensors(), block, in);
+void MlaKvCache::write_parts(int64_t block, int64_t first, int64_t count, const std::byte* in) {
+    check_range(block, num_blocks(), first, count, 1);
+    copy_parts(tensors(), block, block_size(), 1, first, count, in, nullptr);
 }
 
 std::string MlaKvCache::layout() const {

@@ -51,6 +51,7 @@ struct Router::Job {
     std::vector<int64_t> cached_tokens;
     std::vector<bool> first_chunk_sent;
     std::vector<std::string> kv_endpoints;  // per choice: where a producer request's KV waits
+    bool kv_params_sent = false;            // streamed: the event naming the transfers went out
     size_t num_finished = 0;
     std::atomic<bool> done{false};
     double arrival = 0;
@@ -432,6 +433,18 @@ OJson Router::prompt_logprobs_json(const std::vector<ipc::TokenLogprobs>& entrie
     return out;
 }
 
+OJson Router::kv_transfer_params(const Job& job) const {
+    OJson transfers = OJson::array();
+    for (size_t c = 0; c < job.engine_ids.size(); ++c) {
+        const std::string& endpoint = job.kv_endpoints[c];
+        const std::string& id = job.engine_ids[c];
+        transfers.push_back({{"endpoint", endpoint},
+                             {"id", id},
+                             {"token", ipc::kv_transfer_token(config_.kv_transfer_key, endpoint, id)}});
+    }
+    return {{"do_remote_prefill", true}, {"transfers", std::move(transfers)}};
+}
+
 void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::RequestOutput& out) {
     if (job->done) return;
     auto& stream = *job->streams[c];
@@ -448,6 +461,15 @@ void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::Req
     }
     if (out.num_cached_tokens > 0) job->cached_tokens[c] = out.num_cached_tokens;
     if (!out.kv_transfer_endpoint.empty()) job->kv_endpoints[c] = out.kv_transfer_endpoint;
+    if (job->params.stream && job->params.kv_transfer.produce && !job->kv_params_sent &&
+        std::none_of(job->kv_endpoints.begin(), job->kv_endpoints.end(), [](const auto& e) { return e.empty(); })) {
+        // Streaming the prefill half: the decode half may start fetching while this prompt runs.
+        job->kv_params_sent = true;
+        if (!job->disconnected) {
+            job->responder->send_chunk(openai::sse_event(
+                {{"id", job->meta.id}, {"choices", OJson::array()}, {"kv_transfer_params", kv_transfer_params(*job)}}));
+        }
+    }
     job->queue_seconds[c] = out.queue_seconds;
     auto delta = stream.push(out);
     if (!out.new_token_ids.empty()) {
@@ -592,18 +614,7 @@ void Router::finish_job(const std::shared_ptr<Job>& job) {
     }
     OJson body = job->chat ? openai::chat_response(job->meta, job->results, usage)
                            : openai::completion_response(job->meta, job->results, usage);
-    if (job->params.kv_transfer.produce) {
-        // vLLM's field: what the decode half of this request passes back as its kv_transfer_params.
-        OJson transfers = OJson::array();
-        for (size_t c = 0; c < job->engine_ids.size(); ++c) {
-            const std::string& endpoint = job->kv_endpoints[c];
-            const std::string& id = job->engine_ids[c];
-            transfers.push_back({{"endpoint", endpoint},
-                                 {"id", id},
-                                 {"token", ipc::kv_transfer_token(config_.kv_transfer_key, endpoint, id)}});
-        }
-        body["kv_transfer_params"] = {{"do_remote_prefill", true}, {"transfers", std::move(transfers)}};
-    }
+    if (job->params.kv_transfer.produce) body["kv_transfer_params"] = kv_transfer_params(*job);
     reply(job->responder, 200, kJsonMediaType, dump(body));
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <thread>
+#include <utility>
 
 #include "moeserve/core/clock.h"
 #include "moeserve/core/error.h"
@@ -36,26 +37,66 @@ int64_t output_tokens_of(const Json& body) {
 struct PdProxy::Flow {
     HttpRequest request;
     std::shared_ptr<Responder> responder;
-    std::mutex mutex;              // call
-    UpstreamCall* call = nullptr;  // the one running now (run_call's), for cancel()
+    std::mutex mutex;                  // calls
+    std::vector<UpstreamCall*> calls;  // the ones running now (run_call's), for cancel()
     std::atomic<bool> disconnected{false};
 
-    // Runs one upstream call, cancellable by the client's disconnect.
+    // Runs one upstream call, cancellable by the client's disconnect (from any thread).
     std::string run_call(UpstreamCall& c, const UpstreamRequest& r) {
         {
             std::lock_guard lock(mutex);
-            call = &c;
+            calls.push_back(&c);
             if (disconnected) c.cancel();
         }
         std::string error = c.run(r);
         std::lock_guard lock(mutex);
-        call = nullptr;
+        std::erase(calls, &c);
         return error;
     }
     void cancel() {
         disconnected = true;
         std::lock_guard lock(mutex);
-        if (call) call->cancel();
+        for (UpstreamCall* c : calls) c->cancel();
+    }
+};
+
+// The prefill half of one request, streamed (PdProxyOptions::stream_kv): its call runs on its own
+// thread; wait() returns once the prefill instance has named the transfers (the decode half may
+// start now) or the call has ended. The destructor waits for the call.
+struct PdProxy::StreamedPrefill {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool named = false, ended = false;
+    Json params;     // kv_transfer_params, once named
+    int status = 0;  // the answer's, once it came
+    std::string type, answer, error;
+    bool answered = false;
+    std::thread thread;
+
+    ~StreamedPrefill() {
+        if (thread.joinable()) thread.join();
+    }
+    // Reads SSE events out of `answer` as they arrive: the first one with kv_transfer_params names them.
+    void on_body(std::string_view bytes) {
+        std::lock_guard lock(mutex);
+        answer.append(bytes);
+        if (named || status != 200) return;
+        for (size_t end; (end = answer.find("\n\n")) != std::string::npos;) {
+            const std::string event = answer.substr(0, end);
+            answer.erase(0, end + 2);
+            if (event.rfind("data: {", 0) != 0) continue;
+            Json j = Json::parse(event.substr(6), nullptr, false);
+            if (j.is_object() && j.contains("kv_transfer_params")) {
+                params = std::move(j["kv_transfer_params"]);
+                named = true;
+                cv.notify_all();
+                return;
+            }
+        }
+    }
+    void wait() {
+        std::unique_lock lock(mutex);
+        cv.wait(lock, [this] { return named || ended; });
     }
 };
 
@@ -141,13 +182,22 @@ void PdProxy::mark_failed(int instance, const std::string& why) {
 
 std::string PdProxy::metrics_text() const {
     std::lock_guard lock(mutex_);
-    std::string out =
-        "# HELP moeserve:proxy_requests_total Requests the proxy took.\n# TYPE moeserve:proxy_requests_total counter\n";
-    out += fmt::format("moeserve:proxy_requests_total {}\n", num_requests_);
-    out +=
-        "# HELP moeserve:proxy_failed_requests_total Requests that got no answer from any instance.\n"
-        "# TYPE moeserve:proxy_failed_requests_total counter\n";
-    out += fmt::format("moeserve:proxy_failed_requests_total {}\n", num_failed_);
+    std::string out;
+    const auto counter = [&out](const char* name, const char* help, auto value) {
+        out += fmt::format("# HELP {0} {1}\n# TYPE {0} counter\n{0} {2}\n", name, help, value);
+    };
+    counter("moeserve:proxy_requests_total", "Requests the proxy took.", num_requests_);
+    counter("moeserve:proxy_failed_requests_total", "Requests that got no answer from any instance.", num_failed_);
+    counter("moeserve:proxy_prefill_seconds_total",
+            "Seconds from a request's arrival until its prefill instance named the KV transfer (streamed) or "
+            "answered; divide by moeserve:proxy_prefills_total.",
+            prefill_seconds_);
+    counter("moeserve:proxy_prefills_total", "Requests whose prefill half named its KV transfer.", num_prefilled_);
+    counter("moeserve:proxy_decode_first_byte_seconds_total",
+            "Seconds from the decode call's start until the first bytes of its answer (a stream: the KV "
+            "transfer's wait, then the first token); divide by moeserve:proxy_decodes_total.",
+            decode_first_byte_seconds_);
+    counter("moeserve:proxy_decodes_total", "Decode calls that answered.", num_decode_started_);
     out += "# TYPE moeserve:proxy_instance_outstanding_tokens gauge\n";
     for (const auto& in : instances_)
         out += fmt::format("moeserve:proxy_instance_outstanding_tokens{{role=\"{}\",url=\"{}\"}} {}\n",
@@ -211,34 +261,32 @@ void PdProxy::handle(HttpRequest request, std::shared_ptr<Responder> responder) 
     }).detach();
 }
 
-void PdProxy::run(const std::shared_ptr<Flow>& flow) {
-    HttpRequest& req = flow->request;
-    Responder& out = *flow->responder;
-    const auto fail = [&](int status, const std::string& message) {
-        {
-            std::lock_guard lock(mutex_);
-            ++num_failed_;
-        }
-        out.respond(status, kJson, error_json(status, message));
-    };
-    const auto upstream = [&](const Instance& in, const std::string& body) {
-        UpstreamRequest r;
-        r.host = in.host;
-        r.port = in.port;
-        r.method = req.method == "HEAD" ? "GET" : req.method;
-        r.target = req.target;
-        r.body = body;
-        r.authorization = req.authorization;
-        r.connect_timeout_ms = options_.connect_timeout_ms;
-        r.idle_timeout_ms = options_.idle_timeout_ms;
-        return r;
-    };
-    const auto instance = [this](int i) {
-        std::lock_guard lock(mutex_);
-        return instances_[static_cast<size_t>(i)];
-    };
+UpstreamRequest PdProxy::upstream(const Flow& flow, int instance, const std::string& body) const {
+    std::lock_guard lock(mutex_);
+    const Instance& in = instances_[static_cast<size_t>(instance)];
+    UpstreamRequest r;
+    r.host = in.host;
+    r.port = in.port;
+    r.method = flow.request.method == "HEAD" ? "GET" : flow.request.method;
+    r.target = flow.request.target;
+    r.body = body;
+    r.authorization = flow.request.authorization;
+    r.connect_timeout_ms = options_.connect_timeout_ms;
+    r.idle_timeout_ms = options_.idle_timeout_ms;
+    return r;
+}
 
-    if (req.method != "POST") {  // GET /v1/models: any decode instance answers for the deployment
+void PdProxy::fail(Flow& flow, int status, const std::string& message) {
+    {
+        std::lock_guard lock(mutex_);
+        ++num_failed_;
+    }
+    flow.responder->respond(status, kJson, error_json(status, message));
+}
+
+void PdProxy::run(const std::shared_ptr<Flow>& flow) {
+    Responder& out = *flow->responder;
+    if (flow->request.method != "POST") {  // GET /v1/models: any decode instance answers for the deployment
         std::vector<int> tried;
         std::string last_error;
         for (int i; (i = pick(false, tried)) >= 0;) {
@@ -248,31 +296,52 @@ void PdProxy::run(const std::shared_ptr<Flow>& flow) {
             std::string type, body;
             call.on_head = [&](int s, const std::string& t) { status = s, type = t; };
             call.on_body = [&](std::string_view b) { body.append(b); };
-            last_error = flow->run_call(call, upstream(instance(i), ""));
+            last_error = flow->run_call(call, upstream(*flow, i, ""));
             if (last_error.empty()) return out.respond(status, type, body);
             if (flow->disconnected) return;
             mark_failed(i, last_error);
         }
-        return fail(503, "No decode instance answered: " + last_error);
+        return fail(*flow, 503, "No decode instance answered: " + last_error);
     }
-
-    Json body = Json::parse(req.body, nullptr, false);
+    Json body = Json::parse(flow->request.body, nullptr, false);
     if (!body.is_object()) {
         return out.respond(400, kJson,
                            error_json(400, "The request body is not a JSON object.", "invalid_request_error"));
     }
-    // 1. The prefill half.
+    std::unique_ptr<StreamedPrefill> streamed;  // joined last, after the decode half
+    Json params;
+    const double arrival = steady_seconds();
+    int64_t prompt_tokens = static_cast<int64_t>(flow->request.body.size() / 4) + 1;  // ~4 bytes per token
+    const bool named = options_.stream_kv ? prefill_streamed(flow, prefill_body(body, true), streamed, params)
+                                          : prefill_whole(flow, prefill_body(body, false), params, prompt_tokens);
+    if (!named) return;
+    {
+        std::lock_guard lock(mutex_);
+        ++num_prefilled_;
+        prefill_seconds_ += steady_seconds() - arrival;
+    }
+    // 2. The decode half: the client's own request, continuing from that KV.
+    body["kv_transfer_params"] = std::move(params);
+    decode(flow, body.dump(), output_tokens_of(body) + prompt_tokens);
+}
+
+// 1. The prefill half: the client's request cut to one token that only prefills for a decode instance.
+std::string PdProxy::prefill_body(const Json& body, bool stream) {
     Json prefill = body;
     prefill.erase("max_completion_tokens");
     prefill.erase("stream_options");
     prefill["max_tokens"] = 1;
-    prefill["stream"] = false;
+    prefill["stream"] = stream;
     if (prefill.contains("min_tokens") && prefill["min_tokens"].is_number_integer() &&
         prefill["min_tokens"].get<int64_t>() > 1)
         prefill["min_tokens"] = 1;  // the first token may not be EOS exactly when the client's min_tokens >= 1
     prefill["kv_transfer_params"] = {{"do_remote_decode", true}};
-    const std::string prefill_body = prefill.dump();
-    const int64_t estimated_prompt = static_cast<int64_t>(req.body.size() / 4) + 1;  // ~4 bytes per token
+    return prefill.dump();
+}
+
+// The prefill instance's whole answer first (no overlap). False when the client has been answered.
+bool PdProxy::prefill_whole(const std::shared_ptr<Flow>& flow, const std::string& prefill_body, Json& params,
+                            int64_t& prompt_tokens) {
     std::vector<int> tried;
     std::string last_error, answer, answer_type;
     int status = 0;
@@ -282,40 +351,102 @@ void PdProxy::run(const std::shared_ptr<Flow>& flow) {
         answer.clear();
         call.on_head = [&](int s, const std::string& t) { status = s, answer_type = t; };
         call.on_body = [&](std::string_view b) { answer.append(b); };
-        add_load(i, estimated_prompt);
-        last_error = flow->run_call(call, upstream(instance(i), prefill_body));
-        add_load(i, -estimated_prompt);
-        if (flow->disconnected) return;
+        add_load(i, prompt_tokens);
+        last_error = flow->run_call(call, upstream(*flow, i, prefill_body));
+        add_load(i, -prompt_tokens);
+        if (flow->disconnected) return false;
         if (last_error.empty()) break;
         mark_failed(i, last_error);
-        if (call.answered()) return fail(502, "The prefill instance broke off: " + last_error);
+        if (call.answered()) return fail(*flow, 502, "The prefill instance broke off: " + last_error), false;
     }
-    if (!last_error.empty() || status == 0) return fail(503, "No prefill instance answered: " + last_error);
-    if (status != 200) return out.respond(status, answer_type, answer);  // the request's own fault, as it said
-    const Json prefilled = Json::parse(answer, nullptr, false);
+    if (!last_error.empty() || status == 0)
+        return fail(*flow, 503, "No prefill instance answered: " + last_error), false;
+    if (status != 200) return flow->responder->respond(status, answer_type, answer), false;  // the request's own fault
+    Json prefilled = Json::parse(answer, nullptr, false);
     if (!prefilled.is_object() || !prefilled.contains("kv_transfer_params")) {
-        return fail(502,
-                    "The prefill instance's answer has no kv_transfer_params (is it started with "
-                    "--kv-transfer-config and kv_role kv_producer?)");
+        fail(*flow, 502,
+             "The prefill instance's answer has no kv_transfer_params (is it started with --kv-transfer-config and "
+             "kv_role kv_producer?)");
+        return false;
     }
-    // 2. The decode half: the client's own request, continuing from that KV.
-    body["kv_transfer_params"] = prefilled["kv_transfer_params"];
-    const std::string decode_body = body.dump();
-    int64_t load = output_tokens_of(body);
+    params = std::move(prefilled["kv_transfer_params"]);
     if (prefilled.contains("usage") && prefilled["usage"].value("prompt_tokens", 0) > 0)
-        load += prefilled["usage"]["prompt_tokens"].get<int64_t>();
-    tried.clear();
+        prompt_tokens = prefilled["usage"]["prompt_tokens"].get<int64_t>();
+    return true;
+}
+
+// The prefill streamed: the decode half starts as soon as the prefill instance names the
+// transfers, and its fetch follows the prefill's progress. False when the client has been answered.
+bool PdProxy::prefill_streamed(const std::shared_ptr<Flow>& flow, const std::string& prefill_body,
+                               std::unique_ptr<StreamedPrefill>& call_out, Json& params) {
+    const int64_t estimated = static_cast<int64_t>(flow->request.body.size() / 4) + 1;
+    std::vector<int> tried;
+    std::string last_error;
+    for (int i; (i = pick(true, tried)) >= 0;) {
+        tried.push_back(i);
+        auto p = std::make_unique<StreamedPrefill>();
+        // The call outlives this function (it ends after the decode half has started): its own copies.
+        p->thread = std::thread([this, flow, i, body = prefill_body, estimated, raw = p.get()] {
+            UpstreamCall call;
+            call.on_head = [raw](int s, const std::string& t) {
+                std::lock_guard lock(raw->mutex);
+                raw->status = s, raw->type = t, raw->answered = true;
+            };
+            call.on_body = [raw](std::string_view b) { raw->on_body(b); };
+            add_load(i, estimated);
+            const std::string error = flow->run_call(call, upstream(*flow, i, body));
+            add_load(i, -estimated);
+            std::lock_guard lock(raw->mutex);
+            raw->error = error;
+            raw->ended = true;
+            raw->cv.notify_all();
+        });
+        p->wait();
+        if (p->named) {
+            params = p->params;
+            call_out = std::move(p);
+            return true;
+        }
+        p->thread.join();
+        if (flow->disconnected) return false;
+        if (p->error.empty() && p->status != 0) {
+            if (p->status != 200) return flow->responder->respond(p->status, p->type, p->answer), false;
+            fail(*flow, 502,
+                 "The prefill instance's stream named no kv_transfer_params (is it started with --kv-transfer-config "
+                 "and kv_role kv_producer?)");
+            return false;
+        }
+        last_error = p->error;
+        mark_failed(i, last_error);
+        if (p->answered) return fail(*flow, 502, "The prefill instance broke off: " + last_error), false;
+    }
+    fail(*flow, 503, "No prefill instance answered: " + last_error);
+    return false;
+}
+
+void PdProxy::decode(const std::shared_ptr<Flow>& flow, const std::string& decode_body, int64_t load) {
+    Responder& out = *flow->responder;
+    std::vector<int> tried;
+    std::string last_error, answer, answer_type;
+    int status = 0;
     for (int i; (i = pick(false, tried)) >= 0;) {
         tried.push_back(i);
         UpstreamCall call;
         bool streaming = false;
         answer.clear();
+        const double started = steady_seconds();
+        bool first_byte = true;
         call.on_head = [&](int s, const std::string& t) {
             status = s, answer_type = t;
             streaming = s == 200 && t.rfind("text/event-stream", 0) == 0;
             if (streaming) out.start_stream();
         };
         call.on_body = [&](std::string_view b) {
+            if (std::exchange(first_byte, false)) {
+                std::lock_guard lock(mutex_);
+                ++num_decode_started_;
+                decode_first_byte_seconds_ += steady_seconds() - started;
+            }
             if (streaming) {
                 out.send_chunk(std::string(b));
             } else {
@@ -323,7 +454,7 @@ void PdProxy::run(const std::shared_ptr<Flow>& flow) {
             }
         };
         add_load(i, load);
-        last_error = flow->run_call(call, upstream(instance(i), decode_body));
+        last_error = flow->run_call(call, upstream(*flow, i, decode_body));
         add_load(i, -load);
         if (flow->disconnected) return;
         if (last_error.empty()) {
@@ -341,7 +472,7 @@ void PdProxy::run(const std::shared_ptr<Flow>& flow) {
         out.send_chunk("data: " + error_json(502, message) + "\n\ndata: [DONE]\n\n");
         return out.end_stream();
     }
-    fail(503, "No decode instance answered: " + last_error);
+    fail(*flow, 503, "No decode instance answered: " + last_error);
 }
 
 }  // namespace moeserve::serve

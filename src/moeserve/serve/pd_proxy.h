@@ -1,8 +1,10 @@
 // PdProxy: the front of a PD-disaggregated deployment (`moeserve proxy`, docs/parallelism.md,
 // "PD disaggregation"). Each completion or chat request is sent first to a prefill instance as
-// its prefill half (max_tokens 1, not streamed, kv_transfer_params {"do_remote_decode": true}),
-// then the client's own request, with the kv_transfer_params the prefill answered, to a decode
-// instance, whose answer (JSON or SSE stream) is relayed to the client as it arrives.
+// its prefill half (max_tokens 1, kv_transfer_params {"do_remote_decode": true}), then the
+// client's own request, with the kv_transfer_params the prefill named, to a decode instance,
+// whose answer (JSON or SSE stream) is relayed to the client as it arrives. Streamed (the
+// default), the prefill half is an SSE call whose first event names the transfer: the decode half
+// starts then, and its KV fetch follows the prefill as it computes; else after the prefill's answer.
 //
 // Instances are picked by load: the tokens the proxy itself has outstanding on each (prompt
 // tokens, estimated from the body until the prefill says; plus max_tokens on decode instances).
@@ -19,9 +21,12 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "moeserve/core/log.h"
 #include "moeserve/serve/access_policy.h"
 #include "moeserve/serve/http_server.h"
+#include "moeserve/serve/upstream_call.h"
 
 namespace moeserve::serve {
 
@@ -32,6 +37,9 @@ struct PdProxyOptions {
     int idle_timeout_ms = 600000;  // an upstream silent this long fails the request
     int down_ms = 5000;            // an unreachable instance is skipped this long
     int max_in_flight = 1024;      // requests at once; more get 503
+    // Streams the prefill half: the decode instance starts fetching the prompt's KV as soon as
+    // the prefill instance names the transfer, while it still prefills (false: after it has).
+    bool stream_kv = true;
     // Who may use the proxy: the same Host / Origin / API key / JSON-body policy as `serve`
     // (access_policy.h); the client's Authorization is passed on to the instances as it came.
     AccessPolicyConfig access{};
@@ -65,7 +73,16 @@ public:
 
 private:
     struct Flow;
+    struct StreamedPrefill;
     void run(const std::shared_ptr<Flow>& flow);
+    static std::string prefill_body(const nlohmann::json& body, bool stream);
+    bool prefill_whole(const std::shared_ptr<Flow>& flow, const std::string& prefill_body, nlohmann::json& params,
+                       int64_t& prompt_tokens);
+    bool prefill_streamed(const std::shared_ptr<Flow>& flow, const std::string& prefill_body,
+                          std::unique_ptr<StreamedPrefill>& call, nlohmann::json& params);
+    void decode(const std::shared_ptr<Flow>& flow, const std::string& decode_body, int64_t load);
+    UpstreamRequest upstream(const Flow& flow, int instance, const std::string& body) const;
+    void fail(Flow& flow, int status, const std::string& message);
     // The least-loaded reachable instance of that kind not in `tried`, or -1.
     int pick(bool prefill, const std::vector<int>& tried);
     void add_load(int instance, int64_t tokens);
@@ -81,6 +98,10 @@ private:
     std::condition_variable idle_cv_;
     std::vector<std::weak_ptr<Flow>> flows_;
     int64_t num_requests_ = 0, num_failed_ = 0;
+    // Per request, summed: from its arrival until the prefill instance named the transfer
+    // (streamed) or answered, and from the decode call's start until its first body bytes.
+    int64_t num_prefilled_ = 0, num_decode_started_ = 0;
+    double prefill_seconds_ = 0, decode_first_byte_seconds_ = 0;
 };
 
 }  // namespace moeserve::serve

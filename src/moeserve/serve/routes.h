@@ -121,6 +121,8 @@ private:
     // The history prepared as vLLM does, rendered and tokenized.
     ChatPrompt chat_prompt(const ChatPromptInput& input) const;
     void on_output(const std::shared_ptr<Job>& job, size_t choice, const ipc::RequestOutput& out);
+    // vLLM's field: what the decode half of a producer request passes back as its kv_transfer_params.
+    nlohmann::ordered_json kv_transfer_params(const Job& job) const;
     nlohmann::ordered_json prompt_logprobs_json(const std::vector<ipc::TokenLogprobs>& entries) const;
     // Logs each request field nobody knows once per server (vLLM accepts them with a warning).
     void warn_unknown_fields(const std::vector<std::string>& fields, const char* route);

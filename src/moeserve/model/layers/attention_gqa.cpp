@@ -4,6 +4,7 @@
 
 #include "moeserve/core/error.h"
 #include "moeserve/kernels/cpu/norm.h"
+#include "moeserve/model/formats/modelslim.h"
 #include "moeserve/model/layers/weight_loading.h"
 
 namespace moeserve::model {
@@ -21,15 +22,22 @@ int64_t GqaAttention::local_kv_heads(const GqaShape& s, int tp) {
           s.num_kv_heads, tp);
 }
 
-GqaAttention GqaAttention::load(const io::WeightSource& weights, const std::string& prefix, const GqaShape& s,
-                                int tp_rank, int tp_size, const Quantization& quant) {
-    GqaAttention a;
+KvSlice GqaAttention::kv_heads(const GqaShape& s, int tp_rank, int tp_size) {
     const int64_t kv_local = local_kv_heads(s, tp_size);
-    const int64_t heads_local = s.num_heads / tp_size;
-    const int64_t q_begin = tp_rank * heads_local;
+    const int64_t q_begin = tp_rank * (s.num_heads / tp_size);
     // the KV head of q head h is h / (H / KV); replicated KV heads follow the rank's q heads
     const int64_t kv_begin =
         s.num_kv_heads % tp_size == 0 ? tp_rank * kv_local : q_begin / (s.num_heads / s.num_kv_heads);
+    return {kv_begin, kv_local, s.num_kv_heads};
+}
+
+GqaAttention GqaAttention::load(const io::WeightSource& weights, const std::string& prefix, const GqaShape& s,
+                                int tp_rank, int tp_size, const Quantization& quant) {
+    GqaAttention a;
+    const KvSlice kv = kv_heads(s, tp_rank, tp_size);
+    const int64_t kv_local = kv.count, kv_begin = kv.first;
+    const int64_t heads_local = s.num_heads / tp_size;
+    const int64_t q_begin = tp_rank * heads_local;
     const int64_t q_dim = s.num_heads * s.head_dim;
     const int64_t kv_dim = s.num_kv_heads * s.head_dim;
     const int64_t d = s.head_dim;

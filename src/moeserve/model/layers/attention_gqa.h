@@ -10,6 +10,7 @@
 #include "moeserve/io/weight_source.h"
 #include "moeserve/kernels/cpu/paged_attention.h"
 #include "moeserve/model/forward_batch.h"
+#include "moeserve/model/kv_cache.h"
 #include "moeserve/model/layers/linear.h"
 #include "moeserve/model/layers/rotary_embedding.h"
 
@@ -41,6 +42,8 @@ public:
     const GqaShape& shape() const { return shape_; }
     // KV heads one rank of tp_size holds (see load()).
     static int64_t local_kv_heads(const GqaShape& shape, int tp_size);
+    // The model's KV heads TP rank tp_rank holds (its K/V projection rows and its KV cache).
+    static KvSlice kv_heads(const GqaShape& shape, int tp_rank, int tp_size);
 
     // h f32 [T, hidden] -> out f32 [T, hidden]; writes this layer's K/V of the batch into kv.
     void forward(ThreadPool& pool, const float* h, const ForwardBatch& batch, const kernels::cpu::PagedKvLayer& kv,

@@ -322,8 +322,6 @@ void read_generation(Fields& f, GenerationParams& p) {
         }
         check(!(p.kv_transfer.produce && !p.kv_transfer.transfers.empty()), "kv_transfer_params",
               "'kv_transfer_params' cannot ask for both do_remote_decode and do_remote_prefill");
-        check(!(p.kv_transfer.produce && p.stream), "kv_transfer_params",
-              "the prefill half of a disaggregated request (do_remote_decode) cannot stream");
     }
 }
 
