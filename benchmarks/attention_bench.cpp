@@ -7,7 +7,9 @@
 // it has no paged attention; the ratio to STREAM bounds decode. Decode with cache=1 reads a bf16
 // KV cache (--kv-cache-dtype bf16: half the bytes), cache=2 an fp8 one (--kv-cache-dtype fp8: e4m3
 // codes + an f32 scale per row, ~a quarter), and both also time the f32 cache in the same loop:
-// speedup_vs_f32 = median f32 time / median time of that cache.
+// speedup_vs_f32 = median f32 time / median time of that cache. BM_AttentionDecodeEngineLayout
+// decodes one sequence in the engine's cache layout against a STREAM read; BM_MlaDecodeLong
+// times MLA decode of one head group at 2 threads against 1 (split-KV).
 #include <benchmark/benchmark.h>
 
 #include <numeric>
@@ -16,7 +18,9 @@
 
 #include "bench_baselines.h"
 #include "moeserve/core/dtype.h"
+#include "moeserve/core/tensor.h"
 #include "moeserve/kernels/cpu/isa.h"
+#include "moeserve/kernels/cpu/mla_attention.h"
 #include "moeserve/kernels/cpu/paged_attention.h"
 
 namespace {
@@ -190,5 +194,90 @@ BENCHMARK(BM_AttentionPrefill)
 BENCHMARK(BM_AttentionDecodeLong)->Arg(4096)->Arg(16384)->ArgName("ctx")->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
+
+// One sequence decoding at a long context as the engine holds it: the peer's bench model's
+// attention (head_dim 64, 16 query / 4 kv heads), a bf16 cache in the engine's allocation (2 MiB
+// pages where the kernel gives them) with the sequence's blocks in order, as a fresh engine hands
+// them out. GB/s of K/V read against a STREAM-style read of the same bytes in the same loop.
+void BM_AttentionDecodeEngineLayout(benchmark::State& state) {
+    constexpr int64_t kD = 64;
+    const int64_t ctx = state.range(0), blocks = ctx / kBlock + 1, row = kKvHeads * kD;
+    const size_t cache_bytes = size_t(blocks * kBlock * row) * 2;
+    auto* k = static_cast<uint16_t*>(moeserve::aligned_alloc_zeroed(cache_bytes));
+    auto* v = static_cast<uint16_t*>(moeserve::aligned_alloc_zeroed(cache_bytes));
+    for (size_t i = 0; i < cache_bytes / 2; ++i) {
+        k[i] = moeserve::f32_to_bf16(0.01f * float(i % 7));
+        v[i] = moeserve::f32_to_bf16(0.02f * float(i % 5));
+    }
+    std::vector<int32_t> table(size_t(blocks - 1));
+    std::iota(table.begin(), table.end(), 1);
+    std::vector<float> q(size_t(kHeads * kD), 0.1f), out(q.size());
+    const int32_t qstart[2] = {0, 1}, len = int32_t(ctx);
+    const kc::PagedKvLayer kv{k, v, blocks, kBlock, kKvHeads, kD, moeserve::DType::kBF16};
+    const kc::PagedAttentionArgs args{q.data(), out.data(),   1,          kHeads, 1, qstart,
+                                      &len,     table.data(), blocks - 1, 0.125f};
+    ThreadPool pool(kThreads);
+    const int64_t kv_bytes = ctx * row * 2 * 2;
+    std::vector<uint8_t> buf(size_t(kv_bytes), 1);
+    volatile float sink = 0;
+    std::vector<double> times, base_times;
+    for (auto _ : state) {
+        double t0 = now_s();
+        kc::paged_attention(pool, kv, args);
+        times.push_back(now_s() - t0);
+        benchmark::DoNotOptimize(out.data());
+        t0 = now_s();
+        sink = sink + stream_read(pool, buf.data(), kv_bytes);
+        base_times.push_back(now_s() - t0);
+    }
+    state.counters["GBps"] = double(kv_bytes) / median(times) / 1e9;
+    state.counters["stream_GBps"] = double(kv_bytes) / median(base_times) / 1e9;
+    moeserve::aligned_free(k, cache_bytes);
+    moeserve::aligned_free(v, cache_bytes);
+}
+BENCHMARK(BM_AttentionDecodeEngineLayout)
+    ->Arg(4096)
+    ->Arg(16384)
+    ->Arg(65536)
+    ->ArgName("ctx")
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// MLA decode of one token over a long context with the DeepSeek bench model's latent (kv_lora_rank
+// 256, rope 32), bf16 cache, 16 heads (one rank) or 8 (a TP=2 rank's share): 2 threads against 1
+// in the same loop. 8 heads are one AVX2 head group: before split-KV, one item for one thread.
+void BM_MlaDecodeLong(benchmark::State& state) {
+    constexpr int64_t kRank = 256, kRope = 32, kRow = kRank + kRope;
+    const int64_t ctx = state.range(0), kMlaHeads = state.range(1), blocks = ctx / kBlock + 1;
+    std::vector<uint16_t> cache(size_t(blocks * kBlock * kRow), moeserve::f32_to_bf16(0.01f));
+    std::vector<int32_t> table(size_t(blocks - 1));
+    std::iota(table.begin(), table.end(), 1);
+    std::vector<float> q(size_t(kMlaHeads * kRow), 0.1f), out(size_t(kMlaHeads * kRank));
+    const int32_t qstart[2] = {0, 1}, len = int32_t(ctx);
+    const kc::PagedLatentLayer kv{cache.data(), blocks, kBlock, kRank, kRope, moeserve::DType::kBF16};
+    const kc::MlaAttentionArgs args{q.data(), out.data(),   1,          kMlaHeads, 1, qstart,
+                                    &len,     table.data(), blocks - 1, 0.1f};
+    ThreadPool two(2), one(1);
+    std::vector<double> times, one_times;
+    for (auto _ : state) {
+        double t0 = now_s();
+        kc::mla_attention(two, kv, args);
+        times.push_back(now_s() - t0);
+        t0 = now_s();
+        kc::mla_attention(one, kv, args);
+        one_times.push_back(now_s() - t0);
+        benchmark::DoNotOptimize(out.data());
+    }
+    state.counters["GFLOPS"] = double(ctx * kMlaHeads * (kRow + kRank) * 2) / median(times) / 1e9;
+    state.counters["speedup_vs_1_thread"] = median(one_times) / median(times);
+}
+BENCHMARK(BM_MlaDecodeLong)
+    ->Args({4096, 16})
+    ->Args({16384, 16})
+    ->Args({4096, 8})
+    ->Args({16384, 8})
+    ->ArgNames({"ctx", "heads"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 BENCHMARK_MAIN();

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -73,6 +74,58 @@ TEST(MlaAttentionTest, MatchesReference) {
             test::expect_close(out.data(), ref.data(), t * c.heads * c.rank, 2e-6f, "mla_attention");
         }
     }
+}
+
+// Long contexts, split by segments of 256 keys across the threads (where the (token, head group)
+// items are fewer than the threads) and merged: a decode token after
+// 1299 keys, a chunk of 3 tokens at positions 700-702 (after a segment boundary at 512) and 2
+// tokens of a short sequence beside them (one item each), causal and not, with the lse; 9 heads
+// (the AVX2 kernel's groups of 8, the second partial) and 17 (at the avx512 level the AVX-512
+// kernel's groups of 16, the second with one head).
+void expect_long_contexts_match_reference(int64_t kHeadsN) {
+    SCOPED_TRACE(testing::Message() << kHeadsN << " heads");
+    constexpr int64_t kRank = 64, kRope = 16, kBs = 16, kRow = kRank + kRope;
+    const std::vector<int32_t> query_start{0, 1, 4, 6}, seq_lens{1300, 703, 40};
+    int64_t max_blocks = 0, num_blocks = 1;
+    for (int32_t len : seq_lens) {
+        max_blocks = std::max(max_blocks, (int64_t{len} + kBs - 1) / kBs);
+        num_blocks += (len + kBs - 1) / kBs;
+    }
+    std::vector<int32_t> tables(size_t(3 * max_blocks), 0);
+    int32_t next_block = int32_t(num_blocks - 1);  // from the top down: out of order
+    for (size_t s = 0; s < 3; ++s) {
+        for (int64_t b = 0; b < (seq_lens[s] + kBs - 1) / kBs; ++b)
+            tables[s * size_t(max_blocks) + size_t(b)] = next_block--;
+    }
+    std::mt19937 rng(11);
+    test::Floats cache(num_blocks * kBs * kRow), q(6 * kHeadsN * kRow);
+    test::fill_uniform(cache.data(), num_blocks * kBs * kRow, rng);
+    test::fill_uniform(q.data(), 6 * kHeadsN * kRow, rng, -0.5f, 0.5f);
+    const PagedLatentLayer kv{cache.data(), num_blocks, kBs, kRank, kRope};
+    for (bool causal : {true, false}) {
+        SCOPED_TRACE(causal ? "causal" : "not causal");
+        test::Floats out(6 * kHeadsN * kRank), ref(6 * kHeadsN * kRank), lse(6 * kHeadsN), lse_ref(6 * kHeadsN);
+        MlaAttentionArgs args{q.data(),        out.data(),    6,          kHeadsN, 3, query_start.data(),
+                              seq_lens.data(), tables.data(), max_blocks, 0.3f};
+        args.causal = causal;
+        args.lse = lse_ref.data();
+        args.out = ref.data();
+        mla_attention_ref(kv, args);
+        for (int threads : {1, 3, 16}) {  // 16: more threads than the 12 (token, group) items, so split
+            ThreadPool pool(threads);
+            args.out = out.data();
+            args.lse = lse.data();
+            mla_attention(pool, kv, args);
+            test::expect_close(out.data(), ref.data(), 6 * kHeadsN * kRank, 2e-6f, "mla_attention");
+            test::expect_close(lse.data(), lse_ref.data(), 6 * kHeadsN, 2e-6f, "mla_attention lse");
+        }
+    }
+}
+
+TEST(MlaAttentionTest, LongContextsSplitBySegmentsMatchReference) {
+    test::for_each_isa([&](Isa) {
+        for (int64_t heads : {9, 17}) expect_long_contexts_match_reference(heads);
+    });
 }
 
 // A bf16 latent cache: mla_attention (every ISA level) and mla_attention_ref over it equal the

@@ -186,45 +186,48 @@ TEST(PagedAttentionTest, LongContextsMatchDenseAttention) {
 // A query's output has the same bits whether it is decoded alone or is one row of a prefill
 // chunk (the engine's batched-equals-alone guarantee rests on it): 20 tokens attended as one chunk
 // (an item of 16 tokens and one of 4, whose rows take different AVX-512 kernels), then each of the
-// 20 alone at its own sequence length, for each cache dtype and ISA level.
-TEST(PagedAttentionTest, AQueryHasTheSameBitsAloneAndInAChunk) {
-    constexpr int64_t kBs = 16, kD = 64, kHeads = 4, kKvHeads = 2, kLen = 300, kChunkLen = 20;
-    constexpr int64_t kRow = kKvHeads * kD, kBlocks = kLen / kBs + 2;
+// 20 alone at its own sequence length (alone, a decode is split by key segments across the
+// threads), for each cache dtype and ISA level; at 300 keys (one segment) and at 524, where the
+// chunk straddles the segment boundary at 512.
+void expect_same_bits_alone_and_in_a_chunk(int64_t len) {
+    constexpr int64_t kBs = 16, kD = 64, kHeads = 4, kKvHeads = 2, kChunkLen = 20, kRow = kKvHeads * kD;
+    SCOPED_TRACE(testing::Message() << "keys " << len);
+    const int64_t blocks = len / kBs + 2;
     std::mt19937 rng(5);
-    std::vector<float> k(size_t(kLen * kRow)), v(k.size());
-    test::fill_uniform(k.data(), kLen * kRow, rng, -2.0f, 2.0f);
-    test::fill_uniform(v.data(), kLen * kRow, rng);
+    std::vector<float> k(size_t(len * kRow)), v(k.size());
+    test::fill_uniform(k.data(), len * kRow, rng, -2.0f, 2.0f);
+    test::fill_uniform(v.data(), len * kRow, rng);
     test::Floats q(kChunkLen * kHeads * kD), chunk_out(kChunkLen * kHeads * kD), alone_out(kHeads * kD);
     test::fill_uniform(q.data(), kChunkLen * kHeads * kD, rng, -2.0f, 2.0f);
-    std::vector<int32_t> table(size_t(kBlocks - 1));
+    std::vector<int32_t> table(size_t(blocks - 1));
     std::iota(table.begin(), table.end(), 1);
     std::shuffle(table.begin(), table.end(), rng);
-    std::vector<int64_t> slots(static_cast<size_t>(kLen));
-    for (int64_t p = 0; p < kLen; ++p) slots[size_t(p)] = int64_t{table[size_t(p / kBs)]} * kBs + p % kBs;
+    std::vector<int64_t> slots(static_cast<size_t>(len));
+    for (int64_t p = 0; p < len; ++p) slots[size_t(p)] = int64_t{table[size_t(p / kBs)]} * kBs + p % kBs;
     for (DType dtype : {DType::kF32, DType::kBF16, DType::kF8E4M3}) {
         SCOPED_TRACE(dtype_name(dtype));
-        const size_t elems = size_t(kBlocks * kBs * kRow);
+        const size_t elems = size_t(blocks * kBs * kRow);
         std::vector<std::byte> kc(elems * 4), vc(elems * 4);
         std::vector<float> ks(elems / kD), vs(elems / kD);
-        PagedKvLayer kv{kc.data(), vc.data(), kBlocks, kBs, kKvHeads, kD, dtype, ks.data(), vs.data()};
-        write_kv(kv, k.data(), v.data(), kLen, slots.data());
+        PagedKvLayer kv{kc.data(), vc.data(), blocks, kBs, kKvHeads, kD, dtype, ks.data(), vs.data()};
+        write_kv(kv, k.data(), v.data(), len, slots.data());
         test::for_each_isa([&](Isa) {
             ThreadPool pool(2);
-            const int32_t chunk_start[2] = {0, int32_t(kChunkLen)}, chunk_len = int32_t(kLen);
-            const PagedAttentionArgs chunk{q.data(),    chunk_out.data(), kChunkLen,    kHeads,      1,
-                                           chunk_start, &chunk_len,       table.data(), kBlocks - 1, 0.125f};
+            const int32_t chunk_start[2] = {0, int32_t(kChunkLen)}, chunk_len = int32_t(len);
+            const PagedAttentionArgs chunk{q.data(),    chunk_out.data(), kChunkLen,    kHeads,     1,
+                                           chunk_start, &chunk_len,       table.data(), blocks - 1, 0.125f};
             paged_attention(pool, kv, chunk);
             for (int64_t i = 0; i < kChunkLen; ++i) {
-                const int32_t start[2] = {0, 1}, len = int32_t(kLen - kChunkLen + i + 1);
+                const int32_t start[2] = {0, 1}, alone_len = int32_t(len - kChunkLen + i + 1);
                 const PagedAttentionArgs alone{q.data() + i * kHeads * kD,
                                                alone_out.data(),
                                                1,
                                                kHeads,
                                                1,
                                                start,
-                                               &len,
+                                               &alone_len,
                                                table.data(),
-                                               kBlocks - 1,
+                                               blocks - 1,
                                                0.125f};
                 paged_attention(pool, kv, alone);
                 for (int64_t x = 0; x < kHeads * kD; ++x) {
@@ -233,6 +236,10 @@ TEST(PagedAttentionTest, AQueryHasTheSameBitsAloneAndInAChunk) {
             }
         });
     }
+}
+
+TEST(PagedAttentionTest, AQueryHasTheSameBitsAloneAndInAChunk) {
+    for (int64_t len : {300, 524}) expect_same_bits_alone_and_in_a_chunk(len);
 }
 
 // write_kv rounds to nearest even into a bf16 cache, skips negative slots.

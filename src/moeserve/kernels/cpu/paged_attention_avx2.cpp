@@ -8,7 +8,8 @@
 // row's scale (times simd::kE4m3Unit) multiplies the score of its key and, folded into the
 // softmax weight, its value row, so the inner loops only widen. This code serves every ISA level
 // (the ref level included: attention has no scalar dispatch level); at the avx512 level the
-// items go to paged_attention_avx512.cpp instead.
+// items go to paged_attention_avx512.cpp instead, and decode-shaped sequences are split by
+// segments of keys across the threads (SplitDecode).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -196,17 +197,10 @@ void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, flo
             for (int64_t j = 0; j < nv; ++j) mt = std::max(mt, p[j]);
             const float m_new = std::max(g.m[qi], mt);
             alpha[qi] = std::exp(g.m[qi] - m_new);  // 0 on the first tile (m = -inf)
-            float lt = 0.0f;
-            int64_t j = 0;
-            for (; j + 8 <= nv; j += 8) {
-                const __m256 e = simd::exp8(_mm256_sub_ps(_mm256_load_ps(p + j), _mm256_set1_ps(m_new)));
-                _mm256_store_ps(p + j, e);
-                lt += simd::hsum(e);
-            }
-            for (; j < nv; ++j) lt += p[j] = std::exp(p[j] - m_new);
+            const float lt = simd::exp_shifted_sum(p, nv, m_new);
             std::fill(p + nv, p + n, 0.0f);  // causal mask inside the tile
             if constexpr (kScaled<T>) {      // each value row's factor, folded into its weight
-                for (j = 0; j < nv; ++j) p[j] *= t.vf[j];
+                for (int64_t j = 0; j < nv; ++j) p[j] *= t.vf[j];
             }
             g.l[qi] = g.l[qi] * alpha[qi] + lt;
             g.m[qi] = m_new;
@@ -284,18 +278,124 @@ void attend_avx2(const PagedKvLayer& kv, const PagedAttentionArgs& a, int64_t s,
     if (g.nq > 0) attend_group(kv, table, kvh, a.scale, tile, g);
 }
 
+// Split-KV decode at the avx512 level: a decode-shaped sequence (at most kDecodeRows query rows
+// per kv head) is cut into segments of kSegmentKeys keys, one work item each over every kv head,
+// so the threads share one long sequence's keys. Each item writes its segment's partial result;
+// the partials are then merged in key order, as the flash block merges its segments (same bits).
+// The plan lists every split sequence's rows once, kv head major (FlashDecodeRows).
+struct SplitDecode {
+    struct Seq {
+        int64_t seq, rows, first_row, first_item, segments;
+        int64_t partials;  // offset (floats) of its running total; its segments' partials follow
+    };
+    std::vector<Seq> seqs;
+    std::vector<bool> split;  // [num_seqs]
+    std::vector<const float*> q;
+    std::vector<float*> out, lse;
+    std::vector<int64_t> pos;
+    int64_t num_items = 0, floats = 0;
+};
+
+// A sequence with no query token (nothing to attend) is not: it gets no item either way.
+bool decode_shaped(const PagedKvLayer& kv, const PagedAttentionArgs& a, int64_t s) {
+    const int64_t q_len = a.query_start[s + 1] - a.query_start[s];
+    return q_len > 0 && q_len * (a.num_heads / kv.num_kv_heads) <= detail::kDecodeRows;
+}
+
+// One partial of `rows` rows: o [rows][head_dim], m and l [rows].
+int64_t partial_floats(int64_t rows, int64_t d) { return rows * (d + 2); }
+
+// A sequence's partials from `base`: index 0 is the running total, 1 + segment the segments.
+detail::FlashPartial partial_at(float* base, int64_t rows, int64_t d, int64_t index) {
+    float* o = base + index * partial_floats(rows, d);
+    return {o, o + rows * d, o + rows * d + rows};
+}
+
+// Appends the rows of decode-shaped sequence s, kv head major: q, out, lse and pos.
+void add_decode_rows(const PagedKvLayer& kv, const PagedAttentionArgs& a, int64_t s, SplitDecode& plan) {
+    const int64_t d = kv.head_dim, group = a.num_heads / kv.num_kv_heads;
+    const int64_t q0 = a.query_start[s], q_len = a.query_start[s + 1] - q0;
+    for (int64_t h = 0; h < kv.num_kv_heads; ++h) {
+        for (int64_t i = 0; i < q_len; ++i) {
+            for (int64_t g = 0; g < group; ++g) {
+                const int64_t tok = (q0 + i) * a.num_heads + h * group + g;
+                plan.q.push_back(a.q + tok * d);
+                plan.out.push_back(a.out + tok * d);
+                plan.lse.push_back(a.lse ? a.lse + tok : nullptr);
+                plan.pos.push_back(a.seq_lens[s] - q_len + i);
+            }
+        }
+    }
+}
+
+SplitDecode plan_split_decode(const PagedKvLayer& kv, const PagedAttentionArgs& a) {
+    SplitDecode plan;
+    plan.split.assign(size_t(a.num_seqs), false);
+    for (int64_t s = 0; s < a.num_seqs; ++s) {
+        if (!decode_shaped(kv, a, s)) continue;
+        plan.split[size_t(s)] = true;
+        const int64_t first_row = int64_t(plan.q.size());
+        add_decode_rows(kv, a, s, plan);
+        const int64_t rows = int64_t(plan.q.size()) - first_row;
+        const int64_t segments = (int64_t{a.seq_lens[s]} + detail::kSegmentKeys - 1) / detail::kSegmentKeys;
+        plan.seqs.push_back({s, rows, first_row, plan.num_items, segments, plan.floats});
+        plan.num_items += segments;
+        plan.floats += (1 + segments) * partial_floats(rows, kv.head_dim);
+    }
+    return plan;
+}
+
+// One item of a split decode: segment `segment` of sequence `sq` into its partial.
+void run_split_item(const PagedKvLayer& kv, const PagedAttentionArgs& a, const SplitDecode& plan,
+                    const SplitDecode::Seq& sq, int64_t segment, float* partials) {
+    const detail::FlashKvHead head = flash_kv_head(kv, a.block_tables + sq.seq * a.max_blocks_per_seq, 0, a.scale);
+    const detail::FlashDecodeRows rows{kv.num_kv_heads, sq.rows / kv.num_kv_heads, plan.q.data() + sq.first_row,
+                                       plan.pos.data() + sq.first_row};
+    detail::flash_decode_segment_avx512(head, rows, segment,
+                                        partial_at(partials + sq.partials, sq.rows, kv.head_dim, 1 + segment));
+}
+
+// Each split sequence's segments merged in key order into its total, then divided out.
+void merge_split_decode(ThreadPool& pool, const PagedKvLayer& kv, const SplitDecode& plan, float* partials) {
+    const int64_t d = kv.head_dim;
+    pool.parallel_for(int64_t(plan.seqs.size()), [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            const SplitDecode::Seq& sq = plan.seqs[size_t(i)];
+            float* base = partials + sq.partials;
+            const detail::FlashPartial total = partial_at(base, sq.rows, d, 0);
+            std::fill(total.o, total.o + sq.rows * d, 0.0f);
+            std::fill(total.m, total.m + sq.rows, -INFINITY);
+            std::fill(total.l, total.l + sq.rows, 0.0f);
+            for (int64_t seg = 0; seg < sq.segments; ++seg) {
+                detail::flash_merge_avx512(total, partial_at(base, sq.rows, d, 1 + seg), sq.rows, d);
+            }
+            detail::flash_finish_avx512(total, sq.rows, d, plan.out.data() + sq.first_row,
+                                        plan.lse.data() + sq.first_row);
+        }
+    });
+}
+
 template <typename T>
 void run_paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttentionArgs& a) {
     const bool flash = use_flash(kv);
     const int64_t d = kv.head_dim;
-    // Work items: (sequence, kv head, chunk of kChunk query tokens), handed out dynamically
-    // (later chunks of a prefill see more keys). item_start[s] = first item of sequence s.
+    SplitDecode plan = flash ? plan_split_decode(kv, a) : SplitDecode{};
+    if (!flash) plan.split.assign(size_t(a.num_seqs), false);
+    // Work items: (sequence, kv head, chunk of kChunk query tokens) for the sequences not split,
+    // handed out dynamically (later chunks of a prefill see more keys), then the split decode's
+    // segments. item_start[s] = first item of sequence s.
     std::vector<int64_t> item_start(static_cast<size_t>(a.num_seqs + 1), 0);
     for (int64_t s = 0; s < a.num_seqs; ++s) {
         const int64_t q_len = a.query_start[s + 1] - a.query_start[s];
-        item_start[size_t(s + 1)] = item_start[size_t(s)] + kv.num_kv_heads * ((q_len + kChunk - 1) / kChunk);
+        const int64_t items = plan.split[size_t(s)] ? 0 : kv.num_kv_heads * ((q_len + kChunk - 1) / kChunk);
+        item_start[size_t(s + 1)] = item_start[size_t(s)] + items;
     }
-    const int64_t num_items = item_start.back();
+    const int64_t num_chunk_items = item_start.back(), num_items = num_chunk_items + plan.num_items;
+    // The caller's, reused across calls. The workers must use its pointer: in their lambda the
+    // name would be their own thread's (empty) copy.
+    thread_local std::vector<float> partial_buffer;
+    if (partial_buffer.size() < size_t(plan.floats)) partial_buffer.resize(size_t(plan.floats));
+    float* const partials = partial_buffer.data();
     std::atomic<int64_t> next{0};
     pool.run([&](int) {
         Tile<T> tile;
@@ -303,6 +403,15 @@ void run_paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAt
         Group g;
         g.acc = acc.data();
         for (int64_t item = next.fetch_add(1); item < num_items; item = next.fetch_add(1)) {
+            if (item >= num_chunk_items) {
+                const int64_t local = item - num_chunk_items;
+                const auto sq =
+                    std::upper_bound(plan.seqs.begin(), plan.seqs.end(), local,
+                                     [](int64_t v, const SplitDecode::Seq& q) { return v < q.first_item; }) -
+                    1;
+                run_split_item(kv, a, plan, *sq, local - sq->first_item, partials);
+                continue;
+            }
             const int64_t s = std::upper_bound(item_start.begin(), item_start.end(), item) - item_start.begin() - 1;
             const int64_t local = item - item_start[size_t(s)];
             const int64_t kvh = local % kv.num_kv_heads, chunk = local / kv.num_kv_heads;
@@ -315,6 +424,7 @@ void run_paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAt
             }
         }
     });
+    if (!plan.seqs.empty()) merge_split_decode(pool, kv, plan, partials);
 }
 
 }  // namespace

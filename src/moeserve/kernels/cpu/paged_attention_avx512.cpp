@@ -6,21 +6,27 @@
 // without horizontal reductions, and the output accumulates transposed (ot [head_dim][32]) with
 // one broadcast V element per FMA pair. Keys go by tiles of kKeys, widened exactly to f32 into an
 // L1 buffer (bf16: shift; fp8: through f16, times the row's scale) and shared by all 32 rows; no
-// score matrix is materialized beyond one tile. Up to 8 rows (decode) take attend_decode, where
-// the keys are the lanes instead, with the same operations in the same order, so a row's bits
-// do not depend on which kernel ran it (see there). Arithmetic is f32 throughout.
+// score matrix is materialized beyond one tile. Up to 8 rows per kv head (decode) take the
+// decode kernel, where the keys are the lanes instead, with the same operations in the same
+// order, so a row's bits do not depend on which kernel ran it (see there); a decode-shaped
+// sequence comes here one key segment at a time over all its kv heads (flash_decode_segment),
+// and both kernels merge segments alike (merge_state). Arithmetic is f32 throughout.
 // NOTE: no std or project inline code here (see matmul_tile_isa.h): helpers live in this
 // anonymous namespace, buffers come from thread_scratch().
 #include <immintrin.h>
 
 #include <cstdint>
 
-#include "moeserve/kernels/cpu/exp_poly.h"
 #include "moeserve/kernels/cpu/matmul_tile_isa.h"
 #include "moeserve/kernels/cpu/paged_attention_isa.h"
+#include "moeserve/kernels/cpu/simd_avx512.h"
 
 namespace moeserve::kernels::cpu::detail {
 namespace {
+
+using simd512::exp16;
+using simd512::kE4m3Unit;
+using simd512::widen16;
 
 constexpr int64_t kKeys = 32;  // keys per tile: their widened K and V rows (2 x 8 KiB at d=64) stay in L1
 constexpr int64_t kR = kFlashRows;
@@ -29,59 +35,49 @@ constexpr int kAttentionSlot = 4;  // thread_scratch slot (matmul_tile_isa.h)
 inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 
-// 16 cache elements -> 16 f32. fp8 e4m3 comes out times 2^-8 (the f16 trick simd_avx2.h explains).
-inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 widen16(const uint16_t* p) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-inline __m512 widen16(const uint8_t* p) {
-    const __m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 8);
-    return _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(h, 1), _mm256_set1_epi16(static_cast<short>(0xbfff))));
-}
-constexpr float kE4m3Unit = 256.0f;  // undoes widen16's 2^-8 for fp8
-
-// exp(x) for 16 lanes (constants and method: exp_poly.h); lanes below kExpMin (exp underflows
-// f32's normals, and masked keys at -inf) give exactly 0; scalef applies 2^n.
-inline __m512 exp16(__m512 x) {
-    using namespace exp_poly;
-    const __m512 lo = _mm512_set1_ps(kExpMin);
-    const __mmask16 live = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
-    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(kExpMax)), lo);
-    const __m512 n =
-        _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
-    __m512 p = _mm512_set1_ps(kC5);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kC4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kC3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kC2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kC1));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kC0));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, n));
-}
-
-// The scratch of one block, in floats: qt and ot [d][kR], st [kKeys][kR], kf and vf [kKeys][d],
-// then m, l, alpha [kR] and the rows' positions as int32 [kR].
+// The scratch of one block, in floats: qt, ot (this segment's output) and total_o (the segments
+// merged so far) [d][kR], st [kKeys][kR], kf and vf [kKeys][d], then m, l, alpha, total_m,
+// total_l [kR] and the rows' positions as int32 [kR].
 struct Scratch {
-    float *qt, *ot, *st, *kf, *vf, *m, *l, *alpha;
+    float *qt, *ot, *total_o, *st, *kf, *vf, *m, *l, *alpha, *total_m, *total_l;
     int32_t* pos;
 };
 Scratch make_scratch(int64_t d) {
-    const int64_t floats = 2 * d * kR + kKeys * kR + 2 * kKeys * d + 4 * kR;
+    const int64_t floats = 3 * d * kR + kKeys * kR + 2 * kKeys * d + 6 * kR;
     auto* b = static_cast<float*>(thread_scratch(kAttentionSlot, floats * 4));
     Scratch s{};
     s.qt = b;
     s.ot = s.qt + d * kR;
-    s.st = s.ot + d * kR;
+    s.total_o = s.ot + d * kR;
+    s.st = s.total_o + d * kR;
     s.kf = s.st + kKeys * kR;
     s.vf = s.kf + kKeys * d;
     s.m = s.vf + kKeys * d;
     s.l = s.m + kR;
     s.alpha = s.l + kR;
-    s.pos = reinterpret_cast<int32_t*>(s.alpha + kR);
+    s.total_m = s.alpha + kR;
+    s.total_l = s.total_m + kR;
+    s.pos = reinterpret_cast<int32_t*>(s.total_l + kR);
     return s;
+}
+
+// Merging one segment's (m, l, o) into the total (M, L, O), per element, the same operations in
+// both kernels: M' = max(M, m), a = exp(M - M'), b = exp(m - M'), L' = fma(l, b, L a),
+// O' = fma(o, b, O a). An empty side (m = -inf, l = 0, o = 0) gets weight 0 (exp16 maps the NaN
+// of -inf - -inf to 0 too), so merging into an empty total copies the segment exactly (b = 1).
+struct MergeWeights {
+    __m512 a, b;
+};
+inline MergeWeights merge_state(float* total_m, float* total_l, __m512 m, __m512 l, __mmask16 lanes) {
+    const __m512 big_m = _mm512_maskz_loadu_ps(lanes, total_m), m_new = _mm512_max_ps(big_m, m);
+    const MergeWeights w{exp16(_mm512_sub_ps(big_m, m_new)), exp16(_mm512_sub_ps(m, m_new))};
+    _mm512_mask_storeu_ps(total_m, lanes, m_new);
+    _mm512_mask_storeu_ps(total_l, lanes,
+                          _mm512_fmadd_ps(l, w.b, _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, total_l), w.a)));
+    return w;
+}
+inline __m512 merge_output(__m512 total_o, __m512 o, const MergeWeights& w) {
+    return _mm512_fmadd_ps(o, w.b, _mm512_mul_ps(total_o, w.a));
 }
 
 // Row r of the cache for key position j of this kv head.
@@ -136,8 +132,10 @@ void transpose_k_rows(const T* const* k_rows, const float* k_scales, int64_t d, 
 }
 
 // vf [j][0, d) = the widened V rows of keys j0 + j, j < n, and the K rows likewise into kf [j][0, d)
-// or, with kTransposedK, transposed into kt [d][kKeys] (transpose_k_rows); prefetches the next
-// tile's rows (scattered blocks, which the hardware prefetcher follows poorly). fp8 rows are
+// or, with kTransposedK (decode), transposed into kt [d][kKeys] (transpose_k_rows) and the next
+// tile's rows prefetched: decode does little work per byte, and waits on memory without it. The
+// flash block does 4-8x the work per tile, and measured faster without (prefill 4096 tokens
+// +1-7%, docs/performance.md): its prefetches only filled the miss buffers. fp8 rows are
 // multiplied by their scale here.
 template <typename T, bool kScaled, bool kTransposedK>
 void load_tile(const FlashKvHead& kv, int64_t j0, int64_t n, int64_t last, float* k_out, float* vf) {
@@ -169,7 +167,7 @@ void load_tile(const FlashKvHead& kv, int64_t j0, int64_t n, int64_t last, float
             }
         }
         const int64_t ahead = j0 + kKeys + j;
-        if (ahead <= last) {
+        if (kTransposedK && ahead <= last) {
             const int64_t hn = head_row(kv, ahead);
             for (int64_t x = 0; x < d; x += 64 / int64_t{sizeof(T)}) {
                 _mm_prefetch(reinterpret_cast<const char*>(k_cache + hn * d + x), _MM_HINT_T0);
@@ -232,7 +230,9 @@ void tile_softmax(float* st, int64_t n, int64_t j0, bool masked, const Scratch& 
             mt = _mm512_max_ps(mt, v);
         }
         const __m512 m_old = _mm512_load_ps(s.m + h), m_new = _mm512_max_ps(m_old, mt);
-        // m_old - m_new: -inf on the first tile (alpha 0); m_new is finite, since key 0 is every row's
+        // m_old - m_new: -inf on a segment's first tile (alpha 0). A row whose position is before
+        // the segment sees none of its keys: m_new = -inf there, and exp16 maps the NaNs of
+        // -inf - -inf to 0, so its state stays empty (l = 0, ot = 0).
         const __m512 alpha = exp16(_mm512_sub_ps(m_old, m_new));
         __m512 sum = _mm512_setzero_ps();
         for (int64_t j = 0; j < n; ++j) {
@@ -272,8 +272,8 @@ void tile_pv(const float* st, const float* vf, int64_t d, int64_t n, const float
 }
 
 // Transposes the rows' queries (times the softmax scale) into qt, padding rows past n with zeros
-// at the last position (they then see every key the block reads, so nothing of theirs is -inf
-// minus -inf), and resets the softmax state. Returns the smallest real position.
+// at the last position (they then see every key the block reads), and empties the total.
+// Returns the smallest real position.
 int64_t begin_block(const FlashKvHead& kv, const FlashRows& rows, int64_t last, const Scratch& s) {
     const int64_t d = kv.head_dim;
     int64_t first = last;
@@ -282,11 +282,32 @@ int64_t begin_block(const FlashKvHead& kv, const FlashRows& rows, int64_t last, 
         s.pos[r] = int32_t(real ? rows.pos[r] : last);
         if (real) first = imin(first, rows.pos[r]);
         for (int64_t x = 0; x < d; ++x) s.qt[x * kR + r] = real ? rows.q[r][x] * kv.scale : 0.0f;
+        s.total_m[r] = -__builtin_inff();
+        s.total_l[r] = 0.0f;
+    }
+    for (int64_t i = 0; i < d * kR; i += 16) _mm512_store_ps(s.total_o + i, _mm512_setzero_ps());
+    return first;
+}
+
+// A fresh softmax state for the next segment.
+void begin_segment(int64_t d, const Scratch& s) {
+    for (int64_t r = 0; r < kR; ++r) {
         s.m[r] = -__builtin_inff();
         s.l[r] = 0.0f;
     }
     for (int64_t i = 0; i < d * kR; i += 16) _mm512_store_ps(s.ot + i, _mm512_setzero_ps());
-    return first;
+}
+
+// The segment's state merged into the total, lane-wise (merge_state).
+void end_segment(int64_t d, const Scratch& s) {
+    for (int64_t h = 0; h < kR; h += 16) {
+        const MergeWeights w = merge_state(s.total_m + h, s.total_l + h, _mm512_load_ps(s.m + h),
+                                           _mm512_load_ps(s.l + h), __mmask16(0xffff));
+        for (int64_t x = 0; x < d; ++x) {
+            float* o = s.total_o + x * kR + h;
+            _mm512_store_ps(o, merge_output(_mm512_load_ps(o), _mm512_load_ps(s.ot + x * kR + h), w));
+        }
+    }
 }
 
 template <typename T, bool kScaled>
@@ -296,29 +317,35 @@ void attend(const FlashKvHead& kv, const FlashRows& rows) {
     int64_t last = 0;
     for (int64_t r = 0; r < rows.n; ++r) last = imax(last, rows.pos[r]);
     const int64_t first = begin_block(kv, rows, last, s);
-    for (int64_t j0 = 0; j0 <= last; j0 += kKeys) {
-        const int64_t n = imin(kKeys, last + 1 - j0);
-        load_tile<T, kScaled, false>(kv, j0, n, last, s.kf, s.vf);
-        tile_scores(s.qt, s.kf, d, n, s.st);
-        tile_softmax(s.st, n, j0, j0 + n - 1 > first, s);
-        tile_pv(s.st, s.vf, d, n, s.alpha, s.ot);
+    for (int64_t k0 = 0; k0 <= last; k0 += kSegmentKeys) {
+        const int64_t k1 = imin(k0 + kSegmentKeys, last + 1);
+        begin_segment(d, s);
+        for (int64_t j0 = k0; j0 < k1; j0 += kKeys) {
+            const int64_t n = imin(kKeys, k1 - j0);
+            load_tile<T, kScaled, false>(kv, j0, n, last, s.kf, s.vf);
+            tile_scores(s.qt, s.kf, d, n, s.st);
+            tile_softmax(s.st, n, j0, j0 + n - 1 > first, s);
+            tile_pv(s.st, s.vf, d, n, s.alpha, s.ot);
+        }
+        end_segment(d, s);
     }
     for (int64_t r = 0; r < rows.n; ++r) {
-        const float inv = 1.0f / s.l[r];
-        for (int64_t x = 0; x < d; ++x) rows.out[r][x] = s.ot[x * kR + r] * inv;
-        if (rows.lse[r] != nullptr) *rows.lse[r] = s.m[r] + __builtin_logf(s.l[r]);
+        const float inv = 1.0f / s.total_l[r];
+        for (int64_t x = 0; x < d; ++x) rows.out[r][x] = s.total_o[x * kR + r] * inv;
+        if (rows.lse[r] != nullptr) *rows.lse[r] = s.total_m[r] + __builtin_logf(s.total_l[r]);
     }
 }
 
-// ---- Decode: a few rows (the GQA heads of one token), keys as the vector lanes. ----
+// ---- Decode: a few rows per kv head (the GQA heads of one token), keys as the vector lanes. ----
 // Every operation a row goes through is the flash block's, in the same order, so a row's output
 // has the same bits whichever of the two kernels computes it (and whatever else is in its
-// batch): the score of key j is the chain fma(q[x] * scale, k[j][x], .) over x = 0, 1, ...; tiles
-// of kKeys keys from key 0; the tile's sum of weights in key order; l = fma(l, alpha, sum); the
-// output rescaled by alpha and then fma(p[j], v[j][x], .) over j. Only the layout differs: the
-// tile's widened K rows are transposed in registers (kt [head_dim][kKeys]) so that 16 keys are
-// one zmm.
-constexpr int64_t kDecodeRows = 8;
+// batch): the segments of kSegmentKeys keys, each from a fresh state and merged in key order
+// (merge_state); within one, the score of key j is the chain fma(q[x] * scale, k[j][x], .) over
+// x = 0, 1, ...; tiles of kKeys keys; the tile's sum of weights in key order;
+// l = fma(l, alpha, sum); the output rescaled by alpha and then fma(p[j], v[j][x], .) over j.
+// Only the layout differs: the tile's widened K rows are transposed in registers
+// (kt [head_dim][kKeys]) so that 16 keys are one zmm. One call covers every kv head of the rows,
+// tile by tile, so the cache blocks (all heads of a key are adjacent) are read in one pass.
 
 // The online softmax of one row over one tile: scores sc[0..1] (keys 0-15, 16-31), of which the
 // first `visible` count. Writes the weights to p [kKeys] and updates m, l; returns alpha.
@@ -343,63 +370,151 @@ inline float decode_softmax(__m512 sc0, __m512 sc1, int64_t visible, float* p, f
     return alpha;
 }
 
-// Up to kDecodeRows rows: per tile, the 32 scores of a row are two zmm from kt, its softmax is
-// decode_softmax, and the value rows are loaded once for all rows.
+// Floats of decode_segment's work buffer for `rows` rows: qs [rows][d], kt [d][kKeys],
+// vf [kKeys][d], p [kDecodeRows][kKeys].
+inline int64_t decode_work_floats(int64_t rows, int64_t d) { return rows * d + 2 * kKeys * d + kDecodeRows * kKeys; }
+
+// The scores of NQ rows for the tile's 32 keys, sc [NQ][2] (keys 0-15, 16-31): each row's chain
+// over x as the flash block runs it, the rows' chains interleaved so that they hide each other's
+// FMA latency (one row alone would wait on every FMA), kt loaded once for all rows.
+template <int NQ>
+void decode_scores(const float* qs, int64_t d, const float* kt, __m512* sc) {
+    __m512 acc[2 * NQ];
+#pragma GCC unroll 16
+    for (int i = 0; i < 2 * NQ; ++i) acc[i] = _mm512_setzero_ps();
+    for (int64_t x = 0; x < d; ++x) {
+        const __m512 k0 = _mm512_load_ps(kt + x * kKeys), k1 = _mm512_load_ps(kt + x * kKeys + 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < NQ; ++r) {
+            const __m512 qx = _mm512_set1_ps(qs[r * d + x]);
+            acc[2 * r] = _mm512_fmadd_ps(qx, k0, acc[2 * r]);
+            acc[2 * r + 1] = _mm512_fmadd_ps(qx, k1, acc[2 * r + 1]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 2 * NQ; ++i) sc[i] = acc[i];
+}
+
+// o[r][x0, x0 + 16 * W) = o alpha[r] + sum_j p[r][j] vf[j][...], for NQ rows: W vectors of 16 at
+// once, so that NQ * W chains (each over j in order) are in flight.
+template <int NQ, int W>
+void decode_pv(const float* p, const float* vf, int64_t d, int64_t n, const float* alpha, float* o, int64_t x0) {
+    __m512 a[NQ * W];
+#pragma GCC unroll 16
+    for (int r = 0; r < NQ; ++r) {
+        for (int w = 0; w < W; ++w) {
+            a[r * W + w] = _mm512_mul_ps(_mm512_loadu_ps(o + r * d + x0 + 16 * w), _mm512_set1_ps(alpha[r]));
+        }
+    }
+    for (int64_t j = 0; j < n; ++j) {
+        __m512 v[W];
+#pragma GCC unroll 2
+        for (int w = 0; w < W; ++w) v[w] = _mm512_load_ps(vf + j * d + x0 + 16 * w);
+#pragma GCC unroll 8
+        for (int r = 0; r < NQ; ++r) {
+            const __m512 pr = _mm512_set1_ps(p[r * kKeys + j]);
+#pragma GCC unroll 2
+            for (int w = 0; w < W; ++w) a[r * W + w] = _mm512_fmadd_ps(pr, v[w], a[r * W + w]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < NQ; ++r) {
+        for (int w = 0; w < W; ++w) _mm512_storeu_ps(o + r * d + x0 + 16 * w, a[r * W + w]);
+    }
+}
+
+// The NQ rows of one kv head over one tile (keys j0 .. j0 + n - 1, widened into kt and vf): their
+// scores and softmax, then the value rows read once for all of them. o, m, l: the head's rows.
+template <int NQ>
+void decode_head_tile(const float* qs, const int64_t* pos, int64_t d, int64_t j0, int64_t n, const float* kt,
+                      const float* vf, float* p, float* o, float* m, float* l) {
+    float alpha[NQ];
+    __m512 sc[2 * NQ];
+    decode_scores<NQ>(qs, d, kt, sc);
+    for (int r = 0; r < NQ; ++r) {
+        if (pos[r] < j0) {  // a shorter row of the group: this tile is past it
+            alpha[r] = 1.0f;
+            for (int64_t j = 0; j < kKeys; j += 16) _mm512_store_ps(p + r * kKeys + j, _mm512_setzero_ps());
+            continue;
+        }
+        alpha[r] = decode_softmax(sc[2 * r], sc[2 * r + 1], imin(n, pos[r] + 1 - j0), p + r * kKeys, m[r], l[r]);
+    }
+    int64_t x = 0;
+    for (; x + 32 <= d; x += 32) decode_pv<NQ, 2>(p, vf, d, n, alpha, o, x);
+    if (x < d) decode_pv<NQ, 1>(p, vf, d, n, alpha, o, x);
+}
+
+using DecodeHeadTile = void (*)(const float*, const int64_t*, int64_t, int64_t, int64_t, const float*, const float*,
+                                float*, float*, float*, float*);
+constexpr DecodeHeadTile kDecodeHeadTile[kDecodeRows] = {decode_head_tile<1>, decode_head_tile<2>, decode_head_tile<3>,
+                                                         decode_head_tile<4>, decode_head_tile<5>, decode_head_tile<6>,
+                                                         decode_head_tile<7>, decode_head_tile<8>};
+
+// The rows over segment `segment` into out (FlashDecodeRows, FlashPartial), work from
+// decode_work_floats.
 template <typename T, bool kScaled>
-void attend_decode(const FlashKvHead& kv, const FlashRows& rows) {
-    const int64_t d = kv.head_dim, nq = rows.n;
-    // qs and acc [kDecodeRows][d], kf and vf [kKeys][d], kt [d][kKeys], p [kDecodeRows][kKeys]
-    auto* b = static_cast<float*>(
-        thread_scratch(kAttentionSlot, (2 * kDecodeRows * d + 3 * kKeys * d + kDecodeRows * kKeys) * 4));
-    float *qs = b, *acc = qs + kDecodeRows * d, *kf = acc + kDecodeRows * d, *vf = kf + kKeys * d, *kt = vf + kKeys * d,
-          *p = kt + kKeys * d;
-    float m[kDecodeRows], l[kDecodeRows], alpha[kDecodeRows];
+void decode_segment(const FlashKvHead& kv, const FlashDecodeRows& rows, int64_t segment, const FlashPartial& out,
+                    float* work) {
+    const int64_t d = kv.head_dim, per = rows.rows_per_head, nr = rows.num_kv_heads * per;
+    float *qs = work, *kt = qs + nr * d, *vf = kt + kKeys * d, *p = vf + kKeys * d;
     int64_t last = 0;
-    for (int64_t r = 0; r < nq; ++r) {
+    for (int64_t r = 0; r < nr; ++r) {
         last = imax(last, rows.pos[r]);
         for (int64_t x = 0; x < d; ++x) {
             qs[r * d + x] = rows.q[r][x] * kv.scale;
-            acc[r * d + x] = 0.0f;
+            out.o[r * d + x] = 0.0f;
         }
-        m[r] = -__builtin_inff();
-        l[r] = 0.0f;
+        out.m[r] = -__builtin_inff();
+        out.l[r] = 0.0f;
     }
-    for (int64_t j0 = 0; j0 <= last; j0 += kKeys) {
-        const int64_t n = imin(kKeys, last + 1 - j0);
-        load_tile<T, kScaled, true>(kv, j0, n, last, kt, vf);
-        for (int64_t r = 0; r < nq; ++r) {
-            if (rows.pos[r] < j0) {  // a shorter row of the group: this tile is past it
-                alpha[r] = 1.0f;
-                for (int64_t j = 0; j < kKeys; j += 16) _mm512_store_ps(p + r * kKeys + j, _mm512_setzero_ps());
-                continue;
-            }
-            __m512 s0 = _mm512_setzero_ps(), s1 = s0;
-            for (int64_t x = 0; x < d; ++x) {
-                const __m512 qx = _mm512_set1_ps(qs[r * d + x]);
-                s0 = _mm512_fmadd_ps(qx, _mm512_load_ps(kt + x * kKeys), s0);
-                s1 = _mm512_fmadd_ps(qx, _mm512_load_ps(kt + x * kKeys + 16), s1);
-            }
-            alpha[r] = decode_softmax(s0, s1, imin(n, rows.pos[r] + 1 - j0), p + r * kKeys, m[r], l[r]);
-        }
-        for (int64_t x = 0; x < d; x += 16) {
-            __m512 a[kDecodeRows];
-            for (int64_t r = 0; r < nq; ++r) {
-                a[r] = _mm512_mul_ps(_mm512_load_ps(acc + r * d + x), _mm512_set1_ps(alpha[r]));
-            }
-            for (int64_t j = 0; j < n; ++j) {
-                const __m512 v = _mm512_load_ps(vf + j * d + x);
-                for (int64_t r = 0; r < nq; ++r) a[r] = _mm512_fmadd_ps(_mm512_set1_ps(p[r * kKeys + j]), v, a[r]);
-            }
-            for (int64_t r = 0; r < nq; ++r) _mm512_store_ps(acc + r * d + x, a[r]);
+    const int64_t k0 = segment * kSegmentKeys, k1 = imin(k0 + kSegmentKeys, last + 1);
+    FlashKvHead head = kv;
+    for (int64_t j0 = k0; j0 < k1; j0 += kKeys) {
+        const int64_t n = imin(kKeys, k1 - j0);
+        for (int64_t h = 0; h < rows.num_kv_heads; ++h) {
+            head.kv_head = kv.kv_head + h;
+            load_tile<T, kScaled, true>(head, j0, n, last, kt, vf);
+            const int64_t r0 = h * per;
+            kDecodeHeadTile[per - 1](qs + r0 * d, rows.pos + r0, d, j0, n, kt, vf, p, out.o + r0 * d, out.m + r0,
+                                     out.l + r0);
         }
     }
+}
+
+template <typename T, bool kScaled>
+void run_decode_segment(const FlashKvHead& kv, const FlashDecodeRows& rows, int64_t segment, const FlashPartial& out) {
+    const int64_t nr = rows.num_kv_heads * rows.rows_per_head;
+    auto* work = static_cast<float*>(thread_scratch(kAttentionSlot, decode_work_floats(nr, kv.head_dim) * 4));
+    decode_segment<T, kScaled>(kv, rows, segment, out, work);
+}
+
+// Up to kDecodeRows rows of one kv head (a flash block's call with few rows): every segment in
+// turn, merged as the flash block merges them.
+template <typename T, bool kScaled>
+void attend_decode(const FlashKvHead& kv, const FlashRows& rows) {
+    const int64_t d = kv.head_dim, nq = rows.n;
+    // work, then the segment's and the total's o [kDecodeRows][d], m and l [kDecodeRows]
+    const int64_t state = kDecodeRows * d + 2 * kDecodeRows;
+    auto* b = static_cast<float*>(thread_scratch(kAttentionSlot, (decode_work_floats(nq, d) + 16 + 2 * state) * 4));
+    float* seg_base = b + (decode_work_floats(nq, d) + 15) / 16 * 16;
+    const FlashPartial seg{seg_base, seg_base + kDecodeRows * d, seg_base + kDecodeRows * d + kDecodeRows};
+    float* tot_base = seg_base + state;
+    const FlashPartial total{tot_base, tot_base + kDecodeRows * d, tot_base + kDecodeRows * d + kDecodeRows};
+    int64_t pos[kDecodeRows];
+    int64_t last = 0;
     for (int64_t r = 0; r < nq; ++r) {
-        const __m512 inv = _mm512_set1_ps(1.0f / l[r]);
-        for (int64_t x = 0; x < d; x += 16) {
-            _mm512_storeu_ps(rows.out[r] + x, _mm512_mul_ps(_mm512_load_ps(acc + r * d + x), inv));
-        }
-        if (rows.lse[r] != nullptr) *rows.lse[r] = m[r] + __builtin_logf(l[r]);
+        pos[r] = rows.pos[r];
+        last = imax(last, pos[r]);
+        total.m[r] = -__builtin_inff();
+        total.l[r] = 0.0f;
+        for (int64_t x = 0; x < d; ++x) total.o[r * d + x] = 0.0f;
     }
+    const FlashDecodeRows drows{1, nq, rows.q, pos};
+    for (int64_t segment = 0; segment * kSegmentKeys <= last; ++segment) {
+        decode_segment<T, kScaled>(kv, drows, segment, seg, b);
+        flash_merge_avx512(total, seg, nq, d);
+    }
+    flash_finish_avx512(total, nq, d, rows.out, rows.lse);
 }
 
 template <typename T, bool kScaled>
@@ -412,6 +527,44 @@ void attend_rows(const FlashKvHead& kv, const FlashRows& rows) {
 }
 
 }  // namespace
+
+void flash_merge_avx512(const FlashPartial& total, const FlashPartial& next, int64_t rows, int64_t head_dim) {
+    for (int64_t r = 0; r < rows; ++r) {
+        const MergeWeights w =
+            merge_state(total.m + r, total.l + r, _mm512_set1_ps(next.m[r]), _mm512_set1_ps(next.l[r]), __mmask16(1));
+        const __m512 a = _mm512_set1_ps(_mm512_cvtss_f32(w.a)), b = _mm512_set1_ps(_mm512_cvtss_f32(w.b));
+        for (int64_t x = 0; x < head_dim; x += 16) {
+            float* o = total.o + r * head_dim + x;
+            _mm512_storeu_ps(o, merge_output(_mm512_loadu_ps(o), _mm512_loadu_ps(next.o + r * head_dim + x), {a, b}));
+        }
+    }
+}
+
+void flash_finish_avx512(const FlashPartial& total, int64_t rows, int64_t head_dim, float* const* out,
+                         float* const* lse) {
+    for (int64_t r = 0; r < rows; ++r) {
+        const __m512 inv = _mm512_set1_ps(1.0f / total.l[r]);
+        for (int64_t x = 0; x < head_dim; x += 16) {
+            _mm512_storeu_ps(out[r] + x, _mm512_mul_ps(_mm512_loadu_ps(total.o + r * head_dim + x), inv));
+        }
+        if (lse[r] != nullptr) *lse[r] = total.m[r] + __builtin_logf(total.l[r]);
+    }
+}
+
+void flash_decode_segment_avx512(const FlashKvHead& kv, const FlashDecodeRows& rows, int64_t segment,
+                                 const FlashPartial& out) {
+    switch (kv.cache_kind) {
+        case 1:
+            run_decode_segment<uint16_t, false>(kv, rows, segment, out);
+            break;
+        case 2:
+            run_decode_segment<uint8_t, true>(kv, rows, segment, out);
+            break;
+        default:
+            run_decode_segment<float, false>(kv, rows, segment, out);
+            break;
+    }
+}
 
 void flash_attend_avx512(const FlashKvHead& kv, const FlashRows& rows) {
     switch (kv.cache_kind) {

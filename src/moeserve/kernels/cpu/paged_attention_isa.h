@@ -9,8 +9,8 @@ namespace moeserve::kernels::cpu::detail {
 
 // Query rows per call: a flash block of up to 32 rows is two zmm of rows, so that each key's
 // scores of the whole block are two vectors and the softmax runs across rows without horizontal
-// reductions. Up to 8 rows (decode: the GQA heads of one token) take the decode kernel instead,
-// where 16 keys are the lanes.
+// reductions. Up to kDecodeRows rows per kv head (decode: the GQA heads of one token) take the
+// decode kernel instead, where 16 keys are the lanes.
 inline constexpr int64_t kFlashRows = 32;
 
 // One kv head of one sequence's paged cache, as paged_attention.h lays it out.
@@ -34,8 +34,48 @@ struct FlashRows {
     int64_t pos[kFlashRows];
 };
 
+// Keys go by segments of kSegmentKeys from key 0: each segment's softmax starts afresh, and the
+// segments' results (max m, sum l, unnormalized output o) are merged in key order. Both kernels
+// do this, so a row has the same bits in a prefill chunk and decoded alone, and a long decode
+// can hand its segments to different threads (split-KV) and merge them after.
+inline constexpr int64_t kSegmentKeys = 256;
+
+// Up to this many query rows per kv head take the decode kernel (keys as the lanes).
+inline constexpr int64_t kDecodeRows = 8;
+
 // The rows' attention by tiles of keys with an online softmax, in f32 (K and V widened exactly);
 // only called at the avx512 level, for a head_dim that is a multiple of 16 (at most 256).
 void flash_attend_avx512(const FlashKvHead& kv, const FlashRows& rows);
+
+// The query rows of one decode-shaped sequence (at most kDecodeRows per kv head), num_kv_heads
+// kv heads from FlashKvHead::kv_head on: row r reads kv head kv_head + r / rows_per_head and
+// attends keys [0, pos[r]].
+struct FlashDecodeRows {
+    int64_t num_kv_heads;
+    int64_t rows_per_head;
+    const float* const* q;  // [num_kv_heads * rows_per_head], head_dim floats each
+    const int64_t* pos;
+};
+
+// One segment's result per row: o [rows][head_dim] (not yet divided by l), m and l [rows].
+struct FlashPartial {
+    float* o;
+    float* m;
+    float* l;
+};
+
+// The rows' attention over keys [segment * kSegmentKeys, +kSegmentKeys) (and up to each row's
+// position), tile by tile across all kv heads so that each block of the cache is read in one
+// pass; rows that see no key of the segment get m = -inf, l = 0, o = 0.
+void flash_decode_segment_avx512(const FlashKvHead& kv, const FlashDecodeRows& rows, int64_t segment,
+                                 const FlashPartial& out);
+
+// total = total merged with the next segment `next` (rows x head_dim), exactly as the flash block
+// merges its segments; a total with m = -inf everywhere is empty.
+void flash_merge_avx512(const FlashPartial& total, const FlashPartial& next, int64_t rows, int64_t head_dim);
+
+// out[r] = total.o[r] / total.l[r]; lse[r] (where not null) = m + log(l).
+void flash_finish_avx512(const FlashPartial& total, int64_t rows, int64_t head_dim, float* const* out,
+                         float* const* lse);
 
 }  // namespace moeserve::kernels::cpu::detail

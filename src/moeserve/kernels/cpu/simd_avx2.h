@@ -1,9 +1,11 @@
 // Internal AVX2/FMA helpers shared by the *_avx2.cpp kernels: bf16 and e4m3 -> f32 loads,
-// horizontal sums and a vectorized exp. Not part of the kernels' public API; depends on <immintrin.h> only.
+// horizontal sums, a vectorized exp and the online softmax's tile step. Not part of the kernels'
+// public API.
 #pragma once
 
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "moeserve/kernels/cpu/exp_poly.h"
@@ -90,6 +92,20 @@ inline __m256 exp8(__m256 x) {
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+// An online softmax's tile step: p[j] = exp(p[j] - m) for j < n (8 at a time, then the tail);
+// returns their sum.
+inline float exp_shifted_sum(float* p, int64_t n, float m) {
+    float sum = 0.0f;
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_load_ps(p + j), _mm256_set1_ps(m)));
+        _mm256_store_ps(p + j, e);
+        sum += hsum(e);
+    }
+    for (; j < n; ++j) sum += p[j] = std::exp(p[j] - m);
+    return sum;
 }
 
 }  // namespace moeserve::kernels::cpu::simd
