@@ -19,7 +19,7 @@
 #include "moeserve/io/safetensors_writer.h"
 #include "moeserve/io/weight_source.h"
 #include "moeserve/model/layers/linear.h"
-#include "moeserve/model/mindformers_checkpoint.h"
+#include "moeserve/model/formats/mindformers_checkpoint.h"
 #include "moeserve/model/formats/modelslim.h"
 #include "moeserve/model/quantization.h"
 #include "moeserve/model/registry.h"

@@ -4,6 +4,7 @@
 // checkpoint that runs as stored) are refused. Logits vs the float64 reference:
 // ascend_formats_test.cpp; TP=2: w8a8_parallel_test.cpp.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cstring>
 #include <fstream>
@@ -265,6 +266,19 @@ TEST(GoldenStickTest, RefusedCheckpoints) {
     msg = load_error(dir);
     EXPECT_TRUE(has(msg, "qwen3_moe")) << msg;
     EXPECT_TRUE(has(msg, "golden-stick")) << msg;
+}
+
+TEST(GoldenStickTest, QuantMethodOslWithHfNamesIsRefused) {
+    // config.json says golden-stick, the tensors have HF names: the names and the config disagree
+    const fs::path dir = fs::temp_directory_path() / ("moeserve_golden_hf_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::copy(MOESERVE_DSV3_TINY_DIR, dir, fs::copy_options::recursive);
+    nlohmann::json config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+    config["quantization_config"] = {{"quant_method", "osl"}};
+    std::ofstream(dir / "config.json") << config.dump();
+    const std::string msg = load_error(dir);
+    EXPECT_TRUE(has(msg, "quant_method osl (golden-stick) but the tensors have HF names")) << msg;
+    EXPECT_TRUE(has(msg, dir.string())) << msg;
 }
 
 }  // namespace

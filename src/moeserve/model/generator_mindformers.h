@@ -1,6 +1,6 @@
 // The generator's MindSpore golden-stick A8W8 writer (make-model --quantization mindspore-a8w8):
 // the DeepSeek-V3 random model in MindFormers names and layouts, written independently of the
-// loader's converter (model/mindformers_checkpoint.h). Internal to model/.
+// loader's converter (model/formats/mindformers_checkpoint.h). Internal to model/.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 #include "moeserve/model/gqa_moe_model.h"
 
 #include "moeserve/core/error.h"
-#include "moeserve/model/mindformers_checkpoint.h"
+#include "moeserve/model/formats/mindformers_checkpoint.h"
 
 namespace moeserve::model {
 

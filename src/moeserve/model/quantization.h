@@ -26,7 +26,7 @@ enum class CheckpointQuant {
     kW8A8Int8,   // compressed-tensors int-quantized: PREFIX.weight I8 + PREFIX.weight_scale
     kFp8Block,   // quant_method fp8: PREFIX.weight F8_E4M3 + PREFIX.weight_scale_inv [ceil(out/br), ceil(in/bc)]
     kModelSlim,  // Ascend ModelSlim: quant_model_description.json names each tensor's type (docs/quantization.md)
-    // MindSpore golden-stick A8W8 (quant_method osl, MindFormers names; model/mindformers_checkpoint.h
+    // MindSpore golden-stick A8W8 (quant_method osl, MindFormers names; model/formats/mindformers_checkpoint.h
     // presents it under HF names): static attention with per-channel input_scale, dynamic MLPs
     kGoldenStick,
     kInt4,  // 4-bit weights with group scales (W4A16); Quantization::int4_config says which layout

@@ -4,7 +4,7 @@
 
 #include "moeserve/core/error.h"
 #include "moeserve/kernels/cpu/routing_grouped.h"
-#include "moeserve/model/mindformers_checkpoint.h"
+#include "moeserve/model/formats/mindformers_checkpoint.h"
 
 namespace moeserve::model {
 
@@ -88,24 +88,9 @@ std::unique_ptr<Model> DeepseekV3Model::load(const io::HfConfig& config, const s
     const DeepseekV3Config c = DeepseekV3Config::from_json(config);
     std::unique_ptr<io::WeightSource> weights = io::WeightSource::open(model_dir);
     LoadOptions resolved = options;
-    const bool mf_names = has_mindformers_names(*weights);
-    if (mf_names && resolved.quant.checkpoint == CheckpointQuant::kNone &&
-        (options.quantization.empty() || options.quantization == "auto")) {
-        // golden-stick keeps quant_method in the MindFormers yaml: the names are what marks it
-        resolved.quant = resolve_quantization(
-            io::HfConfig(nlohmann::json{{"quantization_config", {{"quant_method", "osl"}}}}, config.label()), "");
+    if (resolve_golden_stick(*weights, config, options.quantization, resolved.quant, model_dir.string())) {
+        weights = mindformers_deepseek_as_hf(std::move(weights), c);
     }
-    const bool golden_stick = resolved.quant.checkpoint == CheckpointQuant::kGoldenStick;
-    if (mf_names != golden_stick) {
-        raise(ErrorCode::kInvalidModel,
-              "{}: {}; a golden-stick A8W8 checkpoint has both quant_method osl (or none) and MindFormers tensor "
-              "names (model.tok_embeddings.embedding_weight), and runs as stored (--quantization auto)",
-              model_dir.string(),
-              mf_names ? "the tensors have MindFormers names but the checkpoint is read as " + resolved.quant.format
-                       : std::string("config.json says quant_method osl (golden-stick) but the tensors have HF "
-                                     "names"));
-    }
-    if (golden_stick) weights = mindformers_deepseek_as_hf(std::move(weights), c);
     return std::make_unique<DeepseekV3Model>(c, std::shared_ptr<const io::WeightSource>(std::move(weights)), pool,
                                              resolved);
 }

@@ -1,5 +1,5 @@
 // MindSpore golden-stick A8W8 checkpoints (quant_method osl, MindFormers names;
-// model/mindformers_checkpoint.h presents them under HF names): static W8A8 attention with a
+// model/formats/mindformers_checkpoint.h presents them under HF names): static W8A8 attention with a
 // per-channel input divisor, dynamic W8A8 MLPs and experts, the rest float. They run as stored.
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "moeserve/model/mindformers_checkpoint.h"
+#include "moeserve/model/formats/mindformers_checkpoint.h"
 
 #include <fmt/format.h>
 
@@ -311,6 +311,26 @@ private:
 
 bool has_mindformers_names(const io::WeightSource& weights) {
     return weights.contains("model.tok_embeddings.embedding_weight") || weights.contains("model.norm_out.weight");
+}
+
+bool resolve_golden_stick(const io::WeightSource& weights, const io::HfConfig& config, const std::string& requested,
+                          Quantization& quant, const std::string& label) {
+    const bool mf_names = has_mindformers_names(weights);
+    if (mf_names && quant.checkpoint == CheckpointQuant::kNone && (requested.empty() || requested == "auto")) {
+        quant = resolve_quantization(
+            io::HfConfig(nlohmann::json{{"quantization_config", {{"quant_method", "osl"}}}}, config.label()), "");
+    }
+    const bool golden_stick = quant.checkpoint == CheckpointQuant::kGoldenStick;
+    if (mf_names != golden_stick) {
+        raise(ErrorCode::kInvalidModel,
+              "{}: {}; a golden-stick A8W8 checkpoint has both quant_method osl (or none) and MindFormers tensor "
+              "names (model.tok_embeddings.embedding_weight), and runs as stored (--quantization auto)",
+              label,
+              mf_names ? "the tensors have MindFormers names but the checkpoint is read as " + quant.format
+                       : std::string("config.json says quant_method osl (golden-stick) but the tensors have HF "
+                                     "names"));
+    }
+    return golden_stick;
 }
 
 std::unique_ptr<io::WeightSource> mindformers_deepseek_as_hf(std::unique_ptr<io::WeightSource> mf,

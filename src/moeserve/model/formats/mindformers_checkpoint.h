@@ -7,14 +7,26 @@
 
 #include <memory>
 
+#include <string>
+
+#include "moeserve/io/hf_config.h"
 #include "moeserve/io/weight_source.h"
 #include "moeserve/model/deepseek_v3/config.h"
+#include "moeserve/model/quantization.h"
 
 namespace moeserve::model {
 
 // Whether the checkpoint uses MindFormers names (model.tok_embeddings.embedding_weight or
 // model.norm_out.weight).
 bool has_mindformers_names(const io::WeightSource& weights);
+
+// Whether `weights` are read as a golden-stick A8W8 checkpoint; the one place every architecture
+// asks. golden-stick keeps quant_method in the MindFormers yaml, so MindFormers names with no
+// quant_method in config.json (and --quantization auto or none given) resolve `quant` as
+// golden-stick. Names and quant_method that disagree are a kInvalidModel naming `label` (the model
+// folder) and both sides.
+bool resolve_golden_stick(const io::WeightSource& weights, const io::HfConfig& config, const std::string& requested,
+                          Quantization& quant, const std::string& label);
 
 // The DeepSeek-V3 golden-stick checkpoint `mf` under HF names:
 //   attention q2l_proj / kv2l / l2q_proj / wo -> q_a_proj / kv_a_proj_with_mqa / q_b_proj / o_proj
