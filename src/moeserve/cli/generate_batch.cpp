@@ -171,21 +171,6 @@ std::vector<Item> read_items(const std::string& path, const tokenizer::Tokenizer
     return items;
 }
 
-const char* finish_name(ipc::FinishReason r) {
-    switch (r) {
-        case ipc::FinishReason::kStop:
-            return "stop";
-        case ipc::FinishReason::kLength:
-            return "length";
-        case ipc::FinishReason::kAbort:
-            return "abort";
-        case ipc::FinishReason::kError:
-            return "error";
-        default:
-            return nullptr;
-    }
-}
-
 Json logprobs_json(const std::vector<ipc::TokenLogprobs>& lps, const tokenizer::Tokenizer& tok) {
     Json out = Json::array();
     for (const auto& lp : lps) {
@@ -207,8 +192,8 @@ Json result_json(size_t index, const Item& item, const ItemResult& r, const toke
     for (size_t i = 0; i < r.samples.size(); ++i) {
         const Sample& s = r.samples[i];
         Json o = {{"index", i}, {"text", s.text}, {"token_ids", s.token_ids}};
-        const char* finish = finish_name(s.finish);
-        o["finish_reason"] = finish ? Json(finish) : Json(nullptr);
+        const std::string finish = ipc::finish_reason_name(s.finish);
+        o["finish_reason"] = finish.empty() ? Json(nullptr) : Json(finish);
         if (s.stop_string)
             o["stop_reason"] = *s.stop_string;
         else if (s.stop_token_id)

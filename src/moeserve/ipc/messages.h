@@ -79,6 +79,26 @@ struct Abort {
 
 enum class FinishReason : uint8_t { kNone, kStop, kLength, kAbort, kError };
 
+// OpenAI's and vLLM's names of the reasons (finish_reason, the finished_reason metric label);
+// kNone (not finished) has no name: "".
+constexpr const char* finish_reason_name(FinishReason r) {
+    switch (r) {
+        case FinishReason::kStop:
+            return "stop";
+        case FinishReason::kLength:
+            return "length";
+        case FinishReason::kAbort:
+            return "abort";
+        case FinishReason::kError:
+            return "error";
+        case FinishReason::kNone:
+            break;
+    }
+    return "";
+}
+constexpr FinishReason kFinishReasons[] = {FinishReason::kStop, FinishReason::kLength, FinishReason::kAbort,
+                                           FinishReason::kError};
+
 // Log-probabilities at one position: the chosen token's, then the top-k (descending).
 struct TokenLogprobs {
     TokenId token_id = 0;

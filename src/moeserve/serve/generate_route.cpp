@@ -452,8 +452,8 @@ void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::Req
     if (out.finish_reason == ipc::FinishReason::kError) {
         const bool engine_down = !engines_.healthy();
         MOESERVE_LOG_E(logger_, "api", "request %s failed: %s", out.request_id.c_str(), out.error.c_str());
-        metrics_.on_request_finished(
-            {"error", job->prompt_tokens[c], stream.num_tokens(), 0, steady_seconds() - job->arrival});
+        metrics_.on_request_finished({ipc::finish_reason_name(out.finish_reason), job->prompt_tokens[c],
+                                      stream.num_tokens(), 0, steady_seconds() - job->arrival});
         if (out.overloaded) return fail_job(job, 503, out.error, "queue_timeout");
         return fail_job(job, engine_down ? 503 : 500,
                         (engine_down ? "The engine is not running: " : "The engine failed the request: ") + out.error,

@@ -384,7 +384,8 @@ std::string Metrics::render_local(const std::vector<ipc::Stats>& engines, int64_
     {
         std::lock_guard lock(mutex_);
         head("vllm:request_success_total", "counter", "Count of successfully processed requests.");
-        for (const char* reason : {"stop", "length", "abort", "error"}) {
+        for (const ipc::FinishReason r : ipc::kFinishReasons) {
+            const char* reason = ipc::finish_reason_name(r);
             const auto it = finished_by_reason_.find(reason);
             out += fmt::format("vllm:request_success_total{{{},finished_reason=\"{}\"}} {}\n", model, reason,
                                it == finished_by_reason_.end() ? 0 : it->second);

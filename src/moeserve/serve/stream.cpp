@@ -8,21 +8,6 @@ namespace {
 
 constexpr const char* kId = "c";  // the processor tracks exactly one request
 
-const char* reason_name(ipc::FinishReason r) {
-    switch (r) {
-        case ipc::FinishReason::kStop:
-            return "stop";
-        case ipc::FinishReason::kLength:
-            return "length";
-        case ipc::FinishReason::kAbort:
-            return "abort";
-        case ipc::FinishReason::kError:
-            return "error";
-        default:
-            return "";
-    }
-}
-
 }  // namespace
 
 ChoiceStream::ChoiceStream(const tokenizer::Tokenizer& tokenizer, const openai::GenerationParams& params)
@@ -61,10 +46,10 @@ ChoiceStream::Delta ChoiceStream::push(const ipc::RequestOutput& output) {
     finished_ = true;
     stopped_by_string_ = !processed.engine_aborts.empty();
     if (d.stop_string) {
-        finish_reason_ = "stop";
+        finish_reason_ = ipc::finish_reason_name(ipc::FinishReason::kStop);
         stop_reason_ = *d.stop_string;
     } else {
-        finish_reason_ = reason_name(d.finish_reason);
+        finish_reason_ = ipc::finish_reason_name(d.finish_reason);
         if (d.stop_token_id && std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(),
                                          *d.stop_token_id) != params_.stop_token_ids.end()) {
             stop_reason_ = *d.stop_token_id;
