@@ -8,11 +8,13 @@ PROMPT ?= The LORD is my shepherd
 # CTest starts the longest tests first when it knows their durations (Testing/Temporary/
 # CTestCostData.txt, which each run rewrites); a fresh clone has none, so each build folder's are
 # kept in $(CACHE)/ctest-costs between clones. Only the order depends on them, never a verdict.
-# $(call ctest_in,<build folder>,<ctest command>)
+# $(call ctest_in,<build folder>,<ctest command>); a red run ends with why each failed test failed
+# (tools/failed_tests_digest.sh), since a CI record keeps only the end of the output.
 define ctest_in
 	@mkdir -p $(1)/Testing/Temporary $(CACHE)/ctest-costs
 	@[ -f $(1)/Testing/Temporary/CTestCostData.txt ] || cp $(CACHE)/ctest-costs/$(notdir $(1)).txt $(1)/Testing/Temporary/CTestCostData.txt 2>/dev/null || true
-	@cd $(1) && { $(2); rc=$$?; cp Testing/Temporary/CTestCostData.txt $(CACHE)/ctest-costs/$(notdir $(1)).txt 2>/dev/null; exit $$rc; }
+	@cd $(1) && { $(2); rc=$$?; cp Testing/Temporary/CTestCostData.txt $(CACHE)/ctest-costs/$(notdir $(1)).txt 2>/dev/null; \
+	  [ $$rc -eq 0 ] || bash $(CURDIR)/tools/failed_tests_digest.sh .; exit $$rc; }
 endef
 
 .PHONY: setup configure build test test-sanitize test-asan test-tsan run generate bench format tidy clean
