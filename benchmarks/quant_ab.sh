@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# DeepSeek's FP8 checkpoints run as stored (W8A16, the default) against the same checkpoint widened
-# to bf16 at load (--quantization none) and quantized to int8 (w8a8), alternating within each
-# round, on the bench-size DeepSeek-V3 written in FP8 (128 x 128 block scales) by make-model. Each
-# row: `moeserve generate` decode (64 tokens) and prefill (a 518-token prompt) rates and the
-# process's peak resident memory (GNU time), at the CPU's best kernels and at AVX2 (MOESERVE_ISA);
-# each round starts with the STREAM read. Run from the project root:
-#   MOESERVE_BIN=build/src/moeserve/cli/moeserve ROUNDS="1 2 3" benchmarks/fp8_ab.sh
+# One checkpoint run at several --quantization choices, alternating within each round. Each row:
+# `moeserve generate` decode (64 tokens) and prefill (a 518-token prompt) rates and the process's
+# peak resident memory (GNU time), at the CPU's best kernels and at AVX2 (MOESERVE_ISA); each
+# round starts with the STREAM read. Run from the project root. The default: DeepSeek's FP8 as
+# stored (W8A16) against the same checkpoint widened to bf16 at load (none) and quantized to int8
+# (w8a8), on the bench-size DeepSeek-V3 written in FP8 (128 x 128 block scales) by make-model:
+#   MOESERVE_BIN=build/src/moeserve/cli/moeserve ROUNDS="1 2 3" benchmarks/quant_ab.sh
+# int4 (W4A16, groups of 128) against int8 and bf16 on the bench-size Qwen3-MoE:
+#   MODEL=/tmp/qwen3-bench MAKE_ARGS="--arch qwen3_moe --size bench --seed 1" QUANTS="w4a16 w8a8 none" \
+#     AVX2_QUANTS="w4a16 w8a8" benchmarks/quant_ab.sh
 # STREAM_BIN: stream_read built from benchmarks/stream_read.c (gcc -O3 -mavx2 -fopenmp).
 set -euo pipefail
 MS=${MOESERVE_BIN:-build/src/moeserve/cli/moeserve}
 MODEL=${MODEL:-/tmp/dsv3-bench-fp8}
 STREAM=${STREAM_BIN:-$HOME/.cache/moeserve-peer/stream_read}
-[ -f "$MODEL/config.json" ] || "$MS" make-model --arch deepseek_v3 --size bench --seed 1 --quantization fp8 \
-  --out "$MODEL" >/dev/null
+MAKE_ARGS=${MAKE_ARGS:---arch deepseek_v3 --size bench --seed 1 --quantization fp8}
+# shellcheck disable=SC2086  # MAKE_ARGS is a list of arguments
+[ -f "$MODEL/config.json" ] || "$MS" make-model $MAKE_ARGS --out "$MODEL" >/dev/null
 P518="$(/usr/bin/python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog near the river bank.']*37))")"
 DEC='The history of the Roman Empire spans many centuries, and'
 # rates and peak RSS (MiB) of one generate run
@@ -30,11 +34,11 @@ du -sh "$MODEL"
 for round in ${ROUNDS:-1 2 3}; do
   echo "== round $round, load $(cut -d' ' -f1-3 /proc/loadavg)"
   [ -x "$STREAM" ] && OMP_NUM_THREADS=2 OMP_PROC_BIND=spread "$STREAM"
-  for q in fp8 none w8a8; do
+  for q in ${QUANTS:-fp8 none w8a8}; do
     echo "$q decode: $(ms $q "$DEC" 64)"
     echo "$q p518:   $(ms $q "$P518" 1)"
   done
-  for q in fp8 none; do  # the AVX2 kernels (Zen3's), where the CPU has more
+  for q in ${AVX2_QUANTS:-fp8 none}; do  # the AVX2 kernels (Zen3's), where the CPU has more
     echo "$q avx2 decode: $(MOESERVE_ISA=avx2 ms $q "$DEC" 64)"
     echo "$q avx2 p518:   $(MOESERVE_ISA=avx2 ms $q "$P518" 1)"
   done
