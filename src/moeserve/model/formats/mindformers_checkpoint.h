@@ -2,11 +2,10 @@
 // parameter names and layouts. This converter presents one under the Hugging Face names and
 // layouts the DeepSeek-V3 model loads, with the static/dynamic int8 tensors named as ModelSlim's
 // (shared/formats/seed-checkpoints.md section C, docs/quantization.md). Depends on io and the
-// DeepSeek config only.
+// DeepSeek config, and the quantization it resolves.
 #pragma once
 
 #include <memory>
-
 #include <string>
 
 #include "moeserve/io/hf_config.h"
@@ -22,7 +21,7 @@ bool has_mindformers_names(const io::WeightSource& weights);
 
 // Whether `weights` are read as a golden-stick A8W8 checkpoint; the one place every architecture
 // asks. golden-stick keeps quant_method in the MindFormers yaml, so MindFormers names with no
-// quant_method in config.json (and --quantization auto or none given) resolve `quant` as
+// quant_method in config.json (with --quantization auto or not given) resolve `quant` as
 // golden-stick. Names and quant_method that disagree are a kInvalidModel naming `label` (the model
 // folder) and both sides.
 bool resolve_golden_stick(const io::WeightSource& weights, const io::HfConfig& config, const std::string& requested,
