@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "moeserve/core/error.h"
+#include "moeserve/core/escape.h"
 
 namespace moeserve::io {
 namespace {
@@ -218,14 +219,7 @@ std::string GgufValue::brief() const {
 std::string gguf_printable(std::string_view name) {
     constexpr size_t kMax = 96;
     std::string out;
-    for (size_t i = 0; i < name.size() && i < kMax; ++i) {
-        const auto c = static_cast<unsigned char>(name[i]);
-        if (c < 0x20 || c == 0x7f) {
-            out += fmt::format("\\x{:02x}", c);
-        } else {
-            out += static_cast<char>(c);
-        }
-    }
+    append_escaped(name.substr(0, kMax), '\0', out);
     if (name.size() > kMax) out += "...";
     return out;
 }

@@ -109,7 +109,7 @@ private:
     Storage storage_;
 };
 
-// A name from a file made safe for a one-line message: control bytes escaped as \xNN, cut to
+// A name from a file made safe for a one-line message: escaped as core/escape.h says, cut to
 // 96 bytes with "..." appended.
 std::string gguf_printable(std::string_view name);
 

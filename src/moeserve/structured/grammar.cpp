@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "moeserve/core/error.h"
+#include "moeserve/core/escape.h"
 
 namespace moeserve::structured {
 namespace {
@@ -547,25 +548,7 @@ private:
 Grammar parse_gbnf(std::string_view text) { return Parser(text).parse(); }
 
 std::string gbnf_literal(std::string_view s) {
-    std::string out = "\"";
-    for (const char ch : s) {
-        const auto c = static_cast<unsigned char>(ch);
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += ch;
-        } else if (c == '\n') {
-            out += "\\n";
-        } else if (c == '\r') {
-            out += "\\r";
-        } else if (c == '\t') {
-            out += "\\t";
-        } else if (c < 0x20 || c == 0x7F) {
-            out += fmt::format("\\x{:02X}", c);
-        } else {
-            out += ch;  // UTF-8 bytes pass through: the parser decodes them back to the same bytes
-        }
-    }
-    return out + "\"";
+    return quote_escaped(s, '"');  // UTF-8 bytes pass through: the parser decodes them back to the same bytes
 }
 
 }  // namespace moeserve::structured

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "moeserve/core/error.h"
+#include "moeserve/core/escape.h"
 
 namespace moeserve::tokenizer::jinja {
 
@@ -78,30 +79,10 @@ Value value_from_json(const Json& j) {
 }
 
 std::string repr_string(const std::string& s) {
-    bool has_single = s.find('\'') != std::string::npos;
-    bool has_double = s.find('"') != std::string::npos;
-    char quote = (has_single && !has_double) ? '"' : '\'';
-    std::string out(1, quote);
-    for (unsigned char c : s) {
-        if (c == '\\') {
-            out += "\\\\";
-        } else if (c == static_cast<unsigned char>(quote)) {
-            out += '\\';
-            out += static_cast<char>(c);
-        } else if (c == '\n') {
-            out += "\\n";
-        } else if (c == '\r') {
-            out += "\\r";
-        } else if (c == '\t') {
-            out += "\\t";
-        } else if (c < 0x20 || c == 0x7f) {
-            out += fmt::format("\\x{:02x}", c);
-        } else {
-            out += static_cast<char>(c);
-        }
-    }
-    out += quote;
-    return out;
+    // Python's choice: single quotes, unless the text holds one and no double quote.
+    const bool has_single = s.find('\'') != std::string::npos;
+    const bool has_double = s.find('"') != std::string::npos;
+    return quote_escaped(s, (has_single && !has_double) ? '"' : '\'');
 }
 
 void json_escape_into(const std::string& s, bool ensure_ascii, std::string& out) {
