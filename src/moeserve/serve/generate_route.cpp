@@ -25,6 +25,30 @@ namespace moeserve::serve {
 using openai::ApiError;
 using OJson = nlohmann::ordered_json;
 
+namespace {
+
+// One choice of a request: one engine request (a prompt x one of its n samples) and what its
+// answer has gathered so far.
+struct Choice {
+    std::string engine_id;
+    size_t prompt = 0;          // index into Job::prompt_ids
+    int64_t prompt_tokens = 0;  // as the engine counts them
+    std::string echo;           // text the answer starts with (completions with echo)
+    std::unique_ptr<ChoiceStream> stream;
+    std::unique_ptr<openai::ChatOutput> chat_output;  // chat
+    openai::ToolParseResult parsed;                   // chat, non-streaming
+    openai::ChoiceData result;                        // accumulated (non-streaming)
+    int64_t chars_sent = 0;                           // completions, streaming: characters sent (text_offset)
+    double first_token_time = 0;                      // 0 = none yet
+    double last_token_time = 0;                       // inter-token latency
+    double queue_seconds = 0;                         // as the engine reported
+    int64_t cached_tokens = 0;
+    bool first_chunk_sent = false;
+    std::string kv_endpoint;  // where a producer request's KV waits
+};
+
+}  // namespace
+
 // One HTTP generation request: its choices (prompt x n), each an engine request.
 struct Router::Job {
     bool chat = false;
@@ -33,29 +57,22 @@ struct Router::Job {
     openai::ToolRequest tools;               // chat; chat_options points here
     openai::ChatOutputOptions chat_options;  // chat
     std::shared_ptr<Responder> responder;
-    std::vector<std::string> engine_ids;  // per choice
-    std::vector<std::unique_ptr<ChoiceStream>> streams;
-    std::vector<std::unique_ptr<openai::ChatOutput>> chat_outputs;  // chat: per choice
-    std::vector<openai::ToolParseResult> parsed;                    // chat, non-streaming: per choice
-    std::vector<openai::ChoiceData> results;                        // per choice: accumulated (non-streaming)
-    std::vector<int64_t> prompt_tokens;                             // per choice
-    std::vector<size_t> prompt_of_choice;
+    std::vector<Choice> choices;
     std::vector<std::vector<int32_t>> prompt_ids;  // per prompt (echo logprobs, prompt_logprobs)
-    std::vector<std::string> echo;                 // per choice: text the answer starts with
     bool echo_logprobs = false;                    // completions with echo and logprobs: entries of the prompt first
     bool echo_only = false;                        // max_tokens 0 with echo: the prompt, nothing generated
-    std::vector<int64_t> chars_sent;               // completions, streaming: characters sent (text_offset)
-    std::vector<double> first_token_time;          // per choice, 0 = none yet
-    std::vector<double> last_token_time;           // per choice: inter-token latency
-    std::vector<double> queue_seconds;             // per choice, as the engine reported
-    std::vector<int64_t> cached_tokens;
-    std::vector<bool> first_chunk_sent;
-    std::vector<std::string> kv_endpoints;  // per choice: where a producer request's KV waits
-    bool kv_params_sent = false;            // streamed: the event naming the transfers went out
+    bool kv_params_sent = false;                   // streamed: the event naming the transfers went out
     size_t num_finished = 0;
     std::atomic<bool> done{false};
     double arrival = 0;
     std::atomic<bool> disconnected{false};
+
+    // The engine ids of the first `count` choices (all by default).
+    std::vector<std::string> engine_ids(size_t count = SIZE_MAX) const {
+        std::vector<std::string> ids;
+        for (size_t c = 0; c < choices.size() && c < count; ++c) ids.push_back(choices[c].engine_id);
+        return ids;
+    }
 };
 
 namespace {
@@ -156,17 +173,15 @@ Router::ChatPrompt Router::chat_prompt(const ChatPromptInput& in) const {
     return out;
 }
 
+// A request's prompts, as step 1 of generate reads them.
+struct Router::Prompts {
+    std::vector<std::vector<int32_t>> ids;           // one per completion prompt, one for chat
+    std::vector<std::string> echo_texts;             // per prompt: what an echoed answer starts with ("" = none)
+    std::vector<std::optional<std::string>> logged;  // --enable-log-requests: the text, if any
+    std::vector<int32_t> grammar_after;              // reasoning: the grammar starts after </think>
+};
+
 void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Responder>& responder) {
-    const auto check_fan_out = [this](size_t num_prompts, int32_t n) {
-        const size_t choices = num_prompts * static_cast<size_t>(std::max(1, n));
-        if (choices > static_cast<size_t>(config_.max_choices_per_request)) {
-            throw ApiError(400,
-                           fmt::format("This request asks for {} sequences ({} prompts x n={}); the limit is {} "
-                                       "(--max-choices-per-request).",
-                                       choices, num_prompts, n, config_.max_choices_per_request),
-                           "invalid_request_error", "n");
-        }
-    };
     if (draining_) throw ApiError(503, "The server is shutting down.", "server_error", std::nullopt, "shutting_down");
     auto job = std::make_shared<Job>();
     job->chat = chat;
@@ -175,72 +190,90 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
     // Engine request ids are ours (unique); the response id may be the client's request_id.
     const std::string engine_base = new_request_id(chat ? "chatcmpl" : "cmpl");
     job->meta = {engine_base, unix_seconds(), config_.limits.served_model_name};
+    // 1. The request's fields and its prompts as token ids; what this server refuses.
+    Prompts prompts = chat ? parse_chat_request(body, *job) : parse_completion_request(body, *job);
+    check_request_rules(*job, prompts);
+    // 2. One engine request per (prompt, n).
+    std::vector<ipc::AddRequest> adds = prepare_engine_requests(body, *job, std::move(prompts), engine_base);
+    // 3. Hand over to the engines. From here on, outputs arrive on the engine-client thread.
+    submit(job, std::move(adds));
+}
 
-    // 1. Prompts as token ids (one per completion prompt, one for chat).
-    std::vector<std::vector<int32_t>> prompts;
-    std::vector<std::string> prompt_texts;
-    std::vector<std::optional<std::string>> logged_prompts;  // --enable-log-requests: the text, if any
-    bool echo = false;
-    std::vector<int32_t> grammar_after;  // reasoning: the grammar starts after </think>
-    if (chat) {
-        auto r = openai::parse_chat_request(body, config_.limits);
-        warn_unknown_fields(r.unknown_fields, "/v1/chat/completions");
-        job->params = std::move(r.params);
-        job->tools = std::move(r.tools);
-        check_fan_out(1, job->params.n);
-        using Choice = openai::ToolRequest::Choice;
-        if (job->tools.choice == Choice::kAuto && config_.tool_call_parser.empty()) {
-            throw ApiError(400,
-                           "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",
-                           "invalid_request_error", "tool_choice");
-        }
-        ChatPromptInput in{&r.messages,
-                           r.add_generation_prompt,
-                           r.continue_final_message,
-                           r.add_special_tokens,
-                           job->tools.choice == Choice::kNone ? OJson() : job->tools.tools,
-                           r.chat_template_kwargs,
-                           r.chat_template};
-        ChatPrompt prompt = chat_prompt(in);
-        auto& o = job->chat_options;
-        o.tools = &job->tools;
-        o.tool_parser = config_.tool_call_parser;
-        if (config_.reasoning_format) {
-            o.reasoning = *config_.reasoning_format;
-            o.reasoning_start = openai::ReasoningParser::start_of(prompt.text);
-            if (o.reasoning_start != openai::ReasoningParser::Start::kContent && !job->params.grammar.empty()) {
-                grammar_after = tokenizer_.encode(std::string(openai::kThinkEnd), false);
-            }
-        }
-        prompts.push_back(std::move(prompt.ids));
-        if (config_.log_requests) logged_prompts.push_back(std::move(prompt.text));
-        // chat echo (vLLM): the answer starts with the last message when it is the assistant's.
-        const auto& last = r.messages.back();
-        prompt_texts.push_back(r.echo && last.value("role", "") == "assistant" && last.contains("content") &&
-                                       last["content"].is_string()
-                                   ? last["content"].get<std::string>()
-                                   : "");
-        echo = r.echo;
-    } else {
-        auto r = openai::parse_completion_request(body, config_.limits);
-        warn_unknown_fields(r.unknown_fields, "/v1/completions");
-        job->params = std::move(r.params);
-        echo = r.echo;
-        check_fan_out(r.prompts.size(), job->params.n);
-        for (auto& p : r.prompts) {
-            if (config_.log_requests) logged_prompts.push_back(p.text);
-            if (p.text) {
-                prompts.push_back(encode_prompt(*p.text, true, "prompt"));
-                prompt_texts.push_back(*p.text);
-            } else {
-                prompt_texts.push_back(echo ? tokenizer_.decode(p.token_ids) : "");
-                prompts.push_back(std::move(p.token_ids));
-            }
-        }
-        job->echo_only = echo && job->params.max_tokens && *job->params.max_tokens == 0;
-        job->echo_logprobs = echo && job->params.logprobs.has_value();
+void Router::check_fan_out(size_t num_prompts, int32_t n) const {
+    const size_t choices = num_prompts * static_cast<size_t>(std::max(1, n));
+    if (choices > static_cast<size_t>(config_.max_choices_per_request)) {
+        throw ApiError(400,
+                       fmt::format("This request asks for {} sequences ({} prompts x n={}); the limit is {} "
+                                   "(--max-choices-per-request).",
+                                   choices, num_prompts, n, config_.max_choices_per_request),
+                       "invalid_request_error", "n");
     }
-    auto& params = job->params;
+}
+
+Router::Prompts Router::parse_chat_request(const OJson& body, Job& job) {
+    auto r = openai::parse_chat_request(body, config_.limits);
+    warn_unknown_fields(r.unknown_fields, "/v1/chat/completions");
+    job.params = std::move(r.params);
+    job.tools = std::move(r.tools);
+    check_fan_out(1, job.params.n);
+    using ToolChoice = openai::ToolRequest::Choice;
+    if (job.tools.choice == ToolChoice::kAuto && config_.tool_call_parser.empty()) {
+        throw ApiError(400, "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",
+                       "invalid_request_error", "tool_choice");
+    }
+    ChatPromptInput in{&r.messages,
+                       r.add_generation_prompt,
+                       r.continue_final_message,
+                       r.add_special_tokens,
+                       job.tools.choice == ToolChoice::kNone ? OJson() : job.tools.tools,
+                       r.chat_template_kwargs,
+                       r.chat_template};
+    ChatPrompt prompt = chat_prompt(in);
+    Prompts out;
+    auto& o = job.chat_options;
+    o.tools = &job.tools;
+    o.tool_parser = config_.tool_call_parser;
+    if (config_.reasoning_format) {
+        o.reasoning = *config_.reasoning_format;
+        o.reasoning_start = openai::ReasoningParser::start_of(prompt.text);
+        if (o.reasoning_start != openai::ReasoningParser::Start::kContent && !job.params.grammar.empty()) {
+            out.grammar_after = tokenizer_.encode(std::string(openai::kThinkEnd), false);
+        }
+    }
+    out.ids.push_back(std::move(prompt.ids));
+    if (config_.log_requests) out.logged.push_back(std::move(prompt.text));
+    // chat echo (vLLM): the answer starts with the last message when it is the assistant's.
+    const auto& last = r.messages.back();
+    out.echo_texts.push_back(r.echo && last.value("role", "") == "assistant" && last.contains("content") &&
+                                     last["content"].is_string()
+                                 ? last["content"].get<std::string>()
+                                 : "");
+    return out;
+}
+
+Router::Prompts Router::parse_completion_request(const OJson& body, Job& job) {
+    auto r = openai::parse_completion_request(body, config_.limits);
+    warn_unknown_fields(r.unknown_fields, "/v1/completions");
+    job.params = std::move(r.params);
+    check_fan_out(r.prompts.size(), job.params.n);
+    Prompts out;
+    for (auto& p : r.prompts) {
+        if (config_.log_requests) out.logged.push_back(p.text);
+        if (p.text) {
+            out.ids.push_back(encode_prompt(*p.text, true, "prompt"));
+            out.echo_texts.push_back(r.echo ? *p.text : "");
+        } else {
+            out.echo_texts.push_back(r.echo ? tokenizer_.decode(p.token_ids) : "");
+            out.ids.push_back(std::move(p.token_ids));
+        }
+    }
+    job.echo_only = r.echo && job.params.max_tokens && *job.params.max_tokens == 0;
+    job.echo_logprobs = r.echo && job.params.logprobs.has_value();
+    return out;
+}
+
+void Router::check_request_rules(Job& job, Prompts& prompts) const {
+    const auto& params = job.params;
     if (params.priority != 0 && !config_.priority_scheduling) {  // vLLM's check
         throw ApiError(
             400,
@@ -269,15 +302,58 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
                            "invalid_request_error", "kv_transfer_params");
         }
     }
-    if (!params.request_id.empty()) job->meta.id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", params.request_id);
+    if (!params.request_id.empty())
+        job.meta.id = fmt::format("{}-{}", job.chat ? "chatcmpl" : "cmpl", params.request_id);
     if (params.truncate_prompt_tokens) {
-        for (auto& ids : prompts) {
+        for (auto& ids : prompts.ids) {
             const auto keep = static_cast<size_t>(*params.truncate_prompt_tokens);
             if (ids.size() > keep) ids.erase(ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(keep));
         }
     }
-    // 2. The model's defaults where the request is silent, validate lengths, then build one
-    // engine request per (prompt, n).
+}
+
+ipc::AddRequest Router::engine_request(const Job& job, const std::vector<int32_t>& prompt,
+                                       const std::vector<std::vector<int32_t>>& bad_words,
+                                       const std::vector<int32_t>& grammar_after) const {
+    const auto& p = job.params;
+    const auto& g = config_.generation_defaults;
+    openai::GenerationParams sized = p;
+    if (job.echo_only) sized.max_tokens = 1;  // vLLM: one token runs, none is returned
+    if (!sized.max_tokens && g.max_tokens) {
+        const int64_t room = config_.limits.max_model_len - static_cast<int64_t>(prompt.size());
+        sized.max_tokens = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(*g.max_tokens, room)));
+    }
+    ipc::AddRequest a;
+    a.prompt_token_ids = prompt;
+    a.priority = p.priority;
+    auto& s = a.sampling;
+    s.temperature = p.temperature;
+    s.top_p = p.top_p;
+    s.top_k = p.top_k < 0 ? 0 : p.top_k;
+    s.min_p = p.min_p;
+    s.presence_penalty = p.presence_penalty;
+    s.frequency_penalty = p.frequency_penalty;
+    s.repetition_penalty = p.repetition_penalty;
+    s.max_tokens = openai::resolve_max_tokens(static_cast<int64_t>(prompt.size()), sized, config_.limits, job.chat);
+    s.min_tokens = p.min_tokens;
+    s.stop_token_ids = p.stop_token_ids;
+    s.logprobs = p.logprobs;
+    // Echo with logprobs needs the prompt's entries; prompt_logprobs asks for them itself.
+    s.prompt_logprobs = p.prompt_logprobs;
+    if (job.echo_logprobs) s.prompt_logprobs = std::max(p.prompt_logprobs.value_or(0), *p.logprobs);
+    s.grammar = p.grammar;
+    s.grammar_after_token_ids = grammar_after;
+    s.logit_bias = p.logit_bias;
+    s.allowed_token_ids = p.allowed_token_ids;
+    s.bad_words_token_ids = bad_words;
+    s.cache_salt = p.cache_salt;
+    return validated(std::move(a), p.ignore_eos, request_limits_, job.chat);
+}
+
+std::vector<ipc::AddRequest> Router::prepare_engine_requests(const OJson& body, Job& job, Prompts prompts,
+                                                             const std::string& engine_base) {
+    // The model's defaults where the request is silent.
+    auto& params = job.params;
     const auto& g = config_.generation_defaults;
     const auto absent = [&body](const char* key) { return !body.contains(key) || body[key].is_null(); };
     if (g.temperature && absent("temperature")) params.temperature = *g.temperature;
@@ -287,57 +363,27 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
     if (g.repetition_penalty && absent("repetition_penalty")) params.repetition_penalty = *g.repetition_penalty;
     const auto bad_words = bad_words_token_ids(tokenizer_, params.bad_words);
     std::vector<ipc::AddRequest> adds;
-    const auto& p = job->params;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-        openai::GenerationParams sized = p;
-        if (job->echo_only) sized.max_tokens = 1;  // vLLM: one token runs, none is returned
-        if (!sized.max_tokens && g.max_tokens) {
-            const int64_t room = config_.limits.max_model_len - static_cast<int64_t>(prompts[i].size());
-            sized.max_tokens = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(*g.max_tokens, room)));
-        }
-        // The prompt's engine request; its n choices differ only in their id and seed.
-        ipc::AddRequest a;
-        a.prompt_token_ids = prompts[i];
-        a.priority = p.priority;
-        auto& s = a.sampling;
-        s.temperature = p.temperature;
-        s.top_p = p.top_p;
-        s.top_k = p.top_k < 0 ? 0 : p.top_k;
-        s.min_p = p.min_p;
-        s.presence_penalty = p.presence_penalty;
-        s.frequency_penalty = p.frequency_penalty;
-        s.repetition_penalty = p.repetition_penalty;
-        s.max_tokens = openai::resolve_max_tokens(static_cast<int64_t>(prompts[i].size()), sized, config_.limits, chat);
-        s.min_tokens = p.min_tokens;
-        s.stop_token_ids = p.stop_token_ids;
-        s.logprobs = p.logprobs;
-        // Echo with logprobs needs the prompt's entries; prompt_logprobs asks for them itself.
-        s.prompt_logprobs = p.prompt_logprobs;
-        if (job->echo_logprobs) s.prompt_logprobs = std::max(p.prompt_logprobs.value_or(0), *p.logprobs);
-        s.grammar = p.grammar;
-        s.grammar_after_token_ids = grammar_after;
-        s.logit_bias = p.logit_bias;
-        s.allowed_token_ids = p.allowed_token_ids;
-        s.bad_words_token_ids = bad_words;
-        s.cache_salt = p.cache_salt;
-        a = validated(std::move(a), p.ignore_eos, request_limits_, chat);
+    const auto& p = job.params;
+    for (size_t i = 0; i < prompts.ids.size(); ++i) {
+        const ipc::AddRequest a = engine_request(job, prompts.ids[i], bad_words, prompts.grammar_after);
         if (config_.log_requests) {  // vLLM's line, once per prompt (its n choices share it)
-            const std::string line = request_log_line(fmt::format("{}-{}", engine_base, adds.size()), logged_prompts[i],
-                                                      prompts[i], p, a.sampling.max_tokens, config_.max_log_len);
+            const std::string line = request_log_line(fmt::format("{}-{}", engine_base, adds.size()), prompts.logged[i],
+                                                      prompts.ids[i], p, a.sampling.max_tokens, config_.max_log_len);
             MOESERVE_LOG_I(logger_, "api", "%s", line.c_str());
         }
-        for (int32_t k = 0; k < p.n; ++k) {
+        for (int32_t k = 0; k < p.n; ++k) {  // the prompt's n choices differ only in their id and seed
             ipc::AddRequest choice = a;
             choice.request_id = fmt::format("{}-{}", engine_base, adds.size());
             if (p.seed) choice.sampling.seed = *p.seed + static_cast<uint64_t>(k);
-            job->engine_ids.push_back(choice.request_id);
-            job->prompt_tokens.push_back(static_cast<int64_t>(prompts[i].size()));
-            job->prompt_of_choice.push_back(i);
-            job->echo.push_back(echo ? prompt_texts[i] : "");
+            Choice& added = job.choices.emplace_back();
+            added.engine_id = choice.request_id;
+            added.prompt = i;
+            added.prompt_tokens = static_cast<int64_t>(prompts.ids[i].size());
+            added.echo = prompts.echo_texts[i];
             adds.push_back(std::move(choice));
         }
     }
-    job->prompt_ids = std::move(prompts);
+    job.prompt_ids = std::move(prompts.ids);
     const size_t num_choices = adds.size();
     if (!p.kv_transfer.transfers.empty() && p.kv_transfer.transfers.size() != num_choices) {
         throw ApiError(
@@ -353,31 +399,24 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
             adds[c].kv_transfer.remote_endpoint = p.kv_transfer.transfers[c].endpoint;
             adds[c].kv_transfer.remote_transfer_id = p.kv_transfer.transfers[c].id;
         }
+        Choice& choice = job.choices[c];
+        choice.stream = std::make_unique<ChoiceStream>(tokenizer_, job.params);
+        if (job.chat) choice.chat_output = std::make_unique<openai::ChatOutput>(job.chat_options);
+        choice.result.index = static_cast<int32_t>(c);
+        choice.result.has_logprobs = p.logprobs.has_value();
+        choice.result.has_reasoning = job.chat && job.chat_options.reasoning.has_value();
     }
-    job->kv_endpoints.assign(num_choices, "");
-    for (size_t c = 0; c < num_choices; ++c) {
-        job->streams.push_back(std::make_unique<ChoiceStream>(tokenizer_, job->params));
-        if (chat) job->chat_outputs.push_back(std::make_unique<openai::ChatOutput>(job->chat_options));
-        openai::ChoiceData d;
-        d.index = static_cast<int32_t>(c);
-        d.has_logprobs = p.logprobs.has_value();
-        d.has_reasoning = chat && job->chat_options.reasoning.has_value();
-        job->results.push_back(std::move(d));
-    }
-    job->parsed.resize(num_choices);
-    job->chars_sent.assign(num_choices, 0);
-    job->first_token_time.assign(num_choices, 0);
-    job->last_token_time.assign(num_choices, 0);
-    job->queue_seconds.assign(num_choices, 0);
-    job->cached_tokens.assign(num_choices, 0);
-    job->first_chunk_sent.assign(num_choices, false);
+    return adds;
+}
 
-    // 3. Hand over to the engines. From here on, outputs arrive on the engine-client thread.
+void Router::submit(const std::shared_ptr<Job>& job, std::vector<ipc::AddRequest> adds) {
+    const std::shared_ptr<Responder>& responder = job->responder;
+    const auto& p = job->params;
     std::weak_ptr<Job> weak = job;
     responder->on_disconnect([this, weak] {
         if (auto j = weak.lock()) {
             j->disconnected = true;
-            engines_.abort(j->engine_ids);
+            engines_.abort(j->engine_ids());
         }
     });
     if (p.stream) {
@@ -387,13 +426,12 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
         metrics_.on_http_status(200);
         responder->start_stream();
     }
-    for (size_t c = 0; c < num_choices; ++c) {
+    for (size_t c = 0; c < adds.size(); ++c) {
         const bool sent =
             engines_.add(std::move(adds[c]), [this, job, c](const ipc::RequestOutput& out) { on_output(job, c, out); });
         if (!sent) {
             job->done = true;  // later (abort) outputs are ignored
-            engines_.abort(
-                std::vector<std::string>(job->engine_ids.begin(), job->engine_ids.begin() + static_cast<long>(c)));
+            engines_.abort(job->engine_ids(c));
             if (p.stream) {
                 responder->send_chunk("data: " +
                                       openai::error_body(ApiError(503, "The engine is not running.", "server_error",
@@ -408,7 +446,7 @@ void Router::generate(const OJson& body, bool chat, const std::shared_ptr<Respon
     // This runs on a worker, not the connection's strand: a client that left while the requests
     // were being added had its abort run before they existed. The disconnect handler sets the
     // flag before it aborts, so one of the two aborts sees every request.
-    if (job->disconnected) engines_.abort(job->engine_ids);
+    if (job->disconnected) engines_.abort(job->engine_ids());
 }
 
 OJson Router::prompt_logprobs_json(const std::vector<ipc::TokenLogprobs>& entries) const {
@@ -435,9 +473,9 @@ OJson Router::prompt_logprobs_json(const std::vector<ipc::TokenLogprobs>& entrie
 
 OJson Router::kv_transfer_params(const Job& job) const {
     OJson transfers = OJson::array();
-    for (size_t c = 0; c < job.engine_ids.size(); ++c) {
-        const std::string& endpoint = job.kv_endpoints[c];
-        const std::string& id = job.engine_ids[c];
+    for (const Choice& choice : job.choices) {
+        const std::string& endpoint = choice.kv_endpoint;
+        const std::string& id = choice.engine_id;
         transfers.push_back({{"endpoint", endpoint},
                              {"id", id},
                              {"token", ipc::kv_transfer_token(config_.kv_transfer_key, endpoint, id)}});
@@ -447,22 +485,23 @@ OJson Router::kv_transfer_params(const Job& job) const {
 
 void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::RequestOutput& out) {
     if (job->done) return;
-    auto& stream = *job->streams[c];
+    Choice& choice = job->choices[c];
+    auto& stream = *choice.stream;
     if (stream.finished()) return;  // after a stop string: the engine's abort output
     if (out.finish_reason == ipc::FinishReason::kError) {
         const bool engine_down = !engines_.healthy();
         MOESERVE_LOG_E(logger_, "api", "request %s failed: %s", out.request_id.c_str(), out.error.c_str());
-        metrics_.on_request_finished({ipc::finish_reason_name(out.finish_reason), job->prompt_tokens[c],
+        metrics_.on_request_finished({ipc::finish_reason_name(out.finish_reason), choice.prompt_tokens,
                                       stream.num_tokens(), 0, steady_seconds() - job->arrival});
         if (out.overloaded) return fail_job(job, 503, out.error, "queue_timeout");
         return fail_job(job, engine_down ? 503 : 500,
                         (engine_down ? "The engine is not running: " : "The engine failed the request: ") + out.error,
                         engine_down ? "engine_unavailable" : nullptr);
     }
-    if (out.num_cached_tokens > 0) job->cached_tokens[c] = out.num_cached_tokens;
-    if (!out.kv_transfer_endpoint.empty()) job->kv_endpoints[c] = out.kv_transfer_endpoint;
+    if (out.num_cached_tokens > 0) choice.cached_tokens = out.num_cached_tokens;
+    if (!out.kv_transfer_endpoint.empty()) choice.kv_endpoint = out.kv_transfer_endpoint;
     if (job->params.stream && job->params.kv_transfer.produce && !job->kv_params_sent &&
-        std::none_of(job->kv_endpoints.begin(), job->kv_endpoints.end(), [](const auto& e) { return e.empty(); })) {
+        std::none_of(job->choices.begin(), job->choices.end(), [](const Choice& o) { return o.kv_endpoint.empty(); })) {
         // Streaming the prefill half: the decode half may start fetching while this prompt runs.
         job->kv_params_sent = true;
         if (!job->disconnected) {
@@ -470,17 +509,17 @@ void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::Req
                 {{"id", job->meta.id}, {"choices", OJson::array()}, {"kv_transfer_params", kv_transfer_params(*job)}}));
         }
     }
-    job->queue_seconds[c] = out.queue_seconds;
+    choice.queue_seconds = out.queue_seconds;
     auto delta = stream.push(out);
     if (!out.new_token_ids.empty()) {
         const double now = steady_seconds();
-        if (job->last_token_time[c] > 0) metrics_.on_inter_token(now - job->last_token_time[c]);
-        job->last_token_time[c] = now;
-        if (job->first_token_time[c] == 0) job->first_token_time[c] = now;
+        if (choice.last_token_time > 0) metrics_.on_inter_token(now - choice.last_token_time);
+        choice.last_token_time = now;
+        if (choice.first_token_time == 0) choice.first_token_time = now;
     }
-    if (stream.stopped_by_string()) engines_.abort({job->engine_ids[c]});
-    auto& result = job->results[c];
-    const bool first = !job->first_chunk_sent[c];
+    if (stream.stopped_by_string()) engines_.abort({choice.engine_id});
+    auto& result = choice.result;
+    const bool first = !choice.first_chunk_sent;
     if (job->echo_only) {  // nothing generated is shown
         delta.text.clear();
         delta.logprobs.clear();
@@ -491,7 +530,7 @@ void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::Req
     if (delta.prompt_logprobs) {
         if (job->params.prompt_logprobs) prompt_lps = prompt_logprobs_json(*delta.prompt_logprobs);
         if (job->echo_logprobs) {
-            const auto& ids = job->prompt_ids[job->prompt_of_choice[c]];
+            const auto& ids = job->prompt_ids[choice.prompt];
             openai::TokenLogprob head = stream.logprob_text({ids.front(), 0, 0, {}});
             head.unknown = true;
             prompt_entries.push_back(std::move(head));
@@ -505,7 +544,7 @@ void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::Req
     const bool finished = stream.finished();
     openai::ChatDelta chat_delta;
     if (job->chat) {
-        auto& chat_out = *job->chat_outputs[c];
+        auto& chat_out = *choice.chat_output;
         chat_delta = chat_out.push(delta.text);
         if (finished) {
             openai::ChatDelta rest = chat_out.finish();
@@ -516,8 +555,8 @@ void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::Req
     }
     // Auto and required calls end a stopped answer with finish_reason "tool_calls" (vLLM).
     const auto finish_reason = [&]() -> std::string {
-        if (job->chat && stream.finish_reason() == "stop" && job->chat_outputs[c]->calls_made() &&
-            !job->chat_outputs[c]->named_choice()) {
+        if (job->chat && stream.finish_reason() == "stop" && choice.chat_output->calls_made() &&
+            !choice.chat_output->named_choice()) {
             return "tool_calls";
         }
         return stream.finish_reason();
@@ -536,22 +575,22 @@ void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::Req
         } else {
             d.text = delta.text;
         }
-        if (first && !job->echo[c].empty()) d.text = job->echo[c] + d.text;
-        d.text_offset = job->chars_sent[c];
+        if (first && !choice.echo.empty()) d.text = choice.echo + d.text;
+        d.text_offset = choice.chars_sent;
         if (finished) {
             d.finish_reason = finish_reason();
             d.stop_reason = stream.stop_reason();
         }
         if (job->params.continuous_usage_stats) {
             d.usage =
-                openai::Usage{job->prompt_tokens[c], job->echo_only ? 0 : stream.num_tokens(), job->cached_tokens[c]};
+                openai::Usage{choice.prompt_tokens, job->echo_only ? 0 : stream.num_tokens(), choice.cached_tokens};
         }
         const bool has_news = !d.text.empty() || !d.reasoning.empty() || !d.tool_call_deltas.empty() ||
                               d.finish_reason || !d.logprobs.empty() || !d.prompt_logprobs.is_null();
         if (has_news || (first && job->chat)) {
-            job->first_chunk_sent[c] = true;
-            for (const auto& lp : d.logprobs) job->chars_sent[c] += openai::utf8_length(lp.token);
-            if (d.logprobs.empty()) job->chars_sent[c] += openai::utf8_length(d.text);
+            choice.first_chunk_sent = true;
+            for (const auto& lp : d.logprobs) choice.chars_sent += openai::utf8_length(lp.token);
+            if (d.logprobs.empty()) choice.chars_sent += openai::utf8_length(d.text);
             if (!job->disconnected) {
                 job->responder->send_chunk(openai::sse_event(job->chat ? openai::chat_chunk(job->meta, d, first)
                                                                        : openai::completion_chunk(job->meta, d)));
@@ -563,45 +602,44 @@ void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::Req
         if (!prompt_lps.is_null()) result.prompt_logprobs = std::move(prompt_lps);
         if (job->chat) {
             result.reasoning += chat_delta.reasoning;
-            job->parsed[c].add({std::move(chat_delta.content), std::move(chat_delta.tool_calls)});
+            choice.parsed.add({std::move(chat_delta.content), std::move(chat_delta.tool_calls)});
         }
     }
     if (!finished) return;
     const double now = steady_seconds();
-    const double ttft = job->first_token_time[c] > 0 ? job->first_token_time[c] - job->arrival : 0;
+    const double ttft = choice.first_token_time > 0 ? choice.first_token_time - job->arrival : 0;
     const int64_t num_generated = job->echo_only ? 0 : stream.num_tokens();
     if (config_.log_requests)
         MOESERVE_LOG_I(
             logger_, "api", "request %s finished: reason=%s prompt_tokens=%lld output_tokens=%lld ttft=%.3fs e2e=%.3fs",
-            job->engine_ids[c].c_str(), stream.finish_reason().c_str(), static_cast<long long>(job->prompt_tokens[c]),
+            choice.engine_id.c_str(), stream.finish_reason().c_str(), static_cast<long long>(choice.prompt_tokens),
             static_cast<long long>(num_generated), ttft, now - job->arrival);
-    const double decode = job->first_token_time[c] > 0 ? job->last_token_time[c] - job->first_token_time[c] : 0;
-    metrics_.on_request_finished({stream.finish_reason(), job->prompt_tokens[c], num_generated, ttft,
-                                  now - job->arrival, job->queue_seconds[c], decode,
-                                  job->params.max_tokens.value_or(0)});
+    const double decode = choice.first_token_time > 0 ? choice.last_token_time - choice.first_token_time : 0;
+    metrics_.on_request_finished({stream.finish_reason(), choice.prompt_tokens, num_generated, ttft, now - job->arrival,
+                                  choice.queue_seconds, decode, job->params.max_tokens.value_or(0)});
     if (job->chat) {
-        result.text = job->echo[c] + job->parsed[c].content;
-        result.tool_calls = std::move(job->parsed[c].calls);
+        result.text = choice.echo + choice.parsed.content;
+        result.tool_calls = std::move(choice.parsed.calls);
     } else {
-        result.text = job->echo[c] + (job->echo_only ? "" : stream.text());
+        result.text = choice.echo + (job->echo_only ? "" : stream.text());
     }
     result.finish_reason = finish_reason();
     result.stop_reason = stream.stop_reason();
-    if (++job->num_finished == job->streams.size()) finish_job(job);
+    if (++job->num_finished == job->choices.size()) finish_job(job);
 }
 
 void Router::finish_job(const std::shared_ptr<Job>& job) {
     job->done = true;
     openai::Usage usage;
-    std::vector<bool> counted(job->prompt_tokens.size(), false);
-    for (size_t c = 0; c < job->streams.size(); ++c) {
-        const size_t prompt = job->prompt_of_choice[c];
+    std::vector<bool> counted(job->prompt_ids.size(), false);
+    for (const Choice& choice : job->choices) {
+        const size_t prompt = choice.prompt;
         if (!counted[prompt]) {  // each prompt once, however many choices share it (as vLLM)
             counted[prompt] = true;
-            usage.prompt_tokens += job->prompt_tokens[c];
-            usage.cached_tokens += job->cached_tokens[c];
+            usage.prompt_tokens += choice.prompt_tokens;
+            usage.cached_tokens += choice.cached_tokens;
         }
-        if (!job->echo_only) usage.completion_tokens += job->streams[c]->num_tokens();
+        if (!job->echo_only) usage.completion_tokens += choice.stream->num_tokens();
     }
     job->responder->note_usage(usage.prompt_tokens, usage.completion_tokens);
     if (job->params.stream) {
@@ -612,15 +650,17 @@ void Router::finish_job(const std::shared_ptr<Job>& job) {
         job->responder->end_stream();
         return;
     }
-    OJson body = job->chat ? openai::chat_response(job->meta, job->results, usage)
-                           : openai::completion_response(job->meta, job->results, usage);
+    std::vector<openai::ChoiceData> results;
+    for (Choice& choice : job->choices) results.push_back(std::move(choice.result));
+    OJson body = job->chat ? openai::chat_response(job->meta, results, usage)
+                           : openai::completion_response(job->meta, results, usage);
     if (job->params.kv_transfer.produce) body["kv_transfer_params"] = kv_transfer_params(*job);
     reply(job->responder, 200, kJsonMediaType, dump(body));
 }
 
 void Router::fail_job(const std::shared_ptr<Job>& job, int status, const std::string& message, const char* code) {
     job->done = true;
-    engines_.abort(job->engine_ids);
+    engines_.abort(job->engine_ids());
     const ApiError error(status, message, "server_error", std::nullopt,
                          code ? std::optional<std::string>(code) : std::nullopt);
     if (job->params.stream) {

@@ -102,7 +102,28 @@ private:
     std::string route_path(const std::string& target) const;  // without query and --root-path
     // encode(), after refusing a text too long to fit max_model_len in any tokenization.
     std::vector<int32_t> encode_prompt(const std::string& text, bool add_special_tokens, const char* param) const;
+    // POST /v1/completions and /v1/chat/completions: parse (parse_*_request, check_request_rules),
+    // prepare (prepare_engine_requests), submit.
     void generate(const nlohmann::ordered_json& body, bool chat, const std::shared_ptr<Responder>& responder);
+    struct Prompts;
+    // ApiError 400 when prompts x n exceeds --max-choices-per-request.
+    void check_fan_out(size_t num_prompts, int32_t n) const;
+    // The request's fields into job (params, tools, echo) and its prompts as token ids.
+    Prompts parse_chat_request(const nlohmann::ordered_json& body, Job& job);
+    Prompts parse_completion_request(const nlohmann::ordered_json& body, Job& job);
+    // What this server refuses (priority without priority scheduling, KV transfers it does not
+    // serve or did not issue); the client's request_id; truncate_prompt_tokens.
+    void check_request_rules(Job& job, Prompts& prompts) const;
+    // The engine requests of every (prompt, n), with the model's generation defaults where the
+    // request is silent; job.choices gets one entry per engine request, in the same order.
+    std::vector<ipc::AddRequest> prepare_engine_requests(const nlohmann::ordered_json& body, Job& job, Prompts prompts,
+                                                         const std::string& engine_base);
+    // One prompt's engine request (validated: ApiError 400 naming the field).
+    ipc::AddRequest engine_request(const Job& job, const std::vector<int32_t>& prompt,
+                                   const std::vector<std::vector<int32_t>>& bad_words,
+                                   const std::vector<int32_t>& grammar_after) const;
+    // Hands the engine requests over (a stream starts first); 503 when no engine takes them.
+    void submit(const std::shared_ptr<Job>& job, std::vector<ipc::AddRequest> adds);
     // POST /v1/responses (responses_route.cpp): runs as a chat request, answered as the Responses API.
     void responses(const nlohmann::ordered_json& body, const std::shared_ptr<Responder>& responder);
     // The stored response `id`; ApiError 404 naming the store's size when it is not there.
