@@ -96,7 +96,7 @@ TEST(MakeEngineConfig, CopiesTheOptions) {
     o.scheduling_policy = "priority";
     model::ModelInfo info;
     info.kv_bytes_per_token = kBf16BytesPerToken;
-    const engine::EngineConfig c = make_engine_config(o, info, 0);
+    const engine::EngineConfig c = make_engine_config(o, {}, info, 0);
     EXPECT_EQ(c.max_num_seqs, 3);
     EXPECT_EQ(c.max_num_batched_tokens, 512);
     EXPECT_EQ(c.max_model_len, 256);
@@ -106,7 +106,7 @@ TEST(MakeEngineConfig, CopiesTheOptions) {
     EXPECT_EQ(c.seed, 7u);
     EXPECT_EQ(c.scheduling_order, engine::SchedulingOrder::kPriority);
     o.scheduling_policy = "fcfs";
-    EXPECT_EQ(make_engine_config(o, info, 0).scheduling_order, engine::SchedulingOrder::kFcfs);
+    EXPECT_EQ(make_engine_config(o, {}, info, 0).scheduling_order, engine::SchedulingOrder::kFcfs);
 }
 
 }  // namespace

@@ -13,10 +13,16 @@ namespace {
 
 using engine::SpeculativeConfig;
 
+// A model without an MTP layer, opened once (n-gram drafting never looks at it).
+const model::ModelSource& tiny() {
+    static const model::ModelSource source = model::open_model_source(MOESERVE_DSV3_TINY_DIR);
+    return source;
+}
+
 // The message of the Error that parsing `text` raises ("" if none).
-std::string refusal(const std::string& text, const std::string& model_dir = "/nonexistent") {
+std::string refusal(const std::string& text, const model::ModelSource& model = tiny()) {
     try {
-        parse_speculative_config(text, model_dir);
+        parse_speculative_config(text, model);
     } catch (const Error& e) {
         return e.what();
     }
@@ -25,26 +31,27 @@ std::string refusal(const std::string& text, const std::string& model_dir = "/no
 
 TEST(SpeculativeConfigTest, ReadsNgram) {
     const SpeculativeConfig c = parse_speculative_config(
-        R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2})", "");
+        R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2})", tiny());
     EXPECT_EQ(c.method, SpeculativeConfig::Method::kNgram);
     EXPECT_EQ(c.num_speculative_tokens, 4);
     EXPECT_EQ(c.prompt_lookup_max, 4);
     EXPECT_EQ(c.prompt_lookup_min, 2);
     EXPECT_TRUE(c.enabled());
-    const SpeculativeConfig d = parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 1})", "");
+    const SpeculativeConfig d = parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 1})", tiny());
     EXPECT_EQ(d.prompt_lookup_max, 5);
     EXPECT_EQ(d.prompt_lookup_min, 5);
     const SpeculativeConfig e =
-        parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3})", "");
+        parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3})", tiny());
     EXPECT_EQ(e.prompt_lookup_min, 3);
-    EXPECT_FALSE(parse_speculative_config("", "").enabled());
+    EXPECT_FALSE(parse_speculative_config("", tiny()).enabled());
 }
 
 // moeserve's "adaptive" (DraftBudget): on unless turned off.
 TEST(SpeculativeConfigTest, TheDraftBudgetAdaptsUnlessTurnedOff) {
-    EXPECT_TRUE(parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 2})", "").adaptive);
-    EXPECT_FALSE(parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 2, "adaptive": false})", "")
-                     .adaptive);
+    EXPECT_TRUE(parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 2})", tiny()).adaptive);
+    EXPECT_FALSE(
+        parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 2, "adaptive": false})", tiny())
+            .adaptive);
     EXPECT_EQ(refusal(R"({"method": "ngram", "num_speculative_tokens": 2, "adaptive": 1})"),
               "--speculative-config: 'adaptive' must be true or false; got 1");
 }
@@ -75,11 +82,11 @@ TEST(SpeculativeConfigTest, RefusesBadConfigsInOneSentence) {
 TEST(SpeculativeConfigTest, DeepseekMtpNeedsAnMtpLayer) {
     const std::string mtp = R"({"method": "deepseek_mtp", "num_speculative_tokens": 1})";
     // The tiny generated DeepSeek-V3 has no MTP layer (the generator leaves it out).
-    const std::string none = refusal(mtp, MOESERVE_DSV3_TINY_DIR);
+    const std::string none = refusal(mtp);
     EXPECT_NE(none.find("method deepseek_mtp needs a checkpoint with an MTP layer"), std::string::npos) << none;
     EXPECT_EQ(none.find('\n'), std::string::npos);
     // The trained one has it (layer 3 of 3): its draft head drafts one token per step.
-    const std::string trained = MOESERVE_SOURCE_DIR "/models/deepseek-v3-kjv";
+    const model::ModelSource trained = model::open_model_source(MOESERVE_SOURCE_DIR "/models/deepseek-v3-kjv");
     for (const char* name : {"deepseek_mtp", "mtp"}) {
         const SpeculativeConfig c =
             parse_speculative_config(fmt::format(R"({{"method": "{}", "num_speculative_tokens": 1}})", name), trained);

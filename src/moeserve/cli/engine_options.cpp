@@ -35,7 +35,7 @@ int64_t parse_bytes(const std::string& text) {
     return static_cast<int64_t>(value * scale);
 }
 
-void check_engine_options(const EngineOptions& o) {
+model::ModelSource check_engine_options(const EngineOptions& o) {
     const auto at_least_one = [](const char* flag, int64_t value) {
         if (value < 1) raise(ErrorCode::kInvalidArgument, "{} must be >= 1; got {}", flag, value);
     };
@@ -53,13 +53,15 @@ void check_engine_options(const EngineOptions& o) {
               o.gpu_memory_utilization);
     }
     if (!o.kv_cache_memory.empty()) parse_bytes(o.kv_cache_memory);
-    parse_speculative_config(o.speculative_config, o.model);
+    model::ModelSource source = model::open_model_source(o.model);
+    parse_speculative_config(o.speculative_config, source);
     parse_eplb_flags(o.enable_eplb, o.eplb_config);
     model::LoadOptions load;
     load.dtype = o.dtype;
     load.quantization = o.quantization;
     load.kv_cache_dtype = o.kv_cache_dtype;
-    model::check_model(o.model, load);
+    model::check_model(source, load);
+    return source;
 }
 
 int64_t total_ram_bytes() {
@@ -90,7 +92,8 @@ int32_t kv_cache_num_blocks(const EngineOptions& o, int64_t kv_bytes_per_token, 
     return static_cast<int32_t>(std::min<int64_t>(blocks, std::numeric_limits<int32_t>::max()));
 }
 
-engine::EngineConfig make_engine_config(const EngineOptions& o, const model::ModelInfo& info, int64_t total_ram) {
+engine::EngineConfig make_engine_config(const EngineOptions& o, const engine::SpeculativeConfig& speculative,
+                                        const model::ModelInfo& info, int64_t total_ram) {
     engine::EngineConfig c;
     c.max_num_seqs = o.max_num_seqs;
     c.max_num_batched_tokens = o.max_num_batched_tokens;
@@ -101,7 +104,7 @@ engine::EngineConfig make_engine_config(const EngineOptions& o, const model::Mod
     c.seed = o.seed;
     c.scheduling_order =
         o.scheduling_policy == "priority" ? engine::SchedulingOrder::kPriority : engine::SchedulingOrder::kFcfs;
-    c.speculative = parse_speculative_config(o.speculative_config, o.model);
+    c.speculative = speculative;
     return c;
 }
 

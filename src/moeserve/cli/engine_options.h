@@ -8,6 +8,7 @@
 
 #include "moeserve/engine/engine_core.h"
 #include "moeserve/model/model.h"
+#include "moeserve/model/registry.h"
 
 namespace moeserve::cli {
 
@@ -46,8 +47,9 @@ struct EngineOptions {
 // --gpu-memory-utilization in (0, 1], --threads >= 1, --kv-cache-memory, --speculative-config, --eplb-config), then
 // model::check_model (config.json, --quantization, --dtype, --kv-cache-dtype, the checkpoint's headers and tensor
 // index). Every command that runs an engine calls it first (serve before it binds its port), so
-// one fault reads the same in serve and generate.
-void check_engine_options(const EngineOptions& o);
+// one fault reads the same in serve and generate. Returns the model it opened, so the caller
+// reads its config no second time.
+model::ModelSource check_engine_options(const EngineOptions& o);
 
 // --kv-cache-memory: bytes with an optional K, M or G suffix (KiB, MiB, GiB; binary units),
 // e.g. 4G. Raises kInvalidArgument naming the flag unless it is a size > 0.
@@ -67,8 +69,9 @@ int32_t kv_cache_num_blocks(const EngineOptions& o, int64_t kv_bytes_per_token, 
                             int64_t total_ram);
 
 // The EngineCore config of these options for `model` (limits, KV blocks from
-// kv_cache_num_blocks, prefix caching, seed, scheduling order). What depends on the deployment
-// (engine_index, vocabulary, kv_transfer, logger) stays the caller's.
-engine::EngineConfig make_engine_config(const EngineOptions& o, const model::ModelInfo& info, int64_t total_ram);
+// kv_cache_num_blocks, prefix caching, seed, scheduling order, the parsed --speculative-config).
+// What depends on the deployment (engine_index, vocabulary, kv_transfer, logger) stays the caller's.
+engine::EngineConfig make_engine_config(const EngineOptions& o, const engine::SpeculativeConfig& speculative,
+                                        const model::ModelInfo& info, int64_t total_ram);
 
 }  // namespace moeserve::cli

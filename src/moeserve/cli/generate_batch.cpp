@@ -229,31 +229,31 @@ int offline_threads(const EngineOptions& o) {
     return o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-OfflineEngine load_offline_engine(const EngineOptions& o, ThreadPool& pool) {
+OfflineEngine load_offline_engine(const EngineOptions& o, const model::ModelSource& source, ThreadPool& pool) {
     OfflineEngine e;
-    e.model = model::load_model(
-        o.model, pool,
-        model::LoadOptions{.max_model_len = o.max_model_len,
-                           .dtype = o.dtype,
-                           .quantization = o.quantization,
-                           .kv_cache_dtype = o.kv_cache_dtype,
-                           .draft_head = parse_speculative_config(o.speculative_config, o.model).uses_draft_head()});
+    const engine::SpeculativeConfig speculative = parse_speculative_config(o.speculative_config, source);
+    e.model = model::load_model(source, pool,
+                                model::LoadOptions{.max_model_len = o.max_model_len,
+                                                   .dtype = o.dtype,
+                                                   .quantization = o.quantization,
+                                                   .kv_cache_dtype = o.kv_cache_dtype,
+                                                   .draft_head = speculative.uses_draft_head()});
     const std::string kv_warning =
         model::kv_cache_dtype_warning(model::parse_kv_cache_dtype(o.kv_cache_dtype, DType::kBF16));
     if (!kv_warning.empty()) std::fprintf(stderr, "moeserve: warning: %s\n", kv_warning.c_str());
-    e.config = make_engine_config(o, e.model->info(), total_ram_bytes());
+    e.config = make_engine_config(o, speculative, e.model->info(), total_ram_bytes());
     e.core = std::make_unique<engine::EngineCore>(*e.model, pool, e.config);
     return e;
 }
 
-int run_generate_batch(const GenerateBatchOptions& o) {
+int run_generate_batch(const GenerateBatchOptions& o, const model::ModelSource& source) {
     const int threads = offline_threads(o.engine);
     ThreadPool pool(threads);
     const auto tok = load_model_tokenizer(o.engine.tokenizer_dir());
     const std::vector<Item> items = read_items(o.input, tok);
     std::ofstream out(o.output);
     if (!out) raise(ErrorCode::kIo, "--output {}: cannot create the file", o.output);
-    OfflineEngine e = load_offline_engine(o.engine, pool);
+    OfflineEngine e = load_offline_engine(o.engine, source, pool);
     engine::EngineCore& core = *e.core;
     const engine::EngineConfig& config = e.config;
     const model::Model* model = e.model.get();
@@ -270,7 +270,7 @@ int run_generate_batch(const GenerateBatchOptions& o) {
         .max_model_len = o.engine.max_model_len,
         .vocab_size = model->info().vocab_size,
         .max_logprobs = static_cast<int32_t>(model->info().vocab_size),
-        .eos_token_ids = model_eos_token_ids(read_model_config(o.engine.model), o.engine.model, tok.eos_token_id(),
+        .eos_token_ids = model_eos_token_ids(source.config.json(), o.engine.model, tok.eos_token_id(),
                                              read_generation_config("auto", o.engine.model, ""))};
     std::vector<ipc::AddRequest> adds;
     for (const Item& item : items) {

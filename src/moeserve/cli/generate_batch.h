@@ -23,10 +23,10 @@ struct OfflineEngine {
     std::unique_ptr<engine::EngineCore> core;
 };
 
-// Loads o.model (o.max_model_len resolved) on pool, which must outlive the engine, and builds
-// its EngineCore with make_engine_config. Raises Error as load_model, make_engine_config and
-// EngineCore do (e.g. a KV cache too small for one max_model_len sequence).
-OfflineEngine load_offline_engine(const EngineOptions& o, ThreadPool& pool);
+// Loads source (o.model, opened; o.max_model_len resolved) on pool, which must outlive the engine,
+// and builds its EngineCore with make_engine_config. Raises Error as load_model, make_engine_config
+// and EngineCore do (e.g. a KV cache too small for one max_model_len sequence).
+OfflineEngine load_offline_engine(const EngineOptions& o, const model::ModelSource& source, ThreadPool& pool);
 
 struct GenerateBatchOptions {
     std::string input;   // JSON lines: {"prompt" | "prompt_token_ids" | "messages", sampling fields...}
@@ -38,7 +38,8 @@ struct GenerateBatchOptions {
 // Runs every line of the input through one engine and writes the results. Errors in the input
 // (bad JSON, unknown or mistyped fields) raise Error kInvalidArgument naming the line; a request
 // the engine rejects (too long) gets an "error" in its output line instead.
-int run_generate_batch(const GenerateBatchOptions& options);
+// source: options.engine.model, opened (check_engine_options).
+int run_generate_batch(const GenerateBatchOptions& options, const model::ModelSource& source);
 
 // " | drafts: A of D accepted (R%), S steps" for the summary lines of a run with speculative
 // decoding (stats of its engine), "" without drafts.

@@ -10,6 +10,7 @@
 
 #include "moeserve/cli/model_files.h"
 #include "moeserve/cli/commands.h"
+#include "moeserve/cli/engine_flags.h"
 #include "moeserve/cli/generate_batch.h"
 #include "moeserve/cli/generation_config.h"
 #include "moeserve/cli/serve_layout.h"
@@ -54,14 +55,14 @@ std::vector<int32_t> prompt_tokens(const GenerateOptions& o, const tokenizer::To
 }
 
 // One request through the engine: the prompt, then each step's new text as it comes out.
-int run_generate(const GenerateOptions& o) {
+int run_generate(const GenerateOptions& o, const model::ModelSource& source) {
     EngineOptions eo = o.batch.engine;
     if (!o.max_num_seqs_given) eo.max_num_seqs = 1;  // one sequence: no KV blocks for others
     const int threads = offline_threads(eo);
     ThreadPool pool(threads);
     const auto load_start = Clock::now();
     const auto tok = load_model_tokenizer(eo.tokenizer_dir());
-    OfflineEngine e = load_offline_engine(eo, pool);
+    OfflineEngine e = load_offline_engine(eo, source, pool);
     const double load_secs = seconds_since(load_start);
     std::fprintf(stderr, "moeserve: quantization: %s\n", e.model->info().quantization.c_str());
 
@@ -82,7 +83,7 @@ int run_generate(const GenerateOptions& o) {
             std::move(add), o.ignore_eos,
             {.max_model_len = eo.max_model_len,
              .vocab_size = e.model->info().vocab_size,
-             .eos_token_ids = model_eos_token_ids(read_model_config(eo.model), eo.model, tok.eos_token_id(),
+             .eos_token_ids = model_eos_token_ids(source.config.json(), eo.model, tok.eos_token_id(),
                                                   read_generation_config("auto", eo.model, ""))});
     } catch (const ipc::InvalidRequest& err) {
         std::string flag = err.param();
@@ -137,15 +138,16 @@ int run_generate(const GenerateOptions& o) {
 }
 
 int run_generate_command(GenerateOptions& o) {
-    check_engine_options(o.batch.engine);  // as serve checks them: the same fault, the same words
+    // as serve checks them: the same fault, the same words
+    const model::ModelSource source = check_engine_options(o.batch.engine);
     if (o.batch.input.empty() == o.prompt.empty()) {
         raise(ErrorCode::kInvalidArgument, "generate needs either --prompt or --input (with --output), not {}",
               o.prompt.empty() ? "neither" : "both");
     }
-    if (!o.prompt.empty()) return run_generate(o);
+    if (!o.prompt.empty()) return run_generate(o, source);
     if (o.batch.output.empty()) raise(ErrorCode::kInvalidArgument, "--input needs --output FILE");
     o.batch.progress = !o.no_progress;
-    return run_generate_batch(o.batch);
+    return run_generate_batch(o.batch, source);
 }
 
 }  // namespace
@@ -153,9 +155,10 @@ int run_generate_command(GenerateOptions& o) {
 void add_generate_command(CLI::App& app, Action* action) {
     auto o = std::make_shared<GenerateOptions>();
     EngineOptions& e = o->batch.engine;
-    e.max_model_len = 4096;
+    e = engine_defaults(EngineCommand::kGenerate);
     CLI::App* sub = app.add_subcommand("generate", "Generate a completion offline (no server)");
-    sub->add_option("--model", e.model, "Hugging Face model directory")->required();
+    add_engine_flags(sub, e, EngineCommand::kGenerate);
+    CLI::Option* max_num_seqs = sub->get_option("--max-num-seqs");
     sub->add_option("--prompt", o->prompt, "prompt text (single-prompt mode)");
     sub->add_option("--input", o->batch.input,
                     "JSON lines of requests: {\"prompt\"|\"prompt_token_ids\"|\"messages\", max_tokens, temperature, "
@@ -163,16 +166,6 @@ void add_generate_command(CLI::App& app, Action* action) {
                     "frequency_penalty, repetition_penalty, logprobs, prompt_logprobs, skip_special_tokens, "
                     "include_stop_str_in_output} (batch mode through the engine)");
     sub->add_option("--output", o->batch.output, "JSON lines of results, in input order (batch mode)");
-    CLI::Option* max_num_seqs =
-        sub->add_option("--max-num-seqs", e.max_num_seqs, "running requests at once (single-prompt mode: default 1)")
-            ->capture_default_str();
-    sub->add_option("--max-num-batched-tokens", e.max_num_batched_tokens, "tokens per engine step")
-        ->capture_default_str();
-    sub->add_option("--gpu-memory-utilization", e.gpu_memory_utilization, "share of total RAM for weights + KV cache")
-        ->capture_default_str();
-    sub->add_option("--kv-cache-memory", e.kv_cache_memory, "KV cache size, e.g. 2G (overrides the utilization)");
-    sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", e.enable_prefix_caching,
-                  "reuse KV blocks of shared prefixes (default on)");
     sub->add_flag("--no-progress", o->no_progress, "no progress bar on stderr");
     sub->add_flag("--chat", o->chat, "render the prompt as a user message with the model's chat template");
     sub->add_option("--max-tokens", o->max_tokens, "tokens to generate")->capture_default_str();
@@ -180,24 +173,7 @@ void add_generate_command(CLI::App& app, Action* action) {
     sub->add_option("--top-p", o->top_p)->capture_default_str();
     sub->add_option("--top-k", o->top_k, "0 = off")->capture_default_str();
     sub->add_option("--min-p", o->min_p)->capture_default_str();
-    sub->add_option("--seed", e.seed)->capture_default_str();
     sub->add_flag("--ignore-eos", o->ignore_eos, "keep generating after an end-of-sequence token");
-    sub->add_option("--threads", e.threads, "compute threads (default: all cores)");
-    sub->add_option("--quantization", e.quantization,
-                    "w8a8 (int8 weights + per-token int8 activations; quantizes bf16/FP8 checkpoints at load), "
-                    "w8a8-all (lm_head in int8 too), fp8 (an FP8 checkpoint as stored, W8A16; its default), none "
-                    "(bf16), ascend (a ModelSlim "
-                    "checkpoint, as stored); default: as the checkpoint (quant_model_description.json, else "
-                    "config.json's quantization_config)");
-    sub->add_option("--kv-cache-dtype", e.kv_cache_dtype,
-                    "auto (the checkpoint's dtype: bf16) | bf16 | fp32 | fp8 (fp8_e4m3; experimental: e4m3 with a "
-                    "scale per row): element type of the KV / MLA latent cache")
-        ->capture_default_str();
-    sub->add_option("--speculative-config", e.speculative_config,
-                    "speculative decoding: {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
-                    "\"prompt_lookup_max\": N, \"prompt_lookup_min\": M} (docs/serving.md)");
-    sub->add_option("--max-model-len", e.max_model_len, "longest sequence (prompt + output)")->capture_default_str();
-    sub->add_option("--block-size", e.block_size, "KV cache block size in tokens")->capture_default_str();
     sub->callback([o, action, max_num_seqs] {
         o->max_num_seqs_given = max_num_seqs->count() > 0;
         *action = [o] { return run_generate_command(*o); };

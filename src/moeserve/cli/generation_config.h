@@ -28,7 +28,7 @@ GenerationConfig read_generation_config(const std::string& mode, const std::stri
 
 // The model's EOS set (ipc::eos_token_set): config.json's eos_token_id (int, list or absent), the
 // tokenizer's EOS token, then generation.eos_token_ids. config: the model's config.json
-// (read_model_config); dir names it in the error for a non-integer id.
+// (model::ModelSource::config); dir names it in the error for a non-integer id.
 std::vector<int32_t> model_eos_token_ids(const nlohmann::json& config, const std::string& dir,
                                          std::optional<int32_t> tokenizer_eos, const GenerationConfig& generation);
 

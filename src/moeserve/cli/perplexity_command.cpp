@@ -122,8 +122,9 @@ void print_kl(const KlStats::Summary& k) {
 using ChunkDone = std::function<void(size_t, std::vector<ipc::TokenLogprobs>)>;
 
 // The chunks through the in-process engine, batch / ctx at once.
-void run_local_chunks(EngineOptions eo, const std::vector<std::vector<int32_t>>& chunks, int32_t ctx, int32_t batch,
-                      int32_t top, const ChunkDone& on_done) {
+void run_local_chunks(EngineOptions eo, const model::ModelSource& source,
+                      const std::vector<std::vector<int32_t>>& chunks, int32_t ctx, int32_t batch, int32_t top,
+                      const ChunkDone& on_done) {
     // A chunk is a prompt of ctx tokens plus the one token a request must generate.
     const int32_t num_seqs = std::max(1, batch / ctx);
     eo.max_model_len = ctx + 1;
@@ -131,7 +132,7 @@ void run_local_chunks(EngineOptions eo, const std::vector<std::vector<int32_t>>&
     eo.max_num_batched_tokens = std::max(batch, 1);
     eo.enable_prefix_caching = false;
     ThreadPool pool(offline_threads(eo));
-    OfflineEngine e = load_offline_engine(eo, pool);
+    OfflineEngine e = load_offline_engine(eo, source, pool);
     const auto vocab = static_cast<int32_t>(e.model->info().vocab_size);
     std::fprintf(stderr, "perplexity: %zu chunks of %d tokens, %d at once; quantization: %s\n", chunks.size(), ctx,
                  num_seqs, e.model->info().quantization.c_str());
@@ -165,7 +166,8 @@ int run_perplexity(PerplexityOptions o) {
               "--kl-divergence needs every token's log-probability at every position, too much for --url: compare "
               "in-process (the same flags without --url); --url can save a base");
     }
-    const nlohmann::json config = read_model_config(eo.model);
+    const model::ModelSource source = model::open_model_source(eo.model);
+    const nlohmann::json& config = source.config.json();
     const int32_t max_model_len = o.remote.url.empty() ? resolve_max_model_len(eo, config) : o.ctx + 1;
     // a GGUF file's tokenizer is its metadata (--tokenizer overrides), as for generate and serve
     const auto tok = load_model_tokenizer(eo.tokenizer_dir());
@@ -189,7 +191,7 @@ int run_perplexity(PerplexityOptions o) {
     };
     const auto start = Clock::now();
     if (o.remote.url.empty()) {
-        run_local_chunks(eo, chunks, o.ctx, o.batch, top, on_done);
+        run_local_chunks(eo, source, chunks, o.ctx, o.batch, top, on_done);
     } else {
         std::fprintf(stderr, "perplexity: %zu chunks of %d tokens, %d at once, on %s\n", chunks.size(), o.ctx,
                      std::max(1, o.batch / o.ctx), o.remote.url.c_str());

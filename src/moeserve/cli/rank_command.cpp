@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "moeserve/cli/engine_flags.h"
 #include "moeserve/cli/eplb_flags.h"
 #include "moeserve/cli/kv_transfer_config.h"
 #include "moeserve/cli/rank_group.h"
@@ -183,9 +184,9 @@ auto built_while_feeding(engine::TpLeaderModel* leader, std::chrono::millisecond
 
 // The engine configuration of a DP rank's leader (TP rank 0).
 engine::EngineConfig leader_engine_config(const RankOptions& o, const EngineOptions& engine,
-                                          const model::ModelInfo& info, const nlohmann::json& config, int dp_rank,
-                                          Logger& logger) {
-    engine::EngineConfig ec = make_engine_config(engine, info, total_ram_bytes());
+                                          const engine::SpeculativeConfig& speculative, const model::ModelInfo& info,
+                                          const nlohmann::json& config, int dp_rank, Logger& logger) {
+    engine::EngineConfig ec = make_engine_config(engine, speculative, info, total_ram_bytes());
     ec.engine_index = dp_rank;
     std::string vocab_error;
     ec.vocabulary =
@@ -205,7 +206,8 @@ int run_rank(const RankOptions& o) {
     parallel::validate(sizes);
     const auto groups = parallel::rank_groups(sizes, o.rank);
     Logger logger(parallel::rank_tag(groups), parse_log_level(o.engine.log_level));
-    const auto config = read_model_config(o.engine.model);
+    const model::ModelSource source = model::open_model_source(o.engine.model);  // read once, here
+    const nlohmann::json& config = source.config.json();
     EngineOptions engine = o.engine;
     engine.max_model_len = resolve_max_model_len(o.engine, config);
     ThreadPool pool(
@@ -213,14 +215,14 @@ int run_rank(const RankOptions& o) {
 
     parallel::ParallelContext single;  // one rank: no communicators
     std::optional<RankGroup> group;
-    model::LoadOptions load{
-        .max_model_len = engine.max_model_len,
-        .dtype = engine.dtype,
-        .quantization = engine.quantization,
-        .kv_cache_dtype = engine.kv_cache_dtype,
-        .eplb = parse_eplb_flags(engine.enable_eplb, engine.eplb_config),
-        .draft_head = parse_speculative_config(engine.speculative_config, engine.model).uses_draft_head(),
-        .logger = &logger};
+    const engine::SpeculativeConfig speculative = parse_speculative_config(engine.speculative_config, source);
+    model::LoadOptions load{.max_model_len = engine.max_model_len,
+                            .dtype = engine.dtype,
+                            .quantization = engine.quantization,
+                            .kv_cache_dtype = engine.kv_cache_dtype,
+                            .eplb = parse_eplb_flags(engine.enable_eplb, engine.eplb_config),
+                            .draft_head = speculative.uses_draft_head(),
+                            .logger = &logger};
     if (const char* skew = std::getenv("MOESERVE_DEBUG_ROUTER_SKEW"); skew != nullptr) {
         load.debug_router_skew = skew;  // a test hook (tests/integration/parallel_serve_test.py, suite eplb)
     }
@@ -229,7 +231,7 @@ int run_rank(const RankOptions& o) {
         load.parallel = model::ParallelConfig::from_context(group->context());
     }
     parallel::ParallelContext& ctx = group ? group->context() : single;
-    auto model = model::load_model(o.engine.model, pool, load);
+    auto model = model::load_model(source, pool, load);
     if (group) {
         group->join();  // a restarted rank joins once loaded
         group->announce_loaded();
@@ -255,7 +257,7 @@ int run_rank(const RankOptions& o) {
         served = leader.get();
     }
     engine::EngineConfig ec = built_while_feeding(leader.get(), keepalive_interval(o), [&] {
-        return leader_engine_config(o, engine, info, config, groups.dp_rank, logger);
+        return leader_engine_config(o, engine, speculative, info, config, groups.dp_rank, logger);
     });
     ec.logger = &logger;
     std::unique_ptr<engine::SchedulingPolicy> policy;
@@ -307,7 +309,8 @@ int run_rank(const RankOptions& o) {
 void add_rank_command(CLI::App& app, std::function<int()>* action) {
     auto r = std::make_shared<RankOptions>();
     CLI::App* rank = app.add_subcommand("rank", "")->group("");  // hidden: started by serve
-    add_engine_options(rank, r->engine);
+    r->engine = engine_defaults(EngineCommand::kRank);
+    add_engine_flags(rank, r->engine, EngineCommand::kRank);
     rank->add_option("--rank", r->rank);
     rank->add_option("--dp-size", r->dp);
     rank->add_option("--tp-size", r->tp);

@@ -29,6 +29,7 @@
 #include "moeserve/cli/model_files.h"
 #include "moeserve/cli/access_flags.h"
 #include "moeserve/cli/commands.h"
+#include "moeserve/cli/engine_flags.h"
 #include "moeserve/cli/serve_command.h"
 #include "moeserve/cli/rank_group.h"
 #include "moeserve/cli/rank_supervisor.h"
@@ -235,8 +236,7 @@ void check_api_server_count(const ServeOptions& o, const Deployment& d, const en
     }
 }
 
-int run_serve(ServeOptions o) {
-    const auto config = read_model_config(o.engine.model);
+int run_serve(ServeOptions o, const nlohmann::json& config) {
     o.engine.max_model_len = resolve_max_model_len(o.engine, config);
     // env: GLOO_SOCKET_IFNAME, the network interface the ranks' Gloo transport binds.
     const char* iface = std::getenv("GLOO_SOCKET_IFNAME");
@@ -508,7 +508,8 @@ int run_serve(ServeOptions o) {
 void add_serve_command(CLI::App& app, Action* action) {
     auto o = std::make_shared<ServeOptions>();
     CLI::App* sub = app.add_subcommand("serve", "Serve a model over the OpenAI HTTP API");
-    add_engine_options(sub, o->engine, /*positional_model=*/true);
+    o->engine = engine_defaults(EngineCommand::kServe);
+    add_engine_flags(sub, o->engine, EngineCommand::kServe);
     add_vllm_flags(sub, o->vllm);
     sub->add_option("--served-model-name", o->served_model_names,
                     "model names in the API, the first reported (default: the model path)")
@@ -651,13 +652,14 @@ void add_serve_command(CLI::App& app, Action* action) {
         *action = [o] {
             o->log_stats_interval = serve::StatsLog::interval_from_env();
             check_vllm_flags(o->vllm);
-            check_engine_options(o->engine);  // the model and the flag ranges, before anything binds
+            // the model and the flag ranges, before anything binds
+            const model::ModelSource source = check_engine_options(o->engine);
             // Bad values fail here, not in the ranks.
             model::parse_kv_cache_dtype(o->engine.kv_cache_dtype, DType::kBF16);
             if (!o->engine.kv_cache_memory.empty()) parse_bytes(o->engine.kv_cache_memory);
             parse_kv_transfer_config(o->engine.kv_transfer_config);
             model::parse_dtype_is_f32(o->engine.dtype);
-            return run_serve(*o);
+            return run_serve(*o, source.config.json());
         };
     });
     add_rank_command(app, action);

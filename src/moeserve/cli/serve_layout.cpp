@@ -7,10 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "moeserve/cli/engine_flags.h"
 #include "moeserve/core/error.h"
-#include "moeserve/io/gguf_file.h"
-#include "moeserve/io/hf_config.h"
-#include "moeserve/model/formats/gguf.h"
 
 namespace moeserve::cli {
 
@@ -20,11 +18,6 @@ std::string read_text_file(const std::string& path) {
     std::ostringstream s;
     s << in.rdbuf();
     return s.str();
-}
-
-nlohmann::json read_model_config(const std::string& dir) {
-    if (model::is_gguf_path(dir)) return model::gguf_config_json(io::GgufCheckpoint(dir));
-    return io::HfConfig::from_model_dir(dir).json();  // the loader's reader: the same words for the same fault
 }
 
 int32_t config_int(const nlohmann::json& config, const char* field, int32_t fallback, const std::string& dir) {
@@ -46,64 +39,6 @@ int32_t resolve_max_model_len(const EngineOptions& o, const nlohmann::json& conf
               o.max_model_len, positions);
     }
     return o.max_model_len;
-}
-
-void add_engine_options(CLI::App* sub, EngineOptions& o, bool positional_model) {
-    if (positional_model) {  // `serve MODEL` as `vllm serve MODEL`; --model stays (the caller checks one is given)
-        sub->add_option("model_tag", o.model, "Hugging Face model directory");
-        sub->add_option("--model", o.model, "Hugging Face model directory (or give it first, as `serve DIR`)");
-    } else {
-        sub->add_option("--model", o.model, "Hugging Face model directory")->required();
-    }
-    sub->add_option("--tokenizer", o.tokenizer,
-                    "folder with tokenizer.json and tokenizer_config.json (default: the model's)");
-    sub->add_option("--max-num-seqs", o.max_num_seqs, "most sequences in one batch")->capture_default_str();
-    sub->add_option("--max-model-len", o.max_model_len,
-                    "longest sequence, prompt + output (default: min(max_position_embeddings, 4096))");
-    sub->add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "most tokens in one step")
-        ->capture_default_str();
-    sub->add_option("--block-size", o.block_size, "KV cache block size in tokens")->capture_default_str();
-    sub->add_option("--gpu-memory-utilization", o.gpu_memory_utilization, "on CPU: share of RAM for weights + KV cache")
-        ->capture_default_str();
-    sub->add_option("--kv-cache-memory,--kv-cache-memory-bytes", o.kv_cache_memory,
-                    "KV cache size per rank, e.g. 2G (overrides --gpu-memory-utilization)");
-    sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
-                  "reuse KV blocks of shared prompt prefixes (default on)");
-    sub->add_option("--seed", o.seed, "seed of requests without their own")->capture_default_str();
-    sub->add_option("--threads", o.threads,
-                    "compute threads per rank (default: the host's cores divided between its ranks)");
-    sub->add_option("--log-level", o.log_level, "debug | info | warning | error")->capture_default_str();
-    sub->add_option("--quantization,-q", o.quantization,
-                    "w8a8 | w8a8-all (lm_head too) | fp8 (FP8 as stored) | none (bf16); default: the checkpoint's "
-                    "quantization_config");
-    sub->add_option("--scheduling-policy", o.scheduling_policy,
-                    "fcfs: arrival order | priority: the requests' `priority` field, lower first (ties by arrival); "
-                    "the lowest priority is preempted first")
-        ->check(CLI::IsMember({"fcfs", "priority"}))
-        ->capture_default_str();
-    sub->add_option("--kv-cache-dtype", o.kv_cache_dtype,
-                    "auto (the checkpoint's dtype: bf16) | bf16 | fp32 | fp8 (fp8_e4m3; experimental: e4m3 with a "
-                    "scale per row): element type of the KV / MLA latent cache")
-        ->capture_default_str();
-    sub->add_option("--dtype", o.dtype,
-                    "auto | bfloat16 (bf16): the checkpoint's bf16 weights; float32 (float, fp32): widened to f32 at "
-                    "load, twice the memory (half/float16 are refused)")
-        ->capture_default_str();
-    sub->add_option("--kv-transfer-config", o.kv_transfer_config,
-                    "PD disaggregation: {\"kv_connector\": \"MoeserveConnector\", \"kv_role\": \"kv_producer\" | "
-                    "\"kv_consumer\" | \"kv_both\", \"kv_ip\", \"kv_port\", \"kv_connector_extra_config\"} "
-                    "(docs/parallelism.md)");
-    sub->add_option("--speculative-config", o.speculative_config,
-                    "speculative decoding: {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
-                    "\"prompt_lookup_max\": N, \"prompt_lookup_min\": M} (docs/serving.md)");
-    sub->add_flag("--enable-eplb", o.enable_eplb,
-                  "expert-parallel load balancing: count the tokens routed to each expert and move experts between "
-                  "EP ranks (copies of hot ones with num_redundant_experts) in the background (docs/parallelism.md)");
-    sub->add_option("--eplb-config", o.eplb_config,
-                    "EPLB: {\"window_size\": forwards counted (1000), \"step_interval\": forwards between "
-                    "decisions (3000), \"num_redundant_experts\": extra slots (0), \"log_balancedness\": false}");
-    sub->add_flag("--pd-hybrid", o.pd_hybrid,
-                  "PD hybrid scheduling: all DP ranks agree each step on prefill or decode (env: OMNI_PD_HYBRID=1)");
 }
 
 // Across nodes the API server binds its ZeroMQ sockets on ports the kernel picks (never ports
@@ -234,12 +169,9 @@ bool Deployment::self_healing() const { return max_rank_restarts > 0; }
 std::string deployment_fingerprint(const EngineOptions& e, const Deployment& d, const std::string& config_text) {
     uint64_t h = 1469598103934665603ull;  // FNV-1a of config.json
     for (const unsigned char c : config_text) h = (h ^ c) * 1099511628211ull;
-    return fmt::format(
-        "config.json fnv1a {:016x}, dp {} tp {} ep {}, max_model_len {}, block_size {}, max_num_seqs {}, pd_hybrid {}, "
-        "quantization '{}', kv_cache_dtype {}, dtype {}, collective guard {}, self-healing {}, eplb {} '{}'",
-        h, d.sizes.dp, d.sizes.tp, d.sizes.ep, e.max_model_len, e.block_size, e.max_num_seqs, e.pd_hybrid ? 1 : 0,
-        e.quantization, e.kv_cache_dtype, e.dtype, d.collective_guard ? "on" : "off", d.self_healing() ? "on" : "off",
-        e.enable_eplb ? "on" : "off", e.eplb_config);
+    return fmt::format("config.json fnv1a {:016x}, dp {} tp {} ep {}, collective guard {}, self-healing {}, {}", h,
+                       d.sizes.dp, d.sizes.tp, d.sizes.ep, d.collective_guard ? "on" : "off",
+                       d.self_healing() ? "on" : "off", engine_flags_fingerprint(e));
 }
 
 std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, int rank, int store_port,
@@ -247,8 +179,6 @@ std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, 
     const int dp_rank = rank / d.sizes.tp;
     std::vector<std::string> a = {"moeserve",
                                   "rank",
-                                  "--model",
-                                  e.model,
                                   "--rank",
                                   std::to_string(rank),
                                   "--dp-size",
@@ -264,23 +194,11 @@ std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, 
                                   "--distributed-timeout-ms",
                                   std::to_string(d.timeout_ms),
                                   "--heartbeat-timeout-ms",
-                                  std::to_string(d.heartbeat_timeout_ms),
-                                  "--max-num-seqs",
-                                  std::to_string(e.max_num_seqs),
-                                  "--max-model-len",
-                                  std::to_string(e.max_model_len),
-                                  "--max-num-batched-tokens",
-                                  std::to_string(e.max_num_batched_tokens),
-                                  "--block-size",
-                                  std::to_string(e.block_size),
-                                  "--gpu-memory-utilization",
-                                  fmt::format("{}", e.gpu_memory_utilization),
-                                  "--seed",
-                                  std::to_string(e.seed),
-                                  "--threads",
-                                  std::to_string(threads),
-                                  "--log-level",
-                                  e.log_level};
+                                  std::to_string(d.heartbeat_timeout_ms)};
+    EngineOptions rank_engine = e;
+    rank_engine.threads = threads;  // this rank's share of its host's cores
+    const std::vector<std::string> engine_flags = rank_engine_argv(rank_engine);
+    a.insert(a.end(), engine_flags.begin(), engine_flags.end());
     for (int s = 0; s < d.api_servers; ++s) {  // the engine connects to every API server
         a.insert(a.end(), {"--input-address", d.input_address(ipc_dir, dp_rank, s), "--output-address",
                            d.output_address(ipc_dir, s)});
@@ -289,18 +207,6 @@ std::vector<std::string> rank_argv(const EngineOptions& e, const Deployment& d, 
     if (d.self_healing()) a.emplace_back("--self-heal");
     if (!d.gloo_iface.empty()) a.insert(a.end(), {"--gloo-iface", d.gloo_iface});
     if (!d.gloo_hostname.empty()) a.insert(a.end(), {"--gloo-hostname", d.gloo_hostname});
-    if (!e.kv_cache_memory.empty()) a.insert(a.end(), {"--kv-cache-memory", e.kv_cache_memory});
-    if (!e.enable_prefix_caching) a.push_back("--no-enable-prefix-caching");
-    if (e.pd_hybrid) a.push_back("--pd-hybrid");
-    if (!e.quantization.empty()) a.insert(a.end(), {"--quantization", e.quantization});
-    a.insert(a.end(), {"--scheduling-policy", e.scheduling_policy});
-    if (!e.tokenizer.empty()) a.insert(a.end(), {"--tokenizer", e.tokenizer});
-    if (!e.kv_transfer_config.empty()) a.insert(a.end(), {"--kv-transfer-config", e.kv_transfer_config});
-    if (!e.speculative_config.empty()) a.insert(a.end(), {"--speculative-config", e.speculative_config});
-    if (e.enable_eplb) a.emplace_back("--enable-eplb");
-    if (!e.eplb_config.empty()) a.insert(a.end(), {"--eplb-config", e.eplb_config});
-    a.insert(a.end(), {"--kv-cache-dtype", e.kv_cache_dtype});
-    a.insert(a.end(), {"--dtype", e.dtype});
     return a;
 }
 

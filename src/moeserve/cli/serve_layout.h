@@ -1,4 +1,4 @@
-// What `moeserve serve` and its hidden `moeserve rank` share: the engine flags (engine_options.h), the parallel
+// What `moeserve serve` and its hidden `moeserve rank` share: the engine flags (engine_flags.h), the parallel
 // deployment (which (dp_rank, tp_rank) ranks this node runs, where the head's rendezvous store and
 // ZeroMQ sockets are), its validation with clear messages, and the rank process's argv.
 #pragma once
@@ -14,9 +14,6 @@
 #include "moeserve/parallel/layout.h"
 
 namespace moeserve::cli {
-
-// positional_model: the model may also come as the first positional argument (serve).
-void add_engine_options(CLI::App* sub, EngineOptions& o, bool positional_model = false);
 
 // The parallel flags of serve, as given.
 struct ParallelFlags {
@@ -83,7 +80,8 @@ std::string store_key_input_address(int engine);
 // sentence naming the flags. gloo_iface: the environment's GLOO_SOCKET_IFNAME (may be empty).
 Deployment make_deployment(const ParallelFlags& flags, const nlohmann::json& config, const std::string& gloo_iface);
 
-// What every rank must agree on (model config digest, sizes, engine limits, PD hybrid).
+// What every rank must agree on: the model config digest, the sizes, the guard, self-healing and the
+// engine flags the table marks (engine_flags_fingerprint).
 std::string deployment_fingerprint(const EngineOptions& engine, const Deployment& d, const std::string& config_text);
 
 // argv of `moeserve rank` for global rank `rank` (store_port: the bound rendezvous port).
@@ -94,7 +92,6 @@ std::vector<std::string> rank_argv(const EngineOptions& engine, const Deployment
 void add_rank_command(CLI::App& app, std::function<int()>* action);
 
 // Shared helpers.
-nlohmann::json read_model_config(const std::string& dir);
 std::string read_text_file(const std::string& path);
 // config[field] as an int32, fallback when absent; Error naming dir/config.json and the field
 // when it is not a non-negative integer.

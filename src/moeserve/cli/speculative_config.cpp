@@ -6,9 +6,7 @@
 
 #include "moeserve/cli/json_flag.h"
 #include "moeserve/core/error.h"
-#include "moeserve/io/hf_config.h"
 #include "moeserve/io/weight_source.h"
-#include "moeserve/model/formats/gguf.h"
 
 namespace moeserve::cli {
 
@@ -31,34 +29,29 @@ std::optional<int32_t> int_field(const Json& o, const char* key, int32_t min, in
 
 // The checkpoint's MTP layers: config.json's num_nextn_predict_layers when the first one's
 // eh_proj (layer index num_hidden_layers) is in the tensor index, else 0.
-int64_t mtp_layers(const std::string& model_dir) {
-    if (model::is_gguf_path(model_dir)) {  // llama.cpp's names: blk.<N>.nextn.*
-        const io::GgufCheckpoint file(model_dir);
-        const Json config = model::gguf_config_json(file);
-        const int64_t n = config.value("num_nextn_predict_layers", int64_t{0});
-        const bool stored =
-            file.contains(fmt::format("blk.{}.nextn.eh_proj.weight", config.value("num_hidden_layers", int64_t{0})));
-        return n > 0 && stored ? n : 0;
-    }
-    const Json config = io::HfConfig::from_model_dir(model_dir).json();
+int64_t mtp_layers(const model::ModelSource& model) {
+    const Json& config = model.config.json();
     const auto count = [&](const char* key) {
         const auto it = config.find(key);
         return it != config.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
     };
+    const int64_t layers = count("num_hidden_layers");
     if (count("num_nextn_predict_layers") < 1) return 0;
-    const bool stored = io::WeightSource::open(model_dir)->contains(
-        fmt::format("model.layers.{}.eh_proj.weight", count("num_hidden_layers")));
+    const bool stored =
+        model.gguf  // llama.cpp's names: blk.<N>.nextn.*
+            ? model.gguf->contains(fmt::format("blk.{}.nextn.eh_proj.weight", layers))
+            : io::WeightSource::open(model.path)->contains(fmt::format("model.layers.{}.eh_proj.weight", layers));
     return stored ? count("num_nextn_predict_layers") : 0;
 }
 
 // deepseek_mtp: the checkpoint's first MTP layer drafts one token per step.
-void check_mtp(const std::string& model_dir, int32_t k) {
-    if (mtp_layers(model_dir) == 0) {
+void check_mtp(const model::ModelSource& model, int32_t k) {
+    if (mtp_layers(model) == 0) {
         raise(ErrorCode::kInvalidModel,
               "--speculative-config: method deepseek_mtp needs a checkpoint with an MTP layer "
               "(num_nextn_predict_layers > 0 and model.layers.<num_hidden_layers>.eh_proj.weight, in a GGUF file "
               "blk.<N>.nextn.eh_proj.weight); {} has none: use method ngram",
-              model_dir);
+              model.path.string());
     }
     if (k != 1) {
         raise(ErrorCode::kUnsupported,
@@ -70,7 +63,7 @@ void check_mtp(const std::string& model_dir, int32_t k) {
 
 }  // namespace
 
-engine::SpeculativeConfig parse_speculative_config(const std::string& text, const std::string& model_dir) {
+engine::SpeculativeConfig parse_speculative_config(const std::string& text, const model::ModelSource& model) {
     engine::SpeculativeConfig c;
     if (text.empty()) return c;
     const Json j = parse_json_object_flag("--speculative-config", text);
@@ -98,7 +91,7 @@ engine::SpeculativeConfig parse_speculative_config(const std::string& text, cons
         for (const char* key : {"prompt_lookup_max", "prompt_lookup_min"}) {
             if (j.contains(key)) bad(fmt::format("'{}' is a field of method ngram, not {}", key, name));
         }
-        check_mtp(model_dir, *k);
+        check_mtp(model, *k);
         c.method = engine::SpeculativeConfig::Method::kDraftHead;
         c.num_speculative_tokens = *k;
         return c;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "moeserve/engine/spec_decode/speculative_config.h"
+#include "moeserve/model/registry.h"
 
 namespace moeserve::cli {
 
@@ -16,9 +17,9 @@ namespace moeserve::cli {
 // --speculative-config and the field for malformed JSON, an unknown field or method,
 // num_speculative_tokens outside [1, engine::kMaxSpeculativeTokens], or prompt lookup lengths
 // outside 1 <= prompt_lookup_min <= prompt_lookup_max <= 64 (a missing one takes the other's value;
-// both missing: 5, as vLLM). deepseek_mtp (or mtp): kInvalidModel when model_dir's checkpoint has
+// both missing: 5, as vLLM). deepseek_mtp (or mtp): kInvalidModel when the model's checkpoint has
 // no MTP layer (num_nextn_predict_layers and its eh_proj tensor), kUnsupported for
 // num_speculative_tokens other than 1 (one MTP layer, not chained).
-engine::SpeculativeConfig parse_speculative_config(const std::string& text, const std::string& model_dir);
+engine::SpeculativeConfig parse_speculative_config(const std::string& text, const model::ModelSource& model);
 
 }  // namespace moeserve::cli

@@ -63,9 +63,9 @@ void check_tensor_index(const io::WeightSource& weights, const std::vector<Weigh
 }
 
 // The architecture that loads GGUF file g, with the flags a GGUF file allows checked.
-const Architecture& gguf_architecture(const GgufModel& g, const std::filesystem::path& path,
+const Architecture& gguf_architecture(const io::HfConfig& config, const std::filesystem::path& path,
                                       const LoadOptions& options) {
-    const std::string model_type = g.config.get_string("model_type", "");
+    const std::string model_type = config.get_string("model_type", "");
     const Architecture* arch = find_architecture(model_type);
     if (arch == nullptr || arch->load_weights == nullptr) {
         raise(ErrorCode::kUnsupported, "{}: model_type '{}' cannot be loaded from GGUF", path.string(), model_type);
@@ -80,10 +80,9 @@ const Architecture& gguf_architecture(const GgufModel& g, const std::filesystem:
 }
 
 // A GGUF file (formats/gguf.h): its metadata as the config, its tensors under checkpoint names.
-std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& path, ThreadPool& pool,
-                                       const LoadOptions& options) {
-    GgufModel g = open_gguf_model(path);
-    const Architecture* arch = &gguf_architecture(g, path, options);
+std::unique_ptr<Model> load_gguf_model(const ModelSource& source, ThreadPool& pool, const LoadOptions& options) {
+    const Architecture* arch = &gguf_architecture(source.config, source.path, options);
+    GgufModel g = map_gguf_model(source.gguf, source.config);
     LoadOptions resolved = options;
     resolved.quant = Quantization{};
     resolved.quant.format = "gguf";
@@ -107,26 +106,40 @@ bool parse_dtype_is_f32(const std::string& text) {
     raise(ErrorCode::kInvalidArgument, "--dtype {}: expected auto, bfloat16 (bf16) or float32 (float, fp32)", text);
 }
 
+ModelSource open_model_source(const std::filesystem::path& path) {
+    if (!is_gguf_path(path)) return {path, io::HfConfig::from_model_dir(path.string()), nullptr};
+    auto file = std::make_shared<const io::GgufCheckpoint>(path);
+    io::HfConfig config(gguf_config_json(*file), path.string());
+    return {path, std::move(config), std::move(file)};
+}
+
+std::unique_ptr<Model> load_model(const ModelSource& source, ThreadPool& pool, const LoadOptions& options) {
+    if (source.gguf) return load_gguf_model(source, pool, options);
+    const Architecture& arch = architecture_of(source.config);
+    return arch.load(source.config, source.path, pool, resolve_load_options(source.config, source.path, options));
+}
+
 std::unique_ptr<Model> load_model(const std::filesystem::path& model_dir, ThreadPool& pool,
                                   const LoadOptions& options) {
-    if (is_gguf_path(model_dir)) return load_gguf_model(model_dir, pool, options);
-    const io::HfConfig config = io::HfConfig::from_model_dir(model_dir.string());
-    const Architecture& arch = architecture_of(config);
-    return arch.load(config, model_dir, pool, resolve_load_options(config, model_dir, options));
+    return load_model(open_model_source(model_dir), pool, options);
+}
+
+void check_model(const ModelSource& source, const LoadOptions& options) {
+    if (source.gguf) {
+        // The header and the tensor table were read when the source was opened: a truncated file failed there.
+        gguf_architecture(source.config, source.path, options);
+        map_gguf_model(source.gguf, source.config);  // every tensor the architecture needs, with its shape
+        return;
+    }
+    const Architecture& arch = architecture_of(source.config);
+    const LoadOptions resolved = resolve_load_options(source.config, source.path, options);
+    const std::vector<WeightSpec> specs = arch.weight_specs(source.config);  // parses every field it needs
+    const auto weights = io::WeightSource::open(source.path);                // maps the files, checks each header
+    if (resolved.quant.checkpoint == CheckpointQuant::kNone) check_tensor_index(*weights, specs);
 }
 
 void check_model(const std::filesystem::path& model_dir, const LoadOptions& options) {
-    if (is_gguf_path(model_dir)) {
-        // Opening reads the header and the tensor table: a truncated file fails here.
-        gguf_architecture(open_gguf_model(model_dir), model_dir, options);
-        return;
-    }
-    const io::HfConfig config = io::HfConfig::from_model_dir(model_dir.string());
-    const Architecture& arch = architecture_of(config);
-    const LoadOptions resolved = resolve_load_options(config, model_dir, options);
-    const std::vector<WeightSpec> specs = arch.weight_specs(config);  // parses every field it needs
-    const auto weights = io::WeightSource::open(model_dir);           // maps the files, checks each header
-    if (resolved.quant.checkpoint == CheckpointQuant::kNone) check_tensor_index(*weights, specs);
+    check_model(open_model_source(model_dir), options);
 }
 
 }  // namespace moeserve::model

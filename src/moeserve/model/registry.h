@@ -1,6 +1,5 @@
-// Model registry: config.json model_type -> architecture, through the table of architecture.h;
-// tests/model/registry_test.cpp loads a tiny checkpoint of every type supported_model_types()
-// lists.
+// Model registry: a model opened once (ModelSource), config.json model_type -> architecture, through the table of
+// architecture.h; tests/model/registry_test.cpp loads a tiny checkpoint of every type supported_model_types() lists.
 #pragma once
 
 #include <filesystem>
@@ -9,6 +8,8 @@
 #include <vector>
 
 #include "moeserve/core/thread_pool.h"
+#include "moeserve/io/gguf_file.h"
+#include "moeserve/io/hf_config.h"
 #include "moeserve/model/load_options.h"
 #include "moeserve/model/model.h"
 
@@ -24,9 +25,25 @@ std::vector<std::string> config_only_model_types();
 // arithmetic is not run here) and anything else, naming the accepted values.
 bool parse_dtype_is_f32(const std::string& text);
 
-// Reads config.json and the weights of model_dir and builds the model. Errors (kNotFound,
+// The model --model names, opened once: its config (DIR/config.json, or a GGUF file's metadata as
+// the config.json it stands for) and, for a GGUF file, the file with its header and tensor table
+// read. A command opens it once and hands it to whatever needs the config, so each file is parsed
+// once per process.
+struct ModelSource {
+    std::filesystem::path path;
+    io::HfConfig config;
+    std::shared_ptr<const io::GgufCheckpoint> gguf;  // null for a Hugging Face directory
+};
+
+// Raises what load_model would raise for an unreadable config.json or GGUF header (kNotFound,
+// kInvalidModel, kUnsupported naming the file).
+ModelSource open_model_source(const std::filesystem::path& path);
+
+// Reads the weights of source and builds the model. Errors (kNotFound,
 // kInvalidModel, kUnsupported) name the file and the problem; an unknown model_type lists the
 // supported ones.
+std::unique_ptr<Model> load_model(const ModelSource& source, ThreadPool& pool, const LoadOptions& options = {});
+// open_model_source(model_dir), then load_model.
 std::unique_ptr<Model> load_model(const std::filesystem::path& model_dir, ThreadPool& pool,
                                   const LoadOptions& options = {});
 
@@ -36,6 +53,7 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& model_dir, Thread
 // header (a truncated file), and for an unquantized safetensors checkpoint the tensor index
 // against the architecture's weight specs (each tensor present, with its shape). Raises the
 // Error load_model would raise, with the same words.
+void check_model(const ModelSource& source, const LoadOptions& options = {});
 void check_model(const std::filesystem::path& model_dir, const LoadOptions& options = {});
 
 }  // namespace moeserve::model

@@ -242,8 +242,12 @@ std::string describe(const io::GgufCheckpoint& file, const GgufMapping& m) {
 
 GgufModel open_gguf_model(const std::filesystem::path& path) {
     auto file = std::make_shared<const io::GgufCheckpoint>(path);
-    const std::string label = path.string();
-    io::HfConfig config(gguf_config_json(*file), label);
+    io::HfConfig config(gguf_config_json(*file), path.string());
+    return map_gguf_model(std::move(file), config);
+}
+
+GgufModel map_gguf_model(std::shared_ptr<const io::GgufCheckpoint> file, const io::HfConfig& config) {
+    const std::string& label = config.label();
     const std::vector<GgufTensorEntry> table = gguf_tensor_table(config);
     GgufMapping m;
     for (size_t i = 0; i < table.size(); ++i) {
@@ -261,7 +265,7 @@ GgufModel open_gguf_model(const std::filesystem::path& path) {
     std::string description = describe(*file, m);
     auto weights = std::shared_ptr<const io::WeightSource>(
         io::WeightSource::from_gguf(file, std::move(m.names), std::move(m.owned)));
-    return {std::move(file), std::move(config), std::move(weights), std::move(description)};
+    return {std::move(file), config, std::move(weights), std::move(description)};
 }
 
 }  // namespace moeserve::model

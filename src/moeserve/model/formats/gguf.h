@@ -54,6 +54,8 @@ nlohmann::json gguf_config_json(const io::GgufCheckpoint& file);
 // tensor joined in memory, the rest zero-copy). A required tensor that is missing or a stacked
 // one whose shape is not [expert_count, ...] throws kInvalidModel naming the file and the tensor.
 GgufModel open_gguf_model(const std::filesystem::path& path);
+// The same for a file already open, with the config gguf_config_json made of it.
+GgufModel map_gguf_model(std::shared_ptr<const io::GgufCheckpoint> file, const io::HfConfig& config);
 
 // The GGUF architecture name of a model_type ("qwen3_moe" -> "qwen3moe"), or "" when none.
 std::string gguf_architecture_of(const std::string& model_type);
