@@ -134,8 +134,8 @@ void add_one(CLI::App* sub, EngineOptions& o, const EngineFlag& f, bool required
             if constexpr (std::is_same_v<std::decay_t<decltype(v)>, bool>) {
                 return sub->add_flag(f.names, v, f.help);
             } else {
-                CLI::Option* option = sub->add_option(f.names, v, f.help);
-                return f.show_default ? option->capture_default_str() : option;
+                CLI::Option* added = sub->add_option(f.names, v, f.help);
+                return f.show_default ? added->capture_default_str() : added;
             }
         },
         f.field);
