@@ -85,6 +85,25 @@ class PromptEqualsBatch(unittest.TestCase):
         self.check(flags, {"max_tokens": 16, "temperature": 0.9, "top_k": 50, "seed": 5})
         self.assertEqual(single("Hello", *flags), single("Hello", *flags))
 
+    def test_n_choices_take_seed_plus_k(self):
+        # As the server: choice k of a seeded request samples with seed + k.
+        flags = ["--max-tokens", "12", "--temperature", "0.9", "--top-k", "50"]
+        [r] = batch([{"prompt": "Hello", "max_tokens": 12, "temperature": 0.9, "top_k": 50, "seed": 5, "n": 2}])
+        for k in range(2):
+            with self.subTest(choice=k):
+                self.assertEqual(r["outputs"][k]["text"], single("Hello", *flags, "--seed", str(5 + k))[0])
+
+    def test_logit_bias_and_bad_words(self):
+        # The routes' reader: the fields the server knows mean the same here.
+        [greedy] = batch([{"prompt": "Hello", "max_tokens": 4, "temperature": 0}])
+        first = greedy["outputs"][0]["token_ids"][0]
+        [biased, banned] = batch([
+            {"prompt": "Hello", "max_tokens": 4, "temperature": 0, "logit_bias": {"7": 100}},
+            {"prompt": "Hello", "max_tokens": 4, "temperature": 0, "bad_words": [greedy["outputs"][0]["text"][:1]],
+             "allowed_token_ids": [first, 7, 8]}])
+        self.assertEqual(biased["outputs"][0]["token_ids"], [7, 7, 7, 7])
+        self.assertTrue(set(banned["outputs"][0]["token_ids"]) <= {first, 7, 8})
+
     def test_max_num_seqs_does_not_change_the_text(self):
         # Single-prompt mode sizes its KV cache for one sequence unless told otherwise.
         self.assertEqual(single("Hello", "--max-tokens", "8")[0], single("Hello", "--max-tokens", "8", "--max-num-seqs", "4")[0])
@@ -108,6 +127,22 @@ class Refusals(unittest.TestCase):
         self.refused("error: --input needs --output FILE", "--input", "x.jsonl")
         self.refused("error: This model's maximum context length is 32 tokens. However, you requested 41 tokens",
                      "--prompt", "Hi", "--max-model-len", "32", "--max-tokens", "40")
+
+    def test_input_lines(self):
+        # Each refusal names the line; nothing runs.
+        with tempfile.TemporaryDirectory() as d:
+            src, dst = os.path.join(d, "in.jsonl"), os.path.join(d, "out.jsonl")
+            for line, needle in [({"prompt": "Hi", "colour": 1}, "in.jsonl:1: unknown field 'colour'"),
+                                 ({"prompt": ["a", "b"]}, "in.jsonl:1: a list of prompts (one prompt per line) is "
+                                                          "not supported by generate --input"),
+                                 ({"prompt": "Hi", "echo": True}, "in.jsonl:1: echo is not supported"),
+                                 ({"prompt": "Hi", "temperature": "hot"}, "in.jsonl:1: "),
+                                 ({"prompt": "Hi", "priority": 3}, "in.jsonl:1: priority 3 needs --scheduling-policy"),
+                                 ({"prompt": "Hi", "prompt_token_ids": [1]}, "in.jsonl:1: each line needs exactly one")]:
+                with self.subTest(line=line):
+                    with open(src, "w") as f:
+                        f.write(json.dumps(line) + "\n")
+                    self.refused(needle, "--input", src, "--output", dst)
 
     def test_kv_cache_too_small(self):
         self.refused("less than one 4096-token sequence needs", "--prompt", "Hi", "--kv-cache-memory", "64K")

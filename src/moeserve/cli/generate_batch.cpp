@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -20,6 +21,8 @@
 #include "moeserve/ipc/request_validation.h"
 #include "moeserve/model/kv_cache.h"
 #include "moeserve/model/registry.h"
+#include "moeserve/serve/engine_request.h"
+#include "moeserve/serve/openai/parse.h"
 #include "moeserve/serve/output_processor.h"
 #include "moeserve/tokenizer/chat_prompt.h"
 #include "moeserve/tokenizer/chat_template/chat_template.h"
@@ -36,11 +39,8 @@ using Clock = std::chrono::steady_clock;
 struct Item {
     Json prompt;  // echoed back: the prompt string, the token ids or the messages
     std::vector<int32_t> prompt_token_ids;
-    ipc::SamplingParams sampling;  // as read; ipc::validate_request checks it once the model is known
-    bool ignore_eos = false;
-    serve::OutputOptions text;
-    int32_t n = 1;
-    std::string at;  // file:line, for errors
+    serve::openai::GenerationParams params;  // as /v1/completions reads its body (openai/parse.h)
+    std::string at;                          // file:line, for errors
 };
 
 // One of the n samples of an item, as it accumulates.
@@ -62,95 +62,61 @@ struct ItemResult {
 
 std::string where(const std::string& file, size_t line) { return fmt::format("{}:{}", file, line); }
 
-template <typename T>
-T field(const Json& j, const char* name, const std::string& at) {
-    try {
-        return j.at(name).get<T>();
-    } catch (const nlohmann::json::exception&) {
-        raise(ErrorCode::kInvalidArgument, "{}: field '{}' has the wrong type ({}); see `moeserve generate --help`", at,
-              name, j.at(name).type_name());
-    }
-}
-
-std::vector<int32_t> tokens_of(const Json& j, const tokenizer::Tokenizer& tok, const std::string& at,
-                               const std::optional<tokenizer::ChatTemplate>& tmpl) {
-    const int n = int(j.contains("prompt")) + int(j.contains("prompt_token_ids")) + int(j.contains("messages"));
-    if (n != 1) {
-        raise(ErrorCode::kInvalidArgument,
-              "{}: each line needs exactly one of \"prompt\", \"prompt_token_ids\" or "
-              "\"messages\"; got {}",
-              at, n);
-    }
-    if (j.contains("prompt")) return tok.encode(field<std::string>(j, "prompt", at), true);
-    if (j.contains("prompt_token_ids")) return field<std::vector<int32_t>>(j, "prompt_token_ids", at);
+// A line's "messages" rendered with the chat template and encoded.
+std::vector<int32_t> chat_prompt_tokens(const Json& messages, const tokenizer::Tokenizer& tok, const std::string& at,
+                                        const std::optional<tokenizer::ChatTemplate>& tmpl) {
     if (!tmpl)
         raise(ErrorCode::kInvalidArgument, "{}: \"messages\" needs a chat_template in tokenizer_config.json", at);
-    if (!j.at("messages").is_array()) raise(ErrorCode::kInvalidArgument, "{}: \"messages\" must be an array", at);
-    return tokenizer::encode_chat_prompt(tok, *tmpl, j.at("messages"), /*add_generation_prompt=*/true);
+    if (!messages.is_array()) raise(ErrorCode::kInvalidArgument, "{}: \"messages\" must be an array", at);
+    return tokenizer::encode_chat_prompt(tok, *tmpl, messages, /*add_generation_prompt=*/true);
 }
 
+// A line as a /v1/completions body (its prompt under "prompt"), read by the routes' reader, so a
+// field means here what it means to the server. What a line cannot ask of an offline batch
+// (several prompts, echo, streaming, KV transfer, structured outputs) is refused naming the line.
 Item parse_item(const Json& j, const tokenizer::Tokenizer& tok, const std::optional<tokenizer::ChatTemplate>& tmpl,
-                const std::string& at) {
+                const serve::openai::ModelLimits& limits, const std::string& at) {
     if (!j.is_object()) raise(ErrorCode::kInvalidArgument, "{}: expected a JSON object, got {}", at, j.type_name());
-    static constexpr const char* kKnown[] = {"prompt",
-                                             "prompt_token_ids",
-                                             "messages",
-                                             "max_tokens",
-                                             "temperature",
-                                             "top_p",
-                                             "top_k",
-                                             "min_p",
-                                             "seed",
-                                             "n",
-                                             "stop",
-                                             "stop_token_ids",
-                                             "ignore_eos",
-                                             "min_tokens",
-                                             "presence_penalty",
-                                             "frequency_penalty",
-                                             "repetition_penalty",
-                                             "logprobs",
-                                             "prompt_logprobs",
-                                             "skip_special_tokens",
-                                             "include_stop_str_in_output"};
-    for (const auto& [key, value] : j.items()) {
-        if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
-            raise(ErrorCode::kInvalidArgument, "{}: unknown field '{}'", at, key);
-        }
+    const int given = int(j.contains("prompt")) + int(j.contains("prompt_token_ids")) + int(j.contains("messages"));
+    if (given != 1) {
+        raise(ErrorCode::kInvalidArgument,
+              "{}: each line needs exactly one of \"prompt\", \"prompt_token_ids\" or \"messages\"; got {}", at, given);
     }
     Item it;
-    it.prompt_token_ids = tokens_of(j, tok, at, tmpl);
-    it.prompt = j.contains("prompt") ? j["prompt"] : j.contains("messages") ? j["messages"] : j["prompt_token_ids"];
-    auto& s = it.sampling;
-    if (j.contains("max_tokens")) s.max_tokens = field<int32_t>(j, "max_tokens", at);
-    if (j.contains("temperature")) s.temperature = field<float>(j, "temperature", at);
-    if (j.contains("top_p")) s.top_p = field<float>(j, "top_p", at);
-    if (j.contains("top_k")) s.top_k = field<int32_t>(j, "top_k", at);
-    if (j.contains("min_p")) s.min_p = field<float>(j, "min_p", at);
-    if (j.contains("seed")) s.seed = field<uint64_t>(j, "seed", at);
-    if (j.contains("n")) it.n = field<int32_t>(j, "n", at);
-    if (it.n < 1) raise(ErrorCode::kInvalidArgument, "{}: n must be >= 1; got {}", at, it.n);
-    if (j.contains("stop")) {
-        it.text.stop = j["stop"].is_string() ? std::vector<std::string>{j["stop"].get<std::string>()}
-                                             : field<std::vector<std::string>>(j, "stop", at);
-    }
-    if (j.contains("stop_token_ids")) s.stop_token_ids = field<std::vector<int32_t>>(j, "stop_token_ids", at);
-    if (j.contains("ignore_eos")) it.ignore_eos = field<bool>(j, "ignore_eos", at);
-    if (j.contains("min_tokens")) s.min_tokens = field<int32_t>(j, "min_tokens", at);
-    if (j.contains("presence_penalty")) s.presence_penalty = field<float>(j, "presence_penalty", at);
-    if (j.contains("frequency_penalty")) s.frequency_penalty = field<float>(j, "frequency_penalty", at);
-    if (j.contains("repetition_penalty")) s.repetition_penalty = field<float>(j, "repetition_penalty", at);
-    if (j.contains("logprobs")) s.logprobs = field<int32_t>(j, "logprobs", at);
-    if (j.contains("prompt_logprobs")) s.prompt_logprobs = field<int32_t>(j, "prompt_logprobs", at);
-    if (j.contains("skip_special_tokens")) it.text.skip_special_tokens = field<bool>(j, "skip_special_tokens", at);
-    if (j.contains("include_stop_str_in_output")) {
-        it.text.include_stop_str_in_output = field<bool>(j, "include_stop_str_in_output", at);
-    }
     it.at = at;
+    Json body = j;
+    for (const char* key : {"prompt", "prompt_token_ids", "messages"}) {
+        if (!j.contains(key)) continue;
+        it.prompt = j[key];
+        body.erase(key);
+        body["prompt"] = std::string_view(key) == "messages" ? Json(chat_prompt_tokens(j[key], tok, at, tmpl)) : j[key];
+    }
+    serve::openai::CompletionRequest r;
+    try {
+        r = serve::openai::parse_completion_request(body, limits);
+    } catch (const serve::openai::ApiError& e) {
+        raise(ErrorCode::kInvalidArgument, "{}: {}", at, e.what());
+    }
+    if (!r.unknown_fields.empty())
+        raise(ErrorCode::kInvalidArgument, "{}: unknown field '{}'", at, r.unknown_fields[0]);
+    const auto refuse = [&at](const char* what) {
+        raise(ErrorCode::kInvalidArgument, "{}: {} is not supported by generate --input (use `moeserve serve`)", at,
+              what);
+    };
+    if (r.prompts.size() != 1) refuse("a list of prompts (one prompt per line)");
+    if (r.echo) refuse("echo");
+    if (r.params.stream) refuse("stream");
+    if (r.params.kv_transfer.produce || !r.params.kv_transfer.transfers.empty()) refuse("kv_transfer_params");
+    if (!r.params.grammar.empty()) refuse("structured output");
+    it.params = std::move(r.params);
+    serve::openai::PromptInput& prompt = r.prompts[0];
+    it.prompt_token_ids = prompt.text ? tok.encode(*prompt.text, true) : std::move(prompt.token_ids);
+    serve::truncate_prompt(it.params, it.prompt_token_ids);
     return it;
 }
 
-std::vector<Item> read_items(const std::string& path, const tokenizer::Tokenizer& tok) {
+std::vector<Item> read_items(const std::string& path, const tokenizer::Tokenizer& tok,
+                             const serve::openai::ModelLimits& limits) {
     std::ifstream in(path);
     if (!in) raise(ErrorCode::kNotFound, "--input {}: cannot open the file", path);
     std::optional<tokenizer::ChatTemplate> tmpl;
@@ -165,10 +131,34 @@ std::vector<Item> read_items(const std::string& path, const tokenizer::Tokenizer
         } catch (const nlohmann::json::parse_error& e) {
             raise(ErrorCode::kInvalidArgument, "{}: not valid JSON ({})", where(path, n), e.what());
         }
-        items.push_back(parse_item(j, tok, tmpl, where(path, n)));
+        items.push_back(parse_item(j, tok, tmpl, limits, where(path, n)));
     }
     if (items.empty()) raise(ErrorCode::kInvalidArgument, "--input {}: no requests in the file", path);
     return items;
+}
+
+// Every line's engine request, checked before any runs: the server's builder and its rules
+// (ipc::validate_request against the model), an error naming the line.
+std::vector<ipc::AddRequest> engine_requests(const std::vector<Item>& items, const tokenizer::Tokenizer& tok,
+                                             const serve::openai::ModelLimits& read_limits,
+                                             const ipc::RequestLimits& limits, bool priority_scheduling) {
+    std::vector<ipc::AddRequest> adds;
+    for (const Item& item : items) {
+        if (item.params.priority != 0 && !priority_scheduling) {
+            raise(ErrorCode::kInvalidArgument, "{}: priority {} needs --scheduling-policy priority", item.at,
+                  item.params.priority);
+        }
+        serve::EngineRequestRules rules;
+        rules.limits = &read_limits;
+        rules.bad_words = serve::bad_words_token_ids(tok, item.params.bad_words);
+        try {
+            adds.push_back(ipc::validate_request(serve::build_engine_request(item.params, item.prompt_token_ids, rules),
+                                                 item.params.ignore_eos, limits));
+        } catch (const ipc::InvalidRequest& err) {
+            raise(ErrorCode::kInvalidArgument, "{}: {}", item.at, err.what());
+        }
+    }
+    return adds;
 }
 
 Json logprobs_json(const std::vector<ipc::TokenLogprobs>& lps, const tokenizer::Tokenizer& tok) {
@@ -198,7 +188,7 @@ Json result_json(size_t index, const Item& item, const ItemResult& r, const toke
             o["stop_reason"] = *s.stop_string;
         else if (s.stop_token_id)
             o["stop_reason"] = *s.stop_token_id;
-        if (item.sampling.logprobs) o["logprobs"] = logprobs_json(s.logprobs, tok);
+        if (item.params.logprobs) o["logprobs"] = logprobs_json(s.logprobs, tok);
         if (!s.error.empty()) o["error"] = s.error;
         outputs.push_back(std::move(o));
     }
@@ -250,7 +240,12 @@ int run_generate_batch(const GenerateBatchOptions& o, const model::ModelSource& 
     const int threads = offline_threads(o.engine);
     ThreadPool pool(threads);
     const auto tok = load_model_tokenizer(o.engine.tokenizer_dir());
-    const std::vector<Item> items = read_items(o.input, tok);
+    // The reader's limits: token ids, logprobs and lengths are checked per engine request below,
+    // once the model is known.
+    serve::openai::ModelLimits read_limits;
+    read_limits.max_model_len = o.engine.max_model_len;
+    read_limits.max_logprobs = std::numeric_limits<int32_t>::max();
+    const std::vector<Item> items = read_items(o.input, tok, read_limits);
     std::ofstream out(o.output);
     if (!out) raise(ErrorCode::kIo, "--output {}: cannot create the file", o.output);
     OfflineEngine e = load_offline_engine(o.engine, source, pool);
@@ -272,28 +267,22 @@ int run_generate_batch(const GenerateBatchOptions& o, const model::ModelSource& 
         .max_logprobs = static_cast<int32_t>(model->info().vocab_size),
         .eos_token_ids = model_eos_token_ids(source.config.json(), o.engine.model, tok.eos_token_id(),
                                              read_generation_config("auto", o.engine.model, ""))};
-    std::vector<ipc::AddRequest> adds;
-    for (const Item& item : items) {
-        try {
-            adds.push_back(ipc::validate_request(ipc::AddRequest{"", item.prompt_token_ids, item.sampling},
-                                                 item.ignore_eos, limits));
-        } catch (const ipc::InvalidRequest& err) {
-            raise(ErrorCode::kInvalidArgument, "{}: {}", item.at, err.what());
-        }
-    }
+    const std::vector<ipc::AddRequest> adds =
+        engine_requests(items, tok, read_limits, limits, o.engine.scheduling_policy == "priority");
     // n > 1 fans out into n engine requests "<index>-<i>" that share the prompt's blocks.
     serve::OutputProcessor processor(tok);
     std::vector<ItemResult> results(items.size());
     std::unordered_map<std::string, std::pair<size_t, size_t>> owner;  // engine id -> (item, sample)
     int64_t num_input_tokens = 0;
     for (size_t i = 0; i < items.size(); ++i) {
-        results[i].samples.resize(static_cast<size_t>(items[i].n));
-        for (int32_t k = 0; k < items[i].n; ++k) {
+        const serve::openai::GenerationParams& p = items[i].params;
+        results[i].samples.resize(static_cast<size_t>(p.n));
+        for (int32_t k = 0; k < p.n; ++k) {
             const std::string id = fmt::format("{}-{}", i, k);
             owner[id] = {i, static_cast<size_t>(k)};
-            processor.add_request(id, items[i].text);
-            adds[i].request_id = id;
-            core.add_request(adds[i]);
+            processor.add_request(id,
+                                  serve::OutputOptions{p.stop, p.include_stop_str_in_output, p.skip_special_tokens});
+            core.add_request(serve::choice_request(adds[i], p, k, id));
             num_input_tokens += static_cast<int64_t>(items[i].prompt_token_ids.size());
         }
     }

@@ -161,10 +161,9 @@ void add_generate_command(CLI::App& app, Action* action) {
     CLI::Option* max_num_seqs = sub->get_option("--max-num-seqs");
     sub->add_option("--prompt", o->prompt, "prompt text (single-prompt mode)");
     sub->add_option("--input", o->batch.input,
-                    "JSON lines of requests: {\"prompt\"|\"prompt_token_ids\"|\"messages\", max_tokens, temperature, "
-                    "top_p, top_k, min_p, seed, n, stop, stop_token_ids, ignore_eos, min_tokens, presence_penalty, "
-                    "frequency_penalty, repetition_penalty, logprobs, prompt_logprobs, skip_special_tokens, "
-                    "include_stop_str_in_output} (batch mode through the engine)");
+                    "JSON lines of requests, each a /v1/completions body with its prompt as \"prompt\" (text or "
+                    "token ids), \"prompt_token_ids\" or chat \"messages\": the server's sampling fields (n, seed, "
+                    "stop, logprobs, logit_bias, bad_words, ...; docs/serving.md) (batch mode through the engine)");
     sub->add_option("--output", o->batch.output, "JSON lines of results, in input order (batch mode)");
     sub->add_flag("--no-progress", o->no_progress, "no progress bar on stderr");
     sub->add_flag("--chat", o->chat, "render the prompt as a user message with the model's chat template");

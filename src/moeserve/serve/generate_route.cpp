@@ -15,6 +15,7 @@
 #include "moeserve/serve/openai/chat_output.h"
 #include "moeserve/serve/openai/parse.h"
 #include "moeserve/serve/openai/render.h"
+#include "moeserve/serve/engine_request.h"
 #include "moeserve/serve/route_util.h"
 #include "moeserve/serve/routes.h"
 #include "moeserve/serve/stream.h"
@@ -76,24 +77,6 @@ struct Router::Job {
 };
 
 namespace {
-
-// vLLM's bad_words: each word as it would start a text and as a new word after a space (when
-// that is a different, equally long token sequence).
-std::vector<std::vector<int32_t>> bad_words_token_ids(const tokenizer::Tokenizer& tokenizer,
-                                                      const std::vector<std::string>& words) {
-    std::vector<std::vector<int32_t>> out;
-    for (const auto& word : words) {
-        std::string trimmed = word;
-        trimmed.erase(0, trimmed.find_first_not_of(' '));
-        const auto plain = tokenizer.encode(trimmed, false);
-        if (!plain.empty()) out.push_back(plain);
-        const auto spaced = tokenizer.encode(" " + trimmed, false);
-        if (!spaced.empty() && !plain.empty() && spaced[0] != plain[0] && spaced.size() == plain.size()) {
-            out.push_back(spaced);
-        }
-    }
-    return out;
-}
 
 // ipc::validate_request, its error as a 400 naming the field as this route calls it.
 ipc::AddRequest validated(ipc::AddRequest add, bool ignore_eos, const ipc::RequestLimits& limits, bool chat) {
@@ -304,50 +287,7 @@ void Router::check_request_rules(Job& job, Prompts& prompts) const {
     }
     if (!params.request_id.empty())
         job.meta.id = fmt::format("{}-{}", job.chat ? "chatcmpl" : "cmpl", params.request_id);
-    if (params.truncate_prompt_tokens) {
-        for (auto& ids : prompts.ids) {
-            const auto keep = static_cast<size_t>(*params.truncate_prompt_tokens);
-            if (ids.size() > keep) ids.erase(ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(keep));
-        }
-    }
-}
-
-ipc::AddRequest Router::engine_request(const Job& job, const std::vector<int32_t>& prompt,
-                                       const std::vector<std::vector<int32_t>>& bad_words,
-                                       const std::vector<int32_t>& grammar_after) const {
-    const auto& p = job.params;
-    const auto& g = config_.generation_defaults;
-    openai::GenerationParams sized = p;
-    if (job.echo_only) sized.max_tokens = 1;  // vLLM: one token runs, none is returned
-    if (!sized.max_tokens && g.max_tokens) {
-        const int64_t room = config_.limits.max_model_len - static_cast<int64_t>(prompt.size());
-        sized.max_tokens = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(*g.max_tokens, room)));
-    }
-    ipc::AddRequest a;
-    a.prompt_token_ids = prompt;
-    a.priority = p.priority;
-    auto& s = a.sampling;
-    s.temperature = p.temperature;
-    s.top_p = p.top_p;
-    s.top_k = p.top_k < 0 ? 0 : p.top_k;
-    s.min_p = p.min_p;
-    s.presence_penalty = p.presence_penalty;
-    s.frequency_penalty = p.frequency_penalty;
-    s.repetition_penalty = p.repetition_penalty;
-    s.max_tokens = openai::resolve_max_tokens(static_cast<int64_t>(prompt.size()), sized, config_.limits, job.chat);
-    s.min_tokens = p.min_tokens;
-    s.stop_token_ids = p.stop_token_ids;
-    s.logprobs = p.logprobs;
-    // Echo with logprobs needs the prompt's entries; prompt_logprobs asks for them itself.
-    s.prompt_logprobs = p.prompt_logprobs;
-    if (job.echo_logprobs) s.prompt_logprobs = std::max(p.prompt_logprobs.value_or(0), *p.logprobs);
-    s.grammar = p.grammar;
-    s.grammar_after_token_ids = grammar_after;
-    s.logit_bias = p.logit_bias;
-    s.allowed_token_ids = p.allowed_token_ids;
-    s.bad_words_token_ids = bad_words;
-    s.cache_salt = p.cache_salt;
-    return validated(std::move(a), p.ignore_eos, request_limits_, job.chat);
+    for (auto& ids : prompts.ids) truncate_prompt(params, ids);
 }
 
 std::vector<ipc::AddRequest> Router::prepare_engine_requests(const OJson& body, Job& job, Prompts prompts,
@@ -361,20 +301,25 @@ std::vector<ipc::AddRequest> Router::prepare_engine_requests(const OJson& body, 
     if (g.top_k && absent("top_k")) params.top_k = std::max(0, *g.top_k);
     if (g.min_p && absent("min_p")) params.min_p = *g.min_p;
     if (g.repetition_penalty && absent("repetition_penalty")) params.repetition_penalty = *g.repetition_penalty;
-    const auto bad_words = bad_words_token_ids(tokenizer_, params.bad_words);
+    const EngineRequestRules rules{.limits = &config_.limits,
+                                   .default_max_tokens = g.max_tokens,
+                                   .chat = job.chat,
+                                   .echo_only = job.echo_only,
+                                   .echo_logprobs = job.echo_logprobs,
+                                   .bad_words = bad_words_token_ids(tokenizer_, params.bad_words),
+                                   .grammar_after = std::move(prompts.grammar_after)};
     std::vector<ipc::AddRequest> adds;
     const auto& p = job.params;
     for (size_t i = 0; i < prompts.ids.size(); ++i) {
-        const ipc::AddRequest a = engine_request(job, prompts.ids[i], bad_words, prompts.grammar_after);
+        const ipc::AddRequest a =
+            validated(build_engine_request(p, prompts.ids[i], rules), p.ignore_eos, request_limits_, job.chat);
         if (config_.log_requests) {  // vLLM's line, once per prompt (its n choices share it)
             const std::string line = request_log_line(fmt::format("{}-{}", engine_base, adds.size()), prompts.logged[i],
                                                       prompts.ids[i], p, a.sampling.max_tokens, config_.max_log_len);
             MOESERVE_LOG_I(logger_, "api", "%s", line.c_str());
         }
-        for (int32_t k = 0; k < p.n; ++k) {  // the prompt's n choices differ only in their id and seed
-            ipc::AddRequest choice = a;
-            choice.request_id = fmt::format("{}-{}", engine_base, adds.size());
-            if (p.seed) choice.sampling.seed = *p.seed + static_cast<uint64_t>(k);
+        for (int32_t k = 0; k < p.n; ++k) {
+            ipc::AddRequest choice = choice_request(a, p, k, fmt::format("{}-{}", engine_base, adds.size()));
             Choice& added = job.choices.emplace_back();
             added.engine_id = choice.request_id;
             added.prompt = i;

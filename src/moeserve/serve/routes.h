@@ -118,10 +118,6 @@ private:
     // request is silent; job.choices gets one entry per engine request, in the same order.
     std::vector<ipc::AddRequest> prepare_engine_requests(const nlohmann::ordered_json& body, Job& job, Prompts prompts,
                                                          const std::string& engine_base);
-    // One prompt's engine request (validated: ApiError 400 naming the field).
-    ipc::AddRequest engine_request(const Job& job, const std::vector<int32_t>& prompt,
-                                   const std::vector<std::vector<int32_t>>& bad_words,
-                                   const std::vector<int32_t>& grammar_after) const;
     // Hands the engine requests over (a stream starts first); 503 when no engine takes them.
     void submit(const std::shared_ptr<Job>& job, std::vector<ipc::AddRequest> adds);
     // POST /v1/responses (responses_route.cpp): runs as a chat request, answered as the Responses API.
