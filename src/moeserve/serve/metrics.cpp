@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 
 namespace moeserve::serve {
@@ -75,49 +76,83 @@ std::vector<double> one_two_five(int64_t max) {
 }
 
 // vLLM's buckets of the per-request latencies (e2e, queue, prefill, decode, inference).
-std::vector<double> request_latency_buckets() {
+std::vector<double> request_latency_buckets(int64_t) {
     return {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
             30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+}
+
+std::vector<double> ttft_buckets(int64_t) {
+    return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+            1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+}
+
+std::vector<double> token_latency_buckets(int64_t) {
+    return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+}
+
+// vLLM's phases: prefill = scheduled -> first token, decode = first -> last token, inference =
+// both. Here "scheduled" is arrival + the engine's queue time, and arrival is the API server's
+// (before tokenization), so prefill includes the server's share.
+double prefill_seconds(const FinishedRequest& r) { return std::max(0.0, r.ttft_s - r.queue_s); }
+
+using Observed = std::optional<double>;
+
+// The per-request histograms, one row each (its place here is its place in /metrics and in a
+// snapshot): vLLM's name and help, its buckets, and what it observes of a finished request
+// (nullopt: nothing, e.g. the TTFT of a request that generated no token). The inter-token
+// latency has no `observe`: on_inter_token feeds it.
+struct RequestHistogram {
+    const char* name;
+    const char* help;
+    std::vector<double> (*bounds)(int64_t max_model_len);
+    Observed (*observe)(const FinishedRequest& r);
+};
+
+const std::vector<RequestHistogram>& request_histograms() {
+    using R = const FinishedRequest&;
+    static const std::vector<RequestHistogram> rows = {
+        {"vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttft_buckets,
+         [](R r) { return r.num_generation_tokens > 0 ? Observed(r.ttft_s) : std::nullopt; }},
+        {"vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", token_latency_buckets,
+         nullptr},
+        {"vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds (per request).",
+         token_latency_buckets,
+         [](R r) {
+             return r.num_generation_tokens > 1
+                        ? Observed((r.e2e_s - r.ttft_s) / static_cast<double>(r.num_generation_tokens - 1))
+                        : std::nullopt;
+         }},
+        {"vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", request_latency_buckets,
+         [](R r) { return Observed(r.e2e_s); }},
+        {"vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+         request_latency_buckets, [](R r) { return r.num_generation_tokens > 0 ? Observed(r.queue_s) : std::nullopt; }},
+        {"vllm:request_prompt_tokens", "Number of prefill tokens processed.", one_two_five,
+         [](R r) { return Observed(static_cast<double>(r.num_prompt_tokens)); }},
+        {"vllm:request_generation_tokens", "Number of generation tokens processed.", one_two_five,
+         [](R r) { return Observed(static_cast<double>(r.num_generation_tokens)); }},
+        {"vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
+         request_latency_buckets,
+         [](R r) { return r.num_generation_tokens > 0 ? Observed(prefill_seconds(r)) : std::nullopt; }},
+        {"vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
+         request_latency_buckets,
+         [](R r) { return r.num_generation_tokens > 0 ? Observed(r.decode_s) : std::nullopt; }},
+        {"vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
+         request_latency_buckets,
+         [](R r) { return r.num_generation_tokens > 0 ? Observed(prefill_seconds(r) + r.decode_s) : std::nullopt; }},
+        {"vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", one_two_five,
+         [](R r) { return r.max_tokens_param > 0 ? Observed(static_cast<double>(r.max_tokens_param)) : std::nullopt; }},
+    };
+    return rows;
 }
 
 }  // namespace
 
 Metrics::Metrics(std::string model_name, int64_t max_model_len, CacheConfigInfo cache_config)
-    : model_name_(std::move(model_name)),
-      cache_config_(std::move(cache_config)),
-      ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
-             1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}),
-      tpot_(
-          {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}),
-      itl_({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}),
-      e2e_(request_latency_buckets()),
-      queue_(request_latency_buckets()),
-      prompt_tokens_(one_two_five(max_model_len)),
-      generation_tokens_(one_two_five(max_model_len)),
-      prefill_(request_latency_buckets()),
-      decode_(request_latency_buckets()),
-      inference_(request_latency_buckets()),
-      max_tokens_param_(one_two_five(max_model_len)),
-      max_model_len_(max_model_len) {}
-
-std::vector<Histogram*> Metrics::histograms() {
-    return {&ttft_,
-            &tpot_,
-            &itl_,
-            &e2e_,
-            &queue_,
-            &prompt_tokens_,
-            &generation_tokens_,
-            &prefill_,
-            &decode_,
-            &inference_,
-            &max_tokens_param_};
-}
-
-std::vector<const Histogram*> Metrics::histograms() const {
-    std::vector<const Histogram*> out;
-    for (Histogram* h : const_cast<Metrics*>(this)->histograms()) out.push_back(h);
-    return out;
+    : model_name_(std::move(model_name)), cache_config_(std::move(cache_config)), max_model_len_(max_model_len) {
+    for (const RequestHistogram& row : request_histograms()) {
+        if (row.observe == nullptr) inter_token_ = histograms_.size();
+        histograms_.emplace_back(row.bounds(max_model_len));
+    }
 }
 
 void Metrics::share(int index, std::string own_path, std::vector<std::string> other_paths, int64_t restarts) {
@@ -140,8 +175,9 @@ std::string Metrics::snapshot(int num_in_flight) const {
     if (api_server_restarts_ > 0) out += fmt::format("restarts {}\n", api_server_restarts_);
     for (const auto& [reason, n] : finished_by_reason_) out += fmt::format("reason {} {}\n", reason, n);
     for (const auto& [status, n] : http_by_status_) out += fmt::format("status {} {}\n", status, n);
-    const auto hists = histograms();
-    for (size_t i = 0; i < hists.size(); ++i) out += fmt::format("histogram {} {}\n", i, hists[i]->serialize());
+    for (size_t i = 0; i < histograms_.size(); ++i) {
+        out += fmt::format("histogram {} {}\n", i, histograms_[i].serialize());
+    }
     return out;
 }
 
@@ -151,7 +187,7 @@ bool Metrics::add_snapshot(const std::string& text, int64_t& num_in_flight, int6
     int64_t in_flight = 0, finished = 0;
     std::istringstream lines(text);
     std::string line;
-    auto hists = parsed.histograms();
+    std::vector<Histogram>& hists = parsed.histograms_;
     while (std::getline(lines, line)) {
         std::istringstream in(line);
         std::string kind;
@@ -176,7 +212,7 @@ bool Metrics::add_snapshot(const std::string& text, int64_t& num_in_flight, int6
             if (!(in >> i) || i >= hists.size()) return false;
             std::string rest;
             std::getline(in, rest);
-            if (!hists[i]->add_serialized(rest)) return false;
+            if (!hists[i].add_serialized(rest)) return false;
         } else if (!kind.empty()) {
             return false;
         }
@@ -184,8 +220,7 @@ bool Metrics::add_snapshot(const std::string& text, int64_t& num_in_flight, int6
     std::lock_guard lock(mutex_);
     for (const auto& [reason, n] : parsed.finished_by_reason_) finished_by_reason_[reason] += n;
     for (const auto& [status, n] : parsed.http_by_status_) http_by_status_[status] += n;
-    auto mine = histograms();
-    for (size_t i = 0; i < mine.size(); ++i) mine[i]->add_serialized(hists[i]->serialize());
+    for (size_t i = 0; i < histograms_.size(); ++i) histograms_[i].add_serialized(hists[i].serialize());
     api_server_restarts_ += parsed.api_server_restarts_;
     num_in_flight += in_flight;
     num_finished += finished;
@@ -206,29 +241,16 @@ void Metrics::write_snapshot(int num_in_flight) const {
 void Metrics::on_request_finished(const FinishedRequest& r) {
     std::lock_guard lock(mutex_);
     finished_by_reason_[r.finish_reason]++;
-    prompt_tokens_.observe(static_cast<double>(r.num_prompt_tokens));
-    generation_tokens_.observe(static_cast<double>(r.num_generation_tokens));
-    if (r.num_generation_tokens > 0) {
-        ttft_.observe(r.ttft_s);
-        queue_.observe(r.queue_s);
-        // vLLM's phases: prefill = scheduled -> first token, decode = first -> last token,
-        // inference = both. Here "scheduled" is arrival + the engine's queue time, and arrival is
-        // the API server's (before tokenization), so prefill includes the server's share.
-        const double prefill = std::max(0.0, r.ttft_s - r.queue_s);
-        prefill_.observe(prefill);
-        decode_.observe(r.decode_s);
-        inference_.observe(prefill + r.decode_s);
+    const std::vector<RequestHistogram>& rows = request_histograms();
+    for (size_t i = 0; i < rows.size(); ++i) {
+        if (rows[i].observe == nullptr) continue;
+        if (const Observed value = rows[i].observe(r)) histograms_[i].observe(*value);
     }
-    if (r.max_tokens_param > 0) max_tokens_param_.observe(static_cast<double>(r.max_tokens_param));
-    if (r.num_generation_tokens > 1) {
-        tpot_.observe((r.e2e_s - r.ttft_s) / static_cast<double>(r.num_generation_tokens - 1));
-    }
-    e2e_.observe(r.e2e_s);
 }
 
 void Metrics::on_inter_token(double seconds) {
     std::lock_guard lock(mutex_);
-    itl_.observe(seconds);
+    histograms_[inter_token_].observe(seconds);
 }
 
 void Metrics::on_http_status(int status) {
@@ -390,25 +412,11 @@ std::string Metrics::render_local(const std::vector<ipc::Stats>& engines, int64_
             out += fmt::format("vllm:request_success_total{{{},finished_reason=\"{}\"}} {}\n", model, reason,
                                it == finished_by_reason_.end() ? 0 : it->second);
         }
-        const auto histogram = [&](const char* name, const char* help, const Histogram& h) {
-            head(name, "histogram", help);
-            h.render(out, name, model);
-        };
-        histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttft_);
-        histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", itl_);
-        histogram("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds (per request).",
-                  tpot_);
-        histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", e2e_);
-        histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", queue_);
-        histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", prompt_tokens_);
-        histogram("vllm:request_generation_tokens", "Number of generation tokens processed.", generation_tokens_);
-        histogram("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
-                  prefill_);
-        histogram("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", decode_);
-        histogram("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
-                  inference_);
-        histogram("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
-                  max_tokens_param_);
+        const std::vector<RequestHistogram>& rows = request_histograms();
+        for (size_t i = 0; i < rows.size(); ++i) {
+            head(rows[i].name, "histogram", rows[i].help);
+            histograms_[i].render(out, rows[i].name, model);
+        }
         // Ours.
         head("moeserve:http_responses_total", "counter", "HTTP answers by status code.");
         for (const auto& [status, n] : http_by_status_) {

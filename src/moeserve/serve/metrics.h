@@ -2,6 +2,9 @@
 // name and labels (vllm:num_requests_running{model_name, engine}, vllm:time_to_first_token_seconds,
 // ...: its Grafana dashboard and autoscalers work unchanged); what only this engine has (DP
 // lock-step and PD-hybrid counters, HTTP statuses, in-flight requests, kernel ISA) is "moeserve:".
+// A per-request histogram is one row of the table in metrics.cpp (name, help, buckets, what it
+// observes of a FinishedRequest): its rendering, its observation and its share in a snapshot
+// follow from the row.
 #pragma once
 
 #include <array>
@@ -84,16 +87,14 @@ private:
     // Adds a snapshot's counts to this one's; false (nothing added) when malformed.
     bool add_snapshot(const std::string& text, int64_t& num_in_flight, int64_t& num_finished);
     std::string render_local(const std::vector<ipc::Stats>& engines, int64_t num_in_flight) const;
-    std::vector<Histogram*> histograms();  // in snapshot order
-    std::vector<const Histogram*> histograms() const;
 
     std::string model_name_;
     CacheConfigInfo cache_config_;
     mutable std::mutex mutex_;
     std::map<std::string, int64_t> finished_by_reason_;
     std::map<int, int64_t> http_by_status_;
-    Histogram ttft_, tpot_, itl_, e2e_, queue_, prompt_tokens_, generation_tokens_;
-    Histogram prefill_, decode_, inference_, max_tokens_param_;  // vLLM's request phases, max_tokens
+    std::vector<Histogram> histograms_;  // per request: one per row of metrics.cpp's table, in its order
+    size_t inter_token_ = 0;             // the one on_inter_token feeds
     int64_t max_model_len_ = 0;
     std::atomic<int64_t> group_restarts_{0};
     int64_t api_server_restarts_ = 0;  // share(): how often this server's index was started again
