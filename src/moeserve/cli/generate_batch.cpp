@@ -239,7 +239,7 @@ OfflineEngine load_offline_engine(const EngineOptions& o, const model::ModelSour
 int run_generate_batch(const GenerateBatchOptions& o, const model::ModelSource& source) {
     const int threads = offline_threads(o.engine);
     ThreadPool pool(threads);
-    const auto tok = load_model_tokenizer(o.engine.tokenizer_dir());
+    const auto tok = load_model_tokenizer(o.engine.tokenizer, source);
     // The reader's limits: token ids, logprobs and lengths are checked per engine request below,
     // once the model is known.
     serve::openai::ModelLimits read_limits;

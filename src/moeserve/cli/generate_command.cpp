@@ -61,7 +61,7 @@ int run_generate(const GenerateOptions& o, const model::ModelSource& source) {
     const int threads = offline_threads(eo);
     ThreadPool pool(threads);
     const auto load_start = Clock::now();
-    const auto tok = load_model_tokenizer(eo.tokenizer_dir());
+    const auto tok = load_model_tokenizer(eo.tokenizer, source);
     OfflineEngine e = load_offline_engine(eo, source, pool);
     const double load_secs = seconds_since(load_start);
     std::fprintf(stderr, "moeserve: quantization: %s\n", e.model->info().quantization.c_str());

@@ -170,7 +170,7 @@ int run_perplexity(PerplexityOptions o) {
     const nlohmann::json& config = source.config.json();
     const int32_t max_model_len = o.remote.url.empty() ? resolve_max_model_len(eo, config) : o.ctx + 1;
     // a GGUF file's tokenizer is its metadata (--tokenizer overrides), as for generate and serve
-    const auto tok = load_model_tokenizer(eo.tokenizer_dir());
+    const auto tok = load_model_tokenizer(eo.tokenizer, source);
     const std::vector<std::vector<int32_t>> chunks = read_chunks(o, tok, max_model_len);
     const auto vocab = config.value("vocab_size", int32_t{0});
     Sinks sinks = make_sinks(o, chunks, vocab);
