@@ -3,37 +3,12 @@
 #include <string>
 
 #include "moeserve/core/error.h"
-#include "moeserve/kernels/cpu/routing_grouped.h"
+#include "moeserve/model/layers/routing.h"
 #include "moeserve/model/formats/mindformers_checkpoint.h"
 
 namespace moeserve::model {
 
 namespace kc = kernels::cpu;
-
-namespace {
-
-// The router as the config asks (reference: tests/reference/deepseek_v3_ref.py route()).
-kc::GroupedTopkArgs routing_args(const DeepseekV3Config& c) {
-    kc::GroupedTopkArgs a{};
-    a.num_experts = c.n_routed_experts;
-    a.k = static_cast<int>(c.num_experts_per_tok);
-    a.scoring = c.scoring_func == "sigmoid" ? kc::RouterScoring::kSigmoid : kc::RouterScoring::kSoftmax;
-    a.group_score = c.topk_method == "noaux_tc"               ? kc::GroupScore::kTop2Sum
-                    : c.topk_method == "group_limited_greedy" ? kc::GroupScore::kMax
-                                                              : kc::GroupScore::kNone;
-    a.n_group = c.n_group;
-    a.topk_group = c.topk_group;
-    if (c.model_type == "deepseek_v3") {  // HF V3: normalize if asked, then always scale
-        a.renormalize = c.norm_topk_prob;
-        a.scale = static_cast<float>(c.routed_scaling_factor);
-    } else {  // DeepSeek's V2 MoEGate: normalize (k > 1) or scale, not both
-        a.renormalize = c.num_experts_per_tok > 1 && c.norm_topk_prob;
-        a.scale = a.renormalize ? 1.0f : static_cast<float>(c.routed_scaling_factor);
-    }
-    return a;
-}
-
-}  // namespace
 
 DecoderSpec DeepseekV3Model::decoder_spec(const DeepseekV3Config& c) {
     DecoderSpec s{.config = DecoderConfig::of(c),
@@ -42,14 +17,16 @@ DecoderSpec DeepseekV3Model::decoder_spec(const DeepseekV3Config& c) {
                   .names = {.router_bias = "mlp.gate.e_score_correction_bias", .shared_experts = "mlp.shared_experts."},
                   .is_moe_layer = [c](int64_t i) { return c.is_moe_layer(i); },
                   .route = {}};
-    // grouped top-k, with noaux_tc's score-correction bias when the layer has one
-    // Each copy of the rule owns its buffers (the forward's thread calls it, one layer at a time).
-    s.route = [args = routing_args(c), scratch = kc::GroupedTopkScratch{}](
-                  float* logits, int64_t num_tokens, const float* bias, int32_t* ids, float* weights) mutable {
-        kc::GroupedTopkArgs a = args;
-        a.bias = bias;
-        kc::grouped_topk(logits, num_tokens, a, ids, weights, scratch);
-    };
+    // The router as the config asks (reference: tests/reference/deepseek_v3_ref.py route()).
+    s.route = grouped_topk_rule({.num_experts = c.n_routed_experts,
+                                 .k = static_cast<int>(c.num_experts_per_tok),
+                                 .scoring_func = c.scoring_func,
+                                 .topk_method = c.topk_method,
+                                 .n_group = c.n_group,
+                                 .topk_group = c.topk_group,
+                                 .norm_topk_prob = c.norm_topk_prob,
+                                 .routed_scaling_factor = c.routed_scaling_factor,
+                                 .v2_gate = c.model_type != "deepseek_v3"});
     return s;
 }
 

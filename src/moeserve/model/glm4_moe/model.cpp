@@ -1,10 +1,8 @@
 #include "moeserve/model/glm4_moe/model.h"
 
-#include "moeserve/kernels/cpu/routing_grouped.h"
+#include "moeserve/model/layers/routing.h"
 
 namespace moeserve::model {
-
-namespace kc = kernels::cpu;
 
 DecoderSpec Glm4MoeModel::decoder_spec(const Glm4MoeConfig& c) {
     DecoderSpec s{.config = DecoderConfig::of(c),
@@ -15,22 +13,14 @@ DecoderSpec Glm4MoeModel::decoder_spec(const Glm4MoeConfig& c) {
                   .route = {}};
     // HF Glm4MoeTopkRouter is DeepSeek-V3's: sigmoid, bias for the choice, top-2-sum groups,
     // renormalized when norm_topk_prob, then scaled
-    kc::GroupedTopkArgs args{};
-    args.num_experts = c.n_routed_experts;
-    args.k = static_cast<int>(c.num_experts_per_tok);
-    args.scoring = kc::RouterScoring::kSigmoid;
-    args.group_score = kc::GroupScore::kTop2Sum;
-    args.n_group = c.n_group;
-    args.topk_group = c.topk_group;
-    args.renormalize = c.norm_topk_prob;
-    args.scale = static_cast<float>(c.routed_scaling_factor);
-    // Each copy of the rule owns its buffers (the forward's thread calls it, one layer at a time).
-    s.route = [args, scratch = kc::GroupedTopkScratch{}](float* logits, int64_t num_tokens, const float* bias,
-                                                         int32_t* ids, float* weights) mutable {
-        kc::GroupedTopkArgs a = args;
-        a.bias = bias;
-        kc::grouped_topk(logits, num_tokens, a, ids, weights, scratch);
-    };
+    s.route = grouped_topk_rule({.num_experts = c.n_routed_experts,
+                                 .k = static_cast<int>(c.num_experts_per_tok),
+                                 .scoring_func = "sigmoid",
+                                 .topk_method = "noaux_tc",
+                                 .n_group = c.n_group,
+                                 .topk_group = c.topk_group,
+                                 .norm_topk_prob = c.norm_topk_prob,
+                                 .routed_scaling_factor = c.routed_scaling_factor});
     return s;
 }
 

@@ -2,12 +2,10 @@
 
 #include <map>
 
-#include "moeserve/kernels/cpu/routing.h"
+#include "moeserve/model/layers/routing.h"
 #include "moeserve/model/mixtral/names.h"
 
 namespace moeserve::model {
-
-namespace kc = kernels::cpu;
 
 namespace {
 
@@ -31,10 +29,7 @@ DecoderSpec MixtralModel::decoder_spec(const MixtralConfig& c) {
         .is_moe_layer = [](int64_t) { return true; },
         .route = {}};
     // HF's MixtralSparseMoeBlock: softmax over all experts, top-k, renormalized
-    s.route = [e = c.num_local_experts, k = static_cast<int>(c.num_experts_per_tok)](
-                  float* logits, int64_t num_tokens, const float*, int32_t* ids, float* weights) {
-        kc::softmax_topk(logits, num_tokens, e, k, /*renormalize=*/true, ids, weights);
-    };
+    s.route = softmax_topk_rule(c.num_local_experts, static_cast<int>(c.num_experts_per_tok), /*renormalize=*/true);
     return s;
 }
 

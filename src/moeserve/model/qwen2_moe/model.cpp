@@ -1,10 +1,8 @@
 #include "moeserve/model/qwen2_moe/model.h"
 
-#include "moeserve/kernels/cpu/routing.h"
+#include "moeserve/model/layers/routing.h"
 
 namespace moeserve::model {
-
-namespace kc = kernels::cpu;
 
 DecoderSpec Qwen2MoeModel::decoder_spec(const Qwen2MoeConfig& c) {
     DecoderSpec s{.config = DecoderConfig::of(c),
@@ -14,10 +12,7 @@ DecoderSpec Qwen2MoeModel::decoder_spec(const Qwen2MoeConfig& c) {
                   .is_moe_layer = [c](int64_t i) { return c.is_moe_layer(i); },
                   .route = {}};
     // softmax over all experts, top-k, renormalized when norm_topk_prob (HF Qwen2MoeSparseMoeBlock)
-    s.route = [e = c.num_experts, k = static_cast<int>(c.num_experts_per_tok), norm = c.norm_topk_prob](
-                  float* logits, int64_t num_tokens, const float*, int32_t* ids, float* weights) {
-        kc::softmax_topk(logits, num_tokens, e, k, norm, ids, weights);
-    };
+    s.route = softmax_topk_rule(c.num_experts, static_cast<int>(c.num_experts_per_tok), c.norm_topk_prob);
     return s;
 }
 
