@@ -17,8 +17,10 @@ namespace {
 
 // The experts one rank loads: n experts; gate/up keep rows [inter_begin, +inter) of their
 // [full_inter, hidden] weights, down the same columns of [hidden, full_inter] (TP partial sums).
-struct ExpertsGeometry {
+// The experts' shape as this rank holds them, and their projections' names.
+struct ExpertsLayout {
     int64_t n = 0, hidden = 0, full_inter = 0, inter_begin = 0, inter = 0;
+    ExpertProjections names;
 };
 
 enum ProjectionKind : int { kGate = 0, kUp = 1, kDown = 2 };
@@ -36,14 +38,14 @@ struct Projection {
 
 // Every expert's gate, up and down projection in order: the one loop every representation loads by.
 template <class F>
-void for_each_projection(const std::vector<std::string>& prefixes, const ExpertsGeometry& g, F&& load) {
+void for_each_projection(const std::vector<std::string>& prefixes, const ExpertsLayout& g, F&& load) {
     for (int64_t i = 0; i < g.n; ++i) {
         const std::string& p = prefixes[static_cast<size_t>(i)];
         const Shape up_shape{g.full_inter, g.hidden}, down_shape{g.hidden, g.full_inter};
-        load(Projection{i, kGate, p + "gate_proj", up_shape, g.inter_begin, g.inter, 0, g.hidden, i * 2 * g.inter});
-        load(Projection{i, kUp, p + "up_proj", up_shape, g.inter_begin, g.inter, 0, g.hidden,
+        load(Projection{i, kGate, p + g.names.gate, up_shape, g.inter_begin, g.inter, 0, g.hidden, i * 2 * g.inter});
+        load(Projection{i, kUp, p + g.names.up, up_shape, g.inter_begin, g.inter, 0, g.hidden,
                         i * 2 * g.inter + g.inter});
-        load(Projection{i, kDown, p + "down_proj", down_shape, 0, g.hidden, g.inter_begin, g.inter, i * g.hidden});
+        load(Projection{i, kDown, p + g.names.down, down_shape, 0, g.hidden, g.inter_begin, g.inter, i * g.hidden});
     }
 }
 // Copies the [rows, cols] rectangle at (row0, col0) of a `shape` weight into dst as bf16 (bf16
@@ -123,7 +125,7 @@ void copy_as_int8(const io::WeightSource& weights, const std::string& name, cons
 }
 
 FloatExpertWeights load_float(const io::WeightSource& weights, const std::vector<std::string>& prefixes,
-                              const ExpertsGeometry& g, const Quantization& quant) {
+                              const ExpertsLayout& g, const Quantization& quant) {
     const DType dtype = quant.f32_weights ? DType::kF32 : DType::kBF16;
     FloatExpertWeights w{Tensor(dtype, {g.n, 2 * g.inter, g.hidden}), Tensor(dtype, {g.n, g.hidden, g.inter})};
     for_each_projection(prefixes, g, [&](const Projection& p) {
@@ -140,7 +142,7 @@ FloatExpertWeights load_float(const io::WeightSource& weights, const std::vector
 }
 
 Int8ExpertWeights load_int8(const io::WeightSource& weights, const std::vector<std::string>& prefixes,
-                            const ExpertsGeometry& g, const Quantization& quant) {
+                            const ExpertsLayout& g, const Quantization& quant) {
     Int8ExpertWeights w{Tensor(DType::kI8, {g.n, 2 * g.inter, g.hidden}), Tensor(DType::kI8, {g.n, g.hidden, g.inter}),
                         Tensor(DType::kF32, {g.n, 2 * g.inter}), Tensor(DType::kF32, {g.n, g.hidden})};
     for_each_projection(prefixes, g, [&](const Projection& p) {
@@ -153,7 +155,7 @@ Int8ExpertWeights load_int8(const io::WeightSource& weights, const std::vector<s
 }
 
 Int4ExpertWeights load_int4(const io::WeightSource& weights, const std::vector<std::string>& prefixes,
-                            const ExpertsGeometry& g, const Quantization& quant) {
+                            const ExpertsLayout& g, const Quantization& quant) {
     Int4ExpertWeights w;
     Tensor gate_perm;  // the current expert's gate act order, which its up must share
     for_each_projection(prefixes, g, [&](const Projection& p) {
@@ -180,7 +182,7 @@ std::vector<kernels::cpu::GgufMatrix>& blocks_of(kernels::cpu::GgufExperts& e, P
     return kind == kGate ? e.gate : kind == kUp ? e.up : e.down;
 }
 
-BlockExpertWeights no_blocks_yet(const ExpertsGeometry& g, int64_t expert_begin) {
+BlockExpertWeights no_blocks_yet(const ExpertsLayout& g, int64_t expert_begin) {
     BlockExpertWeights w;
     w.blocks.expert_begin = expert_begin;
     w.blocks.hidden = g.hidden;
@@ -190,7 +192,7 @@ BlockExpertWeights no_blocks_yet(const ExpertsGeometry& g, int64_t expert_begin)
 
 // A GGUF file's experts: slices of its stacked ffn_*_exps tensors, in the mapping.
 BlockExpertWeights load_gguf(const io::WeightSource& weights, const std::vector<std::string>& prefixes,
-                             const ExpertsGeometry& g, int64_t expert_begin) {
+                             const ExpertsLayout& g, int64_t expert_begin) {
     BlockExpertWeights w = no_blocks_yet(g, expert_begin);
     for_each_projection(prefixes, g, [&](const Projection& p) {
         const auto full = *gguf_matrix(weights, p.weight(), p.shape[0], p.shape[1], true);
@@ -202,7 +204,7 @@ BlockExpertWeights load_gguf(const io::WeightSource& weights, const std::vector<
 
 // An FP8 checkpoint's experts, repacked into FP8 blocks (each expert's gate, up and down in turn).
 BlockExpertWeights load_fp8(const io::WeightSource& weights, const std::vector<std::string>& prefixes,
-                            const ExpertsGeometry& g, int64_t expert_begin, const Quantization& quant) {
+                            const ExpertsLayout& g, int64_t expert_begin, const Quantization& quant) {
     BlockExpertWeights w = no_blocks_yet(g, expert_begin);
     const size_t proj = fp8_packed_bytes(g.inter, g.hidden);  // gate or up; down has as many blocks
     w.owned = Tensor(DType::kU8, {static_cast<int64_t>(3 * proj) * g.n});
@@ -216,14 +218,15 @@ BlockExpertWeights load_fp8(const io::WeightSource& weights, const std::vector<s
 }
 
 // gate|up|down run as one unit: one type for all three (vllm-ascend reads expert 0's).
-void check_one_scheme(const io::WeightSource& weights, const std::string& prefix, const Quantization& quant) {
-    check_fused_shards(weights, quant, {prefix + "gate_proj", prefix + "up_proj"});
-    check_fused_shards(weights, quant, {prefix + "gate_proj", prefix + "down_proj"});
-    if (quant.scheme(prefix + "gate_proj") == LinearScheme::kW8A8Static) {
+void check_one_scheme(const io::WeightSource& weights, const std::string& prefix, const ExpertProjections& names,
+                      const Quantization& quant) {
+    check_fused_shards(weights, quant, {prefix + names.gate, prefix + names.up});
+    check_fused_shards(weights, quant, {prefix + names.gate, prefix + names.down});
+    if (quant.scheme(prefix + names.gate) == LinearScheme::kW8A8Static) {
         raise(ErrorCode::kUnsupported,
-              "{}: '{}gate_proj.weight' is static W8A8; moeserve runs MLPs and experts as FLOAT or W8A8_DYNAMIC "
+              "{}: '{}{}.weight' is static W8A8; moeserve runs MLPs and experts as FLOAT or W8A8_DYNAMIC "
               "(the ModelSlim mix)",
-              quant.description_file, prefix);
+              quant.description_file, prefix, names.gate);
     }
 }
 
@@ -231,12 +234,12 @@ void check_one_scheme(const io::WeightSource& weights, const std::string& prefix
 
 Experts Experts::load(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
                       int64_t inter, int64_t expert_begin, int64_t inter_begin, int64_t inter_count,
-                      const Quantization& quant) {
+                      const Quantization& quant, const ExpertProjections& names) {
     if (inter_count <= 0) inter_count = inter - inter_begin;
     MOESERVE_CHECK(inter_begin >= 0 && inter_begin + inter_count <= inter, "inter shard [{}, +{}) of {}", inter_begin,
                    inter_count, inter);
     Experts e;
-    const ExpertsGeometry g{static_cast<int64_t>(prefixes.size()), hidden, inter, inter_begin, inter_count};
+    const ExpertsLayout g{static_cast<int64_t>(prefixes.size()), hidden, inter, inter_begin, inter_count, names};
     e.num_experts_ = g.n;
     e.hidden_ = hidden;
     e.inter_ = inter_count;
@@ -250,16 +253,16 @@ Experts Experts::load(const io::WeightSource& weights, const std::vector<std::st
         e.weights_ = load_gguf(weights, prefixes, g, expert_begin);
         return e;
     }
-    check_one_scheme(weights, first, quant);
-    if (quant.int4_module(first + "gate_proj")) {
+    check_one_scheme(weights, first, names, quant);
+    const std::string gate = first + names.gate;
+    if (quant.int4_module(gate)) {
         quant.counts->int4_experts += 1;
         e.weights_ = load_int4(weights, prefixes, g, quant);
-    } else if (quant.int8_module(first + "gate_proj")) {
+    } else if (quant.int8_module(gate)) {
         quant.counts->dynamic_experts += 1;
         e.weights_ = load_int8(weights, prefixes, g, quant);
-    } else if (quant.fp8_module(first + "gate_proj") &&
-               fp8_packable(weights, first + "gate_proj.weight", quant, 0, hidden) &&
-               fp8_packable(weights, first + "down_proj.weight", quant, inter_begin, inter_count)) {
+    } else if (quant.fp8_module(gate) && fp8_packable(weights, gate + ".weight", quant, 0, hidden) &&
+               fp8_packable(weights, first + names.down + ".weight", quant, inter_begin, inter_count)) {
         quant.counts->fp8_experts += 1;
         e.weights_ = load_fp8(weights, prefixes, g, expert_begin, quant);
     } else {

@@ -20,6 +20,12 @@
 
 namespace moeserve::model {
 
+// The module names of an expert's three projections under its prefix (Hugging Face's
+// gate_proj / up_proj / down_proj; Mixtral's w1 / w3 / w2).
+struct ExpertProjections {
+    std::string gate = "gate_proj", up = "up_proj", down = "down_proj";
+};
+
 // bf16 | f32: gate_up [n, 2 * inter, hidden] (expert e's gate rows, then its up rows), down
 // [n, hidden, inter].
 struct FloatExpertWeights {
@@ -45,14 +51,14 @@ using ExpertWeights = std::variant<FloatExpertWeights, Int8ExpertWeights, Int4Ex
 class Experts {
 public:
     Experts() = default;
-    // prefixes[e] + "gate_proj.weight" / "up_proj.weight" [inter, hidden], "down_proj.weight"
+    // prefixes[e] + names.gate / names.up + ".weight" [inter, hidden], names.down + ".weight"
     // [hidden, inter]; expert e gets global id expert_begin + e. The representation follows
-    // quant for prefixes[0] + "gate_proj" (int4_module, int8_module, fp8_module) and the file (GGUF).
+    // quant for prefixes[0] + names.gate (int4_module, int8_module, fp8_module) and the file (GGUF).
     // With inter_count > 0, only the intermediate rows [inter_begin, inter_begin + inter_count) of
     // gate/up and the same columns of down are kept (tensor parallelism; partial sums result).
     static Experts load(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
                         int64_t inter, int64_t expert_begin = 0, int64_t inter_begin = 0, int64_t inter_count = 0,
-                        const Quantization& quant = {});
+                        const Quantization& quant = {}, const ExpertProjections& names = {});
 
     // out f32 [num_tokens, hidden] = sum_j w[t, j] * Expert_{ids[t, j]}(x[t]).
     void forward(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,

@@ -57,7 +57,7 @@ MoeBlock MoeBlock::load(const io::WeightSource& weights, const std::string& laye
             prefixes.push_back(p + names.experts + std::to_string(e) + ".");
         }
         b.experts_ = Experts::load(w, prefixes, h, shape.moe_inter, shards.experts.begin, shards.moe_inter.begin,
-                                   shards.moe_inter.count, quant);
+                                   shards.moe_inter.count, quant, names.projections);
     }
     if (!names.shared_experts.empty() && shape.shared_inter > 0) {
         b.shared_ = Experts::load(w, {p + names.shared_experts}, h, shape.shared_inter, 0, shards.shared_inter.begin,
@@ -83,17 +83,18 @@ Experts MoeBlock::load_placed_experts(const io::WeightSource& weights, const std
         prefixes.push_back(layer_prefix + names.experts + std::to_string(placement.expert_of_slot(slot)) + ".");
     }
     return Experts::load(weights, prefixes, shape.hidden, shape.moe_inter, first, shards.moe_inter.begin,
-                         shards.moe_inter.count, quant);
+                         shards.moe_inter.count, quant, names.projections);
 }
 
 namespace {
 // One SwiGLU expert (or MLP) under prefix: scales 1/sqrt(fan_in) keep activations near unit size.
-void add_expert_specs(std::vector<WeightSpec>& specs, const std::string& prefix, int64_t hidden, int64_t inter) {
+void add_expert_specs(std::vector<WeightSpec>& specs, const std::string& prefix, int64_t hidden, int64_t inter,
+                      const ExpertProjections& names = {}) {
     const float in_scale = 1.0f / std::sqrt(static_cast<float>(hidden));
     const float out_scale = 1.0f / std::sqrt(static_cast<float>(inter));
-    specs.push_back({prefix + "gate_proj.weight", {inter, hidden}, DType::kBF16, WeightInit::kNormal, in_scale});
-    specs.push_back({prefix + "up_proj.weight", {inter, hidden}, DType::kBF16, WeightInit::kNormal, in_scale});
-    specs.push_back({prefix + "down_proj.weight", {hidden, inter}, DType::kBF16, WeightInit::kNormal, out_scale});
+    specs.push_back({prefix + names.gate + ".weight", {inter, hidden}, DType::kBF16, WeightInit::kNormal, in_scale});
+    specs.push_back({prefix + names.up + ".weight", {inter, hidden}, DType::kBF16, WeightInit::kNormal, in_scale});
+    specs.push_back({prefix + names.down + ".weight", {hidden, inter}, DType::kBF16, WeightInit::kNormal, out_scale});
 }
 }  // namespace
 
@@ -115,7 +116,7 @@ void MoeBlock::weight_specs(std::vector<WeightSpec>& specs, const std::string& l
         specs.push_back({p + names.router_bias, {shape.num_experts}, DType::kF32, WeightInit::kNormal, 0.05f});
     }
     for (int64_t e = 0; e < shape.num_experts; ++e) {
-        add_expert_specs(specs, p + names.experts + std::to_string(e) + ".", h, shape.moe_inter);
+        add_expert_specs(specs, p + names.experts + std::to_string(e) + ".", h, shape.moe_inter, names.projections);
     }
     if (!names.shared_experts.empty() && shape.shared_inter > 0) {
         add_expert_specs(specs, p + names.shared_experts, h, shape.shared_inter);

@@ -33,12 +33,13 @@ struct MoeShape {
     int64_t dense_inter = 0;   // a dense layer's MLP intermediate size
 };
 
-// Tensor names below the layer prefix ("model.layers.N."); the experts' own projections are
-// gate_proj / up_proj / down_proj (layers/experts.h).
+// Tensor names below the layer prefix ("model.layers.N."); the routed experts' projections are
+// `projections` (layers/experts.h), the shared experts' and dense MLPs' gate_proj / up_proj / down_proj.
 struct MoeNames {
     std::string router = "mlp.gate";       // .weight [num_experts, hidden]
     std::string router_bias{};             // f32 [num_experts] added to the scores when present; "": none
     std::string experts = "mlp.experts.";  // + expert id + "."
+    ExpertProjections projections{};       // the routed experts' gate / up / down under their prefix
     std::string shared_experts{};          // prefix of the shared experts; "": none
     // [1, hidden] (+ ".weight"): the shared experts' output is scaled per token by sigmoid(gate . h)
     // (Qwen2-MoE's shared_expert_gate); "": added unweighted

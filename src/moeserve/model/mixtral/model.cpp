@@ -1,31 +1,15 @@
 #include "moeserve/model/mixtral/model.h"
 
-#include <map>
-
 #include "moeserve/model/layers/routing.h"
 #include "moeserve/model/mixtral/names.h"
 
 namespace moeserve::model {
 
-namespace {
-
-// The checkpoint under the MoE block's names: w1 / w3 / w2 read as gate_proj / up_proj /
-// down_proj (zero-copy aliases; messages still name the tensor in the file).
-std::shared_ptr<const io::WeightSource> under_block_names(std::unique_ptr<io::WeightSource> checkpoint) {
-    std::map<std::string, std::string> aliases;
-    for (const std::string& name : checkpoint->names()) {
-        aliases.emplace(mixtral::rename_expert_projection(name, /*to_block=*/true), name);
-    }
-    return io::WeightSource::renamed(std::move(checkpoint), aliases, {});
-}
-
-}  // namespace
-
 DecoderSpec MixtralModel::decoder_spec(const MixtralConfig& c) {
     DecoderSpec s{
         .config = DecoderConfig::of(c),
         .moe = {c.hidden_size, c.num_local_experts, c.num_experts_per_tok, c.intermediate_size, 0, c.intermediate_size},
-        .names = {.router = mixtral::kRouter, .experts = mixtral::kExperts},
+        .names = {.router = mixtral::kRouter, .experts = mixtral::kExperts, .projections = mixtral::kProjections},
         .is_moe_layer = [](int64_t) { return true; },
         .route = {}};
     // HF's MixtralSparseMoeBlock: softmax over all experts, top-k, renormalized
@@ -50,8 +34,7 @@ MixtralModel::MixtralModel(const MixtralConfig& config, std::shared_ptr<const io
 std::unique_ptr<Model> MixtralModel::load(const io::HfConfig& config, const std::filesystem::path& model_dir,
                                           ThreadPool& pool, const LoadOptions& options) {
     const MixtralConfig c = MixtralConfig::from_json(config);
-    return std::make_unique<MixtralModel>(c, under_block_names(open_hf_checkpoint(model_dir, options, "mixtral")), pool,
-                                          options);
+    return std::make_unique<MixtralModel>(c, open_hf_checkpoint(model_dir, options, "mixtral"), pool, options);
 }
 
 }  // namespace moeserve::model

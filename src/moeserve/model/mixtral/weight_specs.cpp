@@ -4,14 +4,13 @@
 #include <string>
 
 #include "moeserve/model/mixtral/model.h"
-#include "moeserve/model/mixtral/names.h"
 #include "moeserve/model/moe_decoder.h"
 
 namespace moeserve::model {
 
 std::vector<WeightSpec> mixtral_weight_specs(const MixtralConfig& c) {
-    // As Qwen3-MoE's (1/sqrt(fan_in) scales), without q/k norms; the MoE block lists its experts
-    // under its own projection names, written under Mixtral's.
+    // As Qwen3-MoE's (1/sqrt(fan_in) scales), without q/k norms; the experts under Mixtral's
+    // names (the decoder spec's MoeNames).
     const auto inv_sqrt = [](int64_t n) { return 1.0f / std::sqrt(static_cast<float>(n)); };
     const int64_t h = c.hidden_size;
     const int64_t q_dim = c.num_attention_heads * c.head_dim;
@@ -22,9 +21,7 @@ std::vector<WeightSpec> mixtral_weight_specs(const MixtralConfig& c) {
         specs.push_back({a + "v_proj.weight", {kv_dim, h}, DType::kBF16, WeightInit::kNormal, inv_sqrt(h)});
         specs.push_back({a + "o_proj.weight", {h, q_dim}, DType::kBF16, WeightInit::kNormal, inv_sqrt(q_dim)});
     };
-    std::vector<WeightSpec> specs = MoeDecoder::weight_specs(MixtralModel::decoder_spec(c), false, attention);
-    for (WeightSpec& s : specs) s.name = mixtral::rename_expert_projection(s.name, /*to_block=*/false);
-    return specs;
+    return MoeDecoder::weight_specs(MixtralModel::decoder_spec(c), false, attention);
 }
 
 }  // namespace moeserve::model
