@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Concurrency sweep, moeserve serve vs llama-server side by side on the identical bench-size
-# Qwen3-MoE weights of ../shared/peer (build_llamacpp.sh and make_models.sh first), both driven by
+# Qwen3-MoE weights of benchmarks/peer (build_llamacpp.sh and make_models.sh first), both driven by
 # `moeserve bench serve` (random IN in / OUT out, --ignore-eos), at each level of LEVELS. llama-server
 # is restarted per level with that many slots (-np C, C x (IN + OUT + 64) context, continuous
 # batching); moeserve serve runs once (bf16 KV cache, --max-num-seqs = the largest level). Prompts

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side by side on one machine, alternating within each round: llama.cpp (native build) vs moeserve at
 # each kernel ISA level (MOESERVE_ISA), on the identical bench-size Qwen3-MoE weights of
-# ../shared/peer (build_llamacpp.sh and make_models.sh first). The peer's ab.sh plus the moeserve
+# benchmarks/peer (build_llamacpp.sh and make_models.sh first). benchmarks/peer/ab.sh plus the moeserve
 # rows forced to avx2 (the Zen3 path), both weight walks of the avx512 GEMV and the opt-in
 # bf16-rounded prefill. Run from the project root:
 #   MOESERVE_BIN=build/src/moeserve/cli/moeserve ROUNDS="1 2 3" benchmarks/isa_ab.sh

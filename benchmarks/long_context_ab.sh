@@ -7,7 +7,7 @@
 # run gives both the prefill rate at that length and the decode rate at that depth. Run from the
 # project root:
 #   benchmarks/long_context_ab.sh LLAMA_BIN_DIR MODEL.gguf HF_MODEL_DIR
-# MODEL.gguf and HF_MODEL_DIR hold the same weights (../shared/peer/make_models.sh writes both).
+# MODEL.gguf and HF_MODEL_DIR hold the same weights (benchmarks/peer/make_models.sh writes both).
 # Environment: MOESERVE_BIN (default build/src/moeserve/cli/moeserve), ROUNDS (default "1 2"),
 # THREADS (default 2), LENGTHS (default "512 4096 16384"), STREAM_BIN (default: stream_read.c
 # compiled into $TMPDIR), MOESERVE_ARGS (extra flags for moeserve generate, e.g. --kv-cache-dtype).

@@ -1,6 +1,7 @@
 # MindSpore golden-stick A8W8 (MindFormers names, DeepSeek-V3) for the float64 reference, written
-# from shared/formats/seed-checkpoints.md section C, not from moeserve's loader: the name map, the
-# rope row order, kv_b_proj from its halves, stacked experts, and the static A8W8 arithmetic.
+# from the golden-stick part of docs/quantization.md "The checkpoint formats' spec", not from
+# moeserve's loader: the name map, the rope row order, kv_b_proj from its halves, stacked experts,
+# and the static A8W8 arithmetic.
 """MindFormers golden-stick A8W8 checkpoint -> HF-named float64 weights + static parameters."""
 
 import numpy as np

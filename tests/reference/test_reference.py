@@ -546,7 +546,7 @@ class DeepseekTest(TempDirTest):
 # ------------------------------------------------------------------------------------------------
 class GoldenStickTest(unittest.TestCase):
     def test_rope_rows_come_back_in_hf_order(self):
-        # MindFormers keeps a block's even rows, then its odd rows (spec C.4)
+        # MindFormers keeps a block's even rows, then its odd rows (docs/quantization.md, the spec)
         r, hf = 8, np.arange(20).reshape(20, 1)
         mf = hf.copy()
         for b in (4, 12):

@@ -41,7 +41,7 @@ std::unique_ptr<io::WeightSource> open_hf_checkpoint(const std::filesystem::path
                                                      const std::string& model_type) {
     std::unique_ptr<io::WeightSource> weights = io::WeightSource::open(model_dir);
     if (has_mindformers_names(*weights) || options.quant.checkpoint == CheckpointQuant::kGoldenStick) {
-        // NOTE(#20): the spec (shared/formats/seed-checkpoints.md C.2) maps DeepSeek-V3 names only
+        // NOTE(#20): the formats' spec (docs/quantization.md) maps DeepSeek-V3 MindFormers names only
         raise(ErrorCode::kUnsupported,
               "{}: a MindSpore golden-stick / MindFormers checkpoint of {} is not supported (moeserve loads "
               "golden-stick A8W8 for deepseek_v3 only); convert it to HF names first",

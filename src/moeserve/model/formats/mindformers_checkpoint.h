@@ -1,7 +1,7 @@
 // MindSpore golden-stick A8W8 checkpoints (MindSpore-Lab/DeepSeek-R1-0528-A8W8) keep MindFormers
 // parameter names and layouts. This converter presents one under the Hugging Face names and
 // layouts the DeepSeek-V3 model loads, with the static/dynamic int8 tensors named as ModelSlim's
-// (shared/formats/seed-checkpoints.md section C, docs/quantization.md). Depends on io and the
+// (docs/quantization.md, "The checkpoint formats' spec"). Depends on io and the
 // DeepSeek config, and the quantization it resolves.
 #pragma once
 
