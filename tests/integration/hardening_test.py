@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 import unittest
+import harness
 
 import serve_test
 from serve_test import API_KEY, Server, assert_error_shape, metric
@@ -351,7 +352,7 @@ class Startup(unittest.TestCase):
 
     def test_signal_before_ready(self):
         # Defect 6: SIGTERM was ignored until the engines were ready.
-        log = tempfile.TemporaryFile()
+        log = harness.child_log()
         p = subprocess.Popen([ARGS.moeserve, "serve", "--model", ARGS.model, "--port", "0", "--max-model-len", "512",
                               "--kv-cache-memory", "64M"], stdout=subprocess.DEVNULL, stderr=log)
         wait_for(lambda: b"listening on" in (log.seek(0) or log.read()), 20)

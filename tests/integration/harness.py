@@ -1,6 +1,7 @@
 """Helpers the integration tests share (stdlib only): a started server process, a request from
 inside a network namespace, Prometheus text parsing, and a quiet shell command."""
 import concurrent.futures
+import fcntl
 import http.client
 import json
 import os
@@ -47,6 +48,16 @@ def child_with(pid, flag, value):
     raise RuntimeError(f"no child with {flag} {value} among {child_pids(pid)}")
 
 
+def child_log():
+    """A file for a server's stderr that its rank processes share, opened for append: the test
+    reads it by seeking the same open file (its offset is shared with every child), and without
+    O_APPEND a child writing during that read would land at the test's offset and overwrite
+    earlier lines."""
+    log = tempfile.TemporaryFile()
+    fcntl.fcntl(log.fileno(), fcntl.F_SETFL, fcntl.fcntl(log.fileno(), fcntl.F_GETFL) | os.O_APPEND)
+    return log
+
+
 class ServeProcess:
     """A `moeserve serve` (or proxy) process on 127.0.0.1 whose stderr goes to a file (an unread
     pipe could fill up and block it), with the HTTP calls the tests make. `port` is set by the
@@ -56,7 +67,7 @@ class ServeProcess:
         self.host = "127.0.0.1"
         self.port = None
         self.timeout = timeout  # seconds for any single HTTP exchange
-        self.log = tempfile.TemporaryFile()
+        self.log = child_log()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log, env=env)
 
     def log_text(self):

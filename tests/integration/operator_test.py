@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 import unittest
+import harness
 
 import serve_test
 from harness import stop_process
@@ -189,7 +190,7 @@ class Nginx:
 
     def __init__(self, upstream_port):
         self.dir = tempfile.TemporaryDirectory()
-        self.log = tempfile.TemporaryFile()
+        self.log = harness.child_log()
         for _ in range(5):
             self.port = free_port()
             self.proc = self.start(upstream_port)

@@ -39,9 +39,9 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
+import harness
 
 from harness import ServeProcess, netns_request, sh
 
@@ -599,7 +599,7 @@ class Parallel(unittest.TestCase):
         layout = [ARGS.moeserve, "serve", "--model", ARGS.model, *COMMON, "--data-parallel-size", "2", "--data-parallel-size-local", "1",
                   "--data-parallel-address", "127.0.0.1", "--distributed-timeout-ms", "5000"]
         env = {**os.environ, "MOESERVE_RANK_PLANE_KEY": RANK_PLANE_KEY}
-        head_log = tempfile.TemporaryFile()
+        head_log = harness.child_log()
         head = subprocess.Popen([*layout, "--port", "0", "--data-parallel-rpc-port", "0"], stdout=subprocess.DEVNULL,
                                 stderr=head_log, env=env)
         rpc = wait_for_store_port(head, head_log)
@@ -644,7 +644,7 @@ class Netns(unittest.TestCase):
             head = Server(*layout, "--data-parallel-start-rank", "0", "--data-parallel-rpc-port", "0", prefix=("ip", "netns", "exec", a),
                           host=addr_a, wait=False, env={**os.environ, **key, "GLOO_SOCKET_IFNAME": va})
             rpc = wait_for_store_port(head.proc, head.log)
-            node_log = tempfile.TemporaryFile()
+            node_log = harness.child_log()
             self.node_argv = ["ip", "netns", "exec", b, ARGS.moeserve, "serve", "--model", ARGS.model, "--headless",
                               *COMMON, *layout, "--data-parallel-rpc-port", str(rpc), "--data-parallel-start-rank", "1"]
             self.node_env = {**os.environ, **key, "GLOO_SOCKET_IFNAME": vb}
@@ -706,7 +706,7 @@ class Netns(unittest.TestCase):
             start = time.time()
             node.kill()
             node.wait(5)
-            again_log = tempfile.TemporaryFile()
+            again_log = harness.child_log()
             again = subprocess.Popen(self.node_argv, stdout=subprocess.DEVNULL, stderr=again_log, env=self.node_env)
             try:
                 head.wait_healthy(HEAL_BOUND_S)

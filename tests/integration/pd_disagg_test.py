@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 import unittest
+import harness
 
 from harness import child_with, netns_request, parse_metrics, sh, stop_process
 
@@ -59,7 +60,7 @@ class Proc:
 
     def __init__(self, cmd, host="127.0.0.1", prefix=()):
         self.host, self.port, self.prefix = host, None, prefix
-        self.log = tempfile.TemporaryFile()
+        self.log = harness.child_log()
         self.proc = subprocess.Popen([*prefix, *cmd], stdout=subprocess.DEVNULL, stderr=self.log,
                                      env={**os.environ, "MOESERVE_RANK_PLANE_KEY": KEY})
 

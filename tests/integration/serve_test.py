@@ -18,9 +18,9 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
+import harness
 
 from harness import parse_metrics, stop_process
 
@@ -44,7 +44,7 @@ class Server:
         self.api_key = api_key
         self.model, self.extra = model or ARGS.model, extra
         # The log goes to a file: an unread pipe would fill up and block the server.
-        self.log = tempfile.TemporaryFile()
+        self.log = harness.child_log()
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=self.log, env=env, preexec_fn=preexec_fn,
                                      start_new_session=new_session)
         deadline = time.time() + 60

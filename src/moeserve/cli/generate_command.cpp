@@ -16,6 +16,7 @@
 #include "moeserve/cli/serve_layout.h"
 #include "moeserve/core/error.h"
 #include "moeserve/ipc/request_validation.h"
+#include "moeserve/serve/engine_request.h"
 #include "moeserve/serve/output_processor.h"
 #include "moeserve/tokenizer/chat_prompt.h"
 #include "moeserve/tokenizer/chat_template/chat_template.h"
@@ -67,17 +68,20 @@ int run_generate(const GenerateOptions& o, const model::ModelSource& source) {
     std::fprintf(stderr, "moeserve: quantization: %s\n", e.model->info().quantization.c_str());
 
     const std::vector<int32_t> prompt = prompt_tokens(o, tok);
+    // The server's builder of engine requests; the request's stream is Rng(--seed).
+    serve::openai::GenerationParams params;
+    params.temperature = o.temperature;
+    params.top_p = o.top_p;
+    params.top_k = o.top_k;
+    params.min_p = o.min_p;
+    params.max_tokens = o.max_tokens;
+    params.seed = eo.seed;
+    serve::openai::ModelLimits limits;
+    limits.max_model_len = eo.max_model_len;
+    serve::EngineRequestRules rules;
+    rules.limits = &limits;
+    ipc::AddRequest add = serve::choice_request(serve::build_engine_request(params, prompt, rules), params, 0, "0");
     // The request's rules and its stop ids (the EOS set unless --ignore-eos): ipc::validate_request.
-    ipc::AddRequest add;
-    add.request_id = "0";
-    add.prompt_token_ids = prompt;
-    ipc::SamplingParams& s = add.sampling;
-    s.temperature = o.temperature;
-    s.top_p = o.top_p;
-    s.top_k = o.top_k;
-    s.min_p = o.min_p;
-    s.seed = eo.seed;  // the request's stream is Rng(--seed)
-    s.max_tokens = o.max_tokens;
     try {
         add = ipc::validate_request(
             std::move(add), o.ignore_eos,

@@ -1,7 +1,8 @@
 // The one builder of engine requests from an OpenAI-shaped request: the HTTP routes
 // (generate_route.cpp) and `generate --input` (cli/generate_batch.cpp) read a request's fields
-// with the same reader (openai/parse.h) and turn its GenerationParams and prompt token ids into
-// ipc::AddRequests here, so a sampling field means the same in both.
+// with the same reader (openai/parse.h), `generate --prompt` sets its flags' fields, and all turn
+// GenerationParams and prompt token ids into ipc::AddRequests here, so a sampling field means
+// the same everywhere.
 #pragma once
 
 #include <cstdint>
