@@ -16,8 +16,8 @@ namespace moeserve::model {
 namespace {
 
 // The experts one rank loads: n experts; gate/up keep rows [inter_begin, +inter) of their
-// [full_inter, hidden] weights, down the same columns of [hidden, full_inter] (TP partial sums).
-// The experts' shape as this rank holds them, and their projections' names.
+// [full_inter, hidden] weights, down the same columns of [hidden, full_inter] (TP partial sums);
+// and the names of their projections.
 struct ExpertsLayout {
     int64_t n = 0, hidden = 0, full_inter = 0, inter_begin = 0, inter = 0;
     ExpertProjections names;
