@@ -93,16 +93,17 @@ class PromptEqualsBatch(unittest.TestCase):
             with self.subTest(choice=k):
                 self.assertEqual(r["outputs"][k]["text"], single("Hello", *flags, "--seed", str(5 + k))[0])
 
-    def test_logit_bias_and_bad_words(self):
+    def test_logit_bias_allowed_token_ids_and_bad_words(self):
         # The routes' reader: the fields the server knows mean the same here.
-        [greedy] = batch([{"prompt": "Hello", "max_tokens": 4, "temperature": 0}])
-        first = greedy["outputs"][0]["token_ids"][0]
-        [biased, banned] = batch([
-            {"prompt": "Hello", "max_tokens": 4, "temperature": 0, "logit_bias": {"7": 100}},
-            {"prompt": "Hello", "max_tokens": 4, "temperature": 0, "bad_words": [greedy["outputs"][0]["text"][:1]],
-             "allowed_token_ids": [first, 7, 8]}])
+        bias = {"prompt": "Hello", "max_tokens": 4, "temperature": 0, "logit_bias": {"7": 100}}
+        [biased, allowed] = batch([bias, {"prompt": "Hello", "max_tokens": 4, "temperature": 0,
+                                          "allowed_token_ids": [7, 8]}])
         self.assertEqual(biased["outputs"][0]["token_ids"], [7, 7, 7, 7])
-        self.assertTrue(set(banned["outputs"][0]["token_ids"]) <= {first, 7, 8})
+        self.assertTrue(set(allowed["outputs"][0]["token_ids"]) <= {7, 8})
+        # Token 7's text banned as a word beats its +100 bias.
+        word = biased["outputs"][0]["text"][:len(biased["outputs"][0]["text"]) // 4]
+        [banned] = batch([{**bias, "bad_words": [word]}])
+        self.assertNotIn(7, banned["outputs"][0]["token_ids"])
 
     def test_max_num_seqs_does_not_change_the_text(self):
         # Single-prompt mode sizes its KV cache for one sequence unless told otherwise.
