@@ -28,8 +28,7 @@ DpWorldSpec fake_world(int dp, bool hybrid) {
     spec.sizes = {dp, 1, 1};
     spec.timeout = std::chrono::milliseconds(20000);
     spec.engine = fake_config();
-    spec.options.pd_hybrid = hybrid;
-    spec.engine_pd_hybrid_policy = hybrid;
+    spec.pd_hybrid = hybrid;
     spec.make_model = [](parallel::ParallelContext&, ThreadPool&) { return std::make_unique<FakeModel>(); };
     spec.on_done = [](int, model::Model& m, RankRun& run) {
         // Every forward the engine ran, real or dummy, in rounds.
@@ -150,7 +149,7 @@ TEST(DpCoordinator, StarvationGuardIsGlobal) {
     // decode gap of r0 is bounded (bound prefill rounds, then a decode round everywhere).
     for (int32_t bound : {2, 0}) {
         DpWorldSpec spec = fake_world(2, true);
-        spec.options.max_consecutive_prefill_steps = bound;
+        spec.max_consecutive_prefill_steps = bound;
         spec.engine.max_num_seqs = 64;
         spec.engine.num_blocks = 2000;
         std::vector<Arrivals> arrivals(2);
@@ -190,14 +189,6 @@ TEST(DpCoordinator, ShutdownIsAgreed) {
         EXPECT_TRUE(run.shutdown);
         EXPECT_EQ(run.rounds, 4);
     }
-}
-
-TEST(DpCoordinator, RefusesAHybridEngineWithoutHybridCoordination) {
-    FakeModel model;
-    ThreadPool pool(1);
-    EngineCore core(model, pool, fake_config(), std::make_unique<PdHybridPolicy>());
-    auto comm = parallel::make_single_rank_communicator("dp");
-    EXPECT_THROW(DpCoordinator(core, *comm, DpCoordinatorOptions{}), Error);
 }
 
 TEST(DpCoordinator, SingleRankEqualsPlainEngine) {

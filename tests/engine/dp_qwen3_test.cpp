@@ -71,8 +71,7 @@ protected:
         s.engine.max_model_len = 256;
         s.engine.block_size = 16;
         s.engine.num_blocks = 32;
-        s.options.pd_hybrid = hybrid;
-        s.engine_pd_hybrid_policy = hybrid;
+        s.pd_hybrid = hybrid;
         s.make_model = [flip_rank](parallel::ParallelContext& ctx, ThreadPool& pool) -> std::unique_ptr<model::Model> {
             return std::make_unique<TimedModel>(ctx, pool, ctx.groups.dp_rank == flip_rank);
         };

@@ -16,6 +16,7 @@
 
 #include "moeserve/core/error.h"
 #include "moeserve/engine/dp_coordinator.h"
+#include "moeserve/engine/scheduler/policy_pd_hybrid.h"
 #include "moeserve/model/registry.h"
 #include "moeserve/parallel/gloo_comm.h"
 
@@ -103,9 +104,7 @@ int run(const Args& a) {
     std::unique_ptr<engine::SchedulingPolicy> policy;
     if (a.hybrid) policy = std::make_unique<engine::PdHybridPolicy>();
     engine::EngineCore core(*model, pool, ec, std::move(policy));
-    engine::DpCoordinatorOptions co;
-    co.pd_hybrid = a.hybrid;
-    engine::DpCoordinator coord(core, *ctx.dp, co);
+    engine::DpCoordinator coord(core, *ctx.dp, engine::DpCoordinatorOptions{});
     int64_t last_round = 0;
     auto plan = read_workload(a.workload, a.rank, last_round);
     std::map<std::string, std::vector<int32_t>> tokens;

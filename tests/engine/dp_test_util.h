@@ -13,6 +13,7 @@
 
 #include "engine/engine_test_util.h"
 #include "moeserve/engine/dp_coordinator.h"
+#include "moeserve/engine/scheduler/policy_pd_hybrid.h"
 #include "moeserve/parallel/groups.h"
 
 namespace moeserve::engine::testing {
@@ -36,7 +37,8 @@ struct DpWorldSpec {
     std::chrono::milliseconds timeout{20000};
     EngineConfig engine;
     DpCoordinatorOptions options;
-    bool engine_pd_hybrid_policy = false;  // EngineCore gets PdHybridPolicy (else MixedPolicy)
+    bool pd_hybrid = false;  // every EngineCore gets PdHybridPolicy (else MixedPolicy)
+    int32_t max_consecutive_prefill_steps = kDefaultMaxConsecutivePrefillSteps;  // its guard
     // The model of a rank (its parallel context, for EP sharding) and its thread pool.
     std::function<std::unique_ptr<model::Model>(parallel::ParallelContext&, ThreadPool&)> make_model;
     std::function<void(int rank, DpCoordinatorOptions&)> tweak;      // per-rank option changes
@@ -64,9 +66,7 @@ inline std::vector<RankRun> run_dp_world(const DpWorldSpec& spec, const std::vec
                 EngineConfig ec = spec.engine;
                 ec.engine_index = r;
                 std::unique_ptr<SchedulingPolicy> policy;
-                if (spec.engine_pd_hybrid_policy) {
-                    policy = std::make_unique<PdHybridPolicy>(spec.options.max_consecutive_prefill_steps);
-                }
+                if (spec.pd_hybrid) policy = std::make_unique<PdHybridPolicy>(spec.max_consecutive_prefill_steps);
                 EngineCore core(*model, pool, ec, std::move(policy));
                 DpCoordinatorOptions o = spec.options;
                 o.record_timeline = true;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine_test_util.h"
+#include "moeserve/engine/scheduler/policy_mixed.h"
 
 namespace moeserve::engine {
 namespace {
@@ -39,6 +40,23 @@ TEST(HybridPhaseSelector, GuardBoundsPrefillRunsWhileDecodesWait) {
     EXPECT_FALSE(t.guard_fired());
     EXPECT_EQ(t.next(true, true), P);
     EXPECT_THROW(HybridPhaseSelector(-1), Error);
+}
+
+TEST(PhaseDecision, EachPolicyDecidesFromTheDemand) {
+    const PhaseDemand none{.can_prefill = false, .has_decode = false}, both{.can_prefill = true, .has_decode = true};
+    MixedPolicy mixed;
+    EXPECT_EQ(mixed.decide_phase(none).phase, Phase::kIdle);
+    EXPECT_EQ(mixed.decide_phase(both).phase, Phase::kMixed);
+    EXPECT_EQ(mixed.decide_phase({.can_prefill = false, .has_decode = true}).phase, Phase::kMixed);
+    PdHybridPolicy hybrid(1);
+    EXPECT_EQ(hybrid.decide_phase(both).phase, Phase::kPrefill);
+    const PhaseDecision guarded = hybrid.decide_phase(both);
+    EXPECT_EQ(guarded.phase, Phase::kDecode);
+    EXPECT_TRUE(guarded.guard_fired);
+    EXPECT_EQ(hybrid.decide_phase(both).phase, Phase::kPrefill);
+    // The guard would take the next step; a re-formed DP group starts over instead.
+    hybrid.restart_phase_decisions();
+    EXPECT_EQ(hybrid.decide_phase(both).phase, Phase::kPrefill);
 }
 
 EngineConfig config(int32_t max_batched = 16) {

@@ -1,5 +1,6 @@
-// DP control collective: phase agreement rules, the coordinator's vote gather, forced mismatch,
-// agreed shutdown.
+// DP control collective: what every rank derives from the votes (the group's demand, token
+// counts), the coordinator's vote gather, agreed shutdown. The phase decided from the demand is
+// the scheduling policy's (engine tests).
 #include "moeserve/parallel/dp_control.h"
 
 #include <gtest/gtest.h>
@@ -20,14 +21,16 @@ std::vector<DpControlRow> rows(const std::vector<DpVote>& votes) {
     return r;
 }
 
-DpVote work(bool can_prefill, bool has_decode, int64_t num_tokens, int64_t forced_phase = -1) {
+DpVote work(bool can_prefill, bool has_decode, int64_t num_tokens) {
     return {.can_prefill = can_prefill,
             .has_decode = has_decode,
             .has_unfinished = true,
+            .shutdown = false,
             .num_tokens = num_tokens,
-            .num_reqs = 1,
-            .forced_phase = forced_phase};
+            .num_reqs = 1};
 }
+
+PhaseDemand demand(bool can_prefill, bool has_decode) { return {.can_prefill = can_prefill, .has_decode = has_decode}; }
 
 TEST(DpControlTest, EncodeDecodeRoundTrip) {
     const DpVote v{.can_prefill = true,
@@ -35,8 +38,7 @@ TEST(DpControlTest, EncodeDecodeRoundTrip) {
                    .has_unfinished = true,
                    .shutdown = true,
                    .num_tokens = 17,
-                   .num_reqs = 3,
-                   .forced_phase = 2};
+                   .num_reqs = 3};
     const DpVote d = decode_vote(encode_vote(v));
     EXPECT_EQ(d.can_prefill, true);
     EXPECT_EQ(d.has_decode, false);
@@ -44,27 +46,24 @@ TEST(DpControlTest, EncodeDecodeRoundTrip) {
     EXPECT_EQ(d.shutdown, true);
     EXPECT_EQ(d.num_tokens, 17);
     EXPECT_EQ(d.num_reqs, 3);
-    EXPECT_EQ(d.forced_phase, 2);
     EXPECT_FALSE(decode_vote(encode_vote(DpVote{})).shutdown);
 }
 
-TEST(DpControlTest, HybridPrefillWinsThenDecodeThenIdle) {
+TEST(DpControlTest, TheGroupDemandsWhatAnyRankDemands) {
     const DpVote prefill = work(true, false, 100);
     const DpVote decode = work(false, true, 4);
     const DpVote idle{};
     const DpVote blocked = work(false, false, 0);  // waiting but not admissible
-    auto a = agree(rows({decode, prefill, idle}), 0, true);
-    EXPECT_EQ(a.phase, StepPhase::kPrefill);
+    const DpAgreement a = agree(rows({decode, prefill, idle}));
+    EXPECT_EQ(a.demand, demand(true, true));
     EXPECT_EQ(a.num_tokens, (std::vector<int64_t>{4, 100, 0}));
     EXPECT_EQ(a.max_num_tokens, 100);
     EXPECT_EQ(a.total_num_tokens, 104);
-    EXPECT_EQ(agree(rows({decode, idle}), 1, true).phase, StepPhase::kDecode);
-    const auto none = agree(rows({idle, blocked}), 0, true);
-    EXPECT_EQ(none.phase, StepPhase::kIdle);
-    EXPECT_FALSE(none.run_step());
+    EXPECT_EQ(agree(rows({decode, idle})).demand, demand(false, true));
+    const DpAgreement none = agree(rows({idle, blocked}));
+    EXPECT_EQ(none.demand, demand(false, false));
     EXPECT_TRUE(none.any_unfinished);
-    EXPECT_EQ(agree(rows({decode, prefill}), 0, false).phase, StepPhase::kMixed);
-    EXPECT_EQ(agree(rows({idle, idle}), 0, false).phase, StepPhase::kIdle);
+    EXPECT_FALSE(agree(rows({idle, idle})).any_unfinished);
 }
 
 TEST(DpControlTest, ExchangeFollowsPhase) {
@@ -82,35 +81,22 @@ TEST(DpControlTest, GatheredVotesGiveEveryRankTheSameAnswer) {
         v.has_decode = rank != 1;
         v.can_prefill = rank == 2;
         v.num_tokens = rank * 10;
-        got[static_cast<size_t>(rank)] = agree(gather_votes(*comm, v), rank, true);
+        got[static_cast<size_t>(rank)] = agree(gather_votes(*comm, v));
     });
     for (const auto& e : errors) ASSERT_FALSE(e);
     for (const auto& a : got) {
-        EXPECT_EQ(a.phase, StepPhase::kPrefill);
+        EXPECT_EQ(a.demand, demand(true, true));
         EXPECT_EQ(a.num_tokens, (std::vector<int64_t>{0, 10, 20}));
     }
-}
-
-TEST(DpControlTest, ForcedPhaseOverridesOnlyThatRank) {
-    const DpVote forced = work(false, true, 1, static_cast<int64_t>(StepPhase::kPrefill));
-    const DpVote normal = work(false, true, 1);
-    EXPECT_EQ(agree(rows({forced, normal}), 0, true).phase, StepPhase::kPrefill);
-    EXPECT_EQ(agree(rows({forced, normal}), 1, true).phase, StepPhase::kDecode);
 }
 
 TEST(DpControlTest, OneShutdownVoteStopsEveryRankWhateverTheWork) {
     DpVote leaving = work(true, true, 8);
     leaving.shutdown = true;
-    const DpVote busy = work(true, false, 100, static_cast<int64_t>(StepPhase::kPrefill));
-    for (const bool hybrid : {false, true}) {
-        for (int rank = 0; rank < 2; ++rank) {
-            const DpAgreement a = agree(rows({busy, leaving}), rank, hybrid);
-            EXPECT_TRUE(a.shutdown);
-            EXPECT_EQ(a.phase, StepPhase::kIdle);
-            EXPECT_FALSE(a.run_step());
-        }
-    }
-    EXPECT_FALSE(agree(rows({busy, busy}), 0, true).shutdown);
+    const DpVote busy = work(true, false, 100);
+    EXPECT_TRUE(agree(rows({busy, leaving})).shutdown);
+    EXPECT_TRUE(agree(rows({leaving, busy})).shutdown);
+    EXPECT_FALSE(agree(rows({busy, busy})).shutdown);
 }
 
 TEST(DpControlTest, PhaseNamesAreDistinct) {

@@ -281,7 +281,7 @@ int run_rank(const RankOptions& o) {
     if (leader) eo.on_iteration = [&leader] { leader->keepalive(); };
     std::optional<engine::DpCoordinator> coordinator;
     if (parallel::dp_groups_step_together(sizes)) {
-        coordinator.emplace(core, *ctx.dp, engine::DpCoordinatorOptions{.pd_hybrid = engine.pd_hybrid});
+        coordinator.emplace(core, *ctx.dp, engine::DpCoordinatorOptions{});
     }
     if (group && o.self_heal) {
         eo.regroup = [&](const Error& failure, const std::function<void()>& still_waiting) {

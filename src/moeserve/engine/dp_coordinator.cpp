@@ -11,13 +11,7 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-const DpCoordinatorOptions& checked(const DpCoordinatorOptions& o, const EngineCore& core) {
-    if (!o.pd_hybrid && core.scheduler().policy().separates_phases()) {
-        raise(ErrorCode::kInvalidArgument,
-              "the engine's scheduling policy is '{}' but the DP coordinator runs without --pd-hybrid; both must "
-              "agree, or DP ranks would pick their phases on their own",
-              core.scheduler().policy().name());
-    }
+const DpCoordinatorOptions& checked(const DpCoordinatorOptions& o) {
     if (o.idle_wait_ms < 0) raise(ErrorCode::kInvalidArgument, "idle_wait_ms must be >= 0; got {}", o.idle_wait_ms);
     return o;
 }
@@ -25,39 +19,27 @@ const DpCoordinatorOptions& checked(const DpCoordinatorOptions& o, const EngineC
 }  // namespace
 
 DpCoordinator::DpCoordinator(EngineCore& core, parallel::Communicator& dp, const DpCoordinatorOptions& options)
-    : core_(core), dp_(dp), options_(checked(options, core)), selector_(options.max_consecutive_prefill_steps) {}
+    : core_(core), dp_(dp), options_(checked(options)) {}
 
 parallel::DpVote DpCoordinator::vote() {
-    parallel::DpVote v;
-    const int32_t decodes = core_.num_running_decodes();
-    // "can prefill now": a prefill chunk is running or the head waiting request is admissible (KV
-    // blocks and max-num-seqs) -- never just "has waiting requests" (issue #8).
-    v.can_prefill = core_.propose_phase() == Phase::kPrefill;
-    v.has_decode = decodes > 0;
-    // Compiling requests are not work the group can step yet: the idle loop polls their compiles.
-    v.has_unfinished = core_.scheduler().has_unfinished_requests();
-    v.num_tokens = decodes;  // tokens a decode step of this rank runs (prefill sizes vary per step)
+    const PhaseDemand demand = core_.demand();
     const auto& s = core_.scheduler();
-    v.shutdown = shutdown_requested_;
-    v.num_reqs = s.num_running() + s.num_waiting();
-    v.forced_phase = options_.debug_force_phase;
-    return v;
+    return {.can_prefill = demand.can_prefill,
+            .has_decode = demand.has_decode,
+            // Compiling requests are not work the group can step yet: the idle loop polls their compiles.
+            .has_unfinished = s.has_unfinished_requests(),
+            .shutdown = shutdown_requested_,
+            .num_tokens = core_.num_running_decodes(),  // a decode step's tokens (prefill sizes vary per step)
+            .num_reqs = s.num_running() + s.num_waiting()};
 }
 
-StepPhase DpCoordinator::choose_phase(const std::vector<parallel::DpControlRow>& rows,
-                                      const parallel::DpAgreement& agreement, bool& guard_fired) {
-    guard_fired = false;
-    if (options_.debug_force_phase >= 0 || !options_.pd_hybrid) return agreement.phase;
-    bool any_prefill = false, any_decode = false;
-    for (const auto& row : rows) {
-        const parallel::DpVote v = parallel::decode_vote(row);
-        any_prefill |= v.can_prefill;
-        any_decode |= v.has_decode;
-    }
-    // Same flags in the same order on every rank -> the same selector state and phase everywhere.
-    const StepPhase p = selector_.next(any_prefill, any_decode);
-    guard_fired = selector_.guard_fired();
-    return p;
+// The one phase decision: the policy's, from the group's demand. Every rank feeds its policy the
+// same demand in the same order, so every rank decides the same phase.
+PhaseDecision DpCoordinator::decide_phase(const parallel::DpAgreement& agreement) {
+    if (agreement.shutdown) return {.phase = StepPhase::kIdle, .guard_fired = false};
+    PhaseDecision d = core_.decide_phase(agreement.demand);
+    if (options_.debug_force_phase >= 0) d.phase = static_cast<StepPhase>(options_.debug_force_phase);
+    return d;
 }
 
 DpStepResult DpCoordinator::step() {
@@ -68,10 +50,11 @@ DpStepResult DpCoordinator::step() {
     const std::vector<parallel::DpControlRow> rows = parallel::gather_votes(dp_, my_vote);
     counters_.control_seconds += seconds_since(t0);
     const int64_t round = counters_.rounds++;
-    out.agreement = parallel::agree(rows, dp_.rank(), options_.pd_hybrid);
-
+    out.agreement = parallel::agree(rows);
     out.shutdown = out.agreement.shutdown;
-    out.phase = out.shutdown ? StepPhase::kIdle : choose_phase(rows, out.agreement, out.guard_decode);
+    const PhaseDecision decision = decide_phase(out.agreement);
+    out.phase = decision.phase;
+    out.guard_decode = decision.guard_fired;
     global_has_work_ = !out.shutdown && (out.agreement.any_unfinished || out.phase != StepPhase::kIdle);
     if (out.phase == StepPhase::kIdle) {
         // No forward anywhere: only hand out what finished outside a step (rejections, aborts).

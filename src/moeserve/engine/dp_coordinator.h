@@ -1,8 +1,10 @@
 // DpCoordinator: the DP + EP step protocol around one rank's EngineCore (docs/architecture.md "DP step
 // protocol"). Every step: propose -> ONE DP control collective (parallel/dp_control.h) -> every
-// rank runs a forward of the agreed phase, real or dummy, with the phase's MoE exchange. Without
-// PD hybrid the agreed phase is "mixed" (each rank its normal batch); with it, PREFILL if any rank
-// can prefill now (bounded by the starvation guard while decodes wait), else DECODE, else IDLE.
+// rank runs a forward of the agreed phase, real or dummy, with the phase's MoE exchange. The
+// phase is the engine's scheduling policy's decision (SchedulingPolicy::decide_phase) from the
+// group's demand: under the mixed policy "mixed" (each rank its normal batch); under PD hybrid
+// PREFILL if any rank can prefill now (bounded by the starvation guard while decodes wait), else
+// DECODE, else IDLE.
 //
 // CALL PATTERN (the engine process loop; every rank of the DP group runs the same loop):
 //
@@ -33,16 +35,12 @@
 #include <vector>
 
 #include "moeserve/engine/engine_core.h"
-#include "moeserve/engine/scheduler/policy_pd_hybrid.h"
 #include "moeserve/parallel/comm.h"
 #include "moeserve/parallel/dp_control.h"
 
 namespace moeserve::engine {
 
 struct DpCoordinatorOptions {
-    bool pd_hybrid = false;  // --pd-hybrid / OMNI_PD_HYBRID=1 (read by the cli only)
-    // PD hybrid: prefill steps in a row while decodes wait anywhere; 0 = unbounded.
-    int32_t max_consecutive_prefill_steps = kDefaultMaxConsecutivePrefillSteps;
     // MoE exchange per agreed phase (every rank must configure the same).
     parallel::MoeExchangeKind prefill_exchange = parallel::MoeExchangeKind::kAllGather;
     parallel::MoeExchangeKind decode_exchange = parallel::MoeExchangeKind::kAllToAll;
@@ -91,7 +89,7 @@ struct TimelineEntry {
 class DpCoordinator {
 public:
     // dp: this rank's DP group communicator (size 1 is fine: the protocol then only adds the
-    // phase choice). Raises kInvalidArgument for a negative max_consecutive_prefill_steps.
+    // phase choice). Every rank's core must have the same scheduling policy.
     DpCoordinator(EngineCore& core, parallel::Communicator& dp, const DpCoordinatorOptions& options);
 
     // One round, collective over the DP group: vote, agree, run the agreed phase (real or dummy
@@ -107,7 +105,7 @@ public:
     // The group re-formed (self-healing): the state every rank derives from the agreed rounds
     // starts over, as it does on the replaced rank's new coordinator, so all of them agree again.
     void regrouped() {
-        selector_ = HybridPhaseSelector(options_.max_consecutive_prefill_steps);
+        core_.restart_phase_decisions();
         global_has_work_ = false;
     }
 
@@ -117,13 +115,11 @@ public:
 
 private:
     parallel::DpVote vote();
-    StepPhase choose_phase(const std::vector<parallel::DpControlRow>& rows, const parallel::DpAgreement& agreement,
-                           bool& guard_fired);
+    PhaseDecision decide_phase(const parallel::DpAgreement& agreement);
 
     EngineCore& core_;
     parallel::Communicator& dp_;
     DpCoordinatorOptions options_;
-    HybridPhaseSelector selector_;
     DpCounters counters_;
     std::vector<TimelineEntry> timeline_;
     bool global_has_work_ = false;

@@ -102,8 +102,11 @@ public:
     const KvTransferGroup* kv_transfer() const { return kv_transfer_.get(); }
     // Running requests whose next step is a decode.
     int32_t num_running_decodes() const { return scheduler_.num_running_decodes(); }
-    // What this core would like to run next (Scheduler::propose_phase).
-    Phase propose_phase() { return scheduler_.propose_phase(); }
+    // What this core could run now (Scheduler::demand), and the policy's phase decision from a
+    // demand: the DP coordinator's, from the whole group's (SchedulingPolicy::decide_phase).
+    PhaseDemand demand() { return scheduler_.demand(); }
+    PhaseDecision decide_phase(PhaseDemand demand) { return scheduler_.decide_phase(demand); }
+    void restart_phase_decisions() { scheduler_.restart_phase_decisions(); }
 
     // Requests held, compiling ones included: callers that loop until everything finished
     // (generate, tests) need not know about compiles; step() waits for one when nothing else runs.

@@ -194,7 +194,7 @@ int run_engine_loop_dp(EngineCore& core, DpCoordinator& coordinator, ipc::Engine
                        const EngineProcOptions& options) {
     channel.send(ipc::HealthReply{options.engine_index, true, "ready"});
     MOESERVE_LOG_I(logger, "engine", "engine %d ready (DP lock-step%s)", options.engine_index,
-                   coordinator.options().pd_hybrid ? ", PD hybrid" : "");
+                   core.scheduler().policy().separates_phases() ? ", PD hybrid" : "");
     ipc::ClientRouting routing(channel.num_clients());
     StatsClock stats_clock(options.heartbeat_ms, /*due_now=*/false);
     while (true) {

@@ -3,12 +3,10 @@
 
 #include <algorithm>
 
-#include "moeserve/core/error.h"
-
 namespace moeserve::parallel {
 
 DpControlRow encode_vote(const DpVote& v) {
-    return {v.can_prefill, v.has_decode, v.has_unfinished, v.shutdown, v.num_tokens, v.num_reqs, v.forced_phase};
+    return {v.can_prefill, v.has_decode, v.has_unfinished, v.shutdown, v.num_tokens, v.num_reqs};
 }
 
 DpVote decode_vote(const DpControlRow& r) {
@@ -17,32 +15,21 @@ DpVote decode_vote(const DpControlRow& r) {
             .has_unfinished = r[2] != 0,
             .shutdown = r[3] != 0,
             .num_tokens = r[4],
-            .num_reqs = r[5],
-            .forced_phase = r[6]};
+            .num_reqs = r[5]};
 }
 
-DpAgreement agree(const std::vector<DpControlRow>& votes, int rank, bool pd_hybrid) {
-    MOESERVE_CHECK(rank >= 0 && rank < static_cast<int>(votes.size()), "rank {} of {} votes", rank, votes.size());
+DpAgreement agree(const std::vector<DpControlRow>& votes) {
     DpAgreement a;
-    bool any_prefill = false, any_decode = false;
     for (const DpControlRow& row : votes) {
         const DpVote v = decode_vote(row);
-        any_prefill |= v.can_prefill;
-        any_decode |= v.has_decode;
+        a.demand.can_prefill |= v.can_prefill;
+        a.demand.has_decode |= v.has_decode;
         a.any_unfinished |= v.has_unfinished;
         a.shutdown |= v.shutdown;
         a.num_tokens.push_back(v.num_tokens);
         a.max_num_tokens = std::max(a.max_num_tokens, v.num_tokens);
         a.total_num_tokens += v.num_tokens;
     }
-    if (pd_hybrid) {
-        a.phase = any_prefill ? StepPhase::kPrefill : any_decode ? StepPhase::kDecode : StepPhase::kIdle;
-    } else {
-        a.phase = (any_prefill || any_decode) ? StepPhase::kMixed : StepPhase::kIdle;
-    }
-    const int64_t forced = decode_vote(votes[static_cast<size_t>(rank)]).forced_phase;
-    if (forced >= 0) a.phase = static_cast<StepPhase>(forced);
-    if (a.shutdown) a.phase = StepPhase::kIdle;
     return a;
 }
 

@@ -139,7 +139,7 @@ TEST(SchedulerTest, PreemptsTheYoungestAndRecomputesFromItsOwnCachedBlocks) {
     EXPECT_EQ(h.step(), (Progress{{"r1", 5}}));  // step 9
     EXPECT_EQ(r1->block_ids[0], 2);
     EXPECT_EQ(r1->num_output_tokens(), 6);
-    EXPECT_EQ(h.scheduler.propose_phase(), Phase::kDecode);
+    EXPECT_EQ(h.scheduler.demand(), (PhaseDemand{.can_prefill = false, .has_decode = true}));
 }
 
 TEST(SchedulerTest, PriorityOrdersTheQueueAndPreemptsTheLowest) {
@@ -266,16 +266,16 @@ TEST(SchedulerTest, StopTokensRespectMinTokens) {
 TEST(SchedulerTest, ForcedPhasesRestrictTheStep) {
     Harness h(32, 4, config(8, 64));
     h.scheduler.add_request(make_request("r0", 4, 5));
-    EXPECT_EQ(h.scheduler.propose_phase(), Phase::kPrefill);
+    EXPECT_EQ(h.scheduler.demand(), (PhaseDemand{.can_prefill = true, .has_decode = false}));
     EXPECT_EQ(h.step(Phase::kDecode), Progress{});  // nothing decodes yet: dummy step
     EXPECT_TRUE(h.batch.dummy);
     EXPECT_EQ(h.batch.phase, Phase::kDecode);
     EXPECT_EQ(h.step(Phase::kPrefill), (Progress{{"r0", 4}}));
     h.scheduler.add_request(make_request("r1", 6, 5, 9));
-    EXPECT_EQ(h.scheduler.propose_phase(), Phase::kPrefill);
+    EXPECT_EQ(h.scheduler.demand(), (PhaseDemand{.can_prefill = true, .has_decode = true}));
     EXPECT_EQ(h.step(Phase::kPrefill), (Progress{{"r1", 6}}));  // r0's decode waits
     EXPECT_EQ(h.batch.phase, Phase::kPrefill);
-    EXPECT_EQ(h.scheduler.propose_phase(), Phase::kDecode);
+    EXPECT_EQ(h.scheduler.demand(), (PhaseDemand{.can_prefill = false, .has_decode = true}));
     EXPECT_EQ(h.step(Phase::kDecode), (Progress{{"r0", 1}, {"r1", 1}}));
     EXPECT_EQ(h.step(Phase::kIdle), Progress{});
     EXPECT_TRUE(h.batch.dummy);
@@ -287,7 +287,7 @@ TEST(SchedulerTest, ProposesDecodeWhenTheHeadOfWaitingDoesNotFit) {
     h.scheduler.add_request(make_request("r0", 8, 4));
     h.step();
     h.scheduler.add_request(make_request("r1", 8, 4, 9));  // needs 2 + more blocks: only 1 free
-    EXPECT_EQ(h.scheduler.propose_phase(), Phase::kDecode);
+    EXPECT_EQ(h.scheduler.demand(), (PhaseDemand{.can_prefill = false, .has_decode = true}));
 }
 
 }  // namespace

@@ -21,22 +21,31 @@ struct StepPlan {
     bool admit_waiting = true;  // waiting requests may start (their first chunk runs this step)
 };
 
+// The phase a step nobody forced runs, and whether PD hybrid's starvation guard chose it.
+struct PhaseDecision {
+    Phase phase = Phase::kIdle;
+    bool guard_fired = false;  // a decode step the guard took from prefill
+};
+
 class SchedulingPolicy {
 public:
     virtual ~SchedulingPolicy() = default;
     virtual const char* name() const = 0;
     // The plan for the next step. forced: a phase imposed from outside, or nullopt.
     virtual StepPlan plan(std::optional<Phase> forced) const = 0;
-    // True when an unforced step asks choose_phase() (PD hybrid); false: plan() alone decides.
+    // True when a step runs one phase only (PD hybrid): an unforced step then runs the phase
+    // decide_phase() gives; false: plan() alone decides what an unforced step mixes.
     virtual bool separates_phases() const { return false; }
-    // The phase of a step nobody forced, from what the scheduler could run now (can_prefill: a
-    // prefill chunk or an admissible waiting request; has_decode: a running request decodes).
-    // Called once per unforced step, before plan(). nullopt (the default): the plan mixes phases.
-    virtual std::optional<Phase> choose_phase(bool can_prefill, bool has_decode) {
-        (void)can_prefill;
-        (void)has_decode;
-        return std::nullopt;
+    // The engine's one phase decision, from what could run now: this scheduler's demand (one
+    // rank) or the OR over a DP group's votes (DpCoordinator, every rank with the same demand in
+    // the same order, hence the same decision). Advances the policy's state as if the step ran.
+    // This default (no phase split): kMixed when anything can run, else kIdle.
+    virtual PhaseDecision decide_phase(PhaseDemand demand) {
+        return {.phase = demand.can_prefill || demand.has_decode ? Phase::kMixed : Phase::kIdle, .guard_fired = false};
     }
+    // The DP group re-formed (self-healing): the decisions start over, as they do in a replaced
+    // rank's new engine, so every rank decides alike again.
+    virtual void restart_phase_decisions() {}
 };
 
 }  // namespace moeserve::engine

@@ -29,7 +29,7 @@ Phase HybridPhaseSelector::next(bool can_prefill, bool has_decode) {
 }
 
 StepPlan PdHybridPolicy::plan(std::optional<Phase> forced) const {
-    MOESERVE_CHECK(forced.has_value(), "pd_hybrid: a step without a phase (choose_phase was not asked)");
+    MOESERVE_CHECK(forced.has_value(), "pd_hybrid: a step without a phase (decide_phase was not asked)");
     switch (*forced) {
         case Phase::kPrefill:
             return StepPlan{.run_decodes = false, .run_prefills = true, .admit_waiting = true};

@@ -22,8 +22,8 @@ namespace moeserve::engine {
 // the prompt queue grow, 8-16 only lengthen the gap).
 constexpr int32_t kDefaultMaxConsecutivePrefillSteps = 4;
 
-// The phase decision with its guard state. Deterministic: every DP rank that feeds it the same
-// global flags in the same order reaches the same phases (DpCoordinator relies on this).
+// PD hybrid's phase table with its guard state (PdHybridPolicy::decide_phase). Deterministic: every
+// DP rank that feeds it the same global flags in the same order reaches the same phases.
 class HybridPhaseSelector {
 public:
     // max_consecutive_prefill_steps: prefill steps in a row while decodes wait before one decode
@@ -44,9 +44,9 @@ private:
     bool guard_fired_ = false;
 };
 
-// SchedulingPolicy for PD hybrid: a forced phase runs only that phase (kMixed is refused); an
-// unforced step takes the phase of its HybridPhaseSelector (single rank; under DP the
-// DpCoordinator forces the globally agreed phase instead).
+// SchedulingPolicy for PD hybrid: a forced phase runs only that phase (kMixed is refused); the
+// phase comes from its HybridPhaseSelector, fed this engine's demand (one rank) or the DP group's
+// (the DpCoordinator asks decide_phase and forces the answer).
 class PdHybridPolicy final : public SchedulingPolicy {
 public:
     explicit PdHybridPolicy(int32_t max_consecutive_prefill_steps = kDefaultMaxConsecutivePrefillSteps)
@@ -55,10 +55,13 @@ public:
     const char* name() const override { return "pd_hybrid"; }
     StepPlan plan(std::optional<Phase> forced) const override;
     bool separates_phases() const override { return true; }
-    std::optional<Phase> choose_phase(bool can_prefill, bool has_decode) override {
-        return selector_.next(can_prefill, has_decode);
+    PhaseDecision decide_phase(PhaseDemand demand) override {
+        const Phase phase = selector_.next(demand.can_prefill, demand.has_decode);
+        return {.phase = phase, .guard_fired = selector_.guard_fired()};
     }
-    const HybridPhaseSelector& selector() const { return selector_; }
+    void restart_phase_decisions() override {
+        selector_ = HybridPhaseSelector(selector_.max_consecutive_prefill_steps());
+    }
 
 private:
     HybridPhaseSelector selector_;

@@ -326,7 +326,7 @@ void Scheduler::schedule_waiting(TokenBudget& budget, ScheduledBatch& out) {
 ScheduledBatch Scheduler::schedule(std::optional<Phase> forced) {
     ScheduledBatch out;
     if (!forced && policy_->separates_phases()) {
-        forced = policy_->choose_phase(propose_phase() == Phase::kPrefill, num_running_decodes() > 0);
+        forced = policy_->decide_phase(demand()).phase;
     }
     const StepPlan plan = policy_->plan(forced);
     if (config_.speculative.enabled()) {
@@ -474,17 +474,16 @@ int32_t Scheduler::num_running_decodes() const {
         std::count_if(running_.begin(), running_.end(), [](const Request* r) { return r->is_decode(); }));
 }
 
-Phase Scheduler::propose_phase() {
-    for (Request* r : running_) {
-        if (!r->is_decode()) return Phase::kPrefill;
-    }
-    if (!waiting_.empty()) {
+PhaseDemand Scheduler::demand() {
+    PhaseDemand d{.can_prefill = false, .has_decode = false};
+    for (const Request* r : running_) (r->is_decode() ? d.has_decode : d.can_prefill) = true;
+    if (!d.can_prefill && !waiting_.empty()) {
         Request* r = waiting_.front();
         const CachedPrefix prefix = kv_.find_cached_prefix(*r);
         const int32_t n = std::min(r->num_tokens() - prefix.num_tokens, config_.max_num_batched_tokens);
-        if (admissible(*r, n, prefix)) return Phase::kPrefill;
+        d.can_prefill = admissible(*r, n, prefix);
     }
-    return running_.empty() ? Phase::kIdle : Phase::kDecode;
+    return d;
 }
 
 }  // namespace moeserve::engine

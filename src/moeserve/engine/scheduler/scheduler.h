@@ -72,7 +72,7 @@ public:
     void fail_running(const std::string& reason);
 
     // Picks the next step's work. forced: a phase imposed from outside (see SchedulingPolicy);
-    // when none is and the policy separates phases, the policy's choose_phase() picks it.
+    // when none is and the policy separates phases, the policy decides it from demand().
     ScheduledBatch schedule(std::optional<Phase> forced = std::nullopt);
     // Applies a step's results: advances computed tokens, appends sampled tokens, finishes
     // requests (stop token, max_tokens, max_model_len) and frees their blocks. Returns the
@@ -106,10 +106,14 @@ public:
     int32_t num_remote_waiting() const { return static_cast<int32_t>(remote_waiting_.size()); }
     int32_t num_parked() const { return static_cast<int32_t>(parked_.size()); }
 
-    // What this scheduler would run next: kPrefill if a running request has prompt tokens left
-    // or the first waiting request is admissible now (seats and KV blocks), else kDecode if any
-    // request runs, else kIdle.
-    Phase propose_phase();
+    // What this scheduler could run now (the phase decision's input): a prefill if a running
+    // request has prompt tokens left or the first waiting request is admissible now (seats and KV
+    // blocks); decodes if a running request decodes.
+    PhaseDemand demand();
+    // The policy's phase decision (SchedulingPolicy::decide_phase), for an engine whose phase is
+    // decided outside schedule(): the DP coordinator, from the group's demand.
+    PhaseDecision decide_phase(PhaseDemand demand) { return policy_->decide_phase(demand); }
+    void restart_phase_decisions() { policy_->restart_phase_decisions(); }
 
     int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
     // Running requests whose next step is a decode (they wait during a prefill-only step).
