@@ -50,8 +50,10 @@ EngineCore::EngineCore(model::Model& model, ThreadPool& pool, const EngineConfig
     if (config.vocabulary) grammars_ = std::make_unique<structured::GrammarCompiler>(config.vocabulary);
     if (config.kv_transfer.role != KvTransferConfig::Role::kNone) {
         // With TP the model is the leader's decorator, which reaches the followers' agents.
-        kv_transfer_ = std::make_unique<KvTransferGroup>(config.kv_transfer, runner_.kv_cache(), config.engine_index,
-                                                         dynamic_cast<TpKvLink*>(&model), config.logger);
+        kv_connector_ =
+            std::make_unique<PdKvConnector>(config.kv_transfer, runner_.kv_cache(), config.engine_index,
+                                            dynamic_cast<TpKvLink*>(&model), config.logger, config.block_size);
+        scheduler_.set_kv_connector(kv_connector_.get());
     }
 }
 
@@ -65,26 +67,7 @@ void EngineCore::add_request(const ipc::AddRequest& add) {
     auto request = std::make_unique<Request>(add.request_id, add.prompt_token_ids, add.sampling, seed, num_added_);
     request->priority = add.priority;
     request->kv_transfer = add.kv_transfer;
-    const KvTransferConfig::Role role = config_.kv_transfer.role;
-    if (add.kv_transfer.produce && !config_.kv_transfer.produces()) {
-        request->error = fmt::format(
-            "kv_transfer_params asks this instance to prefill for a decode instance, but its --kv-transfer-config "
-            "role is {} (kv_producer or kv_both needed)",
-            kv_role_name(role));
-    } else if (add.kv_transfer.consumes() && !config_.kv_transfer.consumes()) {
-        request->error = fmt::format(
-            "kv_transfer_params names a prefill instance, but this instance's --kv-transfer-config role is {} "
-            "(kv_consumer or kv_both needed)",
-            kv_role_name(role));
-    }
-    if (add.kv_transfer.produce && request->error.empty()) {
-        kv_transfer_->publish_started(add.request_id, add.prompt_token_ids);
-        prefilling_.insert(add.request_id);
-        ipc::RequestOutput announce;
-        announce.request_id = add.request_id;
-        announce.kv_transfer_endpoint = kv_transfer_->endpoint();
-        announced_.push_back(std::move(announce));
-    }
+    request->error = kv_transfer_refusal(add.kv_transfer, config_.kv_transfer);
     if (add.sampling.grammar.empty() || !request->error.empty()) {
         scheduler_.add_request(std::move(request));
     } else if (!grammars_) {
@@ -123,12 +106,6 @@ void EngineCore::poll_grammar_compiles() {
     }
 }
 
-std::vector<ipc::RequestOutput> EngineCore::take_finished() {
-    std::vector<ipc::RequestOutput> out = std::exchange(announced_, {});
-    for (auto& o : scheduler_.take_finished()) out.push_back(std::move(o));
-    return out;
-}
-
 std::vector<ipc::RequestOutput> EngineCore::fail_running(const std::string& reason) {
     scheduler_.fail_running(reason);
     kv_.reset_prefix_cache();
@@ -146,89 +123,7 @@ void EngineCore::abort(const ipc::Abort& abort) {
             break;
         }
     }
-    if (kv_transfer_) {  // only fetches: the agent remembers a cancelled id until its fetch ends
-        for (const auto& id : abort.request_ids) {
-            const Request* r = scheduler_.find(id);
-            if (r && r->fetching) kv_transfer_->cancel(id);  // the fetch releases the producer's blocks
-            // Still queued for its fetch: nobody else tells the producer it may free them.
-            if (r && !r->fetching && r->kv_transfer.consumes() && r->status == RequestStatus::kWaiting &&
-                r->num_computed_tokens == 0) {
-                kv_transfer_->release(r->kv_transfer.remote_endpoint, r->kv_transfer.remote_transfer_id);
-            }
-        }
-    }
     scheduler_.abort_requests(abort.request_ids);
-}
-
-void EngineCore::poll_kv_transfers() {
-    if (!kv_transfer_) return;
-    // Before the schedule every counted block is written; a request that failed between steps (a
-    // re-formed group) is given up now.
-    report_prefill_progress({}, /*count_blocks=*/true);
-    const std::vector<std::string> released = kv_transfer_->take_released();
-    scheduler_.release_parked(released);
-    for (auto& fetched : kv_transfer_->take_fetched()) {
-        scheduler_.complete_remote_fetch(fetched.id, fetched.error, fetched.meta);
-    }
-    for (auto& f : scheduler_.start_remote_fetches()) {
-        kv_transfer_->fetch({std::move(f.id), std::move(f.endpoint), std::move(f.remote_id), std::move(f.block_ids),
-                             f.skip_blocks, std::move(f.prompt_token_ids)});
-    }
-}
-
-void EngineCore::publish_parked(std::vector<ipc::RequestOutput>& outputs) {
-    const std::vector<const Request*> parked = scheduler_.take_parked();
-    if (parked.empty()) return;
-    MOESERVE_CHECK(kv_transfer_ != nullptr, "a producer request without a KV transfer agent");
-    for (const Request* r : parked) {
-        KvTransferAgent::Published p;
-        p.id = r->request_id;
-        // The prompt's blocks only: the first token's KV was never computed here.
-        const auto num_blocks =
-            static_cast<size_t>((r->num_prompt_tokens() + config_.block_size - 1) / config_.block_size);
-        p.block_ids.assign(r->block_ids.begin(), r->block_ids.begin() + static_cast<std::ptrdiff_t>(num_blocks));
-        p.meta.prompt_token_ids = r->prompt_token_ids;
-        p.meta.first_token = r->output_token_ids.at(0);
-        for (auto& out : outputs) {
-            if (out.request_id != r->request_id) continue;
-            out.kv_transfer_endpoint = kv_transfer_->endpoint();
-            if (!out.new_logprobs.empty()) p.meta.first_logprobs = out.new_logprobs.front();
-            if (out.prompt_logprobs) p.meta.prompt_logprobs = out.prompt_logprobs;
-        }
-        prefilling_.erase(r->request_id);
-        kv_transfer_->publish(std::move(p));
-    }
-}
-
-void EngineCore::report_prefill_progress(const std::vector<std::string>& preempted_ids, bool count_blocks) {
-    for (auto it = prefilling_.begin(); it != prefilling_.end();) {
-        const Request* r = scheduler_.find(*it);
-        const auto compiling = [&] {
-            return std::any_of(compiling_.begin(), compiling_.end(),
-                               [&](const auto& c) { return c.second->request_id == *it; });
-        };
-        if (r == nullptr && compiling()) {  // its grammar compiles: not in the scheduler yet
-            ++it;
-            continue;
-        }
-        const bool preempted = std::find(preempted_ids.begin(), preempted_ids.end(), *it) != preempted_ids.end();
-        if (r == nullptr || preempted || r->status == RequestStatus::kFinished) {
-            kv_transfer_->fail_published(
-                *it, preempted ? "it was preempted (out of KV blocks)" : "it was aborted or failed");
-            it = prefilling_.erase(it);
-            continue;
-        }
-        if (!count_blocks) {
-            ++it;
-            continue;
-        }
-        const int64_t prompt = r->num_prompt_tokens(), bs = config_.block_size;
-        const size_t blocks = std::min(r->block_ids.size(), static_cast<size_t>((prompt + bs - 1) / bs));
-        const auto complete = static_cast<int32_t>(std::min<int64_t>(r->num_computed_tokens, prompt) / bs);
-        kv_transfer_->progress(*it, {r->block_ids.begin(), r->block_ids.begin() + static_cast<std::ptrdiff_t>(blocks)},
-                               complete);
-        ++it;
-    }
 }
 
 StepOutcome EngineCore::step(std::optional<Phase> forced) {
@@ -242,13 +137,12 @@ StepOutcome EngineCore::step(std::optional<Phase> forced) {
 StepOutcome EngineCore::step_lockstep(std::optional<Phase> forced, parallel::MoeExchangeKind exchange,
                                       bool dummy_forward) {
     StepOutcome out;
-    poll_kv_transfers();
+    scheduler_.poll_kv_connector();
     poll_grammar_compiles();
     runner_.set_moe_exchange(exchange);
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
     const ScheduledBatch batch = scheduler_.schedule(forced);
-    report_prefill_progress(batch.preempted, /*count_blocks=*/false);
     const auto t1 = Clock::now();
     const StepResult result = runner_.execute(batch);
     if (batch.dummy && dummy_forward) {
@@ -257,9 +151,7 @@ StepOutcome EngineCore::step_lockstep(std::optional<Phase> forced, parallel::Moe
     }
     const auto t2 = Clock::now();
     scheduler_.record_step_time(batch, std::chrono::duration<double>(t2 - t1).count());
-    out.outputs = std::exchange(announced_, {});
-    for (auto& o : scheduler_.update(batch, result)) out.outputs.push_back(std::move(o));
-    publish_parked(out.outputs);
+    out.outputs = scheduler_.update(batch, result);
     stats_.step_schedule_seconds += std::chrono::duration<double>(t1 - t0).count();
     stats_.step_update_seconds += std::chrono::duration<double>(Clock::now() - t2).count();
     out.phase = batch.phase;
@@ -310,8 +202,8 @@ ipc::Stats EngineCore::stats() const {
         s.eplb_rebalances = eplb->rebalances;
         s.eplb_moved_experts = eplb->moved_slots;
     }
-    if (kv_transfer_) {
-        const KvTransferCounters k = kv_transfer_->counters();
+    if (kv_connector_) {
+        const KvTransferCounters k = kv_connector_->group().counters();
         s.kv_sent_bytes = k.sent_bytes;
         s.kv_sent_transfers = k.sent_transfers;
         s.kv_expired_transfers = k.expired_transfers;
@@ -321,7 +213,7 @@ ipc::Stats EngineCore::stats() const {
         s.kv_failed_transfers = k.failed_transfers;
         s.kv_receive_seconds = k.receive_seconds;
         s.kv_wait_seconds = k.wait_seconds;
-        s.kv_held_transfers = scheduler_.num_parked();
+        s.kv_held_transfers = scheduler_.num_held();
         s.kv_waiting_requests = scheduler_.num_remote_waiting();
     }
     return s;

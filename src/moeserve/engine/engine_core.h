@@ -8,13 +8,12 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "moeserve/core/thread_pool.h"
 #include "moeserve/engine/grammar_compile_worker.h"
 #include "moeserve/engine/kv_cache/kv_cache_manager.h"
-#include "moeserve/engine/kv_transfer/kv_transfer_group.h"
+#include "moeserve/engine/kv_transfer/pd_kv_connector.h"
 #include "moeserve/engine/model_runner.h"
 #include "moeserve/engine/sampler.h"
 #include "moeserve/engine/scheduler/scheduler.h"
@@ -80,16 +79,16 @@ public:
     // nothing of the phase gets scheduled and dummy_forward is set, a dummy batch runs through the
     // model (ModelRunner::execute_dummy) so this rank joins the step's collectives anyway.
     StepOutcome step_lockstep(std::optional<Phase> forced, parallel::MoeExchangeKind exchange, bool dummy_forward);
-    // Outputs produced outside a step (rejected, aborted, remote prefills fetched), without stepping.
-    // A producer's new requests come first: their announcement (the KV endpoint, no token), so
-    // that a streamed transfer can start while they prefill.
-    std::vector<ipc::RequestOutput> take_finished();
-    bool has_announcements() const { return !announced_.empty(); }
-    // PD disaggregation: frees the blocks consumers released, starts fetches for consumer
-    // requests that have blocks now, and turns finished fetches into running requests (their
-    // first outputs come from take_finished() or the next step). Every step calls it first; an
-    // idle engine loop calls it too. No-op without --kv-transfer-config.
-    void poll_kv_transfers();
+    // Outputs produced outside a step (rejected, aborted, remote prefills fetched, a producer's
+    // announcement of its KV endpoint so that a streamed transfer can start while it prefills),
+    // without stepping.
+    std::vector<ipc::RequestOutput> take_finished() { return scheduler_.take_finished(); }
+    bool has_pending_outputs() const { return scheduler_.has_pending_outputs(); }
+    // PD disaggregation (Scheduler::poll_kv_connector): frees the blocks consumers released,
+    // starts fetches for consumer requests that have blocks now, and turns finished fetches into
+    // running requests (their first outputs come from take_finished() or the next step). Every
+    // step calls it first; an idle engine loop calls it too. No-op without --kv-transfer-config.
+    void poll_kv_transfers() { scheduler_.poll_kv_connector(); }
     // Consumer requests queued for or in a KV fetch (they are not runnable yet).
     bool has_pending_kv_transfers() const { return scheduler_.num_remote_waiting() > 0; }
     int32_t num_pending_kv_transfers() const { return scheduler_.num_remote_waiting(); }
@@ -98,8 +97,8 @@ public:
     void poll_grammar_compiles();
     // Requests whose grammar is being compiled (they are not runnable yet).
     bool has_compiling_grammars() const { return !compiling_.empty(); }
-    // The KV transfer agent, null without --kv-transfer-config.
-    const KvTransferGroup* kv_transfer() const { return kv_transfer_.get(); }
+    // The KV transfer agents, null without --kv-transfer-config.
+    const KvTransferGroup* kv_transfer() const { return kv_connector_ ? &kv_connector_->group() : nullptr; }
     // Running requests whose next step is a decode.
     int32_t num_running_decodes() const { return scheduler_.num_running_decodes(); }
     // What this core could run now (Scheduler::demand), and the policy's phase decision from a
@@ -127,17 +126,7 @@ private:
     std::unique_ptr<GrammarCompileWorker> grammar_worker_;   // after grammars_: it compiles with it
     std::map<int64_t, std::unique_ptr<Request>> compiling_;  // by arrival number (a ticket)
     void add_grammar(std::unique_ptr<Request> request, const std::string& gbnf);
-    std::unique_ptr<KvTransferGroup> kv_transfer_;  // after runner_: it uses its KV storage
-    std::unordered_set<std::string> prefilling_;    // producer requests whose transfer has started
-    std::vector<ipc::RequestOutput> announced_;     // their announcements, not sent yet
-    // Producer requests just finished: publish their blocks and name the endpoint in their outputs.
-    void publish_parked(std::vector<ipc::RequestOutput>& outputs);
-    // Producer: gives up the transfers of requests gone or preempted_ids (before the next forward,
-    // so that no block they freed is read while it is rewritten) and, when count_blocks, tells the
-    // KV transfer how far each prefill has computed its blocks. Blocks are counted only before a
-    // schedule: a prefix hit counts its blocks as computed when it is scheduled, and they may be
-    // written by the forward of that same step (another request's chunk).
-    void report_prefill_progress(const std::vector<std::string>& preempted_ids, bool count_blocks);
+    std::unique_ptr<PdKvConnector> kv_connector_;  // after runner_: it uses its KV storage
     int64_t num_added_ = 0;
     ipc::Stats stats_;
 };

@@ -170,7 +170,7 @@ int run_engine_loop(EngineCore& core, ipc::EngineChannel& channel, Logger& logge
             if (options.on_iteration) options.on_iteration();
             core.poll_kv_transfers();
             core.poll_grammar_compiles();
-            if (core.has_announcements()) {  // before the prefill's first chunk: a streamed fetch starts now
+            if (core.has_pending_outputs()) {  // e.g. a producer's announcement: a streamed fetch starts now
                 send_outputs(core, channel, routing, logger, options.engine_index, core.take_finished());
             }
             if (core.has_unfinished_requests()) {

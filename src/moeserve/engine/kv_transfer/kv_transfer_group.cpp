@@ -86,6 +86,7 @@ std::vector<std::string> KvTransferGroup::take_released() {
 }
 
 void KvTransferGroup::fetch(KvTransferAgent::FetchJob job) {
+    follow_regroup();  // as publish_started: a new fetch must not be marked lost with the old ones
     if (link_ == nullptr) {
         agent_.fetch(std::move(job));
         return;

@@ -56,7 +56,10 @@ public:
     const KvTransferConfig& config() const { return agent_.config(); }
     const std::string& endpoint() const { return agent_.endpoint(); }
     void publish(KvTransferAgent::Published transfer) { agent_.publish(std::move(transfer)); }
+    // A transfer started after the group re-formed belongs to the new generation: the regroup is
+    // followed first, or its lagging discovery would drop the new transfer with the old ones.
     void publish_started(const std::string& id, const std::vector<ipc::TokenId>& prompt_token_ids) {
+        follow_regroup();
         agent_.publish_started(id, prompt_token_ids);
     }
     void progress(const std::string& id, const std::vector<int32_t>& block_ids, int32_t computed_blocks) {

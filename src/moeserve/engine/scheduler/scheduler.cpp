@@ -48,7 +48,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, std::uni
 // check them again.
 std::optional<std::string> Scheduler::validate(const Request& r) const {
     if (!r.error.empty()) return r.error;
-    if (requests_.count(r.request_id) || parked_.count(r.request_id))
+    if (requests_.count(r.request_id) || held_.count(r.request_id))
         return fmt::format("request id '{}' is already in use", r.request_id);
     const auto& s = r.sampling;
     const int64_t usable = kv_.pool().num_blocks() - 1;
@@ -75,7 +75,10 @@ void Scheduler::add_request(std::unique_ptr<Request> request) {
     Request* r = request.get();
     r->status = RequestStatus::kWaiting;
     requests_.emplace(r->request_id, std::move(request));
-    if (r->kv_transfer.consumes()) {
+    if (connector_) {
+        if (auto announcement = connector_->request_added(*r)) finished_.push_back(std::move(*announcement));
+    }
+    if (connector_ && connector_->loads_remotely(*r)) {
         remote_waiting_.push_back(r);
     } else {
         enqueue_waiting(r, false);
@@ -109,7 +112,8 @@ void Scheduler::abort_requests(std::span<const std::string> request_ids) {
         const auto it = requests_.find(id);
         if (it == requests_.end() || it->second->abort_pending) continue;
         Request* r = it->second.get();
-        if (r->fetching) {  // its blocks are being written: report it now, free them when the fetch stops
+        if (connector_) connector_->request_aborted(*r);
+        if (r->fetching) {  // its blocks are being written: report it now, free them when the load stops
             r->abort_pending = true;
             ipc::RequestOutput out = output_of(*r);
             out.finish_reason = FinishReason::kAbort;
@@ -144,20 +148,34 @@ ipc::RequestOutput Scheduler::finish(Request* r, FinishReason reason) {
     ipc::RequestOutput out = output_of(*r);
     out.finish_reason = reason;
     out.stop_token_id = r->stop_token_id;
-    const auto it = requests_.find(r->request_id);
-    if (r->kv_transfer.produce && (reason == FinishReason::kStop || reason == FinishReason::kLength)) {
-        // A prefill for another instance: the prompt's blocks stay until the consumer has them.
-        newly_parked_.push_back(r);
-        parked_.emplace(r->request_id, std::move(it->second));
-    } else {
-        kv_.free(*r);
-    }
-    requests_.erase(it);  // r is gone from here on (unless parked)
+    let_go(r, reason);
     return out;
 }
 
-std::vector<Scheduler::RemoteFetch> Scheduler::start_remote_fetches() {
-    std::vector<RemoteFetch> out;
+void Scheduler::let_go(Request* r, FinishReason reason) {
+    const auto it = requests_.find(r->request_id);
+    if (connector_ && connector_->request_finished(*r, reason)) {
+        held_.emplace(r->request_id, std::move(it->second));  // e.g. a prefill for another instance
+    } else {
+        kv_.free(*r);
+    }
+    requests_.erase(it);  // r is gone from here on (unless held)
+}
+
+void Scheduler::poll_kv_connector() {
+    if (!connector_) return;
+    connector_->before_schedule();
+    for (const std::string& id : connector_->take_released()) {
+        const auto it = held_.find(id);
+        if (it == held_.end()) continue;
+        kv_.free(*it->second);
+        held_.erase(it);
+    }
+    for (const KvLoadResult& load : connector_->take_finished_loads()) complete_remote_load(load);
+    start_remote_loads();
+}
+
+void Scheduler::start_remote_loads() {
     for (Request* r : remote_waiting_) {
         if (r->fetching) continue;
         if (num_running() + num_fetching_ >= config_.max_num_seqs) break;
@@ -170,24 +188,20 @@ std::vector<Scheduler::RemoteFetch> Scheduler::start_remote_fetches() {
         r->queue_seconds = std::max(0.0, steady_seconds() - r->added_at);
         r->fetching = true;
         ++num_fetching_;
-        out.push_back(RemoteFetch{r->request_id, r->kv_transfer.remote_endpoint, r->kv_transfer.remote_transfer_id,
-                                  r->block_ids, static_cast<int32_t>(prefix.block_ids.size()), r->prompt_token_ids});
+        connector_->start_load(*r, static_cast<int32_t>(prefix.block_ids.size()));
     }
-    return out;
 }
 
-void Scheduler::complete_remote_fetch(const std::string& id, const std::string& error,
-                                      const ipc::KvTransferMeta& meta) {
-    const auto it = requests_.find(id);
+void Scheduler::complete_remote_load(const KvLoadResult& load) {
+    const auto it = requests_.find(load.request_id);
     if (it == requests_.end() || !it->second->fetching) return;
     Request* r = it->second.get();
     r->fetching = false;
     --num_fetching_;
     if (r->abort_pending) {  // its abort output went out already
-        kv_.free(*r);
         if (auto w = std::find(remote_waiting_.begin(), remote_waiting_.end(), r); w != remote_waiting_.end())
             remote_waiting_.erase(w);
-        requests_.erase(it);
+        let_go(r, FinishReason::kAbort);
         return;
     }
     const auto fail = [&](std::string why) {
@@ -195,7 +209,8 @@ void Scheduler::complete_remote_fetch(const std::string& id, const std::string& 
         out.error = std::move(why);
         finished_.push_back(std::move(out));
     };
-    if (!error.empty()) return fail(error);
+    const ipc::KvTransferMeta& meta = load.meta;
+    if (!load.error.empty()) return fail(load.error);
     if (r->constrained() && !r->grammar->accept_token(meta.first_token)) {
         return fail("structured output: the prefill instance's first token does not match the grammar");
     }
@@ -225,22 +240,8 @@ void Scheduler::complete_remote_fetch(const std::string& id, const std::string& 
     finished_.push_back(std::move(out));
 }
 
-std::vector<const Request*> Scheduler::take_parked() {
-    std::vector<const Request*> out;
-    out.swap(newly_parked_);
-    return out;
-}
-
-void Scheduler::release_parked(std::span<const std::string> ids) {
-    for (const auto& id : ids) {
-        const auto it = parked_.find(id);
-        if (it == parked_.end()) continue;
-        kv_.free(*it->second);
-        parked_.erase(it);
-    }
-}
-
 void Scheduler::preempt(Request* r, ScheduledBatch& out) {
+    if (connector_) connector_->request_preempted(*r);  // before its blocks can be written again
     kv_.free(*r);
     r->num_computed_tokens = 0;
     r->status = RequestStatus::kPreempted;
@@ -412,6 +413,7 @@ std::vector<ipc::RequestOutput> Scheduler::update(const ScheduledBatch& batch, c
         }
         outputs.push_back(std::move(out));
     }
+    if (connector_) connector_->outputs_ready(outputs);
     return outputs;
 }
 
@@ -466,6 +468,7 @@ void Scheduler::count_drafts(const ScheduledRequest& s, size_t num_accepted) {
 std::vector<ipc::RequestOutput> Scheduler::take_finished() {
     std::vector<ipc::RequestOutput> out;
     out.swap(finished_);
+    if (connector_) connector_->outputs_ready(out);
     return out;
 }
 

@@ -19,6 +19,7 @@
 
 #include "moeserve/engine/kv_cache/kv_cache_manager.h"
 #include "moeserve/engine/request.h"
+#include "moeserve/engine/scheduler/kv_connector.h"
 #include "moeserve/engine/scheduler/policy.h"
 #include "moeserve/engine/scheduler/scheduled_batch.h"
 #include "moeserve/engine/scheduler/token_budget.h"
@@ -83,28 +84,25 @@ public:
     void record_step_time(const ScheduledBatch& batch, double seconds);
     // Speculative decoding's budget of drafted tokens per sequence and step.
     const DraftBudget& draft_budget() const { return draft_budget_; }
-    // Outputs produced outside a step (rejections, aborts, fetched remote prefills), cleared.
+    // Outputs produced outside a step (rejections, aborts, remote prefills loaded, the KV
+    // connector's announcements), cleared.
     std::vector<ipc::RequestOutput> take_finished();
 
-    // PD disaggregation (docs/parallelism.md). Consumer requests wait in their own queue until
-    // blocks for their whole prompt are free; then they are handed out here to be fetched (the
-    // blocks stay out of batches and of the prefix cache meanwhile).
-    struct RemoteFetch {
-        std::string id, endpoint, remote_id;
-        std::vector<int32_t> block_ids;
-        int32_t skip_blocks = 0;  // leading blocks found in the local prefix cache
-        std::vector<TokenId> prompt_token_ids;
-    };
-    std::vector<RemoteFetch> start_remote_fetches();
-    // A fetch ended: on success the request continues as if it had prefilled here (its first
-    // token is appended as if sampled, its output queued for take_finished()); on error it fails.
-    void complete_remote_fetch(const std::string& id, const std::string& error, const ipc::KvTransferMeta& meta);
-    // Producer requests that finished since the last call; their blocks stay allocated until
-    // release_parked(). The pointers are valid until then.
-    std::vector<const Request*> take_parked();
-    void release_parked(std::span<const std::string> ids);
+    // PD disaggregation (docs/parallelism.md): the KV connector (kv_connector.h), null = none.
+    // It must outlive the scheduler; set before the first request.
+    void set_kv_connector(KvConnector* connector) { connector_ = connector; }
+    // Runs the connector's before-schedule hooks: frees the blocks of held requests it released,
+    // lets requests whose remote load ended run on (or fail), and starts the loads of requests
+    // waiting for remote KV, FCFS, as blocks for their whole prompt come free (those blocks stay
+    // out of batches and of the prefix cache until the load ends). Every step calls it first; an
+    // idle engine loop calls it too.
+    void poll_kv_connector();
+    // Requests waiting for remote KV (queued or loading), and finished ones whose blocks are
+    // held for the connector.
     int32_t num_remote_waiting() const { return static_cast<int32_t>(remote_waiting_.size()); }
-    int32_t num_parked() const { return static_cast<int32_t>(parked_.size()); }
+    int32_t num_held() const { return static_cast<int32_t>(held_.size()); }
+    // Outputs queued outside a step (take_finished() hands them out).
+    bool has_pending_outputs() const { return !finished_.empty(); }
 
     // What this scheduler could run now (the phase decision's input): a prefill if a running
     // request has prompt tokens left or the first waiting request is admissible now (seats and KV
@@ -142,8 +140,10 @@ private:
     // Adds a verify step of s (its drafts, num_accepted of them kept) to the spec_decode counters.
     void count_drafts(const ScheduledRequest& s, size_t num_accepted);
     void preempt(Request* request, ScheduledBatch& out);
-    // Finishes a request and frees its blocks (preempt() frees a preempted one's too).
+    // Finishes a request and lets it go (preempt() frees a preempted one's blocks too).
     ipc::RequestOutput finish(Request* request, FinishReason reason);
+    // Removes a finished request: its blocks are freed, or held while the KV connector asks.
+    void let_go(Request* request, FinishReason reason);
     bool check_stop(Request& request) const;
 
     SchedulerConfig config_;
@@ -161,11 +161,16 @@ private:
     std::vector<ipc::RequestOutput> finished_;
     SchedulerCounters counters_;
     DraftBudget draft_budget_;
-    int32_t step_drafts_ = 0;              // this step's draft budget per sequence (draft_budget_.next())
-    std::deque<Request*> remote_waiting_;  // consumers: queued or fetching (Request::fetching)
+    int32_t step_drafts_ = 0;  // this step's draft budget per sequence (draft_budget_.next())
+    KvConnector* connector_ = nullptr;
+    std::deque<Request*> remote_waiting_;  // waiting for remote KV: queued or loading (Request::fetching)
     int32_t num_fetching_ = 0;
-    std::unordered_map<std::string, std::unique_ptr<Request>> parked_;  // producers holding their KV
-    std::vector<const Request*> newly_parked_;
+    std::unordered_map<std::string, std::unique_ptr<Request>> held_;  // finished, blocks held for the connector
+    // Allocates blocks for the remote-waiting requests that fit and starts their loads.
+    void start_remote_loads();
+    // A load ended: on success the request continues as if it had prefilled here (its first
+    // token appended as if sampled, its output queued); on error it fails.
+    void complete_remote_load(const KvLoadResult& load);
 };
 
 }  // namespace moeserve::engine
