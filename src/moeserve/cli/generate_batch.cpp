@@ -213,6 +213,23 @@ void draw_progress(size_t done, size_t total, double secs, int64_t out_tokens) {
                  secs > 0 ? static_cast<double>(out_tokens) / secs : 0.0);
 }
 
+// Sample k of an item's result takes one output delta of its engine request.
+void add_delta(ItemResult& r, size_t k, const serve::TextDelta& d) {
+    Sample& s = r.samples[k];
+    s.text += d.text;
+    s.token_ids.insert(s.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
+    s.logprobs.insert(s.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+    r.num_prompt_tokens = d.num_prompt_tokens;
+    if (k == 0) r.num_cached_tokens = d.num_cached_tokens;
+    if (d.prompt_logprobs && k == 0) r.prompt_logprobs = d.prompt_logprobs;
+    if (d.finished) {
+        s.finish = d.finish_reason;
+        s.stop_string = d.stop_string;
+        s.stop_token_id = d.stop_token_id;
+        s.error = d.error;
+    }
+}
+
 }  // namespace
 
 int offline_threads(const EngineOptions& o) {
@@ -297,22 +314,9 @@ int run_generate_batch(const GenerateBatchOptions& o, const model::ModelSource& 
         if (!processed.engine_aborts.empty()) core.abort(ipc::Abort{processed.engine_aborts});
         for (const auto& d : processed.deltas) {
             const auto [item, k] = owner.at(d.request_id);
-            ItemResult& r = results[item];
-            Sample& s = r.samples[k];
-            s.text += d.text;
-            s.token_ids.insert(s.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
-            s.logprobs.insert(s.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+            add_delta(results[item], k, d);
             num_output_tokens += static_cast<int64_t>(d.token_ids.size());
-            r.num_prompt_tokens = d.num_prompt_tokens;
-            if (k == 0) r.num_cached_tokens = d.num_cached_tokens;
-            if (d.prompt_logprobs && k == 0) r.prompt_logprobs = d.prompt_logprobs;
-            if (d.finished) {
-                s.finish = d.finish_reason;
-                s.stop_string = d.stop_string;
-                s.stop_token_id = d.stop_token_id;
-                s.error = d.error;
-                ++num_done;
-            }
+            num_done += d.finished ? 1 : 0;
         }
         const auto now = Clock::now();
         if (o.progress && (now - last_draw > std::chrono::milliseconds(200) || num_done == total)) {

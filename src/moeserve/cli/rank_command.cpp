@@ -196,6 +196,22 @@ engine::EngineConfig leader_engine_config(const RankOptions& o, const EngineOpti
     return ec;
 }
 
+// How this rank loads the model (its parallel layout is added once the group exists).
+model::LoadOptions rank_load_options(const EngineOptions& engine, const engine::SpeculativeConfig& speculative,
+                                     Logger& logger) {
+    model::LoadOptions load{.max_model_len = engine.max_model_len,
+                            .dtype = engine.dtype,
+                            .quantization = engine.quantization,
+                            .kv_cache_dtype = engine.kv_cache_dtype,
+                            .eplb = parse_eplb_flags(engine.enable_eplb, engine.eplb_config),
+                            .draft_head = speculative.uses_draft_head(),
+                            .logger = &logger};
+    if (const char* skew = std::getenv("MOESERVE_DEBUG_ROUTER_SKEW"); skew != nullptr) {
+        load.debug_router_skew = skew;  // a test hook (tests/integration/parallel_serve_test.py, suite eplb)
+    }
+    return load;
+}
+
 int run_rank(const RankOptions& o) {
     if (o.rejoin && std::getenv("MOESERVE_DEBUG_EXIT_ON_REJOIN") != nullptr) {  // a test hook: a crash loop
         std::fprintf(stderr, "rank %d: exiting at once on a restart (MOESERVE_DEBUG_EXIT_ON_REJOIN)\n", o.rank);
@@ -216,16 +232,7 @@ int run_rank(const RankOptions& o) {
     parallel::ParallelContext single;  // one rank: no communicators
     std::optional<RankGroup> group;
     const engine::SpeculativeConfig speculative = parse_speculative_config(engine.speculative_config, source);
-    model::LoadOptions load{.max_model_len = engine.max_model_len,
-                            .dtype = engine.dtype,
-                            .quantization = engine.quantization,
-                            .kv_cache_dtype = engine.kv_cache_dtype,
-                            .eplb = parse_eplb_flags(engine.enable_eplb, engine.eplb_config),
-                            .draft_head = speculative.uses_draft_head(),
-                            .logger = &logger};
-    if (const char* skew = std::getenv("MOESERVE_DEBUG_ROUTER_SKEW"); skew != nullptr) {
-        load.debug_router_skew = skew;  // a test hook (tests/integration/parallel_serve_test.py, suite eplb)
-    }
+    model::LoadOptions load = rank_load_options(engine, speculative, logger);
     if (sizes.world() > 1) {
         group.emplace(gloo_options(o, engine, config.dump()), o.rejoin, logger);
         load.parallel = model::ParallelConfig::from_context(group->context());

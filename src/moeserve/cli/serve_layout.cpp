@@ -61,6 +61,57 @@ std::string Deployment::bind_address() const { return fmt::format("tcp://{}:*", 
 std::string store_key_output_address() { return "moeserve/ipc/output"; }
 std::string store_key_input_address(int engine) { return fmt::format("moeserve/ipc/input/{}", engine); }
 
+namespace {
+
+// External load balancing (--data-parallel-rank r): this instance runs DP rank r alone, with its
+// own API server.
+void run_one_dp_rank(const ParallelFlags& f, int dp, Deployment& d) {
+    const int r = f.data_parallel_rank;
+    if (f.headless) {
+        raise(ErrorCode::kInvalidArgument,
+              "--data-parallel-rank {} runs that DP rank with its own API server; it does not go with --headless", r);
+    }
+    if (r >= dp) {
+        raise(ErrorCode::kInvalidArgument,
+              "--data-parallel-rank must be in [0, {}) for --data-parallel-size {}; got {}", dp, dp, r);
+    }
+    if ((f.data_parallel_start_rank != 0 && f.data_parallel_start_rank != r) ||
+        (f.data_parallel_size_local >= 0 && f.data_parallel_size_local != 1)) {
+        raise(ErrorCode::kInvalidArgument,
+              "--data-parallel-rank {} runs one DP rank (rank {}, size-local 1); drop --data-parallel-start-rank "
+              "and --data-parallel-size-local",
+              r, r);
+    }
+    // DP rank 0 may take any free port (0; it logs the one it bound), the others must be told it.
+    if (r > 0 && f.data_parallel_rpc_port == 0) {
+        raise(ErrorCode::kInvalidArgument,
+              "--data-parallel-rank {} needs --data-parallel-rpc-port: the instance of DP rank 0 hosts the "
+              "rendezvous store on it and the others connect to it",
+              r);
+    }
+    d.start = r;
+    d.local = 1;
+    d.external_lb = true;
+}
+
+// Tensor parallelism splits the attention heads, and splits or replicates the KV heads.
+void check_tp_splits_heads(int tp, const nlohmann::json& config) {
+    const int64_t heads = config_int(config, "num_attention_heads", 1, "--model");
+    const int64_t kv_heads = config_int(config, "num_key_value_heads", static_cast<int32_t>(heads), "--model");
+    if (heads % tp != 0) {
+        raise(ErrorCode::kInvalidArgument,
+              "--tensor-parallel-size {} does not divide the model's num_attention_heads {}", tp, heads);
+    }
+    if (kv_heads % tp != 0 && tp % kv_heads != 0) {
+        raise(ErrorCode::kInvalidArgument,
+              "--tensor-parallel-size {} and the model's num_key_value_heads {}: one must divide the other "
+              "(KV heads are split or replicated)",
+              tp, kv_heads);
+    }
+}
+
+}  // namespace
+
 Deployment make_deployment(const ParallelFlags& f, const nlohmann::json& config, const std::string& gloo_iface) {
     Deployment d;
     if (f.data_parallel_size < 1)
@@ -82,35 +133,7 @@ Deployment make_deployment(const ParallelFlags& f, const nlohmann::json& config,
               "--data-parallel-start-rank {} + --data-parallel-size-local {} exceeds --data-parallel-size {}", d.start,
               d.local, dp);
     }
-    if (f.data_parallel_rank >= 0) {
-        const int r = f.data_parallel_rank;
-        if (f.headless) {
-            raise(ErrorCode::kInvalidArgument,
-                  "--data-parallel-rank {} runs that DP rank with its own API server; it does not go with --headless",
-                  r);
-        }
-        if (r >= dp) {
-            raise(ErrorCode::kInvalidArgument,
-                  "--data-parallel-rank must be in [0, {}) for --data-parallel-size {}; got {}", dp, dp, r);
-        }
-        if ((f.data_parallel_start_rank != 0 && f.data_parallel_start_rank != r) ||
-            (f.data_parallel_size_local >= 0 && f.data_parallel_size_local != 1)) {
-            raise(ErrorCode::kInvalidArgument,
-                  "--data-parallel-rank {} runs one DP rank (rank {}, size-local 1); drop --data-parallel-start-rank "
-                  "and --data-parallel-size-local",
-                  r, r);
-        }
-        // DP rank 0 may take any free port (0; it logs the one it bound), the others must be told it.
-        if (r > 0 && f.data_parallel_rpc_port == 0) {
-            raise(ErrorCode::kInvalidArgument,
-                  "--data-parallel-rank {} needs --data-parallel-rpc-port: the instance of DP rank 0 hosts the "
-                  "rendezvous store on it and the others connect to it",
-                  r);
-        }
-        d.start = r;
-        d.local = 1;
-        d.external_lb = true;
-    }
+    if (f.data_parallel_rank >= 0) run_one_dp_rank(f, dp, d);
     if (!f.headless && !d.external_lb && d.start != 0) {
         raise(ErrorCode::kInvalidArgument,
               "the head node (without --headless) runs the DP ranks from 0; got --data-parallel-start-rank {} "
@@ -141,18 +164,7 @@ Deployment make_deployment(const ParallelFlags& f, const nlohmann::json& config,
         raise(ErrorCode::kInvalidArgument, "--max-rank-restarts must be >= 0; got {}", f.max_rank_restarts);
     }
     d.max_rank_restarts = f.max_rank_restarts;
-    const int64_t heads = config_int(config, "num_attention_heads", 1, "--model");
-    const int64_t kv_heads = config_int(config, "num_key_value_heads", static_cast<int32_t>(heads), "--model");
-    if (heads % tp != 0) {
-        raise(ErrorCode::kInvalidArgument,
-              "--tensor-parallel-size {} does not divide the model's num_attention_heads {}", tp, heads);
-    }
-    if (kv_heads % tp != 0 && tp % kv_heads != 0) {
-        raise(ErrorCode::kInvalidArgument,
-              "--tensor-parallel-size {} and the model's num_key_value_heads {}: one must divide the other "
-              "(KV heads are split or replicated)",
-              tp, kv_heads);
-    }
+    check_tp_splits_heads(tp, config);
     d.gloo_iface = gloo_iface;
     // Without an interface name, ranks bind: loopback when all are here, the head's address on the
     // head, and the machine's hostname elsewhere.

@@ -175,14 +175,8 @@ int run_api_servers(const ServeOptions& o, const Deployment& d) {
     serve::ReservedPort port(o.host, o.port);
     const std::string key = rank_plane_key(o, d);
     IpcDir run_dir;
-    std::unique_ptr<parallel::TcpStoreServer> store;
-    int store_port = d.rpc_port;
-    if (d.world() > 1 && d.start == 0) {
-        store = parallel::TcpStoreServer::start(d.address, d.rpc_port);
-        store_port = store->port();
-        MOESERVE_LOG_I(logger, "api", "rendezvous store on %s:%d for %d ranks (dp %d, tp %d, ep %d)", d.address.c_str(),
-                       store_port, d.world(), d.sizes.dp, d.sizes.tp, d.sizes.ep);
-    }
+    const std::unique_ptr<parallel::TcpStoreServer> store = start_rendezvous_store(d, logger);
+    const int store_port = store ? store->port() : d.rpc_port;
     RankProcesses children(environment_with(ipc::kRankPlaneKeyEnv, key));
     EngineEventLogWriter engine_events(engine_event_log(run_dir.path()));
     ApiServers servers(d, children, run_dir.path(), port.port(), engine_events, logger);

@@ -104,4 +104,12 @@ void spawn_local_ranks(RankProcesses& ranks, const EngineOptions& e, const Deplo
                    rejoin ? ", replacing the lost ones in their groups" : "", e.model.c_str());
 }
 
+std::unique_ptr<parallel::TcpStoreServer> start_rendezvous_store(const Deployment& d, Logger& logger) {
+    if (d.world() <= 1 || d.start != 0) return nullptr;
+    auto store = parallel::TcpStoreServer::start(d.address, d.rpc_port);
+    MOESERVE_LOG_I(logger, "api", "rendezvous store on %s:%d for %d ranks (dp %d, tp %d, ep %d)", d.address.c_str(),
+                   store->port(), d.world(), d.sizes.dp, d.sizes.tp, d.sizes.ep);
+    return store;
+}
+
 }  // namespace moeserve::cli

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -26,6 +27,7 @@
 #include "moeserve/cli/serve_command.h"
 #include "moeserve/core/error.h"
 #include "moeserve/core/log.h"
+#include "moeserve/parallel/rendezvous.h"
 
 namespace moeserve::cli {
 
@@ -288,5 +290,9 @@ private:
 // lost ranks of groups that formed without them (--rejoin).
 void spawn_local_ranks(RankProcesses& ranks, const EngineOptions& e, const Deployment& d, int store_port,
                        const std::string& ipc_dir, Logger& logger, bool rejoin = false);
+
+// The rendezvous store of the ranks' Gloo world, started where this node hosts it: more than one
+// rank, and (external load balancing) only on DP rank 0's instance. Null where it hosts none.
+std::unique_ptr<parallel::TcpStoreServer> start_rendezvous_store(const Deployment& d, Logger& logger);
 
 }  // namespace moeserve::cli
