@@ -293,7 +293,9 @@ serve::RouterConfig router_config(const ServeOptions& o, const nlohmann::json& c
     rc.kv_producer = kv_transfer.produces();
     rc.kv_consumer = kv_transfer.consumes();
     if (kv_transfer.role != engine::KvTransferConfig::Role::kNone) rc.kv_transfer_key = key;
-    rc.access.allowed_origins = cors_options(o).origins;
+    // The access policy's origins: only those listed (CORS answers "*" without the flag, but a
+    // loopback server still refuses other sites' requests then).
+    if (!o.allowed_origins.empty()) rc.access.allowed_origins = cors_options(o).origins;
     if (o.enable_auto_tool_choice) rc.tool_call_parser = o.tool_call_parser;
     serve::openai::ReasoningParser::Format reasoning{};
     if (serve::openai::reasoning_format_of(o.reasoning_parser, reasoning)) rc.reasoning_format = reasoning;

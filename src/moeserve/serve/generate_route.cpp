@@ -428,34 +428,40 @@ OJson Router::kv_transfer_params(const Job& job) const {
     return {{"do_remote_prefill", true}, {"transfers", std::move(transfers)}};
 }
 
+// What one engine output adds to a choice's answer.
+struct Router::OutputPiece {
+    ChoiceStream::Delta delta;
+    std::vector<openai::TokenLogprob> prompt_entries;  // echo + logprobs: the prompt's own entries, first
+    OJson prompt_logprobs;                             // vLLM's prompt_logprobs field
+    openai::ChatDelta chat;                            // chat: the delta's reasoning, content and tool calls
+    bool finished = false;
+};
+
+namespace {
+
+// Auto and required tool calls end a stopped chat answer with finish_reason "tool_calls" (vLLM).
+std::string answer_finish_reason(bool chat, const Choice& choice) {
+    const ChoiceStream& stream = *choice.stream;
+    if (chat && stream.finish_reason() == "stop" && choice.chat_output->calls_made() &&
+        !choice.chat_output->named_choice()) {
+        return "tool_calls";
+    }
+    return stream.finish_reason();
+}
+
+}  // namespace
+
 void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::RequestOutput& out) {
     if (job->done) return;
     Choice& choice = job->choices[c];
-    auto& stream = *choice.stream;
+    ChoiceStream& stream = *choice.stream;
     if (stream.finished()) return;  // after a stop string: the engine's abort output
-    if (out.finish_reason == ipc::FinishReason::kError) {
-        const bool engine_down = !engines_.healthy();
-        MOESERVE_LOG_E(logger_, "api", "request %s failed: %s", out.request_id.c_str(), out.error.c_str());
-        metrics_.on_request_finished({ipc::finish_reason_name(out.finish_reason), choice.prompt_tokens,
-                                      stream.num_tokens(), 0, steady_seconds() - job->arrival});
-        if (out.overloaded) return fail_job(job, 503, out.error, "queue_timeout");
-        return fail_job(job, engine_down ? 503 : 500,
-                        (engine_down ? "The engine is not running: " : "The engine failed the request: ") + out.error,
-                        engine_down ? "engine_unavailable" : nullptr);
-    }
+    if (out.finish_reason == ipc::FinishReason::kError) return on_engine_error(job, c, out);
     if (out.num_cached_tokens > 0) choice.cached_tokens = out.num_cached_tokens;
     if (!out.kv_transfer_endpoint.empty()) choice.kv_endpoint = out.kv_transfer_endpoint;
-    if (job->params.stream && job->params.kv_transfer.produce && !job->kv_params_sent &&
-        std::none_of(job->choices.begin(), job->choices.end(), [](const Choice& o) { return o.kv_endpoint.empty(); })) {
-        // Streaming the prefill half: the decode half may start fetching while this prompt runs.
-        job->kv_params_sent = true;
-        if (!job->disconnected) {
-            job->responder->send_chunk(openai::sse_event(
-                {{"id", job->meta.id}, {"choices", OJson::array()}, {"kv_transfer_params", kv_transfer_params(*job)}}));
-        }
-    }
+    send_kv_transfer_params(*job);
     choice.queue_seconds = out.queue_seconds;
-    auto delta = stream.push(out);
+    ChoiceStream::Delta delta = stream.push(out);
     if (!out.new_token_ids.empty()) {
         const double now = steady_seconds();
         if (choice.last_token_time > 0) metrics_.on_inter_token(now - choice.last_token_time);
@@ -463,94 +469,129 @@ void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::Req
         if (choice.first_token_time == 0) choice.first_token_time = now;
     }
     if (stream.stopped_by_string()) engines_.abort({choice.engine_id});
-    auto& result = choice.result;
     const bool first = !choice.first_chunk_sent;
     if (job->echo_only) {  // nothing generated is shown
         delta.text.clear();
         delta.logprobs.clear();
     }
-    // The prompt's own entries come first (echo + logprobs; vLLM's prompt_logprobs field).
-    std::vector<openai::TokenLogprob> prompt_entries;
-    OJson prompt_lps;
-    if (delta.prompt_logprobs) {
-        if (job->params.prompt_logprobs) prompt_lps = prompt_logprobs_json(*delta.prompt_logprobs);
-        if (job->echo_logprobs) {
-            const auto& ids = job->prompt_ids[choice.prompt];
-            openai::TokenLogprob head = stream.logprob_text({ids.front(), 0, 0, {}});
-            head.unknown = true;
-            prompt_entries.push_back(std::move(head));
-            for (const auto& e : *delta.prompt_logprobs) {
-                openai::TokenLogprob t = stream.logprob_text(e);
-                t.top.resize(std::min<size_t>(t.top.size(), static_cast<size_t>(*job->params.logprobs)));
-                prompt_entries.push_back(std::move(t));
-            }
-        }
-    }
-    const bool finished = stream.finished();
-    openai::ChatDelta chat_delta;
-    if (job->chat) {
-        auto& chat_out = *choice.chat_output;
-        chat_delta = chat_out.push(delta.text);
-        if (finished) {
-            openai::ChatDelta rest = chat_out.finish();
-            chat_delta.reasoning += rest.reasoning;
-            chat_delta.content += rest.content;
-            chat_delta.tool_calls.insert(chat_delta.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
-        }
-    }
-    // Auto and required calls end a stopped answer with finish_reason "tool_calls" (vLLM).
-    const auto finish_reason = [&]() -> std::string {
-        if (job->chat && stream.finish_reason() == "stop" && choice.chat_output->calls_made() &&
-            !choice.chat_output->named_choice()) {
-            return "tool_calls";
-        }
-        return stream.finish_reason();
-    };
+    OutputPiece piece = output_piece(*job, c, std::move(delta));
+    const bool finished = piece.finished;
     if (job->params.stream) {
-        openai::ChoiceData d;
-        d.index = result.index;
-        d.has_logprobs = result.has_logprobs;
-        d.prompt_logprobs = std::move(prompt_lps);
-        d.logprobs = std::move(prompt_entries);
-        for (auto& lp : delta.logprobs) d.logprobs.push_back(std::move(lp));
-        if (job->chat) {
-            d.text = std::move(chat_delta.content);
-            d.reasoning = std::move(chat_delta.reasoning);
-            d.tool_call_deltas = std::move(chat_delta.tool_calls);
-        } else {
-            d.text = delta.text;
-        }
-        if (first && !choice.echo.empty()) d.text = choice.echo + d.text;
-        d.text_offset = choice.chars_sent;
-        if (finished) {
-            d.finish_reason = finish_reason();
-            d.stop_reason = stream.stop_reason();
-        }
-        if (job->params.continuous_usage_stats) {
-            d.usage =
-                openai::Usage{choice.prompt_tokens, job->echo_only ? 0 : stream.num_tokens(), choice.cached_tokens};
-        }
-        const bool has_news = !d.text.empty() || !d.reasoning.empty() || !d.tool_call_deltas.empty() ||
-                              d.finish_reason || !d.logprobs.empty() || !d.prompt_logprobs.is_null();
-        if (has_news || (first && job->chat)) {
-            choice.first_chunk_sent = true;
-            for (const auto& lp : d.logprobs) choice.chars_sent += openai::utf8_length(lp.token);
-            if (d.logprobs.empty()) choice.chars_sent += openai::utf8_length(d.text);
-            if (!job->disconnected) {
-                job->responder->send_chunk(openai::sse_event(job->chat ? openai::chat_chunk(job->meta, d, first)
-                                                                       : openai::completion_chunk(job->meta, d)));
+        send_chunk(*job, c, std::move(piece), first);
+    } else {
+        gather(*job, c, std::move(piece));
+    }
+    if (finished) finish_choice(job, c);
+}
+
+void Router::on_engine_error(const std::shared_ptr<Job>& job, size_t c, const ipc::RequestOutput& out) {
+    const Choice& choice = job->choices[c];
+    const bool engine_down = !engines_.healthy();
+    MOESERVE_LOG_E(logger_, "api", "request %s failed: %s", out.request_id.c_str(), out.error.c_str());
+    metrics_.on_request_finished({ipc::finish_reason_name(out.finish_reason), choice.prompt_tokens,
+                                  choice.stream->num_tokens(), 0, steady_seconds() - job->arrival});
+    if (out.overloaded) return fail_job(job, 503, out.error, "queue_timeout");
+    fail_job(job, engine_down ? 503 : 500,
+             (engine_down ? "The engine is not running: " : "The engine failed the request: ") + out.error,
+             engine_down ? "engine_unavailable" : nullptr);
+}
+
+void Router::send_kv_transfer_params(Job& job) {
+    if (!job.params.stream || !job.params.kv_transfer.produce || job.kv_params_sent) return;
+    if (std::any_of(job.choices.begin(), job.choices.end(), [](const Choice& o) { return o.kv_endpoint.empty(); }))
+        return;
+    job.kv_params_sent = true;
+    if (!job.disconnected) {
+        job.responder->send_chunk(openai::sse_event(
+            {{"id", job.meta.id}, {"choices", OJson::array()}, {"kv_transfer_params", kv_transfer_params(job)}}));
+    }
+}
+
+Router::OutputPiece Router::output_piece(const Job& job, size_t c, ChoiceStream::Delta delta) const {
+    const Choice& choice = job.choices[c];
+    OutputPiece piece;
+    if (delta.prompt_logprobs) {
+        if (job.params.prompt_logprobs) piece.prompt_logprobs = prompt_logprobs_json(*delta.prompt_logprobs);
+        if (job.echo_logprobs) {
+            const auto& ids = job.prompt_ids[choice.prompt];
+            openai::TokenLogprob head = choice.stream->logprob_text({ids.front(), 0, 0, {}});
+            head.unknown = true;
+            piece.prompt_entries.push_back(std::move(head));
+            for (const auto& e : *delta.prompt_logprobs) {
+                openai::TokenLogprob t = choice.stream->logprob_text(e);
+                t.top.resize(std::min<size_t>(t.top.size(), static_cast<size_t>(*job.params.logprobs)));
+                piece.prompt_entries.push_back(std::move(t));
             }
         }
-    } else {
-        for (auto& lp : prompt_entries) result.logprobs.push_back(std::move(lp));
-        for (auto& lp : delta.logprobs) result.logprobs.push_back(std::move(lp));
-        if (!prompt_lps.is_null()) result.prompt_logprobs = std::move(prompt_lps);
-        if (job->chat) {
-            result.reasoning += chat_delta.reasoning;
-            choice.parsed.add({std::move(chat_delta.content), std::move(chat_delta.tool_calls)});
+    }
+    piece.finished = choice.stream->finished();
+    if (job.chat) {
+        openai::ChatOutput& chat_out = *choice.chat_output;
+        piece.chat = chat_out.push(delta.text);
+        if (piece.finished) {
+            openai::ChatDelta rest = chat_out.finish();
+            piece.chat.reasoning += rest.reasoning;
+            piece.chat.content += rest.content;
+            piece.chat.tool_calls.insert(piece.chat.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
         }
     }
-    if (!finished) return;
+    piece.delta = std::move(delta);
+    return piece;
+}
+
+void Router::send_chunk(Job& job, size_t c, OutputPiece piece, bool first) {
+    Choice& choice = job.choices[c];
+    const ChoiceStream& stream = *choice.stream;
+    openai::ChoiceData d;
+    d.index = choice.result.index;
+    d.has_logprobs = choice.result.has_logprobs;
+    d.prompt_logprobs = std::move(piece.prompt_logprobs);
+    d.logprobs = std::move(piece.prompt_entries);
+    for (auto& lp : piece.delta.logprobs) d.logprobs.push_back(std::move(lp));
+    if (job.chat) {
+        d.text = std::move(piece.chat.content);
+        d.reasoning = std::move(piece.chat.reasoning);
+        d.tool_call_deltas = std::move(piece.chat.tool_calls);
+    } else {
+        d.text = piece.delta.text;
+    }
+    if (first && !choice.echo.empty()) d.text = choice.echo + d.text;
+    d.text_offset = choice.chars_sent;
+    if (piece.finished) {
+        d.finish_reason = answer_finish_reason(job.chat, choice);
+        d.stop_reason = stream.stop_reason();
+    }
+    if (job.params.continuous_usage_stats) {
+        d.usage = openai::Usage{choice.prompt_tokens, job.echo_only ? 0 : stream.num_tokens(), choice.cached_tokens};
+    }
+    const bool has_news = !d.text.empty() || !d.reasoning.empty() || !d.tool_call_deltas.empty() || d.finish_reason ||
+                          !d.logprobs.empty() || !d.prompt_logprobs.is_null();
+    if (!has_news && !(first && job.chat)) return;
+    choice.first_chunk_sent = true;
+    for (const auto& lp : d.logprobs) choice.chars_sent += openai::utf8_length(lp.token);
+    if (d.logprobs.empty()) choice.chars_sent += openai::utf8_length(d.text);
+    if (!job.disconnected) {
+        job.responder->send_chunk(openai::sse_event(job.chat ? openai::chat_chunk(job.meta, d, first)
+                                                             : openai::completion_chunk(job.meta, d)));
+    }
+}
+
+void Router::gather(Job& job, size_t c, OutputPiece piece) {
+    Choice& choice = job.choices[c];
+    openai::ChoiceData& result = choice.result;
+    for (auto& lp : piece.prompt_entries) result.logprobs.push_back(std::move(lp));
+    for (auto& lp : piece.delta.logprobs) result.logprobs.push_back(std::move(lp));
+    if (!piece.prompt_logprobs.is_null()) result.prompt_logprobs = std::move(piece.prompt_logprobs);
+    if (job.chat) {
+        result.reasoning += piece.chat.reasoning;
+        choice.parsed.add({std::move(piece.chat.content), std::move(piece.chat.tool_calls)});
+    }
+}
+
+void Router::finish_choice(const std::shared_ptr<Job>& job, size_t c) {
+    Choice& choice = job->choices[c];
+    const ChoiceStream& stream = *choice.stream;
+    openai::ChoiceData& result = choice.result;
     const double now = steady_seconds();
     const double ttft = choice.first_token_time > 0 ? choice.first_token_time - job->arrival : 0;
     const int64_t num_generated = job->echo_only ? 0 : stream.num_tokens();
@@ -568,7 +609,7 @@ void Router::on_output(const std::shared_ptr<Job>& job, size_t c, const ipc::Req
     } else {
         result.text = choice.echo + (job->echo_only ? "" : stream.text());
     }
-    result.finish_reason = finish_reason();
+    result.finish_reason = answer_finish_reason(job->chat, choice);
     result.stop_reason = stream.stop_reason();
     if (++job->num_finished == job->choices.size()) finish_job(job);
 }

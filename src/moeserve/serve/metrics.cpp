@@ -8,6 +8,7 @@
 #include <iterator>
 #include <optional>
 #include <sstream>
+#include <variant>
 
 namespace moeserve::serve {
 
@@ -332,49 +333,160 @@ void render_eplb(std::string& out, const std::vector<ipc::Stats>& engines, const
 }
 }  // namespace
 
-std::string Metrics::render_local(const std::vector<ipc::Stats>& engines, int64_t num_in_flight) const {
-    const std::string model = fmt::format("model_name=\"{}\"", model_name_);
-    std::string out;
-    const auto head = [&](const char* name, const char* type, const char* help) {
-        out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+namespace {
+
+using StatsField =
+    std::variant<int32_t ipc::Stats::*, int64_t ipc::Stats::*, float ipc::Stats::*, double ipc::Stats::*>;
+
+std::string field_text(const ipc::Stats& s, const StatsField& field) {
+    return std::visit([&s](auto member) { return fmt::format("{}", s.*member); }, field);
+}
+
+// A family with one series per engine (label engine = its DP rank) of a Stats field.
+struct EngineSeries {
+    const char* name;
+    const char* type;
+    const char* help;
+    StatsField field;
+};
+
+// A family with one series per engine and label value, each a Stats field.
+struct LabeledEngineSeries {
+    const char* name;
+    const char* type;
+    const char* help;
+    const char* label;
+    std::vector<std::pair<const char*, StatsField>> values;
+};
+
+// Adding a per-engine series is one row here, besides its Stats field (which the engine fills
+// and the ipc codec carries). vLLM's families first, then ours.
+const std::vector<EngineSeries>& engine_series() {
+    using S = ipc::Stats;
+    static const std::vector<EngineSeries> rows = {
+        {"vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", &S::num_running},
+        {"vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", &S::num_waiting},
+        {"vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", &S::kv_cache_usage},
+        {"vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.",
+         &S::prefix_cache_queries},
+        {"vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
+         &S::prefix_cache_hits},
+        {"vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.",
+         &S::num_preemptions},
+        {"vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", &S::num_prompt_tokens},
+        {"vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
+         &S::num_generation_tokens},
+        // Speculative decoding (--speculative-config); zero without it.
+        {"vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.", &S::spec_num_drafts},
+        {"vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.", &S::spec_num_draft_tokens},
+        {"vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.",
+         &S::spec_num_accepted_tokens},
+        {"moeserve:spec_decode_draft_budget", "gauge",
+         "Tokens a sequence may draft in a step now (the adaptive rule; num_speculative_tokens when off).",
+         &S::spec_draft_budget},
+        // DP lock-step / PD hybrid counters (engine/dp_coordinator.h); zero for a single engine.
+        {"moeserve:guard_decode_steps_total", "counter", "Decode steps forced by the PD-hybrid starvation guard.",
+         &S::num_guard_decode_steps},
+        {"moeserve:decode_requests_stalled_total", "counter", "Sum over prefill steps of the decodes kept waiting.",
+         &S::num_decode_requests_stalled},
+        {"moeserve:dp_control_seconds_total", "counter", "Seconds in the per-step DP control collective.",
+         &S::dp_control_seconds},
+        {"moeserve:forward_seconds_total", "counter", "Seconds in forwards, MoE collectives included.",
+         &S::forward_seconds},
+        // PD disaggregation (engine/kv_transfer/); zero without --kv-transfer-config.
+        {"moeserve:kv_wait_seconds_total", "counter",
+         "Decode instance: seconds requests waited from admission until their KV had arrived.", &S::kv_wait_seconds},
+        {"moeserve:kv_held_requests", "gauge", "Prefill instance: finished requests holding KV for a consumer.",
+         &S::kv_held_transfers},
+        {"moeserve:kv_waiting_requests", "gauge", "Decode instance: requests waiting for their KV.",
+         &S::kv_waiting_requests},
     };
-    // One series per engine (label engine = its DP rank) of a Stats field.
-    using S = const ipc::Stats&;
-    const auto per_engine = [&](const char* name, const char* type, const char* help, auto field) {
-        head(name, type, help);
+    return rows;
+}
+
+// Per-engine families with a label (phase, part, role), one row each.
+const std::vector<LabeledEngineSeries>& labeled_engine_series() {
+    using S = ipc::Stats;
+    static const std::vector<LabeledEngineSeries> rows = {
+        {"moeserve:engine_steps_total",
+         "counter",
+         "Engine steps by phase, per engine (dummy: lock-step steps without work).",
+         "phase",
+         {{"prefill", &S::num_prefill_steps},
+          {"decode", &S::num_decode_steps},
+          {"dummy", &S::num_dummy_steps},
+          {"all", &S::num_steps}}},
+        // DP lock-step / PD hybrid counters (engine/dp_coordinator.h); zero for a single engine.
+        {"moeserve:dummy_steps_total",
+         "counter",
+         "Dummy forwards (no work of the agreed phase), per engine and phase.",
+         "phase",
+         {{"prefill", &S::num_dummy_prefill_steps}, {"decode", &S::num_dummy_decode_steps}}},
+        {"moeserve:step_seconds_total",
+         "counter",
+         "Engine step time by part, per engine: schedule, prepare (ForwardBatch + block tables), forward "
+         "(lm_head included), sample (logits -> tokens), update (scheduler outputs), output (IPC of the outputs).",
+         "part",
+         {{"schedule", &S::step_schedule_seconds},
+          {"prepare", &S::step_prepare_seconds},
+          {"forward", &S::step_forward_seconds},
+          {"sample", &S::step_sample_seconds},
+          {"update", &S::step_update_seconds},
+          {"output", &S::step_output_seconds}}},
+        // PD disaggregation (engine/kv_transfer/): zero without --kv-transfer-config. role="producer":
+        // KV this prefill instance sent; role="consumer": KV this decode instance fetched.
+        {"moeserve:kv_transfer_bytes_total",
+         "counter",
+         "KV cache bytes sent (producer) or fetched (consumer).",
+         "role",
+         {{"producer", &S::kv_sent_bytes}, {"consumer", &S::kv_received_bytes}}},
+        {"moeserve:kv_transfers_total",
+         "counter",
+         "Requests whose KV was sent (producer) or fetched (consumer).",
+         "role",
+         {{"producer", &S::kv_sent_transfers}, {"consumer", &S::kv_received_transfers}}},
+        {"moeserve:kv_transfer_seconds_total",
+         "counter",
+         "Seconds moving KV: from a fetch's arrival to its last block sent (producer), from the fetch request "
+         "to the last block written (consumer); divide by moeserve:kv_transfers_total for the time per request.",
+         "role",
+         {{"producer", &S::kv_send_seconds}, {"consumer", &S::kv_receive_seconds}}},
+        {"moeserve:kv_transfer_failures_total",
+         "counter",
+         "Transfers held but never fetched within hold_ms (producer) or failed (consumer).",
+         "role",
+         {{"producer", &S::kv_expired_transfers}, {"consumer", &S::kv_failed_transfers}}},
+    };
+    return rows;
+}
+
+void render_head(std::string& out, const char* name, const char* type, const char* help) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+void render_engine_series(std::string& out, const std::vector<ipc::Stats>& engines, const std::string& model) {
+    for (const EngineSeries& row : engine_series()) {
+        render_head(out, row.name, row.type, row.help);
         for (const auto& s : engines) {
-            out += fmt::format("{}{{{},engine=\"{}\"}} {}\n", name, model, s.engine_index, field(s));
+            out +=
+                fmt::format("{}{{{},engine=\"{}\"}} {}\n", row.name, model, s.engine_index, field_text(s, row.field));
         }
-    };
-    // vLLM's families.
-    per_engine("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
-               [](S s) { return s.num_running; });
-    per_engine("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
-               [](S s) { return s.num_waiting; });
-    per_engine("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
-               [](S s) { return s.kv_cache_usage; });
-    per_engine("vllm:prefix_cache_queries_total", "counter",
-               "Prefix cache queries, in terms of number of queried tokens.",
-               [](S s) { return s.prefix_cache_queries; });
-    per_engine("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
-               [](S s) { return s.prefix_cache_hits; });
-    per_engine("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.",
-               [](S s) { return s.num_preemptions; });
-    per_engine("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
-               [](S s) { return s.num_prompt_tokens; });
-    per_engine("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
-               [](S s) { return s.num_generation_tokens; });
-    // Speculative decoding (--speculative-config); zero without it.
-    per_engine("vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.",
-               [](S s) { return s.spec_num_drafts; });
-    per_engine("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.",
-               [](S s) { return s.spec_num_draft_tokens; });
-    per_engine("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.",
-               [](S s) { return s.spec_num_accepted_tokens; });
-    per_engine("moeserve:spec_decode_draft_budget", "gauge",
-               "Tokens a sequence may draft in a step now (the adaptive rule; num_speculative_tokens when off).",
-               [](S s) { return s.spec_draft_budget; });
-    head("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted tokens per draft position.");
+    }
+    for (const LabeledEngineSeries& row : labeled_engine_series()) {
+        render_head(out, row.name, row.type, row.help);
+        for (const auto& s : engines) {
+            for (const auto& [value, field] : row.values) {
+                out += fmt::format("{}{{{},engine=\"{}\",{}=\"{}\"}} {}\n", row.name, model, s.engine_index, row.label,
+                                   value, field_text(s, field));
+            }
+        }
+    }
+}
+
+// The per-engine families whose series are lists: accepted drafts by position, tokens per step.
+void render_engine_lists(std::string& out, const std::vector<ipc::Stats>& engines, const std::string& model) {
+    render_head(out, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+                "Accepted tokens per draft position.");
     for (const auto& s : engines) {
         for (size_t pos = 0; pos < s.spec_num_accepted_tokens_per_pos.size(); ++pos) {
             out += fmt::format(
@@ -382,7 +494,7 @@ std::string Metrics::render_local(const std::vector<ipc::Stats>& engines, int64_
                 s.engine_index, pos, s.spec_num_accepted_tokens_per_pos[pos]);
         }
     }
-    head("vllm:iteration_tokens_total", "histogram", "Histogram of number of tokens per engine_step.");
+    render_head(out, "vllm:iteration_tokens_total", "histogram", "Histogram of number of tokens per engine_step.");
     for (const auto& s : engines) {
         int64_t cumulative = 0, count = 0;
         for (int64_t n : s.iteration_token_steps) count += n;
@@ -397,15 +509,24 @@ std::string Metrics::render_local(const std::vector<ipc::Stats>& engines, int64_
                            s.iteration_tokens_sum);
         out += fmt::format("vllm:iteration_tokens_total_count{{{},engine=\"{}\"}} {}\n", model, s.engine_index, count);
     }
+}
+
+}  // namespace
+
+std::string Metrics::render_local(const std::vector<ipc::Stats>& engines, int64_t num_in_flight) const {
+    const std::string model = fmt::format("model_name=\"{}\"", model_name_);
+    std::string out;
+    render_engine_series(out, engines, model);
+    render_engine_lists(out, engines, model);
     if (!cache_config_.empty()) {
-        head("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
+        render_head(out, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
         std::string labels;
         for (const auto& [k, v] : cache_config_) labels += fmt::format("{}=\"{}\",", k, v);
         out += fmt::format("vllm:cache_config_info{{{}{}}} 1\n", labels, model);
     }
     {
         std::lock_guard lock(mutex_);
-        head("vllm:request_success_total", "counter", "Count of successfully processed requests.");
+        render_head(out, "vllm:request_success_total", "counter", "Count of successfully processed requests.");
         for (const ipc::FinishReason r : ipc::kFinishReasons) {
             const char* reason = ipc::finish_reason_name(r);
             const auto it = finished_by_reason_.find(reason);
@@ -414,98 +535,24 @@ std::string Metrics::render_local(const std::vector<ipc::Stats>& engines, int64_
         }
         const std::vector<RequestHistogram>& rows = request_histograms();
         for (size_t i = 0; i < rows.size(); ++i) {
-            head(rows[i].name, "histogram", rows[i].help);
+            render_head(out, rows[i].name, "histogram", rows[i].help);
             histograms_[i].render(out, rows[i].name, model);
         }
         // Ours.
-        head("moeserve:http_responses_total", "counter", "HTTP answers by status code.");
+        render_head(out, "moeserve:http_responses_total", "counter", "HTTP answers by status code.");
         for (const auto& [status, n] : http_by_status_) {
             out += fmt::format("moeserve:http_responses_total{{{},status=\"{}\"}} {}\n", model, status, n);
         }
     }
-    head("moeserve:group_restarts_total", "counter",
-         "Dead rank processes started again, their group re-formed (--max-rank-restarts).");
+    render_head(out, "moeserve:group_restarts_total", "counter",
+                "Dead rank processes started again, their group re-formed (--max-rank-restarts).");
     out += fmt::format("moeserve:group_restarts_total{{{}}} {}\n", model, group_restarts_.load());
-    head("moeserve:num_requests_in_flight", "gauge", "Requests the API server sent and not finished.");
+    render_head(out, "moeserve:num_requests_in_flight", "gauge", "Requests the API server sent and not finished.");
     out += fmt::format("moeserve:num_requests_in_flight{{{}}} {}\n", model, num_in_flight);
-    head("moeserve:engine_steps_total", "counter",
-         "Engine steps by phase, per engine (dummy: lock-step steps without work).");
-    for (const auto& s : engines) {
-        for (const auto& [phase, n] :
-             {std::pair{"prefill", s.num_prefill_steps}, std::pair{"decode", s.num_decode_steps},
-              std::pair{"dummy", s.num_dummy_steps}, std::pair{"all", s.num_steps}}) {
-            out += fmt::format("moeserve:engine_steps_total{{{},engine=\"{}\",phase=\"{}\"}} {}\n", model,
-                               s.engine_index, phase, n);
-        }
-    }
-    // DP lock-step / PD hybrid counters (engine/dp_coordinator.h); zero for a single engine.
-    head("moeserve:dummy_steps_total", "counter",
-         "Dummy forwards (no work of the agreed phase), per engine and phase.");
-    for (const auto& s : engines) {
-        for (const auto& [phase, n] :
-             {std::pair{"prefill", s.num_dummy_prefill_steps}, std::pair{"decode", s.num_dummy_decode_steps}}) {
-            out += fmt::format("moeserve:dummy_steps_total{{{},engine=\"{}\",phase=\"{}\"}} {}\n", model,
-                               s.engine_index, phase, n);
-        }
-    }
-    per_engine("moeserve:guard_decode_steps_total", "counter", "Decode steps forced by the PD-hybrid starvation guard.",
-               [](S s) { return s.num_guard_decode_steps; });
-    per_engine("moeserve:decode_requests_stalled_total", "counter",
-               "Sum over prefill steps of the decodes kept waiting.",
-               [](S s) { return s.num_decode_requests_stalled; });
-    per_engine("moeserve:dp_control_seconds_total", "counter", "Seconds in the per-step DP control collective.",
-               [](S s) { return s.dp_control_seconds; });
-    per_engine("moeserve:forward_seconds_total", "counter", "Seconds in forwards, MoE collectives included.",
-               [](S s) { return s.forward_seconds; });
-    head("moeserve:step_seconds_total", "counter",
-         "Engine step time by part, per engine: schedule, prepare (ForwardBatch + block tables), forward "
-         "(lm_head included), sample (logits -> tokens), update (scheduler outputs), output (IPC of the outputs).");
-    for (const auto& s : engines) {
-        for (const auto& [part, v] :
-             {std::pair{"schedule", s.step_schedule_seconds}, std::pair{"prepare", s.step_prepare_seconds},
-              std::pair{"forward", s.step_forward_seconds}, std::pair{"sample", s.step_sample_seconds},
-              std::pair{"update", s.step_update_seconds}, std::pair{"output", s.step_output_seconds}}) {
-            out += fmt::format("moeserve:step_seconds_total{{{},engine=\"{}\",part=\"{}\"}} {}\n", model,
-                               s.engine_index, part, v);
-        }
-    }
-    // PD disaggregation (engine/kv_transfer/): zero without --kv-transfer-config. role="producer":
-    // KV this prefill instance sent; role="consumer": KV this decode instance fetched.
-    const auto per_role = [&](const char* name, const char* type, const char* help, auto producer, auto consumer) {
-        head(name, type, help);
-        for (const auto& s : engines) {
-            out +=
-                fmt::format("{}{{{},engine=\"{}\",role=\"producer\"}} {}\n", name, model, s.engine_index, producer(s));
-            out +=
-                fmt::format("{}{{{},engine=\"{}\",role=\"consumer\"}} {}\n", name, model, s.engine_index, consumer(s));
-        }
-    };
-    per_role(
-        "moeserve:kv_transfer_bytes_total", "counter", "KV cache bytes sent (producer) or fetched (consumer).",
-        [](S s) { return s.kv_sent_bytes; }, [](S s) { return s.kv_received_bytes; });
-    per_role(
-        "moeserve:kv_transfers_total", "counter", "Requests whose KV was sent (producer) or fetched (consumer).",
-        [](S s) { return s.kv_sent_transfers; }, [](S s) { return s.kv_received_transfers; });
-    per_role(
-        "moeserve:kv_transfer_seconds_total", "counter",
-        "Seconds moving KV: from a fetch's arrival to its last block sent (producer), from the fetch request "
-        "to the last block written (consumer); divide by moeserve:kv_transfers_total for the time per request.",
-        [](S s) { return s.kv_send_seconds; }, [](S s) { return s.kv_receive_seconds; });
-    per_role(
-        "moeserve:kv_transfer_failures_total", "counter",
-        "Transfers held but never fetched within hold_ms (producer) or failed (consumer).",
-        [](S s) { return s.kv_expired_transfers; }, [](S s) { return s.kv_failed_transfers; });
-    per_engine("moeserve:kv_wait_seconds_total", "counter",
-               "Decode instance: seconds requests waited from admission until their KV had arrived.",
-               [](S s) { return s.kv_wait_seconds; });
-    per_engine("moeserve:kv_held_requests", "gauge", "Prefill instance: finished requests holding KV for a consumer.",
-               [](S s) { return s.kv_held_transfers; });
-    per_engine("moeserve:kv_waiting_requests", "gauge", "Decode instance: requests waiting for their KV.",
-               [](S s) { return s.kv_waiting_requests; });
     render_eplb(out, engines, model);
     if (!kernel_isa().empty()) {
-        head("moeserve:kernel_isa_info", "gauge",
-             "The ISA level the CPU kernels run at (MOESERVE_ISA or the best found).");
+        render_head(out, "moeserve:kernel_isa_info", "gauge",
+                    "The ISA level the CPU kernels run at (MOESERVE_ISA or the best found).");
         out += fmt::format("moeserve:kernel_isa_info{{isa=\"{}\"}} 1\n", kernel_isa());
     }
     return out;

@@ -113,6 +113,64 @@ std::vector<int32_t> Router::encode_prompt(const std::string& text, bool add_spe
     return tokenizer_.encode(text, add_special_tokens);
 }
 
+void Router::reply_health(const std::shared_ptr<Responder>& responder) {
+    // Unhealthy: why (an engine recovering, dead, starting or stalled), and the code a load
+    // balancer can tell a restart in progress by.
+    const std::string why = engines_.unhealthy_reason();
+    if (why.empty()) return reply(responder, 200, kJsonMediaType, "{}");
+    const bool recovering = engines_.num_recovering() > 0;
+    return reply(responder, 503, kJsonMediaType,
+                 openai::error_body(ApiError(503, "The engine is not running: " + why, "server_error", std::nullopt,
+                                             recovering ? "engine_recovering" : "engine_unavailable")));
+}
+
+// GET /v1/models and /v1/models/{id}: the served name and its aliases.
+void Router::reply_models(const std::string& path, const std::shared_ptr<Responder>& responder) {
+    const auto model = [&](const std::string& id) {
+        return OJson{{"id", id},
+                     {"object", "model"},
+                     {"created", unix_seconds()},
+                     {"owned_by", "moeserve"},
+                     {"root", config_.model_path},
+                     {"parent", nullptr},
+                     {"max_model_len", config_.limits.max_model_len}};
+    };
+    std::vector<std::string> names = {config_.limits.served_model_name};
+    names.insert(names.end(), config_.limits.model_aliases.begin(), config_.limits.model_aliases.end());
+    if (path == "/v1/models") {
+        OJson data = OJson::array();
+        for (const auto& n : names) data.push_back(model(n));
+        return reply(responder, 200, kJsonMediaType, dump(OJson{{"object", "list"}, {"data", data}}));
+    }
+    const std::string id = path.substr(std::string("/v1/models/").size());
+    if (std::find(names.begin(), names.end(), id) == names.end()) {
+        throw ApiError(404, fmt::format("The model `{}` does not exist.", id), "invalid_request_error", "model",
+                       "model_not_found");
+    }
+    return reply(responder, 200, kJsonMediaType, dump(model(id)));
+}
+
+// POST /tokenize: a prompt, or chat messages rendered by the chat template.
+void Router::tokenize(const nlohmann::ordered_json& body, const std::shared_ptr<Responder>& responder) {
+    const auto r = openai::parse_tokenize_request(body, config_.limits);
+    warn_unknown_fields(r.unknown_fields, "/tokenize");
+    const std::vector<int32_t> ids = r.prompt
+                                         ? encode_prompt(*r.prompt, r.add_special_tokens, "prompt")
+                                         : chat_prompt({&r.messages, r.add_generation_prompt, r.continue_final_message,
+                                                        false, r.tools, r.chat_template_kwargs, ""})
+                                               .ids;
+    OJson strs = nullptr;
+    if (r.return_token_strs) {  // the vocabulary's tokens, as transformers' convert_ids_to_tokens
+        strs = OJson::array();
+        for (int32_t id : ids) strs.push_back(tokenizer_.id_to_token(id).value_or(""));
+    }
+    reply(responder, 200, kJsonMediaType,
+          dump(OJson{{"count", ids.size()},
+                     {"max_model_len", config_.limits.max_model_len},
+                     {"tokens", ids},
+                     {"token_strs", strs}}));
+}
+
 void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& responder) {
     const std::string path = route_path(request.target);
     access_.check(request, path);
@@ -126,14 +184,7 @@ void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& respo
     const auto json_check = [&] { AccessPolicy::check_json(request); };
     if (path == "/health" || path == "/ping") {  // /ping: SageMaker's, GET or POST, as vLLM
         method_check(get || (post && path == "/ping"));
-        // Unhealthy: why (an engine recovering, dead, starting or stalled), and the code a load
-        // balancer can tell a restart in progress by.
-        const std::string why = engines_.unhealthy_reason();
-        if (why.empty()) return reply(responder, 200, kJsonMediaType, "{}");
-        const bool recovering = engines_.num_recovering() > 0;
-        return reply(responder, 503, kJsonMediaType,
-                     openai::error_body(ApiError(503, "The engine is not running: " + why, "server_error", std::nullopt,
-                                                 recovering ? "engine_recovering" : "engine_unavailable")));
+        return reply_health(responder);
     }
     if (path == "/load") {  // vLLM's: requests in flight (it counts them with --enable-server-load-tracking)
         method_check(get);
@@ -150,28 +201,7 @@ void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& respo
     }
     if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
         method_check(get);
-        const auto model = [&](const std::string& id) {
-            return OJson{{"id", id},
-                         {"object", "model"},
-                         {"created", unix_seconds()},
-                         {"owned_by", "moeserve"},
-                         {"root", config_.model_path},
-                         {"parent", nullptr},
-                         {"max_model_len", config_.limits.max_model_len}};
-        };
-        std::vector<std::string> names = {config_.limits.served_model_name};
-        names.insert(names.end(), config_.limits.model_aliases.begin(), config_.limits.model_aliases.end());
-        if (path == "/v1/models") {
-            OJson data = OJson::array();
-            for (const auto& n : names) data.push_back(model(n));
-            return reply(responder, 200, kJsonMediaType, dump(OJson{{"object", "list"}, {"data", data}}));
-        }
-        const std::string id = path.substr(std::string("/v1/models/").size());
-        if (std::find(names.begin(), names.end(), id) == names.end()) {
-            throw ApiError(404, fmt::format("The model `{}` does not exist.", id), "invalid_request_error", "model",
-                           "model_not_found");
-        }
-        return reply(responder, 200, kJsonMediaType, dump(model(id)));
+        return reply_models(path, responder);
     }
     if (path == "/v1/completions" || path == "/v1/chat/completions") {
         method_check(post);
@@ -200,23 +230,7 @@ void Router::route(HttpRequest& request, const std::shared_ptr<Responder>& respo
         json_check();
         return defer(std::move(request), responder,
                      [this](const HttpRequest& req, const std::shared_ptr<Responder>& resp) {
-                         const auto r = openai::parse_tokenize_request(openai::parse_body(req.body), config_.limits);
-                         warn_unknown_fields(r.unknown_fields, "/tokenize");
-                         const std::vector<int32_t> ids =
-                             r.prompt ? encode_prompt(*r.prompt, r.add_special_tokens, "prompt")
-                                      : chat_prompt({&r.messages, r.add_generation_prompt, r.continue_final_message,
-                                                     false, r.tools, r.chat_template_kwargs, ""})
-                                            .ids;
-                         OJson strs = nullptr;
-                         if (r.return_token_strs) {  // the vocabulary's tokens, as transformers' convert_ids_to_tokens
-                             strs = OJson::array();
-                             for (int32_t id : ids) strs.push_back(tokenizer_.id_to_token(id).value_or(""));
-                         }
-                         reply(resp, 200, kJsonMediaType,
-                               dump(OJson{{"count", ids.size()},
-                                          {"max_model_len", config_.limits.max_model_len},
-                                          {"tokens", ids},
-                                          {"token_strs", strs}}));
+                         tokenize(openai::parse_body(req.body), resp);
                      });
     }
     if (path == "/detokenize") {

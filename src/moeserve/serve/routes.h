@@ -21,6 +21,7 @@
 #include "moeserve/serve/openai/protocol.h"
 #include "moeserve/serve/openai/reasoning_parser.h"
 #include "moeserve/serve/response_store.h"
+#include "moeserve/serve/stream.h"
 #include "moeserve/serve/work_queue.h"
 #include "moeserve/tokenizer/chat_template/chat_template.h"
 #include "moeserve/tokenizer/tokenizer.h"
@@ -93,6 +94,10 @@ public:
 private:
     struct Job;
     void route(HttpRequest& request, const std::shared_ptr<Responder>& responder);
+    // /health and /ping: 200, or 503 saying why (an engine recovering, dead, starting or stalled).
+    void reply_health(const std::shared_ptr<Responder>& responder);
+    void reply_models(const std::string& path, const std::shared_ptr<Responder>& responder);
+    void tokenize(const nlohmann::ordered_json& body, const std::shared_ptr<Responder>& responder);
     // Runs fn, answering its ApiError / Error / other exception as an OpenAI-shaped error.
     template <typename F>
     void guarded(const HttpRequest& request, const std::shared_ptr<Responder>& responder, F&& fn);
@@ -137,7 +142,19 @@ private:
     };
     // The history prepared as vLLM does, rendered and tokenized.
     ChatPrompt chat_prompt(const ChatPromptInput& input) const;
+    // One engine output of choice c: an error fails the job; otherwise its new text, logprobs and
+    // chat parts go out (a stream chunk) or are gathered (the answer), and the last one finishes it.
     void on_output(const std::shared_ptr<Job>& job, size_t choice, const ipc::RequestOutput& out);
+    struct OutputPiece;
+    void on_engine_error(const std::shared_ptr<Job>& job, size_t choice, const ipc::RequestOutput& out);
+    // A streamed producer request: once every choice knows where its KV waits, an event names
+    // the transfers, so the decode half may start fetching while this prompt runs.
+    void send_kv_transfer_params(Job& job);
+    // What an output of choice c adds to the answer: prompt entries, the delta, its chat parts.
+    OutputPiece output_piece(const Job& job, size_t choice, ChoiceStream::Delta delta) const;
+    void send_chunk(Job& job, size_t choice, OutputPiece piece, bool first);  // streamed
+    static void gather(Job& job, size_t choice, OutputPiece piece);           // the whole answer
+    void finish_choice(const std::shared_ptr<Job>& job, size_t choice);
     // vLLM's field: what the decode half of a producer request passes back as its kv_transfer_params.
     nlohmann::ordered_json kv_transfer_params(const Job& job) const;
     nlohmann::ordered_json prompt_logprobs_json(const std::vector<ipc::TokenLogprobs>& entries) const;
