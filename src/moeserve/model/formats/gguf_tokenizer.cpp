@@ -88,6 +88,43 @@ Json token_or_null(const io::GgufHeader& h, const std::vector<std::string>& toke
     return tokens[static_cast<size_t>(id)];
 }
 
+// tokenizer.json's "merges": each GGUF merge "a b" as the pair [a, b].
+Json merge_pairs_json(const io::GgufHeader& h, const io::GgufArray& merges) {
+    Json merge_pairs = Json::array();
+    for (size_t i = 0; i < merges.size(); ++i) {
+        const std::string_view m = merges.string_at(i);
+        const size_t space = m.find(' ');
+        if (space == std::string_view::npos) {
+            raise(ErrorCode::kInvalidModel, "{}: tokenizer.ggml.merges[{}] has no space", h.file, i);
+        }
+        merge_pairs.push_back({std::string(m.substr(0, space)), std::string(m.substr(space + 1))});
+    }
+    return merge_pairs;
+}
+
+// tokenizer_config.json from the GGUF's special-token ids, BOS/EOS flags and chat template.
+Json tokenizer_config_json(const io::GgufHeader& h, const std::vector<std::string>& tokens) {
+    Json config = {
+        {"add_bos_token",
+         h.find("tokenizer.ggml.add_bos_token") != nullptr && h.get_bool("tokenizer.ggml.add_bos_token")},
+        {"add_eos_token",
+         h.find("tokenizer.ggml.add_eos_token") != nullptr && h.get_bool("tokenizer.ggml.add_eos_token")},
+        {"bos_token", token_or_null(h, tokens, "tokenizer.ggml.bos_token_id")},
+        {"eos_token", token_or_null(h, tokens, "tokenizer.ggml.eos_token_id")},
+        {"pad_token", token_or_null(h, tokens, "tokenizer.ggml.padding_token_id")},
+        {"unk_token", nullptr},
+        {"clean_up_tokenization_spaces", false},
+        {"model_max_length", 131072},
+    };
+    if (config["add_bos_token"].get<bool>() || config["add_eos_token"].get<bool>()) {
+        // llama.cpp adds BOS / EOS as these keys say; of transformers' classes, the Llama one
+        // honours add_bos_token / add_eos_token (DeepSeek-V3's tokenizer is one)
+        config["tokenizer_class"] = "LlamaTokenizerFast";
+    }
+    if (h.find("tokenizer.chat_template") != nullptr) config["chat_template"] = h.get_string("tokenizer.chat_template");
+    return config;
+}
+
 }  // namespace
 
 std::optional<TokenizerFiles> gguf_tokenizer_files(const io::GgufHeader& h) {
@@ -145,15 +182,7 @@ std::optional<TokenizerFiles> gguf_tokenizer_files(const io::GgufHeader& h) {
                   h.file, i, type);
         }
     }
-    Json merge_pairs = Json::array();
-    for (size_t i = 0; i < merges.size(); ++i) {
-        const std::string_view m = merges.string_at(i);
-        const size_t space = m.find(' ');
-        if (space == std::string_view::npos) {
-            raise(ErrorCode::kInvalidModel, "{}: tokenizer.ggml.merges[{}] has no space", h.file, i);
-        }
-        merge_pairs.push_back({std::string(m.substr(0, space)), std::string(m.substr(space + 1))});
-    }
+    const Json merge_pairs = merge_pairs_json(h, merges);
     const Json tokenizer = {{"version", "1.0"},
                             {"truncation", nullptr},
                             {"padding", nullptr},
@@ -173,24 +202,7 @@ std::optional<TokenizerFiles> gguf_tokenizer_files(const io::GgufHeader& h) {
                               {"ignore_merges", false},
                               {"vocab", vocab},
                               {"merges", merge_pairs}}}};
-    Json config = {
-        {"add_bos_token",
-         h.find("tokenizer.ggml.add_bos_token") != nullptr && h.get_bool("tokenizer.ggml.add_bos_token")},
-        {"add_eos_token",
-         h.find("tokenizer.ggml.add_eos_token") != nullptr && h.get_bool("tokenizer.ggml.add_eos_token")},
-        {"bos_token", token_or_null(h, tokens, "tokenizer.ggml.bos_token_id")},
-        {"eos_token", token_or_null(h, tokens, "tokenizer.ggml.eos_token_id")},
-        {"pad_token", token_or_null(h, tokens, "tokenizer.ggml.padding_token_id")},
-        {"unk_token", nullptr},
-        {"clean_up_tokenization_spaces", false},
-        {"model_max_length", 131072},
-    };
-    if (config["add_bos_token"].get<bool>() || config["add_eos_token"].get<bool>()) {
-        // llama.cpp adds BOS / EOS as these keys say; of transformers' classes, the Llama one
-        // honours add_bos_token / add_eos_token (DeepSeek-V3's tokenizer is one)
-        config["tokenizer_class"] = "LlamaTokenizerFast";
-    }
-    if (h.find("tokenizer.chat_template") != nullptr) config["chat_template"] = h.get_string("tokenizer.chat_template");
+    const Json config = tokenizer_config_json(h, tokens);
     return TokenizerFiles{tokenizer.dump(), config.dump()};
 }
 
