@@ -73,11 +73,11 @@ std::vector<double> arrival_offsets(int64_t num_requests, double request_rate, d
 // The JSON body of one streaming request (stream_options.include_usage set, temperature 0).
 std::string request_body(const ServeBenchOptions& options, const SampleRequest& request);
 
-// The id of the first model of GET {prefix}/v1/models. Error kUnavailable if the server cannot
-// be reached or answers with an error, kInvalidArgument if the answer lists no model.
 // The body of GET path on server (200 only); Error kUnavailable naming the URL otherwise.
 std::string http_get(const ServerAddress& server, const std::string& path, const std::string& api_key,
                      double timeout_s = 30.0);
+// The id of the first model of GET {prefix}/v1/models. Error kUnavailable if the server cannot
+// be reached or answers with an error, kInvalidArgument if the answer lists no model.
 std::string first_served_model(const ServerAddress& server, const std::string& api_key, double timeout_s = 30.0);
 
 }  // namespace moeserve::bench

@@ -29,8 +29,8 @@ struct EngineOptions {
     uint64_t seed = 0;
     int threads = kThreadsUnset;
     std::string log_level = "info";
-    bool pd_hybrid = false;                  // --pd-hybrid or env OMNI_PD_HYBRID=1 (read by serve)
-    std::string quantization;                // --quantization: "" (as the checkpoint says), w8a8, w8a8-all, fp8, none
+    bool pd_hybrid = false;    // --pd-hybrid or env OMNI_PD_HYBRID=1 (read by serve)
+    std::string quantization;  // --quantization: "" (as the checkpoint says) or a value engine_flags.cpp lists
     std::string scheduling_policy = "fcfs";  // fcfs | priority (the request's `priority` field)
     std::string kv_cache_dtype =
         "auto";                      // --kv-cache-dtype: auto (--dtype's, else the checkpoint's) | bf16 | fp32 | fp8

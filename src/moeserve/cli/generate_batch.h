@@ -36,8 +36,9 @@ struct GenerateBatchOptions {
 };
 
 // Runs every line of the input through one engine and writes the results. Errors in the input
-// (bad JSON, unknown or mistyped fields) raise Error kInvalidArgument naming the line; a request
-// the engine rejects (too long) gets an "error" in its output line instead.
+// (bad JSON, unknown or mistyped fields, a line the request rules refuse: prompt + max_tokens
+// over --max-model-len, out-of-range values) raise Error kInvalidArgument naming the line before
+// any request runs; an error of the engine during the run goes into that line's "error".
 // source: options.engine.model, opened (check_engine_options).
 int run_generate_batch(const GenerateBatchOptions& options, const model::ModelSource& source);
 

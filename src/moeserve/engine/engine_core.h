@@ -65,7 +65,8 @@ public:
     // compiled on a worker thread; the request joins the scheduler once it is ready
     // (poll_grammar_compiles).
     void add_request(const ipc::AddRequest& add);
-    // Frees the requests' blocks now; each comes back as a kAbort output from the next step.
+    // Frees the requests' blocks now (Scheduler::abort_requests); each comes back as a kAbort
+    // output from the next step.
     void abort(const ipc::Abort& abort);
 
     // Self-healing (docs/parallelism.md): a step failed because the group's collectives did (a

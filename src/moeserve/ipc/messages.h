@@ -122,8 +122,8 @@ struct RequestOutput {
     // Set by the API server's own client, never sent: the error is the server's load (a queue
     // timeout), not a failure of the engine (HTTP 503 rather than 500).
     bool overloaded = false;
-    // A producer request's final output: where a consumer fetches its KV (tcp://host:port);
-    // the transfer id is request_id.
+    // A producer request's announcement (sent before its prefill starts) and final output: where
+    // a consumer fetches its KV (tcp://host:port); the transfer id is request_id.
     std::string kv_transfer_endpoint{};
 };
 

@@ -1,4 +1,4 @@
-// The one owner of a generation request's rules (docs/architecture.md, "Request validation"):
+// The one owner of a generation request's rules (docs/architecture.md, "The request path through the API server"):
 // every boundary that makes an AddRequest (the HTTP routes, `generate --input`, `generate
 // --prompt`) passes it through validate_request() once; the engine trusts what arrives (it keeps
 // only the checks it alone can make: duplicate ids, KV capacity, grammars, its KV-transfer role).

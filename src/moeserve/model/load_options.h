@@ -19,7 +19,7 @@ struct LoadOptions {
     // --dtype (vLLM's): "auto" / "bfloat16" keep the checkpoint's bf16 weights; "float32" (also
     // "float", "fp32") widens them to f32 at load (resolved into quant.f32_weights).
     std::string dtype = "auto";
-    std::string quantization{};  // --quantization: "" (as the checkpoint), "w8a8", "fp8", "none"
+    std::string quantization{};  // --quantization: "" (as the checkpoint) or a value cli/engine_flags.cpp lists
     Quantization quant{};        // resolved by load_model() from config.json and `quantization`
     // --kv-cache-dtype: "auto" (config.json's torch_dtype: bf16 for these checkpoints), "bf16",
     // "fp32". The library default stays fp32 (the reference tests' exact cache); the CLI's is auto.

@@ -1,5 +1,6 @@
-// Communicator: the collectives the model and the engine use, over one group of ranks. Two
-// implementations: GlooComm (processes, TCP) and LocalComm (threads in one process, for tests).
+// Communicator: the collectives the model and the engine use, over one group of ranks.
+// Implementations: GlooComm (processes, TCP), LocalComm (threads in one process, for tests) and
+// the single rank's (groups.cpp).
 // Depends on core only.
 //
 // Contract shared by every call:
@@ -8,7 +9,7 @@
 //   - Bounded: a call that cannot complete within the communicator's timeout (a peer died, is
 //     stuck, or called a different collective) throws Error kUnavailable naming the group and the
 //     operation; it never hangs. After such an error the communicator is broken: every later
-//     call throws too (restart the deployment).
+//     call throws too (a self-healing group replaces it: replaceable_comm.h).
 //   - Not thread-safe: one caller per communicator (the rank's compute thread).
 #pragma once
 

@@ -4,7 +4,7 @@
 //
 // Wire format, one request per message, little-endian:
 //   request  [u8 op][u32 key_len][u32 value_len][key][value]   op 1 = set, 2 = get
-//   reply    set: [u8 1]   get: [u8 found][u32 value_len][value]
+//   reply    set: [u8 stored] (0: the store is full)   get: [u8 found][u32 value_len][value]
 #pragma once
 
 #include <atomic>

@@ -135,7 +135,7 @@ private:
         bool failed = false;                // its requests have been failed
         std::vector<std::string> orphaned;  // failed while dead: aborted on it if it comes back
         int in_flight = 0;
-        int64_t outstanding_tokens = 0;  // sum of the Pending::owed of its requests
+        int64_t outstanding_tokens = 0;  // sum of Pending::prompt_owed + output_owed of its requests
         int64_t routed = 0;              // requests sent (cumulative)
         int64_t last_heard_ms = 0;
         int64_t ready_ms = 0;          // its last healthy HealthReply

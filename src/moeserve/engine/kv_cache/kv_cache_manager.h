@@ -1,5 +1,7 @@
 // KvCacheManager: per-request block tables over a BlockPool, with automatic prefix caching of
-// full blocks (vLLM v1's KVCacheManager). Called only by the Scheduler, on the engine thread.
+// full blocks (vLLM v1's KVCacheManager). Owned by EngineCore and used by the Scheduler (and by
+// EngineCore for its stats and to forget the prefix cache after a failed step), on the engine
+// thread only.
 //
 //   request tokens  [p p p p|p p p p|p p o o|o . . .]   block_size 4, num_computed 10
 //   block_ids       [  12   |   5   |   9   |  31   ]   blocks 12, 5 full -> hashed and cached

@@ -37,7 +37,7 @@ struct KvTransferConfig {
     enum class Role { kNone, kProducer, kConsumer, kBoth };
     Role role = Role::kNone;
     std::string bind_host = "127.0.0.1";  // kv_ip: where the producer's socket listens
-    int port = 0;                         // kv_port + the engine's DP index; 0 = a port the kernel picks
+    int port = 0;                         // kv_port (a rank binds kv_port + kv_port_offset); 0 = the kernel picks
     std::string advertise_host{};         // what consumers dial; empty = bind_host
     int timeout_ms = 30000;               // consumer: a transfer silent this long fails its request
     int hold_ms = 120000;                 // producer: blocks nobody fetched in this time are freed

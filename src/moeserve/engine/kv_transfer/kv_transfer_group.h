@@ -45,7 +45,8 @@ public:
 // The KV port offset of TP rank tp_rank of DP rank dp_rank: each rank binds kv_port + this.
 inline int kv_port_offset(int dp_rank, int tp_size, int tp_rank) { return dp_rank * tp_size + tp_rank; }
 
-// The leader's KV transfer: what EngineCore uses. Without a link (TP = 1) it is its agent.
+// The leader's KV transfer, which PdKvConnector (the scheduler's KV connector) drives. Without a
+// link (TP = 1) it is its agent.
 // Engine thread only.
 class KvTransferGroup {
 public:

@@ -1,6 +1,7 @@
 // SchedulingPolicy: which kinds of work one engine step may run. The mixed policy (vLLM) runs
 // decodes, prefill chunks and admissions together; the PD-hybrid policy (policy_pd_hybrid.h)
-// restricts a step to one phase. A phase can also be forced from outside (DP lock-step, PD-hybrid coordinator).
+// restricts a step to one phase. A phase can also be forced from outside (DP lock-step: the
+// DpCoordinator forces the phase decide_phase chose from the group's demand).
 #pragma once
 
 #include <optional>

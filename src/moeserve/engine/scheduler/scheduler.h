@@ -64,8 +64,9 @@ public:
     // (more blocks than the cache has, a duplicate id, Request::error set) is finished with kError
     // and a reason, reported by the next update()/take_finished().
     void add_request(std::unique_ptr<Request> request);
-    // Removes the requests (unknown ids are ignored) and frees their blocks at once; each is
-    // reported finished with kAbort. Not to be called between schedule() and update().
+    // Removes the requests (unknown ids are ignored) and frees their blocks at once (one whose
+    // remote KV load runs: when the load stops); each is reported finished with kAbort. Not to be
+    // called between schedule() and update().
     void abort_requests(std::span<const std::string> request_ids);
     // The step in progress failed part-way (a rank of the group died): every running request
     // finishes with kError and `reason`, its blocks freed (their KV may be half-written, or held

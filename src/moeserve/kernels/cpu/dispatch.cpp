@@ -1,5 +1,7 @@
-// The one place the matmul tiles (behind linear_bf16/f32/int8 and the MoE
-// experts) are picked by ISA, plus the scalar tiles of the `ref` level. The
+// Where the matmul tiles (behind linear bf16/f32/int8/int4 and the MoE experts)
+// and the GGUF dot kernels and tiles are picked by ISA, plus the scalar tiles of
+// the `ref` level (the static-int8 full-range tile picks its own:
+// linear_int8_static.cpp). The
 // choice is a relaxed load of the process-wide level per tile call (a tile is
 // at least one weight-row block, so the branch costs nothing).
 #include <algorithm>

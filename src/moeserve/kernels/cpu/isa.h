@@ -5,13 +5,15 @@
 // kernel family that has per-ISA code reads it through its own dispatch;
 // nothing ISA-specific lives in a header. The tree itself is built for
 // x86-64-v3, so avx2 is the floor of any CPU that runs it.
-//   ref     scalar matmul tiles (linear bf16/f32/int8, MoE experts); the other
-//           kernels stay AVX2
-//   avx2    AVX2 + FMA (x86-64-v3): every kernel
+//   ref     scalar matmul tiles (linear bf16/f32/int8/int4, MoE experts) and the
+//           scalar GGUF dot products (no GGUF tiles); the other kernels stay AVX2
+//   avx2    AVX2 + FMA (x86-64-v3): every kernel, but the Q2_K / Q3_K GGUF dot
+//           products run the scalar reference
 //   avx512  AVX-512 F/BW/VL/DQ + AVX512_BF16 + AVX512_VNNI (Zen4, Sapphire Rapids
 //           and later): bf16 GEMV/GEMM (f32 FMA on widened weights; vdpbf16ps
-//           when activations are rounded), vpdpbusd int8 GEMV/GEMM and the GQA
-//           paged attention (paged_attention_avx512.cpp)
+//           when activations are rounded), vpdpbusd int8 GEMV/GEMM, the GGUF
+//           VNNI dot products and tiles, and the flash attention of the GQA paged
+//           (paged_attention_avx512.cpp) and MLA (mla_attention_avx512.cpp) caches
 //   amx     avx512 plus AMX-TILE/BF16/INT8 with the XTILEDATA permission granted;
 //           no AMX tile kernels yet, so it runs the avx512 kernels. Only chosen
 //           when forced.

@@ -229,8 +229,8 @@ void refuse_unsupported_switches(Fields& f) {
     }
 }
 
-// The fields both endpoints share; `max_tokens_key` differs (chat also takes
-// max_completion_tokens).
+// The fields both endpoints share, max_tokens included (chat also reads max_completion_tokens
+// after this).
 void read_generation(Fields& f, GenerationParams& p) {
     refuse_unsupported_switches(f);
     f.number("n", p.n);
