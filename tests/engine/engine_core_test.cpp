@@ -150,7 +150,7 @@ TEST(EngineCoreTest, PromptLogprobsCoverEveryPromptTokenAfterTheFirst) {
     ASSERT_TRUE(prompt_lp);
     ASSERT_EQ(prompt_lp->size(), 12u);
     // The same from the logits of every position computed alone.
-    model::SequenceRunner runner(model, 13, 16);
+    moeserve::testing::SequenceRunner runner(model, 13, 16);
     const auto prompt = make_prompt(13);
     const std::vector<float> all = runner.append(prompt, 0, /*all_logits=*/true);
     for (size_t p = 0; p + 1 < prompt.size(); ++p) {

@@ -125,7 +125,7 @@ inline std::unique_ptr<Request> make_request(const std::string& id, int32_t prom
 
 #include "moeserve/engine/engine_core.h"
 #include "moeserve/kernels/cpu/sample.h"
-#include "moeserve/model/sequence_runner.h"
+#include "moeserve/testing/sequence_runner.h"
 
 namespace moeserve::engine::testing {
 
@@ -133,7 +133,7 @@ namespace moeserve::engine::testing {
 // Stops after max_tokens or at an eos when stop_at_eos.
 inline std::vector<int32_t> greedy_alone(model::Model& model, const std::vector<int32_t>& prompt, int32_t max_tokens,
                                          bool stop_at_eos = false) {
-    model::SequenceRunner runner(model, static_cast<int64_t>(prompt.size()) + max_tokens, 16);
+    moeserve::testing::SequenceRunner runner(model, static_cast<int64_t>(prompt.size()) + max_tokens, 16);
     const int64_t vocab = model.info().vocab_size;
     std::vector<float> logits = runner.append(prompt);
     std::vector<int32_t> out;

@@ -56,7 +56,7 @@ TEST(KvCacheDtypeEngineTest, Fp8HoldsAlmostTwiceTheBlocksOfBf16AtFixedMemory) {
 // or within `margin` (a share of the largest |logit|) of it. Returns the largest gap seen.
 float expect_each_token_greedy_within(model::Model& model, const std::vector<int32_t>& prompt,
                                       const std::vector<int32_t>& tokens, float margin) {
-    model::SequenceRunner runner(model, static_cast<int64_t>(prompt.size() + tokens.size()), 16);
+    moeserve::testing::SequenceRunner runner(model, static_cast<int64_t>(prompt.size() + tokens.size()), 16);
     const int64_t vocab = model.info().vocab_size;
     std::vector<float> logits = runner.append(prompt);
     float worst = 0.0f;

@@ -18,12 +18,12 @@
 #include "moeserve/core/error.h"
 #include "moeserve/io/safetensors_writer.h"
 #include "moeserve/io/weight_source.h"
-#include "moeserve/model/layers/linear.h"
 #include "moeserve/model/formats/mindformers_checkpoint.h"
 #include "moeserve/model/formats/modelslim.h"
+#include "moeserve/model/layers/linear.h"
 #include "moeserve/model/quantization.h"
 #include "moeserve/model/registry.h"
-#include "moeserve/model/sequence_runner.h"
+#include "moeserve/testing/sequence_runner.h"
 
 namespace moeserve::model {
 namespace {

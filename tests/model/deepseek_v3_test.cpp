@@ -14,15 +14,16 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "moeserve/core/error.h"
 #include "model/model_test_util.h"
+#include "moeserve/core/error.h"
 #include "moeserve/model/deepseek_v3/model.h"
 #include "moeserve/model/registry.h"
-#include "moeserve/model/sequence_runner.h"
+#include "moeserve/testing/sequence_runner.h"
 
 namespace moeserve::model {
 namespace {
 
+using moeserve::testing::SequenceRunner;
 using testutil::argmax;
 using testutil::max_abs;
 using testutil::max_abs_diff;

@@ -12,11 +12,13 @@
 #include "moeserve/model/eplb/expert_balancer.h"
 #include "moeserve/model/registry.h"
 #include "moeserve/parallel/groups.h"
+#include "moeserve/testing/sequence_runner.h"
 
 namespace moeserve::model {
 namespace {
 
 using namespace std::chrono_literals;
+using moeserve::testing::SequenceRunner;
 using parallel::ParallelSizes;
 
 // The tiny Qwen3-MoE over EP=2 (dp=2), its router skewed onto experts 2 and 3 (both on rank 0).

@@ -11,9 +11,9 @@
 #include "moeserve/core/error.h"
 #include "moeserve/io/gguf_file.h"
 #include "moeserve/io/gguf_writer.h"
-#include "moeserve/model/deepseek_v3/config.h"
 #include "moeserve/model/formats/gguf.h"
 #include "moeserve/model/registry.h"
+#include "moeserve/testing/generator.h"
 #include "test_support.h"
 
 namespace moeserve::model {
@@ -145,7 +145,7 @@ INSTANTIATE_TEST_SUITE_P(Types, GgufDeepseekTest,
 TEST(GgufModel, Deepseek2MetadataGivesTheCheckpointsConfig) {
     // the config the file's metadata makes equals the preset it was written from, field by field
     const GgufModel g = open_gguf_model(gguf_in(MOESERVE_GGUF_DSV3_F32_DIR));
-    const io::HfConfig written(DeepseekV3Config::preset("deepseek_v3", "tiny"), "preset");
+    const io::HfConfig written(moeserve::testing::preset_config("deepseek_v3", "tiny"), "preset");
     for (const char* key : {"hidden_size", "num_hidden_layers", "num_attention_heads", "q_lora_rank", "kv_lora_rank",
                             "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "n_routed_experts",
                             "n_shared_experts", "num_experts_per_tok", "first_k_dense_replace", "n_group", "topk_group",

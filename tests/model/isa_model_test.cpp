@@ -11,12 +11,13 @@
 #include "model/model_test_util.h"
 #include "moeserve/kernels/cpu/isa.h"
 #include "moeserve/model/registry.h"
-#include "moeserve/model/sequence_runner.h"
+#include "moeserve/testing/sequence_runner.h"
 
 namespace moeserve::model {
 namespace {
 
 namespace kc = kernels::cpu;
+using moeserve::testing::SequenceRunner;
 using testutil::argmax;
 using testutil::max_abs;
 using testutil::max_abs_diff;
@@ -67,7 +68,7 @@ void check_levels(const std::filesystem::path& dir, const std::string& quantizat
     }
     kc::set_active_isa(prev);
     for (size_t i = 0; i < runs.size(); ++i) {
-        SCOPED_TRACE(testing::Message() << "isa=" << kc::isa_name(isas[i]));
+        SCOPED_TRACE(::testing::Message() << "isa=" << kc::isa_name(isas[i]));
         if (reference != nullptr) {
             const float diff = max_abs_diff(runs[i].prefill, *reference);
             std::printf("%s %s: prefill max |logit - reference| = %.3g (max |reference| %.3g)\n",

@@ -19,9 +19,9 @@
 #include "model/model_test_util.h"
 #include "moeserve/core/error.h"
 #include "moeserve/model/deepseek_v3/model.h"
-#include "moeserve/model/registry.h"
-#include "moeserve/model/sequence_runner.h"
 #include "moeserve/model/kv_cache.h"
+#include "moeserve/model/registry.h"
+#include "moeserve/testing/sequence_runner.h"
 
 namespace moeserve::model {
 namespace {

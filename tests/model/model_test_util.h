@@ -14,7 +14,7 @@
 #include <span>
 #include <vector>
 
-#include "moeserve/model/sequence_runner.h"
+#include "moeserve/testing/sequence_runner.h"
 
 namespace moeserve::model::testutil {
 
@@ -58,13 +58,13 @@ inline int32_t argmax(const float* row, int64_t n) {
 
 // Logits [ids.size(), vocab] of one prefill (in chunks of `chunk` tokens; 0 = one chunk).
 inline std::vector<float> prefill(Model& m, const std::vector<int32_t>& ids, int64_t chunk = 0) {
-    SequenceRunner runner(m, 256, 16);
+    moeserve::testing::SequenceRunner runner(m, 256, 16);
     return runner.append(ids, chunk, /*all_logits=*/true);
 }
 
 // The same logits, one decode step per token.
 inline std::vector<float> decode_each(Model& m, const std::vector<int32_t>& ids) {
-    SequenceRunner runner(m, 256, 16);
+    moeserve::testing::SequenceRunner runner(m, 256, 16);
     std::vector<float> logits;
     for (int32_t id : ids) {
         const auto row = runner.append(std::span<const int32_t>(&id, 1));
@@ -75,7 +75,7 @@ inline std::vector<float> decode_each(Model& m, const std::vector<int32_t>& ids)
 
 // seq followed by `steps` greedy tokens.
 inline std::vector<int32_t> greedy(Model& m, std::vector<int32_t> seq, int steps) {
-    SequenceRunner runner(m, 256, 16);
+    moeserve::testing::SequenceRunner runner(m, 256, 16);
     std::vector<float> row = runner.append(seq);
     for (int i = 0; i < steps; ++i) {
         const int32_t next = argmax(row.data(), m.info().vocab_size);

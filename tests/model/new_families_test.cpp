@@ -14,11 +14,13 @@
 #include "moeserve/core/error.h"
 #include "moeserve/model/mixtral/config.h"
 #include "moeserve/model/registry.h"
-#include "moeserve/model/sequence_runner.h"
+#include "moeserve/testing/generator.h"
+#include "moeserve/testing/sequence_runner.h"
 
 namespace moeserve::model {
 namespace {
 
+using moeserve::testing::SequenceRunner;
 using testutil::argmax;
 using testutil::max_abs;
 using testutil::max_abs_diff;
@@ -63,7 +65,7 @@ TEST(Glm4MoeTest, PrefillAndDecodeMatchTheReference) {
 }
 
 TEST(MixtralTest, ConfigRefusalsNameTheField) {
-    nlohmann::json j = MixtralConfig::preset("mixtral", "tiny");
+    nlohmann::json j = moeserve::testing::preset_config("mixtral", "tiny");
     j["sliding_window"] = 4096;
     try {
         MixtralConfig::from_json(io::HfConfig(j, "config.json"));

@@ -13,15 +13,16 @@
 #include <sstream>
 #include <thread>
 
-#include "moeserve/core/error.h"
 #include "model/model_test_util.h"
+#include "moeserve/core/error.h"
 #include "moeserve/model/registry.h"
-#include "moeserve/model/sequence_runner.h"
 #include "moeserve/parallel/groups.h"
+#include "moeserve/testing/sequence_runner.h"
 
 namespace moeserve::model {
 namespace {
 
+using moeserve::testing::SequenceRunner;
 using testutil::max_abs_diff;
 using testutil::parse_ids;
 

@@ -12,11 +12,11 @@
 #include <memory>
 #include <sstream>
 
-#include "moeserve/core/error.h"
 #include "model/model_test_util.h"
+#include "moeserve/core/error.h"
 #include "moeserve/model/quantization.h"
 #include "moeserve/model/registry.h"
-#include "moeserve/model/sequence_runner.h"
+#include "moeserve/testing/sequence_runner.h"
 
 namespace moeserve::model {
 namespace {

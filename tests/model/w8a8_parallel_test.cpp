@@ -13,12 +13,13 @@
 #include <thread>
 
 #include "moeserve/model/registry.h"
-#include "moeserve/model/sequence_runner.h"
 #include "moeserve/parallel/groups.h"
+#include "moeserve/testing/sequence_runner.h"
 
 namespace moeserve::model {
 namespace {
 
+using moeserve::testing::SequenceRunner;
 using parallel::MoeExchangeKind;
 using parallel::ParallelSizes;
 

@@ -66,12 +66,6 @@ TEST(DpControlTest, TheGroupDemandsWhatAnyRankDemands) {
     EXPECT_FALSE(agree(rows({idle, idle})).any_unfinished);
 }
 
-TEST(DpControlTest, ExchangeFollowsPhase) {
-    EXPECT_EQ(exchange_for_phase(StepPhase::kPrefill), MoeExchangeKind::kAllGather);
-    EXPECT_EQ(exchange_for_phase(StepPhase::kDecode), MoeExchangeKind::kAllToAll);
-    EXPECT_EQ(exchange_for_phase(StepPhase::kMixed, MoeExchangeKind::kAllGather), MoeExchangeKind::kAllGather);
-}
-
 TEST(DpControlTest, GatheredVotesGiveEveryRankTheSameAnswer) {
     LocalCommGroup group(3, 5000ms, "dp");
     std::vector<DpAgreement> got(3);

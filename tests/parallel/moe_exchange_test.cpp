@@ -11,11 +11,13 @@
 #include <tuple>
 #include "moeserve/parallel/gather.h"
 #include "moeserve/parallel/local_comm.h"
+#include "moeserve/testing/gathers.h"
 #include "parallel/run_ranks.h"
 
 namespace moeserve::parallel {
 namespace {
 
+using moeserve::testing::all_gather_rows_v;
 using moeserve::testing::run_ranks;
 using namespace std::chrono_literals;
 

@@ -19,9 +19,11 @@
 #include "moeserve/parallel/gloo_comm.h"
 #include "moeserve/parallel/moe_exchange.h"
 #include "moeserve/parallel/rendezvous.h"
+#include "moeserve/testing/gathers.h"
 
 using namespace moeserve;
 using namespace moeserve::parallel;
+using moeserve::testing::all_gather_rows_v;
 
 namespace {
 

@@ -10,10 +10,10 @@
 #include "moeserve/cli/cache_dir.h"
 #include "moeserve/cli/commands.h"
 #include "moeserve/core/error.h"
-#include "moeserve/model/architecture.h"
 #include "moeserve/model/formats/gguf_convert.h"
-#include "moeserve/model/generator.h"
 #include "moeserve/model/registry.h"
+#include "moeserve/testing/generator.h"
+#include "moeserve/testing/generator_architecture.h"
 
 namespace moeserve::cli {
 
@@ -37,7 +37,7 @@ GgmlType parse_gguf_type(const std::string& name) {
 }
 
 // --format gguf: the HF directory just written becomes OUT/model-<TYPE>.gguf (and its references).
-void write_gguf(const model::GeneratorOptions& opts, const GgufFlags& g) {
+void write_gguf(const testing::GeneratorOptions& opts, const GgufFlags& g) {
     const GgmlType type = parse_gguf_type(g.type);
     const std::filesystem::path out = opts.out_dir / fmt::format("model-{}.gguf", g.type);
     model::GgufWriteOptions w{type, g.split_bytes, {}};
@@ -59,7 +59,7 @@ void write_gguf(const model::GeneratorOptions& opts, const GgufFlags& g) {
 }  // namespace
 
 void add_make_model_command(CLI::App& app, Action* action) {
-    auto opts = std::make_shared<model::GeneratorOptions>();
+    auto opts = std::make_shared<testing::GeneratorOptions>();
     auto tokenizer_dir = std::make_shared<std::string>();
     CLI::App* sub = app.add_subcommand(
         "make-model", "Write a deterministic random-weight model directory (or a checkpoint's, with --from)");
@@ -105,13 +105,13 @@ void add_make_model_command(CLI::App& app, Action* action) {
                 opts->tokenizer_dir = opts->from_dir;
             } else if (tokenizer_dir->empty()) {
                 // an unknown --arch gets no folder: generate_random_model names the supported ones
-                const model::Architecture* arch = model::find_architecture(opts->arch);
+                const testing::GeneratorArchitecture* arch = testing::find_generator_architecture(opts->arch);
                 opts->tokenizer_dir = cache_dir() / "tokenizers" / (arch != nullptr ? arch->tokenizer : "");
             } else {
                 opts->tokenizer_dir = *tokenizer_dir;
             }
             const auto start = std::chrono::steady_clock::now();
-            const model::GeneratedModel m = model::generate_random_model(*opts);
+            const testing::GeneratedModel m = testing::generate_random_model(*opts);
             const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             const std::string origin = opts->from_dir.empty() ? fmt::format("{}, seed {}", opts->size, opts->seed)
                                                               : fmt::format("from {}", opts->from_dir.string());

@@ -37,6 +37,7 @@
 #include "moeserve/engine/engine_core.h"
 #include "moeserve/parallel/comm.h"
 #include "moeserve/parallel/dp_control.h"
+#include "moeserve/parallel/moe_exchange.h"
 
 namespace moeserve::engine {
 

@@ -2,7 +2,6 @@
 
 #include "moeserve/model/deepseek_v3/model.h"
 #include "moeserve/model/deepseek_v3/weight_specs.h"
-#include "moeserve/model/generator_mindformers.h"
 #include "moeserve/model/glm4_moe/model.h"
 #include "moeserve/model/glm4_moe/weight_specs.h"
 #include "moeserve/model/mixtral/model.h"
@@ -31,26 +30,18 @@ std::vector<WeightSpec> mixtral_specs(const io::HfConfig& c) {
 std::vector<WeightSpec> deepseek_specs(const io::HfConfig& c) {
     return deepseek_v3_weight_specs(DeepseekV3Config::from_json(c));
 }
-void deepseek_mindformers(const std::vector<WeightSpec>& specs, const io::HfConfig& c, uint64_t seed,
-                          const gen::TensorSource& source, int num_shards, const std::filesystem::path& out_dir,
-                          GeneratedModel& result) {
-    gen::write_mindformers_a8w8(specs, DeepseekV3Config::from_json(c), seed, source, num_shards, out_dir, result);
-}
 
 }  // namespace
 
 const std::vector<Architecture>& architectures() {
-    // model_type, tokenizer, preset, weight_specs, load, write_mindformers, mla, load_weights
+    // model_type, weight_specs, load, load_weights
     static const std::vector<Architecture> table = {
-        {"qwen3_moe", "qwen3", &Qwen3MoeConfig::preset, &qwen3_moe_specs, &Qwen3MoeModel::load, nullptr, false,
-         &Qwen3MoeModel::load_weights},
-        {"qwen2_moe", "qwen3", &Qwen2MoeConfig::preset, &qwen2_moe_specs, &Qwen2MoeModel::load, nullptr, false},
-        {"glm4_moe", "qwen3", &Glm4MoeConfig::preset, &glm4_moe_specs, &Glm4MoeModel::load, nullptr, false},
-        {"mixtral", "qwen3", &MixtralConfig::preset, &mixtral_specs, &MixtralModel::load, nullptr, false},
-        {"deepseek_v3", "deepseek_v3", &DeepseekV3Config::preset, &deepseek_specs, &DeepseekV3Model::load,
-         &deepseek_mindformers, true, &DeepseekV3Model::load_weights},
-        {"deepseek_v2", "deepseek_v3", &DeepseekV3Config::preset, &deepseek_specs, &DeepseekV3Model::load,
-         &deepseek_mindformers, true},
+        {"qwen3_moe", &qwen3_moe_specs, &Qwen3MoeModel::load, &Qwen3MoeModel::load_weights},
+        {"qwen2_moe", &qwen2_moe_specs, &Qwen2MoeModel::load},
+        {"glm4_moe", &glm4_moe_specs, &Glm4MoeModel::load},
+        {"mixtral", &mixtral_specs, &MixtralModel::load},
+        {"deepseek_v3", &deepseek_specs, &DeepseekV3Model::load, &DeepseekV3Model::load_weights},
+        {"deepseek_v2", &deepseek_specs, &DeepseekV3Model::load},
     };
     return table;
 }

@@ -30,7 +30,7 @@ struct ForwardBatch {
     int64_t max_blocks_per_seq = 0;
     std::vector<int32_t> logits_rows;  // token rows (indices into token_ids) that need logits
     // MoE exchange of this step under expert parallelism; every rank of the EP group must pass the
-    // same (parallel/dp_control.h exchange_for_phase). Ignored on a single rank.
+    // same (the engine's DpCoordinatorOptions pick it per agreed phase). Ignored on a single rank.
     parallel::MoeExchangeKind moe_exchange = parallel::MoeExchangeKind::kAllToAll;
     // A dummy batch (DP lock-step: this rank had nothing of the step's phase): its token is
     // padding, so EPLB does not count where it routes.

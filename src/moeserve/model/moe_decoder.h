@@ -72,7 +72,7 @@ public:
     MoeDecoder(DecoderSpec spec, std::shared_ptr<const io::WeightSource> weights, ThreadPool& pool,
                const LoadOptions& options, const AttentionLoader& load_attention);
 
-    // The tensors the decoder loads, for the generator (model/generator.cpp), in checkpoint order:
+    // The tensors the decoder loads, for the generator (testing/generator.cpp), in checkpoint order:
     // the embedding, per layer the two norms, attention_specs(specs, layer, "model.layers.N.self_attn.")
     // and the MoE block (MoeBlock::weight_specs), the final norm and, unless tied, lm_head.
     using AttentionSpecs =

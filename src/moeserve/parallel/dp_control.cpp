@@ -41,15 +41,4 @@ std::vector<DpControlRow> gather_votes(Communicator& dp, const DpVote& vote) {
     return all;
 }
 
-MoeExchangeKind exchange_for_phase(StepPhase phase, MoeExchangeKind mixed) {
-    switch (phase) {
-        case StepPhase::kPrefill:
-            return MoeExchangeKind::kAllGather;
-        case StepPhase::kDecode:
-            return MoeExchangeKind::kAllToAll;
-        default:
-            return mixed;
-    }
-}
-
 }  // namespace moeserve::parallel

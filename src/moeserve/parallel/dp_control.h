@@ -15,7 +15,6 @@
 
 #include "moeserve/core/step_phase.h"
 #include "moeserve/parallel/comm.h"
-#include "moeserve/parallel/moe_exchange.h"
 
 namespace moeserve::parallel {
 
@@ -50,9 +49,5 @@ DpAgreement agree(const std::vector<DpControlRow>& votes);
 // Collective over the DP group (one all-gather): every rank's encoded vote, in DP rank order.
 // This is the gather DpCoordinator runs each round.
 std::vector<DpControlRow> gather_votes(Communicator& dp, const DpVote& vote);
-
-// The MoE exchange of a phase: prefill -> padded all-gather, decode -> all-to-all-v, mixed ->
-// `mixed` (configurable). Deterministic, so ranks that agree on the phase agree on the exchange.
-MoeExchangeKind exchange_for_phase(StepPhase phase, MoeExchangeKind mixed = MoeExchangeKind::kAllToAll);
 
 }  // namespace moeserve::parallel

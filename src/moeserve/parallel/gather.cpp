@@ -1,4 +1,4 @@
-// Padded and variable row gathers (see gather.h).
+// The padded row gather (see gather.h).
 #include "moeserve/parallel/gather.h"
 
 #include <algorithm>
@@ -48,21 +48,6 @@ void all_gather_rows_padded_known(Communicator& comm, std::span<const float> row
         if (n > 0) std::memcpy(out.data() + off, scratch.padded.data() + r * block, n * sizeof(float));
         off += n;
     }
-}
-
-void all_gather_rows_v(Communicator& comm, std::span<const float> rows, int64_t width, std::vector<float>& out,
-                       std::vector<int64_t>& counts) {
-    MOESERVE_CHECK(width > 0 && static_cast<int64_t>(rows.size()) % width == 0, "rows {} not a multiple of {}",
-                   rows.size(), width);
-    exchange_counts(comm, static_cast<int64_t>(rows.size()) / width, counts);
-    std::vector<int64_t> elems(counts.size());
-    int64_t total = 0;
-    for (size_t r = 0; r < counts.size(); ++r) {
-        elems[r] = counts[r] * width;
-        total += elems[r];
-    }
-    out.resize(static_cast<size_t>(total));
-    comm.all_gather_v<float>(rows, elems, out);
 }
 
 }  // namespace moeserve::parallel

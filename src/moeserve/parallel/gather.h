@@ -1,8 +1,7 @@
 // Row gathers over a group: each rank holds a variable number of rows of the same width.
-// Two algorithms that must give identical results (tested):
 //   all_gather_rows_padded: exchange counts, pad every rank's rows to the maximum, all-gather
-//                           fixed-size blocks, unpad (docs/architecture.md "MoE exchange");
-//   all_gather_rows_v:      exchange counts, then one variable-size all-gather.
+//                           fixed-size blocks, unpad (docs/architecture.md "MoE exchange").
+// The tests check it against the variable-size gather (testing/gathers.h).
 // Buffers are the caller's and grow on demand, so a caller that keeps them allocates nothing
 // once they have reached the step's largest size.
 #pragma once
@@ -33,7 +32,5 @@ void all_gather_rows_padded(Communicator& comm, std::span<const float> rows, int
 void all_gather_rows_padded_known(Communicator& comm, std::span<const float> rows, int64_t width,
                                   std::span<const int64_t> counts, std::vector<float>& out,
                                   PaddedGatherScratch& scratch);
-void all_gather_rows_v(Communicator& comm, std::span<const float> rows, int64_t width, std::vector<float>& out,
-                       std::vector<int64_t>& counts);
 
 }  // namespace moeserve::parallel

@@ -61,10 +61,6 @@ struct DeepseekV3Config {
     // Parses and validates; Error kInvalidModel / kUnsupported naming the field.
     static DeepseekV3Config from_json(const io::HfConfig& j);
 
-    // The generator's config.json of model_type (deepseek_v3 | deepseek_v2) at `size`: tiny
-    // (tests) or bench (~1B parameters); Error kInvalidArgument for another size (preset.cpp).
-    static nlohmann::json preset(const std::string& arch, const std::string& size);
-
     // Routed-expert MoE on this layer (else a dense MLP of intermediate_size), as HF decides it.
     bool is_moe_layer(int64_t layer) const;
 };

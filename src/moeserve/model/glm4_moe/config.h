@@ -45,9 +45,6 @@ struct Glm4MoeConfig {
 
     // Parses and validates; Error kInvalidModel / kUnsupported naming the field.
     static Glm4MoeConfig from_json(const io::HfConfig& j);
-    // The generator's config.json at `size` (preset.cpp): tiny (tests) or bench, on Qwen3's
-    // vocabulary (the tokenizer the generator ships).
-    static nlohmann::json preset(const std::string& model_type, const std::string& size);
 };
 
 }  // namespace moeserve::model

@@ -34,10 +34,6 @@ struct MixtralConfig {
     // is refused: moeserve's attention reads the whole context (the released Mixtral checkpoints
     // ship null).
     static MixtralConfig from_json(const io::HfConfig& j);
-
-    // The generator's config.json at `size` (preset.cpp): tiny (tests) or bench (~1B parameters),
-    // on Qwen3's vocabulary (the tokenizer the generator ships).
-    static nlohmann::json preset(const std::string& model_type, const std::string& size);
 };
 
 }  // namespace moeserve::model

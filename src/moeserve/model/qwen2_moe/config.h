@@ -39,8 +39,6 @@ struct Qwen2MoeConfig {
 
     // Parses and validates; Error kInvalidModel / kUnsupported naming the field.
     static Qwen2MoeConfig from_json(const io::HfConfig& j);
-    // The generator's config.json at `size` (preset.cpp): tiny (tests) or bench.
-    static nlohmann::json preset(const std::string& model_type, const std::string& size);
     // Sparse MoE block on this layer (else a dense MLP of intermediate_size), as HF decides it.
     bool is_moe_layer(int64_t layer) const;
 };

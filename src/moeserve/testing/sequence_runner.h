@@ -11,12 +11,12 @@
 
 #include "moeserve/model/model.h"
 
-namespace moeserve::model {
+namespace moeserve::testing {
 
 class SequenceRunner {
 public:
     // Room for max_len tokens in blocks of block_size. The model must outlive the runner.
-    SequenceRunner(Model& model, int64_t max_len, int64_t block_size);
+    SequenceRunner(model::Model& model, int64_t max_len, int64_t block_size);
 
     // Appends tokens in chunks of at most chunk_size (0 = all at once). Returns the logits of
     // every appended token, f32 [tokens.size(), vocab] (all_logits) or of the last one [1, vocab].
@@ -28,12 +28,12 @@ public:
     void reset() { length_ = 0; }
 
 private:
-    Model& model_;
+    model::Model& model_;
     int64_t max_len_, block_size_;
-    std::unique_ptr<KvCache> kv_;
+    std::unique_ptr<model::KvCache> kv_;
     std::vector<int32_t> block_table_;
     int64_t length_ = 0;
     parallel::MoeExchangeKind moe_exchange_ = parallel::MoeExchangeKind::kAllToAll;
 };
 
-}  // namespace moeserve::model
+}  // namespace moeserve::testing

@@ -1,4 +1,4 @@
-#include "moeserve/model/generator.h"
+#include "moeserve/testing/generator.h"
 
 #include <fmt/ranges.h>
 
@@ -15,11 +15,12 @@
 #include "moeserve/io/safetensors_writer.h"
 #include "moeserve/model/architecture.h"
 #include "moeserve/model/formats/int4_writer.h"
-#include "moeserve/model/generator_parts.h"
 #include "moeserve/model/quantization.h"
 #include "moeserve/model/registry.h"
+#include "moeserve/testing/generator_architecture.h"
+#include "moeserve/testing/generator_parts.h"
 
-namespace moeserve::model {
+namespace moeserve::testing {
 
 namespace fs = std::filesystem;
 
@@ -32,10 +33,11 @@ using gen::value_at;
 // Linear weights the quantized checkpoints hold in 8 bits: what the layer's precision allows
 // (WeightSpec::precision; embeddings, lm_head, routers and norms stay bf16, as in the published
 // W8A8 and FP8 checkpoints).
-bool quantized_in_checkpoint(const WeightSpec& spec) {
+bool quantized_in_checkpoint(const model::WeightSpec& spec) {
     const std::string& n = spec.name;
     const bool linear = spec.shape.rank() == 2 && n.size() >= 7 && n.compare(n.size() - 7, 7, ".weight") == 0;
-    return linear && (spec.precision == LayerPrecision::kQuantizable || spec.precision == LayerPrecision::kDequantized);
+    return linear && (spec.precision == model::LayerPrecision::kQuantizable ||
+                      spec.precision == model::LayerPrecision::kDequantized);
 }
 
 // Adds `t` (bf16 [rows, cols]) to the writer in the requested 8-bit form, or as is. Returns the
@@ -46,7 +48,7 @@ std::vector<std::string> add_quantized(io::SafetensorsWriter& writer, const std:
     std::vector<float> f(static_cast<size_t>(rows * cols));
     for (size_t i = 0; i < f.size(); ++i) f[i] = bf16_to_f32(t.as<uint16_t>()[i]);
     if (quantization == "w8a8" || quantization == "omniinfer-w8a8") {
-        Int8Matrix m = quantize_matrix_int8(f.data(), rows, cols);
+        model::Int8Matrix m = model::quantize_matrix_int8(f.data(), rows, cols);
         writer.add(name, DType::kI8, {rows, cols}, m.data.data());
         writer.add(name + "_scale", DType::kF32, {rows, 1}, m.scale.data());
         return {name, name + "_scale"};
@@ -80,17 +82,17 @@ std::vector<std::string> add_quantized(io::SafetensorsWriter& writer, const std:
 
 // Adds `t` (bf16 [rows, cols], name PREFIX.weight) as int4 in cfg's layout; counts its bytes.
 std::vector<std::string> add_int4(io::SafetensorsWriter& writer, const std::string& name, const Tensor& t,
-                                  const Int4Config& cfg, GeneratedModel& result) {
+                                  const model::Int4Config& cfg, GeneratedModel& result) {
     const int64_t rows = t.shape()[0], cols = t.shape()[1];
     std::vector<float> f(static_cast<size_t>(rows * cols));
     for (size_t i = 0; i < f.size(); ++i) f[i] = bf16_to_f32(t.as<uint16_t>()[i]);
     // an act order follows the input: gate_proj and up_proj share one (as GPTQ's, from one Hessian)
     std::string order_key = name;
     if (const auto at = order_key.find("up_proj"); at != std::string::npos) order_key.replace(at, 7, "gate_proj");
-    const Int4Matrix m = quantize_int4_for(f.data(), rows, cols, cfg, gen::fnv1a(order_key));
+    const model::Int4Matrix m = model::quantize_int4_for(f.data(), rows, cols, cfg, gen::fnv1a(order_key));
     result.num_bytes +=
         static_cast<int64_t>(m.codes.nbytes() + m.scale.nbytes() / 2) - static_cast<int64_t>(t.nbytes());
-    return add_int4_tensors(writer, name.substr(0, name.size() - std::string(".weight").size()), m, cfg);
+    return model::add_int4_tensors(writer, name.substr(0, name.size() - std::string(".weight").size()), m, cfg);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -117,7 +119,7 @@ std::vector<std::string> add_modelslim(io::SafetensorsWriter& writer, const std:
     const int64_t rows = t.shape()[0], cols = t.shape()[1];
     std::vector<float> f(static_cast<size_t>(rows * cols));
     for (size_t i = 0; i < f.size(); ++i) f[i] = bf16_to_f32(t.as<uint16_t>()[i]);
-    const Int8Matrix m = quantize_matrix_int8(f.data(), rows, cols);
+    const model::Int8Matrix m = model::quantize_matrix_int8(f.data(), rows, cols);
     const std::string module = module_of(name);
     writer.add(name, DType::kI8, {rows, cols}, m.data.data());
     if (calib == nullptr) {
@@ -222,21 +224,27 @@ void write_json(const fs::path& path, const nlohmann::json& j) {
     if (!out) raise(ErrorCode::kIo, "{}: write failed", path.string());
 }
 
-}  // namespace
-
-namespace {
-const Architecture& architecture_of(const std::string& arch) {
-    const Architecture* a = find_architecture(arch);
+// The generator's row of arch; an unknown one is the user's --arch (or --from's model_type).
+const GeneratorArchitecture& generator_row(const std::string& arch) {
+    const GeneratorArchitecture* a = find_generator_architecture(arch);
     if (a == nullptr) {
         raise(ErrorCode::kInvalidArgument, "unknown architecture '{}' (expected one of: {})", arch,
-              fmt::join(supported_model_types(), ", "));
+              fmt::join(model::supported_model_types(), ", "));
     }
     return *a;
 }
+
+// The runtime row of a generator row: both tables name the same types (registry_test.cpp).
+const model::Architecture& runtime_row(const GeneratorArchitecture& row) {
+    const model::Architecture* a = model::find_architecture(row.model_type);
+    MOESERVE_CHECK(a != nullptr, "generator row {} has no runtime row", row.model_type);
+    return *a;
+}
+
 }  // namespace
 
 nlohmann::json preset_config(const std::string& arch, const std::string& size) {
-    return architecture_of(arch).preset(arch, size);
+    return generator_row(arch).preset(arch, size);
 }
 
 GeneratedModel generate_random_model(const GeneratorOptions& options) {
@@ -248,18 +256,18 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
         config.erase("quantization_config");
         checkpoint = io::WeightSource::open(options.from_dir);
     } else {
-        config = architecture_of(options.arch).preset(options.arch, options.size);
+        config = preset_config(options.arch, options.size);
     }
-    const Architecture& arch = architecture_of(config.value("model_type", options.arch));
+    const GeneratorArchitecture& arch = generator_row(config.value("model_type", options.arch));
     const gen::TensorSource source =
         checkpoint ? gen::checkpoint_tensors(checkpoint) : gen::random_tensors(options.seed);
     apply_overrides(config, options.overrides);
     const io::HfConfig hf(config, "generated config.json");
-    const std::vector<WeightSpec> specs = arch.weight_specs(hf);
+    const std::vector<model::WeightSpec> specs = runtime_row(arch).weight_specs(hf);
     const std::string& quant = options.quantization;
     const bool modelslim = is_modelslim(quant), omniinfer = quant == "omniinfer-w8a8";
     const bool mindspore = quant == "mindspore-a8w8";
-    const std::optional<Int4Config> int4 = int4_layout_for(quant);
+    const std::optional<model::Int4Config> int4 = model::int4_layout_for(quant);
     if (!quant.empty() && quant != "w8a8" && quant != "fp8" && !modelslim && !omniinfer && !mindspore && !int4) {
         raise(ErrorCode::kInvalidArgument,
               "--quantization '{}' is not supported (expected w8a8, fp8, w4a16, w4a16-asym, awq, gptq, gptq-act, "
@@ -276,14 +284,14 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
         // moeserve's convention: golden-stick keeps quant_method in the MindFormers yaml
         config["quantization_config"] = {{"quant_method", "osl"}};
     } else if (int4) {
-        config["quantization_config"] = int4_quantization_config(*int4, {"lm_head", "re:.*mlp\\.gate$"});
+        config["quantization_config"] = model::int4_quantization_config(*int4, {"lm_head", "re:.*mlp\\.gate$"});
     } else if (!quant.empty() && !modelslim) {
         config["quantization_config"] = quantization_config(quant);
     }
     if (omniinfer) {
         nlohmann::json ignore = nlohmann::json::array({"lm_head"});
         for (const auto& s : specs) {
-            if (s.precision == LayerPrecision::kDequantized) ignore.push_back(module_of(s.name));
+            if (s.precision == model::LayerPrecision::kDequantized) ignore.push_back(module_of(s.name));
         }
         config["quantization_config"]["ignore"] = ignore;
     }
@@ -331,10 +339,10 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
             result.num_bytes += static_cast<int64_t>(t.nbytes());
             result.num_tensors += 1;
             if (modelslim) {
-                const WeightSpec& spec = specs[i];
+                const model::WeightSpec& spec = specs[i];
                 std::vector<std::string> names;
                 // ModelSlim keeps the layers that run dequantized (kv_b_proj) FLOAT
-                if (quantized_in_checkpoint(spec) && spec.precision == LayerPrecision::kQuantizable) {
+                if (quantized_in_checkpoint(spec) && spec.precision == model::LayerPrecision::kQuantizable) {
                     const bool is_static = quant == "modelslim-w8a8" && static_in_mix(spec.name);
                     const StaticCalibration calib =
                         is_static ? calibrator.calibrate(module_of(spec.name)) : StaticCalibration{};
@@ -343,7 +351,7 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
                     const int64_t rows = spec.shape[0], cols = spec.shape[1];
                     result.num_bytes += rows * cols - static_cast<int64_t>(t.nbytes()) +
                                         (is_static ? 8 + rows * (deq64 ? 12 : 8) : 8 * rows);
-                } else if (spec.init == WeightInit::kNormOnes && spec.shape.rank() == 1) {
+                } else if (spec.init == model::WeightInit::kNormOnes && spec.shape.rank() == 1) {
                     // the V1 saver stores norms in f32
                     Tensor n32(DType::kF32, spec.shape);
                     for (int64_t j = 0; j < t.numel(); ++j) n32.as<float>()[j] = value_at(t, j);
@@ -399,4 +407,4 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
     return result;
 }
 
-}  // namespace moeserve::model
+}  // namespace moeserve::testing

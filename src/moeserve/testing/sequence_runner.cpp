@@ -1,13 +1,13 @@
-#include "moeserve/model/sequence_runner.h"
+#include "moeserve/testing/sequence_runner.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "moeserve/core/error.h"
 
-namespace moeserve::model {
+namespace moeserve::testing {
 
-SequenceRunner::SequenceRunner(Model& model, int64_t max_len, int64_t block_size)
+SequenceRunner::SequenceRunner(model::Model& model, int64_t max_len, int64_t block_size)
     : model_(model), max_len_(max_len), block_size_(block_size) {
     MOESERVE_CHECK(max_len > 0 && block_size > 0, "max_len {} block_size {}", max_len, block_size);
     const int64_t num_blocks = (max_len + block_size - 1) / block_size;
@@ -26,7 +26,7 @@ std::vector<float> SequenceRunner::append(std::span<const int32_t> tokens, int64
     for (int64_t begin = 0; begin < n; begin += chunk_size) {
         const int64_t end = std::min(n, begin + chunk_size);
         const auto count = static_cast<int32_t>(end - begin);
-        ForwardBatch batch;
+        model::ForwardBatch batch;
         for (int64_t i = begin; i < end; ++i) {
             const int64_t pos = length_ + (i - begin);
             batch.token_ids.push_back(tokens[static_cast<size_t>(i)]);
@@ -53,4 +53,4 @@ std::vector<float> SequenceRunner::append(std::span<const int32_t> tokens, int64
     return logits;
 }
 
-}  // namespace moeserve::model
+}  // namespace moeserve::testing

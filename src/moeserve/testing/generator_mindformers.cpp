@@ -1,4 +1,4 @@
-#include "moeserve/model/generator_mindformers.h"
+#include "moeserve/testing/generator_mindformers.h"
 
 #include <fmt/format.h>
 
@@ -8,10 +8,10 @@
 
 #include "moeserve/core/error.h"
 #include "moeserve/io/safetensors_writer.h"
-#include "moeserve/model/generator_parts.h"
 #include "moeserve/model/quantization.h"
+#include "moeserve/testing/generator_parts.h"
 
-namespace moeserve::model::gen {
+namespace moeserve::testing::gen {
 
 namespace {
 
@@ -70,7 +70,7 @@ void add_static(Named& out, const std::string& mf, const Tensor& w, const Static
             for (int64_t c = 0; c < k; ++c) f[size_t(r * k + c)] /= (*smooth)[size_t(c)];
         }
     }
-    Int8Matrix m = quantize_matrix_int8(f.data(), n, k);
+    model::Int8Matrix m = model::quantize_matrix_int8(f.data(), n, k);
     Tensor deq(deq_int64 ? DType::kI64 : DType::kF32, {n});
     Tensor bias(DType::kI32, {n});
     for (int64_t r = 0; r < n; ++r) {
@@ -103,7 +103,7 @@ void add_static(Named& out, const std::string& mf, const Tensor& w, const Static
 
 void add_dynamic(Named& out, const std::string& mf, const Tensor& w) {
     const std::vector<float> f = to_f32(w);
-    Int8Matrix m = quantize_matrix_int8(f.data(), w.shape()[0], w.shape()[1]);
+    model::Int8Matrix m = model::quantize_matrix_int8(f.data(), w.shape()[0], w.shape()[1]);
     out.emplace_back(mf + "._layer.weight", std::move(m.data));
     out.emplace_back(mf + "._layer.matmul.weight_scale", std::move(m.scale));
 }
@@ -116,11 +116,12 @@ struct ExpertStack {
 
 class Writer {
 public:
-    Writer(const std::vector<WeightSpec>& specs, const DeepseekV3Config& c, uint64_t seed, const TensorSource& source)
+    Writer(const std::vector<model::WeightSpec>& specs, const model::DeepseekV3Config& c, uint64_t seed,
+           const TensorSource& source)
         : c_(c), seed_(seed), calib_(specs, seed, false, source) {}
 
     // Appends the MindFormers tensors of HF tensor `spec` (value t) to out.
-    void add(const WeightSpec& spec, const Tensor& t, Named& out) {
+    void add(const model::WeightSpec& spec, const Tensor& t, Named& out) {
         const std::string& n = spec.name;
         if (n == "model.embed_tokens.weight") return plain(out, "model.tok_embeddings.embedding_weight", t);
         if (n == "model.norm.weight") return plain(out, "model.norm_out.weight", t);
@@ -196,7 +197,7 @@ private:
             s.scale = Tensor(DType::kF32, {count, o});
         }
         const std::vector<float> f = to_f32(t);
-        const Int8Matrix m = quantize_matrix_int8(f.data(), o, in);
+        const model::Int8Matrix m = model::quantize_matrix_int8(f.data(), o, in);
         int8_t* dst = s.w.as<int8_t>() + e * in * o;
         for (int64_t i = 0; i < in; ++i) {
             for (int64_t j = 0; j < o; ++j) dst[i * o + j] = m.data.as<int8_t>()[j * in + i];
@@ -209,7 +210,7 @@ private:
         }
     }
 
-    const DeepseekV3Config& c_;
+    const model::DeepseekV3Config& c_;
     uint64_t seed_;
     Calibrator calib_;
     std::map<std::string, ExpertStack> stacks_;
@@ -217,9 +218,9 @@ private:
 
 }  // namespace
 
-void write_mindformers_a8w8(const std::vector<WeightSpec>& specs, const DeepseekV3Config& c, uint64_t seed,
-                            const TensorSource& source, int num_shards, const std::filesystem::path& out_dir,
-                            GeneratedModel& result) {
+void write_mindformers_a8w8(const std::vector<model::WeightSpec>& specs, const model::DeepseekV3Config& c,
+                            uint64_t seed, const TensorSource& source, int num_shards,
+                            const std::filesystem::path& out_dir, GeneratedModel& result) {
     if (!c.q_lora_rank) {
         raise(ErrorCode::kInvalidArgument, "--quantization mindspore-a8w8 needs q_lora_rank (MindFormers' q2l_proj)");
     }
@@ -228,7 +229,7 @@ void write_mindformers_a8w8(const std::vector<WeightSpec>& specs, const Deepseek
     // The MTP layer (num_nextn_predict_layers) is left out, as the MindFormers reader leaves it out
     // (mindformers_checkpoint.h): it has no MindFormers names here.
     const std::string mtp_layer = fmt::format("model.layers.{}.", c.num_hidden_layers);
-    for (const WeightSpec& spec : specs) {
+    for (const model::WeightSpec& spec : specs) {
         if (spec.name.rfind(mtp_layer, 0) == 0) continue;
         const Tensor t = source.weight(spec);
         result.num_parameters += t.numel();
@@ -261,4 +262,4 @@ void write_mindformers_a8w8(const std::vector<WeightSpec>& specs, const Deepseek
     }
 }
 
-}  // namespace moeserve::model::gen
+}  // namespace moeserve::testing::gen

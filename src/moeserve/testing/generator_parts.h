@@ -1,6 +1,6 @@
 // Pieces of the random-model generator shared by its checkpoint writers (generator.cpp,
 // generator_mindformers.cpp): the per-tensor random streams and the static-quantization
-// calibration pass. Internal to model/.
+// calibration pass. Internal to the generator.
 #pragma once
 
 #include <algorithm>
@@ -18,17 +18,17 @@
 #include "moeserve/io/weight_source.h"
 #include "moeserve/model/weight_spec.h"
 
-namespace moeserve::model::gen {
+namespace moeserve::testing::gen {
 
 uint64_t fnv1a(const std::string& s);
 
 // Each tensor has its own stream (seed x name), so adding a tensor never changes the others.
-Tensor make_tensor(const WeightSpec& spec, uint64_t seed);
+Tensor make_tensor(const model::WeightSpec& spec, uint64_t seed);
 
 // Where the writers' tensors come from: the random streams, or the weights of a checkpoint
 // (make-model --from: a trained model written in the quantized layouts).
 struct TensorSource {
-    std::function<Tensor(const WeightSpec&)> weight;  // spec.dtype and spec.shape
+    std::function<Tensor(const model::WeightSpec&)> weight;  // spec.dtype and spec.shape
     // The RMSNorm biases the ModelSlim mix writes (f32 [n]).
     std::function<Tensor(const std::string& name, int64_t n)> norm_bias;
 };
@@ -61,7 +61,7 @@ struct StaticCalibration {
 // hence their scale and offset.
 class Calibrator {
 public:
-    Calibrator(const std::vector<WeightSpec>& specs, uint64_t seed, bool norm_bias, TensorSource source)
+    Calibrator(const std::vector<model::WeightSpec>& specs, uint64_t seed, bool norm_bias, TensorSource source)
         : seed_(seed), bias_(norm_bias), source_(std::move(source)) {
         for (const auto& s : specs) specs_.emplace(s.name, s);
     }
@@ -126,7 +126,7 @@ private:
 
     // rows [R, k] @ W[n, k]^T
     std::vector<double> project(const std::vector<double>& rows, const std::string& weight) const {
-        const WeightSpec& spec = specs_.at(weight);
+        const model::WeightSpec& spec = specs_.at(weight);
         const Tensor w = source_.weight(spec);
         const int64_t n = spec.shape[0], k = spec.shape[1];
         const auto num_rows = static_cast<int64_t>(rows.size()) / k;
@@ -141,10 +141,10 @@ private:
         return out;
     }
 
-    std::map<std::string, WeightSpec> specs_;
+    std::map<std::string, model::WeightSpec> specs_;
     uint64_t seed_;  // the calibration rows' stream
     bool bias_;
     TensorSource source_;
 };
 
-}  // namespace moeserve::model::gen
+}  // namespace moeserve::testing::gen

@@ -1,10 +1,10 @@
 // The generator's Mixtral config.json presets (moeserve make-model --arch mixtral).
 #include "moeserve/core/error.h"
-#include "moeserve/model/mixtral/config.h"
+#include "moeserve/testing/presets/presets.h"
 
-namespace moeserve::model {
+namespace moeserve::testing {
 
-nlohmann::json MixtralConfig::preset(const std::string& /*model_type*/, const std::string& size) {
+nlohmann::json mixtral_preset(const std::string& /*model_type*/, const std::string& size) {
     // Qwen3's vocabulary and special ids: the tokenizer the generator copies (a real Mixtral has
     // its own 32,000-token SentencePiece vocabulary).
     nlohmann::json c = {
@@ -45,4 +45,4 @@ nlohmann::json MixtralConfig::preset(const std::string& /*model_type*/, const st
     return c;
 }
 
-}  // namespace moeserve::model
+}  // namespace moeserve::testing

@@ -1,6 +1,6 @@
 // The generator's MindSpore golden-stick A8W8 writer (make-model --quantization mindspore-a8w8):
 // the DeepSeek-V3 random model in MindFormers names and layouts, written independently of the
-// loader's converter (model/formats/mindformers_checkpoint.h). Internal to model/.
+// loader's converter (model/formats/mindformers_checkpoint.h). Internal to the generator.
 #pragma once
 
 #include <cstdint>
@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "moeserve/model/deepseek_v3/config.h"
-#include "moeserve/model/generator.h"
-#include "moeserve/model/generator_parts.h"
 #include "moeserve/model/weight_spec.h"
+#include "moeserve/testing/generator.h"
+#include "moeserve/testing/generator_parts.h"
 
-namespace moeserve::model::gen {
+namespace moeserve::testing::gen {
 
 // Writes the safetensors files (and, with num_shards > 1, an index whose name holds "quant", as
 // vllm-mindspore's loader looks for) of the model `specs` describes into out_dir, adding to
@@ -20,8 +20,8 @@ namespace moeserve::model::gen {
 // into input_scale (o_proj: per-tensor, [1]), rope rows permuted as MindFormers keeps them;
 // MLPs and experts: per-token dynamic with per-channel weight_scale, routed experts stacked
 // [E, in, out]; kv_b_proj split into lkv2kv_k_nope / lkv2kv_v; the rest bf16 as generated.
-void write_mindformers_a8w8(const std::vector<WeightSpec>& specs, const DeepseekV3Config& c, uint64_t seed,
-                            const TensorSource& source, int num_shards, const std::filesystem::path& out_dir,
-                            GeneratedModel& result);
+void write_mindformers_a8w8(const std::vector<model::WeightSpec>& specs, const model::DeepseekV3Config& c,
+                            uint64_t seed, const TensorSource& source, int num_shards,
+                            const std::filesystem::path& out_dir, GeneratedModel& result);
 
-}  // namespace moeserve::model::gen
+}  // namespace moeserve::testing::gen

@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-namespace moeserve::model {
+namespace moeserve::testing {
 
 struct GeneratorOptions {
-    std::string arch = "qwen3_moe";  // a model_type of the architecture table (architecture.h)
+    std::string arch = "qwen3_moe";  // a model_type of the generator table (generator_architecture.h)
     std::string size = "tiny";       // tiny (tests) | bench (~1B parameters, performance)
     uint64_t seed = 0;
     std::filesystem::path out_dir;
@@ -49,4 +49,4 @@ struct GeneratedModel {
 // Writes the directory (created if missing; existing model files replaced).
 GeneratedModel generate_random_model(const GeneratorOptions& options);
 
-}  // namespace moeserve::model
+}  // namespace moeserve::testing

@@ -1,15 +1,15 @@
 // The generator's DeepSeek-V3 and DeepSeek-V2 config.json presets (moeserve make-model --arch
 // deepseek_v3 | deepseek_v2).
 #include "moeserve/core/error.h"
-#include "moeserve/model/deepseek_v3/config.h"
+#include "moeserve/testing/presets/presets.h"
 
-namespace moeserve::model {
+namespace moeserve::testing {
 
-nlohmann::json DeepseekV3Config::preset(const std::string& arch, const std::string& size) {
-    const bool v3 = arch == "deepseek_v3";
+nlohmann::json deepseek_v3_preset(const std::string& model_type, const std::string& size) {
+    const bool v3 = model_type == "deepseek_v3";
     nlohmann::json c = {
         {"architectures", {v3 ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM"}},
-        {"model_type", arch},
+        {"model_type", model_type},
         {"vocab_size", 129280},
         {"hidden_act", "silu"},
         {"rms_norm_eps", 1e-6},
@@ -74,4 +74,4 @@ nlohmann::json DeepseekV3Config::preset(const std::string& arch, const std::stri
     return c;
 }
 
-}  // namespace moeserve::model
+}  // namespace moeserve::testing

@@ -1,10 +1,10 @@
 // The generator's GLM-4.5 config.json presets (moeserve make-model --arch glm4_moe).
 #include "moeserve/core/error.h"
-#include "moeserve/model/glm4_moe/config.h"
+#include "moeserve/testing/presets/presets.h"
 
-namespace moeserve::model {
+namespace moeserve::testing {
 
-nlohmann::json Glm4MoeConfig::preset(const std::string& /*model_type*/, const std::string& size) {
+nlohmann::json glm4_moe_preset(const std::string& /*model_type*/, const std::string& size) {
     // GLM-4.5's structure (partial RoPE, q/k/v biases, sigmoid grouped routing with the correction
     // bias, a shared expert, a dense first layer) on Qwen3's vocabulary: the generator's tokenizer.
     nlohmann::json c = {
@@ -58,4 +58,4 @@ nlohmann::json Glm4MoeConfig::preset(const std::string& /*model_type*/, const st
     return c;
 }
 
-}  // namespace moeserve::model
+}  // namespace moeserve::testing

@@ -1,10 +1,10 @@
-#include "moeserve/model/generator_parts.h"
+#include "moeserve/testing/generator_parts.h"
 
 #include <algorithm>
 
 #include "moeserve/core/error.h"
 
-namespace moeserve::model::gen {
+namespace moeserve::testing::gen {
 
 uint64_t fnv1a(const std::string& s) {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -12,13 +12,13 @@ uint64_t fnv1a(const std::string& s) {
     return h;
 }
 
-Tensor make_tensor(const WeightSpec& spec, uint64_t seed) {
+Tensor make_tensor(const model::WeightSpec& spec, uint64_t seed) {
     Tensor t(spec.dtype, spec.shape);
     Rng rng(seed ^ fnv1a(spec.name));
     const int64_t n = t.numel();
     for (int64_t i = 0; i < n; ++i) {
         float v = spec.scale * rng.normal();
-        if (spec.init == WeightInit::kNormOnes) v += 1.0f;
+        if (spec.init == model::WeightInit::kNormOnes) v += 1.0f;
         switch (spec.dtype) {
             case DType::kBF16:
                 t.as<uint16_t>()[i] = f32_to_bf16(v);
@@ -45,12 +45,12 @@ Tensor make_norm_bias(const std::string& name, int64_t n, uint64_t seed) {
 }
 
 TensorSource random_tensors(uint64_t seed) {
-    return {[seed](const WeightSpec& spec) { return make_tensor(spec, seed); },
+    return {[seed](const model::WeightSpec& spec) { return make_tensor(spec, seed); },
             [seed](const std::string& name, int64_t n) { return make_norm_bias(name, n, seed); }};
 }
 
 TensorSource checkpoint_tensors(const std::shared_ptr<const io::WeightSource>& checkpoint) {
-    auto weight = [checkpoint](const WeightSpec& spec) {
+    auto weight = [checkpoint](const model::WeightSpec& spec) {
         const TensorView view = checkpoint->get(spec.name);
         if (!(view.shape == spec.shape)) {
             raise(ErrorCode::kInvalidModel, "{} has shape {}; the architecture's config.json makes it {}",
@@ -72,4 +72,4 @@ TensorSource checkpoint_tensors(const std::shared_ptr<const io::WeightSource>& c
     return {weight, zeros};
 }
 
-}  // namespace moeserve::model::gen
+}  // namespace moeserve::testing::gen
