@@ -241,6 +241,108 @@ const model::Architecture& runtime_row(const GeneratorArchitecture& row) {
     return *a;
 }
 
+// The checkpoint layout make-model writes for --quantization.
+struct WrittenLayout {
+    bool modelslim = false, omniinfer = false, mindspore = false;
+    std::optional<model::Int4Config> int4;
+};
+
+WrittenLayout written_layout(const std::string& quant, const GeneratorArchitecture& arch) {
+    WrittenLayout l;
+    l.modelslim = is_modelslim(quant);
+    l.omniinfer = quant == "omniinfer-w8a8";
+    l.mindspore = quant == "mindspore-a8w8";
+    l.int4 = model::int4_layout_for(quant);
+    if (!quant.empty() && quant != "w8a8" && quant != "fp8" && !l.modelslim && !l.omniinfer && !l.mindspore &&
+        !l.int4) {
+        raise(ErrorCode::kInvalidArgument,
+              "--quantization '{}' is not supported (expected w8a8, fp8, w4a16, w4a16-asym, awq, gptq, gptq-act, "
+              "modelslim-w8a8, modelslim-w8a8-dynamic, omniinfer-w8a8 or mindspore-a8w8)",
+              quant);
+    }
+    if (l.mindspore && arch.write_mindformers == nullptr) {
+        raise(ErrorCode::kInvalidArgument,
+              "--quantization mindspore-a8w8 is not written for {}: moeserve knows MindFormers names only for "
+              "DeepSeek's (deepseek_v3 / deepseek_v2)",
+              arch.model_type);
+    }
+    return l;
+}
+
+// config.json's quantization keys for the layout.
+void set_quantization_keys(nlohmann::json& config, const std::string& quant, const WrittenLayout& layout,
+                           const std::vector<model::WeightSpec>& specs, const GeneratorArchitecture& arch) {
+    if (layout.mindspore) {
+        // moeserve's convention: golden-stick keeps quant_method in the MindFormers yaml
+        config["quantization_config"] = {{"quant_method", "osl"}};
+    } else if (layout.int4) {
+        config["quantization_config"] = model::int4_quantization_config(*layout.int4, {"lm_head", "re:.*mlp\\.gate$"});
+    } else if (!quant.empty() && !layout.modelslim) {
+        config["quantization_config"] = quantization_config(quant);
+    }
+    if (layout.omniinfer) {
+        nlohmann::json ignore = nlohmann::json::array({"lm_head"});
+        for (const auto& s : specs) {
+            if (s.precision == model::LayerPrecision::kDequantized) ignore.push_back(module_of(s.name));
+        }
+        config["quantization_config"]["ignore"] = ignore;
+    }
+    if (layout.modelslim && arch.mla) {
+        // what the DeepSeek recipe's hooks add (vllm-ascend does not need them)
+        config["quantize"] = "w8a8_dynamic";
+        config["mla_quantize"] = quant == "modelslim-w8a8" ? "w8a8" : "w8a8_dynamic";
+    }
+}
+
+// The output folder exists and holds no weight files of an earlier model.
+void clear_model_files(const fs::path& out_dir) {
+    fs::create_directories(out_dir);
+    for (const auto& entry : fs::directory_iterator(out_dir)) {
+        const std::string fname = entry.path().filename().string();
+        if (entry.path().extension() == ".safetensors" || ends_with(fname, ".safetensors.index.json") ||
+            fname == "quant_model_description.json") {
+            fs::remove(entry.path());
+        }
+    }
+}
+
+// One tensor in ModelSlim's layout: quantized linears with their scales (static ones
+// calibrated), norms in f32 with the biases the calibration adds, the rest as is. Returns the
+// names written; desc gets the quantized ones' types.
+std::vector<std::string> add_modelslim_tensor(io::SafetensorsWriter& writer, const model::WeightSpec& spec, Tensor t,
+                                              const std::string& quant, const Calibrator& calibrator,
+                                              const gen::TensorSource& source, nlohmann::json& desc,
+                                              GeneratedModel& result) {
+    std::vector<std::string> names;
+    // ModelSlim keeps the layers that run dequantized (kv_b_proj) FLOAT
+    if (quantized_in_checkpoint(spec) && spec.precision == model::LayerPrecision::kQuantizable) {
+        const bool is_static = quant == "modelslim-w8a8" && static_in_mix(spec.name);
+        const StaticCalibration calib = is_static ? calibrator.calibrate(module_of(spec.name)) : StaticCalibration{};
+        const bool deq64 = ends_with(spec.name, "o_proj.weight");  // exercises the int64 form
+        names = add_modelslim(writer, spec.name, t, is_static ? &calib : nullptr, deq64, desc);
+        const int64_t rows = spec.shape[0], cols = spec.shape[1];
+        result.num_bytes +=
+            rows * cols - static_cast<int64_t>(t.nbytes()) + (is_static ? 8 + rows * (deq64 ? 12 : 8) : 8 * rows);
+    } else if (spec.init == model::WeightInit::kNormOnes && spec.shape.rank() == 1) {
+        // the V1 saver stores norms in f32
+        Tensor n32(DType::kF32, spec.shape);
+        for (int64_t j = 0; j < t.numel(); ++j) n32.as<float>()[j] = value_at(t, j);
+        writer.add(spec.name, std::move(n32));
+        names = {spec.name};
+        result.num_bytes += 2 * spec.shape[0];  // bf16 -> f32
+        const std::string norm = module_of(spec.name);
+        if (calibrator.writes_bias(norm)) {
+            writer.add(norm + ".bias", source.norm_bias(norm + ".bias", spec.shape[0]));
+            names.push_back(norm + ".bias");
+            result.num_bytes += 4 * spec.shape[0];
+        }
+    } else {
+        writer.add(spec.name, std::move(t));
+        names = {spec.name};
+    }
+    return names;
+}
+
 }  // namespace
 
 nlohmann::json preset_config(const std::string& arch, const std::string& size) {
@@ -265,54 +367,16 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
     const io::HfConfig hf(config, "generated config.json");
     const std::vector<model::WeightSpec> specs = runtime_row(arch).weight_specs(hf);
     const std::string& quant = options.quantization;
-    const bool modelslim = is_modelslim(quant), omniinfer = quant == "omniinfer-w8a8";
-    const bool mindspore = quant == "mindspore-a8w8";
-    const std::optional<model::Int4Config> int4 = model::int4_layout_for(quant);
-    if (!quant.empty() && quant != "w8a8" && quant != "fp8" && !modelslim && !omniinfer && !mindspore && !int4) {
-        raise(ErrorCode::kInvalidArgument,
-              "--quantization '{}' is not supported (expected w8a8, fp8, w4a16, w4a16-asym, awq, gptq, gptq-act, "
-              "modelslim-w8a8, modelslim-w8a8-dynamic, omniinfer-w8a8 or mindspore-a8w8)",
-              quant);
-    }
-    if (mindspore && arch.write_mindformers == nullptr) {
-        raise(ErrorCode::kInvalidArgument,
-              "--quantization mindspore-a8w8 is not written for {}: moeserve knows MindFormers names only for "
-              "DeepSeek's (deepseek_v3 / deepseek_v2)",
-              arch.model_type);
-    }
-    if (mindspore) {
-        // moeserve's convention: golden-stick keeps quant_method in the MindFormers yaml
-        config["quantization_config"] = {{"quant_method", "osl"}};
-    } else if (int4) {
-        config["quantization_config"] = model::int4_quantization_config(*int4, {"lm_head", "re:.*mlp\\.gate$"});
-    } else if (!quant.empty() && !modelslim) {
-        config["quantization_config"] = quantization_config(quant);
-    }
-    if (omniinfer) {
-        nlohmann::json ignore = nlohmann::json::array({"lm_head"});
-        for (const auto& s : specs) {
-            if (s.precision == model::LayerPrecision::kDequantized) ignore.push_back(module_of(s.name));
-        }
-        config["quantization_config"]["ignore"] = ignore;
-    }
-    if (modelslim && arch.mla) {
-        // what the DeepSeek recipe's hooks add (vllm-ascend does not need them)
-        config["quantize"] = "w8a8_dynamic";
-        config["mla_quantize"] = quant == "modelslim-w8a8" ? "w8a8" : "w8a8_dynamic";
-    }
+    const WrittenLayout layout = written_layout(quant, arch);
+    const bool modelslim = layout.modelslim, omniinfer = layout.omniinfer, mindspore = layout.mindspore;
+    const std::optional<model::Int4Config>& int4 = layout.int4;
+    set_quantization_keys(config, quant, layout, specs, arch);
     const Calibrator calibrator(specs, options.seed, quant == "modelslim-w8a8", source);
     nlohmann::json desc = {{"model_quant_type", "W8A8_DYNAMIC"}, {"version", "1.0.0"}};
     if (options.num_shards < 1 || options.num_shards > static_cast<int>(specs.size())) {
         raise(ErrorCode::kInvalidArgument, "--shards must be in [1, {}]; got {}", specs.size(), options.num_shards);
     }
-    fs::create_directories(options.out_dir);
-    for (const auto& entry : fs::directory_iterator(options.out_dir)) {
-        const std::string fname = entry.path().filename().string();
-        if (entry.path().extension() == ".safetensors" || ends_with(fname, ".safetensors.index.json") ||
-            fname == "quant_model_description.json") {
-            fs::remove(entry.path());
-        }
-    }
+    clear_model_files(options.out_dir);
 
     GeneratedModel result;
     if (mindspore) {
@@ -339,36 +403,8 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
             result.num_bytes += static_cast<int64_t>(t.nbytes());
             result.num_tensors += 1;
             if (modelslim) {
-                const model::WeightSpec& spec = specs[i];
-                std::vector<std::string> names;
-                // ModelSlim keeps the layers that run dequantized (kv_b_proj) FLOAT
-                if (quantized_in_checkpoint(spec) && spec.precision == model::LayerPrecision::kQuantizable) {
-                    const bool is_static = quant == "modelslim-w8a8" && static_in_mix(spec.name);
-                    const StaticCalibration calib =
-                        is_static ? calibrator.calibrate(module_of(spec.name)) : StaticCalibration{};
-                    const bool deq64 = ends_with(spec.name, "o_proj.weight");  // exercises the int64 form
-                    names = add_modelslim(writer, spec.name, t, is_static ? &calib : nullptr, deq64, desc);
-                    const int64_t rows = spec.shape[0], cols = spec.shape[1];
-                    result.num_bytes += rows * cols - static_cast<int64_t>(t.nbytes()) +
-                                        (is_static ? 8 + rows * (deq64 ? 12 : 8) : 8 * rows);
-                } else if (spec.init == model::WeightInit::kNormOnes && spec.shape.rank() == 1) {
-                    // the V1 saver stores norms in f32
-                    Tensor n32(DType::kF32, spec.shape);
-                    for (int64_t j = 0; j < t.numel(); ++j) n32.as<float>()[j] = value_at(t, j);
-                    writer.add(spec.name, std::move(n32));
-                    names = {spec.name};
-                    result.num_bytes += 2 * spec.shape[0];  // bf16 -> f32
-                    const std::string norm = module_of(spec.name);
-                    if (calibrator.writes_bias(norm)) {
-                        writer.add(norm + ".bias", source.norm_bias(norm + ".bias", spec.shape[0]));
-                        names.push_back(norm + ".bias");
-                        result.num_bytes += 4 * spec.shape[0];
-                    }
-                } else {
-                    writer.add(spec.name, std::move(t));
-                    names = {spec.name};
-                }
-                for (const auto& n : names) {
+                for (const auto& n :
+                     add_modelslim_tensor(writer, specs[i], std::move(t), quant, calibrator, source, desc, result)) {
                     weight_map[n] = file;
                     if (!desc.contains(n)) desc[n] = "FLOAT";
                 }
