@@ -60,6 +60,19 @@ public:
     bool called(const std::string& call) const { return std::find(calls.begin(), calls.end(), call) != calls.end(); }
 };
 
+// A scheduler of 32 blocks of 4 tokens with the scripted connector.
+class KvConnectorTest : public ::testing::Test {
+protected:
+    KvConnectorTest() { h.scheduler.set_kv_connector(&c); }
+    // Queues a remote request of 10 prompt tokens and lets the connector start its load.
+    void load_remote0() {
+        h.scheduler.add_request(make_request("remote0", 10, 3));
+        h.scheduler.poll_kv_connector();
+    }
+    Harness h{32, 4, config(8, 64)};
+    ScriptedConnector c;
+};
+
 KvLoadResult loaded(const std::string& id, int32_t first_token, std::string error = "") {
     KvLoadResult r;
     r.request_id = id;
@@ -68,12 +81,8 @@ KvLoadResult loaded(const std::string& id, int32_t first_token, std::string erro
     return r;
 }
 
-TEST(KvConnectorTest, ARemoteLoadRunsOnAsIfPrefilledHere) {
-    Harness h(32, 4, config(8, 64));
-    ScriptedConnector c;
-    h.scheduler.set_kv_connector(&c);
-    h.scheduler.add_request(make_request("remote0", 10, 3));
-    h.scheduler.poll_kv_connector();
+TEST_F(KvConnectorTest, ARemoteLoadRunsOnAsIfPrefilledHere) {
+    load_remote0();
     ASSERT_TRUE(c.called("load:remote0"));
     EXPECT_EQ(c.load_blocks["remote0"].size(), 3u);  // the whole prompt: 10 tokens in blocks of 4
     EXPECT_EQ(h.scheduler.num_remote_waiting(), 1);
@@ -91,10 +100,7 @@ TEST(KvConnectorTest, ARemoteLoadRunsOnAsIfPrefilledHere) {
     EXPECT_EQ(h.kv.pool().num_free_blocks(), 31);
 }
 
-TEST(KvConnectorTest, AHeldRequestKeepsItsBlocksUntilReleased) {
-    Harness h(32, 4, config(8, 64));
-    ScriptedConnector c;
-    h.scheduler.set_kv_connector(&c);
+TEST_F(KvConnectorTest, AHeldRequestKeepsItsBlocksUntilReleased) {
     h.scheduler.add_request(make_request("hold0", 6, 1));
     const std::vector<ipc::RequestOutput> announced = h.scheduler.take_finished();  // before any step
     ASSERT_EQ(announced.size(), 1u);
@@ -112,12 +118,8 @@ TEST(KvConnectorTest, AHeldRequestKeepsItsBlocksUntilReleased) {
     EXPECT_EQ(h.kv.pool().num_free_blocks(), 31);
 }
 
-TEST(KvConnectorTest, AFailedLoadFailsTheRequestAndFreesItsBlocks) {
-    Harness h(32, 4, config(8, 64));
-    ScriptedConnector c;
-    h.scheduler.set_kv_connector(&c);
-    h.scheduler.add_request(make_request("remote0", 10, 3));
-    h.scheduler.poll_kv_connector();
+TEST_F(KvConnectorTest, AFailedLoadFailsTheRequestAndFreesItsBlocks) {
+    load_remote0();
     c.loads.push_back(loaded("remote0", 0, "the producer went away"));
     h.scheduler.poll_kv_connector();
     const std::vector<ipc::RequestOutput> out = h.scheduler.take_finished();
@@ -128,12 +130,8 @@ TEST(KvConnectorTest, AFailedLoadFailsTheRequestAndFreesItsBlocks) {
     EXPECT_EQ(h.kv.pool().num_free_blocks(), 31);
 }
 
-TEST(KvConnectorTest, AnAbortWhileLoadingAnswersAtOnceAndFreesTheBlocksWhenTheLoadEnds) {
-    Harness h(32, 4, config(8, 64));
-    ScriptedConnector c;
-    h.scheduler.set_kv_connector(&c);
-    h.scheduler.add_request(make_request("remote0", 10, 3));
-    h.scheduler.poll_kv_connector();
+TEST_F(KvConnectorTest, AnAbortWhileLoadingAnswersAtOnceAndFreesTheBlocksWhenTheLoadEnds) {
+    load_remote0();
     const std::string id = "remote0";
     h.scheduler.abort_requests(std::span<const std::string>(&id, 1));
     EXPECT_TRUE(c.called("aborted:remote0"));
@@ -149,7 +147,7 @@ TEST(KvConnectorTest, AnAbortWhileLoadingAnswersAtOnceAndFreesTheBlocksWhenTheLo
     EXPECT_TRUE(h.scheduler.take_finished().empty());  // its abort was its last output
 }
 
-TEST(KvConnectorTest, APreemptionIsReportedBeforeTheBlocksAreReused) {
+TEST(KvConnectorPreemption, IsReportedBeforeTheBlocksAreReused) {
     // 3 usable blocks of 4 tokens: two 4-token prompts decode until the second block of one of
     // them does not fit, and the youngest is preempted.
     Harness h(4, 4, config(8, 64));
