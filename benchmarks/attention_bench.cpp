@@ -39,8 +39,8 @@ struct Batch {
     std::vector<float> ks, vs;
     std::vector<int32_t> tables, qstart, lens;
     int64_t max_blocks = 0, tokens = 0;
-    kc::PagedKvLayer kv{};
-    kc::PagedAttentionArgs args{};
+    moeserve::kernels::PagedKvLayer kv{};
+    moeserve::kernels::PagedAttentionArgs args{};
 };
 
 enum class Cache { kF32 = 0, kBf16 = 1, kFp8 = 2 };
@@ -213,9 +213,9 @@ void BM_AttentionDecodeEngineLayout(benchmark::State& state) {
     std::iota(table.begin(), table.end(), 1);
     std::vector<float> q(size_t(kHeads * kD), 0.1f), out(q.size());
     const int32_t qstart[2] = {0, 1}, len = int32_t(ctx);
-    const kc::PagedKvLayer kv{k, v, blocks, kBlock, kKvHeads, kD, moeserve::DType::kBF16};
-    const kc::PagedAttentionArgs args{q.data(), out.data(),   1,          kHeads, 1, qstart,
-                                      &len,     table.data(), blocks - 1, 0.125f};
+    const moeserve::kernels::PagedKvLayer kv{k, v, blocks, kBlock, kKvHeads, kD, moeserve::DType::kBF16};
+    const moeserve::kernels::PagedAttentionArgs args{q.data(), out.data(),   1,          kHeads, 1, qstart,
+                                                     &len,     table.data(), blocks - 1, 0.125f};
     ThreadPool pool(kThreads);
     const int64_t kv_bytes = ctx * row * 2 * 2;
     std::vector<uint8_t> buf(size_t(kv_bytes), 1);
@@ -254,9 +254,9 @@ void BM_MlaDecodeLong(benchmark::State& state) {
     std::iota(table.begin(), table.end(), 1);
     std::vector<float> q(size_t(kMlaHeads * kRow), 0.1f), out(size_t(kMlaHeads * kRank));
     const int32_t qstart[2] = {0, 1}, len = int32_t(ctx);
-    const kc::PagedLatentLayer kv{cache.data(), blocks, kBlock, kRank, kRope, moeserve::DType::kBF16};
-    const kc::MlaAttentionArgs args{q.data(), out.data(),   1,          kMlaHeads, 1, qstart,
-                                    &len,     table.data(), blocks - 1, 0.1f};
+    const moeserve::kernels::PagedLatentLayer kv{cache.data(), blocks, kBlock, kRank, kRope, moeserve::DType::kBF16};
+    const moeserve::kernels::MlaAttentionArgs args{q.data(), out.data(),   1,          kMlaHeads, 1, qstart,
+                                                   &len,     table.data(), blocks - 1, 0.1f};
     ThreadPool two(2), one(1);
     std::vector<double> times, one_times;
     for (auto _ : state) {

@@ -82,7 +82,7 @@ void BM_GgufExpertGemm(benchmark::State& state, GgmlType type) {
     for (float& v : x) v = normal(rng);
     for (int64_t r = 0; r < kOut; ++r) kc::quantize_gguf(type, x.data() + r * kIn, w.data() + r * row_bytes, kIn);
     x.resize(static_cast<size_t>(kTokens * kIn));
-    const kc::GgufMatrix m{type, w.data(), kOut, kIn, static_cast<size_t>(row_bytes)};
+    const moeserve::kernels::GgufMatrix m{type, w.data(), kOut, kIn, static_cast<size_t>(row_bytes)};
     std::vector<float> out(static_cast<size_t>(kTokens * kOut));
     kc::GgufScratch scratch;
     ThreadPool pool(1);

@@ -35,14 +35,14 @@ struct Int4Copies {
         std::mt19937 rng(1);
         codes.resize(size_t(copies * n * k / 2));
         for (auto& c : codes) c = static_cast<uint8_t>(rng());
-        scale.assign(size_t(copies * n * kc::int4_groups(k, kGroup)), 0.01f);
+        scale.assign(size_t(copies * n * moeserve::kernels::int4_groups(k, kGroup)), 0.01f);
         zero.assign(scale.size(), 8.0f);
     }
-    kc::Int4Weights at(int64_t c) const {
-        const int64_t g = kc::int4_groups(k, kGroup);
+    moeserve::kernels::Int4Weights at(int64_t c) const {
+        const int64_t g = moeserve::kernels::int4_groups(k, kGroup);
         return {codes.data() + c * n * k / 2, scale.data() + c * n * g, zero.data() + c * n * g, n, k, kGroup};
     }
-    int64_t bytes() const { return n * k / 2 + 8 * n * kc::int4_groups(k, kGroup); }
+    int64_t bytes() const { return n * k / 2 + 8 * n * moeserve::kernels::int4_groups(k, kGroup); }
 };
 
 // args: m, n, k.
@@ -126,11 +126,12 @@ void BM_MoeInt4(benchmark::State& state) {
     int64_t c = 0;
     std::vector<double> t4, t8;
     for (auto _ : state) {
-        const kc::Int4Weights g = gu.at(0), d = down.at(0);
-        const kc::MoeExpertsInt4 ex4{
+        const moeserve::kernels::Int4Weights g = gu.at(0), d = down.at(0);
+        const moeserve::kernels::MoeExpertsInt4 ex4{
             g.rows(c * e * 2 * inter, e * 2 * inter), d.rows(c * e * h, e * h), e, 0, h, inter};
         const int8_t* base8 = w8.data() + ((c + copies / 2) % copies) * e * per_expert;
-        const kc::MoeExpertsInt8 ex8{base8, gus.data(), base8 + e * 2 * inter * h, ds.data(), e, 0, h, inter};
+        const moeserve::kernels::MoeExpertsInt8 ex8{base8, gus.data(), base8 + e * 2 * inter * h, ds.data(), e, 0,
+                                                    h,     inter};
         double t0 = now_s();
         kc::moe_experts_int4(pool, x.data(), tokens, ids.data(), tw.data(), k, ex4, s4, out.data());
         t4.push_back(now_s() - t0);
@@ -141,8 +142,8 @@ void BM_MoeInt4(benchmark::State& state) {
     }
     const double a = median(t4), b = median(t8);
     if (decode) {
-        const double groups =
-            2.0 * inter * double(kc::int4_groups(h, kGroup)) + double(h * kc::int4_groups(inter, kGroup));
+        const double groups = 2.0 * inter * double(moeserve::kernels::int4_groups(h, kGroup)) +
+                              double(h * moeserve::kernels::int4_groups(inter, kGroup));
         state.counters["int4_GBps"] = (double(k * per_expert) / 2 + 8.0 * k * groups) / a / 1e9;
         state.counters["int8_GBps"] = double(k * per_expert) / b / 1e9;
     }

@@ -167,8 +167,8 @@ void BM_MoeInt8(benchmark::State& state) {
     for (auto _ : state) {
         const int8_t* base8 = w8.data() + c * e * per_expert;
         const uint16_t* baseb = wb.data() + ((c + copies / 2) % copies) * e * per_expert;
-        kc::MoeExpertsInt8 ex8{base8, gus.data(), base8 + e * 2 * inter * h, ds.data(), e, 0, h, inter};
-        kc::MoeExpertsBf16 exb{baseb, baseb + e * 2 * inter * h, e, 0, h, inter};
+        moeserve::kernels::MoeExpertsInt8 ex8{base8, gus.data(), base8 + e * 2 * inter * h, ds.data(), e, 0, h, inter};
+        moeserve::kernels::MoeExpertsBf16 exb{baseb, baseb + e * 2 * inter * h, e, 0, h, inter};
         double t0 = now_s();
         kc::moe_experts_int8(pool, x.data(), tokens, ids.data(), tw.data(), k, ex8, s8, q, out.data());
         t8.push_back(now_s() - t0);

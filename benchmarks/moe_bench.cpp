@@ -54,7 +54,7 @@ Routing make_routing(int64_t tokens, std::mt19937& rng) {
 // One set of expert weights: gate_up [E, 2I, H] then down [E, H, I], bf16.
 struct ExpertSet {
     std::vector<uint16_t> w;
-    kc::MoeExpertsBf16 view(int64_t copy) const {
+    moeserve::kernels::MoeExpertsBf16 view(int64_t copy) const {
         const uint16_t* base = w.data() + copy * kExperts * kExpertElems;
         return {base, base + kExperts * 2 * kInter * kHidden, kExperts, 0, kHidden, kInter};
     }

@@ -22,19 +22,6 @@ namespace {
 namespace fs = std::filesystem;
 using namespace testutil;
 
-// The model file of a fixture directory: model-TYPE.gguf, or split 1 of a split set.
-fs::path gguf_in(const fs::path& dir) {
-    for (const auto& e : fs::directory_iterator(dir)) {
-        const std::string n = e.path().filename().string();
-        if (n.size() > 5 && n.substr(n.size() - 5) == ".gguf" &&
-            (n.find("-of-") == std::string::npos || n.find("-00001-of-") != std::string::npos)) {
-            return e.path();
-        }
-    }
-    ADD_FAILURE() << "no .gguf in " << dir;
-    return {};
-}
-
 std::unique_ptr<Model> open(const fs::path& path, ThreadPool& pool) {
     LoadOptions o;
     o.kv_cache_dtype = "fp32";

@@ -37,6 +37,19 @@ inline std::vector<float> read_f32(const std::filesystem::path& path) {
     return out;
 }
 
+// The model file of a fixture directory: model-TYPE.gguf, or split 1 of a split set.
+inline std::filesystem::path gguf_in(const std::filesystem::path& dir) {
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+        const std::string n = e.path().filename().string();
+        if (n.size() > 5 && n.substr(n.size() - 5) == ".gguf" &&
+            (n.find("-of-") == std::string::npos || n.find("-00001-of-") != std::string::npos)) {
+            return e.path();
+        }
+    }
+    ADD_FAILURE() << "no .gguf in " << dir;
+    return {};
+}
+
 // Largest |a - b| over all entries (sizes must match).
 inline float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
     EXPECT_EQ(a.size(), b.size());

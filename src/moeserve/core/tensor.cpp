@@ -43,7 +43,7 @@ TensorView TensorView::slice0(int64_t i) const {
     auto dims = shape.dims().subspan(1);
     Shape inner(dims);
     const size_t stride = static_cast<size_t>(inner.numel()) * dtype_size(dtype);
-    return {static_cast<char*>(data) + static_cast<size_t>(i) * stride, dtype, inner};
+    return {static_cast<char*>(data) + static_cast<size_t>(i) * stride, dtype, inner, device};
 }
 
 TensorView TensorView::rows(int64_t begin, int64_t end) const {
@@ -52,12 +52,12 @@ TensorView TensorView::rows(int64_t begin, int64_t end) const {
     Shape out = shape;
     out[0] = end - begin;
     const size_t row_bytes = static_cast<size_t>(shape.numel() / (shape[0] ? shape[0] : 1)) * dtype_size(dtype);
-    return {static_cast<char*>(data) + static_cast<size_t>(begin) * row_bytes, dtype, out};
+    return {static_cast<char*>(data) + static_cast<size_t>(begin) * row_bytes, dtype, out, device};
 }
 
 TensorView TensorView::reshape(const Shape& new_shape) const {
     MOESERVE_CHECK(new_shape.numel() == numel(), "reshape {} -> {}", shape.str(), new_shape.str());
-    return {data, dtype, new_shape};
+    return {data, dtype, new_shape, device};
 }
 
 namespace {

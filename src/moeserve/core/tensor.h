@@ -36,12 +36,17 @@ private:
     int rank_ = 0;
 };
 
+// Where a tensor's memory lives: the kernel backend that allocated it (kernels/backend.h) says.
+// Host memory (checkpoints, the CPU backend's buffers) is kCpu.
+enum class Device : uint8_t { kCpu };
+
 // Non-owning view of contiguous memory with a dtype and shape. Cheap to copy.
 // The memory's owner (a Tensor, an mmap'd checkpoint) must outlive the view.
 struct TensorView {
     void* data = nullptr;
     DType dtype = DType::kF32;
     Shape shape;
+    Device device = Device::kCpu;
 
     int64_t numel() const { return shape.numel(); }
     size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
@@ -67,7 +72,7 @@ struct AlignedFree {
     void operator()(void* p) const;
 };
 
-// Owning, 64-byte aligned, zero-initialized buffer. Move-only; copy with clone().
+// Owning, 64-byte aligned, zero-initialized host buffer (Device::kCpu). Move-only; copy with clone().
 class Tensor {
 public:
     Tensor() = default;
@@ -78,7 +83,7 @@ public:
     Tensor& operator=(const Tensor&) = delete;
 
     Tensor clone() const;
-    TensorView view() const { return {data_.get(), dtype_, shape_}; }
+    TensorView view() const { return {data_.get(), dtype_, shape_, Device::kCpu}; }
     operator TensorView() const { return view(); }
 
     void* data() const { return data_.get(); }

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "moeserve/core/error.h"
+#include "moeserve/kernels/backend.h"
 
 namespace moeserve::model {
 
@@ -86,20 +87,21 @@ GqaKvCache::GqaKvCache(int64_t num_layers, int64_t num_blocks, int64_t block_siz
     MOESERVE_CHECK(heads_.count == num_kv_heads && heads_.first >= 0 && heads_.first + heads_.count <= heads_.total,
                    "KV heads [{}, +{}) of {} for a cache of {}", heads_.first, heads_.count, heads_.total,
                    num_kv_heads);
+    const kernels::Backend& backend = kernels::active_backend();
     for (int64_t i = 0; i < num_layers; ++i) {
-        k_.emplace_back(dtype, Shape{num_blocks, block_size, num_kv_heads, head_dim});
-        v_.emplace_back(dtype, Shape{num_blocks, block_size, num_kv_heads, head_dim});
+        k_.push_back(backend.allocate(dtype, Shape{num_blocks, block_size, num_kv_heads, head_dim}));
+        v_.push_back(backend.allocate(dtype, Shape{num_blocks, block_size, num_kv_heads, head_dim}));
         if (dtype == DType::kF8E4M3) {
-            k_scale_.emplace_back(DType::kF32, Shape{num_blocks, block_size, num_kv_heads});
-            v_scale_.emplace_back(DType::kF32, Shape{num_blocks, block_size, num_kv_heads});
+            k_scale_.push_back(backend.allocate(DType::kF32, Shape{num_blocks, block_size, num_kv_heads}));
+            v_scale_.push_back(backend.allocate(DType::kF32, Shape{num_blocks, block_size, num_kv_heads}));
         }
     }
 }
 
-kernels::cpu::PagedKvLayer GqaKvCache::layer(int64_t i) {
+kernels::PagedKvLayer GqaKvCache::layer(int64_t i) {
     const auto idx = static_cast<size_t>(i);
-    kernels::cpu::PagedKvLayer out{k_[idx].data(), v_[idx].data(), num_blocks(), block_size(),
-                                   num_kv_heads_,  head_dim_,      dtype_};
+    kernels::PagedKvLayer out{k_[idx].data(), v_[idx].data(), num_blocks(), block_size(),
+                              num_kv_heads_,  head_dim_,      dtype_};
     if (dtype_ == DType::kF8E4M3) {
         out.k_scale = k_scale_[idx].as<float>();
         out.v_scale = v_scale_[idx].as<float>();
@@ -138,16 +140,16 @@ MlaKvCache::MlaKvCache(int64_t num_layers, int64_t num_blocks, int64_t block_siz
                        int64_t rope_dim, DType dtype)
     : KvCache(num_blocks, block_size), kv_lora_rank_(kv_lora_rank), rope_dim_(rope_dim), dtype_(dtype) {
     MOESERVE_CHECK(is_cache_dtype(dtype), "latent cache dtype {}", dtype_name(dtype));
+    const kernels::Backend& backend = kernels::active_backend();
     for (int64_t i = 0; i < num_layers; ++i) {
-        cache_.emplace_back(dtype, Shape{num_blocks, block_size, kv_lora_rank + rope_dim});
-        if (dtype == DType::kF8E4M3) scale_.emplace_back(DType::kF32, Shape{num_blocks, block_size, 2});
+        cache_.push_back(backend.allocate(dtype, Shape{num_blocks, block_size, kv_lora_rank + rope_dim}));
+        if (dtype == DType::kF8E4M3) scale_.push_back(backend.allocate(DType::kF32, Shape{num_blocks, block_size, 2}));
     }
 }
 
-kernels::cpu::PagedLatentLayer MlaKvCache::layer(int64_t i) {
+kernels::PagedLatentLayer MlaKvCache::layer(int64_t i) {
     const auto idx = static_cast<size_t>(i);
-    kernels::cpu::PagedLatentLayer out{cache_[idx].data(), num_blocks(), block_size(),
-                                       kv_lora_rank_,      rope_dim_,    dtype_};
+    kernels::PagedLatentLayer out{cache_[idx].data(), num_blocks(), block_size(), kv_lora_rank_, rope_dim_, dtype_};
     if (dtype_ == DType::kF8E4M3) out.scale = scale_[idx].as<float>();
     return out;
 }

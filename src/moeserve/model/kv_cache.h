@@ -1,5 +1,6 @@
-// KV cache storage, owned here and nowhere else; the engine's KV cache manager owns the block
-// *ids*. Each architecture creates its own kind (GQA keys/values, or MLA's compressed latent).
+// KV cache storage, owned here and nowhere else, in the memory of the kernel backend active when
+// it is created (kernels/backend.h); the engine's KV cache manager owns the block *ids*. Each
+// architecture creates its own kind (GQA keys/values, or MLA's compressed latent).
 #pragma once
 
 #include <cstddef>
@@ -8,8 +9,7 @@
 #include <vector>
 
 #include "moeserve/core/tensor.h"
-#include "moeserve/kernels/cpu/mla_attention.h"
-#include "moeserve/kernels/cpu/paged_attention.h"
+#include "moeserve/kernels/attention_types.h"
 
 namespace moeserve::model {
 
@@ -66,7 +66,7 @@ DType parse_kv_cache_dtype(const std::string& text, DType model_dtype);
 // experimental.
 std::string kv_cache_dtype_warning(DType kv_dtype);
 
-// Keys and values per layer, f32, bf16 or fp8 e4m3, layout (kernels/cpu/paged_attention.h):
+// Keys and values per layer, f32, bf16 or fp8 e4m3, layout (kernels/attention_types.h):
 //   k[layer], v[layer]: [num_blocks, block_size, num_kv_heads, head_dim]
 //   fp8 only, k_scale[layer], v_scale[layer]: [num_blocks, block_size, num_kv_heads] f32
 // A block's bytes (read_parts) are, per layer, k, v and (fp8) k_scale, v_scale; a part is one
@@ -77,7 +77,7 @@ public:
     GqaKvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t num_kv_heads, int64_t head_dim,
                DType dtype = DType::kF32, KvSlice heads = {0, 0, 0});
 
-    kernels::cpu::PagedKvLayer layer(int64_t i);
+    kernels::PagedKvLayer layer(int64_t i);
     DType dtype() const { return dtype_; }
     KvSlice slice() const override { return heads_; }
     int64_t part_bytes() const override;
@@ -104,7 +104,7 @@ private:
 
 // Multi-head latent attention (DeepSeek): per layer only the compressed latent (after
 // kv_a_layernorm) and the shared rope key (after RoPE), f32, bf16 or fp8 e4m3, layout
-// (kernels/cpu/mla_attention.h):
+// (kernels/attention_types.h):
 //   cache[layer]: [num_blocks, block_size, kv_lora_rank + rope_dim]
 //   fp8 only, scale[layer]: [num_blocks, block_size, 2] f32 (the latent's, k_pe's)
 // A block's bytes (read_parts) are, per layer, cache and (fp8) scale; the block is one part.
@@ -113,7 +113,7 @@ public:
     MlaKvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_lora_rank, int64_t rope_dim,
                DType dtype = DType::kF32);
 
-    kernels::cpu::PagedLatentLayer layer(int64_t i);
+    kernels::PagedLatentLayer layer(int64_t i);
     DType dtype() const { return dtype_; }
     int64_t part_bytes() const override;
     void read_parts(int64_t block, int64_t first, int64_t count, std::byte* out) const override;

@@ -8,13 +8,11 @@
 #include <string>
 
 #include "moeserve/core/error.h"
-#include "moeserve/kernels/cpu/norm.h"
+#include "moeserve/kernels/ops.h"
 #include "moeserve/model/formats/gguf_weights.h"
 #include "moeserve/model/layers/weight_loading.h"
 
 namespace moeserve::model {
-
-namespace kc = kernels::cpu;
 
 namespace {
 // Whether the logits rows are every row in order (a prefill asking for all logits): nothing to drop.
@@ -299,7 +297,7 @@ TensorView MoeDecoder::forward(const ForwardBatch& batch, int64_t num_positions,
     // 1. embedding: ids [T] -> x [T, hidden]
     embed_vocab_parallel(par_, embed_tokens_, vocab_shard_, h, batch.token_ids.data(), t, x,
                          embed_gguf_.data != nullptr ? &embed_gguf_ : nullptr);
-    kc::rms_norm(pool_, x, layers_[0].input_layernorm.as<float>(), t, h, eps, hs);
+    kernels::ops().rms_norm(pool_, x, layers_[0].input_layernorm.as<float>(), t, h, eps, hs);
     add_row_bias(layers_[0].input_layernorm_bias, hs, t, h);
     int64_t rows = t;  // rows still computed: all T, then the R logits rows after the last attention
     // The EP exchange counts rows once per forward, and again at the last layer: there any rank
@@ -331,7 +329,7 @@ TensorView MoeDecoder::forward(const ForwardBatch& batch, int64_t num_positions,
             out = rows_out_.data();
         }
         if (rows > 0) {
-            kc::add_rms_norm(pool_, x, out, layer.post_attention_layernorm.as<float>(), rows, h, eps, hs);
+            kernels::ops().add_rms_norm(pool_, x, out, layer.post_attention_layernorm.as<float>(), rows, h, eps, hs);
             add_row_bias(layer.post_attention_layernorm_bias, hs, rows, h);
         }
         // 4. MoE / MLP block: x += mlp(norm(x)); fused with the next layer's input norm
@@ -341,7 +339,7 @@ TensorView MoeDecoder::forward(const ForwardBatch& batch, int64_t num_positions,
         }
         layer.mlp.forward(pool_, par_, spec_.route, hs, rows, batch.moe_exchange, moe_scratch_, out, balance);
         const float* next_norm = last ? norm_.as<float>() : layers_[i + 1].input_layernorm.as<float>();
-        if (rows > 0) kc::add_rms_norm(pool_, x, out, next_norm, rows, h, eps, hs);
+        if (rows > 0) kernels::ops().add_rms_norm(pool_, x, out, next_norm, rows, h, eps, hs);
         if (!last) add_row_bias(layers_[i + 1].input_layernorm_bias, hs, rows, h);
     }
     if (draft_ != nullptr) {  // the draft head's input (forward_draft)
@@ -378,14 +376,14 @@ TensorView MoeDecoder::forward_draft(const ForwardBatch& batch, int64_t num_posi
     // 1. [enorm(embed(token)) | hnorm(hidden row)] -> eh_proj: the layer's residual stream
     embed_vocab_parallel(par_, embed_tokens_, vocab_shard_, h, batch.token_ids.data(), t, out,
                          embed_gguf_.data != nullptr ? &embed_gguf_ : nullptr);
-    kc::rms_norm(pool_, out, draft_->enorm.as<float>(), t, h, eps, x);
+    kernels::ops().rms_norm(pool_, out, draft_->enorm.as<float>(), t, h, eps, x);
     for (int64_t j = 0; j < t; ++j) {
         const int32_t row = batch.hidden_rows[static_cast<size_t>(j)];
         MOESERVE_CHECK(row >= 0 && row < hidden_count_, "draft batch: hidden row {} outside [0, {})", row,
                        hidden_count_);
         std::copy_n(hidden_.data() + row * h, h, out + j * h);
     }
-    kc::rms_norm(pool_, out, draft_->hnorm.as<float>(), t, h, eps, hs);
+    kernels::ops().rms_norm(pool_, out, draft_->hnorm.as<float>(), t, h, eps, hs);
     for (int64_t j = 0; j < t; ++j) {
         std::copy_n(x + j * h, h, draft_in_.data() + j * 2 * h);
         std::copy_n(hs + j * h, h, draft_in_.data() + j * 2 * h + h);
@@ -393,15 +391,15 @@ TensorView MoeDecoder::forward_draft(const ForwardBatch& batch, int64_t num_posi
     draft_->eh_proj.forward(pool_, draft_in_.data(), t, x);
     // 2. the decoder layer, as in forward()
     const Layer& layer = draft_->block;
-    kc::rms_norm(pool_, x, layer.input_layernorm.as<float>(), t, h, eps, hs);
+    kernels::ops().rms_norm(pool_, x, layer.input_layernorm.as<float>(), t, h, eps, hs);
     add_row_bias(layer.input_layernorm_bias, hs, t, h);
     attention(layers_.size(), hs, out);
     tp_all_reduce(par_, out, t * h);
-    kc::add_rms_norm(pool_, x, out, layer.post_attention_layernorm.as<float>(), t, h, eps, hs);
+    kernels::ops().add_rms_norm(pool_, x, out, layer.post_attention_layernorm.as<float>(), t, h, eps, hs);
     add_row_bias(layer.post_attention_layernorm_bias, hs, t, h);
     layer.mlp.forward(pool_, par_, spec_.route, hs, t, batch.moe_exchange, moe_scratch_, out, {});
     // 3. shared_head.norm -> shared_head.head on the rows that draft
-    kc::add_rms_norm(pool_, x, out, draft_->head_norm.as<float>(), t, h, eps, hs);
+    kernels::ops().add_rms_norm(pool_, x, out, draft_->head_norm.as<float>(), t, h, eps, hs);
     return compute_logits(par_, pool_, draft_->head, c.vocab_size, hs, h, batch.logits_rows, logits_scratch_);
 }
 

@@ -22,7 +22,8 @@
 #include "moeserve/io/weight_source.h"
 #include "moeserve/model/eplb/expert_balancer.h"
 #include "moeserve/model/forward_batch.h"
-#include "moeserve/kernels/cpu/gguf_linear.h"
+#include "moeserve/kernels/buffer.h"
+#include "moeserve/kernels/weight_types.h"
 #include "moeserve/model/layers/linear.h"
 #include "moeserve/model/layers/moe_block.h"
 #include "moeserve/model/layers/parallel_ops.h"
@@ -158,7 +159,7 @@ private:
     TensorView embed_tokens_;  // bf16 | f32 (--dtype float32) [vocab_shard.count, hidden]
     Tensor embed_owned_;       // the f32 widening behind embed_tokens_, when there is one
     // GGUF: the table's rows [vocab_shard) as stored blocks (data null: embed_tokens_ is used)
-    kernels::cpu::GgufMatrix embed_gguf_;
+    kernels::GgufMatrix embed_gguf_;
     std::vector<Layer> layers_;
     Tensor norm_;     // f32 [hidden]
     Linear lm_head_;  // [vocab_shard.count, hidden] (embed_tokens when tied)
@@ -166,13 +167,13 @@ private:
     std::unique_ptr<DraftHead> draft_;  // null unless LoadOptions::draft_head
 
     // Scratch, reused across steps.
-    std::vector<float> x_, h_, tmp_;  // [T, hidden]: residual stream, normed block input, block output
+    kernels::Buffer x_, h_, tmp_;  // [T, hidden]: residual stream, normed block input, block output
     // With a draft head: the last forward's final normed hidden states [T, hidden], and the draft
     // head's input rows [T, 2 x hidden].
-    std::vector<float> hidden_, draft_in_;
+    kernels::Buffer hidden_, draft_in_;
     int64_t hidden_count_ = 0;
-    std::vector<float> rows_x_, rows_out_;  // [R, hidden]: the last layer's logits rows of x_ and tmp_
-    std::vector<int32_t> rows_;             // [R]: 0 .. R-1, the compacted rows' indices
+    kernels::Buffer rows_x_, rows_out_;  // [R, hidden]: the last layer's logits rows of x_ and tmp_
+    std::vector<int32_t> rows_;          // [R]: 0 .. R-1, the compacted rows' indices
     MoeBlockScratch moe_scratch_;
     LogitsScratch logits_scratch_;
 

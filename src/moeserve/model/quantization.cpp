@@ -10,7 +10,7 @@
 
 #include "moeserve/core/dtype.h"
 #include "moeserve/core/error.h"
-#include "moeserve/kernels/cpu/quantize_int8.h"
+#include "moeserve/kernels/ops.h"
 #include "moeserve/model/formats/checkpoint_format.h"
 #include "moeserve/model/formats/modelslim.h"
 
@@ -141,7 +141,7 @@ Tensor load_dequantized_f32(const io::WeightSource& weights, const std::string& 
 
 Int8Matrix quantize_matrix_int8(const float* w, int64_t rows, int64_t cols) {
     Int8Matrix m{Tensor(DType::kI8, {rows, cols}), Tensor(DType::kF32, {rows})};
-    kernels::cpu::quantize_rows_int8(w, cols, rows, cols, m.data.as<int8_t>(), cols, m.scale.as<float>());
+    kernels::ops().quantize_rows_int8(w, cols, rows, cols, m.data.as<int8_t>(), cols, m.scale.as<float>());
     return m;
 }
 

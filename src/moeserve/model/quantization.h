@@ -155,7 +155,7 @@ struct Int8Matrix {
 
 // The weight `name` [rows, cols] as per-channel int8: an I8 checkpoint tensor is taken with its
 // weight_scale as is; anything else is dequantized to f32 and quantized per row (symmetric,
-// absmax / 127, round half to even: kernels::cpu::quantize_rows_int8).
+// absmax / 127, round half to even: the quantize_rows_int8 op).
 Int8Matrix load_int8_matrix(const io::WeightSource& weights, const std::string& name, const Quantization& quant);
 
 // Quantizes f32 rows [rows, cols] per row into an Int8Matrix (the same rounding as the loader and

@@ -12,18 +12,9 @@
 
 #include "moeserve/core/ggml_type.h"
 #include "moeserve/core/thread_pool.h"
+#include "moeserve/kernels/weight_types.h"
 
 namespace moeserve::kernels::cpu {
-
-// A [rows, cols] matrix of GGUF blocks: row r starts at data + r * row_stride (a column slice of a
-// wider matrix has a stride larger than its own row bytes). cols is a multiple of the block size.
-struct GgufMatrix {
-    GgmlType type = GgmlType::kF32;
-    const uint8_t* data = nullptr;
-    int64_t rows = 0, cols = 0;
-    size_t row_stride = 0;
-    const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_stride; }
-};
 
 // Reused buffers (grow to the largest call; one per caller thread).
 struct GgufScratch {
@@ -43,14 +34,6 @@ void gguf_linear(ThreadPool& pool, const float* x, int64_t rows, const GgufMatri
 
 // out f32 [n, table.cols]: row ids[i] of the table dequantized (ids in [0, table.rows), checked).
 void gguf_embedding(const GgufMatrix& table, const int32_t* ids, int64_t n, float* out);
-
-// SwiGLU experts: expert e (global id expert_begin + e) is down_e(silu(gate_e x) * up_e x);
-// gate/up [inter, hidden], down [hidden, inter].
-struct GgufExperts {
-    std::vector<GgufMatrix> gate, up, down;
-    int64_t expert_begin = 0, hidden = 0, inter = 0;
-    int64_t num_experts() const { return static_cast<int64_t>(gate.size()); }
-};
 
 // x f32 [num_tokens, hidden]; topk_ids int32 / topk_weights f32 [num_tokens, k]; ids outside this
 // rank's experts are skipped. out f32 [num_tokens, hidden] is overwritten.

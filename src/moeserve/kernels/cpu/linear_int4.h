@@ -9,27 +9,9 @@
 #include <cstdint>
 
 #include "moeserve/core/thread_pool.h"
+#include "moeserve/kernels/weight_types.h"
 
 namespace moeserve::kernels::cpu {
-
-// Groups per row: ceil(k / group_size) (the last group may be partial).
-inline int64_t int4_groups(int64_t k, int64_t group_size) { return (k + group_size - 1) / group_size; }
-
-// n rows of an int4 matrix [n, k]. Row j: codes at codes + j * k / 2 (column 2i in the low nibble
-// of byte i, 2i + 1 in the high one: the byte order of compressed-tensors' int32 packing),
-// scale/zero at j * groups. k and group_size even.
-struct Int4Weights {
-    const uint8_t* codes = nullptr;  // [n, k / 2]
-    const float* scale = nullptr;    // [n, groups]
-    const float* zero = nullptr;     // [n, groups]: integers in [0, 16] (8 for symmetric 4-bit)
-    int64_t n = 0, k = 0, group_size = 0;
-
-    int64_t groups() const { return int4_groups(k, group_size); }
-    // Rows [j0, j0 + count) as their own Int4Weights.
-    Int4Weights rows(int64_t j0, int64_t count) const {
-        return {codes + j0 * (k / 2), scale + j0 * groups(), zero + j0 * groups(), count, k, group_size};
-    }
-};
 
 // out f32 [m, w.n] = x f32 [m, w.k] @ W^T. Rows contiguous; out must not alias x. Threads split
 // the output columns.

@@ -12,22 +12,10 @@
 #include <cstdint>
 
 #include "moeserve/core/thread_pool.h"
+#include "moeserve/kernels/weight_types.h"
 #include "moeserve/kernels/cpu/linear_int8.h"
 
 namespace moeserve::kernels::cpu {
-
-// One static linear: w int8 [n, k] row-major, bias int32 [n] (nullptr: none), deq_scale f32 [n].
-struct StaticInt8Weights {
-    const int8_t* w = nullptr;
-    const int32_t* bias = nullptr;
-    const float* deq_scale = nullptr;
-    int64_t n = 0, k = 0;
-    float x_mul = 1.0f;   // the multiplier applied to x (ModelSlim: bf16(1 / bf16(input_scale)))
-    float x_zero = 0.0f;  // the zero point added after it (ModelSlim: input_offset, an integer)
-    // f32 [k] or nullptr. Set: x is divided by x_div[p] instead of multiplied by x_mul (golden-stick
-    // input_scale, which holds s_x / smooth[p] with the smoothing folded in).
-    const float* x_div = nullptr;
-};
 
 // x f32 [m, k] -> q int8 [m, ldq]: q = clamp(rint(fp32(x * x_mul) + x_zero), -128, 127), two f32
 // roundings (no fused multiply-add), ties to even. Columns [k, ldq) are set to zero.

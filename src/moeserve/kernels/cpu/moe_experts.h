@@ -7,29 +7,10 @@
 #include <vector>
 
 #include "moeserve/core/thread_pool.h"
+#include "moeserve/kernels/weight_types.h"
 #include "moeserve/kernels/cpu/gguf_linear.h"
 
 namespace moeserve::kernels::cpu {
-
-// bf16 weights of the experts this rank holds: global ids [expert_begin, expert_begin + num_experts).
-struct MoeExpertsBf16 {
-    const uint16_t* gate_up;  // bf16 [num_experts, 2 * inter, hidden]: rows [0, inter) gate, [inter, 2*inter) up
-    const uint16_t* down;     // bf16 [num_experts, hidden, inter]
-    int64_t num_experts;
-    int64_t expert_begin;  // ids outside [expert_begin, expert_begin + num_experts) are skipped (EP)
-    int64_t hidden;
-    int64_t inter;  // moe_intermediate_size
-};
-
-// The same with f32 weights (--dtype float32: the checkpoint's bf16 widened at load).
-struct MoeExpertsF32 {
-    const float* gate_up;  // f32 [num_experts, 2 * inter, hidden]
-    const float* down;     // f32 [num_experts, hidden, inter]
-    int64_t num_experts;
-    int64_t expert_begin;
-    int64_t hidden;
-    int64_t inter;
-};
 
 // Reusable per-call buffers (owned by the caller, grown on demand; no allocation in steady state).
 // Extra buffers of the int8 path (moe_experts_int8.h), grown on demand.

@@ -10,20 +10,6 @@
 
 namespace moeserve::kernels::cpu {
 
-// int4 weights of the experts this rank holds: global ids [expert_begin, expert_begin + num_experts).
-struct MoeExpertsInt4 {
-    Int4Weights gate_up;  // [num_experts * 2 * inter, hidden]: expert e's inter gate rows, then its inter up rows
-    Int4Weights down;     // [num_experts * hidden, inter]
-    int64_t num_experts = 0;
-    int64_t expert_begin = 0;
-    int64_t hidden = 0;
-    int64_t inter = 0;
-    // GPTQ act order (desc_act), or null: expert e's gate/up columns i multiply x[gate_up_perm[e * hidden + i]],
-    // its down columns i act[down_perm[e * inter + i]]. The activations are gathered once per (token, expert).
-    const int32_t* gate_up_perm = nullptr;
-    const int32_t* down_perm = nullptr;
-};
-
 // As moe_experts_bf16: x f32 [num_tokens, hidden]; topk_ids int32 / topk_weights f32
 // [num_tokens, k]; out f32 [num_tokens, hidden] overwritten.
 void moe_experts_int4(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,

@@ -11,18 +11,6 @@
 
 namespace moeserve::kernels::cpu {
 
-// int8 weights of the experts this rank holds: global ids [expert_begin, expert_begin + num_experts).
-struct MoeExpertsInt8 {
-    const int8_t* gate_up;       // int8 [num_experts, 2 * inter, hidden]: gate rows, then up rows
-    const float* gate_up_scale;  // f32 [num_experts, 2 * inter]
-    const int8_t* down;          // int8 [num_experts, hidden, inter]
-    const float* down_scale;     // f32 [num_experts, hidden]
-    int64_t num_experts;
-    int64_t expert_begin;
-    int64_t hidden;
-    int64_t inter;
-};
-
 // MoeInt8Scratch (the int8 path's extra buffers) is in moe_experts.h, inside MoeScratch.
 
 // As moe_experts_bf16: x f32 [num_tokens, hidden]; topk_ids int32 / topk_weights f32

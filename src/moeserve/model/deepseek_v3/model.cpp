@@ -8,8 +8,6 @@
 
 namespace moeserve::model {
 
-namespace kc = kernels::cpu;
-
 DecoderSpec DeepseekV3Model::decoder_spec(const DeepseekV3Config& c) {
     DecoderSpec s{.config = DecoderConfig::of(c),
                   .moe = {c.hidden_size, c.n_routed_experts, c.num_experts_per_tok, c.moe_intermediate_size,
@@ -51,9 +49,9 @@ DeepseekV3Model::DeepseekV3Model(const DeepseekV3Config& config, std::shared_ptr
     const DeepseekV3Config& c = config_;
     RopeScaling rope = c.rope;
     if (rope.rope_type == "yarn") rope.attention_factor = c.rope_attention_factor();  // DeepSeek's rule
-    rope_ = std::make_unique<RotaryEmbedding>(rope, c.qk_rope_head_dim, decoder_.rope_length(options),
-                                              c.max_position_embeddings,
-                                              c.rope_interleave ? kc::RopeStyle::kInterleaved : kc::RopeStyle::kNeox);
+    rope_ = std::make_unique<RotaryEmbedding>(
+        rope, c.qk_rope_head_dim, decoder_.rope_length(options), c.max_position_embeddings,
+        c.rope_interleave ? kernels::RopeStyle::kInterleaved : kernels::RopeStyle::kNeox);
     ModelInfo& info = decoder_.info();
     info.model_type = c.model_type;
     info.kv_bytes_per_token =

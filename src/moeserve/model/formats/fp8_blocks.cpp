@@ -56,7 +56,7 @@ size_t fp8_packed_bytes(int64_t rows, int64_t cols) {
     return static_cast<size_t>(rows) * static_cast<size_t>(cols / block_cols()) * block_bytes();
 }
 
-kernels::cpu::GgufMatrix fp8_matrix(const uint8_t* data, int64_t rows, int64_t cols) {
+kernels::GgufMatrix fp8_matrix(const uint8_t* data, int64_t rows, int64_t cols) {
     return {GgmlType::kF8E4M3x128, data, rows, cols, fp8_packed_bytes(1, cols)};
 }
 

@@ -1,7 +1,7 @@
 // DeepSeek's block-scaled FP8 weights run as stored (W8A16; issue #27): each row's 128-column
 // blocks are repacked at load as kernels' GgmlType::kF8E4M3x128 blocks (the f32 block scale, then
 // the 128 E4M3 bytes: 3 % above the checkpoint's bytes), which the GGUF dot-product tiles and
-// experts code run in place (kernels/cpu/gguf_linear.h), widening the weights in registers. A
+// experts code run in place (the gguf_linear and gguf_moe_experts ops), widening the weights in registers. A
 // weight whose columns are not whole 128-wide blocks (only tiny test models have such; a
 // tensor-parallel split that cuts a block) is widened to bf16 at load instead.
 #pragma once
@@ -10,7 +10,7 @@
 
 #include "moeserve/core/tensor.h"
 #include "moeserve/io/weight_source.h"
-#include "moeserve/kernels/cpu/gguf_linear.h"
+#include "moeserve/kernels/weight_types.h"
 #include "moeserve/model/quantization.h"
 
 namespace moeserve::model {
@@ -30,6 +30,6 @@ void pack_fp8_rows(const io::WeightSource& weights, const std::string& name, con
 size_t fp8_packed_bytes(int64_t rows, int64_t cols);
 
 // The packed rows at data as a matrix for the kernels.
-kernels::cpu::GgufMatrix fp8_matrix(const uint8_t* data, int64_t rows, int64_t cols);
+kernels::GgufMatrix fp8_matrix(const uint8_t* data, int64_t rows, int64_t cols);
 
 }  // namespace moeserve::model

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "moeserve/core/error.h"
-#include "moeserve/kernels/cpu/gguf_dequant.h"
+#include "moeserve/kernels/ops.h"
 #include "moeserve/model/formats/gguf_arch.h"
 
 namespace moeserve::model {
@@ -164,7 +164,7 @@ struct GgufMapping {
 Tensor dequantized(const io::GgufCheckpoint& file, const std::string& tensor) {
     const io::GgufTensor t = file.tensor(tensor);  // refuses unsupported types, naming them
     Tensor out(DType::kF32, t.info->shape);
-    kernels::cpu::dequantize_gguf(t.info->type, t.bytes.data(), out.as<float>(), out.numel());
+    kernels::ops().dequantize_gguf(t.info->type, t.bytes.data(), out.as<float>(), out.numel());
     return out;
 }
 

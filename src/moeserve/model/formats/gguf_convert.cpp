@@ -9,8 +9,7 @@
 #include "moeserve/io/hf_config.h"
 #include "moeserve/io/safetensors_writer.h"
 #include "moeserve/io/weight_source.h"
-#include "moeserve/kernels/cpu/gguf_dequant.h"
-#include "moeserve/kernels/cpu/gguf_quantize.h"
+#include "moeserve/kernels/ops.h"
 #include "moeserve/model/formats/gguf.h"
 #include "moeserve/model/formats/gguf_tokenizer.h"
 
@@ -42,7 +41,7 @@ std::string quantize_rows(GgmlType type, const float* x, int64_t numel, int64_t 
     std::string out(bytes, '\0');
     const uint64_t row_bytes = bytes / static_cast<uint64_t>(numel / row);
     for (int64_t r = 0; r < numel / row; ++r) {
-        kernels::cpu::quantize_gguf(type, x + r * row, out.data() + static_cast<uint64_t>(r) * row_bytes, row);
+        kernels::ops().quantize_gguf(type, x + r * row, out.data() + static_cast<uint64_t>(r) * row_bytes, row);
     }
     return out;
 }
@@ -114,7 +113,7 @@ void write_dequantized_checkpoint(const std::filesystem::path& gguf, const std::
         const io::GgufBlocks b = *m.weights->gguf(name);
         types[name] = std::string(ggml_type_name(b.type));
         Tensor t(DType::kF32, b.shape);
-        kernels::cpu::dequantize_gguf(b.type, b.bytes.data(), t.as<float>(), b.shape.numel());
+        kernels::ops().dequantize_gguf(b.type, b.bytes.data(), t.as<float>(), b.shape.numel());
         st.add(name, std::move(t));
     }
     st.write(out_dir / "model.safetensors");

@@ -4,8 +4,8 @@
 
 namespace moeserve::model {
 
-std::optional<kernels::cpu::GgufMatrix> gguf_matrix(const io::WeightSource& weights, const std::string& name,
-                                                    int64_t rows, int64_t cols, bool all_types) {
+std::optional<kernels::GgufMatrix> gguf_matrix(const io::WeightSource& weights, const std::string& name, int64_t rows,
+                                               int64_t cols, bool all_types) {
     if (!weights.is_gguf()) return std::nullopt;
     const std::optional<io::GgufBlocks> b = weights.gguf(name);
     if (!all_types && (b->type == GgmlType::kF32 || b->type == GgmlType::kBF16)) return std::nullopt;
@@ -14,13 +14,12 @@ std::optional<kernels::cpu::GgufMatrix> gguf_matrix(const io::WeightSource& weig
               weights.describe(name), b->shape.str(), Shape{rows, cols}.str());
     }
     const GgmlTypeTraits t = ggml_traits(b->type);
-    kernels::cpu::GgufMatrix m{b->type, b->bytes.data(), rows, cols,
-                               static_cast<size_t>(cols / t.block_size) * t.type_size};
+    kernels::GgufMatrix m{b->type, b->bytes.data(), rows, cols, static_cast<size_t>(cols / t.block_size) * t.type_size};
     return m;
 }
 
-kernels::cpu::GgufMatrix gguf_rectangle(const kernels::cpu::GgufMatrix& m, int64_t row_begin, int64_t rows,
-                                        int64_t col_begin, int64_t cols, const std::string& name) {
+kernels::GgufMatrix gguf_rectangle(const kernels::GgufMatrix& m, int64_t row_begin, int64_t rows, int64_t col_begin,
+                                   int64_t cols, const std::string& name) {
     MOESERVE_CHECK(row_begin >= 0 && row_begin + rows <= m.rows && col_begin >= 0 && col_begin + cols <= m.cols,
                    "rectangle rows [{}, +{}) cols [{}, +{}) of [{}, {}]", row_begin, rows, col_begin, cols, m.rows,
                    m.cols);
@@ -31,14 +30,14 @@ kernels::cpu::GgufMatrix gguf_rectangle(const kernels::cpu::GgufMatrix& m, int64
               "cut a block; use a tensor-parallel size that divides it into whole blocks",
               name, t.name, t.block_size, col_begin, col_begin + cols);
     }
-    kernels::cpu::GgufMatrix r = m;
+    kernels::GgufMatrix r = m;
     r.data = m.row(row_begin) + static_cast<size_t>(col_begin / t.block_size) * t.type_size;
     r.rows = rows;
     r.cols = cols;
     return r;
 }
 
-size_t gguf_matrix_bytes(const kernels::cpu::GgufMatrix& m) {
+size_t gguf_matrix_bytes(const kernels::GgufMatrix& m) {
     const GgmlTypeTraits t = ggml_traits(m.type);
     return static_cast<size_t>(m.rows) * static_cast<size_t>(m.cols / t.block_size) * t.type_size;
 }

@@ -1,5 +1,5 @@
 // The layers' side of GGUF weights: a checkpoint tensor of a GGUF source as a matrix of stored
-// blocks (kernels/cpu/gguf_linear.h) and its tensor-parallel rectangles. Linear, Experts and the
+// blocks (kernels/weight_types.h GgufMatrix) and its tensor-parallel rectangles. Linear, Experts and the
 // decoder's embedding ask here first; a nullopt answer sends them down their usual paths.
 #pragma once
 
@@ -7,7 +7,7 @@
 #include <string>
 
 #include "moeserve/io/weight_source.h"
-#include "moeserve/kernels/cpu/gguf_linear.h"
+#include "moeserve/kernels/weight_types.h"
 
 namespace moeserve::model {
 
@@ -16,16 +16,16 @@ namespace moeserve::model {
 // paths), or every type when `all_types`. nullopt for a safetensors source. Throws kInvalidModel
 // naming the tensor when its shape is not [rows, cols], kUnsupported for a type moeserve cannot
 // compute with.
-std::optional<kernels::cpu::GgufMatrix> gguf_matrix(const io::WeightSource& weights, const std::string& name,
-                                                    int64_t rows, int64_t cols, bool all_types = false);
+std::optional<kernels::GgufMatrix> gguf_matrix(const io::WeightSource& weights, const std::string& name, int64_t rows,
+                                               int64_t cols, bool all_types = false);
 
 // The rectangle [row_begin, +rows) x [col_begin, +cols) of m, zero-copy. Columns must start and
 // end on the type's block boundaries (kUnsupported naming `name` otherwise: a TP degree that cuts
 // a block).
-kernels::cpu::GgufMatrix gguf_rectangle(const kernels::cpu::GgufMatrix& m, int64_t row_begin, int64_t rows,
-                                        int64_t col_begin, int64_t cols, const std::string& name);
+kernels::GgufMatrix gguf_rectangle(const kernels::GgufMatrix& m, int64_t row_begin, int64_t rows, int64_t col_begin,
+                                   int64_t cols, const std::string& name);
 
 // Bytes of the matrix's blocks (rows x whole blocks of cols).
-size_t gguf_matrix_bytes(const kernels::cpu::GgufMatrix& m);
+size_t gguf_matrix_bytes(const kernels::GgufMatrix& m);
 
 }  // namespace moeserve::model

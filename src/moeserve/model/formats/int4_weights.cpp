@@ -7,6 +7,7 @@
 
 #include "moeserve/core/dtype.h"
 #include "moeserve/core/error.h"
+#include "moeserve/kernels/ops.h"
 
 namespace moeserve::model {
 
@@ -49,7 +50,7 @@ Tensor float_param(const io::WeightSource& weights, const std::string& name, con
 }
 
 Int4Matrix empty_matrix(int64_t rows, int64_t cols, int64_t group_size) {
-    const int64_t groups = kernels::cpu::int4_groups(cols, group_size);
+    const int64_t groups = kernels::int4_groups(cols, group_size);
     Int4Matrix m{Tensor(DType::kU8, {rows, cols / 2}), Tensor(DType::kF32, {rows, groups}),
                  Tensor(DType::kF32, {rows, groups}), group_size, Tensor()};
     std::memset(m.codes.data(), 0, m.codes.nbytes());
@@ -72,7 +73,7 @@ void check_weight_shape(const io::WeightSource& weights, const std::string& name
 
 Int4Matrix read_compressed_tensors(const io::WeightSource& weights, const std::string& prefix, int64_t rows,
                                    int64_t cols, int64_t group_size, bool symmetric) {
-    const int64_t words = (cols + 7) / 8, groups = kernels::cpu::int4_groups(cols, group_size);
+    const int64_t words = (cols + 7) / 8, groups = kernels::int4_groups(cols, group_size);
     const uint8_t* packed =
         packed_words(weights, prefix + ".weight_packed", {rows, words}, "a 4-bit [out, in] weight packed 8 per word");
     check_weight_shape(weights, prefix + ".weight_shape", rows, cols);
@@ -128,7 +129,7 @@ std::vector<int32_t> activation_order(const io::WeightSource& weights, const std
 Int4Matrix read_awq_gptq(const io::WeightSource& weights, const std::string& prefix, int64_t rows, int64_t cols,
                          int64_t group_size, const Int4Config& cfg) {
     const bool awq = cfg.layout == Int4Layout::kAwq;
-    const int64_t groups = kernels::cpu::int4_groups(cols, group_size);
+    const int64_t groups = kernels::int4_groups(cols, group_size);
     if (rows % 8 != 0 || (!awq && cols % 8 != 0)) {
         raise(ErrorCode::kInvalidModel, "'{}.qweight': a [{}, {}] weight cannot be packed 8 per int32 word", prefix,
               rows, cols);
@@ -193,7 +194,7 @@ Int4Matrix quantize_int4(const float* w, int64_t rows, int64_t cols, int64_t gro
                          DType scale_dtype) {
     if (group_size == 0) group_size = cols;
     Int4Matrix m = empty_matrix(rows, cols, group_size);
-    const int64_t groups = kernels::cpu::int4_groups(cols, group_size);
+    const int64_t groups = kernels::int4_groups(cols, group_size);
     for (int64_t j = 0; j < rows; ++j) {
         for (int64_t g = 0; g < groups; ++g) {
             const int64_t p0 = g * group_size, p1 = std::min(cols, p0 + group_size);
@@ -221,15 +222,15 @@ Int4Matrix quantize_int4(const float* w, int64_t rows, int64_t cols, int64_t gro
 Tensor dequantize_int4(const Int4Matrix& m) {
     const int64_t cols = m.cols();
     Tensor f(DType::kF32, {m.rows(), cols});
-    const kernels::cpu::Int4Weights v = m.view();
+    const kernels::Int4Weights v = m.view();
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t j = 0; j < m.rows(); ++j) {
         float* out = f.as<float>() + j * cols;
         if (m.perm.empty()) {
-            kernels::cpu::dequantize_int4_row(v, j, out);
+            kernels::ops().dequantize_int4_row(v, j, out);
             continue;
         }
-        kernels::cpu::dequantize_int4_row(v, j, row.data());
+        kernels::ops().dequantize_int4_row(v, j, row.data());
         for (int64_t i = 0; i < cols; ++i) out[m.perm.as<int32_t>()[i]] = row[size_t(i)];
     }
     return f;
@@ -245,7 +246,7 @@ void gather_columns(const Int4Matrix& m, const float* x, int64_t rows, float* ou
 
 Int4Matrix int4_rectangle(const Int4Matrix& m, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
                           const std::string& name) {
-    const int64_t groups = kernels::cpu::int4_groups(m.cols(), m.group_size);
+    const int64_t groups = kernels::int4_groups(m.cols(), m.group_size);
     // one group per row (per-channel): any column slice is one group of its own width
     const int64_t gs = groups == 1 ? std::max<int64_t>(cols, 2) : m.group_size;
     if (groups > 1 && (col0 % gs != 0 || (cols % gs != 0 && col0 + cols != m.cols()))) {
@@ -254,7 +255,7 @@ Int4Matrix int4_rectangle(const Int4Matrix& m, int64_t row0, int64_t rows, int64
               "divides the groups",
               name, col0, col0 + cols, gs);
     }
-    const int64_t g0 = groups == 1 ? 0 : col0 / gs, ng = kernels::cpu::int4_groups(cols, gs);
+    const int64_t g0 = groups == 1 ? 0 : col0 / gs, ng = kernels::int4_groups(cols, gs);
     Int4Matrix r = empty_matrix(rows, cols, gs);
     if (!m.perm.empty()) {
         if (col0 != 0 || cols != m.cols()) {

@@ -1,4 +1,4 @@
-// The one in-memory form of int4 weights (kernels/cpu/linear_int4.h: 4-bit codes two per byte,
+// The one in-memory form of int4 weights (kernels/weight_types.h Int4Weights: 4-bit codes two per byte,
 // f32 scale and zero per row and group) and how each int4 checkpoint layout maps onto it:
 //   compressed-tensors pack-quantized: PREFIX.weight_packed I32 [out, ceil(in / 8)] (column 8i + k
 //     in bits 4k..4k+3 of word i, stored as q + 8), weight_scale [out, groups], weight_zero_point
@@ -19,7 +19,7 @@
 
 #include "moeserve/core/tensor.h"
 #include "moeserve/io/weight_source.h"
-#include "moeserve/kernels/cpu/linear_int4.h"
+#include "moeserve/kernels/weight_types.h"
 #include "moeserve/model/quantization.h"
 
 namespace moeserve::model {
@@ -33,7 +33,7 @@ struct Int4Matrix {
 
     int64_t rows() const { return codes.dim(0); }
     int64_t cols() const { return codes.dim(1) * 2; }
-    kernels::cpu::Int4Weights view() const {
+    kernels::Int4Weights view() const {
         return {codes.as<const uint8_t>(), scale.as<const float>(), zero.as<const float>(), rows(), cols(), group_size};
     }
     size_t nbytes() const { return codes.nbytes() + scale.nbytes() + zero.nbytes() + perm.nbytes(); }
@@ -59,7 +59,7 @@ Int4Matrix load_int4_matrix(const io::WeightSource& weights, const std::string& 
 Int4Matrix quantize_int4(const float* w, int64_t rows, int64_t cols, int64_t group_size, bool symmetric,
                          DType scale_dtype = DType::kF32);
 
-// m as f32 [rows, cols] in input column order (kernels::cpu::dequantize_int4_row per row).
+// m as f32 [rows, cols] in input column order (the dequantize_int4_row op per row).
 Tensor dequantize_int4(const Int4Matrix& m);
 
 // out [rows, m.cols()] = x [rows, m.cols()] with its columns in m's stored order (m.perm set).

@@ -1,6 +1,6 @@
 // Static W8A8 linears: int8 weights with a per-tensor activation scale and zero point, an int32
 // bias added before the per-channel dequantization scale (ModelSlim "W8A8"), or a divisor per
-// input channel (golden-stick A8W8 attention); run by kernels/cpu/linear_int8_static.h.
+// input channel (golden-stick A8W8 attention); run by the linear_int8_static op (kernels/ops.h).
 #pragma once
 
 #include <string>

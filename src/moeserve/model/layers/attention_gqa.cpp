@@ -3,13 +3,11 @@
 #include <cmath>
 
 #include "moeserve/core/error.h"
-#include "moeserve/kernels/cpu/norm.h"
+#include "moeserve/kernels/ops.h"
 #include "moeserve/model/formats/modelslim.h"
 #include "moeserve/model/layers/weight_loading.h"
 
 namespace moeserve::model {
-
-namespace kc = kernels::cpu;
 
 int64_t GqaAttention::local_kv_heads(const GqaShape& s, int tp) {
     if (s.num_heads % tp != 0) {
@@ -64,7 +62,7 @@ size_t GqaAttention::weight_bytes() const {
     return q_proj_.weight_bytes() + k_proj_.weight_bytes() + v_proj_.weight_bytes() + o_proj_.weight_bytes();
 }
 
-void GqaAttention::forward(ThreadPool& pool, const float* h, const ForwardBatch& batch, const kc::PagedKvLayer& kv,
+void GqaAttention::forward(ThreadPool& pool, const float* h, const ForwardBatch& batch, const kernels::PagedKvLayer& kv,
                            const RotaryEmbedding& rope, GqaScratch& scratch, float* out) const {
     const GqaShape& s = shape_;
     const int64_t t = batch.num_tokens();
@@ -84,26 +82,27 @@ void GqaAttention::forward(ThreadPool& pool, const float* h, const ForwardBatch&
     v_proj_.forward(pool, h, t, v);
     // 2. per-head RMSNorm over D: [T*H, D] and [T*KV, D]
     if (s.qk_norm) {
-        kc::rms_norm(pool, q, q_norm_.as<float>(), t * s.num_heads, s.head_dim, static_cast<float>(s.rms_norm_eps), q);
-        kc::rms_norm(pool, k, k_norm_.as<float>(), t * s.num_kv_heads, s.head_dim, static_cast<float>(s.rms_norm_eps),
-                     k);
+        kernels::ops().rms_norm(pool, q, q_norm_.as<float>(), t * s.num_heads, s.head_dim,
+                                static_cast<float>(s.rms_norm_eps), q);
+        kernels::ops().rms_norm(pool, k, k_norm_.as<float>(), t * s.num_kv_heads, s.head_dim,
+                                static_cast<float>(s.rms_norm_eps), k);
     }
     // 3. RoPE on q and k at the tokens' positions
     rope.apply(q, t, s.num_heads, s.head_dim, q_dim, batch.positions.data());
     rope.apply(k, t, s.num_kv_heads, s.head_dim, kv_dim, batch.positions.data());
     // 4. K/V into the paged cache, then causal attention over each sequence's cached tokens
-    kc::write_kv(kv, k, v, t, batch.slot_mapping.data());
-    kc::PagedAttentionArgs args{q,
-                                scratch.attn.data(),
-                                t,
-                                s.num_heads,
-                                batch.num_seqs(),
-                                batch.query_start.data(),
-                                batch.seq_lens.data(),
-                                batch.block_tables.data(),
-                                batch.max_blocks_per_seq,
-                                static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)))};
-    kc::paged_attention(pool, kv, args);
+    kernels::ops().write_kv(kv, k, v, t, batch.slot_mapping.data());
+    kernels::PagedAttentionArgs args{q,
+                                     scratch.attn.data(),
+                                     t,
+                                     s.num_heads,
+                                     batch.num_seqs(),
+                                     batch.query_start.data(),
+                                     batch.seq_lens.data(),
+                                     batch.block_tables.data(),
+                                     batch.max_blocks_per_seq,
+                                     static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)))};
+    kernels::ops().paged_attention(pool, kv, args);
     // 5. [T, H*D] -> [T, hidden]
     o_proj_.forward(pool, scratch.attn.data(), t, out);
 }

@@ -8,7 +8,8 @@
 #include "moeserve/core/tensor.h"
 #include "moeserve/core/thread_pool.h"
 #include "moeserve/io/weight_source.h"
-#include "moeserve/kernels/cpu/paged_attention.h"
+#include "moeserve/kernels/attention_types.h"
+#include "moeserve/kernels/buffer.h"
 #include "moeserve/model/forward_batch.h"
 #include "moeserve/model/kv_cache.h"
 #include "moeserve/model/layers/linear.h"
@@ -25,7 +26,7 @@ struct GqaShape {
 
 // Per-forward buffers, grown on demand and reused across layers and steps.
 struct GqaScratch {
-    std::vector<float> q, k, v, attn;
+    kernels::Buffer q, k, v, attn;
 };
 
 class GqaAttention {
@@ -46,7 +47,7 @@ public:
     static KvSlice kv_heads(const GqaShape& shape, int tp_rank, int tp_size);
 
     // h f32 [T, hidden] -> out f32 [T, hidden]; writes this layer's K/V of the batch into kv.
-    void forward(ThreadPool& pool, const float* h, const ForwardBatch& batch, const kernels::cpu::PagedKvLayer& kv,
+    void forward(ThreadPool& pool, const float* h, const ForwardBatch& batch, const kernels::PagedKvLayer& kv,
                  const RotaryEmbedding& rope, GqaScratch& scratch, float* out) const;
 
     size_t weight_bytes() const;

@@ -5,15 +5,12 @@
 #include <cstring>
 
 #include "moeserve/core/error.h"
-#include "moeserve/kernels/cpu/norm.h"
-#include "moeserve/kernels/cpu/paged_attention.h"
+#include "moeserve/kernels/ops.h"
 #include "moeserve/model/formats/int4_weights.h"
 #include "moeserve/model/formats/modelslim.h"
 #include "moeserve/model/layers/weight_loading.h"
 
 namespace moeserve::model {
-
-namespace kc = kernels::cpu;
 
 MlaAttention MlaAttention::load(const io::WeightSource& weights, const std::string& prefix, const MlaShape& s,
                                 int tp_rank, int tp_size, const Quantization& quant) {
@@ -71,7 +68,7 @@ size_t MlaAttention::weight_bytes() const {
            kv_b_proj_.weight_bytes() + o_proj_.weight_bytes();
 }
 
-kc::MlaKvB MlaAttention::kv_b() const {
+kernels::MlaKvB MlaAttention::kv_b() const {
     const bool bf16 = kv_b_w_.dtype == DType::kBF16;
     return {bf16 ? kv_b_w_.as<const uint16_t>() : nullptr,
             bf16 ? nullptr : kv_b_w_.as<const float>(),
@@ -81,8 +78,9 @@ kc::MlaKvB MlaAttention::kv_b() const {
             shape_.kv_lora_rank};
 }
 
-void MlaAttention::forward(ThreadPool& pool, const float* h, const ForwardBatch& batch, const kc::PagedLatentLayer& kv,
-                           const RotaryEmbedding& rope, MlaPath path, MlaScratch& s, float* out) const {
+void MlaAttention::forward(ThreadPool& pool, const float* h, const ForwardBatch& batch,
+                           const kernels::PagedLatentLayer& kv, const RotaryEmbedding& rope, MlaPath path,
+                           MlaScratch& s, float* out) const {
     const MlaShape& c = shape_;
     const int64_t t = batch.num_tokens(), heads = c.num_heads;
     const int64_t dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, r = c.kv_lora_rank;
@@ -101,7 +99,7 @@ void MlaAttention::forward(ThreadPool& pool, const float* h, const ForwardBatch&
     if (c.q_lora_rank > 0) {
         s.q_a.resize(static_cast<size_t>(t * c.q_lora_rank));
         q_a_proj_.forward(pool, h, t, s.q_a.data());
-        kc::rms_norm(pool, s.q_a.data(), q_a_norm_.as<float>(), t, c.q_lora_rank, eps, s.q_a.data());
+        kernels::ops().rms_norm(pool, s.q_a.data(), q_a_norm_.as<float>(), t, c.q_lora_rank, eps, s.q_a.data());
         add_row_bias(q_a_norm_bias_, s.q_a.data(), t, c.q_lora_rank);
         q_b_proj_.forward(pool, s.q_a.data(), t, q);
     } else {
@@ -110,14 +108,14 @@ void MlaAttention::forward(ThreadPool& pool, const float* h, const ForwardBatch&
     // 2. compressed kv: [T, hidden] -> [T, latent + k_pe]; RMSNorm on the latent part
     kv_a_proj_.forward(pool, h, t, kv_a);
     for (int64_t i = 0; i < t; ++i) std::copy_n(kv_a + i * row, r, s.latent.data() + i * r);
-    kc::rms_norm(pool, s.latent.data(), kv_a_norm_.as<float>(), t, r, eps, s.latent.data());
+    kernels::ops().rms_norm(pool, s.latent.data(), kv_a_norm_.as<float>(), t, r, eps, s.latent.data());
     add_row_bias(kv_a_norm_bias_, s.latent.data(), t, r);
     for (int64_t i = 0; i < t; ++i) std::copy_n(s.latent.data() + i * r, r, kv_a + i * row);
     // 3. RoPE on q_pe (every head) and on the shared k_pe
     rope.apply(q + dn, t, heads, qk, heads * qk, batch.positions.data());
     rope.apply(kv_a + r, t, 1, row, row, batch.positions.data());
     // 4. cache the [latent, k_pe] rows, then attend per sequence -> attn [T, H, v]
-    kc::write_latent(kv, kv_a, t, batch.slot_mapping.data());
+    kernels::ops().write_latent(kv, kv_a, t, batch.slot_mapping.data());
     std::vector<int64_t> absorbed;
     for (int64_t seq = 0; seq < batch.num_seqs(); ++seq) {
         const int64_t q_len = batch.query_start[size_t(seq + 1)] - batch.query_start[size_t(seq)];
@@ -138,7 +136,7 @@ void MlaAttention::forward(ThreadPool& pool, const float* h, const ForwardBatch&
 }
 
 void MlaAttention::attend_absorbed(ThreadPool& pool, const ForwardBatch& batch, const std::vector<int64_t>& seqs,
-                                   const kc::PagedLatentLayer& kv, MlaScratch& s) const {
+                                   const kernels::PagedLatentLayer& kv, MlaScratch& s) const {
     const MlaShape& c = shape_;
     const int64_t heads = c.num_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, r = c.kv_lora_rank;
     const int64_t qk = dn + dr, row = r + dr, dv = c.v_head_dim, mb = batch.max_blocks_per_seq;
@@ -160,7 +158,7 @@ void MlaAttention::attend_absorbed(ThreadPool& pool, const ForwardBatch& batch, 
     s.q_abs.resize(static_cast<size_t>(ta * heads * row));
     s.lat_out.resize(static_cast<size_t>(ta * heads * r));
     s.v_out.resize(static_cast<size_t>(ta * heads * dv));
-    const kc::MlaKvB w = kv_b();
+    const kernels::MlaKvB w = kv_b();
     // 1. q_abs [Ta, H, latent + rope] = [q_nope W_UK, q_pe]
     const float* q = s.q.data();
     if (ta != batch.num_tokens()) {  // gather the sub-batch's query rows: [Ta, H, nope + rope]
@@ -171,21 +169,21 @@ void MlaAttention::attend_absorbed(ThreadPool& pool, const ForwardBatch& batch, 
         }
         q = s.q_pad.data();
     }
-    kc::mla_absorb_q(pool, w, q, ta, heads * qk, qk, s.q_abs.data(), heads * row, row);
+    kernels::ops().mla_absorb_q(pool, w, q, ta, heads * qk, qk, s.q_abs.data(), heads * row, row);
     for (int64_t i = 0; i < ta * heads; ++i) std::copy_n(q + i * qk + dn, dr, s.q_abs.data() + i * row + r);
     // 2. attention in the latent space -> [Ta, H, latent]; 3. W_UV -> [Ta, H, v]
-    const kc::MlaAttentionArgs args{s.q_abs.data(),
-                                    s.lat_out.data(),
-                                    ta,
-                                    heads,
-                                    static_cast<int64_t>(seqs.size()),
-                                    s.abs_start.data(),
-                                    s.abs_lens.data(),
-                                    s.abs_tables.data(),
-                                    mb,
-                                    static_cast<float>(c.softmax_scale)};
-    kc::mla_attention(pool, kv, args);
-    kc::mla_expand_v(pool, w, s.lat_out.data(), ta, s.v_out.data());
+    const kernels::MlaAttentionArgs args{s.q_abs.data(),
+                                         s.lat_out.data(),
+                                         ta,
+                                         heads,
+                                         static_cast<int64_t>(seqs.size()),
+                                         s.abs_start.data(),
+                                         s.abs_lens.data(),
+                                         s.abs_tables.data(),
+                                         mb,
+                                         static_cast<float>(c.softmax_scale)};
+    kernels::ops().mla_attention(pool, kv, args);
+    kernels::ops().mla_expand_v(pool, w, s.lat_out.data(), ta, s.v_out.data());
     for (int64_t a = 0; a < ta; ++a) {
         std::copy_n(s.v_out.data() + a * heads * dv, heads * dv,
                     s.attn.data() + int64_t{s.abs_rows[size_t(a)]} * heads * dv);
@@ -193,7 +191,7 @@ void MlaAttention::attend_absorbed(ThreadPool& pool, const ForwardBatch& batch, 
 }
 
 void MlaAttention::attend_expanded(ThreadPool& pool, const ForwardBatch& batch, int64_t seq,
-                                   const kc::PagedLatentLayer& kv, MlaScratch& s) const {
+                                   const kernels::PagedLatentLayer& kv, MlaScratch& s) const {
     const int64_t heads = shape_.num_heads, dv = shape_.v_head_dim;
     const int64_t dp = std::max(shape_.qk_nope_head_dim + shape_.qk_rope_head_dim, dv);
     const int64_t q0 = batch.query_start[size_t(seq)];
@@ -204,7 +202,7 @@ void MlaAttention::attend_expanded(ThreadPool& pool, const ForwardBatch& batch, 
 }
 
 void MlaAttention::attend_expanded_range(ThreadPool& pool, const ForwardBatch& batch, int64_t seq, int64_t begin,
-                                         const kc::PagedLatentLayer& kv, MlaScratch& s, float* lse) const {
+                                         const kernels::PagedLatentLayer& kv, MlaScratch& s, float* lse) const {
     const MlaShape& c = shape_;
     const int64_t heads = c.num_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, r = c.kv_lora_rank;
     const int64_t qk = dn + dr, row = r + dr, dv = c.v_head_dim;
@@ -217,7 +215,8 @@ void MlaAttention::attend_expanded_range(ThreadPool& pool, const ForwardBatch& b
     s.latent.resize(static_cast<size_t>(std::max(len, batch.num_tokens()) * r));
     s.kv.resize(static_cast<size_t>(len * heads * (dn + dv)));
     s.rows.resize(static_cast<size_t>(len * row));
-    kc::read_latent(kv, table, begin, begin + len, s.rows.data());  // [L, latent + rope] f32 (from f32 or bf16)
+    kernels::ops().read_latent(kv, table, begin, begin + len,
+                               s.rows.data());  // [L, latent + rope] f32 (from f32 or bf16)
     for (int64_t j = 0; j < len; ++j) std::copy_n(s.rows.data() + j * row, r, s.latent.data() + j * r);
     kv_b_proj_.forward(pool, s.latent.data(), len, s.kv.data());
     // 2. K [L, H, dp] = [k_nope, k_pe, 0], V [L, H, dp] = [v, 0], Q [q_len, H, dp] = [q, 0]
@@ -238,22 +237,22 @@ void MlaAttention::attend_expanded_range(ThreadPool& pool, const ForwardBatch& b
     for (int64_t i = 0; i < q_len * heads; ++i)
         std::copy_n(s.q.data() + (q0 * heads + i) * qk, qk, s.q_pad.data() + i * dp);
     // 3. causal attention over one block holding the range (the queries are its last q_len rows)
-    const kc::PagedKvLayer layer{s.k.data(), s.v.data(), 1, len, heads, dp};
+    const kernels::PagedKvLayer layer{s.k.data(), s.v.data(), 1, len, heads, dp};
     const int32_t local_start[2] = {0, static_cast<int32_t>(q_len)};
     const int32_t local_len = static_cast<int32_t>(len);
     const int32_t local_table = 0;
-    kc::PagedAttentionArgs args{
+    kernels::PagedAttentionArgs args{
         s.q_pad.data(), s.o_pad.data(), q_len,        heads, 1,
         local_start,    &local_len,     &local_table, 1,     static_cast<float>(c.softmax_scale)};
     args.lse = lse;
-    kc::paged_attention(pool, layer, args);
+    kernels::ops().paged_attention(pool, layer, args);
 }
 
 // The chunk's queries attend (a) the cached prefix [0, P) in the absorbed form, every query all
 // of it, and (b) their own chunk [P, len) expanded and causal. softmax over the union of the two
 // key sets = the two partial outputs weighted by exp(lse_a - m) and exp(lse_b - m), normalized.
 void MlaAttention::attend_split(ThreadPool& pool, const ForwardBatch& batch, int64_t seq,
-                                const kc::PagedLatentLayer& kv, MlaScratch& s) const {
+                                const kernels::PagedLatentLayer& kv, MlaScratch& s) const {
     const MlaShape& c = shape_;
     const int64_t heads = c.num_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, r = c.kv_lora_rank;
     const int64_t qk = dn + dr, row = r + dr, dv = c.v_head_dim, dp = std::max(qk, dv);
@@ -269,26 +268,26 @@ void MlaAttention::attend_split(ThreadPool& pool, const ForwardBatch& batch, int
     s.lat_out.resize(static_cast<size_t>(q_len * heads * r));
     s.v_out.resize(static_cast<size_t>(q_len * heads * dv));
     s.lse_prefix.resize(static_cast<size_t>(q_len * heads));
-    const kc::MlaKvB w = kv_b();
+    const kernels::MlaKvB w = kv_b();
     const float* q = s.q.data() + q0 * heads * qk;
-    kc::mla_absorb_q(pool, w, q, q_len, heads * qk, qk, s.q_abs.data(), heads * row, row);
+    kernels::ops().mla_absorb_q(pool, w, q, q_len, heads * qk, qk, s.q_abs.data(), heads * row, row);
     for (int64_t i = 0; i < q_len * heads; ++i) std::copy_n(q + i * qk + dn, dr, s.q_abs.data() + i * row + r);
     const int32_t start[2] = {0, static_cast<int32_t>(q_len)};
     const int32_t prefix_len = static_cast<int32_t>(prefix);
-    kc::MlaAttentionArgs args{s.q_abs.data(),
-                              s.lat_out.data(),
-                              q_len,
-                              heads,
-                              1,
-                              start,
-                              &prefix_len,
-                              batch.block_tables.data() + seq * batch.max_blocks_per_seq,
-                              batch.max_blocks_per_seq,
-                              static_cast<float>(c.softmax_scale)};
+    kernels::MlaAttentionArgs args{s.q_abs.data(),
+                                   s.lat_out.data(),
+                                   q_len,
+                                   heads,
+                                   1,
+                                   start,
+                                   &prefix_len,
+                                   batch.block_tables.data() + seq * batch.max_blocks_per_seq,
+                                   batch.max_blocks_per_seq,
+                                   static_cast<float>(c.softmax_scale)};
     args.lse = s.lse_prefix.data();
     args.causal = false;
-    kc::mla_attention(pool, kv, args);
-    kc::mla_expand_v(pool, w, s.lat_out.data(), q_len, s.v_out.data());
+    kernels::ops().mla_attention(pool, kv, args);
+    kernels::ops().mla_expand_v(pool, w, s.lat_out.data(), q_len, s.v_out.data());
     // merge
     for (int64_t i = 0; i < q_len * heads; ++i) {
         const float la = s.lse_prefix[size_t(i)], lb = s.lse_chunk[size_t(i)], m = std::max(la, lb);

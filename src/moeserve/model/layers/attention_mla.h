@@ -16,7 +16,8 @@
 #include "moeserve/core/tensor.h"
 #include "moeserve/core/thread_pool.h"
 #include "moeserve/io/weight_source.h"
-#include "moeserve/kernels/cpu/mla_attention.h"
+#include "moeserve/kernels/attention_types.h"
+#include "moeserve/kernels/buffer.h"
 #include "moeserve/model/forward_batch.h"
 #include "moeserve/model/layers/linear.h"
 #include "moeserve/model/layers/rotary_embedding.h"
@@ -51,10 +52,10 @@ MlaPath mla_auto_path(const MlaShape& c, int64_t q_len, int64_t prefix);
 
 // Per-forward buffers, grown on demand and reused across layers and steps.
 struct MlaScratch {
-    std::vector<float> q_a, q, kv_a, latent, attn;
-    std::vector<float> q_abs, lat_out, v_out;         // absorbed path
-    std::vector<float> kv, k, v, q_pad, o_pad, rows;  // expanded path (rows: cached [latent, k_pe] f32)
-    std::vector<float> lse_prefix, lse_chunk;         // split path: [q_len, H] each
+    kernels::Buffer q_a, q, kv_a, latent, attn;
+    kernels::Buffer q_abs, lat_out, v_out;         // absorbed path
+    kernels::Buffer kv, k, v, q_pad, o_pad, rows;  // expanded path (rows: cached [latent, k_pe] f32)
+    kernels::Buffer lse_prefix, lse_chunk;         // split path: [q_len, H] each
     std::vector<int32_t> abs_rows, abs_start, abs_lens, abs_tables;
 };
 
@@ -69,23 +70,23 @@ public:
                              int tp_rank = 0, int tp_size = 1, const Quantization& quant = {});
 
     // h f32 [T, hidden] -> out f32 [T, hidden]; writes this layer's latents of the batch into kv.
-    void forward(ThreadPool& pool, const float* h, const ForwardBatch& batch, const kernels::cpu::PagedLatentLayer& kv,
+    void forward(ThreadPool& pool, const float* h, const ForwardBatch& batch, const kernels::PagedLatentLayer& kv,
                  const RotaryEmbedding& rope, MlaPath path, MlaScratch& scratch, float* out) const;
 
     size_t weight_bytes() const;
 
 private:
     void attend_absorbed(ThreadPool& pool, const ForwardBatch& batch, const std::vector<int64_t>& seqs,
-                         const kernels::cpu::PagedLatentLayer& kv, MlaScratch& s) const;
-    void attend_expanded(ThreadPool& pool, const ForwardBatch& batch, int64_t seq,
-                         const kernels::cpu::PagedLatentLayer& kv, MlaScratch& s) const;
-    void attend_split(ThreadPool& pool, const ForwardBatch& batch, int64_t seq,
-                      const kernels::cpu::PagedLatentLayer& kv, MlaScratch& s) const;
+                         const kernels::PagedLatentLayer& kv, MlaScratch& s) const;
+    void attend_expanded(ThreadPool& pool, const ForwardBatch& batch, int64_t seq, const kernels::PagedLatentLayer& kv,
+                         MlaScratch& s) const;
+    void attend_split(ThreadPool& pool, const ForwardBatch& batch, int64_t seq, const kernels::PagedLatentLayer& kv,
+                      MlaScratch& s) const;
     // Causal expanded attention of seq's queries over its cached positions [begin, len) only:
     // out [q_len, H, dp] (dp = max(qk, v), the first v values are the output), lse [q_len, H].
     void attend_expanded_range(ThreadPool& pool, const ForwardBatch& batch, int64_t seq, int64_t begin,
-                               const kernels::cpu::PagedLatentLayer& kv, MlaScratch& s, float* lse) const;
-    kernels::cpu::MlaKvB kv_b() const;
+                               const kernels::PagedLatentLayer& kv, MlaScratch& s, float* lse) const;
+    kernels::MlaKvB kv_b() const;
 
     MlaShape shape_{};
     Linear q_proj_, q_a_proj_, q_b_proj_, kv_a_proj_, kv_b_proj_, o_proj_;

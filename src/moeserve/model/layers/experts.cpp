@@ -4,8 +4,7 @@
 
 #include "moeserve/core/error.h"
 #include "moeserve/core/overloaded.h"
-#include "moeserve/kernels/cpu/moe_experts_int4.h"
-#include "moeserve/kernels/cpu/moe_experts_int8.h"
+#include "moeserve/kernels/ops.h"
 #include "moeserve/model/formats/fp8_blocks.h"
 #include "moeserve/model/formats/gguf_weights.h"
 #include "moeserve/model/formats/modelslim.h"
@@ -178,7 +177,7 @@ Int4ExpertWeights load_int4(const io::WeightSource& weights, const std::vector<s
     return w;
 }
 
-std::vector<kernels::cpu::GgufMatrix>& blocks_of(kernels::cpu::GgufExperts& e, ProjectionKind kind) {
+std::vector<kernels::GgufMatrix>& blocks_of(kernels::GgufExperts& e, ProjectionKind kind) {
     return kind == kGate ? e.gate : kind == kUp ? e.up : e.down;
 }
 
@@ -286,15 +285,14 @@ size_t Experts::weight_bytes() const {
 }
 
 void Experts::forward(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
-                      const float* topk_weights, int k, kernels::cpu::MoeScratch& scratch, float* out) const {
+                      const float* topk_weights, int k, float* out) const {
     const int64_t n = num_experts_, first = expert_begin_, h = hidden_, i = inter_;
     std::visit(
         Overloaded{[&](const BlockExpertWeights& w) {
-                       kernels::cpu::gguf_moe_experts(pool, x, num_tokens, topk_ids, topk_weights, k, w.blocks,
-                                                      scratch.gguf, out);
+                       kernels::ops().gguf_moe_experts(pool, x, num_tokens, topk_ids, topk_weights, k, w.blocks, out);
                    },
                    [&](const Int4ExpertWeights& w) {
-                       const kernels::cpu::MoeExpertsInt4 ex{
+                       const kernels::MoeExpertsInt4 ex{
                            w.gate_up.view(),
                            w.down.view(),
                            n,
@@ -303,41 +301,39 @@ void Experts::forward(ThreadPool& pool, const float* x, int64_t num_tokens, cons
                            i,
                            w.gate_up_perm.empty() ? nullptr : w.gate_up_perm.as<const int32_t>(),
                            w.down_perm.empty() ? nullptr : w.down_perm.as<const int32_t>()};
-                       kernels::cpu::moe_experts_int4(pool, x, num_tokens, topk_ids, topk_weights, k, ex, scratch, out);
+                       kernels::ops().moe_experts_int4(pool, x, num_tokens, topk_ids, topk_weights, k, ex, out);
                    },
                    [&](const Int8ExpertWeights& w) {
-                       const kernels::cpu::MoeExpertsInt8 ex{w.gate_up.as<const int8_t>(),
-                                                             w.gate_up_scale.as<const float>(),
-                                                             w.down.as<const int8_t>(),
-                                                             w.down_scale.as<const float>(),
-                                                             n,
-                                                             first,
-                                                             h,
-                                                             i};
-                       kernels::cpu::moe_experts_int8(pool, x, num_tokens, topk_ids, topk_weights, k, ex, scratch,
-                                                      scratch.int8, out);
+                       const kernels::MoeExpertsInt8 ex{w.gate_up.as<const int8_t>(),
+                                                        w.gate_up_scale.as<const float>(),
+                                                        w.down.as<const int8_t>(),
+                                                        w.down_scale.as<const float>(),
+                                                        n,
+                                                        first,
+                                                        h,
+                                                        i};
+                       kernels::ops().moe_experts_int8(pool, x, num_tokens, topk_ids, topk_weights, k, ex, out);
                    },
                    [&](const FloatExpertWeights& w) {
                        if (w.gate_up.dtype() == DType::kF32) {
-                           const kernels::cpu::MoeExpertsF32 ex{
+                           const kernels::MoeExpertsF32 ex{
                                w.gate_up.as<const float>(), w.down.as<const float>(), n, first, h, i};
-                           kernels::cpu::moe_experts_f32(pool, x, num_tokens, topk_ids, topk_weights, k, ex, scratch,
-                                                         out);
+                           kernels::ops().moe_experts_f32(pool, x, num_tokens, topk_ids, topk_weights, k, ex, out);
                            return;
                        }
-                       const kernels::cpu::MoeExpertsBf16 ex{
+                       const kernels::MoeExpertsBf16 ex{
                            w.gate_up.as<const uint16_t>(), w.down.as<const uint16_t>(), n, first, h, i};
-                       kernels::cpu::moe_experts_bf16(pool, x, num_tokens, topk_ids, topk_weights, k, ex, scratch, out);
+                       kernels::ops().moe_experts_bf16(pool, x, num_tokens, topk_ids, topk_weights, k, ex, out);
                    }},
         weights_);
 }
 
-void Experts::forward_dense(ThreadPool& pool, const float* x, int64_t num_tokens, kernels::cpu::MoeScratch& scratch,
-                            std::vector<int32_t>& ids_scratch, std::vector<float>& weights_scratch, float* out) const {
+void Experts::forward_dense(ThreadPool& pool, const float* x, int64_t num_tokens, std::vector<int32_t>& ids_scratch,
+                            kernels::Buffer& weights_scratch, float* out) const {
     MOESERVE_CHECK(num_experts() == 1, "forward_dense needs exactly one expert, have {}", num_experts());
     ids_scratch.assign(static_cast<size_t>(num_tokens), static_cast<int32_t>(expert_begin_));
     weights_scratch.assign(static_cast<size_t>(num_tokens), 1.0f);
-    forward(pool, x, num_tokens, ids_scratch.data(), weights_scratch.data(), 1, scratch, out);
+    forward(pool, x, num_tokens, ids_scratch.data(), weights_scratch.data(), 1, out);
 }
 
 }  // namespace moeserve::model

@@ -3,7 +3,7 @@
 // held in one representation (ExpertWeights), chosen at load like a Linear's: bf16 (f32 under
 // --dtype float32), W8A8 int8 with per-channel scales, W4A16 int4 codes with group scales, or
 // blocks the GGUF experts kernels run: a GGUF file's stacked ffn_*_exps slices as stored
-// (kernels/cpu/gguf_linear.h), or an FP8 checkpoint's blocks (formats/fp8_blocks.h).
+// (the gguf_moe_experts op), or an FP8 checkpoint's blocks (formats/fp8_blocks.h).
 #pragma once
 
 #include <string>
@@ -13,8 +13,8 @@
 #include "moeserve/core/tensor.h"
 #include "moeserve/core/thread_pool.h"
 #include "moeserve/io/weight_source.h"
-#include "moeserve/kernels/cpu/gguf_linear.h"
-#include "moeserve/kernels/cpu/moe_experts.h"
+#include "moeserve/kernels/buffer.h"
+#include "moeserve/kernels/weight_types.h"
 #include "moeserve/model/formats/int4_weights.h"
 #include "moeserve/model/quantization.h"
 
@@ -42,7 +42,7 @@ struct Int4ExpertWeights {
 };
 // Every expert's three matrices as blocks: in the GGUF file's mapping, or FP8 blocks in `owned`.
 struct BlockExpertWeights {
-    kernels::cpu::GgufExperts blocks;
+    kernels::GgufExperts blocks;
     size_t bytes = 0;
     Tensor owned;
 };
@@ -62,10 +62,10 @@ public:
 
     // out f32 [num_tokens, hidden] = sum_j w[t, j] * Expert_{ids[t, j]}(x[t]).
     void forward(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
-                 const float* topk_weights, int k, kernels::cpu::MoeScratch& scratch, float* out) const;
+                 const float* topk_weights, int k, float* out) const;
     // A single expert applied to every token with weight 1 (dense MLP, shared experts).
-    void forward_dense(ThreadPool& pool, const float* x, int64_t num_tokens, kernels::cpu::MoeScratch& scratch,
-                       std::vector<int32_t>& ids_scratch, std::vector<float>& weights_scratch, float* out) const;
+    void forward_dense(ThreadPool& pool, const float* x, int64_t num_tokens, std::vector<int32_t>& ids_scratch,
+                       kernels::Buffer& weights_scratch, float* out) const;
 
     int64_t num_experts() const { return num_experts_; }
     int64_t inter() const { return inter_; }

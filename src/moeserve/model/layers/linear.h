@@ -7,11 +7,11 @@
 //   activations quantized per token;
 // - ModelSlim static W8A8 / golden-stick A8W8: int8 weights, one per-tensor activation scale (or
 //   one divisor per input channel) and zero point, an int32 bias added before the per-channel
-//   dequantization scale (kernels/cpu/linear_int8_static.h);
+//   dequantization scale (the linear_int8_static op);
 // - blocks: a GGUF weight other than F32/BF16 in its stored blocks (formats/gguf_weights.h), or FP8
-//   blocks (quant.fp8_module: formats/fp8_blocks.h), run by kernels/cpu/gguf_linear.h;
+//   blocks (quant.fp8_module: formats/fp8_blocks.h), run by the gguf_linear op;
 // - W4A16: int4 codes with group scales (formats/int4_weights.h), read from an int4 checkpoint or
-//   quantized at load, run by kernels/cpu/linear_int4.h.
+//   quantized at load, run by the linear_int4 op.
 #pragma once
 
 #include <string>

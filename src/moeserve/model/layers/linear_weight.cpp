@@ -5,10 +5,7 @@
 
 #include "moeserve/core/error.h"
 #include "moeserve/core/overloaded.h"
-#include "moeserve/kernels/cpu/linear.h"
-#include "moeserve/kernels/cpu/linear_int4.h"
-#include "moeserve/kernels/cpu/linear_int8.h"
-#include "moeserve/kernels/cpu/linear_int8_static.h"
+#include "moeserve/kernels/ops.h"
 #include "moeserve/model/formats/gguf_weights.h"
 
 namespace moeserve::model {
@@ -120,19 +117,17 @@ void run_linear(ThreadPool& pool, const LinearWeight& w, const float* x, int64_t
     const int64_t n = weight_rows(w), k = weight_cols(w);
     std::visit(Overloaded{[&](const FloatWeight& f) {
                               if (f.view.dtype == DType::kBF16) {
-                                  kernels::cpu::linear_bf16(pool, x, rows, k, f.view.as<const uint16_t>(), n, out);
+                                  kernels::ops().linear_bf16(pool, x, rows, k, f.view.as<const uint16_t>(), n, out);
                               } else {
-                                  kernels::cpu::linear_f32(pool, x, rows, k, f.view.as<const float>(), n, out);
+                                  kernels::ops().linear_f32(pool, x, rows, k, f.view.as<const float>(), n, out);
                               }
                           },
                           [&](const DynamicInt8Weight& q) {
-                              kernels::cpu::Int8Scratch scratch;
-                              kernels::cpu::linear_int8(pool, x, rows, k, q.data.as<const int8_t>(),
-                                                        q.scale.as<const float>(), n, out, scratch);
+                              kernels::ops().linear_int8(pool, x, rows, k, q.data.as<const int8_t>(),
+                                                         q.scale.as<const float>(), n, out);
                           },
                           [&](const StaticInt8Weight& q) {
-                              kernels::cpu::Int8Scratch scratch;
-                              const kernels::cpu::StaticInt8Weights v{
+                              const kernels::StaticInt8Weights v{
                                   q.data.as<const int8_t>(),
                                   q.quant_bias.empty() ? nullptr : q.quant_bias.as<const int32_t>(),
                                   q.deq_scale.as<const float>(),
@@ -141,21 +136,18 @@ void run_linear(ThreadPool& pool, const LinearWeight& w, const float* x, int64_t
                                   q.x_mul,
                                   q.x_zero,
                                   q.x_div.empty() ? nullptr : q.x_div.as<const float>()};
-                              kernels::cpu::linear_int8_static(pool, x, rows, v, out, scratch);
+                              kernels::ops().linear_int8_static(pool, x, rows, v, out);
                           },
-                          [&](const BlockWeight& b) {
-                              kernels::cpu::GgufScratch scratch;
-                              kernels::cpu::gguf_linear(pool, x, rows, b.matrix, out, scratch);
-                          },
+                          [&](const BlockWeight& b) { kernels::ops().gguf_linear(pool, x, rows, b.matrix, out); },
                           [&](const Int4Weight& q) {
                               if (q.matrix.perm.empty()) {
-                                  kernels::cpu::linear_int4(pool, x, rows, q.matrix.view(), out);
+                                  kernels::ops().linear_int4(pool, x, rows, q.matrix.view(), out);
                                   return;
                               }
                               // GPTQ act order: x's columns in the stored order first
                               std::vector<float> xp(static_cast<size_t>(rows * k));
                               gather_columns(q.matrix, x, rows, xp.data());
-                              kernels::cpu::linear_int4(pool, xp.data(), rows, q.matrix.view(), out);
+                              kernels::ops().linear_int4(pool, xp.data(), rows, q.matrix.view(), out);
                           }},
                w);
 }

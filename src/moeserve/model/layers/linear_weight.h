@@ -8,7 +8,7 @@
 
 #include "moeserve/core/tensor.h"
 #include "moeserve/core/thread_pool.h"
-#include "moeserve/kernels/cpu/gguf_linear.h"
+#include "moeserve/kernels/weight_types.h"
 #include "moeserve/model/formats/int4_weights.h"
 
 namespace moeserve::model {
@@ -26,7 +26,7 @@ struct DynamicInt8Weight {
 
 // ModelSlim static W8A8: int8 [out, in], deq_scale f32 [out], quant_bias int32 [out] (empty on
 // the TP ranks that do not add it); activations x * x_mul + x_zero, or x / x_div[k] + x_zero when
-// x_div (f32 [in], golden-stick A8W8) is set (kernels/cpu/linear_int8_static.h).
+// x_div (f32 [in], golden-stick A8W8) is set (the linear_int8_static op, kernels/ops.h).
 struct StaticInt8Weight {
     Tensor data, deq_scale, quant_bias;
     float x_mul = 1.0f, x_zero = 0.0f;
@@ -36,7 +36,7 @@ struct StaticInt8Weight {
 // Blocks the GGUF kernels run: a GGUF weight in the file's mapping (formats/gguf_weights.h), or
 // FP8 blocks repacked into `owned` (formats/fp8_blocks.h).
 struct BlockWeight {
-    kernels::cpu::GgufMatrix matrix;
+    kernels::GgufMatrix matrix;
     Tensor owned;
 };
 

@@ -158,7 +158,7 @@ void MoeBlock::forward(ThreadPool& pool, const ParallelConfig& par, const Routin
     const int64_t n = num_tokens * hidden_;
     if (!is_moe_) {
         // dense MLP: column-parallel gate/up, row-parallel down -> partial sums over TP
-        if (num_tokens > 0) experts_.forward_dense(pool, h, num_tokens, s.moe, s.dense_ids, s.dense_weights, out);
+        if (num_tokens > 0) experts_.forward_dense(pool, h, num_tokens, s.dense_ids, s.dense_weights, out);
         tp_all_reduce(par, out, n);
         return;
     }
@@ -201,7 +201,7 @@ void MoeBlock::forward(ThreadPool& pool, const ParallelConfig& par, const Routin
     }
     s.parallel_moe.forward(pool, experts_, par,
                            {h_mine, mine.count, s.topk_ids.data(), s.topk_weights.data(), k_, exchange},
-                           experts_per_rank_, s.moe, routed);
+                           experts_per_rank_, routed);
     if (split) {
         s.slice_bytes.resize(static_cast<size_t>(par.tp_size));
         for (int r = 0; r < par.tp_size; ++r)
@@ -215,7 +215,7 @@ void MoeBlock::forward(ThreadPool& pool, const ParallelConfig& par, const Routin
     if (shared_.num_experts() > 0) {
         s.shared_out.resize(static_cast<size_t>(n));
         if (num_tokens > 0) {
-            shared_.forward_dense(pool, h, num_tokens, s.moe, s.dense_ids, s.dense_weights, s.shared_out.data());
+            shared_.forward_dense(pool, h, num_tokens, s.dense_ids, s.dense_weights, s.shared_out.data());
         }
         tp_all_reduce(par, s.shared_out.data(), n);
         for (int64_t t = 0; t < num_tokens; ++t) {

@@ -13,7 +13,7 @@
 #include "moeserve/core/tensor.h"
 #include "moeserve/core/thread_pool.h"
 #include "moeserve/io/weight_source.h"
-#include "moeserve/kernels/cpu/moe_experts.h"
+#include "moeserve/kernels/buffer.h"
 #include "moeserve/model/eplb/expert_placement.h"
 #include "moeserve/model/layers/experts.h"
 #include "moeserve/model/layers/linear.h"
@@ -71,12 +71,11 @@ struct ExpertBalance {
 
 // Buffers of MoeBlock::forward, one set per model (reused by every layer and step).
 struct MoeBlockScratch {
-    std::vector<float> router_logits, topk_weights, shared_out, dense_weights;
+    kernels::Buffer router_logits, topk_weights, shared_out, dense_weights;
     std::vector<int32_t> topk_ids, dense_ids;
     std::vector<int32_t> copy_turns;  // EPLB: ExpertPlacement::to_physical's scratch
-    std::vector<float> routed_slice;  // EP with TP: this TP rank's slice of the routed output
+    kernels::Buffer routed_slice;     // EP with TP: this TP rank's slice of the routed output
     std::vector<size_t> slice_bytes;  // EP with TP: bytes of each TP rank's slice (no allocation per layer)
-    kernels::cpu::MoeScratch moe{};
     ParallelMoe parallel_moe{};
     // Cumulative bytes of routed expert weights this rank's rows made the forwards read: per MoE
     // layer and forward, the distinct experts its rows chose (each read once; under EP by

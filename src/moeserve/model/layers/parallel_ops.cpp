@@ -5,7 +5,8 @@
 #include <cstring>
 
 #include "moeserve/core/error.h"
-#include "moeserve/kernels/cpu/embedding.h"
+#include "moeserve/kernels/backend.h"
+#include "moeserve/kernels/ops.h"
 
 namespace moeserve::model {
 
@@ -35,15 +36,14 @@ ShardRange local_moe_inter(const ParallelConfig& par, int64_t moe_inter) {
 }
 
 void embed_vocab_parallel(const ParallelConfig& par, const TensorView& table, ShardRange vocab, int64_t hidden,
-                          const int32_t* ids, int64_t num_tokens, float* x,
-                          const kernels::cpu::GgufMatrix* gguf_shard) {
+                          const int32_t* ids, int64_t num_tokens, float* x, const kernels::GgufMatrix* gguf_shard) {
     auto lookup = [&](const int32_t* rows, int64_t n, float* dst) {
         if (gguf_shard != nullptr) {
-            kernels::cpu::gguf_embedding(*gguf_shard, rows, n, dst);
+            kernels::ops().gguf_embedding(*gguf_shard, rows, n, dst);
         } else if (table.dtype == DType::kF32) {
-            kernels::cpu::embedding_f32(table.as<const float>(), vocab.count, hidden, rows, n, dst);
+            kernels::ops().embedding_f32(table.as<const float>(), vocab.count, hidden, rows, n, dst);
         } else {
-            kernels::cpu::embedding_bf16(table.as<const uint16_t>(), vocab.count, hidden, rows, n, dst);
+            kernels::ops().embedding_bf16(table.as<const uint16_t>(), vocab.count, hidden, rows, n, dst);
         }
     };
     if (par.tp_size == 1) {
@@ -90,11 +90,11 @@ void lm_head_vocab_parallel(const ParallelConfig& par, ThreadPool& pool, const L
 }
 
 void ParallelMoe::forward(ThreadPool& pool, const Experts& experts, const ParallelConfig& par, const RoutedMoeArgs& a,
-                          int64_t experts_per_rank, kernels::cpu::MoeScratch& scratch, float* out) {
+                          int64_t experts_per_rank, float* out) {
     const int64_t hidden = experts.hidden();
     if (par.ep_size == 1) {
         if (a.num_tokens > 0) {
-            experts.forward(pool, a.x, a.num_tokens, a.topk_ids, a.topk_weights, a.k, scratch, out);
+            experts.forward(pool, a.x, a.num_tokens, a.topk_ids, a.topk_weights, a.k, out);
         }
         tp_all_reduce(par, out, a.num_tokens * hidden);  // TP-split experts: partial sums
         return;
@@ -108,7 +108,7 @@ void ParallelMoe::forward(ThreadPool& pool, const Experts& experts, const Parall
     exchange_.dispatch(*par.ep, kind, {a.x, a.topk_ids, a.topk_weights, a.num_tokens, hidden, a.k}, experts_per_rank);
     if (exchange_.num_local() > 0) {
         experts.forward(pool, exchange_.local_x(), exchange_.num_local(), exchange_.local_ids(),
-                        exchange_.local_weights(), a.k, scratch, exchange_.local_out());
+                        exchange_.local_weights(), a.k, exchange_.local_out());
     }
     exchange_.combine(*par.ep, out);
 }
@@ -120,7 +120,9 @@ TensorView compute_logits(const ParallelConfig& par, ThreadPool& pool, const Lin
     for (int64_t j = 0; j < r; ++j) {
         std::copy_n(hs + rows[static_cast<size_t>(j)] * hidden, hidden, scratch.rows.data() + j * hidden);
     }
-    if (scratch.logits.numel() < r * vocab) scratch.logits = Tensor(DType::kF32, {std::max<int64_t>(r, 1), vocab});
+    if (scratch.logits.numel() < r * vocab) {
+        scratch.logits = kernels::active_backend().allocate(DType::kF32, {std::max<int64_t>(r, 1), vocab});
+    }
     lm_head_vocab_parallel(par, pool, head, vocab, scratch.rows.data(), r, scratch, scratch.logits.as<float>());
     return TensorView{scratch.logits.data(), DType::kF32, Shape{r, vocab}};
 }

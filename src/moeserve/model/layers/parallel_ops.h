@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "moeserve/core/thread_pool.h"
-#include "moeserve/kernels/cpu/moe_experts.h"
+#include "moeserve/kernels/buffer.h"
+#include "moeserve/kernels/weight_types.h"
 #include "moeserve/model/layers/experts.h"
-#include "moeserve/kernels/cpu/gguf_linear.h"
 #include "moeserve/model/layers/linear.h"
 #include "moeserve/model/parallel_config.h"
 #include "moeserve/parallel/moe_exchange.h"
@@ -30,14 +30,14 @@ ShardRange local_moe_inter(const ParallelConfig& par, int64_t moe_inter);
 // ids [T] -> x f32 [T, hidden], all-reduced over TP (rows of other ranks' ids are zero here).
 void embed_vocab_parallel(const ParallelConfig& par, const TensorView& table_shard, ShardRange vocab_shard,
                           int64_t hidden, const int32_t* ids, int64_t num_tokens, float* x,
-                          const kernels::cpu::GgufMatrix* gguf_shard = nullptr);
+                          const kernels::GgufMatrix* gguf_shard = nullptr);
 
 // Buffers of compute_logits, reused across steps (they grow to the largest step, then no
 // step allocates).
 struct LogitsScratch {
-    std::vector<float> rows;    // f32 [R, hidden]
-    std::vector<float> local;   // TP: f32 [R, vocab_shard.count], this rank's logits
-    std::vector<float> gather;  // TP: f32 [tp][R, V_r], every rank's logits
+    kernels::Buffer rows;       // f32 [R, hidden]
+    kernels::Buffer local;      // TP: f32 [R, vocab_shard.count], this rank's logits
+    kernels::Buffer gather;     // TP: f32 [tp][R, V_r], every rank's logits
     std::vector<size_t> bytes;  // TP: [tp] bytes of each rank's logits
     Tensor logits;              // f32 [>= R, vocab]
 };
@@ -76,7 +76,7 @@ public:
     // collectives stay the same.
     void begin_forward() { exchange_.begin_forward(); }
     void forward(ThreadPool& pool, const Experts& experts, const ParallelConfig& par, const RoutedMoeArgs& args,
-                 int64_t experts_per_rank, kernels::cpu::MoeScratch& scratch, float* out);
+                 int64_t experts_per_rank, float* out);
 
 private:
     parallel::MoeExchange exchange_;

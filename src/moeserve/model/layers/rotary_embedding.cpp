@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "moeserve/core/error.h"
+#include "moeserve/kernels/ops.h"
 
 namespace moeserve::model {
 
@@ -42,7 +43,7 @@ double RotaryEmbedding::yarn_mscale(double scale, double mscale) {
 }
 
 RotaryEmbedding::RotaryEmbedding(const RopeScaling& rope, int64_t rotary_dim, int64_t num_positions,
-                                 int64_t max_position_embeddings, kernels::cpu::RopeStyle style)
+                                 int64_t max_position_embeddings, kernels::RopeStyle style)
     : rotary_dim_(rotary_dim), style_(style) {
     MOESERVE_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0, "rotary_dim {}", rotary_dim);
     const int64_t half = rotary_dim / 2;
@@ -78,9 +79,9 @@ RotaryEmbedding::RotaryEmbedding(const RopeScaling& rope, int64_t rotary_dim, in
 
 void RotaryEmbedding::apply(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_stride, int64_t token_stride,
                             const int32_t* positions) const {
-    kernels::cpu::RopeArgs args{x,           num_tokens, num_heads,        head_stride,      token_stride,
-                                rotary_dim_, positions,  cos_.as<float>(), sin_.as<float>(), style_};
-    kernels::cpu::apply_rope(args);
+    kernels::RopeArgs args{x,           num_tokens, num_heads,        head_stride,      token_stride,
+                           rotary_dim_, positions,  cos_.as<float>(), sin_.as<float>(), style_};
+    kernels::ops().apply_rope(args);
 }
 
 }  // namespace moeserve::model

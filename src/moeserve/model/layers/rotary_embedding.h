@@ -1,11 +1,11 @@
 // Rotary embedding tables (cos/sin per position) for default, linear and YaRN RoPE, computed as
-// Hugging Face's rope initializers do, and applied by kernels/cpu/rope.h.
+// Hugging Face's rope initializers do, and applied by the apply_rope op (kernels/ops.h).
 #pragma once
 
 #include <cstdint>
 
 #include "moeserve/core/tensor.h"
-#include "moeserve/kernels/cpu/rope.h"
+#include "moeserve/kernels/rope_types.h"
 #include "moeserve/model/layers/rope_scaling.h"
 
 namespace moeserve::model {
@@ -15,7 +15,7 @@ public:
     // rotary_dim: rotated dims per head (even). num_positions: table length (max model length).
     // max_position_embeddings: config value (YaRN's original length falls back to it).
     RotaryEmbedding(const RopeScaling& rope, int64_t rotary_dim, int64_t num_positions, int64_t max_position_embeddings,
-                    kernels::cpu::RopeStyle style);
+                    kernels::RopeStyle style);
 
     // Rotates x f32 [num_tokens, num_heads, head_stride] (token stride given) in place.
     void apply(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_stride, int64_t token_stride,
@@ -30,7 +30,7 @@ public:
 
 private:
     int64_t rotary_dim_;
-    kernels::cpu::RopeStyle style_;
+    kernels::RopeStyle style_;
     double attention_factor_ = 1.0;
     Tensor cos_;  // f32 [num_positions, rotary_dim / 2]
     Tensor sin_;  // f32 [num_positions, rotary_dim / 2]

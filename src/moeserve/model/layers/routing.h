@@ -29,7 +29,7 @@ struct GroupedRouter {
     bool v2_gate = false;
 };
 
-// Grouped top-k (kernels/cpu/routing_grouped.h) of that router, with the layer's score bias
+// Grouped top-k (the grouped_topk op, kernels/ops.h) of that router, with the layer's score bias
 // (noaux_tc's e_score_correction_bias) when it has one. Each copy of the rule owns its buffers.
 RoutingRule grouped_topk_rule(const GroupedRouter& router);
 

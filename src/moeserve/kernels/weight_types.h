@@ -1,0 +1,111 @@
+// The weights the linear and expert kernels read, as every backend receives them: views (no
+// ownership) of GGUF blocks, int4 codes with their scales, static-int8 matrices and the stacked
+// experts of one rank in each precision. The model builds them from its loaded tensors. Depends
+// on core only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "moeserve/core/ggml_type.h"
+
+namespace moeserve::kernels {
+
+// A [rows, cols] matrix of GGUF blocks: row r starts at data + r * row_stride (a column slice of a
+// wider matrix has a stride larger than its own row bytes). cols is a multiple of the block size.
+struct GgufMatrix {
+    GgmlType type = GgmlType::kF32;
+    const uint8_t* data = nullptr;
+    int64_t rows = 0, cols = 0;
+    size_t row_stride = 0;
+    const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_stride; }
+};
+
+// SwiGLU experts: expert e (global id expert_begin + e) is down_e(silu(gate_e x) * up_e x);
+// gate/up [inter, hidden], down [hidden, inter].
+struct GgufExperts {
+    std::vector<GgufMatrix> gate, up, down;
+    int64_t expert_begin = 0, hidden = 0, inter = 0;
+    int64_t num_experts() const { return static_cast<int64_t>(gate.size()); }
+};
+
+// Groups per row: ceil(k / group_size) (the last group may be partial).
+inline int64_t int4_groups(int64_t k, int64_t group_size) { return (k + group_size - 1) / group_size; }
+
+// n rows of an int4 matrix [n, k]. Row j: codes at codes + j * k / 2 (column 2i in the low nibble
+// of byte i, 2i + 1 in the high one: the byte order of compressed-tensors' int32 packing),
+// scale/zero at j * groups. k and group_size even.
+struct Int4Weights {
+    const uint8_t* codes = nullptr;  // [n, k / 2]
+    const float* scale = nullptr;    // [n, groups]
+    const float* zero = nullptr;     // [n, groups]: integers in [0, 16] (8 for symmetric 4-bit)
+    int64_t n = 0, k = 0, group_size = 0;
+
+    int64_t groups() const { return int4_groups(k, group_size); }
+    // Rows [j0, j0 + count) as their own Int4Weights.
+    Int4Weights rows(int64_t j0, int64_t count) const {
+        return {codes + j0 * (k / 2), scale + j0 * groups(), zero + j0 * groups(), count, k, group_size};
+    }
+};
+
+// One static linear: w int8 [n, k] row-major, bias int32 [n] (nullptr: none), deq_scale f32 [n].
+struct StaticInt8Weights {
+    const int8_t* w = nullptr;
+    const int32_t* bias = nullptr;
+    const float* deq_scale = nullptr;
+    int64_t n = 0, k = 0;
+    float x_mul = 1.0f;   // the multiplier applied to x (ModelSlim: bf16(1 / bf16(input_scale)))
+    float x_zero = 0.0f;  // the zero point added after it (ModelSlim: input_offset, an integer)
+    // f32 [k] or nullptr. Set: x is divided by x_div[p] instead of multiplied by x_mul (golden-stick
+    // input_scale, which holds s_x / smooth[p] with the smoothing folded in).
+    const float* x_div = nullptr;
+};
+
+// bf16 weights of the experts this rank holds: global ids [expert_begin, expert_begin + num_experts).
+struct MoeExpertsBf16 {
+    const uint16_t* gate_up;  // bf16 [num_experts, 2 * inter, hidden]: rows [0, inter) gate, [inter, 2*inter) up
+    const uint16_t* down;     // bf16 [num_experts, hidden, inter]
+    int64_t num_experts;
+    int64_t expert_begin;  // ids outside [expert_begin, expert_begin + num_experts) are skipped (EP)
+    int64_t hidden;
+    int64_t inter;  // moe_intermediate_size
+};
+
+// The same with f32 weights (--dtype float32: the checkpoint's bf16 widened at load).
+struct MoeExpertsF32 {
+    const float* gate_up;  // f32 [num_experts, 2 * inter, hidden]
+    const float* down;     // f32 [num_experts, hidden, inter]
+    int64_t num_experts;
+    int64_t expert_begin;
+    int64_t hidden;
+    int64_t inter;
+};
+
+// int8 weights of the experts this rank holds: global ids [expert_begin, expert_begin + num_experts).
+struct MoeExpertsInt8 {
+    const int8_t* gate_up;       // int8 [num_experts, 2 * inter, hidden]: gate rows, then up rows
+    const float* gate_up_scale;  // f32 [num_experts, 2 * inter]
+    const int8_t* down;          // int8 [num_experts, hidden, inter]
+    const float* down_scale;     // f32 [num_experts, hidden]
+    int64_t num_experts;
+    int64_t expert_begin;
+    int64_t hidden;
+    int64_t inter;
+};
+
+// int4 weights of the experts this rank holds: global ids [expert_begin, expert_begin + num_experts).
+struct MoeExpertsInt4 {
+    Int4Weights gate_up;  // [num_experts * 2 * inter, hidden]: expert e's inter gate rows, then its inter up rows
+    Int4Weights down;     // [num_experts * hidden, inter]
+    int64_t num_experts = 0;
+    int64_t expert_begin = 0;
+    int64_t hidden = 0;
+    int64_t inter = 0;
+    // GPTQ act order (desc_act), or null: expert e's gate/up columns i multiply x[gate_up_perm[e * hidden + i]],
+    // its down columns i act[down_perm[e * inter + i]]. The activations are gathered once per (token, expert).
+    const int32_t* gate_up_perm = nullptr;
+    const int32_t* down_perm = nullptr;
+};
+
+}  // namespace moeserve::kernels
