@@ -35,7 +35,7 @@ int64_t parse_bytes(const std::string& text) {
     return static_cast<int64_t>(value * scale);
 }
 
-model::ModelSource check_engine_options(const EngineOptions& o) {
+CheckedEngineOptions check_engine_options(const EngineOptions& o) {
     const auto at_least_one = [](const char* flag, int64_t value) {
         if (value < 1) raise(ErrorCode::kInvalidArgument, "{} must be >= 1; got {}", flag, value);
     };
@@ -54,14 +54,14 @@ model::ModelSource check_engine_options(const EngineOptions& o) {
     }
     if (!o.kv_cache_memory.empty()) parse_bytes(o.kv_cache_memory);
     model::ModelSource source = model::open_model_source(o.model);
-    parse_speculative_config(o.speculative_config, source);
+    engine::SpeculativeConfig speculative = parse_speculative_config(o.speculative_config, source);
     parse_eplb_flags(o.enable_eplb, o.eplb_config);
     model::LoadOptions load;
     load.dtype = o.dtype;
     load.quantization = o.quantization;
     load.kv_cache_dtype = o.kv_cache_dtype;
     model::check_model(source, load);
-    return source;
+    return {std::move(source), std::move(speculative)};
 }
 
 int64_t total_ram_bytes() {

@@ -47,9 +47,13 @@ struct EngineOptions {
 // --gpu-memory-utilization in (0, 1], --threads >= 1, --kv-cache-memory, --speculative-config, --eplb-config), then
 // model::check_model (config.json, --quantization, --dtype, --kv-cache-dtype, the checkpoint's headers and tensor
 // index). Every command that runs an engine calls it first (serve before it binds its port), so
-// one fault reads the same in serve and generate. Returns the model it opened, so the caller
-// reads its config no second time.
-model::ModelSource check_engine_options(const EngineOptions& o);
+// one fault reads the same in serve and generate. Returns the model it opened and the parsed
+// --speculative-config, so the caller reads neither a second time.
+struct CheckedEngineOptions {
+    model::ModelSource source;
+    engine::SpeculativeConfig speculative;
+};
+CheckedEngineOptions check_engine_options(const EngineOptions& o);
 
 // --kv-cache-memory: bytes with an optional K, M or G suffix (KiB, MiB, GiB; binary units),
 // e.g. 4G. Raises kInvalidArgument naming the flag unless it is a size > 0.

@@ -236,9 +236,10 @@ int offline_threads(const EngineOptions& o) {
     return o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-OfflineEngine load_offline_engine(const EngineOptions& o, const model::ModelSource& source, ThreadPool& pool) {
+OfflineEngine load_offline_engine(const EngineOptions& o, const CheckedEngineOptions& checked, ThreadPool& pool) {
     OfflineEngine e;
-    const engine::SpeculativeConfig speculative = parse_speculative_config(o.speculative_config, source);
+    const model::ModelSource& source = checked.source;
+    const engine::SpeculativeConfig& speculative = checked.speculative;
     e.model = model::load_model(source, pool,
                                 model::LoadOptions{.max_model_len = o.max_model_len,
                                                    .dtype = o.dtype,
@@ -253,7 +254,8 @@ OfflineEngine load_offline_engine(const EngineOptions& o, const model::ModelSour
     return e;
 }
 
-int run_generate_batch(const GenerateBatchOptions& o, const model::ModelSource& source) {
+int run_generate_batch(const GenerateBatchOptions& o, const CheckedEngineOptions& checked) {
+    const model::ModelSource& source = checked.source;
     const int threads = offline_threads(o.engine);
     ThreadPool pool(threads);
     const auto tok = load_model_tokenizer(o.engine.tokenizer, source);
@@ -265,7 +267,7 @@ int run_generate_batch(const GenerateBatchOptions& o, const model::ModelSource& 
     const std::vector<Item> items = read_items(o.input, tok, read_limits);
     std::ofstream out(o.output);
     if (!out) raise(ErrorCode::kIo, "--output {}: cannot create the file", o.output);
-    OfflineEngine e = load_offline_engine(o.engine, source, pool);
+    OfflineEngine e = load_offline_engine(o.engine, checked, pool);
     engine::EngineCore& core = *e.core;
     const engine::EngineConfig& config = e.config;
     const model::Model* model = e.model.get();

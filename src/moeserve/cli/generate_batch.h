@@ -23,10 +23,10 @@ struct OfflineEngine {
     std::unique_ptr<engine::EngineCore> core;
 };
 
-// Loads source (o.model, opened; o.max_model_len resolved) on pool, which must outlive the engine,
+// Loads checked.source (o.model, opened and checked; o.max_model_len resolved) on pool, which must outlive the engine,
 // and builds its EngineCore with make_engine_config. Raises Error as load_model, make_engine_config
 // and EngineCore do (e.g. a KV cache too small for one max_model_len sequence).
-OfflineEngine load_offline_engine(const EngineOptions& o, const model::ModelSource& source, ThreadPool& pool);
+OfflineEngine load_offline_engine(const EngineOptions& o, const CheckedEngineOptions& checked, ThreadPool& pool);
 
 struct GenerateBatchOptions {
     std::string input;   // JSON lines: {"prompt" | "prompt_token_ids" | "messages", sampling fields...}
@@ -39,8 +39,8 @@ struct GenerateBatchOptions {
 // (bad JSON, unknown or mistyped fields, a line the request rules refuse: prompt + max_tokens
 // over --max-model-len, out-of-range values) raise Error kInvalidArgument naming the line before
 // any request runs; an error of the engine during the run goes into that line's "error".
-// source: options.engine.model, opened (check_engine_options).
-int run_generate_batch(const GenerateBatchOptions& options, const model::ModelSource& source);
+// checked: options.engine, checked (check_engine_options).
+int run_generate_batch(const GenerateBatchOptions& options, const CheckedEngineOptions& checked);
 
 // " | drafts: A of D accepted (R%), S steps" for the summary lines of a run with speculative
 // decoding (stats of its engine), "" without drafts.

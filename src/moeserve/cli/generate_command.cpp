@@ -56,14 +56,15 @@ std::vector<int32_t> prompt_tokens(const GenerateOptions& o, const tokenizer::To
 }
 
 // One request through the engine: the prompt, then each step's new text as it comes out.
-int run_generate(const GenerateOptions& o, const model::ModelSource& source) {
+int run_generate(const GenerateOptions& o, const CheckedEngineOptions& checked) {
+    const model::ModelSource& source = checked.source;
     EngineOptions eo = o.batch.engine;
     if (!o.max_num_seqs_given) eo.max_num_seqs = 1;  // one sequence: no KV blocks for others
     const int threads = offline_threads(eo);
     ThreadPool pool(threads);
     const auto load_start = Clock::now();
     const auto tok = load_model_tokenizer(eo.tokenizer, source);
-    OfflineEngine e = load_offline_engine(eo, source, pool);
+    OfflineEngine e = load_offline_engine(eo, checked, pool);
     const double load_secs = seconds_since(load_start);
     std::fprintf(stderr, "moeserve: quantization: %s\n", e.model->info().quantization.c_str());
 
@@ -143,15 +144,15 @@ int run_generate(const GenerateOptions& o, const model::ModelSource& source) {
 
 int run_generate_command(GenerateOptions& o) {
     // as serve checks them: the same fault, the same words
-    const model::ModelSource source = check_engine_options(o.batch.engine);
+    const CheckedEngineOptions checked = check_engine_options(o.batch.engine);
     if (o.batch.input.empty() == o.prompt.empty()) {
         raise(ErrorCode::kInvalidArgument, "generate needs either --prompt or --input (with --output), not {}",
               o.prompt.empty() ? "neither" : "both");
     }
-    if (!o.prompt.empty()) return run_generate(o, source);
+    if (!o.prompt.empty()) return run_generate(o, checked);
     if (o.batch.output.empty()) raise(ErrorCode::kInvalidArgument, "--input needs --output FILE");
     o.batch.progress = !o.no_progress;
-    return run_generate_batch(o.batch, source);
+    return run_generate_batch(o.batch, checked);
 }
 
 }  // namespace

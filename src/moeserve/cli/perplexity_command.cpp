@@ -122,7 +122,7 @@ void print_kl(const KlStats::Summary& k) {
 using ChunkDone = std::function<void(size_t, std::vector<ipc::TokenLogprobs>)>;
 
 // The chunks through the in-process engine, batch / ctx at once.
-void run_local_chunks(EngineOptions eo, const model::ModelSource& source,
+void run_local_chunks(EngineOptions eo, const CheckedEngineOptions& checked,
                       const std::vector<std::vector<int32_t>>& chunks, int32_t ctx, int32_t batch, int32_t top,
                       const ChunkDone& on_done) {
     // A chunk is a prompt of ctx tokens plus the one token a request must generate.
@@ -132,7 +132,7 @@ void run_local_chunks(EngineOptions eo, const model::ModelSource& source,
     eo.max_num_batched_tokens = std::max(batch, 1);
     eo.enable_prefix_caching = false;
     ThreadPool pool(offline_threads(eo));
-    OfflineEngine e = load_offline_engine(eo, source, pool);
+    OfflineEngine e = load_offline_engine(eo, checked, pool);
     const auto vocab = static_cast<int32_t>(e.model->info().vocab_size);
     std::fprintf(stderr, "perplexity: %zu chunks of %d tokens, %d at once; quantization: %s\n", chunks.size(), ctx,
                  num_seqs, e.model->info().quantization.c_str());
@@ -166,7 +166,11 @@ int run_perplexity(PerplexityOptions o) {
               "--kl-divergence needs every token's log-probability at every position, too much for --url: compare "
               "in-process (the same flags without --url); --url can save a base");
     }
-    const model::ModelSource source = model::open_model_source(eo.model);
+    // In-process, the engine's flags and model are checked as generate checks them; with --url the
+    // model folder only lends its config and tokenizer.
+    const CheckedEngineOptions checked =
+        o.remote.url.empty() ? check_engine_options(eo) : CheckedEngineOptions{model::open_model_source(eo.model), {}};
+    const model::ModelSource& source = checked.source;
     const nlohmann::json& config = source.config.json();
     const int32_t max_model_len = o.remote.url.empty() ? resolve_max_model_len(eo, config) : o.ctx + 1;
     // a GGUF file's tokenizer is its metadata (--tokenizer overrides), as for generate and serve
@@ -191,7 +195,7 @@ int run_perplexity(PerplexityOptions o) {
     };
     const auto start = Clock::now();
     if (o.remote.url.empty()) {
-        run_local_chunks(eo, source, chunks, o.ctx, o.batch, top, on_done);
+        run_local_chunks(eo, checked, chunks, o.ctx, o.batch, top, on_done);
     } else {
         std::fprintf(stderr, "perplexity: %zu chunks of %d tokens, %d at once, on %s\n", chunks.size(), o.ctx,
                      std::max(1, o.batch / o.ctx), o.remote.url.c_str());

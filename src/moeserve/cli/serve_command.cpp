@@ -743,7 +743,7 @@ void add_serve_command(CLI::App& app, Action* action) {
             o->log_stats_interval = serve::StatsLog::interval_from_env();
             check_vllm_flags(o->vllm);
             // the model and the flag ranges, before anything binds
-            const model::ModelSource source = check_engine_options(o->engine);
+            const model::ModelSource source = check_engine_options(o->engine).source;
             // Bad values fail here, not in the ranks.
             model::parse_kv_cache_dtype(o->engine.kv_cache_dtype, DType::kBF16);
             if (!o->engine.kv_cache_memory.empty()) parse_bytes(o->engine.kv_cache_memory);
