@@ -1,8 +1,12 @@
-// Paths shared by all tests: the source tree, the build tree and the tokenizer cache of setup.sh.
+// Shared by all tests: the paths of the source tree, the build tree and the tokenizer cache of
+// setup.sh, and the message of a raised Error.
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <string>
+
+#include "moeserve/core/error.h"
 
 namespace moeserve::test {
 
@@ -22,6 +26,16 @@ inline std::filesystem::path scratch_dir(const std::string& name) {
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     return dir;
+}
+
+// The message of the Error `f` raises, or "" when it returns.
+inline std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
 }
 
 }  // namespace moeserve::test

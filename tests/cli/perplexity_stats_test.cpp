@@ -16,14 +16,7 @@
 namespace moeserve::cli {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
+using test::error_of;
 
 TEST(PerplexityChunks, CutsWholeChunksAndPutsTheBosFirst) {
     std::vector<int32_t> tokens(10);

@@ -8,18 +8,12 @@
 #include "moeserve/kernels/backend.h"
 #include "moeserve/kernels/buffer.h"
 #include "moeserve/kernels/cpu/backend.h"
+#include "test_support.h"
 
 namespace moeserve::kernels {
 namespace {
 
-std::string error_of(auto&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
+using test::error_of;
 
 TEST(BackendTest, CpuIsBuiltInAndActive) {
     EXPECT_EQ(backend_names().front(), "cpu");

@@ -15,6 +15,7 @@
 #include "moeserve/model/formats/int4_config.h"
 #include "moeserve/model/formats/int4_weights.h"
 #include "moeserve/model/registry.h"
+#include "test_support.h"
 
 namespace moeserve::model {
 namespace {
@@ -126,14 +127,7 @@ nlohmann::json ct_config(int bits, const nlohmann::json& group_size) {
                   {"group_size", group_size}}}}}}}};
 }
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
+using test::error_of;
 
 TEST(Int4ConfigTest, ParsesTheThreeFormats) {
     std::vector<std::string> ignore;
