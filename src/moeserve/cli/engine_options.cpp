@@ -61,7 +61,7 @@ CheckedEngineOptions check_engine_options(const EngineOptions& o) {
     load.quantization = o.quantization;
     load.kv_cache_dtype = o.kv_cache_dtype;
     model::check_model(source, load);
-    return {std::move(source), std::move(speculative)};
+    return {std::move(source), speculative};
 }
 
 int64_t total_ram_bytes() {
