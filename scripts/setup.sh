@@ -64,6 +64,9 @@ for entry in "${TOKENIZERS[@]}"; do
     exit 1
   fi
 done
+# A Kimi-K2-style tiktoken tokenizer, derived from the DeepSeek-V3 one (Kimi's own file is not in a
+# registry we reach): make-model --arch kimi_k2 and the tiktoken tests use it. Deterministic, ~1 s.
+python3 "$(dirname "$0")/make_kimi_style_tokenizer.py" "$TOK_DIR/deepseek_v3" "$TOK_DIR/kimi_k2" >/dev/null
 # The official OpenAI Node SDK (and zod) for tests/integration/openai_sdk_test.py, pinned.
 SDK_DIR="$CACHE_DIR/openai-sdk"
 SDK_PACKAGES="openai@5.12.0 zod@3.25.76"

@@ -32,12 +32,15 @@ using testutil::read_f32;
 struct Variant {
     const char* name;
     const char* dir;
+    const char* prompt;  // CSV ids
 };
 
 const Variant kVariants[] = {
-    {"v3", MOESERVE_DSV3_TINY_DIR},
-    {"v3_no_q_lora", MOESERVE_DSV3_NOQ_TINY_DIR},
-    {"v2", MOESERVE_DSV2_TINY_DIR},
+    {"v3", MOESERVE_DSV3_TINY_DIR, MOESERVE_DSV3_PROMPT},
+    {"v3_no_q_lora", MOESERVE_DSV3_NOQ_TINY_DIR, MOESERVE_DSV3_PROMPT},
+    {"v2", MOESERVE_DSV2_TINY_DIR, MOESERVE_DSV3_PROMPT},
+    // Kimi-K2: model_type kimi_k2 on DeepSeek-V3's code, its Kimi-style tokenizer's ids
+    {"kimi_k2", MOESERVE_KIMI_K2_TINY_DIR, MOESERVE_KIMI_K2_PROMPT},
 };
 
 // --dtype `dtype` (float32 by default) at the tests' max_model_len.
@@ -46,8 +49,6 @@ LoadOptions f32_options(const char* dtype = "float32") {
     o.dtype = dtype;
     return o;
 }
-
-std::vector<int32_t> prompt_ids() { return testutil::parse_ids(MOESERVE_DSV3_PROMPT); }
 
 // Logits are O(1-10); float32 activations vs the float64 oracle differ by rounding only. The
 // bound is relative to the largest reference logit.
@@ -64,6 +65,7 @@ protected:
     void TearDown() override { model().set_attention_path(MlaPath::kAuto); }
 
     std::filesystem::path dir() const { return GetParam().dir; }
+    std::vector<int32_t> prompt_ids() const { return testutil::parse_ids(GetParam().prompt); }
     DeepseekV3Model& model() const {
         Model*& m = models_[GetParam().name];
         if (!m) m = load_model(dir(), *pool_, LoadOptions{.max_model_len = 256}).release();

@@ -14,7 +14,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ref_common as rc  # noqa: E402
 
-MODEL_TYPES = {"deepseek_v3", "deepseek_v2"}
+MODEL_TYPES = {"deepseek_v3", "deepseek_v2", "kimi_k2"}  # kimi_k2: DeepSeek-V3's architecture
 # q_a_layernorm / kv_a_layernorm are built without an eps argument in both HF and DeepSeek code.
 LORA_NORM_EPS = 1e-6
 
@@ -116,7 +116,7 @@ def route(config, logits, bias):
     the chosen softmax probabilities; / (sum + 1e-20) if top_k > 1 and norm_topk_prob, else
     * routed_scaling_factor (DeepSeek's V2 MoEGate). Ties: lower expert id wins.
     """
-    v3 = config.get("model_type") == "deepseek_v3"
+    v3 = config.get("model_type") != "deepseek_v2"
     n_exp = config["n_routed_experts"]
     top_k = config["num_experts_per_tok"]
     scoring = config.get("scoring_func", "sigmoid" if v3 else "softmax")

@@ -42,6 +42,8 @@ const std::vector<Architecture>& architectures() {
         {"mixtral", &mixtral_specs, &MixtralModel::load},
         {"deepseek_v3", &deepseek_specs, &DeepseekV3Model::load, &DeepseekV3Model::load_weights},
         {"deepseek_v2", &deepseek_specs, &DeepseekV3Model::load},
+        // Kimi-K2: DeepSeek-V3's architecture under its own model_type (and a tiktoken tokenizer)
+        {"kimi_k2", &deepseek_specs, &DeepseekV3Model::load, &DeepseekV3Model::load_weights},
     };
     return table;
 }

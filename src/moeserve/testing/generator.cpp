@@ -208,8 +208,10 @@ void apply_overrides(nlohmann::json& config, const std::vector<std::string>& ove
     }
 }
 
+// tokenizer.json and tokenizer_config.json, or a tiktoken folder's tiktoken.model and its config.
 void copy_tokenizer(const fs::path& from, const fs::path& to) {
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+    const bool tiktoken = !fs::exists(from / "tokenizer.json") && fs::exists(from / "tiktoken.model");
+    for (const char* name : {tiktoken ? "tiktoken.model" : "tokenizer.json", "tokenizer_config.json"}) {
         if (!fs::exists(from / name)) {
             raise(ErrorCode::kNotFound, "tokenizer file {} is missing; run `make setup` (scripts/setup.sh) to fetch it",
                   (from / name).string());

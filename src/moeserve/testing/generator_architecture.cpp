@@ -27,6 +27,7 @@ const std::vector<GeneratorArchitecture>& generator_architectures() {
         {"mixtral", "qwen3", &mixtral_preset},
         {"deepseek_v3", "deepseek_v3", &deepseek_v3_preset, &deepseek_mindformers, true},
         {"deepseek_v2", "deepseek_v3", &deepseek_v3_preset, &deepseek_mindformers, true},
+        {"kimi_k2", "kimi_k2", &deepseek_v3_preset, &deepseek_mindformers, true},
     };
     return table;
 }

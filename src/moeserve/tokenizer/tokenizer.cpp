@@ -11,6 +11,7 @@
 #include "moeserve/tokenizer/decoder.h"
 #include "moeserve/tokenizer/normalizer.h"
 #include "moeserve/tokenizer/pre_tokenizer.h"
+#include "moeserve/tokenizer/tiktoken.h"
 #include "moeserve/tokenizer/tokenizer_config.h"
 #include "moeserve/tokenizer/tokenizer_json.h"
 #include "moeserve/core/utf8.h"
@@ -64,15 +65,17 @@ Tokenizer Tokenizer::from_dir(const std::filesystem::path& dir) {
     auto tokenizer_path = dir / "tokenizer.json";
     auto config_path = dir / "tokenizer_config.json";
     if (!std::filesystem::exists(tokenizer_path)) {
+        if (std::filesystem::exists(dir / "tiktoken.model")) return from_tiktoken(dir / "tiktoken.model", config_path);
         raise(ErrorCode::kNotFound, "{} does not exist; expected a Hugging Face tokenizer there",
               tokenizer_path.string());
     }
     std::string config_text = std::filesystem::exists(config_path) ? read_file(config_path) : std::string();
-    return load(read_file(tokenizer_path), config_text, tokenizer_path.string(), config_path.string());
+    return load(parse_tokenizer_json(read_file(tokenizer_path), tokenizer_path.string()), config_text,
+                tokenizer_path.string(), config_path.string());
 }
 
 Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view config_json, std::string_view where) {
-    return load(tokenizer_json, config_json, where, "tokenizer_config.json");
+    return load(parse_tokenizer_json(tokenizer_json, where), config_json, where, "tokenizer_config.json");
 }
 
 namespace {
@@ -89,14 +92,48 @@ auto reading_field(std::string_view where, const char* field, F&& read) {
     }
 }
 
+// The tokenizer class of a tiktoken tokenizer_config.json: auto_map's AutoTokenizer, a
+// "module.Class" string or a [slow, fast] pair of them.
+std::string tiktoken_class(const nlohmann::json& config) {
+    const nlohmann::json* name = nullptr;
+    if (config.is_object() && config.contains("auto_map") && config["auto_map"].contains("AutoTokenizer")) {
+        name = &config["auto_map"]["AutoTokenizer"];
+        if (name->is_array() && !name->empty()) name = &(*name)[0];
+    }
+    return name != nullptr && name->is_string() ? name->get<std::string>() : std::string();
+}
+
+// Every tiktoken class in the table reserves this many special-token ids after the ranks.
+constexpr int64_t kTiktokenReservedSpecialTokens = 256;
+
 }  // namespace
 
-Tokenizer Tokenizer::load(std::string_view tokenizer_json, std::string_view config_json, std::string_view where,
+Tokenizer Tokenizer::from_tiktoken(const std::filesystem::path& model_path, const std::filesystem::path& config_path) {
+    const std::string where = model_path.string(), config_where = config_path.string();
+    const std::string config_text = std::filesystem::exists(config_path) ? read_file(config_path) : std::string();
+    const nlohmann::json config = reading_field(config_where, "(top level)", [&] {
+        return config_text.empty() ? nlohmann::json::object() : nlohmann::json::parse(config_text);
+    });
+    const std::string cls = tiktoken_class(config);
+    const std::optional<std::string_view> pattern = tiktoken_pattern(cls);
+    if (!pattern) {
+        raise(ErrorCode::kUnsupported,
+              "{}: tiktoken tokenizer class '{}' (auto_map.AutoTokenizer) is not supported (supported: {})",
+              config_where, cls, tiktoken_classes());
+    }
+    TokenizerJson parsed = reading_field(config_where, "added_tokens_decoder", [&] {
+        return tiktoken_tokenizer_json(parse_tiktoken_ranks(read_file(model_path), where), *pattern,
+                                       config.value("added_tokens_decoder", nlohmann::json()),
+                                       kTiktokenReservedSpecialTokens);
+    });
+    return load(std::move(parsed), config_text, where, config_where);
+}
+
+Tokenizer Tokenizer::load(TokenizerJson parsed, std::string_view config_json, std::string_view where,
                           std::string_view config_where) {
     auto impl = std::make_unique<Impl>();
     impl->config =
         reading_field(config_where, "(top level)", [&] { return TokenizerConfig::parse(config_json, config_where); });
-    TokenizerJson parsed = parse_tokenizer_json(tokenizer_json, where);
     const nlohmann::json& doc = parsed.doc;
     if (!doc.is_object() || !doc.contains("model")) {
         raise(ErrorCode::kInvalidModel, "{}: expected an object with a \"model\"", where);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "moeserve/tokenizer/added_tokens.h"
+#include "moeserve/tokenizer/tokenizer_json.h"
 
 namespace moeserve::tokenizer {
 
@@ -21,9 +22,11 @@ using TokenId = int32_t;
 
 class Tokenizer {
 public:
-    // Loads dir/tokenizer.json and, if present, dir/tokenizer_config.json. Raises Error kNotFound
-    // for a missing tokenizer.json, kInvalidModel for malformed files and kUnsupported naming the
-    // file and the component type we do not implement. Takes ~0.2 s for a 150k-token vocabulary.
+    // Loads dir/tokenizer.json and, if present, dir/tokenizer_config.json; without a
+    // tokenizer.json, a tiktoken tokenizer (dir/tiktoken.model, tiktoken.h) whose class
+    // tokenizer_config.json's auto_map names. Raises Error kNotFound when neither file is there,
+    // kInvalidModel for malformed files and kUnsupported naming the file and the component type
+    // (or tiktoken class) we do not implement. Takes ~0.2 s for a 150k-token vocabulary.
     static Tokenizer from_dir(const std::filesystem::path& dir);
     // The same from the files' contents; config_json may be empty. `where` names them in errors.
     static Tokenizer from_json(std::string_view tokenizer_json, std::string_view config_json,
@@ -73,7 +76,8 @@ public:
 private:
     struct Impl;
     explicit Tokenizer(std::unique_ptr<Impl> impl);
-    static Tokenizer load(std::string_view tokenizer_json, std::string_view config_json, std::string_view where,
+    static Tokenizer from_tiktoken(const std::filesystem::path& model_path, const std::filesystem::path& config_path);
+    static Tokenizer load(TokenizerJson parsed, std::string_view config_json, std::string_view where,
                           std::string_view config_where);
     std::unique_ptr<Impl> impl_;
 };

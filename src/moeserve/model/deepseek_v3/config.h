@@ -1,4 +1,4 @@
-// DeepSeek-V3/R1 (model_type "deepseek_v3") and DeepSeek-V2 (model_type "deepseek_v2")
+// DeepSeek-V3/R1 (model_type "deepseek_v3"; Kimi-K2's "kimi_k2" is the same) and DeepSeek-V2 (model_type "deepseek_v2")
 // configuration: config.json names verbatim, Hugging Face defaults per model_type, validated once.
 #pragma once
 

@@ -24,7 +24,7 @@ DecoderSpec DeepseekV3Model::decoder_spec(const DeepseekV3Config& c) {
                                  .topk_group = c.topk_group,
                                  .norm_topk_prob = c.norm_topk_prob,
                                  .routed_scaling_factor = c.routed_scaling_factor,
-                                 .v2_gate = c.model_type != "deepseek_v3"});
+                                 .v2_gate = c.model_type == "deepseek_v2"});
     return s;
 }
 

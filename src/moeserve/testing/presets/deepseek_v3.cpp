@@ -1,12 +1,12 @@
-// The generator's DeepSeek-V3 and DeepSeek-V2 config.json presets (moeserve make-model --arch
-// deepseek_v3 | deepseek_v2).
+// The generator's DeepSeek-V3, DeepSeek-V2 and Kimi-K2 config.json presets (moeserve make-model --arch
+// deepseek_v3 | deepseek_v2 | kimi_k2).
 #include "moeserve/core/error.h"
 #include "moeserve/testing/presets/presets.h"
 
 namespace moeserve::testing {
 
 nlohmann::json deepseek_v3_preset(const std::string& model_type, const std::string& size) {
-    const bool v3 = model_type == "deepseek_v3";
+    const bool v3 = model_type != "deepseek_v2";  // kimi_k2 is DeepSeek-V3's architecture
     nlohmann::json c = {
         {"architectures", {v3 ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM"}},
         {"model_type", model_type},
@@ -36,6 +36,11 @@ nlohmann::json deepseek_v3_preset(const std::string& model_type, const std::stri
         {"scoring_func", v3 ? "sigmoid" : "softmax"},
         {"topk_method", v3 ? "noaux_tc" : "group_limited_greedy"},
     };
+    if (model_type == "kimi_k2") {
+        // The Kimi-style tokenizer of scripts/make_kimi_style_tokenizer.py: 128000 ranks, then 256
+        // special ids ([BOS] first, <|im_end|> third).
+        c.update({{"vocab_size", 128256}, {"bos_token_id", 128000}, {"eos_token_id", 128002}});
+    }
     if (size == "tiny") {
         c.update({{"hidden_size", 128},
                   {"intermediate_size", 256},
