@@ -132,6 +132,13 @@ TEST_P(ParallelModelTest, ShardedLogitsEqualSingleRank) {
     }
 }
 
+// "qwen3_moe_dp2_tp1_ep2"
+std::string case_name(const ::testing::TestParamInfo<ParallelModelTest::ParamType>& info) {
+    const ParallelSizes& s = std::get<1>(info.param);
+    return std::string(std::get<0>(info.param).name) + "_dp" + std::to_string(s.dp) + "_tp" + std::to_string(s.tp) +
+           "_ep" + std::to_string(s.ep);
+}
+
 const ModelCase kQwen3{"qwen3_moe", MOESERVE_QWEN3_TINY_DIR, MOESERVE_QWEN3_PROMPT};
 
 INSTANTIATE_TEST_SUITE_P(Qwen3Moe, ParallelModelTest,
@@ -140,11 +147,7 @@ INSTANTIATE_TEST_SUITE_P(Qwen3Moe, ParallelModelTest,
                                                               ParallelSizes{2, 1, 2}, ParallelSizes{2, 2, 4},
                                                               ParallelSizes{1, 2, 2}, ParallelSizes{1, 4, 2},
                                                               ParallelSizes{4, 1, 2})),
-                         [](const auto& param_info) {
-                             const ParallelSizes& s = std::get<1>(param_info.param);
-                             return std::string(std::get<0>(param_info.param).name) + "_dp" + std::to_string(s.dp) +
-                                    "_tp" + std::to_string(s.tp) + "_ep" + std::to_string(s.ep);
-                         });
+                         case_name);
 
 const ModelCase kDsv3{"deepseek_v3", MOESERVE_DSV3_TINY_DIR, MOESERVE_DSV3_PROMPT};
 const ModelCase kDsv3NoQ{"deepseek_v3_noq", MOESERVE_DSV3_NOQ_TINY_DIR, MOESERVE_DSV3_PROMPT};
@@ -154,11 +157,7 @@ INSTANTIATE_TEST_SUITE_P(DeepseekV3, ParallelModelTest,
                                             ::testing::Values(ParallelSizes{1, 2, 1}, ParallelSizes{2, 1, 2},
                                                               ParallelSizes{1, 2, 2}, ParallelSizes{2, 2, 4},
                                                               ParallelSizes{4, 1, 2})),
-                         [](const auto& param_info) {
-                             const ParallelSizes& s = std::get<1>(param_info.param);
-                             return std::string(std::get<0>(param_info.param).name) + "_dp" + std::to_string(s.dp) +
-                                    "_tp" + std::to_string(s.tp) + "_ep" + std::to_string(s.ep);
-                         });
+                         case_name);
 
 // GGUF files (#27): the stored blocks sharded zero-copy (rows, and columns on block boundaries)
 // and the experts split over EP ranks. Q8_0 Qwen3 (32-element blocks: every TP=2 cut is on a block
@@ -173,11 +172,20 @@ INSTANTIATE_TEST_SUITE_P(Gguf, ParallelModelTest,
                          ::testing::Combine(::testing::Values(kQwen3GgufQ8, kDsv3GgufF32),
                                             ::testing::Values(ParallelSizes{1, 2, 1}, ParallelSizes{2, 1, 2},
                                                               ParallelSizes{1, 2, 2})),
-                         [](const auto& param_info) {
-                             const ParallelSizes& s = std::get<1>(param_info.param);
-                             return std::string(std::get<0>(param_info.param).name) + "_dp" + std::to_string(s.dp) +
-                                    "_tp" + std::to_string(s.tp) + "_ep" + std::to_string(s.ep);
-                         });
+                         case_name);
+
+// The families of #35 (Mixtral, Qwen2-MoE with its gated shared expert and dense layer, GLM-4.5
+// with partial RoPE and grouped routing, Kimi-K2 on DeepSeek-V3's code): TP=2 and dp=2 + EP equal
+// one rank.
+const ModelCase kMixtral{"mixtral", MOESERVE_MIXTRAL_TINY_DIR, MOESERVE_QWEN3_PROMPT};
+const ModelCase kQwen2Moe{"qwen2_moe", MOESERVE_QWEN2_MOE_TINY_DIR, MOESERVE_QWEN3_PROMPT};
+const ModelCase kGlm4Moe{"glm4_moe", MOESERVE_GLM4_MOE_TINY_DIR, MOESERVE_QWEN3_PROMPT};
+const ModelCase kKimiK2{"kimi_k2", MOESERVE_KIMI_K2_TINY_DIR, MOESERVE_KIMI_K2_PROMPT};
+
+INSTANTIATE_TEST_SUITE_P(Families, ParallelModelTest,
+                         ::testing::Combine(::testing::Values(kMixtral, kQwen2Moe, kGlm4Moe, kKimiK2),
+                                            ::testing::Values(ParallelSizes{1, 2, 1}, ParallelSizes{2, 1, 2})),
+                         case_name);
 
 TEST(ParallelModelMismatchTest, ForcedExchangeMismatchFailsInBoundedTime) {
     const std::vector<int32_t> ids = parse_ids(MOESERVE_QWEN3_PROMPT);
