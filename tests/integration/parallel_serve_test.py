@@ -28,6 +28,8 @@ Suites (one CTest each):
             rank killed after the move: the group heals, the same texts, and it moves again
   validate  bad layouts are refused at start with a message naming the flags; nodes whose
             configurations differ are refused with a message (no hang)
+  families  the tiny models of issue 35's families (--family-models: Mixtral, Qwen2-MoE, GLM-4.5,
+            Kimi-K2 with its tiktoken tokenizer): dp=2 + EP and tp=2 give a single rank's greedy texts
 """
 import argparse
 import concurrent.futures
@@ -74,8 +76,8 @@ def wait_for_store_port(proc, log, timeout=30):
 class Server(ServeProcess):
     """A `moeserve serve` process (optionally prefixed, e.g. by `ip netns exec NS`)."""
 
-    def __init__(self, *extra, prefix=(), host="127.0.0.1", wait=True, env=None):
-        super().__init__([*prefix, ARGS.moeserve, "serve", "--model", ARGS.model, "--host", host, "--port", "0",
+    def __init__(self, *extra, prefix=(), host="127.0.0.1", wait=True, env=None, model=None):
+        super().__init__([*prefix, ARGS.moeserve, "serve", "--model", model or ARGS.model, "--host", host, "--port", "0",
                           *COMMON, *extra], env=env, timeout=TIMEOUT)
         self.host = host
         self.prefix = prefix
@@ -248,6 +250,22 @@ class Parallel(unittest.TestCase):
             self.assertEqual([c["text"] for c in json.loads(r)["choices"]], SEEDED["dp_ep"])
         finally:
             single.assert_stops_cleanly(self)
+
+    def test_families(self):
+        for model in ARGS.family_models:
+            with self.subTest(model=os.path.basename(model)):
+                single = Server(model=model)
+                try:
+                    expected = single.complete_all(PROMPTS)
+                finally:
+                    single.assert_stops_cleanly(self)
+                for layout in (("--data-parallel-size", "2", "--enable-expert-parallel"),
+                               ("--tensor-parallel-size", "2")):
+                    s = Server(*layout, model=model)
+                    try:
+                        self.assertEqual(s.complete_all(PROMPTS), expected, (layout, s.log_text()[-4000:]))
+                    finally:
+                        s.assert_stops_cleanly(self)
 
     def test_dp_tp_ep(self):
         s = Server("--data-parallel-size", "2", "--tensor-parallel-size", "2", "--enable-expert-parallel")
@@ -729,7 +747,8 @@ if __name__ == "__main__":
     p.add_argument("--verbose-logs", action="store_true")
     p.add_argument("--suite", required=True, choices=["dp_ep", "dp_tp_ep", "tp", "pd_hybrid", "netns", "kill", "validate", "external_lb",
                                                    "dp_independent", "desync", "heal", "heal_tp", "heal_dp_independent", "crash_loop",
-                                                   "netns_heal", "netns_lost_node", "eplb"])
+                                                   "netns_heal", "netns_lost_node", "eplb", "families"])
+    p.add_argument("--family-models", nargs="*", default=[])
     ARGS, rest = p.parse_known_args()
     names = {"dp_ep": "Parallel.test_dp_ep", "dp_tp_ep": "Parallel.test_dp_tp_ep", "tp": "Parallel.test_tp", "pd_hybrid": "Parallel.test_pd_hybrid",
              "kill": "Parallel.test_kill_rank", "validate": "Parallel.test_validate", "netns": "Netns.test_two_hosts",
@@ -737,7 +756,7 @@ if __name__ == "__main__":
              "heal": "Parallel.test_heal", "heal_tp": "Parallel.test_heal_tp",
              "heal_dp_independent": "Parallel.test_heal_dp_independent", "crash_loop": "Parallel.test_crash_loop",
              "netns_heal": "Netns.test_headless_rank_heals", "netns_lost_node": "Netns.test_lost_node_heals",
-             "eplb": "Parallel.test_eplb"}
+             "eplb": "Parallel.test_eplb", "families": "Parallel.test_families"}
     suite = unittest.defaultTestLoader.loadTestsFromName(names[ARGS.suite], sys.modules[__name__])
     ok = unittest.TextTestRunner(verbosity=2).run(suite).wasSuccessful()
     sys.exit(0 if ok else 1)
