@@ -21,6 +21,9 @@ Suites (one CTest each):
           request within its timeout; the proxy then serves from the other prefill instance; a decode
           instance killed mid-stream ends the client's stream with an error event, and the next
           request goes to the surviving decode instance
+  families  issue 35's tiny models (--family-models: Mixtral, Qwen2-MoE, GLM-4.5, Kimi-K2) through a
+          proxy, a prefill and a decode instance: greedy outputs == one instance, every prompt's KV
+          fetched by the decode side
 """
 import argparse
 import asyncio
@@ -234,6 +237,24 @@ class Disaggregated(unittest.TestCase):
 
     def test_equal_deepseek(self):
         self.check_equal(ARGS.deepseek_model)
+
+    def test_families(self):
+        for model in ARGS.family_models:
+            with self.subTest(model=os.path.basename(model)):
+                single = serve(model)
+                prefill = serve(model, "--kv-transfer-config", kv_config("kv_producer"))
+                decode = serve(model, "--kv-transfer-config", kv_config("kv_consumer"))
+                started(single, prefill, decode)
+                front = proxy([prefill], [decode]).wait_healthy()
+                try:
+                    bodies = [completion(p) for p in PROMPTS]
+                    self.assertEqual(texts(front, bodies), texts(single, bodies))
+                    dm = decode.metrics()
+                    self.assertGreaterEqual(family(dm, "moeserve:kv_transfers_total", role="consumer"), len(PROMPTS))
+                    self.assertEqual(family(dm, "vllm:prompt_tokens_total"), 0)
+                finally:
+                    for proc in (front, single, prefill, decode):
+                        proc.stop()
 
     def test_speculative_decode(self):
         models = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models")
@@ -633,7 +654,8 @@ if __name__ == "__main__":
     p.add_argument("--model", required=True)
     p.add_argument("--deepseek-model", required=True)
     p.add_argument("--suite", required=True, choices=["equal", "multi", "netns", "faults", "forged", "chaos", "spec",
-                                                            "layouts", "kill"])
+                                                            "layouts", "kill", "families"])
+    p.add_argument("--family-models", nargs="*", default=[])
     ARGS, rest = p.parse_known_args()
     names = {"equal": ["Disaggregated.test_equal_qwen3", "Disaggregated.test_equal_deepseek"],
              "layouts": ["Layouts.test_qwen3", "Layouts.test_deepseek", "Layouts.test_incompatible"],
@@ -641,7 +663,7 @@ if __name__ == "__main__":
              "multi": ["Disaggregated.test_multi"], "faults": ["Disaggregated.test_faults"],
              "forged": ["Disaggregated.test_forged_transfers", "Disaggregated.test_proxy_access_policy"],
              "chaos": ["Disaggregated.test_chaos"], "netns": ["Netns.test_two_hosts"],
-             "spec": ["Disaggregated.test_speculative_decode"]}
+             "spec": ["Disaggregated.test_speculative_decode"], "families": ["Disaggregated.test_families"]}
     suite = unittest.defaultTestLoader.loadTestsFromNames(names[ARGS.suite], sys.modules[__name__])
     ok = unittest.TextTestRunner(verbosity=2).run(suite).wasSuccessful()
     sys.exit(0 if ok else 1)
