@@ -1,9 +1,9 @@
-// int4 (W4A16) checkpoints on the tiny models: compressed-tensors pack-quantized (symmetric and
-// asymmetric, groups of 32), AutoAWQ and GPTQ (also with desc_act) written by make-model; logits against the float64
-// numpy reference run on the weights the reference dequantizes itself (tests/reference/
-// safetensors_np.py, from each format's definition). Load-time --quantization w4a16 of a bf16
-// checkpoint against bf16 (reported, loosely bounded). Config and bad-file errors are one line
-// naming the field or the tensor.
+// int4 (W4A16) checkpoints on the tiny models: compressed-tensors pack-quantized (symmetric,
+// asymmetric, actorder group; groups of 32), AutoAWQ and GPTQ (also with desc_act) written by
+// make-model; logits against the float64 numpy reference run on the weights the reference
+// dequantizes itself (tests/reference/safetensors_np.py, from each format's definition).
+// Load-time --quantization w4a16 of a bf16 checkpoint against bf16 (reported, loosely bounded).
+// Config and bad-file errors are one line naming the field or the tensor.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -82,6 +82,12 @@ TEST_F(Int4ModelTest, Qwen3GptqActOrderMatchesReference) {
     check_against_reference(MOESERVE_QWEN3_GPTQ_ACT_DIR, MOESERVE_QWEN3_PROMPT, "qwen3_moe gptq desc_act");
 }
 
+TEST_F(Int4ModelTest, DeepseekV3CompressedTensorsActOrderMatchesReference) {
+    // actorder "group": weight_g_idx maps each input column to its group, the columns stored in
+    // input order (make-model --quantization w4a16-act: a shuffled order)
+    check_against_reference(MOESERVE_DSV3_W4A16_ACT_DIR, MOESERVE_DSV3_PROMPT, "deepseek_v3 w4a16 actorder group");
+}
+
 TEST_F(Int4ModelTest, LoadTimeW4A16CloseToBf16AndSmaller) {
     // Only a sanity bound (4-bit weights move the tiny random models' logits a lot, and DeepSeek's
     // routing flips, see docs/quantization.md); the exactness is the checkpoint tests' business.
@@ -152,6 +158,14 @@ TEST(Int4ConfigTest, ParsesTheThreeFormats) {
     EXPECT_EQ(gptq->group_size, 0);  // per channel
     EXPECT_TRUE(gptq->gptq_zero_plus_one);
     EXPECT_FALSE(parse_int4_config({{"quant_method", "fp8"}}, "config.json", ignore));
+    // compressed-tensors actorder: "group" / "dynamic" read a weight_g_idx, "weight" / "static" are
+    // the plain layout
+    for (const auto& [value, act_order] : {std::pair{"group", true}, std::pair{"dynamic", true},
+                                           std::pair{"weight", false}, std::pair{"static", false}}) {
+        nlohmann::json qc = ct_config(4, 128);
+        qc["config_groups"]["group_0"]["weights"]["actorder"] = value;
+        EXPECT_EQ(parse_int4_config(qc, "config.json", ignore)->desc_act, act_order) << value;
+    }
 }
 
 TEST(Int4ConfigTest, RefusesWhatItDoesNotRunInOneLine) {
@@ -165,7 +179,11 @@ TEST(Int4ConfigTest, RefusesWhatItDoesNotRunInOneLine) {
         parse_int4_config({{"quant_method", "gptq"}, {"bits", 3}}, "config.json", ignore);
     });
     EXPECT_NE(gptq_bits.find("quantization_config.bits is 3"), std::string::npos) << gptq_bits;
-    for (const std::string& e : {bits, group, gptq_bits}) EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    nlohmann::json unknown_order = ct_config(4, 128);
+    unknown_order["config_groups"]["group_0"]["weights"]["actorder"] = "random";
+    const std::string order = error_of([&] { parse_int4_config(unknown_order, "config.json", ignore); });
+    EXPECT_NE(order.find("weights.actorder is \"random\""), std::string::npos) << order;
+    for (const std::string& e : {bits, group, gptq_bits, order}) EXPECT_EQ(e.find('\n'), std::string::npos) << e;
 }
 
 class Int4BadFileTest : public ::testing::Test {

@@ -140,9 +140,12 @@ TEST(Int4ParallelTest, TensorParallelAndExpertParallelEqualSingleRank) {
         check(c, ParallelSizes{1, 2, 1}, 2e-5f);  // TP=2: row-parallel slices on int4 group boundaries
         check(c, ParallelSizes{2, 1, 2}, 2e-5f);  // dp=2 + EP=2: experts split by id
     }
-    // GPTQ act order: experts split by id (a TP column slice of an act-order matrix is refused)
+    // Act orders (GPTQ desc_act, compressed-tensors actorder group): experts split by id (a TP
+    // column slice of an act-order matrix is refused)
     check({"qwen3_moe gptq desc_act", MOESERVE_QWEN3_GPTQ_ACT_DIR, MOESERVE_QWEN3_PROMPT}, ParallelSizes{2, 1, 2},
           2e-5f);
+    check({"deepseek_v3 w4a16 actorder group", MOESERVE_DSV3_W4A16_ACT_DIR, MOESERVE_DSV3_PROMPT},
+          ParallelSizes{2, 1, 2}, 2e-5f);
 }
 
 }  // namespace

@@ -175,7 +175,7 @@ def _dequantize_int4(tensors, q):
     """Replaces the int4 tensors of compressed-tensors pack-quantized, AutoAWQ (gemm) and GPTQ
     checkpoints by PREFIX.weight in float64, per each format's own definition (independent of
     moeserve's loader): compressed-tensors w = (q - zero_point) * scale with q and zero_point
-    signed (stored + 8); AWQ w = (q - z) * s; GPTQ w = (q - (z + 1)) * s (checkpoint_format gptq,
+    signed (stored + 8), the group of input column p being weight_g_idx[p] (actorder "group"); AWQ w = (q - z) * s; GPTQ w = (q - (z + 1)) * s (checkpoint_format gptq,
     z alone for gptq_v2), the group of input column p being g_idx[p]."""
     method = q.get("quant_method")
     if method == "compressed-tensors" and q.get("format") == "pack-quantized":
@@ -190,8 +190,10 @@ def _dequantize_int4(tensors, q):
                 zp = np.zeros_like(s)
             else:
                 zp = _nibbles(np.asarray(tensors.pop(prefix + ".weight_zero_point")).T).T[:rows].astype(np.float64) - 8.0
-            full = lambda a: np.repeat(a, gs, axis=1)[:, :cols]  # noqa: E731
-            tensors[prefix + ".weight"] = (qv - full(zp)) * full(s)
+            # the group of input column p: weight_g_idx[p] (actorder "group"), else p // group_size
+            g_idx = tensors.pop(prefix + ".weight_g_idx", None)
+            g_idx = np.arange(cols) // gs if g_idx is None else np.asarray(g_idx).astype(np.int64)
+            tensors[prefix + ".weight"] = (qv - zp[:, g_idx]) * s[:, g_idx]
     elif method in ("awq", "gptq"):
         gs = q.get("group_size", 128)
         plus_one = method == "gptq" and q.get("checkpoint_format", "gptq") == "gptq"

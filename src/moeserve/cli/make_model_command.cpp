@@ -72,7 +72,8 @@ void add_make_model_command(CLI::App& app, Action* action) {
     sub->add_option(
         "--quantization", opts->quantization,
         "write the linear weights as w8a8 (compressed-tensors int8), w4a16 / w4a16-asym (compressed-tensors "
-        "pack-quantized int4, groups of 32), awq, gptq, gptq-act (desc_act) (int4, groups of 32), fp8 (F8_E4M3, "
+        "pack-quantized int4, groups of 32; w4a16-act: actorder group), awq, gptq, gptq-act (desc_act) (int4, groups "
+        "of 32), fp8 (F8_E4M3, "
         "128x128 block "
         "scales), modelslim-w8a8 (Ascend static+dynamic mix), modelslim-w8a8-dynamic, omniinfer-w8a8 or "
         "mindspore-a8w8 (golden-stick, MindFormers names; deepseek only)");

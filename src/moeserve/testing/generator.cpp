@@ -258,7 +258,8 @@ WrittenLayout written_layout(const std::string& quant, const GeneratorArchitectu
     if (!quant.empty() && quant != "w8a8" && quant != "fp8" && !l.modelslim && !l.omniinfer && !l.mindspore &&
         !l.int4) {
         raise(ErrorCode::kInvalidArgument,
-              "--quantization '{}' is not supported (expected w8a8, fp8, w4a16, w4a16-asym, awq, gptq, gptq-act, "
+              "--quantization '{}' is not supported (expected w8a8, fp8, w4a16, w4a16-asym, w4a16-act, awq, gptq, "
+              "gptq-act, "
               "modelslim-w8a8, modelslim-w8a8-dynamic, omniinfer-w8a8 or mindspore-a8w8)",
               quant);
     }

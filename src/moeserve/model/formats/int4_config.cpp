@@ -66,11 +66,18 @@ Int4Config compressed_tensors(const nlohmann::json& qc, const std::string& label
             raise(ErrorCode::kUnsupported, "{}: {}.input_activations is set (W4A8); moeserve runs W4A16 only", label,
                   where);
         }
-        if (!w.value("actorder", nlohmann::json()).is_null()) {
-            raise(ErrorCode::kUnsupported, "{}: {}.weights.actorder is {}; moeserve runs int4 without activation order",
-                  label, where, w["actorder"].dump());
-        }
         Int4Config c;
+        // compressed-tensors' ActivationOrdering: "group" (alias "dynamic") stores weight_g_idx, the
+        // group of each input column; "weight" (alias "static") keeps the groups contiguous, as
+        // without an order (a weight_g_idx is read wherever the file has one).
+        const nlohmann::json actorder = w.value("actorder", nlohmann::json());
+        if (actorder == "group" || actorder == "dynamic") {
+            c.desc_act = true;
+        } else if (!actorder.is_null() && actorder != "weight" && actorder != "static") {
+            raise(ErrorCode::kUnsupported,
+                  "{}: {}.weights.actorder is {}; expected group, weight, dynamic, static or null", label, where,
+                  actorder.dump());
+        }
         const std::string strategy = w.value("strategy", "");
         if (strategy == "group") {
             c.group_size = group_size_of(w.value("group_size", nlohmann::json()), label, where + ".weights.group_size");
@@ -84,8 +91,10 @@ Int4Config compressed_tensors(const nlohmann::json& qc, const std::string& label
                   label, where, strategy);
         }
         c.symmetric = w.value("symmetric", true);
-        if (found && (found->group_size != c.group_size || found->symmetric != c.symmetric)) {
-            raise(ErrorCode::kUnsupported, "{}: config groups with different int4 group sizes or symmetry", label);
+        if (found &&
+            (found->group_size != c.group_size || found->symmetric != c.symmetric || found->desc_act != c.desc_act)) {
+            raise(ErrorCode::kUnsupported, "{}: config groups with different int4 group sizes, symmetry or actorder",
+                  label);
         }
         found = c;
     }

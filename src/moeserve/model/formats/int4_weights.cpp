@@ -61,6 +61,12 @@ void set_code(Int4Matrix& m, int64_t j, int64_t p, int code) {
     m.codes.as<uint8_t>()[j * (m.cols() / 2) + p / 2] |= static_cast<uint8_t>(code << (4 * (p & 1)));
 }
 
+// Stored column i multiplies input column order[i] (an activation order).
+void set_permutation(Int4Matrix& m, const std::vector<int32_t>& order) {
+    m.perm = Tensor(DType::kI32, {static_cast<int64_t>(order.size())});
+    std::copy(order.begin(), order.end(), m.perm.as<int32_t>());
+}
+
 void check_weight_shape(const io::WeightSource& weights, const std::string& name, int64_t rows, int64_t cols) {
     if (!weights.contains(name)) return;
     const Tensor s = weights.load_f32(name);
@@ -71,15 +77,57 @@ void check_weight_shape(const io::WeightSource& weights, const std::string& name
     }
 }
 
+// A g_idx [cols] (GPTQ's g_idx, compressed-tensors' weight_g_idx: the group of each input column):
+// empty when it is p / group_size (or absent); else the input columns sorted by group (stable),
+// which must then fill each group with group_size columns (what desc_act and actorder "group"
+// write). Error kUnsupported naming the tensor otherwise.
+std::vector<int32_t> activation_order(const io::WeightSource& weights, const std::string& name, int64_t cols,
+                                      int64_t group_size) {
+    if (!weights.contains(name)) return {};
+    const TensorView v = weights.get(name);
+    if (v.dtype != DType::kI32 || !(v.shape == Shape{cols})) {
+        raise(ErrorCode::kInvalidModel, "{} is {} {}; a g_idx is I32 [{}]", weights.describe(name), dtype_name(v.dtype),
+              v.shape.str(), cols);
+    }
+    std::vector<int32_t> g(static_cast<size_t>(cols));
+    std::memcpy(g.data(), v.data, g.size() * 4);
+    bool in_order = true;
+    for (int64_t p = 0; p < cols; ++p) in_order = in_order && g[size_t(p)] == p / group_size;
+    if (in_order) return {};
+    std::vector<int32_t> order(static_cast<size_t>(cols));
+    for (int64_t p = 0; p < cols; ++p) order[size_t(p)] = static_cast<int32_t>(p);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return g[size_t(a)] < g[size_t(b)]; });
+    for (int64_t i = 0; i < cols; ++i) {
+        if (g[size_t(order[size_t(i)])] != i / group_size) {
+            raise(ErrorCode::kUnsupported,
+                  "{}: group {} does not hold {} columns; moeserve runs act order with full groups only",
+                  weights.describe(name), g[size_t(order[size_t(i)])], group_size);
+        }
+    }
+    return order;
+}
+
 Int4Matrix read_compressed_tensors(const io::WeightSource& weights, const std::string& prefix, int64_t rows,
                                    int64_t cols, int64_t group_size, bool symmetric) {
     const int64_t words = (cols + 7) / 8, groups = kernels::int4_groups(cols, group_size);
     const uint8_t* packed =
         packed_words(weights, prefix + ".weight_packed", {rows, words}, "a 4-bit [out, in] weight packed 8 per word");
     check_weight_shape(weights, prefix + ".weight_shape", rows, cols);
+    // actorder "group": the matrix takes its columns in group order (input column order[i])
+    const std::vector<int32_t> order = activation_order(weights, prefix + ".weight_g_idx", cols, group_size);
     Int4Matrix m = empty_matrix(rows, cols, group_size);
-    for (int64_t r = 0; r < rows; ++r) {
-        std::memcpy(m.codes.as<uint8_t>() + r * (cols / 2), packed + r * words * 4, static_cast<size_t>(cols / 2));
+    if (order.empty()) {
+        for (int64_t r = 0; r < rows; ++r) {
+            std::memcpy(m.codes.as<uint8_t>() + r * (cols / 2), packed + r * words * 4, static_cast<size_t>(cols / 2));
+        }
+    } else {
+        set_permutation(m, order);
+        for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t i = 0; i < cols; ++i) {
+                const int64_t p = order[static_cast<size_t>(i)];
+                set_code(m, r, i, nibble(packed, r * words + p / 8, int(p % 8)));
+            }
+        }
     }
     m.scale = float_param(weights, prefix + ".weight_scale", {rows, groups}, "weight_scale");
     float* zero = m.zero.as<float>();
@@ -94,35 +142,6 @@ Int4Matrix read_compressed_tensors(const io::WeightSource& weights, const std::s
             zero[r * groups + g] = static_cast<float>(nibble(zp, (r / 8) * groups + g, int(r % 8)));
     }
     return m;
-}
-
-// GPTQ's g_idx [cols] (group of each input column): empty when it is p / group_size (or
-// absent); else the input columns sorted by group (stable), which must then fill each group
-// with group_size columns (what desc_act writes). Error kUnsupported naming the tensor otherwise.
-std::vector<int32_t> activation_order(const io::WeightSource& weights, const std::string& name, int64_t cols,
-                                      int64_t group_size) {
-    if (!weights.contains(name)) return {};
-    const TensorView v = weights.get(name);
-    if (v.dtype != DType::kI32 || !(v.shape == Shape{cols})) {
-        raise(ErrorCode::kInvalidModel, "{} is {} {}; a GPTQ g_idx is I32 [{}]", weights.describe(name),
-              dtype_name(v.dtype), v.shape.str(), cols);
-    }
-    std::vector<int32_t> g(static_cast<size_t>(cols));
-    std::memcpy(g.data(), v.data, g.size() * 4);
-    bool in_order = true;
-    for (int64_t p = 0; p < cols; ++p) in_order = in_order && g[size_t(p)] == p / group_size;
-    if (in_order) return {};
-    std::vector<int32_t> order(static_cast<size_t>(cols));
-    for (int64_t p = 0; p < cols; ++p) order[size_t(p)] = static_cast<int32_t>(p);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return g[size_t(a)] < g[size_t(b)]; });
-    for (int64_t i = 0; i < cols; ++i) {
-        if (g[size_t(order[size_t(i)])] != i / group_size) {
-            raise(ErrorCode::kUnsupported,
-                  "{}: group {} does not hold {} columns; moeserve runs GPTQ act order with full groups only",
-                  weights.describe(name), g[size_t(order[size_t(i)])], group_size);
-        }
-    }
-    return order;
 }
 
 // AWQ and GPTQ: qweight/qzeros/scales with [groups, out] scales. awq: AWQ's layout, else GPTQ's.
@@ -143,10 +162,7 @@ Int4Matrix read_awq_gptq(const io::WeightSource& weights, const std::string& pre
     const std::vector<int32_t> order =
         awq ? std::vector<int32_t>() : activation_order(weights, prefix + ".g_idx", cols, group_size);
     Int4Matrix m = empty_matrix(rows, cols, group_size);
-    if (!order.empty()) {
-        m.perm = Tensor(DType::kI32, {cols});
-        std::copy(order.begin(), order.end(), m.perm.as<int32_t>());
-    }
+    if (!order.empty()) set_permutation(m, order);
     const float zero_offset = !awq && cfg.gptq_zero_plus_one ? 1.0f : 0.0f;
     for (int64_t j = 0; j < rows; ++j) {
         const int zk = awq ? kAwqNibble[j % 8] : int(j % 8);
@@ -260,8 +276,9 @@ Int4Matrix int4_rectangle(const Int4Matrix& m, int64_t row0, int64_t rows, int64
     if (!m.perm.empty()) {
         if (col0 != 0 || cols != m.cols()) {
             raise(ErrorCode::kUnsupported,
-                  "'{}': GPTQ act order (desc_act) mixes the input columns, so its columns cannot be split for tensor "
-                  "parallelism; use expert parallelism or a GPTQ checkpoint without desc_act",
+                  "'{}': an activation order (GPTQ desc_act, compressed-tensors actorder group) mixes the input "
+                  "columns, so its columns cannot be split for tensor parallelism; use expert parallelism or a "
+                  "checkpoint without one",
                   name);
         }
         r.perm = Tensor(DType::kI32, {cols});

@@ -46,12 +46,27 @@ Tensor encoded(const std::vector<float>& v, DType dtype, const Shape& shape) {
     return t;
 }
 
+// slot[p]: the stored column of m that multiplies input column p (p itself without an act order).
+std::vector<int64_t> column_slots(const Int4Matrix& m) {
+    std::vector<int64_t> slot(static_cast<size_t>(m.cols()));
+    for (int64_t i = 0; i < m.cols(); ++i) slot[size_t(m.perm.empty() ? i : m.perm.as<int32_t>()[i])] = i;
+    return slot;
+}
+
+// The group of each input column, as GPTQ's g_idx and compressed-tensors' weight_g_idx store it.
+std::vector<int32_t> group_index(const Int4Matrix& m, const std::vector<int64_t>& slot) {
+    std::vector<int32_t> g_idx(slot.size());
+    for (size_t p = 0; p < slot.size(); ++p) g_idx[p] = static_cast<int32_t>(slot[p] / m.group_size);
+    return g_idx;
+}
+
 std::vector<std::string> add_compressed_tensors(io::SafetensorsWriter& w, const std::string& prefix,
                                                 const Int4Matrix& m, bool symmetric) {
     const int64_t rows = m.rows(), cols = m.cols(), words = (cols + 7) / 8, groups = m.scale.dim(1);
+    const std::vector<int64_t> slot = column_slots(m);
     Words packed(rows * words, 0x88);  // padding columns hold q = 0, stored as 8
     for (int64_t j = 0; j < rows; ++j) {
-        for (int64_t p = 0; p < cols; ++p) packed.set(j * words + p / 8, int(p % 8), code_at(m, j, p));
+        for (int64_t p = 0; p < cols; ++p) packed.set(j * words + p / 8, int(p % 8), code_at(m, j, slot[size_t(p)]));
     }
     w.add(prefix + ".weight_packed", DType::kI32, {rows, words}, packed.bytes.data());
     const std::vector<float> scale(m.scale.as<float>(), m.scale.as<float>() + rows * groups);
@@ -59,6 +74,11 @@ std::vector<std::string> add_compressed_tensors(io::SafetensorsWriter& w, const 
     const int64_t shape[2] = {rows, cols};
     w.add(prefix + ".weight_shape", DType::kI64, {2}, shape);
     std::vector<std::string> names = {prefix + ".weight_packed", prefix + ".weight_scale", prefix + ".weight_shape"};
+    if (!m.perm.empty()) {  // actorder "group"
+        const std::vector<int32_t> g_idx = group_index(m, slot);
+        w.add(prefix + ".weight_g_idx", DType::kI32, {cols}, g_idx.data());
+        names.push_back(prefix + ".weight_g_idx");
+    }
     if (!symmetric) {
         Words zp((rows + 7) / 8 * groups);
         for (int64_t j = 0; j < rows; ++j) {
@@ -78,9 +98,7 @@ std::vector<std::string> add_awq_gptq(io::SafetensorsWriter& w, const std::strin
     MOESERVE_CHECK(rows % 8 == 0 && (awq || cols % 8 == 0), "{}: [{}, {}] cannot be packed 8 per word", prefix, rows,
                    cols);
     MOESERVE_CHECK(!awq || m.perm.empty(), "{}: AWQ has no act order", prefix);
-    // stored column i of m multiplies input column perm[i]: slot[p] = i
-    std::vector<int64_t> slot(static_cast<size_t>(cols));
-    for (int64_t i = 0; i < cols; ++i) slot[size_t(m.perm.empty() ? i : m.perm.as<int32_t>()[i])] = i;
+    const std::vector<int64_t> slot = column_slots(m);
     Words qweight(rows * cols / 8), qzeros(groups * rows / 8);
     const int zero_offset = !awq && cfg.gptq_zero_plus_one ? 1 : 0;
     for (int64_t j = 0; j < rows; ++j) {
@@ -103,8 +121,7 @@ std::vector<std::string> add_awq_gptq(io::SafetensorsWriter& w, const std::strin
     w.add(prefix + ".scales", encoded(transposed(m.scale), DType::kF16, {groups, rows}));
     std::vector<std::string> names = {prefix + ".qweight", prefix + ".qzeros", prefix + ".scales"};
     if (!awq) {
-        std::vector<int32_t> g_idx(static_cast<size_t>(cols));
-        for (int64_t p = 0; p < cols; ++p) g_idx[size_t(p)] = static_cast<int32_t>(slot[size_t(p)] / m.group_size);
+        const std::vector<int32_t> g_idx = group_index(m, slot);
         w.add(prefix + ".g_idx", DType::kI32, {cols}, g_idx.data());
         names.push_back(prefix + ".g_idx");
     }
@@ -119,6 +136,7 @@ std::optional<Int4Config> int4_layout_for(const std::string& quantization) {
     if (quantization == "awq") return Int4Config{Int4Layout::kAwq, 32, false, true, false};
     if (quantization == "gptq") return Int4Config{Int4Layout::kGptq, 32, true, true, false};
     if (quantization == "gptq-act") return Int4Config{Int4Layout::kGptq, 32, true, true, true};
+    if (quantization == "w4a16-act") return Int4Config{Int4Layout::kCompressedTensors, 32, true, true, true};
     return std::nullopt;
 }
 
@@ -175,7 +193,7 @@ nlohmann::json int4_quantization_config(const Int4Config& cfg, const std::vector
                   {"strategy", "group"},
                   {"group_size", cfg.group_size},
                   {"dynamic", false},
-                  {"actorder", nullptr}}}}}}},
+                  {"actorder", cfg.desc_act ? nlohmann::json("group") : nlohmann::json()}}}}}}},
             {"ignore", ignore}};
 }
 

@@ -1,5 +1,5 @@
 // Writes int4 weights in the checkpoint layouts moeserve reads (formats/int4_weights.h), for
-// `moeserve make-model --quantization w4a16 | w4a16-asym | awq | gptq | gptq-act`: tests and benchmarks
+// `moeserve make-model --quantization w4a16 | w4a16-asym | w4a16-act | awq | gptq | gptq-act`: tests and benchmarks
 // get int4 checkpoints without the Python quantizers.
 #pragma once
 
