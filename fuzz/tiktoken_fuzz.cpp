@@ -16,7 +16,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string_view text(reinterpret_cast<const char*>(data), size);
     try {
-        auto ranks = moeserve::tokenizer::parse_tiktoken_ranks(text, "fuzz/tiktoken.model");
+        const auto ranks = moeserve::tokenizer::parse_tiktoken_ranks(text, "fuzz/tiktoken.model");
         std::set<int64_t> seen;
         for (const auto& [bytes, rank] : ranks) {
             if (bytes.empty() || rank < 0 || rank >= static_cast<int64_t>(ranks.size()) || !seen.insert(rank).second) {
@@ -25,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         const size_t n = ranks.size();
         const auto pattern = moeserve::tokenizer::tiktoken_pattern("tokenization_kimi.TikTokenTokenizer");
-        const auto json = moeserve::tokenizer::tiktoken_tokenizer_json(std::move(ranks), *pattern, nullptr, 4);
+        const auto json = moeserve::tokenizer::tiktoken_tokenizer_json(ranks, *pattern, nullptr, 4);
         if (json.vocab.size() != n || json.doc["added_tokens"].size() != 4) std::abort();
         std::set<std::string> vocab;
         for (const auto& [token, id] : json.vocab) vocab.insert(token);

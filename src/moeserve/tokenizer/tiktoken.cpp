@@ -62,7 +62,7 @@ std::vector<std::pair<std::string, int64_t>> parse_tiktoken_ranks(std::string_vi
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
         if (line.empty()) continue;
         const size_t space = line.find(' ');
-        const std::optional<std::string> bytes =
+        std::optional<std::string> bytes =
             space == std::string_view::npos ? std::nullopt : base64_decode(line.substr(0, space));
         const int64_t rank = space == std::string_view::npos ? -1 : parse_rank(line.substr(space + 1));
         if (!bytes || bytes->empty() || rank < 0) {
@@ -156,14 +156,15 @@ nlohmann::json special_tokens(int64_t first_id, int64_t num_reserved, const nloh
 
 }  // namespace
 
-TokenizerJson tiktoken_tokenizer_json(std::vector<std::pair<std::string, int64_t>> ranks, std::string_view pattern,
-                                      const nlohmann::json& added_tokens_decoder, int64_t num_reserved) {
+TokenizerJson tiktoken_tokenizer_json(const std::vector<std::pair<std::string, int64_t>>& ranks,
+                                      std::string_view pattern, const nlohmann::json& added_tokens_decoder,
+                                      int64_t num_reserved) {
     const ByteLevelAlphabet alphabet;
     TokenizerJson out;
     out.merges = merges_from_ranks(ranks, alphabet);
     const auto first_special = static_cast<int64_t>(ranks.size());  // the ranks are 0..size-1
     out.vocab.reserve(ranks.size());
-    for (auto& [bytes, rank] : ranks) {
+    for (const auto& [bytes, rank] : ranks) {
         std::string token;
         alphabet.encode(bytes, token);
         out.vocab.emplace_back(std::move(token), rank);

@@ -36,7 +36,8 @@ std::string tiktoken_classes();
 // ordered by the token's rank, then the parts' ranks), Split(pattern, Isolated) then ByteLevel
 // without its regex, the ByteLevel decoder, and the special tokens above. added_tokens_decoder:
 // tokenizer_config.json's object (ids as keys), or null.
-TokenizerJson tiktoken_tokenizer_json(std::vector<std::pair<std::string, int64_t>> ranks, std::string_view pattern,
-                                      const nlohmann::json& added_tokens_decoder, int64_t num_reserved);
+TokenizerJson tiktoken_tokenizer_json(const std::vector<std::pair<std::string, int64_t>>& ranks,
+                                      std::string_view pattern, const nlohmann::json& added_tokens_decoder,
+                                      int64_t num_reserved);
 
 }  // namespace moeserve::tokenizer
