@@ -276,7 +276,7 @@ Int4Matrix int4_rectangle(const Int4Matrix& m, int64_t row0, int64_t rows, int64
     if (!m.perm.empty()) {
         if (col0 != 0 || cols != m.cols()) {
             raise(ErrorCode::kUnsupported,
-                  "'{}': an activation order (GPTQ desc_act, compressed-tensors actorder group) mixes the input "
+                  "'{}': an act order (GPTQ desc_act, compressed-tensors actorder group) mixes the input "
                   "columns, so its columns cannot be split for tensor parallelism; use expert parallelism or a "
                   "checkpoint without one",
                   name);
