@@ -15,6 +15,9 @@ import json
 import pathlib
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools" / "train"))
+from bpe import bytes_to_unicode  # noqa: E402  (GPT-2's byte-level alphabet)
+
 BASE_TOKENS = 128000  # DeepSeek-V3's regular vocabulary: ids [0, 128000)
 NUM_RESERVED = 256  # tokenization_kimi.py's num_reserved_special_tokens
 # Kimi-K2's special tokens, by offset after the ranks.
@@ -54,23 +57,10 @@ CHAT_TEMPLATE = (
 )
 
 
-def byte_decoder():
-    """GPT-2's byte-level alphabet, character -> byte."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
-    chars = printable[:]
-    extra = 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            chars.append(256 + extra)
-            extra += 1
-    return {chr(c): b for b, c in zip(printable, chars)}
-
-
 def main(argv):
     src, out = pathlib.Path(argv[1]), pathlib.Path(argv[2])
     vocab = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
-    decode = byte_decoder()
+    decode = {ch: b for b, ch in bytes_to_unicode().items()}
     lines = []
     for token, rank in sorted(vocab.items(), key=lambda kv: kv[1]):
         if rank >= BASE_TOKENS:
