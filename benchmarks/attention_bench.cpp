@@ -280,4 +280,40 @@ BENCHMARK(BM_MlaDecodeLong)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
+// The same decode over an fp8 latent cache (--kv-cache-dtype fp8, DeepSeek's full 512 + 64 latent, so
+// both parts are whole vectors), 16 heads, 2 threads: the process's level (AVX-512: the flash
+// kernel, each row widened and scaled once) against AVX2 (per-row factors folded into the tiles)
+// in the same loop, alternating.
+void BM_MlaDecodeLongFp8(benchmark::State& state) {
+    constexpr int64_t kRank = 512, kRope = 64, kRow = kRank + kRope, kMlaHeads = 16;
+    const int64_t ctx = state.range(0), blocks = ctx / kBlock + 1;
+    std::vector<uint8_t> cache(size_t(blocks * kBlock * kRow), 0x38);  // e4m3 1.0
+    std::vector<float> scales(size_t(blocks * kBlock * 2), 0.01f);
+    std::vector<int32_t> table(size_t(blocks - 1));
+    std::iota(table.begin(), table.end(), 1);
+    std::vector<float> q(size_t(kMlaHeads * kRow), 0.1f), out(size_t(kMlaHeads * kRank));
+    const int32_t qstart[2] = {0, 1}, len = int32_t(ctx);
+    const moeserve::kernels::PagedLatentLayer kv{cache.data(), blocks, kBlock, kRank, kRope, moeserve::DType::kF8E4M3,
+                                                 scales.data()};
+    const moeserve::kernels::MlaAttentionArgs args{q.data(), out.data(),   1,          kMlaHeads, 1, qstart,
+                                                   &len,     table.data(), blocks - 1, 0.1f};
+    ThreadPool pool(2);
+    const kc::Isa best = kc::active_isa();
+    std::vector<double> times, avx2_times;
+    for (auto _ : state) {
+        double t0 = now_s();
+        kc::mla_attention(pool, kv, args);
+        times.push_back(now_s() - t0);
+        kc::set_active_isa(kc::Isa::kAvx2);
+        t0 = now_s();
+        kc::mla_attention(pool, kv, args);
+        avx2_times.push_back(now_s() - t0);
+        kc::set_active_isa(best);
+        benchmark::DoNotOptimize(out.data());
+    }
+    state.counters["GFLOPS"] = double(ctx * kMlaHeads * (kRow + kRank) * 2) / median(times) / 1e9;
+    state.counters["speedup_vs_avx2"] = median(avx2_times) / median(times);
+}
+BENCHMARK(BM_MlaDecodeLongFp8)->Arg(4096)->Arg(16384)->ArgName("ctx")->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 BENCHMARK_MAIN();

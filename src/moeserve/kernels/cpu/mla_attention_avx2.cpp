@@ -150,12 +150,13 @@ void expand_v_head(const W* wv, int64_t v_dim, int64_t rank, const float* l, flo
 constexpr int64_t kSegmentKeys = 256;
 
 // Heads per group: kHeads for the AVX2 tiles, kMlaFlashHeads (one zmm of heads) for the AVX-512
-// kernel (mla_attention_avx512.cpp), which takes f32 and bf16 caches whose rows are whole vectors,
-// and only at 16 heads or more: with 8 it fills half its lanes and measured slower than AVX2
-// (BM_MlaDecodeLong: 86-108 against 97-122 GFLOP/s; at 16 heads 163-187 against 105-122).
+// kernel (mla_attention_avx512.cpp), which takes caches whose rows are whole vectors (fp8: the
+// latent too, so that each vector has one scale), and only at 16 heads or more: with 8 it fills half its lanes and
+// measured slower than AVX2 (BM_MlaDecodeLong: 86-108 against 97-122 GFLOP/s; at 16 heads 163-187 against 105-122).
 int64_t group_heads(const PagedLatentLayer& kv, const MlaAttentionArgs& a) {
-    const bool flash = active_isa() >= Isa::kAvx512 && kv.dtype != DType::kF8E4M3 && kv.row_dim() % 16 == 0 &&
-                       kv.kv_lora_rank % 8 == 0 && a.num_heads >= detail::kMlaFlashHeads;
+    const int64_t latent_align = kv.dtype == DType::kF8E4M3 ? 16 : 8;
+    const bool flash = active_isa() >= Isa::kAvx512 && kv.row_dim() % 16 == 0 && kv.kv_lora_rank % latent_align == 0 &&
+                       a.num_heads >= detail::kMlaFlashHeads;
     return flash ? detail::kMlaFlashHeads : kHeads;
 }
 constexpr int64_t kMaxGroup = detail::kMlaFlashHeads;
@@ -229,16 +230,15 @@ void attend_keys_avx2(const PagedLatentLayer& kv, const MlaAttentionArgs& a, int
 template <typename T>
 void attend_keys(const PagedLatentLayer& kv, const MlaAttentionArgs& a, int64_t gh, int64_t tok, int64_t h0,
                  const int32_t* table, int64_t k0, int64_t k1, const float* zero_q, Tile<T>& tile, GroupState& st) {
-    if constexpr (!kScaled<T>) {
-        if (gh == detail::kMlaFlashHeads) {
-            const int64_t dk = kv.row_dim(), n = std::min(gh, a.num_heads - h0);
-            const float* q[detail::kMlaFlashHeads];
-            for (int64_t u = 0; u < n; ++u) q[u] = a.q + (tok * a.num_heads + h0 + u) * dk;
-            const detail::MlaFlashCache cache{
-                kv.cache, kv.dtype == DType::kBF16, kv.block_size, kv.kv_lora_rank, kv.rope_dim, table};
-            detail::mla_flash_keys_avx512(cache, q, n, a.scale, k0, k1, {st.acc, st.m, st.l});
-            return;
-        }
+    if (gh == detail::kMlaFlashHeads) {
+        const int64_t dk = kv.row_dim(), n = std::min(gh, a.num_heads - h0);
+        const float* q[detail::kMlaFlashHeads];
+        for (int64_t u = 0; u < n; ++u) q[u] = a.q + (tok * a.num_heads + h0 + u) * dk;
+        const detail::MlaFlashCache cache{
+            kv.cache, kv.dtype == DType::kBF16,       kv.block_size, kv.kv_lora_rank, kv.rope_dim,
+            table,    kScaled<T> ? kv.scale : nullptr};
+        detail::mla_flash_keys_avx512(cache, q, n, a.scale, k0, k1, {st.acc, st.m, st.l});
+        return;
     }
     attend_keys_avx2(kv, a, tok, h0, table, k0, k1, zero_q, tile, st);
 }

@@ -6,7 +6,8 @@
 // the online softmax (running max, sum, rescale) is element-wise across heads; the output
 // accumulates transposed, ot[x] = ot[x] * alpha + sum_j p[j] * broadcast(kf[j][x]), 8 x-values
 // at a time, and is transposed back once at the end. Every FMA does 16 heads' work, against 8 in
-// the AVX2 kernel, with no horizontal sums. f32 and bf16 caches (fp8 stays on the AVX2 kernel).
+// the AVX2 kernel, with no horizontal sums. f32, bf16 and fp8 caches: an fp8 row is widened and
+// multiplied by its two scales (latent, k_pe) once, as it enters kf, so the rest is the f32 code.
 // NOTE: no std or project inline code here (see matmul_tile_isa.h): helpers live in this
 // anonymous namespace, buffers come from thread_scratch().
 #include <immintrin.h>
@@ -29,13 +30,23 @@ constexpr int kAttentionSlot = 4;  // thread_scratch slot (matmul_tile_isa.h), s
 
 inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
-// kf [j][0, dk) = the widened rows of keys j0 + j, j < n (dk a multiple of 16).
+// kf [j][0, dk) = the widened rows of keys j0 + j, j < n (dk a multiple of 16; for fp8 the
+// latent's kv_lora_rank too, so that no vector straddles the two scales).
 template <typename T>
 void load_rows(const MlaFlashCache& kv, int64_t j0, int64_t n, int64_t dk, float* kf) {
     const T* cache = static_cast<const T*>(kv.cache);
     for (int64_t j = 0; j < n; ++j) {
         const int64_t p = j0 + j;
-        const T* row = cache + (int64_t{kv.block_table[p / kv.block_size]} * kv.block_size + p % kv.block_size) * dk;
+        const int64_t slot = int64_t{kv.block_table[p / kv.block_size]} * kv.block_size + p % kv.block_size;
+        const T* row = cache + slot * dk;
+        if (kv.fp8_scale != nullptr) {  // codes times 2^-8 (widen16), times scale * 2^8
+            const __m512 latent = _mm512_set1_ps(kv.fp8_scale[2 * slot] * simd512::kE4m3Unit);
+            const __m512 rope = _mm512_set1_ps(kv.fp8_scale[2 * slot + 1] * simd512::kE4m3Unit);
+            for (int64_t x = 0; x < dk; x += 16) {
+                _mm512_store_ps(kf + j * dk + x, _mm512_mul_ps(widen16(row + x), x < kv.kv_lora_rank ? latent : rope));
+            }
+            continue;
+        }
         for (int64_t x = 0; x < dk; x += 16) _mm512_store_ps(kf + j * dk + x, widen16(row + x));
     }
 }
@@ -126,7 +137,9 @@ void flash_keys(const MlaFlashCache& kv, const float* const* q, int64_t n, float
 
 void mla_flash_keys_avx512(const MlaFlashCache& kv, const float* const* q, int64_t n, float scale, int64_t k0,
                            int64_t k1, const MlaFlashState& out) {
-    if (kv.bf16) {
+    if (kv.fp8_scale != nullptr) {
+        flash_keys<uint8_t>(kv, q, n, scale, k0, k1, out);
+    } else if (kv.bf16) {
         flash_keys<uint16_t>(kv, q, n, scale, k0, k1, out);
     } else {
         flash_keys<float>(kv, q, n, scale, k0, k1, out);

@@ -10,12 +10,13 @@ namespace moeserve::kernels::cpu::detail {
 // online softmax runs across heads without horizontal reductions.
 inline constexpr int64_t kMlaFlashHeads = 16;
 
-// One sequence's latent cache (mla_attention.h), f32 or bf16.
+// One sequence's latent cache (mla_attention.h): f32, bf16, or fp8 e4m3 with its per-row scales.
 struct MlaFlashCache {
     const void* cache;
     bool bf16;
     int64_t block_size, kv_lora_rank, rope_dim;
     const int32_t* block_table;
+    const float* fp8_scale = nullptr;  // fp8: [slot][2] (the latent's, k_pe's); null: f32 or bf16
 };
 
 // The online softmax state of up to kMlaFlashHeads heads: acc [heads][kv_lora_rank] (not yet
