@@ -4,6 +4,7 @@
 #include <charconv>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "moeserve/core/base64.h"
 #include "moeserve/core/error.h"
@@ -52,7 +53,9 @@ int64_t parse_rank(std::string_view text) {
 
 std::vector<std::pair<std::string, int64_t>> parse_tiktoken_ranks(std::string_view text, std::string_view where) {
     std::vector<std::pair<std::string, int64_t>> ranks;
-    std::unordered_map<std::string, int64_t> seen;
+    // Canonical base64 (base64_decode refuses any other) is one text per byte string, so a repeated
+    // token is a repeated BASE64 field: views into `text`, no copy of the tokens.
+    std::unordered_set<std::string_view> seen;
     size_t line_no = 0;
     for (size_t pos = 0; pos < text.size();) {
         const size_t eol = std::min(text.find('\n', pos), text.size());
@@ -69,7 +72,7 @@ std::vector<std::pair<std::string, int64_t>> parse_tiktoken_ranks(std::string_vi
             raise(ErrorCode::kInvalidModel, "{}:{}: expected \"BASE64 RANK\" (a token's bytes and its rank)", where,
                   line_no);
         }
-        if (!seen.emplace(*bytes, rank).second) {
+        if (!seen.insert(line.substr(0, space)).second) {
             raise(ErrorCode::kInvalidModel, "{}:{}: the token of rank {} is listed twice", where, line_no, rank);
         }
         ranks.emplace_back(std::move(*bytes), rank);
