@@ -18,9 +18,11 @@ struct Case {
     int k;
 };
 
-void check(const Case& c, int threads, uint32_t seed, bool f32 = false) {
-    SCOPED_TRACE(testing::Message() << "tokens=" << c.tokens << " h=" << c.hidden << " i=" << c.inter << " e="
-                                    << c.num_experts << " k=" << c.k << " threads=" << threads << " f32=" << f32);
+// gpt_oss: the gpt-oss unit (biases, clamps at 0.5 so that they bite, alpha 1.702).
+void check(const Case& c, int threads, uint32_t seed, bool f32 = false, bool gpt_oss = false) {
+    SCOPED_TRACE(testing::Message() << "tokens=" << c.tokens << " h=" << c.hidden << " i=" << c.inter
+                                    << " e=" << c.num_experts << " k=" << c.k << " threads=" << threads
+                                    << " f32=" << f32 << " gpt-oss=" << gpt_oss);
     std::mt19937 rng(seed);
     const float wscale = 1.0f / std::sqrt(float(c.hidden));
     std::vector<uint16_t> gu = test::random_bf16(c.num_experts * 2 * c.inter * c.hidden, rng, wscale);
@@ -31,6 +33,9 @@ void check(const Case& c, int threads, uint32_t seed, bool f32 = false) {
     for (size_t i = 0; i < gu.size(); ++i) gu32[i] = bf16_to_f32(gu[i]);
     for (size_t i = 0; i < down.size(); ++i) down32[i] = bf16_to_f32(down[i]);
     MoeExpertsF32 ex32{gu32.data(), down32.data(), c.num_experts, c.expert_begin, c.hidden, c.inter};
+    std::vector<float> bias(size_t(c.num_experts * 2 * c.inter));
+    test::fill_uniform(bias.data(), int64_t(bias.size()), rng, -0.5f, 0.5f);
+    if (gpt_oss) ex.glu = ex32.glu = ExpertGlu{bias.data(), 0.5f, 1.702f};
     test::Floats x(c.tokens * c.hidden), out(c.tokens * c.hidden), ref(c.tokens * c.hidden);
     test::fill_uniform(x.data(), c.tokens * c.hidden, rng, -2.0f, 2.0f);
     // Distinct experts per token, drawn from the global range; the last token only picks experts
@@ -108,6 +113,31 @@ TEST(MoeExpertsTest, F32WeightsMatchReference) {
             check({3, 64, 40, 8, 4, 16, 1}, threads, seed++, true);
             check({40, 72, 50, 4, 8, 12, 8}, threads, seed++, true);
             check({17, 33, 7, 32, 0, 64, 2}, threads, seed++, true);
+        }
+    });
+}
+
+// The gpt-oss unit's values: biases added, g clamped above, u into [-limit, limit], then
+// (u + 1) * g * sigmoid(alpha * g).
+TEST(MoeExpertsTest, GptOssUnitClampsAndAddsBiases) {
+    const float bias[4] = {0.5f, -1.0f, 2.0f, 0.25f};  // one expert, inter 2: gate biases, then up
+    const ExpertGlu glu{bias, 7.0f, 1.702f};
+    const auto expected = [](double g, double u) { return (u + 1.0) * g / (1.0 + std::exp(-1.702 * g)); };
+    EXPECT_NEAR(glu.apply(0, 2, 0, 1.0f, 3.0f), expected(1.5, 5.0), 1e-5);
+    EXPECT_NEAR(glu.apply(0, 2, 1, 10.0f, -9.0f), expected(7.0, -7.0), 1e-5);  // both clamped
+    EXPECT_NEAR(glu.apply(0, 2, 0, -20.0f, 20.0f), expected(-19.5, 7.0), 1e-5);
+    const ExpertGlu swiglu{};
+    EXPECT_TRUE(swiglu.is_swiglu());
+    EXPECT_NEAR(swiglu.apply(0, 2, 0, 1.0f, 3.0f), 3.0 / (1.0 + std::exp(-1.0)), 1e-6);
+}
+
+TEST(MoeExpertsTest, GptOssUnitMatchesReference) {
+    test::for_each_isa([&](cpu::Isa) {
+        uint32_t seed = 60;
+        for (bool f32 : {false, true}) {
+            check({1, 100, 33, 16, 0, 16, 4}, 2, seed++, f32, true);
+            check({3, 64, 40, 8, 4, 16, 1}, 1, seed++, f32, true);
+            check({40, 72, 50, 4, 8, 12, 8}, 3, seed++, f32, true);
         }
     });
 }

@@ -26,10 +26,17 @@ struct Seq {
 // Decode, a whole prefill, chunks after a cached prefix.
 const std::vector<Seq> kMixedBatch = {{1, 1}, {37, 1}, {50, 50}, {70, 13}, {300, 1}, {129, 2}};
 
+// gpt-oss's attention options: a sliding window (0: none) and per-head sinks.
+struct Options {
+    int64_t window = 0;
+    bool sinks = false;
+};
+
 void check(int64_t block_size, int64_t head_dim, int64_t num_heads, int64_t num_kv_heads, int threads,
-           DType dtype = DType::kF32, const std::vector<Seq>& seqs = kMixedBatch) {
+           DType dtype = DType::kF32, const std::vector<Seq>& seqs = kMixedBatch, Options opt = {}) {
     SCOPED_TRACE(testing::Message() << "bs=" << block_size << " d=" << head_dim << " heads=" << num_heads << "/"
-                                    << num_kv_heads << " threads=" << threads << " " << dtype_name(dtype));
+                                    << num_kv_heads << " threads=" << threads << " " << dtype_name(dtype)
+                                    << " window=" << opt.window << " sinks=" << opt.sinks);
     std::mt19937 rng(uint32_t(block_size * 1000 + head_dim + threads));
     const int64_t ns = int64_t(seqs.size()), row = num_kv_heads * head_dim;
     int64_t max_blocks = 0, total_blocks = 1;  // block 0 is the null block
@@ -100,6 +107,8 @@ void check(int64_t block_size, int64_t head_dim, int64_t num_heads, int64_t num_
     test::Floats lse(lsize), lse_ref(lsize), lse_dense(lsize);
     test::fill_uniform(q.data(), qsize, rng, -2.0f, 2.0f);
     const float scale = 1.0f / std::sqrt(float(head_dim));
+    std::vector<float> sinks(static_cast<size_t>(num_heads));
+    test::fill_uniform(sinks.data(), num_heads, rng, -1.0f, 3.0f);
 
     // Dense reference.
     const int64_t group = num_heads / num_kv_heads;
@@ -109,19 +118,21 @@ void check(int64_t block_size, int64_t head_dim, int64_t num_heads, int64_t num_
             const int64_t pos = sq.seq_len - sq.q_len + i, tok = qstart[size_t(s)] + i;
             for (int64_t h = 0; h < num_heads; ++h) {
                 const float* qv = q.data() + (tok * num_heads + h) * head_dim;
-                std::vector<double> p(size_t(pos + 1));
+                const int64_t first = opt.window > 0 ? std::max<int64_t>(0, pos - opt.window + 1) : 0;
+                std::vector<double> p(size_t(pos + 1), 0.0);
                 double mx = -INFINITY, sum = 0;
-                for (int64_t j = 0; j <= pos; ++j) {
+                for (int64_t j = first; j <= pos; ++j) {
                     const float* kr = dk[size_t(s)].data() + j * row + (h / group) * head_dim;
                     double dot = 0;
                     for (int64_t x = 0; x < head_dim; ++x) dot += double(qv[x]) * kr[x];
                     mx = std::max(mx, p[size_t(j)] = dot * scale);
                 }
-                for (auto& v : p) sum += v = std::exp(v - mx);
+                for (int64_t j = first; j <= pos; ++j) sum += p[size_t(j)] = std::exp(p[size_t(j)] - mx);
+                if (opt.sinks) sum += std::exp(double(sinks[size_t(h)]) - mx);
                 lse_dense[tok * num_heads + h] = float(mx + std::log(sum));
                 for (int64_t x = 0; x < head_dim; ++x) {
                     double acc = 0;
-                    for (int64_t j = 0; j <= pos; ++j) {
+                    for (int64_t j = first; j <= pos; ++j) {
                         acc += p[size_t(j)] * dv[size_t(s)][size_t(j * row + (h / group) * head_dim + x)];
                     }
                     dense[(tok * num_heads + h) * head_dim + x] = float(acc / sum);
@@ -132,6 +143,8 @@ void check(int64_t block_size, int64_t head_dim, int64_t num_heads, int64_t num_
     PagedAttentionArgs args{q.data(),      out.data(),  tokens,        num_heads,  ns,
                             qstart.data(), lens.data(), tables.data(), max_blocks, scale};
     args.lse = lse.data();
+    args.window = opt.window;
+    args.sinks = opt.sinks ? sinks.data() : nullptr;
     ThreadPool pool(threads);
     paged_attention(pool, kv, args);
     test::expect_close(out.data(), dense.data(), qsize, 2e-5f, "paged_attention");
@@ -169,6 +182,21 @@ TEST(PagedAttentionTest, Fp8CacheMatchesDenseAttentionOfDequantizedKv) {
         check(16, 100, 3, 1, 1, DType::kF8E4M3);
         check(5, 37, 6, 3, 2, DType::kF8E4M3);
         check(7, 13, 2, 2, 1, DType::kF8E4M3);
+    });
+}
+
+// gpt-oss's attention: sliding windows (shorter and longer than the sequences, not a multiple of
+// a key tile, a window of 1) and per-head sinks, alone and together, every cache dtype and ISA level.
+TEST(PagedAttentionTest, SlidingWindowsAndSinksMatchDenseAttention) {
+    const std::vector<Seq> seqs = {{1, 1}, {37, 1}, {50, 50}, {70, 13}, {300, 1}, {129, 2}, {600, 40}};
+    test::for_each_isa([&](Isa) {
+        for (DType dtype : {DType::kF32, DType::kBF16, DType::kF8E4M3}) {
+            check(16, 64, 4, 2, 2, dtype, seqs, {.window = 45, .sinks = true});
+            check(16, 64, 4, 2, 2, dtype, seqs, {.window = 128});
+            check(5, 64, 4, 1, 3, dtype, seqs, {.sinks = true});
+        }
+        check(16, 100, 3, 1, 1, DType::kBF16, seqs, {.window = 1, .sinks = true});
+        check(1, 64, 2, 2, 2, DType::kF32, seqs, {.window = 1000});
     });
 }
 

@@ -16,7 +16,8 @@
 // A batch holds num_seqs sequences; sequence s contributes query tokens
 // [query_start[s], query_start[s+1]) which are its LAST q_len tokens: with seq_len[s] tokens in
 // the cache in total (its new tokens already written), query i of s sits at position
-// seq_len[s] - q_len + i and attends to positions 0..that position (causal).
+// seq_len[s] - q_len + i and attends to positions 0..that position (causal; the last `window` of
+// them with a sliding window).
 //
 // MLA:
 // Latent cache of one layer, f32, bf16 or fp8 e4m3 (--kv-cache-dtype; bf16 rounded to nearest
@@ -63,6 +64,13 @@ struct PagedAttentionArgs {
     // scores, lse = max + log(sum exp(score - max)); two attentions over disjoint key sets merge
     // exactly by it (MLA's cached prefix + new chunk).
     float* lse = nullptr;
+    // Optional [num_heads]: attention sinks (gpt-oss), one logit per head in units of scaled
+    // scores. Each softmax's denominator gains exp(sink - max) while no value row is added, so a
+    // head can attend to "nothing"; lse includes the term.
+    const float* sinks = nullptr;
+    // > 0: sliding-window attention, as Hugging Face's sliding_window mask: the query at position
+    // p attends keys (p - window, p] only. 0: the whole causal range.
+    int64_t window = 0;
 };
 
 struct PagedLatentLayer {

@@ -4,6 +4,8 @@
 // on core only.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -11,6 +13,31 @@
 #include "moeserve/core/ggml_type.h"
 
 namespace moeserve::kernels {
+
+// The gated unit between an expert's gate|up and down projections. Default: SwiGLU,
+// silu(g) * u. gpt-oss (clamp_limit > 0): per-expert biases added to g and u, g clamped above at
+// the limit, u into [-limit, limit], then (u + 1) * g * sigmoid(alpha * g), as Hugging Face's
+// GptOssExperts. The down projection's bias is the model's to add (layers/experts.h): it is
+// outside the kernel's product.
+struct ExpertGlu {
+    // f32 [num_experts, 2 * inter] of the rank's experts (gate's inter, then up's), or null
+    const float* gate_up_bias = nullptr;
+    float clamp_limit = 0.0f;  // > 0: the gpt-oss unit
+    float alpha = 1.0f;
+
+    bool is_swiglu() const { return gate_up_bias == nullptr && clamp_limit <= 0.0f; }
+    // One element of local expert e's row r (of inter): g and u as the projections gave them.
+    float apply(int64_t e, int64_t inter, int64_t r, float g, float u) const {
+        if (gate_up_bias != nullptr) {
+            g += gate_up_bias[e * 2 * inter + r];
+            u += gate_up_bias[e * 2 * inter + inter + r];
+        }
+        if (clamp_limit <= 0.0f) return g / (1.0f + std::exp(-g)) * u;
+        g = std::min(g, clamp_limit);
+        u = std::clamp(u, -clamp_limit, clamp_limit);
+        return (u + 1.0f) * (g / (1.0f + std::exp(-alpha * g)));
+    }
+};
 
 // A [rows, cols] matrix of GGUF blocks: row r starts at data + r * row_stride (a column slice of a
 // wider matrix has a stride larger than its own row bytes). cols is a multiple of the block size.
@@ -22,11 +49,12 @@ struct GgufMatrix {
     const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_stride; }
 };
 
-// SwiGLU experts: expert e (global id expert_begin + e) is down_e(silu(gate_e x) * up_e x);
-// gate/up [inter, hidden], down [hidden, inter].
+// SwiGLU experts: expert e (global id expert_begin + e) is down_e(silu(gate_e x) * up_e x), or
+// the glu's unit; gate/up [inter, hidden], down [hidden, inter].
 struct GgufExperts {
     std::vector<GgufMatrix> gate, up, down;
     int64_t expert_begin = 0, hidden = 0, inter = 0;
+    ExpertGlu glu{};
     int64_t num_experts() const { return static_cast<int64_t>(gate.size()); }
 };
 
@@ -70,6 +98,7 @@ struct MoeExpertsBf16 {
     int64_t expert_begin;  // ids outside [expert_begin, expert_begin + num_experts) are skipped (EP)
     int64_t hidden;
     int64_t inter;  // moe_intermediate_size
+    ExpertGlu glu{};
 };
 
 // The same with f32 weights (--dtype float32: the checkpoint's bf16 widened at load).
@@ -80,6 +109,7 @@ struct MoeExpertsF32 {
     int64_t expert_begin;
     int64_t hidden;
     int64_t inter;
+    ExpertGlu glu{};
 };
 
 // int8 weights of the experts this rank holds: global ids [expert_begin, expert_begin + num_experts).

@@ -1,7 +1,8 @@
 // Grouped MoE experts: counting-sort the (token, slot) assignments by local expert, gather each
 // expert's tokens into one block, then run per-expert matmuls as (expert, row-block) work items
 // pulled dynamically by all threads (both threads stream weights even for one decode token):
-//   A: gate|up rows [r0, r1) of expert e on its tokens, fused with silu(gate) * up -> act
+//   A: gate|up rows [r0, r1) of expert e on its tokens, fused with silu(gate) * up (or the glu's
+//      unit) -> act
 //   B: down rows [h0, h1) of expert e on act -> down_out
 //   C: out[t] = sum_j weight[t, j] * down_out[pos(t, j)], in slot order (deterministic).
 #include <algorithm>
@@ -66,8 +67,8 @@ void moe_experts_impl(ThreadPool& pool, const float* x, int64_t num_tokens, cons
         detail::matmul_tile(xs, h, cnt, h, gu + r0 * h, rb, g + r0, 2 * inter, pack);
         detail::matmul_tile(xs, h, cnt, h, gu + (inter + r0) * h, rb, g + inter + r0, 2 * inter, pack);
         for (int64_t i = 0; i < cnt; ++i) {
-            detail::silu_mul_span(g + i * 2 * inter + r0, g + i * 2 * inter + inter + r0, rb,
-                                  s.act.data() + (off + i) * inter + r0);
+            detail::glu_span(ex.glu, e, inter, r0, g + i * 2 * inter + r0, g + i * 2 * inter + inter + r0, rb,
+                             s.act.data() + (off + i) * inter + r0);
         }
     });
 

@@ -32,7 +32,8 @@ void moe_experts_ref_impl(const float* x, int64_t num_tokens, const int32_t* top
                     g += double(xt[p]) * double(widen(gu[r * h + p]));
                     u += double(xt[p]) * double(widen(gu[(inter + r) * h + p]));
                 }
-                act[size_t(r)] = float(g / (1.0 + std::exp(-g)) * u);
+                act[size_t(r)] = ex.glu.is_swiglu() ? float(g / (1.0 + std::exp(-g)) * u)
+                                                    : ex.glu.apply(e, inter, r, float(g), float(u));
             }
             const float w = topk_weights[t * k + j];
             for (int64_t i = 0; i < h; ++i) {

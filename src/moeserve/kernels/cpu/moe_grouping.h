@@ -41,6 +41,9 @@ MoeGroups group_slots_by_expert(const int32_t* topk_ids, int64_t num_tokens, int
 
 // out[i] = silu(g[i]) * u[i].
 void silu_mul_span(const float* g, const float* u, int64_t n, float* out);
+// out[i] = the glu's unit of local expert e's rows r0 + i (of inter): silu_mul_span for SwiGLU.
+void glu_span(const ExpertGlu& glu, int64_t e, int64_t inter, int64_t r0, const float* g, const float* u, int64_t n,
+              float* out);
 
 // out[t] = sum_j weight[t, j] * s.down_out[s.slot_index[t, j]] (zero where no local expert), in
 // slot order so the result is deterministic. out f32 [num_tokens, hidden].

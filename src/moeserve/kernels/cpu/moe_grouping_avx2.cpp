@@ -51,6 +51,15 @@ void silu_mul_span(const float* g, const float* u, int64_t n, float* out) {
     for (; i < n; ++i) out[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
+void glu_span(const ExpertGlu& glu, int64_t e, int64_t inter, int64_t r0, const float* g, const float* u, int64_t n,
+              float* out) {
+    if (glu.is_swiglu()) {
+        silu_mul_span(g, u, n, out);
+        return;
+    }
+    for (int64_t i = 0; i < n; ++i) out[i] = glu.apply(e, inter, r0 + i, g[i], u[i]);
+}
+
 void combine_expert_outputs(ThreadPool& pool, const MoeScratch& s, const float* topk_weights, int64_t num_tokens, int k,
                             int64_t h, float* out) {
     auto combine = [&](int64_t t0, int64_t t1) {

@@ -9,7 +9,8 @@
 // softmax weight, its value row, so the inner loops only widen. This code serves every ISA level
 // (the ref level included: attention has no scalar dispatch level); at the avx512 level the
 // items go to paged_attention_avx512.cpp instead, and decode-shaped sequences are split by
-// segments of keys across the threads (SplitDecode).
+// segments of keys across the threads (SplitDecode). Attention sinks and sliding windows
+// (gpt-oss) run here at every level: the AVX-512 kernels do not take them yet.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -124,6 +125,8 @@ struct Group {
     float* out[kQueries];
     float* lse[kQueries];  // null: not asked for
     int64_t pos[kQueries];
+    int64_t first[kQueries];  // the first key in the query's window (0 without one)
+    float sink[kQueries];     // the head's sink logit, -inf without sinks (adds exp(-inf) = 0)
     float m[kQueries], l[kQueries];
     float* acc;  // [kQueries, d]
 };
@@ -151,21 +154,41 @@ void prefetch_tile(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, in
     }
 }
 
-// Each query g.q[qi] attends keys [0, g.pos[qi]] of kv head kvh; writes g.out[qi].
+// One query's softmax step over a tile of n keys from j0 whose scores it may see are
+// p[lo, nv): p becomes their weights (0 elsewhere); returns the rescale of its running state.
+float softmax_tile_step(Group& g, int64_t qi, float* p, int64_t lo, int64_t nv, int64_t n) {
+    float mt = -INFINITY;
+    for (int64_t j = lo; j < nv; ++j) mt = std::max(mt, p[j]);
+    const float m_new = std::max(g.m[qi], mt);
+    const float alpha = std::exp(g.m[qi] - m_new);  // 0 on the first tile (m = -inf)
+    float lt = simd::exp_shifted_sum(p, nv, m_new);
+    if (lo > 0) {  // keys before the window: weight 0, and not in the sum
+        std::fill(p, p + lo, 0.0f);
+        lt = 0.0f;
+        for (int64_t j = lo; j < nv; ++j) lt += p[j];
+    }
+    std::fill(p + nv, p + n, 0.0f);  // causal mask inside the tile
+    g.l[qi] = g.l[qi] * alpha + lt;
+    g.m[qi] = m_new;
+    return alpha;
+}
+
+// Each query g.q[qi] attends keys [g.first[qi], g.pos[qi]] of kv head kvh; writes g.out[qi].
 template <typename T>
 void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, float scale, Tile<T>& t, Group& g) {
     const int64_t d = kv.head_dim, bs = kv.block_size;
     const T* k_cache = static_cast<const T*>(kv.k_cache);
     const T* v_cache = static_cast<const T*>(kv.v_cache);
     const int64_t nq = g.nq;
-    int64_t last = 0;
+    int64_t last = 0, start = g.first[0];
     for (int64_t qi = 0; qi < nq; ++qi) {
         g.m[qi] = -INFINITY;
         g.l[qi] = 0.0f;
         last = std::max(last, g.pos[qi]);
+        start = std::min(start, g.first[qi]);
     }
     std::fill(g.acc, g.acc + nq * d, 0.0f);
-    for (int64_t j0 = 0; j0 <= last; j0 += kTile) {
+    for (int64_t j0 = start; j0 <= last; j0 += kTile) {
         const int64_t n = std::min(kTile, last + 1 - j0);
         // Walk block/row incrementally: a division per key cost as much as its dot product.
         int64_t blk = j0 / bs, row = j0 % bs;
@@ -186,38 +209,34 @@ void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, flo
         float alpha[kQueries];
         for (int64_t qi = 0; qi < nq; ++qi) {
             float* p = t.p[qi];
-            const int64_t nv = std::min(n, g.pos[qi] + 1 - j0);  // keys this query may see
-            if (nv <= 0) {                                       // only when j0 > pos[qi]: nothing new for this query
+            const int64_t nv = std::min(n, g.pos[qi] + 1 - j0);  // keys this query may see: [lo, nv)
+            const int64_t lo = std::max<int64_t>(0, g.first[qi] - j0);
+            if (nv <= lo) {  // the tile is past its position or before its window: nothing new
                 alpha[qi] = 1.0f;
                 std::fill(p, p + n, 0.0f);
                 continue;
             }
             tile_scores(g.q[qi], d, t, nv, scale, p);
-            float mt = -INFINITY;
-            for (int64_t j = 0; j < nv; ++j) mt = std::max(mt, p[j]);
-            const float m_new = std::max(g.m[qi], mt);
-            alpha[qi] = std::exp(g.m[qi] - m_new);  // 0 on the first tile (m = -inf)
-            const float lt = simd::exp_shifted_sum(p, nv, m_new);
-            std::fill(p + nv, p + n, 0.0f);  // causal mask inside the tile
-            if constexpr (kScaled<T>) {      // each value row's factor, folded into its weight
-                for (int64_t j = 0; j < nv; ++j) p[j] *= t.vf[j];
+            alpha[qi] = softmax_tile_step(g, qi, p, lo, nv, n);
+            if constexpr (kScaled<T>) {  // each value row's factor, folded into its weight
+                for (int64_t j = lo; j < nv; ++j) p[j] *= t.vf[j];
             }
-            g.l[qi] = g.l[qi] * alpha[qi] + lt;
-            g.m[qi] = m_new;
         }
         accumulate_pv(t, n, nq, d, alpha, g.acc);
     }
     for (int64_t qi = 0; qi < nq; ++qi) {
-        const float inv = 1.0f / g.l[qi];
+        const float l = g.l[qi] + std::exp(g.sink[qi] - g.m[qi]);  // the sink: in the sum, no value
+        const float inv = 1.0f / l;
         for (int64_t x = 0; x < d; ++x) g.out[qi][x] = g.acc[qi * d + x] * inv;
-        if (g.lse[qi]) *g.lse[qi] = g.m[qi] + std::log(g.l[qi]);
+        if (g.lse[qi]) *g.lse[qi] = g.m[qi] + std::log(l);
     }
 }
 
-// The AVX-512 kernels (paged_attention_isa.h) take every item when the CPU runs avx512 and the
-// head dim suits them.
-bool use_flash(const PagedKvLayer& kv) {
-    return active_isa() >= Isa::kAvx512 && kv.head_dim % 16 == 0 && kv.head_dim <= 256;
+// The AVX-512 kernels (paged_attention_isa.h) take every item when the CPU runs avx512, the
+// head dim suits them and the attention has neither sinks nor a window.
+bool use_flash(const PagedKvLayer& kv, const PagedAttentionArgs& a) {
+    return active_isa() >= Isa::kAvx512 && kv.head_dim % 16 == 0 && kv.head_dim <= 256 && a.sinks == nullptr &&
+           a.window == 0;
 }
 
 detail::FlashKvHead flash_kv_head(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, float scale) {
@@ -226,8 +245,8 @@ detail::FlashKvHead flash_kv_head(const PagedKvLayer& kv, const int32_t* table, 
             kv.num_kv_heads, kv.head_dim, kvh,        table,      scale};
 }
 
-// Calls row(q, out, lse, pos) for each query row of tokens [i0, i1) of sequence s that reads kv
-// head kvh: token-major, then the heads of its GQA group (a decode token's heads share K/V tiles).
+// Calls row(q, out, lse, pos, head) for each query row of tokens [i0, i1) of sequence s that reads
+// kv head kvh: token-major, then the heads of its GQA group (a decode token's heads share K/V tiles).
 template <typename F>
 void for_each_row(const PagedKvLayer& kv, const PagedAttentionArgs& a, int64_t s, int64_t kvh, int64_t i0, int64_t i1,
                   F&& row) {
@@ -236,7 +255,7 @@ void for_each_row(const PagedKvLayer& kv, const PagedAttentionArgs& a, int64_t s
     for (int64_t i = i0; i < i1; ++i) {
         for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
             const int64_t tok = (q0 + i) * a.num_heads + h;
-            row(a.q + tok * d, a.out + tok * d, a.lse ? a.lse + tok : nullptr, a.seq_lens[s] - q_len + i);
+            row(a.q + tok * d, a.out + tok * d, a.lse ? a.lse + tok : nullptr, a.seq_lens[s] - q_len + i, h);
         }
     }
 }
@@ -246,7 +265,7 @@ void attend_flash(const PagedKvLayer& kv, const PagedAttentionArgs& a, int64_t s
     const detail::FlashKvHead head = flash_kv_head(kv, a.block_tables + s * a.max_blocks_per_seq, kvh, a.scale);
     detail::FlashRows rows;
     rows.n = 0;
-    for_each_row(kv, a, s, kvh, i0, i1, [&](const float* q, float* out, float* lse, int64_t pos) {
+    for_each_row(kv, a, s, kvh, i0, i1, [&](const float* q, float* out, float* lse, int64_t pos, int64_t) {
         rows.q[rows.n] = q;
         rows.out[rows.n] = out;
         rows.lse[rows.n] = lse;
@@ -265,11 +284,13 @@ void attend_avx2(const PagedKvLayer& kv, const PagedAttentionArgs& a, int64_t s,
                  Tile<T>& tile, Group& g) {
     const int32_t* table = a.block_tables + s * a.max_blocks_per_seq;
     g.nq = 0;
-    for_each_row(kv, a, s, kvh, i0, i1, [&](const float* q, float* out, float* lse, int64_t pos) {
+    for_each_row(kv, a, s, kvh, i0, i1, [&](const float* q, float* out, float* lse, int64_t pos, int64_t head) {
         g.q[g.nq] = q;
         g.out[g.nq] = out;
         g.lse[g.nq] = lse;
         g.pos[g.nq] = pos;
+        g.first[g.nq] = a.window > 0 ? std::max<int64_t>(0, pos - a.window + 1) : 0;
+        g.sink[g.nq] = a.sinks ? a.sinks[head] : -INFINITY;
         if (++g.nq == kQueries) {
             attend_group(kv, table, kvh, a.scale, tile, g);
             g.nq = 0;
@@ -377,7 +398,7 @@ void merge_split_decode(ThreadPool& pool, const PagedKvLayer& kv, const SplitDec
 
 template <typename T>
 void run_paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttentionArgs& a) {
-    const bool flash = use_flash(kv);
+    const bool flash = use_flash(kv, a);
     const int64_t d = kv.head_dim;
     SplitDecode plan = flash ? plan_split_decode(kv, a) : SplitDecode{};
     if (!flash) plan.split.assign(size_t(a.num_seqs), false);

@@ -1,5 +1,7 @@
 // Scalar reference for paged_attention: per query and head, full softmax over the causal range
-// in double, reading keys/values through the block table one position at a time.
+// (or its sliding window), with the head's sink in the denominator when there are sinks, in
+// double, reading keys/values through the block table one position at a time.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -32,22 +34,24 @@ void paged_attention_ref(const PagedKvLayer& kv, const PagedAttentionArgs& a) {
                     const int64_t slot = int64_t{table[p / kv.block_size]} * kv.block_size + p % kv.block_size;
                     return (slot * kv.num_kv_heads + kvh) * d;
                 };
-                sc.assign(size_t(pos + 1), 0.0);
+                const int64_t first = a.window > 0 ? std::max<int64_t>(0, pos - a.window + 1) : 0;
+                sc.assign(size_t(pos + 1 - first), 0.0);
                 double mx = -INFINITY, sum = 0.0;
-                for (int64_t p = 0; p <= pos; ++p) {
+                for (int64_t p = first; p <= pos; ++p) {
                     const int64_t kr = row(p);
                     double dot = 0;
                     for (int64_t x = 0; x < d; ++x) dot += double(q[x]) * cache_at(kv, kv.k_cache, kv.k_scale, kr + x);
-                    sc[size_t(p)] = dot * double(a.scale);
-                    mx = std::max(mx, sc[size_t(p)]);
+                    sc[size_t(p - first)] = dot * double(a.scale);
+                    mx = std::max(mx, sc[size_t(p - first)]);
                 }
                 for (auto& v : sc) sum += v = std::exp(v - mx);
+                if (a.sinks) sum += std::exp(double(a.sinks[h]) - mx);
                 if (a.lse) a.lse[(q0 + i) * a.num_heads + h] = float(mx + std::log(sum));
                 float* o = a.out + ((q0 + i) * a.num_heads + h) * d;
                 for (int64_t x = 0; x < d; ++x) {
                     double acc = 0;
-                    for (int64_t p = 0; p <= pos; ++p)
-                        acc += sc[size_t(p)] * cache_at(kv, kv.v_cache, kv.v_scale, row(p) + x);
+                    for (int64_t p = first; p <= pos; ++p)
+                        acc += sc[size_t(p - first)] * cache_at(kv, kv.v_cache, kv.v_scale, row(p) + x);
                     o[x] = float(acc / sum);
                 }
             }
