@@ -11,7 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include "model/model_test_util.h"
+#include "test_support.h"
 #include "moeserve/core/error.h"
+#include "moeserve/kernels/cpu/isa.h"
+#include "moeserve/model/gpt_oss/config.h"
 #include "moeserve/model/mixtral/config.h"
 #include "moeserve/model/registry.h"
 #include "moeserve/testing/generator.h"
@@ -62,6 +65,38 @@ TEST(Qwen2MoeTest, PrefillAndDecodeMatchTheReference) {
 
 TEST(Glm4MoeTest, PrefillAndDecodeMatchTheReference) {
     expect_reference_logits(MOESERVE_GLM4_MOE_TINY_DIR, "glm4_moe");
+}
+
+// gpt-oss: biases, sinks, a sliding window of 5 on layers 0 and 2 (the 19-token prompt slides),
+// YaRN with a fractional correction range, the biased top-k softmax router, and experts with
+// biases and the clamped unit (a limit of 2, so the clamps bite).
+TEST(GptOssTest, PrefillAndDecodeMatchTheReference) { expect_reference_logits(MOESERVE_GPT_OSS_TINY_DIR, "gpt_oss"); }
+
+// The same logits through the scalar reference ISA level and the AVX2 one (attention with sinks
+// and windows runs the group kernel there; experts the f32 widening).
+TEST(GptOssTest, EveryIsaLevelMatchesTheReference) {
+    namespace kc = kernels::cpu;
+    const kc::Isa prev = kc::active_isa();
+    for (kc::Isa isa : {kc::Isa::kRef, kc::Isa::kAvx2}) {
+        if (!kc::isa_supported(isa)) continue;
+        SCOPED_TRACE(kc::isa_name(isa));
+        kc::set_active_isa(isa);
+        expect_reference_logits(MOESERVE_GPT_OSS_TINY_DIR, "gpt_oss");
+    }
+    kc::set_active_isa(prev);
+}
+
+TEST(GptOssTest, ConfigRefusalsNameTheField) {
+    nlohmann::json j = moeserve::testing::preset_config("gpt_oss", "tiny");
+    j["layer_types"] = {"sliding_attention", "chunked_attention", "full_attention"};
+    EXPECT_NE(test::error_of([&] { GptOssConfig::from_json(io::HfConfig(j, "config.json")); }).find("layer_types"),
+              std::string::npos);
+    j.erase("layer_types");
+    EXPECT_EQ(GptOssConfig::from_json(io::HfConfig(j, "config.json")).layer_windows(),
+              (std::vector<int64_t>{5, 0, 5}));  // HF's default pattern: sliding first
+    j["swiglu_limit"] = 0.0;
+    EXPECT_NE(test::error_of([&] { GptOssConfig::from_json(io::HfConfig(j, "config.json")); }).find("swiglu_limit"),
+              std::string::npos);
 }
 
 TEST(MixtralTest, ConfigRefusalsNameTheField) {

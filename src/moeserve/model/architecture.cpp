@@ -3,6 +3,8 @@
 #include "moeserve/model/deepseek_v3/model.h"
 #include "moeserve/model/deepseek_v3/weight_specs.h"
 #include "moeserve/model/glm4_moe/model.h"
+#include "moeserve/model/gpt_oss/model.h"
+#include "moeserve/model/gpt_oss/weight_specs.h"
 #include "moeserve/model/glm4_moe/weight_specs.h"
 #include "moeserve/model/mixtral/model.h"
 #include "moeserve/model/mixtral/weight_specs.h"
@@ -27,6 +29,9 @@ std::vector<WeightSpec> glm4_moe_specs(const io::HfConfig& c) {
 std::vector<WeightSpec> mixtral_specs(const io::HfConfig& c) {
     return mixtral_weight_specs(MixtralConfig::from_json(c));
 }
+std::vector<WeightSpec> gpt_oss_specs(const io::HfConfig& c) {
+    return gpt_oss_weight_specs(GptOssConfig::from_json(c));
+}
 std::vector<WeightSpec> deepseek_specs(const io::HfConfig& c) {
     return deepseek_v3_weight_specs(DeepseekV3Config::from_json(c));
 }
@@ -40,6 +45,7 @@ const std::vector<Architecture>& architectures() {
         {"qwen2_moe", &qwen2_moe_specs, &Qwen2MoeModel::load},
         {"glm4_moe", &glm4_moe_specs, &Glm4MoeModel::load},
         {"mixtral", &mixtral_specs, &MixtralModel::load},
+        {"gpt_oss", &gpt_oss_specs, &GptOssModel::load},
         {"deepseek_v3", &deepseek_specs, &DeepseekV3Model::load, &DeepseekV3Model::load_weights},
         {"deepseek_v2", &deepseek_specs, &DeepseekV3Model::load},
         // Kimi-K2: DeepSeek-V3's architecture under its own model_type (and a tiktoken tokenizer)

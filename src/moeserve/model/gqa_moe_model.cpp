@@ -9,10 +9,13 @@ GqaMoeModel::GqaMoeModel(GqaModelSpec spec, std::shared_ptr<const io::WeightSour
                          const LoadOptions& options)
     : spec_(std::move(spec)),
       decoder_(spec_.decoder, std::move(weights), pool, options,
-               [&](const io::WeightSource& w, int64_t, const std::string& prefix) {
+               [&](const io::WeightSource& w, int64_t layer, const std::string& prefix) {
                    const ParallelConfig& par = options.parallel;
+                   const auto& windows = spec_.layer_windows;
+                   // the draft layer (index num_hidden_layers) attends fully
+                   const int64_t window = layer < static_cast<int64_t>(windows.size()) ? windows[size_t(layer)] : 0;
                    attention_.push_back(
-                       GqaAttention::load(w, prefix, spec_.attention, par.tp_rank, par.tp_size, options.quant));
+                       GqaAttention::load(w, prefix, spec_.attention, par.tp_rank, par.tp_size, options.quant, window));
                    return attention_.back().weight_bytes();
                }) {
     const GqaShape& a = spec_.attention;

@@ -27,6 +27,9 @@ struct GqaModelSpec {
     RopeScaling rope;
     int64_t rotary_dim = 0;  // dims rotated per head (rotate-half): head_dim, or fewer (partial RoPE)
     int64_t max_position_embeddings = 0;
+    // Per layer: the sliding window (0: full attention); empty: every layer full (gpt-oss
+    // alternates, Mistral-style configs slide on all).
+    std::vector<int64_t> layer_windows{};
 };
 
 class GqaMoeModel : public Model {

@@ -1,5 +1,6 @@
 #include "moeserve/model/layers/attention_gqa.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "moeserve/core/error.h"
@@ -30,7 +31,7 @@ KvSlice GqaAttention::kv_heads(const GqaShape& s, int tp_rank, int tp_size) {
 }
 
 GqaAttention GqaAttention::load(const io::WeightSource& weights, const std::string& prefix, const GqaShape& s,
-                                int tp_rank, int tp_size, const Quantization& quant) {
+                                int tp_rank, int tp_size, const Quantization& quant, int64_t window) {
     GqaAttention a;
     const KvSlice kv = kv_heads(s, tp_rank, tp_size);
     const int64_t kv_local = kv.count, kv_begin = kv.first;
@@ -50,11 +51,17 @@ GqaAttention GqaAttention::load(const io::WeightSource& weights, const std::stri
     a.v_proj_ = Linear::load_shard(weights, prefix + "v_proj", kv_dim, s.hidden_size,
                                    {kv_begin * d, kv_local * d, 0, -1}, s.bias, quant);
     a.o_proj_ = Linear::load_shard(weights, prefix + "o_proj", s.hidden_size, q_dim,
-                                   {0, -1, q_begin * d, heads_local * d}, false, quant);
+                                   {0, -1, q_begin * d, heads_local * d}, s.o_bias && tp_rank == 0, quant);
     if (s.qk_norm) {
         a.q_norm_ = load_vector_f32(weights, prefix + "q_norm.weight", s.head_dim);
         a.k_norm_ = load_vector_f32(weights, prefix + "k_norm.weight", s.head_dim);
     }
+    if (s.sinks) {
+        const Tensor all = load_vector_f32(weights, prefix + "sinks", s.num_heads);
+        a.sinks_ = Tensor(DType::kF32, {heads_local});
+        std::copy_n(all.as<float>() + q_begin, heads_local, a.sinks_.as<float>());
+    }
+    a.window_ = window;
     return a;
 }
 
@@ -102,6 +109,8 @@ void GqaAttention::forward(ThreadPool& pool, const float* h, const ForwardBatch&
                                      batch.block_tables.data(),
                                      batch.max_blocks_per_seq,
                                      static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)))};
+    args.sinks = sinks_.empty() ? nullptr : sinks_.as<const float>();
+    args.window = window_;
     kernels::ops().paged_attention(pool, kv, args);
     // 5. [T, H*D] -> [T, hidden]
     o_proj_.forward(pool, scratch.attn.data(), t, out);

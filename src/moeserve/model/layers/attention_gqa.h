@@ -1,4 +1,5 @@
-// Grouped-query attention with optional per-head q/k RMSNorm (Qwen3), RoPE, and a paged KV cache.
+// Grouped-query attention with optional per-head q/k RMSNorm (Qwen3), biases, attention sinks and
+// a sliding window (gpt-oss), RoPE, and a paged KV cache.
 #pragma once
 
 #include <optional>
@@ -22,6 +23,8 @@ struct GqaShape {
     bool qk_norm;  // Qwen3: RMSNorm over head_dim on q and k before RoPE
     bool bias;     // attention_bias on q/k/v
     double rms_norm_eps;
+    bool o_bias = false;  // gpt-oss: o_proj has a bias too
+    bool sinks = false;   // gpt-oss: a learned sink logit per head ("sinks" [num_heads])
 };
 
 // Per-forward buffers, grown on demand and reused across layers and steps.
@@ -36,9 +39,10 @@ public:
     // a partial sum the caller all-reduces over TP). KV heads: KV/tp per rank when tp divides KV,
     // else (tp a multiple of KV) the one KV head its q heads use, replicated. Other head counts
     // are Error kInvalidArgument.
-    // quant: which projections run W8A8 int8 (see Quantization::int8_module).
+    // quant: which projections run W8A8 int8 (see Quantization::int8_module). window > 0: this
+    // layer attends the last `window` positions only (kernels::PagedAttentionArgs::window).
     static GqaAttention load(const io::WeightSource& weights, const std::string& prefix, const GqaShape& shape,
-                             int tp_rank = 0, int tp_size = 1, const Quantization& quant = {});
+                             int tp_rank = 0, int tp_size = 1, const Quantization& quant = {}, int64_t window = 0);
     // The shape this rank holds (heads and KV heads local).
     const GqaShape& shape() const { return shape_; }
     // KV heads one rank of tp_size holds (see load()).
@@ -56,6 +60,8 @@ private:
     GqaShape shape_{};
     Linear q_proj_, k_proj_, v_proj_, o_proj_;
     Tensor q_norm_, k_norm_;  // f32 [head_dim], when qk_norm
+    Tensor sinks_;            // f32 [local heads], when sinks
+    int64_t window_ = 0;
 };
 
 }  // namespace moeserve::model

@@ -271,17 +271,52 @@ Experts Experts::load(const io::WeightSource& weights, const std::vector<std::st
     return e;
 }
 
+Experts Experts::from_weights(ExpertWeights weights, int64_t n, int64_t hidden, int64_t inter, int64_t expert_begin,
+                              ExpertBiases biases) {
+    MOESERVE_CHECK(
+        std::holds_alternative<FloatExpertWeights>(weights) || std::holds_alternative<BlockExpertWeights>(weights),
+        "experts with biases run as float or blocks");
+    Experts e;
+    e.weights_ = std::move(weights);
+    e.num_experts_ = n;
+    e.hidden_ = hidden;
+    e.inter_ = inter;
+    e.expert_begin_ = expert_begin;
+    e.biases_ = std::move(biases);
+    if (auto* blocks = std::get_if<BlockExpertWeights>(&e.weights_)) blocks->blocks.glu = e.glu();
+    return e;
+}
+
+kernels::ExpertGlu Experts::glu() const {
+    return {biases_.gate_up.empty() ? nullptr : biases_.gate_up.as<const float>(), biases_.clamp_limit, biases_.alpha};
+}
+
+void Experts::add_down_bias(const int32_t* topk_ids, const float* topk_weights, int64_t num_tokens, int k,
+                            float* out) const {
+    const float* bias = biases_.down.as<const float>();
+    for (int64_t t = 0; t < num_tokens; ++t) {
+        for (int j = 0; j < k; ++j) {
+            const int64_t e = int64_t{topk_ids[t * k + j]} - expert_begin_;
+            if (e < 0 || e >= num_experts_) continue;
+            const float w = topk_weights[t * k + j];
+            for (int64_t c = 0; c < hidden_; ++c) out[t * hidden_ + c] += w * bias[e * hidden_ + c];
+        }
+    }
+}
+
 size_t Experts::weight_bytes() const {
-    return std::visit(
-        Overloaded{[](const FloatExpertWeights& w) { return w.gate_up.nbytes() + w.down.nbytes(); },
-                   [](const Int8ExpertWeights& w) {
-                       return w.gate_up.nbytes() + w.down.nbytes() + w.gate_up_scale.nbytes() + w.down_scale.nbytes();
-                   },
-                   [](const Int4ExpertWeights& w) {
-                       return w.gate_up.nbytes() + w.down.nbytes() + w.gate_up_perm.nbytes() + w.down_perm.nbytes();
-                   },
-                   [](const BlockExpertWeights& w) { return w.bytes; }},
-        weights_);
+    return std::visit(Overloaded{[](const FloatExpertWeights& w) { return w.gate_up.nbytes() + w.down.nbytes(); },
+                                 [](const Int8ExpertWeights& w) {
+                                     return w.gate_up.nbytes() + w.down.nbytes() + w.gate_up_scale.nbytes() +
+                                            w.down_scale.nbytes();
+                                 },
+                                 [](const Int4ExpertWeights& w) {
+                                     return w.gate_up.nbytes() + w.down.nbytes() + w.gate_up_perm.nbytes() +
+                                            w.down_perm.nbytes();
+                                 },
+                                 [](const BlockExpertWeights& w) { return w.bytes; }},
+                      weights_) +
+           biases_.gate_up.nbytes() + biases_.down.nbytes();
 }
 
 void Experts::forward(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
@@ -317,15 +352,16 @@ void Experts::forward(ThreadPool& pool, const float* x, int64_t num_tokens, cons
                    [&](const FloatExpertWeights& w) {
                        if (w.gate_up.dtype() == DType::kF32) {
                            const kernels::MoeExpertsF32 ex{
-                               w.gate_up.as<const float>(), w.down.as<const float>(), n, first, h, i};
+                               w.gate_up.as<const float>(), w.down.as<const float>(), n, first, h, i, glu()};
                            kernels::ops().moe_experts_f32(pool, x, num_tokens, topk_ids, topk_weights, k, ex, out);
                            return;
                        }
                        const kernels::MoeExpertsBf16 ex{
-                           w.gate_up.as<const uint16_t>(), w.down.as<const uint16_t>(), n, first, h, i};
+                           w.gate_up.as<const uint16_t>(), w.down.as<const uint16_t>(), n, first, h, i, glu()};
                        kernels::ops().moe_experts_bf16(pool, x, num_tokens, topk_ids, topk_weights, k, ex, out);
                    }},
         weights_);
+    if (!biases_.down.empty()) add_down_bias(topk_ids, topk_weights, num_tokens, k, out);
 }
 
 void Experts::forward_dense(ThreadPool& pool, const float* x, int64_t num_tokens, std::vector<int32_t>& ids_scratch,

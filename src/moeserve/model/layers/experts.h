@@ -48,6 +48,14 @@ struct BlockExpertWeights {
 };
 using ExpertWeights = std::variant<FloatExpertWeights, Int8ExpertWeights, Int4ExpertWeights, BlockExpertWeights>;
 
+// gpt-oss's experts around their products: the gated unit's biases and clamp (kernels::ExpertGlu)
+// and the down projection's bias, added per chosen expert times its routing weight.
+struct ExpertBiases {
+    Tensor gate_up;  // f32 [n, 2 * inter]: gate's, then up's (this rank's inter slice)
+    Tensor down;     // f32 [n, hidden], or empty (the TP ranks but the first: added once)
+    float clamp_limit = 0.0f, alpha = 1.0f;
+};
+
 class Experts {
 public:
     Experts() = default;
@@ -59,6 +67,10 @@ public:
     static Experts load(const io::WeightSource& weights, const std::vector<std::string>& prefixes, int64_t hidden,
                         int64_t inter, int64_t expert_begin = 0, int64_t inter_begin = 0, int64_t inter_count = 0,
                         const Quantization& quant = {}, const ExpertProjections& names = {});
+    // Experts an architecture's own loader built (stacked checkpoint tensors: gpt-oss), in the
+    // float or block representation, with their biases. n experts of [inter, hidden] each.
+    static Experts from_weights(ExpertWeights weights, int64_t n, int64_t hidden, int64_t inter, int64_t expert_begin,
+                                ExpertBiases biases);
 
     // out f32 [num_tokens, hidden] = sum_j w[t, j] * Expert_{ids[t, j]}(x[t]).
     void forward(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
@@ -74,7 +86,12 @@ public:
     size_t bytes_per_expert() const { return num_experts() ? weight_bytes() / static_cast<size_t>(num_experts()) : 0; }
 
 private:
+    // out[t] += w[t, j] * down_bias[e] for each chosen local expert e (gpt-oss).
+    void add_down_bias(const int32_t* topk_ids, const float* topk_weights, int64_t num_tokens, int k, float* out) const;
+    kernels::ExpertGlu glu() const;
+
     ExpertWeights weights_;
+    ExpertBiases biases_;
     int64_t num_experts_ = 0, hidden_ = 0, inter_ = 0, expert_begin_ = 0;
 };
 

@@ -51,6 +51,10 @@ MoeBlock MoeBlock::load(const io::WeightSource& weights, const std::string& laye
     if (placement != nullptr) {
         b.experts_per_rank_ = placement->slots_per_rank();
         b.experts_ = load_placed_experts(w, p, shape, names, shards, quant, *placement, ep_rank);
+    } else if (names.load_routed_experts) {
+        std::vector<int64_t> ids(static_cast<size_t>(shards.experts.count));
+        for (int64_t i = 0; i < shards.experts.count; ++i) ids[static_cast<size_t>(i)] = shards.experts.begin + i;
+        b.experts_ = names.load_routed_experts(w, p, ids, shards.experts.begin, shards, quant);
     } else {
         std::vector<std::string> prefixes;
         for (int64_t e = shards.experts.begin; e < shards.experts.begin + shards.experts.count; ++e) {
@@ -78,6 +82,13 @@ Experts MoeBlock::load_placed_experts(const io::WeightSource& weights, const std
                                       const MoeShape& shape, const MoeNames& names, const MoeShards& shards,
                                       const Quantization& quant, const ExpertPlacement& placement, int ep_rank) {
     const int64_t first = ep_rank * placement.slots_per_rank();
+    if (names.load_routed_experts) {
+        std::vector<int64_t> ids;
+        for (int64_t slot = first; slot < first + placement.slots_per_rank(); ++slot) {
+            ids.push_back(placement.expert_of_slot(slot));
+        }
+        return names.load_routed_experts(weights, layer_prefix, ids, first, shards, quant);
+    }
     std::vector<std::string> prefixes;
     for (int64_t slot = first; slot < first + placement.slots_per_rank(); ++slot) {
         prefixes.push_back(layer_prefix + names.experts + std::to_string(placement.expert_of_slot(slot)) + ".");
@@ -115,7 +126,7 @@ void MoeBlock::weight_specs(std::vector<WeightSpec>& specs, const std::string& l
     if (with_router_bias) {
         specs.push_back({p + names.router_bias, {shape.num_experts}, DType::kF32, WeightInit::kNormal, 0.05f});
     }
-    for (int64_t e = 0; e < shape.num_experts; ++e) {
+    for (int64_t e = 0; e < shape.num_experts && !names.load_routed_experts; ++e) {  // else the architecture's
         add_expert_specs(specs, p + names.experts + std::to_string(e) + ".", h, shape.moe_inter, names.projections);
     }
     if (!names.shared_experts.empty() && shape.shared_inter > 0) {

@@ -33,6 +33,15 @@ struct MoeShape {
     int64_t dense_inter = 0;   // a dense layer's MLP intermediate size
 };
 
+struct MoeShards;
+
+// An architecture's own loader of routed experts, for checkpoints that stack them in one tensor
+// (gpt-oss): the experts of global ids expert_ids under layer_prefix, in order, running as ids
+// first_id, first_id + 1, ... (EP shards and EPLB slots), with the shards' intermediate slice.
+using RoutedExpertsLoader = std::function<Experts(const io::WeightSource& weights, const std::string& layer_prefix,
+                                                  const std::vector<int64_t>& expert_ids, int64_t first_id,
+                                                  const MoeShards& shards, const Quantization& quant)>;
+
 // Tensor names below the layer prefix ("model.layers.N."); the routed experts' projections are
 // `projections` (layers/experts.h), the shared experts' and dense MLPs' gate_proj / up_proj / down_proj.
 struct MoeNames {
@@ -45,6 +54,8 @@ struct MoeNames {
     // (Qwen2-MoE's shared_expert_gate); "": added unweighted
     std::string shared_expert_gate{};
     std::string dense = "mlp.";  // prefix of a dense layer's MLP
+    // Set: the routed experts come from this loader instead of `experts` + id + projections.
+    RoutedExpertsLoader load_routed_experts{};
 };
 
 // The architecture's routing: router logits f32 [num_tokens, num_experts] (may be overwritten) and
@@ -106,7 +117,8 @@ public:
 
     // Appends the tensors load() reads under layer_prefix, for the generator: the router (kHigh,
     // 4x sharper than 1/sqrt(hidden) so top-k has clear gaps), with with_router_bias its F32 bias
-    // (small: reorders only near-ties), the routed and the shared experts; or the dense MLP.
+    // (small: reorders only near-ties), the routed experts (unless names.load_routed_experts: the
+    // architecture lists its own) and the shared experts; or the dense MLP.
     static void weight_specs(std::vector<WeightSpec>& specs, const std::string& layer_prefix, bool is_moe,
                              const MoeShape& shape, const MoeNames& names, bool with_router_bias);
 

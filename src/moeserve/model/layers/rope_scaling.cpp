@@ -27,6 +27,7 @@ RopeScaling RopeScaling::parse(const io::HfConfig& config, double default_theta)
         r.mscale = scaling->get_float("mscale", 1.0);
         r.mscale_all_dim = scaling->get_float("mscale_all_dim", 0.0);
         r.attention_factor = scaling->get_float("attention_factor", 0.0);
+        r.truncate = scaling->get_bool("truncate", true);
     }
     return r;
 }

@@ -19,6 +19,7 @@ struct RopeScaling {
     double mscale = 1.0;                           // yarn (DeepSeek)
     double mscale_all_dim = 0.0;                   // yarn (DeepSeek)
     double attention_factor = 0.0;                 // yarn; 0 = derive from factor / mscale
+    bool truncate = true;                          // yarn: round the correction range to whole dims (gpt-oss: false)
 
     // default_theta is the architecture's HF default for rope_theta.
     static RopeScaling parse(const io::HfConfig& config, double default_theta);

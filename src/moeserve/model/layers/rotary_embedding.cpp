@@ -20,8 +20,13 @@ std::vector<double> yarn_inv_freq(const RopeScaling& r, int64_t dim, int64_t ori
                 std::log(static_cast<double>(original_max_pos) / (num_rotations * 2 * M_PI))) /
                (2 * std::log(base));
     };
-    double low = std::max(std::floor(correction_dim(r.beta_fast)), 0.0);
-    double high = std::min(std::ceil(correction_dim(r.beta_slow)), static_cast<double>(dim - 1));
+    double low = correction_dim(r.beta_fast), high = correction_dim(r.beta_slow);
+    if (r.truncate) {  // HF's default; gpt-oss keeps the fractional range ("truncate": false)
+        low = std::floor(low);
+        high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, static_cast<double>(dim - 1));
     if (low == high) high += 0.001;
     std::vector<double> inv_freq(static_cast<size_t>(dim / 2));
     for (int64_t i = 0; i < dim / 2; ++i) {

@@ -17,6 +17,7 @@ nlohmann::json qwen2_moe_preset(const std::string& model_type, const std::string
 nlohmann::json glm4_moe_preset(const std::string& model_type, const std::string& size);
 // Mixtral's structure on Qwen3's vocabulary (the tokenizer the generator ships).
 nlohmann::json mixtral_preset(const std::string& model_type, const std::string& size);
+nlohmann::json gpt_oss_preset(const std::string& model_type, const std::string& size);
 // model_type deepseek_v3 or deepseek_v2 (their routing and scaling differ).
 nlohmann::json deepseek_v3_preset(const std::string& model_type, const std::string& size);
 

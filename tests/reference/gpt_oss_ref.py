@@ -1,0 +1,122 @@
+# Independent float64 numpy forward pass of gpt-oss (HF model_type "gpt_oss"), the oracle for the
+# C++ model tests. Mirrors the semantics of transformers' GptOssForCausalLM (eager attention).
+# CLI: --model DIR --tokens 1,2,3 --out logits.f32 [--greedy N --greedy-out t.json]
+"""gpt-oss reference forward (float64 from exactly converted checkpoint weights).
+
+Per layer: x += o_proj(attention), where q/k/v/o have biases, q and k get YaRN RoPE
+(rotate-half), and each head's softmax runs over its keys plus one learned sink logit
+(self_attn.sinks) whose probability is dropped; layers of layer_types "sliding_attention" see the
+last sliding_window keys only. Then x += MoE(post_attention_layernorm(x)): router logits
+x W^T + b, the top-k logits softmaxed among themselves; each chosen expert computes
+gate_up = x @ gate_up_proj[e] + bias (gate = columns 0::2, up = 1::2), gate clamped above at
+swiglu_limit, up clamped to +-swiglu_limit, (up + 1) * gate * sigmoid(1.702 gate) @ down_proj[e]
++ down bias, weighted. Final model.norm, then lm_head.
+"""
+
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ref_common as rc  # noqa: E402
+
+MODEL_TYPES = {"gpt_oss"}
+ALPHA = 1.702
+
+
+def rope_for(config, positions):
+    """(cos, sin) [n, head_dim]: YaRN over the whole head, times its attention factor."""
+    dim = config["head_dim"]
+    theta, scaling = rc.rope_settings(config)
+    if scaling is None:
+        return rc.rope_tables(1.0 / theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim), positions, 1.0)
+    if scaling.get("rope_type", scaling.get("type")) != "yarn":
+        raise NotImplementedError("only YaRN rope_scaling is part of this reference")
+    inv_freq = rc.yarn_inv_freq(dim, theta, scaling, config["max_position_embeddings"])
+    factor = scaling.get("attention_factor") or rc.yarn_get_mscale(float(scaling["factor"]))
+    return rc.rope_tables(inv_freq, positions, factor)
+
+
+def layer_window(config, layer):
+    types = config.get("layer_types") or [
+        "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(config["num_hidden_layers"])]
+    return config["sliding_window"] if types[layer] == "sliding_attention" else None
+
+
+def attention_with_sinks(q, k, v, sinks, scale, window):
+    """q [H, n, d], k/v [H, n, d], sinks [H] -> [n, H * d]."""
+    n = q.shape[1]
+    scores = np.einsum("hid,hjd->hij", q, k) * scale
+    i = np.arange(n)[:, None]
+    j = np.arange(n)[None, :]
+    allowed = j <= i
+    if window:
+        allowed &= (i - j) < window
+    scores = np.where(allowed[None], scores, -np.inf)
+    sink_col = np.broadcast_to(sinks[:, None, None], (q.shape[0], n, 1))
+    combined = np.concatenate([scores, sink_col], axis=-1)
+    combined = combined - combined.max(axis=-1, keepdims=True)
+    p = np.exp(combined)
+    p = p / p.sum(axis=-1, keepdims=True)
+    out = np.einsum("hij,hjd->hid", p[..., :-1], v)
+    return out.transpose(1, 0, 2).reshape(n, -1)
+
+
+def attention(weights, config, layer, x, cos, sin):
+    p = f"model.layers.{layer}.self_attn"
+    n = x.shape[0]
+    heads, kv_heads, d = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
+    q = rc.linear(weights, p + ".q_proj", x).reshape(n, heads, d).transpose(1, 0, 2)
+    k = rc.linear(weights, p + ".k_proj", x).reshape(n, kv_heads, d).transpose(1, 0, 2)
+    v = rc.linear(weights, p + ".v_proj", x).reshape(n, kv_heads, d).transpose(1, 0, 2)
+    q = rc.apply_rope_neox(q, cos, sin)
+    k = rc.apply_rope_neox(k, cos, sin)
+    k = np.repeat(k, heads // kv_heads, axis=0)
+    v = np.repeat(v, heads // kv_heads, axis=0)
+    sinks = rc.need(weights, p + ".sinks")
+    out = attention_with_sinks(q, k, v, sinks, d ** -0.5, layer_window(config, layer))
+    return rc.linear(weights, p + ".o_proj", out)
+
+
+def sparse_moe(weights, config, layer, h):
+    p = f"model.layers.{layer}.mlp"
+    logits = rc.linear(weights, p + ".router", h)
+    top_k = config["num_experts_per_tok"]
+    idx = np.stack([rc.topk_stable(row, top_k) for row in logits])
+    top = np.take_along_axis(logits, idx, axis=-1)
+    w = np.exp(top - top.max(axis=-1, keepdims=True))
+    w = w / w.sum(axis=-1, keepdims=True)
+    limit = config.get("swiglu_limit", 7.0)
+    gate_up_w, gate_up_b = rc.need(weights, p + ".experts.gate_up_proj"), rc.need(weights, p + ".experts.gate_up_proj_bias")
+    down_w, down_b = rc.need(weights, p + ".experts.down_proj"), rc.need(weights, p + ".experts.down_proj_bias")
+    out = np.zeros_like(h)
+    for e in np.unique(idx):
+        rows, slots = np.nonzero(idx == e)
+        gate_up = h[rows] @ gate_up_w[e] + gate_up_b[e]
+        gate, up = gate_up[:, 0::2], gate_up[:, 1::2]
+        gate = np.minimum(gate, limit)
+        up = np.clip(up, -limit, limit)
+        glu = gate / (1.0 + np.exp(-ALPHA * gate))
+        y = ((up + 1.0) * glu) @ down_w[e] + down_b[e]
+        out[rows] += y * w[rows, slots][:, None]
+    return out
+
+
+def forward_hidden(weights, config, token_ids, trace=None):
+    """Final-normed hidden states [n, hidden] (float64) for token_ids at positions 0..n-1."""
+    weights = rc.prepare_weights(weights)
+    x = rc.embed(weights, token_ids)
+    cos, sin = rope_for(config, np.arange(len(token_ids)))
+    eps = config["rms_norm_eps"]
+    for layer in range(config["num_hidden_layers"]):
+        p = f"model.layers.{layer}"
+        x = x + attention(weights, config, layer, rc.norm(weights, p + ".input_layernorm", x, eps), cos, sin)
+        x = x + sparse_moe(weights, config, layer, rc.norm(weights, p + ".post_attention_layernorm", x, eps))
+        if trace is not None:
+            trace[f"layer_{layer}"] = x.copy()
+    return rc.norm(weights, "model.norm", x, eps)
+
+
+if __name__ == "__main__":
+    rc.main(sys.argv[1:], forward_hidden, MODEL_TYPES)
