@@ -175,15 +175,16 @@ INSTANTIATE_TEST_SUITE_P(Gguf, ParallelModelTest,
                          case_name);
 
 // The families of #35 (Mixtral, Qwen2-MoE with its gated shared expert and dense layer, GLM-4.5
-// with partial RoPE and grouped routing, Kimi-K2 on DeepSeek-V3's code): TP=2 and dp=2 + EP equal
-// one rank.
+// with partial RoPE and grouped routing, Kimi-K2 on DeepSeek-V3's code, gpt-oss with its sinks,
+// biases and stacked experts): TP=2 and dp=2 + EP equal one rank.
 const ModelCase kMixtral{"mixtral", MOESERVE_MIXTRAL_TINY_DIR, MOESERVE_QWEN3_PROMPT};
 const ModelCase kQwen2Moe{"qwen2_moe", MOESERVE_QWEN2_MOE_TINY_DIR, MOESERVE_QWEN3_PROMPT};
 const ModelCase kGlm4Moe{"glm4_moe", MOESERVE_GLM4_MOE_TINY_DIR, MOESERVE_QWEN3_PROMPT};
 const ModelCase kKimiK2{"kimi_k2", MOESERVE_KIMI_K2_TINY_DIR, MOESERVE_KIMI_K2_PROMPT};
+const ModelCase kGptOss{"gpt_oss", MOESERVE_GPT_OSS_TINY_DIR, MOESERVE_QWEN3_PROMPT};
 
 INSTANTIATE_TEST_SUITE_P(Families, ParallelModelTest,
-                         ::testing::Combine(::testing::Values(kMixtral, kQwen2Moe, kGlm4Moe, kKimiK2),
+                         ::testing::Combine(::testing::Values(kMixtral, kQwen2Moe, kGlm4Moe, kKimiK2, kGptOss),
                                             ::testing::Values(ParallelSizes{1, 2, 1}, ParallelSizes{2, 1, 2})),
                          case_name);
 
