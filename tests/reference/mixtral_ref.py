@@ -3,7 +3,8 @@
 # CLI: --model DIR --tokens 1,2,3 --out logits.f32 [--greedy N --greedy-out t.json]
 """Mixtral reference forward (float64 from exactly converted checkpoint weights).
 
-Per layer: x += o_proj(causal GQA attention of q, k with RoPE rotate-half, no q/k norm);
+Per layer: x += o_proj(causal GQA attention of q, k with RoPE rotate-half, no q/k norm, over the
+last sliding_window keys when the config sets one);
 x += sum over the top-k experts of w * w2(silu(w1 h) * w3 h), h = post_attention_layernorm(x),
 with w the softmax router probabilities of those experts renormalized to sum to 1. Final
 model.norm, then lm_head.
@@ -46,9 +47,7 @@ def attention(weights, config, layer, x, cos, sin):
     k = rc.apply_rope_neox(k, cos, sin)
     k = np.repeat(k, heads // kv_heads, axis=0)
     v = np.repeat(v, heads // kv_heads, axis=0)
-    if config.get("sliding_window") is not None:
-        raise NotImplementedError("sliding_window is not part of this reference")
-    return rc.linear(weights, p + ".o_proj", rc.causal_attention(q, k, v, d ** -0.5))
+    return rc.linear(weights, p + ".o_proj", rc.causal_attention(q, k, v, d ** -0.5, config.get("sliding_window")))
 
 
 def sparse_moe(weights, config, layer, h):

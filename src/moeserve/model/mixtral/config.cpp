@@ -11,9 +11,9 @@ MixtralConfig MixtralConfig::from_json(const io::HfConfig& j) {
     c.rope = RopeScaling::parse(j, 1e6);
     c.num_experts_per_tok = j.get_int("num_experts_per_tok", c.num_experts_per_tok);
     c.num_local_experts = j.get_int("num_local_experts", c.num_local_experts);
-    for (const char* key :
-         {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-          "num_key_value_heads", "num_local_experts", "num_experts_per_tok", "max_position_embeddings"}) {
+    for (const char* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                            "num_attention_heads", "num_key_value_heads", "num_local_experts", "num_experts_per_tok",
+                            "max_position_embeddings", "sliding_window"}) {
         if (j.has(key) && j.get_int(key) < 1) j.fail(key, "a positive integer");
     }
     c.head_dim = j.get_int("head_dim", c.hidden_size / c.num_attention_heads);
@@ -22,12 +22,7 @@ MixtralConfig MixtralConfig::from_json(const io::HfConfig& j) {
         raise(ErrorCode::kInvalidModel, "{}: num_experts_per_tok ({}) must be <= num_local_experts ({})", j.label(),
               c.num_experts_per_tok, c.num_local_experts);
     }
-    if (j.has("sliding_window")) {  // present and not null
-        raise(ErrorCode::kUnsupported,
-              "{}: sliding_window {} is not supported: moeserve attends over the whole context (Mixtral's "
-              "released checkpoints ship null)",
-              j.label(), j.get_int("sliding_window"));
-    }
+    c.sliding_window = j.get_int("sliding_window", 0);  // null: the whole context
     return c;
 }
 

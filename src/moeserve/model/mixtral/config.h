@@ -27,12 +27,11 @@ struct MixtralConfig {
     RopeScaling rope;  // rope_theta (default 1e6) and rope_scaling
     int64_t num_experts_per_tok = 2;
     int64_t num_local_experts = 8;
+    int64_t sliding_window = 0;  // 0: null (the released checkpoints); else every layer slides
     std::vector<int64_t> eos_token_id;
     std::optional<int64_t> bos_token_id;
 
-    // Parses and validates; Error kInvalidModel / kUnsupported naming the field. A sliding_window
-    // is refused: moeserve's attention reads the whole context (the released Mixtral checkpoints
-    // ship null).
+    // Parses and validates; Error kInvalidModel / kUnsupported naming the field.
     static MixtralConfig from_json(const io::HfConfig& j);
 };
 

@@ -24,7 +24,8 @@ GqaModelSpec MixtralModel::model_spec(const MixtralConfig& c) {
                           /*bias=*/false, c.rms_norm_eps},
             .rope = c.rope,
             .rotary_dim = c.head_dim,
-            .max_position_embeddings = c.max_position_embeddings};
+            .max_position_embeddings = c.max_position_embeddings,
+            .layer_windows = std::vector<int64_t>(static_cast<size_t>(c.num_hidden_layers), c.sliding_window)};
 }
 
 MixtralModel::MixtralModel(const MixtralConfig& config, std::shared_ptr<const io::WeightSource> weights,

@@ -1,6 +1,6 @@
 // Mixtral (MixtralForCausalLM): embedding, N x [RMSNorm, GQA attention with RoPE (no q/k norm,
-// no bias), RMSNorm, sparse MoE: softmax over the experts, top-k, renormalized], final RMSNorm,
-// lm_head. The decoder skeleton is model/moe_decoder.h; Mixtral's names map onto the MoE block's
+// no bias; a sliding window where configured), RMSNorm, sparse MoE: softmax over the experts, top-k, renormalized],
+// final RMSNorm, lm_head. The decoder skeleton is model/moe_decoder.h; Mixtral's names map onto the MoE block's
 // (names.h).
 #pragma once
 
