@@ -129,6 +129,32 @@ INSTANTIATE_TEST_SUITE_P(Types, GgufDeepseekTest,
                                            DeepseekFile{MOESERVE_GGUF_DSV3_Q8_0_DIR, true},
                                            DeepseekFile{MOESERVE_GGUF_DSV3_Q4_K_DIR, true}));
 
+// gpt-oss as llama.cpp writes it: split experts with their biases, sinks, the sliding layers and
+// YaRN from the metadata. F32: the mapping, at the tight bound (measured 2e-6 of the largest
+// logit). Q8_0: the activations quantized as the reference does. Each quantized family alone
+// (experts, attention, output, embedding) measured within 2e-6; all of them together 2.3%, the
+// one-step flips the bound above describes compounding through the layers (the same with every
+// expert active, so no routing switch), so Q8_0 is held to kFlipTolerance with the argmax.
+TEST(GgufModel, GptOssLogitsMatchReferenceOnDequantizedWeights) {
+    const fs::path f32 = MOESERVE_GGUF_GPT_OSS_F32_DIR;
+    expect_matches_reference(gguf_in(f32), f32, parse_ids(MOESERVE_QWEN3_PROMPT));
+    const fs::path q8 = MOESERVE_GGUF_GPT_OSS_Q8_0_DIR;
+    expect_matches_reference(gguf_in(q8), q8, parse_ids(MOESERVE_QWEN3_PROMPT), kFlipTolerance);
+}
+
+TEST(GgufModel, GptOssMetadataGivesTheCheckpointsConfig) {
+    const GgufModel g = open_gguf_model(gguf_in(MOESERVE_GGUF_GPT_OSS_Q8_0_DIR));
+    const nlohmann::json& c = g.config.json();
+    const nlohmann::json preset = moeserve::testing::preset_config("gpt_oss", "tiny");
+    for (const char* key :
+         {"hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+          "num_local_experts", "num_experts_per_tok", "intermediate_size", "sliding_window", "layer_types"}) {
+        EXPECT_EQ(c.at(key), preset.at(key)) << key;
+    }
+    EXPECT_EQ(c.at("rope_scaling").at("factor"), 32.0);
+    EXPECT_EQ(c.at("rope_scaling").at("truncate"), false);
+}
+
 TEST(GgufModel, Deepseek2MetadataGivesTheCheckpointsConfig) {
     // the config the file's metadata makes equals the preset it was written from, field by field
     const GgufModel g = open_gguf_model(gguf_in(MOESERVE_GGUF_DSV3_F32_DIR));

@@ -88,19 +88,36 @@ def sparse_moe(weights, config, layer, h):
     w = np.exp(top - top.max(axis=-1, keepdims=True))
     w = w / w.sum(axis=-1, keepdims=True)
     limit = config.get("swiglu_limit", 7.0)
-    gate_up_w, gate_up_b = rc.need(weights, p + ".experts.gate_up_proj"), rc.need(weights, p + ".experts.gate_up_proj_bias")
-    down_w, down_b = rc.need(weights, p + ".experts.down_proj"), rc.need(weights, p + ".experts.down_proj_bias")
     out = np.zeros_like(h)
     for e in np.unique(idx):
         rows, slots = np.nonzero(idx == e)
-        gate_up = h[rows] @ gate_up_w[e] + gate_up_b[e]
-        gate, up = gate_up[:, 0::2], gate_up[:, 1::2]
+        gate, up = expert_gate_up(weights, p + ".experts", e, h[rows])
         gate = np.minimum(gate, limit)
         up = np.clip(up, -limit, limit)
         glu = gate / (1.0 + np.exp(-ALPHA * gate))
-        y = ((up + 1.0) * glu) @ down_w[e] + down_b[e]
+        y = expert_down(weights, p + ".experts", e, (up + 1.0) * glu)
         out[rows] += y * w[rows, slots][:, None]
     return out
+
+
+def expert_gate_up(weights, p, e, x):
+    """(gate, up) of expert e on x, biases added: from the checkpoint's stacked, interleaved
+    gate_up_proj [E, hidden, 2 inter], or from a GGUF's split per-expert tensors (its dequantized
+    form: experts.E.gate_proj / up_proj [inter, hidden], gate_proj_bias / up_proj_bias [E, inter])."""
+    if p + ".gate_up_proj" in weights:
+        gate_up = x @ weights[p + ".gate_up_proj"][e] + weights[p + ".gate_up_proj_bias"][e]
+        return gate_up[:, 0::2], gate_up[:, 1::2]
+    gate = rc.linear(weights, f"{p}.{e}.gate_proj", x) + rc.need(weights, p + ".gate_proj_bias")[e]
+    up = rc.linear(weights, f"{p}.{e}.up_proj", x) + rc.need(weights, p + ".up_proj_bias")[e]
+    return gate, up
+
+
+def expert_down(weights, p, e, a):
+    """Expert e's down projection of a, its bias added (down_proj [E, inter, hidden], or a GGUF's
+    experts.E.down_proj [hidden, inter])."""
+    if p + ".down_proj" in weights:
+        return a @ weights[p + ".down_proj"][e] + weights[p + ".down_proj_bias"][e]
+    return rc.linear(weights, f"{p}.{e}.down_proj", a) + rc.need(weights, p + ".down_proj_bias")[e]
 
 
 def forward_hidden(weights, config, token_ids, trace=None):

@@ -45,7 +45,7 @@ const std::vector<Architecture>& architectures() {
         {"qwen2_moe", &qwen2_moe_specs, &Qwen2MoeModel::load},
         {"glm4_moe", &glm4_moe_specs, &Glm4MoeModel::load},
         {"mixtral", &mixtral_specs, &MixtralModel::load},
-        {"gpt_oss", &gpt_oss_specs, &GptOssModel::load},
+        {"gpt_oss", &gpt_oss_specs, &GptOssModel::load, &GptOssModel::load_weights},
         {"deepseek_v3", &deepseek_specs, &DeepseekV3Model::load, &DeepseekV3Model::load_weights},
         {"deepseek_v2", &deepseek_specs, &DeepseekV3Model::load},
         // Kimi-K2: DeepSeek-V3's architecture under its own model_type (and a tiktoken tokenizer)

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,6 +37,9 @@ struct GgufTensorEntry {
     bool required = true;
     std::optional<KvbPart> kv_b{};
     int64_t heads = 0, qk_nope = 0;  // kv_b only
+    // Writer only: the tensor made from the checkpoint's in another layout (gpt-oss's interleaved,
+    // input-major experts); null: the names' tensors as stored (stacked when `stacked`).
+    std::function<Tensor(const io::WeightSource& weights)> convert{};
 };
 
 struct GgufModel {

@@ -49,7 +49,9 @@ std::string quantize_rows(GgmlType type, const float* x, int64_t numel, int64_t 
 }  // namespace
 
 GgmlType gguf_write_type(const std::string& gguf_name, const Shape& shape, GgmlType requested) {
-    if (shape.rank() < 2 || ends_with(gguf_name, "ffn_gate_inp.weight")) return GgmlType::kF32;
+    if (shape.rank() < 2 || ends_with(gguf_name, "ffn_gate_inp.weight") || ends_with(gguf_name, ".bias")) {
+        return GgmlType::kF32;  // vectors, the router and biases (gpt-oss's stacked expert ones) stay exact
+    }
     const int64_t row = shape[shape.rank() - 1];
     if (row % ggml_traits(requested).block_size == 0) return requested;
     if (row % 32 == 0) return GgmlType::kQ8_0;
@@ -71,16 +73,21 @@ std::vector<std::filesystem::path> write_gguf_from_checkpoint(const std::filesys
                                     model_dir.string(), w);
     }
     for (const GgufTensorEntry& e : gguf_tensor_table(config)) {
-        if (!e.required && !weights->contains(e.names[0])) continue;
+        if (!e.required && !e.convert && !weights->contains(e.names[0])) continue;
         std::vector<float> data;
         Shape shape;
-        for (const std::string& name : e.names) {
+        if (e.convert) {
+            const Tensor t = e.convert(*weights);
+            data.assign(t.as<float>(), t.as<float>() + t.numel());
+            shape = t.shape();
+        }
+        for (const std::string& name : e.convert ? std::vector<std::string>{} : e.names) {
             Tensor t = weights->load_f32(name);
             if (e.kv_b) t = split_kv_b(t, e.heads, e.qk_nope, *e.kv_b);
             data.insert(data.end(), t.as<float>(), t.as<float>() + t.numel());
             shape = t.shape();
         }
-        if (e.stacked) {
+        if (e.stacked && !e.convert) {
             std::vector<int64_t> dims{static_cast<int64_t>(e.names.size())};
             for (int64_t d : shape.dims()) dims.push_back(d);
             shape = Shape(std::span<const int64_t>(dims));

@@ -91,6 +91,19 @@ FloatExpertWeights load_float(const io::WeightSource& weights, const std::string
     return w;
 }
 
+// down_proj_bias [E, hidden] of experts ids.
+Tensor down_biases(const io::WeightSource& weights, const std::string& p, const ExpertsShape& s,
+                   const std::vector<int64_t>& ids) {
+    const StackedTensor down(weights, p + "down_proj_bias", {s.num_experts, s.hidden});
+    const auto n = static_cast<int64_t>(ids.size());
+    Tensor out(DType::kF32, {n, s.hidden});
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t e = ids[static_cast<size_t>(i)];
+        for (int64_t c = 0; c < s.hidden; ++c) out.as<float>()[i * s.hidden + c] = down.f32(e * s.hidden + c);
+    }
+    return out;
+}
+
 // The biases of experts ids: gate_up's gate then up values of the inter slice, and down's (on
 // the first intermediate shard only: the TP ranks' partial sums are added up once).
 ExpertBiases load_biases(const io::WeightSource& weights, const std::string& p, const ExpertsShape& s, const Layout& g,
@@ -106,14 +119,7 @@ ExpertBiases load_biases(const io::WeightSource& weights, const std::string& p, 
                 gate_up.f32(e * 2 * s.inter + 2 * (g.inter_begin + r) + 1);
         }
     }
-    if (g.inter_begin == 0) {
-        const StackedTensor down(weights, p + "down_proj_bias", {s.num_experts, s.hidden});
-        b.down = Tensor(DType::kF32, {n, s.hidden});
-        for (int64_t i = 0; i < n; ++i) {
-            const int64_t e = ids[static_cast<size_t>(i)];
-            for (int64_t c = 0; c < s.hidden; ++c) b.down.as<float>()[i * s.hidden + c] = down.f32(e * s.hidden + c);
-        }
-    }
+    if (g.inter_begin == 0) b.down = down_biases(weights, p, s, ids);
     return b;
 }
 
@@ -126,6 +132,30 @@ void check_runnable(const std::string& module, const Quantization& quant) {
     }
 }
 
+// A GGUF file's experts (gguf_gpt_oss.cpp): per-expert gate/up/down slices of the split stacked
+// tensors as their blocks, and the split biases gate_proj_bias / up_proj_bias [E, inter] and
+// down_proj_bias [E, hidden].
+Experts load_gguf(const io::WeightSource& weights, const std::string& p, const ExpertsShape& s, const Layout& g,
+                  const std::vector<int64_t>& ids, int64_t first_id, const Quantization& quant) {
+    std::vector<std::string> prefixes;
+    for (int64_t id : ids) prefixes.push_back(p + std::to_string(id) + ".");
+    Experts experts = Experts::load(weights, prefixes, s.hidden, s.inter, first_id, g.inter_begin, g.inter, quant);
+    const StackedTensor gate(weights, p + "gate_proj_bias", {s.num_experts, s.inter});
+    const StackedTensor up(weights, p + "up_proj_bias", {s.num_experts, s.inter});
+    const auto n = static_cast<int64_t>(ids.size());
+    ExpertBiases b{Tensor(DType::kF32, {n, 2 * g.inter}), Tensor(), s.swiglu_limit, s.alpha};
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t e = ids[static_cast<size_t>(i)];
+        for (int64_t r = 0; r < g.inter; ++r) {
+            b.gate_up.as<float>()[i * 2 * g.inter + r] = gate.f32(e * s.inter + g.inter_begin + r);
+            b.gate_up.as<float>()[i * 2 * g.inter + g.inter + r] = up.f32(e * s.inter + g.inter_begin + r);
+        }
+    }
+    if (g.inter_begin == 0) b.down = down_biases(weights, p, s, ids);
+    experts.set_biases(std::move(b));
+    return experts;
+}
+
 }  // namespace
 
 RoutedExpertsLoader routed_experts_loader(const ExpertsShape& shape) {
@@ -134,6 +164,7 @@ RoutedExpertsLoader routed_experts_loader(const ExpertsShape& shape) {
         const std::string p = layer_prefix + kExperts;
         check_runnable(p + "gate_up_proj", quant);
         const Layout g{shape.hidden, shape.inter, shards.moe_inter.begin, shards.moe_inter.count};
+        if (weights.is_gguf()) return load_gguf(weights, p, shape, g, ids, first_id, quant);
         FloatExpertWeights w = load_float(weights, p, shape, g, ids, quant.f32_weights);
         quant.counts->float_experts += 1;
         return Experts::from_weights(std::move(w), static_cast<int64_t>(ids.size()), shape.hidden, g.inter, first_id,

@@ -56,4 +56,10 @@ std::unique_ptr<Model> GptOssModel::load(const io::HfConfig& config, const std::
     return std::make_unique<GptOssModel>(c, open_hf_checkpoint(model_dir, options, "gpt_oss"), pool, options);
 }
 
+std::unique_ptr<Model> GptOssModel::load_weights(const io::HfConfig& config,
+                                                 std::shared_ptr<const io::WeightSource> weights, ThreadPool& pool,
+                                                 const LoadOptions& options) {
+    return std::make_unique<GptOssModel>(GptOssConfig::from_json(config), std::move(weights), pool, options);
+}
+
 }  // namespace moeserve::model

@@ -21,6 +21,10 @@ public:
     // The architecture table's loader (architecture.h).
     static std::unique_ptr<Model> load(const io::HfConfig& config, const std::filesystem::path& model_dir,
                                        ThreadPool& pool, const LoadOptions& options);
+    // The same from an opened source (a GGUF file's: formats/gguf_gpt_oss.cpp).
+    static std::unique_ptr<Model> load_weights(const io::HfConfig& config,
+                                               std::shared_ptr<const io::WeightSource> weights, ThreadPool& pool,
+                                               const LoadOptions& options);
 
     static DecoderSpec decoder_spec(const GptOssConfig& config);
     static GqaModelSpec model_spec(const GptOssConfig& config);

@@ -273,18 +273,23 @@ Experts Experts::load(const io::WeightSource& weights, const std::vector<std::st
 
 Experts Experts::from_weights(ExpertWeights weights, int64_t n, int64_t hidden, int64_t inter, int64_t expert_begin,
                               ExpertBiases biases) {
-    MOESERVE_CHECK(
-        std::holds_alternative<FloatExpertWeights>(weights) || std::holds_alternative<BlockExpertWeights>(weights),
-        "experts with biases run as float or blocks");
     Experts e;
     e.weights_ = std::move(weights);
     e.num_experts_ = n;
     e.hidden_ = hidden;
     e.inter_ = inter;
     e.expert_begin_ = expert_begin;
-    e.biases_ = std::move(biases);
-    if (auto* blocks = std::get_if<BlockExpertWeights>(&e.weights_)) blocks->blocks.glu = e.glu();
+    e.set_biases(std::move(biases));
     return e;
+}
+
+void Experts::set_biases(ExpertBiases biases) {
+    // the int8 and int4 kernels have no ExpertGlu
+    MOESERVE_CHECK(
+        std::holds_alternative<FloatExpertWeights>(weights_) || std::holds_alternative<BlockExpertWeights>(weights_),
+        "experts with biases run as float or blocks");
+    biases_ = std::move(biases);
+    if (auto* blocks = std::get_if<BlockExpertWeights>(&weights_)) blocks->blocks.glu = glu();
 }
 
 kernels::ExpertGlu Experts::glu() const {

@@ -71,6 +71,8 @@ public:
     // float or block representation, with their biases. n experts of [inter, hidden] each.
     static Experts from_weights(ExpertWeights weights, int64_t n, int64_t hidden, int64_t inter, int64_t expert_begin,
                                 ExpertBiases biases);
+    // Adds biases to experts loaded in the float or block representation (gpt-oss's GGUF files).
+    void set_biases(ExpertBiases biases);
 
     // out f32 [num_tokens, hidden] = sum_j w[t, j] * Expert_{ids[t, j]}(x[t]).
     void forward(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
