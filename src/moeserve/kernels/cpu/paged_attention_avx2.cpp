@@ -9,8 +9,8 @@
 // softmax weight, its value row, so the inner loops only widen. This code serves every ISA level
 // (the ref level included: attention has no scalar dispatch level); at the avx512 level the
 // items go to paged_attention_avx512.cpp instead, and decode-shaped sequences are split by
-// segments of keys across the threads (SplitDecode). Attention sinks and sliding windows
-// (gpt-oss) run here at every level: the AVX-512 kernels do not take them yet.
+// segments of keys across the threads (SplitDecode). Sliding windows (gpt-oss, Mistral) run here
+// at every level; attention sinks run in both kernels.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -233,10 +233,10 @@ void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, flo
 }
 
 // The AVX-512 kernels (paged_attention_isa.h) take every item when the CPU runs avx512, the
-// head dim suits them and the attention has neither sinks nor a window.
+// head dim suits them and the attention has no sliding window (a window attends at most its
+// `window` keys: the group kernel's tiles start at the window).
 bool use_flash(const PagedKvLayer& kv, const PagedAttentionArgs& a) {
-    return active_isa() >= Isa::kAvx512 && kv.head_dim % 16 == 0 && kv.head_dim <= 256 && a.sinks == nullptr &&
-           a.window == 0;
+    return active_isa() >= Isa::kAvx512 && kv.head_dim % 16 == 0 && kv.head_dim <= 256 && a.window == 0;
 }
 
 detail::FlashKvHead flash_kv_head(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, float scale) {
@@ -265,11 +265,12 @@ void attend_flash(const PagedKvLayer& kv, const PagedAttentionArgs& a, int64_t s
     const detail::FlashKvHead head = flash_kv_head(kv, a.block_tables + s * a.max_blocks_per_seq, kvh, a.scale);
     detail::FlashRows rows;
     rows.n = 0;
-    for_each_row(kv, a, s, kvh, i0, i1, [&](const float* q, float* out, float* lse, int64_t pos, int64_t) {
+    for_each_row(kv, a, s, kvh, i0, i1, [&](const float* q, float* out, float* lse, int64_t pos, int64_t h) {
         rows.q[rows.n] = q;
         rows.out[rows.n] = out;
         rows.lse[rows.n] = lse;
         rows.pos[rows.n] = pos;
+        rows.sink[rows.n] = a.sinks ? a.sinks[h] : -INFINITY;
         if (++rows.n == detail::kFlashRows) {
             detail::flash_attend_avx512(head, rows);
             rows.n = 0;
@@ -314,6 +315,7 @@ struct SplitDecode {
     std::vector<const float*> q;
     std::vector<float*> out, lse;
     std::vector<int64_t> pos;
+    std::vector<float> sink;  // each row's head's sink logit, -inf without sinks
     int64_t num_items = 0, floats = 0;
 };
 
@@ -344,6 +346,7 @@ void add_decode_rows(const PagedKvLayer& kv, const PagedAttentionArgs& a, int64_
                 plan.out.push_back(a.out + tok * d);
                 plan.lse.push_back(a.lse ? a.lse + tok : nullptr);
                 plan.pos.push_back(a.seq_lens[s] - q_len + i);
+                plan.sink.push_back(a.sinks ? a.sinks[h * group + g] : -INFINITY);
             }
         }
     }
@@ -391,7 +394,7 @@ void merge_split_decode(ThreadPool& pool, const PagedKvLayer& kv, const SplitDec
                 detail::flash_merge_avx512(total, partial_at(base, sq.rows, d, 1 + seg), sq.rows, d);
             }
             detail::flash_finish_avx512(total, sq.rows, d, plan.out.data() + sq.first_row,
-                                        plan.lse.data() + sq.first_row);
+                                        plan.lse.data() + sq.first_row, plan.sink.data() + sq.first_row);
         }
     });
 }

@@ -330,9 +330,10 @@ void attend(const FlashKvHead& kv, const FlashRows& rows) {
         end_segment(d, s);
     }
     for (int64_t r = 0; r < rows.n; ++r) {
-        const float inv = 1.0f / s.total_l[r];
+        const float l = s.total_l[r] + __builtin_expf(rows.sink[r] - s.total_m[r]);  // the sink: no value row
+        const float inv = 1.0f / l;
         for (int64_t x = 0; x < d; ++x) rows.out[r][x] = s.total_o[x * kR + r] * inv;
-        if (rows.lse[r] != nullptr) *rows.lse[r] = s.total_m[r] + __builtin_logf(s.total_l[r]);
+        if (rows.lse[r] != nullptr) *rows.lse[r] = s.total_m[r] + __builtin_logf(l);
     }
 }
 
@@ -514,7 +515,7 @@ void attend_decode(const FlashKvHead& kv, const FlashRows& rows) {
         decode_segment<T, kScaled>(kv, drows, segment, seg, b);
         flash_merge_avx512(total, seg, nq, d);
     }
-    flash_finish_avx512(total, nq, d, rows.out, rows.lse);
+    flash_finish_avx512(total, nq, d, rows.out, rows.lse, rows.sink);
 }
 
 template <typename T, bool kScaled>
@@ -541,13 +542,14 @@ void flash_merge_avx512(const FlashPartial& total, const FlashPartial& next, int
 }
 
 void flash_finish_avx512(const FlashPartial& total, int64_t rows, int64_t head_dim, float* const* out,
-                         float* const* lse) {
+                         float* const* lse, const float* sink) {
     for (int64_t r = 0; r < rows; ++r) {
-        const __m512 inv = _mm512_set1_ps(1.0f / total.l[r]);
+        const float l = total.l[r] + __builtin_expf(sink[r] - total.m[r]);
+        const __m512 inv = _mm512_set1_ps(1.0f / l);
         for (int64_t x = 0; x < head_dim; x += 16) {
             _mm512_storeu_ps(out[r] + x, _mm512_mul_ps(_mm512_loadu_ps(total.o + r * head_dim + x), inv));
         }
-        if (lse[r] != nullptr) *lse[r] = total.m[r] + __builtin_logf(total.l[r]);
+        if (lse[r] != nullptr) *lse[r] = total.m[r] + __builtin_logf(l);
     }
 }
 

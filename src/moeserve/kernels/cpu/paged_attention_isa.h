@@ -32,6 +32,7 @@ struct FlashRows {
     float* out[kFlashRows];      // head_dim floats each
     float* lse[kFlashRows];      // null where not asked for
     int64_t pos[kFlashRows];
+    float sink[kFlashRows];  // the head's sink logit (PagedAttentionArgs::sinks), -inf without
 };
 
 // Keys go by segments of kSegmentKeys from key 0: each segment's softmax starts afresh, and the
@@ -74,8 +75,9 @@ void flash_decode_segment_avx512(const FlashKvHead& kv, const FlashDecodeRows& r
 // merges its segments; a total with m = -inf everywhere is empty.
 void flash_merge_avx512(const FlashPartial& total, const FlashPartial& next, int64_t rows, int64_t head_dim);
 
-// out[r] = total.o[r] / total.l[r]; lse[r] (where not null) = m + log(l).
+// out[r] = total.o[r] / l[r]; lse[r] (where not null) = m + log(l[r]); l[r] = total.l[r] +
+// exp(sink[r] - m) (the attention sink's share of the denominator; -inf: none).
 void flash_finish_avx512(const FlashPartial& total, int64_t rows, int64_t head_dim, float* const* out,
-                         float* const* lse);
+                         float* const* lse, const float* sink);
 
 }  // namespace moeserve::kernels::cpu::detail
