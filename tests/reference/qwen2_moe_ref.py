@@ -46,7 +46,8 @@ def sparse_moe(weights, config, layer, h):
     for e in np.unique(idx):
         rows, slots = np.nonzero(idx == e)
         out[rows] += rc.swiglu_mlp(weights, f"{p}.experts.{e}", h[rows]) * w[rows, slots][:, None]
-    gate = 1.0 / (1.0 + np.exp(-rc.linear(weights, p + ".shared_expert_gate", h)))  # [n, 1]
+    # [1, hidden] in the checkpoint, [hidden] as a GGUF stores it: [n, 1] either way
+    gate = 1.0 / (1.0 + np.exp(-rc.linear(weights, p + ".shared_expert_gate", h).reshape(-1, 1)))
     return out + gate * rc.swiglu_mlp(weights, p + ".shared_expert", h)
 
 

@@ -42,7 +42,7 @@ const std::vector<Architecture>& architectures() {
     // model_type, weight_specs, load, load_weights
     static const std::vector<Architecture> table = {
         {"qwen3_moe", &qwen3_moe_specs, &Qwen3MoeModel::load, &Qwen3MoeModel::load_weights},
-        {"qwen2_moe", &qwen2_moe_specs, &Qwen2MoeModel::load},
+        {"qwen2_moe", &qwen2_moe_specs, &Qwen2MoeModel::load, &Qwen2MoeModel::load_weights},
         {"glm4_moe", &glm4_moe_specs, &Glm4MoeModel::load},
         {"mixtral", &mixtral_specs, &MixtralModel::load},
         {"gpt_oss", &gpt_oss_specs, &GptOssModel::load, &GptOssModel::load_weights},

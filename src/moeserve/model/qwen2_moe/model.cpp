@@ -36,4 +36,10 @@ std::unique_ptr<Model> Qwen2MoeModel::load(const io::HfConfig& config, const std
     return std::make_unique<Qwen2MoeModel>(c, open_hf_checkpoint(model_dir, options, "qwen2_moe"), pool, options);
 }
 
+std::unique_ptr<Model> Qwen2MoeModel::load_weights(const io::HfConfig& config,
+                                                   std::shared_ptr<const io::WeightSource> weights, ThreadPool& pool,
+                                                   const LoadOptions& options) {
+    return std::make_unique<Qwen2MoeModel>(Qwen2MoeConfig::from_json(config), std::move(weights), pool, options);
+}
+
 }  // namespace moeserve::model
