@@ -142,6 +142,17 @@ TEST(GgufModel, GptOssLogitsMatchReferenceOnDequantizedWeights) {
     expect_matches_reference(gguf_in(q8), q8, parse_ids(MOESERVE_QWEN3_PROMPT), kFlipTolerance);
 }
 
+// Mixtral as a llama GGUF: q/k rows in llama.cpp's adjacent-pair order, run with adjacent-pair
+// RoPE; F32, held to the tight bound (the reference runs the same permuted rows the same way, and
+// equals the Hugging Face checkpoint's reference within 3e-8).
+TEST(GgufModel, MixtralLlamaFileMatchesReference) {
+    const fs::path dir = MOESERVE_GGUF_MIXTRAL_F32_DIR;
+    expect_matches_reference(gguf_in(dir), dir, parse_ids(MOESERVE_QWEN3_PROMPT));
+    const GgufModel g = open_gguf_model(gguf_in(dir));
+    EXPECT_EQ(g.config.json().at("model_type"), "mixtral");
+    EXPECT_EQ(g.config.json().at("rope_interleave"), true);
+}
+
 TEST(GgufModel, GptOssMetadataGivesTheCheckpointsConfig) {
     const GgufModel g = open_gguf_model(gguf_in(MOESERVE_GGUF_GPT_OSS_Q8_0_DIR));
     const nlohmann::json& c = g.config.json();

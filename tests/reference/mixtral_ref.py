@@ -43,8 +43,10 @@ def attention(weights, config, layer, x, cos, sin):
     q = rc.linear(weights, p + ".q_proj", x).reshape(n, heads, d).transpose(1, 0, 2)
     k = rc.linear(weights, p + ".k_proj", x).reshape(n, kv_heads, d).transpose(1, 0, 2)
     v = rc.linear(weights, p + ".v_proj", x).reshape(n, kv_heads, d).transpose(1, 0, 2)
-    q = rc.apply_rope_neox(q, cos, sin)
-    k = rc.apply_rope_neox(k, cos, sin)
+    # rope_interleave: a llama GGUF's q/k rows, permuted to adjacent pairs (formats/gguf_llama.cpp)
+    rope = rc.apply_rope_interleave if config.get("rope_interleave") else rc.apply_rope_neox
+    q = rope(q, cos, sin)
+    k = rope(k, cos, sin)
     k = np.repeat(k, heads // kv_heads, axis=0)
     v = np.repeat(v, heads // kv_heads, axis=0)
     return rc.linear(weights, p + ".o_proj", rc.causal_attention(q, k, v, d ** -0.5, config.get("sliding_window")))

@@ -21,7 +21,7 @@ GqaMoeModel::GqaMoeModel(GqaModelSpec spec, std::shared_ptr<const io::WeightSour
     const GqaShape& a = spec_.attention;
     kv_heads_ = GqaAttention::kv_heads(a, options.parallel.tp_rank, options.parallel.tp_size);
     rope_ = std::make_unique<RotaryEmbedding>(spec_.rope, spec_.rotary_dim, decoder_.rope_length(options),
-                                              spec_.max_position_embeddings, kernels::RopeStyle::kNeox);
+                                              spec_.max_position_embeddings, spec_.rope_style);
     decoder_.info().model_type = spec_.model_type;
     decoder_.info().kv_bytes_per_token = GqaKvCache::bytes_per_token(spec_.decoder.config.num_hidden_layers,
                                                                      kv_heads_.count, a.head_dim, decoder_.kv_dtype());

@@ -25,11 +25,14 @@ struct GqaModelSpec {
     DecoderSpec decoder;
     GqaShape attention;
     RopeScaling rope;
-    int64_t rotary_dim = 0;  // dims rotated per head (rotate-half): head_dim, or fewer (partial RoPE)
+    int64_t rotary_dim = 0;  // dims rotated per head: head_dim, or fewer (partial RoPE)
     int64_t max_position_embeddings = 0;
     // Per layer: the sliding window (0: full attention); empty: every layer full (gpt-oss
     // alternates, Mistral-style configs slide on all).
     std::vector<int64_t> layer_windows{};
+    // rotate-half pairs (HF), or adjacent pairs: llama.cpp's llama GGUFs store q/k rows permuted
+    // to that order, and adjacent-pair RoPE on them gives the same scores (formats/gguf_llama.cpp)
+    kernels::RopeStyle rope_style = kernels::RopeStyle::kNeox;
 };
 
 class GqaMoeModel : public Model {

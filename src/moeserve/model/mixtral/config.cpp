@@ -23,6 +23,7 @@ MixtralConfig MixtralConfig::from_json(const io::HfConfig& j) {
               c.num_experts_per_tok, c.num_local_experts);
     }
     c.sliding_window = j.get_int("sliding_window", 0);  // null: the whole context
+    c.rope_interleave = j.get_bool("rope_interleave", false);
     return c;
 }
 

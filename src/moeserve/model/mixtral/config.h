@@ -28,6 +28,9 @@ struct MixtralConfig {
     int64_t num_experts_per_tok = 2;
     int64_t num_local_experts = 8;
     int64_t sliding_window = 0;  // 0: null (the released checkpoints); else every layer slides
+    // Not a Hugging Face field: q/k rows in llama.cpp's adjacent-pair order (a llama GGUF's
+    // config, formats/gguf_llama.cpp), so RoPE rotates adjacent pairs.
+    bool rope_interleave = false;
     std::vector<int64_t> eos_token_id;
     std::optional<int64_t> bos_token_id;
 

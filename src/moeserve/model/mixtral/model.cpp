@@ -25,7 +25,8 @@ GqaModelSpec MixtralModel::model_spec(const MixtralConfig& c) {
             .rope = c.rope,
             .rotary_dim = c.head_dim,
             .max_position_embeddings = c.max_position_embeddings,
-            .layer_windows = std::vector<int64_t>(static_cast<size_t>(c.num_hidden_layers), c.sliding_window)};
+            .layer_windows = std::vector<int64_t>(static_cast<size_t>(c.num_hidden_layers), c.sliding_window),
+            .rope_style = c.rope_interleave ? kernels::RopeStyle::kInterleaved : kernels::RopeStyle::kNeox};
 }
 
 MixtralModel::MixtralModel(const MixtralConfig& config, std::shared_ptr<const io::WeightSource> weights,
@@ -36,6 +37,12 @@ std::unique_ptr<Model> MixtralModel::load(const io::HfConfig& config, const std:
                                           ThreadPool& pool, const LoadOptions& options) {
     const MixtralConfig c = MixtralConfig::from_json(config);
     return std::make_unique<MixtralModel>(c, open_hf_checkpoint(model_dir, options, "mixtral"), pool, options);
+}
+
+std::unique_ptr<Model> MixtralModel::load_weights(const io::HfConfig& config,
+                                                  std::shared_ptr<const io::WeightSource> weights, ThreadPool& pool,
+                                                  const LoadOptions& options) {
+    return std::make_unique<MixtralModel>(MixtralConfig::from_json(config), std::move(weights), pool, options);
 }
 
 }  // namespace moeserve::model
