@@ -153,6 +153,18 @@ TEST(GgufModel, MixtralLlamaFileMatchesReference) {
     EXPECT_EQ(g.config.json().at("rope_interleave"), true);
 }
 
+// GLM-4.5 as a glm4moe GGUF: the dense first layer, shared expert, correction bias, partial RoPE
+// and q/k norms from the metadata and the tensor table; F32 at the tight bound.
+TEST(GgufModel, Glm4MoeFileMatchesReference) {
+    const fs::path dir = MOESERVE_GGUF_GLM4_MOE_F32_DIR;
+    expect_matches_reference(gguf_in(dir), dir, parse_ids(MOESERVE_QWEN3_PROMPT));
+    const GgufModel g = open_gguf_model(gguf_in(dir));
+    const nlohmann::json& c = g.config.json();
+    EXPECT_EQ(c.at("first_k_dense_replace"), 1);
+    EXPECT_EQ(c.at("partial_rotary_factor"), 0.5);
+    EXPECT_EQ(c.at("use_qk_norm"), true);
+}
+
 TEST(GgufModel, GptOssMetadataGivesTheCheckpointsConfig) {
     const GgufModel g = open_gguf_model(gguf_in(MOESERVE_GGUF_GPT_OSS_Q8_0_DIR));
     const nlohmann::json& c = g.config.json();

@@ -43,7 +43,7 @@ const std::vector<Architecture>& architectures() {
     static const std::vector<Architecture> table = {
         {"qwen3_moe", &qwen3_moe_specs, &Qwen3MoeModel::load, &Qwen3MoeModel::load_weights},
         {"qwen2_moe", &qwen2_moe_specs, &Qwen2MoeModel::load, &Qwen2MoeModel::load_weights},
-        {"glm4_moe", &glm4_moe_specs, &Glm4MoeModel::load},
+        {"glm4_moe", &glm4_moe_specs, &Glm4MoeModel::load, &Glm4MoeModel::load_weights},
         {"mixtral", &mixtral_specs, &MixtralModel::load, &MixtralModel::load_weights},
         {"gpt_oss", &gpt_oss_specs, &GptOssModel::load, &GptOssModel::load_weights},
         {"deepseek_v3", &deepseek_specs, &DeepseekV3Model::load, &DeepseekV3Model::load_weights},

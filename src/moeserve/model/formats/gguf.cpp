@@ -16,8 +16,8 @@ namespace moeserve::model {
 namespace {
 
 const std::vector<const GgufArchitecture*>& gguf_architectures() {
-    static const std::vector<const GgufArchitecture*> table = {&gguf_qwen3moe(), &gguf_qwen2moe(), &gguf_llama(),
-                                                               &gguf_deepseek2(), &gguf_gpt_oss()};
+    static const std::vector<const GgufArchitecture*> table = {&gguf_qwen3moe(), &gguf_qwen2moe(),  &gguf_llama(),
+                                                               &gguf_glm4moe(),  &gguf_deepseek2(), &gguf_gpt_oss()};
     return table;
 }
 

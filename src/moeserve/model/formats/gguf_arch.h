@@ -28,6 +28,7 @@ const GgufArchitecture& gguf_deepseek2();  // gguf_deepseek2.cpp
 const GgufArchitecture& gguf_gpt_oss();    // gguf_gpt_oss.cpp
 const GgufArchitecture& gguf_qwen2moe();   // gguf_qwen2moe.cpp
 const GgufArchitecture& gguf_llama();      // gguf_llama.cpp (Mixtral)
+const GgufArchitecture& gguf_glm4moe();    // gguf_glm4moe.cpp
 
 // Shared by the architectures (gguf.cpp).
 // An integer key that may also be a per-layer array with one value (head_count_kv); kUnsupported

@@ -44,4 +44,10 @@ std::unique_ptr<Model> Glm4MoeModel::load(const io::HfConfig& config, const std:
     return std::make_unique<Glm4MoeModel>(c, open_hf_checkpoint(model_dir, options, "glm4_moe"), pool, options);
 }
 
+std::unique_ptr<Model> Glm4MoeModel::load_weights(const io::HfConfig& config,
+                                                  std::shared_ptr<const io::WeightSource> weights, ThreadPool& pool,
+                                                  const LoadOptions& options) {
+    return std::make_unique<Glm4MoeModel>(Glm4MoeConfig::from_json(config), std::move(weights), pool, options);
+}
+
 }  // namespace moeserve::model

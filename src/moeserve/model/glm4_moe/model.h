@@ -23,6 +23,10 @@ public:
     // model_dir, `options` resolved.
     static std::unique_ptr<Model> load(const io::HfConfig& config, const std::filesystem::path& model_dir,
                                        ThreadPool& pool, const LoadOptions& options);
+    // The same from an opened source (a GGUF file's: formats/gguf_glm4moe.cpp).
+    static std::unique_ptr<Model> load_weights(const io::HfConfig& config,
+                                               std::shared_ptr<const io::WeightSource> weights, ThreadPool& pool,
+                                               const LoadOptions& options);
 
     // The decoder's part of this architecture: sizes, tensor names, routing rule (also what
     // weight_specs.cpp lists the tensors from).
