@@ -56,6 +56,25 @@ Json deepseek_v3_pre_tokenizer() {
               byte_level_trimmed}}};
 }
 
+// GPT-4o's o200k split (gpt-oss's o200k_harmony too), llama.cpp's pre-tokenizer name "gpt-4o",
+// as their tokenizer.json writes it: the matches kept (Removed, inverted), no normalizer.
+constexpr std::string_view kO200kRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+    R"(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+Json o200k_pre_tokenizer() {
+    Json byte_level_trimmed = byte_level();
+    byte_level_trimmed["trim_offsets"] = true;
+    return {{"type", "Sequence"},
+            {"pretokenizers",
+             {{{"type", "Split"},
+               {"pattern", {{"Regex", std::string(kO200kRegex)}}},
+               {"behavior", "Removed"},
+               {"invert", true}},
+              byte_level_trimmed}}};
+}
+
 // The byte-level BPE tokenizers a GGUF file can name (tokenizer.ggml.pre): the normalizer and
 // pre-tokenizer of their tokenizer.json. Reading rebuilds them from the name; writing finds the
 // name whose pair equals the tokenizer.json's.
@@ -68,6 +87,7 @@ const std::vector<KnownPreTokenizer>& known_pre_tokenizers() {
     static const std::vector<KnownPreTokenizer> table = {
         {"qwen2", {{"type", "NFC"}}, qwen2_pre_tokenizer()},
         {"deepseek-v3", {{"type", "Sequence"}, {"normalizers", Json::array()}}, deepseek_v3_pre_tokenizer()},
+        {"gpt-4o", Json(), o200k_pre_tokenizer()},
     };
     return table;
 }
