@@ -82,10 +82,11 @@ void quant_q5_1(const float* x, BlockQ5_1& b) {
 }
 
 // The e8m0 exponent gguf-py's MXFP4.quantize_blocks picks for a block whose largest magnitude is
-// amax: floor(log2(amax)) - 2 + 127 in float32 (numpy's float32 log2 is correctly rounded, which
-// the float of the double log2 is too: just below a power of two it rounds up to it), cast to
-// uint8 the way numpy's cast does on x86: through int32, keeping the low byte, so an amax below
-// 2^-125 wraps (2^-149 gives 232); 0 when amax is 0.
+// amax: floor(log2(amax)) - 2 + 127 in float32, the log2 a float32 too. The float of the double
+// log2 gives numpy's float32 log2 on every golden (quant_MXFP4.bin), the float just below each
+// power of two included, where both round up to the power's exponent. The cast to uint8 is
+// numpy's on x86: through int32, keeping the low byte, so an amax below 2^-125 wraps (2^-149
+// gives 232); 0 when amax is 0.
 uint8_t mxfp4_exponent(float amax) {
     if (!(amax > 0.0f)) return 0;
     const float e = std::floor(static_cast<float>(std::log2(static_cast<double>(amax)))) - 2.0f + 127.0f;
