@@ -20,6 +20,7 @@
 // integer work at decode). So every type here is within f32 reassociation of the reference.
 #include <immintrin.h>
 
+#include <bit>
 #include <cstring>
 
 #include "moeserve/kernels/cpu/gguf_blocks.h"
@@ -147,14 +148,18 @@ struct Q8_0Weights {
     }
 };
 
-// 2^(e - 128), MXFP4's halved e8m0 scale, by its bits (gguf_blocks.h's e8m0_to_f32_half, written
-// here for the reason scales_mins_k4 gives).
-inline float e8m0_half(uint8_t e) {
-    const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
-    float v;
-    std::memcpy(&v, &bits, 4);
-    return v;
+// 2^(e - 128), MXFP4's halved e8m0 scale, for every e: gguf_blocks.h's e8m0_to_f32_half (not
+// called from here, for the reason scales_mins_k4 gives) as a table made at compile time, so a
+// tile's rows take their scales with one load each, not a compare and select per block.
+struct E8m0HalfTable {
+    float v[256];
+};
+constexpr E8m0HalfTable make_e8m0_half_table() {
+    E8m0HalfTable t{};
+    for (uint32_t e = 0; e < 256; ++e) t.v[e] = std::bit_cast<float>(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+    return t;
 }
+constexpr E8m0HalfTable kE8m0Half = make_e8m0_half_table();
 
 // MXFP4: vpshufb looks the nibbles up in the doubled e2m1 values plus 12 (0-24, unsigned for
 // vpdpbusd); the scales are lanes [x, y, x, y] as scales2's, y 0 for a missing second block.
@@ -162,7 +167,8 @@ struct Mxfp4Weights {
     using Block = BlockMXFP4;
     static constexpr int kOffset = 12;
     static __m512 scales(const Block& b0, const Block* b1) {
-        const __m512 pair = _mm512_castps128_ps512(_mm_setr_ps(e8m0_half(b0.e), b1 ? e8m0_half(b1->e) : 0.0f, 0, 0));
+        const __m512 pair =
+            _mm512_castps128_ps512(_mm_setr_ps(kE8m0Half.v[b0.e], b1 ? kE8m0Half.v[b1->e] : 0.0f, 0, 0));
         return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0), pair);
     }
     static __m512i bytes(const Block& b0, const Block* b1) {
