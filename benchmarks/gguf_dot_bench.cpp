@@ -7,6 +7,10 @@
 //   [384, 1024] weight matrix (cache-resident, as a prefill's expert is while its tokens pass),
 //   reported as GMAC/s: the tiles' compute rate. MOESERVE_ISA=avx2 against the default level
 //   gives the AVX-512 tiles' gain.
+// - BM_GgufDecodeLinear, the decode GEMV as a model runs it: gguf_linear of one token through the
+//   same [4096, 2048] matrices on a pool of state.range(0) threads (the tiles, the rows split among
+//   the threads), GB/s of weight bytes next to the STREAM read on the same pool (MXFP4 against
+//   Q4_0: 17 against 18 bytes per 32 weights).
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -29,21 +33,27 @@ namespace kc = moeserve::kernels::cpu;
 constexpr int64_t kCols = 2048;  // Qwen3-MoE hidden size
 constexpr int64_t kRows = 4096;
 
+// [kRows, kCols] of `type` quantized from normal floats, `copies` times back to back.
+std::vector<uint8_t> cold_matrices(GgmlType type, int64_t copies) {
+    const int64_t row_bytes = static_cast<int64_t>(*moeserve::ggml_nbytes(type, kCols));
+    const int64_t bytes = row_bytes * kRows;
+    std::vector<uint8_t> w(static_cast<size_t>(bytes * copies));
+    std::mt19937 rng(1);
+    std::normal_distribution<float> normal(0.0f, 0.5f);
+    std::vector<float> row(kCols);
+    for (int64_t r = 0; r < kRows; ++r) {
+        for (float& v : row) v = normal(rng);
+        kc::quantize_gguf(type, row.data(), w.data() + r * row_bytes, kCols);
+    }
+    for (int64_t c = 1; c < copies; ++c) std::copy_n(w.begin(), bytes, w.begin() + c * bytes);
+    return w;
+}
+
 void BM_GgufMatvec(benchmark::State& state, GgmlType type) {
     const int64_t row_bytes = static_cast<int64_t>(*moeserve::ggml_nbytes(type, kCols));
     const int64_t bytes = row_bytes * kRows;
     const int64_t copies = cold_copies(bytes);
-    std::vector<uint8_t> w(static_cast<size_t>(bytes * copies));
-    {
-        std::mt19937 rng(1);
-        std::normal_distribution<float> normal(0.0f, 0.5f);
-        std::vector<float> row(kCols);
-        for (int64_t r = 0; r < kRows; ++r) {
-            for (float& v : row) v = normal(rng);
-            kc::quantize_gguf(type, row.data(), w.data() + r * row_bytes, kCols);
-        }
-        for (int64_t c = 1; c < copies; ++c) std::copy_n(w.begin(), bytes, w.begin() + c * bytes);
-    }
+    const std::vector<uint8_t> w = cold_matrices(type, copies);
     std::vector<float> x(kCols, 0.25f);
     const GgmlType at = kc::gguf_dot_activation_type(type);
     std::vector<uint64_t> a((*moeserve::ggml_nbytes(at, kCols) + 7) / 8);
@@ -72,6 +82,37 @@ void BM_GgufMatvec(benchmark::State& state, GgmlType type) {
     state.counters["of_stream"] = gbps / stream_gb;
 }
 
+void BM_GgufDecodeLinear(benchmark::State& state, GgmlType type) {
+    const auto row_bytes = static_cast<size_t>(*moeserve::ggml_nbytes(type, kCols));
+    const int64_t bytes = static_cast<int64_t>(row_bytes) * kRows;
+    const int64_t copies = cold_copies(bytes);
+    const std::vector<uint8_t> w = cold_matrices(type, copies);
+    const std::vector<float> x(kCols, 0.25f);
+    std::vector<float> out(kRows);
+    kc::GgufScratch scratch;
+    ThreadPool pool(static_cast<int>(state.range(0)));
+    std::vector<double> ours, stream;
+    int64_t it = 0;
+    volatile float sink = 0;
+    for (auto _ : state) {
+        const moeserve::kernels::GgufMatrix m{type, w.data() + (it % copies) * bytes, kRows, kCols, row_bytes};
+        double t0 = now_s();
+        kc::gguf_linear(pool, x.data(), 1, m, out.data(), scratch);
+        ours.push_back(now_s() - t0);
+        benchmark::DoNotOptimize(out.data());
+        t0 = now_s();
+        sink = sink + stream_read(pool, w.data() + ((it + copies / 2) % copies) * bytes, bytes);
+        stream.push_back(now_s() - t0);
+        ++it;
+    }
+    const double gbps = double(bytes) / median(ours) / 1e9;
+    const double stream_gb = double(bytes) / median(stream) / 1e9;
+    state.counters["GBps"] = gbps;
+    state.counters["stream_GBps"] = stream_gb;
+    state.counters["of_stream"] = gbps / stream_gb;
+    state.counters["weights_per_us"] = double(kRows * kCols) / median(ours) / 1e6;
+}
+
 void BM_GgufExpertGemm(benchmark::State& state, GgmlType type) {
     constexpr int64_t kTokens = 64, kIn = 1024, kOut = 384;
     const int64_t row_bytes = static_cast<int64_t>(*moeserve::ggml_nbytes(type, kIn));
@@ -98,12 +139,18 @@ BENCHMARK_CAPTURE(BM_GgufExpertGemm, Q4_0, GgmlType::kQ4_0)->Unit(benchmark::kMi
 BENCHMARK_CAPTURE(BM_GgufExpertGemm, Q8_0, GgmlType::kQ8_0)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufExpertGemm, Q4_K, GgmlType::kQ4_K)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufExpertGemm, Q6_K, GgmlType::kQ6_K)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufExpertGemm, MXFP4, GgmlType::kMXFP4)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 BENCHMARK_CAPTURE(BM_GgufMatvec, Q4_0, GgmlType::kQ4_0)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufMatvec, Q8_0, GgmlType::kQ8_0)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufMatvec, Q4_K, GgmlType::kQ4_K)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufMatvec, Q5_K, GgmlType::kQ5_K)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufMatvec, Q6_K, GgmlType::kQ6_K)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufMatvec, MXFP4, GgmlType::kMXFP4)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Q4_0 and MXFP4 side by side, same shape, 2 threads (the bench machine's cores)
+BENCHMARK_CAPTURE(BM_GgufDecodeLinear, Q4_0, GgmlType::kQ4_0)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufDecodeLinear, MXFP4, GgmlType::kMXFP4)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

@@ -95,13 +95,16 @@ TEST(GgufFileTest, UnsupportedTypesAreRefusedByNameWhenUsed) {
     w.add_tensor("ok", GgmlType::kF16, Shape{2}, std::string(4, '\0'));
     w.add_tensor("blk.3.ffn_up_exps.weight", GgmlType::kIQ2_XXS, Shape{256}, std::string(66, '\0'));
     w.add_tensor("ternary", GgmlType::kTQ1_0, Shape{256}, std::string(54, '\0'));
+    w.add_tensor("blk.0.ffn_down_exps.weight", GgmlType::kMXFP4, Shape{2, 64}, std::string(4 * 17, '\0'));
     w.write(path);
     const GgufCheckpoint c(path);  // the header itself is valid
     EXPECT_NO_THROW(c.tensor("ok"));
+    EXPECT_EQ(c.tensor("blk.0.ffn_down_exps.weight").bytes.size(), 4u * 17);  // MXFP4 is read (gpt-oss's experts)
     expect_one_line_error([&] { c.tensor("blk.3.ffn_up_exps.weight"); }, ErrorCode::kUnsupported,
                           {path.string(), "'blk.3.ffn_up_exps.weight'", "IQ2_XXS", "supported: F32"});
     expect_one_line_error([&] { c.tensor("ternary"); }, ErrorCode::kUnsupported, {"'ternary'", "TQ1_0"});
-    expect_one_line_error([&] { c.check_types_supported(); }, ErrorCode::kUnsupported, {"'blk.3.ffn_up_exps.weight'"});
+    expect_one_line_error([&] { c.check_types_supported(); }, ErrorCode::kUnsupported,
+                          {"'blk.3.ffn_up_exps.weight'", "IQ2_XXS", "MXFP4"});
     expect_one_line_error([&] { c.tensor("nope"); }, ErrorCode::kNotFound, {path.string(), "'nope'"});
     GgufWriter q;
     q.add_tensor("q", GgmlType::kQ4_0, Shape{32}, std::string(18, '\0'));

@@ -1,7 +1,8 @@
 // dequantize_gguf against llama.cpp's gguf-py: the goldens in tests/data/gguf/ hold random blocks
 // with edge scales (zero, subnormal, extreme, infinite and NaN f16) and the f32 values gguf-py's
 // numpy code returned for them (tools/goldens/gguf_quants.py); every output must be the same
-// bytes. F16 and BF16 are checked on all 65536 bit patterns through a hash of gguf-py's output.
+// bytes (MXFP4: every e8m0 exponent 0-255 and every nibble in both halves of a byte). F16 and BF16
+// are checked on all 65536 bit patterns through a hash of gguf-py's output.
 // NOTE(#27): one exception: where both operands of an addition are NaN (Q4_1 / Q5_1 with an
 // infinite d and a NaN m), which payload comes out depends on the operand order the instruction
 // gets, which IEEE 754 leaves open: numpy itself returned 0x7fffe000 for element 919 of the Q4_1
@@ -90,7 +91,7 @@ TEST_P(GgufDequantGoldenTest, BitExactWithGgufPy) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, GgufDequantGoldenTest,
                          testing::Values(GgmlType::kF32, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
                                          GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kQ2_K, GgmlType::kQ3_K,
-                                         GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K),
+                                         GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kMXFP4),
                          [](const auto& p) { return std::string(ggml_type_name(p.param)); });
 
 TEST(GgufDequantTest, F16AndBf16EveryBitPatternMatchGgufPy) {

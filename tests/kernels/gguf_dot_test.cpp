@@ -60,6 +60,11 @@ std::string weight_row(GgmlType type, int64_t n, bool raw, std::mt19937& rng) {
             std::memcpy(block, &d, 4);
             for (int i = 0; i < traits.block_size; ++i) block[4 + i] = static_cast<char>(rng() % 0x7f | (rng() & 0x80));
         }
+    } else if (raw && type == GgmlType::kMXFP4) {  // every nibble; e8m0 scales 2^-20 .. 2^-5 (e - 128)
+        for (size_t i = 1; i < bytes.size(); ++i) bytes[i] = static_cast<char>(rng());
+        for (int64_t b = 0; b < n / traits.block_size; ++b) {
+            bytes[1 + static_cast<size_t>(b) * traits.type_size] = static_cast<char>(108 + rng() % 16);
+        }
     } else if (raw) {
         for (size_t i = 1; i < bytes.size(); ++i) bytes[i] = static_cast<char>(rng());
         std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
@@ -217,7 +222,7 @@ TEST_P(GgufDotTest, TilesHaveThePairKernelsBits) {
 INSTANTIATE_TEST_SUITE_P(WeightTypes, GgufDotTest,
                          testing::Values(GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
                                          GgmlType::kQ8_0, GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K,
-                                         GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kF8E4M3x128),
+                                         GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kF8E4M3x128, GgmlType::kMXFP4),
                          [](const auto& p) { return std::string(ggml_type_name(p.param)); });
 
 // Each E4M3 code (NaN aside) alone in a row against a unit activation: every level widens it to
@@ -249,9 +254,44 @@ TEST(GgufDotF8Test, EveryCodeWidensExactly) {
     }
 }
 
+// Each MXFP4 nibble under each e8m0 exponent, alone in the second block of a three-block row (the
+// AVX-512 step pairs it with the first), against quantized activations: every level gives the
+// reference's bits (one nonzero block: the same two roundings, d_w * d_a then times the integer
+// sum), and the reference the product of the dequantized weight and activation.
+TEST(GgufDotMxfp4Test, EveryNibbleAndExponentMatchesTheReference) {
+    constexpr int64_t n = 96;
+    std::mt19937 rng(39);
+    const std::vector<uint64_t> a = activations(GgmlType::kMXFP4, n, rng);
+    std::vector<float> af(n);
+    dequantize_gguf(GgmlType::kQ8_0, a.data(), af.data(), n);
+    const size_t block_bytes = ggml_traits(GgmlType::kMXFP4).type_size;  // e, then 16 bytes of nibbles
+    std::string row(3 * block_bytes, '\0');
+    for (int e = 0; e < 256; ++e) {
+        for (int q = 0; q < 16; ++q) {
+            const int at = (e + 5 * q) % 32;
+            std::fill(row.begin(), row.end(), '\0');
+            row[block_bytes] = static_cast<char>(e);
+            row[block_bytes + 1 + at % 16] = static_cast<char>(at < 16 ? q : q << 4);
+            const float ref = gguf_vec_dot_ref(GgmlType::kMXFP4, n, row.data(), a.data());
+            float w[n];
+            dequantize_gguf(GgmlType::kMXFP4, row.data(), w, n);
+            const double exact = static_cast<double>(w[32 + at]) * af[static_cast<size_t>(32 + at)];
+            if (std::isfinite(exact) && std::fabs(exact) < 1e30) {
+                EXPECT_NEAR(ref, exact, 1e-6 * std::fabs(exact) + 1e-45) << "e " << e << " q " << q;
+            }
+            test::for_each_isa([&](cpu::Isa isa) {
+                const float got = gguf_vec_dot(GgmlType::kMXFP4, n, row.data(), a.data());
+                EXPECT_EQ(f32_bits(got), f32_bits(ref))
+                    << "e " << e << " q " << q << " isa " << static_cast<int>(isa) << ": " << got << " vs " << ref;
+            });
+        }
+    }
+}
+
 TEST(GgufDotPairingTest, ActivationTypesFollowLlamaCpp) {
     EXPECT_EQ(gguf_dot_activation_type(GgmlType::kQ4_0), GgmlType::kQ8_0);
     EXPECT_EQ(gguf_dot_activation_type(GgmlType::kQ8_0), GgmlType::kQ8_0);
+    EXPECT_EQ(gguf_dot_activation_type(GgmlType::kMXFP4), GgmlType::kQ8_0);  // as llama.cpp's vec_dot_type
     // Q4_1 / Q5_1: q8_0 here, q8_1 (the same bytes plus their f16 sum) in llama.cpp
     for (const GgmlType t : {GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1}) {
         EXPECT_EQ(gguf_dot_activation_type(t), GgmlType::kQ8_0);

@@ -1,12 +1,16 @@
 // quantize_gguf: every type's blocks dequantize (with the gguf-py-checked dequantize_gguf) back
 // to the input within that type's step, zeros stay zeros, and the activation formats follow
-// llama.cpp's rules (Q8_K block sums, the largest element at -127).
+// llama.cpp's rules (Q8_K block sums, the largest element at -127). MXFP4 must give gguf-py's
+// bytes (tests/data/gguf/quant_MXFP4.bin, tools/goldens/gguf_quants.py).
 #include "moeserve/kernels/cpu/gguf_quantize.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -14,6 +18,7 @@
 #include "moeserve/core/ggml_type.h"
 #include "moeserve/kernels/cpu/gguf_blocks.h"
 #include "moeserve/kernels/cpu/gguf_dequant.h"
+#include "test_support.h"
 
 namespace moeserve::kernels::cpu {
 namespace {
@@ -76,8 +81,37 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, GgufQuantizeTest,
                                          Case{GgmlType::kQ5_0, 0.07}, Case{GgmlType::kQ5_1, 0.035},
                                          Case{GgmlType::kQ2_K, 0.45}, Case{GgmlType::kQ3_K, 0.3},
                                          Case{GgmlType::kQ4_K, 0.09}, Case{GgmlType::kQ5_K, 0.045},
-                                         Case{GgmlType::kQ6_K, 0.035}, Case{GgmlType::kQ8_K, 0.005}),
+                                         Case{GgmlType::kQ6_K, 0.035}, Case{GgmlType::kQ8_K, 0.005},
+                                         // levels 8 and 12 of a step d where amax is 8-16 d
+                                         Case{GgmlType::kMXFP4, 0.25}),
                          [](const auto& p) { return std::string(ggml_type_name(p.param.type)); });
+
+TEST(GgufQuantizeGoldenTest, Mxfp4GivesGgufPysBytes) {
+    const auto path = test::data_dir() / "gguf" / "quant_MXFP4.bin";
+    std::ifstream in(path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_TRUE(bytes.size() >= 20 && bytes.compare(0, 8, "MSGGUFQT") == 0) << path << " is missing or not a golden";
+    uint32_t header[3];  // type, element count, block bytes
+    std::memcpy(header, bytes.data() + 8, sizeof(header));
+    ASSERT_EQ(header[0], static_cast<uint32_t>(GgmlType::kMXFP4));
+    ASSERT_EQ(bytes.size(), 20 + 4ull * header[1] + header[2]);
+    ASSERT_EQ(ggml_nbytes(GgmlType::kMXFP4, header[1]), header[2]);
+    std::vector<float> x(header[1]);
+    std::memcpy(x.data(), bytes.data() + 20, 4ull * header[1]);
+    const std::vector<uint8_t> got = quantize(GgmlType::kMXFP4, x);
+    const auto* want = reinterpret_cast<const uint8_t*>(bytes.data() + 20 + 4ull * header[1]);
+    int mismatches = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        const size_t block = i / sizeof(BlockMXFP4);
+        if (got[i] != want[i] && ++mismatches <= 5) {
+            float amax = 0.0f;
+            for (size_t j = 32 * block; j < 32 * block + 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+            ADD_FAILURE() << "block " << block << " (amax " << amax << ") byte " << i % sizeof(BlockMXFP4) << ": got "
+                          << int{got[i]} << ", gguf-py " << int{want[i]};
+        }
+    }
+    EXPECT_EQ(mismatches, 0);
+}
 
 TEST(GgufQuantizeActivationsTest, Q8KMatchesLlamaCppRules) {
     std::mt19937 rng(3);

@@ -78,7 +78,8 @@ TEST_P(GgufModelTest, LogitsMatchReferenceOnDequantizedWeights) {
 
 INSTANTIATE_TEST_SUITE_P(Types, GgufModelTest,
                          ::testing::Values(MOESERVE_GGUF_Q8_0_DIR, MOESERVE_GGUF_Q4_0_DIR, MOESERVE_GGUF_Q4_K_DIR,
-                                           MOESERVE_GGUF_MIXED_DIR, MOESERVE_GGUF_QWEN2_MOE_Q8_0_DIR));
+                                           MOESERVE_GGUF_MIXED_DIR, MOESERVE_GGUF_MXFP4_DIR,
+                                           MOESERVE_GGUF_QWEN2_MOE_Q8_0_DIR));
 
 // deepseek2 files (make-model --arch deepseek_v3 --format gguf): MLA, the correction-biased
 // grouped router, shared experts, a dense first layer, YaRN, from the file's metadata alone.
@@ -206,6 +207,15 @@ TEST(GgufModel, MixedFileHoldsTheTypesLlamaQuantizeMixes) {
     EXPECT_EQ(file.info("blk.0.attn_v.weight").type, GgmlType::kQ6_K);
     EXPECT_EQ(file.info("output.weight").type, GgmlType::kQ6_K);
     EXPECT_EQ(file.info("token_embd.weight").type, GgmlType::kQ4_K);
+}
+
+TEST(GgufModel, Mxfp4FileHoldsMxfp4Experts) {
+    // make-model --gguf-tensor-type _exps=MXFP4: the stacked experts in MXFP4, the rest Q8_0
+    const io::GgufCheckpoint file(gguf_in(MOESERVE_GGUF_MXFP4_DIR));
+    for (const char* part : {"gate", "up", "down"}) {
+        EXPECT_EQ(file.info(std::string("blk.1.ffn_") + part + "_exps.weight").type, GgmlType::kMXFP4) << part;
+    }
+    EXPECT_EQ(file.info("blk.1.attn_q.weight").type, GgmlType::kQ8_0);
 }
 
 TEST(GgufModel, SplitSetLoadsFromAnySplit) {

@@ -54,6 +54,56 @@ def blocks_for(qtype, rng):
     return data.reshape(-1), n * block_size
 
 
+def mxfp4_blocks(rng):
+    """MXFP4 blocks for the dequantization golden: every e8m0 exponent 0-255 once, in random order,
+    then blocks whose 16 bytes hold every nibble in both halves; random bytes otherwise."""
+    block_size, type_size = GGML_QUANT_SIZES[T.MXFP4]
+    n = 272
+    data = rng.integers(0, 256, size=(n, type_size), dtype=np.uint8)
+    data[:256, 0] = rng.permutation(256).astype(np.uint8)
+    for b in range(256, n):  # byte j: low nibble j, high nibble (j + b) % 16
+        data[b, 1:] = np.arange(16, dtype=np.uint8) | (((np.arange(16) + b) % 16).astype(np.uint8) << 4)
+    return data.reshape(-1), n * block_size
+
+
+def mxfp4_quant_inputs(rng):
+    """f32 blocks for the MXFP4 quantization golden: random normal blocks over magnitudes 2^-140 to
+    2^125; blocks whose largest magnitude is the float just below 2^k (where float32 log2 rounds up
+    to k) for every k a float can hold, and 2^k or the float above it for every eighth; ties halfway
+    between two levels; zeros and signed zeros."""
+    blocks = []
+    for k in range(-149, 128):
+        p = np.float32(2.0 ** k)
+        below = np.nextafter(p, np.float32(0))
+        for m in (below, p, np.nextafter(p, np.float32(np.inf))) if k % 8 == 0 else (below,):
+            if not np.isfinite(m) or m == 0:
+                continue
+            x = (rng.standard_normal(32) * float(m) / 4).astype(np.float32)
+            x = np.clip(x, -m, m)
+            x[rng.integers(0, 32)] = m if rng.integers(0, 2) else -m
+            blocks.append(x)
+    for _ in range(64):
+        blocks.append((rng.standard_normal(32) * 2.0 ** rng.integers(-140, 125)).astype(np.float32))
+    for k in (-120, -3, 0, 7, 100):  # max 8 d (d = 2^k): every value halfway between two levels
+        d = 2.0 ** k
+        halves = np.array([0.5, 1.5, 2.5, 3.5, 5, 7, 10, 14, 0.25, 11, 13, 15.5], dtype=np.float64)
+        x = np.concatenate([halves, -halves, [8, -8, 12, -12, 0, -0.0, 6, -6]]) * d
+        blocks.append(x.astype(np.float32))
+    blocks.append(np.zeros(32, dtype=np.float32))
+    blocks.append(np.full(32, -0.0, dtype=np.float32))
+    return np.stack(blocks)
+
+
+def write_quant_bin(path, qtype, x, blocks):
+    """b"MSGGUFQT", u32 ggml type, u32 element count, u32 block byte count, the f32 inputs, then
+    the blocks gguf-py's quantize made of them."""
+    with open(path, "wb") as f:
+        f.write(b"MSGGUFQT")
+        f.write(struct.pack("<III", int(qtype), x.size, blocks.size))
+        f.write(x.astype("<f4").tobytes())
+        f.write(blocks.tobytes())
+
+
 def write_bin(path, qtype, blocks, n, values):
     assert values.dtype == np.float32 and values.size == n
     with open(path, "wb") as f:
@@ -106,6 +156,13 @@ def main():
             blocks, n = blocks_for(qtype, rng)
             values = quants.dequantize(blocks, qtype).reshape(-1)
             write_bin(out / f"dequant_{qtype.name}.bin", qtype, blocks, n, values)
+        # MXFP4 has its own generator, so the goldens above keep their bytes.
+        mx = np.random.default_rng(SEED + int(T.MXFP4))
+        blocks, n = mxfp4_blocks(mx)
+        values = quants.dequantize(blocks, T.MXFP4).reshape(-1)
+        write_bin(out / "dequant_MXFP4.bin", T.MXFP4, blocks, n, values)
+        x = mxfp4_quant_inputs(mx)
+        write_quant_bin(out / "quant_MXFP4.bin", T.MXFP4, x, quants.quantize(x, T.MXFP4).reshape(-1))
         # F32 is a view: random bit patterns, NaN payloads and signalling NaNs included.
         f32 = rng.integers(0, 2**32, size=64, dtype=np.uint64).astype(np.uint32)
         f32[:4] = [0x7F800001, 0xFFBFFFFF, 0x00000001, 0x80000000]

@@ -86,7 +86,7 @@ void add_make_model_command(CLI::App& app, Action* action) {
                     "hf (the safetensors directory) | gguf (also OUT/model-<TYPE>.gguf, qwen3_moe as llama.cpp's "
                     "qwen3moe; use --set mlp_only_layers=[] for the tiny size)")
         ->capture_default_str();
-    sub->add_option("--gguf-type", gguf->type, "GGUF matrix type: Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, F16, ...")
+    sub->add_option("--gguf-type", gguf->type, "GGUF matrix type: Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, MXFP4, F16, ...")
         ->capture_default_str();
     sub->add_option("--gguf-tensor-type", gguf->tensor_types,
                     "PART=TYPE: GGUF tensors whose name contains PART are written as TYPE (the first match; "

@@ -45,7 +45,7 @@ constexpr std::array<Row, 36> kTypes = {{
     {30, {"BF16",    1,     2,   true}},
     {34, {"TQ1_0",   kQK_K, 54,  false}},
     {35, {"TQ2_0",   kQK_K, 66,  false}},
-    {39, {"MXFP4",   32,    17,  false}},
+    {39, {"MXFP4",   32,    17,  true}},   // e8m0 exponent, 16 bytes of e2m1 nibbles
     {40, {"NVFP4",   64,    36,  false}},
     {41, {"Q1_0",    128,   18,  false}},
     {42, {"Q2_0",    64,    18,  false}},
@@ -77,7 +77,7 @@ GgmlTypeTraits ggml_traits(GgmlType type) {
 }
 
 std::string_view ggml_supported_type_names() {
-    return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K";
+    return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, MXFP4";
 }
 
 std::optional<uint64_t> ggml_nbytes(GgmlType type, uint64_t numel) {

@@ -165,6 +165,10 @@ GgufDotKernel gguf_dot_kernel(GgmlType type) {
             return ref      ? &gguf_dot_ref_blocks<GgmlType::kQ8_0>
                    : avx512 ? &detail::vec_dot_q8_0_q8_0_avx512
                             : &detail::vec_dot_q8_0_q8_0_avx2;
+        case GgmlType::kMXFP4:
+            return ref      ? &gguf_dot_ref_blocks<GgmlType::kMXFP4>
+                   : avx512 ? &detail::vec_dot_mxfp4_q8_0_avx512
+                            : &detail::vec_dot_mxfp4_q8_0_avx2;
         case GgmlType::kQ2_K:  // no AVX2 code: the scalar reference below avx512
             return avx512 ? &detail::vec_dot_q2_k_q8_k_avx512 : &gguf_dot_ref_blocks<GgmlType::kQ2_K>;
         case GgmlType::kQ3_K:

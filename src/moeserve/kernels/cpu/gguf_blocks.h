@@ -92,6 +92,24 @@ struct BlockQ6_K {
     int8_t scales[kQK_K / 16];
     uint8_t d[2];
 };
+// MXFP4 (OCP microscaling, gpt-oss's expert weights): y = kMxfp4Values[q] * e8m0_to_f32_half(e),
+// q the nibbles as in Q4_0 (elements 0-15 low, 16-31 high). The values are the e2m1 numbers
+// doubled, so they are integers and the scale is halved: 2^(e - 128), the same products.
+struct BlockMXFP4 {
+    uint8_t e;
+    uint8_t qs[kQK4_0 / 2];
+};
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// 2^(e - 128) as f32, by its bits as ggml builds it: e 0 and 1 are the subnormals 2^-128 and
+// 2^-127, e 255 (NaN in the OCP format) is 2^127 here as in ggml.
+inline float e8m0_to_f32_half(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+    float v;
+    std::memcpy(&v, &bits, 4);
+    return v;
+}
+
 // y = d * q; bsums[j] = sum of q over elements 16 j .. 16 j + 15 (for the dot products' mins).
 struct BlockQ8_K {
     float d;
@@ -107,7 +125,7 @@ struct BlockF8x128 {
     uint8_t q[kQF8];
 };
 
-static_assert(sizeof(BlockF8x128) == 132);
+static_assert(sizeof(BlockF8x128) == 132 && sizeof(BlockMXFP4) == 17);
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
               sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&

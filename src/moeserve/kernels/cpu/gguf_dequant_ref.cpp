@@ -68,6 +68,14 @@ void dequant_q8_0(const void* src, float* y, int64_t n) {
     });
 }
 
+// y = d * kvalue, gguf-py's order (the f32 scale times the int8 value widened to f32).
+void dequant_mxfp4(const void* src, float* y, int64_t n) {
+    for_blocks<BlockMXFP4>(src, n, kQK4_0, [&](const BlockMXFP4& b, int64_t o) {
+        const float d = e8m0_to_f32_half(b.e);
+        for (int i = 0; i < kQK4_0; ++i) y[o + i] = d * static_cast<float>(kMxfp4Values[nibble(b.qs, i)]);
+    });
+}
+
 void dequant_q2_k(const void* src, float* y, int64_t n) {
     for_blocks<BlockQ2_K>(src, n, kQK_K, [&](const BlockQ2_K& b, int64_t o) {
         const float d = load_f16(b.d);
@@ -189,6 +197,8 @@ void dequantize_gguf(GgmlType type, const void* src, float* dst, int64_t n) {
             return dequant_q5_1(src, dst, n);
         case GgmlType::kQ8_0:
             return dequant_q8_0(src, dst, n);
+        case GgmlType::kMXFP4:
+            return dequant_mxfp4(src, dst, n);
         case GgmlType::kQ2_K:
             return dequant_q2_k(src, dst, n);
         case GgmlType::kQ3_K:

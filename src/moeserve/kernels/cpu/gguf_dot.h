@@ -1,7 +1,8 @@
 // Dot products of GGUF weight rows, kept as their stored blocks, with activations quantized per
 // block the way llama.cpp's CPU backend does: Q8_0 for the 32-element types, Q8_K for the
 // K-quants (quantize_gguf makes both). The products are integer (exact int32 per block); the
-// block scales are applied in f32. Supported weight types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K,
+// block scales are applied in f32. Supported weight types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4
+// (gpt-oss's experts: the doubled e2m1 values are small integers, so q8_0 as llama.cpp), Q2_K,
 // Q3_K, Q4_K, Q5_K, Q6_K (llama-quantize writes Q5_0 / Q5_1 / Q8_0 where a row is too short for a K-quant:
 // the bench model's 384-wide expert down projections in Q4_K_M / Q5_K_M files). Q4_1 / Q5_1
 // (y = d q + m) take q8_0 activations and sum them in the kernel, where llama.cpp stores that

@@ -156,6 +156,22 @@ float vec_dot_q5_0_q8_0_avx2(int64_t nb, const void* w, const void* a) {
                          });
 }
 
+// MXFP4: vpshufb looks each nibble up in the 16 doubled e2m1 values (signed bytes, |v| <= 12),
+// then the signed dot of Q4_0; d_w = 2^(e - 128) times d_a scales each block's 8 lanes.
+float vec_dot_mxfp4_q8_0_avx2(int64_t nb, const void* w, const void* a) {
+    const auto* x = static_cast<const BlockMXFP4*>(w);
+    const auto* y = static_cast<const BlockQ8_0*>(a);
+    const __m256i values = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values)));
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const __m256i q = _mm256_shuffle_epi8(values, nibbles32(x[b].qs));
+        const __m256i p = dot_i8(q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs)));
+        const __m256 d = _mm256_set1_ps(e8m0_to_f32_half(x[b].e) * f16(y[b].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+    }
+    return simd::hsum(acc);
+}
+
 float vec_dot_q4_1_q8_0_avx2(int64_t nb, const void* w, const void* a) {
     return dot_min_q8_0_acts(nb, static_cast<const BlockQ4_1*>(w), static_cast<const BlockQ8_0*>(a),
                              [](const BlockQ4_1& x) { return nibbles32(x.qs); });

@@ -6,9 +6,10 @@
 // shape, so a tile's results have the bits of the one-pair kernel (a token's logits do not depend
 // on its batch).
 //
-// 32-element types (Q4_0, Q5_0, Q8_0) against q8_0 activations, two blocks per 512-bit step: the
-// weights become unsigned bytes q' = w + offset (Q4_0 and Q5_0 store them so; Q8_0's signed bytes
-// get their top bit flipped, + 128), so vpdpbusd (unsigned x signed) takes them against the
+// 32-element types (Q4_0, Q5_0, Q8_0, MXFP4) against q8_0 activations, two blocks per 512-bit
+// step: the weights become unsigned bytes q' = w + offset (Q4_0 and Q5_0 store them so; Q8_0's
+// signed bytes get their top bit flipped, + 128; MXFP4's nibbles index a vpshufb table of its
+// values + 12), so vpdpbusd (unsigned x signed) takes them against the
 // signed activations; sum w a = sum q' a - offset * sum a, the second term one more vpdpbusd per
 // activation block that every weight row of the tile shares. d_w * d_a * isum accumulates in 16
 // f32 lanes (8 per block), as the AVX2 kernels do in 8. K-quants (Q2_K to Q6_K) against q8_K:
@@ -19,6 +20,7 @@
 // integer work at decode). So every type here is within f32 reassociation of the reference.
 #include <immintrin.h>
 
+#include <bit>
 #include <cstring>
 
 #include "moeserve/kernels/cpu/gguf_blocks.h"
@@ -125,11 +127,13 @@ inline __m512i fifth_bits64(const uint8_t* qh0, const uint8_t* qh1) {
 struct Q4_0Weights {
     using Block = BlockQ4_0;
     static constexpr int kOffset = 8;
+    static __m512 scales(const Block& b0, const Block* b1) { return scales2(b0.d, b1 ? b1->d : nullptr); }
     static __m512i bytes(const Block& b0, const Block* b1) { return nibbles64(b0.qs, b1 ? b1->qs : nullptr); }
 };
 struct Q5_0Weights {
     using Block = BlockQ5_0;
     static constexpr int kOffset = 16;
+    static __m512 scales(const Block& b0, const Block* b1) { return scales2(b0.d, b1 ? b1->d : nullptr); }
     static __m512i bytes(const Block& b0, const Block* b1) {
         return _mm512_or_si512(nibbles64(b0.qs, b1 ? b1->qs : nullptr), fifth_bits64(b0.qh, b1 ? b1->qh : nullptr));
     }
@@ -137,9 +141,40 @@ struct Q5_0Weights {
 struct Q8_0Weights {
     using Block = BlockQ8_0;
     static constexpr int kOffset = 128;
+    static __m512 scales(const Block& b0, const Block* b1) { return scales2(b0.d, b1 ? b1->d : nullptr); }
     static __m512i bytes(const Block& b0, const Block* b1) {  // a missing b1 meets zero activations
         const __m512i w = interleave(load256(b0.qs), b1 ? load256(b1->qs) : _mm256_setzero_si256());
         return _mm512_xor_si512(w, _mm512_set1_epi8(-128));
+    }
+};
+
+// 2^(e - 128), MXFP4's halved e8m0 scale, for every e: gguf_blocks.h's e8m0_to_f32_half (not
+// called from here, for the reason scales_mins_k4 gives) as a table made at compile time, so a
+// tile's rows take their scales with one load each, not a compare and select per block.
+struct E8m0HalfTable {
+    float v[256];
+};
+constexpr E8m0HalfTable make_e8m0_half_table() {
+    E8m0HalfTable t{};
+    for (uint32_t e = 0; e < 256; ++e) t.v[e] = std::bit_cast<float>(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+    return t;
+}
+constexpr E8m0HalfTable kE8m0Half = make_e8m0_half_table();
+
+// MXFP4: vpshufb looks the nibbles up in the doubled e2m1 values plus 12 (0-24, unsigned for
+// vpdpbusd); the scales are lanes [x, y, x, y] as scales2's, y 0 for a missing second block.
+struct Mxfp4Weights {
+    using Block = BlockMXFP4;
+    static constexpr int kOffset = 12;
+    static __m512 scales(const Block& b0, const Block* b1) {
+        const __m512 pair =
+            _mm512_castps128_ps512(_mm_setr_ps(kE8m0Half.v[b0.e], b1 ? kE8m0Half.v[b1->e] : 0.0f, 0, 0));
+        return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0), pair);
+    }
+    static __m512i bytes(const Block& b0, const Block* b1) {
+        const __m512i values =
+            _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+        return _mm512_shuffle_epi8(values, nibbles64(b0.qs, b1 ? b1->qs : nullptr));
     }
 };
 
@@ -161,7 +196,7 @@ void tile_q8_0_acts(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t
             const auto* blocks = reinterpret_cast<const Block*>(w + static_cast<size_t>(r) * w_stride);
             prefetch_ahead(reinterpret_cast<const uint8_t*>(blocks + b), 2 * sizeof(Block), w_stride);
             q[r] = W::bytes(blocks[b], pair ? &blocks[b + 1] : nullptr);
-            dw[r] = scales2(blocks[b].d, pair ? blocks[b + 1].d : nullptr);
+            dw[r] = W::scales(blocks[b], pair ? &blocks[b + 1] : nullptr);
         }
         for (int c = 0; c < C; ++c) {
             const PreparedStep& step = reinterpret_cast<const PreparedStep*>(a[c])[s];
@@ -489,6 +524,8 @@ GgufTileFn gguf_tile_avx512(GgmlType type, int rows, int cols) {
             return pick<Q8_0Family<Q5_0Weights>>(rows, cols);
         case GgmlType::kQ8_0:
             return pick<Q8_0Family<Q8_0Weights>>(rows, cols);
+        case GgmlType::kMXFP4:
+            return pick<Q8_0Family<Mxfp4Weights>>(rows, cols);
         case GgmlType::kQ2_K:
             return pick<Q2KFamily>(rows, cols);
         case GgmlType::kQ3_K:
@@ -512,6 +549,8 @@ GgufPrepareFn gguf_prepare_avx512(GgmlType type) {
             return &prepare_row<Q5_0Weights>;
         case GgmlType::kQ8_0:
             return &prepare_row<Q8_0Weights>;
+        case GgmlType::kMXFP4:
+            return &prepare_row<Mxfp4Weights>;
         default:
             return nullptr;
     }
@@ -525,6 +564,9 @@ float vec_dot_q5_0_q8_0_avx512(int64_t nb, const void* w, const void* a) {
 }
 float vec_dot_q8_0_q8_0_avx512(int64_t nb, const void* w, const void* a) {
     return one_pair_q8_0<Q8_0Weights>(nb, w, a);
+}
+float vec_dot_mxfp4_q8_0_avx512(int64_t nb, const void* w, const void* a) {
+    return one_pair_q8_0<Mxfp4Weights>(nb, w, a);
 }
 float vec_dot_q2_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q2KFamily>(nb, w, a); }
 float vec_dot_q3_k_q8_k_avx512(int64_t nb, const void* w, const void* a) { return one_pair<Q3KFamily>(nb, w, a); }

@@ -14,6 +14,7 @@ float vec_dot_q4_1_q8_0_avx2(int64_t nb, const void* w, const void* a);
 float vec_dot_q5_0_q8_0_avx2(int64_t nb, const void* w, const void* a);
 float vec_dot_q5_1_q8_0_avx2(int64_t nb, const void* w, const void* a);
 float vec_dot_q8_0_q8_0_avx2(int64_t nb, const void* w, const void* a);
+float vec_dot_mxfp4_q8_0_avx2(int64_t nb, const void* w, const void* a);
 float vec_dot_q4_k_q8_k_avx2(int64_t nb, const void* w, const void* a);
 float vec_dot_q5_k_q8_k_avx2(int64_t nb, const void* w, const void* a);
 float vec_dot_q6_k_q8_k_avx2(int64_t nb, const void* w, const void* a);
@@ -28,6 +29,7 @@ inline constexpr int kGgufDotScratchSlot = 5;  // thread_scratch slot of the pai
 float vec_dot_q4_0_q8_0_avx512(int64_t nb, const void* w, const void* a);
 float vec_dot_q5_0_q8_0_avx512(int64_t nb, const void* w, const void* a);
 float vec_dot_q8_0_q8_0_avx512(int64_t nb, const void* w, const void* a);
+float vec_dot_mxfp4_q8_0_avx512(int64_t nb, const void* w, const void* a);
 float vec_dot_q2_k_q8_k_avx512(int64_t nb, const void* w, const void* a);
 float vec_dot_q3_k_q8_k_avx512(int64_t nb, const void* w, const void* a);
 float vec_dot_q4_k_q8_k_avx512(int64_t nb, const void* w, const void* a);

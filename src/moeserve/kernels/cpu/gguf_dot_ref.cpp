@@ -25,6 +25,17 @@ float dot_q4_0(int64_t nb, const BlockQ4_0* w, const BlockQ8_0* a) {
     return sum;
 }
 
+// MXFP4: the doubled e2m1 values (integers) times q8, then d_w (2^(e - 128)) * d_a, as llama.cpp.
+float dot_mxfp4(int64_t nb, const BlockMXFP4* w, const BlockQ8_0* a) {
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+        int isum = 0;
+        for (int i = 0; i < kQK4_0; ++i) isum += kMxfp4Values[nibble(w[b].qs, i)] * a[b].qs[i];
+        sum += (e8m0_to_f32_half(w[b].e) * load_f16(a[b].d)) * static_cast<float>(isum);
+    }
+    return sum;
+}
+
 // Element i of a Q5_0 / Q5_1 block: its nibble and bit i of qh (little-endian u32) as bit 4.
 int five_bits(const uint8_t* qs, const uint8_t* qh, int i) {
     return nibble(qs, i) | (((qh[i / 8] >> (i % 8)) & 1) << 4);
@@ -177,6 +188,7 @@ bool gguf_dot_supported(GgmlType weight) {
         case GgmlType::kQ5_0:
         case GgmlType::kQ5_1:
         case GgmlType::kQ8_0:
+        case GgmlType::kMXFP4:
         case GgmlType::kQ2_K:
         case GgmlType::kQ3_K:
         case GgmlType::kQ4_K:
@@ -212,6 +224,8 @@ float gguf_vec_dot_ref(GgmlType type, int64_t n, const void* w, const void* a) {
             return dot_with_min(nb, static_cast<const BlockQ5_1*>(w), static_cast<const BlockQ8_0*>(a), true);
         case GgmlType::kQ8_0:
             return dot_q8_0(nb, static_cast<const BlockQ8_0*>(w), static_cast<const BlockQ8_0*>(a));
+        case GgmlType::kMXFP4:
+            return dot_mxfp4(nb, static_cast<const BlockMXFP4*>(w), static_cast<const BlockQ8_0*>(a));
         case GgmlType::kQ2_K:
             return dot_q2_k(nb, static_cast<const BlockQ2_K*>(w), q8k);
         case GgmlType::kQ3_K:

@@ -1,6 +1,7 @@
 // Quantization of f32 rows into GGUF blocks: for writing GGUF files (`moeserve make-model`,
 // tests) and for the activations of the quantized dot products (Q8_0, Q8_K, bit-exact with
-// llama.cpp's reference quantize_row_q8_0 / quantize_row_q8_K). The weight quantizers choose
+// llama.cpp's reference quantize_row_q8_0 / quantize_row_q8_K; MXFP4 byte for byte as gguf-py's
+// MXFP4.quantize_blocks, which llama.cpp's converter uses). The other weight quantizers choose
 // their scales more simply than llama-quantize does: the blocks are valid and round-trip within
 // the type's step, but are not the blocks llama-quantize would write. Depends on core only.
 #pragma once

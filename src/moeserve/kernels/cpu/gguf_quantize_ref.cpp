@@ -81,6 +81,41 @@ void quant_q5_1(const float* x, BlockQ5_1& b) {
     set_q5_high(b.qh, q);
 }
 
+// The e8m0 exponent gguf-py's MXFP4.quantize_blocks picks for a block whose largest magnitude is
+// amax: floor(log2(amax)) - 2 + 127 in float32, the log2 a float32 too. The float of the double
+// log2 gives numpy's float32 log2 on every golden (quant_MXFP4.bin), the float just below each
+// power of two included, where both round up to the power's exponent. The cast to uint8 is
+// numpy's on x86: through int32, keeping the low byte, so an amax below 2^-125 wraps (2^-149
+// gives 232); 0 when amax is 0.
+uint8_t mxfp4_exponent(float amax) {
+    if (!(amax > 0.0f)) return 0;
+    const float e = std::floor(static_cast<float>(std::log2(static_cast<double>(amax)))) - 2.0f + 127.0f;
+    if (!std::isfinite(e)) return 0;  // an infinite amax: x86's int32 conversion gives 0x80000000
+    return static_cast<uint8_t>(static_cast<uint32_t>(static_cast<int32_t>(e)) & 0xFFu);
+}
+
+// gguf-py's MXFP4.quantize_blocks: each element takes the first value (lowest index) of least
+// |d * kvalue - x| in float32, d = e8m0_to_f32_half(e); the same bytes for finite inputs.
+void quant_mxfp4(const float* x, BlockMXFP4& b) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    b.e = mxfp4_exponent(amax);
+    const float d = e8m0_to_f32_half(b.e);
+    int q[32];
+    for (int i = 0; i < 32; ++i) {
+        float best_err = std::fabs(d * static_cast<float>(kMxfp4Values[0]) - x[i]);
+        q[i] = 0;
+        for (int k = 1; k < 16; ++k) {
+            const float err = std::fabs(d * static_cast<float>(kMxfp4Values[k]) - x[i]);
+            if (err < best_err) {
+                best_err = err;
+                q[i] = k;
+            }
+        }
+    }
+    set_nibbles(b.qs, q);
+}
+
 // llama.cpp's x86 quantize_row_q8_0 (what its CPU backend quantizes activations with):
 // d = amax / 127 stored as f16, q = round_half_even(x * (127 / amax)).
 void quant_q8_0(const float* x, BlockQ8_0& b) {
@@ -141,6 +176,9 @@ void quantize_gguf(GgmlType type, const float* x, void* dst, int64_t n) {
             return;
         case GgmlType::kQ5_1:
             for (int64_t b = 0; b < nb; ++b) quant_q5_1(xb(b), *reinterpret_cast<BlockQ5_1*>(at(b)));
+            return;
+        case GgmlType::kMXFP4:
+            for (int64_t b = 0; b < nb; ++b) quant_mxfp4(xb(b), *reinterpret_cast<BlockMXFP4*>(at(b)));
             return;
         case GgmlType::kQ8_0:
             for (int64_t b = 0; b < nb; ++b) quant_q8_0(xb(b), *reinterpret_cast<BlockQ8_0*>(at(b)));
