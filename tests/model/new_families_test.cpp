@@ -30,21 +30,28 @@ using testutil::max_abs_diff;
 using testutil::read_f32;
 
 constexpr float kRelTolerance = 2e-5f;  // float32 activations vs the float64 oracle (as Qwen3-MoE's)
+// Where the kernels quantize activations (q8_0) as the reference does: gguf_model_test.cpp's bound.
+constexpr float kQuantizedActivationTolerance = 3e-2f;
 
-void expect_reference_logits(const std::filesystem::path& dir, const std::string& model_type) {
+// reference: the reference's logits file (default: DIR/reference_logits.f32).
+void expect_reference_logits(const std::filesystem::path& dir, const std::string& model_type,
+                             const LoadOptions& options = {}, float tolerance = kRelTolerance,
+                             const std::filesystem::path& reference = {}) {
     ThreadPool pool(2);
-    const auto model = load_model(dir, pool, LoadOptions{.max_model_len = 256});
+    LoadOptions o = options;
+    o.max_model_len = 256;
+    const auto model = load_model(dir, pool, o);
     EXPECT_EQ(model->info().model_type, model_type);
     const int64_t vocab = model->info().vocab_size;
     const auto ids = testutil::parse_ids(MOESERVE_QWEN3_PROMPT);
-    const auto ref = read_f32(dir / "reference_logits.f32");
+    const auto ref = read_f32(reference.empty() ? dir / "reference_logits.f32" : reference);
     ASSERT_EQ(ref.size(), ids.size() * static_cast<size_t>(vocab));
 
     SequenceRunner prefill(*model, 256, 16);
     const auto logits = prefill.append(ids, 0, /*all_logits=*/true);
     std::printf("%s prefill: max |logit - reference| = %.3g, max |reference| = %.3g\n", model_type.c_str(),
                 max_abs_diff(logits, ref), max_abs(ref));
-    EXPECT_LE(max_abs_diff(logits, ref), kRelTolerance * max_abs(ref));
+    EXPECT_LE(max_abs_diff(logits, ref), tolerance * max_abs(ref));
     for (size_t t = 0; t < ids.size(); ++t) {
         EXPECT_EQ(argmax(&logits[t * size_t(vocab)], vocab), argmax(&ref[t * size_t(vocab)], vocab)) << t;
     }
@@ -54,7 +61,7 @@ void expect_reference_logits(const std::filesystem::path& dir, const std::string
         const auto row = decode.append(std::span<const int32_t>(&id, 1));
         stepped.insert(stepped.end(), row.begin(), row.end());
     }
-    EXPECT_LE(max_abs_diff(stepped, ref), kRelTolerance * max_abs(ref));
+    EXPECT_LE(max_abs_diff(stepped, ref), tolerance * max_abs(ref));
 }
 
 TEST(MixtralTest, PrefillAndDecodeMatchTheReference) { expect_reference_logits(MOESERVE_MIXTRAL_TINY_DIR, "mixtral"); }
@@ -84,6 +91,25 @@ TEST(GptOssTest, EveryIsaLevelMatchesTheReference) {
         expect_reference_logits(MOESERVE_GPT_OSS_TINY_DIR, "gpt_oss");
     }
     kc::set_active_isa(prev);
+}
+
+// gpt-oss as released: MXFP4 experts run as their blocks against q8_0 activations; the
+// reference dequantizes the same blocks and quantizes the experts' inputs as q8_0 too. The bound
+// is the GGUF files' (gguf_model_test.cpp: one-step flips of a quantized activation).
+TEST(GptOssTest, Mxfp4CheckpointMatchesTheReference) {
+    expect_reference_logits(MOESERVE_GPT_OSS_MXFP4_TINY_DIR, "gpt_oss", {}, kQuantizedActivationTolerance);
+}
+
+// --quantization none widens the MXFP4 experts to bf16 (the same values, f32 activations: the
+// tight bound); w8a8 is refused, naming the checkpoint's format.
+TEST(GptOssTest, Mxfp4CheckpointWidensOrRefuses) {
+    const std::filesystem::path dir = MOESERVE_GPT_OSS_MXFP4_TINY_DIR;
+    expect_reference_logits(dir, "gpt_oss", {.quantization = "none"}, kRelTolerance,
+                            dir / "widened" / "reference_logits.f32");
+    ThreadPool pool(1);
+    const std::string error =
+        test::error_of([&] { load_model(MOESERVE_GPT_OSS_MXFP4_TINY_DIR, pool, LoadOptions{.quantization = "w8a8"}); });
+    EXPECT_NE(error.find("mxfp4 checkpoint"), std::string::npos) << error;
 }
 
 TEST(GptOssTest, ConfigRefusalsNameTheField) {

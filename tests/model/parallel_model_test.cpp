@@ -188,6 +188,14 @@ INSTANTIATE_TEST_SUITE_P(Families, ParallelModelTest,
                                             ::testing::Values(ParallelSizes{1, 2, 1}, ParallelSizes{2, 1, 2})),
                          case_name);
 
+// gpt-oss's MXFP4 experts under dp=2 + EP (each rank converts only its experts' blocks). TP=2
+// would cut the tiny model's 96-wide intermediate into 48-column halves, not whole 32-element
+// MXFP4 blocks: the loader refuses that.
+const ModelCase kGptOssMxfp4{"gpt_oss_mxfp4", MOESERVE_GPT_OSS_MXFP4_TINY_DIR, MOESERVE_QWEN3_PROMPT};
+INSTANTIATE_TEST_SUITE_P(Mxfp4, ParallelModelTest,
+                         ::testing::Combine(::testing::Values(kGptOssMxfp4), ::testing::Values(ParallelSizes{2, 1, 2})),
+                         case_name);
+
 TEST(ParallelModelMismatchTest, ForcedExchangeMismatchFailsInBoundedTime) {
     const std::vector<int32_t> ids = parse_ids(MOESERVE_QWEN3_PROMPT);
     const auto start = std::chrono::steady_clock::now();

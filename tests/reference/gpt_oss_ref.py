@@ -23,6 +23,8 @@ import ref_common as rc  # noqa: E402
 
 MODEL_TYPES = {"gpt_oss"}
 ALPHA = 1.702
+MXFP4_FLAG = "__mxfp4_experts__"
+FLOAT_ACTIVATIONS = False  # --float-activations: no q8_0 on the MXFP4 experts' inputs
 
 
 def rope_for(config, positions):
@@ -100,11 +102,38 @@ def sparse_moe(weights, config, layer, h):
     return out
 
 
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+
+def mxfp4_stack(weights, name):
+    """An MXFP4 checkpoint's <name>_blocks [E, out, in/32, 16] + _scales [E, out, in/32] as the
+    input-major float stack [E, in, out]: e2m1 value of each nibble (element 2i low, 2i + 1 high)
+    times 2^(scale - 127)."""
+    blocks = np.asarray(weights[name + "_blocks"]).astype(np.uint8)
+    scales = np.asarray(weights[name + "_scales"]).astype(np.int64)
+    lo, hi = E2M1[blocks & 0x0F], E2M1[blocks >> 4]
+    vals = np.stack([lo, hi], axis=-1).reshape(blocks.shape[:-1] + (32,))
+    vals = vals * np.exp2(scales - 127)[..., None]
+    e, out = vals.shape[0], vals.shape[1]
+    return vals.reshape(e, out, -1).transpose(0, 2, 1)
+
+
+def prepare_mxfp4(weights, config):
+    """An MXFP4 checkpoint's stacked experts widened in place (the float stacks under their names).
+    Returns whether there were any: then moeserve's dot products see the experts' inputs as q8_0."""
+    names = [n[:-len("_blocks")] for n in list(weights.keys()) if n.endswith("_blocks")]
+    for name in names:
+        weights[name] = mxfp4_stack(weights, name)
+    return bool(names)
+
+
 def expert_gate_up(weights, p, e, x):
     """(gate, up) of expert e on x, biases added: from the checkpoint's stacked, interleaved
     gate_up_proj [E, hidden, 2 inter], or from a GGUF's split per-expert tensors (its dequantized
     form: experts.E.gate_proj / up_proj [inter, hidden], gate_proj_bias / up_proj_bias [E, inter])."""
     if p + ".gate_up_proj" in weights:
+        if weights.get(MXFP4_FLAG) is not None:
+            x = rc.q8_0_act(x)
         gate_up = x @ weights[p + ".gate_up_proj"][e] + weights[p + ".gate_up_proj_bias"][e]
         return gate_up[:, 0::2], gate_up[:, 1::2]
     gate = rc.linear(weights, f"{p}.{e}.gate_proj", x) + rc.need(weights, p + ".gate_proj_bias")[e]
@@ -116,6 +145,8 @@ def expert_down(weights, p, e, a):
     """Expert e's down projection of a, its bias added (down_proj [E, inter, hidden], or a GGUF's
     experts.E.down_proj [hidden, inter])."""
     if p + ".down_proj" in weights:
+        if weights.get(MXFP4_FLAG) is not None:
+            a = rc.q8_0_act(a)
         return a @ weights[p + ".down_proj"][e] + weights[p + ".down_proj_bias"][e]
     return rc.linear(weights, f"{p}.{e}.down_proj", a) + rc.need(weights, p + ".down_proj_bias")[e]
 
@@ -123,6 +154,8 @@ def expert_down(weights, p, e, a):
 def forward_hidden(weights, config, token_ids, trace=None):
     """Final-normed hidden states [n, hidden] (float64) for token_ids at positions 0..n-1."""
     weights = rc.prepare_weights(weights)
+    if MXFP4_FLAG not in weights and prepare_mxfp4(weights, config) and not FLOAT_ACTIVATIONS:
+        weights[MXFP4_FLAG] = np.zeros(1)  # MXFP4 experts: q8_0 activations, as moeserve runs them
     x = rc.embed(weights, token_ids)
     cos, sin = rope_for(config, np.arange(len(token_ids)))
     eps = config["rms_norm_eps"]
@@ -136,4 +169,8 @@ def forward_hidden(weights, config, token_ids, trace=None):
 
 
 if __name__ == "__main__":
-    rc.main(sys.argv[1:], forward_hidden, MODEL_TYPES)
+    argv = sys.argv[1:]
+    if "--float-activations" in argv:  # MXFP4 experts widened (moeserve --quantization none)
+        argv.remove("--float-activations")
+        FLOAT_ACTIVATIONS = True
+    rc.main(argv, forward_hidden, MODEL_TYPES)

@@ -385,6 +385,7 @@ def main(argv, hidden_fn, model_types):
             tied = "lm_head.weight" not in weights
             hidden = gguf_act(weights, "model.embed_tokens.weight" if tied else "lm_head.weight", hidden)
         logits = hidden @ lm_head_weight(weights, config).T
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         logits.astype("<f4").tofile(args.out)
     if trace is not None:
         os.makedirs(args.trace_dir, exist_ok=True)

@@ -76,7 +76,8 @@ void add_make_model_command(CLI::App& app, Action* action) {
         "of 32), fp8 (F8_E4M3, "
         "128x128 block "
         "scales), modelslim-w8a8 (Ascend static+dynamic mix), modelslim-w8a8-dynamic, omniinfer-w8a8 or "
-        "mindspore-a8w8 (golden-stick, MindFormers names; deepseek only)");
+        "mindspore-a8w8 (golden-stick, MindFormers names; deepseek only), or mxfp4 (gpt_oss: its experts as "
+        "MXFP4 _blocks / _scales, as released)");
     sub->add_option("--set", opts->overrides, "config.json override key=value (JSON value), repeatable");
     sub->add_option("--from", opts->from_dir,
                     "take config.json, the weights and the tokenizer of this checkpoint instead of random ones (a "

@@ -30,6 +30,8 @@ enum class CheckpointQuant {
     // presents it under HF names): static attention with per-channel input_scale, dynamic MLPs
     kGoldenStick,
     kInt4,  // 4-bit weights with group scales (W4A16); Quantization::int4_config says which layout
+    // quant_method mxfp4 (gpt-oss): the experts as PREFIX_blocks + PREFIX_scales, the rest bf16
+    kMxfp4,
 };
 
 // The layout of an int4 checkpoint (formats/int4_config.h parses it from quantization_config).
@@ -74,6 +76,7 @@ struct LinearCounts {
     std::atomic<int64_t> dynamic_experts{0}, float_experts{0};  // routed / shared / dense MLP experts
     std::atomic<int64_t> int4_linears{0}, int4_experts{0};      // W4A16
     std::atomic<int64_t> fp8_linears{0}, fp8_experts{0};        // FP8 W8A16
+    std::atomic<int64_t> mxfp4_experts{0};                      // MXFP4 blocks (gpt-oss)
 };
 
 struct Quantization {
@@ -84,6 +87,9 @@ struct Quantization {
     // An FP8 checkpoint's FP8 weights run as stored (W8A16, formats/fp8_blocks.h): the default for
     // FP8 checkpoints; --quantization none widens them to bf16 instead.
     bool fp8 = false;
+    // An MXFP4 checkpoint's experts run as stored (GGUF MXFP4 blocks, formats/mxfp4_hf.h): the
+    // default; --quantization none widens them to bf16.
+    bool mxfp4 = false;
     Int4Config int4_config{};
     int64_t block_rows = 128, block_cols = 128;  // FP8 weight_block_size
     std::vector<std::string> ignore;             // compressed-tensors ignore: module names, or "re:<regex>"

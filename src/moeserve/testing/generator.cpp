@@ -19,6 +19,7 @@
 #include "moeserve/model/registry.h"
 #include "moeserve/testing/generator_architecture.h"
 #include "moeserve/testing/generator_parts.h"
+#include "moeserve/testing/mxfp4_writer.h"
 
 namespace moeserve::testing {
 
@@ -246,6 +247,7 @@ const model::Architecture& runtime_row(const GeneratorArchitecture& row) {
 // The checkpoint layout make-model writes for --quantization.
 struct WrittenLayout {
     bool modelslim = false, omniinfer = false, mindspore = false;
+    bool mxfp4 = false;  // gpt-oss's stacked experts as MXFP4 blocks, the rest bf16
     std::optional<model::Int4Config> int4;
 };
 
@@ -255,13 +257,16 @@ WrittenLayout written_layout(const std::string& quant, const GeneratorArchitectu
     l.omniinfer = quant == "omniinfer-w8a8";
     l.mindspore = quant == "mindspore-a8w8";
     l.int4 = model::int4_layout_for(quant);
+    l.mxfp4 = quant == "mxfp4";
     if (!quant.empty() && quant != "w8a8" && quant != "fp8" && !l.modelslim && !l.omniinfer && !l.mindspore &&
-        !l.int4) {
+        !l.int4 && !l.mxfp4) {
         raise(ErrorCode::kInvalidArgument,
               "--quantization '{}' is not supported (expected w8a8, fp8, w4a16, w4a16-asym, w4a16-act, awq, gptq, "
-              "gptq-act, "
-              "modelslim-w8a8, modelslim-w8a8-dynamic, omniinfer-w8a8 or mindspore-a8w8)",
+              "gptq-act, modelslim-w8a8, modelslim-w8a8-dynamic, omniinfer-w8a8, mindspore-a8w8 or mxfp4)",
               quant);
+    }
+    if (l.mxfp4 && arch.model_type != "gpt_oss") {
+        raise(ErrorCode::kInvalidArgument, "--quantization mxfp4 is written for gpt_oss (its stacked experts) only");
     }
     if (l.mindspore && arch.write_mindformers == nullptr) {
         raise(ErrorCode::kInvalidArgument,
@@ -280,6 +285,12 @@ void set_quantization_keys(nlohmann::json& config, const std::string& quant, con
         config["quantization_config"] = {{"quant_method", "osl"}};
     } else if (layout.int4) {
         config["quantization_config"] = model::int4_quantization_config(*layout.int4, {"lm_head", "re:.*mlp\\.gate$"});
+    } else if (layout.mxfp4) {
+        // as gpt-oss's released config.json
+        config["quantization_config"] = {
+            {"quant_method", "mxfp4"},
+            {"modules_to_not_convert",
+             {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}}};
     } else if (!quant.empty() && !layout.modelslim) {
         config["quantization_config"] = quantization_config(quant);
     }
@@ -413,11 +424,15 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
                 }
                 continue;
             }
+            if (layout.mxfp4 && is_mxfp4_expert_tensor(specs[i].name)) {
+                for (const std::string& n : add_mxfp4_expert_tensor(writer, specs[i].name, t)) weight_map[n] = file;
+                continue;
+            }
             if (int4 && quantized_in_checkpoint(specs[i])) {
                 for (const std::string& n : add_int4(writer, specs[i].name, t, *int4, result)) weight_map[n] = file;
                 continue;
             }
-            if (!options.quantization.empty() && quantized_in_checkpoint(specs[i])) {
+            if (!options.quantization.empty() && !layout.mxfp4 && quantized_in_checkpoint(specs[i])) {
                 const int64_t rows = t.shape()[0], cols = t.shape()[1];
                 const int64_t scale_count =
                     options.quantization != "fp8" ? rows : ((rows + 127) / 128) * ((cols + 127) / 128);

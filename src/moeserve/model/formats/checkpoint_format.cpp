@@ -84,14 +84,16 @@ const CheckpointFormat& checkpoint_format(CheckpointQuant kind) {
             return golden_stick_format();
         case CheckpointQuant::kInt4:
             return int4_format();
+        case CheckpointQuant::kMxfp4:
+            return mxfp4_format();
     }
     raise(ErrorCode::kInternal, "checkpoint kind {} has no format", static_cast<int>(kind));
 }
 
 const std::vector<const CheckpointFormat*>& config_formats() {
     // int4 first: compressed-tensors pack-quantized is int4's, the rest of compressed-tensors W8A8
-    static const std::vector<const CheckpointFormat*> formats{&int4_format(), &compressed_tensors_format(),
-                                                              &golden_stick_format(), &fp8_block_format()};
+    static const std::vector<const CheckpointFormat*> formats{
+        &int4_format(), &compressed_tensors_format(), &golden_stick_format(), &fp8_block_format(), &mxfp4_format()};
     return formats;
 }
 

@@ -62,6 +62,7 @@ const CheckpointFormat& fp8_block_format();
 const CheckpointFormat& int4_format();
 const CheckpointFormat& golden_stick_format();
 const CheckpointFormat& modelslim_format();
+const CheckpointFormat& mxfp4_format();
 
 // The log line of a W4A16 run; source: "quantized at load", "<format> checkpoint".
 std::string describe_int4_run(const Quantization& q, const std::string& source);

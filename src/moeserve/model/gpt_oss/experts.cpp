@@ -4,6 +4,7 @@
 
 #include "moeserve/core/dtype.h"
 #include "moeserve/core/error.h"
+#include "moeserve/model/gpt_oss/mxfp4_experts.h"
 #include "moeserve/model/layers/weight_loading.h"
 
 namespace moeserve::model::gpt_oss {
@@ -165,6 +166,11 @@ RoutedExpertsLoader routed_experts_loader(const ExpertsShape& shape) {
         check_runnable(p + "gate_up_proj", quant);
         const Layout g{shape.hidden, shape.inter, shards.moe_inter.begin, shards.moe_inter.count};
         if (weights.is_gguf()) return load_gguf(weights, p, shape, g, ids, first_id, quant);
+        if (has_mxfp4_experts(weights, p)) {
+            ExpertWeights w = load_mxfp4_experts(weights, p, shape, g.inter_begin, g.inter, ids, first_id, quant);
+            return Experts::from_weights(std::move(w), static_cast<int64_t>(ids.size()), shape.hidden, g.inter,
+                                         first_id, load_biases(weights, p, shape, g, ids));
+        }
         FloatExpertWeights w = load_float(weights, p, shape, g, ids, quant.f32_weights);
         quant.counts->float_experts += 1;
         return Experts::from_weights(std::move(w), static_cast<int64_t>(ids.size()), shape.hidden, g.inter, first_id,

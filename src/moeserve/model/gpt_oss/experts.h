@@ -27,7 +27,7 @@ struct ExpertsShape {
 
 // The RoutedExpertsLoader (layers/moe_block.h) of a gpt-oss checkpoint. Errors name the tensor:
 // kInvalidModel for a wrong shape, kUnsupported for a --quantization the experts cannot run
-// (they run as bf16, f32 under --dtype float32).
+// (they run as bf16, f32 under --dtype float32, or as MXFP4 blocks from an MXFP4 checkpoint).
 RoutedExpertsLoader routed_experts_loader(const ExpertsShape& shape);
 
 }  // namespace moeserve::model::gpt_oss
