@@ -111,6 +111,72 @@ GgufTensorEntry gguf_stacked_experts(const std::string& gguf, const std::string&
     return e;
 }
 
+nlohmann::json gguf_gqa_config(const io::GgufCheckpoint& file, const std::string& a, const std::string& model_type,
+                               const std::string& hf_class, double default_theta) {
+    const io::GgufHeader& h = file.metadata();
+    const int64_t hidden = h.get_int(a + ".embedding_length");
+    const int64_t heads = h.get_int(a + ".attention.head_count");
+    const int64_t head_dim = gguf_int_or(h, a + ".attention.key_length", hidden / heads);
+    if (gguf_int_or(h, a + ".attention.value_length", head_dim) != head_dim) {
+        raise(ErrorCode::kUnsupported, "{}: {}.attention.value_length {} differs from key_length {}", h.file, a,
+              h.get_int(a + ".attention.value_length"), head_dim);
+    }
+    nlohmann::json c = {
+        {"model_type", model_type},
+        {"architectures", {hf_class}},
+        {"vocab_size", gguf_vocab_size(file)},
+        {"hidden_size", hidden},
+        {"num_hidden_layers", h.get_int(a + ".block_count")},
+        {"num_attention_heads", heads},
+        {"num_key_value_heads", gguf_int_or_uniform_array(h, a + ".attention.head_count_kv")},
+        {"head_dim", head_dim},
+        {"max_position_embeddings", h.get_int(a + ".context_length")},
+        {"rms_norm_eps", h.get_float(a + ".attention.layer_norm_rms_epsilon")},
+        {"rope_theta", gguf_float_or(h, a + ".rope.freq_base", default_theta)},
+        {"tie_word_embeddings", !file.contains("output.weight")},
+        {"torch_dtype", "bfloat16"},
+    };
+    if (auto rope = gguf_rope_scaling(h, a, false)) c["rope_scaling"] = std::move(*rope);
+    gguf_special_token_ids(h, c);
+    return c;
+}
+
+void gguf_set_gqa_metadata(const io::HfConfig& c, const std::string& a, double default_theta, io::GgufWriter& w) {
+    const auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
+    const int64_t heads = c.get_int("num_attention_heads");
+    const int64_t head_dim = c.get_int("head_dim", c.get_int("hidden_size") / heads);
+    w.set_u32(a + ".context_length", u32(c.get_int("max_position_embeddings")));
+    w.set_u32(a + ".embedding_length", u32(c.get_int("hidden_size")));
+    w.set_u32(a + ".block_count", u32(c.get_int("num_hidden_layers")));
+    w.set_u32(a + ".feed_forward_length", u32(c.get_int("intermediate_size")));
+    w.set_u32(a + ".attention.head_count", u32(heads));
+    w.set_u32(a + ".attention.head_count_kv", u32(c.get_int("num_key_value_heads")));
+    w.set_u32(a + ".attention.key_length", u32(head_dim));
+    w.set_u32(a + ".attention.value_length", u32(head_dim));
+    w.set_f32(a + ".rope.freq_base", static_cast<float>(c.get_float("rope_theta", default_theta)));
+    w.set_f32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(c.get_float("rms_norm_eps")));
+}
+
+void gguf_attention_entries(std::vector<GgufTensorEntry>& t, const std::string& b, const std::string& p, bool qkv_bias,
+                            bool o_bias) {
+    for (const auto& [g, hf] : std::vector<std::pair<std::string, std::string>>{
+             {"attn_q", "q_proj"}, {"attn_k", "k_proj"}, {"attn_v", "v_proj"}, {"attn_output", "o_proj"}}) {
+        t.push_back({fmt::format("{}{}.weight", b, g), {fmt::format("{}self_attn.{}.weight", p, hf)}});
+        if (hf == "o_proj" ? o_bias : qkv_bias) {
+            t.push_back({fmt::format("{}{}.bias", b, g), {fmt::format("{}self_attn.{}.bias", p, hf)}});
+        }
+    }
+}
+
+void gguf_embedding_entry(std::vector<GgufTensorEntry>& t) {
+    t.push_back({"token_embd.weight", {"model.embed_tokens.weight"}});
+}
+
+void gguf_output_entries(std::vector<GgufTensorEntry>& t, const io::HfConfig& config) {
+    t.push_back({"output_norm.weight", {"model.norm.weight"}});
+    t.push_back({"output.weight", {"lm_head.weight"}, false, !config.get_bool("tie_word_embeddings", false)});
+}
+
 bool is_gguf_path(const std::filesystem::path& path) {
     std::error_code ec;
     return path.extension() == ".gguf" && !std::filesystem::is_directory(path, ec);

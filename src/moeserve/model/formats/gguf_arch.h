@@ -49,4 +49,21 @@ void gguf_special_token_ids(const io::GgufHeader& h, nlohmann::json& config);
 GgufTensorEntry gguf_stacked_experts(const std::string& gguf, const std::string& layer_prefix,
                                      const std::string& hf_proj, int64_t experts);
 
+// The GQA architectures' common parts (qwen3moe, qwen2moe, llama, glm4moe, gpt-oss).
+// Reader: config.json's common fields from ARCH.* (vocabulary, sizes, heads, head size from
+// attention.key_length, context, epsilon, rope_theta with `default_theta`, rope_scaling, tied
+// embeddings, BOS / EOS), with model_type and architectures set; the caller adds its own.
+nlohmann::json gguf_gqa_config(const io::GgufCheckpoint& file, const std::string& arch, const std::string& model_type,
+                               const std::string& hf_class, double default_theta);
+// Writer: the same keys from config.json (head_dim, else hidden_size / heads; feed_forward_length
+// from intermediate_size).
+void gguf_set_gqa_metadata(const io::HfConfig& config, const std::string& arch, double default_theta,
+                           io::GgufWriter& writer);
+// blk.N.attn_q / attn_k / attn_v / attn_output .weight, their .bias where the model has them.
+void gguf_attention_entries(std::vector<GgufTensorEntry>& table, const std::string& blk,
+                            const std::string& layer_prefix, bool qkv_bias, bool o_bias);
+// The table's ends: token_embd first, output_norm and output (absent when tied) last.
+void gguf_embedding_entry(std::vector<GgufTensorEntry>& table);
+void gguf_output_entries(std::vector<GgufTensorEntry>& table, const io::HfConfig& config);
+
 }  // namespace moeserve::model

@@ -15,26 +15,18 @@ constexpr int64_t kSigmoidGating = 2;  // llama.cpp's LLAMA_EXPERT_GATING_FUNC_T
 
 nlohmann::json glm4moe_config(const io::GgufCheckpoint& file, const std::string& a) {
     const io::GgufHeader& h = file.metadata();
-    const int64_t hidden = h.get_int(a + ".embedding_length");
-    const int64_t heads = h.get_int(a + ".attention.head_count");
-    const int64_t head_dim = gguf_int_or(h, a + ".attention.key_length", hidden / heads);
     const int64_t nextn = gguf_int_or(h, a + ".nextn_predict_layers", 0);
     if (gguf_int_or(h, a + ".expert_gating_func", kSigmoidGating) != kSigmoidGating) {
         raise(ErrorCode::kUnsupported, "{}: {}.expert_gating_func {} is not supported (glm4moe routes by sigmoid)",
               h.file, a, h.get_int(a + ".expert_gating_func"));
     }
+    nlohmann::json c = gguf_gqa_config(file, a, "glm4_moe", "Glm4MoeForCausalLM", 10000.0);
+    const int64_t head_dim = c.at("head_dim");
     const int64_t rotary = gguf_int_or(h, a + ".rope.dimension_count", head_dim / 2);
     const io::GgufValue* norm = h.find(a + ".expert_weights_norm");
-    nlohmann::json c = {
-        {"model_type", "glm4_moe"},
-        {"architectures", {"Glm4MoeForCausalLM"}},
-        {"vocab_size", gguf_vocab_size(file)},
-        {"hidden_size", hidden},
+    c.update({
         {"num_hidden_layers", h.get_int(a + ".block_count") - nextn},
         {"num_nextn_predict_layers", nextn},
-        {"num_attention_heads", heads},
-        {"num_key_value_heads", gguf_int_or_uniform_array(h, a + ".attention.head_count_kv")},
-        {"head_dim", head_dim},
         {"partial_rotary_factor", static_cast<double>(rotary) / static_cast<double>(head_dim)},
         {"n_routed_experts", h.get_int(a + ".expert_count")},
         {"num_experts_per_tok", h.get_int(a + ".expert_used_count")},
@@ -46,16 +38,9 @@ nlohmann::json glm4moe_config(const io::GgufCheckpoint& file, const std::string&
         {"norm_topk_prob", norm != nullptr && h.get_bool(a + ".expert_weights_norm")},
         {"n_group", 1},
         {"topk_group", 1},
-        {"max_position_embeddings", h.get_int(a + ".context_length")},
-        {"rms_norm_eps", h.get_float(a + ".attention.layer_norm_rms_epsilon")},
-        {"rope_theta", gguf_float_or(h, a + ".rope.freq_base", 10000.0)},
         {"attention_bias", file.contains("blk.0.attn_q.bias")},
         {"use_qk_norm", file.contains("blk.0.attn_q_norm.weight")},
-        {"tie_word_embeddings", !file.contains("output.weight")},
-        {"torch_dtype", "bfloat16"},
-    };
-    if (auto rope = gguf_rope_scaling(h, a, false)) c["rope_scaling"] = std::move(*rope);
-    gguf_special_token_ids(h, c);
+    });
     return c;
 }
 
@@ -66,20 +51,10 @@ void glm4moe_metadata(const io::HfConfig& c, const std::string& a, io::GgufWrite
     if (c.get_int("n_group", 1) != 1) refuse("routes over one group; make it with --set n_group=1 --set topk_group=1");
     if (c.has("rope_scaling")) refuse("is written without rope_scaling here");
     const auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
-    const int64_t heads = c.get_int("num_attention_heads");
-    const int64_t head_dim = c.get_int("head_dim", c.get_int("hidden_size") / heads);
+    gguf_set_gqa_metadata(c, a, 10000.0, w);
+    const int64_t head_dim = c.get_int("head_dim", c.get_int("hidden_size") / c.get_int("num_attention_heads"));
     const auto rotary = static_cast<int64_t>(static_cast<double>(head_dim) * c.get_float("partial_rotary_factor", 0.5));
-    w.set_u32(a + ".context_length", u32(c.get_int("max_position_embeddings")));
-    w.set_u32(a + ".embedding_length", u32(c.get_int("hidden_size")));
-    w.set_u32(a + ".block_count", u32(c.get_int("num_hidden_layers")));
-    w.set_u32(a + ".feed_forward_length", u32(c.get_int("intermediate_size")));
-    w.set_u32(a + ".attention.head_count", u32(heads));
-    w.set_u32(a + ".attention.head_count_kv", u32(c.get_int("num_key_value_heads")));
-    w.set_u32(a + ".attention.key_length", u32(head_dim));
-    w.set_u32(a + ".attention.value_length", u32(head_dim));
     w.set_u32(a + ".rope.dimension_count", u32(rotary));
-    w.set_f32(a + ".rope.freq_base", static_cast<float>(c.get_float("rope_theta", 10000.0)));
-    w.set_f32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(c.get_float("rms_norm_eps")));
     w.set_u32(a + ".expert_count", u32(c.get_int("n_routed_experts")));
     w.set_u32(a + ".expert_used_count", u32(c.get_int("num_experts_per_tok")));
     w.set_u32(a + ".expert_shared_count", u32(c.get_int("n_shared_experts")));
@@ -104,18 +79,12 @@ std::vector<GgufTensorEntry> glm4moe_tensors(const io::HfConfig& config) {
     const int64_t dense = config.get_int("first_k_dense_replace", 1);
     const bool bias = config.get_bool("attention_bias", false), qk_norm = config.get_bool("use_qk_norm", false);
     std::vector<GgufTensorEntry> t;
-    t.push_back({"token_embd.weight", {"model.embed_tokens.weight"}});
+    gguf_embedding_entry(t);
     for (int64_t i = 0; i < layers; ++i) {
         const std::string b = fmt::format("blk.{}.", i);
         const std::string p = fmt::format("model.layers.{}.", i);
         t.push_back({b + "attn_norm.weight", {p + "input_layernorm.weight"}});
-        for (const auto& [g, hf] : std::vector<std::pair<std::string, std::string>>{
-                 {"attn_q", "q_proj"}, {"attn_k", "k_proj"}, {"attn_v", "v_proj"}, {"attn_output", "o_proj"}}) {
-            t.push_back({fmt::format("{}{}.weight", b, g), {fmt::format("{}self_attn.{}.weight", p, hf)}});
-            if (bias && hf != "o_proj") {
-                t.push_back({fmt::format("{}{}.bias", b, g), {fmt::format("{}self_attn.{}.bias", p, hf)}});
-            }
-        }
+        gguf_attention_entries(t, b, p, bias, false);
         if (qk_norm) {
             t.push_back({b + "attn_q_norm.weight", {p + "self_attn.q_norm.weight"}});
             t.push_back({b + "attn_k_norm.weight", {p + "self_attn.k_norm.weight"}});
@@ -132,8 +101,7 @@ std::vector<GgufTensorEntry> glm4moe_tensors(const io::HfConfig& config) {
         t.push_back(gguf_stacked_experts(b + "ffn_down_exps.weight", p, "down_proj", experts));
         add_mlp(t, b, p + "mlp.shared_experts.", "_shexp");
     }
-    t.push_back({"output_norm.weight", {"model.norm.weight"}});
-    t.push_back({"output.weight", {"lm_head.weight"}, false, !config.get_bool("tie_word_embeddings", false)});
+    gguf_output_entries(t, config);
     return t;
 }
 

@@ -17,45 +17,30 @@ constexpr double kLlamaCppSwigluLimit = 7.0;
 
 nlohmann::json gpt_oss_config(const io::GgufCheckpoint& file, const std::string& a) {
     const io::GgufHeader& h = file.metadata();
-    const int64_t hidden = h.get_int(a + ".embedding_length");
-    const int64_t heads = h.get_int(a + ".attention.head_count");
-    const int64_t head_dim = gguf_int_or(h, a + ".attention.key_length", hidden / heads);
-    const int64_t layers = h.get_int(a + ".block_count");
     if (h.find(a + ".attention.sliding_window_pattern") != nullptr) {
         raise(ErrorCode::kUnsupported,
-              "{}: {}.attention.sliding_window_pattern is not supported (moeserve reads "
-              "gpt-oss's alternating pattern, sliding first)",
+              "{}: {}.attention.sliding_window_pattern is not supported (moeserve reads gpt-oss's alternating "
+              "pattern, sliding first)",
               h.file, a);
     }
+    nlohmann::json c = gguf_gqa_config(file, a, "gpt_oss", "GptOssForCausalLM", 150000.0);
     nlohmann::json layer_types = nlohmann::json::array();
-    for (int64_t i = 0; i < layers; ++i) layer_types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
-    nlohmann::json c = {
-        {"model_type", "gpt_oss"},
-        {"architectures", {"GptOssForCausalLM"}},
-        {"vocab_size", gguf_vocab_size(file)},
-        {"hidden_size", hidden},
-        {"num_hidden_layers", layers},
-        {"num_attention_heads", heads},
-        {"num_key_value_heads", gguf_int_or_uniform_array(h, a + ".attention.head_count_kv")},
-        {"head_dim", head_dim},
+    for (int64_t i = 0; i < c.at("num_hidden_layers").get<int64_t>(); ++i) {
+        layer_types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+    }
+    c.update({
         {"num_local_experts", h.get_int(a + ".expert_count")},
         {"num_experts_per_tok", h.get_int(a + ".expert_used_count")},
         {"intermediate_size", h.get_int(a + ".expert_feed_forward_length")},
-        {"max_position_embeddings", h.get_int(a + ".context_length")},
-        {"rms_norm_eps", h.get_float(a + ".attention.layer_norm_rms_epsilon")},
-        {"rope_theta", gguf_float_or(h, a + ".rope.freq_base", 150000.0)},
         {"sliding_window", h.get_int(a + ".attention.sliding_window")},
         {"layer_types", layer_types},
         {"swiglu_limit", kLlamaCppSwigluLimit},
         {"attention_bias", true},
         {"tie_word_embeddings", false},
-        {"torch_dtype", "bfloat16"},
-    };
-    if (auto rope = gguf_rope_scaling(h, a, false)) {
-        (*rope)["truncate"] = false;  // gpt-oss's own YaRN (its config.json), which GGUF does not record
-        c["rope_scaling"] = std::move(*rope);
+    });
+    if (c.contains("rope_scaling")) {
+        c["rope_scaling"]["truncate"] = false;  // gpt-oss's own YaRN (its config.json), which GGUF does not record
     }
-    gguf_special_token_ids(h, c);
     return c;
 }
 
@@ -70,19 +55,9 @@ void gpt_oss_metadata(const io::HfConfig& c, const std::string& a, io::GgufWrite
             refuse("layer pattern but sliding, full, ...");
     }
     const auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
-    const int64_t head_dim = c.get_int("head_dim");
-    w.set_u32(a + ".context_length", u32(c.get_int("max_position_embeddings")));
-    w.set_u32(a + ".embedding_length", u32(c.get_int("hidden_size")));
-    w.set_u32(a + ".block_count", u32(c.get_int("num_hidden_layers")));
-    w.set_u32(a + ".feed_forward_length", u32(c.get_int("intermediate_size")));
+    gguf_set_gqa_metadata(c, a, 150000.0, w);
     w.set_u32(a + ".expert_feed_forward_length", u32(c.get_int("intermediate_size")));
-    w.set_u32(a + ".attention.head_count", u32(c.get_int("num_attention_heads")));
-    w.set_u32(a + ".attention.head_count_kv", u32(c.get_int("num_key_value_heads")));
-    w.set_u32(a + ".attention.key_length", u32(head_dim));
-    w.set_u32(a + ".attention.value_length", u32(head_dim));
     w.set_u32(a + ".attention.sliding_window", u32(c.get_int("sliding_window")));
-    w.set_f32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(c.get_float("rms_norm_eps")));
-    w.set_f32(a + ".rope.freq_base", static_cast<float>(c.get_float("rope_theta", 150000.0)));
     w.set_u32(a + ".expert_count", u32(c.get_int("num_local_experts")));
     w.set_u32(a + ".expert_used_count", u32(c.get_int("num_experts_per_tok")));
     if (c.has("rope_scaling")) {
@@ -157,24 +132,19 @@ std::vector<GgufTensorEntry> gpt_oss_tensors(const io::HfConfig& config) {
     const int64_t layers = config.get_int("num_hidden_layers");
     const int64_t experts = config.get_int("num_local_experts");
     std::vector<GgufTensorEntry> t;
-    t.push_back({"token_embd.weight", {"model.embed_tokens.weight"}});
+    gguf_embedding_entry(t);
     for (int64_t i = 0; i < layers; ++i) {
         const std::string b = fmt::format("blk.{}.", i);
         const std::string p = fmt::format("model.layers.{}.", i);
         t.push_back({b + "attn_norm.weight", {p + "input_layernorm.weight"}});
-        for (const auto& [g, hf] : std::vector<std::pair<std::string, std::string>>{
-                 {"attn_q", "q_proj"}, {"attn_k", "k_proj"}, {"attn_v", "v_proj"}, {"attn_output", "o_proj"}}) {
-            t.push_back({fmt::format("{}{}.weight", b, g), {fmt::format("{}self_attn.{}.weight", p, hf)}});
-            t.push_back({fmt::format("{}{}.bias", b, g), {fmt::format("{}self_attn.{}.bias", p, hf)}});
-        }
+        gguf_attention_entries(t, b, p, true, true);
         t.push_back({b + "attn_sinks.weight", {p + "self_attn.sinks"}});
         t.push_back({b + "post_attention_norm.weight", {p + "post_attention_layernorm.weight"}});
         t.push_back({b + "ffn_gate_inp.weight", {p + "mlp.router.weight"}});
         t.push_back({b + "ffn_gate_inp.bias", {p + "mlp.router.bias"}});
         add_expert_entries(t, b, p, experts);
     }
-    t.push_back({"output_norm.weight", {"model.norm.weight"}});
-    t.push_back({"output.weight", {"lm_head.weight"}});
+    gguf_output_entries(t, config);
     return t;
 }
 

@@ -22,35 +22,19 @@ nlohmann::json llama_config(const io::GgufCheckpoint& file, const std::string& a
               "(llama with {}.expert_count: Mixtral)",
               h.file, a);
     }
-    const int64_t hidden = h.get_int(a + ".embedding_length");
-    const int64_t heads = h.get_int(a + ".attention.head_count");
-    const int64_t head_dim = gguf_int_or(h, a + ".attention.key_length", hidden / heads);
+    nlohmann::json c = gguf_gqa_config(file, a, "mixtral", "MixtralForCausalLM", 10000.0);
+    const int64_t head_dim = c.at("head_dim");
     if (gguf_int_or(h, a + ".rope.dimension_count", head_dim) != head_dim) {
         raise(ErrorCode::kUnsupported, "{}: {}.rope.dimension_count differs from the head size {} (partial RoPE)",
               h.file, a, head_dim);
     }
-    nlohmann::json c = {
-        {"model_type", "mixtral"},
-        {"architectures", {"MixtralForCausalLM"}},
-        {"vocab_size", gguf_vocab_size(file)},
-        {"hidden_size", hidden},
-        {"num_hidden_layers", h.get_int(a + ".block_count")},
-        {"num_attention_heads", heads},
-        {"num_key_value_heads", gguf_int_or_uniform_array(h, a + ".attention.head_count_kv")},
-        {"head_dim", head_dim},
+    c.update({
         {"num_local_experts", h.get_int(a + ".expert_count")},
         {"num_experts_per_tok", h.get_int(a + ".expert_used_count")},
         {"intermediate_size", h.get_int(a + ".feed_forward_length")},
-        {"max_position_embeddings", h.get_int(a + ".context_length")},
-        {"rms_norm_eps", h.get_float(a + ".attention.layer_norm_rms_epsilon")},
-        {"rope_theta", gguf_float_or(h, a + ".rope.freq_base", 10000.0)},
         {"rope_interleave", true},
         {"sliding_window", nullptr},
-        {"tie_word_embeddings", !file.contains("output.weight")},
-        {"torch_dtype", "bfloat16"},
-    };
-    if (auto rope = gguf_rope_scaling(h, a, false)) c["rope_scaling"] = std::move(*rope);
-    gguf_special_token_ids(h, c);
+    });
     return c;
 }
 
@@ -62,19 +46,9 @@ void llama_metadata(const io::HfConfig& c, const std::string& a, io::GgufWriter&
     if (c.has("rope_scaling")) refuse("rope_scaling");
     if (c.get_bool("rope_interleave", false)) refuse("rows already in llama.cpp's order (rope_interleave)");
     const auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
+    gguf_set_gqa_metadata(c, a, 1e6, w);
     const int64_t heads = c.get_int("num_attention_heads");
-    const int64_t head_dim = c.get_int("head_dim", c.get_int("hidden_size") / heads);
-    w.set_u32(a + ".context_length", u32(c.get_int("max_position_embeddings")));
-    w.set_u32(a + ".embedding_length", u32(c.get_int("hidden_size")));
-    w.set_u32(a + ".block_count", u32(c.get_int("num_hidden_layers")));
-    w.set_u32(a + ".feed_forward_length", u32(c.get_int("intermediate_size")));
-    w.set_u32(a + ".attention.head_count", u32(heads));
-    w.set_u32(a + ".attention.head_count_kv", u32(c.get_int("num_key_value_heads")));
-    w.set_u32(a + ".attention.key_length", u32(head_dim));
-    w.set_u32(a + ".attention.value_length", u32(head_dim));
-    w.set_u32(a + ".rope.dimension_count", u32(head_dim));
-    w.set_f32(a + ".rope.freq_base", static_cast<float>(c.get_float("rope_theta", 1e6)));
-    w.set_f32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(c.get_float("rms_norm_eps")));
+    w.set_u32(a + ".rope.dimension_count", u32(c.get_int("head_dim", c.get_int("hidden_size") / heads)));
     w.set_u32(a + ".expert_count", u32(c.get_int("num_local_experts")));
     w.set_u32(a + ".expert_used_count", u32(c.get_int("num_experts_per_tok")));
 }
@@ -109,23 +83,17 @@ std::vector<GgufTensorEntry> llama_tensors(const io::HfConfig& config) {
     const int64_t experts = config.get_int("num_local_experts");
     const int64_t heads = config.get_int("num_attention_heads"), kv_heads = config.get_int("num_key_value_heads");
     std::vector<GgufTensorEntry> t;
-    t.push_back({"token_embd.weight", {"model.embed_tokens.weight"}});
+    gguf_embedding_entry(t);
     for (int64_t i = 0; i < layers; ++i) {
         const std::string b = fmt::format("blk.{}.", i);
         const std::string p = fmt::format("model.layers.{}.", i);
         t.push_back({b + "attn_norm.weight", {p + "input_layernorm.weight"}});
-        for (const auto& [g, hf, n] :
-             std::vector<std::tuple<std::string, std::string, int64_t>>{{"attn_q", "q_proj", heads},
-                                                                        {"attn_k", "k_proj", kv_heads},
-                                                                        {"attn_v", "v_proj", 0},
-                                                                        {"attn_output", "o_proj", 0}}) {
-            GgufTensorEntry e{fmt::format("{}{}.weight", b, g), {fmt::format("{}self_attn.{}.weight", p, hf)}};
-            if (n > 0) {
-                e.convert = [name = e.names[0], n](const io::WeightSource& s) {
-                    return permute_for_llama_rope(s.load_f32(name), n);
-                };
-            }
-            t.push_back(std::move(e));
+        const size_t q = t.size();
+        gguf_attention_entries(t, b, p, false, false);  // q, k, v, output
+        for (const auto& [entry, n] : {std::pair{q, heads}, std::pair{q + 1, kv_heads}}) {
+            t[entry].convert = [name = t[entry].names[0], n](const io::WeightSource& s) {
+                return permute_for_llama_rope(s.load_f32(name), n);
+            };
         }
         t.push_back({b + "ffn_norm.weight", {p + "post_attention_layernorm.weight"}});
         t.push_back({b + "ffn_gate_inp.weight", {p + mixtral::kRouter + ".weight"}});
@@ -133,8 +101,7 @@ std::vector<GgufTensorEntry> llama_tensors(const io::HfConfig& config) {
         t.push_back(stacked(b + "ffn_up_exps.weight", p, mixtral::kProjections.up, experts));
         t.push_back(stacked(b + "ffn_down_exps.weight", p, mixtral::kProjections.down, experts));
     }
-    t.push_back({"output_norm.weight", {"model.norm.weight"}});
-    t.push_back({"output.weight", {"lm_head.weight"}, false, !config.get_bool("tie_word_embeddings", false)});
+    gguf_output_entries(t, config);
     return t;
 }
 

@@ -14,38 +14,24 @@ namespace {
 
 nlohmann::json qwen2moe_config(const io::GgufCheckpoint& file, const std::string& a) {
     const io::GgufHeader& h = file.metadata();
-    const int64_t hidden = h.get_int(a + ".embedding_length");
-    const int64_t heads = h.get_int(a + ".attention.head_count");
-    if (gguf_int_or(h, a + ".attention.key_length", hidden / heads) != hidden / heads) {
+    nlohmann::json c = gguf_gqa_config(file, a, "qwen2_moe", "Qwen2MoeForCausalLM", 10000.0);
+    if (c.at("head_dim").get<int64_t>() * c.at("num_attention_heads").get<int64_t>() != c.at("hidden_size")) {
         raise(ErrorCode::kUnsupported, "{}: {}.attention.key_length differs from embedding_length / head_count", h.file,
               a);
     }
+    c.erase("head_dim");  // Qwen2-MoE's config has none: hidden_size / heads
     const int64_t expert_ff = h.get_int(a + ".expert_feed_forward_length");
-    nlohmann::json c = {
-        {"model_type", "qwen2_moe"},
-        {"architectures", {"Qwen2MoeForCausalLM"}},
-        {"vocab_size", gguf_vocab_size(file)},
-        {"hidden_size", hidden},
-        {"num_hidden_layers", h.get_int(a + ".block_count")},
-        {"num_attention_heads", heads},
-        {"num_key_value_heads", gguf_int_or_uniform_array(h, a + ".attention.head_count_kv")},
+    c.update({
         {"num_experts", h.get_int(a + ".expert_count")},
         {"num_experts_per_tok", h.get_int(a + ".expert_used_count")},
         {"moe_intermediate_size", expert_ff},
         {"shared_expert_intermediate_size", h.get_int(a + ".expert_shared_feed_forward_length")},
         {"intermediate_size", gguf_int_or(h, a + ".feed_forward_length", expert_ff)},
-        {"max_position_embeddings", h.get_int(a + ".context_length")},
-        {"rms_norm_eps", h.get_float(a + ".attention.layer_norm_rms_epsilon")},
-        {"rope_theta", gguf_float_or(h, a + ".rope.freq_base", 10000.0)},
         // llama.cpp's qwen2moe graph: every layer MoE, softmax top-k weights not renormalized
         {"decoder_sparse_step", 1},
         {"mlp_only_layers", nlohmann::json::array()},
         {"norm_topk_prob", false},
-        {"tie_word_embeddings", !file.contains("output.weight")},
-        {"torch_dtype", "bfloat16"},
-    };
-    if (auto rope = gguf_rope_scaling(h, a, false)) c["rope_scaling"] = std::move(*rope);
-    gguf_special_token_ids(h, c);
+    });
     return c;
 }
 
@@ -59,14 +45,7 @@ void qwen2moe_metadata(const io::HfConfig& c, const std::string& a, io::GgufWrit
     if (c.get_bool("norm_topk_prob", false)) refuse("does not renormalize the top-k weights (norm_topk_prob)");
     if (c.has("rope_scaling")) refuse("is written without rope_scaling here");
     const auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
-    w.set_u32(a + ".context_length", u32(c.get_int("max_position_embeddings")));
-    w.set_u32(a + ".embedding_length", u32(c.get_int("hidden_size")));
-    w.set_u32(a + ".block_count", u32(c.get_int("num_hidden_layers")));
-    w.set_u32(a + ".feed_forward_length", u32(c.get_int("intermediate_size")));
-    w.set_u32(a + ".attention.head_count", u32(c.get_int("num_attention_heads")));
-    w.set_u32(a + ".attention.head_count_kv", u32(c.get_int("num_key_value_heads")));
-    w.set_f32(a + ".rope.freq_base", static_cast<float>(c.get_float("rope_theta", 10000.0)));
-    w.set_f32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(c.get_float("rms_norm_eps")));
+    gguf_set_gqa_metadata(c, a, 10000.0, w);
     w.set_u32(a + ".expert_count", u32(c.get_int("num_experts")));
     w.set_u32(a + ".expert_used_count", u32(c.get_int("num_experts_per_tok")));
     w.set_u32(a + ".expert_feed_forward_length", u32(c.get_int("moe_intermediate_size")));
@@ -77,18 +56,12 @@ std::vector<GgufTensorEntry> qwen2moe_tensors(const io::HfConfig& config) {
     const int64_t layers = config.get_int("num_hidden_layers");
     const int64_t experts = config.get_int("num_experts");
     std::vector<GgufTensorEntry> t;
-    t.push_back({"token_embd.weight", {"model.embed_tokens.weight"}});
+    gguf_embedding_entry(t);
     for (int64_t i = 0; i < layers; ++i) {
         const std::string b = fmt::format("blk.{}.", i);
         const std::string p = fmt::format("model.layers.{}.", i);
         t.push_back({b + "attn_norm.weight", {p + "input_layernorm.weight"}});
-        for (const auto& [g, hf] : std::vector<std::pair<std::string, std::string>>{
-                 {"attn_q", "q_proj"}, {"attn_k", "k_proj"}, {"attn_v", "v_proj"}, {"attn_output", "o_proj"}}) {
-            t.push_back({fmt::format("{}{}.weight", b, g), {fmt::format("{}self_attn.{}.weight", p, hf)}});
-            if (hf != "o_proj") {
-                t.push_back({fmt::format("{}{}.bias", b, g), {fmt::format("{}self_attn.{}.bias", p, hf)}});
-            }
-        }
+        gguf_attention_entries(t, b, p, true, false);
         t.push_back({b + "ffn_norm.weight", {p + "post_attention_layernorm.weight"}});
         t.push_back({b + "ffn_gate_inp.weight", {p + "mlp.gate.weight"}});
         t.push_back(gguf_stacked_experts(b + "ffn_gate_exps.weight", p, "gate_proj", experts));
@@ -107,8 +80,7 @@ std::vector<GgufTensorEntry> qwen2moe_tensors(const io::HfConfig& config) {
         t.push_back({b + "ffn_up_shexp.weight", {p + "mlp.shared_expert.up_proj.weight"}});
         t.push_back({b + "ffn_down_shexp.weight", {p + "mlp.shared_expert.down_proj.weight"}});
     }
-    t.push_back({"output_norm.weight", {"model.norm.weight"}});
-    t.push_back({"output.weight", {"lm_head.weight"}, false, !config.get_bool("tie_word_embeddings", false)});
+    gguf_output_entries(t, config);
     return t;
 }
 

@@ -10,41 +10,20 @@ namespace {
 
 nlohmann::json qwen3moe_config(const io::GgufCheckpoint& file, const std::string& a) {
     const io::GgufHeader& h = file.metadata();
-    const int64_t hidden = h.get_int(a + ".embedding_length");
-    const int64_t heads = h.get_int(a + ".attention.head_count");
-    const int64_t head_dim = gguf_int_or(h, a + ".attention.key_length", hidden / heads);
-    if (gguf_int_or(h, a + ".attention.value_length", head_dim) != head_dim) {
-        raise(ErrorCode::kUnsupported, "{}: {}.attention.value_length {} differs from key_length {}", h.file, a,
-              h.get_int(a + ".attention.value_length"), head_dim);
-    }
+    nlohmann::json c = gguf_gqa_config(file, a, "qwen3_moe", "Qwen3MoeForCausalLM", 10000.0);
     const int64_t expert_ff = h.get_int(a + ".expert_feed_forward_length");
-    nlohmann::json c = {
-        {"model_type", "qwen3_moe"},
-        {"architectures", {"Qwen3MoeForCausalLM"}},
-        {"vocab_size", gguf_vocab_size(file)},
-        {"hidden_size", hidden},
-        {"num_hidden_layers", h.get_int(a + ".block_count")},
-        {"num_attention_heads", heads},
-        {"num_key_value_heads", gguf_int_or_uniform_array(h, a + ".attention.head_count_kv")},
-        {"head_dim", head_dim},
+    c.update({
         {"num_experts", h.get_int(a + ".expert_count")},
         {"num_experts_per_tok", h.get_int(a + ".expert_used_count")},
         {"moe_intermediate_size", expert_ff},
         {"intermediate_size", gguf_int_or(h, a + ".feed_forward_length", expert_ff)},
-        {"max_position_embeddings", h.get_int(a + ".context_length")},
-        {"rms_norm_eps", h.get_float(a + ".attention.layer_norm_rms_epsilon")},
-        {"rope_theta", gguf_float_or(h, a + ".rope.freq_base", 10000.0)},
         // llama.cpp's qwen3moe graph: every layer MoE, softmax top-k renormalized, no biases
         // besides an optional attention output one (not run here, refused by the tensor check)
         {"decoder_sparse_step", 1},
         {"mlp_only_layers", nlohmann::json::array()},
         {"norm_topk_prob", true},
         {"attention_bias", file.contains("blk.0.attn_q.bias")},
-        {"tie_word_embeddings", !file.contains("output.weight")},
-        {"torch_dtype", "bfloat16"},
-    };
-    if (auto rope = gguf_rope_scaling(h, a, false)) c["rope_scaling"] = std::move(*rope);
-    gguf_special_token_ids(h, c);
+    });
     return c;
 }
 
@@ -65,19 +44,8 @@ void qwen3moe_metadata(const io::HfConfig& c, const std::string& a, io::GgufWrit
         raise(ErrorCode::kUnsupported, "{}: writing rope_scaling to GGUF is not supported", c.label());
     }
     const auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
-    const int64_t heads = c.get_int("num_attention_heads");
-    const int64_t head_dim = c.get_int("head_dim", c.get_int("hidden_size") / heads);
-    w.set_u32(a + ".context_length", u32(c.get_int("max_position_embeddings")));
-    w.set_u32(a + ".embedding_length", u32(c.get_int("hidden_size")));
-    w.set_u32(a + ".block_count", u32(c.get_int("num_hidden_layers")));
-    w.set_u32(a + ".feed_forward_length", u32(c.get_int("intermediate_size")));
-    w.set_u32(a + ".attention.head_count", u32(heads));
-    w.set_u32(a + ".attention.head_count_kv", u32(c.get_int("num_key_value_heads")));
-    w.set_f32(a + ".rope.freq_base", static_cast<float>(c.get_float("rope_theta", 10000.0)));
-    w.set_f32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(c.get_float("rms_norm_eps")));
+    gguf_set_gqa_metadata(c, a, 10000.0, w);
     w.set_u32(a + ".expert_used_count", u32(c.get_int("num_experts_per_tok")));
-    w.set_u32(a + ".attention.key_length", u32(head_dim));
-    w.set_u32(a + ".attention.value_length", u32(head_dim));
     w.set_u32(a + ".expert_count", u32(c.get_int("num_experts")));
     w.set_u32(a + ".expert_feed_forward_length", u32(c.get_int("moe_intermediate_size")));
 }
@@ -87,18 +55,12 @@ std::vector<GgufTensorEntry> qwen3moe_tensors(const io::HfConfig& config) {
     const int64_t experts = config.get_int("num_experts");
     const bool bias = config.get_bool("attention_bias", false);
     std::vector<GgufTensorEntry> t;
-    t.push_back({"token_embd.weight", {"model.embed_tokens.weight"}});
+    gguf_embedding_entry(t);
     for (int64_t i = 0; i < layers; ++i) {
         const std::string b = fmt::format("blk.{}.", i);
         const std::string p = fmt::format("model.layers.{}.", i);
         t.push_back({b + "attn_norm.weight", {p + "input_layernorm.weight"}});
-        for (const auto& [g, hf] : std::vector<std::pair<std::string, std::string>>{
-                 {"attn_q", "q_proj"}, {"attn_k", "k_proj"}, {"attn_v", "v_proj"}, {"attn_output", "o_proj"}}) {
-            t.push_back({fmt::format("{}{}.weight", b, g), {fmt::format("{}self_attn.{}.weight", p, hf)}});
-            if (bias && hf != "o_proj") {
-                t.push_back({fmt::format("{}{}.bias", b, g), {fmt::format("{}self_attn.{}.bias", p, hf)}});
-            }
-        }
+        gguf_attention_entries(t, b, p, bias, false);
         t.push_back({b + "attn_q_norm.weight", {p + "self_attn.q_norm.weight"}});
         t.push_back({b + "attn_k_norm.weight", {p + "self_attn.k_norm.weight"}});
         t.push_back({b + "ffn_norm.weight", {p + "post_attention_layernorm.weight"}});
@@ -107,8 +69,7 @@ std::vector<GgufTensorEntry> qwen3moe_tensors(const io::HfConfig& config) {
         t.push_back(gguf_stacked_experts(b + "ffn_up_exps.weight", p, "up_proj", experts));
         t.push_back(gguf_stacked_experts(b + "ffn_down_exps.weight", p, "down_proj", experts));
     }
-    t.push_back({"output_norm.weight", {"model.norm.weight"}});
-    t.push_back({"output.weight", {"lm_head.weight"}, false, !config.get_bool("tie_word_embeddings", false)});
+    gguf_output_entries(t, config);
     return t;
 }
 
