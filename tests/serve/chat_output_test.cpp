@@ -278,6 +278,10 @@ TEST(ChatMessagesTest, HistoryAsVllmPreparesIt) {
     EXPECT_EQ(prepared[1]["reasoning_content"], "r");
     EXPECT_EQ(prepared[2]["thinking"], "t");
     EXPECT_FALSE(prepared[0].contains("thinking"));
+    // Not beside a tool-call turn's content (gpt-oss's template refuses both; the content renders).
+    const Json preamble = Json::parse(R"([{"role": "assistant", "content": "Checking.", "reasoning_content": "r",
+        "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}]}])");
+    EXPECT_FALSE(prepare_chat_messages(&preamble)[0].contains("thinking"));
     const Json broken =
         Json::parse(R"([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{"}}]}])");
     try {

@@ -106,9 +106,13 @@ Json prepare_chat_messages(const Json* messages, NullContent null_content, ToolA
             for (const char* key : {"reasoning_content", "reasoning"}) {
                 if (const auto rc = m.find(key); rc != m.end() && rc->is_string()) prepared["reasoning_content"] = *rc;
             }
+            // gpt-oss's template reads `thinking`, and refuses a tool-call turn with both content and
+            // thinking: there the content (a preamble) stands for the reasoning, as it renders it.
+            const bool content_with_calls =
+                has_calls && prepared["content"].is_string() && !prepared["content"].get<std::string>().empty();
             if (const auto t = m.find("thinking"); t != m.end() && t->is_string()) {
                 prepared["thinking"] = *t;
-            } else if (prepared.contains("reasoning_content")) {
+            } else if (prepared.contains("reasoning_content") && !content_with_calls) {
                 prepared["thinking"] = prepared["reasoning_content"];
             }
         }
