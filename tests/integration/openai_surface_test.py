@@ -9,11 +9,17 @@
   loglik     lm-eval's loglikelihood request (echo, max_tokens 0, logprobs 1) against the float64
              reference's log-softmax; prompt_logprobs; text_offset in characters
   deepseek   the DeepSeek-V3 template with a tool-call history and the deepseek_v3 parser flag
+  harmony    gpt-oss's text side on a tiny qwen3_moe carrying the gpt-oss tokenizer: its template
+             through the routes (reasoning_effort, thinking, tool-call arguments as objects), and
+             the openai_gptoss / openai parsers detokenizing with special tokens kept
 Bounded: one server per suite, 60 s per call."""
 import argparse
 import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import unittest
 
 import numpy as np
@@ -90,7 +96,7 @@ class Extras(unittest.TestCase):
         log = self.s.log_text()
         self.assertEqual(log.count("ignoring the request field 'some_future_field'"), 1, log[-2000:])
         self.assertEqual(log.count("ignoring the request field 'another_field'"), 1)
-        self.assertNotIn("'reasoning_effort'", log)  # known, documented as without effect
+        self.assertNotIn("'reasoning_effort'", log)  # known: a chat template variable (gpt-oss reads it)
 
     def test_logits_processors(self):
         r = self.complete(logit_bias={"17": 100}, max_tokens=3, logprobs=0)
@@ -216,13 +222,79 @@ class DeepSeek(unittest.TestCase):
             self.assertEqual(s.stop(), 0)
 
 
-SUITES = {"reasoning": Reasoning, "extras": Extras, "loglik": Loglik, "deepseek": DeepSeek}
+HARMONY_MARKERS = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>"]
+
+
+class Harmony(unittest.TestCase):
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather.", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    history = [{"role": "system", "content": "Be brief."},
+               {"role": "user", "content": "Weather in Paris?"},
+               {"role": "assistant", "content": None, "reasoning_content": "Call the tool.",
+                "tool_calls": [{"id": "c1", "type": "function",
+                                "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="moeserve-harmony-")
+        model = os.path.join(cls.tmp, "m")
+        subprocess.run([ARGS.moeserve, "make-model", "--arch", "qwen3_moe", "--size", "tiny", "--set", "vocab_size=201088",
+                        "--tokenizer-dir", os.path.join(ARGS.tokenizer_cache, "gpt_oss"), "--out", model],
+                       check=True, stdout=subprocess.DEVNULL, timeout=120)
+        cls.s = Server("--enable-auto-tool-choice", "--tool-call-parser", "openai", "--reasoning-parser", "openai_gptoss",
+                       "--enable-log-requests", model=model)
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            assert cls.s.stop() == 0
+        finally:
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_template_through_the_routes(self):
+        status, r = self.s.json("POST", "/tokenize", {"messages": self.history, "tools": self.tools,
+                                                      "chat_template_kwargs": {"reasoning_effort": "high"}})
+        self.assertEqual(status, 200, r)
+        status, text = self.s.json("POST", "/detokenize", {"tokens": r["tokens"]})
+        prompt = text["prompt"]
+        self.assertIn("Reasoning: high\n\n", prompt)
+        self.assertIn("<|start|>developer<|message|># Instructions\n\nBe brief.\n\n# Tools", prompt)
+        self.assertIn("<|start|>assistant<|channel|>analysis<|message|>Call the tool.<|end|>", prompt)  # thinking
+        self.assertIn('<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>',
+                      prompt)  # the arguments as an object, through tojson
+        self.assertTrue(prompt.endswith('<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>"sunny"'
+                                        "<|end|><|start|>assistant"), prompt[-300:])
+
+    def test_chat_answers_keep_markers_out(self):
+        body = {"messages": self.history, "tools": self.tools, "reasoning_effort": "low", "max_tokens": 24,
+                "temperature": 0}
+        status, r = self.s.json("POST", "/v1/chat/completions", body)
+        self.assertEqual(status, 200, r)
+        m = r["choices"][0]["message"]
+        for field in ("content", "reasoning_content"):
+            for marker in HARMONY_MARKERS:
+                self.assertNotIn(marker, m.get(field) or "", m)
+        log = self.s.log_text()
+        self.assertIn("Reasoning: low", log)
+        self.assertIn("skip_special_tokens=False", log)  # the harmony markers reach the parsers
+        events = stream_json(self.s, "/v1/chat/completions", {**body, "stream": True})
+        deltas = [e["choices"][0]["delta"] for e in events if e.get("choices")]
+        self.assertEqual("".join(d.get("content") or "" for d in deltas), m["content"] or "")
+        self.assertEqual("".join(d.get("reasoning_content") or "" for d in deltas), m["reasoning_content"] or "")
+        status, r = self.s.json("POST", "/v1/chat/completions", {**body, "reasoning_effort": "max"})
+        self.assertEqual(status, 400, r)
+        self.assertEqual(r["error"]["param"], "reasoning_effort")
+
+
+SUITES = {"reasoning": Reasoning, "extras": Extras, "loglik": Loglik, "deepseek": DeepSeek, "harmony": Harmony}
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--moeserve", required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--deepseek-model", required=True)
+    p.add_argument("--tokenizer-cache", default=os.path.expanduser("~/.cache/moeserve/tokenizers"))
     p.add_argument("--suite", choices=sorted(SUITES))
     ARGS, rest = p.parse_known_args()
     serve_test.ARGS = ARGS

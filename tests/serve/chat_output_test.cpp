@@ -265,6 +265,23 @@ TEST(ChatMessagesTest, HistoryAsVllmPreparesIt) {
     EXPECT_EQ(p[3]["tool_calls"][0]["function"]["arguments"], "{\"x\": 2}");
     EXPECT_TRUE(has_tool_calls_without_content(m));
     EXPECT_TRUE(prepare_chat_messages(&m, NullContent::kKeepWithToolCalls)[1]["content"].is_null());
+    // For templates that apply tojson to them (gpt-oss's), object arguments stay objects.
+    const Json objects = prepare_chat_messages(&m, NullContent::kEmpty, ToolArguments::kObject);
+    EXPECT_EQ(objects[1]["tool_calls"][0]["function"]["arguments"], Json::parse(R"({"x": 1})"));
+    EXPECT_EQ(objects[3]["tool_calls"][0]["function"]["arguments"], Json::parse(R"({"x": 2})"));
+    // An assistant turn's reasoning is also `thinking` (gpt-oss's template reads that).
+    const Json reasoning = Json::parse(R"([{"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a", "reasoning_content": "r"},
+        {"role": "assistant", "content": "b", "thinking": "t"}])");
+    const Json prepared = prepare_chat_messages(&reasoning);
+    EXPECT_EQ(prepared[1]["thinking"], "r");
+    EXPECT_EQ(prepared[1]["reasoning_content"], "r");
+    EXPECT_EQ(prepared[2]["thinking"], "t");
+    EXPECT_FALSE(prepared[0].contains("thinking"));
+    // Not beside a tool-call turn's content (gpt-oss's template refuses both; the content renders).
+    const Json preamble = Json::parse(R"([{"role": "assistant", "content": "Checking.", "reasoning_content": "r",
+        "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}]}])");
+    EXPECT_FALSE(prepare_chat_messages(&preamble)[0].contains("thinking"));
     const Json broken =
         Json::parse(R"([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{"}}]}])");
     try {

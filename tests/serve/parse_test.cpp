@@ -97,6 +97,24 @@ TEST(ParseTest, ChatLogprobs) {
     EXPECT_EQ(prepare_chat_messages(&r.messages)[0]["content"], "a\nb");
 }
 
+// reasoning_effort reaches the chat template as a variable (gpt-oss's "Reasoning: high"), unless
+// chat_template_kwargs names it already; other values are a 400.
+TEST(ParseTest, ReasoningEffortIsATemplateVariable) {
+    const std::string head = R"({"messages": [{"role": "user", "content": "x"}], )";
+    auto r = parse_chat_request(parse_body(head + R"("reasoning_effort": "high"})"), kLimits);
+    EXPECT_EQ(r.chat_template_kwargs["reasoning_effort"], "high");
+    EXPECT_TRUE(r.unknown_fields.empty());
+    r = parse_chat_request(
+        parse_body(head + R"("reasoning_effort": "low", "chat_template_kwargs": {"reasoning_effort": "medium"}})"),
+        kLimits);
+    EXPECT_EQ(r.chat_template_kwargs["reasoning_effort"], "medium");
+    r = parse_chat_request(parse_body(head + R"("reasoning_effort": null})"), kLimits);
+    EXPECT_FALSE(r.chat_template_kwargs.contains("reasoning_effort"));
+    std::string param;
+    EXPECT_EQ(status_of(head + R"("reasoning_effort": "max"})", true, &param), 400);
+    EXPECT_EQ(param, "reasoning_effort");
+}
+
 TEST(ParseTest, UnknownFieldsAreListedNotRefused) {
     const auto r = parse_completion_request(parse_body(R"({"prompt": "x", "whatever": 1, "audio": null})"), kLimits);
     EXPECT_EQ(r.unknown_fields, (std::vector<std::string>{"whatever", "audio"}));

@@ -53,6 +53,14 @@ TEST(ResponsesTest, RequestBecomesAChatRequest) {
     EXPECT_EQ(r.input_messages.size(), 4u);  // what is stored: no instructions, no history
 }
 
+TEST(ResponsesTest, ReasoningEffortReachesTheChatRequest) {
+    const ResponsesRequest r =
+        parse_responses_request(OJson::parse(R"({"input": "hi", "reasoning": {"effort": "high"}})"));
+    EXPECT_EQ(r.chat["reasoning_effort"], "high");
+    EXPECT_FALSE(parse_responses_request(OJson::parse(R"({"input": "hi", "reasoning": {"effort": null}})"))
+                     .chat.contains("reasoning_effort"));
+}
+
 TEST(ResponsesTest, RefusalsNameTheField) {
     EXPECT_EQ(param_of(OJson::parse(R"({})")), "input");
     EXPECT_EQ(param_of(OJson::parse(R"({"input": 3})")), "input");

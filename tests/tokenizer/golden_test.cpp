@@ -1,4 +1,4 @@
-// Tokenizer goldens: the real Qwen3 and DeepSeek-V3 tokenizer.json files against ids and decoded
+// Tokenizer goldens: the real Qwen3, DeepSeek-V3 and gpt-oss tokenizer.json files against ids and decoded
 // text written by Hugging Face tokenizers (tools/goldens/make_tokenizer_goldens.js).
 #include <gtest/gtest.h>
 
@@ -86,7 +86,28 @@ TEST_P(GoldenTest, VocabSizeMatchesHuggingFace) {
     EXPECT_EQ(tokenizer.vocab_size(), load_goldens(GetParam())["vocab_size"].get<int32_t>());
 }
 
-INSTANTIATE_TEST_SUITE_P(RealTokenizers, GoldenTest, ::testing::Values("qwen3", "deepseek_v3"));
+INSTANTIATE_TEST_SUITE_P(RealTokenizers, GoldenTest, ::testing::Values("qwen3", "deepseek_v3", "gpt_oss"));
+
+// gpt-oss (o200k_harmony, setup.sh derives it from GPT-4o's o200k_base): the harmony markers are
+// single special tokens at OpenAI's ids, found inside text, and dropped by skip_special_tokens.
+TEST(GptOssTokenizerTest, HarmonySpecialTokensHaveOpenAIsIds) {
+    const Tokenizer& tokenizer = real_tokenizer("gpt_oss");
+    const std::map<std::string, int32_t> expected = {
+        {"<|startoftext|>", 199998}, {"<|endoftext|>", 199999},       {"<|return|>", 200002},
+        {"<|constrain|>", 200003},   {"<|channel|>", 200005},         {"<|start|>", 200006},
+        {"<|end|>", 200007},         {"<|message|>", 200008},         {"<|call|>", 200012},
+        {"<|endofprompt|>", 200018}, {"<|reserved_200000|>", 200000}, {"<|reserved_201087|>", 201087}};
+    for (const auto& [text, id] : expected) {
+        EXPECT_EQ(tokenizer.encode(text, false), std::vector<int32_t>{id}) << text;
+        EXPECT_EQ(tokenizer.decode(std::vector<int32_t>{id}), text);
+        EXPECT_EQ(tokenizer.decode(std::vector<int32_t>{id}, /*skip_special_tokens=*/true), "");
+    }
+    EXPECT_EQ(tokenizer.vocab_size(), 201088);
+    const auto ids = tokenizer.encode("<|start|>assistant<|channel|>final<|message|>Hi<|return|>", false);
+    ASSERT_EQ(ids.size(), 7u);
+    EXPECT_EQ(ids.front(), 200006);
+    EXPECT_EQ(ids.back(), 200002);
+}
 
 }  // namespace
 }  // namespace moeserve::tokenizer

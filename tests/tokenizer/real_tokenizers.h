@@ -1,4 +1,4 @@
-// The real Qwen3 and DeepSeek-V3 tokenizers (setup.sh's cache), loaded once per test binary:
+// The real Qwen3, DeepSeek-V3 and gpt-oss tokenizers (setup.sh's cache), loaded once per test binary:
 // a 150k-token tokenizer takes a fraction of a second to load, and the golden suites share it.
 #pragma once
 
@@ -10,7 +10,7 @@
 
 namespace moeserve::tokenizer {
 
-// name: "qwen3" or "deepseek_v3". Not thread-safe (gtest runs tests on one thread).
+// name: "qwen3", "deepseek_v3" or "gpt_oss". Not thread-safe (gtest runs tests on one thread).
 inline const Tokenizer& real_tokenizer(const std::string& name) {
     static std::map<std::string, Tokenizer> loaded;
     auto it = loaded.find(name);

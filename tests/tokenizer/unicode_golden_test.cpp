@@ -55,7 +55,7 @@ TEST_P(UnicodeGoldenTest, DecodeAndStreamingMatchHuggingFaceText) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(RealTokenizers, UnicodeGoldenTest, ::testing::Values("qwen3", "deepseek_v3"));
+INSTANTIATE_TEST_SUITE_P(RealTokenizers, UnicodeGoldenTest, ::testing::Values("qwen3", "deepseek_v3", "gpt_oss"));
 
 }  // namespace
 }  // namespace moeserve::tokenizer

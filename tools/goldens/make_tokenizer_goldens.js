@@ -6,7 +6,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { Tokenizer, templateProcessing } = require('tokenizers');
-const { cases, randomStrings } = require('./tokenizer_cases');
+const { cases, randomStrings, harmonyCases } = require('./tokenizer_cases');
 const { unicodeCases } = require('./unicode_cases');
 
 const cacheDir = process.argv[2] || path.join(os.homedir(), '.cache', 'moeserve', 'tokenizers');
@@ -41,6 +41,7 @@ async function makeGoldens(name) {
     const out = [];
     const runs = cases.flatMap((text) => [[text, true], [text, false]]);
     for (const text of randomStrings) runs.push([text, false]);
+    if (name === 'gpt_oss') for (const text of harmonyCases) runs.push([text, true], [text, false]);
     for (const [text, addSpecialTokens] of runs) {
         {
             const enc = await tokenizer.encode(text, null, { addSpecialTokens });
@@ -84,5 +85,5 @@ function writeCases(file, doc) {
 
 (async () => {
     fs.mkdirSync(outDir, { recursive: true });
-    for (const name of ['qwen3', 'deepseek_v3']) await makeGoldens(name);
+    for (const name of ['qwen3', 'deepseek_v3', 'gpt_oss']) await makeGoldens(name);
 })().catch((e) => { console.error(e); process.exit(1); });

@@ -91,4 +91,19 @@ function randomCases(count, seed) {
 }
 const randomStrings = randomCases(120, 20241129);
 
-module.exports = { cases, randomStrings };
+// gpt-oss (o200k_harmony): the harmony format's special tokens inside text, the reserved ones, and
+// fragments that must stay text. Only the gpt_oss goldens use these.
+const harmonyCases = [
+    '<|start|>system<|message|>You are ChatGPT.<|end|><|start|>user<|message|>Hi<|end|><|start|>assistant',
+    '<|channel|>analysis<|message|>Think 2+2.<|end|><|start|>assistant<|channel|>final<|message|>4<|return|>',
+    '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"東京"}<|call|>',
+    '<|start|>assistant to=functions.search<|channel|>commentary json<|message|>{"q": "x"}<|call|>',
+    '<|start|>functions.search to=assistant<|channel|>commentary<|message|>"ok"<|end|>',
+    '<|startoftext|>Hello<|endoftext|><|endofprompt|>',
+    '<|reserved_200000|><|reserved_200017|><|reserved_201087|><|reserved_201088|>',
+    '<|start|<|end|>>< |message|><|channel |>|<|call|>|',
+    'text<|return|>more<|return|><|return|>',
+    '  <|message|>  spaced  <|end|>\n\n',
+];
+
+module.exports = { cases, randomStrings, harmonyCases };

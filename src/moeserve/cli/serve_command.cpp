@@ -590,7 +590,7 @@ void add_serve_api_flags(CLI::App* sub, ServeOptions& o) {
         "--tool-call-parser", o.tool_call_parser,
         fmt::format("how the model writes tool calls: {}", fmt::join(serve::openai::tool_parser_names(), " | ")));
     sub->add_option("--reasoning-parser", o.reasoning_parser,
-                    fmt::format("split <think> reasoning into reasoning_content: {}",
+                    fmt::format("split the reasoning (<think>, harmony analysis) into reasoning_content: {}",
                                 fmt::join(serve::openai::reasoning_parser_names(), " | ")));
     sub->add_flag("--enable-log-requests", o.enable_log_requests,
                   "log each request as it arrives (id, prompt, sampling params) and as it finishes");

@@ -122,13 +122,17 @@ Router::ChatPrompt Router::chat_prompt(const ChatPromptInput& in) const {
         }
     }
     if (in.tools.is_array() && !in.tools.empty()) extra["tools"] = in.tools;
+    const auto arguments =
+        (own ? openai::template_wants_argument_objects(in.chat_template) : template_wants_argument_objects_)
+            ? openai::ToolArguments::kObject
+            : openai::ToolArguments::kText;
     // Assistant turns with tool_calls and no content: DeepSeek-V3's template renders the calls only
     // when content is none, Qwen3's fails on none; try none first, then vLLM's "".
     OJson messages;
     std::string text;
     const bool try_null = openai::has_tool_calls_without_content(*in.messages);
     if (try_null) {
-        messages = openai::prepare_chat_messages(in.messages, openai::NullContent::kKeepWithToolCalls);
+        messages = openai::prepare_chat_messages(in.messages, openai::NullContent::kKeepWithToolCalls, arguments);
         try {
             text = tokenizer::render_chat_prompt(tokenizer_, *tmpl, messages, in.add_generation_prompt, extra);
         } catch (const Error&) {
@@ -136,7 +140,7 @@ Router::ChatPrompt Router::chat_prompt(const ChatPromptInput& in) const {
         }
     }
     if (messages.is_null()) {
-        messages = openai::prepare_chat_messages(in.messages);
+        messages = openai::prepare_chat_messages(in.messages, openai::NullContent::kEmpty, arguments);
         text = tokenizer::render_chat_prompt(tokenizer_, *tmpl, messages, in.add_generation_prompt, extra);
     }
     if (in.continue_final_message) {
@@ -216,12 +220,22 @@ Router::Prompts Router::parse_chat_request(const OJson& body, Job& job) {
     auto& o = job.chat_options;
     o.tools = &job.tools;
     o.tool_parser = config_.tool_call_parser;
+    const bool harmony = config_.reasoning_format == openai::ReasoningParser::Format::kGptOss;
     if (config_.reasoning_format) {
         o.reasoning = *config_.reasoning_format;
         o.reasoning_start = openai::ReasoningParser::start_of(prompt.text);
-        if (o.reasoning_start != openai::ReasoningParser::Start::kContent && !job.params.grammar.empty()) {
+        if (harmony && !job.params.grammar.empty()) {
+            // A structured output constrains the final channel's text, after its header.
+            out.grammar_after = tokenizer_.encode(std::string(openai::kHarmonyFinalHeader), false);
+        } else if (o.reasoning_start != openai::ReasoningParser::Start::kContent && !job.params.grammar.empty()) {
             out.grammar_after = tokenizer_.encode(std::string(openai::kThinkEnd), false);
         }
+    }
+    // Parsers whose markers are special tokens need them in the text (vLLM turns
+    // skip_special_tokens off for these too).
+    const bool auto_calls = job.tools.choice == ToolChoice::kAuto;
+    if (harmony || (auto_calls && openai::tool_parser_reads_special_tokens(config_.tool_call_parser))) {
+        job.params.skip_special_tokens = false;
     }
     out.ids.push_back(std::move(prompt.ids));
     if (config_.log_requests) out.logged.push_back(std::move(prompt.text));

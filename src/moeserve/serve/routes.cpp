@@ -10,6 +10,7 @@
 #include <random>
 
 #include "moeserve/serve/access_log.h"
+#include "moeserve/serve/openai/chat_messages.h"
 #include "moeserve/serve/openai/parse.h"
 #include "moeserve/serve/openai/render.h"
 #include "moeserve/serve/route_util.h"
@@ -36,8 +37,10 @@ Router::Router(RouterConfig config, const tokenizer::Tokenizer& tokenizer, Engin
       workers_(config_.num_workers) {
     if (!config_.chat_template.empty()) {
         chat_template_ = tokenizer::ChatTemplate::parse(config_.chat_template);
+        template_wants_argument_objects_ = openai::template_wants_argument_objects(config_.chat_template);
     } else if (tokenizer_.chat_template()) {
         chat_template_ = tokenizer::ChatTemplate::parse(*tokenizer_.chat_template());
+        template_wants_argument_objects_ = openai::template_wants_argument_objects(*tokenizer_.chat_template());
     }
     // Every token decodes to at most max_token bytes; Unicode normalization before the model
     // can shrink text at most 3x (decomposed Hangul to a syllable), so a text of more than

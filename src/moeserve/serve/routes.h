@@ -170,6 +170,7 @@ private:
     ipc::RequestLimits request_limits_;  // from config_: what validate_request checks each engine request against
     const tokenizer::Tokenizer& tokenizer_;
     std::optional<tokenizer::ChatTemplate> chat_template_;
+    bool template_wants_argument_objects_ = false;  // chat_template_'s tool-call arguments (chat_messages.h)
     EngineClient& engines_;
     Metrics& metrics_;
     Logger& logger_;

@@ -1,12 +1,14 @@
-// Renders the real Qwen3 and DeepSeek-V3 chat templates for the conversations of
+// Renders the real Qwen3, DeepSeek-V3 and gpt-oss chat templates for the conversations of
 // tests/data/chat_template/<model>_goldens.json (made by tools/goldens/chat_template/ with
 // @huggingface/jinja and cross-checked against Python jinja2) and compares byte for byte.
 #include <gtest/gtest.h>
 
+#include <ctime>
 #include <fstream>
 #include <thread>
 #include <vector>
 
+#include "moeserve/core/error.h"
 #include "moeserve/tokenizer/chat_template/chat_template.h"
 #include "test_support.h"
 
@@ -24,6 +26,11 @@ ChatTemplate load_template(const std::string& model) {
     return ChatTemplate::parse(config.at("chat_template").get<std::string>());
 }
 
+// The goldens' clock (make_goldens.mjs GOLDEN_DATE): 2025-08-05 12:00 UTC, for gpt-oss's
+// strftime_now("%Y-%m-%d"); the other templates never read it.
+constexpr std::time_t kGoldenNow = 1754395200;
+const ChatRenderOptions kAtGoldenDate{kGoldenNow};
+
 class ChatTemplateGoldensTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ChatTemplateGoldensTest, RendersLikeTransformers) {
@@ -33,7 +40,7 @@ TEST_P(ChatTemplateGoldensTest, RendersLikeTransformers) {
     ASSERT_GE(goldens.size(), 10u);
     for (const auto& golden : goldens) {
         SCOPED_TRACE(model + "/" + golden.at("name").get<std::string>());
-        EXPECT_EQ(chat_template.render(golden.at("context")), golden.at("rendered").get<std::string>());
+        EXPECT_EQ(chat_template.render(golden.at("context"), kAtGoldenDate), golden.at("rendered").get<std::string>());
     }
 }
 
@@ -47,7 +54,8 @@ TEST_P(ChatTemplateGoldensTest, ConcurrentRendersOfOneTemplateAgree) {
         threads.emplace_back([&, t] {
             for (int round = 0; round < 5; ++round) {
                 for (const auto& golden : goldens) {
-                    if (chat_template.render(golden.at("context")) != golden.at("rendered").get<std::string>()) {
+                    if (chat_template.render(golden.at("context"), kAtGoldenDate) !=
+                        golden.at("rendered").get<std::string>()) {
                         ++mismatches[t];
                     }
                 }
@@ -58,7 +66,52 @@ TEST_P(ChatTemplateGoldensTest, ConcurrentRendersOfOneTemplateAgree) {
     for (int m : mismatches) EXPECT_EQ(m, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(RealTemplates, ChatTemplateGoldensTest, ::testing::Values("qwen3", "deepseek_v3"));
+INSTANTIATE_TEST_SUITE_P(RealTemplates, ChatTemplateGoldensTest, ::testing::Values("qwen3", "deepseek_v3", "gpt_oss"));
+
+TEST(GptOssTemplateTest, CurrentDateComesFromTheClock) {
+    const ChatTemplate chat_template = load_template("gpt_oss");
+    const nlohmann::ordered_json messages = {{{"role", "user"}, {"content", "Hi"}}};
+    const std::string rendered = render_chat(chat_template, messages, true);
+    // Today (local time) as transformers prints it; read before and after in case midnight passed.
+    auto today = [] {
+        const std::time_t now = std::time(nullptr);
+        std::tm local{};
+        localtime_r(&now, &local);
+        char buf[32];
+        return std::string(buf, std::strftime(buf, sizeof(buf), "Current date: %Y-%m-%d\n", &local));
+    };
+    const std::string before = today();
+    const bool found = rendered.find(before) != std::string::npos || rendered.find(today()) != std::string::npos;
+    EXPECT_TRUE(found) << rendered;
+}
+
+TEST(GptOssTemplateTest, RefusesWhatItsChecksRefuse) {
+    const ChatTemplate chat_template = load_template("gpt_oss");
+    using Json = nlohmann::ordered_json;
+    const Json channel_in_content = {{{"role", "user"}, {"content", "Hi"}},
+                                     {{"role", "assistant"}, {"content", "<|channel|>analysis<|message|>x"}}};
+    const Json channel_in_thinking = {
+        {{"role", "user"}, {"content", "Hi"}},
+        {{"role", "assistant"}, {"content", "ok"}, {"thinking", "<|channel|>final<|message|>x"}}};
+    const Json tool_without_call = {{{"role", "user"}, {"content", "Hi"}}, {{"role", "tool"}, {"content", "42"}}};
+    const Json both_content_and_thinking = {
+        {{"role", "user"}, {"content", "Hi"}},
+        {{"role", "assistant"},
+         {"content", "a"},
+         {"thinking", "b"},
+         {"tool_calls", {{{"function", {{"name", "f"}, {"arguments", Json::object()}}}}}}},
+        {{"role", "tool"}, {"content", "42"}}};
+    for (const Json* messages :
+         {&channel_in_content, &channel_in_thinking, &tool_without_call, &both_content_and_thinking}) {
+        try {
+            (void)render_chat(chat_template, *messages, true);
+            ADD_FAILURE() << "rendered " << messages->dump();
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+            EXPECT_NE(std::string(e.what()).find("chat template raised an exception"), std::string::npos) << e.what();
+        }
+    }
+}
 
 TEST(RenderChatTest, WrapsMessagesAndExtraVariables) {
     ChatTemplate chat_template = load_template("qwen3");

@@ -126,5 +126,16 @@ TEST(InterpreterTest, ParsedTemplateRendersManyTimes) {
     EXPECT_EQ(t.render(nlohmann::json{{"x", 2}}), "2");
 }
 
+TEST(InterpreterTest, StrftimeNowReadsAFixedClockInUtc) {
+    const ChatTemplate t = ChatTemplate::parse("{{ strftime_now('%Y-%m-%d %H:%M') }}|{{ strftime_now('%d %B') }}");
+    const nlohmann::ordered_json ctx = nlohmann::ordered_json::object();
+    EXPECT_EQ(t.render(ctx, ChatRenderOptions{1754395200}), "2025-08-05 12:00|05 August");
+    EXPECT_EQ(t.render(ctx, ChatRenderOptions{0}), "1970-01-01 00:00|01 January");
+    // Without a fixed clock: now, whatever it is (a 16-character date and time before the bar).
+    EXPECT_EQ(t.render(ctx).find('|'), 16u);
+    expect_error([] { (void)ChatTemplate::parse("{{ strftime_now(3) }}").render(nlohmann::json::object()); },
+                 ErrorCode::kInvalidArgument, {"strftime_now needs a format string", "line 1"});
+}
+
 }  // namespace
 }  // namespace moeserve::tokenizer

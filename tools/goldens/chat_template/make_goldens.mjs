@@ -1,4 +1,4 @@
-// Renders the real Qwen3 and DeepSeek-V3 chat templates with @huggingface/jinja (the JS port
+// Renders the real Qwen3, DeepSeek-V3 and gpt-oss chat templates with @huggingface/jinja (the JS port
 // used by transformers.js) for a fixed set of conversations, and writes
 // tests/data/chat_template/<model>_goldens.json as [{name, context, rendered}].
 //
@@ -237,6 +237,174 @@ const deepseekCases = [
   },
 ];
 
+// gpt-oss (harmony): the template's branches. Its system message carries strftime_now("%Y-%m-%d"),
+// rendered here (and in the C++ test, and in verify_with_jinja2.py) at the fixed GOLDEN_DATE.
+export const GOLDEN_DATE = "2025-08-05";
+
+const richTool = {
+  type: "function",
+  function: {
+    name: "plan_trip",
+    description: "Plan a trip (every parameter shape the template turns into TypeScript).",
+    parameters: {
+      type: "object",
+      properties: {
+        city: { type: "string", description: "Destination, e.g. 東京" },
+        unit: { type: "string", enum: ["celsius", "fahrenheit"], default: "celsius" },
+        nights: { type: "integer", default: 3 },
+        budget: { type: "number", description: "In EUR", default: 1250.5 },
+        refundable: { type: "boolean", default: false },
+        notes: { type: "string", nullable: true },
+        tags: { type: "array", items: { type: "string" } },
+        scores: { type: "array", items: { type: "number" }, nullable: true },
+        counts: { type: "array", items: { type: "integer" } },
+        flags: { type: "array", items: { type: "boolean" } },
+        legs: {
+          type: "array",
+          items: { type: "object", properties: { from: { type: "string" }, to: { type: "string" } }, required: ["from"] },
+        },
+        anything: { type: "array" },
+        either: { type: ["string", "number"] },
+        single: { type: ["string"] },
+        choice: { oneOf: [{ type: "string", description: "a name" }, { type: "integer", default: 7 }], default: "x" },
+        objects: { oneOf: [{ type: "object" }, { type: "string" }] },
+        lodging: {
+          type: "object",
+          properties: { kind: { type: "string", enum: ["hotel", "hostel"] }, stars: { type: "integer" } },
+          required: ["kind"],
+        },
+        free: { type: "object" },
+        untyped: { description: "No type at all" },
+      },
+      required: ["city", "nights"],
+    },
+  },
+};
+
+const noParamsTool = { type: "function", function: { name: "now", description: "The current time." } };
+
+const harmonyCalls = {
+  role: "assistant",
+  thinking: "Two cities: call get_weather for Paris first.",
+  content: "",
+  tool_calls: [{ type: "function", function: { name: "get_weather", arguments: { city: "Paris", unit: "celsius" } } }],
+};
+
+const gptOssCases = [
+  { name: "user_generation_prompt", messages: [{ role: "user", content: "Hello!" }], add_generation_prompt: true },
+  { name: "user_no_generation_prompt", messages: [{ role: "user", content: "Hello!" }], add_generation_prompt: false },
+  {
+    name: "system_becomes_developer_instructions",
+    messages: [
+      { role: "system", content: "Answer in French." },
+      { role: "user", content: "What is 2+2?" },
+      { role: "assistant", content: "4." },
+      { role: "user", content: "And 3+3?" },
+    ],
+    add_generation_prompt: true,
+  },
+  {
+    name: "developer_message",
+    messages: [{ role: "developer", content: "Be terse.\nNo lists." }, { role: "user", content: "Hi" }],
+    add_generation_prompt: true,
+  },
+  { name: "reasoning_effort_high", messages: [{ role: "user", content: "Prove it." }], add_generation_prompt: true, extra: { reasoning_effort: "high" } },
+  { name: "reasoning_effort_low", messages: [{ role: "user", content: "Quick." }], add_generation_prompt: true, extra: { reasoning_effort: "low" } },
+  {
+    name: "model_identity_and_builtin_tools",
+    messages: [{ role: "user", content: "Look it up." }],
+    add_generation_prompt: true,
+    extra: { model_identity: "You are a test model.", builtin_tools: ["browser", "python"] },
+  },
+  { name: "builtin_python_only", messages: [{ role: "user", content: "Run code." }], add_generation_prompt: true, extra: { builtin_tools: ["python"] } },
+  {
+    name: "tools_rich_parameters",
+    messages: [{ role: "system", content: "Use tools." }, { role: "user", content: "Plan Tokyo." }],
+    tools: [richTool, noParamsTool, weatherTool],
+    add_generation_prompt: true,
+  },
+  { name: "tools_without_system", messages: [{ role: "user", content: "Search cats." }], tools: [searchTool], add_generation_prompt: true },
+  {
+    name: "tool_call_thinking_response_final",
+    messages: [
+      { role: "user", content: "Weather in Paris?" },
+      harmonyCalls,
+      { role: "tool", content: "{\"temp\": 18}" },
+      { role: "assistant", content: "It is 18°C in Paris." },
+      { role: "user", content: "Thanks" },
+    ],
+    tools: [weatherTool],
+    add_generation_prompt: true,
+  },
+  {
+    name: "tool_call_thinking_kept_before_response",
+    messages: [{ role: "user", content: "Weather in Paris?" }, harmonyCalls, { role: "tool", content: "sunny" }],
+    tools: [weatherTool],
+    add_generation_prompt: true,
+  },
+  {
+    name: "tool_call_content_as_analysis",
+    messages: [
+      { role: "user", content: "Search cats" },
+      {
+        role: "assistant",
+        content: "I will search.",
+        tool_calls: [{ name: "search", arguments: { query: "cats", limit: 3, exact: true, score: 0.25 } }],
+      },
+      { role: "tool", content: "[\"cat 1\", \"cat 2\"]" },
+    ],
+    tools: [searchTool],
+    add_generation_prompt: true,
+  },
+  {
+    name: "tool_call_string_arguments_content_type",
+    messages: [
+      { role: "user", content: "Search" },
+      {
+        role: "assistant",
+        content: "",
+        tool_calls: [{ type: "function", function: { name: "search", arguments: "{\"query\": \"x\"}", content_type: "<|constrain|>json" } }],
+      },
+      { role: "tool", content: "done" },
+    ],
+    tools: [searchTool],
+    add_generation_prompt: true,
+  },
+  {
+    name: "final_turn_with_thinking_for_training",
+    messages: [
+      { role: "user", content: "Hi" },
+      { role: "assistant", thinking: "Greeting.", content: "Hello! How can I help?" },
+    ],
+    add_generation_prompt: false,
+  },
+  {
+    name: "final_turn_without_thinking",
+    messages: [{ role: "user", content: "Hi" }, { role: "assistant", content: "Hello." }],
+    add_generation_prompt: false,
+  },
+  {
+    name: "earlier_thinking_dropped",
+    messages: [
+      { role: "user", content: "Hi" },
+      { role: "assistant", thinking: "Greeting.", content: "Hello." },
+      { role: "user", content: "Bye" },
+    ],
+    add_generation_prompt: true,
+  },
+  {
+    name: "unicode_and_multiline",
+    messages: [
+      { role: "system", content: "Réponds en français. 日本語も OK。" },
+      { role: "user", content: "\n\n  Emoji 🤖🎉\n\tCJK 你好世界\n" },
+      { role: "assistant", content: "👍 D'accord — «très bien»." },
+      { role: "user", content: "```python\nprint('hi')\n```\n" },
+    ],
+    add_generation_prompt: true,
+    extra: { reasoning_effort: "medium" },
+  },
+];
+
 // Where @huggingface/jinja and Python jinja2 (+ transformers' tojson) disagree on these
 // templates, the golden is patched here so that it holds what transformers produces.
 // verify_with_jinja2.py checks every golden against Python jinja2; none of the cases above
@@ -247,6 +415,24 @@ const deepseekCases = [
 // - printing None/True/False directly with {{ }}: Python prints "None"/"True"/"False".
 function fixForPythonJinja2(model, name, rendered) {
   return rendered;
+}
+
+// @huggingface/jinja's strftime_now reads `new Date()`: during a render, the clock says noon
+// (local time) of GOLDEN_DATE.
+function atGoldenDate(fn) {
+  const RealDate = globalThis.Date;
+  const [year, month, day] = GOLDEN_DATE.split("-").map(Number);
+  globalThis.Date = class extends RealDate {
+    constructor(...args) {
+      if (args.length === 0) super(year, month - 1, day, 12, 0, 0);
+      else super(...args);
+    }
+  };
+  try {
+    return fn();
+  } finally {
+    globalThis.Date = RealDate;
+  }
 }
 
 function render(model, cases) {
@@ -262,8 +448,8 @@ function render(model, cases) {
     for (const key of ["tools", "add_generation_prompt", "enable_thinking"]) {
       if (key in c) context[key] = c[key];
     }
-    Object.assign(context, specials);
-    const rendered = fixForPythonJinja2(model, c.name, template.render(context));
+    Object.assign(context, c.extra ?? {}, specials);
+    const rendered = fixForPythonJinja2(model, c.name, atGoldenDate(() => template.render(context)));
     return { name: c.name, context, rendered };
   });
 }
@@ -272,6 +458,7 @@ fs.mkdirSync(outDir, { recursive: true });
 for (const [model, cases] of [
   ["qwen3", [...commonCases, ...qwenCases]],
   ["deepseek_v3", [...commonCases, ...deepseekCases]],
+  ["gpt_oss", gptOssCases],
 ]) {
   const goldens = render(model, cases);
   const file = path.join(outDir, `${model}_goldens.json`);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <string>
 
 #include "moeserve/serve/openai/protocol.h"
@@ -34,7 +35,7 @@ Json text_content(const Json& m, size_t i) {
     return text;
 }
 
-Json tool_calls_of(const Json& calls, size_t i) {
+Json tool_calls_of(const Json& calls, size_t i, ToolArguments form) {
     if (!calls.is_array()) bad(fmt::format("messages[{}].tool_calls must be a list", i));
     Json out = Json::array();
     for (size_t k = 0; k < calls.size(); ++k) {
@@ -52,8 +53,12 @@ Json tool_calls_of(const Json& calls, size_t i) {
                     bad(at + ".function.arguments is not valid JSON");
                 }
                 arguments = *a;
+                if (form == ToolArguments::kObject) {
+                    if (Json parsed = Json::parse(a->get<std::string>()); parsed.is_object())
+                        arguments = std::move(parsed);
+                }
             } else if (a->is_object()) {
-                arguments = a->dump();
+                arguments = form == ToolArguments::kObject ? *a : Json(a->dump());
             } else {
                 bad(at + ".function.arguments must be a JSON string or an object");
             }
@@ -70,7 +75,7 @@ Json tool_calls_of(const Json& calls, size_t i) {
 
 }  // namespace
 
-Json prepare_chat_messages(const Json* messages, NullContent null_content) {
+Json prepare_chat_messages(const Json* messages, NullContent null_content, ToolArguments arguments) {
     if (!messages || !messages->is_array() || messages->empty()) bad("'messages' must be a non-empty list");
     static constexpr const char* kRoles[] = {"system", "developer", "user", "assistant", "tool"};
     Json out = Json::array();
@@ -90,7 +95,7 @@ Json prepare_chat_messages(const Json* messages, NullContent null_content) {
         if (content.is_null() && !(has_calls && null_content == NullContent::kKeepWithToolCalls)) content = "";
         prepared["content"] = std::move(content);
         if (const auto name = m.find("name"); name != m.end() && name->is_string()) prepared["name"] = *name;
-        if (has_calls) prepared["tool_calls"] = tool_calls_of(*calls, i);
+        if (has_calls) prepared["tool_calls"] = tool_calls_of(*calls, i, arguments);
         if (r == "tool") {
             if (const auto id = m.find("tool_call_id"); id != m.end() && !id->is_null()) {
                 if (!id->is_string()) bad(fmt::format("messages[{}].tool_call_id must be a string", i));
@@ -101,10 +106,34 @@ Json prepare_chat_messages(const Json* messages, NullContent null_content) {
             for (const char* key : {"reasoning_content", "reasoning"}) {
                 if (const auto rc = m.find(key); rc != m.end() && rc->is_string()) prepared["reasoning_content"] = *rc;
             }
+            // gpt-oss's template reads `thinking`, and refuses a tool-call turn with both content and
+            // thinking: there the content (a preamble) stands for the reasoning, as it renders it.
+            const bool content_with_calls =
+                has_calls && prepared["content"].is_string() && !prepared["content"].get<std::string>().empty();
+            if (const auto t = m.find("thinking"); t != m.end() && t->is_string()) {
+                prepared["thinking"] = *t;
+            } else if (prepared.contains("reasoning_content") && !content_with_calls) {
+                prepared["thinking"] = prepared["reasoning_content"];
+            }
         }
         out.push_back(std::move(prepared));
     }
     return out;
+}
+
+bool template_wants_argument_objects(std::string_view source) {
+    const auto has_any = [&](std::initializer_list<std::string_view> parts) {
+        for (std::string_view p : parts) {
+            if (source.find(p) != std::string_view::npos) return true;
+        }
+        return false;
+    };
+    const bool through_tojson =
+        has_any({"arguments|tojson", "arguments | tojson", "arguments']|tojson", "arguments'] | tojson"});
+    const bool reads_text =
+        has_any({"arguments is string", "arguments'] is string", "['arguments'] +", "+ tool['function']['arguments']",
+                 "+ tool_call.arguments", "{{ tool_call.arguments }}", "{{- tool_call.arguments }}"});
+    return through_tojson && !reads_text;
 }
 
 bool has_tool_calls_without_content(const Json& messages) {

@@ -3,14 +3,31 @@
 namespace moeserve::serve::openai {
 
 ChatOutput::ChatOutput(const ChatOutputOptions& options) : options_(options) {
-    if (options_.reasoning)
+    const bool auto_calls = options_.tools && options_.tools->choice == ToolRequest::Choice::kAuto;
+    const bool harmony_calls = auto_calls && options_.tool_parser == "openai";
+    const bool harmony_reasoning = options_.reasoning == ReasoningParser::Format::kGptOss;
+    if (harmony_calls || harmony_reasoning) {
+        harmony_ = std::make_unique<HarmonyParser>(
+            HarmonyParser::Options{.reasoning = harmony_reasoning, .tool_calls = harmony_calls});
+    } else if (options_.reasoning) {
         reasoning_ = std::make_unique<ReasoningParser>(*options_.reasoning, options_.reasoning_start);
-    if (options_.tools && options_.tools->choice == ToolRequest::Choice::kAuto) {
-        parser_ = make_tool_parser(options_.tool_parser, &options_.tools->tools);
     }
+    if (auto_calls && !harmony_calls) parser_ = make_tool_parser(options_.tool_parser, &options_.tools->tools);
+}
+
+ChatDelta ChatOutput::from_harmony(HarmonyDelta d, bool at_end) {
+    ChatDelta out;
+    out.reasoning = std::move(d.reasoning);
+    add_content(d.content, at_end, out);  // the forced tool choices read the final channel's text
+    if (!d.calls.empty()) {
+        out.tool_calls.insert(out.tool_calls.end(), d.calls.begin(), d.calls.end());
+        num_calls_ = harmony_->num_calls();
+    }
+    return out;
 }
 
 ChatDelta ChatOutput::push(std::string_view text) {
+    if (harmony_) return from_harmony(harmony_->push(text), false);
     ChatDelta out;
     if (!reasoning_) {
         add_content(text, false, out);
@@ -23,6 +40,7 @@ ChatDelta ChatOutput::push(std::string_view text) {
 }
 
 ChatDelta ChatOutput::finish() {
+    if (harmony_) return from_harmony(harmony_->finish(), true);
     ChatDelta out;
     if (reasoning_) {
         ReasoningDelta r = reasoning_->finish();

@@ -1,7 +1,8 @@
 // One chat choice's text -> what the response says: reasoning (--reasoning-parser), then content
 // or tool calls (--tool-call-parser for tool_choice auto; the forced shapes of required / named).
 // Fed text deltas in order and told when the output ends; streaming and non-streaming responses
-// both come from these deltas.
+// both come from these deltas. gpt-oss's harmony output (reasoning openai_gptoss and/or tool
+// parser openai) is read by one HarmonyParser: its channels give reasoning, content and calls.
 #pragma once
 
 #include <memory>
@@ -10,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "moeserve/serve/openai/harmony_parser.h"
 #include "moeserve/serve/openai/reasoning_parser.h"
 #include "moeserve/serve/openai/tool_parser.h"
 #include "moeserve/serve/openai/tools.h"
@@ -45,9 +47,12 @@ private:
     void add_content(std::string_view content, bool at_end, ChatDelta& out);
 
     ChatOutputOptions options_;
+    ChatDelta from_harmony(HarmonyDelta d, bool at_end);
+
     std::unique_ptr<ReasoningParser> reasoning_;
-    std::unique_ptr<ToolParser> parser_;  // choice auto
-    std::string forced_output_;           // choice required: the whole JSON list
+    std::unique_ptr<HarmonyParser> harmony_;  // instead of reasoning_ (and parser_ for openai)
+    std::unique_ptr<ToolParser> parser_;      // choice auto
+    std::string forced_output_;               // choice required: the whole JSON list
     bool named_started_ = false;
     int32_t num_calls_ = 0;
 };

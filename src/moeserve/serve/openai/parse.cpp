@@ -369,6 +369,15 @@ Json object_or_empty(const Json* v, const char* param) {
     return *v;
 }
 
+// OpenAI's reasoning_effort (low / medium / high), as vLLM passes it: a chat template variable
+// (gpt-oss's template writes "Reasoning: EFFORT"), unless chat_template_kwargs sets it already.
+void add_reasoning_effort(const Json* v, Json& kwargs) {
+    if (!v || v->is_null()) return;
+    const bool known = v->is_string() && (*v == "low" || *v == "medium" || *v == "high");
+    check(known, "reasoning_effort", "'reasoning_effort' must be one of \"low\", \"medium\", \"high\"");
+    if (!kwargs.contains("reasoning_effort")) kwargs["reasoning_effort"] = *v;
+}
+
 }  // namespace
 
 Json parse_body(std::string_view body) {
@@ -435,10 +444,11 @@ ChatCompletionRequest parse_chat_request(const Json& body, const ModelLimits& li
     f.boolean("echo", r.echo);
     f.string("chat_template", r.chat_template);
     r.chat_template_kwargs = object_or_empty(f.get("chat_template_kwargs"), "chat_template_kwargs");
+    add_reasoning_effort(f.get("reasoning_effort"), r.chat_template_kwargs);
     for (const char* k : kStructuredOutputFields) f.get(k);
     // Known to OpenAI or vLLM and without effect here (docs/serving.md lists them).
     r.unknown_fields =
-        f.unknown({"user", "service_tier", "metadata", "store", "modalities", "reasoning_effort", "audio", "prediction",
+        f.unknown({"user", "service_tier", "metadata", "store", "modalities", "audio", "prediction",
                    "web_search_options", "documents", "mm_processor_kwargs", "vllm_xargs", "length_penalty",
                    "spaces_between_special_tokens", "guided_decoding_backend", "chat_template_content_format"});
     r.params.grammar = parse_structured_output(body);

@@ -1,15 +1,35 @@
 #include "moeserve/serve/openai/reasoning_parser.h"
 
+#include "moeserve/serve/openai/harmony_parser.h"
 #include "moeserve/serve/openai/text_scan.h"
 
 namespace moeserve::serve::openai {
 
+ReasoningParser::ReasoningParser(Format format, Start start) : format_(format), state_(start) {
+    if (format == Format::kGptOss) {
+        harmony_ = std::make_unique<HarmonyParser>(HarmonyParser::Options{.reasoning = true, .tool_calls = false});
+    }
+}
+ReasoningParser::~ReasoningParser() = default;
+ReasoningParser::ReasoningParser(ReasoningParser&&) noexcept = default;
+ReasoningParser& ReasoningParser::operator=(ReasoningParser&&) noexcept = default;
+
 ReasoningDelta ReasoningParser::push(std::string_view text) {
+    if (harmony_) {
+        HarmonyDelta d = harmony_->push(text);
+        return {std::move(d.reasoning), std::move(d.content)};
+    }
     buffer_.append(text);
     return advance(false);
 }
 
-ReasoningDelta ReasoningParser::finish() { return advance(true); }
+ReasoningDelta ReasoningParser::finish() {
+    if (harmony_) {
+        HarmonyDelta d = harmony_->finish();
+        return {std::move(d.reasoning), std::move(d.content)};
+    }
+    return advance(true);
+}
 
 ReasoningDelta ReasoningParser::advance(bool at_end) {
     ReasoningDelta out;
@@ -58,13 +78,15 @@ ReasoningParser::Start ReasoningParser::start_of(std::string_view prompt) {
     return Start::kOpen;
 }
 
-std::vector<std::string> reasoning_parser_names() { return {"deepseek_r1", "qwen3"}; }
+std::vector<std::string> reasoning_parser_names() { return {"deepseek_r1", "qwen3", "openai_gptoss"}; }
 
 bool reasoning_format_of(const std::string& name, ReasoningParser::Format& format) {
     if (name == "deepseek_r1")
         format = ReasoningParser::Format::kDeepSeekR1;
     else if (name == "qwen3")
         format = ReasoningParser::Format::kQwen3;
+    else if (name == "openai_gptoss")
+        format = ReasoningParser::Format::kGptOss;
     else
         return false;
     return true;

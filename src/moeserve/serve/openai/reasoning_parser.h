@@ -25,12 +25,17 @@ struct ReasoningDelta {
     std::string content;
 };
 
+class HarmonyParser;
+
 class ReasoningParser {
 public:
-    enum class Format { kDeepSeekR1, kQwen3 };
+    enum class Format { kDeepSeekR1, kQwen3, kGptOss };
     enum class Start { kOpen, kReasoning, kContent };  // before any marker / in reasoning / after it
 
-    ReasoningParser(Format format, Start start) : format_(format), state_(start) {}
+    ReasoningParser(Format format, Start start);
+    ~ReasoningParser();
+    ReasoningParser(ReasoningParser&&) noexcept;
+    ReasoningParser& operator=(ReasoningParser&&) noexcept;
 
     // Feeds the next generated text; returns what can be released now.
     ReasoningDelta push(std::string_view text);
@@ -49,6 +54,7 @@ private:
     Format format_;
     Start state_;
     std::string buffer_;
+    std::unique_ptr<HarmonyParser> harmony_;  // kGptOss only
 };
 
 std::vector<std::string> reasoning_parser_names();

@@ -192,6 +192,11 @@ ResponsesRequest parse_responses_request(const OJson& body) {
                             "repetition_penalty", "ignore_eos", "min_tokens", "priority"}) {
         if (const OJson* v = field(body, key)) r.chat[key] = *v;
     }
+    // reasoning.effort: chat's reasoning_effort (a chat template variable; gpt-oss reads it).
+    if (const OJson* reasoning = field(body, "reasoning"); reasoning && reasoning->is_object()) {
+        const auto effort = reasoning->find("effort");
+        if (effort != reasoning->end() && !effort->is_null()) r.chat["reasoning_effort"] = *effort;
+    }
     add_tools_and_format(body, r.chat);
     if (r.stream) {
         r.chat["stream"] = true;

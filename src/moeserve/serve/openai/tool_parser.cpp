@@ -1,4 +1,4 @@
-// The tool-call parsers (hermes, deepseek_v3, kimi_k2, glm45): small state machines over the
+// The tool-call parsers (hermes, deepseek_v3, kimi_k2, glm45, openai): small state machines over the
 // streamed text that hold back only what could still be the start of a marker.
 #include "moeserve/serve/openai/tool_parser.h"
 
@@ -6,6 +6,7 @@
 
 #include <random>
 
+#include "moeserve/serve/openai/harmony_parser.h"
 #include "moeserve/serve/openai/text_scan.h"
 
 namespace moeserve::serve::openai {
@@ -500,17 +501,34 @@ private:
     std::string name_;
 };
 
+// openai (gpt-oss): the harmony reader with calls on and the analysis channel dropped.
+class HarmonyToolParser : public ToolParser {
+public:
+    ToolParseDelta push(std::string_view text) override { return take(harmony_.push(text)); }
+    ToolParseDelta finish() override { return take(harmony_.finish()); }
+
+private:
+    ToolParseDelta take(HarmonyDelta d) {
+        num_calls_ = harmony_.num_calls();
+        return {std::move(d.content), std::move(d.calls)};
+    }
+    HarmonyParser harmony_{{.reasoning = false, .tool_calls = true}};
+};
+
 }  // namespace
 
-std::vector<std::string> tool_parser_names() { return {"hermes", "deepseek_v3", "kimi_k2", "glm45"}; }
+std::vector<std::string> tool_parser_names() { return {"hermes", "deepseek_v3", "kimi_k2", "glm45", "openai"}; }
 
 std::unique_ptr<ToolParser> make_tool_parser(const std::string& name, const nlohmann::ordered_json* tools) {
     if (name == "hermes") return std::make_unique<HermesParser>();
     if (name == "deepseek_v3") return std::make_unique<DeepSeekV3Parser>();
     if (name == "kimi_k2") return std::make_unique<KimiK2Parser>();
     if (name == "glm45") return std::make_unique<Glm45Parser>(tools);
+    if (name == "openai") return std::make_unique<HarmonyToolParser>();
     return nullptr;
 }
+
+bool tool_parser_reads_special_tokens(const std::string& name) { return name == "kimi_k2" || name == "openai"; }
 
 std::string new_tool_call_id() {
     static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";

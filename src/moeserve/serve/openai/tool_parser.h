@@ -9,6 +9,9 @@
 //                <|tool_call_argument_begin|>ARGS<|tool_call_end|>...<|tool_calls_section_end|>
 //   glm45        GLM-4.5 / 4.6: <tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>...
 //                </tool_call> (values typed by the tool's schema)
+//   openai       gpt-oss (harmony, harmony_parser.h): <|channel|>commentary to=functions.NAME
+//                <|constrain|>json<|message|>ARGS<|call|>; final and commentary text is content,
+//                analysis is dropped (the openai_gptoss reasoning parser returns it)
 // Text outside calls before the first call is content; after the first call it is dropped (as
 // vLLM's non-streaming parsers do). A call whose text is not what the format says is returned as
 // content when nothing of it was streamed yet.
@@ -65,6 +68,10 @@ std::vector<std::string> tool_parser_names();
 // nullptr for an unknown name. tools: the request's validated list (OpenAI shape), which glm45
 // reads to type the arguments; may be null; must outlive the parser.
 std::unique_ptr<ToolParser> make_tool_parser(const std::string& name, const nlohmann::ordered_json* tools = nullptr);
+
+// Whether the parser's markers are special tokens of its model's tokenizer (kimi_k2, openai): the
+// output must then be detokenized with skip_special_tokens off for the parser to see them.
+bool tool_parser_reads_special_tokens(const std::string& name);
 
 // An OpenAI-shaped call id: "call_" + 24 random alphanumerics (vLLM's "chatcmpl-tool-" style ids
 // are accepted by clients too; the SDK only echoes them back).

@@ -2,6 +2,7 @@
 // with jinja2 + transformers semantics. Everything not listed raises Error(kUnsupported).
 #pragma once
 
+#include <ctime>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,5 +34,9 @@ std::optional<Value> get_method(const Value& obj, const std::string& name, int l
 // The global functions: range, namespace, dict, raise_exception (transformers),
 // strftime_now (transformers). Undefined when unknown.
 Value lookup_global(const std::string& name);
+
+// transformers' strftime_now(format): the local time now, or, given fixed_now, that instant in
+// UTC (renders that must not depend on the clock or the time zone: goldens, tests).
+Value strftime_now_function(std::optional<std::time_t> fixed_now);
 
 }  // namespace moeserve::tokenizer::jinja

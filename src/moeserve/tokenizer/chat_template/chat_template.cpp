@@ -2,6 +2,8 @@
 #include "moeserve/tokenizer/chat_template/chat_template.h"
 
 #include "moeserve/core/error.h"
+#include "moeserve/tokenizer/chat_template/builtins.h"
+#include "moeserve/tokenizer/chat_template/helpers.h"
 #include "moeserve/tokenizer/chat_template/interpreter.h"
 #include "moeserve/tokenizer/chat_template/lexer.h"
 #include "moeserve/tokenizer/chat_template/parser.h"
@@ -26,12 +28,15 @@ ChatTemplate ChatTemplate::parse(const std::string& source) {
 namespace {
 
 template <typename Json>
-std::string render_json(const jinja::Body& body, const Json& context) {
+std::string render_json(const jinja::Body& body, const Json& context, const ChatRenderOptions& options = {}) {
     if (!context.is_object()) {
         raise(ErrorCode::kInvalidArgument, "chat template context must be a JSON object of variables, got {}",
               context.type_name());
     }
-    return jinja::render_body(body, jinja::Value::from_json(context));
+    jinja::Value globals = jinja::Value::from_json(context);
+    // A fixed clock shadows the global strftime_now (variables are looked up before globals).
+    if (options.now) jinja::set_item(globals.as_dict(), "strftime_now", jinja::strftime_now_function(options.now));
+    return jinja::render_body(body, globals);
 }
 
 }  // namespace
@@ -40,6 +45,10 @@ std::string ChatTemplate::render(const nlohmann::json& context) const { return r
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& context) const {
     return render_json(impl_->body, context);
+}
+
+std::string ChatTemplate::render(const nlohmann::ordered_json& context, const ChatRenderOptions& options) const {
+    return render_json(impl_->body, context, options);
 }
 
 std::string render_chat(const ChatTemplate& chat_template, const nlohmann::ordered_json& messages,

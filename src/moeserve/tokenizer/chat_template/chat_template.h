@@ -3,8 +3,10 @@
 // loopcontrols, transformers' tojson filter and raise_exception / strftime_now functions).
 #pragma once
 
+#include <ctime>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 namespace moeserve::tokenizer {
@@ -12,6 +14,12 @@ namespace moeserve::tokenizer {
 namespace jinja {
 struct Stmt;
 }
+
+struct ChatRenderOptions {
+    // strftime_now's clock: unset, the local time now (as transformers); set, this instant read
+    // in UTC, so a render is the same on every day and in every time zone (goldens, tests).
+    std::optional<std::time_t> now;
+};
 
 // Supported subset (see tests/tokenizer/chat_template/ for each feature): text, {{ }}, {% %},
 // {# #}, "-"/"+" whitespace control; if/elif/else, for (loop.*, else, unpacking, `if`
@@ -37,6 +45,7 @@ public:
     // nlohmann::ordered_json to keep the caller's key order as Python dicts do.
     std::string render(const nlohmann::json& context) const;
     std::string render(const nlohmann::ordered_json& context) const;
+    std::string render(const nlohmann::ordered_json& context, const ChatRenderOptions& options) const;
 
     ChatTemplate(ChatTemplate&&) noexcept;
     ChatTemplate& operator=(ChatTemplate&&) noexcept;

@@ -307,6 +307,25 @@ std::optional<Value> get_method(const Value& obj, const std::string& name, int l
     return std::nullopt;
 }
 
+Value strftime_now_function(std::optional<std::time_t> fixed_now) {
+    return Value::function("strftime_now", [fixed_now](const CallArgs& a) -> Value {
+        Value format = arg(a, 0, "format");
+        if (!format.is_string()) {
+            raise(ErrorCode::kInvalidArgument, "chat template line {}: strftime_now needs a format string", a.line);
+        }
+        std::tm when{};
+        if (fixed_now) {
+            gmtime_r(&*fixed_now, &when);
+        } else {
+            const std::time_t now = std::time(nullptr);
+            localtime_r(&now, &when);  // transformers: datetime.now(), the local time
+        }
+        char buf[256];
+        const size_t n = std::strftime(buf, sizeof(buf), format.as_string().c_str(), &when);
+        return std::string(buf, n);
+    });
+}
+
 Value lookup_global(const std::string& name) {
     if (name == "range") {
         return Value::function("range", [](const CallArgs& a) {
@@ -359,20 +378,7 @@ Value lookup_global(const std::string& name) {
             raise(ErrorCode::kInvalidArgument, "chat template raised an exception: {}", message);
         });
     }
-    if (name == "strftime_now") {
-        return Value::function("strftime_now", [](const CallArgs& a) -> Value {
-            Value format = arg(a, 0, "format");
-            if (!format.is_string()) {
-                raise(ErrorCode::kInvalidArgument, "chat template line {}: strftime_now needs a format string", a.line);
-            }
-            std::time_t now = std::time(nullptr);
-            std::tm local{};
-            localtime_r(&now, &local);
-            char buf[256];
-            size_t n = std::strftime(buf, sizeof(buf), format.as_string().c_str(), &local);
-            return std::string(buf, n);
-        });
-    }
+    if (name == "strftime_now") return strftime_now_function(std::nullopt);
     return Value::undefined(name);
 }
 
