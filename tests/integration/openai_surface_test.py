@@ -239,7 +239,8 @@ class Harmony(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="moeserve-harmony-")
         model = os.path.join(cls.tmp, "m")
-        subprocess.run([ARGS.moeserve, "make-model", "--arch", "qwen3_moe", "--size", "tiny", "--set", "vocab_size=201088",
+        # gpt-oss itself: its tokenizer, harmony template and stop ids come with the generator's row
+        subprocess.run([ARGS.moeserve, "make-model", "--arch", "gpt_oss", "--size", "tiny",
                         "--tokenizer-dir", os.path.join(ARGS.tokenizer_cache, "gpt_oss"), "--out", model],
                        check=True, stdout=subprocess.DEVNULL, timeout=120)
         cls.s = Server("--enable-auto-tool-choice", "--tool-call-parser", "openai", "--reasoning-parser", "openai_gptoss",

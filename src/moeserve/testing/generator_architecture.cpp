@@ -25,7 +25,7 @@ const std::vector<GeneratorArchitecture>& generator_architectures() {
         {"qwen2_moe", "qwen3", &qwen2_moe_preset},
         {"glm4_moe", "qwen3", &glm4_moe_preset},
         {"mixtral", "qwen3", &mixtral_preset},
-        {"gpt_oss", "qwen3", &gpt_oss_preset},
+        {"gpt_oss", "gpt_oss", &gpt_oss_preset},
         {"deepseek_v3", "deepseek_v3", &deepseek_v3_preset, &deepseek_mindformers, true},
         {"deepseek_v2", "deepseek_v3", &deepseek_v3_preset, &deepseek_mindformers, true},
         {"kimi_k2", "kimi_k2", &deepseek_v3_preset, &deepseek_mindformers, true},

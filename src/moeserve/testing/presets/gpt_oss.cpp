@@ -5,13 +5,14 @@
 namespace moeserve::testing {
 
 nlohmann::json gpt_oss_preset(const std::string& /*model_type*/, const std::string& size) {
-    // Qwen3's vocabulary and special ids: the tokenizer the generator copies (gpt-oss has its own
-    // o200k_harmony vocabulary). gpt-oss's YaRN (factor 32 over 4096 positions, fractional
-    // correction range) and layer pattern (sliding, full, ...) as released.
+    // gpt-oss's o200k_harmony vocabulary and special ids (the gpt_oss tokenizer setup derives:
+    // <|startoftext|> 199998, <|endoftext|> 199999, <|return|> 200002, <|call|> 200012, which must
+    // stop generation so that a tool call ends), its YaRN (factor 32 over 4096 positions,
+    // fractional correction range) and layer pattern (sliding, full, ...) as released.
     nlohmann::json c = {
         {"architectures", {"GptOssForCausalLM"}},
         {"model_type", "gpt_oss"},
-        {"vocab_size", 151936},
+        {"vocab_size", 201088},
         {"hidden_act", "silu"},
         {"rms_norm_eps", 1e-5},
         {"rope_theta", 150000.0},
@@ -26,8 +27,9 @@ nlohmann::json gpt_oss_preset(const std::string& /*model_type*/, const std::stri
         {"attention_dropout", 0.0},
         {"router_aux_loss_coef", 0.9},
         {"tie_word_embeddings", false},
-        {"bos_token_id", 151643},
-        {"eos_token_id", 151645},
+        {"bos_token_id", 199998},
+        {"eos_token_id", {200002, 199999, 200012}},
+        {"pad_token_id", 199999},
         {"torch_dtype", "bfloat16"},
         {"max_position_embeddings", 131072},
     };
