@@ -16,6 +16,7 @@
 
 #include "moeserve/core/error.h"
 #include "moeserve/kernels/cpu/gguf_dequant.h"
+#include "moeserve/kernels/cpu/gguf_quantize.h"
 
 namespace moeserve::model {
 namespace {
@@ -119,6 +120,22 @@ void expect_error(const std::function<void()>& fn, ErrorCode code, const std::st
         EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
         EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
     }
+}
+
+// The writer's direction inverts the reader's: a row quantized into Hugging Face's layout and
+// repacked is the GGUF row the quantizer writes directly.
+TEST(Mxfp4HfTest, HfRowFromF32RepacksToTheQuantizersRow) {
+    constexpr int64_t kCols = 96;
+    std::mt19937 rng(35);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    std::vector<float> x(kCols);
+    for (float& v : x) v = normal(rng);
+    std::vector<uint8_t> blocks(kCols / 2), scales(kCols / 32), repacked(mxfp4_row_bytes(kCols)),
+        direct(repacked.size());
+    mxfp4_hf_row_from_f32(x.data(), kCols, blocks.data(), scales.data());
+    mxfp4_row_from_hf(blocks.data(), scales.data(), kCols, repacked.data());
+    kernels::cpu::quantize_gguf(GgmlType::kMXFP4, x.data(), direct.data(), kCols);
+    EXPECT_EQ(repacked, direct);
 }
 
 TEST(Mxfp4HfTest, BadShapesNameTheTensor) {

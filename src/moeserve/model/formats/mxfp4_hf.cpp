@@ -1,6 +1,10 @@
 #include "moeserve/model/formats/mxfp4_hf.h"
 
+#include <vector>
+
 #include "moeserve/core/error.h"
+#include "moeserve/core/ggml_type.h"
+#include "moeserve/kernels/ops.h"
 
 namespace moeserve::model {
 namespace {
@@ -60,6 +64,22 @@ void mxfp4_rows_from_hf(std::string_view tensor, std::span<const uint8_t> blocks
         const auto src = static_cast<size_t>(first_row + r * row_step);
         mxfp4_row_from_hf(blocks.data() + src * hf_row, scales.data() + src * scale_row, cols,
                           dst.data() + static_cast<size_t>(r) * out_row);
+    }
+}
+
+void mxfp4_hf_row_from_f32(const float* x, int64_t cols, uint8_t* hf_blocks, uint8_t* hf_scales) {
+    const int64_t nb = cols / 32;
+    std::vector<uint8_t> gguf(mxfp4_row_bytes(cols));
+    kernels::ops().quantize_gguf(GgmlType::kMXFP4, x, gguf.data(), cols);
+    for (int64_t b = 0; b < nb; ++b) {
+        // GGUF's block: the exponent, then element j in byte j's low nibble and j + 16 in its high
+        // one; Hugging Face's: element 2i in byte i's low nibble, 2i + 1 in its high one
+        const uint8_t* block = gguf.data() + b * 17;
+        hf_scales[b] = block[0];
+        const auto element = [&](int j) { return j < 16 ? block[1 + j] & 0x0F : block[1 + j - 16] >> 4; };
+        for (int i = 0; i < 16; ++i) {
+            hf_blocks[b * 16 + i] = static_cast<uint8_t>(element(2 * i) | (element(2 * i + 1) << 4));
+        }
     }
 }
 

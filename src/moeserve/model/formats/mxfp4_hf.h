@@ -10,7 +10,7 @@
 //   `<name>_scales` [..., rows, cols / 32]: each block's e8m0 exponent (bias 127)
 // A GGUF MXFP4 row is cols / 32 blocks of 17 bytes: the exponent, then 16 bytes where byte j holds
 // element j in its low nibble and element j + 16 in its high nibble (Q4_0's order).
-// Depends on core only.
+// Depends on core (and the kernels' quantizer, for the writer's direction).
 #pragma once
 
 #include <cstddef>
@@ -36,5 +36,10 @@ void mxfp4_row_from_hf(const uint8_t* hf_blocks, const uint8_t* hf_scales, int64
 // inside the tensor, dst rows * mxfp4_row_bytes(cols) bytes (kInvalidArgument for the last two).
 void mxfp4_rows_from_hf(std::string_view tensor, std::span<const uint8_t> blocks, std::span<const uint8_t> scales,
                         int64_t cols, int64_t first_row, int64_t row_step, int64_t rows, std::span<uint8_t> dst);
+
+// The writer's direction (make-model --quantization mxfp4): f32 row x of `cols` elements (a
+// multiple of 32) quantized as gguf-py's MXFP4.quantize_blocks does, in Hugging Face's layout:
+// hf_blocks cols / 2 bytes, hf_scales cols / 32 bytes.
+void mxfp4_hf_row_from_f32(const float* x, int64_t cols, uint8_t* hf_blocks, uint8_t* hf_scales);
 
 }  // namespace moeserve::model
