@@ -287,8 +287,8 @@ void expect_one_line_error(const fs::path& path, const std::string& what, ErrorC
 
 TEST(GgufModel, BadFilesGiveOneLineErrors) {
     const fs::path src = gguf_in(MOESERVE_GGUF_Q8_0_DIR);
-    expect_one_line_error(rewrite(src, {.architecture = "falcon"}, "arch", "gguf_bad"),
-                          "general.architecture 'falcon'", ErrorCode::kUnsupported);
+    expect_one_line_error(rewrite(src, {.architecture = "falcon"}, "arch", "gguf_bad"), "general.architecture 'falcon'",
+                          ErrorCode::kUnsupported);
     // llama is read for Mixtral: a file without llama.expert_count is a dense model
     expect_one_line_error(rewrite(src, {.architecture = "llama"}, "dense", "gguf_bad"),
                           "a llama GGUF without experts is a dense model", ErrorCode::kUnsupported);
