@@ -50,20 +50,20 @@ GgufTensorEntry gguf_stacked_experts(const std::string& gguf, const std::string&
                                      const std::string& hf_proj, int64_t experts);
 
 // The GQA architectures' common parts (qwen3moe, qwen2moe, llama, glm4moe, gpt-oss).
-// Reader: config.json's common fields from ARCH.* (vocabulary, sizes, heads, head size from
+// Reader: config.json's common fields from `a`.* (a: the GGUF architecture; vocabulary, sizes, heads, head size from
 // attention.key_length, context, epsilon, rope_theta with `default_theta`, rope_scaling, tied
 // embeddings, BOS / EOS), with model_type and architectures set; the caller adds its own.
-nlohmann::json gguf_gqa_config(const io::GgufCheckpoint& file, const std::string& arch, const std::string& model_type,
+nlohmann::json gguf_gqa_config(const io::GgufCheckpoint& file, const std::string& a, const std::string& model_type,
                                const std::string& hf_class, double default_theta);
 // Writer: the same keys from config.json (head_dim, else hidden_size / heads; feed_forward_length
 // from intermediate_size).
-void gguf_set_gqa_metadata(const io::HfConfig& config, const std::string& arch, double default_theta,
-                           io::GgufWriter& writer);
-// blk.N.attn_q / attn_k / attn_v / attn_output .weight, their .bias where the model has them.
-void gguf_attention_entries(std::vector<GgufTensorEntry>& table, const std::string& blk,
-                            const std::string& layer_prefix, bool qkv_bias, bool o_bias);
+void gguf_set_gqa_metadata(const io::HfConfig& c, const std::string& a, double default_theta, io::GgufWriter& w);
+// Into table t: b's (blk.N.) attn_q / attn_k / attn_v / attn_output .weight, their .bias where
+// the model has them, under layer prefix p (model.layers.N.).
+void gguf_attention_entries(std::vector<GgufTensorEntry>& t, const std::string& b, const std::string& p, bool qkv_bias,
+                            bool o_bias);
 // The table's ends: token_embd first, output_norm and output (absent when tied) last.
-void gguf_embedding_entry(std::vector<GgufTensorEntry>& table);
-void gguf_output_entries(std::vector<GgufTensorEntry>& table, const io::HfConfig& config);
+void gguf_embedding_entry(std::vector<GgufTensorEntry>& t);
+void gguf_output_entries(std::vector<GgufTensorEntry>& t, const io::HfConfig& config);
 
 }  // namespace moeserve::model

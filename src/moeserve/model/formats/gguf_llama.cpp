@@ -90,7 +90,8 @@ std::vector<GgufTensorEntry> llama_tensors(const io::HfConfig& config) {
         t.push_back({b + "attn_norm.weight", {p + "input_layernorm.weight"}});
         const size_t q = t.size();
         gguf_attention_entries(t, b, p, false, false);  // q, k, v, output
-        for (const auto& [entry, n] : {std::pair{q, heads}, std::pair{q + 1, kv_heads}}) {
+        for (const auto& [entry, head_count] : {std::pair{q, heads}, std::pair{q + 1, kv_heads}}) {
+            const int64_t n = head_count;  // a lambda cannot capture a structured binding (C++20)
             t[entry].convert = [name = t[entry].names[0], n](const io::WeightSource& s) {
                 return permute_for_llama_rope(s.load_f32(name), n);
             };
