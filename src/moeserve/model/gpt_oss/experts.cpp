@@ -139,6 +139,7 @@ void check_runnable(const std::string& module, const Quantization& quant) {
 Experts load_gguf(const io::WeightSource& weights, const std::string& p, const ExpertsShape& s, const Layout& g,
                   const std::vector<int64_t>& ids, int64_t first_id, const Quantization& quant) {
     std::vector<std::string> prefixes;
+    prefixes.reserve(ids.size());
     for (int64_t id : ids) prefixes.push_back(p + std::to_string(id) + ".");
     Experts experts = Experts::load(weights, prefixes, s.hidden, s.inter, first_id, g.inter_begin, g.inter, quant);
     const StackedTensor gate(weights, p + "gate_proj_bias", {s.num_experts, s.inter});
