@@ -10,6 +10,7 @@ namespace {
 // layer_types as listed, or HF's default: sliding on even layers, full on odd ones.
 std::vector<std::string> read_layer_types(const io::HfConfig& j, int64_t num_layers) {
     std::vector<std::string> types;
+    types.reserve(static_cast<size_t>(num_layers));
     if (!j.has("layer_types")) {
         for (int64_t i = 0; i < num_layers; ++i) types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
         return types;
@@ -55,6 +56,7 @@ GptOssConfig GptOssConfig::from_json(const io::HfConfig& j) {
 
 std::vector<int64_t> GptOssConfig::layer_windows() const {
     std::vector<int64_t> windows;
+    windows.reserve(layer_types.size());
     for (const std::string& t : layer_types) windows.push_back(t == "sliding_attention" ? sliding_window : 0);
     return windows;
 }

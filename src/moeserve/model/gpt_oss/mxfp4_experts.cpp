@@ -58,6 +58,9 @@ BlockExpertWeights as_blocks(const Mxfp4Stack& gate_up, const Mxfp4Stack& down, 
     w.blocks.expert_begin = first_id;
     w.blocks.hidden = hidden;
     w.blocks.inter = inter;
+    w.blocks.gate.reserve(ids.size());
+    w.blocks.up.reserve(ids.size());
+    w.blocks.down.reserve(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) {
         uint8_t* base = w.owned.as<uint8_t>() + i * expert_bytes;
         const int64_t e = ids[i];
