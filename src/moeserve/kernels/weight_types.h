@@ -27,6 +27,7 @@ struct ExpertGlu {
 
     bool is_swiglu() const { return gate_up_bias == nullptr && clamp_limit <= 0.0f; }
     // One element of local expert e's row r (of inter): g and u as the projections gave them.
+    // SwiGLU's element here is the scalar kernels' silu(g) * u, bit for bit.
     float apply(int64_t e, int64_t inter, int64_t r, float g, float u) const {
         if (gate_up_bias != nullptr) {
             g += gate_up_bias[e * 2 * inter + r];

@@ -222,9 +222,7 @@ void gate_up_stage(ThreadPool& pool, const GgufExperts& experts, int64_t num_tok
                          for (int r = 0; r < nr; ++r) {
                              const float gv = g[c * kGgufTileRows + r];
                              const float uv = u[c * kGgufTileRows + r];
-                             dst[r] = experts.glu.is_swiglu()
-                                          ? gv / (1.0f + std::exp(-gv)) * uv
-                                          : experts.glu.apply(static_cast<int64_t>(e), inter, j + r, gv, uv);
+                             dst[r] = experts.glu.apply(static_cast<int64_t>(e), inter, j + r, gv, uv);
                          }
                      }
                  });
@@ -314,8 +312,7 @@ void moe_experts_per_expert(ThreadPool& pool, const float* x, const GgufExperts&
         gguf_linear(pool, rows_in, m, experts.up[static_cast<size_t>(e)], scratch.up.data(), scratch);
         for (int64_t i = 0; i < m * inter; ++i) {
             const float g = scratch.gate[static_cast<size_t>(i)], u = scratch.up[static_cast<size_t>(i)];
-            scratch.gate[static_cast<size_t>(i)] =
-                experts.glu.is_swiglu() ? g / (1.0f + std::exp(-g)) * u : experts.glu.apply(e, inter, i % inter, g, u);
+            scratch.gate[static_cast<size_t>(i)] = experts.glu.apply(e, inter, i % inter, g, u);
         }
         gguf_linear(pool, scratch.gate.data(), m, experts.down[static_cast<size_t>(e)], scratch.down.data(), scratch);
         for (int64_t i = 0; i < m; ++i) {

@@ -96,8 +96,7 @@ void gguf_moe_experts(ThreadPool&, const float* x, int64_t num_tokens, const int
             gguf_row(x + t * e.hidden, e.gate[s], gate.data());
             gguf_row(x + t * e.hidden, e.up[s], up.data());
             for (size_t i = 0; i < gate.size(); ++i) {
-                gate[i] = e.glu.is_swiglu() ? gate[i] / (1.0f + std::exp(-gate[i])) * up[i]
-                                            : e.glu.apply(local, e.inter, static_cast<int64_t>(i), gate[i], up[i]);
+                gate[i] = e.glu.apply(local, e.inter, static_cast<int64_t>(i), gate[i], up[i]);
             }
             gguf_row(gate.data(), e.down[s], down.data());
             for (int64_t i = 0; i < e.hidden; ++i) out[t * e.hidden + i] += topk_weights[t * k + j] * down[size_t(i)];
