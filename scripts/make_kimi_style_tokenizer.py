@@ -4,11 +4,11 @@ tiktoken.model (one "BASE64 RANK" line per token) and a tokenizer_config.json th
 tokenization_kimi.TikTokenTokenizer in its auto_map, as Kimi-K2's does. Kimi's own 163,584-token
 file is not in any registry this project can reach, so the ranks are DeepSeek-V3's byte-level
 vocabulary (ids below 128000, the same ids), and the special tokens are Kimi-K2's names at Kimi's
-offsets after the ranks ([BOS] first, <|im_middle|> 17th), with a chat template in Kimi-K2's
-format. The split pattern and the merge order come from moeserve's tiktoken reader, as for a real
-Kimi folder.
+offsets after the ranks ([BOS] first, <|im_middle|> 17th), with Kimi-K2's chat template as
+released (setup.sh fetches llama.cpp's copy of it). The split pattern and the merge order come from
+moeserve's tiktoken reader, as for a real Kimi folder.
 
-    make_kimi_style_tokenizer.py DEEPSEEK_V3_TOKENIZER_DIR OUT_DIR
+    make_kimi_style_tokenizer.py DEEPSEEK_V3_TOKENIZER_DIR CHAT_TEMPLATE_FILE OUT_DIR
 """
 import base64
 import json
@@ -26,39 +26,8 @@ SPECIALS = {0: "[BOS]", 1: "[EOS]", 2: "<|im_end|>", 3: "<|im_user|>", 4: "<|im_
             11: "<|tool_calls_section_begin|>", 12: "<|tool_calls_section_end|>", 13: "<|tool_call_begin|>",
             14: "<|tool_call_argument_begin|>", 15: "<|tool_call_end|>", 17: "<|im_middle|>"}
 
-CHAT_TEMPLATE = (
-    "{%- if tools -%}<|im_system|>tool_declare<|im_middle|>{{ tools | tojson }}<|im_end|>{%- endif -%}"
-    "{%- for message in messages -%}"
-    "{%- if loop.first and messages[0]['role'] != 'system' -%}"
-    "<|im_system|>system<|im_middle|>You are a helpful assistant<|im_end|>"
-    "{%- endif -%}"
-    "{%- if message['role'] == 'system' -%}<|im_system|>system<|im_middle|>"
-    "{%- elif message['role'] == 'user' -%}<|im_user|>user<|im_middle|>"
-    "{%- elif message['role'] == 'assistant' -%}<|im_assistant|>assistant<|im_middle|>"
-    "{%- else -%}<|im_system|>{{ message['role'] }}<|im_middle|>{%- endif -%}"
-    "{%- if message['role'] == 'assistant' and message['tool_calls'] is defined and message['tool_calls'] -%}"
-    "{%- if message['content'] -%}{{ message['content'] }}{%- endif -%}"
-    "<|tool_calls_section_begin|>"
-    "{%- for tool_call in message['tool_calls'] -%}"
-    "<|tool_call_begin|>{{ tool_call['id'] }}<|tool_call_argument_begin|>"
-    "{%- if tool_call['function']['arguments'] is string -%}{{ tool_call['function']['arguments'] }}"
-    "{%- else -%}{{ tool_call['function']['arguments'] | tojson }}{%- endif -%}"
-    "<|tool_call_end|>"
-    "{%- endfor -%}"
-    "<|tool_calls_section_end|>"
-    "{%- elif message['role'] == 'tool' -%}## Return of {{ message['tool_call_id'] }}\n{{ message['content'] }}"
-    "{%- elif message['content'] is string -%}{{ message['content'] }}"
-    "{%- elif message['content'] is not none -%}"
-    "{%- for part in message['content'] -%}{%- if part['type'] == 'text' -%}{{ part['text'] }}{%- endif -%}{%- endfor -%}"
-    "{%- endif -%}"
-    "<|im_end|>"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|im_assistant|>assistant<|im_middle|>{%- endif -%}"
-)
-
-
 def main(argv):
-    src, out = pathlib.Path(argv[1]), pathlib.Path(argv[2])
+    src, template, out = pathlib.Path(argv[1]), pathlib.Path(argv[2]), pathlib.Path(argv[3])
     vocab = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
     decode = {ch: b for b, ch in bytes_to_unicode().items()}
     lines = []
@@ -79,7 +48,7 @@ def main(argv):
         "pad_token": "[EOS]",
         "model_max_length": 131072,
         "added_tokens_decoder": added,
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": template.read_text(encoding="utf-8"),
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "tiktoken.model").write_text("\n".join(lines) + "\n", encoding="ascii")

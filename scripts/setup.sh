@@ -65,30 +65,49 @@ for entry in "${TOKENIZERS[@]}"; do
     exit 1
   fi
 done
-# A Kimi-K2-style tiktoken tokenizer, derived from the DeepSeek-V3 one (Kimi's own file is not in a
-# registry we reach): make-model --arch kimi_k2 and the tiktoken tests use it. Deterministic, ~1 s.
-python3 "$(dirname "$0")/make_kimi_style_tokenizer.py" "$TOK_DIR/deepseek_v3" "$TOK_DIR/kimi_k2" >/dev/null
-# gpt-oss's chat template, as llama.cpp ships it (models/templates/openai-gpt-oss-120b.jinja), from the
-# git bundle inside node-llama-cpp@3.22.1 (llama.cpp v0.5.0, the peer benchmark's source); only the
-# template is kept. Then the gpt-oss tokenizer (o200k_harmony: GPT-4o's o200k_base plus the harmony
-# special tokens at their ids) derived from the GPT-4o files; both outputs pinned.
-GPT_OSS_TEMPLATE="$CACHE_DIR/templates/openai-gpt-oss-120b.jinja"
-GPT_OSS_TEMPLATE_SHA=a4c9919cbbd4acdd51ccffe22da049264b1b73e59055fa58811a99efbd7c8146
-if ! echo "$GPT_OSS_TEMPLATE_SHA  $GPT_OSS_TEMPLATE" | sha256sum -c --status - 2>/dev/null; then
-  echo "setup: fetching gpt-oss's chat template (npm node-llama-cpp@3.22.1, llama.cpp's git bundle)"
+# Chat templates as llama.cpp ships them (models/templates/), from the git bundle inside
+# node-llama-cpp@3.22.1 (llama.cpp v0.5.0, the peer benchmark's source); only the templates are
+# kept, each pinned: gpt-oss's, GLM-4.6's (the glm4_moe family's current one) and Kimi-K2's as
+# released (moonshotai/Kimi-K2-Instruct's; its later revision, Kimi-K2-Instruct.jinja there, calls
+# list.append/pop, which transformers' sandbox refuses, so no transformers golden can hold it).
+TEMPLATE_DIR="$CACHE_DIR/templates"
+TEMPLATES=(
+  "openai-gpt-oss-120b.jinja|a4c9919cbbd4acdd51ccffe22da049264b1b73e59055fa58811a99efbd7c8146"
+  "GLM-4.6.jinja|8804f445c761b9f259e3c1126a579d481a22ca09b2a3d32bcc4eb91bc36e0301"
+  "moonshotai-Kimi-K2.jinja|9fcc72b7c248a72020c81f70bb652f3094d18a750c93ca35dfcb3cf5fe23ff53"
+)
+missing_templates=()
+for entry in "${TEMPLATES[@]}"; do
+  IFS='|' read -r name sha <<<"$entry"
+  echo "$sha  $TEMPLATE_DIR/$name" | sha256sum -c --status - 2>/dev/null || missing_templates+=("$entry")
+done
+if [ ${#missing_templates[@]} -gt 0 ]; then
+  echo "setup: fetching chat templates (npm node-llama-cpp@3.22.1, llama.cpp's git bundle)"
   tmp=$(mktemp -d)
   (cd "$tmp" && npm pack --silent node-llama-cpp@3.22.1 >/dev/null && tar xzf ./*.tgz package/llama/gitRelease.bundle)
   git init --quiet --bare "$tmp/repo"
   git -C "$tmp/repo" fetch --quiet "$tmp/package/llama/gitRelease.bundle" HEAD
-  mkdir -p "$(dirname "$GPT_OSS_TEMPLATE")"
-  git -C "$tmp/repo" show FETCH_HEAD:models/templates/openai-gpt-oss-120b.jinja > "$GPT_OSS_TEMPLATE.partial"
+  mkdir -p "$TEMPLATE_DIR"
+  for entry in "${missing_templates[@]}"; do
+    IFS='|' read -r name sha <<<"$entry"
+    git -C "$tmp/repo" show "FETCH_HEAD:models/templates/$name" > "$TEMPLATE_DIR/$name.partial"
+    if ! echo "$sha  $TEMPLATE_DIR/$name.partial" | sha256sum -c --status -; then
+      echo "setup: chat template $name: sha256 does not match the pinned value" >&2
+      rm -rf "$tmp"
+      exit 1
+    fi
+    mv "$TEMPLATE_DIR/$name.partial" "$TEMPLATE_DIR/$name"
+  done
   rm -rf "$tmp"
-  if ! echo "$GPT_OSS_TEMPLATE_SHA  $GPT_OSS_TEMPLATE.partial" | sha256sum -c --status -; then
-    echo "setup: gpt-oss chat template: sha256 does not match the pinned value" >&2
-    exit 1
-  fi
-  mv "$GPT_OSS_TEMPLATE.partial" "$GPT_OSS_TEMPLATE"
 fi
+# A Kimi-K2-style tiktoken tokenizer, derived from the DeepSeek-V3 one (Kimi's own file is not in a
+# registry we reach), with Kimi-K2's chat template: make-model --arch kimi_k2 and the
+# tiktoken tests use it. Deterministic, ~1 s.
+python3 "$(dirname "$0")/make_kimi_style_tokenizer.py" "$TOK_DIR/deepseek_v3" "$TEMPLATE_DIR/moonshotai-Kimi-K2.jinja" \
+  "$TOK_DIR/kimi_k2" >/dev/null
+# The gpt-oss tokenizer (o200k_harmony: GPT-4o's o200k_base plus the harmony special tokens at their
+# ids), derived from the GPT-4o files and gpt-oss's template; pinned.
+GPT_OSS_TEMPLATE="$TEMPLATE_DIR/openai-gpt-oss-120b.jinja"
 GPT_OSS_SHA_TOK=21da51c0b6f57154eaf52d851406bcc614627137ee70a4fb2ba05331f92e1f19
 GPT_OSS_SHA_CFG=df24df18fa76d888421acc102038a8bd2adb2c4dae90e9696f5958f029bde948
 if ! verify "$TOK_DIR/gpt_oss" "$GPT_OSS_SHA_TOK" "$GPT_OSS_SHA_CFG"; then

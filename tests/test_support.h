@@ -16,9 +16,13 @@ inline std::filesystem::path source_dir() { return std::filesystem::absolute(MOE
 inline std::filesystem::path binary_dir() { return std::filesystem::absolute(MOESERVE_BINARY_DIR).lexically_normal(); }
 // Checked-in test data (goldens): tests/data/.
 inline std::filesystem::path data_dir() { return source_dir() / "tests" / "data"; }
-// The real tokenizer files fetched by scripts/setup.sh: name is "qwen3" or "deepseek_v3".
+// The real tokenizer files fetched (or derived) by scripts/setup.sh: "qwen3", "deepseek_v3", ...
 inline std::filesystem::path tokenizer_dir(const std::string& name) {
     return std::filesystem::path(MOESERVE_CACHE_DIR) / "tokenizers" / name;
+}
+// A chat template setup.sh keeps from llama.cpp's models/templates/ ("GLM-4.6.jinja", ...).
+inline std::filesystem::path chat_template_file(const std::string& name) {
+    return std::filesystem::path(MOESERVE_CACHE_DIR) / "templates" / name;
 }
 // A fresh scratch directory under the build tree, unique per test name.
 inline std::filesystem::path scratch_dir(const std::string& name) {

@@ -166,6 +166,18 @@ TEST(GgufModel, Glm4MoeFileMatchesReference) {
     EXPECT_EQ(c.at("use_qk_norm"), true);
 }
 
+// Kimi-K2 as llama.cpp files it: a deepseek2 GGUF with the tokenizer under "kimi-k2", which the
+// file alone serves (gguf_tokenizer_test.cpp holds its encoding to the tiktoken folder's).
+TEST(GgufModel, KimiK2FileMatchesReferenceAndCarriesItsTokenizer) {
+    const fs::path dir = MOESERVE_GGUF_KIMI_K2_F32_DIR;
+    expect_matches_reference(gguf_in(dir), dir, parse_ids(MOESERVE_KIMI_K2_PROMPT));
+    const io::GgufCheckpoint f(gguf_in(dir));
+    EXPECT_EQ(f.metadata().get_string("general.architecture"), "deepseek2");
+    EXPECT_EQ(f.metadata().get_string("tokenizer.ggml.pre"), "kimi-k2");
+    EXPECT_EQ(f.metadata().get_int("tokenizer.ggml.bos_token_id"), 128000);
+    EXPECT_EQ(f.metadata().get_int("tokenizer.ggml.eos_token_id"), 128002);
+}
+
 TEST(GgufModel, GptOssMetadataGivesTheCheckpointsConfig) {
     const GgufModel g = open_gguf_model(gguf_in(MOESERVE_GGUF_GPT_OSS_Q8_0_DIR));
     const nlohmann::json& c = g.config.json();

@@ -2,7 +2,8 @@
 // tokenizer.json path: a GGUF whose metadata holds the real Qwen3 or DeepSeek-V3 vocabulary
 // (written here from setup.sh's cache, the way llama.cpp's converter lays it out) encodes and
 // decodes that tokenizer's goldens exactly as Hugging Face did, and carries the same chat template
-// and special tokens.
+// and special tokens. A Kimi-K2 file (tiktoken ranks as byte-level BPE) encodes as the tiktoken
+// folder it was written from.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -102,6 +103,45 @@ TEST(GgufDeepseekTokenizer, EncodesAndDecodesTheGoldensLikeTokenizerJson) {
     EXPECT_EQ(f.metadata().get_string("tokenizer.ggml.pre"), "deepseek-v3");
     EXPECT_TRUE(f.metadata().get_bool("tokenizer.ggml.add_bos_token"));
     expect_same_as_tokenizer_json(path, "deepseek_v3");
+    std::filesystem::remove_all(path.parent_path());
+}
+
+TEST(GgufKimiTokenizer, EncodesAndDecodesLikeTheTiktokenFolder) {
+    // The Kimi-style tiktoken folder (setup.sh) as llama.cpp lays out a Kimi-K2 file: byte-level
+    // tokens of the ranks, their merges, the reserved specials as control tokens, "kimi-k2".
+    const auto dir = test::tokenizer_dir("kimi_k2");
+    const auto path = test::scratch_dir(fmt::format("gguf_tokenizer_kimi_{}", ::getpid())) / "kimi_k2_vocab.gguf";
+    io::GgufWriter w;
+    w.set_string("general.architecture", "deepseek2");
+    set_gguf_tokenizer_metadata(tokenizer::tiktoken_folder_tokenizer_json(dir), read(dir / "tokenizer_config.json"),
+                                128256, dir.string(), w);
+    w.write(path);
+    const io::GgufCheckpoint f(path);
+    EXPECT_EQ(f.metadata().get_string("tokenizer.ggml.pre"), "kimi-k2");
+    EXPECT_EQ(f.metadata().get_array("tokenizer.ggml.token_type").int_at(128017), 3);  // <|im_middle|>: control
+    const auto files = gguf_tokenizer_files(f.metadata());
+    ASSERT_TRUE(files.has_value());
+    const auto tok = tokenizer::Tokenizer::from_json(files->tokenizer_json, files->config_json, path.string());
+    const auto ref = tokenizer::Tokenizer::from_dir(dir);
+    // Kimi's own split goldens (Han runs, cased words, digits) and DeepSeek's tokenizer goldens.
+    std::vector<std::string> texts;
+    for (const char* goldens : {"kimi_pattern_goldens.json", "deepseek_v3_goldens.json"}) {
+        std::ifstream in(test::data_dir() / "tokenizer" / goldens);
+        const nlohmann::json cases = nlohmann::json::parse(in).at("cases");
+        for (const auto& c : cases) texts.push_back(c.at("text").get<std::string>());
+    }
+    ASSERT_GE(texts.size(), 90u);
+    for (const std::string& text : texts) {
+        for (const bool special : {false, true}) {
+            const auto ids = tok.encode(text, special);
+            EXPECT_EQ(ids, ref.encode(text, special)) << text;
+            EXPECT_EQ(tok.decode(ids), ref.decode(ids)) << text;
+        }
+    }
+    EXPECT_EQ(tok.bos_token_id(), ref.bos_token_id());
+    EXPECT_EQ(tok.eos_token_id(), ref.eos_token_id());
+    ASSERT_TRUE(tok.chat_template().has_value());
+    EXPECT_EQ(*tok.chat_template(), *ref.chat_template());
     std::filesystem::remove_all(path.parent_path());
 }
 

@@ -115,18 +115,6 @@ std::vector<std::pair<std::string, int64_t>> qwen3_ranks(const nlohmann::json& t
     return ranks;
 }
 
-// tokenizer.json text of a TokenizerJson (what Tokenizer::from_json reads).
-std::string serialize(const TokenizerJson& t) {
-    nlohmann::json doc = t.doc;
-    nlohmann::json vocab = nlohmann::json::object();
-    for (const auto& [token, id] : t.vocab) vocab[token] = id;
-    nlohmann::json merges = nlohmann::json::array();
-    for (const auto& [l, r] : t.merges) merges.push_back({l, r});
-    doc["model"]["vocab"] = std::move(vocab);
-    doc["model"]["merges"] = std::move(merges);
-    return doc.dump();
-}
-
 TEST(TiktokenTest, RanksReproduceARealByteLevelBpe) {
     // Qwen's tokenizer.json was converted from tiktoken ranks: merging by rank must give its ids.
     const fs::path dir = test::tokenizer_dir("qwen3");
@@ -139,7 +127,7 @@ TEST(TiktokenTest, RanksReproduceARealByteLevelBpe) {
     const TokenizerJson converted =
         tiktoken_tokenizer_json(qwen3_ranks(hf, first_added), pattern, config["added_tokens_decoder"],
                                 static_cast<int64_t>(config["added_tokens_decoder"].size()));
-    const Tokenizer from_ranks = Tokenizer::from_json(serialize(converted), "", "qwen3 as tiktoken");
+    const Tokenizer from_ranks = Tokenizer::from_json(tokenizer_json_text(converted), "", "qwen3 as tiktoken");
     const Tokenizer& reference = real_tokenizer("qwen3");
     const auto goldens = read_json(test::data_dir() / "tokenizer" / "qwen3_goldens.json");
     int compared = 0;

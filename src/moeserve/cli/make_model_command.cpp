@@ -14,6 +14,7 @@
 #include "moeserve/model/registry.h"
 #include "moeserve/testing/generator.h"
 #include "moeserve/testing/generator_architecture.h"
+#include "moeserve/tokenizer/tokenizer.h"
 
 namespace moeserve::cli {
 
@@ -40,7 +41,10 @@ GgmlType parse_gguf_type(const std::string& name) {
 void write_gguf(const testing::GeneratorOptions& opts, const GgufFlags& g) {
     const GgmlType type = parse_gguf_type(g.type);
     const std::filesystem::path out = opts.out_dir / fmt::format("model-{}.gguf", g.type);
-    model::GgufWriteOptions w{type, g.split_bytes, {}};
+    model::GgufWriteOptions w{type, g.split_bytes, {}, std::nullopt};
+    if (std::filesystem::exists(opts.out_dir / "tiktoken.model")) {
+        w.tokenizer_json = tokenizer::tiktoken_folder_tokenizer_json(opts.out_dir);  // Kimi-K2's folder
+    }
     for (const std::string& spec : g.tensor_types) {
         const size_t eq = spec.rfind('=');
         if (eq == std::string::npos || eq == 0) {

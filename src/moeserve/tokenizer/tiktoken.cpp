@@ -8,29 +8,11 @@
 
 #include "moeserve/core/base64.h"
 #include "moeserve/core/error.h"
+#include "moeserve/core/split_patterns.h"
 #include "moeserve/tokenizer/byte_level.h"
 
 namespace moeserve::tokenizer {
 namespace {
-
-// Kimi-K2's pattern (tokenization_kimi.py), for PCRE2. Two spellings differ from the Python
-// source, which tiktoken's Rust engine runs:
-// - the class intersections [X&&[^\p{Han}]] become a class guarded by a negative lookahead,
-//   (?:(?!\p{sc=Han})[X]), the same set of characters;
-// - \p{Han} becomes \p{sc=Han}: the Rust engine's \p{Han} is the Script property, and PCRE2's bare
-//   script name means Script_Extensions (which would also take punctuation such as U+3002).
-// tests/tokenizer/tiktoken_test.cpp checks the splits against Python's regex module running the
-// original pattern.
-constexpr std::string_view kKimiPattern = R"([\p{sc=Han}]+)"
-                                          R"(|[^\r\n\p{L}\p{N}]?(?:(?!\p{sc=Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])*)"
-                                          R"((?:(?!\p{sc=Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
-                                          R"(|[^\r\n\p{L}\p{N}]?(?:(?!\p{sc=Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])+)"
-                                          R"((?:(?!\p{sc=Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
-                                          R"(|\p{N}{1,3})"
-                                          R"(| ?[^\s\p{L}\p{N}]+[\r\n]*)"
-                                          R"(|\s*[\r\n]+)"
-                                          R"(|\s+(?!\S))"
-                                          R"(|\s+)";
 
 struct KnownClass {
     std::string_view name;  // auto_map's AutoTokenizer class: "module.Class"
@@ -39,8 +21,8 @@ struct KnownClass {
 
 // Moonlight's tokenization_moonshot.py carries the same pattern as Kimi's.
 constexpr KnownClass kKnownClasses[] = {
-    {"tokenization_kimi.TikTokenTokenizer", kKimiPattern},
-    {"tokenization_moonshot.TikTokenTokenizer", kKimiPattern},
+    {"tokenization_kimi.TikTokenTokenizer", kKimiK2SplitPattern},
+    {"tokenization_moonshot.TikTokenTokenizer", kKimiK2SplitPattern},
 };
 
 int64_t parse_rank(std::string_view text) {

@@ -106,11 +106,10 @@ std::string tiktoken_class(const nlohmann::json& config) {
 // Every tiktoken class in the table reserves this many special-token ids after the ranks.
 constexpr int64_t kTiktokenReservedSpecialTokens = 256;
 
-}  // namespace
-
-Tokenizer Tokenizer::from_tiktoken(const std::filesystem::path& model_path, const std::filesystem::path& config_path) {
-    const std::string where = model_path.string(), config_where = config_path.string();
-    const std::string config_text = std::filesystem::exists(config_path) ? read_file(config_path) : std::string();
+// The tokenizer.json of the tiktoken folder of model_path (tiktoken.h); config_text: its
+// tokenizer_config.json text ("" when it has none).
+TokenizerJson tiktoken_as_tokenizer_json(const std::filesystem::path& model_path, const std::string& config_text,
+                                         const std::string& config_where) {
     const nlohmann::json config = reading_field(config_where, "(top level)", [&] {
         return config_text.empty() ? nlohmann::json::object() : nlohmann::json::parse(config_text);
     });
@@ -121,12 +120,25 @@ Tokenizer Tokenizer::from_tiktoken(const std::filesystem::path& model_path, cons
               "{}: tiktoken tokenizer class '{}' (auto_map.AutoTokenizer) is not supported (supported: {})",
               config_where, cls, tiktoken_classes());
     }
-    TokenizerJson parsed = reading_field(config_where, "added_tokens_decoder", [&] {
-        return tiktoken_tokenizer_json(parse_tiktoken_ranks(read_file(model_path), where), *pattern,
+    return reading_field(config_where, "added_tokens_decoder", [&] {
+        return tiktoken_tokenizer_json(parse_tiktoken_ranks(read_file(model_path), model_path.string()), *pattern,
                                        config.value("added_tokens_decoder", nlohmann::json()),
                                        kTiktokenReservedSpecialTokens);
     });
-    return load(std::move(parsed), config_text, where, config_where);
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_tiktoken(const std::filesystem::path& model_path, const std::filesystem::path& config_path) {
+    const std::string config_text = std::filesystem::exists(config_path) ? read_file(config_path) : std::string();
+    return load(tiktoken_as_tokenizer_json(model_path, config_text, config_path.string()), config_text,
+                model_path.string(), config_path.string());
+}
+
+std::string tiktoken_folder_tokenizer_json(const std::filesystem::path& dir) {
+    const std::filesystem::path config_path = dir / "tokenizer_config.json";
+    const std::string config_text = std::filesystem::exists(config_path) ? read_file(config_path) : std::string();
+    return tokenizer_json_text(tiktoken_as_tokenizer_json(dir / "tiktoken.model", config_text, config_path.string()));
 }
 
 Tokenizer Tokenizer::load(TokenizerJson parsed, std::string_view config_json, std::string_view where,

@@ -82,4 +82,9 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
+// The tokenizer.json text a tiktoken folder (dir/tiktoken.model and its tokenizer_config.json) reads
+// as: what from_dir runs for it, for a writer that needs the file (the GGUF writer). Throws as
+// from_dir does.
+std::string tiktoken_folder_tokenizer_json(const std::filesystem::path& dir);
+
 }  // namespace moeserve::tokenizer

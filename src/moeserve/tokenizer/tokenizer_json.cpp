@@ -150,6 +150,17 @@ private:
 
 }  // namespace
 
+std::string tokenizer_json_text(const TokenizerJson& t) {
+    nlohmann::json doc = t.doc;
+    nlohmann::json vocab = nlohmann::json::object();
+    for (const auto& [token, id] : t.vocab) vocab[token] = id;
+    nlohmann::json merges = nlohmann::json::array();
+    for (const auto& [left, right] : t.merges) merges.push_back({left, right});
+    doc["model"]["vocab"] = std::move(vocab);
+    doc["model"]["merges"] = std::move(merges);
+    return doc.dump();
+}
+
 bool split_merge_string(std::string_view merge, std::pair<std::string, std::string>* out) {
     size_t space = merge.find(' ');
     if (space == std::string_view::npos || merge.find(' ', space + 1) != std::string_view::npos) {

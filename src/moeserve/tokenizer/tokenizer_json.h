@@ -24,6 +24,10 @@ struct TokenizerJson {
 // an object of integers or merges not a list of "left right" strings / [left, right] pairs.
 TokenizerJson parse_tokenizer_json(std::string_view text, std::string_view where);
 
+// The tokenizer.json text of `t` (doc with model.vocab and model.merges put back), which
+// parse_tokenizer_json reads back to an equal TokenizerJson.
+std::string tokenizer_json_text(const TokenizerJson& t);
+
 // Splits a merge written as "left right" (exactly one space, as HF requires); false if malformed.
 bool split_merge_string(std::string_view merge, std::pair<std::string, std::string>* out);
 

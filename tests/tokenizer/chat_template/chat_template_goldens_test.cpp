@@ -1,4 +1,4 @@
-// Renders the real Qwen3, DeepSeek-V3 and gpt-oss chat templates for the conversations of
+// Renders the real Qwen3, DeepSeek-V3, gpt-oss, GLM-4.6 and Kimi-K2 chat templates for the conversations of
 // tests/data/chat_template/<model>_goldens.json (made by tools/goldens/chat_template/ with
 // @huggingface/jinja and cross-checked against Python jinja2) and compares byte for byte.
 #include <gtest/gtest.h>
@@ -22,6 +22,13 @@ nlohmann::ordered_json read_json(const std::filesystem::path& path) {
 }
 
 ChatTemplate load_template(const std::string& model) {
+    // GLM's tokenizer is in no registry we reach: its template is llama.cpp's copy alone
+    // (make_goldens.mjs's templateFiles).
+    if (model == "glm4_moe") {
+        std::ifstream in(test::chat_template_file("GLM-4.6.jinja"), std::ios::binary);
+        EXPECT_TRUE(in.good()) << "run scripts/setup.sh for the chat templates";
+        return ChatTemplate::parse(std::string(std::istreambuf_iterator<char>(in), {}));
+    }
     auto config = read_json(test::tokenizer_dir(model) / "tokenizer_config.json");
     return ChatTemplate::parse(config.at("chat_template").get<std::string>());
 }
@@ -66,7 +73,8 @@ TEST_P(ChatTemplateGoldensTest, ConcurrentRendersOfOneTemplateAgree) {
     for (int m : mismatches) EXPECT_EQ(m, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(RealTemplates, ChatTemplateGoldensTest, ::testing::Values("qwen3", "deepseek_v3", "gpt_oss"));
+INSTANTIATE_TEST_SUITE_P(RealTemplates, ChatTemplateGoldensTest,
+                         ::testing::Values("qwen3", "deepseek_v3", "gpt_oss", "glm4_moe", "kimi_k2"));
 
 TEST(GptOssTemplateTest, CurrentDateComesFromTheClock) {
     const ChatTemplate chat_template = load_template("gpt_oss");
@@ -111,6 +119,20 @@ TEST(GptOssTemplateTest, RefusesWhatItsChecksRefuse) {
             EXPECT_NE(std::string(e.what()).find("chat template raised an exception"), std::string::npos) << e.what();
         }
     }
+}
+
+TEST(GlmTemplateTest, RefusesToolArgumentsThatAreNotAnObject) {
+    // GLM's template raises for a string: the server hands it parsed arguments (chat_messages.cpp).
+    const ChatTemplate chat_template = load_template("glm4_moe");
+    using Json = nlohmann::ordered_json;
+    const Json messages = {
+        {{"role", "user"}, {"content", "Hi"}},
+        {{"role", "assistant"},
+         {"content", ""},
+         {"tool_calls", {{{"function", {{"name", "f"}, {"arguments", "{\"a\": 1}"}}}}}}}};
+    const std::string message = test::error_of([&] { (void)render_chat(chat_template, messages, true); });
+    EXPECT_NE(message.find("chat template raised an exception"), std::string::npos) << message;
+    EXPECT_NE(message.find("Invalid tool call arguments passed"), std::string::npos) << message;
 }
 
 TEST(RenderChatTest, WrapsMessagesAndExtraVariables) {

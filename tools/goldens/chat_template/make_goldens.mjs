@@ -1,4 +1,4 @@
-// Renders the real Qwen3, DeepSeek-V3 and gpt-oss chat templates with @huggingface/jinja (the JS port
+// Renders the real Qwen3, DeepSeek-V3, gpt-oss, GLM-4.6 and Kimi-K2 chat templates with @huggingface/jinja (the JS port
 // used by transformers.js) for a fixed set of conversations, and writes
 // tests/data/chat_template/<model>_goldens.json as [{name, context, rendered}].
 //
@@ -21,6 +21,20 @@ const outDir = path.join(repo, "tests/data/chat_template");
 function loadConfig(model) {
   const file = path.join(cacheDir, "tokenizers", model, "tokenizer_config.json");
   return JSON.parse(fs.readFileSync(file, "utf8"));
+}
+
+// GLM's tokenizer is not in a registry we reach: its template is llama.cpp's copy, which setup.sh
+// keeps under templates/ (so do verify_with_jinja2.py and chat_template_goldens_test.cpp). The
+// others are their tokenizer_config.json's chat_template (Kimi-K2's also from llama.cpp's copy,
+// put there by scripts/make_kimi_style_tokenizer.py).
+const templateFiles = { glm4_moe: "GLM-4.6.jinja" };
+
+function loadTemplateAndConfig(model) {
+  if (model in templateFiles) {
+    return { template: fs.readFileSync(path.join(cacheDir, "templates", templateFiles[model]), "utf8"), config: {} };
+  }
+  const config = loadConfig(model);
+  return { template: config.chat_template, config };
 }
 
 function tokenString(tok) {
@@ -237,6 +251,142 @@ const deepseekCases = [
   },
 ];
 
+// GLM-4.5/4.6 (glm4_moe): tool calls as <arg_key>/<arg_value> pairs (mapping arguments only:
+// the template raises on a string), runs of tool results under one <|observation|>, reasoning
+// kept only after the last user turn, /nothink when thinking is off.
+const glmCases = [
+  {
+    name: "tools_with_system",
+    messages: [
+      { role: "system", content: "You are a weather bot." },
+      { role: "user", content: "Weather in Paris?" },
+    ],
+    tools: [weatherTool, searchTool],
+    add_generation_prompt: true,
+  },
+  {
+    name: "tool_calls_and_responses",
+    messages: [
+      { role: "system", content: "Use tools." },
+      { role: "user", content: "Weather in Paris and Tokyo?" },
+      {
+        role: "assistant",
+        content: "<think>\nTwo cities, two calls.\n</think>\n\nLet me check.",
+        tool_calls: [
+          { type: "function", function: { name: "get_weather", arguments: { city: "Paris", unit: "celsius", days: 2 } } },
+          { type: "function", function: { name: "get_weather", arguments: { city: "東京", tags: ["rain", "wind"], verbose: true } } },
+        ],
+      },
+      { role: "tool", content: "{\"temp\": 18}" },
+      { role: "tool", content: "{\"temp\": 22}" },
+      { role: "assistant", content: "Paris 18°C, Tokyo 22°C." },
+      { role: "user", content: "Thanks" },
+    ],
+    tools: [weatherTool],
+    add_generation_prompt: true,
+  },
+  {
+    name: "tool_call_without_arguments_and_content",
+    messages: [
+      { role: "user", content: "Time?" },
+      { role: "assistant", content: "", tool_calls: [{ name: "now", arguments: null }] },
+      { role: "tool", content: "12:00" },
+    ],
+    add_generation_prompt: true,
+  },
+  {
+    name: "tool_results_as_list",
+    messages: [
+      { role: "user", content: "Search cats and dogs" },
+      {
+        role: "assistant",
+        content: null,
+        tool_calls: [{ type: "function", function: { name: "search", arguments: { query: "cats", extra: { limit: 3 } } } }],
+      },
+      { role: "tool", content: [{ output: "cats are great" }, "dogs too"] },
+    ],
+    tools: [searchTool],
+    add_generation_prompt: true,
+  },
+  {
+    name: "text_parts_content",
+    messages: [
+      { role: "system", content: [{ type: "text", text: "Be brief." }] },
+      { role: "user", content: [{ type: "text", text: "Describe" }, { type: "text", text: " this." }] },
+    ],
+    add_generation_prompt: true,
+  },
+  {
+    name: "nothink_already_in_content",
+    messages: [{ role: "user", content: "Answer now /nothink" }],
+    add_generation_prompt: true,
+    enable_thinking: false,
+  },
+];
+
+// Kimi-K2 as released: a default system turn, tool calls as functions.NAME:INDEX ids, arguments
+// always through tojson (a string is quoted once more), tool results under their tool_call_id,
+// image parts as media placeholders, a message's `name` not shown.
+const kimiCases = [
+  {
+    name: "tools_declared",
+    messages: [{ role: "user", content: "Weather in Paris?" }],
+    tools: [weatherTool, searchTool],
+    add_generation_prompt: true,
+  },
+  {
+    name: "tool_calls_and_responses",
+    messages: [
+      { role: "system", content: "Use tools." },
+      { role: "user", content: "Weather in Paris and Tokyo?" },
+      {
+        role: "assistant",
+        content: "Let me check.",
+        tool_calls: [
+          { id: "call_1", type: "function", function: { name: "get_weather", arguments: "{\"city\": \"Paris\"}" } },
+          { id: "call_2", type: "function", function: { name: "get_weather", arguments: { city: "東京", days: 2 } } },
+        ],
+      },
+      { role: "tool", tool_call_id: "call_1", content: "{\"temp\": 18}" },
+      { role: "tool", tool_call_id: "call_2", content: "{\"temp\": 22}" },
+      { role: "assistant", content: "Paris 18°C, Tokyo 22°C." },
+      { role: "user", content: "Thanks" },
+    ],
+    tools: [weatherTool],
+    add_generation_prompt: true,
+  },
+  {
+    name: "tool_result_without_call",
+    messages: [
+      { role: "user", content: "Search cats" },
+      { role: "tool", tool_call_id: "functions.search:0", content: "cats are great" },
+    ],
+    add_generation_prompt: true,
+  },
+  {
+    name: "named_participants",
+    messages: [
+      { role: "user", name: "alice", content: "Hi, I am Alice." },
+      { role: "assistant", name: "kimi", content: "Hello Alice." },
+    ],
+    add_generation_prompt: false,
+  },
+  {
+    name: "content_parts_with_image",
+    messages: [
+      {
+        role: "user",
+        content: [
+          { type: "text", text: "What is in " },
+          { type: "image_url", image_url: { url: "http://127.0.0.1/cat.png" } },
+          { type: "text", text: "this picture?" },
+        ],
+      },
+    ],
+    add_generation_prompt: true,
+  },
+];
+
 // gpt-oss (harmony): the template's branches. Its system message carries strftime_now("%Y-%m-%d"),
 // rendered here (and in the C++ test, and in verify_with_jinja2.py) at the fixed GOLDEN_DATE.
 export const GOLDEN_DATE = "2025-08-05";
@@ -407,13 +557,18 @@ const gptOssCases = [
 
 // Where @huggingface/jinja and Python jinja2 (+ transformers' tojson) disagree on these
 // templates, the golden is patched here so that it holds what transformers produces.
-// verify_with_jinja2.py checks every golden against Python jinja2; none of the cases above
-// needed a patch with @huggingface/jinja 0.5.11 (its tojson already uses Python's ", " and
+// verify_with_jinja2.py checks every golden against Python jinja2; one case above needed a
+// patch with @huggingface/jinja 0.5.11 (its tojson already uses Python's ", " and
 // ": " separators and leaves non-ASCII unescaped, and the float 0.5/0.25 values print the
-// same in JS and Python). Things that WOULD differ and are therefore avoided or patched:
+// same in JS and Python). Things that differ and are therefore avoided or patched:
 // - floats with an integral value (1.0): JSON.stringify prints 1, json.dumps prints 1.0;
-// - printing None/True/False directly with {{ }}: Python prints "None"/"True"/"False".
+// - printing None/True/False directly with {{ }}: Python prints "None"/"True"/"False";
+//   patched: GLM's visible_text(None) prints content null with {{ }}: Python writes "None" there (an
+//   OpenAI client sends content null beside tool_calls), @huggingface/jinja nothing.
 function fixForPythonJinja2(model, name, rendered) {
+  if (model === "glm4_moe" && name === "tool_results_as_list") {
+    return rendered.replace("<think></think>\n<tool_call>", "<think></think>\nNone\n<tool_call>");
+  }
   return rendered;
 }
 
@@ -436,8 +591,8 @@ function atGoldenDate(fn) {
 }
 
 function render(model, cases) {
-  const config = loadConfig(model);
-  const template = new Template(config.chat_template);
+  const { template: source, config } = loadTemplateAndConfig(model);
+  const template = new Template(source);
   const specials = {};
   for (const key of ["bos_token", "eos_token", "unk_token", "pad_token"]) {
     const value = tokenString(config[key]);
@@ -459,6 +614,8 @@ for (const [model, cases] of [
   ["qwen3", [...commonCases, ...qwenCases]],
   ["deepseek_v3", [...commonCases, ...deepseekCases]],
   ["gpt_oss", gptOssCases],
+  ["glm4_moe", [...commonCases, ...glmCases]],
+  ["kimi_k2", [...commonCases, ...kimiCases]],
 ]) {
   const goldens = render(model, cases);
   const file = path.join(outDir, `${model}_goldens.json`);

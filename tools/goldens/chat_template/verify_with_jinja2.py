@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # Cross-checks tests/data/chat_template/*_goldens.json (made by make_goldens.mjs with
 # @huggingface/jinja) against Python jinja2 configured as transformers' apply_chat_template
-# does. Exit status 1 and a diff on any mismatch. Needs jinja2 >= 3.1.
+# does. Exit status 1 and a diff on any mismatch. Needs jinja2 >= 3.1 (Debian: python3-jinja2).
 import datetime
 import glob
 import json
@@ -16,6 +16,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "../../.."))
 CACHE = os.environ.get("MOESERVE_CACHE_DIR", os.path.expanduser("~/.cache/moeserve"))
 GOLDEN_DATE = datetime.datetime(2025, 8, 5, 12, 0, 0)  # make_goldens.mjs's GOLDEN_DATE
+# make_goldens.mjs's templateFiles: models whose template is llama.cpp's copy under templates/.
+TEMPLATE_FILES = {"glm4_moe": "GLM-4.6.jinja"}
+
+
+def load_template_source(model):
+    if model in TEMPLATE_FILES:
+        with open(os.path.join(CACHE, "templates", TEMPLATE_FILES[model]), encoding="utf-8") as f:
+            return f.read()
+    with open(os.path.join(CACHE, "tokenizers", model, "tokenizer_config.json"), encoding="utf-8") as f:
+        return json.load(f)["chat_template"]
 
 
 def make_env():
@@ -44,8 +54,7 @@ def main():
         model = os.path.basename(path)[: -len("_goldens.json")]
         if model == "unit":  # make_unit_goldens.py's own cases, rendered by jinja2 already
             continue
-        with open(os.path.join(CACHE, "tokenizers", model, "tokenizer_config.json")) as f:
-            template = env.from_string(json.load(f)["chat_template"])
+        template = env.from_string(load_template_source(model))
         with open(path) as f:
             goldens = json.load(f)
         for case in goldens:

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <map>
@@ -29,7 +30,10 @@ std::string supported_model_types() {
 
 const GgufArchitecture* find_by_model_type(const std::string& model_type) {
     for (const GgufArchitecture* a : gguf_architectures()) {
-        if (a->model_type == model_type) return a;
+        if (a->model_type == model_type || std::find(a->also_written_from.begin(), a->also_written_from.end(),
+                                                     model_type) != a->also_written_from.end()) {
+            return a;
+        }
     }
     return nullptr;
 }

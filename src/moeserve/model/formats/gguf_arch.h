@@ -21,6 +21,9 @@ struct GgufArchitecture {
     nlohmann::json (*config)(const io::GgufCheckpoint& file, const std::string& arch) = nullptr;
     void (*metadata)(const io::HfConfig& config, const std::string& arch, io::GgufWriter& writer) = nullptr;
     std::vector<GgufTensorEntry> (*tensors)(const io::HfConfig& config) = nullptr;
+    // Other model_types the writer files under this architecture, as llama.cpp's converter does
+    // (Kimi-K2 is a deepseek2 file); the reader gives `model_type`.
+    std::vector<std::string> also_written_from = {};
 };
 
 const GgufArchitecture& gguf_qwen3moe();   // gguf_qwen3moe.cpp

@@ -66,11 +66,12 @@ std::vector<std::filesystem::path> write_gguf_from_checkpoint(const std::filesys
     io::GgufWriter w;
     set_gguf_model_metadata(config, w);
     w.set_string("general.name", fmt::format("moeserve {}", model_dir.filename().string()));
-    if (std::filesystem::exists(model_dir / "tokenizer.json")) {
+    const bool has_tokenizer_json = std::filesystem::exists(model_dir / "tokenizer.json");
+    if (has_tokenizer_json || options.tokenizer_json) {
         const std::filesystem::path tc = model_dir / "tokenizer_config.json";
-        set_gguf_tokenizer_metadata(read_file(model_dir / "tokenizer.json"),
-                                    std::filesystem::exists(tc) ? read_file(tc) : "", config.get_int("vocab_size"),
-                                    model_dir.string(), w);
+        set_gguf_tokenizer_metadata(
+            has_tokenizer_json ? read_file(model_dir / "tokenizer.json") : *options.tokenizer_json,
+            std::filesystem::exists(tc) ? read_file(tc) : "", config.get_int("vocab_size"), model_dir.string(), w);
     }
     for (const GgufTensorEntry& e : gguf_tensor_table(config)) {
         if (!e.required && !e.convert && !weights->contains(e.names[0])) continue;

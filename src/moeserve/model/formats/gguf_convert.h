@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +22,9 @@ struct GgufWriteOptions {
     // `type` for that tensor, as llama-quantize's --tensor-type and its per-layer choices mix
     // types in one file (Q4_K_M: Q6_K attn_v / output, Q5_0 or Q8_0 expert down projections)
     std::vector<std::pair<std::string, GgmlType>> tensor_types;
+    // The tokenizer.json text when model_dir has none but a tokenizer the caller can express as one
+    // (a tiktoken folder: the tokenizer module converts it, and model/ cannot include that module).
+    std::optional<std::string> tokenizer_json;
 };
 
 // The type a tensor is written as: 1-D tensors (norms, biases) and the router (ffn_gate_inp)

@@ -227,8 +227,8 @@ std::vector<GgufTensorEntry> deepseek2_tensors(const io::HfConfig& c) {
 }  // namespace
 
 const GgufArchitecture& gguf_deepseek2() {
-    static const GgufArchitecture a{"deepseek2", "deepseek_v3", &deepseek2_config, &deepseek2_metadata,
-                                    &deepseek2_tensors};
+    static const GgufArchitecture a{"deepseek2",         "deepseek_v3",      &deepseek2_config,
+                                    &deepseek2_metadata, &deepseek2_tensors, {"kimi_k2"}};
     return a;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "moeserve/core/error.h"
+#include "moeserve/core/split_patterns.h"
 
 namespace moeserve::model {
 
@@ -75,6 +76,15 @@ Json o200k_pre_tokenizer() {
               byte_level_trimmed}}};
 }
 
+// Kimi-K2's split (llama.cpp's pre-tokenizer name "kimi-k2"), as moeserve's tiktoken reader
+// writes a Kimi folder's tokenizer.json (tiktoken_tokenizer_json): the pattern's matches isolated,
+// then the byte-level alphabet without its own regex.
+Json kimi_k2_pre_tokenizer() {
+    Json byte_level_trimmed = byte_level();
+    byte_level_trimmed["trim_offsets"] = true;
+    return {{"type", "Sequence"}, {"pretokenizers", {isolated_split(kKimiK2SplitPattern), byte_level_trimmed}}};
+}
+
 // The byte-level BPE tokenizers a GGUF file can name (tokenizer.ggml.pre): the normalizer and
 // pre-tokenizer of their tokenizer.json. Reading rebuilds them from the name; writing finds the
 // name whose pair equals the tokenizer.json's.
@@ -88,6 +98,7 @@ const std::vector<KnownPreTokenizer>& known_pre_tokenizers() {
         {"qwen2", {{"type", "NFC"}}, qwen2_pre_tokenizer()},
         {"deepseek-v3", {{"type", "Sequence"}, {"normalizers", Json::array()}}, deepseek_v3_pre_tokenizer()},
         {"gpt-4o", Json(), o200k_pre_tokenizer()},
+        {"kimi-k2", Json(), kimi_k2_pre_tokenizer()},
     };
     return table;
 }
@@ -239,7 +250,8 @@ void set_gguf_tokenizer_metadata(std::string_view tokenizer_json, std::string_vi
     }
     if (known == nullptr) {
         raise(ErrorCode::kUnsupported,
-              "{}: only the byte-level BPE tokenizers of Qwen2/Qwen3 and DeepSeek-V3 ({}) can be written to GGUF",
+              "{}: only the byte-level BPE tokenizers of Qwen2/Qwen3, DeepSeek-V3, GPT-4o/gpt-oss and Kimi-K2 ({}) "
+              "can be written to GGUF",
               label, known_pre_names());
     }
     std::vector<std::string> tokens(static_cast<size_t>(vocab_size));

@@ -1,9 +1,10 @@
 // A GGUF file's tokenizer (tokenizer.ggml.*, tokenizer.chat_template) as the tokenizer.json and
 // tokenizer_config.json the tokenizer module already reads (Tokenizer::from_json), and the inverse
-// for the writer. Supported: tokenizer.ggml.model "gpt2" (byte-level BPE) with pre-tokenizer
-// "qwen2" (Qwen2/Qwen3's split regex, NFC). Token types: 1 normal (in the BPE vocabulary), 3
-// control (an added special token), 4 user-defined (an added non-special token), 5 unused (a
-// padding id: in no vocabulary). Depends on io.
+// for the writer. Supported: tokenizer.ggml.model "gpt2" (byte-level BPE) with the pre-tokenizers
+// llama.cpp names "qwen2" (Qwen2/Qwen3), "deepseek-v3", "gpt-4o" (gpt-oss's o200k) and "kimi-k2";
+// each name stands for its split regexes, rebuilt here. Token types: 1 normal (in the BPE
+// vocabulary), 3 control (an added special token), 4 user-defined (an added non-special token), 5
+// unused (a padding id: in no vocabulary). Depends on io.
 #pragma once
 
 #include <optional>
