@@ -125,11 +125,10 @@ TEST(GlmTemplateTest, RefusesToolArgumentsThatAreNotAnObject) {
     // GLM's template raises for a string: the server hands it parsed arguments (chat_messages.cpp).
     const ChatTemplate chat_template = load_template("glm4_moe");
     using Json = nlohmann::ordered_json;
-    const Json messages = {
-        {{"role", "user"}, {"content", "Hi"}},
-        {{"role", "assistant"},
-         {"content", ""},
-         {"tool_calls", {{{"function", {{"name", "f"}, {"arguments", "{\"a\": 1}"}}}}}}}};
+    const Json messages = {{{"role", "user"}, {"content", "Hi"}},
+                           {{"role", "assistant"},
+                            {"content", ""},
+                            {"tool_calls", {{{"function", {{"name", "f"}, {"arguments", "{\"a\": 1}"}}}}}}}};
     const std::string message = test::error_of([&] { (void)render_chat(chat_template, messages, true); });
     EXPECT_NE(message.find("chat template raised an exception"), std::string::npos) << message;
     EXPECT_NE(message.find("Invalid tool call arguments passed"), std::string::npos) << message;
