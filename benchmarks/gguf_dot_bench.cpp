@@ -6,7 +6,8 @@
 // - BM_GgufExpertGemm, a prefill expert: gguf_linear of 64 token rows through one expert-sized
 //   [384, 1024] weight matrix (cache-resident, as a prefill's expert is while its tokens pass),
 //   reported as GMAC/s: the tiles' compute rate. MOESERVE_ISA=avx2 against the default level
-//   gives the AVX-512 tiles' gain.
+//   gives the AVX-512 tiles' gain; MOESERVE_ISA=ref against avx2 the AVX2 pair kernels' gain over
+//   the scalar reference.
 // - BM_GgufDecodeLinear, the decode GEMV as a model runs it: gguf_linear of one token through the
 //   same [4096, 2048] matrices on a pool of state.range(0) threads (the tiles, the rows split among
 //   the threads), GB/s of weight bytes next to the STREAM read on the same pool (MXFP4 against
@@ -137,12 +138,16 @@ void BM_GgufExpertGemm(benchmark::State& state, GgmlType type) {
 
 BENCHMARK_CAPTURE(BM_GgufExpertGemm, Q4_0, GgmlType::kQ4_0)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufExpertGemm, Q8_0, GgmlType::kQ8_0)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufExpertGemm, Q2_K, GgmlType::kQ2_K)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufExpertGemm, Q3_K, GgmlType::kQ3_K)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufExpertGemm, Q4_K, GgmlType::kQ4_K)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufExpertGemm, Q6_K, GgmlType::kQ6_K)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufExpertGemm, MXFP4, GgmlType::kMXFP4)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 BENCHMARK_CAPTURE(BM_GgufMatvec, Q4_0, GgmlType::kQ4_0)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufMatvec, Q8_0, GgmlType::kQ8_0)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufMatvec, Q2_K, GgmlType::kQ2_K)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufMatvec, Q3_K, GgmlType::kQ3_K)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufMatvec, Q4_K, GgmlType::kQ4_K)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufMatvec, Q5_K, GgmlType::kQ5_K)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufMatvec, Q6_K, GgmlType::kQ6_K)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -17,6 +17,7 @@
 #include "kernels/kernel_test_util.h"
 #include "moeserve/core/dtype.h"
 #include "moeserve/core/ggml_type.h"
+#include "moeserve/kernels/cpu/gguf_blocks.h"
 #include "moeserve/kernels/cpu/gguf_dequant.h"
 #include "moeserve/kernels/cpu/gguf_quantize.h"
 
@@ -166,7 +167,7 @@ TEST_P(GgufDotTest, TilesHaveThePairKernelsBits) {
     const GgmlType type = GetParam();
     const int64_t bs = ggml_traits(type).block_size;
     std::mt19937 rng(29);
-    for (const int64_t n : {bs, 3 * bs, 2 * kQK_K, 4 * kQK_K + (bs == kQK_K ? 0 : bs)}) {
+    for (const int64_t n : {bs, 3 * bs, int64_t{2 * kQK_K}, 4 * kQK_K + (bs == kQK_K ? 0 : bs)}) {
         const size_t row_bytes = *ggml_nbytes(type, static_cast<uint64_t>(n));
         const size_t stride = row_bytes + 5;
         std::string rows(1 + stride * kGgufTileRows, '\0');
@@ -224,6 +225,125 @@ INSTANTIATE_TEST_SUITE_P(WeightTypes, GgufDotTest,
                                          GgmlType::kQ8_0, GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K,
                                          GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kF8E4M3x128, GgmlType::kMXFP4),
                          [](const auto& p) { return std::string(ggml_type_name(p.param)); });
+
+// ---- Q2_K / Q3_K blocks at the edges of their fields ----
+
+// Where a Q2_K / Q3_K block keeps its packed sub-block scales, its 2-bit values and (Q3_K) its
+// high bits (gguf_blocks.h).
+struct K16Fields {
+    size_t scales, scales_bytes, qs, hmask, hmask_bytes;
+};
+K16Fields k16_fields(GgmlType type) {
+    return type == GgmlType::kQ2_K ? K16Fields{0, 16, 16, 0, 0} : K16Fields{96, 12, 32, 0, 32};
+}
+
+constexpr int kRandomBytes = -1;
+constexpr int kFills[] = {0x00, 0xFF, 0x55, 0xAA, 0x0F, 0xF0, 0x80, kRandomBytes};
+
+void fill_field(char* p, size_t bytes, int fill, std::mt19937& rng) {
+    for (size_t i = 0; i < bytes; ++i) p[i] = static_cast<char>(fill == kRandomBytes ? rng() : fill);
+}
+
+// Stored Q3_K scale j (0-63, the value plus 32) into the 12 packed bytes, as q3_k_scale reads it.
+void set_q3_k_scale(char* scales, int j, int v) {
+    auto& low = reinterpret_cast<uint8_t&>(scales[j % 8]);
+    low = static_cast<uint8_t>(j < 8 ? (low & 0xF0) | (v & 0xF) : (low & 0x0F) | ((v & 0xF) << 4));
+    auto& high = reinterpret_cast<uint8_t&>(scales[8 + j % 4]);
+    const int at = 2 * (j / 4);
+    high = static_cast<uint8_t>((high & ~(3 << at)) | (((v >> 4) & 3) << at));
+}
+
+// Edge blocks of Q2_K / Q3_K, one string each: every field one repeated byte (all scales and mins
+// 0 or at their maximum, Q3_K's stored 6-bit scales 0 (-32) or 63 (+31), hmask all clear or all
+// set, alternating bits), random mixes of such fields and random bytes, and each sub-block's
+// scale alone at an extreme with the others at 0. The f16 scales cycle through ordinary,
+// negative, the largest and a subnormal f16.
+std::vector<std::string> k16_edge_blocks(GgmlType type, std::mt19937& rng) {
+    const K16Fields f = k16_fields(type);
+    const float d_values[] = {0.03f, -0.0172f, 65504.0f, 5.96e-8f};
+    std::vector<std::string> blocks;
+    auto add = [&](int scales, int qs, int hmask) -> std::string& {
+        std::string b(ggml_traits(type).type_size, '\0');
+        fill_field(&b[f.scales], f.scales_bytes, scales, rng);
+        fill_field(&b[f.qs], 64, qs, rng);
+        fill_field(&b[f.hmask], f.hmask_bytes, hmask, rng);
+        size_t k = blocks.size();
+        for (const size_t off : scale_offsets(type)) {
+            const uint16_t h = f32_to_f16(d_values[k++ % 4]);
+            std::memcpy(&b[off], &h, 2);
+        }
+        blocks.push_back(std::move(b));
+        return blocks.back();
+    };
+    for (const int fill : kFills) add(fill, fill, fill);
+    for (int i = 0; i < 120; ++i) add(kFills[rng() % 8], kFills[rng() % 8], kFills[rng() % 8]);
+    for (int j = 0; j < 16; ++j) {
+        if (type == GgmlType::kQ2_K) {  // scale nibble, min nibble, both at 15
+            for (const int v : {0x0F, 0xF0, 0xFF}) add(0x00, kRandomBytes, 0)[f.scales + j] = static_cast<char>(v);
+            continue;
+        }
+        for (const int v : {0, 63, 31, 33}) {
+            std::string& b = add(0x00, kRandomBytes, kRandomBytes);
+            for (int i = 0; i < 16; ++i) set_q3_k_scale(&b[f.scales], i, i == j ? v : 32);
+        }
+    }
+    return blocks;
+}
+
+// Two q8_K activation blocks of one kind: quantized floats, all 127, all -128 (the quantizer
+// stops at -127, but the kernels take any int8), alternating -128 / 127, random bytes.
+std::vector<BlockQ8_K> q8_k_edge_row(int kind, std::mt19937& rng) {
+    std::vector<BlockQ8_K> row(2);
+    if (kind == 0) {
+        std::vector<float> x(2 * kQK_K);
+        std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+        for (float& v : x) v = u(rng);
+        quantize_gguf(GgmlType::kQ8_K, x.data(), row.data(), 2 * kQK_K);
+        return row;
+    }
+    for (BlockQ8_K& b : row) {
+        b.d = 0.0213f;
+        for (int i = 0; i < kQK_K; ++i) {
+            const int alternating = i % 2 == 0 ? -128 : 127;
+            const int random = static_cast<int>(rng() % 256) - 128;
+            b.qs[i] = static_cast<int8_t>(kind == 1 ? 127 : kind == 2 ? -128 : kind == 3 ? alternating : random);
+        }
+        for (int j = 0; j < kQK_K / 16; ++j) {
+            int sum = 0;
+            for (int i = 16 * j; i < 16 * j + 16; ++i) sum += b.qs[i];
+            b.bsums[j] = static_cast<int16_t>(sum);
+        }
+    }
+    return row;
+}
+
+// Each edge block, first and second in a two-block row, against each kind of edge activations.
+// Bound: below avx512 (the AVX2 kernels) the reference's bits, 0 ulp, since the integer sums are
+// exact and the same f32 operations run in the same order (-ffp-contract=off); AVX-512 sums the
+// super-blocks in lanes, so within 2e-6 * sum |w_i a_i| as in EveryIsaMatchesTheReferenceAndTheF64Dot.
+TEST(GgufDotK16Test, EdgeBlocksMatchTheReference) {
+    std::mt19937 rng(23);
+    for (const GgmlType type : {GgmlType::kQ2_K, GgmlType::kQ3_K}) {
+        const std::vector<std::string> blocks = k16_edge_blocks(type, rng);
+        for (int kind = 0; kind < 5; ++kind) {
+            const std::vector<BlockQ8_K> a = q8_k_edge_row(kind, rng);
+            for (size_t i = 0; i < blocks.size(); ++i) {
+                SCOPED_TRACE(testing::Message() << ggml_type_name(type) << " block " << i << " activations " << kind);
+                const std::string w = " " + blocks[i] + blocks[(i + 1) % blocks.size()];  // odd address
+                const float ref = gguf_vec_dot_ref(type, 2 * kQK_K, w.data() + 1, a.data());
+                const Exact e = f64_dot(type, 2 * kQK_K, w.data() + 1, a.data());
+                test::for_each_isa([&](cpu::Isa isa) {
+                    const float got = gguf_vec_dot(type, 2 * kQK_K, w.data() + 1, a.data());
+                    if (isa < cpu::Isa::kAvx512) {
+                        EXPECT_EQ(f32_bits(got), f32_bits(ref)) << got << " vs " << ref;
+                    } else {
+                        EXPECT_NEAR(got, ref, 2e-6 * e.magnitude + 1e-30);
+                    }
+                });
+            }
+        }
+    }
+}
 
 // Each E4M3 code (NaN aside) alone in a row against a unit activation: every level widens it to
 // exactly d * e4m3(code), the subnormal codes included, for a power-of-two and an

@@ -135,7 +135,7 @@ namespace moeserve::kernels::cpu {
 
 namespace {
 
-// The scalar reference with the kernels' signature (the ref ISA level, and Q2_K / Q3_K at avx2).
+// The scalar reference with the kernels' signature (the ref ISA level).
 template <GgmlType T>
 float gguf_dot_ref_blocks(int64_t nb, const void* w, const void* a) {
     return gguf_vec_dot_ref(T, nb * ggml_traits(T).block_size, w, a);
@@ -169,10 +169,14 @@ GgufDotKernel gguf_dot_kernel(GgmlType type) {
             return ref      ? &gguf_dot_ref_blocks<GgmlType::kMXFP4>
                    : avx512 ? &detail::vec_dot_mxfp4_q8_0_avx512
                             : &detail::vec_dot_mxfp4_q8_0_avx2;
-        case GgmlType::kQ2_K:  // no AVX2 code: the scalar reference below avx512
-            return avx512 ? &detail::vec_dot_q2_k_q8_k_avx512 : &gguf_dot_ref_blocks<GgmlType::kQ2_K>;
+        case GgmlType::kQ2_K:
+            return ref      ? &gguf_dot_ref_blocks<GgmlType::kQ2_K>
+                   : avx512 ? &detail::vec_dot_q2_k_q8_k_avx512
+                            : &detail::vec_dot_q2_k_q8_k_avx2;
         case GgmlType::kQ3_K:
-            return avx512 ? &detail::vec_dot_q3_k_q8_k_avx512 : &gguf_dot_ref_blocks<GgmlType::kQ3_K>;
+            return ref      ? &gguf_dot_ref_blocks<GgmlType::kQ3_K>
+                   : avx512 ? &detail::vec_dot_q3_k_q8_k_avx512
+                            : &detail::vec_dot_q3_k_q8_k_avx2;
         case GgmlType::kQ4_K:
             return ref      ? &gguf_dot_ref_blocks<GgmlType::kQ4_K>
                    : avx512 ? &detail::vec_dot_q4_k_q8_k_avx512

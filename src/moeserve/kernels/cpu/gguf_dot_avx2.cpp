@@ -140,6 +140,88 @@ int isum_q6_k(const BlockQ6_K& w, const BlockQ8_K& a) {
     return hsum_i32(acc) - 32 * offset;
 }
 
+// ---- Q2_K / Q3_K: 16 sub-blocks of 16, 2-bit values (Q3_K: plus a high bit) ----
+
+// The 16-bit scales of sub-blocks 8 h + 2 s (low 128-bit lane) and 8 h + 2 s + 1 (high lane),
+// the halves vpmaddubsw makes of 32 consecutive elements, from half_scales: the 8 scales of
+// half h in both 128-bit lanes. One vpshufb: 16-bit lane 2 s low, 2 s + 1 high.
+inline __m256i pair_scales(__m256i half_scales, int s) {
+    const __m256i first = _mm256_set_m128i(_mm_set1_epi16(0x0302), _mm_set1_epi16(0x0100));
+    return _mm256_shuffle_epi8(half_scales, _mm256_add_epi8(first, _mm256_set1_epi8(static_cast<char>(4 * s))));
+}
+
+// sum_j scale_j * sum q * q8 over the 16 sub-blocks of one Q2_K / Q3_K super-block, in 8 int32
+// lanes: scales16 holds the 16 scales as 16-bit lanes (j = 0-7 in the low 128 bits) and
+// values(h, s) the unsigned bytes q of elements 128 h + 32 s + l, l = 0-31 (at most 7, so the
+// pair sums of vpmaddubsw stay far from saturating, q8 = -128 included).
+template <typename Values>
+__m256i isum_k16(__m256i scales16, const int8_t* q8, Values&& values) {
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+        const __m256i half = h == 0 ? _mm256_permute2x128_si256(scales16, scales16, 0x00)
+                                    : _mm256_permute2x128_si256(scales16, scales16, 0x11);
+        for (int s = 0; s < 4; ++s) {
+            const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 128 * h + 32 * s));
+            const __m256i p = _mm256_maddubs_epi16(values(h, s), y);
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, pair_scales(half, s)));
+        }
+    }
+    return acc;
+}
+
+// Q2_K: sum_j (sc_j & 15) * sum q * q8, and in isum_min sum_j (sc_j >> 4) * bsums_j.
+int isum_q2_k(const BlockQ2_K& w, const BlockQ8_K& a, int& isum_min) {
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales));
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m256i scales = _mm256_cvtepu8_epi16(_mm_and_si128(packed, m4));
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
+    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsums));
+    isum_min = hsum_i32(_mm256_madd_epi16(mins, bsums));
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m256i q[2] = {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs)),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs + 32))};
+    return hsum_i32(
+        isum_k16(scales, a.qs, [&](int h, int s) { return _mm256_and_si256(shift_right(q[h], 2 * s), m3); }));
+}
+
+// Q3_K's 16 scales minus 32 (-32..31) as 16-bit lanes, from the 12 packed bytes (BlockQ3_K):
+// read as 8 + 4 bytes, never past them (the block may end a mapped row two bytes later).
+__m256i q3_k_scales(const uint8_t* packed) {
+    uint64_t low8 = 0;
+    uint32_t high4 = 0;
+    std::memcpy(&low8, packed, 8);
+    std::memcpy(&high4, packed + 8, 4);
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_cvtsi64_si128(static_cast<int64_t>(low8));
+    // scales 0-7: the low nibbles of bytes 0-7; scales 8-15: their high nibbles
+    const __m128i nibbles = _mm_unpacklo_epi64(_mm_and_si128(lo, m4), _mm_and_si128(_mm_srli_epi16(lo, 4), m4));
+    // scale j's top 2 bits are bits 2 (j / 4) of byte 8 + j % 4: 32-bit lane j / 4 holds bytes
+    // 8-11 shifted right by 2 (j / 4); the mask drops what the shift brings in from the next byte
+    const __m128i top = _mm_and_si128(
+        _mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(high4)), _mm_set_epi32(6, 4, 2, 0)), _mm_set1_epi8(3));
+    const __m128i scales = _mm_or_si128(nibbles, _mm_slli_epi16(top, 4));
+    return _mm256_sub_epi16(_mm256_cvtepu8_epi16(scales), _mm256_set1_epi16(32));
+}
+
+// Q3_K: sum_j (scale_j - 32) * sum (q - 4) * q8, q = the 2 bits | hbit << 2 (0-7, unsigned for
+// vpmaddubsw), the 4 taken out afterwards through the activation block sums.
+int isum_q3_k(const BlockQ3_K& w, const BlockQ8_K& a) {
+    const __m256i scales = q3_k_scales(w.scales);
+    const __m256i hmask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.hmask));
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m256i one = _mm256_set1_epi8(1);
+    const __m256i q[2] = {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs)),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs + 32))};
+    const __m256i acc = isum_k16(scales, a.qs, [&](int h, int s) {
+        // element 32 b + l's high bit is bit b of hmask[l], b = 4 h + s here
+        const __m256i hbit = _mm256_slli_epi16(_mm256_and_si256(shift_right(hmask, 4 * h + s), one), 2);
+        return _mm256_or_si256(_mm256_and_si256(shift_right(q[h], 2 * s), m3), hbit);
+    });
+    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsums));
+    const __m256i offset = _mm256_madd_epi16(scales, bsums);  // sum_j (scale_j - 32) * bsums_j
+    return hsum_i32(_mm256_sub_epi32(acc, _mm256_slli_epi32(offset, 2)));
+}
+
 }  // namespace
 
 float vec_dot_q4_0_q8_0_avx2(int64_t nb, const void* w, const void* a) {
@@ -185,6 +267,27 @@ float vec_dot_q5_1_q8_0_avx2(int64_t nb, const void* w, const void* a) {
 float vec_dot_q8_0_q8_0_avx2(int64_t nb, const void* w, const void* a) {
     return dot_q8_0_acts(nb, static_cast<const BlockQ8_0*>(w), static_cast<const BlockQ8_0*>(a),
                          [](const BlockQ8_0& x) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs)); });
+}
+
+float vec_dot_q2_k_q8_k_avx2(int64_t nb, const void* w, const void* a) {
+    const auto* x = static_cast<const BlockQ2_K*>(w);
+    const auto* y = static_cast<const BlockQ8_K*>(a);
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+        int isum_min = 0;
+        const int isum = isum_q2_k(x[b], y[b], isum_min);
+        sum += (f16(x[b].d) * y[b].d) * static_cast<float>(isum);
+        sum -= (f16(x[b].dmin) * y[b].d) * static_cast<float>(isum_min);
+    }
+    return sum;
+}
+
+float vec_dot_q3_k_q8_k_avx2(int64_t nb, const void* w, const void* a) {
+    const auto* x = static_cast<const BlockQ3_K*>(w);
+    const auto* y = static_cast<const BlockQ8_K*>(a);
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) sum += (f16(x[b].d) * y[b].d) * static_cast<float>(isum_q3_k(x[b], y[b]));
+    return sum;
 }
 
 float vec_dot_q4_k_q8_k_avx2(int64_t nb, const void* w, const void* a) {

@@ -15,6 +15,8 @@ float vec_dot_q5_0_q8_0_avx2(int64_t nb, const void* w, const void* a);
 float vec_dot_q5_1_q8_0_avx2(int64_t nb, const void* w, const void* a);
 float vec_dot_q8_0_q8_0_avx2(int64_t nb, const void* w, const void* a);
 float vec_dot_mxfp4_q8_0_avx2(int64_t nb, const void* w, const void* a);
+float vec_dot_q2_k_q8_k_avx2(int64_t nb, const void* w, const void* a);
+float vec_dot_q3_k_q8_k_avx2(int64_t nb, const void* w, const void* a);
 float vec_dot_q4_k_q8_k_avx2(int64_t nb, const void* w, const void* a);
 float vec_dot_q5_k_q8_k_avx2(int64_t nb, const void* w, const void* a);
 float vec_dot_q6_k_q8_k_avx2(int64_t nb, const void* w, const void* a);
