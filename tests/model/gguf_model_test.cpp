@@ -78,7 +78,7 @@ TEST_P(GgufModelTest, LogitsMatchReferenceOnDequantizedWeights) {
 
 INSTANTIATE_TEST_SUITE_P(Types, GgufModelTest,
                          ::testing::Values(MOESERVE_GGUF_Q8_0_DIR, MOESERVE_GGUF_Q4_0_DIR, MOESERVE_GGUF_Q4_K_DIR,
-                                           MOESERVE_GGUF_MIXED_DIR, MOESERVE_GGUF_MXFP4_DIR,
+                                           MOESERVE_GGUF_MIXED_DIR, MOESERVE_GGUF_MXFP4_DIR, MOESERVE_GGUF_K23_DIR,
                                            MOESERVE_GGUF_QWEN2_MOE_Q8_0_DIR));
 
 // deepseek2 files (make-model --arch deepseek_v3 --format gguf): MLA, the correction-biased

@@ -103,12 +103,12 @@ def q8_k_act(x):
 
 def gguf_act(weights, name, x):
     """The activations as moeserve's GGUF dot products see them for the weight `name`: q8_0 for
-    Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / MXFP4, q8_K for Q4_K / Q5_K / Q6_K, unchanged for the
+    Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / MXFP4, q8_K for Q2_K to Q6_K, unchanged for the
     types dequantized per row."""
     t = weights.gguf_types.get(name)
     if t in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "MXFP4"):
         return q8_0_act(x)
-    if t in ("Q4_K", "Q5_K", "Q6_K"):
+    if t in ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"):
         return q8_k_act(x)
     return x
 
