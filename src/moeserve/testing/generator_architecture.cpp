@@ -22,7 +22,7 @@ const std::vector<GeneratorArchitecture>& generator_architectures() {
     // model_type, tokenizer, preset, write_mindformers, mla
     static const std::vector<GeneratorArchitecture> table = {
         {"qwen3_moe", "qwen3", &qwen3_moe_preset},
-        {"qwen2_moe", "qwen3", &qwen2_moe_preset},
+        {"qwen2_moe", "qwen1_5", &qwen2_moe_preset},  // Qwen1.5-MoE's tokenizer and chat template
         {"glm4_moe", "qwen3", &glm4_moe_preset},
         {"mixtral", "qwen3", &mixtral_preset},
         {"gpt_oss", "gpt_oss", &gpt_oss_preset},

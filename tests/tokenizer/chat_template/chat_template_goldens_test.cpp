@@ -1,5 +1,5 @@
-// Renders the real Qwen3, DeepSeek-V3, gpt-oss, GLM-4.6 and Kimi-K2 chat templates for the conversations of
-// tests/data/chat_template/<model>_goldens.json (made by tools/goldens/chat_template/ with
+// Renders the real Qwen3, Qwen1.5, DeepSeek-V3, gpt-oss, GLM-4.6 and Kimi-K2 chat templates for the
+// conversations of tests/data/chat_template/<model>_goldens.json (made by tools/goldens/chat_template/ with
 // @huggingface/jinja and cross-checked against Python jinja2) and compares byte for byte.
 #include <gtest/gtest.h>
 
@@ -74,7 +74,7 @@ TEST_P(ChatTemplateGoldensTest, ConcurrentRendersOfOneTemplateAgree) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RealTemplates, ChatTemplateGoldensTest,
-                         ::testing::Values("qwen3", "deepseek_v3", "gpt_oss", "glm4_moe", "kimi_k2"));
+                         ::testing::Values("qwen3", "qwen1_5", "deepseek_v3", "gpt_oss", "glm4_moe", "kimi_k2"));
 
 TEST(GptOssTemplateTest, CurrentDateComesFromTheClock) {
     const ChatTemplate chat_template = load_template("gpt_oss");

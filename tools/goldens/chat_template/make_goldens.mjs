@@ -1,4 +1,4 @@
-// Renders the real Qwen3, DeepSeek-V3, gpt-oss, GLM-4.6 and Kimi-K2 chat templates with @huggingface/jinja (the JS port
+// Renders the real Qwen3, Qwen1.5 (Qwen1.5-MoE's), DeepSeek-V3, gpt-oss, GLM-4.6 and Kimi-K2 chat templates with @huggingface/jinja (the JS port
 // used by transformers.js) for a fixed set of conversations, and writes
 // tests/data/chat_template/<model>_goldens.json as [{name, context, rendered}].
 //
@@ -614,6 +614,7 @@ for (const [model, cases] of [
   ["qwen3", [...commonCases, ...qwenCases]],
   ["deepseek_v3", [...commonCases, ...deepseekCases]],
   ["gpt_oss", gptOssCases],
+  ["qwen1_5", commonCases],
   ["glm4_moe", [...commonCases, ...glmCases]],
   ["kimi_k2", [...commonCases, ...kimiCases]],
 ]) {
