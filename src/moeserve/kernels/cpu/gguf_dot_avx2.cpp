@@ -139,25 +139,6 @@ int isum_q2_k(const BlockQ2_K& w, const BlockQ8_K& a, int& isum_min) {
         isum_k16(scales, a.qs, [&](int h, int s) { return _mm256_and_si256(shift_right(q[h], 2 * s), m3); }));
 }
 
-// Q3_K's 16 scales minus 32 (-32..31) as 16-bit lanes, from the 12 packed bytes (BlockQ3_K):
-// read as 8 + 4 bytes, never past them (the block may end a mapped row two bytes later).
-__m256i q3_k_scales(const uint8_t* packed) {
-    uint64_t low8 = 0;
-    uint32_t high4 = 0;
-    std::memcpy(&low8, packed, 8);
-    std::memcpy(&high4, packed + 8, 4);
-    const __m128i m4 = _mm_set1_epi8(0x0F);
-    const __m128i lo = _mm_cvtsi64_si128(static_cast<int64_t>(low8));
-    // scales 0-7: the low nibbles of bytes 0-7; scales 8-15: their high nibbles
-    const __m128i nibbles = _mm_unpacklo_epi64(_mm_and_si128(lo, m4), _mm_and_si128(_mm_srli_epi16(lo, 4), m4));
-    // scale j's top 2 bits are bits 2 (j / 4) of byte 8 + j % 4: 32-bit lane j / 4 holds bytes
-    // 8-11 shifted right by 2 (j / 4); the mask drops what the shift brings in from the next byte
-    const __m128i top = _mm_and_si128(
-        _mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(high4)), _mm_set_epi32(6, 4, 2, 0)), _mm_set1_epi8(3));
-    const __m128i scales = _mm_or_si128(nibbles, _mm_slli_epi16(top, 4));
-    return _mm256_sub_epi16(_mm256_cvtepu8_epi16(scales), _mm256_set1_epi16(32));
-}
-
 // Q3_K: sum_j (scale_j - 32) * sum (q - 4) * q8, q = the 2 bits | hbit << 2 (0-7, unsigned for
 // vpmaddubsw), the 4 taken out afterwards through the activation block sums.
 int isum_q3_k(const BlockQ3_K& w, const BlockQ8_K& a) {
@@ -179,15 +160,9 @@ int isum_q3_k(const BlockQ3_K& w, const BlockQ8_K& a) {
 
 }  // namespace
 
-float vec_dot_q4_0_q8_0_avx2(int64_t nb, const void* w, const void* a) {
-    return dot_q8_0_acts<Q4_0Weights>(nb, w, a);
-}
-float vec_dot_q5_0_q8_0_avx2(int64_t nb, const void* w, const void* a) {
-    return dot_q8_0_acts<Q5_0Weights>(nb, w, a);
-}
-float vec_dot_q8_0_q8_0_avx2(int64_t nb, const void* w, const void* a) {
-    return dot_q8_0_acts<Q8_0Weights>(nb, w, a);
-}
+float vec_dot_q4_0_q8_0_avx2(int64_t nb, const void* w, const void* a) { return dot_q8_0_acts<Q4_0Weights>(nb, w, a); }
+float vec_dot_q5_0_q8_0_avx2(int64_t nb, const void* w, const void* a) { return dot_q8_0_acts<Q5_0Weights>(nb, w, a); }
+float vec_dot_q8_0_q8_0_avx2(int64_t nb, const void* w, const void* a) { return dot_q8_0_acts<Q8_0Weights>(nb, w, a); }
 float vec_dot_mxfp4_q8_0_avx2(int64_t nb, const void* w, const void* a) {
     return dot_q8_0_acts<Mxfp4Weights>(nb, w, a);
 }

@@ -54,6 +54,25 @@ inline __m256i fifth_bits32(const uint8_t* qh) {
     return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
 }
 
+// Q3_K's 16 scales minus 32 (-32..31) as 16-bit lanes, from the 12 packed bytes (BlockQ3_K):
+// read as 8 + 4 bytes, never past them (the block may end a mapped row two bytes later).
+inline __m256i q3_k_scales(const uint8_t* packed) {
+    uint64_t low8 = 0;
+    uint32_t high4 = 0;
+    std::memcpy(&low8, packed, 8);
+    std::memcpy(&high4, packed + 8, 4);
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_cvtsi64_si128(static_cast<int64_t>(low8));
+    // scales 0-7: the low nibbles of bytes 0-7; scales 8-15: their high nibbles
+    const __m128i nibbles = _mm_unpacklo_epi64(_mm_and_si128(lo, m4), _mm_and_si128(_mm_srli_epi16(lo, 4), m4));
+    // scale j's top 2 bits are bits 2 (j / 4) of byte 8 + j % 4: 32-bit lane j / 4 holds bytes
+    // 8-11 shifted right by 2 (j / 4); the mask drops what the shift brings in from the next byte
+    const __m128i top = _mm_and_si128(
+        _mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(high4)), _mm_set_epi32(6, 4, 2, 0)), _mm_set1_epi8(3));
+    const __m128i scales = _mm_or_si128(nibbles, _mm_slli_epi16(top, 4));
+    return _mm256_sub_epi16(_mm256_cvtepu8_epi16(scales), _mm256_set1_epi16(32));
+}
+
 // ---- The 32-element types against q8_0: each block's weights as bytes, and its scale ----
 
 // Signed weights (the dot_i8 sign trick): Q4_0, Q5_0, Q8_0, MXFP4.
@@ -79,7 +98,8 @@ struct Q8_0Weights {
 struct Mxfp4Weights {
     using Block = BlockMXFP4;
     static __m256i values(const Block& x) {
-        const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values)));
+        const __m256i table =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values)));
         return _mm256_shuffle_epi8(table, nibbles32(x.qs));
     }
     static float scale(const Block& x) { return e8m0_to_f32_half(x.e); }

@@ -12,6 +12,7 @@
 // One activation row has no tile (null): the pair kernels stream decode's rows one after another.
 #include <immintrin.h>
 
+#include <cstring>
 #include <type_traits>
 
 #include "moeserve/kernels/cpu/gguf_blocks.h"
@@ -81,11 +82,22 @@ struct KUnpacked {
     float dmin;
 };
 
-// The scale vector of elements 32 t .. 32 t + 31 from the scales of sub-blocks 2t (low lane)
-// and 2t + 1 (high lane).
-inline __m256i pair_scales(int lo, int hi) { return _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(hi)), _mm_set1_epi16(static_cast<short>(lo))); }
-
 inline void store_q(KUnpacked& u, int t, __m256i q) { _mm256_store_si256(reinterpret_cast<__m256i*>(u.q + 32 * t), q); }
+
+// scales[t] from 8 16-bit values per 128-bit lane: 16-bit lane t of each lane in all of it.
+inline void broadcast_scales(KUnpacked& u, __m256i lanes) {
+    for (int t = 0; t < 8; ++t)
+        u.scales[t] = _mm256_shuffle_epi8(lanes, _mm256_set1_epi16(static_cast<short>(0x0100 + 0x0202 * t)));
+}
+
+// The 32-element groups of 16-element sub-blocks: from 16 16-bit scales j = 0-15 in order, the
+// even j to the low lane and the odd to the high, so that broadcast_scales gives scales[t]
+// sub-block 2t's scale in its low lane and 2t + 1's in its high (elements 32 t + l, l < 16 / >= 16).
+inline void sub_block_pair_scales(KUnpacked& u, __m256i scales16) {
+    const __m256i evens_odds = _mm256_shuffle_epi8(
+        scales16, _mm256_broadcastsi128_si256(_mm_set_epi8(15, 14, 11, 10, 7, 6, 3, 2, 13, 12, 9, 8, 5, 4, 1, 0)));
+    broadcast_scales(u, _mm256_permute4x64_epi64(evens_odds, _MM_SHUFFLE(3, 1, 2, 0)));
+}
 
 // Q4_K / Q5_K: y = d sc_j q - dmin m_j over 8 sub-blocks of 32 (the fifth bits of Q5_K: bit t of
 // qh[l] for element 32 t + l); isum_mins is the dmin term's sum_j m_j (bsums_2j + bsums_2j+1).
@@ -93,16 +105,21 @@ template <class Block>
 struct K4 {
     using BlockType = Block;
     static constexpr int kOffset = 0;  // a separate dmin term
+    // The 6-bit scales and mins (gguf_blocks.h's unpack_scale_min_k4), four bytes at a time.
+    static void unpack_scales(const uint8_t* packed, KUnpacked& u) {
+        uint32_t w[3];
+        std::memcpy(w, packed, 12);
+        const uint32_t sc_lo = w[0] & 0x3f3f3f3fu;
+        const uint32_t m_lo = w[1] & 0x3f3f3f3fu;
+        const uint32_t sc_hi = (w[2] & 0x0f0f0f0fu) | ((w[0] >> 2) & 0x30303030u);
+        const uint32_t m_hi = ((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 2) & 0x30303030u);
+        const __m128i sc = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc_lo | uint64_t{sc_hi} << 32)));
+        broadcast_scales(u, _mm256_broadcastsi128_si256(sc));
+        const __m128i m = _mm_cvtsi64_si128(static_cast<int64_t>(m_lo | uint64_t{m_hi} << 32));
+        u.mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));  // m_j for bsums 2j and 2j + 1
+    }
     static void unpack(const Block& x, KUnpacked& u) {
-        alignas(32) int16_t mins[16];
-        for (int j = 0; j < 8; ++j) {
-            uint8_t sc = 0;
-            uint8_t m = 0;
-            unpack_scale_min_k4(j, x.scales, sc, m);
-            u.scales[j] = _mm256_set1_epi16(sc);
-            mins[2 * j] = mins[2 * j + 1] = m;
-        }
-        u.mins = _mm256_load_si256(reinterpret_cast<const __m256i*>(mins));
+        unpack_scales(x.scales, u);
         const __m256i m4 = _mm256_set1_epi8(0x0F);
         for (int c = 0; c < 4; ++c) {
             const __m256i q = load256(x.qs + 32 * c);
@@ -139,8 +156,8 @@ struct Q6K {
                 store_q(u, 4 * h + r, _mm256_or_si256(low, high));
             }
         }
-        for (int t = 0; t < 8; ++t) u.scales[t] = pair_scales(x.scales[2 * t], x.scales[2 * t + 1]);
         u.mins = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales)));
+        sub_block_pair_scales(u, u.mins);
         u.d = f16(x.d);
     }
 };
@@ -156,9 +173,10 @@ struct Q2K {
             const __m256i q = load256(x.qs + 32 * h);
             for (int s = 0; s < 4; ++s) store_q(u, 4 * h + s, _mm256_and_si256(shift_right(q, 2 * s), m3));
         }
-        for (int t = 0; t < 8; ++t) u.scales[t] = pair_scales(x.scales[2 * t] & 15, x.scales[2 * t + 1] & 15);
         const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales));
-        u.mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
+        const __m128i m4 = _mm_set1_epi8(0x0F);
+        sub_block_pair_scales(u, _mm256_cvtepu8_epi16(_mm_and_si128(packed, m4)));
+        u.mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
         u.d = f16(x.d);
         u.dmin = f16(x.dmin);
     }
@@ -180,10 +198,8 @@ struct Q3K {
                 store_q(u, 4 * h + s, _mm256_or_si256(_mm256_and_si256(shift_right(q, 2 * s), m3), hbit));
             }
         }
-        alignas(32) int16_t scales[16];
-        for (int j = 0; j < 16; ++j) scales[j] = static_cast<int16_t>(q3_k_scale(x.scales, j) - 32);
-        for (int t = 0; t < 8; ++t) u.scales[t] = pair_scales(scales[2 * t], scales[2 * t + 1]);
-        u.mins = _mm256_load_si256(reinterpret_cast<const __m256i*>(scales));
+        u.mins = q3_k_scales(x.scales);
+        sub_block_pair_scales(u, u.mins);
         u.d = f16(x.d);
     }
 };
@@ -196,8 +212,12 @@ inline void k_isums(const KUnpacked& u, const BlockQ8_K& a, int& isum, int& isum
                                                load256(a.qs + 32 * t));
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, u.scales[t]));
     }
-    isum = hsum_i32(acc);
-    isum_mins = hsum_i32(_mm256_madd_epi16(u.mins, load256(a.bsums)));
+    // both sums reduced together: [acc 0+1, 2+3, mins 0+1, 2+3] per lane, the lanes added, again
+    const __m256i pairs = _mm256_hadd_epi32(acc, _mm256_madd_epi16(u.mins, load256(a.bsums)));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
+    s = _mm_hadd_epi32(s, s);
+    isum = _mm_cvtsi128_si32(s);
+    isum_mins = _mm_extract_epi32(s, 1);
 }
 
 template <class K>
