@@ -204,16 +204,19 @@ size_t GgufTiles::prepared_row_bytes(int64_t nb) const {
 
 GgufTiles::GgufTiles(GgmlType type) : dot_(gguf_dot_kernel(type)) {
     const Isa isa = active_isa();
+    if (isa == Isa::kRef) return;
     const bool fp8 = type == GgmlType::kF8E4M3x128;
-    if (isa == Isa::kRef || (isa < Isa::kAvx512 && !fp8)) return;  // AVX2 has tiles for FP8 only
     const bool avx512 = isa >= Isa::kAvx512;
     if (avx512) prepare_ = detail::gguf_prepare_avx512(type);
     if (fp8) widen_ = avx512 ? &detail::f8_widen_avx512 : &detail::f8_widen_avx2;
     for (int r = 0; r < kGgufTileRows; ++r) {
         for (int c = 0; c < kGgufTileCols; ++c) {
-            tiles_[r][c] = !fp8     ? detail::gguf_tile_avx512(type, r + 1, c + 1)
-                           : avx512 ? detail::f8_tile_avx512(r + 1, c + 1)
-                                    : detail::f8_tile_avx2(r + 1, c + 1);
+            GgufTileFn tile = !fp8     ? (avx512 ? detail::gguf_tile_avx512(type, r + 1, c + 1) : nullptr)
+                              : avx512 ? detail::f8_tile_avx512(r + 1, c + 1)
+                                       : detail::f8_tile_avx2(r + 1, c + 1);
+            // AVX2's tiles: the avx2 level's, and Q4_1 / Q5_1's at avx512, whose pair kernels are AVX2's
+            if (tile == nullptr && !fp8) tile = detail::gguf_tile_avx2(type, r + 1, c + 1);
+            tiles_[r][c] = tile;
             if (fp8)
                 widened_[r][c] = avx512 ? detail::f32_tile_avx512(r + 1, c + 1) : detail::f32_tile_avx2(r + 1, c + 1);
         }

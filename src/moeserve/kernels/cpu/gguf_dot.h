@@ -8,8 +8,7 @@
 // (y = d q + m) take q8_0 activations and sum them in the kernel, where llama.cpp stores that
 // sum, rounded to f16, in its q8_1 blocks.
 // moeserve's own FP8 rows (kF8E4M3x128, DeepSeek's block-scaled weights) pair with f32
-// activations instead (W8A16): the weights are widened in registers and the sum is in f32 lanes;
-// AVX2 has tiles for them too.
+// activations instead (W8A16): the weights are widened in registers and the sum is in f32 lanes.
 // Depends on core only.
 #pragma once
 
@@ -45,10 +44,9 @@ GgufDotKernel gguf_dot_kernel(GgmlType type);
 // Tiles: rows (1..kGgufTileRows) weight rows, w + r * w_stride, times cols (1..kGgufTileCols)
 // activation rows a[c], nb blocks each: out[c * ldo + r] = the gguf_dot_kernel product of that
 // pair, with its bits (a token's result does not depend on the tile it was computed in). Where
-// the active ISA level has tile kernels for the type (AVX-512: all but Q4_1 / Q5_1; AVX2:
-// kF8E4M3x128) a
-// weight block is unpacked once for the whole tile and an activation block loaded once per
-// weight row; elsewhere the tile is a loop over the pair kernel.
+// the active ISA level has tile kernels for the type (AVX-512: all, Q4_1 / Q5_1 AVX2's; AVX2:
+// all, for two or more activation rows) a weight block is unpacked once for the whole tile;
+// elsewhere (the reference, AVX2's one activation row) the tile is a loop over the pair kernel.
 inline constexpr int kGgufTileRows = 4;
 inline constexpr int kGgufTileCols = 4;
 using GgufTileFn = void (*)(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t* const* a, float* out,

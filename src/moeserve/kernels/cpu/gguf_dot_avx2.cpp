@@ -5,6 +5,8 @@
 // the sign trick (|w| times a with w's sign) and accumulate d_w * d_a * isum in 8 f32 lanes. The
 // K-quants reduce each super-block to its exact integer sums and then run the reference's f32
 // operations, so their result has the reference's bits.
+#include "moeserve/kernels/cpu/gguf_dot_avx2.h"
+
 #include <immintrin.h>
 
 #include <cstring>
@@ -16,73 +18,26 @@
 namespace moeserve::kernels::cpu::detail {
 namespace {
 
-// f16 -> f32 with F16C (x86-64-v3). Equal to core's f16_to_f32 for every non-NaN value; a
-// signalling NaN comes out quiet, which a product with it would make it anyway.
-inline float f16(const uint8_t* p) { return _cvtsh_ss(static_cast<uint16_t>(p[0] | (p[1] << 8))); }
+using namespace avx2;
 
-inline int hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(s);
-}
-
-// Eight int32 sums of pairs of products of signed bytes x and y (|x| * (y with x's sign)).
-inline __m256i dot_i8(__m256i x, __m256i y) {
-    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-}
-
-// Each byte shifted right by `count` bits (a 16-bit shift; the caller masks the bits it keeps).
-inline __m256i shift_right(__m256i v, int count) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(count)); }
-
-// The 32 nibbles of a 32-element block as bytes 0-15, element i in byte i.
-inline __m256i nibbles32(const uint8_t* qs) {
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
-}
-
-// Q5_0 / Q5_1's fifth bits: byte i is 0x10 where bit i of the little-endian u32 at qh is set.
-// Each byte is given its qh byte (i / 8), then tests its own bit (i % 8) of it.
-inline __m256i fifth_bits32(const uint8_t* qh) {
-    uint32_t bits = 0;
-    std::memcpy(&bits, qh, 4);
-    const __m256i spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32(static_cast<int>(bits)),
-        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
-    const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
-    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-    return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
-}
-
-template <typename Block, typename Weights>
-float dot_q8_0_acts(int64_t nb, const Block* w, const BlockQ8_0* a, Weights&& weights) {
+template <class W>
+float dot_q8_0_acts(int64_t nb, const void* w, const void* a) {
+    const auto* x = static_cast<const typename W::Block*>(w);
+    const auto* y = static_cast<const BlockQ8_0*>(a);
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));
-        const __m256i p = dot_i8(weights(w[b]), y);
-        const __m256 d = _mm256_set1_ps(f16(w[b].d) * f16(a[b].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
-    }
+    for (int64_t b = 0; b < nb; ++b) acc = step_q8_0(acc, W::values(x[b]), W::scale(x[b]), y[b]);
     return simd::hsum(acc);
 }
 
 // Q4_1 / Q5_1 (y = d q + m, q unsigned): d_w d_a sum q * q8 and m d_a sum q8 in two sets of 8 f32
-// lanes (q <= 31 times an int8 in vpmaddubsw cannot saturate).
-template <typename Block, typename Weights>
-float dot_min_q8_0_acts(int64_t nb, const Block* w, const BlockQ8_0* a, Weights&& weights) {
-    const __m256i ones8 = _mm256_set1_epi8(1);
-    const __m256i ones16 = _mm256_set1_epi16(1);
+// lanes.
+template <class W>
+float dot_min_q8_0_acts(int64_t nb, const void* w, const void* a) {
+    const auto* x = static_cast<const typename W::Block*>(w);
+    const auto* y = static_cast<const BlockQ8_0*>(a);
     __m256 acc = _mm256_setzero_ps();
     __m256 acc_min = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));
-        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(weights(w[b]), y), ones16);
-        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, y), ones16);
-        const float da = f16(a[b].d);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[b].d) * da), _mm256_cvtepi32_ps(p), acc);
-        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[b].m) * da), _mm256_cvtepi32_ps(s), acc_min);
-    }
+    for (int64_t b = 0; b < nb; ++b) step_min_q8_0(acc, acc_min, W::values(x[b]), x[b], y[b]);
     return simd::hsum(_mm256_add_ps(acc, acc_min));
 }
 
@@ -184,25 +139,6 @@ int isum_q2_k(const BlockQ2_K& w, const BlockQ8_K& a, int& isum_min) {
         isum_k16(scales, a.qs, [&](int h, int s) { return _mm256_and_si256(shift_right(q[h], 2 * s), m3); }));
 }
 
-// Q3_K's 16 scales minus 32 (-32..31) as 16-bit lanes, from the 12 packed bytes (BlockQ3_K):
-// read as 8 + 4 bytes, never past them (the block may end a mapped row two bytes later).
-__m256i q3_k_scales(const uint8_t* packed) {
-    uint64_t low8 = 0;
-    uint32_t high4 = 0;
-    std::memcpy(&low8, packed, 8);
-    std::memcpy(&high4, packed + 8, 4);
-    const __m128i m4 = _mm_set1_epi8(0x0F);
-    const __m128i lo = _mm_cvtsi64_si128(static_cast<int64_t>(low8));
-    // scales 0-7: the low nibbles of bytes 0-7; scales 8-15: their high nibbles
-    const __m128i nibbles = _mm_unpacklo_epi64(_mm_and_si128(lo, m4), _mm_and_si128(_mm_srli_epi16(lo, 4), m4));
-    // scale j's top 2 bits are bits 2 (j / 4) of byte 8 + j % 4: 32-bit lane j / 4 holds bytes
-    // 8-11 shifted right by 2 (j / 4); the mask drops what the shift brings in from the next byte
-    const __m128i top = _mm_and_si128(
-        _mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(high4)), _mm_set_epi32(6, 4, 2, 0)), _mm_set1_epi8(3));
-    const __m128i scales = _mm_or_si128(nibbles, _mm_slli_epi16(top, 4));
-    return _mm256_sub_epi16(_mm256_cvtepu8_epi16(scales), _mm256_set1_epi16(32));
-}
-
 // Q3_K: sum_j (scale_j - 32) * sum (q - 4) * q8, q = the 2 bits | hbit << 2 (0-7, unsigned for
 // vpmaddubsw), the 4 taken out afterwards through the activation block sums.
 int isum_q3_k(const BlockQ3_K& w, const BlockQ8_K& a) {
@@ -224,49 +160,17 @@ int isum_q3_k(const BlockQ3_K& w, const BlockQ8_K& a) {
 
 }  // namespace
 
-float vec_dot_q4_0_q8_0_avx2(int64_t nb, const void* w, const void* a) {
-    const __m256i eight = _mm256_set1_epi8(8);
-    return dot_q8_0_acts(nb, static_cast<const BlockQ4_0*>(w), static_cast<const BlockQ8_0*>(a),
-                         [&](const BlockQ4_0& x) { return _mm256_sub_epi8(nibbles32(x.qs), eight); });
-}
-
-float vec_dot_q5_0_q8_0_avx2(int64_t nb, const void* w, const void* a) {
-    const __m256i sixteen = _mm256_set1_epi8(16);
-    return dot_q8_0_acts(nb, static_cast<const BlockQ5_0*>(w), static_cast<const BlockQ8_0*>(a),
-                         [&](const BlockQ5_0& x) {
-                             return _mm256_sub_epi8(_mm256_or_si256(nibbles32(x.qs), fifth_bits32(x.qh)), sixteen);
-                         });
-}
-
-// MXFP4: vpshufb looks each nibble up in the 16 doubled e2m1 values (signed bytes, |v| <= 12),
-// then the signed dot of Q4_0; d_w = 2^(e - 128) times d_a scales each block's 8 lanes.
+float vec_dot_q4_0_q8_0_avx2(int64_t nb, const void* w, const void* a) { return dot_q8_0_acts<Q4_0Weights>(nb, w, a); }
+float vec_dot_q5_0_q8_0_avx2(int64_t nb, const void* w, const void* a) { return dot_q8_0_acts<Q5_0Weights>(nb, w, a); }
+float vec_dot_q8_0_q8_0_avx2(int64_t nb, const void* w, const void* a) { return dot_q8_0_acts<Q8_0Weights>(nb, w, a); }
 float vec_dot_mxfp4_q8_0_avx2(int64_t nb, const void* w, const void* a) {
-    const auto* x = static_cast<const BlockMXFP4*>(w);
-    const auto* y = static_cast<const BlockQ8_0*>(a);
-    const __m256i values = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values)));
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        const __m256i q = _mm256_shuffle_epi8(values, nibbles32(x[b].qs));
-        const __m256i p = dot_i8(q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs)));
-        const __m256 d = _mm256_set1_ps(e8m0_to_f32_half(x[b].e) * f16(y[b].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
-    }
-    return simd::hsum(acc);
+    return dot_q8_0_acts<Mxfp4Weights>(nb, w, a);
 }
-
 float vec_dot_q4_1_q8_0_avx2(int64_t nb, const void* w, const void* a) {
-    return dot_min_q8_0_acts(nb, static_cast<const BlockQ4_1*>(w), static_cast<const BlockQ8_0*>(a),
-                             [](const BlockQ4_1& x) { return nibbles32(x.qs); });
+    return dot_min_q8_0_acts<Q4_1Weights>(nb, w, a);
 }
-
 float vec_dot_q5_1_q8_0_avx2(int64_t nb, const void* w, const void* a) {
-    return dot_min_q8_0_acts(nb, static_cast<const BlockQ5_1*>(w), static_cast<const BlockQ8_0*>(a),
-                             [](const BlockQ5_1& x) { return _mm256_or_si256(nibbles32(x.qs), fifth_bits32(x.qh)); });
-}
-
-float vec_dot_q8_0_q8_0_avx2(int64_t nb, const void* w, const void* a) {
-    return dot_q8_0_acts(nb, static_cast<const BlockQ8_0*>(w), static_cast<const BlockQ8_0*>(a),
-                         [](const BlockQ8_0& x) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs)); });
+    return dot_min_q8_0_acts<Q5_1Weights>(nb, w, a);
 }
 
 float vec_dot_q2_k_q8_k_avx2(int64_t nb, const void* w, const void* a) {

@@ -20,6 +20,10 @@ float vec_dot_q3_k_q8_k_avx2(int64_t nb, const void* w, const void* a);
 float vec_dot_q4_k_q8_k_avx2(int64_t nb, const void* w, const void* a);
 float vec_dot_q5_k_q8_k_avx2(int64_t nb, const void* w, const void* a);
 float vec_dot_q6_k_q8_k_avx2(int64_t nb, const void* w, const void* a);
+// AVX2 tiles for rows x cols (1..4 each) with the bits of the pair kernels above
+// (gguf_tiles_avx2.cpp): every type but FP8; null for one activation row, which the pair kernels
+// take row after row.
+GgufTileFn gguf_tile_avx2(GgmlType type, int rows, int cols);
 
 // AVX-512 VNNI: the tile kernel of `type` for rows x cols (1..4 each), null for a type without
 // one; the pair kernels are its 1 x 1 tiles. The 32-element types' tiles take their q8_0 rows
