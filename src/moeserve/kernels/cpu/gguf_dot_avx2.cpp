@@ -161,6 +161,22 @@ int isum_q3_k(const BlockQ3_K& w, const BlockQ8_K& a) {
     return hsum_i32(_mm256_sub_epi32(acc, _mm256_slli_epi32(offset, 2)));
 }
 
+// The K-quants with a min (Q2_K, Q4_K, Q5_K): per super-block, d d_a isum - dmin d_a isum_min in
+// the scalar reference's f32 order, so these kernels keep its bits.
+template <class Block, class Isum>
+float dot_k_with_min(int64_t nb, const void* w, const void* a, Isum&& isum_of) {
+    const auto* x = static_cast<const Block*>(w);
+    const auto* y = static_cast<const BlockQ8_K*>(a);
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+        int isum_min = 0;
+        const int isum = isum_of(x[b], y[b], isum_min);
+        sum += (f16(x[b].d) * y[b].d) * static_cast<float>(isum);
+        sum -= (f16(x[b].dmin) * y[b].d) * static_cast<float>(isum_min);
+    }
+    return sum;
+}
+
 }  // namespace
 
 float vec_dot_q4_0_q8_0_avx2(int64_t nb, const void* w, const void* a) { return dot_q8_0_acts<Q4_0Weights>(nb, w, a); }
@@ -177,16 +193,8 @@ float vec_dot_q5_1_q8_0_avx2(int64_t nb, const void* w, const void* a) {
 }
 
 float vec_dot_q2_k_q8_k_avx2(int64_t nb, const void* w, const void* a) {
-    const auto* x = static_cast<const BlockQ2_K*>(w);
-    const auto* y = static_cast<const BlockQ8_K*>(a);
-    float sum = 0.0f;
-    for (int64_t b = 0; b < nb; ++b) {
-        int isum_min = 0;
-        const int isum = isum_q2_k(x[b], y[b], isum_min);
-        sum += (f16(x[b].d) * y[b].d) * static_cast<float>(isum);
-        sum -= (f16(x[b].dmin) * y[b].d) * static_cast<float>(isum_min);
-    }
-    return sum;
+    return dot_k_with_min<BlockQ2_K>(
+        nb, w, a, [](const BlockQ2_K& x, const BlockQ8_K& y, int& isum_min) { return isum_q2_k(x, y, isum_min); });
 }
 
 float vec_dot_q3_k_q8_k_avx2(int64_t nb, const void* w, const void* a) {
@@ -198,29 +206,15 @@ float vec_dot_q3_k_q8_k_avx2(int64_t nb, const void* w, const void* a) {
 }
 
 float vec_dot_q4_k_q8_k_avx2(int64_t nb, const void* w, const void* a) {
-    const auto* x = static_cast<const BlockQ4_K*>(w);
-    const auto* y = static_cast<const BlockQ8_K*>(a);
-    float sum = 0.0f;
-    for (int64_t b = 0; b < nb; ++b) {
-        int isum_min = 0;
-        const int isum = isum_k4(x[b].scales, nullptr, x[b].qs, y[b], isum_min);
-        sum += (f16(x[b].d) * y[b].d) * static_cast<float>(isum);
-        sum -= (f16(x[b].dmin) * y[b].d) * static_cast<float>(isum_min);
-    }
-    return sum;
+    return dot_k_with_min<BlockQ4_K>(nb, w, a, [](const BlockQ4_K& x, const BlockQ8_K& y, int& isum_min) {
+        return isum_k4(x.scales, nullptr, x.qs, y, isum_min);
+    });
 }
 
 float vec_dot_q5_k_q8_k_avx2(int64_t nb, const void* w, const void* a) {
-    const auto* x = static_cast<const BlockQ5_K*>(w);
-    const auto* y = static_cast<const BlockQ8_K*>(a);
-    float sum = 0.0f;
-    for (int64_t b = 0; b < nb; ++b) {
-        int isum_min = 0;
-        const int isum = isum_k4(x[b].scales, x[b].qh, x[b].qs, y[b], isum_min);
-        sum += (f16(x[b].d) * y[b].d) * static_cast<float>(isum);
-        sum -= (f16(x[b].dmin) * y[b].d) * static_cast<float>(isum_min);
-    }
-    return sum;
+    return dot_k_with_min<BlockQ5_K>(nb, w, a, [](const BlockQ5_K& x, const BlockQ8_K& y, int& isum_min) {
+        return isum_k4(x.scales, x.qh, x.qs, y, isum_min);
+    });
 }
 
 float vec_dot_q6_k_q8_k_avx2(int64_t nb, const void* w, const void* a) {
