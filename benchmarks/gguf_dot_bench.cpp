@@ -12,6 +12,8 @@
 //   same [4096, 2048] matrices on a pool of state.range(0) threads (the tiles, the rows split among
 //   the threads), GB/s of weight bytes next to the STREAM read on the same pool (MXFP4 against
 //   Q4_0: 17 against 18 bytes per 32 weights).
+// - BM_GgufDecodePackedVsStored: that GEMV on the stored rows and on the same rows packed in
+//   groups of 8 (gguf_packed.h), alternating, with the STREAM read.
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -22,6 +24,7 @@
 #include "moeserve/core/ggml_type.h"
 #include "moeserve/kernels/cpu/gguf_dot.h"
 #include "moeserve/kernels/cpu/gguf_linear.h"
+#include "moeserve/kernels/cpu/gguf_packed.h"
 #include "moeserve/kernels/cpu/gguf_quantize.h"
 
 namespace {
@@ -114,6 +117,46 @@ void BM_GgufDecodeLinear(benchmark::State& state, GgmlType type) {
     state.counters["weights_per_us"] = double(kRows * kCols) / median(ours) / 1e6;
 }
 
+// The decode GEMV of BM_GgufDecodeLinear on the rows as stored and on the same rows packed
+// (kernels/cpu/gguf_packed.h), alternating call by call over cold copies, with the STREAM read:
+// GB/s of the stored bytes for both, and packed / stored.
+void BM_GgufDecodePackedVsStored(benchmark::State& state, GgmlType type) {
+    const auto row_bytes = static_cast<size_t>(*moeserve::ggml_nbytes(type, kCols));
+    const int64_t bytes = static_cast<int64_t>(row_bytes) * kRows;
+    const int64_t copies = cold_copies(bytes);
+    const std::vector<uint8_t> w = cold_matrices(type, copies);
+    std::vector<uint8_t> packed(w.size());
+    std::vector<moeserve::kernels::GgufMatrix> stored_m, packed_m;
+    for (int64_t c = 0; c < copies; ++c) {
+        stored_m.push_back({type, w.data() + c * bytes, kRows, kCols, row_bytes});
+        packed_m.push_back(kc::gguf_pack(stored_m.back(), packed.data() + c * bytes));
+    }
+    const std::vector<float> x(kCols, 0.25f);
+    std::vector<float> out(kRows);
+    kc::GgufScratch scratch;
+    ThreadPool pool(static_cast<int>(state.range(0)));
+    std::vector<double> t_stored, t_packed, stream;
+    int64_t it = 0;
+    volatile float sink = 0;
+    for (auto _ : state) {
+        double t0 = now_s();
+        kc::gguf_linear(pool, x.data(), 1, stored_m[static_cast<size_t>(it % copies)], out.data(), scratch);
+        t_stored.push_back(now_s() - t0);
+        t0 = now_s();
+        kc::gguf_linear(pool, x.data(), 1, packed_m[static_cast<size_t>((it + 1) % copies)], out.data(), scratch);
+        t_packed.push_back(now_s() - t0);
+        benchmark::DoNotOptimize(out.data());
+        t0 = now_s();
+        sink = sink + stream_read(pool, w.data() + ((it + copies / 2) % copies) * bytes, bytes);
+        stream.push_back(now_s() - t0);
+        ++it;
+    }
+    state.counters["stored_GBps"] = double(bytes) / median(t_stored) / 1e9;
+    state.counters["packed_GBps"] = double(bytes) / median(t_packed) / 1e9;
+    state.counters["stream_GBps"] = double(bytes) / median(stream) / 1e9;
+    state.counters["packed_x"] = median(t_stored) / median(t_packed);
+}
+
 void BM_GgufExpertGemm(benchmark::State& state, GgmlType type) {
     constexpr int64_t kTokens = 64, kIn = 1024, kOut = 384;
     const int64_t row_bytes = static_cast<int64_t>(*moeserve::ggml_nbytes(type, kIn));
@@ -156,6 +199,33 @@ BENCHMARK_CAPTURE(BM_GgufMatvec, MXFP4, GgmlType::kMXFP4)->Unit(benchmark::kMill
 // Q4_0 and MXFP4 side by side, same shape, 2 threads (the bench machine's cores)
 BENCHMARK_CAPTURE(BM_GgufDecodeLinear, Q4_0, GgmlType::kQ4_0)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufDecodeLinear, MXFP4, GgmlType::kMXFP4)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// stored rows against packed, 1 and 2 threads, the types with a packed layout
+BENCHMARK_CAPTURE(BM_GgufDecodePackedVsStored, Q4_0, GgmlType::kQ4_0)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufDecodePackedVsStored, Q5_0, GgmlType::kQ5_0)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufDecodePackedVsStored, Q8_0, GgmlType::kQ8_0)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufDecodePackedVsStored, Q4_K, GgmlType::kQ4_K)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufDecodePackedVsStored, Q6_K, GgmlType::kQ6_K)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 

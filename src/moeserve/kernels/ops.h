@@ -85,6 +85,11 @@ struct Ops {
     void (*dequantize_int4_row)(const Int4Weights& w, int64_t j, float* out);
     void (*dequantize_gguf)(GgmlType type, const void* src, float* dst, int64_t n);
     void (*quantize_gguf)(GgmlType type, const float* x, void* dst, int64_t n);
+    // GGUF weights repacked for the backend's kernels (cpu/gguf_packed.h): the bytes m takes
+    // packed, 0 where the backend runs m as stored; gguf_pack writes them to dst and returns the
+    // packed matrix over dst.
+    size_t (*gguf_packed_bytes)(const GgufMatrix& m);
+    GgufMatrix (*gguf_pack)(const GgufMatrix& m, uint8_t* dst);
 };
 
 // The active backend's ops (backend.h: use_backend).

@@ -42,12 +42,18 @@ struct ExpertGlu {
 
 // A [rows, cols] matrix of GGUF blocks: row r starts at data + r * row_stride (a column slice of a
 // wider matrix has a stride larger than its own row bytes). cols is a multiple of the block size.
+// packed_rows 8: repacked in groups of 8 interleaved rows (cpu/gguf_packed.h), group g at
+// data + g * row_stride; row() is then meaningless, and rows are read by the packed kernels or
+// gguf_unpack_row.
 struct GgufMatrix {
     GgmlType type = GgmlType::kF32;
     const uint8_t* data = nullptr;
     int64_t rows = 0, cols = 0;
     size_t row_stride = 0;
+    int packed_rows = 1;
     const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_stride; }
+    // The rows from r on as the kernels take them: row r, or (packed) the group that starts at r.
+    const uint8_t* rows_from(int64_t r) const { return data + static_cast<size_t>(r / packed_rows) * row_stride; }
 };
 
 // SwiGLU experts: expert e (global id expert_begin + e) is down_e(silu(gate_e x) * up_e x), or

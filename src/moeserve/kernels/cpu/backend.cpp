@@ -7,6 +7,7 @@
 #include "moeserve/kernels/cpu/embedding.h"
 #include "moeserve/kernels/cpu/gguf_dequant.h"
 #include "moeserve/kernels/cpu/gguf_linear.h"
+#include "moeserve/kernels/cpu/gguf_packed.h"
 #include "moeserve/kernels/cpu/gguf_quantize.h"
 #include "moeserve/kernels/cpu/linear.h"
 #include "moeserve/kernels/cpu/linear_int4.h"
@@ -72,6 +73,10 @@ void run_moe_int4(ThreadPool& pool, const float* x, int64_t t, const int32_t* id
     moe_experts_int4(pool, x, t, ids, weights, k, e, thread_scratch().moe, out);
 }
 
+size_t gguf_packed_size(const GgufMatrix& m) {
+    return m.packed_rows == 1 && gguf_packs(m.type) ? gguf_packed_bytes(m.type, m.rows, m.cols) : 0;
+}
+
 void run_gguf_moe(ThreadPool& pool, const float* x, int64_t t, const int32_t* ids, const float* weights, int k,
                   const GgufExperts& e, float* out) {
     gguf_moe_experts(pool, x, t, ids, weights, k, e, thread_scratch().moe.gguf, out);
@@ -119,6 +124,8 @@ Backend make_backend() {
     o.dequantize_int4_row = dequantize_int4_row;
     o.dequantize_gguf = dequantize_gguf;
     o.quantize_gguf = quantize_gguf;
+    o.gguf_packed_bytes = gguf_packed_size;
+    o.gguf_pack = gguf_pack;
     return b;
 }
 

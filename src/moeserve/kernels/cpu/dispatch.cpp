@@ -13,6 +13,8 @@
 #include "moeserve/core/error.h"
 #include "moeserve/kernels/cpu/gguf_dot.h"
 #include "moeserve/kernels/cpu/gguf_dot_isa.h"
+#include "moeserve/kernels/cpu/gguf_packed.h"
+#include "moeserve/kernels/cpu/gguf_packed_isa.h"
 #include "moeserve/kernels/cpu/isa.h"
 #include "moeserve/kernels/cpu/linear_int4.h"
 #include "moeserve/kernels/cpu/linear_int8.h"
@@ -43,7 +45,7 @@ void* thread_scratch(int slot, int64_t bytes) {
         std::unique_ptr<std::byte[]> data;
         int64_t size = 0;
     };
-    thread_local Buf bufs[7];
+    thread_local Buf bufs[8];
     Buf& b = bufs[slot];
     if (b.size < bytes) {
         const int64_t size = std::max<int64_t>(bytes, 2 * b.size);
@@ -199,11 +201,26 @@ GgufDotKernel gguf_dot_kernel(GgmlType type) {
 }
 
 size_t GgufTiles::prepared_row_bytes(int64_t nb) const {
-    return prepare_ == nullptr ? 0 : detail::kGgufPreparedStepBytes * static_cast<size_t>((nb + 1) / 2);
+    if (prepare_ == nullptr) return 0;
+    if (prepared_block_bytes_ != 0) return prepared_block_bytes_ * static_cast<size_t>(nb);
+    return detail::kGgufPreparedStepBytes * static_cast<size_t>((nb + 1) / 2);
 }
 
-GgufTiles::GgufTiles(GgmlType type) : dot_(gguf_dot_kernel(type)) {
+GgufTiles::GgufTiles(GgmlType type, int packed_rows) : dot_(gguf_dot_kernel(type)) {
     const Isa isa = active_isa();
+    if (packed_rows != 1) {
+        MOESERVE_CHECK(packed_rows == kGgufPackRows && gguf_has_packed_layout(type), "{} packed in {} rows",
+                       ggml_type_name(type), packed_rows);
+        for (int c = 0; c < kGgufTileCols; ++c) {
+            packed_[c] = isa == Isa::kRef ? detail::gguf_packed_tile_ref(type, c + 1)
+                                          : detail::gguf_packed_tile_avx2(type, c + 1);
+        }
+        if (isa != Isa::kRef && gguf_dot_activation_type(type) == GgmlType::kQ8_0) {
+            prepare_ = &detail::gguf_prepare_packed_q8;
+            prepared_block_bytes_ = sizeof(detail::GgufPackedQ8Block);
+        }
+        return;
+    }
     if (isa == Isa::kRef) return;
     const bool fp8 = type == GgmlType::kF8E4M3x128;
     const bool avx512 = isa >= Isa::kAvx512;

@@ -49,20 +49,32 @@ GgufDotKernel gguf_dot_kernel(GgmlType type);
 // elsewhere (the reference, AVX2's one activation row) the tile is a loop over the pair kernel.
 inline constexpr int kGgufTileRows = 4;
 inline constexpr int kGgufTileCols = 4;
+inline constexpr int kGgufPackRows = 8;  // the rows of a packed group (gguf_packed.h)
 using GgufTileFn = void (*)(int64_t nb, const uint8_t* w, size_t w_stride, const uint8_t* const* a, float* out,
                             int64_t ldo);
 using GgufPrepareFn = void (*)(const void* quantized_row, int64_t nb, void* dst);
+// One group of a packed matrix (gguf_packed.h): 8 weight rows, `rows` (1-8) of them stored to out.
+using GgufPackedTileFn = void (*)(int64_t nb, int rows, const uint8_t* group, const uint8_t* const* a, float* out,
+                                  int64_t ldo);
 // A type's kernels at the active ISA level, resolved once for a whole product. Some tiles take
 // their activation rows prepared: where prepared_row_bytes(nb) is not 0, the caller runs
 // prepare() on each quantized row (gguf_dot_activation_type) into that many bytes and passes
 // those rows to run().
+// A packed matrix (packed_rows kGgufPackRows) has tiles of row_step() = 8 rows at every ISA
+// level (the reference's unpacks each row): run() takes w as the group that starts at the tile's
+// first row (GgufMatrix::rows_from) and ignores w_stride.
 class GgufTiles {
 public:
-    explicit GgufTiles(GgmlType type);
+    explicit GgufTiles(GgmlType type, int packed_rows = 1);
+    int row_step() const { return packed_[0] != nullptr ? kGgufPackRows : kGgufTileRows; }
     size_t prepared_row_bytes(int64_t nb) const;
     void prepare(const void* quantized_row, int64_t nb, void* dst) const { prepare_(quantized_row, nb, dst); }
     void run(int64_t nb, int rows, int cols, const uint8_t* w, size_t w_stride, const uint8_t* const* a, float* out,
              int64_t ldo) const {
+        if (packed_[0] != nullptr) {
+            packed_[cols - 1](nb, rows, w, a, out, ldo);
+            return;
+        }
         if (const GgufTileFn fn = tiles_[rows - 1][cols - 1]) {
             fn(nb, w, w_stride, a, out, ldo);
             return;
@@ -95,6 +107,8 @@ private:
     WidenFn widen_ = nullptr;
     GgufTileFn tiles_[kGgufTileRows][kGgufTileCols] = {};
     GgufTileFn widened_[kGgufTileRows][kGgufTileCols] = {};
+    GgufPackedTileFn packed_[kGgufTileCols] = {};
+    size_t prepared_block_bytes_ = 0;  // packed: the prepared activation block's bytes (0: none)
 };
 
 // Scalar reference: per block the exact integer dot product, then

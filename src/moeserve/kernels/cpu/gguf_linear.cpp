@@ -48,15 +48,17 @@ void gguf_linear(ThreadPool& pool, const float* x, int64_t rows, const GgufMatri
     const int64_t k = w.cols;
     if (rows <= 0 || n <= 0) return;
     const int threads = pool.num_threads();
-    const int64_t chunk = (n + threads - 1) / threads;
+    int64_t chunk = (n + threads - 1) / threads;
     if (gguf_dot_supported(w.type)) {
         // 1. activations -> q8_0 / q8_K rows (llama.cpp's pairing); 2. integer dot per block
         const GgmlType act = gguf_dot_activation_type(w.type);
         const size_t qrow = row_bytes(act, k);
         scratch.qx.resize(qrow * static_cast<size_t>(rows));
         for (int64_t r = 0; r < rows; ++r) quantize_gguf(act, x + r * k, scratch.qx.data() + qrow * r, k);
-        const GgufTiles tiles(w.type);
+        const GgufTiles tiles(w.type, w.packed_rows);
         const int64_t nb = k / ggml_traits(w.type).block_size;
+        const int step = tiles.row_step();
+        chunk = (chunk + step - 1) / step * step;  // a packed group is never split between threads
         size_t arow = 0;
         const uint8_t* qx = tile_rows(tiles, scratch.qx.data(), qrow, rows, nb, scratch.prepared, arow);
         const bool widen = tiles.widens() && rows > kGgufTileCols;  // converted once for every token row
@@ -65,9 +67,9 @@ void gguf_linear(ThreadPool& pool, const float* x, int64_t rows, const GgufMatri
             const int64_t end = std::min(n, begin + chunk);
             const uint8_t* acts[kGgufTileCols];
             float* slab = widen ? tiles.widen_buffer(kGgufTileRows * k) : nullptr;
-            // kGgufTileRows weight rows stay in L1 while every token row passes them
-            for (int64_t j = begin; j < end; j += kGgufTileRows) {
-                const int nr = static_cast<int>(std::min<int64_t>(kGgufTileRows, end - j));
+            // `step` weight rows stay in L1 while every token row passes them
+            for (int64_t j = begin; j < end; j += step) {
+                const int nr = static_cast<int>(std::min<int64_t>(step, end - j));
                 if (widen) tiles.widen(nb, nr, w.row(j), w.row_stride, slab);
                 for (int64_t r0 = 0; r0 < rows; r0 += kGgufTileCols) {
                     const int nc = static_cast<int>(std::min<int64_t>(kGgufTileCols, rows - r0));
@@ -75,7 +77,7 @@ void gguf_linear(ThreadPool& pool, const float* x, int64_t rows, const GgufMatri
                     if (widen) {
                         tiles.run_widened(nb, nr, nc, slab, k, acts, out + r0 * n + j, n);
                     } else {
-                        tiles.run(nb, nr, nc, w.row(j), w.row_stride, acts, out + r0 * n + j, n);
+                        tiles.run(nb, nr, nc, w.rows_from(j), w.row_stride, acts, out + r0 * n + j, n);
                     }
                 }
             }
@@ -93,6 +95,7 @@ void gguf_linear(ThreadPool& pool, const float* x, int64_t rows, const GgufMatri
         linear_f32(pool, x, rows, k, reinterpret_cast<const float*>(w.data), n, out);
         return;
     }
+    MOESERVE_CHECK(w.packed_rows == 1, "{} has no packed kernel", ggml_type_name(w.type));
     // no dot kernel: one dequantized weight row per thread at a time
     scratch.wrow.resize(static_cast<size_t>(threads * k));
     float* wrow_all = scratch.wrow.data();
@@ -108,6 +111,7 @@ void gguf_linear(ThreadPool& pool, const float* x, int64_t rows, const GgufMatri
 }
 
 void gguf_embedding(const GgufMatrix& table, const int32_t* ids, int64_t n, float* out) {
+    MOESERVE_CHECK(table.packed_rows == 1, "a packed embedding table");
     for (int64_t i = 0; i < n; ++i) {
         MOESERVE_CHECK(ids[i] >= 0 && ids[i] < table.rows, "token id {} outside the embedding's {} rows", ids[i],
                        table.rows);
@@ -138,16 +142,20 @@ void group_by_expert(const int32_t* topk_ids, const float* topk_weights, int64_t
     }
 }
 
-// True when every expert's gate and up share one dot-product type and every down another: the
-// fused path below quantizes each activation row once for all of them.
+// True when every expert's gate and up share one dot-product type and layout (stored or packed)
+// and every down another: the fused path below quantizes each activation row once for all of
+// them, and runs one GgufTiles per stage.
 bool fused_types(const GgufExperts& experts) {
     if (experts.num_experts() == 0) return false;
-    const GgmlType gu = experts.gate[0].type;
-    const GgmlType dn = experts.down[0].type;
-    if (!gguf_dot_supported(gu) || !gguf_dot_supported(dn)) return false;
+    const GgufMatrix& gu = experts.gate[0];
+    const GgufMatrix& dn = experts.down[0];
+    if (!gguf_dot_supported(gu.type) || !gguf_dot_supported(dn.type)) return false;
+    const auto same = [](const GgufMatrix& a, const GgufMatrix& b) {
+        return a.type == b.type && a.packed_rows == b.packed_rows;
+    };
     for (int64_t e = 0; e < experts.num_experts(); ++e) {
         const auto i = static_cast<size_t>(e);
-        if (experts.gate[i].type != gu || experts.up[i].type != gu || experts.down[i].type != dn) return false;
+        if (!same(experts.gate[i], gu) || !same(experts.up[i], gu) || !same(experts.down[i], dn)) return false;
     }
     return true;
 }
@@ -160,20 +168,20 @@ void quantize_rows(ThreadPool& pool, GgmlType act, const float* x, int64_t rows,
     });
 }
 
-// Calls fn(e, j, nr, s0, nc, acts) for every tile of the active experts: nr (<= kGgufTileRows)
-// of an expert's out_rows weight rows from j, times nc (<= kGgufTileCols) of its slots from s0,
-// acts their activation rows (slot_row(s) gives slot s's). One pool work item per (active
-// expert, kGgufTileRows rows), each a pass over the expert's slots in order on one thread.
+// Calls fn(e, j, nr, s0, nc, acts) for every tile of the active experts: nr (<= step) of an
+// expert's out_rows weight rows from j, times nc (<= kGgufTileCols) of its slots from s0, acts
+// their activation rows (slot_row(s) gives slot s's). One pool work item per (active expert,
+// step rows), each a pass over the expert's slots in order on one thread.
 template <class SlotRow, class Fn>
-void expert_tiles(ThreadPool& pool, const GgufScratch& scratch, int64_t out_rows, SlotRow slot_row, Fn fn) {
-    const int64_t row_blocks = (out_rows + kGgufTileRows - 1) / kGgufTileRows;
+void expert_tiles(ThreadPool& pool, const GgufScratch& scratch, int64_t out_rows, int step, SlotRow slot_row, Fn fn) {
+    const int64_t row_blocks = (out_rows + step - 1) / step;
     const std::vector<int32_t>& active = scratch.active;
     pool.parallel_for(static_cast<int64_t>(active.size()) * row_blocks, [&](int64_t begin, int64_t end) {
         const uint8_t* acts[kGgufTileCols];
         for (int64_t i = begin; i < end; ++i) {
             const auto e = static_cast<size_t>(active[static_cast<size_t>(i / row_blocks)]);
-            const int64_t j = (i % row_blocks) * kGgufTileRows;
-            const int nr = static_cast<int>(std::min<int64_t>(kGgufTileRows, out_rows - j));
+            const int64_t j = (i % row_blocks) * step;
+            const int nr = static_cast<int>(std::min<int64_t>(step, out_rows - j));
             for (int64_t s0 = scratch.offsets[e]; s0 < scratch.offsets[e + 1]; s0 += kGgufTileCols) {
                 const int nc = static_cast<int>(std::min<int64_t>(kGgufTileCols, scratch.offsets[e + 1] - s0));
                 for (int c = 0; c < nc; ++c) acts[c] = slot_row(s0 + c);
@@ -190,7 +198,7 @@ void expert_tile(const GgufTiles& tiles, int64_t nb, const GgufMatrix& m, const 
                  int64_t j, int nr, int64_t s0, int nc, const uint8_t* const* acts, float* out, int64_t ldo, int part) {
     const bool widen = tiles.widens() && scratch.offsets[e + 1] - scratch.offsets[e] > kGgufTileCols;
     if (!widen) {
-        tiles.run(nb, nr, nc, m.row(j), m.row_stride, acts, out, ldo);
+        tiles.run(nb, nr, nc, m.rows_from(j), m.row_stride, acts, out, ldo);
         return;
     }
     float* slab = tiles.widen_buffer(2 * kGgufTileRows * m.cols) + part * kGgufTileRows * m.cols;
@@ -204,24 +212,25 @@ void gate_up_stage(ThreadPool& pool, const GgufExperts& experts, int64_t num_tok
                    size_t qrow) {
     const int64_t inter = experts.inter;
     const GgmlType type = experts.gate[0].type;
-    const GgufTiles tiles(type);
+    const GgufTiles tiles(type, experts.gate[0].packed_rows);
     const int64_t nb = experts.hidden / ggml_traits(type).block_size;
+    const int step = tiles.row_step();
     size_t arow = 0;
     const uint8_t* rows = tile_rows(tiles, scratch.qx.data(), qrow, num_tokens, nb, scratch.prepared, arow);
     const auto token_row = [&](int64_t s) {
         return rows + arow * static_cast<size_t>(scratch.tokens[static_cast<size_t>(s)]);
     };
-    expert_tiles(pool, scratch, inter, token_row,
+    expert_tiles(pool, scratch, inter, step, token_row,
                  [&](size_t e, int64_t j, int nr, int64_t s0, int nc, const uint8_t* const* acts) {
-                     float g[kGgufTileCols * kGgufTileRows];
-                     float u[kGgufTileCols * kGgufTileRows];
-                     expert_tile(tiles, nb, experts.gate[e], scratch, e, j, nr, s0, nc, acts, g, kGgufTileRows, 0);
-                     expert_tile(tiles, nb, experts.up[e], scratch, e, j, nr, s0, nc, acts, u, kGgufTileRows, 1);
+                     float g[kGgufTileCols * kGgufPackRows];
+                     float u[kGgufTileCols * kGgufPackRows];
+                     expert_tile(tiles, nb, experts.gate[e], scratch, e, j, nr, s0, nc, acts, g, step, 0);
+                     expert_tile(tiles, nb, experts.up[e], scratch, e, j, nr, s0, nc, acts, u, step, 1);
                      for (int c = 0; c < nc; ++c) {
                          float* dst = scratch.gate.data() + (s0 + c) * inter + j;
                          for (int r = 0; r < nr; ++r) {
-                             const float gv = g[c * kGgufTileRows + r];
-                             const float uv = u[c * kGgufTileRows + r];
+                             const float gv = g[c * step + r];
+                             const float uv = u[c * step + r];
                              dst[r] = experts.glu.apply(static_cast<int64_t>(e), inter, j + r, gv, uv);
                          }
                      }
@@ -233,13 +242,13 @@ void gate_up_stage(ThreadPool& pool, const GgufExperts& experts, int64_t num_tok
 void down_stage(ThreadPool& pool, const GgufExperts& experts, GgufScratch& scratch, size_t qrow) {
     const int64_t h = experts.hidden;
     const GgmlType type = experts.down[0].type;
-    const GgufTiles tiles(type);
+    const GgufTiles tiles(type, experts.down[0].packed_rows);
     const int64_t nb = experts.inter / ggml_traits(type).block_size;
     size_t arow = 0;
     const auto slots = static_cast<int64_t>(scratch.tokens.size());
     const uint8_t* rows = tile_rows(tiles, scratch.qh.data(), qrow, slots, nb, scratch.prepared, arow);
     const auto slot_row = [&](int64_t s) { return rows + arow * static_cast<size_t>(s); };
-    expert_tiles(pool, scratch, h, slot_row,
+    expert_tiles(pool, scratch, h, tiles.row_step(), slot_row,
                  [&](size_t e, int64_t c0, int nr, int64_t s0, int nc, const uint8_t* const* acts) {
                      expert_tile(tiles, nb, experts.down[e], scratch, e, c0, nr, s0, nc, acts,
                                  scratch.down.data() + s0 * h + c0, h, 0);

@@ -196,6 +196,7 @@ private:
 
 EnvSwitch g_round("MOESERVE_BF16_ACTIVATIONS", "split", "round");
 EnvSwitch g_row_blocks("MOESERVE_GEMV_ROW_BLOCKS", "0", "1");
+EnvSwitch g_gguf_packed("MOESERVE_GGUF_PACKED", "0", "1");
 // AMD family 0x19 (25: Zen3/Zen4) streams one weight row at a time faster; Zen5 (family 0x1a = 26)
 // the row blocks, like Intel (docs/kernels.md has the measurements).
 constexpr int kLastAmdFamilyRowByRow = 25;
@@ -216,6 +217,12 @@ bool gemv_row_blocks() {
 }
 
 void set_gemv_row_blocks(bool on) { g_row_blocks.set(on); }
+
+bool gguf_packed_rows() {
+    return g_gguf_packed.get([] { return active_isa() == Isa::kAvx2; });
+}
+
+void set_gguf_packed_rows(bool on) { g_gguf_packed.set(on); }
 
 std::string isa_summary() {
     const CpuFeatures& f = cpu_features();

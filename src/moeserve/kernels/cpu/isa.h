@@ -78,6 +78,13 @@ void set_bf16_round_activations(bool round);
 bool gemv_row_blocks();
 // Forces it (tests, benchmarks).
 void set_gemv_row_blocks(bool on);
+// Whether GGUF weights with a packed layout are repacked at load into groups of 8 interleaved
+// rows (gguf_packed.h): on at the avx2 level, where it was measured faster (docs/performance.md);
+// off at avx512, whose VNNI kernels read the stored rows, and at ref. MOESERVE_GGUF_PACKED=0|1
+// says otherwise (read once; any other value throws moeserve::Error).
+bool gguf_packed_rows();
+// Forces it (tests, benchmarks); matrices packed before stay packed.
+void set_gguf_packed_rows(bool on);
 
 // One line for logs and `moeserve env`: "isa=avx512 (best avx512; cpu: ...;
 // avx512_bf16 avx512_vnni)".

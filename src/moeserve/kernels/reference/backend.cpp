@@ -13,6 +13,7 @@
 #include "moeserve/core/dtype.h"
 #include "moeserve/kernels/cpu/gguf_dequant.h"
 #include "moeserve/kernels/cpu/gguf_dot.h"
+#include "moeserve/kernels/cpu/gguf_packed.h"
 #include "moeserve/kernels/cpu/gguf_quantize.h"
 #include "moeserve/kernels/cpu/linear.h"
 #include "moeserve/kernels/cpu/linear_int4.h"
@@ -68,7 +69,12 @@ void gguf_row(const float* x, const GgufMatrix& w, float* out) {
         const GgmlTypeTraits t = ggml_traits(act);
         std::vector<uint32_t> qx((static_cast<size_t>(k / t.block_size) * t.type_size + 3) / 4);  // 4-byte aligned
         cpu::quantize_gguf(act, x, qx.data(), k);
-        for (int64_t j = 0; j < w.rows; ++j) out[j] = cpu::gguf_vec_dot_ref(w.type, k, w.row(j), qx.data());
+        std::vector<uint8_t> stored(static_cast<size_t>(k / ggml_traits(w.type).block_size) *
+                                    ggml_traits(w.type).type_size);
+        for (int64_t j = 0; j < w.rows; ++j) {
+            cpu::gguf_unpack_row(w, j, stored.data());  // a matrix packed by another backend, too
+            out[j] = cpu::gguf_vec_dot_ref(w.type, k, stored.data(), qx.data());
+        }
         return;
     }
     std::vector<float> row(static_cast<size_t>(k));
@@ -195,6 +201,8 @@ Backend make_backend() {
     o.dequantize_int4_row = cpu::dequantize_int4_row;
     o.dequantize_gguf = cpu::dequantize_gguf;
     o.quantize_gguf = cpu::quantize_gguf;
+    o.gguf_packed_bytes = [](const GgufMatrix&) -> size_t { return 0; };  // the stored rows, always
+    o.gguf_pack = cpu::gguf_pack;
     return b;
 }
 

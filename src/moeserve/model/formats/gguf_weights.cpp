@@ -1,6 +1,7 @@
 #include "moeserve/model/formats/gguf_weights.h"
 
 #include "moeserve/core/error.h"
+#include "moeserve/kernels/ops.h"
 
 namespace moeserve::model {
 
@@ -20,6 +21,7 @@ std::optional<kernels::GgufMatrix> gguf_matrix(const io::WeightSource& weights, 
 
 kernels::GgufMatrix gguf_rectangle(const kernels::GgufMatrix& m, int64_t row_begin, int64_t rows, int64_t col_begin,
                                    int64_t cols, const std::string& name) {
+    MOESERVE_CHECK(m.packed_rows == 1, "{}: a packed matrix is not cut", name);
     MOESERVE_CHECK(row_begin >= 0 && row_begin + rows <= m.rows && col_begin >= 0 && col_begin + cols <= m.cols,
                    "rectangle rows [{}, +{}) cols [{}, +{}) of [{}, {}]", row_begin, rows, col_begin, cols, m.rows,
                    m.cols);
@@ -38,8 +40,29 @@ kernels::GgufMatrix gguf_rectangle(const kernels::GgufMatrix& m, int64_t row_beg
 }
 
 size_t gguf_matrix_bytes(const kernels::GgufMatrix& m) {
+    if (m.packed_rows != 1) {
+        return static_cast<size_t>((m.rows + m.packed_rows - 1) / m.packed_rows) * m.row_stride;
+    }
     const GgmlTypeTraits t = ggml_traits(m.type);
     return static_cast<size_t>(m.rows) * static_cast<size_t>(m.cols / t.block_size) * t.type_size;
+}
+
+Tensor gguf_pack_for_kernels(const io::WeightSource& weights, const std::vector<kernels::GgufMatrix*>& matrices,
+                             const std::vector<std::string>& names) {
+    const kernels::Ops& ops = kernels::ops();
+    size_t total = 0;
+    for (const kernels::GgufMatrix* m : matrices) total += ops.gguf_packed_bytes(*m);
+    if (total == 0) return {};
+    Tensor owned(DType::kU8, {static_cast<int64_t>(total)});
+    uint8_t* at = owned.as<uint8_t>();
+    for (kernels::GgufMatrix* m : matrices) {
+        const size_t bytes = ops.gguf_packed_bytes(*m);
+        if (bytes == 0) continue;
+        *m = ops.gguf_pack(*m, at);
+        at += bytes;
+    }
+    for (const std::string& name : names) weights.drop_resident(name);  // the packed rows are what the layer reads now
+    return owned;
 }
 
 }  // namespace moeserve::model

@@ -5,7 +5,9 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "moeserve/core/tensor.h"
 #include "moeserve/io/weight_source.h"
 #include "moeserve/kernels/weight_types.h"
 
@@ -27,5 +29,13 @@ kernels::GgufMatrix gguf_rectangle(const kernels::GgufMatrix& m, int64_t row_beg
 
 // Bytes of the matrix's blocks (rows x whole blocks of cols).
 size_t gguf_matrix_bytes(const kernels::GgufMatrix& m);
+
+// The matrices that the active backend repacks for its kernels (kernels::Ops::gguf_pack: 8
+// interleaved rows at the avx2 level), packed into one owned buffer; the others are left in the
+// mapping. Returns the buffer (empty when nothing was packed). The mapped pages of every tensor
+// in `names` are then dropped from this process's resident memory, so a packed model holds about
+// its file's size, not twice it.
+Tensor gguf_pack_for_kernels(const io::WeightSource& weights, const std::vector<kernels::GgufMatrix*>& matrices,
+                             const std::vector<std::string>& names);
 
 }  // namespace moeserve::model

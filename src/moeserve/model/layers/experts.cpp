@@ -1,5 +1,6 @@
 #include "moeserve/model/layers/experts.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "moeserve/core/error.h"
@@ -193,11 +194,18 @@ BlockExpertWeights no_blocks_yet(const ExpertsLayout& g, int64_t expert_begin) {
 BlockExpertWeights load_gguf(const io::WeightSource& weights, const std::vector<std::string>& prefixes,
                              const ExpertsLayout& g, int64_t expert_begin) {
     BlockExpertWeights w = no_blocks_yet(g, expert_begin);
+    std::vector<std::string> names;
     for_each_projection(prefixes, g, [&](const Projection& p) {
         const auto full = *gguf_matrix(weights, p.weight(), p.shape[0], p.shape[1], true);
         blocks_of(w.blocks, p.kind).push_back(gguf_rectangle(full, p.row0, p.rows, p.col0, p.cols, p.weight()));
-        w.bytes += gguf_matrix_bytes(blocks_of(w.blocks, p.kind).back());
+        if (std::find(names.begin(), names.end(), p.weight()) == names.end()) names.push_back(p.weight());
     });
+    std::vector<kernels::GgufMatrix*> matrices;
+    for (auto* v : {&w.blocks.gate, &w.blocks.up, &w.blocks.down}) {
+        for (kernels::GgufMatrix& m : *v) matrices.push_back(&m);
+    }
+    w.owned = gguf_pack_for_kernels(weights, matrices, names);
+    for (const kernels::GgufMatrix* m : matrices) w.bytes += gguf_matrix_bytes(*m);
     return w;
 }
 

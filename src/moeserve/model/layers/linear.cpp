@@ -104,8 +104,21 @@ Linear Linear::load_fp8(const io::WeightSource& weights, const std::string& pref
     return l;
 }
 
+void Linear::pack_gguf_blocks(const io::WeightSource& weights, const std::string& name) {
+    auto* b = std::get_if<BlockWeight>(&weight_);
+    if (b == nullptr || !b->owned.empty()) return;  // not GGUF blocks, or FP8 blocks already repacked
+    b->owned = gguf_pack_for_kernels(weights, {&b->matrix}, {name});
+}
+
 Linear Linear::load(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
                     int64_t in_features, bool has_bias, const Quantization& quant, LayerPrecision precision) {
+    Linear l = load_stored(weights, prefix, out_features, in_features, has_bias, quant, precision);
+    l.pack_gguf_blocks(weights, prefix + ".weight");
+    return l;
+}
+
+Linear Linear::load_stored(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
+                           int64_t in_features, bool has_bias, const Quantization& quant, LayerPrecision precision) {
     const std::string name = prefix + ".weight";
     Linear l;
     if (const auto g = gguf_matrix(weights, name, out_features, in_features)) {
@@ -140,8 +153,11 @@ Linear Linear::load_shard(const io::WeightSource& weights, const std::string& pr
         widened.fp8 = false;
         return load_shard(weights, prefix, out_features, in_features, shard, has_bias, widened, precision);
     }
-    Linear full = load(weights, prefix, out_features, in_features, has_bias, quant, precision);
-    if (rows == out_features && cols == in_features) return full;
+    Linear full = load_stored(weights, prefix, out_features, in_features, has_bias, quant, precision);
+    if (rows == out_features && cols == in_features) {
+        full.pack_gguf_blocks(weights, prefix + ".weight");
+        return full;
+    }
     Linear l;
     if (std::holds_alternative<Int4Weight>(full.weight_)) {
         l.weight_ = Int4Weight{load_int4_rectangle(weights, prefix, out_features, in_features, shard.row_begin, rows,
@@ -150,6 +166,7 @@ Linear Linear::load_shard(const io::WeightSource& weights, const std::string& pr
         l.weight_ = weight_rectangle(full.weight_, shard, prefix + ".weight");
     }
     l.bias_ = slice_rows(full.bias_, shard.row_begin, rows);
+    l.pack_gguf_blocks(weights, prefix + ".weight");
     return l;
 }
 

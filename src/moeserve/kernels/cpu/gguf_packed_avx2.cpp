@@ -1,0 +1,367 @@
+// AVX2 kernels on packed GGUF groups (gguf_packed.h): 8 weight rows times 1-4 activation rows.
+// A 256-bit register holds 16 elements of rows p and p + 4 ([row p | row p + 4]); vpmaddubsw
+// multiplies them by the activation's 16 matching bytes broadcast to both lanes, vpmaddwd adds
+// pairs (with the sub-block scale for the K-quants), and three vphaddd over the four pairs leave
+// rows 0-7's integer sums in lanes 0-7. The weights go in unsigned (nibbles, 5- and 6-bit values)
+// and the offset comes off through the activation sums (exact); Q8_0 uses the sign trick. Then
+// each lane runs the reference's f32 operations for its row, block after block, so every result
+// has gguf_vec_dot_ref's bits (this file is built with -ffp-contract=off).
+// x86-64-v3 code.
+#include <immintrin.h>
+
+#include <cstring>
+#include <utility>
+
+#include "moeserve/kernels/cpu/gguf_blocks.h"
+#include "moeserve/kernels/cpu/gguf_packed_isa.h"
+
+namespace moeserve::kernels::cpu::detail {
+namespace {
+
+inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+inline __m256i broadcast128(const void* p) { return _mm256_broadcastsi128_si256(load128(p)); }
+inline __m256 load_f16x8(const uint8_t* p) { return _mm256_cvtph_ps(load128(p)); }
+
+// The four pairs' int32 partial sums (lane group 0: row p, group 1: row p + 4) -> rows 0-7.
+inline __m256i rows_of_pairs(const __m256i s[4]) {
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+}
+
+// 16-bit element e (0-7) of each 128-bit lane in all of that lane's 16-bit elements.
+inline __m256i broadcast16(__m256i v, int e) {
+    return _mm256_shuffle_epi8(v, _mm256_set1_epi16(static_cast<short>((2 * e + 1) << 8 | 2 * e)));
+}
+
+// The packed block kPrefetchBlocks further on (the next group's, past a group's end: groups are
+// back to back), into L1. The hardware prefetchers alone left the decode GEMV stalling on the
+// first load of each pair (perf), at 0.6-0.85 of the speed with it (docs/performance.md).
+inline constexpr int kPrefetchBlocks = 2;
+inline void prefetch_ahead(const uint8_t* block, size_t bytes) {
+    const uint8_t* ahead = block + kPrefetchBlocks * bytes;
+    for (size_t i = 0; i < bytes; i += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + i), _MM_HINT_T0);
+}
+
+template <int C>
+inline void store_rows(const __m256 sum[C], int rows, float* out, int64_t ldo) {
+    for (int c = 0; c < C; ++c) {
+        if (rows == kGgufPackRows) {
+            _mm256_storeu_ps(out + c * ldo, sum[c]);
+        } else {
+            alignas(32) float tmp[kGgufPackRows];
+            _mm256_store_ps(tmp, sum[c]);
+            std::memcpy(out + c * ldo, tmp, sizeof(float) * static_cast<size_t>(rows));
+        }
+    }
+}
+
+// ---- The 32-element types (q8_0 activations, prepared as GgufPackedQ8Block) ----
+
+// Unsigned weight bytes of pair p's two 16-element halves (elements 0-15 and 16-31).
+struct Halves {
+    __m256i lo, hi;
+};
+
+// Q4_0 (q - 8) and Q5_0 (q - 16): the offset times the activation sum.
+struct PackedQ4_0 {
+    static constexpr size_t kBlock = 144;
+    static constexpr int kOffset = 8;
+    static void halves(const uint8_t* pb, Halves h[4]) {
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        for (int p = 0; p < 4; ++p) {
+            const __m256i v = load256(pb + 16 + 32 * p);
+            h[p].lo = _mm256_and_si256(v, m4);
+            h[p].hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        }
+    }
+};
+
+struct PackedQ5_0 {
+    static constexpr size_t kBlock = 176;
+    static constexpr int kOffset = 16;
+    // Byte i of a lane: 0x10 where bit i (lo) or 16 + i (hi) of that lane's row's qh is set.
+    static void halves(const uint8_t* pb, Halves h[4]) {
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        const __m256i qh = load256(pb + 16);  // lane r: row r's 32 fifth bits
+        const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+        const __m256i spread_lo = _mm256_set_epi64x(0x0101010101010101, 0, 0x0101010101010101, 0);
+        const __m256i spread_hi =
+            _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0303030303030303, 0x0202020202020202);
+        for (int p = 0; p < 4; ++p) {
+            const __m256i bits =
+                _mm256_permutevar8x32_epi32(qh, _mm256_set_epi32(p + 4, p + 4, p + 4, p + 4, p, p, p, p));
+            const auto fifth = [&](__m256i spread) {
+                const __m256i byte = _mm256_and_si256(_mm256_shuffle_epi8(bits, spread), bit);
+                return _mm256_and_si256(_mm256_cmpeq_epi8(byte, bit), _mm256_set1_epi8(0x10));
+            };
+            const __m256i v = load256(pb + 48 + 32 * p);
+            h[p].lo = _mm256_or_si256(_mm256_and_si256(v, m4), fifth(spread_lo));
+            h[p].hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), fifth(spread_hi));
+        }
+    }
+};
+
+template <class W, int C>
+void tile_unsigned32(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, float* out, int64_t ldo) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 sum[C];
+    for (int c = 0; c < C; ++c) sum[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* pb = w + static_cast<size_t>(b) * W::kBlock;
+        prefetch_ahead(pb, W::kBlock);
+        const __m256 dw = load_f16x8(pb);
+        Halves h[4];
+        W::halves(pb, h);
+        for (int c = 0; c < C; ++c) {
+            const auto& y = reinterpret_cast<const GgufPackedQ8Block*>(a[c])[b];
+            const __m256i ylo = broadcast128(y.qs);
+            const __m256i yhi = broadcast128(y.qs + 16);
+            __m256i s[4];
+            for (int p = 0; p < 4; ++p) {
+                // <= 2 * 2 * 31 * 128 = 15872: no 16-bit overflow
+                const __m256i p16 =
+                    _mm256_add_epi16(_mm256_maddubs_epi16(h[p].lo, ylo), _mm256_maddubs_epi16(h[p].hi, yhi));
+                s[p] = _mm256_madd_epi16(p16, ones);
+            }
+            const __m256i isum = _mm256_sub_epi32(rows_of_pairs(s), _mm256_set1_epi32(W::kOffset * y.sum));
+            const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(y.d));
+            sum[c] = _mm256_add_ps(sum[c], _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
+        }
+    }
+    store_rows<C>(sum, rows, out, ldo);
+}
+
+// Q8_0: signed weights, |w| times the activation with w's sign (vpsignb), 32 elements of a row
+// in two chunks.
+template <int C>
+void tile_q8_0(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, float* out, int64_t ldo) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 sum[C];
+    for (int c = 0; c < C; ++c) sum[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* pb = w + static_cast<size_t>(b) * 272;
+        prefetch_ahead(pb, 272);
+        const __m256 dw = load_f16x8(pb);
+        for (int c = 0; c < C; ++c) {
+            const auto& y = reinterpret_cast<const GgufPackedQ8Block*>(a[c])[b];
+            const __m256i yv[2] = {broadcast128(y.qs), broadcast128(y.qs + 16)};
+            __m256i s[4];
+            for (int p = 0; p < 4; ++p) {
+                s[p] = _mm256_setzero_si256();
+                for (int k = 0; k < 2; ++k) {
+                    const __m256i x = load256(pb + 16 + 64 * p + 32 * k);
+                    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(yv[k], x));
+                    s[p] = _mm256_add_epi32(s[p], _mm256_madd_epi16(p16, ones));
+                }
+            }
+            const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(y.d));
+            sum[c] = _mm256_add_ps(sum[c], _mm256_mul_ps(d, _mm256_cvtepi32_ps(rows_of_pairs(s))));
+        }
+    }
+    store_rows<C>(sum, rows, out, ldo);
+}
+
+// ---- K-quants (q8_K activations) ----
+
+// Q6_K: y = d * sc_j * (q - 32), q 6 bits, 16 sub-blocks of 16 (gguf_blocks.h). Packed: d at 0,
+// then pair p at 16 + 416 p: its scales ([row p 0-7 | row p + 4 0-7][8-15 | 8-15]), ql at + 32 (8
+// chunks of 16) and qh at + 288 (4 chunks). Sub-block J (elements 16 J ..) of a pair is one
+// register: ql chunk 4 h + 2 (r % 2) + J % 2 (nibble r / 2), qh chunk 2 h + J % 2 (bits 2 r),
+// h = J / 8, r = (J % 8) / 2. J is a template argument so that every shift and shuffle is an
+// immediate (a loop left them to run time and ran at a third of the speed).
+template <int C, int J>
+inline void q6_k_sub_block(const uint8_t* ql, const uint8_t* qh, const __m256i sc[2], const BlockQ8_K* const* y,
+                           __m256i acc[C]) {
+    constexpr int h = J / 8;
+    constexpr int r = (J % 8) / 2;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i l = load256(ql + 32 * (4 * h + 2 * (r % 2) + J % 2));
+    const __m256i low = _mm256_and_si256(r < 2 ? l : _mm256_srli_epi16(l, 4), m4);
+    const __m256i hb = load256(qh + 32 * (2 * h + J % 2));
+    __m256i high;  // bits 2 r, 2 r + 1 to bits 4, 5
+    if constexpr (r == 0) {
+        high = _mm256_slli_epi16(hb, 4);
+    } else if constexpr (r == 1) {
+        high = _mm256_slli_epi16(hb, 2);
+    } else if constexpr (r == 2) {
+        high = hb;
+    } else {
+        high = _mm256_srli_epi16(hb, 2);
+    }
+    const __m256i q = _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi8(0x30)));
+    const __m256i scale = broadcast16(sc[h], J % 8);
+    for (int c = 0; c < C; ++c) {
+        const __m256i p16 = _mm256_maddubs_epi16(q, broadcast128(y[c]->qs + 16 * J));
+        acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(p16, scale));
+    }
+}
+
+template <int C, int... J>
+inline void q6_k_pair(const uint8_t* ql, const uint8_t* qh, const __m256i sc[2], const BlockQ8_K* const* y,
+                      __m256i acc[C], std::integer_sequence<int, J...> /*sub-blocks*/) {
+    (q6_k_sub_block<C, J>(ql, qh, sc, y, acc), ...);
+}
+
+template <int C>
+void tile_q6_k(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, float* out, int64_t ldo) {
+    __m256 sum[C];
+    for (int c = 0; c < C; ++c) sum[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* pb = w + static_cast<size_t>(b) * 1680;
+        prefetch_ahead(pb, 1680);
+        const BlockQ8_K* y[C];
+        __m256i bs[C][2];  // the activation's 16 bsums, 0-7 / 8-15 in both lanes
+        for (int c = 0; c < C; ++c) {
+            y[c] = reinterpret_cast<const BlockQ8_K*>(a[c]) + b;
+            bs[c][0] = broadcast128(y[c]->bsums);
+            bs[c][1] = broadcast128(y[c]->bsums + 8);
+        }
+        __m256i s[C][4];
+        for (int p = 0; p < 4; ++p) {
+            const uint8_t* pair = pb + 16 + 416 * p;
+            const __m256i sc[2] = {_mm256_cvtepi8_epi16(load128(pair)), _mm256_cvtepi8_epi16(load128(pair + 16))};
+            __m256i acc[C];
+            for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_si256();
+            q6_k_pair<C>(pair + 32, pair + 288, sc, y, acc, std::make_integer_sequence<int, 16>{});
+            for (int c = 0; c < C; ++c) {
+                // the 32 of q - 32: sum_j sc_j * bsums_j
+                const __m256i off =
+                    _mm256_add_epi32(_mm256_madd_epi16(sc[0], bs[c][0]), _mm256_madd_epi16(sc[1], bs[c][1]));
+                s[c][p] = _mm256_sub_epi32(acc[c], _mm256_slli_epi32(off, 5));
+            }
+        }
+        const __m256 dw = load_f16x8(pb);
+        for (int c = 0; c < C; ++c) {
+            const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(y[c]->d));
+            sum[c] = _mm256_add_ps(sum[c], _mm256_mul_ps(d, _mm256_cvtepi32_ps(rows_of_pairs(s[c]))));
+        }
+    }
+    store_rows<C>(sum, rows, out, ldo);
+}
+
+// Q4_K's 6-bit scales and mins of rows 0-7 from the three gathered 4-byte units (lane r: row r):
+// per pair p, [row p's 8 | row p + 4's 8] as 16-bit lanes (gguf_blocks.h's unpack_scale_min_k4,
+// four bytes at a time).
+inline void q4_k_scales(const uint8_t* packed, __m256i sc[4], __m256i mins[4]) {
+    const __m256i w0 = load256(packed);
+    const __m256i w1 = load256(packed + 32);
+    const __m256i w2 = load256(packed + 64);
+    const __m256i m6 = _mm256_set1_epi8(0x3f);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i top = _mm256_set1_epi8(0x30);
+    const __m256i sc_lo = _mm256_and_si256(w0, m6);
+    const __m256i m_lo = _mm256_and_si256(w1, m6);
+    const __m256i sc_hi = _mm256_or_si256(_mm256_and_si256(w2, m4), _mm256_and_si256(_mm256_srli_epi32(w0, 2), top));
+    const __m256i m_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), m4),
+                                         _mm256_and_si256(_mm256_srli_epi32(w1, 2), top));
+    const auto split = [](__m256i lo, __m256i hi, __m256i out[4]) {
+        // qwords: rows 0, 1 | 4, 5 and rows 2, 3 | 6, 7; then pairs (0, 4), (1, 5) and (2, 6), (3, 7)
+        const __m256i a = _mm256_permute4x64_epi64(_mm256_unpacklo_epi32(lo, hi), _MM_SHUFFLE(3, 1, 2, 0));
+        const __m256i b = _mm256_permute4x64_epi64(_mm256_unpackhi_epi32(lo, hi), _MM_SHUFFLE(3, 1, 2, 0));
+        out[0] = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(a));
+        out[1] = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(a, 1));
+        out[2] = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(b));
+        out[3] = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(b, 1));
+    };
+    split(sc_lo, sc_hi, sc);
+    split(m_lo, m_hi, mins);
+}
+
+// Q4_K: y = d * sc_j * q - dmin * m_j, 8 sub-blocks of 32 (gguf_blocks.h). Packed: d at 0, dmin
+// at 16, the scale units at 32, qs at 128 (pair p: 8 chunks of 16; chunk k = 2 t + u holds
+// elements 64 t + 16 u .. as its low nibbles (sub-block 2 t) and 64 t + 32 + 16 u .. as its high).
+template <int C>
+void tile_q4_k(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, float* out, int64_t ldo) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 sum[C];
+    for (int c = 0; c < C; ++c) sum[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* pb = w + static_cast<size_t>(b) * 1152;
+        prefetch_ahead(pb, 1152);
+        const BlockQ8_K* y[C];
+        __m256i pair_bsums[C];  // bsums 2 j + bsums 2 j + 1, j = 0-7, in both lanes
+        for (int c = 0; c < C; ++c) {
+            y[c] = reinterpret_cast<const BlockQ8_K*>(a[c]) + b;
+            pair_bsums[c] = _mm256_broadcastsi128_si256(_mm_hadd_epi16(load128(y[c]->bsums), load128(y[c]->bsums + 8)));
+        }
+        __m256i sc[4];
+        __m256i mins[4];
+        q4_k_scales(pb + 32, sc, mins);
+        __m256i s[C][4];
+        __m256i s_min[C][4];
+        for (int p = 0; p < 4; ++p) {
+            const uint8_t* qs = pb + 128 + 256 * p;
+            __m256i acc[C];
+            for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_si256();
+            for (int t = 0; t < 4; ++t) {
+                const __m256i v0 = load256(qs + 64 * t);
+                const __m256i v1 = load256(qs + 64 * t + 32);
+                const __m256i lo0 = _mm256_and_si256(v0, m4);
+                const __m256i lo1 = _mm256_and_si256(v1, m4);
+                const __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
+                const __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
+                const __m256i sc_lo = broadcast16(sc[p], 2 * t);
+                const __m256i sc_hi = broadcast16(sc[p], 2 * t + 1);
+                for (int c = 0; c < C; ++c) {
+                    const int8_t* q8 = y[c]->qs + 64 * t;
+                    // <= 2 * 2 * 15 * 128 = 7680 per 16-bit lane
+                    const __m256i plo = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, broadcast128(q8)),
+                                                         _mm256_maddubs_epi16(lo1, broadcast128(q8 + 16)));
+                    const __m256i phi = _mm256_add_epi16(_mm256_maddubs_epi16(hi0, broadcast128(q8 + 32)),
+                                                         _mm256_maddubs_epi16(hi1, broadcast128(q8 + 48)));
+                    acc[c] = _mm256_add_epi32(
+                        acc[c], _mm256_add_epi32(_mm256_madd_epi16(plo, sc_lo), _mm256_madd_epi16(phi, sc_hi)));
+                }
+            }
+            for (int c = 0; c < C; ++c) {
+                s[c][p] = acc[c];
+                s_min[c][p] = _mm256_madd_epi16(mins[p], pair_bsums[c]);
+            }
+        }
+        const __m256 dw = load_f16x8(pb);
+        const __m256 dmin = load_f16x8(pb + 16);
+        for (int c = 0; c < C; ++c) {
+            const __m256 yd = _mm256_set1_ps(y[c]->d);
+            sum[c] =
+                _mm256_add_ps(sum[c], _mm256_mul_ps(_mm256_mul_ps(dw, yd), _mm256_cvtepi32_ps(rows_of_pairs(s[c]))));
+            sum[c] = _mm256_sub_ps(sum[c],
+                                   _mm256_mul_ps(_mm256_mul_ps(dmin, yd), _mm256_cvtepi32_ps(rows_of_pairs(s_min[c]))));
+        }
+    }
+    store_rows<C>(sum, rows, out, ldo);
+}
+
+template <int C>
+GgufPackedTileFn tile_for(GgmlType type) {
+    switch (type) {
+        case GgmlType::kQ4_0:
+            return &tile_unsigned32<PackedQ4_0, C>;
+        case GgmlType::kQ5_0:
+            return &tile_unsigned32<PackedQ5_0, C>;
+        case GgmlType::kQ8_0:
+            return &tile_q8_0<C>;
+        case GgmlType::kQ4_K:
+            return &tile_q4_k<C>;
+        case GgmlType::kQ6_K:
+            return &tile_q6_k<C>;
+        default:
+            return nullptr;
+    }
+}
+
+}  // namespace
+
+GgufPackedTileFn gguf_packed_tile_avx2(GgmlType type, int cols) {
+    switch (cols) {
+        case 1:
+            return tile_for<1>(type);
+        case 2:
+            return tile_for<2>(type);
+        case 3:
+            return tile_for<3>(type);
+        default:
+            return tile_for<4>(type);
+    }
+}
+
+}  // namespace moeserve::kernels::cpu::detail

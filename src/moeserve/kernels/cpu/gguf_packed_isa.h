@@ -1,0 +1,41 @@
+// Internal: the kernels behind packed GGUF matrices (gguf_packed.h), picked by GgufTiles
+// (dispatch.cpp). Plain types only, as matmul_tile_isa.h explains.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "moeserve/core/ggml_type.h"
+#include "moeserve/kernels/cpu/gguf_packed.h"
+
+namespace moeserve::kernels::cpu::detail {
+
+// GgufPackedTileFn (gguf_dot.h): one group of 8 packed rows (rows of them valid, 1-8) times cols
+// activation rows a[c], nb blocks each: out[c * ldo + r] = the reference dot product of row r and
+// a[c], for r < rows.
+
+// A q8_0 activation block as the packed AVX2 tiles of the 32-element types take it: the scale
+// widened to f32 once, and the sum of the 32 values (for the unsigned weights' offset).
+struct GgufPackedQ8Block {
+    float d;
+    int32_t sum;
+    int8_t qs[32];
+};
+static_assert(sizeof(GgufPackedQ8Block) == 40);
+
+// q8_0 row (nb blocks) -> nb GgufPackedQ8Blocks at dst.
+void gguf_prepare_packed_q8(const void* quantized_row, int64_t nb, void* dst);
+
+// The AVX2 tile of a packed `type` for cols (1-4) activation rows: q8_0 rows prepared by
+// gguf_prepare_packed_q8 for Q4_0 / Q5_0 / Q8_0, q8_K rows as they are for Q4_K / Q6_K. Null for
+// a type without a packed layout.
+GgufPackedTileFn gguf_packed_tile_avx2(GgmlType type, int cols);
+// The reference level's: each row unpacked (gguf_unpack_group_row), then gguf_vec_dot_ref.
+GgufPackedTileFn gguf_packed_tile_ref(GgmlType type, int cols);
+
+// Row r (0-7) of a packed group of nb blocks as its stored blocks, into dst.
+void gguf_unpack_group_row(GgmlType type, int64_t nb, const uint8_t* group, int r, uint8_t* dst);
+
+inline constexpr int kGgufPackedScratchSlot = 7;  // thread_scratch slot of the reference tile's unpacked row
+
+}  // namespace moeserve::kernels::cpu::detail
