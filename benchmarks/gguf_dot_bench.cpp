@@ -179,6 +179,40 @@ void BM_GgufExpertGemm(benchmark::State& state, GgmlType type) {
                                                   benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// BM_GgufExpertGemm's product on the stored rows and on the same rows packed, alternating:
+// GMAC/s of each and packed / stored.
+void BM_GgufExpertGemmPackedVsStored(benchmark::State& state, GgmlType type) {
+    constexpr int64_t kTokens = 64, kIn = 1024, kOut = 384;
+    const int64_t row_bytes = static_cast<int64_t>(*moeserve::ggml_nbytes(type, kIn));
+    std::vector<uint8_t> w(static_cast<size_t>(row_bytes * kOut));
+    std::mt19937 rng(2);
+    std::normal_distribution<float> normal(0.0f, 0.5f);
+    std::vector<float> x(static_cast<size_t>(kIn * kOut));
+    for (float& v : x) v = normal(rng);
+    for (int64_t r = 0; r < kOut; ++r) kc::quantize_gguf(type, x.data() + r * kIn, w.data() + r * row_bytes, kIn);
+    x.resize(static_cast<size_t>(kTokens * kIn));
+    const moeserve::kernels::GgufMatrix stored{type, w.data(), kOut, kIn, static_cast<size_t>(row_bytes)};
+    std::vector<uint8_t> packed_bytes(kc::gguf_packed_bytes(type, kOut, kIn));
+    const moeserve::kernels::GgufMatrix packed = kc::gguf_pack(stored, packed_bytes.data());
+    std::vector<float> out(static_cast<size_t>(kTokens * kOut));
+    kc::GgufScratch scratch;
+    ThreadPool pool(1);
+    std::vector<double> t_stored, t_packed;
+    for (auto _ : state) {
+        double t0 = now_s();
+        kc::gguf_linear(pool, x.data(), kTokens, stored, out.data(), scratch);
+        t_stored.push_back(now_s() - t0);
+        t0 = now_s();
+        kc::gguf_linear(pool, x.data(), kTokens, packed, out.data(), scratch);
+        t_packed.push_back(now_s() - t0);
+        benchmark::DoNotOptimize(out.data());
+    }
+    const double macs = static_cast<double>(kTokens * kIn * kOut);
+    state.counters["stored_GMACps"] = macs / median(t_stored) / 1e9;
+    state.counters["packed_GMACps"] = macs / median(t_packed) / 1e9;
+    state.counters["packed_x"] = median(t_stored) / median(t_packed);
+}
+
 BENCHMARK_CAPTURE(BM_GgufExpertGemm, Q4_0, GgmlType::kQ4_0)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufExpertGemm, Q8_0, GgmlType::kQ8_0)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufExpertGemm, Q2_K, GgmlType::kQ2_K)->Unit(benchmark::kMicrosecond)->UseRealTime();
@@ -200,6 +234,13 @@ BENCHMARK_CAPTURE(BM_GgufMatvec, MXFP4, GgmlType::kMXFP4)->Unit(benchmark::kMill
 BENCHMARK_CAPTURE(BM_GgufDecodeLinear, Q4_0, GgmlType::kQ4_0)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufDecodeLinear, MXFP4, GgmlType::kMXFP4)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+BENCHMARK_CAPTURE(BM_GgufExpertGemmPackedVsStored, Q4_0, GgmlType::kQ4_0)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufExpertGemmPackedVsStored, Q5_0, GgmlType::kQ5_0)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufExpertGemmPackedVsStored, Q8_0, GgmlType::kQ8_0)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufExpertGemmPackedVsStored, Q4_K, GgmlType::kQ4_K)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufExpertGemmPackedVsStored, Q5_K, GgmlType::kQ5_K)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufExpertGemmPackedVsStored, Q6_K, GgmlType::kQ6_K)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // stored rows against packed, 1 and 2 threads, the types with a packed layout
 BENCHMARK_CAPTURE(BM_GgufDecodePackedVsStored, Q4_0, GgmlType::kQ4_0)
     ->Arg(1)
@@ -217,6 +258,11 @@ BENCHMARK_CAPTURE(BM_GgufDecodePackedVsStored, Q8_0, GgmlType::kQ8_0)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufDecodePackedVsStored, Q4_K, GgmlType::kQ4_K)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_GgufDecodePackedVsStored, Q5_K, GgmlType::kQ5_K)
     ->Arg(1)
     ->Arg(2)
     ->Unit(benchmark::kMillisecond)

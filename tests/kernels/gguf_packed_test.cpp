@@ -164,7 +164,7 @@ TEST(GgufPackedTest, ExpertsEqualTheReferenceOnTheStoredRows) {
     const int top_k = 2;
     for (const auto& [gate_type, down_type] :
          {std::pair{GgmlType::kQ4_0, GgmlType::kQ8_0}, std::pair{GgmlType::kQ4_K, GgmlType::kQ5_0},
-          std::pair{GgmlType::kQ6_K, GgmlType::kQ4_0}}) {
+          std::pair{GgmlType::kQ5_K, GgmlType::kQ8_0}, std::pair{GgmlType::kQ6_K, GgmlType::kQ4_0}}) {
         SCOPED_TRACE(std::string(ggml_type_name(gate_type)) + "/" + std::string(ggml_type_name(down_type)));
         std::vector<Weights> stored;
         GgufExperts plain{{}, {}, {}, 0, hidden, inter};
@@ -214,8 +214,8 @@ TEST(GgufPackedTest, ExpertsEqualTheReferenceOnTheStoredRows) {
 }
 
 TEST(GgufPackedTest, TypesWithoutALayoutAreNotPacked) {
-    for (const GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ5_1, GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ5_K,
-                                GgmlType::kMXFP4, GgmlType::kF16, GgmlType::kBF16}) {
+    for (const GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ5_1, GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kMXFP4,
+                                GgmlType::kF16, GgmlType::kBF16}) {
         EXPECT_FALSE(gguf_has_packed_layout(type)) << ggml_type_name(type);
         EXPECT_FALSE(gguf_packs(type)) << ggml_type_name(type);
     }

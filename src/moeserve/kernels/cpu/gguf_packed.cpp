@@ -21,7 +21,7 @@ struct Segment {
 
 struct PackedLayout {
     int nseg = 0;
-    Segment seg[4];
+    Segment seg[5];
 };
 
 // The segments of each type's packed block, in the order the packed block holds them. The
@@ -36,6 +36,8 @@ PackedLayout layout_of(GgmlType type) {
             return {2, {{0, 2, 2, false}, {2, 32, 16, true}}};
         case GgmlType::kQ4_K:  // d, dmin, the 12 scale bytes as three 4-byte units, qs
             return {4, {{0, 2, 2, false}, {2, 2, 2, false}, {4, 12, 4, false}, {16, 128, 16, true}}};
+        case GgmlType::kQ5_K:  // Q4_K's, and qh before qs
+            return {5, {{0, 2, 2, false}, {2, 2, 2, false}, {4, 12, 4, false}, {16, 32, 16, true}, {48, 128, 16, true}}};
         case GgmlType::kQ6_K:  // d, scales (8-byte chunks: 8 scales of a row pair's each), ql, qh
             return {4, {{208, 2, 2, false}, {192, 16, 8, true}, {0, 128, 16, true}, {128, 64, 16, true}}};
         default:
@@ -184,6 +186,8 @@ GgufPackedTileFn ref_tile_for(GgmlType type) {
             return &packed_tile_ref<GgmlType::kQ8_0, C>;
         case GgmlType::kQ4_K:
             return &packed_tile_ref<GgmlType::kQ4_K, C>;
+        case GgmlType::kQ5_K:
+            return &packed_tile_ref<GgmlType::kQ5_K, C>;
         case GgmlType::kQ6_K:
             return &packed_tile_ref<GgmlType::kQ6_K, C>;
         default:

@@ -267,17 +267,73 @@ inline void q4_k_scales(const uint8_t* packed, __m256i sc[4], __m256i mins[4]) {
     split(m_lo, m_hi, mins);
 }
 
-// Q4_K: y = d * sc_j * q - dmin * m_j, 8 sub-blocks of 32 (gguf_blocks.h). Packed: d at 0, dmin
-// at 16, the scale units at 32, qs at 128 (pair p: 8 chunks of 16; chunk k = 2 t + u holds
-// elements 64 t + 16 u .. as its low nibbles (sub-block 2 t) and 64 t + 32 + 16 u .. as its high).
-template <int C>
-void tile_q4_k(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, float* out, int64_t ldo) {
+// Bit `from` of each byte moved to bit 4 (16-bit shifts: what crosses a byte is masked off).
+template <int From>
+inline __m256i bit_to_4(__m256i v) {
+    __m256i moved;
+    if constexpr (From < 4) {
+        moved = _mm256_slli_epi16(v, 4 - From);
+    } else if constexpr (From > 4) {
+        moved = _mm256_srli_epi16(v, From - 4);
+    } else {
+        moved = v;
+    }
+    return _mm256_and_si256(moved, _mm256_set1_epi8(0x10));
+}
+
+// Sub-blocks 2 T and 2 T + 1 of a Q4_K / Q5_K pair: qs chunks 2 T (elements 64 T + l) and 2 T + 1
+// (64 T + 16 + l) hold sub-block 2 T in their low nibbles and 2 T + 1 (+ 32) in their high ones;
+// Q5_K's fifth bits are bits 2 T and 2 T + 1 of qh chunks 0 (l < 16) and 1.
+template <int C, bool kFive, int T>
+inline void k4_sub_blocks(const uint8_t* qs, const uint8_t* qh, __m256i sc, const BlockQ8_K* const* y,
+                          __m256i acc[C]) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i v0 = load256(qs + 64 * T);
+    const __m256i v1 = load256(qs + 64 * T + 32);
+    __m256i lo0 = _mm256_and_si256(v0, m4);
+    __m256i lo1 = _mm256_and_si256(v1, m4);
+    __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
+    __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
+    if constexpr (kFive) {
+        const __m256i h0 = load256(qh);
+        const __m256i h1 = load256(qh + 32);
+        lo0 = _mm256_or_si256(lo0, bit_to_4<2 * T>(h0));
+        lo1 = _mm256_or_si256(lo1, bit_to_4<2 * T>(h1));
+        hi0 = _mm256_or_si256(hi0, bit_to_4<2 * T + 1>(h0));
+        hi1 = _mm256_or_si256(hi1, bit_to_4<2 * T + 1>(h1));
+    }
+    const __m256i sc_lo = broadcast16(sc, 2 * T);
+    const __m256i sc_hi = broadcast16(sc, 2 * T + 1);
+    for (int c = 0; c < C; ++c) {
+        const int8_t* q8 = y[c]->qs + 64 * T;
+        // <= 2 * 2 * 31 * 128 = 15872 per 16-bit lane
+        const __m256i plo = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, broadcast128(q8)),
+                                             _mm256_maddubs_epi16(lo1, broadcast128(q8 + 16)));
+        const __m256i phi = _mm256_add_epi16(_mm256_maddubs_epi16(hi0, broadcast128(q8 + 32)),
+                                             _mm256_maddubs_epi16(hi1, broadcast128(q8 + 48)));
+        acc[c] = _mm256_add_epi32(acc[c], _mm256_add_epi32(_mm256_madd_epi16(plo, sc_lo), _mm256_madd_epi16(phi, sc_hi)));
+    }
+}
+
+template <int C, bool kFive, int... T>
+inline void k4_pair(const uint8_t* qs, const uint8_t* qh, __m256i sc, const BlockQ8_K* const* y, __m256i acc[C],
+                    std::integer_sequence<int, T...> /*sub-block pairs*/) {
+    (k4_sub_blocks<C, kFive, T>(qs, qh, sc, y, acc), ...);
+}
+
+// Q4_K (kFive false) / Q5_K: y = d * sc_j * q - dmin * m_j, 8 sub-blocks of 32 (gguf_blocks.h).
+// Packed: d at 0, dmin at 16, the scale units at 32, then pair p at 128 + kPair p: Q5_K's qh (2
+// chunks of 16) and the qs (8 chunks).
+template <bool kFive, int C>
+void tile_k4(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, float* out, int64_t ldo) {
+    constexpr size_t kBlock = kFive ? 1408 : 1152;
+    constexpr size_t kPair = kFive ? 320 : 256;
+    constexpr size_t kQs = kFive ? 64 : 0;
     __m256 sum[C];
     for (int c = 0; c < C; ++c) sum[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* pb = w + static_cast<size_t>(b) * 1152;
-        prefetch_ahead(pb, 1152);
+        const uint8_t* pb = w + static_cast<size_t>(b) * kBlock;
+        prefetch_ahead(pb, kBlock);
         const BlockQ8_K* y[C];
         __m256i pair_bsums[C];  // bsums 2 j + bsums 2 j + 1, j = 0-7, in both lanes
         for (int c = 0; c < C; ++c) {
@@ -290,29 +346,10 @@ void tile_q4_k(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, 
         __m256i s[C][4];
         __m256i s_min[C][4];
         for (int p = 0; p < 4; ++p) {
-            const uint8_t* qs = pb + 128 + 256 * p;
+            const uint8_t* pair = pb + 128 + kPair * p;
             __m256i acc[C];
             for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_si256();
-            for (int t = 0; t < 4; ++t) {
-                const __m256i v0 = load256(qs + 64 * t);
-                const __m256i v1 = load256(qs + 64 * t + 32);
-                const __m256i lo0 = _mm256_and_si256(v0, m4);
-                const __m256i lo1 = _mm256_and_si256(v1, m4);
-                const __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
-                const __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
-                const __m256i sc_lo = broadcast16(sc[p], 2 * t);
-                const __m256i sc_hi = broadcast16(sc[p], 2 * t + 1);
-                for (int c = 0; c < C; ++c) {
-                    const int8_t* q8 = y[c]->qs + 64 * t;
-                    // <= 2 * 2 * 15 * 128 = 7680 per 16-bit lane
-                    const __m256i plo = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, broadcast128(q8)),
-                                                         _mm256_maddubs_epi16(lo1, broadcast128(q8 + 16)));
-                    const __m256i phi = _mm256_add_epi16(_mm256_maddubs_epi16(hi0, broadcast128(q8 + 32)),
-                                                         _mm256_maddubs_epi16(hi1, broadcast128(q8 + 48)));
-                    acc[c] = _mm256_add_epi32(
-                        acc[c], _mm256_add_epi32(_mm256_madd_epi16(plo, sc_lo), _mm256_madd_epi16(phi, sc_hi)));
-                }
-            }
+            k4_pair<C, kFive>(pair + kQs, pair, sc[p], y, acc, std::make_integer_sequence<int, 4>{});
             for (int c = 0; c < C; ++c) {
                 s[c][p] = acc[c];
                 s_min[c][p] = _mm256_madd_epi16(mins[p], pair_bsums[c]);
@@ -322,8 +359,7 @@ void tile_q4_k(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, 
         const __m256 dmin = load_f16x8(pb + 16);
         for (int c = 0; c < C; ++c) {
             const __m256 yd = _mm256_set1_ps(y[c]->d);
-            sum[c] =
-                _mm256_add_ps(sum[c], _mm256_mul_ps(_mm256_mul_ps(dw, yd), _mm256_cvtepi32_ps(rows_of_pairs(s[c]))));
+            sum[c] = _mm256_add_ps(sum[c], _mm256_mul_ps(_mm256_mul_ps(dw, yd), _mm256_cvtepi32_ps(rows_of_pairs(s[c]))));
             sum[c] = _mm256_sub_ps(sum[c],
                                    _mm256_mul_ps(_mm256_mul_ps(dmin, yd), _mm256_cvtepi32_ps(rows_of_pairs(s_min[c]))));
         }
@@ -341,7 +377,9 @@ GgufPackedTileFn tile_for(GgmlType type) {
         case GgmlType::kQ8_0:
             return &tile_q8_0<C>;
         case GgmlType::kQ4_K:
-            return &tile_q4_k<C>;
+            return &tile_k4<false, C>;
+        case GgmlType::kQ5_K:
+            return &tile_k4<true, C>;
         case GgmlType::kQ6_K:
             return &tile_q6_k<C>;
         default:

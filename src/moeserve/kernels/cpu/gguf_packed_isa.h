@@ -27,7 +27,7 @@ static_assert(sizeof(GgufPackedQ8Block) == 40);
 void gguf_prepare_packed_q8(const void* quantized_row, int64_t nb, void* dst);
 
 // The AVX2 tile of a packed `type` for cols (1-4) activation rows: q8_0 rows prepared by
-// gguf_prepare_packed_q8 for Q4_0 / Q5_0 / Q8_0, q8_K rows as they are for Q4_K / Q6_K. Null for
+// gguf_prepare_packed_q8 for Q4_0 / Q5_0 / Q8_0, q8_K rows as they are for Q4_K / Q5_K / Q6_K. Null for
 // a type without a packed layout.
 GgufPackedTileFn gguf_packed_tile_avx2(GgmlType type, int cols);
 // The reference level's: each row unpacked (gguf_unpack_group_row), then gguf_vec_dot_ref.
