@@ -3,8 +3,9 @@
 # each round, both driven by the same client (`moeserve bench serve`, random IN-token prompts, OUT
 # tokens each with --ignore-eos, at most CONCURRENCY in flight). llama-server gets CONCURRENCY slots
 # with continuous batching and room for every slot's whole sequence; moeserve gets the same number of
-# sequences. The first argument picks the weights: bf16 (bf16 GGUF / bf16 folder) or int8 (Q8_0 GGUF /
-# --quantization w8a8-all). Ports are whatever the kernel hands out free at start, so a run never
+# sequences. The first argument picks the weights: bf16 (bf16 GGUF / bf16 folder), int8 (Q8_0 GGUF /
+# --quantization w8a8-all), or gguf-q4_0 / gguf-q4_k_m / gguf-q8_0 (the same GGUF file in both
+# servers; moeserve's resident memory after load is printed next to the file's size). Ports are whatever the kernel hands out free at start, so a run never
 # collides with another server on the machine. Needs build_llamacpp.sh and make_models.sh first.
 # Run from the project root:
 #   MOESERVE_BIN=build/src/moeserve/cli/moeserve benchmarks/peer/serve_ab.sh bf16               # c8
@@ -23,10 +24,12 @@ STARTUP_S=${STARTUP_S:-300}  # the longest a server may take to answer /health
 M=$PEER_DIR/models
 HF=$M/qwen3moe-bench-hf
 LS=$PEER_DIR/llama.cpp/build/bin/llama-server
+MS_MODEL=$HF
 case "$KIND" in
   bf16) GGUF=$M/qwen3moe-bench-bf16.gguf; QUANT=none ;;
   int8) GGUF=$M/qwen3moe-bench-q8_0.gguf; QUANT=w8a8-all ;;
-  *) echo "usage: $0 [bf16|int8]" >&2; exit 2 ;;
+  gguf-*) GGUF=$M/qwen3moe-bench-${KIND#gguf-}.gguf; MS_MODEL=$GGUF; QUANT="" ;;
+  *) echo "usage: $0 [bf16|int8|gguf-q4_0|gguf-q4_k_m|gguf-q8_0]" >&2; exit 2 ;;
 esac
 for f in "$MS" "$LS" "$HF/model.safetensors" "$GGUF"; do
   [ -e "$f" ] || { echo "missing $f: build moeserve, run build_llamacpp.sh and make_models.sh" >&2; exit 1; }
@@ -88,11 +91,15 @@ run_llama() {  # round
 run_moeserve() {  # round
   local port
   port=$(free_port)
-  setsid "$MS" serve --model "$HF" --served-model-name m --host 127.0.0.1 --port "$port" --threads "$THREADS" \
-    --quantization "$QUANT" --max-num-seqs "$CONCURRENCY" >"$LOGS/moeserve-round$1.log" 2>&1 &
+  setsid "$MS" serve --model "$MS_MODEL" --served-model-name m --host 127.0.0.1 --port "$port" --threads "$THREADS" \
+    ${QUANT:+--quantization "$QUANT"} --max-num-seqs "$CONCURRENCY" >"$LOGS/moeserve-round$1.log" 2>&1 &
   server=$!
   wait_ready "$port"
-  measure "moeserve $QUANT" "$port" "$1"
+  measure "moeserve ${QUANT:-$KIND}" "$port" "$1"
+  if [ -z "$QUANT" ]; then
+    echo "  moeserve $(grep -o 'resident [0-9.]* MiB after load' "$LOGS/moeserve-round$1.log" | head -n 1);" \
+      "file $(($(stat -c %s "$GGUF") / 1048576)) MiB"
+  fi
   stop_server
 }
 
