@@ -9,6 +9,7 @@
 // x86-64-v3 code.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -33,12 +34,13 @@ inline __m256i broadcast16(__m256i v, int e) {
     return _mm256_shuffle_epi8(v, _mm256_set1_epi16(static_cast<short>((2 * e + 1) << 8 | 2 * e)));
 }
 
-// The packed block kPrefetchBlocks further on (the next group's, past a group's end: groups are
-// back to back), into L1. The hardware prefetchers alone left the decode GEMV stalling on the
-// first load of each pair (perf), at 0.6-0.85 of the speed with it (docs/performance.md).
-inline constexpr int kPrefetchBlocks = 2;
+// Into L1, the packed bytes kPrefetchBytes further on (at least two blocks): the next group's past
+// a group's end, groups being back to back. The hardware prefetchers alone left the decode GEMV
+// stalling on the first load of each pair (perf), at 0.6-0.85 of the speed with it; 2 KiB ahead
+// measured as well as 1 or 4 (docs/kernels.md).
+inline constexpr size_t kPrefetchBytes = 2048;
 inline void prefetch_ahead(const uint8_t* block, size_t bytes) {
-    const uint8_t* ahead = block + kPrefetchBlocks * bytes;
+    const uint8_t* ahead = block + std::max<size_t>(2 * bytes, kPrefetchBytes);
     for (size_t i = 0; i < bytes; i += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + i), _MM_HINT_T0);
 }
 
