@@ -196,7 +196,12 @@ Tensor WeightSource::load_f32(const std::string& name) const {
 }
 
 void WeightSource::drop_resident(const std::string& name) const {
-    if (gguf_ || owned_.count(name) != 0) return;
+    if (owned_.count(name) != 0) return;
+    if (gguf_) {  // a stacked expert's slice, or a whole tensor
+        const std::optional<GgufBlocks> b = gguf(name);
+        if (b->owner) b->owner->drop_resident(b->bytes.data(), b->bytes.size());
+        return;
+    }
     const SafetensorsFile& file = file_of(name);
     const TensorView view = file.view(stored_name(name));
     file.mapping()->drop_resident(static_cast<const uint8_t*>(view.data), view.nbytes());

@@ -99,7 +99,8 @@ public:
     Tensor load_f32(const std::string& name) const;
     // For a tensor the loader has copied into its own form: its pages in the file's mapping stop
     // counting in this process's resident memory (MappedFile::drop_resident; read back from the
-    // file if get() is used again). No effect on owned and GGUF tensors.
+    // file if get() is used again). A GGUF name drops its blocks (an expert's slice of a stacked
+    // tensor: that slice's whole pages). No effect on owned tensors.
     void drop_resident(const std::string& name) const;
 
     // The file that holds `name` (throws like info()).
