@@ -5,11 +5,16 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "io/gguf_test_util.h"
 #include "moeserve/io/gguf_writer.h"
+#include "moeserve/io/weight_source.h"
 #include "test_support.h"
 
 namespace moeserve::io {
@@ -87,6 +92,54 @@ TEST(GgufFileTest, WriterRoundTripsAtEveryAlignment) {
         EXPECT_EQ(c.metadata().find("general.alignment") != nullptr, alignment != 32u);
         expect_sample(c);
     }
+}
+
+// Kilobytes of this process's resident pages in the mapping that holds p (/proc/self/smaps).
+int64_t resident_kb_of_mapping(const void* p) {
+    std::ifstream smaps("/proc/self/smaps");
+    const auto at = reinterpret_cast<uintptr_t>(p);
+    std::string line;
+    bool inside = false;
+    while (std::getline(smaps, line)) {
+        uintptr_t lo = 0;
+        uintptr_t hi = 0;
+        char dash = 0;
+        std::istringstream head(line);
+        if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
+            inside = at >= lo && at < hi;
+        } else if (inside && line.rfind("Rss:", 0) == 0) {
+            return std::stoll(line.substr(4));
+        }
+    }
+    return -1;
+}
+
+// A packed copy replaces a GGUF tensor's blocks (#27): drop_resident takes its pages out of the
+// process's resident memory, a stacked expert's slice by itself.
+TEST(GgufFileTest, DropResidentReleasesTheBlocksPages) {
+    const auto path = ::moeserve::test::scratch_dir("GgufFileTest.DropResident") / "m.gguf";
+    const int64_t rows = 4096;  // Q8_0 [2, 4096, 64]: 2 x 272 KiB
+    GgufWriter w;
+    w.add_tensor("blk.0.ffn_up_exps.weight", GgmlType::kQ8_0, Shape{2, rows, 64}, pattern(2 * rows * 2 * 34, 5));
+    w.write(path);
+    auto file = std::make_shared<const GgufCheckpoint>(path);
+    const auto source = WeightSource::from_gguf(
+        file, {{"e0", {"blk.0.ffn_up_exps.weight", 0}}, {"e1", {"blk.0.ffn_up_exps.weight", 1}}});
+    const GgufBlocks e0 = *source->gguf("e0");
+    const GgufBlocks e1 = *source->gguf("e1");
+    volatile uint8_t sum = 0;
+    for (const GgufBlocks* b : {&e0, &e1}) {
+        for (size_t i = 0; i < b->bytes.size(); i += 512) sum = sum + b->bytes[i];  // fault every page in
+    }
+    const int64_t before = resident_kb_of_mapping(e0.bytes.data());
+    ASSERT_GT(before, 500);
+    source->drop_resident("e0");
+    const int64_t after_one = resident_kb_of_mapping(e0.bytes.data());
+    EXPECT_LT(after_one, before - 250);  // e0's 272 KiB, less its two partial pages
+    EXPECT_GT(after_one, 250);           // e1's pages stay
+    source->drop_resident("e1");
+    EXPECT_LT(resident_kb_of_mapping(e0.bytes.data()), 64);
+    EXPECT_EQ(e1.bytes[7], static_cast<uint8_t>(pattern(2 * rows * 2 * 34, 5)[rows * 2 * 34 + 7]));  // read back
 }
 
 TEST(GgufFileTest, UnsupportedTypesAreRefusedByNameWhenUsed) {

@@ -37,7 +37,8 @@ PackedLayout layout_of(GgmlType type) {
         case GgmlType::kQ4_K:  // d, dmin, the 12 scale bytes as three 4-byte units, qs
             return {4, {{0, 2, 2, false}, {2, 2, 2, false}, {4, 12, 4, false}, {16, 128, 16, true}}};
         case GgmlType::kQ5_K:  // Q4_K's, and qh before qs
-            return {5, {{0, 2, 2, false}, {2, 2, 2, false}, {4, 12, 4, false}, {16, 32, 16, true}, {48, 128, 16, true}}};
+            return {5,
+                    {{0, 2, 2, false}, {2, 2, 2, false}, {4, 12, 4, false}, {16, 32, 16, true}, {48, 128, 16, true}}};
         case GgmlType::kQ6_K:  // d, scales (8-byte chunks: 8 scales of a row pair's each), ql, qh
             return {4, {{208, 2, 2, false}, {192, 16, 8, true}, {0, 128, 16, true}, {128, 64, 16, true}}};
         default:

@@ -57,6 +57,10 @@ inline void store_rows(const __m256 sum[C], int rows, float* out, int64_t ldo) {
     }
 }
 
+// The bytes of one packed block (one block column of 8 rows).
+inline constexpr size_t kQ8_0Block = kGgufPackRows * sizeof(BlockQ8_0);
+inline constexpr size_t kQ6_KBlock = kGgufPackRows * sizeof(BlockQ6_K);
+
 // ---- The 32-element types (q8_0 activations, prepared as GgufPackedQ8Block) ----
 
 // Unsigned weight bytes of pair p's two 16-element halves (elements 0-15 and 16-31).
@@ -66,8 +70,11 @@ struct Halves {
 
 // Q4_0 (q - 8) and Q5_0 (q - 16): the offset times the activation sum.
 struct PackedQ4_0 {
-    static constexpr size_t kBlock = 144;
-    static constexpr int kOffset = 8;
+    static constexpr size_t kBlock = kGgufPackRows * sizeof(BlockQ4_0);
+    static constexpr int kOffsetShift = 3;  // q - 8
+    // A row's 32 products sum to at most 32 * 15 * 128 = 61440 in magnitude, but any 16 of them fit
+    // 16 bits: the pairs reduce in 16-bit lanes (two vphaddw), then one vpmaddwd.
+    static constexpr bool kSixteenFit = true;
     static void halves(const uint8_t* pb, Halves h[4]) {
         const __m256i m4 = _mm256_set1_epi8(0x0F);
         for (int p = 0; p < 4; ++p) {
@@ -79,8 +86,9 @@ struct PackedQ4_0 {
 };
 
 struct PackedQ5_0 {
-    static constexpr size_t kBlock = 176;
-    static constexpr int kOffset = 16;
+    static constexpr size_t kBlock = kGgufPackRows * sizeof(BlockQ5_0);
+    static constexpr int kOffsetShift = 4;      // q - 16
+    static constexpr bool kSixteenFit = false;  // 16 products of q <= 31 can reach 63488
     // Byte i of a lane: 0x10 where bit i (lo) or 16 + i (hi) of that lane's row's qh is set.
     static void halves(const uint8_t* pb, Halves h[4]) {
         const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -118,14 +126,22 @@ void tile_unsigned32(int64_t nb, int rows, const uint8_t* w, const uint8_t* cons
             const auto& y = reinterpret_cast<const GgufPackedQ8Block*>(a[c])[b];
             const __m256i ylo = broadcast128(y.qs);
             const __m256i yhi = broadcast128(y.qs + 16);
-            __m256i s[4];
+            __m256i p16[4];  // 16-bit sums of 4 products; Q5_0: <= 4 * 31 * 128 = 15872
             for (int p = 0; p < 4; ++p) {
-                // <= 2 * 2 * 31 * 128 = 15872: no 16-bit overflow
-                const __m256i p16 =
-                    _mm256_add_epi16(_mm256_maddubs_epi16(h[p].lo, ylo), _mm256_maddubs_epi16(h[p].hi, yhi));
-                s[p] = _mm256_madd_epi16(p16, ones);
+                p16[p] = _mm256_add_epi16(_mm256_maddubs_epi16(h[p].lo, ylo), _mm256_maddubs_epi16(h[p].hi, yhi));
             }
-            const __m256i isum = _mm256_sub_epi32(rows_of_pairs(s), _mm256_set1_epi32(W::kOffset * y.sum));
+            __m256i qa;  // the 8 rows' sums of q * a, in order
+            if constexpr (W::kSixteenFit) {
+                // lane group 0: rows 0-3 as 2 sums of 16 products each, group 1: rows 4-7
+                const __m256i t =
+                    _mm256_hadd_epi16(_mm256_hadd_epi16(p16[0], p16[1]), _mm256_hadd_epi16(p16[2], p16[3]));
+                qa = _mm256_madd_epi16(t, ones);
+            } else {
+                __m256i s[4];
+                for (int p = 0; p < 4; ++p) s[p] = _mm256_madd_epi16(p16[p], ones);
+                qa = rows_of_pairs(s);
+            }
+            const __m256i isum = _mm256_sub_epi32(qa, _mm256_slli_epi32(_mm256_set1_epi32(y.sum), W::kOffsetShift));
             const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(y.d));
             sum[c] = _mm256_add_ps(sum[c], _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
         }
@@ -141,8 +157,8 @@ void tile_q8_0(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, 
     __m256 sum[C];
     for (int c = 0; c < C; ++c) sum[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* pb = w + static_cast<size_t>(b) * 272;
-        prefetch_ahead(pb, 272);
+        const uint8_t* pb = w + static_cast<size_t>(b) * kQ8_0Block;
+        prefetch_ahead(pb, kQ8_0Block);
         const __m256 dw = load_f16x8(pb);
         for (int c = 0; c < C; ++c) {
             const auto& y = reinterpret_cast<const GgufPackedQ8Block*>(a[c])[b];
@@ -209,8 +225,8 @@ void tile_q6_k(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, 
     __m256 sum[C];
     for (int c = 0; c < C; ++c) sum[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* pb = w + static_cast<size_t>(b) * 1680;
-        prefetch_ahead(pb, 1680);
+        const uint8_t* pb = w + static_cast<size_t>(b) * kQ6_KBlock;
+        prefetch_ahead(pb, kQ6_KBlock);
         const BlockQ8_K* y[C];
         __m256i bs[C][2];  // the activation's 16 bsums, 0-7 / 8-15 in both lanes
         for (int c = 0; c < C; ++c) {
@@ -287,8 +303,7 @@ inline __m256i bit_to_4(__m256i v) {
 // (64 T + 16 + l) hold sub-block 2 T in their low nibbles and 2 T + 1 (+ 32) in their high ones;
 // Q5_K's fifth bits are bits 2 T and 2 T + 1 of qh chunks 0 (l < 16) and 1.
 template <int C, bool kFive, int T>
-inline void k4_sub_blocks(const uint8_t* qs, const uint8_t* qh, __m256i sc, const BlockQ8_K* const* y,
-                          __m256i acc[C]) {
+inline void k4_sub_blocks(const uint8_t* qs, const uint8_t* qh, __m256i sc, const BlockQ8_K* const* y, __m256i acc[C]) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i v0 = load256(qs + 64 * T);
     const __m256i v1 = load256(qs + 64 * T + 32);
@@ -313,7 +328,8 @@ inline void k4_sub_blocks(const uint8_t* qs, const uint8_t* qh, __m256i sc, cons
                                              _mm256_maddubs_epi16(lo1, broadcast128(q8 + 16)));
         const __m256i phi = _mm256_add_epi16(_mm256_maddubs_epi16(hi0, broadcast128(q8 + 32)),
                                              _mm256_maddubs_epi16(hi1, broadcast128(q8 + 48)));
-        acc[c] = _mm256_add_epi32(acc[c], _mm256_add_epi32(_mm256_madd_epi16(plo, sc_lo), _mm256_madd_epi16(phi, sc_hi)));
+        acc[c] =
+            _mm256_add_epi32(acc[c], _mm256_add_epi32(_mm256_madd_epi16(plo, sc_lo), _mm256_madd_epi16(phi, sc_hi)));
     }
 }
 
@@ -328,7 +344,7 @@ inline void k4_pair(const uint8_t* qs, const uint8_t* qh, __m256i sc, const Bloc
 // chunks of 16) and the qs (8 chunks).
 template <bool kFive, int C>
 void tile_k4(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, float* out, int64_t ldo) {
-    constexpr size_t kBlock = kFive ? 1408 : 1152;
+    constexpr size_t kBlock = kGgufPackRows * (kFive ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
     constexpr size_t kPair = kFive ? 320 : 256;
     constexpr size_t kQs = kFive ? 64 : 0;
     __m256 sum[C];
@@ -361,7 +377,8 @@ void tile_k4(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, fl
         const __m256 dmin = load_f16x8(pb + 16);
         for (int c = 0; c < C; ++c) {
             const __m256 yd = _mm256_set1_ps(y[c]->d);
-            sum[c] = _mm256_add_ps(sum[c], _mm256_mul_ps(_mm256_mul_ps(dw, yd), _mm256_cvtepi32_ps(rows_of_pairs(s[c]))));
+            sum[c] =
+                _mm256_add_ps(sum[c], _mm256_mul_ps(_mm256_mul_ps(dw, yd), _mm256_cvtepi32_ps(rows_of_pairs(s[c]))));
             sum[c] = _mm256_sub_ps(sum[c],
                                    _mm256_mul_ps(_mm256_mul_ps(dmin, yd), _mm256_cvtepi32_ps(rows_of_pairs(s_min[c]))));
         }

@@ -303,8 +303,18 @@ std::string describe(const io::GgufCheckpoint& file, const GgufMapping& m) {
     for (const std::string& t : m.read) types[std::string(ggml_type_name(file.info(t).type))] += 1;
     std::string out = fmt::format("GGUF {}, {} file{}, tensors:", file.metadata().get_string("general.architecture"),
                                   file.num_files(), file.num_files() == 1 ? "" : "s");
+    std::string packed;  // the types the backend repacks at load (kernels::Ops::gguf_pack)
+    for (const std::string& t : m.read) {
+        const GgmlType type = file.info(t).type;
+        const kernels::GgufMatrix probe{type, nullptr, 8, ggml_traits(type).block_size, 0};
+        const std::string name(ggml_type_name(type));
+        if (kernels::ops().gguf_packed_bytes(probe) > 0 && packed.find(name) == std::string::npos) {
+            packed += (packed.empty() ? "" : ", ") + name;
+        }
+    }
     for (const auto& [type, count] : types) out += fmt::format(" {} x {}", type, count);
     out += " (dot products on the stored blocks, activations q8_0 / q8_K";
+    if (!packed.empty()) out += fmt::format("; {} repacked in groups of 8 rows", packed);
     if (!m.owned.empty()) out += fmt::format("; {} split tensors joined in f32", m.owned.size());
     return out + ")";
 }
