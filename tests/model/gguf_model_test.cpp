@@ -11,6 +11,7 @@
 #include "moeserve/core/error.h"
 #include "moeserve/io/gguf_file.h"
 #include "moeserve/io/gguf_writer.h"
+#include "moeserve/kernels/cpu/isa.h"
 #include "moeserve/model/formats/gguf.h"
 #include "moeserve/model/registry.h"
 #include "moeserve/testing/generator.h"
@@ -206,6 +207,25 @@ TEST(GgufModel, Deepseek2MetadataGivesTheCheckpointsConfig) {
     EXPECT_EQ(rope.at("factor"), 4.0);
     EXPECT_EQ(rope.at("original_max_position_embeddings"), 4096);
     EXPECT_NEAR(rope.at("mscale_all_dim").get<double>(), 1.0, 1e-6);
+}
+
+// Rows packed in groups of 8 at load (kernels/cpu/gguf_packed.h; the avx2 level's default),
+// forced on whatever the CPU, so an AVX-512 machine runs the loaders' packing, the dropped
+// mappings and the packed products too: the same reference and bound as above.
+TEST(GgufModel, PackedRowsMatchReference) {
+    const bool packed_before = kernels::cpu::gguf_packed_rows();
+    kernels::cpu::set_gguf_packed_rows(true);
+    for (const char* dir :
+         {MOESERVE_GGUF_Q4_0_DIR, MOESERVE_GGUF_Q4_K_DIR, MOESERVE_GGUF_MIXED_DIR, MOESERVE_GGUF_Q8_0_DIR}) {
+        SCOPED_TRACE(dir);
+        {
+            ThreadPool pool(1);
+            EXPECT_NE(open(gguf_in(dir), pool)->info().quantization.find("repacked in groups of 8 rows"),
+                      std::string::npos);
+        }
+        expect_matches_reference(gguf_in(dir), dir, parse_ids(MOESERVE_QWEN3_PROMPT), kFlipTolerance);
+    }
+    kernels::cpu::set_gguf_packed_rows(packed_before);
 }
 
 TEST(GgufModel, MixedFileHoldsTheTypesLlamaQuantizeMixes) {
