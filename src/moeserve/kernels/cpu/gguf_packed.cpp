@@ -199,16 +199,7 @@ GgufPackedTileFn ref_tile_for(GgmlType type) {
 }  // namespace
 
 GgufPackedTileFn gguf_packed_tile_ref(GgmlType type, int cols) {
-    switch (cols) {
-        case 1:
-            return ref_tile_for<1>(type);
-        case 2:
-            return ref_tile_for<2>(type);
-        case 3:
-            return ref_tile_for<3>(type);
-        default:
-            return ref_tile_for<4>(type);
-    }
+    return tile_for_cols(cols, [type](auto c) { return ref_tile_for<decltype(c)::value>(type); });
 }
 
 }  // namespace detail

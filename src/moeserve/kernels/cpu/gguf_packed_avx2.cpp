@@ -409,16 +409,7 @@ GgufPackedTileFn tile_for(GgmlType type) {
 }  // namespace
 
 GgufPackedTileFn gguf_packed_tile_avx2(GgmlType type, int cols) {
-    switch (cols) {
-        case 1:
-            return tile_for<1>(type);
-        case 2:
-            return tile_for<2>(type);
-        case 3:
-            return tile_for<3>(type);
-        default:
-            return tile_for<4>(type);
-    }
+    return tile_for_cols(cols, [type](auto c) { return tile_for<decltype(c)::value>(type); });
 }
 
 }  // namespace moeserve::kernels::cpu::detail

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "moeserve/core/ggml_type.h"
 #include "moeserve/kernels/cpu/gguf_packed.h"
@@ -32,6 +33,21 @@ void gguf_prepare_packed_q8(const void* quantized_row, int64_t nb, void* dst);
 GgufPackedTileFn gguf_packed_tile_avx2(GgmlType type, int cols);
 // The reference level's: each row unpacked (gguf_unpack_group_row), then gguf_vec_dot_ref.
 GgufPackedTileFn gguf_packed_tile_ref(GgmlType type, int cols);
+
+// pick(std::integral_constant<int, C>{}) for C = cols (1-4): a tile template's instance for it.
+template <class Pick>
+GgufPackedTileFn tile_for_cols(int cols, Pick pick) {
+    switch (cols) {
+        case 1:
+            return pick(std::integral_constant<int, 1>{});
+        case 2:
+            return pick(std::integral_constant<int, 2>{});
+        case 3:
+            return pick(std::integral_constant<int, 3>{});
+        default:
+            return pick(std::integral_constant<int, 4>{});
+    }
+}
 
 // Row r (0-7) of a packed group of nb blocks as its stored blocks, into dst.
 void gguf_unpack_group_row(GgmlType type, int64_t nb, const uint8_t* group, int r, uint8_t* dst);
