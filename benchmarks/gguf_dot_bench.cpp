@@ -18,6 +18,7 @@
 
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_baselines.h"
@@ -234,44 +235,26 @@ BENCHMARK_CAPTURE(BM_GgufMatvec, MXFP4, GgmlType::kMXFP4)->Unit(benchmark::kMill
 BENCHMARK_CAPTURE(BM_GgufDecodeLinear, Q4_0, GgmlType::kQ4_0)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufDecodeLinear, MXFP4, GgmlType::kMXFP4)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-BENCHMARK_CAPTURE(BM_GgufExpertGemmPackedVsStored, Q4_0, GgmlType::kQ4_0)->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_GgufExpertGemmPackedVsStored, Q5_0, GgmlType::kQ5_0)->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_GgufExpertGemmPackedVsStored, Q8_0, GgmlType::kQ8_0)->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_GgufExpertGemmPackedVsStored, Q4_K, GgmlType::kQ4_K)->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_GgufExpertGemmPackedVsStored, Q5_K, GgmlType::kQ5_K)->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_GgufExpertGemmPackedVsStored, Q6_K, GgmlType::kQ6_K)->Unit(benchmark::kMicrosecond)->UseRealTime();
-
-// stored rows against packed, 1 and 2 threads, the types with a packed layout
-BENCHMARK_CAPTURE(BM_GgufDecodePackedVsStored, Q4_0, GgmlType::kQ4_0)
-    ->Arg(1)
-    ->Arg(2)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_GgufDecodePackedVsStored, Q5_0, GgmlType::kQ5_0)
-    ->Arg(1)
-    ->Arg(2)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_GgufDecodePackedVsStored, Q8_0, GgmlType::kQ8_0)
-    ->Arg(1)
-    ->Arg(2)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_GgufDecodePackedVsStored, Q4_K, GgmlType::kQ4_K)
-    ->Arg(1)
-    ->Arg(2)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_GgufDecodePackedVsStored, Q5_K, GgmlType::kQ5_K)
-    ->Arg(1)
-    ->Arg(2)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_GgufDecodePackedVsStored, Q6_K, GgmlType::kQ6_K)
-    ->Arg(1)
-    ->Arg(2)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+// stored rows against packed for the types with a packed layout: the decode GEMV at 1 and 2
+// threads, the prefill expert at one
+const int kPackedBenchmarks = [] {
+    const std::pair<const char*, GgmlType> types[] = {{"Q4_0", GgmlType::kQ4_0}, {"Q5_0", GgmlType::kQ5_0},
+                                                      {"Q8_0", GgmlType::kQ8_0}, {"Q4_K", GgmlType::kQ4_K},
+                                                      {"Q5_K", GgmlType::kQ5_K}, {"Q6_K", GgmlType::kQ6_K}};
+    for (const auto& [name, type] : types) {
+        benchmark::RegisterBenchmark((std::string("BM_GgufExpertGemmPackedVsStored/") + name).c_str(),
+                                     BM_GgufExpertGemmPackedVsStored, type)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
+        benchmark::RegisterBenchmark((std::string("BM_GgufDecodePackedVsStored/") + name).c_str(),
+                                     BM_GgufDecodePackedVsStored, type)
+            ->Arg(1)
+            ->Arg(2)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+    }
+    return 0;
+}();
 
 }  // namespace
 
