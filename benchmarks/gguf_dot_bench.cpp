@@ -158,22 +158,35 @@ void BM_GgufDecodePackedVsStored(benchmark::State& state, GgmlType type) {
     state.counters["packed_x"] = median(t_stored) / median(t_packed);
 }
 
-void BM_GgufExpertGemm(benchmark::State& state, GgmlType type) {
-    constexpr int64_t kTokens = 64, kIn = 1024, kOut = 384;
+// A prefill expert: kTokens token rows through one expert-sized [kOut, kIn] matrix of `type`.
+constexpr int64_t kTokens = 64, kIn = 1024, kOut = 384;
+struct ExpertProduct {
+    std::vector<uint8_t> w;
+    std::vector<float> x;  // [kTokens, kIn]
+    moeserve::kernels::GgufMatrix m;
+};
+
+ExpertProduct expert_product(GgmlType type) {
+    ExpertProduct e;
     const int64_t row_bytes = static_cast<int64_t>(*moeserve::ggml_nbytes(type, kIn));
-    std::vector<uint8_t> w(static_cast<size_t>(row_bytes * kOut));
+    e.w.resize(static_cast<size_t>(row_bytes * kOut));
     std::mt19937 rng(2);
     std::normal_distribution<float> normal(0.0f, 0.5f);
-    std::vector<float> x(static_cast<size_t>(kIn * kOut));
-    for (float& v : x) v = normal(rng);
-    for (int64_t r = 0; r < kOut; ++r) kc::quantize_gguf(type, x.data() + r * kIn, w.data() + r * row_bytes, kIn);
-    x.resize(static_cast<size_t>(kTokens * kIn));
-    const moeserve::kernels::GgufMatrix m{type, w.data(), kOut, kIn, static_cast<size_t>(row_bytes)};
+    e.x.resize(static_cast<size_t>(kIn * kOut));
+    for (float& v : e.x) v = normal(rng);
+    for (int64_t r = 0; r < kOut; ++r) kc::quantize_gguf(type, e.x.data() + r * kIn, e.w.data() + r * row_bytes, kIn);
+    e.x.resize(static_cast<size_t>(kTokens * kIn));
+    e.m = {type, e.w.data(), kOut, kIn, static_cast<size_t>(row_bytes)};
+    return e;
+}
+
+void BM_GgufExpertGemm(benchmark::State& state, GgmlType type) {
+    const ExpertProduct e = expert_product(type);
     std::vector<float> out(static_cast<size_t>(kTokens * kOut));
     kc::GgufScratch scratch;
     ThreadPool pool(1);
     for (auto _ : state) {
-        kc::gguf_linear(pool, x.data(), kTokens, m, out.data(), scratch);
+        kc::gguf_linear(pool, e.x.data(), kTokens, e.m, out.data(), scratch);
         benchmark::DoNotOptimize(out.data());
     }
     state.counters["GMACps"] = benchmark::Counter(static_cast<double>(kTokens * kIn * kOut) * 1e-9,
@@ -183,16 +196,9 @@ void BM_GgufExpertGemm(benchmark::State& state, GgmlType type) {
 // BM_GgufExpertGemm's product on the stored rows and on the same rows packed, alternating:
 // GMAC/s of each and packed / stored.
 void BM_GgufExpertGemmPackedVsStored(benchmark::State& state, GgmlType type) {
-    constexpr int64_t kTokens = 64, kIn = 1024, kOut = 384;
-    const int64_t row_bytes = static_cast<int64_t>(*moeserve::ggml_nbytes(type, kIn));
-    std::vector<uint8_t> w(static_cast<size_t>(row_bytes * kOut));
-    std::mt19937 rng(2);
-    std::normal_distribution<float> normal(0.0f, 0.5f);
-    std::vector<float> x(static_cast<size_t>(kIn * kOut));
-    for (float& v : x) v = normal(rng);
-    for (int64_t r = 0; r < kOut; ++r) kc::quantize_gguf(type, x.data() + r * kIn, w.data() + r * row_bytes, kIn);
-    x.resize(static_cast<size_t>(kTokens * kIn));
-    const moeserve::kernels::GgufMatrix stored{type, w.data(), kOut, kIn, static_cast<size_t>(row_bytes)};
+    const ExpertProduct e = expert_product(type);
+    const moeserve::kernels::GgufMatrix& stored = e.m;
+    const std::vector<float>& x = e.x;
     std::vector<uint8_t> packed_bytes(kc::gguf_packed_bytes(type, kOut, kIn));
     const moeserve::kernels::GgufMatrix packed = kc::gguf_pack(stored, packed_bytes.data());
     std::vector<float> out(static_cast<size_t>(kTokens * kOut));
