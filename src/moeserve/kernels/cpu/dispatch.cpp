@@ -211,11 +211,16 @@ GgufTiles::GgufTiles(GgmlType type, int packed_rows) : dot_(gguf_dot_kernel(type
     if (packed_rows != 1) {
         MOESERVE_CHECK(packed_rows == kGgufPackRows && gguf_has_packed_layout(type), "{} packed in {} rows",
                        ggml_type_name(type), packed_rows);
+        const bool q8_0 = gguf_dot_activation_type(type) == GgmlType::kQ8_0;
         for (int c = 0; c < kGgufTileCols; ++c) {
-            packed_[c] = isa == Isa::kRef ? detail::gguf_packed_tile_ref(type, c + 1)
-                                          : detail::gguf_packed_tile_avx2(type, c + 1);
+            packed_[c] = isa == Isa::kRef      ? detail::gguf_packed_tile_ref(type, c + 1)
+                         : isa >= Isa::kAvx512 ? detail::gguf_packed_tile_avx512(type, c + 1)
+                                               : detail::gguf_packed_tile_avx2(type, c + 1);
         }
-        if (isa != Isa::kRef && gguf_dot_activation_type(type) == GgmlType::kQ8_0) {
+        if (isa >= Isa::kAvx512) {
+            prepare_ = q8_0 ? &detail::gguf_prepare_packed_q8x2 : &detail::gguf_prepare_packed_q8kx2;
+            prepared_block_bytes_ = q8_0 ? sizeof(detail::GgufPackedQ8x2Block) : sizeof(detail::GgufPackedQ8Kx2Block);
+        } else if (isa != Isa::kRef && q8_0) {
             prepare_ = &detail::gguf_prepare_packed_q8;
             prepared_block_bytes_ = sizeof(detail::GgufPackedQ8Block);
         }

@@ -166,6 +166,43 @@ void gguf_prepare_packed_q8(const void* quantized_row, int64_t nb, void* dst) {
 
 namespace {
 
+// 32 activation bytes as [0-15 | 0-15 | 16-31 | 16-31].
+void twice_per_half(const int8_t* src, int8_t* dst) {
+    for (int half = 0; half < 2; ++half) {
+        std::memcpy(dst + 32 * half, src + 16 * half, 16);
+        std::memcpy(dst + 32 * half + 16, src + 16 * half, 16);
+    }
+}
+
+}  // namespace
+
+void gguf_prepare_packed_q8x2(const void* quantized_row, int64_t nb, void* dst) {
+    const auto* x = static_cast<const BlockQ8_0*>(quantized_row);
+    auto* y = static_cast<GgufPackedQ8x2Block*>(dst);
+    for (int64_t b = 0; b < nb; ++b) {
+        y[b].d = load_f16(x[b].d);
+        y[b].sum = 0;
+        for (int i = 0; i < kQK8_0; ++i) y[b].sum += x[b].qs[i];
+        twice_per_half(x[b].qs, y[b].qs);
+    }
+}
+
+void gguf_prepare_packed_q8kx2(const void* quantized_row, int64_t nb, void* dst) {
+    const auto* x = static_cast<const BlockQ8_K*>(quantized_row);
+    auto* y = static_cast<GgufPackedQ8Kx2Block*>(dst);
+    for (int64_t b = 0; b < nb; ++b) {
+        y[b].d = x[b].d;
+        for (int w = 0; w < kQK_K / 32; ++w) twice_per_half(x[b].qs + 32 * w, y[b].qs + 64 * w);
+        for (int i = 0; i < 32; ++i) y[b].bsums2[i] = x[b].bsums[(i / 16) * 8 + i % 8];
+        for (int i = 0; i < 32; ++i) {
+            const int j = i % 8;
+            y[b].pair_bsums4[i] = static_cast<int16_t>(x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
+        }
+    }
+}
+
+namespace {
+
 template <GgmlType T, int C>
 void packed_tile_ref(int64_t nb, int rows, const uint8_t* group, const uint8_t* const* a, float* out, int64_t ldo) {
     const GgmlTypeTraits t = ggml_traits(T);

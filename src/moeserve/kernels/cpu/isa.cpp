@@ -219,7 +219,7 @@ bool gemv_row_blocks() {
 void set_gemv_row_blocks(bool on) { g_row_blocks.set(on); }
 
 bool gguf_packed_rows() {
-    return g_gguf_packed.get([] { return active_isa() == Isa::kAvx2; });
+    return g_gguf_packed.get([] { return active_isa() != Isa::kRef; });
 }
 
 void set_gguf_packed_rows(bool on) { g_gguf_packed.set(on); }

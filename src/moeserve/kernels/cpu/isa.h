@@ -79,9 +79,10 @@ bool gemv_row_blocks();
 // Forces it (tests, benchmarks).
 void set_gemv_row_blocks(bool on);
 // Whether GGUF weights with a packed layout are repacked at load into groups of 8 interleaved
-// rows (gguf_packed.h): on at the avx2 level, where it was measured faster (docs/performance.md);
-// off at avx512, whose VNNI kernels read the stored rows, and at ref. MOESERVE_GGUF_PACKED=0|1
-// says otherwise (read once; any other value throws moeserve::Error).
+// rows (gguf_packed.h): on at the avx2 and avx512 levels, whose packed kernels were measured
+// faster than their kernels on the stored rows (docs/kernels.md), off at ref (its packed tile
+// unpacks each row). MOESERVE_GGUF_PACKED=0|1 says otherwise (read once; any other value throws
+// moeserve::Error).
 bool gguf_packed_rows();
 // Forces it (tests, benchmarks); matrices packed before stay packed.
 void set_gguf_packed_rows(bool on);

@@ -31,7 +31,7 @@ kernels::GgufMatrix gguf_rectangle(const kernels::GgufMatrix& m, int64_t row_beg
 size_t gguf_matrix_bytes(const kernels::GgufMatrix& m);
 
 // The matrices that the active backend repacks for its kernels (kernels::Ops::gguf_pack: 8
-// interleaved rows at the avx2 level), packed into one owned buffer; the others are left in the
+// interleaved rows at the avx2 and avx512 levels), packed into one owned buffer; the others are left in the
 // mapping. Returns the buffer (empty when nothing was packed). The mapped pages of every tensor
 // in `names` are then dropped from this process's resident memory, so a packed model holds about
 // its file's size, not twice it.
