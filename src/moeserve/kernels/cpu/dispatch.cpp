@@ -123,9 +123,11 @@ void matmul_tile_int8(const int8_t* qx, int64_t ldx, const float* sx, int64_t m,
 }
 
 void matmul_tile_int4(const float* x, int64_t ldx, int64_t m, const Int4Weights& w, float* out, int64_t ldo) {
-    // NOTE(#27): no AVX-512 int4 tile yet (none measured); every level above ref runs AVX2.
-    if (active_isa() == Isa::kRef) {
+    const Isa isa = active_isa();
+    if (isa == Isa::kRef) {
         matmul_tile_int4_ref(x, ldx, m, w, out, ldo);
+    } else if (isa >= Isa::kAvx512) {
+        matmul_tile_int4_avx512(x, ldx, m, w, out, ldo);
     } else {
         matmul_tile_int4_avx2(x, ldx, m, w, out, ldo);
     }

@@ -14,9 +14,9 @@ namespace moeserve::kernels::cpu::detail {
 // std::vector: a std template instantiated in a file built with -mavx512* may
 // be the copy the linker keeps for the whole program, and would then run
 // AVX-512 code on an AVX2-only CPU. So those files call no inline std code at
-// all. Slots 0..7 (0-1 the bf16 tile, 2 int8, 3 int4 panels, 4 flash attention (paged and MLA: never live at once), 5
-// the GGUF pair kernels' prepared row, 6 FP8 rows widened to f32, 7 a packed GGUF row unpacked): one kernel per slot,
-// so no two users of a slot are ever live on one thread.
+// all. Slots 0..7 (0-1 the bf16 tile, 2 int8, 3 int4 panels or reordered rows, 4 flash attention (paged and MLA: never
+// live at once), 5 the GGUF pair kernels' prepared row, 6 FP8 rows widened to f32, 7 a packed GGUF row unpacked): one
+// kernel per slot, so no two users of a slot are ever live on one thread.
 void* thread_scratch(int slot, int64_t bytes);
 
 // Scalar (dispatch.cpp), AVX2 (matmul_tile_avx2.cpp) and AVX-512 BF16
