@@ -153,13 +153,23 @@ void gguf_unpack_group_row(GgmlType type, int64_t nb, const uint8_t* group, int 
     }
 }
 
+namespace {
+
+// A prepared q8_0 block's f32 scale and the sum of its values.
+template <class Prepared>
+void scale_and_sum(const BlockQ8_0& x, Prepared& y) {
+    y.d = load_f16(x.d);
+    y.sum = 0;
+    for (int i = 0; i < kQK8_0; ++i) y.sum += x.qs[i];
+}
+
+}  // namespace
+
 void gguf_prepare_packed_q8(const void* quantized_row, int64_t nb, void* dst) {
     const auto* x = static_cast<const BlockQ8_0*>(quantized_row);
     auto* y = static_cast<GgufPackedQ8Block*>(dst);
     for (int64_t b = 0; b < nb; ++b) {
-        y[b].d = load_f16(x[b].d);
-        y[b].sum = 0;
-        for (int i = 0; i < kQK8_0; ++i) y[b].sum += x[b].qs[i];
+        scale_and_sum(x[b], y[b]);
         std::memcpy(y[b].qs, x[b].qs, kQK8_0);
     }
 }
@@ -180,9 +190,7 @@ void gguf_prepare_packed_q8x2(const void* quantized_row, int64_t nb, void* dst) 
     const auto* x = static_cast<const BlockQ8_0*>(quantized_row);
     auto* y = static_cast<GgufPackedQ8x2Block*>(dst);
     for (int64_t b = 0; b < nb; ++b) {
-        y[b].d = load_f16(x[b].d);
-        y[b].sum = 0;
-        for (int i = 0; i < kQK8_0; ++i) y[b].sum += x[b].qs[i];
+        scale_and_sum(x[b], y[b]);
         twice_per_half(x[b].qs, y[b].qs);
     }
 }

@@ -205,6 +205,32 @@ struct KSums {
     float yd[2];
 };
 
+// Activation rows 2 k and second_of_pair<C>(k) share sum[k]; an odd last row pairs with itself
+// (computed twice, stored once).
+template <int C>
+inline int second_of_pair(int k) {
+    return 2 * k + 1 < C ? 2 * k + 1 : 2 * k;
+}
+
+// The tile's C activation blocks at block b.
+template <int C>
+inline void k_blocks(const uint8_t* const* a, int64_t b, const GgufPackedQ8Kx2Block* y[C]) {
+    for (int c = 0; c < C; ++c) y[c] = reinterpret_cast<const GgufPackedQ8Kx2Block*>(a[c]) + b;
+}
+
+// sum += (d_w * d_a) * s for activation rows 2 k and second_of_pair<C>(k), s the 8 rows' integer
+// sums of the pairs' accumulators. Returns their d_a, [2 k | second].
+template <int C>
+inline __m512 add_block_sums(const __m512i acc[][4], const GgufPackedQ8Kx2Block* const* y, __m512 dw, int k,
+                             __m512& sum) {
+    const int c0 = 2 * k;
+    const int c1 = second_of_pair<C>(k);
+    const __m512i s = join(rows_of_pairs(acc[c0]), rows_of_pairs(acc[c1]));
+    const __m512 yd = pair_ps(y[c0]->d, y[c1]->d);
+    sum = _mm512_add_ps(sum, _mm512_mul_ps(_mm512_mul_ps(dw, yd), _mm512_cvtepi32_ps(s)));
+    return yd;
+}
+
 // Q4_K's 6-bit scales (sc) and mins of rows 0-7 from the three gathered 4-byte units, as 16-bit
 // lanes: per pair p, sc[p] = [row p's 8 | row p + 4's 8 | row p's 8 | row p + 4's 8]; mins[0]
 // rows 0-3 (a row per lane), mins[1] rows 4-7.
@@ -305,7 +331,7 @@ void tile_k4(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, fl
         const uint8_t* pb = w + static_cast<size_t>(b) * kBlock;
         prefetch_ahead<kBlock>(pb);
         const GgufPackedQ8Kx2Block* y[C];
-        for (int c = 0; c < C; ++c) y[c] = reinterpret_cast<const GgufPackedQ8Kx2Block*>(a[c]) + b;
+        k_blocks<C>(a, b, y);
         __m512i sc[4];
         __m512i mins[2];
         q4_k_scales(pb + 32, sc, mins);
@@ -321,13 +347,9 @@ void tile_k4(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, fl
         const __m512 dw = load_f16x8_twice(pb);
         const __m512 dmin = load_f16x8_twice(pb + 16);
         for (int k = 0; k < kPairs; ++k) {
-            const int c0 = 2 * k;
-            const bool two = c0 + 1 < C;
-            const int c1 = two ? c0 + 1 : c0;  // an odd last row computes its own twice
-            const __m512i s = join(rows_of_pairs(acc[c0]), rows_of_pairs(acc[c1]));
-            const __m512i s_min = rows_of_mins(mins, load512(y[c0]->pair_bsums4), load512(y[c1]->pair_bsums4));
-            const __m512 yd = pair_ps(y[c0]->d, y[c1]->d);
-            sum[k] = _mm512_add_ps(sum[k], _mm512_mul_ps(_mm512_mul_ps(dw, yd), _mm512_cvtepi32_ps(s)));
+            const __m512 yd = add_block_sums<C>(acc, y, dw, k, sum[k]);
+            const __m512i s_min =
+                rows_of_mins(mins, load512(y[2 * k]->pair_bsums4), load512(y[second_of_pair<C>(k)]->pair_bsums4));
             sum[k] = _mm512_sub_ps(sum[k], _mm512_mul_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(s_min)));
         }
     }
@@ -385,7 +407,7 @@ void tile_q6_k(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, 
         const uint8_t* pb = w + static_cast<size_t>(b) * kBlock;
         prefetch_ahead<kBlock>(pb);
         const GgufPackedQ8Kx2Block* y[C];
-        for (int c = 0; c < C; ++c) y[c] = reinterpret_cast<const GgufPackedQ8Kx2Block*>(a[c]) + b;
+        k_blocks<C>(a, b, y);
         __m512i acc[C][4];
         for (int p = 0; p < 4; ++p) {
             const uint8_t* pair = pb + 16 + 416 * p;
@@ -404,13 +426,7 @@ void tile_q6_k(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, 
             }
         }
         const __m512 dw = load_f16x8_twice(pb);
-        for (int k = 0; k < kPairs; ++k) {
-            const int c0 = 2 * k;
-            const int c1 = c0 + 1 < C ? c0 + 1 : c0;
-            const __m512i s = join(rows_of_pairs(acc[c0]), rows_of_pairs(acc[c1]));
-            const __m512 yd = pair_ps(y[c0]->d, y[c1]->d);
-            sum[k] = _mm512_add_ps(sum[k], _mm512_mul_ps(_mm512_mul_ps(dw, yd), _mm512_cvtepi32_ps(s)));
-        }
+        for (int k = 0; k < kPairs; ++k) add_block_sums<C>(acc, y, dw, k, sum[k]);
     }
     store_rows<C>(sum, rows, out, ldo);
 }
