@@ -6,13 +6,10 @@
 // through a 16-entry table per (row, group) in one register, scale * (code - zero) computed once
 // per code value (vpermps), which is the one rounding of dequantize_int4_row: only the order of
 // the f32 sums differs from the reference (as the AVX2 tile). Widening and scaling each code was
-// 0.8x of this speed. Shapes whose groups are not whole multiples of 32
-// columns, and many rows (prefill: the AVX2 tile's widened panels into the f32 GEMM), run the
-// AVX2 tile.
+// 0.8x of this speed. Shapes whose groups are not whole multiples of 32 columns, and many rows
+// (prefill: the AVX2 tile's widened panels into the f32 GEMM), run the AVX2 tile.
 // AVX-512 F/BW/VL/DQ code.
 #include <immintrin.h>
-
-#include <cstring>
 
 #include "moeserve/kernels/cpu/linear_int4.h"
 #include "moeserve/kernels/cpu/matmul_tile_isa.h"
