@@ -53,13 +53,11 @@ public:
         MOESERVE_CHECK(out.size() == in.size() * static_cast<size_t>(size()), "all_gather: out {} != {} x {}",
                        out.size(), size(), in.size());
         if (in.empty()) return;  // same size on every rank: all skip
-        guarded("all_gather", [&] {
-            gloo::AllgatherOptions o(ctx_);
-            o.setInput(const_cast<char*>(reinterpret_cast<const char*>(in.data())), in.size());
-            o.setOutput(reinterpret_cast<char*>(out.data()), out.size());
-            o.setTimeout(timeout_);
-            gloo::allgather(o);
-        });
+        gloo::AllgatherOptions o(ctx_);
+        o.setInput(const_cast<char*>(reinterpret_cast<const char*>(in.data())), in.size());
+        o.setOutput(reinterpret_cast<char*>(out.data()), out.size());
+        o.setTimeout(timeout_);
+        guarded("all_gather", [&] { gloo::allgather(o); });
     }
 
     void all_gather_v_bytes(std::span<const std::byte> in, const std::vector<size_t>& counts,
@@ -70,13 +68,11 @@ public:
                            in.size() == counts[static_cast<size_t>(rank())],
                        "all_gather_v: bad counts");
         if (total == 0) return;
-        guarded("all_gather_v", [&] {
-            gloo::AllgathervOptions o(ctx_);
-            o.setInput(const_cast<char*>(ptr(in)), in.size());
-            o.setOutput(reinterpret_cast<char*>(out.data()), counts);
-            o.setTimeout(timeout_);
-            gloo::allgatherv(o);
-        });
+        gloo::AllgathervOptions o(ctx_);
+        o.setInput(const_cast<char*>(ptr(in)), in.size());
+        o.setOutput(reinterpret_cast<char*>(out.data()), counts);
+        o.setTimeout(timeout_);
+        guarded("all_gather_v", [&] { gloo::allgatherv(o); });
     }
 
     void all_to_all_v_bytes(std::span<const std::byte> in, const std::vector<size_t>& send, std::span<std::byte> out,
@@ -84,13 +80,11 @@ public:
         MOESERVE_CHECK(send.size() == static_cast<size_t>(size()) && recv.size() == send.size(),
                        "all_to_all_v: counts for {} ranks", size());
         std::vector<int64_t> s(send.begin(), send.end()), r(recv.begin(), recv.end());
-        guarded("all_to_all_v", [&] {
-            gloo::AlltoallvOptions o(ctx_);
-            o.setInput(const_cast<char*>(ptr(in)), s);
-            o.setOutput(out.empty() ? &dummy_ : reinterpret_cast<char*>(out.data()), r);
-            o.setTimeout(timeout_);
-            gloo::alltoallv(o);
-        });
+        gloo::AlltoallvOptions o(ctx_);
+        o.setInput(const_cast<char*>(ptr(in)), s);
+        o.setOutput(out.empty() ? &dummy_ : reinterpret_cast<char*>(out.data()), r);
+        o.setTimeout(timeout_);
+        guarded("all_to_all_v", [&] { gloo::alltoallv(o); });
     }
 
     void reduce_scatter_sum(std::span<const float> in, std::span<float> out) override {
@@ -101,13 +95,11 @@ public:
         // NOTE: Gloo 2022 has no free-function reduce-scatter; an all-to-all of the blocks and a
         // local sum in rank order moves the same bytes as a direct reduce-scatter.
         recv_.resize(in.size());
-        guarded("reduce_scatter", [&] {
-            gloo::AlltoallOptions o(ctx_);
-            o.setInput(const_cast<float*>(in.data()), in.size());
-            o.setOutput(recv_.data(), recv_.size());
-            o.setTimeout(timeout_);
-            gloo::alltoall(o);
-        });
+        gloo::AlltoallOptions o(ctx_);
+        o.setInput(const_cast<float*>(in.data()), in.size());
+        o.setOutput(recv_.data(), recv_.size());
+        o.setTimeout(timeout_);
+        guarded("reduce_scatter", [&] { gloo::alltoall(o); });
         std::fill(out.begin(), out.end(), 0.0f);
         for (int r = 0; r < size(); ++r) {
             const float* src = recv_.data() + static_cast<size_t>(r) * n;
@@ -117,21 +109,17 @@ public:
 
     void broadcast_bytes(std::span<std::byte> data, int root) override {
         if (data.empty()) return;
-        guarded("broadcast", [&] {
-            gloo::BroadcastOptions o(ctx_);
-            o.setOutput(reinterpret_cast<char*>(data.data()), data.size());
-            o.setRoot(root);
-            o.setTimeout(timeout_);
-            gloo::broadcast(o);
-        });
+        gloo::BroadcastOptions o(ctx_);
+        o.setOutput(reinterpret_cast<char*>(data.data()), data.size());
+        o.setRoot(root);
+        o.setTimeout(timeout_);
+        guarded("broadcast", [&] { gloo::broadcast(o); });
     }
 
     void barrier() override {
-        guarded("barrier", [&] {
-            gloo::BarrierOptions o(ctx_);
-            o.setTimeout(timeout_);
-            gloo::barrier(o);
-        });
+        gloo::BarrierOptions o(ctx_);
+        o.setTimeout(timeout_);
+        guarded("barrier", [&] { gloo::barrier(o); });
     }
 
 private:
@@ -141,35 +129,49 @@ private:
 
     void all_reduce(void* data, size_t n, ReduceFn fn, const char* op) {
         if (n == 0) return;
-        guarded(op, [&] {
-            gloo::AllreduceOptions o(ctx_);
-            if (fn == static_cast<ReduceFn>(&gloo::sum<float>)) {
-                o.setOutput(static_cast<float*>(data), n);
-            } else {
-                o.setOutput(static_cast<int64_t*>(data), n);
-            }
-            o.setReduceFunction(fn);
-            o.setTimeout(timeout_);
-            gloo::allreduce(o);
-        });
+        gloo::AllreduceOptions o(ctx_);
+        if (fn == static_cast<ReduceFn>(&gloo::sum<float>)) {
+            o.setOutput(static_cast<float*>(data), n);
+        } else {
+            o.setOutput(static_cast<int64_t*>(data), n);
+        }
+        o.setReduceFunction(fn);
+        o.setTimeout(timeout_);
+        guarded(op, [&] { gloo::allreduce(o); });
     }
 
+    // Runs one Gloo call. Callers build the call's options outside `f`, so that the buffers they
+    // own outlive break_off on failure.
     template <typename F>
     void guarded(const char* op, F&& f) {
         if (broken_) raise(ErrorCode::kUnavailable, "{}: {} after an earlier failure: {}", name_, op, broken_reason_);
         try {
             f();
         } catch (const gloo::Exception& e) {
-            broken_ = true;
-            broken_reason_ = e.what();
+            break_off(e.what());
             raise(ErrorCode::kUnavailable,
                   "{}: {} failed: {} (a peer rank died, stalled past {} ms, or ran a "
                   "different collective)",
                   name_, op, e.what(), timeout_.count());
         } catch (const gloo::EnforceNotMet& e) {
-            broken_ = true;
-            broken_reason_ = e.what();
+            break_off(e.what());
             raise(ErrorCode::kUnavailable, "{}: {} failed: {}", name_, op, e.what());
+        }
+    }
+
+    // Marks the communicator broken and closes every pair, before the caller's options (and the
+    // buffers they own) are destroyed. Gloo's device thread signals a failing pair's error to each
+    // of its pending buffers one by one, under the pair's lock; the first signal already wakes this
+    // thread, and the same buffer can be signalled again (it may sit in two of the pair's queues).
+    // Closing a pair takes that lock, so it waits for the signalling to finish, and takes the pair
+    // off the device thread for good (CI's TSan saw a buffer destroyed under a second signal).
+    void break_off(const char* reason) {
+        broken_ = true;
+        broken_reason_ = reason;
+        try {
+            ctx_->closeConnections();
+        } catch (const std::exception&) {
+            // Closing is best effort: the communicator is broken either way.
         }
     }
 
