@@ -6,7 +6,8 @@
 #   benchmarks/gguf_ab.sh LLAMA_BIN_DIR FILE.gguf [FILE.gguf ...]
 # LLAMA_BIN_DIR holds llama-bench (any llama.cpp build). Environment: MOESERVE_BIN (default
 # build/src/moeserve/cli/moeserve), ROUNDS (default "1 2 3"), THREADS (default 2), STREAM_BIN (default:
-# stream_read.c compiled into $TMPDIR). Prints the CPU, the ISA moeserve picked and the load with the
+# stream_read.c compiled into $TMPDIR), WARMUP (default 1: `generate --warmup`, untimed runs of each
+# prompt first, as llama-bench warms up with one; 0 times the cold first forward). Prints the CPU, the ISA moeserve picked and the load with the
 # figures; a round whose STREAM read dips far below the others had a noisy neighbour.
 set -euo pipefail
 if [ $# -lt 2 ]; then
@@ -32,7 +33,7 @@ P518=$(for _ in $(seq 37); do printf 'The quick brown fox jumps over the lazy do
 
 # moeserve generate on FILE: "prefill X tok/s, decode Y tok/s"
 ms() {
-  "$MS" generate --model "$1" --prompt "$2" --max-tokens "$3" --ignore-eos --threads "$T" --no-progress 2>&1 |
+  "$MS" generate --model "$1" --warmup "${WARMUP:-1}" --prompt "$2" --max-tokens "$3" --ignore-eos --threads "$T" --no-progress 2>&1 |
     grep -o "generate:.*" | sed -E 's/.*prefill ([0-9.]+) tok\/s.*decode ([0-9.]+) tok\/s.*/prefill \1 tok\/s, decode \2 tok\/s/'
 }
 # llama-bench on FILE: "pp512 X t/s, tg64 Y t/s" (mean of 2 repetitions each)

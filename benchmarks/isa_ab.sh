@@ -5,6 +5,7 @@
 # rows forced to avx2 (the Zen3 path), both weight walks of the avx512 GEMV and the opt-in
 # bf16-rounded prefill. Run from the project root:
 #   MOESERVE_BIN=build/src/moeserve/cli/moeserve ROUNDS="1 2 3" benchmarks/isa_ab.sh
+# WARMUP (default 1): `generate --warmup`, untimed runs of each prompt first, as llama-bench warms up.
 P=${PEER_DIR:-$HOME/.cache/moeserve-peer}
 LB=$P/llama.cpp/build/bin/llama-bench
 MS=${MOESERVE_BIN:-build/src/moeserve/cli/moeserve}
@@ -12,7 +13,7 @@ HF=$P/models/qwen3moe-bench-hf
 STREAM=${STREAM_BIN:-$P/stream_read}
 P518="$(/usr/bin/python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog near the river bank.']*37))")"
 DEC='The history of the Roman Empire spans many centuries, and'
-ms() { "$MS" generate --model "$HF" --quantization "$1" --prompt "$2" --max-tokens "$3" --ignore-eos --threads "${T:-2}" 2>&1 |
+ms() { "$MS" generate --model "$HF" --warmup "${WARMUP:-1}" --quantization "$1" --prompt "$2" --max-tokens "$3" --ignore-eos --threads "${T:-2}" 2>&1 |
   grep -o "generate:.*" | sed -E 's/.*prefill ([0-9.]+) tok\/s.*decode ([0-9.]+) tok\/s.*/prefill \1 tok\/s, decode \2 tok\/s/'; }
 lscpu | grep -E "Model name|^CPU\(s\)"
 MOESERVE_ISA=avx512 "$MS" env 2>/dev/null | grep -E "isa|cpu" || "$MS" env

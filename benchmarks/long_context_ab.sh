@@ -10,7 +10,9 @@
 # MODEL.gguf and HF_MODEL_DIR hold the same weights (benchmarks/peer/make_models.sh writes both).
 # Environment: MOESERVE_BIN (default build/src/moeserve/cli/moeserve), ROUNDS (default "1 2"),
 # THREADS (default 2), LENGTHS (default "512 4096 16384"), STREAM_BIN (default: stream_read.c
-# compiled into $TMPDIR), MOESERVE_ARGS (extra flags for moeserve generate, e.g. --kv-cache-dtype).
+# compiled into $TMPDIR), MOESERVE_ARGS (extra flags for moeserve generate, e.g. --kv-cache-dtype),
+# WARMUP (default 1: `generate --warmup`, untimed runs of each prompt first, as llama-bench warms up
+# with one; 0 times the process's first, cold forward).
 set -euo pipefail
 if [ $# -ne 3 ]; then
   sed -n '2,13p' "$0" >&2
@@ -39,7 +41,7 @@ for n in $LENGTHS; do [ "$n" -gt "$longest" ] && longest=$n; done
 
 # moeserve generate: "prompt P tokens, prefill X tok/s | decode Y tok/s"
 ms() {
-  "$MS" generate --model "$HF" --prompt "$(prompt_of "$1")" --max-tokens "$2" --ignore-eos --threads "$T" \
+  "$MS" generate --model "$HF" --warmup "${WARMUP:-1}" --prompt "$(prompt_of "$1")" --max-tokens "$2" --ignore-eos --threads "$T" \
     --no-progress --max-model-len $((longest + 256)) ${MOESERVE_ARGS:-} 2>&1 |
     grep -o "generate:.*" | sed -E 's/.*prompt ([0-9]+) tokens, prefill ([0-9.]+) tok\/s.*decode ([0-9.]+) tok\/s.*/prompt \1 tokens, prefill \2 tok\/s | decode \3 tok\/s/'
 }

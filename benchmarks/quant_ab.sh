@@ -9,7 +9,8 @@
 # int4 (W4A16, groups of 128) against int8 and bf16 on the bench-size Qwen3-MoE:
 #   MODEL=/tmp/qwen3-bench MAKE_ARGS="--arch qwen3_moe --size bench --seed 1" QUANTS="w4a16 w8a8 none" \
 #     AVX2_QUANTS="w4a16 w8a8" benchmarks/quant_ab.sh
-# STREAM_BIN: stream_read built from benchmarks/stream_read.c (gcc -O3 -mavx2 -fopenmp).
+# STREAM_BIN: stream_read built from benchmarks/stream_read.c (gcc -O3 -mavx2 -fopenmp). WARMUP (default
+# 1): `generate --warmup`, untimed runs of each prompt first (0: the cold first forward).
 set -euo pipefail
 MS=${MOESERVE_BIN:-build/src/moeserve/cli/moeserve}
 MODEL=${MODEL:-/tmp/dsv3-bench-fp8}
@@ -22,7 +23,7 @@ DEC='The history of the Roman Empire spans many centuries, and'
 # rates and peak RSS (MiB) of one generate run
 ms() {
   local out
-  out=$(/usr/bin/time -f "rss_kb %M" "$MS" generate --model "$MODEL" --quantization "$1" --prompt "$2" \
+  out=$(/usr/bin/time -f "rss_kb %M" "$MS" generate --model "$MODEL" --warmup "${WARMUP:-1}" --quantization "$1" --prompt "$2" \
     --max-tokens "$3" --ignore-eos --threads "${T:-2}" 2>&1)
   echo "$(grep -o "generate:.*" <<<"$out" |
     sed -E 's/.*prefill ([0-9.]+) tok\/s.*decode ([0-9.]+) tok\/s.*/prefill \1 tok\/s, decode \2 tok\/s/'), peak RSS \

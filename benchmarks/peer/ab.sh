@@ -7,6 +7,7 @@
 # 518-token prompt (prefill rate) and a short prompt decoding $DECODE_TOKENS tokens (decode rate).
 # Needs build_llamacpp.sh and make_models.sh first. Run from the project root:
 #   MOESERVE_BIN=build/src/moeserve/cli/moeserve ROUNDS=3 benchmarks/peer/ab.sh
+# WARMUP (default 1): `generate --warmup`, untimed runs of each prompt first, as llama-bench warms up.
 # A quick check that everything runs (numbers meaningless):
 #   ROUNDS=1 THREADS=1 DECODE_TOKENS=2 LLAMA_REPS=1 LLAMA_PROMPT=16 PROMPT_SENTENCES=1 benchmarks/peer/ab.sh
 set -euo pipefail
@@ -49,7 +50,7 @@ print("%-20s prefill %s: %s tok/s   decode %s: %s tok/s"
 
 ms_rate() {  # quantization, prompt, max tokens: "P tok/s (N-token prompt)" for 1 token, else "D tok/s"
   local out line
-  out=$("$MS" generate --model "$HF" --quantization "$1" --prompt "$2" --max-tokens "$3" --ignore-eos \
+  out=$("$MS" generate --model "$HF" --warmup "${WARMUP:-1}" --quantization "$1" --prompt "$2" --max-tokens "$3" --ignore-eos \
     --threads "$THREADS" --no-progress 2>&1) || { echo "failed: $(printf '%s\n' "$out" | tail -n 1)"; return 0; }
   # the summary goes to stderr right after the generated text, which ends without a newline
   line=$(printf '%s\n' "$out" | grep -m 1 -o 'generate: load .*') || { echo "no summary line"; return 0; }

@@ -105,6 +105,13 @@ class PromptEqualsBatch(unittest.TestCase):
         [banned] = batch([{**bias, "bad_words": [word]}])
         self.assertNotIn(7, banned["outputs"][0]["token_ids"])
 
+    def test_warmup_does_not_change_the_text(self):
+        # The warmup runs are untimed copies of the request under their own cache salt.
+        for flags in (["--max-tokens", "8"], ["--max-tokens", "8", "--enable-prefix-caching"],
+                      ["--max-tokens", "8", "--temperature", "0.9", "--seed", "3"]):
+            with self.subTest(flags=flags):
+                self.assertEqual(single("Hello", *flags), single("Hello", *flags, "--warmup", "2"))
+
     def test_max_num_seqs_does_not_change_the_text(self):
         # Single-prompt mode sizes its KV cache for one sequence unless told otherwise.
         self.assertEqual(single("Hello", "--max-tokens", "8")[0], single("Hello", "--max-tokens", "8", "--max-num-seqs", "4")[0])
@@ -126,6 +133,8 @@ class Refusals(unittest.TestCase):
         self.refused("error: 'top_p' must be in (0, 1]; got 0 (--top-p)", "--prompt", "Hi", "--top-p", "0")
         self.refused("error: generate needs either --prompt or --input (with --output), not neither")
         self.refused("error: --input needs --output FILE", "--input", "x.jsonl")
+        self.refused("error: --warmup times --prompt; it does not apply to --input", "--input", "x.jsonl",
+                     "--output", "y.jsonl", "--warmup", "1")
         self.refused("error: This model's maximum context length is 32 tokens. However, you requested 41 tokens",
                      "--prompt", "Hi", "--max-model-len", "32", "--max-tokens", "40")
 

@@ -38,6 +38,7 @@ struct GenerateOptions {
     bool max_num_seqs_given = false;  // single-prompt mode sizes the KV cache for one sequence unless told
     GenerateBatchOptions batch;       // --input / --output mode; batch.engine: the engine's flags (both modes)
     bool no_progress = false;
+    int warmup = 0;  // untimed runs of the prompt first (single-prompt mode)
 };
 
 using Clock = std::chrono::steady_clock;
@@ -53,6 +54,20 @@ std::vector<int32_t> prompt_tokens(const GenerateOptions& o, const tokenizer::To
     const auto tmpl = tokenizer::ChatTemplate::parse(*tok.chat_template());
     const nlohmann::ordered_json messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", o.prompt}}});
     return tokenizer::encode_chat_prompt(tok, tmpl, messages, /*add_generation_prompt=*/true);
+}
+
+// `runs` untimed runs of the request before the timed one, as llama-bench warms up: the first
+// forward of a process also grows its buffers and touches its weights' pages. Two tokens each (a
+// prefill and a decode step), under their own cache salt, so none of their KV blocks is reused.
+void warm_up(OfflineEngine& e, const ipc::AddRequest& add, int runs) {
+    for (int i = 0; i < runs; ++i) {
+        ipc::AddRequest w = add;
+        w.request_id = fmt::format("warmup-{}", i);
+        w.sampling.max_tokens = std::min(w.sampling.max_tokens, 2);
+        w.sampling.cache_salt = "moeserve-generate-warmup";
+        e.core->add_request(w);
+        while (e.core->has_unfinished_requests()) e.core->step();
+    }
 }
 
 // One request through the engine: the prompt, then each step's new text as it comes out.
@@ -96,6 +111,7 @@ int run_generate(const GenerateOptions& o, const CheckedEngineOptions& checked) 
         raise(ErrorCode::kInvalidArgument, "{} (--{})", err.what(), flag);
     }
 
+    warm_up(e, add, o.warmup);
     serve::OutputProcessor processor(tok);
     processor.add_request(add.request_id, serve::OutputOptions{});
     e.core->add_request(add);
@@ -150,6 +166,7 @@ int run_generate_command(GenerateOptions& o) {
               o.prompt.empty() ? "neither" : "both");
     }
     if (!o.prompt.empty()) return run_generate(o, checked);
+    if (o.warmup > 0) raise(ErrorCode::kInvalidArgument, "--warmup times --prompt; it does not apply to --input");
     if (o.batch.output.empty()) raise(ErrorCode::kInvalidArgument, "--input needs --output FILE");
     o.batch.progress = !o.no_progress;
     return run_generate_batch(o.batch, checked);
@@ -178,6 +195,11 @@ void add_generate_command(CLI::App& app, Action* action) {
     sub->add_option("--top-k", o->top_k, "0 = off")->capture_default_str();
     sub->add_option("--min-p", o->min_p)->capture_default_str();
     sub->add_flag("--ignore-eos", o->ignore_eos, "keep generating after an end-of-sequence token");
+    sub->add_option("--warmup", o->warmup,
+                    "untimed runs of the prompt (two tokens each) before the timed one, like llama-bench's "
+                    "warmup (single-prompt mode)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 100));
     sub->callback([o, action, max_num_seqs] {
         o->max_num_seqs_given = max_num_seqs->count() > 0;
         *action = [o] { return run_generate_command(*o); };

@@ -95,6 +95,21 @@ void matmul_tile(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16
     }
 }
 
+bool matmul_rounds_x(int64_t m) { return m > kGemvMaxRows && active_isa() >= Isa::kAvx512 && bf16_round_activations(); }
+
+int64_t rounded_row_stride(int64_t k) { return (k + 31) / 32 * 32; }
+
+void round_rows_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, uint16_t* xb) {
+    MOESERVE_CHECK(active_isa() >= Isa::kAvx512, "round_rows_bf16 needs the avx512 level");
+    round_rows_bf16_avx512(x, ldx, m, k, xb);
+}
+
+void matmul_tile_rounded(const uint16_t* xb, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out,
+                         int64_t ldo, float* pack) {
+    MOESERVE_CHECK(matmul_rounds_x(m), "matmul_tile_rounded: the active tile keeps {} rows in f32", m);
+    matmul_tile_rounded_avx512(xb, m, k, w, n, out, ldo, pack);
+}
+
 void matmul_tile(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* out, int64_t ldo,
                  float* pack) {
     // f32 weights (routers, every float weight under --dtype float32, tests) stay on the AVX2

@@ -3,6 +3,7 @@
 // matmul_tile_avx2.cpp on its chunk.
 #include <algorithm>
 #include <atomic>
+#include <type_traits>
 #include <vector>
 
 #include "moeserve/kernels/cpu/linear.h"
@@ -13,6 +14,20 @@ namespace {
 
 // Below this many multiply-adds the fork/join costs more than it saves.
 constexpr int64_t kMinParallelMacs = 1 << 15;
+
+// One column chunk [j0, j1) of out: from x rounded once for all chunks (xb) where the bf16 tile
+// rounds its rows (matmul_tile.h), else from x.
+template <typename W>
+void linear_chunk(const float* x, const uint16_t* xb, int64_t m, int64_t k, const W* w, int64_t n, int64_t j0,
+                  int64_t j1, float* out, float* pack) {
+    if constexpr (std::is_same_v<W, uint16_t>) {
+        if (xb != nullptr) {
+            detail::matmul_tile_rounded(xb, m, k, w + j0 * k, j1 - j0, out + j0, n, pack);
+            return;
+        }
+    }
+    detail::matmul_tile(x, k, m, k, w + j0 * k, j1 - j0, out + j0, n, pack);
+}
 
 template <typename W>
 void linear_impl(ThreadPool& pool, const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* out) {
@@ -31,6 +46,14 @@ void linear_impl(ThreadPool& pool, const float* x, int64_t m, int64_t k, const W
     const int64_t per_chunk = std::max<int64_t>(grain, (n + parts - 1) / parts);
     const int64_t chunk = (per_chunk + grain - 1) / grain * grain;
     const int64_t num_chunks = (n + chunk - 1) / chunk;
+    // The calling thread's buffer, kept across calls (no page faults per call).
+    thread_local std::vector<uint16_t> rounded;
+    const uint16_t* xb = nullptr;
+    if (std::is_same_v<W, uint16_t> && detail::matmul_rounds_x(m)) {
+        rounded.resize(size_t(m * detail::rounded_row_stride(k)));
+        detail::round_rows_bf16(x, k, m, k, rounded.data());
+        xb = rounded.data();
+    }
     std::atomic<int64_t> next{0};
     pool.run([&](int) {
         int64_t c = next.fetch_add(1, std::memory_order_relaxed);
@@ -38,7 +61,7 @@ void linear_impl(ThreadPool& pool, const float* x, int64_t m, int64_t k, const W
         std::vector<float> pack(gemm ? static_cast<size_t>(detail::matmul_pack_floats()) : 0);
         for (; c < num_chunks; c = next.fetch_add(1, std::memory_order_relaxed)) {
             const int64_t j0 = c * chunk, j1 = std::min(n, j0 + chunk);
-            detail::matmul_tile(x, k, m, k, w + j0 * k, j1 - j0, out + j0, n, pack.data());
+            linear_chunk(x, xb, m, k, w, n, j0, j1, out, pack.data());
         }
     });
 }

@@ -34,21 +34,13 @@ inline void store_row32(float* c, __m512 v0, __m512 v1, __mmask16 m0, __mmask16 
     _mm512_mask_storeu_ps(c + 16, m1, v1);
 }
 
-// x [m, k] (row stride ldx) as P bf16 rows [m, kp] each (kp a multiple of 32, zero past k):
-// part 0 = bf16(x), part p = bf16(x - parts 0..p-1). Each rounding keeps 8 more bits, so
-// |x - sum of P parts| <= 2^(-9P) |x|. The GEMM uses P = 1 (x rounded once).
-template <int P>
-void split_rows(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t kp, uint16_t* parts) {
+// x [m, k] (row stride ldx) rounded to bf16 rows [m, kp] (kp a multiple of 32, zero past k):
+// 2^-9 relative per element.
+void round_rows(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t kp, uint16_t* xb) {
     for (int64_t i = 0; i < m; ++i) {
         for (int64_t p = 0; p < kp; p += 16) {
-            __m512 r = _mm512_maskz_loadu_ps(tail_mask16(k - p), x + i * ldx + p);
-#pragma GCC unroll 3
-            for (int q = 0; q < P; ++q) {
-                const __m256bh h = _mm512_cvtneps_pbh(r);
-                _mm256_store_si256(reinterpret_cast<__m256i*>(parts + (q * m + i) * kp + p), (__m256i)h);
-                const __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)h), 16));
-                r = _mm512_sub_ps(r, hf);
-            }
+            const __m512 r = _mm512_maskz_loadu_ps(tail_mask16(k - p), x + i * ldx + p);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(xb + i * kp + p), (__m256i)_mm512_cvtneps_pbh(r));
         }
     }
 }
@@ -182,8 +174,10 @@ void gemv(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, 
 // ~1e-3 relative), twice the f32-FMA rate per instruction. Weights are packed per block into
 // panels of 32 rows x kc as bf16 pairs: panel[q * 32 + c] = (w[c, 2q], w[c, 2q+1]) as one 32-bit
 // word, so a micro-kernel step is two 64-byte loads, one broadcast pair of x per row and two
-// vdpbf16ps per row, MR x 32 outputs in 2 * MR zmm accumulators. (The kernel takes x as P bf16
-// parts; P = 1 is the one used.) On the Intel Xeon measured it is slower than gemm_f32.
+// vdpbf16ps per row, MR x 32 outputs in 2 * MR zmm accumulators. Callers that run several tiles
+// over the same rows (each expert's row blocks, a linear's column chunks) round them once
+// (round_rows_bf16_avx512) and call matmul_tile_rounded_avx512: rounding inside every tile cost a
+// fifth of the prefill on Zen5. On the Intel Xeon measured it is slower than gemm_f32.
 constexpr int64_t kKc = 512;  // k per block (256 pairs): an 8-row x block is 8 KiB in L1
 constexpr int64_t kNc = 128;  // weight rows per packed block: 128 KiB of pairs in L2
 constexpr int kPr = 32;       // panel width (2 zmm of f32 outputs)
@@ -206,10 +200,9 @@ void pack_panel(const uint16_t* w, int64_t k, int64_t rows, int64_t p0, int64_t 
     }
 }
 
-// c[MR, ncols] (+)= x pairs [MR, pairs] @ panel [pairs, 32], x as P parts (part q of row i at
-// xs + (q * mp + i) * ldxa words), each multiplied by the same panel step.
-template <int MR, int P>
-void micro_kernel(const uint32_t* xs, int64_t mp, int64_t ldxa, const uint32_t* b, int64_t pairs, float* c, int64_t ldc,
+// c[MR, ncols] (+)= x pairs [MR, pairs] (row stride ldxa words) @ panel [pairs, 32].
+template <int MR>
+void micro_kernel(const uint32_t* xs, int64_t ldxa, const uint32_t* b, int64_t pairs, float* c, int64_t ldc,
                   int64_t ncols, bool accumulate) {
     __m512 acc0[MR], acc1[MR];
 #pragma GCC unroll 8
@@ -219,12 +212,9 @@ void micro_kernel(const uint32_t* xs, int64_t mp, int64_t ldxa, const uint32_t* 
         const __m512bh b1 = as_bh(_mm512_load_si512(b + q * kPr + 16));
 #pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 3
-            for (int part = 0; part < P; ++part) {
-                const __m512bh a = as_bh(_mm512_set1_epi32(static_cast<int>(xs[(part * mp + i) * ldxa + q])));
-                acc0[i] = _mm512_dpbf16_ps(acc0[i], a, b0);
-                acc1[i] = _mm512_dpbf16_ps(acc1[i], a, b1);
-            }
+            const __m512bh a = as_bh(_mm512_set1_epi32(static_cast<int>(xs[i * ldxa + q])));
+            acc0[i] = _mm512_dpbf16_ps(acc0[i], a, b0);
+            acc1[i] = _mm512_dpbf16_ps(acc1[i], a, b1);
         }
     }
     const __mmask16 m0 = tail_mask16(ncols), m1 = tail_mask16(ncols - 16);
@@ -232,43 +222,15 @@ void micro_kernel(const uint32_t* xs, int64_t mp, int64_t ldxa, const uint32_t* 
     for (int i = 0; i < MR; ++i) store_row32(c + i * ldc, acc0[i], acc1[i], m0, m1, accumulate);
 }
 
-template <int P>
-void micro_dispatch(int mr, const uint32_t* xs, int64_t mp, int64_t ldxa, const uint32_t* b, int64_t pairs, float* c,
-                    int64_t ldc, int64_t ncols, bool acc) {
-    switch (mr) {
-        case 1:
-            micro_kernel<1, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc);
-            break;
-        case 2:
-            micro_kernel<2, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc);
-            break;
-        case 3:
-            micro_kernel<3, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc);
-            break;
-        case 4:
-            micro_kernel<4, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc);
-            break;
-        case 5:
-            micro_kernel<5, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc);
-            break;
-        case 6:
-            micro_kernel<6, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc);
-            break;
-        case 7:
-            micro_kernel<7, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc);
-            break;
-        default:
-            micro_kernel<8, P>(xs, mp, ldxa, b, pairs, c, ldc, ncols, acc);
-            break;
-    }
-}
+using MicroPairs = void (*)(const uint32_t*, int64_t, const uint32_t*, int64_t, float*, int64_t, int64_t, bool);
+// One instantiation per row count 1..kMr.
+constexpr MicroPairs kMicroPairsByRows[] = {micro_kernel<1>, micro_kernel<2>, micro_kernel<3>, micro_kernel<4>,
+                                            micro_kernel<5>, micro_kernel<6>, micro_kernel<7>, micro_kernel<8>};
+static_assert(sizeof(kMicroPairsByRows) / sizeof(kMicroPairsByRows[0]) == kMr);
 
-template <int P>
-void gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out, int64_t ldo,
-          uint32_t* pack) {
-    const int64_t kp = (k + 31) / 32 * 32;
-    auto* xb = static_cast<uint16_t*>(thread_scratch(1, P * m * kp * 2));
-    split_rows<P>(x, ldx, m, k, kp, xb);
+// x as bf16 rows (xb, row stride kp = k rounded up to 32, zero past k).
+void gemm_pairs(const uint16_t* xb, int64_t kp, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out,
+                int64_t ldo, uint32_t* pack) {
     const auto* xs = reinterpret_cast<const uint32_t*>(xb);
     const int64_t ldxa = kp / 2;
     // Equal k blocks of even length (k = 1024: two of 512; 384: one).
@@ -283,15 +245,21 @@ void gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, 
                 pack_panel(w + (j0 + q * kPr) * k, k, imin(kPr, nc - q * kPr), p0, kc, pack + q * pairs * kPr);
             }
             for (int64_t i0 = 0; i0 < m; i0 += kMr) {
-                const int mr = static_cast<int>(imin(kMr, m - i0));
+                const MicroPairs micro = kMicroPairsByRows[imin(kMr, m - i0) - 1];
                 const int64_t xo = i0 * ldxa + p0 / 2;
                 for (int64_t q = 0; q < num_panels; ++q) {
-                    micro_dispatch<P>(mr, xs + xo, m, ldxa, pack + q * pairs * kPr, pairs,
-                                      out + i0 * ldo + j0 + q * kPr, ldo, imin(kPr, nc - q * kPr), p0 > 0);
+                    micro(xs + xo, ldxa, pack + q * pairs * kPr, pairs, out + i0 * ldo + j0 + q * kPr, ldo,
+                          imin(kPr, nc - q * kPr), p0 > 0);
                 }
             }
         }
     }
+}
+
+// The pack buffer is 32-byte aligned at best; the panels want 64 for aligned loads.
+void* align64(float* pack) {
+    const auto addr = reinterpret_cast<uintptr_t>(pack);
+    return reinterpret_cast<void*>((addr + 63) & ~uintptr_t{63});
 }
 
 // ---- GEMM (m > kGemvMaxRows, prefill), f32 accuracy: the default. ----
@@ -430,14 +398,24 @@ void matmul_tile_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, const
         gemv(x, ldx, m, k, w, n, out, ldo, options.gemv_row_blocks);
         return;
     }
-    // The pack buffer is 32-byte aligned at best; the panels want 64 for aligned loads.
-    const auto addr = reinterpret_cast<uintptr_t>(pack);
-    void* aligned = reinterpret_cast<void*>((addr + 63) & ~uintptr_t{63});
     if (options.round_x) {
-        gemm<1>(x, ldx, m, k, w, n, out, ldo, static_cast<uint32_t*>(aligned));
+        const int64_t kp = rounded_row_stride(k);
+        auto* xb = static_cast<uint16_t*>(thread_scratch(1, m * kp * 2));
+        round_rows(x, ldx, m, k, kp, xb);
+        gemm_pairs(xb, kp, m, k, w, n, out, ldo, static_cast<uint32_t*>(align64(pack)));
     } else {
-        gemm_f32(x, ldx, m, k, w, n, out, ldo, static_cast<float*>(aligned));
+        gemm_f32(x, ldx, m, k, w, n, out, ldo, static_cast<float*>(align64(pack)));
     }
+}
+
+void round_rows_bf16_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, uint16_t* xb) {
+    round_rows(x, ldx, m, k, rounded_row_stride(k), xb);
+}
+
+void matmul_tile_rounded_avx512(const uint16_t* xb, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out,
+                                int64_t ldo, float* pack) {
+    if (m <= 0 || n <= 0) return;
+    gemm_pairs(xb, rounded_row_stride(k), m, k, w, n, out, ldo, static_cast<uint32_t*>(align64(pack)));
 }
 
 }  // namespace moeserve::kernels::cpu::detail

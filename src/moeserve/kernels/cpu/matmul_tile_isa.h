@@ -39,6 +39,10 @@ struct Avx512Bf16Options {
 void matmul_tile_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out,
                         int64_t ldo, float* pack, Avx512Bf16Options options);
 int64_t matmul_pack_floats_avx512();
+// matmul_tile.h's round_rows_bf16 / matmul_tile_rounded at the avx512 level.
+void round_rows_bf16_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, uint16_t* xb);
+void matmul_tile_rounded_avx512(const uint16_t* xb, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out,
+                                int64_t ldo, float* pack);
 
 // int8: scalar, AVX2 (linear_int8_avx2.cpp), AVX-512 VNNI
 // (linear_int8_avx512.cpp).

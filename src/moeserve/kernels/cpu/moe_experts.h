@@ -23,8 +23,11 @@ struct MoeScratch {
     std::vector<int32_t> offsets, token_index, slot_index;
     std::vector<float> gathered, gate_up, act, down_out;
     std::vector<float> pack;  // [threads, matmul_pack_floats()]: each thread's GEMM packing
-    MoeInt8Scratch int8;      // int8 experts only: kept here so one scratch serves every layer of a model
-    GgufScratch gguf;         // GGUF experts only (gguf_linear.h), likewise
+    // bf16 weights under a rounding tile (matmul_tile.h matmul_rounds_x): gathered and act rounded
+    // to bf16 once per call, rows padded to rounded_row_stride.
+    std::vector<uint16_t> gathered_bf16, act_bf16;
+    MoeInt8Scratch int8;  // int8 experts only: kept here so one scratch serves every layer of a model
+    GgufScratch gguf;     // GGUF experts only (gguf_linear.h), likewise
 };
 
 // x f32 [num_tokens, hidden]; topk_ids int32 / topk_weights f32 [num_tokens, k];

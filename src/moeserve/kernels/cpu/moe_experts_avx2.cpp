@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "moeserve/kernels/cpu/matmul_tile.h"
@@ -35,6 +36,29 @@ void run_items(ThreadPool& pool, int64_t num_items, bool need_pack, std::vector<
     });
 }
 
+// Rows [0, total) of x [total, k] rounded into xb (matmul_tile.h round_rows_bf16), in parallel.
+void round_rows_parallel(ThreadPool& pool, const float* x, int64_t total, int64_t k, std::vector<uint16_t>& xb) {
+    const int64_t kp = detail::rounded_row_stride(k);
+    xb.resize(size_t(total * kp));
+    pool.parallel_for(total, [&](int64_t r0, int64_t r1) {
+        detail::round_rows_bf16(x + r0 * k, k, r1 - r0, k, xb.data() + r0 * kp);
+    });
+}
+
+// The rows [off, off + cnt) of x [*, k] through one tile: from their rounded copy xb when the tile
+// rounds them (rounded once per call, not once per tile).
+template <typename W>
+void expert_tile(const float* x, const std::vector<uint16_t>& xb, int64_t off, int64_t cnt, int64_t k, const W* w,
+                 int64_t n, float* out, int64_t ldo, float* pack) {
+    if constexpr (std::is_same_v<W, uint16_t>) {
+        if (detail::matmul_rounds_x(cnt)) {
+            detail::matmul_tile_rounded(xb.data() + off * detail::rounded_row_stride(k), cnt, k, w, n, out, ldo, pack);
+            return;
+        }
+    }
+    detail::matmul_tile(x + off * k, k, cnt, k, w, n, out, ldo, pack);
+}
+
 // Ex: MoeExpertsBf16 or MoeExpertsF32; matmul_tile has an overload per weight type.
 template <typename Ex>
 void moe_experts_impl(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
@@ -49,11 +73,15 @@ void moe_experts_impl(ThreadPool& pool, const float* x, int64_t num_tokens, cons
     s.act.resize(size_t(total * inter));
     s.down_out.resize(size_t(total * h));
     const bool need_pack = groups.max_count > detail::kGemvMaxRows;
+    const bool round_rows =
+        std::is_same_v<decltype(ex.gate_up), const uint16_t*> && detail::matmul_rounds_x(groups.max_count);
 
     // 2. Gather the tokens of each expert into contiguous rows.
     for (int64_t pos = 0; pos < total; ++pos) {
         std::memcpy(s.gathered.data() + pos * h, x + int64_t{s.token_index[size_t(pos)]} * h, size_t(h) * 4);
     }
+
+    if (round_rows) round_rows_parallel(pool, s.gathered.data(), total, h, s.gathered_bf16);
 
     // 3. Phase A: gate|up + SwiGLU, items (active expert, inter block).
     const int64_t a_blocks = (inter + kInterBlock - 1) / kInterBlock;
@@ -62,15 +90,17 @@ void moe_experts_impl(ThreadPool& pool, const float* x, int64_t num_tokens, cons
         const int64_t r0 = (item % a_blocks) * kInterBlock, rb = std::min(kInterBlock, inter - r0);
         const int64_t off = s.offsets[size_t(e)], cnt = s.offsets[size_t(e + 1)] - off;
         const auto* gu = ex.gate_up + e * 2 * inter * h;
-        const float* xs = s.gathered.data() + off * h;
         float* g = s.gate_up.data() + off * 2 * inter;
-        detail::matmul_tile(xs, h, cnt, h, gu + r0 * h, rb, g + r0, 2 * inter, pack);
-        detail::matmul_tile(xs, h, cnt, h, gu + (inter + r0) * h, rb, g + inter + r0, 2 * inter, pack);
+        expert_tile(s.gathered.data(), s.gathered_bf16, off, cnt, h, gu + r0 * h, rb, g + r0, 2 * inter, pack);
+        expert_tile(s.gathered.data(), s.gathered_bf16, off, cnt, h, gu + (inter + r0) * h, rb, g + inter + r0,
+                    2 * inter, pack);
         for (int64_t i = 0; i < cnt; ++i) {
             detail::glu_span(ex.glu, e, inter, r0, g + i * 2 * inter + r0, g + i * 2 * inter + inter + r0, rb,
                              s.act.data() + (off + i) * inter + r0);
         }
     });
+
+    if (round_rows) round_rows_parallel(pool, s.act.data(), total, inter, s.act_bf16);
 
     // 4. Phase B: down projection, items (active expert, hidden block).
     const int64_t b_blocks = (h + kHiddenBlock - 1) / kHiddenBlock;
@@ -78,8 +108,8 @@ void moe_experts_impl(ThreadPool& pool, const float* x, int64_t num_tokens, cons
         const int64_t e = active[item / b_blocks];
         const int64_t h0 = (item % b_blocks) * kHiddenBlock, hb = std::min(kHiddenBlock, h - h0);
         const int64_t off = s.offsets[size_t(e)], cnt = s.offsets[size_t(e + 1)] - off;
-        detail::matmul_tile(s.act.data() + off * inter, inter, cnt, inter, ex.down + (e * h + h0) * inter, hb,
-                            s.down_out.data() + off * h + h0, h, pack);
+        expert_tile(s.act.data(), s.act_bf16, off, cnt, inter, ex.down + (e * h + h0) * inter, hb,
+                    s.down_out.data() + off * h + h0, h, pack);
     });
 
     // 5. Weighted sum per token, in slot order.
