@@ -93,6 +93,11 @@ void shapes(benchmark::internal::Benchmark* b) {
     // Decode batches of 2 and 8 rows (the GEMV's other row counts) on the lm_head.
     b->Args({2, 151936, 1024});
     b->Args({8, 151936, 1024});
+    // Serving batches of 16 and 32 sequences (the chunked GEMV, matmul_tile_avx512.cpp) and 64 (the GEMM).
+    for (int64_t m : {16, 32, 64}) {
+        b->Args({m, 2048, 1024});
+        b->Args({m, 151936, 1024});
+    }
     // DeepSeek-V3's real decode shapes (benchmarks/dsv3_real_dims.sh, docs/performance.md): the
     // bf16 lm_head and the dense gate|up, k = 7168, for 1 and 4 rows.
     b->Args({1, 129280, 7168});
