@@ -207,6 +207,8 @@ TEST(PagedAttentionTest, SlidingWindowsAndSinksMatchDenseAttention) {
 TEST(PagedAttentionTest, LongContextsMatchDenseAttention) {
     const std::vector<Seq> seqs = {{16500, 17}, {16390, 1}, {416, 17}};
     test::for_each_isa([&](Isa) { check(16, 64, 4, 2, 2, DType::kBF16, seqs); });
+    // A window far shorter than the context: the AVX-512 kernels read only its segments.
+    test::for_each_isa([&](Isa) { check(16, 64, 4, 2, 2, DType::kBF16, seqs, {.window = 128, .sinks = true}); });
     check(16, 64, 2, 1, 2, DType::kF32, seqs);
     check(32, 48, 2, 2, 2, DType::kF8E4M3, seqs);
 }
@@ -217,9 +219,12 @@ TEST(PagedAttentionTest, LongContextsMatchDenseAttention) {
 // 20 alone at its own sequence length (alone, a decode is split by key segments across the
 // threads), for each cache dtype and ISA level; at 300 keys (one segment) and at 524, where the
 // chunk straddles the segment boundary at 512.
-void expect_same_bits_alone_and_in_a_chunk(int64_t len) {
+// With a sliding window, the AVX-512 kernels skip the tiles and segments before every row's window:
+// skipped, they must leave the same bits as read. (The AVX2 group kernel starts its tiles at each
+// group's window, so there a row's bits depend on its group: checked at the avx512 level only.)
+void expect_same_bits_alone_and_in_a_chunk(int64_t len, int64_t window = 0) {
     constexpr int64_t kBs = 16, kD = 64, kHeads = 4, kKvHeads = 2, kChunkLen = 20, kRow = kKvHeads * kD;
-    SCOPED_TRACE(testing::Message() << "keys " << len);
+    SCOPED_TRACE(testing::Message() << "keys " << len << " window " << window);
     const int64_t blocks = len / kBs + 2;
     std::mt19937 rng(5);
     std::vector<float> k(size_t(len * kRow)), v(k.size());
@@ -239,24 +244,27 @@ void expect_same_bits_alone_and_in_a_chunk(int64_t len) {
         std::vector<float> ks(elems / kD), vs(elems / kD);
         PagedKvLayer kv{kc.data(), vc.data(), blocks, kBs, kKvHeads, kD, dtype, ks.data(), vs.data()};
         write_kv(kv, k.data(), v.data(), len, slots.data());
-        test::for_each_isa([&](Isa) {
+        test::for_each_isa([&](Isa isa) {
+            if (window > 0 && isa < Isa::kAvx512) return;
             ThreadPool pool(2);
             const int32_t chunk_start[2] = {0, int32_t(kChunkLen)}, chunk_len = int32_t(len);
-            const PagedAttentionArgs chunk{q.data(),    chunk_out.data(), kChunkLen,    kHeads,     1,
-                                           chunk_start, &chunk_len,       table.data(), blocks - 1, 0.125f};
+            PagedAttentionArgs chunk{q.data(),    chunk_out.data(), kChunkLen,    kHeads,     1,
+                                     chunk_start, &chunk_len,       table.data(), blocks - 1, 0.125f};
+            chunk.window = window;
             paged_attention(pool, kv, chunk);
             for (int64_t i = 0; i < kChunkLen; ++i) {
                 const int32_t start[2] = {0, 1}, alone_len = int32_t(len - kChunkLen + i + 1);
-                const PagedAttentionArgs alone{q.data() + i * kHeads * kD,
-                                               alone_out.data(),
-                                               1,
-                                               kHeads,
-                                               1,
-                                               start,
-                                               &alone_len,
-                                               table.data(),
-                                               blocks - 1,
-                                               0.125f};
+                PagedAttentionArgs alone{q.data() + i * kHeads * kD,
+                                         alone_out.data(),
+                                         1,
+                                         kHeads,
+                                         1,
+                                         start,
+                                         &alone_len,
+                                         table.data(),
+                                         blocks - 1,
+                                         0.125f};
+                alone.window = window;
                 paged_attention(pool, kv, alone);
                 for (int64_t x = 0; x < kHeads * kD; ++x) {
                     ASSERT_EQ(alone_out[x], chunk_out[i * kHeads * kD + x]) << "query " << i << " element " << x;
@@ -268,6 +276,12 @@ void expect_same_bits_alone_and_in_a_chunk(int64_t len) {
 
 TEST(PagedAttentionTest, AQueryHasTheSameBitsAloneAndInAChunk) {
     for (int64_t len : {300, 524}) expect_same_bits_alone_and_in_a_chunk(len);
+}
+
+// Windows of 1 key, of fewer keys than the chunk, and of more, whose starts fall before and after
+// the segment boundary at 256 for the chunk's rows (keys 504-523).
+TEST(PagedAttentionTest, AWindowedQueryHasTheSameBitsAloneAndInAChunk) {
+    for (int64_t window : {1, 45, 128, 270, 300}) expect_same_bits_alone_and_in_a_chunk(524, window);
 }
 
 // write_kv rounds to nearest even into a bf16 cache, skips negative slots.

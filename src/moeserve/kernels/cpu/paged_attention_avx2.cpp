@@ -9,8 +9,8 @@
 // softmax weight, its value row, so the inner loops only widen. This code serves every ISA level
 // (the ref level included: attention has no scalar dispatch level); at the avx512 level the
 // items go to paged_attention_avx512.cpp instead, and decode-shaped sequences are split by
-// segments of keys across the threads (SplitDecode). Sliding windows (gpt-oss, Mistral) run here
-// at every level; attention sinks run in both kernels.
+// segments of keys across the threads (SplitDecode). Sliding windows (gpt-oss, Mistral) and
+// attention sinks run in both kernels.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -232,17 +232,17 @@ void attend_group(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, flo
     }
 }
 
-// The AVX-512 kernels (paged_attention_isa.h) take every item when the CPU runs avx512, the
-// head dim suits them and the attention has no sliding window (a window attends at most its
-// `window` keys: the group kernel's tiles start at the window).
-bool use_flash(const PagedKvLayer& kv, const PagedAttentionArgs& a) {
-    return active_isa() >= Isa::kAvx512 && kv.head_dim % 16 == 0 && kv.head_dim <= 256 && a.window == 0;
+// The AVX-512 kernels (paged_attention_isa.h) take every item when the CPU runs avx512 and the
+// head dim suits them.
+bool use_flash(const PagedKvLayer& kv) {
+    return active_isa() >= Isa::kAvx512 && kv.head_dim % 16 == 0 && kv.head_dim <= 256;
 }
 
-detail::FlashKvHead flash_kv_head(const PagedKvLayer& kv, const int32_t* table, int64_t kvh, float scale) {
+detail::FlashKvHead flash_kv_head(const PagedKvLayer& kv, const PagedAttentionArgs& a, const int32_t* table,
+                                  int64_t kvh) {
     const int kind = kv.dtype == DType::kBF16 ? 1 : kv.dtype == DType::kF8E4M3 ? 2 : 0;
-    return {kv.k_cache,      kv.v_cache,  kv.k_scale, kv.v_scale, kind, kv.block_size,
-            kv.num_kv_heads, kv.head_dim, kvh,        table,      scale};
+    return {kv.k_cache,      kv.v_cache,  kv.k_scale, kv.v_scale, kind,    kv.block_size,
+            kv.num_kv_heads, kv.head_dim, kvh,        table,      a.scale, a.window};
 }
 
 // Calls row(q, out, lse, pos, head) for each query row of tokens [i0, i1) of sequence s that reads
@@ -262,7 +262,7 @@ void for_each_row(const PagedKvLayer& kv, const PagedAttentionArgs& a, int64_t s
 
 // Query tokens [i0, i1) of sequence s through the AVX-512 kernels, kFlashRows rows at a time.
 void attend_flash(const PagedKvLayer& kv, const PagedAttentionArgs& a, int64_t s, int64_t kvh, int64_t i0, int64_t i1) {
-    const detail::FlashKvHead head = flash_kv_head(kv, a.block_tables + s * a.max_blocks_per_seq, kvh, a.scale);
+    const detail::FlashKvHead head = flash_kv_head(kv, a, a.block_tables + s * a.max_blocks_per_seq, kvh);
     detail::FlashRows rows;
     rows.n = 0;
     for_each_row(kv, a, s, kvh, i0, i1, [&](const float* q, float* out, float* lse, int64_t pos, int64_t h) {
@@ -307,7 +307,9 @@ void attend_avx2(const PagedKvLayer& kv, const PagedAttentionArgs& a, int64_t s,
 // The plan lists every split sequence's rows once, kv head major (FlashDecodeRows).
 struct SplitDecode {
     struct Seq {
-        int64_t seq, rows, first_row, first_item, segments;
+        // segments [first_segment, first_segment + segments): those that hold a key of some row's
+        // window (all of them without a sliding window)
+        int64_t seq, rows, first_row, first_item, first_segment, segments;
         int64_t partials;  // offset (floats) of its running total; its segments' partials follow
     };
     std::vector<Seq> seqs;
@@ -361,22 +363,28 @@ SplitDecode plan_split_decode(const PagedKvLayer& kv, const PagedAttentionArgs& 
         const int64_t first_row = int64_t(plan.q.size());
         add_decode_rows(kv, a, s, plan);
         const int64_t rows = int64_t(plan.q.size()) - first_row;
-        const int64_t segments = (int64_t{a.seq_lens[s]} + detail::kSegmentKeys - 1) / detail::kSegmentKeys;
-        plan.seqs.push_back({s, rows, first_row, plan.num_items, segments, plan.floats});
+        // The first query token's window starts first.
+        const int64_t q_len = a.query_start[s + 1] - a.query_start[s];
+        const detail::FlashKvHead head = flash_kv_head(kv, a, nullptr, 0);
+        const int64_t first_segment = detail::window_start(head, a.seq_lens[s] - q_len) / detail::kSegmentKeys;
+        const int64_t segments =
+            (int64_t{a.seq_lens[s]} + detail::kSegmentKeys - 1) / detail::kSegmentKeys - first_segment;
+        plan.seqs.push_back({s, rows, first_row, plan.num_items, first_segment, segments, plan.floats});
         plan.num_items += segments;
         plan.floats += (1 + segments) * partial_floats(rows, kv.head_dim);
     }
     return plan;
 }
 
-// One item of a split decode: segment `segment` of sequence `sq` into its partial.
+// One item of a split decode: the sequence's segment number `index` of those it reads
+// (first_segment + index) into its partial.
 void run_split_item(const PagedKvLayer& kv, const PagedAttentionArgs& a, const SplitDecode& plan,
-                    const SplitDecode::Seq& sq, int64_t segment, float* partials) {
-    const detail::FlashKvHead head = flash_kv_head(kv, a.block_tables + sq.seq * a.max_blocks_per_seq, 0, a.scale);
+                    const SplitDecode::Seq& sq, int64_t index, float* partials) {
+    const detail::FlashKvHead head = flash_kv_head(kv, a, a.block_tables + sq.seq * a.max_blocks_per_seq, 0);
     const detail::FlashDecodeRows rows{kv.num_kv_heads, sq.rows / kv.num_kv_heads, plan.q.data() + sq.first_row,
                                        plan.pos.data() + sq.first_row};
-    detail::flash_decode_segment_avx512(head, rows, segment,
-                                        partial_at(partials + sq.partials, sq.rows, kv.head_dim, 1 + segment));
+    detail::flash_decode_segment_avx512(head, rows, sq.first_segment + index,
+                                        partial_at(partials + sq.partials, sq.rows, kv.head_dim, 1 + index));
 }
 
 // Each split sequence's segments merged in key order into its total, then divided out.
@@ -401,7 +409,7 @@ void merge_split_decode(ThreadPool& pool, const PagedKvLayer& kv, const SplitDec
 
 template <typename T>
 void run_paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttentionArgs& a) {
-    const bool flash = use_flash(kv, a);
+    const bool flash = use_flash(kv);
     const int64_t d = kv.head_dim;
     SplitDecode plan = flash ? plan_split_decode(kv, a) : SplitDecode{};
     if (!flash) plan.split.assign(size_t(a.num_seqs), false);
@@ -452,6 +460,10 @@ void run_paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAt
 }
 
 }  // namespace
+
+int64_t detail::window_start(const FlashKvHead& kv, int64_t pos) {
+    return kv.window > 0 && pos >= kv.window ? pos - kv.window + 1 : 0;
+}
 
 void write_kv(const PagedKvLayer& kv, const float* k, const float* v, int64_t num_tokens, const int64_t* slot_mapping) {
     const int64_t row = kv.num_kv_heads * kv.head_dim;

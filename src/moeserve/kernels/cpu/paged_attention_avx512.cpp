@@ -37,13 +37,13 @@ inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 
 // The scratch of one block, in floats: qt, ot (this segment's output) and total_o (the segments
 // merged so far) [d][kR], st [kKeys][kR], kf and vf [kKeys][d], then m, l, alpha, total_m,
-// total_l [kR] and the rows' positions as int32 [kR].
+// total_l [kR] and the rows' positions and window starts as int32 [kR].
 struct Scratch {
     float *qt, *ot, *total_o, *st, *kf, *vf, *m, *l, *alpha, *total_m, *total_l;
-    int32_t* pos;
+    int32_t *pos, *lo;
 };
 Scratch make_scratch(int64_t d) {
-    const int64_t floats = 3 * d * kR + kKeys * kR + 2 * kKeys * d + 6 * kR;
+    const int64_t floats = 3 * d * kR + kKeys * kR + 2 * kKeys * d + 7 * kR;
     auto* b = static_cast<float*>(thread_scratch(kAttentionSlot, floats * 4));
     Scratch s{};
     s.qt = b;
@@ -58,6 +58,7 @@ Scratch make_scratch(int64_t d) {
     s.total_m = s.alpha + kR;
     s.total_l = s.total_m + kR;
     s.pos = reinterpret_cast<int32_t*>(s.total_l + kR);
+    s.lo = s.pos + kR;
     return s;
 }
 
@@ -214,17 +215,19 @@ void tile_scores(const float* qt, const float* kf, int64_t d, int64_t n, float* 
     }
 }
 
-// The online softmax of one tile, per row: keys past a row's position masked out (when `masked`),
-// m_new = max(m, tile max), st = exp(st - m_new), alpha = exp(m - m_new), l = l alpha + sum st.
+// The online softmax of one tile, per row: keys past a row's position or before its window masked
+// out (when `masked`), m_new = max(m, tile max), st = exp(st - m_new), alpha = exp(m - m_new),
+// l = l alpha + sum st.
 void tile_softmax(float* st, int64_t n, int64_t j0, bool masked, const Scratch& s) {
     for (int64_t h = 0; h < kR; h += 16) {
-        const __m512i pos = _mm512_load_si512(s.pos + h);
+        const __m512i pos = _mm512_load_si512(s.pos + h), lo = _mm512_load_si512(s.lo + h);
         __m512 mt = _mm512_set1_ps(-__builtin_inff());
         for (int64_t j = 0; j < n; ++j) {
             __m512 v = _mm512_load_ps(st + j * kR + h);
             if (masked) {
-                const __mmask16 future = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(int32_t(j0 + j)), pos);
-                v = _mm512_mask_mov_ps(v, future, _mm512_set1_ps(-__builtin_inff()));
+                const __m512i key = _mm512_set1_epi32(int32_t(j0 + j));
+                const __mmask16 hidden = _mm512_cmpgt_epi32_mask(key, pos) | _mm512_cmplt_epi32_mask(key, lo);
+                v = _mm512_mask_mov_ps(v, hidden, _mm512_set1_ps(-__builtin_inff()));
                 _mm512_store_ps(st + j * kR + h, v);
             }
             mt = _mm512_max_ps(mt, v);
@@ -271,23 +274,37 @@ void tile_pv(const float* st, const float* vf, int64_t d, int64_t n, const float
     }
 }
 
+// The keys a block reads: from the first window start of its rows to its last position; tiles
+// past the smallest position or before the largest window start need the per-row masks.
+struct BlockKeys {
+    int64_t lo_min, lo_max, first, last;
+};
+
 // Transposes the rows' queries (times the softmax scale) into qt, padding rows past n with zeros
-// at the last position (they then see every key the block reads), and empties the total.
-// Returns the smallest real position.
-int64_t begin_block(const FlashKvHead& kv, const FlashRows& rows, int64_t last, const Scratch& s) {
+// at the last position (they then see every key the block reads), sets each row's window start,
+// and empties the total.
+BlockKeys begin_block(const FlashKvHead& kv, const FlashRows& rows, int64_t last, const Scratch& s) {
     const int64_t d = kv.head_dim;
-    int64_t first = last;
+    BlockKeys keys{last, 0, last, last};
     for (int64_t r = 0; r < kR; ++r) {
         const bool real = r < rows.n;
         s.pos[r] = int32_t(real ? rows.pos[r] : last);
-        if (real) first = imin(first, rows.pos[r]);
+        s.lo[r] = int32_t(window_start(kv, s.pos[r]));
+        keys.lo_min = imin(keys.lo_min, s.lo[r]);
+        keys.lo_max = imax(keys.lo_max, s.lo[r]);
+        if (real) keys.first = imin(keys.first, rows.pos[r]);
         for (int64_t x = 0; x < d; ++x) s.qt[x * kR + r] = real ? rows.q[r][x] * kv.scale : 0.0f;
         s.total_m[r] = -__builtin_inff();
         s.total_l[r] = 0.0f;
     }
     for (int64_t i = 0; i < d * kR; i += 16) _mm512_store_ps(s.total_o + i, _mm512_setzero_ps());
-    return first;
+    return keys;
 }
+
+// The first key tile a segment from k0 reads for rows whose windows start at lo_min or later:
+// tiles before it hold no key of any row's window (a no-op for every row, see
+// paged_attention_isa.h). Tiles stay aligned to kKeys, as in the other kernel.
+inline int64_t first_tile(int64_t k0, int64_t lo_min) { return imax(k0, lo_min / kKeys * kKeys); }
 
 // A fresh softmax state for the next segment.
 void begin_segment(int64_t d, const Scratch& s) {
@@ -316,15 +333,15 @@ void attend(const FlashKvHead& kv, const FlashRows& rows) {
     const Scratch s = make_scratch(d);
     int64_t last = 0;
     for (int64_t r = 0; r < rows.n; ++r) last = imax(last, rows.pos[r]);
-    const int64_t first = begin_block(kv, rows, last, s);
-    for (int64_t k0 = 0; k0 <= last; k0 += kSegmentKeys) {
+    const BlockKeys keys = begin_block(kv, rows, last, s);
+    for (int64_t k0 = keys.lo_min / kSegmentKeys * kSegmentKeys; k0 <= last; k0 += kSegmentKeys) {
         const int64_t k1 = imin(k0 + kSegmentKeys, last + 1);
         begin_segment(d, s);
-        for (int64_t j0 = k0; j0 < k1; j0 += kKeys) {
+        for (int64_t j0 = first_tile(k0, keys.lo_min); j0 < k1; j0 += kKeys) {
             const int64_t n = imin(kKeys, k1 - j0);
             load_tile<T, kScaled, false>(kv, j0, n, last, s.kf, s.vf);
             tile_scores(s.qt, s.kf, d, n, s.st);
-            tile_softmax(s.st, n, j0, j0 + n - 1 > first, s);
+            tile_softmax(s.st, n, j0, j0 + n - 1 > keys.first || j0 < keys.lo_max, s);
             tile_pv(s.st, s.vf, d, n, s.alpha, s.ot);
         }
         end_segment(d, s);
@@ -348,16 +365,19 @@ void attend(const FlashKvHead& kv, const FlashRows& rows) {
 // (kt [head_dim][kKeys]) so that 16 keys are one zmm. One call covers every kv head of the rows,
 // tile by tile, so the cache blocks (all heads of a key are adjacent) are read in one pass.
 
-// The online softmax of one row over one tile: scores sc[0..1] (keys 0-15, 16-31), of which the
-// first `visible` count. Writes the weights to p [kKeys] and updates m, l; returns alpha.
-inline float decode_softmax(__m512 sc0, __m512 sc1, int64_t visible, float* p, float& m, float& l) {
+// The 16 lanes of keys [base, base + 16) of a tile that lie in [from, to).
+inline __mmask16 lanes_between(int64_t base, int64_t from, int64_t to) {
+    const int64_t a = imin(imax(from - base, 0), 16), b = imin(imax(to - base, 0), 16);
+    const uint32_t below_b = b >= 16 ? 0xffffu : (1u << b) - 1, below_a = a >= 16 ? 0xffffu : (1u << a) - 1;
+    return __mmask16(below_b & ~below_a);
+}
+
+// The online softmax of one row over one tile: scores sc[0..1] (keys 0-15, 16-31), of which keys
+// [from, to) count. Writes the weights to p [kKeys] and updates m, l; returns alpha.
+inline float decode_softmax(__m512 sc0, __m512 sc1, int64_t from, int64_t to, float* p, float& m, float& l) {
     const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
-    const __mmask16 k0 = visible >= 16 ? __mmask16(0xffff) : __mmask16((1u << visible) - 1);
-    const __mmask16 k1 = visible >= 32   ? __mmask16(0xffff)
-                         : visible <= 16 ? __mmask16(0)
-                                         : __mmask16((1u << (visible - 16)) - 1);
-    sc0 = _mm512_mask_mov_ps(ninf, k0, sc0);
-    sc1 = _mm512_mask_mov_ps(ninf, k1, sc1);
+    sc0 = _mm512_mask_mov_ps(ninf, lanes_between(0, from, to), sc0);
+    sc1 = _mm512_mask_mov_ps(ninf, lanes_between(16, from, to), sc1);
     const float mt = _mm512_reduce_max_ps(_mm512_max_ps(sc0, sc1));
     const float m_new = m > mt ? m : mt;
     const __m512 mv = _mm512_set1_ps(m_new);
@@ -372,8 +392,10 @@ inline float decode_softmax(__m512 sc0, __m512 sc1, int64_t visible, float* p, f
 }
 
 // Floats of decode_segment's work buffer for `rows` rows: qs [rows][d], kt [d][kKeys],
-// vf [kKeys][d], p [kDecodeRows][kKeys].
-inline int64_t decode_work_floats(int64_t rows, int64_t d) { return rows * d + 2 * kKeys * d + kDecodeRows * kKeys; }
+// vf [kKeys][d], p [kDecodeRows][kKeys], then the rows' window starts as int64 [rows].
+inline int64_t decode_work_floats(int64_t rows, int64_t d) {
+    return rows * d + 2 * kKeys * d + kDecodeRows * kKeys + 2 * rows;
+}
 
 // The scores of NQ rows for the tile's 32 keys, sc [NQ][2] (keys 0-15, 16-31): each row's chain
 // over x as the flash block runs it, the rows' chains interleaved so that they hide each other's
@@ -425,28 +447,30 @@ void decode_pv(const float* p, const float* vf, int64_t d, int64_t n, const floa
 }
 
 // The NQ rows of one kv head over one tile (keys j0 .. j0 + n - 1, widened into kt and vf): their
-// scores and softmax, then the value rows read once for all of them. o, m, l: the head's rows.
+// scores and softmax, then the value rows read once for all of them. o, m, l: the head's rows;
+// lo: their window starts.
 template <int NQ>
-void decode_head_tile(const float* qs, const int64_t* pos, int64_t d, int64_t j0, int64_t n, const float* kt,
-                      const float* vf, float* p, float* o, float* m, float* l) {
+void decode_head_tile(const float* qs, const int64_t* pos, const int64_t* lo, int64_t d, int64_t j0, int64_t n,
+                      const float* kt, const float* vf, float* p, float* o, float* m, float* l) {
     float alpha[NQ];
     __m512 sc[2 * NQ];
     decode_scores<NQ>(qs, d, kt, sc);
     for (int r = 0; r < NQ; ++r) {
-        if (pos[r] < j0) {  // a shorter row of the group: this tile is past it
+        if (pos[r] < j0 || lo[r] >= j0 + n) {  // the tile is past the row or before its window
             alpha[r] = 1.0f;
             for (int64_t j = 0; j < kKeys; j += 16) _mm512_store_ps(p + r * kKeys + j, _mm512_setzero_ps());
             continue;
         }
-        alpha[r] = decode_softmax(sc[2 * r], sc[2 * r + 1], imin(n, pos[r] + 1 - j0), p + r * kKeys, m[r], l[r]);
+        alpha[r] =
+            decode_softmax(sc[2 * r], sc[2 * r + 1], lo[r] - j0, imin(n, pos[r] + 1 - j0), p + r * kKeys, m[r], l[r]);
     }
     int64_t x = 0;
     for (; x + 32 <= d; x += 32) decode_pv<NQ, 2>(p, vf, d, n, alpha, o, x);
     if (x < d) decode_pv<NQ, 1>(p, vf, d, n, alpha, o, x);
 }
 
-using DecodeHeadTile = void (*)(const float*, const int64_t*, int64_t, int64_t, int64_t, const float*, const float*,
-                                float*, float*, float*, float*);
+using DecodeHeadTile = void (*)(const float*, const int64_t*, const int64_t*, int64_t, int64_t, int64_t, const float*,
+                                const float*, float*, float*, float*, float*);
 constexpr DecodeHeadTile kDecodeHeadTile[kDecodeRows] = {decode_head_tile<1>, decode_head_tile<2>, decode_head_tile<3>,
                                                          decode_head_tile<4>, decode_head_tile<5>, decode_head_tile<6>,
                                                          decode_head_tile<7>, decode_head_tile<8>};
@@ -458,9 +482,12 @@ void decode_segment(const FlashKvHead& kv, const FlashDecodeRows& rows, int64_t 
                     float* work) {
     const int64_t d = kv.head_dim, per = rows.rows_per_head, nr = rows.num_kv_heads * per;
     float *qs = work, *kt = qs + nr * d, *vf = kt + kKeys * d, *p = vf + kKeys * d;
-    int64_t last = 0;
+    auto* lo = reinterpret_cast<int64_t*>(p + kDecodeRows * kKeys);
+    int64_t last = 0, lo_min = rows.pos[0];
     for (int64_t r = 0; r < nr; ++r) {
         last = imax(last, rows.pos[r]);
+        lo[r] = window_start(kv, rows.pos[r]);
+        lo_min = imin(lo_min, lo[r]);
         for (int64_t x = 0; x < d; ++x) {
             qs[r * d + x] = rows.q[r][x] * kv.scale;
             out.o[r * d + x] = 0.0f;
@@ -470,14 +497,14 @@ void decode_segment(const FlashKvHead& kv, const FlashDecodeRows& rows, int64_t 
     }
     const int64_t k0 = segment * kSegmentKeys, k1 = imin(k0 + kSegmentKeys, last + 1);
     FlashKvHead head = kv;
-    for (int64_t j0 = k0; j0 < k1; j0 += kKeys) {
+    for (int64_t j0 = first_tile(k0, lo_min); j0 < k1; j0 += kKeys) {
         const int64_t n = imin(kKeys, k1 - j0);
         for (int64_t h = 0; h < rows.num_kv_heads; ++h) {
             head.kv_head = kv.kv_head + h;
             load_tile<T, kScaled, true>(head, j0, n, last, kt, vf);
             const int64_t r0 = h * per;
-            kDecodeHeadTile[per - 1](qs + r0 * d, rows.pos + r0, d, j0, n, kt, vf, p, out.o + r0 * d, out.m + r0,
-                                     out.l + r0);
+            kDecodeHeadTile[per - 1](qs + r0 * d, rows.pos + r0, lo + r0, d, j0, n, kt, vf, p, out.o + r0 * d,
+                                     out.m + r0, out.l + r0);
         }
     }
 }
@@ -510,8 +537,10 @@ void attend_decode(const FlashKvHead& kv, const FlashRows& rows) {
         total.l[r] = 0.0f;
         for (int64_t x = 0; x < d; ++x) total.o[r * d + x] = 0.0f;
     }
+    int64_t lo_min = last;
+    for (int64_t r = 0; r < nq; ++r) lo_min = imin(lo_min, window_start(kv, pos[r]));
     const FlashDecodeRows drows{1, nq, rows.q, pos};
-    for (int64_t segment = 0; segment * kSegmentKeys <= last; ++segment) {
+    for (int64_t segment = lo_min / kSegmentKeys; segment * kSegmentKeys <= last; ++segment) {
         decode_segment<T, kScaled>(kv, drows, segment, seg, b);
         flash_merge_avx512(total, seg, nq, d);
     }

@@ -22,10 +22,12 @@ struct FlashKvHead {
     int cache_kind;  // 0 f32, 1 bf16, 2 fp8 e4m3
     int64_t block_size, num_kv_heads, head_dim, kv_head;
     const int32_t* block_table;
-    float scale;  // softmax scale
+    float scale;     // softmax scale
+    int64_t window;  // sliding window: a row at position pos attends keys (pos - window, pos]; 0: all keys
 };
 
-// Up to kFlashRows query rows that read the same kv head: row r attends keys [0, pos[r]].
+// Up to kFlashRows query rows that read the same kv head: row r attends keys [0, pos[r]] (those
+// of them inside its sliding window, FlashKvHead::window).
 struct FlashRows {
     int64_t n;
     const float* q[kFlashRows];  // head_dim floats each
@@ -38,7 +40,9 @@ struct FlashRows {
 // Keys go by segments of kSegmentKeys from key 0: each segment's softmax starts afresh, and the
 // segments' results (max m, sum l, unnormalized output o) are merged in key order. Both kernels
 // do this, so a row has the same bits in a prefill chunk and decoded alone, and a long decode
-// can hand its segments to different threads (split-KV) and merge them after.
+// can hand its segments to different threads (split-KV) and merge them after. A tile or segment
+// with no key in a row's window leaves that row's state exactly as it was (its keys weigh 0 and
+// alpha is 1), so the kernels skip those before every row's window: the same bits, less reading.
 inline constexpr int64_t kSegmentKeys = 256;
 
 // Up to this many query rows per kv head take the decode kernel (keys as the lanes).
@@ -65,8 +69,12 @@ struct FlashPartial {
     float* l;
 };
 
+// The first key a row at position `pos` attends: the start of its sliding window (0 without
+// one). Defined in paged_attention_avx2.cpp (not inline: see the note at the top).
+int64_t window_start(const FlashKvHead& kv, int64_t pos);
+
 // The rows' attention over keys [segment * kSegmentKeys, +kSegmentKeys) (and up to each row's
-// position), tile by tile across all kv heads so that each block of the cache is read in one
+// position, from its window's start), tile by tile across all kv heads so that each block of the cache is read in one
 // pass; rows that see no key of the segment get m = -inf, l = 0, o = 0.
 void flash_decode_segment_avx512(const FlashKvHead& kv, const FlashDecodeRows& rows, int64_t segment,
                                  const FlashPartial& out);
