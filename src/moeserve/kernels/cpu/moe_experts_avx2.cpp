@@ -84,10 +84,11 @@ void moe_experts_impl(ThreadPool& pool, const float* x, int64_t num_tokens, cons
     if (round_rows) round_rows_parallel(pool, s.gathered.data(), total, h, s.gathered_bf16);
 
     // 3. Phase A: gate|up + SwiGLU, items (active expert, inter block).
-    const int64_t a_blocks = (inter + kInterBlock - 1) / kInterBlock;
+    const int64_t a_rows = detail::phase_rows(inter, num_active, pool.num_threads(), !need_pack, kInterBlock);
+    const int64_t a_blocks = (inter + a_rows - 1) / a_rows;
     run_items(pool, num_active * a_blocks, need_pack, s.pack, [&](int, int64_t item, float* pack) {
         const int64_t e = active[item / a_blocks];
-        const int64_t r0 = (item % a_blocks) * kInterBlock, rb = std::min(kInterBlock, inter - r0);
+        const int64_t r0 = (item % a_blocks) * a_rows, rb = std::min(a_rows, inter - r0);
         const int64_t off = s.offsets[size_t(e)], cnt = s.offsets[size_t(e + 1)] - off;
         const auto* gu = ex.gate_up + e * 2 * inter * h;
         float* g = s.gate_up.data() + off * 2 * inter;
@@ -103,10 +104,11 @@ void moe_experts_impl(ThreadPool& pool, const float* x, int64_t num_tokens, cons
     if (round_rows) round_rows_parallel(pool, s.act.data(), total, inter, s.act_bf16);
 
     // 4. Phase B: down projection, items (active expert, hidden block).
-    const int64_t b_blocks = (h + kHiddenBlock - 1) / kHiddenBlock;
+    const int64_t b_rows = detail::phase_rows(h, num_active, pool.num_threads(), !need_pack, kHiddenBlock);
+    const int64_t b_blocks = (h + b_rows - 1) / b_rows;
     run_items(pool, num_active * b_blocks, need_pack, s.pack, [&](int, int64_t item, float* pack) {
         const int64_t e = active[item / b_blocks];
-        const int64_t h0 = (item % b_blocks) * kHiddenBlock, hb = std::min(kHiddenBlock, h - h0);
+        const int64_t h0 = (item % b_blocks) * b_rows, hb = std::min(b_rows, h - h0);
         const int64_t off = s.offsets[size_t(e)], cnt = s.offsets[size_t(e + 1)] - off;
         expert_tile(s.act.data(), s.act_bf16, off, cnt, inter, ex.down + (e * h + h0) * inter, hb,
                     s.down_out.data() + off * h + h0, h, pack);
