@@ -24,7 +24,7 @@ inline int64_t phase_rows(int64_t rows, int64_t num_active, int num_threads, boo
     if (!gemv_only || num_active <= 0) return block;
     const int64_t items_per_expert = (4 * int64_t{num_threads} + num_active - 1) / num_active;
     const int64_t per_item = (rows + items_per_expert - 1) / items_per_expert;
-    return (per_item + 15) / 16 * 16;
+    return per_item <= 16 ? 16 : (per_item + 15) / 16 * 16;  // never 0: the callers divide by it
 }
 
 // item(i) for i in [0, num_items), each taken by whichever pool thread is free next (an atomic
