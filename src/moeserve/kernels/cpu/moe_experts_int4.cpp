@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "moeserve/kernels/cpu/matmul_tile.h"
 #include "moeserve/kernels/cpu/moe_experts_int4.h"
 #include "moeserve/kernels/cpu/moe_grouping.h"
 
@@ -53,10 +54,12 @@ void moe_experts_int4(ThreadPool& pool, const float* x, int64_t num_tokens, cons
     if (ex.gate_up_perm != nullptr) permute_rows(s, active, num_active, ex.gate_up_perm, h, s.gathered.data());
 
     // Phase A: gate|up + SwiGLU, items (active expert, inter block).
-    const int64_t a_blocks = (inter + kInterBlock - 1) / kInterBlock;
+    const bool decode_sized = groups.max_count <= detail::kGemvMaxRows;  // detail::phase_rows
+    const int64_t a_rows = detail::phase_rows(inter, num_active, pool.num_threads(), decode_sized, kInterBlock);
+    const int64_t a_blocks = (inter + a_rows - 1) / a_rows;
     run_items(pool, num_active * a_blocks, [&](int64_t item) {
         const int64_t e = active[item / a_blocks];
-        const int64_t r0 = (item % a_blocks) * kInterBlock, rb = std::min(kInterBlock, inter - r0);
+        const int64_t r0 = (item % a_blocks) * a_rows, rb = std::min(a_rows, inter - r0);
         const int64_t off = s.offsets[size_t(e)], cnt = s.offsets[size_t(e + 1)] - off;
         const float* xs = s.gathered.data() + off * h;
         float* g = s.gate_up.data() + off * 2 * inter;
@@ -72,10 +75,11 @@ void moe_experts_int4(ThreadPool& pool, const float* x, int64_t num_tokens, cons
     if (ex.down_perm != nullptr) permute_rows(s, active, num_active, ex.down_perm, inter, s.act.data());
 
     // Phase B: down projection, items (active expert, hidden block).
-    const int64_t b_blocks = (h + kHiddenBlock - 1) / kHiddenBlock;
+    const int64_t b_rows = detail::phase_rows(h, num_active, pool.num_threads(), decode_sized, kHiddenBlock);
+    const int64_t b_blocks = (h + b_rows - 1) / b_rows;
     run_items(pool, num_active * b_blocks, [&](int64_t item) {
         const int64_t e = active[item / b_blocks];
-        const int64_t h0 = (item % b_blocks) * kHiddenBlock, hb = std::min(kHiddenBlock, h - h0);
+        const int64_t h0 = (item % b_blocks) * b_rows, hb = std::min(b_rows, h - h0);
         const int64_t off = s.offsets[size_t(e)], cnt = s.offsets[size_t(e + 1)] - off;
         detail::matmul_tile_int4(s.act.data() + off * inter, inter, cnt, ex.down.rows(e * h + h0, hb),
                                  s.down_out.data() + off * h + h0, h);

@@ -18,8 +18,8 @@ constexpr int64_t kHiddenBlock = 128;
 // Rows per item of a phase over `rows` weight rows per expert: `block` (kInterBlock or
 // kHiddenBlock), or, when every expert's tokens take the GEMV (a decode step), as few items as
 // still give each thread about four: each item's rows are one sequential read of the weights, and
-// fewer, longer reads moved the decode of 8 experts from 0.62 to 0.67 of the STREAM read
-// (moe_bench, Zen5, docs/performance.md). Whole 16-row groups.
+// fewer, longer reads moved the decode of 8 bf16 experts from 0.62 to 0.67 of the STREAM read
+// (moe_bench, Zen5; int8 and int4 alike, docs/performance.md). Whole 16-row groups.
 inline int64_t phase_rows(int64_t rows, int64_t num_active, int num_threads, bool gemv_only, int64_t block) {
     if (!gemv_only || num_active <= 0) return block;
     const int64_t items_per_expert = (4 * int64_t{num_threads} + num_active - 1) / num_active;
