@@ -54,7 +54,7 @@ void moe_experts_int4(ThreadPool& pool, const float* x, int64_t num_tokens, cons
     if (ex.gate_up_perm != nullptr) permute_rows(s, active, num_active, ex.gate_up_perm, h, s.gathered.data());
 
     // Phase A: gate|up + SwiGLU, items (active expert, inter block).
-    const bool decode_sized = groups.max_count <= detail::kGemvMaxRows;  // detail::phase_rows
+    const bool decode_sized = groups.max_count <= detail::kGemvMaxRows;  // every expert at GEMV size
     const int64_t a_rows = detail::phase_rows(inter, num_active, pool.num_threads(), decode_sized, kInterBlock);
     const int64_t a_blocks = (inter + a_rows - 1) / a_rows;
     run_items(pool, num_active * a_blocks, [&](int64_t item) {

@@ -65,7 +65,7 @@ void moe_experts_int8(ThreadPool& pool, const float* x, int64_t num_tokens, cons
     }
 
     // 3. Phase A: gate|up + SwiGLU, items (active expert, inter block).
-    const bool decode_sized = groups.max_count <= detail::kGemvMaxRows;  // detail::phase_rows
+    const bool decode_sized = groups.max_count <= detail::kGemvMaxRows;  // every expert at GEMV size
     const int64_t a_rows = detail::phase_rows(inter, num_active, pool.num_threads(), decode_sized, kInterBlock);
     const int64_t a_blocks = (inter + a_rows - 1) / a_rows;
     run_items(pool, num_active * a_blocks, [&](int64_t item) {

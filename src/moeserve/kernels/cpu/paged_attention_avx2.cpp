@@ -290,7 +290,7 @@ void attend_avx2(const PagedKvLayer& kv, const PagedAttentionArgs& a, int64_t s,
         g.out[g.nq] = out;
         g.lse[g.nq] = lse;
         g.pos[g.nq] = pos;
-        g.first[g.nq] = a.window > 0 ? std::max<int64_t>(0, pos - a.window + 1) : 0;
+        g.first[g.nq] = detail::window_start(a.window, pos);
         g.sink[g.nq] = a.sinks ? a.sinks[head] : -INFINITY;
         if (++g.nq == kQueries) {
             attend_group(kv, table, kvh, a.scale, tile, g);
@@ -365,8 +365,7 @@ SplitDecode plan_split_decode(const PagedKvLayer& kv, const PagedAttentionArgs& 
         const int64_t rows = int64_t(plan.q.size()) - first_row;
         // The first query token's window starts first.
         const int64_t q_len = a.query_start[s + 1] - a.query_start[s];
-        const detail::FlashKvHead head = flash_kv_head(kv, a, nullptr, 0);
-        const int64_t first_segment = detail::window_start(head, a.seq_lens[s] - q_len) / detail::kSegmentKeys;
+        const int64_t first_segment = detail::window_start(a.window, a.seq_lens[s] - q_len) / detail::kSegmentKeys;
         const int64_t segments =
             (int64_t{a.seq_lens[s]} + detail::kSegmentKeys - 1) / detail::kSegmentKeys - first_segment;
         plan.seqs.push_back({s, rows, first_row, plan.num_items, first_segment, segments, plan.floats});
@@ -461,9 +460,7 @@ void run_paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAt
 
 }  // namespace
 
-int64_t detail::window_start(const FlashKvHead& kv, int64_t pos) {
-    return kv.window > 0 && pos >= kv.window ? pos - kv.window + 1 : 0;
-}
+int64_t detail::window_start(int64_t window, int64_t pos) { return window > 0 && pos >= window ? pos - window + 1 : 0; }
 
 void write_kv(const PagedKvLayer& kv, const float* k, const float* v, int64_t num_tokens, const int64_t* slot_mapping) {
     const int64_t row = kv.num_kv_heads * kv.head_dim;

@@ -274,10 +274,10 @@ void tile_pv(const float* st, const float* vf, int64_t d, int64_t n, const float
     }
 }
 
-// The keys a block reads: from the first window start of its rows to its last position; tiles
-// past the smallest position or before the largest window start need the per-row masks.
+// The keys a block reads start at the earliest window start of its rows (lo_min); tiles past the
+// smallest position (first) or before the latest window start (lo_max) need the per-row masks.
 struct BlockKeys {
-    int64_t lo_min, lo_max, first, last;
+    int64_t lo_min, lo_max, first;
 };
 
 // Transposes the rows' queries (times the softmax scale) into qt, padding rows past n with zeros
@@ -285,11 +285,11 @@ struct BlockKeys {
 // and empties the total.
 BlockKeys begin_block(const FlashKvHead& kv, const FlashRows& rows, int64_t last, const Scratch& s) {
     const int64_t d = kv.head_dim;
-    BlockKeys keys{last, 0, last, last};
+    BlockKeys keys{last, 0, last};
     for (int64_t r = 0; r < kR; ++r) {
         const bool real = r < rows.n;
         s.pos[r] = int32_t(real ? rows.pos[r] : last);
-        s.lo[r] = int32_t(window_start(kv, s.pos[r]));
+        s.lo[r] = int32_t(window_start(kv.window, s.pos[r]));
         keys.lo_min = imin(keys.lo_min, s.lo[r]);
         keys.lo_max = imax(keys.lo_max, s.lo[r]);
         if (real) keys.first = imin(keys.first, rows.pos[r]);
@@ -486,7 +486,7 @@ void decode_segment(const FlashKvHead& kv, const FlashDecodeRows& rows, int64_t 
     int64_t last = 0, lo_min = rows.pos[0];
     for (int64_t r = 0; r < nr; ++r) {
         last = imax(last, rows.pos[r]);
-        lo[r] = window_start(kv, rows.pos[r]);
+        lo[r] = window_start(kv.window, rows.pos[r]);
         lo_min = imin(lo_min, lo[r]);
         for (int64_t x = 0; x < d; ++x) {
             qs[r * d + x] = rows.q[r][x] * kv.scale;
@@ -538,7 +538,7 @@ void attend_decode(const FlashKvHead& kv, const FlashRows& rows) {
         for (int64_t x = 0; x < d; ++x) total.o[r * d + x] = 0.0f;
     }
     int64_t lo_min = last;
-    for (int64_t r = 0; r < nq; ++r) lo_min = imin(lo_min, window_start(kv, pos[r]));
+    for (int64_t r = 0; r < nq; ++r) lo_min = imin(lo_min, window_start(kv.window, pos[r]));
     const FlashDecodeRows drows{1, nq, rows.q, pos};
     for (int64_t segment = lo_min / kSegmentKeys; segment * kSegmentKeys <= last; ++segment) {
         decode_segment<T, kScaled>(kv, drows, segment, seg, b);

@@ -69,9 +69,9 @@ struct FlashPartial {
     float* l;
 };
 
-// The first key a row at position `pos` attends: the start of its sliding window (0 without
-// one). Defined in paged_attention_avx2.cpp (not inline: see the note at the top).
-int64_t window_start(const FlashKvHead& kv, int64_t pos);
+// The first key a row at position `pos` attends: the start of its sliding window of `window`
+// keys (0 without one). Defined in paged_attention_avx2.cpp (not inline: see the note at the top).
+int64_t window_start(int64_t window, int64_t pos);
 
 // The rows' attention over keys [segment * kSegmentKeys, +kSegmentKeys) (and up to each row's
 // position, from its window's start), tile by tile across all kv heads so that each block of the cache is read in one
