@@ -6,11 +6,14 @@
 // work); the Time column covers both and is not a figure.
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "bench_baselines.h"
 #include "moeserve/core/dtype.h"
+#include "moeserve/kernels/cpu/bf16_panels.h"
 #include "moeserve/kernels/cpu/linear.h"
 
 namespace {
@@ -29,9 +32,22 @@ void fill_bf16(std::vector<uint16_t>& w, uint32_t seed) {
     for (size_t i = pattern; i < w.size(); ++i) w[i] = w[i - pattern];
 }
 
-// args: m, n, k.
+// The weights (copies of n x k) repacked into bf16 panels, 64-byte aligned.
+std::unique_ptr<uint16_t, decltype(&std::free)> pack_copies(const std::vector<uint16_t>& w, int64_t copies, int64_t n,
+                                                            int64_t k) {
+    const size_t bytes = moeserve::kernels::cpu::bf16_panel_bytes(n, k);
+    std::unique_ptr<uint16_t, decltype(&std::free)> p(static_cast<uint16_t*>(std::aligned_alloc(64, copies * bytes)),
+                                                      &std::free);
+    for (int64_t c = 0; c < copies; ++c) {
+        moeserve::kernels::cpu::pack_bf16_panels(w.data() + c * n * k, k, n, k, p.get() + c * bytes / 2);
+    }
+    return p;
+}
+
+// args: m, n, k, layout (0: row-major linear_bf16; 1: repacked panels, linear_bf16_panels).
 void BM_LinearBf16(benchmark::State& state) {
     const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+    const bool panels = state.range(3) == 1;
     ThreadPool pool(kThreads);
     std::vector<float> x(size_t(m * k), 0.5f), out(size_t(m * n));
     const bool decode = m <= 8;
@@ -39,6 +55,8 @@ void BM_LinearBf16(benchmark::State& state) {
     const int64_t copies = decode ? cold_copies(wbytes) : 1;
     std::vector<uint16_t> w(size_t(copies * n * k));
     fill_bf16(w, 1);
+    auto packed = panels ? pack_copies(w, copies, n, k) : pack_copies(w, 0, n, k);
+    const int64_t packed_elems = int64_t(moeserve::kernels::cpu::bf16_panel_bytes(n, k) / 2);
 
     // NOTE: ours and the baseline alternate call by call (medians of each), so a burst of other
     // work on the shared cores hits both sides alike. Decode: the STREAM read walks the copies
@@ -52,7 +70,12 @@ void BM_LinearBf16(benchmark::State& state) {
     std::vector<double> times, base_times;
     for (auto _ : state) {
         double t0 = now_s();
-        moeserve::kernels::cpu::linear_bf16(pool, x.data(), m, k, w.data() + c * n * k, n, out.data());
+        if (panels) {
+            moeserve::kernels::cpu::linear_bf16_panels(pool, x.data(), m, k, packed.get() + c * packed_elems, n,
+                                                       out.data());
+        } else {
+            moeserve::kernels::cpu::linear_bf16(pool, x.data(), m, k, w.data() + c * n * k, n, out.data());
+        }
         times.push_back(now_s() - t0);
         benchmark::DoNotOptimize(out.data());
         t0 = now_s();
@@ -84,26 +107,28 @@ void shapes(benchmark::internal::Benchmark* b) {
     // (n, k): q_proj, k_proj/v_proj, o_proj, experts gate|up, experts down, lm_head.
     const std::vector<std::pair<int64_t, int64_t>> nk = {{2048, 1024}, {512, 1024}, {1024, 2048},
                                                          {768, 1024},  {1024, 384}, {151936, 1024}};
-    for (int64_t m : {1, 4, 128, 512}) {
-        for (auto [n, k] : nk) {
-            if (n > 100000 && m > 128) continue;  // lm_head runs only on the sampled rows
-            b->Args({m, n, k});
+    for (int64_t layout : {0, 1}) {
+        for (int64_t m : {1, 4, 128, 512}) {
+            for (auto [n, k] : nk) {
+                if (n > 100000 && m > 128) continue;  // lm_head runs only on the sampled rows
+                b->Args({m, n, k, layout});
+            }
         }
+        // Decode batches of 2 and 8 rows (the GEMV's other row counts) on the lm_head.
+        b->Args({2, 151936, 1024, layout});
+        b->Args({8, 151936, 1024, layout});
+        // Serving batches of 16, 32 and 64 sequences.
+        for (int64_t m : {16, 32, 64}) {
+            b->Args({m, 2048, 1024, layout});
+            b->Args({m, 151936, 1024, layout});
+        }
+        // DeepSeek-V3's real decode shapes (benchmarks/dsv3_real_dims.sh, docs/performance.md): the
+        // bf16 lm_head and the dense gate|up, k = 7168, for 1 and 4 rows.
+        b->Args({1, 129280, 7168, layout});
+        b->Args({1, 36864, 7168, layout});
+        b->Args({4, 36864, 7168, layout});
     }
-    // Decode batches of 2 and 8 rows (the GEMV's other row counts) on the lm_head.
-    b->Args({2, 151936, 1024});
-    b->Args({8, 151936, 1024});
-    // Serving batches of 16 and 32 sequences (the chunked GEMV, matmul_tile_avx512.cpp) and 64 (the GEMM).
-    for (int64_t m : {16, 32, 64}) {
-        b->Args({m, 2048, 1024});
-        b->Args({m, 151936, 1024});
-    }
-    // DeepSeek-V3's real decode shapes (benchmarks/dsv3_real_dims.sh, docs/performance.md): the
-    // bf16 lm_head and the dense gate|up, k = 7168, for 1 and 4 rows.
-    b->Args({1, 129280, 7168});
-    b->Args({1, 36864, 7168});
-    b->Args({4, 36864, 7168});
-    b->ArgNames({"m", "n", "k"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+    b->ArgNames({"m", "n", "k", "panels"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
 
 BENCHMARK(BM_LinearBf16)->Apply(shapes);

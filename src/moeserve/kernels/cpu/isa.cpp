@@ -197,6 +197,7 @@ private:
 EnvSwitch g_round("MOESERVE_BF16_ACTIVATIONS", "split", "round");
 EnvSwitch g_row_blocks("MOESERVE_GEMV_ROW_BLOCKS", "0", "1");
 EnvSwitch g_gguf_packed("MOESERVE_GGUF_PACKED", "0", "1");
+EnvSwitch g_bf16_panels("MOESERVE_BF16_PANELS", "0", "1");
 // AMD family 0x19 (25: Zen3/Zen4) streams one weight row at a time faster; Zen5 (family 0x1a = 26)
 // the row blocks, like Intel (docs/kernels.md has the measurements).
 constexpr int kLastAmdFamilyRowByRow = 25;
@@ -224,6 +225,12 @@ bool gguf_packed_rows() {
 
 void set_gguf_packed_rows(bool on) { g_gguf_packed.set(on); }
 
+bool bf16_weight_panels() {
+    return g_bf16_panels.get([] { return active_isa() >= Isa::kAvx512 && !bf16_round_activations(); });
+}
+
+void set_bf16_weight_panels(bool on) { g_bf16_panels.set(on); }
+
 std::string isa_summary() {
     const CpuFeatures& f = cpu_features();
     std::string s = std::string("isa=") + isa_name(active_isa()) + " (best " + isa_name(best_isa()) +
@@ -239,6 +246,7 @@ std::string isa_summary() {
     if (active_isa() >= Isa::kAvx512) {
         s += gemv_row_blocks() ? "; decode gemv in row blocks" : "; decode gemv row by row";
         if (bf16_round_activations()) s += "; bf16 prefill activations rounded";
+        if (bf16_weight_panels()) s += "; bf16 linears in panels";
     }
     return s + ")";
 }

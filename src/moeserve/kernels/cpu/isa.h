@@ -78,6 +78,15 @@ void set_bf16_round_activations(bool round);
 bool gemv_row_blocks();
 // Forces it (tests, benchmarks).
 void set_gemv_row_blocks(bool on);
+// Whether bf16 linear weights are repacked at load into panels (bf16_panels.h): on at the avx512
+// and amx levels, whose panel kernel reads the lm_head at 0.95 of the STREAM rate for one row and
+// 2-3x the row-major kernels' rate for 4-64 rows (docs/kernels.md), unless the bf16 GEMM rounds
+// its activations (bf16_round_activations: the panels are f32 FMA only). Off below avx512, whose
+// row-major kernels were never measured against a panel kernel. MOESERVE_BF16_PANELS=0|1 says
+// otherwise (read once; any other value throws moeserve::Error).
+bool bf16_weight_panels();
+// Forces it (tests, benchmarks); weights repacked before stay repacked.
+void set_bf16_weight_panels(bool on);
 // Whether GGUF weights with a packed layout are repacked at load into groups of 8 interleaved
 // rows (gguf_packed.h): on at the avx2 and avx512 levels, whose packed kernels were measured
 // faster than their kernels on the stored rows (docs/kernels.md), off at ref (its packed tile

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "moeserve/core/dtype.h"
+#include "moeserve/kernels/cpu/bf16_panels.h"
 #include "moeserve/kernels/cpu/gguf_dequant.h"
 #include "moeserve/kernels/cpu/gguf_dot.h"
 #include "moeserve/kernels/cpu/gguf_packed.h"
@@ -116,6 +117,17 @@ void linear_bf16(ThreadPool&, const float* x, int64_t m, int64_t k, const uint16
 void linear_f32(ThreadPool&, const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* out) {
     cpu::linear_f32_ref(x, m, k, w, n, out);
 }
+// Weights another backend repacked (this one never does): element by element.
+void linear_bf16_packed(ThreadPool&, const float* x, int64_t m, int64_t k, const uint16_t* packed, int64_t n,
+                        float* out) {
+    for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+            float acc = 0.0f;
+            for (int64_t p = 0; p < k; ++p) acc += x[i * k + p] * bf16_to_f32(cpu::bf16_panel_at(packed, k, j, p));
+            out[i * n + j] = acc;
+        }
+    }
+}
 void linear_int8(ThreadPool&, const float* x, int64_t m, int64_t k, const int8_t* w, const float* w_scale, int64_t n,
                  float* out) {
     cpu::linear_int8_ref(x, m, k, w, w_scale, n, out);
@@ -203,6 +215,11 @@ Backend make_backend() {
     o.quantize_gguf = cpu::quantize_gguf;
     o.gguf_packed_bytes = [](const GgufMatrix&) -> size_t { return 0; };  // the stored rows, always
     o.gguf_pack = cpu::gguf_pack;
+    o.bf16_linear_packed_bytes = [](int64_t, int64_t) -> size_t { return 0; };  // the stored rows, always
+    o.pack_bf16_linear = [](const uint16_t* w, int64_t n, int64_t k, uint16_t* dst) {
+        cpu::pack_bf16_panels(w, k, n, k, dst);
+    };
+    o.linear_bf16_packed = linear_bf16_packed;
     return b;
 }
 

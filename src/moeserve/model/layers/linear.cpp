@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "moeserve/core/error.h"
+#include "moeserve/kernels/ops.h"
 #include "moeserve/model/formats/fp8_blocks.h"
 #include "moeserve/model/formats/gguf_weights.h"
 #include "moeserve/model/formats/static_int8.h"
@@ -25,7 +26,7 @@ Tensor slice_rows(const Tensor& v, int64_t begin, int64_t n) {
 // scales are powers of two, as UE8M0 scales are).
 FloatWeight float_weight(const io::WeightSource& weights, const std::string& name, TensorView view,
                          const Quantization& quant) {
-    FloatWeight w{view, {}};
+    FloatWeight w{view, {}, {}};
     switch (view.dtype) {
         case DType::kF32:
             return w;
@@ -67,7 +68,7 @@ LinearWeight scheme_weight(const io::WeightSource& weights, const std::string& p
         quant.counts->float_linears += 1;
         Tensor f32 = load_weight_f32(weights, prefix, out_features, in_features, quant);
         const TensorView view = f32.view();
-        return FloatWeight{view, std::move(f32)};
+        return FloatWeight{view, std::move(f32), {}};
     }
     const TensorView stored = get_checked(weights, name, Shape{out_features, in_features});
     if (scheme == LinearScheme::kW8A8Static) {
@@ -104,16 +105,32 @@ Linear Linear::load_fp8(const io::WeightSource& weights, const std::string& pref
     return l;
 }
 
-void Linear::pack_gguf_blocks(const io::WeightSource& weights, const std::string& name) {
-    auto* b = std::get_if<BlockWeight>(&weight_);
-    if (b == nullptr || !b->owned.empty()) return;  // not GGUF blocks, or FP8 blocks already repacked
-    b->owned = gguf_pack_for_kernels(weights, {&b->matrix}, {name});
+void Linear::pack_for_kernels(const io::WeightSource& weights, const std::string& name) {
+    if (auto* b = std::get_if<BlockWeight>(&weight_)) {
+        if (b->owned.empty()) b->owned = gguf_pack_for_kernels(weights, {&b->matrix}, {name});  // else FP8, packed
+        return;
+    }
+    auto* f = std::get_if<FloatWeight>(&weight_);
+    if (f == nullptr || f->view.dtype != DType::kBF16) return;
+    const kernels::Ops& ops = kernels::ops();
+    const int64_t n = f->view.dim(0), k = f->view.dim(1);
+    const size_t bytes = ops.bf16_linear_packed_bytes(n, k);
+    if (bytes == 0) return;
+    f->packed = Tensor(DType::kBF16, {static_cast<int64_t>(bytes / 2)});
+    ops.pack_bf16_linear(f->view.as<const uint16_t>(), n, k, f->packed.as<uint16_t>());
+    // The panels are what the layer reads now: the stored rows leave the resident set.
+    if (f->owned.empty()) {
+        weights.drop_resident(name);
+    } else {
+        f->owned = Tensor();
+        f->view.data = nullptr;
+    }
 }
 
 Linear Linear::load(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
                     int64_t in_features, bool has_bias, const Quantization& quant, LayerPrecision precision) {
     Linear l = load_stored(weights, prefix, out_features, in_features, has_bias, quant, precision);
-    l.pack_gguf_blocks(weights, prefix + ".weight");
+    l.pack_for_kernels(weights, prefix + ".weight");
     return l;
 }
 
@@ -155,7 +172,7 @@ Linear Linear::load_shard(const io::WeightSource& weights, const std::string& pr
     }
     Linear full = load_stored(weights, prefix, out_features, in_features, has_bias, quant, precision);
     if (rows == out_features && cols == in_features) {
-        full.pack_gguf_blocks(weights, prefix + ".weight");
+        full.pack_for_kernels(weights, prefix + ".weight");
         return full;
     }
     Linear l;
@@ -166,7 +183,7 @@ Linear Linear::load_shard(const io::WeightSource& weights, const std::string& pr
         l.weight_ = weight_rectangle(full.weight_, shard, prefix + ".weight");
     }
     l.bias_ = slice_rows(full.bias_, shard.row_begin, rows);
-    l.pack_gguf_blocks(weights, prefix + ".weight");
+    l.pack_for_kernels(weights, prefix + ".weight");
     return l;
 }
 

@@ -52,12 +52,14 @@ private:
     LinearWeight weight_;
     Tensor bias_;  // f32 [out_features], or empty
 
-    // load() before GGUF blocks are repacked for the kernels (a shard is cut from the stored rows).
+    // load() before the weight is repacked for the kernels (a shard is cut from the stored rows).
     static Linear load_stored(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
                               int64_t in_features, bool has_bias, const Quantization& quant, LayerPrecision precision);
-    // GGUF blocks in the mapping, repacked where the kernels have a layout for them
-    // (formats/gguf_weights.h gguf_pack_for_kernels); `name` is the tensor they came from.
-    void pack_gguf_blocks(const io::WeightSource& weights, const std::string& name);
+    // The weight repacked where the kernels have a layout for it: GGUF blocks in the mapping
+    // (formats/gguf_weights.h gguf_pack_for_kernels), bf16 rows into the backend's panels (the
+    // bf16_linear_packed_bytes op); `name` is the tensor they came from, whose mapped pages
+    // leave the resident set.
+    void pack_for_kernels(const io::WeightSource& weights, const std::string& name);
     // FP8 weight PREFIX.weight of `shape`, the shard's rectangle repacked into FP8 blocks.
     static Linear load_fp8(const io::WeightSource& weights, const std::string& prefix, const Shape& shape,
                            const LinearShard& shard, bool has_bias, const Quantization& quant);

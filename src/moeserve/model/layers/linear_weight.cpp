@@ -73,14 +73,14 @@ int64_t weight_cols(const LinearWeight& w) {
 }
 
 size_t weight_nbytes(const LinearWeight& w) {
-    return std::visit(Overloaded{[](const FloatWeight& f) { return f.view.nbytes(); },
-                                 [](const DynamicInt8Weight& q) { return q.data.nbytes() + q.scale.nbytes(); },
-                                 [](const StaticInt8Weight& q) {
-                                     return q.data.nbytes() + q.deq_scale.nbytes() + q.quant_bias.nbytes();
-                                 },
-                                 [](const BlockWeight& b) { return gguf_matrix_bytes(b.matrix); },
-                                 [](const Int4Weight& q) { return q.matrix.nbytes(); }},
-                      w);
+    return std::visit(
+        Overloaded{
+            [](const FloatWeight& f) { return f.packed.empty() ? f.view.nbytes() : f.packed.nbytes(); },
+            [](const DynamicInt8Weight& q) { return q.data.nbytes() + q.scale.nbytes(); },
+            [](const StaticInt8Weight& q) { return q.data.nbytes() + q.deq_scale.nbytes() + q.quant_bias.nbytes(); },
+            [](const BlockWeight& b) { return gguf_matrix_bytes(b.matrix); },
+            [](const Int4Weight& q) { return q.matrix.nbytes(); }},
+        w);
 }
 
 LinearWeight weight_rectangle(const LinearWeight& full, const LinearShard& s, const std::string& name) {
@@ -88,7 +88,11 @@ LinearWeight weight_rectangle(const LinearWeight& full, const LinearShard& s, co
     const int64_t cols = s.cols < 0 ? weight_cols(full) : s.cols;
     const int64_t in = weight_cols(full);
     return std::visit(
-        Overloaded{[&](const FloatWeight& f) -> LinearWeight { return float_rectangle(f, s, rows, cols); },
+        Overloaded{[&](const FloatWeight& f) -> LinearWeight {
+                       MOESERVE_CHECK(f.packed.empty(), "{}: bf16 weights are repacked per shard at load, not cut",
+                                      name);
+                       return float_rectangle(f, s, rows, cols);
+                   },
                    [&](const DynamicInt8Weight& q) -> LinearWeight {
                        return DynamicInt8Weight{copy_rectangle(q.data.data(), DType::kI8, in, s, rows, cols),
                                                 slice_vector(q.scale, s.row_begin, rows)};
@@ -116,7 +120,10 @@ LinearWeight weight_rectangle(const LinearWeight& full, const LinearShard& s, co
 void run_linear(ThreadPool& pool, const LinearWeight& w, const float* x, int64_t rows, float* out) {
     const int64_t n = weight_rows(w), k = weight_cols(w);
     std::visit(Overloaded{[&](const FloatWeight& f) {
-                              if (f.view.dtype == DType::kBF16) {
+                              if (!f.packed.empty()) {
+                                  kernels::ops().linear_bf16_packed(pool, x, rows, k, f.packed.as<const uint16_t>(), n,
+                                                                    out);
+                              } else if (f.view.dtype == DType::kBF16) {
                                   kernels::ops().linear_bf16(pool, x, rows, k, f.view.as<const uint16_t>(), n, out);
                               } else {
                                   kernels::ops().linear_f32(pool, x, rows, k, f.view.as<const float>(), n, out);

@@ -14,9 +14,14 @@
 namespace moeserve::model {
 
 // bf16 | f32 [out, in]: a view of the mapped file (zero-copy), or of `owned` when converted.
+// bf16 weights the backend has a layout for are repacked once loaded (Linear::pack_for_kernels,
+// the linear_bf16_packed op): then `packed` holds them, the kernels read only that, and view keeps
+// the shape (its data is null once `owned` has been released; mapped pages are dropped from the
+// resident set).
 struct FloatWeight {
     TensorView view;
     Tensor owned;
+    Tensor packed;
 };
 
 // W8A8: int8 [out, in] with one f32 scale per output row; activations quantized per token.
