@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <memory>
 #include <numeric>
 
 #include "kernel_test_util.h"
+#include "moeserve/kernels/cpu/bf16_panels.h"
 #include "moeserve/core/dtype.h"
 
 namespace moeserve::kernels::cpu {
@@ -18,11 +21,34 @@ struct Case {
     int k;
 };
 
-// gpt_oss: the gpt-oss unit (biases, clamps at 0.5 so that they bite, alpha 1.702).
-void check(const Case& c, int threads, uint32_t seed, bool f32 = false, bool gpt_oss = false) {
+// The experts' bf16 weights repacked into panels as Experts::pack_for_kernels lays them out
+// (MoeExpertsBf16::panels): per expert its gate, its up, and apart its down. 64-byte aligned.
+struct RepackedExperts {
+    std::unique_ptr<uint16_t, decltype(&std::free)> gate_up{nullptr, &std::free}, down{nullptr, &std::free};
+};
+
+RepackedExperts repack(const std::vector<uint16_t>& gu, const std::vector<uint16_t>& down, const Case& c) {
+    const int64_t h = c.hidden, inter = c.inter;
+    const int64_t gate_elems = int64_t(bf16_panel_bytes(inter, h) / 2),
+                  down_elems = int64_t(bf16_panel_bytes(h, inter) / 2);
+    RepackedExperts r;
+    r.gate_up.reset(static_cast<uint16_t*>(std::aligned_alloc(64, size_t(c.num_experts * 2 * gate_elems * 2))));
+    r.down.reset(static_cast<uint16_t*>(std::aligned_alloc(64, size_t(c.num_experts * down_elems * 2))));
+    for (int64_t half = 0; half < 2 * c.num_experts; ++half) {
+        pack_bf16_panels(gu.data() + half * inter * h, h, inter, h, r.gate_up.get() + half * gate_elems);
+    }
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+        pack_bf16_panels(down.data() + e * h * inter, inter, h, inter, r.down.get() + e * down_elems);
+    }
+    return r;
+}
+
+// gpt_oss: the gpt-oss unit (biases, clamps at 0.5 so that they bite, alpha 1.702). panels: the
+// kernel runs the weights repacked (the reference the stored rows).
+void check(const Case& c, int threads, uint32_t seed, bool f32 = false, bool gpt_oss = false, bool panels = false) {
     SCOPED_TRACE(testing::Message() << "tokens=" << c.tokens << " h=" << c.hidden << " i=" << c.inter
                                     << " e=" << c.num_experts << " k=" << c.k << " threads=" << threads
-                                    << " f32=" << f32 << " gpt-oss=" << gpt_oss);
+                                    << " f32=" << f32 << " gpt-oss=" << gpt_oss << " panels=" << panels);
     std::mt19937 rng(seed);
     const float wscale = 1.0f / std::sqrt(float(c.hidden));
     std::vector<uint16_t> gu = test::random_bf16(c.num_experts * 2 * c.inter * c.hidden, rng, wscale);
@@ -57,11 +83,18 @@ void check(const Case& c, int threads, uint32_t seed, bool f32 = false, bool gpt
     }
     ThreadPool pool(threads);
     MoeScratch scratch;
+    const RepackedExperts packed = panels ? repack(gu, down, c) : RepackedExperts{};
+    MoeExpertsBf16 ex_run = ex;
+    if (panels) {
+        ex_run.gate_up = packed.gate_up.get();
+        ex_run.down = packed.down.get();
+        ex_run.panels = true;
+    }
     for (int rep = 0; rep < 2; ++rep) {  // the second call reuses the grown scratch
         if (f32) {
             moe_experts_f32(pool, x.data(), c.tokens, ids.data(), w.data(), c.k, ex32, scratch, out.data());
         } else {
-            moe_experts_bf16(pool, x.data(), c.tokens, ids.data(), w.data(), c.k, ex, scratch, out.data());
+            moe_experts_bf16(pool, x.data(), c.tokens, ids.data(), w.data(), c.k, ex_run, scratch, out.data());
         }
     }
     if (f32) {
@@ -76,7 +109,8 @@ void check(const Case& c, int threads, uint32_t seed, bool f32 = false, bool gpt
     for (int32_t e : ids) per_expert[size_t(e)]++;
     const bool gemm = *std::max_element(per_expert.begin(), per_expert.end()) > 8;
     // (f32 weights stay on the f32 AVX2 path, never rounded)
-    const float tol = !f32 && active_isa() >= Isa::kAvx512 && bf16_round_activations() && gemm ? 1e-2f : 1e-5f;
+    const bool rounded = !f32 && !panels && active_isa() >= Isa::kAvx512 && bf16_round_activations() && gemm;
+    const float tol = rounded ? 1e-2f : 1e-5f;
     test::expect_close(out.data(), ref.data(), c.tokens * c.hidden, tol, "moe");
     if (c.global_experts - c.num_experts >= c.k) {
         for (int64_t i = 0; i < c.hidden; ++i) ASSERT_EQ(out[(c.tokens - 1) * c.hidden + i], 0.0f);
@@ -102,6 +136,23 @@ TEST(MoeExpertsTest, MatchesReference) {
             }
         }
         set_bf16_round_activations(false);
+    });
+}
+
+// Repacked weights (the avx512 default): decode (1 token), the GEMV rows up to 12 and the row
+// blocks above, inter and hidden off the 32-row panels, EP slices, the gpt-oss unit.
+TEST(MoeExpertsTest, RepackedWeightsMatchReference) {
+    test::for_each_isa([&](cpu::Isa) {
+        uint32_t seed = 80;
+        for (int threads : {1, 2, 3}) {
+            check({1, 100, 33, 16, 0, 16, 8}, threads, seed++, false, false, true);
+            check({3, 64, 40, 8, 4, 16, 1}, threads, seed++, false, false, true);
+            check({40, 72, 50, 4, 8, 12, 8}, threads, seed++, false, false, true);
+            check({17, 33, 7, 32, 0, 64, 2}, threads, seed++, false, false, true);
+            check({120, 64, 96, 2, 0, 2, 2}, threads, seed++, false, false, true);  // 120 rows per expert
+            check({3, 64, 40, 8, 4, 16, 1}, threads, seed++, false, true, true);
+        }
+        check({1, 1024, 384, 64, 0, 64, 8}, 2, seed++, false, false, true);  // the bench model's decode
     });
 }
 

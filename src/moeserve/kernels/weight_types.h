@@ -106,6 +106,10 @@ struct MoeExpertsBf16 {
     int64_t hidden;
     int64_t inter;  // moe_intermediate_size
     ExpertGlu glu{};
+    // Set: the weights are repacked into bf16 panels (cpu/bf16_panels.h, the backend's pack_bf16
+    // op), each expert one block after the other: gate_up its gate [inter, hidden] repacked, then
+    // its up; down its [hidden, inter] repacked.
+    bool panels = false;
 };
 
 // The same with f32 weights (--dtype float32: the checkpoint's bf16 widened at load).

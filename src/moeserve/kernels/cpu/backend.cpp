@@ -128,12 +128,10 @@ Backend make_backend() {
     o.quantize_gguf = quantize_gguf;
     o.gguf_packed_bytes = gguf_packed_size;
     o.gguf_pack = gguf_pack;
-    o.bf16_linear_packed_bytes = [](int64_t n, int64_t k) -> size_t {
+    o.bf16_packed_bytes = [](int64_t n, int64_t k) -> size_t {
         return bf16_weight_panels() ? bf16_panel_bytes(n, k) : 0;
     };
-    o.pack_bf16_linear = [](const uint16_t* w, int64_t n, int64_t k, uint16_t* dst) {
-        pack_bf16_panels(w, k, n, k, dst);
-    };
+    o.pack_bf16 = [](const uint16_t* w, int64_t n, int64_t k, uint16_t* dst) { pack_bf16_panels(w, k, n, k, dst); };
     o.linear_bf16_packed = linear_bf16_panels;
     return b;
 }

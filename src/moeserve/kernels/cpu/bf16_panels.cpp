@@ -11,37 +11,40 @@ namespace moeserve::kernels::cpu {
 
 namespace {
 
-int64_t num_panels(int64_t n) { return (n + kBf16PanelRows - 1) / kBf16PanelRows; }
-
 // The element of group p that holds panel row r (r < 32).
 int64_t slot_of(int64_t r) { return r < 16 ? 2 * r : 2 * (r - 16) + 1; }
 
 // Below this many multiply-adds the fork/join costs more than it saves.
 constexpr int64_t kMinParallelMacs = 1 << 15;
 
-void run_tile(const float* x, int64_t m, int64_t k, const uint16_t* panels, int64_t q0, int64_t q1, int64_t n,
-              float* out) {
+}  // namespace
+
+int64_t bf16_panel_count(int64_t rows) { return (rows + kBf16PanelRows - 1) / kBf16PanelRows; }
+
+void detail::bf16_panels_tile(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* panels, int64_t q0,
+                              int64_t q1, int64_t n, float* out, int64_t ldo) {
     if (active_isa() >= Isa::kAvx512) {
-        detail::bf16_panels_tile_avx512(x, m, k, panels, q0, q1, n, out);
+        bf16_panels_tile_avx512(x, ldx, m, k, panels, q0, q1, n, out, ldo);
     } else {
-        detail::bf16_panels_tile_portable(x, m, k, panels, q0, q1, n, out);
+        bf16_panels_tile_portable(x, ldx, m, k, panels, q0, q1, n, out, ldo);
     }
 }
 
-}  // namespace
-
-size_t bf16_panel_bytes(int64_t n, int64_t k) { return static_cast<size_t>(num_panels(n) * k * kBf16PanelRows * 2); }
+size_t bf16_panel_bytes(int64_t n, int64_t k) {
+    return static_cast<size_t>(bf16_panel_count(n) * k * kBf16PanelRows * 2);
+}
 
 void pack_bf16_panels(const uint16_t* w, int64_t ldw, int64_t n, int64_t k, uint16_t* dst) {
-    for (int64_t q = 0; q < num_panels(n); ++q) {
+    for (int64_t q = 0; q < bf16_panel_count(n); ++q) {
         uint16_t* panel = dst + q * k * kBf16PanelRows;
         const int64_t rows = std::min(kBf16PanelRows, n - q * kBf16PanelRows);
-        std::fill(panel, panel + k * kBf16PanelRows, uint16_t{0});
-        // Row by row: each source row is read once, sequentially; the writes stride 64 bytes.
-        for (int64_t r = 0; r < rows; ++r) {
-            const uint16_t* src = w + (q * kBf16PanelRows + r) * ldw;
-            uint16_t* col = panel + slot_of(r);
-            for (int64_t p = 0; p < k; ++p) col[p * kBf16PanelRows] = src[p];
+        const uint16_t* src[kBf16PanelRows];
+        for (int64_t r = 0; r < kBf16PanelRows; ++r) src[r] = r < rows ? w + (q * kBf16PanelRows + r) * ldw : nullptr;
+        // Column by column: the writes are sequential, and each of the 32 source rows is read
+        // sequentially (a cache line of it serves 32 columns).
+        for (int64_t p = 0; p < k; ++p) {
+            uint16_t* group = panel + p * kBf16PanelRows;
+            for (int64_t r = 0; r < kBf16PanelRows; ++r) group[slot_of(r)] = src[r] != nullptr ? src[r][p] : 0;
         }
     }
 }
@@ -51,19 +54,25 @@ uint16_t bf16_panel_at(const uint16_t* panels, int64_t k, int64_t row, int64_t c
     return panels[(q * k + col) * kBf16PanelRows + slot_of(row % kBf16PanelRows)];
 }
 
-void detail::bf16_panels_tile_portable(const float* x, int64_t m, int64_t k, const uint16_t* panels, int64_t q0,
-                                       int64_t q1, int64_t n, float* out) {
+void unpack_bf16_panels(const uint16_t* panels, int64_t n, int64_t k, uint16_t* w) {
+    for (int64_t r = 0; r < n; ++r) {
+        for (int64_t p = 0; p < k; ++p) w[r * k + p] = bf16_panel_at(panels, k, r, p);
+    }
+}
+
+void detail::bf16_panels_tile_portable(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* panels,
+                                       int64_t q0, int64_t q1, int64_t n, float* out, int64_t ldo) {
     for (int64_t q = q0; q < q1; ++q) {
         const uint16_t* panel = panels + q * k * kBf16PanelRows;
         const int64_t rows = std::min(kBf16PanelRows, n - q * kBf16PanelRows);
         for (int64_t i = 0; i < m; ++i) {
             float acc[kBf16PanelRows] = {};
-            const float* xi = x + i * k;
+            const float* xi = x + i * ldx;
             for (int64_t p = 0; p < k; ++p) {
                 const uint16_t* group = panel + p * kBf16PanelRows;
                 for (int64_t s = 0; s < kBf16PanelRows; ++s) acc[s] += bf16_to_f32(group[s]) * xi[p];
             }
-            for (int64_t r = 0; r < rows; ++r) out[i * n + q * kBf16PanelRows + r] = acc[slot_of(r)];
+            for (int64_t r = 0; r < rows; ++r) out[i * ldo + (q - q0) * kBf16PanelRows + r] = acc[slot_of(r)];
         }
     }
 }
@@ -71,9 +80,9 @@ void detail::bf16_panels_tile_portable(const float* x, int64_t m, int64_t k, con
 void linear_bf16_panels(ThreadPool& pool, const float* x, int64_t m, int64_t k, const uint16_t* panels, int64_t n,
                         float* out) {
     if (m <= 0) return;
-    const int64_t total = num_panels(n);
+    const int64_t total = bf16_panel_count(n);
     if (pool.num_threads() == 1 || m * n * k < kMinParallelMacs || total < 2) {
-        run_tile(x, m, k, panels, 0, total, n, out);
+        detail::bf16_panels_tile(x, k, m, k, panels, 0, total, n, out, n);
         return;
     }
     // Chunks of panels pulled dynamically (about 8 per thread for few rows, 4 for many, whose
@@ -86,7 +95,9 @@ void linear_bf16_panels(ThreadPool& pool, const float* x, int64_t m, int64_t k, 
     pool.run([&](int) {
         for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < num_chunks;
              c = next.fetch_add(1, std::memory_order_relaxed)) {
-            run_tile(x, m, k, panels, c * chunk, std::min(total, (c + 1) * chunk), n, out);
+            const int64_t q0 = c * chunk;
+            detail::bf16_panels_tile(x, k, m, k, panels, q0, std::min(total, q0 + chunk), n, out + q0 * kBf16PanelRows,
+                                     n);
         }
     });
 }

@@ -36,20 +36,29 @@ size_t bf16_panel_bytes(int64_t n, int64_t k);
 // aligned.
 void pack_bf16_panels(const uint16_t* w, int64_t ldw, int64_t n, int64_t k, uint16_t* dst);
 
-// Element [row, col] of a repacked [n, k] matrix (tests).
+// Element [row, col] of a repacked [n, k] matrix.
 uint16_t bf16_panel_at(const uint16_t* panels, int64_t k, int64_t row, int64_t col);
+// The repacked [n, k] matrix back as rows w [n, k] (references, tests).
+void unpack_bf16_panels(const uint16_t* panels, int64_t n, int64_t k, uint16_t* w);
 
 // out f32 [m, n] = x f32 [m, k] @ W^T, W repacked by pack_bf16_panels (linear_bf16's contract).
 void linear_bf16_panels(ThreadPool& pool, const float* x, int64_t m, int64_t k, const uint16_t* panels, int64_t n,
                         float* out);
 
+// The panels of `rows` weight rows: ceil(rows / 32).
+int64_t bf16_panel_count(int64_t rows);
+
 namespace detail {
-// Panels [q0, q1) of W against all m rows of x (row stride k), out row stride n; single-threaded.
+// Single-threaded: out[i * ldo + j] = sum_p x[i * ldx + p] * W[j, p] for i < m and the rows j in
+// panels [q0, q1) below n (W's rows; n - 32 q0 may be less than 32 (q1 - q0) for the last panel).
+// out points at row 0's output of panel 0. The active level's tile (bf16_panels.cpp).
+void bf16_panels_tile(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* panels, int64_t q0, int64_t q1,
+                      int64_t n, float* out, int64_t ldo);
 // Portable (every level below avx512) and AVX-512 (bf16_panels_avx512.cpp).
-void bf16_panels_tile_portable(const float* x, int64_t m, int64_t k, const uint16_t* panels, int64_t q0, int64_t q1,
-                               int64_t n, float* out);
-void bf16_panels_tile_avx512(const float* x, int64_t m, int64_t k, const uint16_t* panels, int64_t q0, int64_t q1,
-                             int64_t n, float* out);
+void bf16_panels_tile_portable(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* panels, int64_t q0,
+                               int64_t q1, int64_t n, float* out, int64_t ldo);
+void bf16_panels_tile_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* panels, int64_t q0,
+                             int64_t q1, int64_t n, float* out, int64_t ldo);
 }  // namespace detail
 
 }  // namespace moeserve::kernels::cpu

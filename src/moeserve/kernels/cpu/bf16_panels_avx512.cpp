@@ -99,12 +99,13 @@ static_assert(sizeof(kPanelRowsByRows) / sizeof(kPanelRowsByRows[0]) == kMr);
 
 }  // namespace
 
-void bf16_panels_tile_avx512(const float* x, int64_t m, int64_t k, const uint16_t* panels, int64_t q0, int64_t q1,
-                             int64_t n, float* out) {
+void bf16_panels_tile_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* panels, int64_t q0,
+                             int64_t q1, int64_t n, float* out, int64_t ldo) {
     if (m <= kMr) {  // each panel read once, whole, for all rows: one sequential stream
         const PanelRows run = kPanelRowsByRows[m - 1];
         for (int64_t q = q0; q < q1; ++q) {
-            run(panels + q * k * kGroup, 0, k, x, k, out + q * kGroup, n, imin(kGroup, n - q * kGroup), false);
+            run(panels + q * k * kGroup, 0, k, x, ldx, out + (q - q0) * kGroup, ldo, imin(kGroup, n - q * kGroup),
+                false);
         }
         return;
     }
@@ -116,8 +117,8 @@ void bf16_panels_tile_avx512(const float* x, int64_t m, int64_t k, const uint16_
             for (int64_t p0 = 0; p0 < k; p0 += kKChunk) {
                 const int64_t p1 = imin(k, p0 + kKChunk);
                 for (int64_t i = i0; i < i1; i += kMr) {
-                    kPanelRowsByRows[imin(kMr, i1 - i) - 1](panel, p0, p1, x + i * k, k, out + i * n + q * kGroup, n,
-                                                            cols, p0 > 0);
+                    kPanelRowsByRows[imin(kMr, i1 - i) - 1](panel, p0, p1, x + i * ldx, ldx,
+                                                            out + i * ldo + (q - q0) * kGroup, ldo, cols, p0 > 0);
                 }
             }
         }

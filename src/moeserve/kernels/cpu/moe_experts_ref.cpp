@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "moeserve/core/dtype.h"
+#include "moeserve/kernels/cpu/bf16_panels.h"
 #include "moeserve/kernels/cpu/moe_experts.h"
 
 namespace moeserve::kernels::cpu {
@@ -49,7 +50,27 @@ void moe_experts_ref_impl(const float* x, int64_t num_tokens, const int32_t* top
 
 void moe_experts_bf16_ref(const float* x, int64_t num_tokens, const int32_t* topk_ids, const float* topk_weights, int k,
                           const MoeExpertsBf16& ex, float* out) {
-    moe_experts_ref_impl(x, num_tokens, topk_ids, topk_weights, k, ex, out);
+    if (!ex.panels) {
+        moe_experts_ref_impl(x, num_tokens, topk_ids, topk_weights, k, ex, out);
+        return;
+    }
+    // Repacked weights: the stored rows back first.
+    const int64_t h = ex.hidden, inter = ex.inter, n = ex.num_experts;
+    const int64_t gate_elems = int64_t(bf16_panel_bytes(inter, h) / 2),
+                  down_elems = int64_t(bf16_panel_bytes(h, inter) / 2);
+    std::vector<uint16_t> gate_up(size_t(n * 2 * inter * h)), down(size_t(n * h * inter));
+    for (int64_t e = 0; e < n; ++e) {
+        for (int64_t half = 0; half < 2; ++half) {
+            unpack_bf16_panels(ex.gate_up + (2 * e + half) * gate_elems, inter, h,
+                               gate_up.data() + (2 * e + half) * inter * h);
+        }
+        unpack_bf16_panels(ex.down + e * down_elems, h, inter, down.data() + e * h * inter);
+    }
+    MoeExpertsBf16 rows = ex;
+    rows.gate_up = gate_up.data();
+    rows.down = down.data();
+    rows.panels = false;
+    moe_experts_ref_impl(x, num_tokens, topk_ids, topk_weights, k, rows, out);
 }
 
 void moe_experts_f32_ref(const float* x, int64_t num_tokens, const int32_t* topk_ids, const float* topk_weights, int k,

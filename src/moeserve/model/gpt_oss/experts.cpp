@@ -83,7 +83,7 @@ FloatExpertWeights load_float(const io::WeightSource& weights, const std::string
     const StackedTensor down(weights, p + "down_proj", {s.num_experts, s.inter, s.hidden});
     const auto n = static_cast<int64_t>(ids.size());
     const DType dtype = f32 ? DType::kF32 : DType::kBF16;
-    FloatExpertWeights w{Tensor(dtype, {n, 2 * g.inter, g.hidden}), Tensor(dtype, {n, g.hidden, g.inter})};
+    FloatExpertWeights w{Tensor(dtype, {n, 2 * g.inter, g.hidden}), Tensor(dtype, {n, g.hidden, g.inter}), false};
     if (f32) {
         fill_float<float>(g, ids, gate_up, down, w);
     } else {

@@ -81,7 +81,7 @@ FloatExpertWeights widened(const BlockExpertWeights& b, bool f32) {
     const auto n = static_cast<int64_t>(b.blocks.gate.size());
     const int64_t h = b.blocks.hidden, inter = b.blocks.inter;
     const DType dtype = f32 ? DType::kF32 : DType::kBF16;
-    FloatExpertWeights w{Tensor(dtype, {n, 2 * inter, h}), Tensor(dtype, {n, h, inter})};
+    FloatExpertWeights w{Tensor(dtype, {n, 2 * inter, h}), Tensor(dtype, {n, h, inter}), false};
     std::vector<float> buf;
     const auto widen = [&](const kernels::GgufMatrix& m, const Tensor& dst, int64_t offset) {
         buf.resize(size_t(m.rows * m.cols));

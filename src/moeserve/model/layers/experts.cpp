@@ -127,7 +127,7 @@ void copy_as_int8(const io::WeightSource& weights, const std::string& name, cons
 FloatExpertWeights load_float(const io::WeightSource& weights, const std::vector<std::string>& prefixes,
                               const ExpertsLayout& g, const Quantization& quant) {
     const DType dtype = quant.f32_weights ? DType::kF32 : DType::kBF16;
-    FloatExpertWeights w{Tensor(dtype, {g.n, 2 * g.inter, g.hidden}), Tensor(dtype, {g.n, g.hidden, g.inter})};
+    FloatExpertWeights w{Tensor(dtype, {g.n, 2 * g.inter, g.hidden}), Tensor(dtype, {g.n, g.hidden, g.inter}), false};
     for_each_projection(prefixes, g, [&](const Projection& p) {
         const Tensor& dst = p.kind == kDown ? w.down : w.gate_up;
         const int64_t offset = p.stacked_row * p.cols;
@@ -275,6 +275,7 @@ Experts Experts::load(const io::WeightSource& weights, const std::vector<std::st
     } else {
         quant.counts->float_experts += 1;
         e.weights_ = load_float(weights, prefixes, g, quant);
+        e.pack_for_kernels();
     }
     return e;
 }
@@ -288,7 +289,27 @@ Experts Experts::from_weights(ExpertWeights weights, int64_t n, int64_t hidden, 
     e.inter_ = inter;
     e.expert_begin_ = expert_begin;
     e.set_biases(std::move(biases));
+    e.pack_for_kernels();
     return e;
+}
+
+void Experts::pack_for_kernels() {
+    auto* w = std::get_if<FloatExpertWeights>(&weights_);
+    if (w == nullptr || w->panels || w->gate_up.dtype() != DType::kBF16 || num_experts_ == 0) return;
+    const kernels::Ops& ops = kernels::ops();
+    const int64_t n = num_experts_, h = hidden_, inter = inter_;
+    const auto gate_elems = static_cast<int64_t>(ops.bf16_packed_bytes(inter, h) / 2);
+    const auto down_elems = static_cast<int64_t>(ops.bf16_packed_bytes(h, inter) / 2);
+    if (gate_elems == 0 || down_elems == 0) return;
+    Tensor gate_up(DType::kBF16, {n * 2 * gate_elems}), down(DType::kBF16, {n * down_elems});
+    const uint16_t* gu_rows = w->gate_up.as<const uint16_t>();
+    for (int64_t half = 0; half < 2 * n; ++half) {  // expert half / 2's gate (even) or up (odd) rows
+        ops.pack_bf16(gu_rows + half * inter * h, inter, h, gate_up.as<uint16_t>() + half * gate_elems);
+    }
+    for (int64_t e = 0; e < n; ++e) {
+        ops.pack_bf16(w->down.as<const uint16_t>() + e * h * inter, h, inter, down.as<uint16_t>() + e * down_elems);
+    }
+    *w = FloatExpertWeights{std::move(gate_up), std::move(down), true};
 }
 
 void Experts::set_biases(ExpertBiases biases) {
@@ -336,43 +357,43 @@ void Experts::forward(ThreadPool& pool, const float* x, int64_t num_tokens, cons
                       const float* topk_weights, int k, float* out) const {
     const int64_t n = num_experts_, first = expert_begin_, h = hidden_, i = inter_;
     std::visit(
-        Overloaded{[&](const BlockExpertWeights& w) {
-                       kernels::ops().gguf_moe_experts(pool, x, num_tokens, topk_ids, topk_weights, k, w.blocks, out);
-                   },
-                   [&](const Int4ExpertWeights& w) {
-                       const kernels::MoeExpertsInt4 ex{
-                           w.gate_up.view(),
-                           w.down.view(),
-                           n,
-                           first,
-                           h,
-                           i,
-                           w.gate_up_perm.empty() ? nullptr : w.gate_up_perm.as<const int32_t>(),
-                           w.down_perm.empty() ? nullptr : w.down_perm.as<const int32_t>()};
-                       kernels::ops().moe_experts_int4(pool, x, num_tokens, topk_ids, topk_weights, k, ex, out);
-                   },
-                   [&](const Int8ExpertWeights& w) {
-                       const kernels::MoeExpertsInt8 ex{w.gate_up.as<const int8_t>(),
-                                                        w.gate_up_scale.as<const float>(),
-                                                        w.down.as<const int8_t>(),
-                                                        w.down_scale.as<const float>(),
-                                                        n,
-                                                        first,
-                                                        h,
-                                                        i};
-                       kernels::ops().moe_experts_int8(pool, x, num_tokens, topk_ids, topk_weights, k, ex, out);
-                   },
-                   [&](const FloatExpertWeights& w) {
-                       if (w.gate_up.dtype() == DType::kF32) {
-                           const kernels::MoeExpertsF32 ex{
-                               w.gate_up.as<const float>(), w.down.as<const float>(), n, first, h, i, glu()};
-                           kernels::ops().moe_experts_f32(pool, x, num_tokens, topk_ids, topk_weights, k, ex, out);
-                           return;
-                       }
-                       const kernels::MoeExpertsBf16 ex{
-                           w.gate_up.as<const uint16_t>(), w.down.as<const uint16_t>(), n, first, h, i, glu()};
-                       kernels::ops().moe_experts_bf16(pool, x, num_tokens, topk_ids, topk_weights, k, ex, out);
-                   }},
+        Overloaded{
+            [&](const BlockExpertWeights& w) {
+                kernels::ops().gguf_moe_experts(pool, x, num_tokens, topk_ids, topk_weights, k, w.blocks, out);
+            },
+            [&](const Int4ExpertWeights& w) {
+                const kernels::MoeExpertsInt4 ex{w.gate_up.view(),
+                                                 w.down.view(),
+                                                 n,
+                                                 first,
+                                                 h,
+                                                 i,
+                                                 w.gate_up_perm.empty() ? nullptr : w.gate_up_perm.as<const int32_t>(),
+                                                 w.down_perm.empty() ? nullptr : w.down_perm.as<const int32_t>()};
+                kernels::ops().moe_experts_int4(pool, x, num_tokens, topk_ids, topk_weights, k, ex, out);
+            },
+            [&](const Int8ExpertWeights& w) {
+                const kernels::MoeExpertsInt8 ex{w.gate_up.as<const int8_t>(),
+                                                 w.gate_up_scale.as<const float>(),
+                                                 w.down.as<const int8_t>(),
+                                                 w.down_scale.as<const float>(),
+                                                 n,
+                                                 first,
+                                                 h,
+                                                 i};
+                kernels::ops().moe_experts_int8(pool, x, num_tokens, topk_ids, topk_weights, k, ex, out);
+            },
+            [&](const FloatExpertWeights& w) {
+                if (w.gate_up.dtype() == DType::kF32) {
+                    const kernels::MoeExpertsF32 ex{
+                        w.gate_up.as<const float>(), w.down.as<const float>(), n, first, h, i, glu()};
+                    kernels::ops().moe_experts_f32(pool, x, num_tokens, topk_ids, topk_weights, k, ex, out);
+                    return;
+                }
+                const kernels::MoeExpertsBf16 ex{
+                    w.gate_up.as<const uint16_t>(), w.down.as<const uint16_t>(), n, first, h, i, glu(), w.panels};
+                kernels::ops().moe_experts_bf16(pool, x, num_tokens, topk_ids, topk_weights, k, ex, out);
+            }},
         weights_);
     if (!biases_.down.empty()) add_down_bias(topk_ids, topk_weights, num_tokens, k, out);
 }

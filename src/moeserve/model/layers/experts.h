@@ -27,9 +27,11 @@ struct ExpertProjections {
 };
 
 // bf16 | f32: gate_up [n, 2 * inter, hidden] (expert e's gate rows, then its up rows), down
-// [n, hidden, inter].
+// [n, hidden, inter]. bf16 weights the backend has a layout for are repacked once loaded
+// (panels set: MoeExpertsBf16::panels has the layout, and the tensors are flat).
 struct FloatExpertWeights {
     Tensor gate_up, down;
+    bool panels = false;
 };
 // W8A8: the float layout in int8, with f32 scales per output row: [n, 2 * inter] and [n, hidden].
 struct Int8ExpertWeights {
@@ -91,6 +93,8 @@ private:
     // out[t] += w[t, j] * down_bias[e] for each chosen local expert e (gpt-oss).
     void add_down_bias(const int32_t* topk_ids, const float* topk_weights, int64_t num_tokens, int k, float* out) const;
     kernels::ExpertGlu glu() const;
+    // bf16 float weights repacked where the backend has a layout for them (the pack_bf16 op).
+    void pack_for_kernels();
 
     ExpertWeights weights_;
     ExpertBiases biases_;

@@ -114,10 +114,10 @@ void Linear::pack_for_kernels(const io::WeightSource& weights, const std::string
     if (f == nullptr || f->view.dtype != DType::kBF16) return;
     const kernels::Ops& ops = kernels::ops();
     const int64_t n = f->view.dim(0), k = f->view.dim(1);
-    const size_t bytes = ops.bf16_linear_packed_bytes(n, k);
+    const size_t bytes = ops.bf16_packed_bytes(n, k);
     if (bytes == 0) return;
     f->packed = Tensor(DType::kBF16, {static_cast<int64_t>(bytes / 2)});
-    ops.pack_bf16_linear(f->view.as<const uint16_t>(), n, k, f->packed.as<uint16_t>());
+    ops.pack_bf16(f->view.as<const uint16_t>(), n, k, f->packed.as<uint16_t>());
     // The panels are what the layer reads now: the stored rows leave the resident set.
     if (f->owned.empty()) {
         weights.drop_resident(name);
