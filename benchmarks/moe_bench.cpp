@@ -7,7 +7,9 @@
 // allocations without the network; compare builds by its Time (no baseline in the same run).
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <random>
@@ -15,6 +17,7 @@
 
 #include "bench_baselines.h"
 #include "moeserve/core/dtype.h"
+#include "moeserve/kernels/cpu/bf16_panels.h"
 #include "moeserve/kernels/cpu/moe_experts.h"
 #include "moeserve/parallel/moe_exchange.h"
 
@@ -51,15 +54,36 @@ Routing make_routing(int64_t tokens, std::mt19937& rng) {
     return r;
 }
 
-// One set of expert weights: gate_up [E, 2I, H] then down [E, H, I], bf16.
+// One set of expert weights: gate_up [E, 2I, H] then down [E, H, I], bf16; with repack(), also
+// each copy repacked into panels the way Experts::pack_for_kernels lays them out (bf16_panels.h).
 struct ExpertSet {
     std::vector<uint16_t> w;
+    std::unique_ptr<uint16_t, decltype(&std::free)> packed{nullptr, &std::free};
+    static constexpr int64_t kGateElems = kInter * kHidden, kDownElems = kHidden * kInter;  // multiples of 32 rows
+
+    void repack(int64_t copies) {
+        packed.reset(static_cast<uint16_t*>(std::aligned_alloc(64, size_t(copies * kExperts * kExpertElems * 2))));
+        for (int64_t c = 0; c < copies; ++c) {
+            const uint16_t* src = w.data() + c * kExperts * kExpertElems;
+            uint16_t* dst = packed.get() + c * kExperts * kExpertElems;
+            for (int64_t half = 0; half < 2 * kExperts; ++half) {
+                kc::pack_bf16_panels(src + half * kGateElems, kHidden, kInter, kHidden, dst + half * kGateElems);
+            }
+            for (int64_t e = 0; e < kExperts; ++e) {
+                const int64_t down = kExperts * 2 * kGateElems + e * kDownElems;
+                kc::pack_bf16_panels(src + down, kInter, kHidden, kInter, dst + down);
+            }
+        }
+    }
     moeserve::kernels::MoeExpertsBf16 view(int64_t copy) const {
-        const uint16_t* base = w.data() + copy * kExperts * kExpertElems;
-        return {base, base + kExperts * 2 * kInter * kHidden, kExperts, 0, kHidden, kInter};
+        const uint16_t* base = (packed ? packed.get() : w.data()) + copy * kExperts * kExpertElems;
+        moeserve::kernels::MoeExpertsBf16 v{base, base + kExperts * 2 * kInter * kHidden, kExperts, 0, kHidden, kInter};
+        v.panels = packed != nullptr;
+        return v;
     }
 };
 
+// range(0): 1 = the weights repacked into panels (the avx512 default), 0 = the stored rows.
 void BM_MoeDecode(benchmark::State& state) {
     ThreadPool pool(kThreads);
     const int64_t set_bytes = kExperts * kExpertElems * 2;
@@ -70,6 +94,7 @@ void BM_MoeDecode(benchmark::State& state) {
     std::uniform_real_distribution<float> d(-0.05f, 0.05f);
     for (size_t i = 0; i < (1 << 20); ++i) ex.w[i] = moeserve::f32_to_bf16(d(rng));
     for (size_t i = 1 << 20; i < ex.w.size(); ++i) ex.w[i] = ex.w[i - (1 << 20)];
+    if (state.range(0) == 1) ex.repack(copies);
     std::vector<Routing> routes;
     for (int i = 0; i < 64; ++i) routes.push_back(make_routing(1, rng));
     const int64_t bytes_per_call = kTopK * kExpertElems * 2;
@@ -129,6 +154,7 @@ double openblas_grouped_seconds(const std::vector<float>& wf, const Routing& r, 
     return median(times);
 }
 
+// range(0): tokens; range(1): 1 = the weights repacked into panels, 0 = the stored rows.
 void BM_MoePrefill(benchmark::State& state) {
     const int64_t tokens = state.range(0);
     ThreadPool pool(kThreads);
@@ -141,6 +167,7 @@ void BM_MoePrefill(benchmark::State& state) {
     const double flops = 2.0 * double(tokens * kTopK) * double(kExpertElems);
     std::vector<float> wf(ex.w.size());
     for (size_t i = 0; i < wf.size(); ++i) wf[i] = moeserve::bf16_to_f32(ex.w[i]);
+    if (state.range(1) == 1) ex.repack(1);
 
     std::vector<float> x(size_t(tokens * kHidden), 0.1f), out(x.size());
     kc::MoeScratch scratch;
@@ -211,8 +238,12 @@ void BM_MoeExchange(benchmark::State& state) {
     }
 }
 
-BENCHMARK(BM_MoeDecode)->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK(BM_MoePrefill)->Arg(128)->Arg(512)->ArgName("tokens")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_MoeDecode)->Arg(0)->Arg(1)->ArgName("panels")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_MoePrefill)
+    ->ArgsProduct({{8, 32, 128, 512}, {0, 1}})
+    ->ArgNames({"tokens", "panels"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 
