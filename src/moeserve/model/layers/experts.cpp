@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "moeserve/core/error.h"
 #include "moeserve/core/overloaded.h"
@@ -293,6 +294,32 @@ Experts Experts::from_weights(ExpertWeights weights, int64_t n, int64_t hidden, 
     return e;
 }
 
+namespace {
+
+// The `count` bf16 matrices [rows, k] stored one after another in t, each repacked by the backend
+// into `packed_elems` elements. In place, block by block through one matrix's copy, when the
+// packing adds no padding (rows a multiple of the panel height): a second tensor would have every
+// page cleared by the kernel first, which was most of the packing's load time.
+Tensor repack_bf16_blocks(Tensor t, int64_t count, int64_t rows, int64_t k, int64_t packed_elems) {
+    const kernels::Ops& ops = kernels::ops();
+    if (packed_elems == rows * k) {
+        std::vector<uint16_t> block(static_cast<size_t>(rows * k));
+        for (int64_t i = 0; i < count; ++i) {
+            uint16_t* at = t.as<uint16_t>() + i * rows * k;
+            std::memcpy(block.data(), at, block.size() * 2);
+            ops.pack_bf16(block.data(), rows, k, at);
+        }
+        return t;
+    }
+    Tensor packed(DType::kBF16, {count * packed_elems});
+    for (int64_t i = 0; i < count; ++i) {
+        ops.pack_bf16(t.as<const uint16_t>() + i * rows * k, rows, k, packed.as<uint16_t>() + i * packed_elems);
+    }
+    return packed;
+}
+
+}  // namespace
+
 void Experts::pack_for_kernels() {
     auto* w = std::get_if<FloatExpertWeights>(&weights_);
     if (w == nullptr || w->panels || w->gate_up.dtype() != DType::kBF16 || num_experts_ == 0) return;
@@ -301,14 +328,9 @@ void Experts::pack_for_kernels() {
     const auto gate_elems = static_cast<int64_t>(ops.bf16_packed_bytes(inter, h) / 2);
     const auto down_elems = static_cast<int64_t>(ops.bf16_packed_bytes(h, inter) / 2);
     if (gate_elems == 0 || down_elems == 0) return;
-    Tensor gate_up(DType::kBF16, {n * 2 * gate_elems}), down(DType::kBF16, {n * down_elems});
-    const uint16_t* gu_rows = w->gate_up.as<const uint16_t>();
-    for (int64_t half = 0; half < 2 * n; ++half) {  // expert half / 2's gate (even) or up (odd) rows
-        ops.pack_bf16(gu_rows + half * inter * h, inter, h, gate_up.as<uint16_t>() + half * gate_elems);
-    }
-    for (int64_t e = 0; e < n; ++e) {
-        ops.pack_bf16(w->down.as<const uint16_t>() + e * h * inter, h, inter, down.as<uint16_t>() + e * down_elems);
-    }
+    // gate_up: expert e's gate rows, then its up rows, as 2 n matrices [inter, h]
+    Tensor gate_up = repack_bf16_blocks(std::move(w->gate_up), 2 * n, inter, h, gate_elems);
+    Tensor down = repack_bf16_blocks(std::move(w->down), n, h, inter, down_elems);
     *w = FloatExpertWeights{std::move(gate_up), std::move(down), true};
 }
 

@@ -28,7 +28,8 @@ struct ExpertProjections {
 
 // bf16 | f32: gate_up [n, 2 * inter, hidden] (expert e's gate rows, then its up rows), down
 // [n, hidden, inter]. bf16 weights the backend has a layout for are repacked once loaded
-// (panels set: MoeExpertsBf16::panels has the layout, and the tensors are flat).
+// (panels set: MoeExpertsBf16::panels has the layout; the tensors' shapes then only say their
+// sizes).
 struct FloatExpertWeights {
     Tensor gate_up, down;
     bool panels = false;
