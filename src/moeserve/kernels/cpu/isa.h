@@ -79,8 +79,9 @@ bool gemv_row_blocks();
 // Forces it (tests, benchmarks).
 void set_gemv_row_blocks(bool on);
 // Whether bf16 linear weights are repacked at load into panels (bf16_panels.h): on at the avx512
-// and amx levels, whose panel kernel reads the lm_head at 0.95 of the STREAM rate for one row and
-// 2-3x the row-major kernels' rate for 4-64 rows (docs/kernels.md), unless the bf16 GEMM rounds
+// and amx levels, whose panel kernel reads the lm_head at 0.95 of the STREAM rate for one row,
+// 2.2-3.2x the row-major kernels' rate for 4-8 rows and runs 1.3-1.7x their GFLOP/s at 32
+// (docs/performance.md), unless the bf16 GEMM rounds
 // its activations (bf16_round_activations: the panels are f32 FMA only). Off below avx512, whose
 // row-major kernels were never measured against a panel kernel. MOESERVE_BF16_PANELS=0|1 says
 // otherwise (read once; any other value throws moeserve::Error).

@@ -61,28 +61,35 @@ void expert_tile(const float* x, const std::vector<uint16_t>& xb, int64_t off, i
 }
 
 // Whether the experts' weights are repacked into bf16 panels (only bf16 ones can be).
+bool repacked(const MoeExpertsBf16& ex) { return ex.panels; }
+bool repacked(const MoeExpertsF32&) { return false; }
+
+// The experts' three matrices: gate and up [inter, hidden], down [hidden, inter].
+enum class ExpertMatrix { kGate, kUp, kDown };
+
+// Rows [r0, r0 + rb) of expert e's `which` on rows [off, off + cnt) of x [*, k] (k: its columns)
+// into out (row stride ldo): the weight's panels from r0 / 32 when repacked (the phases' row
+// blocks are whole panels then), else its stored rows through expert_tile.
 template <typename Ex>
-bool repacked(const Ex& ex) {
+void expert_rows(const Ex& ex, ExpertMatrix which, int64_t e, const float* x, const std::vector<uint16_t>& xb,
+                 int64_t off, int64_t cnt, int64_t r0, int64_t rb, float* out, int64_t ldo, float* pack) {
+    const int64_t h = ex.hidden, inter = ex.inter;
+    const int64_t k = which == ExpertMatrix::kDown ? inter : h;
     if constexpr (std::is_same_v<Ex, MoeExpertsBf16>) {
-        return ex.panels;
-    } else {
-        return false;
+        if (ex.panels) {
+            const int64_t gate_elems = int64_t(bf16_panel_bytes(inter, h) / 2);
+            const uint16_t* panels = which == ExpertMatrix::kDown
+                                         ? ex.down + e * int64_t(bf16_panel_bytes(h, inter) / 2)
+                                         : ex.gate_up + (2 * e + (which == ExpertMatrix::kUp ? 1 : 0)) * gate_elems;
+            detail::bf16_panels_tile(x + off * k, k, cnt, k, panels, r0 / kBf16PanelRows, bf16_panel_count(r0 + rb),
+                                     r0 + rb, out, ldo);
+            return;
+        }
     }
-}
-
-// Rows [r0, r0 + rb) of one expert's repacked weight (k columns) on rows [off, off + cnt) of x
-// [*, k]: its panels from r0 / 32 (the phases' row blocks are whole panels, but for the weight's
-// last rows).
-void panel_tile(const float* x, int64_t off, int64_t cnt, int64_t k, const uint16_t* panels, int64_t r0, int64_t rb,
-                float* out, int64_t ldo) {
-    detail::bf16_panels_tile(x + off * k, k, cnt, k, panels, r0 / kBf16PanelRows, bf16_panel_count(r0 + rb), r0 + rb,
-                             out, ldo);
-}
-
-// Rows per item of a phase (detail::phase_rows), whole panels when the weights are repacked.
-int64_t item_rows(bool panels, int64_t rows, int64_t num_active, int num_threads, bool gemv_only, int64_t block) {
-    const int64_t r = detail::phase_rows(rows, num_active, num_threads, gemv_only, block);
-    return panels ? (r + kBf16PanelRows - 1) / kBf16PanelRows * kBf16PanelRows : r;
+    const auto* w = which == ExpertMatrix::kDown
+                        ? ex.down + (e * h + r0) * inter
+                        : ex.gate_up + (e * 2 * inter + (which == ExpertMatrix::kUp ? inter : 0) + r0) * h;
+    expert_tile(x, xb, off, cnt, k, w, rb, out, ldo, pack);
 }
 
 // Ex: MoeExpertsBf16 or MoeExpertsF32; matmul_tile has an overload per weight type.
@@ -103,9 +110,8 @@ void moe_experts_impl(ThreadPool& pool, const float* x, int64_t num_tokens, cons
     const bool need_pack = !gemv_only && !panels;
     const bool round_rows =
         std::is_same_v<decltype(ex.gate_up), const uint16_t*> && !panels && detail::matmul_rounds_x(groups.max_count);
-    // Repacked: each expert's gate, up and down panels (bf16_panels.h).
-    const int64_t gate_elems = panels ? int64_t(bf16_panel_bytes(inter, h) / 2) : 0;
-    const int64_t down_elems = panels ? int64_t(bf16_panel_bytes(h, inter) / 2) : 0;
+    const int64_t multiple =
+        panels ? kBf16PanelRows : detail::kItemRowMultiple;  // item rows: whole panels when repacked
 
     // 2. Gather the tokens of each expert into contiguous rows.
     for (int64_t pos = 0; pos < total; ++pos) {
@@ -115,26 +121,17 @@ void moe_experts_impl(ThreadPool& pool, const float* x, int64_t num_tokens, cons
     if (round_rows) round_rows_parallel(pool, s.gathered.data(), total, h, s.gathered_bf16);
 
     // 3. Phase A: gate|up + SwiGLU, items (active expert, inter block).
-    const int64_t a_rows = item_rows(panels, inter, num_active, pool.num_threads(), gemv_only, kInterBlock);
+    const int64_t a_rows = detail::phase_rows(inter, num_active, pool.num_threads(), gemv_only, kInterBlock, multiple);
     const int64_t a_blocks = (inter + a_rows - 1) / a_rows;
     run_items(pool, num_active * a_blocks, need_pack, s.pack, [&](int, int64_t item, float* pack) {
         const int64_t e = active[item / a_blocks];
         const int64_t r0 = (item % a_blocks) * a_rows, rb = std::min(a_rows, inter - r0);
         const int64_t off = s.offsets[size_t(e)], cnt = s.offsets[size_t(e + 1)] - off;
         float* g = s.gate_up.data() + off * 2 * inter;
-        if constexpr (std::is_same_v<Ex, MoeExpertsBf16>) {
-            if (panels) {
-                const uint16_t* gate = ex.gate_up + e * 2 * gate_elems;
-                panel_tile(s.gathered.data(), off, cnt, h, gate, r0, rb, g + r0, 2 * inter);
-                panel_tile(s.gathered.data(), off, cnt, h, gate + gate_elems, r0, rb, g + inter + r0, 2 * inter);
-            }
-        }
-        if (!panels) {
-            const auto* gu = ex.gate_up + e * 2 * inter * h;
-            expert_tile(s.gathered.data(), s.gathered_bf16, off, cnt, h, gu + r0 * h, rb, g + r0, 2 * inter, pack);
-            expert_tile(s.gathered.data(), s.gathered_bf16, off, cnt, h, gu + (inter + r0) * h, rb, g + inter + r0,
-                        2 * inter, pack);
-        }
+        expert_rows(ex, ExpertMatrix::kGate, e, s.gathered.data(), s.gathered_bf16, off, cnt, r0, rb, g + r0, 2 * inter,
+                    pack);
+        expert_rows(ex, ExpertMatrix::kUp, e, s.gathered.data(), s.gathered_bf16, off, cnt, r0, rb, g + inter + r0,
+                    2 * inter, pack);
         for (int64_t i = 0; i < cnt; ++i) {
             detail::glu_span(ex.glu, e, inter, r0, g + i * 2 * inter + r0, g + i * 2 * inter + inter + r0, rb,
                              s.act.data() + (off + i) * inter + r0);
@@ -144,20 +141,13 @@ void moe_experts_impl(ThreadPool& pool, const float* x, int64_t num_tokens, cons
     if (round_rows) round_rows_parallel(pool, s.act.data(), total, inter, s.act_bf16);
 
     // 4. Phase B: down projection, items (active expert, hidden block).
-    const int64_t b_rows = item_rows(panels, h, num_active, pool.num_threads(), gemv_only, kHiddenBlock);
+    const int64_t b_rows = detail::phase_rows(h, num_active, pool.num_threads(), gemv_only, kHiddenBlock, multiple);
     const int64_t b_blocks = (h + b_rows - 1) / b_rows;
     run_items(pool, num_active * b_blocks, need_pack, s.pack, [&](int, int64_t item, float* pack) {
         const int64_t e = active[item / b_blocks];
         const int64_t h0 = (item % b_blocks) * b_rows, hb = std::min(b_rows, h - h0);
         const int64_t off = s.offsets[size_t(e)], cnt = s.offsets[size_t(e + 1)] - off;
-        if constexpr (std::is_same_v<Ex, MoeExpertsBf16>) {
-            if (panels) {
-                panel_tile(s.act.data(), off, cnt, inter, ex.down + e * down_elems, h0, hb,
-                           s.down_out.data() + off * h + h0, h);
-                return;
-            }
-        }
-        expert_tile(s.act.data(), s.act_bf16, off, cnt, inter, ex.down + (e * h + h0) * inter, hb,
+        expert_rows(ex, ExpertMatrix::kDown, e, s.act.data(), s.act_bf16, off, cnt, h0, hb,
                     s.down_out.data() + off * h + h0, h, pack);
     });
 

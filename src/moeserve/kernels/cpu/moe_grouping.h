@@ -19,12 +19,16 @@ constexpr int64_t kHiddenBlock = 128;
 // kHiddenBlock), or, when every expert's tokens take the GEMV (a decode step), as few items as
 // still give each thread about four: each item's rows are one sequential read of the weights, and
 // fewer, longer reads moved the decode of 8 bf16 experts from 0.62 to 0.67 of the STREAM read
-// (moe_bench, Zen5; int8 and int4 alike, docs/performance.md). Whole 16-row groups.
-inline int64_t phase_rows(int64_t rows, int64_t num_active, int num_threads, bool gemv_only, int64_t block) {
+// (moe_bench, Zen5; int8 and int4 alike, docs/performance.md). Whole groups of `multiple` rows
+// (kItemRowMultiple; 32 for bf16 weights repacked into 32-row panels, which the blocks already
+// are).
+inline constexpr int64_t kItemRowMultiple = 16;
+inline int64_t phase_rows(int64_t rows, int64_t num_active, int num_threads, bool gemv_only, int64_t block,
+                          int64_t multiple = kItemRowMultiple) {
     if (!gemv_only || num_active <= 0) return block;
     const int64_t items_per_expert = (4 * int64_t{num_threads} + num_active - 1) / num_active;
     const int64_t per_item = (rows + items_per_expert - 1) / items_per_expert;
-    return per_item <= 16 ? 16 : (per_item + 15) / 16 * 16;  // never 0: the callers divide by it
+    return per_item <= multiple ? multiple : (per_item + multiple - 1) / multiple * multiple;  // never 0
 }
 
 // item(i) for i in [0, num_items), each taken by whichever pool thread is free next (an atomic

@@ -117,16 +117,12 @@ void linear_bf16(ThreadPool&, const float* x, int64_t m, int64_t k, const uint16
 void linear_f32(ThreadPool&, const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* out) {
     cpu::linear_f32_ref(x, m, k, w, n, out);
 }
-// Weights another backend repacked (this one never does): element by element.
+// Weights another backend repacked (this one never does): the stored rows back first.
 void linear_bf16_packed(ThreadPool&, const float* x, int64_t m, int64_t k, const uint16_t* packed, int64_t n,
                         float* out) {
-    for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-            float acc = 0.0f;
-            for (int64_t p = 0; p < k; ++p) acc += x[i * k + p] * bf16_to_f32(cpu::bf16_panel_at(packed, k, j, p));
-            out[i * n + j] = acc;
-        }
-    }
+    std::vector<uint16_t> rows(static_cast<size_t>(n * k));
+    cpu::unpack_bf16_panels(packed, n, k, rows.data());
+    cpu::linear_bf16_ref(x, m, k, rows.data(), n, out);
 }
 void linear_int8(ThreadPool&, const float* x, int64_t m, int64_t k, const int8_t* w, const float* w_scale, int64_t n,
                  float* out) {
