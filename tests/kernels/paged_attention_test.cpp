@@ -170,6 +170,7 @@ TEST(PagedAttentionTest, Bf16CacheMatchesDenseAttentionOfRoundedKv) {
         check(16, 128, 4, 2, 2, DType::kBF16);
         check(1, 64, 4, 1, 3, DType::kBF16);
         check(16, 100, 3, 1, 1, DType::kBF16);  // scalar tails
+        check(5, 48, 4, 2, 2, DType::kBF16);    // AVX-512 decode: 16 elements past the last 32
     });
 }
 
@@ -222,16 +223,17 @@ TEST(PagedAttentionTest, LongContextsMatchDenseAttention) {
 // With a sliding window, the AVX-512 kernels skip the tiles and segments before every row's window:
 // skipped, they must leave the same bits as read. (The AVX2 group kernel starts its tiles at each
 // group's window, so there a row's bits depend on its group: checked at the avx512 level only.)
-void expect_same_bits_alone_and_in_a_chunk(int64_t len, int64_t window = 0) {
-    constexpr int64_t kBs = 16, kD = 64, kHeads = 4, kKvHeads = 2, kChunkLen = 20, kRow = kKvHeads * kD;
-    SCOPED_TRACE(testing::Message() << "keys " << len << " window " << window);
+void expect_same_bits_alone_and_in_a_chunk(int64_t len, int64_t window = 0, int64_t d = 64) {
+    constexpr int64_t kBs = 16, kHeads = 4, kKvHeads = 2, kChunkLen = 20;
+    const int64_t row = kKvHeads * d;
+    SCOPED_TRACE(testing::Message() << "keys " << len << " window " << window << " head_dim " << d);
     const int64_t blocks = len / kBs + 2;
     std::mt19937 rng(5);
-    std::vector<float> k(size_t(len * kRow)), v(k.size());
-    test::fill_uniform(k.data(), len * kRow, rng, -2.0f, 2.0f);
-    test::fill_uniform(v.data(), len * kRow, rng);
-    test::Floats q(kChunkLen * kHeads * kD), chunk_out(kChunkLen * kHeads * kD), alone_out(kHeads * kD);
-    test::fill_uniform(q.data(), kChunkLen * kHeads * kD, rng, -2.0f, 2.0f);
+    std::vector<float> k(size_t(len * row)), v(k.size());
+    test::fill_uniform(k.data(), len * row, rng, -2.0f, 2.0f);
+    test::fill_uniform(v.data(), len * row, rng);
+    test::Floats q(kChunkLen * kHeads * d), chunk_out(kChunkLen * kHeads * d), alone_out(kHeads * d);
+    test::fill_uniform(q.data(), kChunkLen * kHeads * d, rng, -2.0f, 2.0f);
     std::vector<int32_t> table(size_t(blocks - 1));
     std::iota(table.begin(), table.end(), 1);
     std::shuffle(table.begin(), table.end(), rng);
@@ -239,10 +241,10 @@ void expect_same_bits_alone_and_in_a_chunk(int64_t len, int64_t window = 0) {
     for (int64_t p = 0; p < len; ++p) slots[size_t(p)] = int64_t{table[size_t(p / kBs)]} * kBs + p % kBs;
     for (DType dtype : {DType::kF32, DType::kBF16, DType::kF8E4M3}) {
         SCOPED_TRACE(dtype_name(dtype));
-        const size_t elems = size_t(blocks * kBs * kRow);
+        const size_t elems = size_t(blocks * kBs * row);
         std::vector<std::byte> kc(elems * 4), vc(elems * 4);
-        std::vector<float> ks(elems / kD), vs(elems / kD);
-        PagedKvLayer kv{kc.data(), vc.data(), blocks, kBs, kKvHeads, kD, dtype, ks.data(), vs.data()};
+        std::vector<float> ks(elems / d), vs(elems / d);
+        PagedKvLayer kv{kc.data(), vc.data(), blocks, kBs, kKvHeads, d, dtype, ks.data(), vs.data()};
         write_kv(kv, k.data(), v.data(), len, slots.data());
         test::for_each_isa([&](Isa isa) {
             if (window > 0 && isa < Isa::kAvx512) return;
@@ -254,7 +256,7 @@ void expect_same_bits_alone_and_in_a_chunk(int64_t len, int64_t window = 0) {
             paged_attention(pool, kv, chunk);
             for (int64_t i = 0; i < kChunkLen; ++i) {
                 const int32_t start[2] = {0, 1}, alone_len = int32_t(len - kChunkLen + i + 1);
-                PagedAttentionArgs alone{q.data() + i * kHeads * kD,
+                PagedAttentionArgs alone{q.data() + i * kHeads * d,
                                          alone_out.data(),
                                          1,
                                          kHeads,
@@ -266,8 +268,8 @@ void expect_same_bits_alone_and_in_a_chunk(int64_t len, int64_t window = 0) {
                                          0.125f};
                 alone.window = window;
                 paged_attention(pool, kv, alone);
-                for (int64_t x = 0; x < kHeads * kD; ++x) {
-                    ASSERT_EQ(alone_out[x], chunk_out[i * kHeads * kD + x]) << "query " << i << " element " << x;
+                for (int64_t x = 0; x < kHeads * d; ++x) {
+                    ASSERT_EQ(alone_out[x], chunk_out[i * kHeads * d + x]) << "query " << i << " element " << x;
                 }
             }
         });
@@ -276,6 +278,7 @@ void expect_same_bits_alone_and_in_a_chunk(int64_t len, int64_t window = 0) {
 
 TEST(PagedAttentionTest, AQueryHasTheSameBitsAloneAndInAChunk) {
     for (int64_t len : {300, 524}) expect_same_bits_alone_and_in_a_chunk(len);
+    expect_same_bits_alone_and_in_a_chunk(300, 0, 48);  // the decode kernel's bf16 K pairs: a half group
 }
 
 // Windows of 1 key, of fewer keys than the chunk, and of more, whose starts fall before and after

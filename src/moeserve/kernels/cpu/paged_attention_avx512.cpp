@@ -81,11 +81,21 @@ inline __m512 merge_output(__m512 total_o, __m512 o, const MergeWeights& w) {
     return _mm512_fmadd_ps(o, w.b, _mm512_mul_ps(total_o, w.a));
 }
 
-// Row r of the cache for key position j of this kv head.
-inline int64_t head_row(const FlashKvHead& kv, int64_t j) {
-    return (int64_t{kv.block_table[j / kv.block_size]} * kv.block_size + j % kv.block_size) * kv.num_kv_heads +
-           kv.kv_head;
-}
+// Key positions walked one by one through the paged cache: a division per key is not free.
+struct KeyWalk {
+    int64_t block, row;  // the key's block-table entry, and its row in that block
+    KeyWalk(int64_t j, int64_t block_size) : block(j / block_size), row(j % block_size) {}
+    // The cache row of this key in kv's kv head.
+    int64_t head_row(const FlashKvHead& kv) const {
+        return (int64_t{kv.block_table[block]} * kv.block_size + row) * kv.num_kv_heads + kv.kv_head;
+    }
+    void next(int64_t block_size) {
+        if (++row == block_size) {
+            row = 0;
+            ++block;
+        }
+    }
+};
 
 // In place: r[i] lane j becomes the old r[j] lane i. Pairs within 128-bit blocks, then 4x4
 // blocks of 4-float groups.
@@ -132,55 +142,60 @@ void transpose_k_rows(const T* const* k_rows, const float* k_scales, int64_t d, 
     }
 }
 
-// vf [j][0, d) = the widened V rows of keys j0 + j, j < n, and the K rows likewise into kf [j][0, d)
-// or, with kTransposedK (decode), transposed into kt [d][kKeys] (transpose_k_rows) and the next
-// tile's rows prefetched: decode does little work per byte, and waits on memory without it. The
-// flash block does 4-8x the work per tile, and measured faster without (prefill 4096 tokens
-// +1-7%, docs/performance.md): its prefetches only filled the miss buffers. fp8 rows are
-// multiplied by their scale here.
-template <typename T, bool kScaled, bool kTransposedK>
-void load_tile(const FlashKvHead& kv, int64_t j0, int64_t n, int64_t last, float* k_out, float* vf) {
+// transpose_k_rows for a bf16 cache, at half the shuffles: the K rows are transposed as they
+// are stored, as 32-bit pairs of elements (x, x + 1), 32 elements of 16 keys per transpose16;
+// each pair then gives key lanes of x (the low half shifted up) and of x + 1 (the high half
+// masked), the same f32 values widen16 makes.
+inline void transpose_k_pairs(const uint16_t* const* k_rows, int64_t d, int64_t n, float* kt) {
+    const __m512i high = _mm512_set1_epi32(int32_t(0xffff0000u));
+    for (int64_t h = 0; h < n; h += 16) {
+        for (int64_t x0 = 0; x0 < d; x0 += 32) {
+            const int64_t pairs = d - x0 >= 32 ? 16 : 8;  // head_dim is a multiple of 16
+            const __mmask16 load = pairs == 16 ? __mmask16(0xffff) : __mmask16(0x00ff);
+            __m512 r[16];
+            for (int64_t j = 0; j < 16; ++j) {
+                r[j] = _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(load, k_rows[h + j < n ? h + j : 0] + x0));
+            }
+            transpose16(r);
+            for (int64_t i = 0; i < pairs; ++i) {
+                const __m512i pair = _mm512_castps_si512(r[i]);
+                _mm512_store_ps(kt + (x0 + 2 * i) * kKeys + h, _mm512_castsi512_ps(_mm512_slli_epi32(pair, 16)));
+                _mm512_store_ps(kt + (x0 + 2 * i + 1) * kKeys + h, _mm512_castsi512_ps(_mm512_and_si512(pair, high)));
+            }
+        }
+    }
+}
+
+// kf [j][0, d) and vf [j][0, d) = the widened K and V rows of keys j0 + j, j < n, for the flash
+// block; fp8 rows are multiplied by their scale here. No software prefetch: the flash block does
+// 4-8x the work per tile of the decode kernel, and measured faster without (prefill 4096 tokens
+// +1-7%, docs/performance.md): its prefetches only filled the miss buffers.
+template <typename T, bool kScaled>
+void load_tile(const FlashKvHead& kv, int64_t j0, int64_t n, float* kf, float* vf) {
     const T* k_cache = static_cast<const T*>(kv.k_cache);
     const T* v_cache = static_cast<const T*>(kv.v_cache);
     const int64_t d = kv.head_dim, bs = kv.block_size;
-    const T* k_rows[kKeys];
-    float k_scales[kKeys];
-    int64_t blk = j0 / bs, row = j0 % bs;  // walked incrementally: a division per key is not free
+    KeyWalk key(j0, bs);
     for (int64_t j = 0; j < n; ++j) {
-        const int64_t hr = (int64_t{kv.block_table[blk]} * bs + row) * kv.num_kv_heads + kv.kv_head;
+        const int64_t hr = key.head_row(kv);
         const T* kr = k_cache + hr * d;
         const T* vr = v_cache + hr * d;
         __m512 ks = _mm512_set1_ps(1.0f), vs = ks;
         if (kScaled) {
-            k_scales[j] = kv.k_scale[hr] * kE4m3Unit;
-            ks = _mm512_set1_ps(k_scales[j]);
+            ks = _mm512_set1_ps(kv.k_scale[hr] * kE4m3Unit);
             vs = _mm512_set1_ps(kv.v_scale[hr] * kE4m3Unit);
         }
-        k_rows[j] = kr;
         for (int64_t x = 0; x < d; x += 16) {
-            __m512 vx = widen16(vr + x);
-            if (kScaled) vx = _mm512_mul_ps(vx, vs);
+            __m512 vx = widen16(vr + x), kx = widen16(kr + x);
+            if (kScaled) {
+                vx = _mm512_mul_ps(vx, vs);
+                kx = _mm512_mul_ps(kx, ks);
+            }
             _mm512_store_ps(vf + j * d + x, vx);
-            if (!kTransposedK) {
-                __m512 kx = widen16(kr + x);
-                if (kScaled) kx = _mm512_mul_ps(kx, ks);
-                _mm512_store_ps(k_out + j * d + x, kx);
-            }
+            _mm512_store_ps(kf + j * d + x, kx);
         }
-        const int64_t ahead = j0 + kKeys + j;
-        if (kTransposedK && ahead <= last) {
-            const int64_t hn = head_row(kv, ahead);
-            for (int64_t x = 0; x < d; x += 64 / int64_t{sizeof(T)}) {
-                _mm_prefetch(reinterpret_cast<const char*>(k_cache + hn * d + x), _MM_HINT_T0);
-                _mm_prefetch(reinterpret_cast<const char*>(v_cache + hn * d + x), _MM_HINT_T0);
-            }
-        }
-        if (++row == bs) {
-            row = 0;
-            ++blk;
-        }
+        key.next(bs);
     }
-    if (kTransposedK) transpose_k_rows<T, kScaled>(k_rows, k_scales, d, n, k_out);
 }
 
 // st[j][0, kR) = qt^T kf[j] for j < n (the softmax scale is folded into qt).
@@ -339,7 +354,7 @@ void attend(const FlashKvHead& kv, const FlashRows& rows) {
         begin_segment(d, s);
         for (int64_t j0 = first_tile(k0, keys.lo_min); j0 < k1; j0 += kKeys) {
             const int64_t n = imin(kKeys, k1 - j0);
-            load_tile<T, kScaled, false>(kv, j0, n, last, s.kf, s.vf);
+            load_tile<T, kScaled>(kv, j0, n, s.kf, s.vf);
             tile_scores(s.qt, s.kf, d, n, s.st);
             tile_softmax(s.st, n, j0, j0 + n - 1 > keys.first || j0 < keys.lo_max, s);
             tile_pv(s.st, s.vf, d, n, s.alpha, s.ot);
@@ -372,9 +387,10 @@ inline __mmask16 lanes_between(int64_t base, int64_t from, int64_t to) {
     return __mmask16(below_b & ~below_a);
 }
 
-// The online softmax of one row over one tile: scores sc[0..1] (keys 0-15, 16-31), of which keys
-// [from, to) count. Writes the weights to p [kKeys] and updates m, l; returns alpha.
-inline float decode_softmax(__m512 sc0, __m512 sc1, int64_t from, int64_t to, float* p, float& m, float& l) {
+// The online softmax of one row over one tile, but for its sum: scores sc[0..1] (keys 0-15,
+// 16-31), of which keys [from, to) count. Writes the weights to p [kKeys], updates m and returns
+// alpha; decode_head_tile adds the weights up and updates l (decode_sums).
+inline float decode_weights(__m512 sc0, __m512 sc1, int64_t from, int64_t to, float* p, float& m) {
     const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
     sc0 = _mm512_mask_mov_ps(ninf, lanes_between(0, from, to), sc0);
     sc1 = _mm512_mask_mov_ps(ninf, lanes_between(16, from, to), sc1);
@@ -384,17 +400,78 @@ inline float decode_softmax(__m512 sc0, __m512 sc1, int64_t from, int64_t to, fl
     const float alpha = _mm_cvtss_f32(_mm512_castps512_ps128(exp16(_mm512_set1_ps(m - m_new))));
     _mm512_store_ps(p, exp16(_mm512_sub_ps(sc0, mv)));
     _mm512_store_ps(p + 16, exp16(_mm512_sub_ps(sc1, mv)));
-    float sum = 0.0f;
-    for (int64_t j = 0; j < kKeys; ++j) sum += p[j];  // in key order, as the flash block adds them
-    l = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(l), _mm_set_ss(alpha), _mm_set_ss(sum)));
     m = m_new;
     return alpha;
 }
 
+// l[r] = fma(l[r], alpha[r], sum of p[r] in key order) for the NQ rows, as the flash block adds a
+// tile's weights. The rows' sums run side by side: one row's chain of kKeys dependent adds alone
+// cost as much as the tile's FMAs. A row the tile skipped has p = 0 and alpha = 1: l stays.
+template <int NQ>
+inline void decode_sums(const float* p, const float* alpha, float* l) {
+    float sum[NQ];
+    for (int r = 0; r < NQ; ++r) sum[r] = 0.0f;
+    for (int64_t j = 0; j < kKeys; ++j) {
+#pragma GCC unroll 8
+        for (int r = 0; r < NQ; ++r) sum[r] += p[r * kKeys + j];
+    }
+    for (int r = 0; r < NQ; ++r) {
+        l[r] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(l[r]), _mm_set_ss(alpha[r]), _mm_set_ss(sum[r])));
+    }
+}
+
 // Floats of decode_segment's work buffer for `rows` rows: qs [rows][d], kt [d][kKeys],
-// vf [kKeys][d], p [kDecodeRows][kKeys], then the rows' window starts as int64 [rows].
+// p [kDecodeRows][kKeys], then the rows' window starts as int64 [rows].
 inline int64_t decode_work_floats(int64_t rows, int64_t d) {
-    return rows * d + 2 * kKeys * d + kDecodeRows * kKeys + 2 * rows;
+    return rows * d + kKeys * d + kDecodeRows * kKeys + 2 * rows;
+}
+
+// One tile of one kv head as the decode kernel reads it: its keys' cache rows, and for fp8 their
+// scales (times kE4m3Unit). V is widened in registers as the PV products read it, and K
+// transposed into kt once per tile: storing the widened V rows only to load them again cost
+// about a fifth of the kernel (attention_bench EngineLayout, 4096 keys: 192 us a layer with them
+// stored, 157-164 without).
+template <typename T>
+struct DecodeTile {
+    const T* k[kKeys];
+    const T* v[kKeys];
+    float k_scale[kKeys], v_scale[kKeys];
+};
+
+// t = the rows of keys j0 + j, j < n, and kt [d][kKeys] their K rows transposed. The next tile's
+// rows of this kv head are prefetched into L2: decode does little work per byte, and waits on
+// memory without it; into L1 they evicted the tiles of the kv heads between (attention_bench
+// EngineLayout, 4096 keys: 222 us a layer into L1, 181 into L2).
+template <typename T, bool kScaled>
+void decode_tile(const FlashKvHead& kv, int64_t j0, int64_t n, int64_t last, DecodeTile<T>& t, float* kt) {
+    const T* k_cache = static_cast<const T*>(kv.k_cache);
+    const T* v_cache = static_cast<const T*>(kv.v_cache);
+    const int64_t d = kv.head_dim, bs = kv.block_size;
+    KeyWalk key(j0, bs), ahead(j0 + kKeys, bs);  // this tile's keys, and the next tile's
+    const int64_t ahead_n = imin(n, last + 1 - (j0 + kKeys));
+    for (int64_t j = 0; j < n; ++j) {
+        const int64_t hr = key.head_row(kv);
+        t.k[j] = k_cache + hr * d;
+        t.v[j] = v_cache + hr * d;
+        if (kScaled) {
+            t.k_scale[j] = kv.k_scale[hr] * kE4m3Unit;
+            t.v_scale[j] = kv.v_scale[hr] * kE4m3Unit;
+        }
+        if (j < ahead_n) {
+            const int64_t hn = ahead.head_row(kv);
+            for (int64_t x = 0; x < d; x += 64 / int64_t{sizeof(T)}) {
+                _mm_prefetch(reinterpret_cast<const char*>(k_cache + hn * d + x), _MM_HINT_T1);
+                _mm_prefetch(reinterpret_cast<const char*>(v_cache + hn * d + x), _MM_HINT_T1);
+            }
+        }
+        key.next(bs);
+        ahead.next(bs);
+    }
+    if constexpr (sizeof(T) == 2) {
+        transpose_k_pairs(t.k, d, n, kt);
+    } else {
+        transpose_k_rows<T, kScaled>(t.k, t.k_scale, d, n, kt);
+    }
 }
 
 // The scores of NQ rows for the tile's 32 keys, sc [NQ][2] (keys 0-15, 16-31): each row's chain
@@ -418,10 +495,11 @@ void decode_scores(const float* qs, int64_t d, const float* kt, __m512* sc) {
     for (int i = 0; i < 2 * NQ; ++i) sc[i] = acc[i];
 }
 
-// o[r][x0, x0 + 16 * W) = o alpha[r] + sum_j p[r][j] vf[j][...], for NQ rows: W vectors of 16 at
-// once, so that NQ * W chains (each over j in order) are in flight.
-template <int NQ, int W>
-void decode_pv(const float* p, const float* vf, int64_t d, int64_t n, const float* alpha, float* o, int64_t x0) {
+// o[r][x0, x0 + 16 * W) = o alpha[r] + sum_j p[r][j] v[j][...], for NQ rows: W vectors of 16 at
+// once, so that NQ * W chains (each over j in order) are in flight. V is widened (and scaled) as
+// the flash block's load_tile widens it.
+template <typename T, bool kScaled, int NQ, int W>
+void decode_pv(const float* p, const DecodeTile<T>& t, int64_t d, int64_t n, const float* alpha, float* o, int64_t x0) {
     __m512 a[NQ * W];
 #pragma GCC unroll 16
     for (int r = 0; r < NQ; ++r) {
@@ -432,7 +510,10 @@ void decode_pv(const float* p, const float* vf, int64_t d, int64_t n, const floa
     for (int64_t j = 0; j < n; ++j) {
         __m512 v[W];
 #pragma GCC unroll 2
-        for (int w = 0; w < W; ++w) v[w] = _mm512_load_ps(vf + j * d + x0 + 16 * w);
+        for (int w = 0; w < W; ++w) {
+            v[w] = widen16(t.v[j] + x0 + 16 * w);
+            if (kScaled) v[w] = _mm512_mul_ps(v[w], _mm512_set1_ps(t.v_scale[j]));
+        }
 #pragma GCC unroll 8
         for (int r = 0; r < NQ; ++r) {
             const __m512 pr = _mm512_set1_ps(p[r * kKeys + j]);
@@ -446,12 +527,12 @@ void decode_pv(const float* p, const float* vf, int64_t d, int64_t n, const floa
     }
 }
 
-// The NQ rows of one kv head over one tile (keys j0 .. j0 + n - 1, widened into kt and vf): their
-// scores and softmax, then the value rows read once for all of them. o, m, l: the head's rows;
-// lo: their window starts.
-template <int NQ>
+// The NQ rows of one kv head over one tile (keys j0 .. j0 + n - 1: t, with K transposed into kt):
+// their scores and softmax, then the value rows read once for all of them. o, m, l: the head's
+// rows; lo: their window starts.
+template <typename T, bool kScaled, int NQ>
 void decode_head_tile(const float* qs, const int64_t* pos, const int64_t* lo, int64_t d, int64_t j0, int64_t n,
-                      const float* kt, const float* vf, float* p, float* o, float* m, float* l) {
+                      const float* kt, const DecodeTile<T>& t, float* p, float* o, float* m, float* l) {
     float alpha[NQ];
     __m512 sc[2 * NQ];
     decode_scores<NQ>(qs, d, kt, sc);
@@ -461,19 +542,22 @@ void decode_head_tile(const float* qs, const int64_t* pos, const int64_t* lo, in
             for (int64_t j = 0; j < kKeys; j += 16) _mm512_store_ps(p + r * kKeys + j, _mm512_setzero_ps());
             continue;
         }
-        alpha[r] =
-            decode_softmax(sc[2 * r], sc[2 * r + 1], lo[r] - j0, imin(n, pos[r] + 1 - j0), p + r * kKeys, m[r], l[r]);
+        alpha[r] = decode_weights(sc[2 * r], sc[2 * r + 1], lo[r] - j0, imin(n, pos[r] + 1 - j0), p + r * kKeys, m[r]);
     }
+    decode_sums<NQ>(p, alpha, l);
     int64_t x = 0;
-    for (; x + 32 <= d; x += 32) decode_pv<NQ, 2>(p, vf, d, n, alpha, o, x);
-    if (x < d) decode_pv<NQ, 1>(p, vf, d, n, alpha, o, x);
+    for (; x + 32 <= d; x += 32) decode_pv<T, kScaled, NQ, 2>(p, t, d, n, alpha, o, x);
+    if (x < d) decode_pv<T, kScaled, NQ, 1>(p, t, d, n, alpha, o, x);
 }
 
+template <typename T>
 using DecodeHeadTile = void (*)(const float*, const int64_t*, const int64_t*, int64_t, int64_t, int64_t, const float*,
-                                const float*, float*, float*, float*, float*);
-constexpr DecodeHeadTile kDecodeHeadTile[kDecodeRows] = {decode_head_tile<1>, decode_head_tile<2>, decode_head_tile<3>,
-                                                         decode_head_tile<4>, decode_head_tile<5>, decode_head_tile<6>,
-                                                         decode_head_tile<7>, decode_head_tile<8>};
+                                const DecodeTile<T>&, float*, float*, float*, float*);
+template <typename T, bool kScaled>
+constexpr DecodeHeadTile<T> kDecodeHeadTile[kDecodeRows] = {
+    decode_head_tile<T, kScaled, 1>, decode_head_tile<T, kScaled, 2>, decode_head_tile<T, kScaled, 3>,
+    decode_head_tile<T, kScaled, 4>, decode_head_tile<T, kScaled, 5>, decode_head_tile<T, kScaled, 6>,
+    decode_head_tile<T, kScaled, 7>, decode_head_tile<T, kScaled, 8>};
 
 // The rows over segment `segment` into out (FlashDecodeRows, FlashPartial), work from
 // decode_work_floats.
@@ -481,7 +565,7 @@ template <typename T, bool kScaled>
 void decode_segment(const FlashKvHead& kv, const FlashDecodeRows& rows, int64_t segment, const FlashPartial& out,
                     float* work) {
     const int64_t d = kv.head_dim, per = rows.rows_per_head, nr = rows.num_kv_heads * per;
-    float *qs = work, *kt = qs + nr * d, *vf = kt + kKeys * d, *p = vf + kKeys * d;
+    float *qs = work, *kt = qs + nr * d, *p = kt + kKeys * d;
     auto* lo = reinterpret_cast<int64_t*>(p + kDecodeRows * kKeys);
     int64_t last = 0, lo_min = rows.pos[0];
     for (int64_t r = 0; r < nr; ++r) {
@@ -497,14 +581,15 @@ void decode_segment(const FlashKvHead& kv, const FlashDecodeRows& rows, int64_t 
     }
     const int64_t k0 = segment * kSegmentKeys, k1 = imin(k0 + kSegmentKeys, last + 1);
     FlashKvHead head = kv;
+    DecodeTile<T> tile;
     for (int64_t j0 = first_tile(k0, lo_min); j0 < k1; j0 += kKeys) {
         const int64_t n = imin(kKeys, k1 - j0);
         for (int64_t h = 0; h < rows.num_kv_heads; ++h) {
             head.kv_head = kv.kv_head + h;
-            load_tile<T, kScaled, true>(head, j0, n, last, kt, vf);
+            decode_tile<T, kScaled>(head, j0, n, last, tile, kt);
             const int64_t r0 = h * per;
-            kDecodeHeadTile[per - 1](qs + r0 * d, rows.pos + r0, lo + r0, d, j0, n, kt, vf, p, out.o + r0 * d,
-                                     out.m + r0, out.l + r0);
+            kDecodeHeadTile<T, kScaled>[per - 1](qs + r0 * d, rows.pos + r0, lo + r0, d, j0, n, kt, tile, p,
+                                                 out.o + r0 * d, out.m + r0, out.l + r0);
         }
     }
 }
