@@ -128,9 +128,10 @@ void BM_GgufDecodePackedVsStored(benchmark::State& state, GgmlType type) {
     const std::vector<uint8_t> w = cold_matrices(type, copies);
     std::vector<uint8_t> packed(w.size());
     std::vector<moeserve::kernels::GgufMatrix> stored_m, packed_m;
+    ThreadPool load(1);
     for (int64_t c = 0; c < copies; ++c) {
         stored_m.push_back({type, w.data() + c * bytes, kRows, kCols, row_bytes});
-        packed_m.push_back(kc::gguf_pack(stored_m.back(), packed.data() + c * bytes));
+        packed_m.push_back(kc::gguf_pack(load, stored_m.back(), packed.data() + c * bytes));
     }
     const std::vector<float> x(kCols, 0.25f);
     std::vector<float> out(kRows);
@@ -200,7 +201,8 @@ void BM_GgufExpertGemmPackedVsStored(benchmark::State& state, GgmlType type) {
     const moeserve::kernels::GgufMatrix& stored = e.m;
     const std::vector<float>& x = e.x;
     std::vector<uint8_t> packed_bytes(kc::gguf_packed_bytes(type, kOut, kIn));
-    const moeserve::kernels::GgufMatrix packed = kc::gguf_pack(stored, packed_bytes.data());
+    ThreadPool load(1);
+    const moeserve::kernels::GgufMatrix packed = kc::gguf_pack(load, stored, packed_bytes.data());
     std::vector<float> out(static_cast<size_t>(kTokens * kOut));
     kc::GgufScratch scratch;
     ThreadPool pool(1);

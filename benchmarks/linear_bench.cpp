@@ -38,8 +38,9 @@ std::unique_ptr<uint16_t, decltype(&std::free)> pack_copies(const std::vector<ui
     const size_t bytes = moeserve::kernels::cpu::bf16_panel_bytes(n, k);
     std::unique_ptr<uint16_t, decltype(&std::free)> p(static_cast<uint16_t*>(std::aligned_alloc(64, copies * bytes)),
                                                       &std::free);
+    moeserve::ThreadPool load(1);
     for (int64_t c = 0; c < copies; ++c) {
-        moeserve::kernels::cpu::pack_bf16_panels(w.data() + c * n * k, k, n, k, p.get() + c * bytes / 2);
+        moeserve::kernels::cpu::pack_bf16_panels(load, w.data() + c * n * k, k, n, k, p.get() + c * bytes / 2);
     }
     return p;
 }

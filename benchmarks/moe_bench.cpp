@@ -62,16 +62,17 @@ struct ExpertSet {
     static constexpr int64_t kGateElems = kInter * kHidden, kDownElems = kHidden * kInter;  // multiples of 32 rows
 
     void repack(int64_t copies) {
+        ThreadPool load(1);
         packed.reset(static_cast<uint16_t*>(std::aligned_alloc(64, size_t(copies * kExperts * kExpertElems * 2))));
         for (int64_t c = 0; c < copies; ++c) {
             const uint16_t* src = w.data() + c * kExperts * kExpertElems;
             uint16_t* dst = packed.get() + c * kExperts * kExpertElems;
             for (int64_t half = 0; half < 2 * kExperts; ++half) {
-                kc::pack_bf16_panels(src + half * kGateElems, kHidden, kInter, kHidden, dst + half * kGateElems);
+                kc::pack_bf16_panels(load, src + half * kGateElems, kHidden, kInter, kHidden, dst + half * kGateElems);
             }
             for (int64_t e = 0; e < kExperts; ++e) {
                 const int64_t down = kExperts * 2 * kGateElems + e * kDownElems;
-                kc::pack_bf16_panels(src + down, kInter, kHidden, kInter, dst + down);
+                kc::pack_bf16_panels(load, src + down, kInter, kHidden, kInter, dst + down);
             }
         }
     }

@@ -26,13 +26,15 @@ struct Panels {
 };
 
 // w [n, k] repacked into 64-byte aligned memory, filled with 0xffff first, so a pad element left
-// unwritten would show as a NaN in the products.
+// unwritten would show as a NaN in the products; by 3 threads, so that every element test also
+// checks that the threads' shares of the panels tile the matrix.
 Panels repack(const std::vector<uint16_t>& w, int64_t n, int64_t k) {
     const size_t bytes = bf16_panel_bytes(n, k);
     Panels p;
     p.data.reset(static_cast<uint16_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
     std::fill(p.data.get(), p.data.get() + bytes / 2, uint16_t{0xffff});
-    pack_bf16_panels(w.data(), k, n, k, p.data.get());
+    ThreadPool pool(3);
+    pack_bf16_panels(pool, w.data(), k, n, k, p.data.get());
     return p;
 }
 

@@ -48,7 +48,8 @@ Weights make_weights(GgmlType type, int64_t rows, int64_t n, int64_t extra_block
 
 std::vector<uint8_t> packed_copy(const GgufMatrix& m, GgufMatrix& packed) {
     std::vector<uint8_t> dst(gguf_packed_bytes(m.type, m.rows, m.cols));
-    packed = gguf_pack(m, dst.data());
+    ThreadPool pool(3);  // the threads' shares of the groups must tile the matrix
+    packed = gguf_pack(pool, m, dst.data());
     return dst;
 }
 

@@ -32,13 +32,14 @@ RepackedExperts repack(const std::vector<uint16_t>& gu, const std::vector<uint16
     const int64_t gate_elems = int64_t(bf16_panel_bytes(inter, h) / 2),
                   down_elems = int64_t(bf16_panel_bytes(h, inter) / 2);
     RepackedExperts r;
+    ThreadPool pool(2);
     r.gate_up.reset(static_cast<uint16_t*>(std::aligned_alloc(64, size_t(c.num_experts * 2 * gate_elems * 2))));
     r.down.reset(static_cast<uint16_t*>(std::aligned_alloc(64, size_t(c.num_experts * down_elems * 2))));
     for (int64_t half = 0; half < 2 * c.num_experts; ++half) {
-        pack_bf16_panels(gu.data() + half * inter * h, h, inter, h, r.gate_up.get() + half * gate_elems);
+        pack_bf16_panels(pool, gu.data() + half * inter * h, h, inter, h, r.gate_up.get() + half * gate_elems);
     }
     for (int64_t e = 0; e < c.num_experts; ++e) {
-        pack_bf16_panels(down.data() + e * h * inter, inter, h, inter, r.down.get() + e * down_elems);
+        pack_bf16_panels(pool, down.data() + e * h * inter, inter, h, inter, r.down.get() + e * down_elems);
     }
     return r;
 }

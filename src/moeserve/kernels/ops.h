@@ -86,16 +86,16 @@ struct Ops {
     void (*dequantize_gguf)(GgmlType type, const void* src, float* dst, int64_t n);
     void (*quantize_gguf)(GgmlType type, const float* x, void* dst, int64_t n);
     // GGUF weights repacked for the backend's kernels (cpu/gguf_packed.h): the bytes m takes
-    // packed, 0 where the backend runs m as stored; gguf_pack writes them to dst and returns the
-    // packed matrix over dst.
+    // packed, 0 where the backend runs m as stored; gguf_pack writes them to dst (on the pool's
+    // threads) and returns the packed matrix over dst.
     size_t (*gguf_packed_bytes)(const GgufMatrix& m);
-    GgufMatrix (*gguf_pack)(const GgufMatrix& m, uint8_t* dst);
+    GgufMatrix (*gguf_pack)(ThreadPool& pool, const GgufMatrix& m, uint8_t* dst);
     // bf16 weights repacked for the backend's kernels (cpu/bf16_panels.h): the bytes a [n, k]
     // weight takes repacked, 0 where the backend runs the stored rows; pack_bf16 writes w (row
-    // stride k) to dst (64-byte aligned); linear_bf16_packed runs it like linear_bf16, and
+    // stride k) to dst (64-byte aligned) on the pool's threads; linear_bf16_packed runs it like linear_bf16, and
     // moe_experts_bf16 runs experts so packed (MoeExpertsBf16::panels).
     size_t (*bf16_packed_bytes)(int64_t n, int64_t k);
-    void (*pack_bf16)(const uint16_t* w, int64_t n, int64_t k, uint16_t* dst);
+    void (*pack_bf16)(ThreadPool& pool, const uint16_t* w, int64_t n, int64_t k, uint16_t* dst);
     void (*linear_bf16_packed)(ThreadPool& pool, const float* x, int64_t m, int64_t k, const uint16_t* packed,
                                int64_t n, float* out);
 };

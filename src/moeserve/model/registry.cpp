@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "moeserve/core/error.h"
+#include "moeserve/core/load_pool.h"
 #include "moeserve/io/hf_config.h"
 #include "moeserve/model/architecture.h"
 #include "moeserve/model/formats/gguf.h"
@@ -114,6 +115,7 @@ ModelSource open_model_source(const std::filesystem::path& path) {
 }
 
 std::unique_ptr<Model> load_model(const ModelSource& source, ThreadPool& pool, const LoadOptions& options) {
+    const LoadPoolScope scope(pool);
     if (source.gguf) return load_gguf_model(source, pool, options);
     const Architecture& arch = architecture_of(source.config);
     return arch.load(source.config, source.path, pool, resolve_load_options(source.config, source.path, options));

@@ -131,7 +131,9 @@ Backend make_backend() {
     o.bf16_packed_bytes = [](int64_t n, int64_t k) -> size_t {
         return bf16_weight_panels() ? bf16_panel_bytes(n, k) : 0;
     };
-    o.pack_bf16 = [](const uint16_t* w, int64_t n, int64_t k, uint16_t* dst) { pack_bf16_panels(w, k, n, k, dst); };
+    o.pack_bf16 = [](ThreadPool& pool, const uint16_t* w, int64_t n, int64_t k, uint16_t* dst) {
+        pack_bf16_panels(pool, w, k, n, k, dst);
+    };
     o.linear_bf16_packed = linear_bf16_panels;
     return b;
 }

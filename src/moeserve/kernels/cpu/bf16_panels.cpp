@@ -34,19 +34,23 @@ size_t bf16_panel_bytes(int64_t n, int64_t k) {
     return static_cast<size_t>(bf16_panel_count(n) * k * kBf16PanelRows * 2);
 }
 
-void pack_bf16_panels(const uint16_t* w, int64_t ldw, int64_t n, int64_t k, uint16_t* dst) {
-    for (int64_t q = 0; q < bf16_panel_count(n); ++q) {
-        uint16_t* panel = dst + q * k * kBf16PanelRows;
-        const int64_t rows = std::min(kBf16PanelRows, n - q * kBf16PanelRows);
-        const uint16_t* src[kBf16PanelRows];
-        for (int64_t r = 0; r < kBf16PanelRows; ++r) src[r] = r < rows ? w + (q * kBf16PanelRows + r) * ldw : nullptr;
-        // Column by column: the writes are sequential, and each of the 32 source rows is read
-        // sequentially (a cache line of it serves 32 columns).
-        for (int64_t p = 0; p < k; ++p) {
-            uint16_t* group = panel + p * kBf16PanelRows;
-            for (int64_t r = 0; r < kBf16PanelRows; ++r) group[slot_of(r)] = src[r] != nullptr ? src[r][p] : 0;
+void pack_bf16_panels(ThreadPool& pool, const uint16_t* w, int64_t ldw, int64_t n, int64_t k, uint16_t* dst) {
+    pool.parallel_for(bf16_panel_count(n), [&](int64_t q0, int64_t q1) {
+        for (int64_t q = q0; q < q1; ++q) {
+            uint16_t* panel = dst + q * k * kBf16PanelRows;
+            const int64_t rows = std::min(kBf16PanelRows, n - q * kBf16PanelRows);
+            const uint16_t* src[kBf16PanelRows];
+            for (int64_t r = 0; r < kBf16PanelRows; ++r) {
+                src[r] = r < rows ? w + (q * kBf16PanelRows + r) * ldw : nullptr;
+            }
+            // Column by column: the writes are sequential, and each of the 32 source rows is read
+            // sequentially (a cache line of it serves 32 columns).
+            for (int64_t p = 0; p < k; ++p) {
+                uint16_t* group = panel + p * kBf16PanelRows;
+                for (int64_t r = 0; r < kBf16PanelRows; ++r) group[slot_of(r)] = src[r] != nullptr ? src[r][p] : 0;
+            }
         }
-    }
+    });
 }
 
 uint16_t bf16_panel_at(const uint16_t* panels, int64_t k, int64_t row, int64_t col) {

@@ -33,8 +33,8 @@ inline constexpr int64_t kBf16PanelGemvRows = 12;
 size_t bf16_panel_bytes(int64_t n, int64_t k);
 
 // w bf16 [n, k] (row stride ldw) -> dst, which holds bf16_panel_bytes(n, k) bytes and is 64-byte
-// aligned.
-void pack_bf16_panels(const uint16_t* w, int64_t ldw, int64_t n, int64_t k, uint16_t* dst);
+// aligned; the panels are shared out among the pool's threads.
+void pack_bf16_panels(ThreadPool& pool, const uint16_t* w, int64_t ldw, int64_t n, int64_t k, uint16_t* dst);
 
 // Element [row, col] of a repacked [n, k] matrix.
 uint16_t bf16_panel_at(const uint16_t* panels, int64_t k, int64_t row, int64_t col);

@@ -100,7 +100,7 @@ size_t gguf_packed_bytes(GgmlType type, int64_t rows, int64_t cols) {
     return groups * group_bytes(type, cols);
 }
 
-GgufMatrix gguf_pack(const GgufMatrix& m, uint8_t* dst) {
+GgufMatrix gguf_pack(ThreadPool& pool, const GgufMatrix& m, uint8_t* dst) {
     MOESERVE_CHECK(m.packed_rows == 1, "matrix already packed");
     const PackedLayout l = layout_of(m.type);
     MOESERVE_CHECK(l.nseg > 0, "no packed layout for {}", ggml_type_name(m.type));
@@ -108,20 +108,22 @@ GgufMatrix gguf_pack(const GgufMatrix& m, uint8_t* dst) {
     const int64_t nb = m.cols / t.block_size;
     const size_t gbytes = group_bytes(m.type, m.cols);
     const size_t pblock = t.type_size * kGgufPackRows;
-    for (int64_t g = 0; g * kGgufPackRows < m.rows; ++g) {
-        uint8_t* group = dst + static_cast<size_t>(g) * gbytes;
-        for (int64_t b = 0; b < nb; ++b) {
-            uint8_t* packed = group + static_cast<size_t>(b) * pblock;
-            for_each_run(l, [&](int at, int r, int from, int n) {
-                const int64_t row = g * kGgufPackRows + r;
-                if (row < m.rows) {
-                    std::memcpy(packed + at, m.row(row) + static_cast<size_t>(b) * t.type_size + from, n);
-                } else {
-                    std::memset(packed + at, 0, n);
-                }
-            });
+    pool.parallel_for((m.rows + kGgufPackRows - 1) / kGgufPackRows, [&](int64_t g0, int64_t g1) {
+        for (int64_t g = g0; g < g1; ++g) {
+            uint8_t* group = dst + static_cast<size_t>(g) * gbytes;
+            for (int64_t b = 0; b < nb; ++b) {
+                uint8_t* packed = group + static_cast<size_t>(b) * pblock;
+                for_each_run(l, [&](int at, int r, int from, int n) {
+                    const int64_t row = g * kGgufPackRows + r;
+                    if (row < m.rows) {
+                        std::memcpy(packed + at, m.row(row) + static_cast<size_t>(b) * t.type_size + from, n);
+                    } else {
+                        std::memset(packed + at, 0, n);
+                    }
+                });
+            }
         }
-    }
+    });
     GgufMatrix p = m;
     p.data = dst;
     p.row_stride = gbytes;

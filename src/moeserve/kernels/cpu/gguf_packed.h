@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "moeserve/core/ggml_type.h"
+#include "moeserve/core/thread_pool.h"
 #include "moeserve/kernels/cpu/gguf_dot.h"
 #include "moeserve/kernels/weight_types.h"
 
@@ -39,8 +40,9 @@ size_t gguf_packed_bytes(GgmlType type, int64_t rows, int64_t cols);
 
 // m's rows (any row_stride: a tensor-parallel rectangle too) packed into dst, which must hold
 // gguf_packed_bytes(m.type, m.rows, m.cols) bytes. Returns the matrix over dst: packed_rows =
-// kGgufPackRows, row_stride = the bytes of one group.
-GgufMatrix gguf_pack(const GgufMatrix& m, uint8_t* dst);
+// kGgufPackRows, row_stride = the bytes of one group. The groups are shared out among the pool's
+// threads.
+GgufMatrix gguf_pack(ThreadPool& pool, const GgufMatrix& m, uint8_t* dst);
 
 // Row r of a matrix as its stored blocks (cols / block_size blocks into dst), packed or not.
 void gguf_unpack_row(const GgufMatrix& m, int64_t r, uint8_t* dst);

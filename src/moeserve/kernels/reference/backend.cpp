@@ -212,8 +212,8 @@ Backend make_backend() {
     o.gguf_packed_bytes = [](const GgufMatrix&) -> size_t { return 0; };  // the stored rows, always
     o.gguf_pack = cpu::gguf_pack;
     o.bf16_packed_bytes = [](int64_t, int64_t) -> size_t { return 0; };  // the stored rows, always
-    o.pack_bf16 = [](const uint16_t* w, int64_t n, int64_t k, uint16_t* dst) {
-        cpu::pack_bf16_panels(w, k, n, k, dst);
+    o.pack_bf16 = [](ThreadPool& pool, const uint16_t* w, int64_t n, int64_t k, uint16_t* dst) {
+        cpu::pack_bf16_panels(pool, w, k, n, k, dst);
     };
     o.linear_bf16_packed = linear_bf16_packed;
     return b;

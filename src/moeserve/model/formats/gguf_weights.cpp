@@ -1,6 +1,7 @@
 #include "moeserve/model/formats/gguf_weights.h"
 
 #include "moeserve/core/error.h"
+#include "moeserve/core/load_pool.h"
 #include "moeserve/kernels/ops.h"
 
 namespace moeserve::model {
@@ -58,7 +59,7 @@ Tensor gguf_pack_for_kernels(const io::WeightSource& weights, const std::vector<
     for (kernels::GgufMatrix* m : matrices) {
         const size_t bytes = ops.gguf_packed_bytes(*m);
         if (bytes == 0) continue;
-        *m = ops.gguf_pack(*m, at);
+        *m = ops.gguf_pack(load_pool(), *m, at);
         at += bytes;
     }
     for (const std::string& name : names) weights.drop_resident(name);  // the packed rows are what the layer reads now

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "moeserve/core/error.h"
+#include "moeserve/core/load_pool.h"
 #include "moeserve/core/overloaded.h"
 #include "moeserve/kernels/ops.h"
 #include "moeserve/model/formats/fp8_blocks.h"
@@ -49,23 +51,44 @@ void for_each_projection(const std::vector<std::string>& prefixes, const Experts
         load(Projection{i, kDown, p + g.names.down, down_shape, 0, g.hidden, g.inter_begin, g.inter, i * g.hidden});
     }
 }
+// A [rows, cols] rectangle of bf16 rows to copy: planned where a missing tensor or a wrong shape
+// can raise, copied wherever (load_float copies them on the load pool's threads).
+struct Bf16Rows {
+    const uint16_t* src;
+    int64_t src_stride;
+    uint16_t* dst;  // row stride cols
+    int64_t rows, cols;
+
+    void copy() const {
+        for (int64_t r = 0; r < rows; ++r) {
+            std::memcpy(dst + r * cols, src + r * src_stride, static_cast<size_t>(cols) * 2);
+        }
+    }
+};
+
+// The copy of the [rows, cols] rectangle at (row0, col0) of a `shape` weight into dst, where the
+// checkpoint stores it as bf16; nothing where it must be converted (copy_as_bf16).
+std::optional<Bf16Rows> plan_bf16_rows(const io::WeightSource& weights, const std::string& name, const Shape& shape,
+                                       int64_t row0, int64_t rows, int64_t col0, int64_t cols,
+                                       const Quantization& quant, uint16_t* dst) {
+    const std::string module = name.substr(0, name.size() - std::string(".weight").size());
+    if (stored_as_int4(weights, module, quant)) return std::nullopt;
+    const TensorView src = get_checked(weights, name, shape);
+    if (src.dtype != DType::kBF16) return std::nullopt;
+    return Bf16Rows{src.as<const uint16_t>() + row0 * shape[1] + col0, shape[1], dst, rows, cols};
+}
+
 // Copies the [rows, cols] rectangle at (row0, col0) of a `shape` weight into dst as bf16 (bf16
 // bytes copied, other float dtypes rounded).
 void copy_as_bf16(const io::WeightSource& weights, const std::string& name, const Shape& shape, int64_t row0,
                   int64_t rows, int64_t col0, int64_t cols, const Quantization& quant, uint16_t* dst) {
-    const int64_t width = shape[1];
-    const std::string module = name.substr(0, name.size() - std::string(".weight").size());
-    if (!stored_as_int4(weights, module, quant)) {
-        const TensorView src = get_checked(weights, name, shape);
-        if (src.dtype == DType::kBF16) {
-            for (int64_t r = 0; r < rows; ++r) {
-                std::memcpy(dst + r * cols, src.as<const uint16_t>() + (row0 + r) * width + col0,
-                            static_cast<size_t>(cols) * 2);
-            }
-            return;
-        }
+    if (const auto plan = plan_bf16_rows(weights, name, shape, row0, rows, col0, cols, quant, dst)) {
+        plan->copy();
+        return;
     }
     // other dtypes (and int4 under --quantization none) through f32
+    const int64_t width = shape[1];
+    const std::string module = name.substr(0, name.size() - std::string(".weight").size());
     const Tensor f = load_weight_f32(weights, module, shape[0], width, quant);
     for (int64_t r = 0; r < rows; ++r) {
         for (int64_t c = 0; c < cols; ++c)
@@ -129,15 +152,24 @@ FloatExpertWeights load_float(const io::WeightSource& weights, const std::vector
                               const ExpertsLayout& g, const Quantization& quant) {
     const DType dtype = quant.f32_weights ? DType::kF32 : DType::kBF16;
     FloatExpertWeights w{Tensor(dtype, {g.n, 2 * g.inter, g.hidden}), Tensor(dtype, {g.n, g.hidden, g.inter}), false};
+    // The bf16 rows are copied on the load pool's threads (the file's pages faulting in, the
+    // tensors' pages cleared: most of a load's time), the rest as they come.
+    std::vector<Bf16Rows> copies;
     for_each_projection(prefixes, g, [&](const Projection& p) {
         const Tensor& dst = p.kind == kDown ? w.down : w.gate_up;
         const int64_t offset = p.stacked_row * p.cols;
         if (dtype == DType::kF32) {
             copy_as_f32(weights, p.weight(), p.shape, p.row0, p.rows, p.col0, p.cols, quant, dst.as<float>() + offset);
+        } else if (auto plan = plan_bf16_rows(weights, p.weight(), p.shape, p.row0, p.rows, p.col0, p.cols, quant,
+                                              dst.as<uint16_t>() + offset)) {
+            copies.push_back(*plan);
         } else {
             copy_as_bf16(weights, p.weight(), p.shape, p.row0, p.rows, p.col0, p.cols, quant,
                          dst.as<uint16_t>() + offset);
         }
+    });
+    load_pool().parallel_for(static_cast<int64_t>(copies.size()), [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) copies[static_cast<size_t>(i)].copy();
     });
     return w;
 }
@@ -307,13 +339,14 @@ Tensor repack_bf16_blocks(Tensor t, int64_t count, int64_t rows, int64_t k, int6
         for (int64_t i = 0; i < count; ++i) {
             uint16_t* at = t.as<uint16_t>() + i * rows * k;
             std::memcpy(block.data(), at, block.size() * 2);
-            ops.pack_bf16(block.data(), rows, k, at);
+            ops.pack_bf16(load_pool(), block.data(), rows, k, at);
         }
         return t;
     }
     Tensor packed(DType::kBF16, {count * packed_elems});
     for (int64_t i = 0; i < count; ++i) {
-        ops.pack_bf16(t.as<const uint16_t>() + i * rows * k, rows, k, packed.as<uint16_t>() + i * packed_elems);
+        ops.pack_bf16(load_pool(), t.as<const uint16_t>() + i * rows * k, rows, k,
+                      packed.as<uint16_t>() + i * packed_elems);
     }
     return packed;
 }

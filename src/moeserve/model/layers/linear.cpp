@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "moeserve/core/error.h"
+#include "moeserve/core/load_pool.h"
 #include "moeserve/kernels/ops.h"
 #include "moeserve/model/formats/fp8_blocks.h"
 #include "moeserve/model/formats/gguf_weights.h"
@@ -117,7 +118,7 @@ void Linear::pack_for_kernels(const io::WeightSource& weights, const std::string
     const size_t bytes = ops.bf16_packed_bytes(n, k);
     if (bytes == 0) return;
     f->packed = Tensor(DType::kBF16, {static_cast<int64_t>(bytes / 2)});
-    ops.pack_bf16(f->view.as<const uint16_t>(), n, k, f->packed.as<uint16_t>());
+    ops.pack_bf16(load_pool(), f->view.as<const uint16_t>(), n, k, f->packed.as<uint16_t>());
     // The panels are what the layer reads now: the stored rows leave the resident set.
     if (f->owned.empty()) {
         weights.drop_resident(name);
