@@ -246,9 +246,10 @@ BENCHMARK_CAPTURE(BM_GgufDecodeLinear, MXFP4, GgmlType::kMXFP4)->Arg(2)->Unit(be
 // stored rows against packed for the types with a packed layout: the decode GEMV at 1 and 2
 // threads, the prefill expert at one
 const int kPackedBenchmarks = [] {
-    const std::pair<const char*, GgmlType> types[] = {{"Q4_0", GgmlType::kQ4_0}, {"Q5_0", GgmlType::kQ5_0},
-                                                      {"Q8_0", GgmlType::kQ8_0}, {"Q4_K", GgmlType::kQ4_K},
-                                                      {"Q5_K", GgmlType::kQ5_K}, {"Q6_K", GgmlType::kQ6_K}};
+    const std::pair<const char*, GgmlType> types[] = {
+        {"Q4_0", GgmlType::kQ4_0}, {"Q4_1", GgmlType::kQ4_1}, {"Q5_0", GgmlType::kQ5_0},
+        {"Q5_1", GgmlType::kQ5_1}, {"Q8_0", GgmlType::kQ8_0}, {"MXFP4", GgmlType::kMXFP4},
+        {"Q4_K", GgmlType::kQ4_K}, {"Q5_K", GgmlType::kQ5_K}, {"Q6_K", GgmlType::kQ6_K}};
     for (const auto& [name, type] : types) {
         benchmark::RegisterBenchmark((std::string("BM_GgufExpertGemmPackedVsStored/") + name).c_str(),
                                      BM_GgufExpertGemmPackedVsStored, type)

@@ -15,6 +15,7 @@
 #include "kernels/gguf_test_blocks.h"
 #include "kernels/kernel_test_util.h"
 #include "moeserve/core/thread_pool.h"
+#include "moeserve/kernels/cpu/gguf_blocks.h"
 #include "moeserve/kernels/cpu/gguf_dot.h"
 #include "moeserve/kernels/cpu/gguf_linear.h"
 #include "moeserve/kernels/cpu/gguf_quantize.h"
@@ -23,7 +24,8 @@
 namespace moeserve::kernels::cpu {
 namespace {
 
-const GgmlType kPackedTypes[] = {GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K};
+const GgmlType kPackedTypes[] = {GgmlType::kQ4_0,  GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
+                                 GgmlType::kMXFP4, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
 
 // rows x n weights of `type`, row r's blocks at r * stride (stride >= the row's bytes: a
 // column slice of a wider matrix), raw random blocks for even rows, quantized floats for odd.
@@ -76,14 +78,14 @@ TEST(GgufPackedTest, EveryRowUnpacksToItsStoredBlocks) {
     }
 }
 
-// Every tile shape of a packed group against gguf_vec_dot_ref on the stored rows.
-TEST(GgufPackedTest, TilesGiveTheReferenceBits) {
-    std::mt19937 rng(11);
-    for (const GgmlType type : kPackedTypes) {
-        SCOPED_TRACE(ggml_type_name(type));
-        const int64_t n = elements(type);
-        const int64_t nb = n / ggml_traits(type).block_size;
-        const Weights w = make_weights(type, kGgufPackRows, n, 0, rng);
+// Every tile shape of the packed group of w (8 rows) against gguf_vec_dot_ref on its stored rows,
+// at every level.
+void expect_tiles_give_the_reference_bits(const Weights& w, std::mt19937& rng) {
+    const GgmlType type = w.m.type;
+    SCOPED_TRACE(ggml_type_name(type));
+    const int64_t n = w.m.cols;
+    const int64_t nb = n / ggml_traits(type).block_size;
+    {
         GgufMatrix packed;
         const std::vector<uint8_t> buf = packed_copy(w.m, packed);
         std::vector<std::vector<uint64_t>> acts;
@@ -121,6 +123,26 @@ TEST(GgufPackedTest, TilesGiveTheReferenceBits) {
             }
         });
     }
+}
+
+TEST(GgufPackedTest, TilesGiveTheReferenceBits) {
+    std::mt19937 rng(11);
+    for (const GgmlType type : kPackedTypes) {
+        expect_tiles_give_the_reference_bits(make_weights(type, kGgufPackRows, elements(type), 0, rng), rng);
+    }
+}
+
+// MXFP4's e8m0 scales at their edges, one per row: the subnormals (e 0, 1: 2^-128, 2^-127), the
+// smallest normals, 2^-1 and 2^0, and large ones (2^72, 2^112; larger overflow the products).
+TEST(GgufPackedTest, Mxfp4TilesTakeEveryScale) {
+    std::mt19937 rng(13);
+    const uint8_t edges[kGgufPackRows] = {0, 1, 2, 3, 127, 128, 200, 240};
+    Weights w = make_weights(GgmlType::kMXFP4, kGgufPackRows, elements(GgmlType::kMXFP4), 0, rng);
+    for (int64_t r = 0; r < kGgufPackRows; ++r) {
+        for (int64_t b = 0; b < w.m.cols / kQK4_0; ++b)
+            w.bytes[size_t(r) * w.m.row_stride + size_t(b) * sizeof(BlockMXFP4)] = edges[r];
+    }
+    expect_tiles_give_the_reference_bits(w, rng);
 }
 
 // gguf_linear on a packed matrix (rows not a multiple of 8; 1-9 token rows) at every level equals
@@ -165,7 +187,8 @@ TEST(GgufPackedTest, ExpertsEqualTheReferenceOnTheStoredRows) {
     const int top_k = 2;
     for (const auto& [gate_type, down_type] :
          {std::pair{GgmlType::kQ4_0, GgmlType::kQ8_0}, std::pair{GgmlType::kQ4_K, GgmlType::kQ5_0},
-          std::pair{GgmlType::kQ5_K, GgmlType::kQ8_0}, std::pair{GgmlType::kQ6_K, GgmlType::kQ4_0}}) {
+          std::pair{GgmlType::kQ5_K, GgmlType::kQ8_0}, std::pair{GgmlType::kQ6_K, GgmlType::kQ4_0},
+          std::pair{GgmlType::kQ4_1, GgmlType::kQ5_1}, std::pair{GgmlType::kMXFP4, GgmlType::kMXFP4}}) {
         SCOPED_TRACE(std::string(ggml_type_name(gate_type)) + "/" + std::string(ggml_type_name(down_type)));
         std::vector<Weights> stored;
         GgufExperts plain{{}, {}, {}, 0, hidden, inter};
@@ -215,8 +238,7 @@ TEST(GgufPackedTest, ExpertsEqualTheReferenceOnTheStoredRows) {
 }
 
 TEST(GgufPackedTest, TypesWithoutALayoutAreNotPacked) {
-    for (const GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ5_1, GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kMXFP4,
-                                GgmlType::kF16, GgmlType::kBF16}) {
+    for (const GgmlType type : {GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kF16, GgmlType::kBF16}) {
         EXPECT_FALSE(gguf_has_packed_layout(type)) << ggml_type_name(type);
         EXPECT_FALSE(gguf_packs(type)) << ggml_type_name(type);
     }

@@ -32,8 +32,14 @@ PackedLayout layout_of(GgmlType type) {
             return {2, {{0, 2, 2, false}, {2, 16, 16, true}}};
         case GgmlType::kQ5_0:  // d, qh, qs
             return {3, {{0, 2, 2, false}, {2, 4, 4, false}, {6, 16, 16, true}}};
+        case GgmlType::kQ4_1:  // d, m, qs
+            return {3, {{0, 2, 2, false}, {2, 2, 2, false}, {4, 16, 16, true}}};
+        case GgmlType::kQ5_1:  // d, m, qh, qs
+            return {4, {{0, 2, 2, false}, {2, 2, 2, false}, {4, 4, 4, false}, {8, 16, 16, true}}};
         case GgmlType::kQ8_0:  // d, qs
             return {2, {{0, 2, 2, false}, {2, 32, 16, true}}};
+        case GgmlType::kMXFP4:  // e, qs
+            return {2, {{0, 1, 1, false}, {1, 16, 16, true}}};
         case GgmlType::kQ4_K:  // d, dmin, the 12 scale bytes as three 4-byte units, qs
             return {4, {{0, 2, 2, false}, {2, 2, 2, false}, {4, 12, 4, false}, {16, 128, 16, true}}};
         case GgmlType::kQ5_K:  // Q4_K's, and qh before qs
@@ -230,6 +236,12 @@ GgufPackedTileFn ref_tile_for(GgmlType type) {
             return &packed_tile_ref<GgmlType::kQ4_0, C>;
         case GgmlType::kQ5_0:
             return &packed_tile_ref<GgmlType::kQ5_0, C>;
+        case GgmlType::kQ4_1:
+            return &packed_tile_ref<GgmlType::kQ4_1, C>;
+        case GgmlType::kQ5_1:
+            return &packed_tile_ref<GgmlType::kQ5_1, C>;
+        case GgmlType::kMXFP4:
+            return &packed_tile_ref<GgmlType::kMXFP4, C>;
         case GgmlType::kQ8_0:
             return &packed_tile_ref<GgmlType::kQ8_0, C>;
         case GgmlType::kQ4_K:

@@ -29,7 +29,7 @@
 
 namespace moeserve::kernels::cpu {
 
-// True when `type` has a packed layout (Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K) and packing is on
+// True when `type` has a packed layout (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) and packing is on
 // (isa.h's gguf_packed_rows: the avx2 and avx512 levels by default).
 bool gguf_packs(GgmlType type);
 // True when `type` has a packed layout, whatever the switch says.

@@ -68,47 +68,103 @@ struct Halves {
     __m256i lo, hi;
 };
 
-// Q4_0 (q - 8) and Q5_0 (q - 16): the offset times the activation sum.
+// The nibbles of the packed qs at pb (pair p's 32 bytes at 32 p).
+inline void nibble_halves(const uint8_t* qs, Halves h[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int p = 0; p < 4; ++p) {
+        const __m256i v = load256(qs + 32 * p);
+        h[p].lo = _mm256_and_si256(v, m4);
+        h[p].hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    }
+}
+
+// The 5-bit values of the gathered qh (row r's 32 fifth bits at 4 r) and the packed qs: byte i of
+// a lane gets 0x10 where bit i (lo) or 16 + i (hi) of that lane's row's qh is set.
+inline void five_bit_halves(const uint8_t* qh_at, const uint8_t* qs, Halves h[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i qh = load256(qh_at);  // lane r: row r's 32 fifth bits
+    const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+    const __m256i spread_lo = _mm256_set_epi64x(0x0101010101010101, 0, 0x0101010101010101, 0);
+    const __m256i spread_hi =
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0303030303030303, 0x0202020202020202);
+    for (int p = 0; p < 4; ++p) {
+        const __m256i bits = _mm256_permutevar8x32_epi32(qh, _mm256_set_epi32(p + 4, p + 4, p + 4, p + 4, p, p, p, p));
+        const auto fifth = [&](__m256i spread) {
+            const __m256i byte = _mm256_and_si256(_mm256_shuffle_epi8(bits, spread), bit);
+            return _mm256_and_si256(_mm256_cmpeq_epi8(byte, bit), _mm256_set1_epi8(0x10));
+        };
+        const __m256i v = load256(qs + 32 * p);
+        h[p].lo = _mm256_or_si256(_mm256_and_si256(v, m4), fifth(spread_lo));
+        h[p].hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), fifth(spread_hi));
+    }
+}
+
+// Q4_0 (q - 8) and Q5_0 (q - 16): the offset times the activation sum. Q4_1 and Q5_1 (y = d q + m):
+// no offset, and m times the activation sum (kMin). Packed: d at 0, m (kMin) at 16, then qh (the
+// 5-bit types), then qs.
 struct PackedQ4_0 {
     static constexpr size_t kBlock = kGgufPackRows * sizeof(BlockQ4_0);
-    static constexpr int kOffsetShift = 3;  // q - 8
+    static constexpr int kOffset = 8;  // q - 8
+    static constexpr bool kMin = false;
     // A row's 32 products sum to at most 32 * 15 * 128 = 61440 in magnitude, but any 16 of them fit
     // 16 bits: the pairs reduce in 16-bit lanes (two vphaddw), then one vpmaddwd.
     static constexpr bool kSixteenFit = true;
-    static void halves(const uint8_t* pb, Halves h[4]) {
-        const __m256i m4 = _mm256_set1_epi8(0x0F);
-        for (int p = 0; p < 4; ++p) {
-            const __m256i v = load256(pb + 16 + 32 * p);
-            h[p].lo = _mm256_and_si256(v, m4);
-            h[p].hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-        }
-    }
+    static __m256 scales(const uint8_t* pb) { return load_f16x8(pb); }
+    static void halves(const uint8_t* pb, Halves h[4]) { nibble_halves(pb + 16, h); }
+};
+
+struct PackedQ4_1 {
+    static constexpr size_t kBlock = kGgufPackRows * sizeof(BlockQ4_1);
+    static constexpr bool kMin = true;
+    static constexpr bool kSixteenFit = true;  // as Q4_0's
+    static __m256 scales(const uint8_t* pb) { return load_f16x8(pb); }
+    static void halves(const uint8_t* pb, Halves h[4]) { nibble_halves(pb + 32, h); }
 };
 
 struct PackedQ5_0 {
     static constexpr size_t kBlock = kGgufPackRows * sizeof(BlockQ5_0);
-    static constexpr int kOffsetShift = 4;      // q - 16
+    static constexpr int kOffset = 16;  // q - 16
+    static constexpr bool kMin = false;
     static constexpr bool kSixteenFit = false;  // 16 products of q <= 31 can reach 63488
-    // Byte i of a lane: 0x10 where bit i (lo) or 16 + i (hi) of that lane's row's qh is set.
+    static __m256 scales(const uint8_t* pb) { return load_f16x8(pb); }
+    static void halves(const uint8_t* pb, Halves h[4]) { five_bit_halves(pb + 16, pb + 48, h); }
+};
+
+// 2^(e - 128) for the 8 rows' e8m0 scales gathered at p: e8m0_to_f32_half's bits (e 0 and 1 the
+// subnormals 2^-128 and 2^-127).
+inline __m256 e8m0_half_x8(const uint8_t* p) {
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    const __m256i below_2 = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, below_2));
+}
+
+// MXFP4: the nibbles index the doubled e2m1 values plus 12 (0-24, unsigned), 12 off through the
+// activation sum; the e8m0 scales gathered at 0, qs at 8.
+struct PackedMxfp4 {
+    static constexpr size_t kBlock = kGgufPackRows * sizeof(BlockMXFP4);
+    static constexpr int kOffset = 12;
+    static constexpr bool kMin = false;
+    static constexpr bool kSixteenFit = false;  // 16 products of values <= 24 can reach 49152
+    static __m256 scales(const uint8_t* pb) { return e8m0_half_x8(pb); }
     static void halves(const uint8_t* pb, Halves h[4]) {
-        const __m256i m4 = _mm256_set1_epi8(0x0F);
-        const __m256i qh = load256(pb + 16);  // lane r: row r's 32 fifth bits
-        const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
-        const __m256i spread_lo = _mm256_set_epi64x(0x0101010101010101, 0, 0x0101010101010101, 0);
-        const __m256i spread_hi =
-            _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0303030303030303, 0x0202020202020202);
+        const __m256i values =
+            _mm256_broadcastsi128_si256(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+        nibble_halves(pb + 8, h);
         for (int p = 0; p < 4; ++p) {
-            const __m256i bits =
-                _mm256_permutevar8x32_epi32(qh, _mm256_set_epi32(p + 4, p + 4, p + 4, p + 4, p, p, p, p));
-            const auto fifth = [&](__m256i spread) {
-                const __m256i byte = _mm256_and_si256(_mm256_shuffle_epi8(bits, spread), bit);
-                return _mm256_and_si256(_mm256_cmpeq_epi8(byte, bit), _mm256_set1_epi8(0x10));
-            };
-            const __m256i v = load256(pb + 48 + 32 * p);
-            h[p].lo = _mm256_or_si256(_mm256_and_si256(v, m4), fifth(spread_lo));
-            h[p].hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), fifth(spread_hi));
+            h[p].lo = _mm256_shuffle_epi8(values, h[p].lo);
+            h[p].hi = _mm256_shuffle_epi8(values, h[p].hi);
         }
     }
+};
+
+struct PackedQ5_1 {
+    static constexpr size_t kBlock = kGgufPackRows * sizeof(BlockQ5_1);
+    static constexpr bool kMin = true;
+    static constexpr bool kSixteenFit = false;  // as Q5_0's
+    static __m256 scales(const uint8_t* pb) { return load_f16x8(pb); }
+    static void halves(const uint8_t* pb, Halves h[4]) { five_bit_halves(pb + 32, pb + 64, h); }
 };
 
 template <class W, int C>
@@ -119,7 +175,7 @@ void tile_unsigned32(int64_t nb, int rows, const uint8_t* w, const uint8_t* cons
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* pb = w + static_cast<size_t>(b) * W::kBlock;
         prefetch_ahead(pb, W::kBlock);
-        const __m256 dw = load_f16x8(pb);
+        const __m256 dw = W::scales(pb);
         Halves h[4];
         W::halves(pb, h);
         for (int c = 0; c < C; ++c) {
@@ -141,9 +197,16 @@ void tile_unsigned32(int64_t nb, int rows, const uint8_t* w, const uint8_t* cons
                 for (int p = 0; p < 4; ++p) s[p] = _mm256_madd_epi16(p16[p], ones);
                 qa = rows_of_pairs(s);
             }
-            const __m256i isum = _mm256_sub_epi32(qa, _mm256_slli_epi32(_mm256_set1_epi32(y.sum), W::kOffsetShift));
             const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(y.d));
-            sum[c] = _mm256_add_ps(sum[c], _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
+            if constexpr (W::kMin) {  // the reference's (d_w d_a) isum + (m d_a) asum
+                const __m256 dm = _mm256_mul_ps(load_f16x8(pb + 16), _mm256_set1_ps(y.d));
+                const __m256 with_min = _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(qa)),
+                                                      _mm256_mul_ps(dm, _mm256_set1_ps(static_cast<float>(y.sum))));
+                sum[c] = _mm256_add_ps(sum[c], with_min);
+            } else {
+                const __m256i isum = _mm256_sub_epi32(qa, _mm256_set1_epi32(y.sum * W::kOffset));
+                sum[c] = _mm256_add_ps(sum[c], _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
+            }
         }
     }
     store_rows<C>(sum, rows, out, ldo);
@@ -393,6 +456,12 @@ GgufPackedTileFn tile_for(GgmlType type) {
             return &tile_unsigned32<PackedQ4_0, C>;
         case GgmlType::kQ5_0:
             return &tile_unsigned32<PackedQ5_0, C>;
+        case GgmlType::kQ4_1:
+            return &tile_unsigned32<PackedQ4_1, C>;
+        case GgmlType::kQ5_1:
+            return &tile_unsigned32<PackedQ5_1, C>;
+        case GgmlType::kMXFP4:
+            return &tile_unsigned32<PackedMxfp4, C>;
         case GgmlType::kQ8_0:
             return &tile_q8_0<C>;
         case GgmlType::kQ4_K:

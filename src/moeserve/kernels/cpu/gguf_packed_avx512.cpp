@@ -1,6 +1,6 @@
 // AVX-512 VNNI kernels on packed GGUF groups (gguf_packed.h): 8 weight rows times 1-4 activation
 // rows. A 512-bit load of a packed block holds 16-byte chunks of two rows: two pairs' chunks for
-// Q4_0 / Q5_0 ([row p | row p + 4 | row p + 1 | row p + 5]), or two consecutive chunks of one pair
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 ([row p | row p + 4 | row p + 1 | row p + 5]), or two consecutive chunks of one pair
 // for Q8_0 and the K-quants ([row p k | row p + 4 k | row p k + 1 | row p + 4 k + 1]); the
 // activation rows come prepared to match (gguf_prepare_packed_q8x2 / q8kx2), so each product is
 // one load and one vpdpbusd (vpmaddubsw + vpdpwssd with the K-quants' sub-block scales) into
@@ -77,47 +77,102 @@ inline void store_rows(const __m512 sum[(C + 1) / 2], int rows, float* out, int6
 
 // ---- The 32-element types (q8_0 activations as GgufPackedQ8x2Block) ----
 
-// Q4_0 / Q5_0: the unsigned weight bytes of pairs (0, 1) and (2, 3), elements 0-15 (lo) and 16-31
+// Q4_0 / Q4_1 / Q5_0 / Q5_1: the unsigned weight bytes of pairs (0, 1) and (2, 3), elements 0-15 (lo) and 16-31
 // (hi): lanes [row p | row p + 4 | row p + 1 | row p + 5].
 struct Quads {
     __m512i lo[2], hi[2];
 };
 
+// The nibbles of the packed qs (pairs 0, 1 at 0, pairs 2, 3 at 64).
+inline void nibble_quads(const uint8_t* qs, Quads& q) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int g = 0; g < 2; ++g) {
+        const __m512i v = load512(qs + 64 * g);
+        q.lo[g] = _mm512_and_si512(v, m4);
+        q.hi[g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    }
+}
+
+// The 5-bit values of the gathered qh (row r's 32 fifth bits at 4 r) and the packed qs: the
+// fifth bits as byte masks in the quads' lane order: 16-bit halves [row 0, 4, 1, 5] of bits 0-15
+// (lo of pairs 0, 1), of bits 16-31 (hi), then the same for rows 2, 6, 3, 7.
+inline void five_bit_quads(const uint8_t* qh, const uint8_t* qs, Quads& q) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i fifth = _mm512_set1_epi8(0x10);
+    const __m256i halves =
+        _mm256_permutexvar_epi16(_mm256_setr_epi16(0, 8, 2, 10, 1, 9, 3, 11, 4, 12, 6, 14, 5, 13, 7, 15),
+                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh)));
+    alignas(32) uint64_t masks[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(masks), halves);
+    for (int g = 0; g < 2; ++g) {
+        const __m512i v = load512(qs + 64 * g);
+        const __m512i lo = _mm512_and_si512(v, m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        q.lo[g] = _mm512_mask_add_epi8(lo, _cvtu64_mask64(masks[2 * g]), lo, fifth);
+        q.hi[g] = _mm512_mask_add_epi8(hi, _cvtu64_mask64(masks[2 * g + 1]), hi, fifth);
+    }
+}
+
+// Q4_0 (q - 8) and Q5_0 (q - 16): the offset comes off through the activation sum. Q4_1 and Q5_1
+// (y = d q + m): no offset, and m times the activation sum (kMin). Packed: d at 0, m (kMin) at
+// 16, then qh (the 5-bit types), then qs.
 struct PackedQ4_0 {
     static constexpr size_t kBlock = kGgufPackRows * sizeof(BlockQ4_0);
-    static constexpr int kOffsetShift = 3;  // q - 8
-    static void quads(const uint8_t* pb, Quads& q) {
-        const __m512i m4 = _mm512_set1_epi8(0x0F);
-        for (int g = 0; g < 2; ++g) {
-            const __m512i v = load512(pb + 16 + 64 * g);
-            q.lo[g] = _mm512_and_si512(v, m4);
-            q.hi[g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        }
-    }
+    static constexpr int kOffset = 8;  // q - 8
+    static constexpr bool kMin = false;
+    static __m512 scales(const uint8_t* pb) { return load_f16x8_twice(pb); }
+    static void quads(const uint8_t* pb, Quads& q) { nibble_quads(pb + 16, q); }
+};
+
+struct PackedQ4_1 {
+    static constexpr size_t kBlock = kGgufPackRows * sizeof(BlockQ4_1);
+    static constexpr bool kMin = true;
+    static __m512 scales(const uint8_t* pb) { return load_f16x8_twice(pb); }
+    static void quads(const uint8_t* pb, Quads& q) { nibble_quads(pb + 32, q); }
 };
 
 struct PackedQ5_0 {
     static constexpr size_t kBlock = kGgufPackRows * sizeof(BlockQ5_0);
-    static constexpr int kOffsetShift = 4;  // q - 16
-    // The fifth bits (gathered qh at 16: row r's 32 bits at 4 r) as byte masks in the quads' lane
-    // order: 16-bit halves [row 0, 4, 1, 5] of bits 0-15 (lo of pairs 0, 1), of bits 16-31 (hi),
-    // then the same for rows 2, 6, 3, 7.
+    static constexpr int kOffset = 16;  // q - 16
+    static constexpr bool kMin = false;
+    static __m512 scales(const uint8_t* pb) { return load_f16x8_twice(pb); }
+    static void quads(const uint8_t* pb, Quads& q) { five_bit_quads(pb + 16, pb + 48, q); }
+};
+
+// 2^(e - 128) for the 8 rows' e8m0 scales gathered at p, twice ([rows 0-7 | rows 0-7]):
+// e8m0_to_f32_half's bits (e 0 and 1 the subnormals 2^-128 and 2^-127).
+inline __m512 e8m0_half_x8_twice(const uint8_t* p) {
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    const __mmask8 below_2 = _mm256_cmplt_epu32_mask(e, _mm256_set1_epi32(2));
+    const __m256 d = _mm256_castsi256_ps(_mm256_mask_blend_epi32(below_2, normal, subnormal));
+    return _mm512_insertf32x8(_mm512_castps256_ps512(d), d, 1);
+}
+
+// MXFP4: the nibbles index the doubled e2m1 values plus 12 (0-24, unsigned for vpdpbusd), 12 off
+// through the activation sum; the e8m0 scales gathered at 0, qs at 8.
+struct PackedMxfp4 {
+    static constexpr size_t kBlock = kGgufPackRows * sizeof(BlockMXFP4);
+    static constexpr int kOffset = 12;
+    static constexpr bool kMin = false;
+    static __m512 scales(const uint8_t* pb) { return e8m0_half_x8_twice(pb); }
     static void quads(const uint8_t* pb, Quads& q) {
-        const __m512i m4 = _mm512_set1_epi8(0x0F);
-        const __m512i fifth = _mm512_set1_epi8(0x10);
-        const __m256i halves =
-            _mm256_permutexvar_epi16(_mm256_setr_epi16(0, 8, 2, 10, 1, 9, 3, 11, 4, 12, 6, 14, 5, 13, 7, 15),
-                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 16)));
-        alignas(32) uint64_t masks[4];
-        _mm256_store_si256(reinterpret_cast<__m256i*>(masks), halves);
+        const __m512i values =
+            _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+        nibble_quads(pb + 8, q);
         for (int g = 0; g < 2; ++g) {
-            const __m512i v = load512(pb + 48 + 64 * g);
-            const __m512i lo = _mm512_and_si512(v, m4);
-            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-            q.lo[g] = _mm512_mask_add_epi8(lo, _cvtu64_mask64(masks[2 * g]), lo, fifth);
-            q.hi[g] = _mm512_mask_add_epi8(hi, _cvtu64_mask64(masks[2 * g + 1]), hi, fifth);
+            q.lo[g] = _mm512_shuffle_epi8(values, q.lo[g]);
+            q.hi[g] = _mm512_shuffle_epi8(values, q.hi[g]);
         }
     }
+};
+
+struct PackedQ5_1 {
+    static constexpr size_t kBlock = kGgufPackRows * sizeof(BlockQ5_1);
+    static constexpr bool kMin = true;
+    static __m512 scales(const uint8_t* pb) { return load_f16x8_twice(pb); }
+    static void quads(const uint8_t* pb, Quads& q) { five_bit_quads(pb + 32, pb + 64, q); }
 };
 
 // Quads' accumulators of activation rows c (a0, a1) and c + 1 (b0, b1) -> [c | c + 1], rows in order.
@@ -135,7 +190,7 @@ void tile_unsigned32(int64_t nb, int rows, const uint8_t* w, const uint8_t* cons
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* pb = w + static_cast<size_t>(b) * W::kBlock;
         prefetch_ahead<W::kBlock>(pb);
-        const __m512 dw = load_f16x8_twice(pb);
+        const __m512 dw = W::scales(pb);
         Quads q;
         W::quads(pb, q);
         for (int k = 0; k < kPairs; ++k) {
@@ -153,10 +208,17 @@ void tile_unsigned32(int64_t nb, int rows, const uint8_t* w, const uint8_t* cons
                 ysum[i] = y.sum;
             }
             const __m512i qa = rows_of_quads(acc[0][0], acc[0][1], acc[1][0], acc[1][1]);
-            const __m512i isum =
-                _mm512_sub_epi32(qa, pair_epi32(ysum[0] << W::kOffsetShift, ysum[1] << W::kOffsetShift));
             const __m512 d = _mm512_mul_ps(dw, pair_ps(yd[0], yd[1]));
-            sum[k] = _mm512_add_ps(sum[k], _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)));
+            if constexpr (W::kMin) {  // the reference's (d_w d_a) isum + (m d_a) asum
+                const __m512 dm = _mm512_mul_ps(load_f16x8_twice(pb + 16), pair_ps(yd[0], yd[1]));
+                const __m512 asum = pair_ps(static_cast<float>(ysum[0]), static_cast<float>(ysum[1]));
+                const __m512 with_min =
+                    _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(qa)), _mm512_mul_ps(dm, asum));
+                sum[k] = _mm512_add_ps(sum[k], with_min);
+            } else {
+                const __m512i isum = _mm512_sub_epi32(qa, pair_epi32(ysum[0] * W::kOffset, ysum[1] * W::kOffset));
+                sum[k] = _mm512_add_ps(sum[k], _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)));
+            }
         }
     }
     store_rows<C>(sum, rows, out, ldo);
@@ -438,6 +500,12 @@ GgufPackedTileFn tile_for(GgmlType type) {
             return &tile_unsigned32<PackedQ4_0, C>;
         case GgmlType::kQ5_0:
             return &tile_unsigned32<PackedQ5_0, C>;
+        case GgmlType::kQ4_1:
+            return &tile_unsigned32<PackedQ4_1, C>;
+        case GgmlType::kQ5_1:
+            return &tile_unsigned32<PackedQ5_1, C>;
+        case GgmlType::kMXFP4:
+            return &tile_unsigned32<PackedMxfp4, C>;
         case GgmlType::kQ8_0:
             return &tile_q8_0<C>;
         case GgmlType::kQ4_K:

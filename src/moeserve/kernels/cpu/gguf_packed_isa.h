@@ -52,11 +52,11 @@ void gguf_prepare_packed_q8x2(const void* quantized_row, int64_t nb, void* dst);
 void gguf_prepare_packed_q8kx2(const void* quantized_row, int64_t nb, void* dst);
 
 // The AVX2 tile of a packed `type` for cols (1-4) activation rows: q8_0 rows prepared by
-// gguf_prepare_packed_q8 for Q4_0 / Q5_0 / Q8_0, q8_K rows as they are for Q4_K / Q5_K / Q6_K. Null for
+// gguf_prepare_packed_q8 for the 32-element types, q8_K rows as they are for Q4_K / Q5_K / Q6_K. Null for
 // a type without a packed layout.
 GgufPackedTileFn gguf_packed_tile_avx2(GgmlType type, int cols);
-// The AVX-512 tile (VNNI), activation rows prepared by gguf_prepare_packed_q8x2 (Q4_0 / Q5_0 /
-// Q8_0) or gguf_prepare_packed_q8kx2 (Q4_K / Q5_K / Q6_K). Null for a type without a packed layout.
+// The AVX-512 tile (VNNI), activation rows prepared by gguf_prepare_packed_q8x2 (the 32-element
+// types) or gguf_prepare_packed_q8kx2 (Q4_K / Q5_K / Q6_K). Null for a type without a packed layout.
 GgufPackedTileFn gguf_packed_tile_avx512(GgmlType type, int cols);
 // The reference level's: each row unpacked (gguf_unpack_group_row), then gguf_vec_dot_ref.
 GgufPackedTileFn gguf_packed_tile_ref(GgmlType type, int cols);

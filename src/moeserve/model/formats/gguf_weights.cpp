@@ -66,4 +66,21 @@ Tensor gguf_pack_for_kernels(const io::WeightSource& weights, const std::vector<
     return owned;
 }
 
+Tensor gguf_pack_experts(const io::WeightSource& weights, kernels::GgufExperts& experts,
+                         const std::vector<std::string>& names) {
+    std::vector<kernels::GgufMatrix*> matrices;
+    for (auto* v : {&experts.gate, &experts.up, &experts.down}) {
+        for (kernels::GgufMatrix& m : *v) matrices.push_back(&m);
+    }
+    return gguf_pack_for_kernels(weights, matrices, names);
+}
+
+size_t gguf_experts_bytes(const kernels::GgufExperts& experts) {
+    size_t bytes = 0;
+    for (const auto* v : {&experts.gate, &experts.up, &experts.down}) {
+        for (const kernels::GgufMatrix& m : *v) bytes += gguf_matrix_bytes(m);
+    }
+    return bytes;
+}
+
 }  // namespace moeserve::model

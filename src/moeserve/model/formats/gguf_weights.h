@@ -37,5 +37,10 @@ size_t gguf_matrix_bytes(const kernels::GgufMatrix& m);
 // its file's size, not twice it.
 Tensor gguf_pack_for_kernels(const io::WeightSource& weights, const std::vector<kernels::GgufMatrix*>& matrices,
                              const std::vector<std::string>& names);
+// gguf_pack_for_kernels over every gate, up and down matrix of the experts.
+Tensor gguf_pack_experts(const io::WeightSource& weights, kernels::GgufExperts& experts,
+                         const std::vector<std::string>& names);
+// Bytes of the experts' matrices (gguf_matrix_bytes summed), packed or not.
+size_t gguf_experts_bytes(const kernels::GgufExperts& experts);
 
 }  // namespace moeserve::model

@@ -5,6 +5,7 @@
 
 #include "moeserve/core/error.h"
 #include "moeserve/kernels/ops.h"
+#include "moeserve/model/formats/gguf_weights.h"
 #include "moeserve/model/formats/mxfp4_hf.h"
 
 namespace moeserve::model::gpt_oss {
@@ -122,6 +123,11 @@ ExpertWeights load_mxfp4_experts(const io::WeightSource& weights, const std::str
     BlockExpertWeights blocks = as_blocks(gate_up, down, inter_begin, inter, ids, first_id);
     if (quant.mxfp4) {
         quant.counts->mxfp4_experts += 1;
+        // repacked for the backend's kernels where it has a layout; the converted rows go then
+        if (Tensor packed = gguf_pack_experts(weights, blocks.blocks, {}); !packed.empty()) {
+            blocks.owned = std::move(packed);
+            blocks.bytes = gguf_experts_bytes(blocks.blocks);
+        }
         return blocks;
     }
     quant.counts->float_experts += 1;

@@ -233,12 +233,8 @@ BlockExpertWeights load_gguf(const io::WeightSource& weights, const std::vector<
         blocks_of(w.blocks, p.kind).push_back(gguf_rectangle(full, p.row0, p.rows, p.col0, p.cols, p.weight()));
         if (std::find(names.begin(), names.end(), p.weight()) == names.end()) names.push_back(p.weight());
     });
-    std::vector<kernels::GgufMatrix*> matrices;
-    for (auto* v : {&w.blocks.gate, &w.blocks.up, &w.blocks.down}) {
-        for (kernels::GgufMatrix& m : *v) matrices.push_back(&m);
-    }
-    w.owned = gguf_pack_for_kernels(weights, matrices, names);
-    for (const kernels::GgufMatrix* m : matrices) w.bytes += gguf_matrix_bytes(*m);
+    w.owned = gguf_pack_experts(weights, w.blocks, names);
+    w.bytes = gguf_experts_bytes(w.blocks);
     return w;
 }
 
