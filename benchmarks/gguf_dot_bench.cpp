@@ -247,9 +247,9 @@ BENCHMARK_CAPTURE(BM_GgufDecodeLinear, MXFP4, GgmlType::kMXFP4)->Arg(2)->Unit(be
 // threads, the prefill expert at one
 const int kPackedBenchmarks = [] {
     const std::pair<const char*, GgmlType> types[] = {
-        {"Q4_0", GgmlType::kQ4_0}, {"Q4_1", GgmlType::kQ4_1}, {"Q5_0", GgmlType::kQ5_0},
-        {"Q5_1", GgmlType::kQ5_1}, {"Q8_0", GgmlType::kQ8_0}, {"MXFP4", GgmlType::kMXFP4},
-        {"Q4_K", GgmlType::kQ4_K}, {"Q5_K", GgmlType::kQ5_K}, {"Q6_K", GgmlType::kQ6_K}};
+        {"Q4_0", GgmlType::kQ4_0}, {"Q4_1", GgmlType::kQ4_1},   {"Q5_0", GgmlType::kQ5_0}, {"Q5_1", GgmlType::kQ5_1},
+        {"Q8_0", GgmlType::kQ8_0}, {"MXFP4", GgmlType::kMXFP4}, {"Q2_K", GgmlType::kQ2_K}, {"Q3_K", GgmlType::kQ3_K},
+        {"Q4_K", GgmlType::kQ4_K}, {"Q5_K", GgmlType::kQ5_K},   {"Q6_K", GgmlType::kQ6_K}};
     for (const auto& [name, type] : types) {
         benchmark::RegisterBenchmark((std::string("BM_GgufExpertGemmPackedVsStored/") + name).c_str(),
                                      BM_GgufExpertGemmPackedVsStored, type)

@@ -24,8 +24,9 @@
 namespace moeserve::kernels::cpu {
 namespace {
 
-const GgmlType kPackedTypes[] = {GgmlType::kQ4_0,  GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
-                                 GgmlType::kMXFP4, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+const GgmlType kPackedTypes[] = {GgmlType::kQ4_0, GgmlType::kQ4_1,  GgmlType::kQ5_0, GgmlType::kQ5_1,
+                                 GgmlType::kQ8_0, GgmlType::kMXFP4, GgmlType::kQ2_K, GgmlType::kQ3_K,
+                                 GgmlType::kQ4_K, GgmlType::kQ5_K,  GgmlType::kQ6_K};
 
 // rows x n weights of `type`, row r's blocks at r * stride (stride >= the row's bytes: a
 // column slice of a wider matrix), raw random blocks for even rows, quantized floats for odd.
@@ -188,7 +189,8 @@ TEST(GgufPackedTest, ExpertsEqualTheReferenceOnTheStoredRows) {
     for (const auto& [gate_type, down_type] :
          {std::pair{GgmlType::kQ4_0, GgmlType::kQ8_0}, std::pair{GgmlType::kQ4_K, GgmlType::kQ5_0},
           std::pair{GgmlType::kQ5_K, GgmlType::kQ8_0}, std::pair{GgmlType::kQ6_K, GgmlType::kQ4_0},
-          std::pair{GgmlType::kQ4_1, GgmlType::kQ5_1}, std::pair{GgmlType::kMXFP4, GgmlType::kMXFP4}}) {
+          std::pair{GgmlType::kQ4_1, GgmlType::kQ5_1}, std::pair{GgmlType::kMXFP4, GgmlType::kMXFP4},
+          std::pair{GgmlType::kQ2_K, GgmlType::kQ8_0}, std::pair{GgmlType::kQ3_K, GgmlType::kQ4_1}}) {
         SCOPED_TRACE(std::string(ggml_type_name(gate_type)) + "/" + std::string(ggml_type_name(down_type)));
         std::vector<Weights> stored;
         GgufExperts plain{{}, {}, {}, 0, hidden, inter};
@@ -238,7 +240,7 @@ TEST(GgufPackedTest, ExpertsEqualTheReferenceOnTheStoredRows) {
 }
 
 TEST(GgufPackedTest, TypesWithoutALayoutAreNotPacked) {
-    for (const GgmlType type : {GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kF16, GgmlType::kBF16}) {
+    for (const GgmlType type : {GgmlType::kF16, GgmlType::kBF16, GgmlType::kF8E4M3x128}) {
         EXPECT_FALSE(gguf_has_packed_layout(type)) << ggml_type_name(type);
         EXPECT_FALSE(gguf_packs(type)) << ggml_type_name(type);
     }

@@ -40,6 +40,10 @@ PackedLayout layout_of(GgmlType type) {
             return {2, {{0, 2, 2, false}, {2, 32, 16, true}}};
         case GgmlType::kMXFP4:  // e, qs
             return {2, {{0, 1, 1, false}, {1, 16, 16, true}}};
+        case GgmlType::kQ2_K:  // d, dmin, scales (8-byte chunks: 8 scales of a row pair's each), qs
+            return {4, {{80, 2, 2, false}, {82, 2, 2, false}, {0, 16, 8, true}, {16, 64, 16, true}}};
+        case GgmlType::kQ3_K:  // d, the 12 scale bytes as three 4-byte units of a row pair's each, hmask, qs
+            return {4, {{108, 2, 2, false}, {96, 12, 4, true}, {0, 32, 16, true}, {32, 64, 16, true}}};
         case GgmlType::kQ4_K:  // d, dmin, the 12 scale bytes as three 4-byte units, qs
             return {4, {{0, 2, 2, false}, {2, 2, 2, false}, {4, 12, 4, false}, {16, 128, 16, true}}};
         case GgmlType::kQ5_K:  // Q4_K's, and qh before qs
@@ -244,6 +248,10 @@ GgufPackedTileFn ref_tile_for(GgmlType type) {
             return &packed_tile_ref<GgmlType::kMXFP4, C>;
         case GgmlType::kQ8_0:
             return &packed_tile_ref<GgmlType::kQ8_0, C>;
+        case GgmlType::kQ2_K:
+            return &packed_tile_ref<GgmlType::kQ2_K, C>;
+        case GgmlType::kQ3_K:
+            return &packed_tile_ref<GgmlType::kQ3_K, C>;
         case GgmlType::kQ4_K:
             return &packed_tile_ref<GgmlType::kQ4_K, C>;
         case GgmlType::kQ5_K:

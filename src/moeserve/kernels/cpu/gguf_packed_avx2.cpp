@@ -449,6 +449,118 @@ void tile_k4(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, fl
     store_rows<C>(sum, rows, out, ldo);
 }
 
+// Q2_K and Q3_K: q 2 bits, sub-block J = 8 H + 2 S + t (16 elements from 128 H + 32 S + 16 t) at
+// bits 2 S of qs chunk 2 H + t; Q3_K's high bit at bit 4 H + S of hmask chunk t. Packed, pair p:
+// Q2_K at 32 + 160 p, its 16 scale bytes ([row p 0-7 | row p + 4 0-7][8-15 | 8-15]) then qs (4
+// chunks); Q3_K at 16 + 216 p, its scale units (q3_k_pair_scales), hmask (2 chunks), qs.
+template <bool kThree, int C, int J>
+inline void q23_k_sub_block(const uint8_t* qs, const uint8_t* hmask, const __m256i sc[2], const BlockQ8_K* const* y,
+                            __m256i acc[C]) {
+    constexpr int H = J / 8;
+    constexpr int S = (J % 8) / 2;
+    constexpr int t = J % 2;
+    const __m256i v = load256(qs + 32 * (2 * H + t));
+    __m256i q = _mm256_and_si256(S == 0 ? v : _mm256_srli_epi16(v, 2 * S), _mm256_set1_epi8(3));
+    if constexpr (kThree) {  // bit 4 H + S of the hmask byte to bit 2
+        constexpr int from = 4 * H + S;
+        const __m256i hm = load256(hmask + 32 * t);
+        const __m256i moved = from > 2 ? _mm256_srli_epi16(hm, from - 2) : _mm256_slli_epi16(hm, 2 - from);
+        q = _mm256_or_si256(q, _mm256_and_si256(moved, _mm256_set1_epi8(4)));
+    }
+    const __m256i scale = broadcast16(sc[H], J % 8);
+    for (int c = 0; c < C; ++c) {
+        const __m256i p16 = _mm256_maddubs_epi16(q, broadcast128(y[c]->qs + 16 * J));
+        acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(p16, scale));
+    }
+}
+
+template <bool kThree, int C, int... J>
+inline void q23_k_pair(const uint8_t* qs, const uint8_t* hmask, const __m256i sc[2], const BlockQ8_K* const* y,
+                       __m256i acc[C], std::integer_sequence<int, J...> /*sub-blocks*/) {
+    (q23_k_sub_block<kThree, C, J>(qs, hmask, sc, y, acc), ...);
+}
+
+// Q3_K's 16 scales of rows p and p + 4 minus 32, 16-bit: sc[0] [row p 0-7 | row p + 4 0-7], sc[1]
+// the same for 8-15; from the pair's 4-byte units [row p 0 | row p + 4 0 | row p 1 | row p + 4 1 |
+// row p 2 | row p + 4 2] (scale j's low nibble in unit 0 (j < 4, j 8-11: high nibble) or 1 (j
+// 4-7, 12-15) byte j % 4, its top 2 bits in unit 2 byte j % 4 at bits 2 (j / 4)).
+inline void q3_k_pair_scales(const uint8_t* pair, __m256i sc[2]) {
+    const __m256i x = load256(pair);
+    const __m256i lows = _mm256_permutevar8x32_epi32(x, _mm256_setr_epi32(0, 2, 1, 3, 0, 2, 1, 3));
+    const __m256i highs = _mm256_permutevar8x32_epi32(x, _mm256_setr_epi32(4, 4, 5, 5, 4, 4, 5, 5));
+    const __m256i low =
+        _mm256_and_si256(_mm256_srlv_epi32(lows, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0F));
+    const __m256i high =
+        _mm256_and_si256(_mm256_srlv_epi32(highs, _mm256_setr_epi32(0, 2, 0, 2, 4, 6, 4, 6)), _mm256_set1_epi8(0x03));
+    const __m256i sc8 = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+    const __m256i k32 = _mm256_set1_epi16(32);
+    sc[0] = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(sc8)), k32);
+    sc[1] = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(sc8, 1)), k32);
+}
+
+// Q2_K: y = d (sc_j & 15) q - dmin (sc_j >> 4); Q3_K: y = d (sc_j - 32) (q - 4 + 4 hbit), the 4
+// off through the activation sums.
+template <bool kThree, int C>
+void tile_q23_k(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, float* out, int64_t ldo) {
+    constexpr size_t kBlock = kGgufPackRows * (kThree ? sizeof(BlockQ3_K) : sizeof(BlockQ2_K));
+    __m256 sum[C];
+    for (int c = 0; c < C; ++c) sum[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* pb = w + static_cast<size_t>(b) * kBlock;
+        prefetch_ahead(pb, kBlock);
+        const BlockQ8_K* y[C];
+        __m256i bs[C][2];  // the activation's 16 bsums, 0-7 / 8-15 in both lanes
+        for (int c = 0; c < C; ++c) {
+            y[c] = reinterpret_cast<const BlockQ8_K*>(a[c]) + b;
+            bs[c][0] = broadcast128(y[c]->bsums);
+            bs[c][1] = broadcast128(y[c]->bsums + 8);
+        }
+        __m256i s[C][4];
+        __m256i s_min[C][4];  // Q2_K
+        for (int p = 0; p < 4; ++p) {
+            const uint8_t* pair = pb + (kThree ? 16 + 216 * p : 32 + 160 * p);
+            __m256i sc[2];
+            __m256i mins[2];
+            if constexpr (kThree) {
+                q3_k_pair_scales(pair, sc);
+            } else {
+                const __m256i m4 = _mm256_set1_epi8(0x0F);
+                for (int h = 0; h < 2; ++h) {
+                    const __m128i raw = load128(pair + 16 * h);
+                    sc[h] = _mm256_cvtepu8_epi16(_mm_and_si128(raw, _mm256_castsi256_si128(m4)));
+                    mins[h] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm256_castsi256_si128(m4)));
+                }
+            }
+            __m256i acc[C];
+            for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_si256();
+            q23_k_pair<kThree, C>(pair + (kThree ? 88 : 32), pair + 24, sc, y, acc,
+                                  std::make_integer_sequence<int, 16>{});
+            for (int c = 0; c < C; ++c) {
+                const __m256i by_scale = _mm256_add_epi32(_mm256_madd_epi16(kThree ? sc[0] : mins[0], bs[c][0]),
+                                                          _mm256_madd_epi16(kThree ? sc[1] : mins[1], bs[c][1]));
+                if constexpr (kThree) {  // the 4 of q - 4: sum_j (sc_j - 32) * bsums_j
+                    s[c][p] = _mm256_sub_epi32(acc[c], _mm256_slli_epi32(by_scale, 2));
+                } else {  // the mins: sum_j m_j * bsums_j
+                    s[c][p] = acc[c];
+                    s_min[c][p] = by_scale;
+                }
+            }
+        }
+        const __m256 dw = load_f16x8(pb);
+        for (int c = 0; c < C; ++c) {
+            const __m256 yd = _mm256_set1_ps(y[c]->d);
+            sum[c] =
+                _mm256_add_ps(sum[c], _mm256_mul_ps(_mm256_mul_ps(dw, yd), _mm256_cvtepi32_ps(rows_of_pairs(s[c]))));
+            if constexpr (!kThree) {
+                const __m256 dmin = load_f16x8(pb + 16);
+                sum[c] = _mm256_sub_ps(
+                    sum[c], _mm256_mul_ps(_mm256_mul_ps(dmin, yd), _mm256_cvtepi32_ps(rows_of_pairs(s_min[c]))));
+            }
+        }
+    }
+    store_rows<C>(sum, rows, out, ldo);
+}
+
 template <int C>
 GgufPackedTileFn tile_for(GgmlType type) {
     switch (type) {
@@ -464,6 +576,10 @@ GgufPackedTileFn tile_for(GgmlType type) {
             return &tile_unsigned32<PackedMxfp4, C>;
         case GgmlType::kQ8_0:
             return &tile_q8_0<C>;
+        case GgmlType::kQ2_K:
+            return &tile_q23_k<false, C>;
+        case GgmlType::kQ3_K:
+            return &tile_q23_k<true, C>;
         case GgmlType::kQ4_K:
             return &tile_k4<false, C>;
         case GgmlType::kQ5_K:

@@ -324,18 +324,18 @@ inline void q4_k_scales(const uint8_t* packed, __m512i sc[4], __m512i mins[2]) {
     }
 }
 
-// Bit `from` of each byte moved to bit 4 (16-bit shifts: what crosses a byte is masked off).
-template <int From>
-inline __m512i bit_to_4(__m512i v) {
+// Bit From of each byte moved to bit To (16-bit shifts: what crosses a byte is masked off).
+template <int From, int To>
+inline __m512i bit_to(__m512i v) {
     __m512i moved;
-    if constexpr (From < 4) {
-        moved = _mm512_slli_epi16(v, 4 - From);
-    } else if constexpr (From > 4) {
-        moved = _mm512_srli_epi16(v, From - 4);
+    if constexpr (From < To) {
+        moved = _mm512_slli_epi16(v, To - From);
+    } else if constexpr (From > To) {
+        moved = _mm512_srli_epi16(v, From - To);
     } else {
         moved = v;
     }
-    return _mm512_and_si512(moved, _mm512_set1_epi8(0x10));
+    return _mm512_and_si512(moved, _mm512_set1_epi8(static_cast<char>(1 << To)));
 }
 
 // Sub-blocks 2 T (low nibbles) and 2 T + 1 (high) of a Q4_K / Q5_K pair: qs chunks 2 T and 2 T + 1
@@ -349,8 +349,8 @@ inline void k4_sub_blocks(const uint8_t* qs, __m512i qh, __m512i sc, const GgufP
     __m512i lo = _mm512_and_si512(v, m4);
     __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
     if constexpr (kFive) {
-        lo = _mm512_or_si512(lo, bit_to_4<2 * T>(qh));
-        hi = _mm512_or_si512(hi, bit_to_4<2 * T + 1>(qh));
+        lo = _mm512_or_si512(lo, bit_to<2 * T, 4>(qh));
+        hi = _mm512_or_si512(hi, bit_to<2 * T + 1, 4>(qh));
     }
     const __m512i sc_lo = broadcast16(sc, 2 * T);
     const __m512i sc_hi = broadcast16(sc, 2 * T + 1);
@@ -418,6 +418,25 @@ void tile_k4(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, fl
     store_rows<C>(sum, rows, out, ldo);
 }
 
+// The 16-sub-block types' (Q2_K, Q3_K, Q6_K) scales of one pair for the register of sub-blocks
+// 8 h + 2 R and + 1: sc_h holds [row p | row p + 4] scales 8 h .. 8 h + 7 (16-bit) twice; lanes 0,
+// 1 get scale 2 R of their row, lanes 2, 3 scale 2 R + 1.
+template <int R>
+inline __m512i sub_block_pair_scales(__m512i sc_h) {
+    constexpr int e0 = 2 * R;
+    constexpr int e1 = 2 * R + 1;
+    const __m512i pick = join(_mm256_set1_epi16(static_cast<short>((2 * e0 + 1) << 8 | 2 * e0)),
+                              _mm256_set1_epi16(static_cast<short>((2 * e1 + 1) << 8 | 2 * e1)));
+    return _mm512_shuffle_epi8(sc_h, pick);
+}
+
+// sc_h of sub_block_pair_scales for h = 0, 1, from a pair's 16-bit scales [row p 0-7 | row p + 4
+// 0-7 | row p 8-15 | row p + 4 8-15].
+inline void scale_halves(__m512i sc, __m512i sc_h[2]) {
+    sc_h[0] = _mm512_shuffle_i64x2(sc, sc, _MM_SHUFFLE(1, 0, 1, 0));
+    sc_h[1] = _mm512_shuffle_i64x2(sc, sc, _MM_SHUFFLE(3, 2, 3, 2));
+}
+
 // Q6_K: y = d * sc_j * (q - 32), 16 sub-blocks of 16. Packed: d at 0, then pair p at 16 + 416 p:
 // its scales ([row p 0-7 | row p + 4 0-7 | row p 8-15 | row p + 4 8-15]), ql at + 32 (8 chunks)
 // and qh at + 288 (4 chunks). Sub-blocks J = 8 h + 2 r and J + 1 are one register: ql chunks
@@ -440,12 +459,7 @@ inline void q6_k_sub_blocks(const uint8_t* ql, const __m512i qh[2], __m512i sc_h
         high = _mm512_srli_epi16(qh[H], 2);
     }
     const __m512i q = _mm512_or_si512(low, _mm512_and_si512(high, _mm512_set1_epi8(0x30)));
-    // lanes 0, 1: scale 2 R of their row; lanes 2, 3: scale 2 R + 1
-    constexpr int e0 = 2 * R;
-    constexpr int e1 = 2 * R + 1;
-    const __m512i pick = join(_mm256_set1_epi16(static_cast<short>((2 * e0 + 1) << 8 | 2 * e0)),
-                              _mm256_set1_epi16(static_cast<short>((2 * e1 + 1) << 8 | 2 * e1)));
-    const __m512i scale = _mm512_shuffle_epi8(sc_h, pick);
+    const __m512i scale = sub_block_pair_scales<R>(sc_h);
     for (int c = 0; c < C; ++c) {
         // <= 2 * 63 * 128 = 16128 per 16-bit lane
         const __m512i p16 = _mm512_maddubs_epi16(q, load512(y[c]->qs + 64 * (4 * H + R)));
@@ -474,9 +488,8 @@ void tile_q6_k(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, 
         for (int p = 0; p < 4; ++p) {
             const uint8_t* pair = pb + 16 + 416 * p;
             const __m512i sc = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair)));
-            // [lane 2 h | lane 2 h + 1] twice: row p's and row p + 4's scales 8 h .. 8 h + 7
-            const __m512i sc_h[2] = {_mm512_shuffle_i64x2(sc, sc, _MM_SHUFFLE(1, 0, 1, 0)),
-                                     _mm512_shuffle_i64x2(sc, sc, _MM_SHUFFLE(3, 2, 3, 2))};
+            __m512i sc_h[2];
+            scale_halves(sc, sc_h);
             const __m512i qh[2] = {load512(pair + 288), load512(pair + 288 + 64)};
             __m512i pacc[C];
             for (int c = 0; c < C; ++c) pacc[c] = _mm512_setzero_si512();
@@ -485,6 +498,146 @@ void tile_q6_k(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, 
                 // the 32 of q - 32: sum_j sc_j * bsums_j, in the accumulator's lane order
                 const __m512i off = _mm512_madd_epi16(sc, load512(y[c]->bsums2));
                 acc[c][p] = _mm512_sub_epi32(pacc[c], _mm512_slli_epi32(off, 5));
+            }
+        }
+        const __m512 dw = load_f16x8_twice(pb);
+        for (int k = 0; k < kPairs; ++k) add_block_sums<C>(acc, y, dw, k, sum[k]);
+    }
+    store_rows<C>(sum, rows, out, ldo);
+}
+
+// Q2_K: y = d (sc_j & 15) q - dmin (sc_j >> 4), q 2 bits, 16 sub-blocks of 16. Packed: d at 0,
+// dmin at 16, then pair p at 32 + 160 p: its scales (bytes, in sub_block_pair_scales' order) and qs
+// at + 32 (4 chunks). Chunks 2 H and 2 H + 1 are one register, whose bits 2 S, 2 S + 1 are
+// sub-blocks 8 H + 2 S and + 1 (elements 128 H + 32 S ..), against activation window 4 H + S.
+template <int C, int HS>
+inline void q2_k_sub_blocks(const __m512i v[2], const __m512i sc_h[2], const GgufPackedQ8Kx2Block* const* y,
+                            __m512i acc[C]) {
+    constexpr int H = HS / 4;
+    constexpr int S = HS % 4;
+    const __m512i q = _mm512_and_si512(S == 0 ? v[H] : _mm512_srli_epi16(v[H], 2 * S), _mm512_set1_epi8(3));
+    const __m512i scale = sub_block_pair_scales<S>(sc_h[H]);
+    for (int c = 0; c < C; ++c) {
+        // <= 2 * 3 * 128 = 768 per 16-bit lane
+        const __m512i p16 = _mm512_maddubs_epi16(q, load512(y[c]->qs + 64 * (4 * H + S)));
+        acc[c] = _mm512_dpwssd_epi32(acc[c], p16, scale);
+    }
+}
+
+template <int C, int... HS>
+inline void q2_k_pair(const __m512i v[2], const __m512i sc_h[2], const GgufPackedQ8Kx2Block* const* y, __m512i acc[C],
+                      std::integer_sequence<int, HS...> /*h s*/) {
+    (q2_k_sub_blocks<C, HS>(v, sc_h, y, acc), ...);
+}
+
+template <int C>
+void tile_q2_k(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, float* out, int64_t ldo) {
+    constexpr size_t kBlock = kGgufPackRows * sizeof(BlockQ2_K);
+    constexpr int kPairs = (C + 1) / 2;
+    __m512 sum[kPairs];
+    for (int k = 0; k < kPairs; ++k) sum[k] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* pb = w + static_cast<size_t>(b) * kBlock;
+        prefetch_ahead<kBlock>(pb);
+        const GgufPackedQ8Kx2Block* y[C];
+        k_blocks<C>(a, b, y);
+        __m512i acc[C][4];
+        __m512i acc_min[C][4];
+        for (int p = 0; p < 4; ++p) {
+            const uint8_t* pair = pb + 32 + 160 * p;
+            const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair));
+            const __m256i m4 = _mm256_set1_epi8(0x0F);
+            const __m512i sc = _mm512_cvtepu8_epi16(_mm256_and_si256(raw, m4));
+            const __m512i mins = _mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+            __m512i sc_h[2];
+            scale_halves(sc, sc_h);
+            const __m512i v[2] = {load512(pair + 32), load512(pair + 96)};
+            __m512i pacc[C];
+            for (int c = 0; c < C; ++c) pacc[c] = _mm512_setzero_si512();
+            q2_k_pair<C>(v, sc_h, y, pacc, std::make_integer_sequence<int, 8>{});
+            for (int c = 0; c < C; ++c) {
+                acc[c][p] = pacc[c];
+                acc_min[c][p] = _mm512_madd_epi16(mins, load512(y[c]->bsums2));  // sum_j m_j * bsums_j
+            }
+        }
+        const __m512 dw = load_f16x8_twice(pb);
+        const __m512 dmin = load_f16x8_twice(pb + 16);
+        for (int k = 0; k < kPairs; ++k) {
+            const __m512 yd = add_block_sums<C>(acc, y, dw, k, sum[k]);
+            const __m512i s_min = join(rows_of_pairs(acc_min[2 * k]), rows_of_pairs(acc_min[second_of_pair<C>(k)]));
+            sum[k] = _mm512_sub_ps(sum[k], _mm512_mul_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(s_min)));
+        }
+    }
+    store_rows<C>(sum, rows, out, ldo);
+}
+
+// Q3_K's 16 scales of rows p and p + 4 minus 32, 16-bit in sub_block_pair_scales' order, from the
+// pair's interleaved 4-byte units [row p 0 | row p + 4 0 | row p 1 | row p + 4 1 | row p 2 | row
+// p + 4 2]: scale j's low nibble is unit 0 (j < 4, j 8-11: high nibble) or unit 1 (j 4-7, 12-15)
+// byte j % 4, its top 2 bits unit 2 byte j % 4 at bits 2 (j / 4).
+inline __m512i q3_k_pair_scales(const uint8_t* pair) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair));
+    const __m256i lows = _mm256_permutexvar_epi32(_mm256_setr_epi32(0, 2, 1, 3, 0, 2, 1, 3), x);
+    const __m256i highs = _mm256_permutexvar_epi32(_mm256_setr_epi32(4, 4, 5, 5, 4, 4, 5, 5), x);
+    const __m256i low =
+        _mm256_and_si256(_mm256_srlv_epi32(lows, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0F));
+    const __m256i high =
+        _mm256_and_si256(_mm256_srlv_epi32(highs, _mm256_setr_epi32(0, 2, 0, 2, 4, 6, 4, 6)), _mm256_set1_epi8(0x03));
+    const __m256i sc8 = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+    return _mm512_sub_epi16(_mm512_cvtepu8_epi16(sc8), _mm512_set1_epi16(32));
+}
+
+// Q3_K: y = d (sc_j - 32) (q - 4 + 4 hbit), q 2 bits as Q2_K's, 16 sub-blocks of 16. Packed: d at
+// 0, then pair p at 16 + 216 p: its scale units (q3_k_pair_scales), hmask at + 24 (2 chunks) and
+// qs at + 88 (4 chunks). As Q2_K, with hmask chunk t beside qs chunk 2 H + t: element 128 H + 32 S
+// + 16 t + l has its high bit at bit 4 H + S of hmask byte 16 t + l. The 4 comes off through the
+// activation sums.
+template <int C, int HS>
+inline void q3_k_sub_blocks(const __m512i v[2], __m512i hm, const __m512i sc_h[2], const GgufPackedQ8Kx2Block* const* y,
+                            __m512i acc[C]) {
+    constexpr int H = HS / 4;
+    constexpr int S = HS % 4;
+    const __m512i low = _mm512_and_si512(S == 0 ? v[H] : _mm512_srli_epi16(v[H], 2 * S), _mm512_set1_epi8(3));
+    const __m512i q = _mm512_or_si512(low, bit_to<4 * H + S, 2>(hm));
+    const __m512i scale = sub_block_pair_scales<S>(sc_h[H]);
+    for (int c = 0; c < C; ++c) {
+        // <= 2 * 7 * 128 = 1792 per 16-bit lane
+        const __m512i p16 = _mm512_maddubs_epi16(q, load512(y[c]->qs + 64 * (4 * H + S)));
+        acc[c] = _mm512_dpwssd_epi32(acc[c], p16, scale);
+    }
+}
+
+template <int C, int... HS>
+inline void q3_k_pair(const __m512i v[2], __m512i hm, const __m512i sc_h[2], const GgufPackedQ8Kx2Block* const* y,
+                      __m512i acc[C], std::integer_sequence<int, HS...> /*h s*/) {
+    (q3_k_sub_blocks<C, HS>(v, hm, sc_h, y, acc), ...);
+}
+
+template <int C>
+void tile_q3_k(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, float* out, int64_t ldo) {
+    constexpr size_t kBlock = kGgufPackRows * sizeof(BlockQ3_K);
+    constexpr int kPairs = (C + 1) / 2;
+    __m512 sum[kPairs];
+    for (int k = 0; k < kPairs; ++k) sum[k] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* pb = w + static_cast<size_t>(b) * kBlock;
+        prefetch_ahead<kBlock>(pb);
+        const GgufPackedQ8Kx2Block* y[C];
+        k_blocks<C>(a, b, y);
+        __m512i acc[C][4];
+        for (int p = 0; p < 4; ++p) {
+            const uint8_t* pair = pb + 16 + 216 * p;
+            const __m512i sc = q3_k_pair_scales(pair);
+            __m512i sc_h[2];
+            scale_halves(sc, sc_h);
+            const __m512i v[2] = {load512(pair + 88), load512(pair + 152)};
+            __m512i pacc[C];
+            for (int c = 0; c < C; ++c) pacc[c] = _mm512_setzero_si512();
+            q3_k_pair<C>(v, load512(pair + 24), sc_h, y, pacc, std::make_integer_sequence<int, 8>{});
+            for (int c = 0; c < C; ++c) {
+                // the 4 of q - 4: sum_j (sc_j - 32) * bsums_j, in the accumulator's lane order
+                const __m512i off = _mm512_madd_epi16(sc, load512(y[c]->bsums2));
+                acc[c][p] = _mm512_sub_epi32(pacc[c], _mm512_slli_epi32(off, 2));
             }
         }
         const __m512 dw = load_f16x8_twice(pb);
@@ -508,6 +661,10 @@ GgufPackedTileFn tile_for(GgmlType type) {
             return &tile_unsigned32<PackedMxfp4, C>;
         case GgmlType::kQ8_0:
             return &tile_q8_0<C>;
+        case GgmlType::kQ2_K:
+            return &tile_q2_k<C>;
+        case GgmlType::kQ3_K:
+            return &tile_q3_k<C>;
         case GgmlType::kQ4_K:
             return &tile_k4<false, C>;
         case GgmlType::kQ5_K:
