@@ -360,6 +360,13 @@ std::string speculation_summary(const ipc::Stats& st) {
         per_position, st.spec_draft_budget, st.num_steps);
 }
 
+std::string decode_bytes_summary(const model::ModelInfo& info) {
+    if (info.active_weight_bytes_per_token <= 0) return "";
+    return fmt::format(" | a decoded token reads {:.2f} MB of weights + {:.2f} kB of KV per context token",
+                       static_cast<double>(info.active_weight_bytes_per_token) / 1e6,
+                       static_cast<double>(info.kv_bytes_per_token) / 1e3);
+}
+
 std::string expert_bytes_summary(int64_t bytes, int64_t tokens, const char* per) {
     if (bytes <= 0 || tokens <= 0) return "";
     return fmt::format(" | routed experts read {:.2f} MB per {}",

@@ -48,5 +48,8 @@ std::string speculation_summary(const ipc::Stats& stats);
 // " | routed experts read X MB per <per>": `bytes` of Model::routed_expert_bytes over `tokens`,
 // or "" when either is 0.
 std::string expert_bytes_summary(int64_t bytes, int64_t tokens, const char* per);
+// " | a decoded token reads W MB of weights + K kB of KV per context token": the decode roofline's
+// bytes (ModelInfo), "" where the model does not count them.
+std::string decode_bytes_summary(const model::ModelInfo& info);
 
 }  // namespace moeserve::cli

@@ -149,12 +149,13 @@ int run_generate(const GenerateOptions& o, const CheckedEngineOptions& checked) 
     std::fprintf(
         stderr,
         "generate: load %.2f s | prompt %zu tokens, prefill %.1f tok/s | %d tokens generated, decode %.1f "
-        "tok/s | finish=%s | threads=%d%s%s\n",
+        "tok/s | finish=%s | threads=%d%s%s%s\n",
         load_secs, prompt.size(), static_cast<double>(prompt.size()) / prefill_secs, generated,
         decode_steps > 0 ? decode_steps / decode_secs : 0.0, finish.c_str(), threads,
         speculation_summary(e.core->stats()).c_str(),
         expert_bytes_summary(e.model->routed_expert_bytes() - decode_expert_bytes, decode_steps, "decoded token")
-            .c_str());
+            .c_str(),
+        decode_bytes_summary(e.model->info()).c_str());
     return 0;
 }
 

@@ -10,6 +10,7 @@
 
 #include "moeserve/core/dtype.h"
 #include "moeserve/core/error.h"
+#include "moeserve/core/load_pool.h"
 #include "moeserve/kernels/ops.h"
 #include "moeserve/model/formats/checkpoint_format.h"
 #include "moeserve/model/formats/modelslim.h"
@@ -141,7 +142,11 @@ Tensor load_dequantized_f32(const io::WeightSource& weights, const std::string& 
 
 Int8Matrix quantize_matrix_int8(const float* w, int64_t rows, int64_t cols) {
     Int8Matrix m{Tensor(DType::kI8, {rows, cols}), Tensor(DType::kF32, {rows})};
-    kernels::ops().quantize_rows_int8(w, cols, rows, cols, m.data.as<int8_t>(), cols, m.scale.as<float>());
+    // each row on its own (its own scale), so the load pool's threads can share them out
+    load_pool().parallel_for(rows, [&](int64_t begin, int64_t end) {
+        kernels::ops().quantize_rows_int8(w + begin * cols, cols, end - begin, cols, m.data.as<int8_t>() + begin * cols,
+                                          cols, m.scale.as<float>() + begin);
+    });
     return m;
 }
 

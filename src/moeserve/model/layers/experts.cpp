@@ -51,6 +51,7 @@ void for_each_projection(const std::vector<std::string>& prefixes, const Experts
         load(Projection{i, kDown, p + g.names.down, down_shape, 0, g.hidden, g.inter_begin, g.inter, i * g.hidden});
     }
 }
+
 // A [rows, cols] rectangle of bf16 rows to copy: planned where a missing tensor or a wrong shape
 // can raise, copied wherever (load_float copies them on the load pool's threads).
 struct Bf16Rows {
@@ -152,8 +153,8 @@ FloatExpertWeights load_float(const io::WeightSource& weights, const std::vector
                               const ExpertsLayout& g, const Quantization& quant) {
     const DType dtype = quant.f32_weights ? DType::kF32 : DType::kBF16;
     FloatExpertWeights w{Tensor(dtype, {g.n, 2 * g.inter, g.hidden}), Tensor(dtype, {g.n, g.hidden, g.inter}), false};
-    // The bf16 rows are copied on the load pool's threads (the file's pages faulting in, the
-    // tensors' pages cleared: most of a load's time), the rest as they come.
+    // Rows stored as bf16 are copied on the load pool's threads (the file's pages faulting in, the
+    // tensors' pages cleared: most of a load's time); rows that need converting, on this one.
     std::vector<Bf16Rows> copies;
     for_each_projection(prefixes, g, [&](const Projection& p) {
         const Tensor& dst = p.kind == kDown ? w.down : w.gate_up;
