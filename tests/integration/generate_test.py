@@ -18,7 +18,8 @@ ARGS = None
 
 FINAL_LINE = re.compile(r"^generate: load [0-9.]+ s \| prompt (\d+) tokens, prefill [0-9.]+ tok/s \| (\d+) tokens "
                         r"generated, decode [0-9.]+ tok/s \| finish=(stop|length) \| threads=1"
-                        r"( \| routed experts read [0-9.]+ MB per decoded token)?$")
+                        r"( \| routed experts read [0-9.]+ MB per decoded token)?"
+                        r" \| a decoded token reads [0-9.]+ MB of weights \+ [0-9.]+ kB of KV per context token$")
 
 
 def run(*args, timeout=120):
