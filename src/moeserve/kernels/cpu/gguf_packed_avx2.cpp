@@ -283,42 +283,26 @@ inline void q6_k_pair(const uint8_t* ql, const uint8_t* qh, const __m256i sc[2],
     (q6_k_sub_block<C, J>(ql, qh, sc, y, acc), ...);
 }
 
-template <int C>
-void tile_q6_k(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, float* out, int64_t ldo) {
-    __m256 sum[C];
-    for (int c = 0; c < C; ++c) sum[c] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* pb = w + static_cast<size_t>(b) * kQ6_KBlock;
-        prefetch_ahead(pb, kQ6_KBlock);
-        const BlockQ8_K* y[C];
-        __m256i bs[C][2];  // the activation's 16 bsums, 0-7 / 8-15 in both lanes
+// Q6_K's pair: 16 + 416 p in the packed block.
+struct PackedQ6K {
+    static constexpr size_t kBlock = kQ6_KBlock;
+    static constexpr size_t kFirstPair = 16, kPair = 416;
+    static constexpr bool kMins = false;
+    // acc[c] = the pair's 8 rows' integer sums against activation row c (bs[c]: its bsums, 0-7 and
+    // 8-15 in both lanes); mins unused.
+    template <int C>
+    static void pair(const uint8_t* pair, const BlockQ8_K* const* y, const __m256i bs[][2], __m256i acc[C],
+                     __m256i* /*mins*/) {
+        const __m256i sc[2] = {_mm256_cvtepi8_epi16(load128(pair)), _mm256_cvtepi8_epi16(load128(pair + 16))};
+        q6_k_pair<C>(pair + 32, pair + 288, sc, y, acc, std::make_integer_sequence<int, 16>{});
         for (int c = 0; c < C; ++c) {
-            y[c] = reinterpret_cast<const BlockQ8_K*>(a[c]) + b;
-            bs[c][0] = broadcast128(y[c]->bsums);
-            bs[c][1] = broadcast128(y[c]->bsums + 8);
-        }
-        __m256i s[C][4];
-        for (int p = 0; p < 4; ++p) {
-            const uint8_t* pair = pb + 16 + 416 * p;
-            const __m256i sc[2] = {_mm256_cvtepi8_epi16(load128(pair)), _mm256_cvtepi8_epi16(load128(pair + 16))};
-            __m256i acc[C];
-            for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_si256();
-            q6_k_pair<C>(pair + 32, pair + 288, sc, y, acc, std::make_integer_sequence<int, 16>{});
-            for (int c = 0; c < C; ++c) {
-                // the 32 of q - 32: sum_j sc_j * bsums_j
-                const __m256i off =
-                    _mm256_add_epi32(_mm256_madd_epi16(sc[0], bs[c][0]), _mm256_madd_epi16(sc[1], bs[c][1]));
-                s[c][p] = _mm256_sub_epi32(acc[c], _mm256_slli_epi32(off, 5));
-            }
-        }
-        const __m256 dw = load_f16x8(pb);
-        for (int c = 0; c < C; ++c) {
-            const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(y[c]->d));
-            sum[c] = _mm256_add_ps(sum[c], _mm256_mul_ps(d, _mm256_cvtepi32_ps(rows_of_pairs(s[c]))));
+            // the 32 of q - 32: sum_j sc_j * bsums_j
+            const __m256i off =
+                _mm256_add_epi32(_mm256_madd_epi16(sc[0], bs[c][0]), _mm256_madd_epi16(sc[1], bs[c][1]));
+            acc[c] = _mm256_sub_epi32(acc[c], _mm256_slli_epi32(off, 5));
         }
     }
-    store_rows<C>(sum, rows, out, ldo);
-}
+};
 
 // Q4_K's 6-bit scales and mins of rows 0-7 from the three gathered 4-byte units (lane r: row r):
 // per pair p, [row p's 8 | row p + 4's 8] as 16-bit lanes (gguf_blocks.h's unpack_scale_min_k4,
@@ -498,16 +482,59 @@ inline void q3_k_pair_scales(const uint8_t* pair, __m256i sc[2]) {
     sc[1] = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(sc8, 1)), k32);
 }
 
-// Q2_K: y = d (sc_j & 15) q - dmin (sc_j >> 4); Q3_K: y = d (sc_j - 32) (q - 4 + 4 hbit), the 4
-// off through the activation sums.
-template <bool kThree, int C>
-void tile_q23_k(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, float* out, int64_t ldo) {
-    constexpr size_t kBlock = kGgufPackRows * (kThree ? sizeof(BlockQ3_K) : sizeof(BlockQ2_K));
+// Q2_K's pair (32 + 160 p, d and dmin before): y = d (sc_j & 15) q - dmin (sc_j >> 4); mins[c]
+// gets sum_j m_j * bsums_j.
+struct PackedQ2K {
+    static constexpr size_t kBlock = kGgufPackRows * sizeof(BlockQ2_K);
+    static constexpr size_t kFirstPair = 32, kPair = 160;
+    static constexpr bool kMins = true;
+    template <int C>
+    static void pair(const uint8_t* pair, const BlockQ8_K* const* y, const __m256i bs[][2], __m256i acc[C],
+                     __m256i* mins) {
+        const __m128i m4 = _mm_set1_epi8(0x0F);
+        __m256i sc[2];
+        __m256i m[2];
+        for (int h = 0; h < 2; ++h) {
+            const __m128i raw = load128(pair + 16 * h);
+            sc[h] = _mm256_cvtepu8_epi16(_mm_and_si128(raw, m4));
+            m[h] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
+        }
+        q23_k_pair<false, C>(pair + 32, nullptr, sc, y, acc, std::make_integer_sequence<int, 16>{});
+        for (int c = 0; c < C; ++c) {
+            mins[c] = _mm256_add_epi32(_mm256_madd_epi16(m[0], bs[c][0]), _mm256_madd_epi16(m[1], bs[c][1]));
+        }
+    }
+};
+
+// Q3_K's pair (16 + 216 p): y = d (sc_j - 32) (q - 4 + 4 hbit), the 4 off through the activation sums.
+struct PackedQ3K {
+    static constexpr size_t kBlock = kGgufPackRows * sizeof(BlockQ3_K);
+    static constexpr size_t kFirstPair = 16, kPair = 216;
+    static constexpr bool kMins = false;
+    template <int C>
+    static void pair(const uint8_t* pair, const BlockQ8_K* const* y, const __m256i bs[][2], __m256i acc[C],
+                     __m256i* /*mins*/) {
+        __m256i sc[2];
+        q3_k_pair_scales(pair, sc);
+        q23_k_pair<true, C>(pair + 88, pair + 24, sc, y, acc, std::make_integer_sequence<int, 16>{});
+        for (int c = 0; c < C; ++c) {
+            const __m256i off =
+                _mm256_add_epi32(_mm256_madd_epi16(sc[0], bs[c][0]), _mm256_madd_epi16(sc[1], bs[c][1]));
+            acc[c] = _mm256_sub_epi32(acc[c], _mm256_slli_epi32(off, 2));
+        }
+    }
+};
+
+// The 16-sub-block K-quants (W: PackedQ2K, PackedQ3K, PackedQ6K): per block, each pair's integer
+// sums (W::pair), then the reference's f32 steps, sum += (d_w * d_a) * isum and, with mins (Q2_K,
+// dmin at 16), sum -= (dmin_w * d_a) * isum_min.
+template <class W, int C>
+void tile_k16(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, float* out, int64_t ldo) {
     __m256 sum[C];
     for (int c = 0; c < C; ++c) sum[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* pb = w + static_cast<size_t>(b) * kBlock;
-        prefetch_ahead(pb, kBlock);
+        const uint8_t* pb = w + static_cast<size_t>(b) * W::kBlock;
+        prefetch_ahead(pb, W::kBlock);
         const BlockQ8_K* y[C];
         __m256i bs[C][2];  // the activation's 16 bsums, 0-7 / 8-15 in both lanes
         for (int c = 0; c < C; ++c) {
@@ -516,34 +543,15 @@ void tile_q23_k(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a,
             bs[c][1] = broadcast128(y[c]->bsums + 8);
         }
         __m256i s[C][4];
-        __m256i s_min[C][4];  // Q2_K
+        __m256i s_min[C][4];
         for (int p = 0; p < 4; ++p) {
-            const uint8_t* pair = pb + (kThree ? 16 + 216 * p : 32 + 160 * p);
-            __m256i sc[2];
-            __m256i mins[2];
-            if constexpr (kThree) {
-                q3_k_pair_scales(pair, sc);
-            } else {
-                const __m256i m4 = _mm256_set1_epi8(0x0F);
-                for (int h = 0; h < 2; ++h) {
-                    const __m128i raw = load128(pair + 16 * h);
-                    sc[h] = _mm256_cvtepu8_epi16(_mm_and_si128(raw, _mm256_castsi256_si128(m4)));
-                    mins[h] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm256_castsi256_si128(m4)));
-                }
-            }
             __m256i acc[C];
+            __m256i mins[C];
             for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_si256();
-            q23_k_pair<kThree, C>(pair + (kThree ? 88 : 32), pair + 24, sc, y, acc,
-                                  std::make_integer_sequence<int, 16>{});
+            W::template pair<C>(pb + W::kFirstPair + W::kPair * p, y, bs, acc, mins);
             for (int c = 0; c < C; ++c) {
-                const __m256i by_scale = _mm256_add_epi32(_mm256_madd_epi16(kThree ? sc[0] : mins[0], bs[c][0]),
-                                                          _mm256_madd_epi16(kThree ? sc[1] : mins[1], bs[c][1]));
-                if constexpr (kThree) {  // the 4 of q - 4: sum_j (sc_j - 32) * bsums_j
-                    s[c][p] = _mm256_sub_epi32(acc[c], _mm256_slli_epi32(by_scale, 2));
-                } else {  // the mins: sum_j m_j * bsums_j
-                    s[c][p] = acc[c];
-                    s_min[c][p] = by_scale;
-                }
+                s[c][p] = acc[c];
+                if constexpr (W::kMins) s_min[c][p] = mins[c];
             }
         }
         const __m256 dw = load_f16x8(pb);
@@ -551,7 +559,7 @@ void tile_q23_k(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a,
             const __m256 yd = _mm256_set1_ps(y[c]->d);
             sum[c] =
                 _mm256_add_ps(sum[c], _mm256_mul_ps(_mm256_mul_ps(dw, yd), _mm256_cvtepi32_ps(rows_of_pairs(s[c]))));
-            if constexpr (!kThree) {
+            if constexpr (W::kMins) {
                 const __m256 dmin = load_f16x8(pb + 16);
                 sum[c] = _mm256_sub_ps(
                     sum[c], _mm256_mul_ps(_mm256_mul_ps(dmin, yd), _mm256_cvtepi32_ps(rows_of_pairs(s_min[c]))));
@@ -577,15 +585,15 @@ GgufPackedTileFn tile_for(GgmlType type) {
         case GgmlType::kQ8_0:
             return &tile_q8_0<C>;
         case GgmlType::kQ2_K:
-            return &tile_q23_k<false, C>;
+            return &tile_k16<PackedQ2K, C>;
         case GgmlType::kQ3_K:
-            return &tile_q23_k<true, C>;
+            return &tile_k16<PackedQ3K, C>;
         case GgmlType::kQ4_K:
             return &tile_k4<false, C>;
         case GgmlType::kQ5_K:
             return &tile_k4<true, C>;
         case GgmlType::kQ6_K:
-            return &tile_q6_k<C>;
+            return &tile_k16<PackedQ6K, C>;
         default:
             return nullptr;
     }

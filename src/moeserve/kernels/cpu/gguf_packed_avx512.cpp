@@ -473,38 +473,25 @@ inline void q6_k_pair(const uint8_t* ql, const __m512i qh[2], const __m512i sc_h
     (q6_k_sub_blocks<C, HR / 4, HR % 4>(ql, qh, sc_h[HR / 4], y, acc), ...);
 }
 
-template <int C>
-void tile_q6_k(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, float* out, int64_t ldo) {
-    constexpr size_t kBlock = kGgufPackRows * sizeof(BlockQ6_K);
-    constexpr int kPairs = (C + 1) / 2;
-    __m512 sum[kPairs];
-    for (int k = 0; k < kPairs; ++k) sum[k] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* pb = w + static_cast<size_t>(b) * kBlock;
-        prefetch_ahead<kBlock>(pb);
-        const GgufPackedQ8Kx2Block* y[C];
-        k_blocks<C>(a, b, y);
-        __m512i acc[C][4];
-        for (int p = 0; p < 4; ++p) {
-            const uint8_t* pair = pb + 16 + 416 * p;
-            const __m512i sc = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair)));
-            __m512i sc_h[2];
-            scale_halves(sc, sc_h);
-            const __m512i qh[2] = {load512(pair + 288), load512(pair + 288 + 64)};
-            __m512i pacc[C];
-            for (int c = 0; c < C; ++c) pacc[c] = _mm512_setzero_si512();
-            q6_k_pair<C>(pair + 32, qh, sc_h, y, pacc, std::make_integer_sequence<int, 8>{});
-            for (int c = 0; c < C; ++c) {
-                // the 32 of q - 32: sum_j sc_j * bsums_j, in the accumulator's lane order
-                const __m512i off = _mm512_madd_epi16(sc, load512(y[c]->bsums2));
-                acc[c][p] = _mm512_sub_epi32(pacc[c], _mm512_slli_epi32(off, 5));
-            }
+// Q6_K's pair: 16 + 416 p in the packed block.
+struct PackedQ6K {
+    static constexpr size_t kBlock = kGgufPackRows * sizeof(BlockQ6_K);
+    static constexpr size_t kFirstPair = 16, kPair = 416;
+    static constexpr bool kMins = false;
+    template <int C>
+    static void pair(const uint8_t* pair, const GgufPackedQ8Kx2Block* const* y, __m512i acc[C], __m512i* /*mins*/) {
+        const __m512i sc = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair)));
+        __m512i sc_h[2];
+        scale_halves(sc, sc_h);
+        const __m512i qh[2] = {load512(pair + 288), load512(pair + 288 + 64)};
+        q6_k_pair<C>(pair + 32, qh, sc_h, y, acc, std::make_integer_sequence<int, 8>{});
+        for (int c = 0; c < C; ++c) {
+            // the 32 of q - 32: sum_j sc_j * bsums_j, in the accumulator's lane order
+            const __m512i off = _mm512_madd_epi16(sc, load512(y[c]->bsums2));
+            acc[c] = _mm512_sub_epi32(acc[c], _mm512_slli_epi32(off, 5));
         }
-        const __m512 dw = load_f16x8_twice(pb);
-        for (int k = 0; k < kPairs; ++k) add_block_sums<C>(acc, y, dw, k, sum[k]);
     }
-    store_rows<C>(sum, rows, out, ldo);
-}
+};
 
 // Q2_K: y = d (sc_j & 15) q - dmin (sc_j >> 4), q 2 bits, 16 sub-blocks of 16. Packed: d at 0,
 // dmin at 16, then pair p at 32 + 160 p: its scales (bytes, in sub_block_pair_scales' order) and qs
@@ -530,46 +517,24 @@ inline void q2_k_pair(const __m512i v[2], const __m512i sc_h[2], const GgufPacke
     (q2_k_sub_blocks<C, HS>(v, sc_h, y, acc), ...);
 }
 
-template <int C>
-void tile_q2_k(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, float* out, int64_t ldo) {
-    constexpr size_t kBlock = kGgufPackRows * sizeof(BlockQ2_K);
-    constexpr int kPairs = (C + 1) / 2;
-    __m512 sum[kPairs];
-    for (int k = 0; k < kPairs; ++k) sum[k] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* pb = w + static_cast<size_t>(b) * kBlock;
-        prefetch_ahead<kBlock>(pb);
-        const GgufPackedQ8Kx2Block* y[C];
-        k_blocks<C>(a, b, y);
-        __m512i acc[C][4];
-        __m512i acc_min[C][4];
-        for (int p = 0; p < 4; ++p) {
-            const uint8_t* pair = pb + 32 + 160 * p;
-            const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair));
-            const __m256i m4 = _mm256_set1_epi8(0x0F);
-            const __m512i sc = _mm512_cvtepu8_epi16(_mm256_and_si256(raw, m4));
-            const __m512i mins = _mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
-            __m512i sc_h[2];
-            scale_halves(sc, sc_h);
-            const __m512i v[2] = {load512(pair + 32), load512(pair + 96)};
-            __m512i pacc[C];
-            for (int c = 0; c < C; ++c) pacc[c] = _mm512_setzero_si512();
-            q2_k_pair<C>(v, sc_h, y, pacc, std::make_integer_sequence<int, 8>{});
-            for (int c = 0; c < C; ++c) {
-                acc[c][p] = pacc[c];
-                acc_min[c][p] = _mm512_madd_epi16(mins, load512(y[c]->bsums2));  // sum_j m_j * bsums_j
-            }
-        }
-        const __m512 dw = load_f16x8_twice(pb);
-        const __m512 dmin = load_f16x8_twice(pb + 16);
-        for (int k = 0; k < kPairs; ++k) {
-            const __m512 yd = add_block_sums<C>(acc, y, dw, k, sum[k]);
-            const __m512i s_min = join(rows_of_pairs(acc_min[2 * k]), rows_of_pairs(acc_min[second_of_pair<C>(k)]));
-            sum[k] = _mm512_sub_ps(sum[k], _mm512_mul_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(s_min)));
-        }
+// Q2_K's pair: 32 + 160 p in the packed block (d, dmin before); mins[c] gets sum_j m_j * bsums_j.
+struct PackedQ2K {
+    static constexpr size_t kBlock = kGgufPackRows * sizeof(BlockQ2_K);
+    static constexpr size_t kFirstPair = 32, kPair = 160;
+    static constexpr bool kMins = true;
+    template <int C>
+    static void pair(const uint8_t* pair, const GgufPackedQ8Kx2Block* const* y, __m512i acc[C], __m512i* mins) {
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair));
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        const __m512i sc = _mm512_cvtepu8_epi16(_mm256_and_si256(raw, m4));
+        const __m512i m = _mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+        __m512i sc_h[2];
+        scale_halves(sc, sc_h);
+        const __m512i v[2] = {load512(pair + 32), load512(pair + 96)};
+        q2_k_pair<C>(v, sc_h, y, acc, std::make_integer_sequence<int, 8>{});
+        for (int c = 0; c < C; ++c) mins[c] = _mm512_madd_epi16(m, load512(y[c]->bsums2));
     }
-    store_rows<C>(sum, rows, out, ldo);
-}
+};
 
 // Q3_K's 16 scales of rows p and p + 4 minus 32, 16-bit in sub_block_pair_scales' order, from the
 // pair's interleaved 4-byte units [row p 0 | row p + 4 0 | row p 1 | row p + 4 1 | row p 2 | row
@@ -613,35 +578,60 @@ inline void q3_k_pair(const __m512i v[2], __m512i hm, const __m512i sc_h[2], con
     (q3_k_sub_blocks<C, HS>(v, hm, sc_h, y, acc), ...);
 }
 
-template <int C>
-void tile_q3_k(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, float* out, int64_t ldo) {
-    constexpr size_t kBlock = kGgufPackRows * sizeof(BlockQ3_K);
+// Q3_K's pair: 16 + 216 p in the packed block.
+struct PackedQ3K {
+    static constexpr size_t kBlock = kGgufPackRows * sizeof(BlockQ3_K);
+    static constexpr size_t kFirstPair = 16, kPair = 216;
+    static constexpr bool kMins = false;
+    template <int C>
+    static void pair(const uint8_t* pair, const GgufPackedQ8Kx2Block* const* y, __m512i acc[C], __m512i* /*mins*/) {
+        const __m512i sc = q3_k_pair_scales(pair);
+        __m512i sc_h[2];
+        scale_halves(sc, sc_h);
+        const __m512i v[2] = {load512(pair + 88), load512(pair + 152)};
+        q3_k_pair<C>(v, load512(pair + 24), sc_h, y, acc, std::make_integer_sequence<int, 8>{});
+        for (int c = 0; c < C; ++c) {
+            // the 4 of q - 4: sum_j (sc_j - 32) * bsums_j, in the accumulator's lane order
+            const __m512i off = _mm512_madd_epi16(sc, load512(y[c]->bsums2));
+            acc[c] = _mm512_sub_epi32(acc[c], _mm512_slli_epi32(off, 2));
+        }
+    }
+};
+
+// The 16-sub-block K-quants (W: PackedQ2K, PackedQ3K, PackedQ6K): per block, each pair's integer
+// sums (W::pair), then the reference's f32 steps, sum += (d_w * d_a) * isum and, with mins (Q2_K,
+// dmin at 16), sum -= (dmin_w * d_a) * isum_min.
+template <class W, int C>
+void tile_k16(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, float* out, int64_t ldo) {
     constexpr int kPairs = (C + 1) / 2;
     __m512 sum[kPairs];
     for (int k = 0; k < kPairs; ++k) sum[k] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* pb = w + static_cast<size_t>(b) * kBlock;
-        prefetch_ahead<kBlock>(pb);
+        const uint8_t* pb = w + static_cast<size_t>(b) * W::kBlock;
+        prefetch_ahead<W::kBlock>(pb);
         const GgufPackedQ8Kx2Block* y[C];
         k_blocks<C>(a, b, y);
         __m512i acc[C][4];
+        __m512i acc_min[C][4];
         for (int p = 0; p < 4; ++p) {
-            const uint8_t* pair = pb + 16 + 216 * p;
-            const __m512i sc = q3_k_pair_scales(pair);
-            __m512i sc_h[2];
-            scale_halves(sc, sc_h);
-            const __m512i v[2] = {load512(pair + 88), load512(pair + 152)};
             __m512i pacc[C];
+            __m512i pmin[C];
             for (int c = 0; c < C; ++c) pacc[c] = _mm512_setzero_si512();
-            q3_k_pair<C>(v, load512(pair + 24), sc_h, y, pacc, std::make_integer_sequence<int, 8>{});
+            W::template pair<C>(pb + W::kFirstPair + W::kPair * p, y, pacc, pmin);
             for (int c = 0; c < C; ++c) {
-                // the 4 of q - 4: sum_j (sc_j - 32) * bsums_j, in the accumulator's lane order
-                const __m512i off = _mm512_madd_epi16(sc, load512(y[c]->bsums2));
-                acc[c][p] = _mm512_sub_epi32(pacc[c], _mm512_slli_epi32(off, 2));
+                acc[c][p] = pacc[c];
+                if constexpr (W::kMins) acc_min[c][p] = pmin[c];
             }
         }
         const __m512 dw = load_f16x8_twice(pb);
-        for (int k = 0; k < kPairs; ++k) add_block_sums<C>(acc, y, dw, k, sum[k]);
+        for (int k = 0; k < kPairs; ++k) {
+            const __m512 yd = add_block_sums<C>(acc, y, dw, k, sum[k]);
+            if constexpr (W::kMins) {
+                const __m512i s_min = join(rows_of_pairs(acc_min[2 * k]), rows_of_pairs(acc_min[second_of_pair<C>(k)]));
+                const __m512 dmin = load_f16x8_twice(pb + 16);
+                sum[k] = _mm512_sub_ps(sum[k], _mm512_mul_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(s_min)));
+            }
+        }
     }
     store_rows<C>(sum, rows, out, ldo);
 }
@@ -662,15 +652,15 @@ GgufPackedTileFn tile_for(GgmlType type) {
         case GgmlType::kQ8_0:
             return &tile_q8_0<C>;
         case GgmlType::kQ2_K:
-            return &tile_q2_k<C>;
+            return &tile_k16<PackedQ2K, C>;
         case GgmlType::kQ3_K:
-            return &tile_q3_k<C>;
+            return &tile_k16<PackedQ3K, C>;
         case GgmlType::kQ4_K:
             return &tile_k4<false, C>;
         case GgmlType::kQ5_K:
             return &tile_k4<true, C>;
         case GgmlType::kQ6_K:
-            return &tile_q6_k<C>;
+            return &tile_k16<PackedQ6K, C>;
         default:
             return nullptr;
     }
