@@ -123,7 +123,7 @@ ExpertWeights load_mxfp4_experts(const io::WeightSource& weights, const std::str
     BlockExpertWeights blocks = as_blocks(gate_up, down, inter_begin, inter, ids, first_id);
     if (quant.mxfp4) {
         quant.counts->mxfp4_experts += 1;
-        // repacked for the backend's kernels where it has a layout; the converted rows go then
+        // repacked for the backend's kernels where it has a layout; the converted rows are freed then
         if (Tensor packed = gguf_pack_experts(weights, blocks.blocks, {}); !packed.empty()) {
             blocks.owned = std::move(packed);
             blocks.bytes = gguf_experts_bytes(blocks.blocks);
