@@ -283,6 +283,13 @@ inline void q6_k_pair(const uint8_t* ql, const uint8_t* qh, const __m256i sc[2],
     (q6_k_sub_block<C, J>(ql, qh, sc, y, acc), ...);
 }
 
+// sum_j sc_j * bsums_j of a row pair's 16 scales (sc: 0-7, 8-15, 16-bit) and an activation's
+// bsums (bs: 0-7, 8-15, in both lanes), in the accumulator's lane order: the offset of the
+// 16-sub-block types (Q3_K's 4, Q6_K's 32) and Q2_K's mins.
+inline __m256i scaled_bsums(const __m256i sc[2], const __m256i bs[2]) {
+    return _mm256_add_epi32(_mm256_madd_epi16(sc[0], bs[0]), _mm256_madd_epi16(sc[1], bs[1]));
+}
+
 // Q6_K's pair: 16 + 416 p in the packed block.
 struct PackedQ6K {
     static constexpr size_t kBlock = kQ6_KBlock;
@@ -295,12 +302,8 @@ struct PackedQ6K {
                      __m256i* /*mins*/) {
         const __m256i sc[2] = {_mm256_cvtepi8_epi16(load128(pair)), _mm256_cvtepi8_epi16(load128(pair + 16))};
         q6_k_pair<C>(pair + 32, pair + 288, sc, y, acc, std::make_integer_sequence<int, 16>{});
-        for (int c = 0; c < C; ++c) {
-            // the 32 of q - 32: sum_j sc_j * bsums_j
-            const __m256i off =
-                _mm256_add_epi32(_mm256_madd_epi16(sc[0], bs[c][0]), _mm256_madd_epi16(sc[1], bs[c][1]));
-            acc[c] = _mm256_sub_epi32(acc[c], _mm256_slli_epi32(off, 5));
-        }
+        // the 32 of q - 32
+        for (int c = 0; c < C; ++c) acc[c] = _mm256_sub_epi32(acc[c], _mm256_slli_epi32(scaled_bsums(sc, bs[c]), 5));
     }
 };
 
@@ -500,9 +503,7 @@ struct PackedQ2K {
             m[h] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
         }
         q23_k_pair<false, C>(pair + 32, nullptr, sc, y, acc, std::make_integer_sequence<int, 16>{});
-        for (int c = 0; c < C; ++c) {
-            mins[c] = _mm256_add_epi32(_mm256_madd_epi16(m[0], bs[c][0]), _mm256_madd_epi16(m[1], bs[c][1]));
-        }
+        for (int c = 0; c < C; ++c) mins[c] = scaled_bsums(m, bs[c]);
     }
 };
 
@@ -517,11 +518,8 @@ struct PackedQ3K {
         __m256i sc[2];
         q3_k_pair_scales(pair, sc);
         q23_k_pair<true, C>(pair + 88, pair + 24, sc, y, acc, std::make_integer_sequence<int, 16>{});
-        for (int c = 0; c < C; ++c) {
-            const __m256i off =
-                _mm256_add_epi32(_mm256_madd_epi16(sc[0], bs[c][0]), _mm256_madd_epi16(sc[1], bs[c][1]));
-            acc[c] = _mm256_sub_epi32(acc[c], _mm256_slli_epi32(off, 2));
-        }
+        // the 4 of q - 4
+        for (int c = 0; c < C; ++c) acc[c] = _mm256_sub_epi32(acc[c], _mm256_slli_epi32(scaled_bsums(sc, bs[c]), 2));
     }
 };
 

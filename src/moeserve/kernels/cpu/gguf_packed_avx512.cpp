@@ -473,6 +473,13 @@ inline void q6_k_pair(const uint8_t* ql, const __m512i qh[2], const __m512i sc_h
     (q6_k_sub_blocks<C, HR / 4, HR % 4>(ql, qh, sc_h[HR / 4], y, acc), ...);
 }
 
+// sum_j sc_j * bsums_j of a row pair's 16 scales (sub_block_pair_scales' order, 16-bit) and an
+// activation's bsums, in the accumulator's lane order: the offset of the 16-sub-block types
+// (Q3_K's 4, Q6_K's 32) and Q2_K's mins.
+inline __m512i scaled_bsums(__m512i sc, const GgufPackedQ8Kx2Block* y) {
+    return _mm512_madd_epi16(sc, load512(y->bsums2));
+}
+
 // Q6_K's pair: 16 + 416 p in the packed block.
 struct PackedQ6K {
     static constexpr size_t kBlock = kGgufPackRows * sizeof(BlockQ6_K);
@@ -485,11 +492,8 @@ struct PackedQ6K {
         scale_halves(sc, sc_h);
         const __m512i qh[2] = {load512(pair + 288), load512(pair + 288 + 64)};
         q6_k_pair<C>(pair + 32, qh, sc_h, y, acc, std::make_integer_sequence<int, 8>{});
-        for (int c = 0; c < C; ++c) {
-            // the 32 of q - 32: sum_j sc_j * bsums_j, in the accumulator's lane order
-            const __m512i off = _mm512_madd_epi16(sc, load512(y[c]->bsums2));
-            acc[c] = _mm512_sub_epi32(acc[c], _mm512_slli_epi32(off, 5));
-        }
+        // the 32 of q - 32
+        for (int c = 0; c < C; ++c) acc[c] = _mm512_sub_epi32(acc[c], _mm512_slli_epi32(scaled_bsums(sc, y[c]), 5));
     }
 };
 
@@ -532,7 +536,7 @@ struct PackedQ2K {
         scale_halves(sc, sc_h);
         const __m512i v[2] = {load512(pair + 32), load512(pair + 96)};
         q2_k_pair<C>(v, sc_h, y, acc, std::make_integer_sequence<int, 8>{});
-        for (int c = 0; c < C; ++c) mins[c] = _mm512_madd_epi16(m, load512(y[c]->bsums2));
+        for (int c = 0; c < C; ++c) mins[c] = scaled_bsums(m, y[c]);
     }
 };
 
@@ -590,11 +594,8 @@ struct PackedQ3K {
         scale_halves(sc, sc_h);
         const __m512i v[2] = {load512(pair + 88), load512(pair + 152)};
         q3_k_pair<C>(v, load512(pair + 24), sc_h, y, acc, std::make_integer_sequence<int, 8>{});
-        for (int c = 0; c < C; ++c) {
-            // the 4 of q - 4: sum_j (sc_j - 32) * bsums_j, in the accumulator's lane order
-            const __m512i off = _mm512_madd_epi16(sc, load512(y[c]->bsums2));
-            acc[c] = _mm512_sub_epi32(acc[c], _mm512_slli_epi32(off, 2));
-        }
+        // the 4 of q - 4
+        for (int c = 0; c < C; ++c) acc[c] = _mm512_sub_epi32(acc[c], _mm512_slli_epi32(scaled_bsums(sc, y[c]), 2));
     }
 };
 
