@@ -1,8 +1,9 @@
-// W4A16 int4 kernels against W8A8 int8 on the bench model's shapes, 2 threads, alternating call
-// by call (medians; the cores are shared), each against a STREAM-style read of the same bytes:
+// int4 kernels, W4A16 (f32 activations) and W4A8 (int8 activations), against W8A8 int8 on the
+// bench model's shapes, 2 threads, alternating call by call (medians; the cores are shared), each
+// against a STREAM-style read of the same bytes:
 //   decode (m = 1): GB/s of weights + scales (int4: codes + f32 scale and zero per group of 128;
-//     int8: weights + one f32 scale per row), and the time ratio int8 / int4;
-//   prefill (m = 128): GFLOP/s (2 m n k) of both;
+//     int8: weights + one f32 scale per row), and the time ratios int8 / int4;
+//   prefill (m = 128): GFLOP/s (2 m n k) of all three;
 //   MoE decode / prefill on the bench experts (64 x [768|384, 1024], top-8).
 // Decode cycles over enough copies of the weights that they come from DRAM (kColdBytes).
 #include <benchmark/benchmark.h>
@@ -38,9 +39,15 @@ struct Int4Copies {
         scale.assign(size_t(copies * n * moeserve::kernels::int4_groups(k, kGroup)), 0.01f);
         zero.assign(scale.size(), 8.0f);
     }
-    moeserve::kernels::Int4Weights at(int64_t c) const {
+    moeserve::kernels::Int4Weights at(int64_t c, bool int8_activations = false) const {
         const int64_t g = moeserve::kernels::int4_groups(k, kGroup);
-        return {codes.data() + c * n * k / 2, scale.data() + c * n * g, zero.data() + c * n * g, n, k, kGroup};
+        return {codes.data() + c * n * k / 2,
+                scale.data() + c * n * g,
+                zero.data() + c * n * g,
+                n,
+                k,
+                kGroup,
+                int8_activations};
     }
     int64_t bytes() const { return n * k / 2 + 8 * n * moeserve::kernels::int4_groups(k, kGroup); }
 };
@@ -57,12 +64,15 @@ void BM_LinearInt4(benchmark::State& state) {
     const int64_t bytes8 = n * k + 4 * n;
     kc::Int8Scratch scratch;
     volatile float sink = 0;
-    std::vector<double> t4, t8, ts;
+    std::vector<double> t4, t48, t8, ts;
     int64_t c = 0;
     for (auto _ : state) {
         double t0 = now_s();
         kc::linear_int4(pool, x.data(), m, w4.at(c), out.data());
         t4.push_back(now_s() - t0);
+        t0 = now_s();
+        kc::linear_int4(pool, x.data(), m, w4.at((c + copies / 3) % copies, true), out.data());
+        t48.push_back(now_s() - t0);
         const int64_t c2 = (c + copies / 2) % copies;
         t0 = now_s();
         kc::linear_int8(pool, x.data(), m, k, w8.data() + c2 * n * k, ws.data(), n, out.data(), scratch);
@@ -75,19 +85,23 @@ void BM_LinearInt4(benchmark::State& state) {
         benchmark::DoNotOptimize(out.data());
         c = (c + 1) % copies;
     }
-    const double a = median(t4), b = median(t8), s = median(ts);
+    const double a = median(t4), a8 = median(t48), b = median(t8), s = median(ts);
     if (decode) {
         state.counters["int4_GBps"] = double(w4.bytes()) / a / 1e9;
+        state.counters["w4a8_GBps"] = double(w4.bytes()) / a8 / 1e9;
         state.counters["int8_GBps"] = double(bytes8) / b / 1e9;
         state.counters["stream_GBps"] = double(w4.bytes()) / s / 1e9;
     } else {
         const double flop = 2.0 * double(m * n * k);
         state.counters["int4_GFLOPS"] = flop / a / 1e9;
+        state.counters["w4a8_GFLOPS"] = flop / a8 / 1e9;
         state.counters["int8_GFLOPS"] = flop / b / 1e9;
     }
     state.counters["int4_us"] = a * 1e6;
+    state.counters["w4a8_us"] = a8 * 1e6;
     state.counters["int8_us"] = b * 1e6;
     state.counters["speedup_vs_int8"] = b / a;
+    state.counters["w4a8_speedup_vs_int8"] = b / a8;
 }
 
 void shapes(benchmark::internal::Benchmark* b) {
@@ -124,11 +138,14 @@ void BM_MoeInt4(benchmark::State& state) {
     kc::MoeScratch s4, s8;
     kc::MoeInt8Scratch q;
     int64_t c = 0;
-    std::vector<double> t4, t8;
+    std::vector<double> t4, t48, t8;
     for (auto _ : state) {
-        const moeserve::kernels::Int4Weights g = gu.at(0), d = down.at(0);
+        const moeserve::kernels::Int4Weights g = gu.at(0), d = down.at(0), g8 = gu.at(0, true), d8 = down.at(0, true);
         const moeserve::kernels::MoeExpertsInt4 ex4{
             g.rows(c * e * 2 * inter, e * 2 * inter), d.rows(c * e * h, e * h), e, 0, h, inter};
+        const int64_t c3 = (c + copies / 3) % copies;
+        const moeserve::kernels::MoeExpertsInt4 ex48{
+            g8.rows(c3 * e * 2 * inter, e * 2 * inter), d8.rows(c3 * e * h, e * h), e, 0, h, inter};
         const int8_t* base8 = w8.data() + ((c + copies / 2) % copies) * e * per_expert;
         const moeserve::kernels::MoeExpertsInt8 ex8{base8, gus.data(), base8 + e * 2 * inter * h, ds.data(), e, 0,
                                                     h,     inter};
@@ -136,20 +153,27 @@ void BM_MoeInt4(benchmark::State& state) {
         kc::moe_experts_int4(pool, x.data(), tokens, ids.data(), tw.data(), k, ex4, s4, out.data());
         t4.push_back(now_s() - t0);
         t0 = now_s();
+        kc::moe_experts_int4(pool, x.data(), tokens, ids.data(), tw.data(), k, ex48, s4, out.data());
+        t48.push_back(now_s() - t0);
+        t0 = now_s();
         kc::moe_experts_int8(pool, x.data(), tokens, ids.data(), tw.data(), k, ex8, s8, q, out.data());
         t8.push_back(now_s() - t0);
         c = (c + 1) % copies;
     }
-    const double a = median(t4), b = median(t8);
+    const double a = median(t4), a8 = median(t48), b = median(t8);
     if (decode) {
         const double groups = 2.0 * inter * double(moeserve::kernels::int4_groups(h, kGroup)) +
                               double(h * moeserve::kernels::int4_groups(inter, kGroup));
-        state.counters["int4_GBps"] = (double(k * per_expert) / 2 + 8.0 * k * groups) / a / 1e9;
+        const double bytes4 = double(k * per_expert) / 2 + 8.0 * k * groups;
+        state.counters["int4_GBps"] = bytes4 / a / 1e9;
+        state.counters["w4a8_GBps"] = bytes4 / a8 / 1e9;
         state.counters["int8_GBps"] = double(k * per_expert) / b / 1e9;
     }
     state.counters["int4_us"] = a * 1e6;
+    state.counters["w4a8_us"] = a8 * 1e6;
     state.counters["int8_us"] = b * 1e6;
     state.counters["speedup_vs_int8"] = b / a;
+    state.counters["w4a8_speedup_vs_int8"] = b / a8;
 }
 BENCHMARK(BM_MoeInt4)->Arg(1)->Arg(128)->ArgName("tokens")->Unit(benchmark::kMicrosecond)->UseRealTime();
 

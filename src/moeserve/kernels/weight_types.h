@@ -76,11 +76,15 @@ struct Int4Weights {
     const float* scale = nullptr;    // [n, groups]
     const float* zero = nullptr;     // [n, groups]: integers in [0, 16] (8 for symmetric 4-bit)
     int64_t n = 0, k = 0, group_size = 0;
+    // W4A8: the activations are quantized per token to int8 and the products taken in integers
+    // (cpu/linear_w4a8.h); false: W4A16, f32 activations.
+    bool int8_activations = false;
 
     int64_t groups() const { return int4_groups(k, group_size); }
     // Rows [j0, j0 + count) as their own Int4Weights.
     Int4Weights rows(int64_t j0, int64_t count) const {
-        return {codes + j0 * (k / 2), scale + j0 * groups(), zero + j0 * groups(), count, k, group_size};
+        return {codes + j0 * (k / 2), scale + j0 * groups(), zero + j0 * groups(), count, k,
+                group_size,           int8_activations};
     }
 };
 

@@ -1,4 +1,4 @@
-// Where the matmul tiles (behind linear bf16/f32/int8/int4 and the MoE experts)
+// Where the matmul tiles (behind linear bf16/f32/int8/int4/W4A8 and the MoE experts)
 // and the GGUF dot kernels and tiles are picked by ISA, plus the scalar tiles of
 // the `ref` level (the static-int8 full-range tile picks its own:
 // linear_int8_static.cpp). The
@@ -18,6 +18,7 @@
 #include "moeserve/kernels/cpu/isa.h"
 #include "moeserve/kernels/cpu/linear_int4.h"
 #include "moeserve/kernels/cpu/linear_int8.h"
+#include "moeserve/kernels/cpu/linear_w4a8.h"
 #include "moeserve/kernels/cpu/matmul_tile.h"
 #include "moeserve/kernels/cpu/matmul_tile_isa.h"
 
@@ -145,6 +146,17 @@ void matmul_tile_int4(const float* x, int64_t ldx, int64_t m, const Int4Weights&
         matmul_tile_int4_avx512(x, ldx, m, w, out, ldo);
     } else {
         matmul_tile_int4_avx2(x, ldx, m, w, out, ldo);
+    }
+}
+
+void matmul_tile_w4a8(const W4a8Rows& a, int64_t m, const Int4Weights& w, float* out, int64_t ldo) {
+    const Isa isa = active_isa();
+    if (isa == Isa::kRef) {
+        matmul_tile_w4a8_ref(a, m, w, out, ldo);
+    } else if (isa >= Isa::kAvx512) {
+        matmul_tile_w4a8_avx512(a, m, w, out, ldo);
+    } else {
+        matmul_tile_w4a8_avx2(a, m, w, out, ldo);
     }
 }
 

@@ -1,5 +1,6 @@
-// Grouped W4A16 MoE experts, the structure of moe_experts_avx2.cpp with int4 tiles (the ISA is
-// picked inside detail::matmul_tile_int4):
+// Grouped W4A16 / W4A8 MoE experts, the structure of moe_experts_avx2.cpp with int4 tiles (the ISA
+// is picked inside detail::matmul_tile_int4 / matmul_tile_w4a8; W4A8 quantizes each phase's input
+// rows once, before its items):
 //   A: items (expert, 64 rows of gate and of up) -> SwiGLU in f32 -> act
 //   B: items (expert, 128 rows of down) -> down_out
 //   C: out[t] = sum_j weight[t, j] * down_out[pos(t, j)], in slot order (deterministic).
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "moeserve/kernels/cpu/linear_w4a8.h"
 #include "moeserve/kernels/cpu/matmul_tile.h"
 #include "moeserve/kernels/cpu/moe_experts_int4.h"
 #include "moeserve/kernels/cpu/moe_grouping.h"
@@ -36,6 +38,28 @@ void permute_rows(const MoeScratch& s, const int32_t* active, int64_t num_active
     }
 }
 
+// One phase's input rows for the int4 tiles: f32 (W4A16), or quantized once for every item (W4A8).
+class TileInput {
+public:
+    TileInput(const float* rows, int64_t width, int64_t total, const Int4Weights& w, W4a8Buffer& buffer)
+        : rows_(rows), width_(width) {
+        if (w.int8_activations) quantized_ = quantize_w4a8_rows(rows, width, total, width, w.group_size, buffer);
+    }
+    // Rows [off, off + count) against w into out (row stride ldo).
+    void run(int64_t off, int64_t count, const Int4Weights& w, float* out, int64_t ldo) const {
+        if (w.int8_activations) {
+            detail::matmul_tile_w4a8(quantized_.from(off), count, w, out, ldo);
+        } else {
+            detail::matmul_tile_int4(rows_ + off * width_, width_, count, w, out, ldo);
+        }
+    }
+
+private:
+    const float* rows_;
+    int64_t width_;
+    W4a8Rows quantized_{};
+};
+
 }  // namespace
 
 void moe_experts_int4(ThreadPool& pool, const float* x, int64_t num_tokens, const int32_t* topk_ids,
@@ -52,6 +76,9 @@ void moe_experts_int4(ThreadPool& pool, const float* x, int64_t num_tokens, cons
         std::memcpy(s.gathered.data() + pos * h, x + int64_t{s.token_index[size_t(pos)]} * h, size_t(h) * 4);
     }
     if (ex.gate_up_perm != nullptr) permute_rows(s, active, num_active, ex.gate_up_perm, h, s.gathered.data());
+    // the calling thread's; the items only read it, and phase A's rows are dead when phase B's are quantized
+    thread_local W4a8Buffer quantized;
+    const TileInput gate_up_in(s.gathered.data(), h, total, ex.gate_up, quantized);
 
     // Phase A: gate|up + SwiGLU, items (active expert, inter block).
     const bool decode_sized = groups.max_count <= detail::kGemvMaxRows;  // every expert at GEMV size
@@ -61,11 +88,9 @@ void moe_experts_int4(ThreadPool& pool, const float* x, int64_t num_tokens, cons
         const int64_t e = active[item / a_blocks];
         const int64_t r0 = (item % a_blocks) * a_rows, rb = std::min(a_rows, inter - r0);
         const int64_t off = s.offsets[size_t(e)], cnt = s.offsets[size_t(e + 1)] - off;
-        const float* xs = s.gathered.data() + off * h;
         float* g = s.gate_up.data() + off * 2 * inter;
-        detail::matmul_tile_int4(xs, h, cnt, ex.gate_up.rows(e * 2 * inter + r0, rb), g + r0, 2 * inter);
-        detail::matmul_tile_int4(xs, h, cnt, ex.gate_up.rows(e * 2 * inter + inter + r0, rb), g + inter + r0,
-                                 2 * inter);
+        gate_up_in.run(off, cnt, ex.gate_up.rows(e * 2 * inter + r0, rb), g + r0, 2 * inter);
+        gate_up_in.run(off, cnt, ex.gate_up.rows(e * 2 * inter + inter + r0, rb), g + inter + r0, 2 * inter);
         for (int64_t i = 0; i < cnt; ++i) {
             detail::silu_mul_span(g + i * 2 * inter + r0, g + i * 2 * inter + inter + r0, rb,
                                   s.act.data() + (off + i) * inter + r0);
@@ -73,6 +98,7 @@ void moe_experts_int4(ThreadPool& pool, const float* x, int64_t num_tokens, cons
     });
 
     if (ex.down_perm != nullptr) permute_rows(s, active, num_active, ex.down_perm, inter, s.act.data());
+    const TileInput down_in(s.act.data(), inter, total, ex.down, quantized);
 
     // Phase B: down projection, items (active expert, hidden block).
     const int64_t b_rows = detail::phase_rows(h, num_active, pool.num_threads(), decode_sized, kHiddenBlock);
@@ -81,8 +107,7 @@ void moe_experts_int4(ThreadPool& pool, const float* x, int64_t num_tokens, cons
         const int64_t e = active[item / b_blocks];
         const int64_t h0 = (item % b_blocks) * b_rows, hb = std::min(b_rows, h - h0);
         const int64_t off = s.offsets[size_t(e)], cnt = s.offsets[size_t(e + 1)] - off;
-        detail::matmul_tile_int4(s.act.data() + off * inter, inter, cnt, ex.down.rows(e * h + h0, hb),
-                                 s.down_out.data() + off * h + h0, h);
+        down_in.run(off, cnt, ex.down.rows(e * h + h0, hb), s.down_out.data() + off * h + h0, h);
     });
 
     detail::combine_expert_outputs(pool, s, topk_weights, num_tokens, k, h, out);
