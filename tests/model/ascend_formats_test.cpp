@@ -34,6 +34,7 @@ using testutil::max_abs;
 using testutil::max_abs_diff;
 using testutil::parse_ids;
 using testutil::read_f32;
+using testutil::rows_beyond;
 
 // The W8A8 bound of w8a8_model_test.cpp (engine f32 vs reference float64 can round an
 // activation to neighbouring int8 steps at a boundary).
@@ -61,6 +62,9 @@ const Format kFormats[] = {
     {"qwen3_moe omniinfer-w8a8", MOESERVE_QWEN3_OMNI_DIR, MOESERVE_QWEN3_PROMPT},
     {"deepseek_v3 omniinfer-w8a8", MOESERVE_DSV3_OMNI_DIR, MOESERVE_DSV3_PROMPT},
     {"deepseek_v3 mindspore-a8w8", MOESERVE_DSV3_MINDSPORE_DIR, MOESERVE_DSV3_PROMPT},
+    // the W4A8 mix: W4A8_DYNAMIC routed experts, per-token int8 activations as W8A8_DYNAMIC's
+    {"qwen3_moe modelslim-w4a8", MOESERVE_QWEN3_MODELSLIM_W4A8_DIR, MOESERVE_QWEN3_PROMPT},
+    {"deepseek_v3 modelslim-w4a8-channel", MOESERVE_DSV3_MODELSLIM_W4A8_DIR, MOESERVE_DSV3_PROMPT},
 };
 
 class AscendFormatsTest : public ::testing::Test {
@@ -78,23 +82,6 @@ ThreadPool* AscendFormatsTest::pool_ = nullptr;
 using testutil::decode_each;
 using testutil::greedy;
 using testutil::prefill;
-
-// Rows of `got` [rows, vocab] further than bound from `ref`; prints them.
-int rows_beyond(const std::vector<float>& got, const std::vector<float>& ref, size_t vocab, float bound, float* worst,
-                const char* what) {
-    int n = 0;
-    *worst = 0.0f;
-    for (size_t t = 0; t * vocab < ref.size(); ++t) {
-        float d = 0.0f;
-        for (size_t j = 0; j < vocab; ++j) d = std::max(d, std::fabs(got[t * vocab + j] - ref[t * vocab + j]));
-        *worst = std::max(*worst, d);
-        if (d > bound) {
-            ++n;
-            std::printf("  %s token %zu: max |logit - reference| %.3g\n", what, t, d);
-        }
-    }
-    return n;
-}
 
 TEST_F(AscendFormatsTest, LogitsMatchReference) {
     // NOTE(#20): static activations land on an int8 rounding boundary now and then: the f32 engine
@@ -154,6 +141,10 @@ TEST_F(AscendFormatsTest, LogSaysFormatAndCounts) {
     EXPECT_EQ(d->info().quantization,
               "ModelSlim checkpoint (quant_model_description.json): 12 W8A8 static + 0 W8A8_DYNAMIC + 6 FLOAT "
               "linears, 5 W8A8_DYNAMIC + 0 FLOAT expert groups");
+    auto w4 = open(MOESERVE_DSV3_MODELSLIM_W4A8_DIR);
+    EXPECT_EQ(w4->info().quantization,
+              "ModelSlim checkpoint (quant_model_description.json): 12 W8A8 static + 0 W8A8_DYNAMIC + 6 FLOAT "
+              "linears, 3 W8A8_DYNAMIC + 2 W4A8_DYNAMIC + 0 FLOAT expert groups");
     auto dd = open(MOESERVE_DSV3_MODELSLIM_DYN_DIR);
     EXPECT_NE(dd->info().quantization.find("0 W8A8 static + 12 W8A8_DYNAMIC"), std::string::npos)
         << dd->info().quantization;
@@ -171,8 +162,8 @@ TEST_F(AscendFormatsTest, LogSaysFormatAndCounts) {
 // description changed by `edit_desc`.
 using TensorEdit = std::function<bool(const std::string&, const TensorView&, io::SafetensorsWriter&)>;
 fs::path malformed_copy(const std::string& tag, const TensorEdit& edit,
-                        const std::function<void(nlohmann::json&)>& edit_desc) {
-    const fs::path src = MOESERVE_QWEN3_MODELSLIM_DIR;
+                        const std::function<void(nlohmann::json&)>& edit_desc,
+                        const fs::path& src = MOESERVE_QWEN3_MODELSLIM_DIR) {
     const fs::path dst = fs::temp_directory_path() / ("moeserve_ascend_" + tag + "_" + std::to_string(::getpid()));
     fs::remove_all(dst);
     fs::create_directories(dst);
@@ -259,6 +250,57 @@ TEST(AscendMalformedTest, NonzeroWeightOffset) {
         [](nlohmann::json&) {}));
     EXPECT_NE(msg.find("'model.layers.0.mlp.experts.3.up_proj.weight_offset' has a nonzero value"), std::string::npos)
         << msg;
+}
+
+// The W4A8 mix's routed experts (W4A8_DYNAMIC, packed rows, per-group second scales).
+const TensorEdit replace_tensor(const std::string& target, DType dtype, const Shape& shape, float value) {
+    return [=](const std::string& name, const TensorView&, io::SafetensorsWriter& w) {
+        if (name != target) return false;
+        std::vector<float> f(static_cast<size_t>(shape.numel()), value);
+        std::vector<int8_t> b(f.size(), static_cast<int8_t>(value));
+        w.add(name, dtype, shape, dtype == DType::kI8 ? static_cast<const void*>(b.data()) : f.data());
+        return true;
+    };
+}
+
+std::string w4a8_error(
+    const std::string& tag, const TensorEdit& edit,
+    const std::function<void(nlohmann::json&)>& edit_desc = [](nlohmann::json&) {}) {
+    return load_error(malformed_copy(tag, edit, edit_desc, MOESERVE_QWEN3_MODELSLIM_W4A8_DIR));
+}
+
+TEST(AscendMalformedTest, W4A8WeightOfNeitherLayout) {
+    const std::string name = "model.layers.0.mlp.experts.1.gate_proj.weight";
+    ThreadPool pool(1);
+    const auto w = io::WeightSource::open(MOESERVE_QWEN3_MODELSLIM_W4A8_DIR);
+    const Shape packed = w->get(name).shape;  // [rows / 2, cols]
+    const std::string msg = w4a8_error("w4a8shape", replace_tensor(name, DType::kI8, {packed[0] / 2, packed[1]}, 1));
+    EXPECT_NE(msg.find("'" + name + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("a W4A8_DYNAMIC weight is I8"), std::string::npos) << msg;
+}
+
+TEST(AscendMalformedTest, W4A8NonzeroSecondOffset) {
+    const std::string name = "model.layers.0.mlp.experts.2.down_proj.weight_offset_second";
+    const auto w = io::WeightSource::open(MOESERVE_QWEN3_MODELSLIM_W4A8_DIR);
+    const std::string msg = w4a8_error("w4a8off", replace_tensor(name, DType::kF32, w->get(name).shape, 1.0f));
+    EXPECT_NE(msg.find("'" + name + "' has a nonzero value"), std::string::npos) << msg;
+}
+
+TEST(AscendMalformedTest, W4A8SecondScalesThatDoNotSplitTheColumns) {
+    const std::string name = "model.layers.0.mlp.experts.0.up_proj.weight_scale_second";
+    const auto w = io::WeightSource::open(MOESERVE_QWEN3_MODELSLIM_W4A8_DIR);
+    const Shape shape = w->get(name).shape;
+    const std::string msg = w4a8_error("w4a8second", replace_tensor(name, DType::kF32, {shape[0], 3}, 0.5f));
+    EXPECT_NE(msg.find("'" + name + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("per-group scales"), std::string::npos) << msg;
+}
+
+TEST(AscendMalformedTest, W4A8ExpertsOfMixedTypes) {
+    const std::string msg = w4a8_error("w4a8mixed", kKeep, [](nlohmann::json& d) {
+        d["model.layers.0.mlp.experts.5.gate_proj.weight"] = "W8A8_DYNAMIC";
+    });
+    // the shape check meets it first: an int8 weight must be [rows, cols], the file holds packed int4
+    EXPECT_NE(msg.find("'model.layers.0.mlp.experts.5.gate_proj.weight'"), std::string::npos) << msg;
 }
 
 TEST(AscendMalformedTest, RequestedQuantizationIsRefused) {

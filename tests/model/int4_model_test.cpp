@@ -2,7 +2,9 @@
 // asymmetric, actorder group; groups of 32), AutoAWQ and GPTQ (also with desc_act) written by
 // make-model; logits against the float64 numpy reference run on the weights the reference
 // dequantizes itself (tests/reference/safetensors_np.py, from each format's definition).
-// Load-time --quantization w4a16 of a bf16 checkpoint against bf16 (reported, loosely bounded).
+// The same checkpoints run as W4A8 (--quantization w4a8) against a reference with per-token int8
+// activations. Load-time --quantization w4a16 / w4a8 of a bf16 checkpoint against bf16 (reported,
+// loosely bounded).
 // Config and bad-file errors are one line naming the field or the tensor.
 #include <gtest/gtest.h>
 
@@ -88,6 +90,39 @@ TEST_F(Int4ModelTest, DeepseekV3CompressedTensorsActOrderMatchesReference) {
     check_against_reference(MOESERVE_DSV3_W4A16_ACT_DIR, MOESERVE_DSV3_PROMPT, "deepseek_v3 w4a16 actorder group");
 }
 
+// --quantization w4a8 on the int4 checkpoints: the same weights with per-token int8 activations
+// at every int4 linear, against the reference that quantizes them the same way (--act-quant).
+// W8A8's bound (1e-4 of the largest logit: an activation on an int8 rounding boundary may round
+// to the neighbouring step in f32 and in float64), with ascend_formats_test's allowance of one
+// row within 1 % that keeps its argmax (the tiny DeepSeek's routing amplifies one such flip).
+TEST_F(Int4ModelTest, RunAsW4A8MatchesActivationQuantizedReference) {
+    for (const auto& [dir, prompt] : {std::pair{MOESERVE_QWEN3_W4A16_DIR, MOESERVE_QWEN3_PROMPT},
+                                      std::pair{MOESERVE_DSV3_W4A16_ASYM_DIR, MOESERVE_DSV3_PROMPT}}) {
+        SCOPED_TRACE(dir);
+        auto m = open(dir, "w4a8");
+        std::printf("%s: %s\n", dir, m->info().quantization.c_str());
+        EXPECT_NE(m->info().quantization.find("running W4A8 int4"), std::string::npos);
+        const auto ids = parse_ids(prompt);
+        const auto ref = read_f32(std::filesystem::path(dir) / "reference_logits_a8.f32");
+        const auto vocab = static_cast<size_t>(m->info().vocab_size);
+        ASSERT_EQ(ref.size(), ids.size() * vocab);
+        const float bound = 1e-4f * max_abs(ref);
+        float diff = 0.0f, ddiff = 0.0f;
+        const auto logits = prefill(*m, ids), dec = decode_each(*m, ids);
+        const int bad = testutil::rows_beyond(logits, ref, vocab, bound, &diff, "prefill");
+        const int dbad = testutil::rows_beyond(dec, ref, vocab, bound, &ddiff, "decode");
+        std::printf("w4a8: prefill max |logit - reference| = %.3g, decode %.3g, max |reference| = %.3g\n", diff, ddiff,
+                    max_abs(ref));
+        EXPECT_LE(bad + dbad, 1);
+        EXPECT_LE(std::max(diff, ddiff), 1e-2f * max_abs(ref));
+        for (size_t t = 0; t < ids.size(); ++t) {
+            EXPECT_EQ(testutil::argmax(&logits[t * vocab], int64_t(vocab)),
+                      testutil::argmax(&ref[t * vocab], int64_t(vocab)))
+                << t;
+        }
+    }
+}
+
 TEST_F(Int4ModelTest, LoadTimeW4A16CloseToBf16AndSmaller) {
     // Only a sanity bound (4-bit weights move the tiny random models' logits a lot, and DeepSeek's
     // routing flips, see docs/quantization.md); the exactness is the checkpoint tests' business.
@@ -95,17 +130,21 @@ TEST_F(Int4ModelTest, LoadTimeW4A16CloseToBf16AndSmaller) {
                                       std::pair{MOESERVE_DSV3_TINY_DIR, MOESERVE_DSV3_PROMPT}}) {
         auto bf16 = open(dir);
         auto w4 = open(dir, "w4a16");
+        auto w4a8 = open(dir, "w4a8");
         auto w8 = open(dir, "w8a8");
         const auto ids = parse_ids(prompt);
-        const auto lb = prefill(*bf16, ids), l4 = prefill(*w4, ids);
+        const auto lb = prefill(*bf16, ids), l4 = prefill(*w4, ids), l48 = prefill(*w4a8, ids);
         std::printf(
             "%s w4a16 at load vs bf16: max |logit diff| %.3g (max |logit| %.3g); weight bytes %lld (w8a8 %lld, "
             "bf16 %lld)\n",
             dir, max_abs_diff(l4, lb), max_abs(lb), static_cast<long long>(w4->info().rank_weight_bytes),
             static_cast<long long>(w8->info().rank_weight_bytes),
             static_cast<long long>(bf16->info().rank_weight_bytes));
+        std::printf("%s w4a8 at load vs bf16: max |logit diff| %.3g\n", dir, max_abs_diff(l48, lb));
         EXPECT_LE(max_abs_diff(l4, lb), max_abs(lb));
+        EXPECT_LE(max_abs_diff(l48, lb), max_abs(lb));
         EXPECT_LT(w4->info().rank_weight_bytes, w8->info().rank_weight_bytes);
+        EXPECT_EQ(w4a8->info().rank_weight_bytes, w4->info().rank_weight_bytes);
     }
 }
 

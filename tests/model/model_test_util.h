@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -24,6 +25,23 @@ inline std::vector<int32_t> parse_ids(const char* csv) {
     std::stringstream ss(csv);
     for (std::string item; std::getline(ss, item, ',');) ids.push_back(std::stoi(item));
     return ids;
+}
+
+// Rows of `got` [rows, vocab] further than bound from `ref`; prints them.
+inline int rows_beyond(const std::vector<float>& got, const std::vector<float>& ref, size_t vocab, float bound,
+                       float* worst, const char* what) {
+    int n = 0;
+    *worst = 0.0f;
+    for (size_t t = 0; t * vocab < ref.size(); ++t) {
+        float d = 0.0f;
+        for (size_t j = 0; j < vocab; ++j) d = std::max(d, std::fabs(got[t * vocab + j] - ref[t * vocab + j]));
+        *worst = std::max(*worst, d);
+        if (d > bound) {
+            ++n;
+            std::printf("  %s token %zu: max |logit - reference| %.3g\n", what, t, d);
+        }
+    }
+    return n;
 }
 
 // A raw little-endian float32 file, as the numpy reference writes logits.

@@ -20,7 +20,7 @@ class Weights(dict):
     """{name: float64 ndarray}; integer tensors are kept as they are. act_quant: simulate W8A8's
     dynamic per-token int8 activation quantization at the input of every int8 linear.
     modelslim: {tensor name: type} of an Ascend ModelSlim checkpoint (quant_model_description.json),
-    which then decides per linear (FLOAT, W8A8 static, W8A8_DYNAMIC).
+    which then decides per linear (FLOAT, W8A8 static, W8A8_DYNAMIC, W4A8_DYNAMIC).
     golden_stick: the static linears of a golden-stick A8W8 checkpoint (converted from MindFormers
     names by golden_stick_np); its MLPs and experts run with per-token dynamic activations."""
 
@@ -166,7 +166,9 @@ def linear(weights, prefix, x):
             off = weights.get(prefix + ".weight_offset")
             assert off is None or not np.any(off), prefix + ".weight_offset must be zeros"
             x = quant_dequant_rows(x)
-        elif kind not in ("FLOAT", "W8A8_DYNAMIC"):
+        elif kind == "W4A8_DYNAMIC" and not absorbed:
+            x = quant_dequant_rows(x)  # the weight was dequantized at load (safetensors_np)
+        elif kind not in ("FLOAT", "W8A8_DYNAMIC", "W4A8_DYNAMIC"):
             raise ValueError(f"{prefix}.weight: ModelSlim type {kind} is not modelled")
     elif weights.act_quant and int8_module(prefix):
         x = quant_dequant_rows(x)

@@ -215,6 +215,42 @@ def _dequantize_int4(tensors, q):
             tensors[prefix + ".weight"] = ((qv - z[g_idx]) * s[g_idx]).T
 
 
+def _signed_nibbles(b):
+    """int8 bytes -> (low, high) signed 4-bit values (two's complement), as int64."""
+    u = np.asarray(b).astype(np.int64) & 0xFF
+    lo, hi = u & 0xF, u >> 4
+    return np.where(lo >= 8, lo - 16, lo), np.where(hi >= 8, hi - 16, hi)
+
+
+def _dequantize_modelslim_w4a8(tensors, desc):
+    """Replaces the W4A8_DYNAMIC weights of a ModelSlim checkpoint (desc: its
+    quant_model_description.json) by PREFIX.weight in float64, by msModelSlim's definition as
+    vllm-ascend reads it: I8 .weight either [rows / 2, cols] with row 2i in the low nibble and
+    2i + 1 in the high one (signed), or [rows, cols] one value per byte; w = q * weight_scale
+    [rows, 1] * weight_scale_second [rows, cols / G] (per group of G columns, when present). The
+    offsets must be zeros (symmetric); scale_bias is the NPU kernel's, not part of the weight."""
+    for name in [n for n, t in desc.items() if t == "W4A8_DYNAMIC" and n.endswith(".weight")]:
+        prefix = name[: -len(".weight")]
+        s = np.asarray(tensors.pop(prefix + ".weight_scale"), dtype=np.float64).reshape(-1, 1)
+        rows = s.shape[0]
+        w = np.asarray(tensors[name])
+        if w.shape[0] * 2 == rows:
+            lo, hi = _signed_nibbles(w)
+            q = np.empty((rows, w.shape[1]), dtype=np.float64)
+            q[0::2], q[1::2] = lo, hi
+        else:
+            q = w.astype(np.float64)
+        for off in (".weight_offset", ".weight_offset_second"):
+            o = tensors.pop(prefix + off, None)
+            assert o is None or not np.any(np.asarray(o)), prefix + off + " must be zeros"
+        second = tensors.pop(prefix + ".weight_scale_second", None)
+        if second is not None:
+            second = np.asarray(second, dtype=np.float64)
+            s = s * np.repeat(second, q.shape[1] // second.shape[1], axis=1)
+        tensors.pop(prefix + ".scale_bias", None)
+        tensors[name] = q * s
+
+
 def load_model_dir(model_dir, dequantize=True):
     """All tensors of a HF model directory: model.safetensors, or the shards named by
     model.safetensors.index.json. Returns {name: ndarray}."""
@@ -255,6 +291,10 @@ def load_model_dir(model_dir, dequantize=True):
             with open(cfg_path) as f:
                 q = json.load(f).get("quantization_config") or {}
             block = q.get("weight_block_size") or block
+        desc_path = os.path.join(model_dir, "quant_model_description.json")
+        if os.path.exists(desc_path):
+            with open(desc_path) as f:
+                _dequantize_modelslim_w4a8(tensors, json.load(f))
         _dequantize(tensors, dtypes, block)
         _dequantize_int4(tensors, q)
     return tensors

@@ -60,7 +60,8 @@ const std::vector<EngineFlag>& engine_flag_table() {
         {"--log-level", &O::log_level, kDeployment, false, "debug | info | warning | error"},
         {"--quantization,-q", &O::quantization, kEveryCommand, true,
          "w8a8 (int8 weights + per-token int8 activations, quantized at load from bf16/FP8) | w8a8-all (lm_head "
-         "too) | w4a16 (int4 weights, quantized at load) | fp8 (an FP8 checkpoint as stored, W8A16: its default) | "
+         "too) | w4a16 (int4 weights, quantized at load) | w4a8 (the same with per-token int8 activations; an int4 "
+         "checkpoint runs either way) | fp8 (an FP8 checkpoint as stored, W8A16: its default) | "
          "none (bf16) | ascend (a ModelSlim checkpoint as stored); default: as the checkpoint says "
          "(quant_model_description.json, else config.json's quantization_config)"},
         {"--scheduling-policy",

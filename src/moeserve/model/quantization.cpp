@@ -41,6 +41,10 @@ bool Quantization::int8_module(const std::string& module, LayerPrecision precisi
 }
 
 bool Quantization::int4_module(const std::string& module, LayerPrecision precision) const {
+    if (checkpoint_format(checkpoint).names_schemes()) {
+        const LinearScheme s = scheme(module, precision);
+        return s == LinearScheme::kW4A16 || s == LinearScheme::kW4A8;
+    }
     return int4 && precision == LayerPrecision::kQuantizable && !ignored(module);
 }
 
@@ -169,15 +173,17 @@ Int8Matrix load_int8_matrix(const io::WeightSource& weights, const std::string& 
 }
 
 void check_weight_offset_zero(const io::WeightSource& weights, const std::string& weight_name) {
-    const std::string oname = module_of(weight_name) + ".weight_offset";
-    if (!weights.contains(oname)) return;
-    const Tensor off = weights.load_f32(oname);
-    for (int64_t i = 0; i < off.numel(); ++i) {
-        if (off.as<float>()[i] != 0.0f) {
-            raise(ErrorCode::kUnsupported,
-                  "'{}' has a nonzero value ({}) at {}; moeserve runs symmetric int8 weights only (weight_offset all "
-                  "zeros)",
-                  oname, off.as<float>()[i], i);
+    for (const char* suffix : {".weight_offset", ".weight_offset_second"}) {
+        const std::string oname = module_of(weight_name) + suffix;
+        if (!weights.contains(oname)) continue;
+        const Tensor off = weights.load_f32(oname);
+        for (int64_t i = 0; i < off.numel(); ++i) {
+            if (off.as<float>()[i] != 0.0f) {
+                raise(ErrorCode::kUnsupported,
+                      "'{}' has a nonzero value ({}) at {}; moeserve runs symmetric ModelSlim weights only (offsets "
+                      "all zeros)",
+                      oname, off.as<float>()[i], i);
+            }
         }
     }
 }

@@ -55,6 +55,7 @@ enum class LinearScheme {
     kW8A8Dynamic,  // W8A8_DYNAMIC: I8 weight + weight_scale, dynamic per-token int8 activations
     kW8A8Static,   // W8A8: I8 weight, per-tensor input_scale/input_offset, int32 quant_bias, deq_scale
     kW4A16,        // int4 weights with group scales, f32 activations (formats/int4_weights.h)
+    kW4A8,         // the same int4 weights, dynamic per-token int8 activations (W4A8_DYNAMIC, --quantization w4a8)
 };
 
 // How a layer may be quantized. The code that builds the layer says it (MoeBlock's router, MLA's
@@ -74,7 +75,7 @@ enum class LayerPrecision {
 struct LinearCounts {
     std::atomic<int64_t> float_linears{0}, dynamic_linears{0}, static_linears{0};
     std::atomic<int64_t> dynamic_experts{0}, float_experts{0};  // routed / shared / dense MLP experts
-    std::atomic<int64_t> int4_linears{0}, int4_experts{0};      // W4A16
+    std::atomic<int64_t> int4_linears{0}, int4_experts{0};      // W4A16 / W4A8
     std::atomic<int64_t> fp8_linears{0}, fp8_experts{0};        // FP8 W8A16
     std::atomic<int64_t> mxfp4_experts{0};                      // MXFP4 blocks (gpt-oss)
 };
@@ -84,6 +85,7 @@ struct Quantization {
     bool int8 = false;          // run linears and experts as W8A8 int8
     bool int8_lm_head = false;  // also the lm_head (llama.cpp's Q8_0 does; vLLM's W8A8 does not)
     bool int4 = false;          // run linears and experts as W4A16 (int4_config's group size)
+    bool w4a8 = false;          // ... with int8 activations (W4A8): the int4 modules' scheme is kW4A8
     // An FP8 checkpoint's FP8 weights run as stored (W8A16, formats/fp8_blocks.h): the default for
     // FP8 checkpoints; --quantization none widens them to bf16 instead.
     bool fp8 = false;
@@ -114,7 +116,8 @@ struct Quantization {
     // runs in int8: int8 is on, the module is not on the ignore list, and its precision allows it
     // (kHigh and kDequantized never; kOutputHead only with int8_lm_head).
     bool int8_module(const std::string& module, LayerPrecision precision = LayerPrecision::kQuantizable) const;
-    // The same rule for W4A16 (int4 on instead of int8; the lm_head is never int4).
+    // The same rule for int4 (W4A16 / W4A8: int4 on instead of int8; the lm_head is never int4); a
+    // format that names each module's scheme (ModelSlim's W4A8_DYNAMIC) decides itself.
     bool int4_module(const std::string& module, LayerPrecision precision = LayerPrecision::kQuantizable) const;
     // The same rule for FP8 W8A16 (fp8 on; kQuantizable layers only, so a router, MLA's absorbed
     // kv_b_proj and the lm_head widen their FP8 weights).
@@ -130,17 +133,19 @@ struct Quantization {
 // formats/checkpoint_format.h's config_formats() that knows it; absent -> kNone) and what the
 // user asked (that format's resolve_run): requested "" or "auto" (as the checkpoint: W8A8 runs int8, FP8 runs FP8
 // W8A16, int4 runs W4A16), "w8a8" (int8; quantizes bf16 and FP8 weights at load), "w8a8-all" (w8a8 and the lm_head in
-// int8 too, overriding an ignore list's lm_head), "w4a16" (int4 in groups of 128, asymmetric; quantizes bf16 and FP8
-// weights at load), "fp8" (an FP8 checkpoint, run as FP8), "none" (dequantize everything to bf16/f32). Errors
-// (kInvalidArgument / kUnsupported) name config.json or the flag, what was found and what is supported.
+// int8 too, overriding an ignore list's lm_head), "w4a16" / "w4a8" (int4 in groups of 128, asymmetric, with f32 / int8
+// activations; quantizes bf16 and FP8 weights at load; an int4 checkpoint runs either as stored), "fp8" (an FP8
+// checkpoint, run as FP8), "none" (dequantize everything to bf16/f32). Errors (kInvalidArgument / kUnsupported) name
+// config.json or the flag, what was found and what is supported.
 Quantization resolve_quantization(const io::HfConfig& config, const std::string& requested);
 // As above, and first looks in model_dir for a ModelSlim description (formats/modelslim.h):
 // present, the checkpoint is ModelSlim whatever config.json's quantization_config says.
 Quantization resolve_quantization(const io::HfConfig& config, const std::string& requested,
                                   const std::filesystem::path& model_dir);
 
-// ModelSlim/OmniInfer W8A8_DYNAMIC: PREFIX.weight_offset, when present, must be all zeros
-// (symmetric weights); Error kUnsupported naming it otherwise.
+// ModelSlim/OmniInfer W8A8_DYNAMIC and W4A8_DYNAMIC: PREFIX.weight_offset and
+// PREFIX.weight_offset_second (W4A8's per group), when present, must be all zeros (symmetric
+// weights); Error kUnsupported naming the tensor otherwise.
 void check_weight_offset_zero(const io::WeightSource& weights, const std::string& weight_name);
 
 // The weight tensor `name` (PREFIX.weight [rows, cols]) as f32 with the checkpoint's scales

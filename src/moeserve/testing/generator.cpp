@@ -15,6 +15,7 @@
 #include "moeserve/io/safetensors_writer.h"
 #include "moeserve/model/architecture.h"
 #include "moeserve/model/formats/int4_writer.h"
+#include "moeserve/model/formats/modelslim_w4a8_writer.h"
 #include "moeserve/model/quantization.h"
 #include "moeserve/model/registry.h"
 #include "moeserve/testing/generator_architecture.h"
@@ -102,7 +103,32 @@ std::vector<std::string> add_int4(io::SafetensorsWriter& writer, const std::stri
 // and zero point from the calibration below) and MLPs/experts dynamically, and adds RMSNorm
 // biases after input_layernorm and q_a_layernorm as the anti-outlier pass leaves them.
 
-bool is_modelslim(const std::string& q) { return q == "modelslim-w8a8" || q == "modelslim-w8a8-dynamic"; }
+// The W4A8 mix ("modelslim-w4a8": the "1.0.0" saver's packed rows, per group; "-channel": an
+// older saver's one value per byte, one scale per row): the DeepSeek W4A8 recipe, the W8A8 mix with
+// the routed experts W4A8_DYNAMIC.
+bool is_modelslim_w4a8(const std::string& q) { return q == "modelslim-w4a8" || q == "modelslim-w4a8-channel"; }
+
+bool is_modelslim(const std::string& q) {
+    return q == "modelslim-w8a8" || q == "modelslim-w8a8-dynamic" || is_modelslim_w4a8(q);
+}
+
+// Whether the mix quantizes attention statically (modelslim-w8a8 and the W4A8 mix).
+bool static_attention(const std::string& q) { return q == "modelslim-w8a8" || is_modelslim_w4a8(q); }
+
+bool routed_expert(const std::string& name) { return name.find(".mlp.experts.") != std::string::npos; }
+
+// The W4A8 mix's group size: the largest of 256 / 128 / 64 / 32 that divides every routed expert's
+// input width (0 for the per-channel variant).
+int64_t w4a8_group_size(const std::string& q, const std::vector<model::WeightSpec>& specs) {
+    if (q != "modelslim-w4a8") return 0;
+    for (int64_t g : {256, 128, 64, 32}) {
+        const bool divides = std::all_of(specs.begin(), specs.end(), [&](const model::WeightSpec& s) {
+            return !routed_expert(s.name) || s.shape.rank() != 2 || s.shape[1] % g == 0;
+        });
+        if (divides) return g;
+    }
+    return 0;
+}
 
 bool ends_with(const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -260,10 +286,12 @@ WrittenLayout written_layout(const std::string& quant, const GeneratorArchitectu
     l.mxfp4 = quant == "mxfp4";
     if (!quant.empty() && quant != "w8a8" && quant != "fp8" && !l.modelslim && !l.omniinfer && !l.mindspore &&
         !l.int4 && !l.mxfp4) {
-        raise(ErrorCode::kInvalidArgument,
-              "--quantization '{}' is not supported (expected w8a8, fp8, w4a16, w4a16-asym, w4a16-act, awq, gptq, "
-              "gptq-act, modelslim-w8a8, modelslim-w8a8-dynamic, omniinfer-w8a8, mindspore-a8w8 or mxfp4)",
-              quant);
+        raise(
+            ErrorCode::kInvalidArgument,
+            "--quantization '{}' is not supported (expected w8a8, fp8, w4a16, w4a16-asym, w4a16-act, awq, gptq, "
+            "gptq-act, modelslim-w8a8, modelslim-w8a8-dynamic, modelslim-w4a8, modelslim-w4a8-channel, omniinfer-w8a8, "
+            "mindspore-a8w8 or mxfp4)",
+            quant);
     }
     if (l.mxfp4 && arch.model_type != "gpt_oss") {
         raise(ErrorCode::kInvalidArgument, "--quantization mxfp4 is written for gpt_oss (its stacked experts) only");
@@ -304,7 +332,7 @@ void set_quantization_keys(nlohmann::json& config, const std::string& quant, con
     if (layout.modelslim && arch.mla) {
         // what the DeepSeek recipe's hooks add (vllm-ascend does not need them)
         config["quantize"] = "w8a8_dynamic";
-        config["mla_quantize"] = quant == "modelslim-w8a8" ? "w8a8" : "w8a8_dynamic";
+        config["mla_quantize"] = static_attention(quant) ? "w8a8" : "w8a8_dynamic";
     }
 }
 
@@ -329,12 +357,18 @@ std::vector<std::string> add_modelslim_tensor(io::SafetensorsWriter& writer, con
                                               GeneratedModel& result) {
     std::vector<std::string> names;
     // ModelSlim keeps the layers that run dequantized (kv_b_proj) FLOAT
-    if (quantized_in_checkpoint(spec) && spec.precision == model::LayerPrecision::kQuantizable) {
-        const bool is_static = quant == "modelslim-w8a8" && static_in_mix(spec.name);
+    const int64_t rows = spec.shape.rank() == 2 ? spec.shape[0] : 0, cols = spec.shape.rank() == 2 ? spec.shape[1] : 0;
+    if (is_modelslim_w4a8(quant) && routed_expert(spec.name) && quantized_in_checkpoint(spec)) {
+        std::vector<float> f(static_cast<size_t>(rows * cols));
+        for (size_t i = 0; i < f.size(); ++i) f[i] = value_at(t, static_cast<int64_t>(i));
+        const model::ModelSlimW4a8Layout layout{quant == "modelslim-w4a8", desc.value("group_size", int64_t{0})};
+        names = model::add_modelslim_w4a8(writer, module_of(spec.name), f.data(), rows, cols, layout, desc);
+        result.num_bytes += rows * cols / 2 - static_cast<int64_t>(t.nbytes());
+    } else if (quantized_in_checkpoint(spec) && spec.precision == model::LayerPrecision::kQuantizable) {
+        const bool is_static = static_attention(quant) && static_in_mix(spec.name);
         const StaticCalibration calib = is_static ? calibrator.calibrate(module_of(spec.name)) : StaticCalibration{};
         const bool deq64 = ends_with(spec.name, "o_proj.weight");  // exercises the int64 form
         names = add_modelslim(writer, spec.name, t, is_static ? &calib : nullptr, deq64, desc);
-        const int64_t rows = spec.shape[0], cols = spec.shape[1];
         result.num_bytes +=
             rows * cols - static_cast<int64_t>(t.nbytes()) + (is_static ? 8 + rows * (deq64 ? 12 : 8) : 8 * rows);
     } else if (spec.init == model::WeightInit::kNormOnes && spec.shape.rank() == 1) {
@@ -385,8 +419,10 @@ GeneratedModel generate_random_model(const GeneratorOptions& options) {
     const bool modelslim = layout.modelslim, omniinfer = layout.omniinfer, mindspore = layout.mindspore;
     const std::optional<model::Int4Config>& int4 = layout.int4;
     set_quantization_keys(config, quant, layout, specs, arch);
-    const Calibrator calibrator(specs, options.seed, quant == "modelslim-w8a8", source);
-    nlohmann::json desc = {{"model_quant_type", "W8A8_DYNAMIC"}, {"version", "1.0.0"}};
+    const Calibrator calibrator(specs, options.seed, static_attention(quant), source);
+    nlohmann::json desc = {{"model_quant_type", "W8A8_DYNAMIC"}};
+    if (quant != "modelslim-w4a8-channel") desc["version"] = "1.0.0";  // the older saver writes none
+    if (const int64_t g = w4a8_group_size(quant, specs); g > 0) desc["group_size"] = g;
     if (options.num_shards < 1 || options.num_shards > static_cast<int>(specs.size())) {
         raise(ErrorCode::kInvalidArgument, "--shards must be in [1, {}]; got {}", specs.size(), options.num_shards);
     }

@@ -26,7 +26,10 @@ struct GeneratorOptions {
     // channel, ignore lm_head and routers), "fp8" (F8_E4M3 + weight_scale_inv per 128 x 128 block,
     // power-of-two scales), "modelslim-w8a8" (Ascend ModelSlim mix: static W8A8 attention with a
     // calibration pass, W8A8_DYNAMIC MLPs/experts, FLOAT rest, RMSNorm biases, quant_model_*
-    // files), "modelslim-w8a8-dynamic" (every linear W8A8_DYNAMIC), "omniinfer-w8a8"
+    // files), "modelslim-w8a8-dynamic" (every linear W8A8_DYNAMIC), "modelslim-w4a8" (the mix with
+    // the routed experts W4A8_DYNAMIC, two int4 rows per byte, per-group second scales;
+    // formats/modelslim_w4a8_writer.h), "modelslim-w4a8-channel" (the same with one int4 value per
+    // byte and one scale per row: an older saver), "omniinfer-w8a8"
     // (compressed-tensors with OmniInfer's ignore list and shard names), "mindspore-a8w8" (DeepSeek
     // only: MindSpore golden-stick A8W8 in MindFormers names, generator_mindformers.h). All quantize
     // the same bf16 weights the plain model has.

@@ -9,8 +9,9 @@ namespace moeserve::model {
 void CheckpointFormat::resolve_run(Quantization& q, const std::string& label, const std::string& requested) const {
     if (requested.empty() || requested == "auto") {
         run_as_stored(q);
-    } else if (requested == "w4a16") {
+    } else if (requested == "w4a16" || requested == "w4a8") {
         q.int4 = true;
+        q.w4a8 = requested == "w4a8";
         q.int4_config = Int4Config{.layout = Int4Layout::kCompressedTensors, .group_size = 128, .symmetric = false};
     } else if (requested == "w8a8") {
         q.int8 = true;
@@ -21,13 +22,13 @@ void CheckpointFormat::resolve_run(Quantization& q, const std::string& label, co
         raise(ErrorCode::kInvalidArgument, "--quantization fp8 needs an FP8 checkpoint; {} has none", label);
     } else if (requested != "none") {
         raise(ErrorCode::kInvalidArgument,
-              "--quantization '{}' is not supported (expected w8a8, w8a8-all, w4a16, fp8 or none)", requested);
+              "--quantization '{}' is not supported (expected w8a8, w8a8-all, w4a16, w4a8, fp8 or none)", requested);
     }
 }
 
 LinearScheme CheckpointFormat::scheme(const Quantization& q, const std::string& module,
                                       LayerPrecision precision) const {
-    if (q.int4_module(module, precision)) return LinearScheme::kW4A16;
+    if (q.int4_module(module, precision)) return q.w4a8 ? LinearScheme::kW4A8 : LinearScheme::kW4A16;
     return q.int8_module(module, precision) ? LinearScheme::kW8A8Dynamic : LinearScheme::kFloat;
 }
 
@@ -47,8 +48,8 @@ std::string describe_int4_run(const Quantization& q, const std::string& source) 
     const std::string group =
         q.int4_config.group_size == 0 ? std::string("per channel") : fmt::format("group {}", q.int4_config.group_size);
     return fmt::format(
-        "{}, running W4A16 int4 ({}, {}): {} int4 + {} high-precision linears, {} int4 + {} float expert groups",
-        source, group, q.int4_config.symmetric ? "symmetric" : "asymmetric", c.int4_linears.load(),
+        "{}, running {} int4 ({}, {}): {} int4 + {} high-precision linears, {} int4 + {} float expert groups", source,
+        q.w4a8 ? "W4A8" : "W4A16", group, q.int4_config.symmetric ? "symmetric" : "asymmetric", c.int4_linears.load(),
         c.float_linears.load(), c.int4_experts.load(), c.float_experts.load());
 }
 

@@ -171,7 +171,7 @@ const char* int4_layout_name(Int4Layout layout) {
 namespace {
 
 // int4 checkpoints (compressed-tensors pack-quantized, AutoAWQ, GPTQ): run W4A16 as stored
-// ("", auto, w4a16) or dequantized to bf16 (none).
+// ("", auto, w4a16), with int8 activations (w4a8) or dequantized to bf16 (none).
 class Int4Checkpoint final : public CheckpointFormat {
 public:
     CheckpointQuant kind() const override { return CheckpointQuant::kInt4; }
@@ -186,12 +186,13 @@ public:
     }
 
     void resolve_run(Quantization& q, const std::string& label, const std::string& requested) const override {
-        if (requested.empty() || requested == "auto" || requested == "w4a16") {
+        if (requested.empty() || requested == "auto" || requested == "w4a16" || requested == "w4a8") {
             q.int4 = true;
+            q.w4a8 = requested == "w4a8";
         } else if (requested != "none") {
             raise(ErrorCode::kInvalidArgument,
-                  "--quantization '{}': {} is an int4 ({}) checkpoint; pass w4a16 (as stored), none (bf16) or leave "
-                  "it out",
+                  "--quantization '{}': {} is an int4 ({}) checkpoint; pass w4a16 (as stored), w4a8 (int8 "
+                  "activations), none (bf16) or leave it out",
                   requested, label, q.format);
         }
     }

@@ -8,6 +8,7 @@
 #include "moeserve/core/dtype.h"
 #include "moeserve/core/error.h"
 #include "moeserve/kernels/ops.h"
+#include "moeserve/model/formats/modelslim_w4a8.h"
 
 namespace moeserve::model {
 
@@ -34,8 +35,10 @@ const uint8_t* packed_words(const io::WeightSource& weights, const std::string& 
 // Nibble k (bits 4k..4k+3) of little-endian int32 word `word`.
 int nibble(const uint8_t* words, int64_t word, int k) { return (words[word * 4 + k / 2] >> (4 * (k & 1))) & 0x0F; }
 
-// A float tensor of the given shape as f32; Error kInvalidModel naming it otherwise.
-Tensor float_param(const io::WeightSource& weights, const std::string& name, const Shape& shape, const char* what) {
+}  // namespace
+
+Tensor int4_float_param(const io::WeightSource& weights, const std::string& name, const Shape& shape,
+                        const char* what) {
     if (!weights.contains(name)) {
         raise(ErrorCode::kInvalidModel, "int4 {} '{}' is missing from {}", what, weights.stored_name(name),
               weights.dir().string());
@@ -49,13 +52,15 @@ Tensor float_param(const io::WeightSource& weights, const std::string& name, con
     return weights.load_f32(name);
 }
 
-Int4Matrix empty_matrix(int64_t rows, int64_t cols, int64_t group_size) {
+Int4Matrix empty_int4_matrix(int64_t rows, int64_t cols, int64_t group_size) {
     const int64_t groups = kernels::int4_groups(cols, group_size);
     Int4Matrix m{Tensor(DType::kU8, {rows, cols / 2}), Tensor(DType::kF32, {rows, groups}),
                  Tensor(DType::kF32, {rows, groups}), group_size, Tensor()};
     std::memset(m.codes.data(), 0, m.codes.nbytes());
     return m;
 }
+
+namespace {
 
 void set_code(Int4Matrix& m, int64_t j, int64_t p, int code) {
     m.codes.as<uint8_t>()[j * (m.cols() / 2) + p / 2] |= static_cast<uint8_t>(code << (4 * (p & 1)));
@@ -115,7 +120,7 @@ Int4Matrix read_compressed_tensors(const io::WeightSource& weights, const std::s
     check_weight_shape(weights, prefix + ".weight_shape", rows, cols);
     // actorder "group": the matrix takes its columns in group order (input column order[i])
     const std::vector<int32_t> order = activation_order(weights, prefix + ".weight_g_idx", cols, group_size);
-    Int4Matrix m = empty_matrix(rows, cols, group_size);
+    Int4Matrix m = empty_int4_matrix(rows, cols, group_size);
     if (order.empty()) {
         for (int64_t r = 0; r < rows; ++r) {
             std::memcpy(m.codes.as<uint8_t>() + r * (cols / 2), packed + r * words * 4, static_cast<size_t>(cols / 2));
@@ -129,7 +134,7 @@ Int4Matrix read_compressed_tensors(const io::WeightSource& weights, const std::s
             }
         }
     }
-    m.scale = float_param(weights, prefix + ".weight_scale", {rows, groups}, "weight_scale");
+    m.scale = int4_float_param(weights, prefix + ".weight_scale", {rows, groups}, "weight_scale");
     float* zero = m.zero.as<float>();
     if (symmetric) {
         std::fill(zero, zero + rows * groups, 8.0f);  // stored q + 8, w = scale * q
@@ -157,11 +162,11 @@ Int4Matrix read_awq_gptq(const io::WeightSource& weights, const std::string& pre
         awq ? packed_words(weights, prefix + ".qweight", {cols, rows / 8}, "AWQ's [in, out / 8] layout")
             : packed_words(weights, prefix + ".qweight", {cols / 8, rows}, "GPTQ's [in / 8, out] layout");
     const uint8_t* qz = packed_words(weights, prefix + ".qzeros", {groups, rows / 8}, "[groups, out / 8] zeros");
-    const Tensor scales = float_param(weights, prefix + ".scales", {groups, rows}, "scales");
+    const Tensor scales = int4_float_param(weights, prefix + ".scales", {groups, rows}, "scales");
     // GPTQ desc_act: the stored matrix takes its columns in group order (input column order[i])
     const std::vector<int32_t> order =
         awq ? std::vector<int32_t>() : activation_order(weights, prefix + ".g_idx", cols, group_size);
-    Int4Matrix m = empty_matrix(rows, cols, group_size);
+    Int4Matrix m = empty_int4_matrix(rows, cols, group_size);
     if (!order.empty()) set_permutation(m, order);
     const float zero_offset = !awq && cfg.gptq_zero_plus_one ? 1.0f : 0.0f;
     for (int64_t j = 0; j < rows; ++j) {
@@ -183,6 +188,7 @@ Int4Matrix read_awq_gptq(const io::WeightSource& weights, const std::string& pre
 }  // namespace
 
 bool stored_as_int4(const io::WeightSource& weights, const std::string& prefix, const Quantization& quant) {
+    if (quant.checkpoint == CheckpointQuant::kModelSlim) return modelslim_w4a8(quant, prefix);
     if (quant.checkpoint != CheckpointQuant::kInt4) return false;
     return weights.contains(
         prefix + (quant.int4_config.layout == Int4Layout::kCompressedTensors ? ".weight_packed" : ".qweight"));
@@ -193,6 +199,15 @@ Int4Matrix load_int4_matrix(const io::WeightSource& weights, const std::string& 
     if (cols % 2 != 0) {
         raise(ErrorCode::kInvalidModel, "'{}.weight' has {} input columns; int4 weights need an even number", prefix,
               cols);
+    }
+    if (quant.checkpoint == CheckpointQuant::kModelSlim) {
+        if (!modelslim_w4a8(quant, prefix)) {
+            raise(ErrorCode::kInvalidModel,
+                  "{}: '{}.weight' is not W4A8_DYNAMIC but the first expert of its layer is; a layer's experts must "
+                  "share one type",
+                  quant.description_file, prefix);
+        }
+        return read_modelslim_w4a8(weights, prefix, rows, cols);
     }
     const Int4Config& cfg = quant.int4_config;
     const int64_t group_size = cfg.group_size == 0 ? cols : cfg.group_size;
@@ -209,7 +224,7 @@ Int4Matrix load_int4_matrix(const io::WeightSource& weights, const std::string& 
 Int4Matrix quantize_int4(const float* w, int64_t rows, int64_t cols, int64_t group_size, bool symmetric,
                          DType scale_dtype) {
     if (group_size == 0) group_size = cols;
-    Int4Matrix m = empty_matrix(rows, cols, group_size);
+    Int4Matrix m = empty_int4_matrix(rows, cols, group_size);
     const int64_t groups = kernels::int4_groups(cols, group_size);
     for (int64_t j = 0; j < rows; ++j) {
         for (int64_t g = 0; g < groups; ++g) {
@@ -272,7 +287,7 @@ Int4Matrix int4_rectangle(const Int4Matrix& m, int64_t row0, int64_t rows, int64
               name, col0, col0 + cols, gs);
     }
     const int64_t g0 = groups == 1 ? 0 : col0 / gs, ng = kernels::int4_groups(cols, gs);
-    Int4Matrix r = empty_matrix(rows, cols, gs);
+    Int4Matrix r = empty_int4_matrix(rows, cols, gs);
     if (!m.perm.empty()) {
         if (col0 != 0 || cols != m.cols()) {
             raise(ErrorCode::kUnsupported,

@@ -39,8 +39,16 @@ struct Int4Matrix {
     size_t nbytes() const { return codes.nbytes() + scale.nbytes() + zero.nbytes() + perm.nbytes(); }
 };
 
+// An int4 matrix [rows, cols] in groups of group_size, codes zero (scales and zeros unset).
+Int4Matrix empty_int4_matrix(int64_t rows, int64_t cols, int64_t group_size);
+
+// The float tensor `name` (BF16, F16 or F32, of the given shape) as f32; Error kInvalidModel
+// naming it and `what` it is otherwise.
+Tensor int4_float_param(const io::WeightSource& weights, const std::string& name, const Shape& shape, const char* what);
+
 // Whether the weight of module `prefix` is stored as int4 (quant is an int4 checkpoint and
-// PREFIX.weight_packed / PREFIX.qweight exists).
+// PREFIX.weight_packed / PREFIX.qweight exists, or a ModelSlim checkpoint that describes it as
+// W4A8_DYNAMIC: modelslim_w4a8.h).
 bool stored_as_int4(const io::WeightSource& weights, const std::string& prefix, const Quantization& quant);
 
 // PREFIX's weight [rows, cols] as int4: read in its layout when stored_as_int4, else the weight

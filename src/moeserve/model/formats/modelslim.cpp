@@ -57,7 +57,8 @@ public:
 
     // The description's entry for module + ".weight". Error kInvalidModel naming the tensor and
     // the file when it is missing, kUnsupported for a type moeserve does not run (W8A16,
-    // W4A8_DYNAMIC, ..., and W8A8 static for a router or kv_b_proj).
+    // W4A4_*, ..., and W8A8 static for a router or kv_b_proj). A router or kv_b_proj stored as
+    // W8A8_DYNAMIC or W4A8_DYNAMIC runs dequantized.
     LinearScheme scheme(const Quantization& q, const std::string& module, LayerPrecision precision) const override {
         const std::string name = module + ".weight";
         const auto it = q.modelslim->find(name);
@@ -70,20 +71,26 @@ public:
         const bool high = always_high(precision);  // a router, MLA's kv_b_proj: kept dequantized
         if (it->second == "FLOAT") return LinearScheme::kFloat;
         if (it->second == "W8A8_DYNAMIC") return high ? LinearScheme::kFloat : LinearScheme::kW8A8Dynamic;
+        if (it->second == "W4A8_DYNAMIC") return high ? LinearScheme::kFloat : LinearScheme::kW4A8;
         if (it->second == "W8A8" && !high) return LinearScheme::kW8A8Static;
         raise(ErrorCode::kUnsupported,
-              "{}: '{}' has type '{}'; moeserve runs the ModelSlim types FLOAT, W8A8 and W8A8_DYNAMIC{}",
+              "{}: '{}' has type '{}'; moeserve runs the ModelSlim types FLOAT, W8A8, W8A8_DYNAMIC and W4A8_DYNAMIC{}",
               q.description_file, name, it->second,
-              high ? " (and a router or kv_b_proj only as FLOAT or W8A8_DYNAMIC)" : "");
+              high ? " (and a router or kv_b_proj only as FLOAT, W8A8_DYNAMIC or W4A8_DYNAMIC)" : "");
     }
 
     std::string describe(const Quantization& q) const override {
         const LinearCounts& c = *q.counts;
+        const std::string int4_linears =
+            c.int4_linears.load() > 0 ? fmt::format(" + {} W4A8_DYNAMIC", c.int4_linears.load()) : "";
+        const std::string int4_experts =
+            c.int4_experts.load() > 0 ? fmt::format(" + {} W4A8_DYNAMIC", c.int4_experts.load()) : "";
         return fmt::format(
-            "ModelSlim checkpoint ({}): {} W8A8 static + {} W8A8_DYNAMIC + {} FLOAT linears, "
-            "{} W8A8_DYNAMIC + {} FLOAT expert groups",
+            "ModelSlim checkpoint ({}): {} W8A8 static + {} W8A8_DYNAMIC{} + {} FLOAT linears, "
+            "{} W8A8_DYNAMIC{} + {} FLOAT expert groups",
             std::filesystem::path(q.description_file).filename().string(), c.static_linears.load(),
-            c.dynamic_linears.load(), c.float_linears.load(), c.dynamic_experts.load(), c.float_experts.load());
+            c.dynamic_linears.load(), int4_linears, c.float_linears.load(), c.dynamic_experts.load(), int4_experts,
+            c.float_experts.load());
     }
 
 protected:

@@ -294,7 +294,9 @@ Experts Experts::load(const io::WeightSource& weights, const std::vector<std::st
     const std::string gate = first + names.gate;
     if (quant.int4_module(gate)) {
         quant.counts->int4_experts += 1;
-        e.weights_ = load_int4(weights, prefixes, g, quant);
+        Int4ExpertWeights w = load_int4(weights, prefixes, g, quant);
+        w.int8_activations = quant.scheme(gate) == LinearScheme::kW4A8;
+        e.weights_ = std::move(w);
     } else if (quant.int8_module(gate)) {
         quant.counts->dynamic_experts += 1;
         e.weights_ = load_int8(weights, prefixes, g, quant);
@@ -414,8 +416,10 @@ void Experts::forward(ThreadPool& pool, const float* x, int64_t num_tokens, cons
                 kernels::ops().gguf_moe_experts(pool, x, num_tokens, topk_ids, topk_weights, k, w.blocks, out);
             },
             [&](const Int4ExpertWeights& w) {
-                const kernels::MoeExpertsInt4 ex{w.gate_up.view(),
-                                                 w.down.view(),
+                kernels::Int4Weights gate_up = w.gate_up.view(), down = w.down.view();
+                gate_up.int8_activations = down.int8_activations = w.int8_activations;
+                const kernels::MoeExpertsInt4 ex{gate_up,
+                                                 down,
                                                  n,
                                                  first,
                                                  h,

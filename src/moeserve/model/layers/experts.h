@@ -1,7 +1,7 @@
 // SwiGLU experts with gate|up fused at load: the routed experts of a MoE layer, and also a dense
 // MLP or DeepSeek's shared experts, which are a single always-chosen expert. The weights are
 // held in one representation (ExpertWeights), chosen at load like a Linear's: bf16 (f32 under
-// --dtype float32), W8A8 int8 with per-channel scales, W4A16 int4 codes with group scales, or
+// --dtype float32), W8A8 int8 with per-channel scales, W4A16 / W4A8 int4 codes with group scales, or
 // blocks the GGUF experts kernels run: a GGUF file's stacked ffn_*_exps slices as stored
 // (the gguf_moe_experts op), or an FP8 checkpoint's blocks (formats/fp8_blocks.h).
 #pragma once
@@ -38,10 +38,11 @@ struct FloatExpertWeights {
 struct Int8ExpertWeights {
     Tensor gate_up, down, gate_up_scale, down_scale;
 };
-// W4A16: gate_up [n * 2 * inter, hidden], down [n * hidden, inter] (the float layout's rows).
+// W4A16 / W4A8: gate_up [n * 2 * inter, hidden], down [n * hidden, inter] (the float layout's rows).
 struct Int4ExpertWeights {
     Int4Matrix gate_up, down;
     Tensor gate_up_perm, down_perm;  // GPTQ act order: I32 [n, hidden] / [n, inter], or empty
+    bool int8_activations = false;   // W4A8
 };
 // Every expert's three matrices as blocks: in the GGUF file's mapping, or FP8 blocks in `owned`.
 struct BlockExpertWeights {

@@ -59,9 +59,10 @@ FloatWeight float_weight(const io::WeightSource& weights, const std::string& nam
 LinearWeight scheme_weight(const io::WeightSource& weights, const std::string& prefix, int64_t out_features,
                            int64_t in_features, const Quantization& quant, LinearScheme scheme) {
     const std::string name = prefix + ".weight";
-    if (scheme == LinearScheme::kW4A16) {
+    if (scheme == LinearScheme::kW4A16 || scheme == LinearScheme::kW4A8) {
         quant.counts->int4_linears += 1;
-        return Int4Weight{load_int4_matrix(weights, prefix, out_features, in_features, quant)};
+        return Int4Weight{load_int4_matrix(weights, prefix, out_features, in_features, quant),
+                          scheme == LinearScheme::kW4A8};
     }
     if (stored_as_int4(weights, prefix, quant)) {
         // f32, not bf16: scale * (q - zero) needs up to 4 more mantissa bits than the scale has, so
@@ -177,9 +178,10 @@ Linear Linear::load_shard(const io::WeightSource& weights, const std::string& pr
         return full;
     }
     Linear l;
-    if (std::holds_alternative<Int4Weight>(full.weight_)) {
+    if (const auto* int4 = std::get_if<Int4Weight>(&full.weight_)) {
         l.weight_ = Int4Weight{load_int4_rectangle(weights, prefix, out_features, in_features, shard.row_begin, rows,
-                                                   shard.col_begin, cols, quant)};
+                                                   shard.col_begin, cols, quant),
+                               int4->int8_activations};
     } else {
         l.weight_ = weight_rectangle(full.weight_, shard, prefix + ".weight");
     }

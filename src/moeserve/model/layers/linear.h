@@ -10,8 +10,9 @@
 //   dequantization scale (the linear_int8_static op);
 // - blocks: a GGUF weight other than F32/BF16 in its stored blocks (formats/gguf_weights.h), or FP8
 //   blocks (quant.fp8_module: formats/fp8_blocks.h), run by the gguf_linear op;
-// - W4A16: int4 codes with group scales (formats/int4_weights.h), read from an int4 checkpoint or
-//   quantized at load, run by the linear_int4 op.
+// - W4A16 / W4A8: int4 codes with group scales (formats/int4_weights.h), read from an int4
+//   checkpoint (ModelSlim W4A8_DYNAMIC too) or quantized at load, run by the linear_int4 op with
+//   f32 or per-token int8 activations.
 #pragma once
 
 #include <string>

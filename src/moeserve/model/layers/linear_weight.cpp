@@ -148,13 +148,13 @@ void run_linear(ThreadPool& pool, const LinearWeight& w, const float* x, int64_t
                           [&](const BlockWeight& b) { kernels::ops().gguf_linear(pool, x, rows, b.matrix, out); },
                           [&](const Int4Weight& q) {
                               if (q.matrix.perm.empty()) {
-                                  kernels::ops().linear_int4(pool, x, rows, q.matrix.view(), out);
+                                  kernels::ops().linear_int4(pool, x, rows, q.view(), out);
                                   return;
                               }
                               // GPTQ act order: x's columns in the stored order first
                               std::vector<float> xp(static_cast<size_t>(rows * k));
                               gather_columns(q.matrix, x, rows, xp.data());
-                              kernels::ops().linear_int4(pool, xp.data(), rows, q.matrix.view(), out);
+                              kernels::ops().linear_int4(pool, xp.data(), rows, q.view(), out);
                           }},
                w);
 }

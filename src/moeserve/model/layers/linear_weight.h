@@ -45,9 +45,15 @@ struct BlockWeight {
     Tensor owned;
 };
 
-// W4A16: int4 codes with group scales (formats/int4_weights.h).
+// W4A16 / W4A8: int4 codes with group scales (formats/int4_weights.h).
 struct Int4Weight {
     Int4Matrix matrix;
+    bool int8_activations = false;  // W4A8
+    kernels::Int4Weights view() const {
+        kernels::Int4Weights v = matrix.view();
+        v.int8_activations = int8_activations;
+        return v;
+    }
 };
 
 using LinearWeight = std::variant<FloatWeight, DynamicInt8Weight, StaticInt8Weight, BlockWeight, Int4Weight>;
