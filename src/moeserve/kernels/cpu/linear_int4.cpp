@@ -1,5 +1,5 @@
 // linear_int4's threading: the output columns split over the pool, each slice one int4 tile (W4A8:
-// the activations quantized once first, on the calling thread).
+// the activations quantized once first).
 #include "moeserve/kernels/cpu/linear_int4.h"
 
 #include "moeserve/kernels/cpu/linear_w4a8.h"
@@ -15,8 +15,8 @@ void linear_int4(ThreadPool& pool, const float* x, int64_t m, const Int4Weights&
     if (m <= 0) return;
     W4a8Rows quantized;
     if (w.int8_activations) {
-        thread_local W4a8Buffer buffer;  // the calling thread's: the slices only read it
-        quantized = quantize_w4a8_rows(x, w.k, m, w.k, w.group_size, buffer);
+        thread_local W4a8Buffer buffer;  // the calling thread's: the pool fills its rows, then the slices read it
+        quantized = quantize_w4a8_rows(x, w.k, m, w.k, w.group_size, buffer, &pool);
     }
     auto slice = [&](int64_t j0, int64_t j1) {
         if (w.int8_activations) {

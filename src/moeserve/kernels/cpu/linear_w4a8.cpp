@@ -7,26 +7,50 @@
 
 namespace moeserve::kernels::cpu {
 
-W4a8Rows quantize_w4a8_rows(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t group_size, W4a8Buffer& buf) {
+namespace {
+
+// Below this many activation values one thread quantizes them all (waking the pool costs more).
+constexpr int64_t kMinParallelValues = 1 << 14;
+
+// Row i of x quantized into the chunk order at q, with its group sums.
+void quantize_row(const float* x, int64_t k, int64_t group_size, int8_t* q, float* sx, float* sums) {
+    thread_local std::vector<int8_t> row;
+    row.resize(static_cast<size_t>(k));
+    quantize_rows_int8(x, k, 1, k, row.data(), k, sx);
+    for (int64_t c0 = 0; c0 < k; c0 += kW4a8Chunk) {
+        const int64_t pairs = (k - c0 < kW4a8Chunk ? k - c0 : kW4a8Chunk) / 2;
+        const int8_t* src = row.data() + c0;
+        for (int64_t i = 0; i < pairs; ++i) {
+            q[c0 + i] = src[2 * i];
+            q[c0 + kW4a8Chunk / 2 + i] = src[2 * i + 1];
+        }
+    }
+    for (int64_t g = 0, p0 = 0; p0 < k; ++g, p0 += group_size) {
+        const int64_t p1 = p0 + group_size < k ? p0 + group_size : k;
+        int32_t sum = 0;
+        for (int64_t p = p0; p < p1; ++p) sum += row[static_cast<size_t>(p)];
+        sums[g] = static_cast<float>(sum);  // |sum| < 2^24 for any k this takes
+    }
+}
+
+}  // namespace
+
+W4a8Rows quantize_w4a8_rows(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t group_size, W4a8Buffer& buf,
+                            ThreadPool* pool) {
     const int64_t ldq = w4a8_padded_cols(k), ldg = int4_groups(k, group_size);
     buf.q.assign(size_t(m * ldq), 0);
     buf.sx.resize(size_t(m));
     buf.qsum.resize(size_t(m * ldg));
-    std::vector<int8_t> row(static_cast<size_t>(ldq));
-    for (int64_t i = 0; i < m; ++i) {
-        quantize_rows_int8(x + i * ldx, ldx, 1, k, row.data(), k, &buf.sx[size_t(i)]);
-        int8_t* q = buf.q.data() + i * ldq;
-        float* sums = buf.qsum.data() + i * ldg;
-        std::memset(sums, 0, size_t(ldg) * sizeof(float));
-        int32_t sum = 0;
-        for (int64_t p = 0; p < k; ++p) {
-            q[w4a8_position(p)] = row[size_t(p)];
-            sum += row[size_t(p)];
-            if ((p + 1) % group_size == 0 || p + 1 == k) {
-                sums[p / group_size] = static_cast<float>(sum);  // |sum| < 2^24 for any k this takes
-                sum = 0;
-            }
+    auto rows = [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+            quantize_row(x + i * ldx, k, group_size, buf.q.data() + i * ldq, &buf.sx[size_t(i)],
+                         buf.qsum.data() + i * ldg);
         }
+    };
+    if (pool != nullptr && pool->num_threads() > 1 && m > 1 && m * k >= kMinParallelValues) {
+        pool->parallel_for(m, rows);
+    } else {
+        rows(0, m);
     }
     return {buf.q.data(), buf.sx.data(), buf.qsum.data(), ldq, ldg};
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "moeserve/core/thread_pool.h"
 #include "moeserve/kernels/weight_types.h"
 
 namespace moeserve::kernels::cpu {
@@ -44,8 +45,10 @@ struct W4a8Buffer {
 };
 
 // x f32 [m, k] (row stride ldx) quantized per row (quantize_rows_int8: bit-exact with its
-// reference) into buf, in the chunk order, with the sums per group of group_size columns.
-W4a8Rows quantize_w4a8_rows(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t group_size, W4a8Buffer& buf);
+// reference) into buf, in the chunk order, with the sums per group of group_size columns. pool
+// (may be null): many rows are split over its threads.
+W4a8Rows quantize_w4a8_rows(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t group_size, W4a8Buffer& buf,
+                            ThreadPool* pool = nullptr);
 
 namespace detail {
 // Single-threaded tile: out[i * ldo + j] for i < m, j < w.n, at the active ISA level

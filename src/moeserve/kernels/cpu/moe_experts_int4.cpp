@@ -41,9 +41,12 @@ void permute_rows(const MoeScratch& s, const int32_t* active, int64_t num_active
 // One phase's input rows for the int4 tiles: f32 (W4A16), or quantized once for every item (W4A8).
 class TileInput {
 public:
-    TileInput(const float* rows, int64_t width, int64_t total, const Int4Weights& w, W4a8Buffer& buffer)
+    TileInput(ThreadPool& pool, const float* rows, int64_t width, int64_t total, const Int4Weights& w,
+              W4a8Buffer& buffer)
         : rows_(rows), width_(width) {
-        if (w.int8_activations) quantized_ = quantize_w4a8_rows(rows, width, total, width, w.group_size, buffer);
+        if (w.int8_activations) {
+            quantized_ = quantize_w4a8_rows(rows, width, total, width, w.group_size, buffer, &pool);
+        }
     }
     // Rows [off, off + count) against w into out (row stride ldo).
     void run(int64_t off, int64_t count, const Int4Weights& w, float* out, int64_t ldo) const {
@@ -76,9 +79,10 @@ void moe_experts_int4(ThreadPool& pool, const float* x, int64_t num_tokens, cons
         std::memcpy(s.gathered.data() + pos * h, x + int64_t{s.token_index[size_t(pos)]} * h, size_t(h) * 4);
     }
     if (ex.gate_up_perm != nullptr) permute_rows(s, active, num_active, ex.gate_up_perm, h, s.gathered.data());
-    // the calling thread's; the items only read it, and phase A's rows are dead when phase B's are quantized
+    // the calling thread's (the pool fills its rows, the items read them); phase A's rows are dead when
+    // phase B's are quantized
     thread_local W4a8Buffer quantized;
-    const TileInput gate_up_in(s.gathered.data(), h, total, ex.gate_up, quantized);
+    const TileInput gate_up_in(pool, s.gathered.data(), h, total, ex.gate_up, quantized);
 
     // Phase A: gate|up + SwiGLU, items (active expert, inter block).
     const bool decode_sized = groups.max_count <= detail::kGemvMaxRows;  // every expert at GEMV size
@@ -98,7 +102,7 @@ void moe_experts_int4(ThreadPool& pool, const float* x, int64_t num_tokens, cons
     });
 
     if (ex.down_perm != nullptr) permute_rows(s, active, num_active, ex.down_perm, inter, s.act.data());
-    const TileInput down_in(s.act.data(), inter, total, ex.down, quantized);
+    const TileInput down_in(pool, s.act.data(), inter, total, ex.down, quantized);
 
     // Phase B: down projection, items (active expert, hidden block).
     const int64_t b_rows = detail::phase_rows(h, num_active, pool.num_threads(), decode_sized, kHiddenBlock);
