@@ -90,37 +90,48 @@ TEST_F(Int4ModelTest, DeepseekV3CompressedTensorsActOrderMatchesReference) {
     check_against_reference(MOESERVE_DSV3_W4A16_ACT_DIR, MOESERVE_DSV3_PROMPT, "deepseek_v3 w4a16 actorder group");
 }
 
-// --quantization w4a8 on the int4 checkpoints: the same weights with per-token int8 activations
-// at every int4 linear, against the reference that quantizes them the same way (--act-quant).
-// W8A8's bound (1e-4 of the largest logit: an activation on an int8 rounding boundary may round
-// to the neighbouring step in f32 and in float64), with ascend_formats_test's allowance of one
-// row within 1 % that keeps its argmax (the tiny DeepSeek's routing amplifies one such flip).
+// W4A8 against the reference that quantizes the activations per token at every int4 linear
+// (--act-quant): W8A8's bound (1e-4 of the largest logit: an activation on an int8 rounding
+// boundary may round to the neighbouring step in f32 and in float64), with ascend_formats_test's
+// allowance of one row within 1 % that keeps its argmax (the tiny DeepSeek's routing amplifies
+// one such flip).
+void check_w4a8(Model& m, const char* dir, const char* prompt, const char* reference) {
+    SCOPED_TRACE(dir);
+    std::printf("%s: %s\n", dir, m.info().quantization.c_str());
+    EXPECT_NE(m.info().quantization.find("running W4A8 int4"), std::string::npos);
+    const auto ids = parse_ids(prompt);
+    const auto ref = read_f32(std::filesystem::path(dir) / reference);
+    const auto vocab = static_cast<size_t>(m.info().vocab_size);
+    ASSERT_EQ(ref.size(), ids.size() * vocab);
+    const float bound = 1e-4f * max_abs(ref);
+    float diff = 0.0f, ddiff = 0.0f;
+    const auto logits = prefill(m, ids), dec = decode_each(m, ids);
+    const int bad = testutil::rows_beyond(logits, ref, vocab, bound, &diff, "prefill");
+    const int dbad = testutil::rows_beyond(dec, ref, vocab, bound, &ddiff, "decode");
+    std::printf("w4a8: prefill max |logit - reference| = %.3g, decode %.3g, max |reference| = %.3g\n", diff, ddiff,
+                max_abs(ref));
+    EXPECT_LE(bad + dbad, 1);
+    EXPECT_LE(std::max(diff, ddiff), 1e-2f * max_abs(ref));
+    for (size_t t = 0; t < ids.size(); ++t) {
+        EXPECT_EQ(testutil::argmax(&logits[t * vocab], int64_t(vocab)),
+                  testutil::argmax(&ref[t * vocab], int64_t(vocab)))
+            << t;
+    }
+}
+
+// --quantization w4a8 on the W4A16 checkpoints: the same weights, int8 activations.
 TEST_F(Int4ModelTest, RunAsW4A8MatchesActivationQuantizedReference) {
     for (const auto& [dir, prompt] : {std::pair{MOESERVE_QWEN3_W4A16_DIR, MOESERVE_QWEN3_PROMPT},
                                       std::pair{MOESERVE_DSV3_W4A16_ASYM_DIR, MOESERVE_DSV3_PROMPT}}) {
-        SCOPED_TRACE(dir);
-        auto m = open(dir, "w4a8");
-        std::printf("%s: %s\n", dir, m->info().quantization.c_str());
-        EXPECT_NE(m->info().quantization.find("running W4A8 int4"), std::string::npos);
-        const auto ids = parse_ids(prompt);
-        const auto ref = read_f32(std::filesystem::path(dir) / "reference_logits_a8.f32");
-        const auto vocab = static_cast<size_t>(m->info().vocab_size);
-        ASSERT_EQ(ref.size(), ids.size() * vocab);
-        const float bound = 1e-4f * max_abs(ref);
-        float diff = 0.0f, ddiff = 0.0f;
-        const auto logits = prefill(*m, ids), dec = decode_each(*m, ids);
-        const int bad = testutil::rows_beyond(logits, ref, vocab, bound, &diff, "prefill");
-        const int dbad = testutil::rows_beyond(dec, ref, vocab, bound, &ddiff, "decode");
-        std::printf("w4a8: prefill max |logit - reference| = %.3g, decode %.3g, max |reference| = %.3g\n", diff, ddiff,
-                    max_abs(ref));
-        EXPECT_LE(bad + dbad, 1);
-        EXPECT_LE(std::max(diff, ddiff), 1e-2f * max_abs(ref));
-        for (size_t t = 0; t < ids.size(); ++t) {
-            EXPECT_EQ(testutil::argmax(&logits[t * vocab], int64_t(vocab)),
-                      testutil::argmax(&ref[t * vocab], int64_t(vocab)))
-                << t;
-        }
+        check_w4a8(*open(dir, "w4a8"), dir, prompt, "reference_logits_a8.f32");
     }
+}
+
+// compressed-tensors W4A8 (8-bit per-token input_activations) runs W4A8 as stored; w4a16 asks
+// for f32 activations instead.
+TEST_F(Int4ModelTest, Qwen3CompressedTensorsW4A8MatchesReference) {
+    check_w4a8(*open(MOESERVE_QWEN3_W4A8_DIR), MOESERVE_QWEN3_W4A8_DIR, MOESERVE_QWEN3_PROMPT, "reference_logits.f32");
+    EXPECT_NE(open(MOESERVE_QWEN3_W4A8_DIR, "w4a16")->info().quantization.find("running W4A16"), std::string::npos);
 }
 
 TEST_F(Int4ModelTest, LoadTimeW4A16CloseToBf16AndSmaller) {
@@ -222,7 +233,16 @@ TEST(Int4ConfigTest, RefusesWhatItDoesNotRunInOneLine) {
     unknown_order["config_groups"]["group_0"]["weights"]["actorder"] = "random";
     const std::string order = error_of([&] { parse_int4_config(unknown_order, "config.json", ignore); });
     EXPECT_NE(order.find("weights.actorder is \"random\""), std::string::npos) << order;
-    for (const std::string& e : {bits, group, gptq_bits, order}) EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    nlohmann::json static_act = ct_config(4, 128);
+    static_act["config_groups"]["group_0"]["input_activations"] = {
+        {"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"dynamic", false}, {"strategy", "tensor"}};
+    const std::string act = error_of([&] { parse_int4_config(static_act, "config.json", ignore); });
+    EXPECT_NE(act.find("input_activations is {"), std::string::npos) << act;
+    nlohmann::json dynamic_act = static_act;
+    dynamic_act["config_groups"]["group_0"]["input_activations"]["dynamic"] = true;
+    dynamic_act["config_groups"]["group_0"]["input_activations"]["strategy"] = "token";
+    EXPECT_TRUE(parse_int4_config(dynamic_act, "config.json", ignore)->int8_activations);
+    for (const std::string& e : {bits, group, gptq_bits, order, act}) EXPECT_EQ(e.find('\n'), std::string::npos) << e;
 }
 
 class Int4BadFileTest : public ::testing::Test {
@@ -232,7 +252,7 @@ protected:
         std::filesystem::create_directories(dir_);
         quant_.checkpoint = CheckpointQuant::kInt4;
         quant_.int4 = true;
-        quant_.int4_config = Int4Config{Int4Layout::kCompressedTensors, 32, true, true, false};
+        quant_.int4_config = Int4Config{Int4Layout::kCompressedTensors, 32, true, true, false, false};
     }
     void TearDown() override { std::filesystem::remove_all(dir_); }
     // Writes m.weight_packed [rows, words], and m.weight_scale [rows, groups] when with_scale.

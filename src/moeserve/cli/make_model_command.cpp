@@ -76,7 +76,8 @@ void add_make_model_command(CLI::App& app, Action* action) {
     sub->add_option(
         "--quantization", opts->quantization,
         "write the linear weights as w8a8 (compressed-tensors int8), w4a16 / w4a16-asym (compressed-tensors "
-        "pack-quantized int4, groups of 32; w4a16-act: actorder group), awq, gptq, gptq-act (desc_act) (int4, groups "
+        "pack-quantized int4, groups of 32; w4a16-act: actorder group; w4a8: with 8-bit per-token input_activations), "
+        "awq, gptq, gptq-act (desc_act) (int4, groups "
         "of 32), fp8 (F8_E4M3, 128x128 block scales), modelslim-w8a8 (Ascend static+dynamic mix), "
         "modelslim-w8a8-dynamic, modelslim-w4a8 (the mix with W4A8_DYNAMIC routed experts, packed, per group; "
         "-channel: one value per byte, per row), omniinfer-w8a8 or "

@@ -47,6 +47,8 @@ struct Int4Config {
     bool symmetric = true;           // compressed-tensors: no weight_zero_point (zero 8)
     bool gptq_zero_plus_one = true;  // GPTQ v1 (checkpoint_format gptq): stored zeros are one less
     bool desc_act = false;           // GPTQ: groups follow an activation order (g_idx; the loader reads g_idx itself)
+    // compressed-tensors W4A8: input_activations 8-bit symmetric, dynamic per token (runs W4A8 by default)
+    bool int8_activations = false;
 };
 
 // How one linear of a ModelSlim checkpoint is stored and run (its quant_model_description type).

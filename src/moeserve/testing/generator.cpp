@@ -288,7 +288,7 @@ WrittenLayout written_layout(const std::string& quant, const GeneratorArchitectu
         !l.int4 && !l.mxfp4) {
         raise(
             ErrorCode::kInvalidArgument,
-            "--quantization '{}' is not supported (expected w8a8, fp8, w4a16, w4a16-asym, w4a16-act, awq, gptq, "
+            "--quantization '{}' is not supported (expected w8a8, fp8, w4a16, w4a16-asym, w4a16-act, w4a8, awq, gptq, "
             "gptq-act, modelslim-w8a8, modelslim-w8a8-dynamic, modelslim-w4a8, modelslim-w4a8-channel, omniinfer-w8a8, "
             "mindspore-a8w8 or mxfp4)",
             quant);

@@ -61,12 +61,21 @@ Int4Config compressed_tensors(const nlohmann::json& qc, const std::string& label
             raise(ErrorCode::kUnsupported, "{}: {}.weights.type is '{}'; expected int", label, where,
                   w.value("type", ""));
         }
+        Int4Config c;
         const nlohmann::json act = g.value("input_activations", nlohmann::json());
         if (!act.is_null()) {
-            raise(ErrorCode::kUnsupported, "{}: {}.input_activations is set (W4A8); moeserve runs W4A16 only", label,
-                  where);
+            // W4A8 as vLLM's compressed-tensors runs it: int8 activations quantized per token
+            const bool dynamic_token = act.is_object() && act.value("num_bits", 0) == 8 &&
+                                       act.value("type", "int") == "int" && act.value("symmetric", true) &&
+                                       act.value("dynamic", false) && act.value("strategy", "") == "token";
+            if (!dynamic_token) {
+                raise(ErrorCode::kUnsupported,
+                      "{}: {}.input_activations is {}; moeserve runs int4 weights with f32 activations or 8-bit "
+                      "symmetric dynamic per-token ones",
+                      label, where, act.dump());
+            }
+            c.int8_activations = true;
         }
-        Int4Config c;
         // compressed-tensors' ActivationOrdering: "group" (alias "dynamic") stores weight_g_idx, the
         // group of each input column; "weight" (alias "static") keeps the groups contiguous, as
         // without an order (a weight_g_idx is read wherever the file has one).
@@ -91,10 +100,10 @@ Int4Config compressed_tensors(const nlohmann::json& qc, const std::string& label
                   label, where, strategy);
         }
         c.symmetric = w.value("symmetric", true);
-        if (found &&
-            (found->group_size != c.group_size || found->symmetric != c.symmetric || found->desc_act != c.desc_act)) {
-            raise(ErrorCode::kUnsupported, "{}: config groups with different int4 group sizes, symmetry or actorder",
-                  label);
+        if (found && (found->group_size != c.group_size || found->symmetric != c.symmetric ||
+                      found->desc_act != c.desc_act || found->int8_activations != c.int8_activations)) {
+            raise(ErrorCode::kUnsupported,
+                  "{}: config groups with different int4 group sizes, symmetry, actorder or activations", label);
         }
         found = c;
     }
@@ -170,8 +179,9 @@ const char* int4_layout_name(Int4Layout layout) {
 
 namespace {
 
-// int4 checkpoints (compressed-tensors pack-quantized, AutoAWQ, GPTQ): run W4A16 as stored
-// ("", auto, w4a16), with int8 activations (w4a8) or dequantized to bf16 (none).
+// int4 checkpoints (compressed-tensors pack-quantized, AutoAWQ, GPTQ): run as stored ("", auto:
+// W4A16, or W4A8 where compressed-tensors gives 8-bit input_activations), W4A16 (w4a16), with int8
+// activations (w4a8) or dequantized to bf16 (none).
 class Int4Checkpoint final : public CheckpointFormat {
 public:
     CheckpointQuant kind() const override { return CheckpointQuant::kInt4; }
@@ -188,7 +198,8 @@ public:
     void resolve_run(Quantization& q, const std::string& label, const std::string& requested) const override {
         if (requested.empty() || requested == "auto" || requested == "w4a16" || requested == "w4a8") {
             q.int4 = true;
-            q.w4a8 = requested == "w4a8";
+            // a W4A8 checkpoint runs W4A8 unless w4a16 asks for f32 activations
+            q.w4a8 = requested == "w4a8" || (requested != "w4a16" && q.int4_config.int8_activations);
         } else if (requested != "none") {
             raise(ErrorCode::kInvalidArgument,
                   "--quantization '{}': {} is an int4 ({}) checkpoint; pass w4a16 (as stored), w4a8 (int8 "

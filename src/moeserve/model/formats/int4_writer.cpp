@@ -131,12 +131,13 @@ std::vector<std::string> add_awq_gptq(io::SafetensorsWriter& w, const std::strin
 }  // namespace
 
 std::optional<Int4Config> int4_layout_for(const std::string& quantization) {
-    if (quantization == "w4a16") return Int4Config{Int4Layout::kCompressedTensors, 32, true, true, false};
-    if (quantization == "w4a16-asym") return Int4Config{Int4Layout::kCompressedTensors, 32, false, true, false};
-    if (quantization == "awq") return Int4Config{Int4Layout::kAwq, 32, false, true, false};
-    if (quantization == "gptq") return Int4Config{Int4Layout::kGptq, 32, true, true, false};
-    if (quantization == "gptq-act") return Int4Config{Int4Layout::kGptq, 32, true, true, true};
-    if (quantization == "w4a16-act") return Int4Config{Int4Layout::kCompressedTensors, 32, true, true, true};
+    if (quantization == "w4a16") return Int4Config{Int4Layout::kCompressedTensors, 32, true, true, false, false};
+    if (quantization == "w4a16-asym") return Int4Config{Int4Layout::kCompressedTensors, 32, false, true, false, false};
+    if (quantization == "awq") return Int4Config{Int4Layout::kAwq, 32, false, true, false, false};
+    if (quantization == "gptq") return Int4Config{Int4Layout::kGptq, 32, true, true, false, false};
+    if (quantization == "gptq-act") return Int4Config{Int4Layout::kGptq, 32, true, true, true, false};
+    if (quantization == "w4a16-act") return Int4Config{Int4Layout::kCompressedTensors, 32, true, true, true, false};
+    if (quantization == "w4a8") return Int4Config{Int4Layout::kCompressedTensors, 32, true, true, false, true};
     return std::nullopt;
 }
 
@@ -184,7 +185,12 @@ nlohmann::json int4_quantization_config(const Int4Config& cfg, const std::vector
             {"config_groups",
              {{"group_0",
                {{"targets", {"Linear"}},
-                {"input_activations", nullptr},
+                {"input_activations", cfg.int8_activations ? nlohmann::json{{"num_bits", 8},
+                                                                            {"type", "int"},
+                                                                            {"symmetric", true},
+                                                                            {"dynamic", true},
+                                                                            {"strategy", "token"}}
+                                                           : nlohmann::json()},
                 {"output_activations", nullptr},
                 {"weights",
                  {{"num_bits", 4},

@@ -1,6 +1,6 @@
 // Writes int4 weights in the checkpoint layouts moeserve reads (formats/int4_weights.h), for
-// `moeserve make-model --quantization w4a16 | w4a16-asym | w4a16-act | awq | gptq | gptq-act`: tests and benchmarks
-// get int4 checkpoints without the Python quantizers.
+// `moeserve make-model --quantization w4a16 | w4a16-asym | w4a16-act | w4a8 | awq | gptq | gptq-act`: tests and
+// benchmarks get int4 checkpoints without the Python quantizers.
 #pragma once
 
 #include <nlohmann/json.hpp>
