@@ -200,6 +200,14 @@ Int4Matrix load_int4_matrix(const io::WeightSource& weights, const std::string& 
         raise(ErrorCode::kInvalidModel, "'{}.weight' has {} input columns; int4 weights need an even number", prefix,
               cols);
     }
+    const Int4Config& cfg = quant.int4_config;
+    const int64_t group_size = cfg.group_size == 0 ? cols : cfg.group_size;
+    if (quant.checkpoint != CheckpointQuant::kModelSlim && !stored_as_int4(weights, prefix, quant)) {
+        const Tensor f = load_weight_f32(weights, prefix, rows, cols, quant);
+        return quantize_int4(f.as<float>(), rows, cols, group_size, cfg.symmetric);
+    }
+    Int4Matrix m;
+    std::string stored;  // the tensor the codes came from
     if (quant.checkpoint == CheckpointQuant::kModelSlim) {
         if (!modelslim_w4a8(quant, prefix)) {
             raise(ErrorCode::kInvalidModel,
@@ -207,18 +215,19 @@ Int4Matrix load_int4_matrix(const io::WeightSource& weights, const std::string& 
                   "share one type",
                   quant.description_file, prefix);
         }
-        return read_modelslim_w4a8(weights, prefix, rows, cols);
+        m = read_modelslim_w4a8(weights, prefix, rows, cols);
+        stored = prefix + ".weight";
+    } else if (cfg.layout == Int4Layout::kCompressedTensors) {
+        m = read_compressed_tensors(weights, prefix, rows, cols, group_size, cfg.symmetric);
+        stored = prefix + ".weight_packed";
+    } else {
+        m = read_awq_gptq(weights, prefix, rows, cols, group_size, cfg);
+        stored = prefix + ".qweight";
     }
-    const Int4Config& cfg = quant.int4_config;
-    const int64_t group_size = cfg.group_size == 0 ? cols : cfg.group_size;
-    if (!stored_as_int4(weights, prefix, quant)) {
-        const Tensor f = load_weight_f32(weights, prefix, rows, cols, quant);
-        return quantize_int4(f.as<float>(), rows, cols, group_size, cfg.symmetric);
-    }
-    if (cfg.layout == Int4Layout::kCompressedTensors) {
-        return read_compressed_tensors(weights, prefix, rows, cols, group_size, cfg.symmetric);
-    }
-    return read_awq_gptq(weights, prefix, rows, cols, group_size, cfg);
+    // the layer keeps its own copy: the file's pages (one value a byte for some ModelSlim savers) leave
+    // the resident set
+    weights.drop_resident(stored);
+    return m;
 }
 
 Int4Matrix quantize_int4(const float* w, int64_t rows, int64_t cols, int64_t group_size, bool symmetric,
