@@ -1,7 +1,7 @@
 // W4A8's activation quantization (shared by every ISA level) and its scalar tile.
 #include "moeserve/kernels/cpu/linear_w4a8.h"
 
-#include <cstring>
+#include <vector>
 
 #include "moeserve/kernels/cpu/quantize_int8.h"
 
@@ -12,7 +12,7 @@ namespace {
 // Below this many activation values one thread quantizes them all (waking the pool costs more).
 constexpr int64_t kMinParallelValues = 1 << 14;
 
-// Row i of x quantized into the chunk order at q, with its group sums.
+// One row x [k] quantized into the chunk order at q, with its scale and group sums.
 void quantize_row(const float* x, int64_t k, int64_t group_size, int8_t* q, float* sx, float* sums) {
     thread_local std::vector<int8_t> row;
     row.resize(static_cast<size_t>(k));

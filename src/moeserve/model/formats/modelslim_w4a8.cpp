@@ -1,7 +1,5 @@
 #include "moeserve/model/formats/modelslim_w4a8.h"
 
-#include <cstring>
-
 #include "moeserve/core/error.h"
 
 namespace moeserve::model {
@@ -68,8 +66,8 @@ Int4Matrix read_modelslim_w4a8(const io::WeightSource& weights, const std::strin
                               : Tensor();
     Int4Matrix m = empty_int4_matrix(rows, cols, gs);
     for (int64_t j = 0; j < rows; ++j) {
+        const float s = channel.as<float>()[j];
         for (int64_t g = 0; g < ng; ++g) {
-            const float s = channel.as<float>()[j];
             m.scale.as<float>()[j * ng + g] = second.empty() ? s : s * second.as<float>()[j * ng + g];
             m.zero.as<float>()[j * ng + g] = 8.0f;
         }
