@@ -260,8 +260,10 @@ class ApiServers(unittest.TestCase):
 
     def test_restart(self):
         expected = reference_texts()
-        # Streams long enough to outlast the restart (~0.6 s here): the engine aborts the dead
-        # server's ones (200 tokens took 0.55 s).
+        # Streams long enough to outlast the restart, so the engine has the dead server's ones to
+        # abort: the restart took 0.6-0.9 s here and a 600-token stream 0.87 s, so once the
+        # victim's stream finished before the restart was noticed ("aborting the 0 requests").
+        # 2000 tokens (about 3 s here) leave a margin of 3x; the model's length bound fits them.
         s = Server("--api-server-count", "2", "--enable-log-requests", "--drain-timeout", "300", "--max-model-len",
                    "2048")
         rank = s.children()[0]
@@ -269,7 +271,7 @@ class ApiServers(unittest.TestCase):
         fds, succeeded, recovery = None, 0, []
         try:
             for k in range(1, 6):
-                streams = self.open_streams(s, per_server=1, tag=f" of round {k}", max_tokens=600)
+                streams = self.open_streams(s, per_server=1, tag=f" of round {k}", max_tokens=2000)
                 victim = s.api_server_pid(1)
                 os.kill(victim, signal.SIGKILL)
                 killed = time.time()
