@@ -8,8 +8,12 @@
 // Config and bad-file errors are one line naming the field or the tensor.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <numeric>
+#include <random>
+#include <utility>
 
 #include "model/model_test_util.h"
 #include "moeserve/core/error.h"
@@ -346,10 +350,71 @@ TEST(Int4ShardTest, SlicesOnGroupBoundariesAndRefusesTheRest) {
     act.perm = Tensor(DType::kI32, {128});
     for (int32_t i = 0; i < 128; ++i) act.perm.as<int32_t>()[i] = 127 - i;
     EXPECT_EQ(int4_rectangle(act, 0, 2, 0, 128, "a.weight").perm.numel(), 128);  // a row slice keeps the order
-    const std::string cols = error_of([&] { int4_rectangle(act, 0, 4, 0, 64, "a.weight"); });
-    EXPECT_NE(cols.find("'a.weight'"), std::string::npos) << cols;
-    EXPECT_NE(cols.find("act order"), std::string::npos) << cols;
-    EXPECT_EQ(cols.find('\n'), std::string::npos) << cols;
+}
+
+// A random act order over 4 groups of 64: every group holds inputs from every TP slice.
+Int4Matrix random_act_order_matrix(int64_t rows, int64_t cols, int64_t group_size, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    std::vector<float> w(static_cast<size_t>(rows * cols));
+    for (float& v : w) v = d(rng);
+    Int4Matrix m = quantize_int4(w.data(), rows, cols, group_size, false);
+    std::vector<int32_t> order(static_cast<size_t>(cols));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    m.perm = Tensor(DType::kI32, {cols});
+    std::copy(order.begin(), order.end(), m.perm.as<int32_t>());
+    return m;
+}
+
+TEST(Int4ShardTest, ActOrderColumnSlicesHoldTheSameWeightsInPaddedGroups) {
+    const Int4Matrix m = random_act_order_matrix(6, 256, 64, 11);
+    const Tensor full = dequantize_int4(m);
+    for (const auto& [col0, cols] : {std::pair<int64_t, int64_t>{0, 128}, {128, 128}, {64, 64}, {192, 64}}) {
+        const Int4Matrix s = int4_rectangle(m, 1, 4, col0, cols, "a.weight");  // rows 1-4
+        EXPECT_EQ(s.in_cols(), cols);
+        EXPECT_EQ(s.cols() % s.group_size, 0);
+        EXPECT_TRUE(s.group_size == 32 || s.group_size == 64) << s.group_size;
+        const Tensor part = dequantize_int4(s);
+        ASSERT_EQ(part.dim(1), cols);
+        for (int64_t j = 0; j < 4; ++j) {
+            for (int64_t c = 0; c < cols; ++c) {
+                ASSERT_EQ(part.as<float>()[j * cols + c], full.as<float>()[(1 + j) * 256 + col0 + c])
+                    << "slice " << col0 << " row " << j << " column " << c;
+            }
+        }
+        // the gathered input: each kept column's input, 0 in the padding
+        std::vector<float> x(static_cast<size_t>(cols)), xp(static_cast<size_t>(s.cols()));
+        std::iota(x.begin(), x.end(), 1.0f);
+        gather_columns(s, x.data(), 1, xp.data());
+        for (int64_t i = 0; i < s.cols(); ++i) {
+            const int32_t input = s.perm.as<int32_t>()[i];
+            EXPECT_EQ(xp[size_t(i)], input < 0 ? 0.0f : x[size_t(input)]) << i;
+        }
+    }
+}
+
+TEST(Int4ShardTest, StoredColumnsNameTheirInputsAndRowsKeepTheOrder) {
+    const Int4Matrix m = random_act_order_matrix(8, 256, 64, 12);
+    std::vector<int32_t> inputs;
+    const Int4Matrix s = int4_stored_columns(m, 128, 64, "d.weight", inputs);
+    EXPECT_TRUE(s.perm.empty());
+    ASSERT_EQ(inputs.size(), 64u);
+    const Tensor full = dequantize_int4(m), part = dequantize_int4(s);
+    for (int64_t j = 0; j < 8; ++j) {
+        for (int64_t i = 0; i < 64; ++i) {
+            EXPECT_EQ(part.as<float>()[j * 64 + i], full.as<float>()[j * 256 + inputs[size_t(i)]]) << j << " " << i;
+        }
+    }
+    const std::string inside = error_of([&] { int4_stored_columns(m, 32, 64, "d.weight", inputs); });
+    EXPECT_NE(inside.find("'d.weight'"), std::string::npos) << inside;
+    const Int4Matrix picked = int4_rows(m, {5, 0, 7});
+    const Tensor rows = dequantize_int4(picked);
+    ASSERT_EQ(picked.perm.numel(), 256);
+    for (int64_t i = 0; i < 256; ++i) {
+        EXPECT_EQ(rows.as<float>()[i], full.as<float>()[5 * 256 + i]);
+        EXPECT_EQ(rows.as<float>()[2 * 256 + i], full.as<float>()[7 * 256 + i]);
+    }
 }
 
 }  // namespace

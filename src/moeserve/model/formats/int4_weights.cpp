@@ -54,8 +54,12 @@ Tensor int4_float_param(const io::WeightSource& weights, const std::string& name
 
 Int4Matrix empty_int4_matrix(int64_t rows, int64_t cols, int64_t group_size) {
     const int64_t groups = kernels::int4_groups(cols, group_size);
-    Int4Matrix m{Tensor(DType::kU8, {rows, cols / 2}), Tensor(DType::kF32, {rows, groups}),
-                 Tensor(DType::kF32, {rows, groups}), group_size, Tensor()};
+    Int4Matrix m{Tensor(DType::kU8, {rows, cols / 2}),
+                 Tensor(DType::kF32, {rows, groups}),
+                 Tensor(DType::kF32, {rows, groups}),
+                 group_size,
+                 Tensor(),
+                 0};
     std::memset(m.codes.data(), 0, m.codes.nbytes());
     return m;
 }
@@ -261,31 +265,39 @@ Int4Matrix quantize_int4(const float* w, int64_t rows, int64_t cols, int64_t gro
 
 Tensor dequantize_int4(const Int4Matrix& m) {
     const int64_t cols = m.cols();
-    Tensor f(DType::kF32, {m.rows(), cols});
+    Tensor f(DType::kF32, {m.rows(), m.in_cols()});
+    if (m.in_cols() != cols) std::memset(f.data(), 0, f.nbytes());
     const kernels::Int4Weights v = m.view();
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t j = 0; j < m.rows(); ++j) {
-        float* out = f.as<float>() + j * cols;
+        float* out = f.as<float>() + j * m.in_cols();
         if (m.perm.empty()) {
             kernels::ops().dequantize_int4_row(v, j, out);
             continue;
         }
         kernels::ops().dequantize_int4_row(v, j, row.data());
-        for (int64_t i = 0; i < cols; ++i) out[m.perm.as<int32_t>()[i]] = row[size_t(i)];
+        for (int64_t i = 0; i < cols; ++i) {
+            const int32_t input = m.perm.as<int32_t>()[i];
+            if (input >= 0) out[input] = row[size_t(i)];
+        }
     }
     return f;
 }
 
 void gather_columns(const Int4Matrix& m, const float* x, int64_t rows, float* out) {
-    const int64_t k = m.cols();
+    const int64_t k = m.cols(), kx = m.in_cols();
     const int32_t* perm = m.perm.as<const int32_t>();
     for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t i = 0; i < k; ++i) out[r * k + i] = x[r * k + perm[i]];
+        for (int64_t i = 0; i < k; ++i) out[r * k + i] = perm[i] >= 0 ? x[r * kx + perm[i]] : 0.0f;
     }
 }
 
-Int4Matrix int4_rectangle(const Int4Matrix& m, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
-                          const std::string& name) {
+namespace {
+
+// Rows [row0, +rows) and stored columns [col0, +cols) of m, with no act order; int4_rectangle's
+// group boundary rule.
+Int4Matrix stored_rectangle(const Int4Matrix& m, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
+                            const std::string& name) {
     const int64_t groups = kernels::int4_groups(m.cols(), m.group_size);
     // one group per row (per-channel): any column slice is one group of its own width
     const int64_t gs = groups == 1 ? std::max<int64_t>(cols, 2) : m.group_size;
@@ -297,22 +309,97 @@ Int4Matrix int4_rectangle(const Int4Matrix& m, int64_t row0, int64_t rows, int64
     }
     const int64_t g0 = groups == 1 ? 0 : col0 / gs, ng = kernels::int4_groups(cols, gs);
     Int4Matrix r = empty_int4_matrix(rows, cols, gs);
-    if (!m.perm.empty()) {
-        if (col0 != 0 || cols != m.cols()) {
-            raise(ErrorCode::kUnsupported,
-                  "'{}': an act order (GPTQ desc_act, compressed-tensors actorder group) mixes the input "
-                  "columns, so its columns cannot be split for tensor parallelism; use expert parallelism or a "
-                  "checkpoint without one",
-                  name);
-        }
-        r.perm = Tensor(DType::kI32, {cols});
-        std::memcpy(r.perm.data(), m.perm.data(), m.perm.nbytes());
-    }
     for (int64_t j = 0; j < rows; ++j) {
         std::memcpy(r.codes.as<uint8_t>() + j * (cols / 2),
                     m.codes.as<uint8_t>() + (row0 + j) * (m.cols() / 2) + col0 / 2, static_cast<size_t>(cols / 2));
         std::memcpy(r.scale.as<float>() + j * ng, m.scale.as<float>() + (row0 + j) * groups + g0, size_t(ng) * 4);
         std::memcpy(r.zero.as<float>() + j * ng, m.zero.as<float>() + (row0 + j) * groups + g0, size_t(ng) * 4);
+    }
+    return r;
+}
+
+int code_at(const Int4Matrix& m, int64_t j, int64_t i) {
+    return (m.codes.as<uint8_t>()[j * (m.cols() / 2) + i / 2] >> (4 * (i & 1))) & 15;
+}
+
+// The group width act_order_columns pads to: 32, 64 or a multiple of 128 columns (the widths
+// the int4 and W4A8 tiles take whole), at least `fullest`.
+int64_t padded_group_width(int64_t fullest) {
+    if (fullest <= 32) return 32;
+    if (fullest <= 64) return 64;
+    return (fullest + 127) / 128 * 128;
+}
+
+}  // namespace
+
+Int4Matrix int4_rectangle(const Int4Matrix& m, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
+                          const std::string& name) {
+    if (!m.perm.empty() && (col0 != 0 || cols != m.cols())) return act_order_columns(m, row0, rows, col0, cols);
+    Int4Matrix r = stored_rectangle(m, row0, rows, col0, cols, name);
+    if (!m.perm.empty()) {
+        r.perm = Tensor(DType::kI32, {cols});
+        std::memcpy(r.perm.data(), m.perm.data(), m.perm.nbytes());
+    }
+    return r;
+}
+
+Int4Matrix act_order_columns(const Int4Matrix& m, int64_t row0, int64_t rows, int64_t col0, int64_t cols) {
+    const int64_t gs = m.group_size, groups = kernels::int4_groups(m.cols(), gs);
+    const int32_t* perm = m.perm.as<const int32_t>();
+    std::vector<std::vector<int64_t>> kept(static_cast<size_t>(groups));  // stored columns per group
+    for (int64_t i = 0; i < m.cols(); ++i) {
+        if (perm[i] >= col0 && perm[i] < col0 + cols) kept[static_cast<size_t>(i / gs)].push_back(i);
+    }
+    std::vector<int64_t> used;  // groups with a kept column
+    size_t fullest = 0;
+    for (int64_t g = 0; g < groups; ++g) {
+        if (kept[size_t(g)].empty()) continue;
+        used.push_back(g);
+        fullest = std::max(fullest, kept[size_t(g)].size());
+    }
+    const int64_t width = padded_group_width(static_cast<int64_t>(fullest)), ng = static_cast<int64_t>(used.size());
+    Int4Matrix r = empty_int4_matrix(rows, ng * width, width);
+    r.perm = Tensor(DType::kI32, {ng * width});
+    std::fill_n(r.perm.as<int32_t>(), ng * width, -1);
+    r.input_cols = cols;
+    for (int64_t a = 0; a < ng; ++a) {
+        const int64_t g = used[size_t(a)];
+        const std::vector<int64_t>& columns = kept[size_t(g)];
+        for (size_t t = 0; t < columns.size(); ++t) {
+            r.perm.as<int32_t>()[a * width + int64_t(t)] = static_cast<int32_t>(perm[columns[t]] - col0);
+        }
+        for (int64_t j = 0; j < rows; ++j) {
+            for (size_t t = 0; t < columns.size(); ++t)
+                set_code(r, j, a * width + int64_t(t), code_at(m, row0 + j, columns[t]));
+            r.scale.as<float>()[j * ng + a] = m.scale.as<float>()[(row0 + j) * groups + g];
+            r.zero.as<float>()[j * ng + a] = m.zero.as<float>()[(row0 + j) * groups + g];
+        }
+    }
+    return r;
+}
+
+Int4Matrix int4_stored_columns(const Int4Matrix& m, int64_t col0, int64_t cols, const std::string& name,
+                               std::vector<int32_t>& inputs) {
+    inputs.resize(static_cast<size_t>(cols));
+    for (int64_t i = 0; i < cols; ++i) {
+        inputs[size_t(i)] = m.perm.empty() ? static_cast<int32_t>(col0 + i) : m.perm.as<const int32_t>()[col0 + i];
+    }
+    return stored_rectangle(m, 0, m.rows(), col0, cols, name);
+}
+
+Int4Matrix int4_rows(const Int4Matrix& m, const std::vector<int32_t>& rows) {
+    const int64_t n = static_cast<int64_t>(rows.size()), ng = m.scale.dim(1), row_bytes = m.cols() / 2;
+    Int4Matrix r = empty_int4_matrix(n, m.cols(), m.group_size);
+    for (int64_t j = 0; j < n; ++j) {
+        const int64_t src = rows[size_t(j)];
+        std::memcpy(r.codes.as<uint8_t>() + j * row_bytes, m.codes.as<const uint8_t>() + src * row_bytes,
+                    static_cast<size_t>(row_bytes));
+        std::memcpy(r.scale.as<float>() + j * ng, m.scale.as<const float>() + src * ng, size_t(ng) * 4);
+        std::memcpy(r.zero.as<float>() + j * ng, m.zero.as<const float>() + src * ng, size_t(ng) * 4);
+    }
+    if (!m.perm.empty()) {
+        r.perm = Tensor(DType::kI32, {m.cols()});
+        std::memcpy(r.perm.data(), m.perm.data(), m.perm.nbytes());
     }
     return r;
 }

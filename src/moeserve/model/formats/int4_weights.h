@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "moeserve/core/tensor.h"
 #include "moeserve/io/weight_source.h"
@@ -29,10 +30,13 @@ struct Int4Matrix {
     Tensor scale;            // F32 [rows, groups]
     Tensor zero;             // F32 [rows, groups]
     int64_t group_size = 0;  // columns per group (the last may be partial)
-    Tensor perm;             // I32 [cols] or empty: stored column i multiplies input column perm[i] (GPTQ desc_act)
+    Tensor perm;             // I32 [cols] or empty: stored column i multiplies input column perm[i] (GPTQ desc_act),
+                             // none where perm[i] < 0 (a padding column of act_order_columns)
+    int64_t input_cols = 0;  // the columns of x when they differ from cols() (act_order_columns); 0: cols()
 
     int64_t rows() const { return codes.dim(0); }
     int64_t cols() const { return codes.dim(1) * 2; }
+    int64_t in_cols() const { return input_cols > 0 ? input_cols : cols(); }
     kernels::Int4Weights view() const {
         return {codes.as<const uint8_t>(), scale.as<const float>(), zero.as<const float>(), rows(), cols(), group_size};
     }
@@ -67,18 +71,37 @@ Int4Matrix load_int4_matrix(const io::WeightSource& weights, const std::string& 
 Int4Matrix quantize_int4(const float* w, int64_t rows, int64_t cols, int64_t group_size, bool symmetric,
                          DType scale_dtype = DType::kF32);
 
-// m as f32 [rows, cols] in input column order (the dequantize_int4_row op per row).
+// m as f32 [rows, in_cols] in input column order (the dequantize_int4_row op per row).
 Tensor dequantize_int4(const Int4Matrix& m);
 
-// out [rows, m.cols()] = x [rows, m.cols()] with its columns in m's stored order (m.perm set).
+// out [rows, m.cols()] = x [rows, m.in_cols()] with its columns in m's stored order (m.perm set;
+// 0 for a padding column).
 void gather_columns(const Int4Matrix& m, const float* x, int64_t rows, float* out);
 
 // Rows [row0, row0 + rows) and columns [col0, col0 + cols) of m. Columns must start on a group
 // boundary and end on one (or at the row's end), unless m has one group per row: Error
-// kUnsupported naming `name` otherwise (a tensor-parallel split inside a group, or any column
-// slice of an act-order matrix).
+// kUnsupported naming `name` otherwise (a tensor-parallel split inside a group). For an
+// act-order matrix the columns are input columns: act_order_columns.
 Int4Matrix int4_rectangle(const Int4Matrix& m, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
                           const std::string& name);
+
+// Rows [row0, +rows) of an act-order matrix m for the input columns [col0, +cols) only (a
+// row-parallel TP slice: those inputs lie in every group). Each group keeps its stored columns
+// whose input is in the slice, in order, padded to one width (the fewest of 32, 64 or a multiple
+// of 128 columns that holds the fullest group; perm -1, so x is read as 0 there) so that the
+// groups stay uniform for the kernels; groups with none are left out. Exact; the cost is the
+// padding: up to cols() columns per row instead of `cols`.
+Int4Matrix act_order_columns(const Int4Matrix& m, int64_t row0, int64_t rows, int64_t col0, int64_t cols);
+
+// The stored columns [col0, +cols) of every row of m, with no act order (their inputs are
+// m.perm[col0 + i], written to `inputs`, or col0 + i without one): a TP rank that computes those
+// inputs itself in that order (the experts' intermediate features) then needs no gather. Group
+// boundaries as int4_rectangle.
+Int4Matrix int4_stored_columns(const Int4Matrix& m, int64_t col0, int64_t cols, const std::string& name,
+                               std::vector<int32_t>& inputs);
+
+// Rows `rows` of m, in that order (its act order kept).
+Int4Matrix int4_rows(const Int4Matrix& m, const std::vector<int32_t>& rows);
 
 // The rectangle [row0, +rows) x [col0, +cols) of PREFIX's weight [full_rows, full_cols] as int4:
 // of the stored int4 matrix (int4_rectangle), or, quantizing at load, the f32 rectangle

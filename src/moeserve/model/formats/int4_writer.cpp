@@ -176,7 +176,7 @@ nlohmann::json int4_quantization_config(const Int4Config& cfg, const std::vector
     }
     if (cfg.layout == Int4Layout::kGptq) {
         return {{"quant_method", "gptq"},       {"bits", 4},
-                {"group_size", cfg.group_size}, {"desc_act", false},
+                {"group_size", cfg.group_size}, {"desc_act", cfg.desc_act},
                 {"sym", cfg.symmetric},         {"checkpoint_format", "gptq"}};
     }
     return {{"quant_method", "compressed-tensors"},

@@ -120,8 +120,12 @@ void copy_act_order(const Tensor& a, const Tensor& b, const std::string& module,
 
 // An empty stacked int4 matrix [rows, like.cols()] with like's groups.
 Int4Matrix stacked_like(const Int4Matrix& like, int64_t rows) {
-    return {Tensor(DType::kU8, {rows, like.codes.dim(1)}), Tensor(DType::kF32, {rows, like.scale.dim(1)}),
-            Tensor(DType::kF32, {rows, like.scale.dim(1)}), like.group_size, Tensor()};
+    return {Tensor(DType::kU8, {rows, like.codes.dim(1)}),
+            Tensor(DType::kF32, {rows, like.scale.dim(1)}),
+            Tensor(DType::kF32, {rows, like.scale.dim(1)}),
+            like.group_size,
+            Tensor(),
+            0};
 }
 
 // Copies the [rows, cols] rectangle at (row0, col0) of a `shape` weight into dst as f32 (the
@@ -188,13 +192,43 @@ Int8ExpertWeights load_int8(const io::WeightSource& weights, const std::vector<s
     return w;
 }
 
+// TP splits the experts' intermediate features. Where down has an act order (GPTQ desc_act), a
+// rank's slice of its input columns lies in every group, so the rank takes down's stored columns
+// [inter_begin, +inter) instead (whole groups) and computes, in gate and up, the features those
+// columns multiply, in that order: down then needs no order of its own, and nothing is padded.
+// Without an order the features are [inter_begin, +inter), the plain TP slice.
+struct StoredSplit {
+    Int4Matrix down;                // the stored columns, no act order
+    std::vector<int32_t> features;  // the gate/up rows this rank computes, in down's column order
+};
+
+// The TP split of the expert whose down projection is `down_module`, or none where TP does not
+// split the features or the checkpoint does not store the experts as int4 (quantized at load,
+// each rank quantizes its own rectangle).
+std::optional<StoredSplit> stored_split(const io::WeightSource& weights, const std::string& down_module,
+                                        const ExpertsLayout& g, const Quantization& quant) {
+    if (g.inter == g.full_inter || !stored_as_int4(weights, down_module, quant)) return std::nullopt;
+    const Int4Matrix full = load_int4_matrix(weights, down_module, g.hidden, g.full_inter, quant);
+    StoredSplit split;
+    split.down = int4_stored_columns(full, g.inter_begin, g.inter, down_module + ".weight", split.features);
+    return split;
+}
+
 Int4ExpertWeights load_int4(const io::WeightSource& weights, const std::vector<std::string>& prefixes,
                             const ExpertsLayout& g, const Quantization& quant) {
     Int4ExpertWeights w;
-    Tensor gate_perm;  // the current expert's gate act order, which its up must share
+    Tensor gate_perm;                  // the current expert's gate act order, which its up must share
+    std::optional<StoredSplit> split;  // the current expert's
     for_each_projection(prefixes, g, [&](const Projection& p) {
-        Int4Matrix m =
-            load_int4_rectangle(weights, p.module, p.shape[0], p.shape[1], p.row0, p.rows, p.col0, p.cols, quant);
+        if (p.kind == kGate) split = stored_split(weights, prefixes[size_t(p.expert)] + g.names.down, g, quant);
+        Int4Matrix m;
+        if (!split) {
+            m = load_int4_rectangle(weights, p.module, p.shape[0], p.shape[1], p.row0, p.rows, p.col0, p.cols, quant);
+        } else if (p.kind == kDown) {
+            m = std::move(split->down);
+        } else {
+            m = int4_rows(load_int4_matrix(weights, p.module, p.shape[0], p.shape[1], quant), split->features);
+        }
         const bool down = p.kind == kDown;
         Int4Matrix& dst = down ? w.down : w.gate_up;
         Tensor& perm = down ? w.down_perm : w.gate_up_perm;

@@ -68,7 +68,7 @@ int64_t weight_cols(const LinearWeight& w) {
                                  [](const DynamicInt8Weight& q) { return q.data.dim(1); },
                                  [](const StaticInt8Weight& q) { return q.data.dim(1); },
                                  [](const BlockWeight& b) { return b.matrix.cols; },
-                                 [](const Int4Weight& q) { return q.matrix.cols(); }},
+                                 [](const Int4Weight& q) { return q.matrix.in_cols(); }},
                       w);
 }
 
@@ -152,7 +152,7 @@ void run_linear(ThreadPool& pool, const LinearWeight& w, const float* x, int64_t
                                   return;
                               }
                               // GPTQ act order: x's columns in the stored order first
-                              std::vector<float> xp(static_cast<size_t>(rows * k));
+                              std::vector<float> xp(static_cast<size_t>(rows * q.matrix.cols()));
                               gather_columns(q.matrix, x, rows, xp.data());
                               kernels::ops().linear_int4(pool, xp.data(), rows, q.view(), out);
                           }},
