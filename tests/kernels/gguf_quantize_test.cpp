@@ -13,6 +13,7 @@
 #include <iterator>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "moeserve/core/ggml_type.h"
@@ -130,6 +131,22 @@ TEST(GgufQuantizeActivationsTest, Q8KMatchesLlamaCppRules) {
     }
     for (int i = 0; i < kQK_K; ++i) {
         EXPECT_EQ(b.qs[i], static_cast<int8_t>(std::min(127.0f, std::nearbyint(-127.0f / 3.0f * x[i])))) << i;
+    }
+}
+
+// Where magnitudes tie, llama.cpp's scan keeps the first element: its sign sets d's. Ties placed
+// so that the first lies at a later position within a group of 8 than the second.
+TEST(GgufQuantizeActivationsTest, Q8KTakesTheFirstOfTiedMagnitudes) {
+    for (const auto& [first, second, sign] :
+         {std::tuple<int, int, float>{13, 16, 1.0f}, {13, 16, -1.0f}, {200, 255, -1.0f}, {0, 7, 1.0f}}) {
+        std::vector<float> x(kQK_K, 0.5f);
+        x[size_t(first)] = 3.0f * sign;
+        x[size_t(second)] = -3.0f * sign;
+        BlockQ8_K b{};
+        quantize_gguf(GgmlType::kQ8_K, x.data(), &b, kQK_K);
+        EXPECT_EQ(b.d, 1.0f / (-127.0f / (3.0f * sign))) << first << " " << second;
+        EXPECT_EQ(b.qs[first], -127) << first;
+        EXPECT_EQ(b.qs[second], 127) << second;
     }
 }
 
