@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <numeric>
 
 #include "kernel_test_util.h"
 #include "moeserve/kernels/cpu/bf16_panels.h"
+#include "moeserve/kernels/cpu/moe_grouping.h"
 #include "moeserve/core/dtype.h"
 
 namespace moeserve::kernels::cpu {
@@ -199,6 +201,25 @@ TEST(MoeExpertsTest, BenchModelDecodeShape) {
         // Bench model (Qwen3-MoE-like): 64 experts top-8, hidden 1024, moe_intermediate_size 384.
         check({1, 1024, 384, 64, 0, 64, 8}, 2, 77);
     });
+}
+
+// The guided ranges (the GGUF experts' items) cover every item once, on any thread count.
+TEST(MoeGroupingTest, ItemRangesCoverEveryItemOnce) {
+    for (int threads = 1; threads <= 3; ++threads) {
+        ThreadPool pool(threads);
+        for (int64_t n : {0, 1, 5, 17, 384, 3072}) {
+            std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
+            std::atomic<int> ranges{0};
+            detail::run_item_ranges(pool, n, [&](int64_t begin, int64_t end) {
+                ASSERT_LT(begin, end);
+                ranges.fetch_add(1);
+                for (int64_t i = begin; i < end; ++i) seen[static_cast<size_t>(i)].fetch_add(1);
+            });
+            for (int64_t i = 0; i < n; ++i) EXPECT_EQ(seen[static_cast<size_t>(i)].load(), 1) << n << " " << i;
+            // a step's items are taken in a few ranges (at least 1/8 of a thread's share each)
+            EXPECT_LE(ranges.load(), 8 * threads + 1) << n;
+        }
+    }
 }
 
 }  // namespace

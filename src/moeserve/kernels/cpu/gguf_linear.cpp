@@ -8,6 +8,7 @@
 #include "moeserve/kernels/cpu/gguf_dot.h"
 #include "moeserve/kernels/cpu/gguf_quantize.h"
 #include "moeserve/kernels/cpu/linear.h"
+#include "moeserve/kernels/cpu/moe_grouping.h"
 
 namespace moeserve::kernels::cpu {
 
@@ -176,7 +177,7 @@ template <class SlotRow, class Fn>
 void expert_tiles(ThreadPool& pool, const GgufScratch& scratch, int64_t out_rows, int step, SlotRow slot_row, Fn fn) {
     const int64_t row_blocks = (out_rows + step - 1) / step;
     const std::vector<int32_t>& active = scratch.active;
-    pool.parallel_for(static_cast<int64_t>(active.size()) * row_blocks, [&](int64_t begin, int64_t end) {
+    detail::run_item_ranges(pool, static_cast<int64_t>(active.size()) * row_blocks, [&](int64_t begin, int64_t end) {
         const uint8_t* acts[kGgufTileCols];
         for (int64_t i = begin; i < end; ++i) {
             const auto e = static_cast<size_t>(active[static_cast<size_t>(i / row_blocks)]);

@@ -2,6 +2,7 @@
 // per-expert matmuls. Not part of the kernels API.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -39,6 +40,29 @@ void run_items(ThreadPool& pool, int64_t num_items, F&& item) {
     std::atomic<int64_t> next{0};
     pool.run([&](int) {
         for (int64_t i = next.fetch_add(1); i < num_items; i = next.fetch_add(1)) item(i);
+    });
+}
+
+// fn(begin, end) over items [0, n) in ranges the pool's threads take as they come free, each a
+// share of what is left (guided) but at least 1/8 of a thread's even share, so that a decode
+// step's few uniform items take few grabs of the shared counter: for many small items of
+// different cost (the GGUF experts' row blocks, each over its expert's tokens), where halves
+// fixed in advance left one thread waiting on the other in prefill (Q4_K_M / Q4_0 prefill of
+// 518 tokens 6-12% faster, docs/performance.md).
+template <typename F>
+void run_item_ranges(ThreadPool& pool, int64_t n, F&& fn) {
+    if (n <= 0) return;
+    const int64_t threads = pool.num_threads(), least = std::max<int64_t>(1, n / (8 * threads));
+    std::atomic<int64_t> next{0};
+    pool.run([&](int) {
+        int64_t begin = next.load(std::memory_order_relaxed);
+        while (begin < n) {
+            const int64_t chunk = std::max(least, (n - begin) / (2 * threads));
+            if (next.compare_exchange_weak(begin, begin + chunk, std::memory_order_relaxed)) {
+                fn(begin, std::min(n, begin + chunk));
+                begin = next.load(std::memory_order_relaxed);
+            }
+        }
     });
 }
 
