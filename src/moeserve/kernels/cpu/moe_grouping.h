@@ -47,8 +47,8 @@ void run_items(ThreadPool& pool, int64_t num_items, F&& item) {
 // share of what is left (guided) but at least 1/8 of a thread's even share, so that a decode
 // step's few uniform items take few grabs of the shared counter: for many small items of
 // different cost (the GGUF experts' row blocks, each over its expert's tokens), where halves
-// fixed in advance left one thread waiting on the other in prefill (Q4_K_M / Q4_0 prefill of
-// 518 tokens 6-12% faster, docs/performance.md).
+// fixed in advance left one thread waiting on the other in prefill (a 518-token Q4_K_M prefill
+// about 6% faster on average, docs/performance.md).
 template <typename F>
 void run_item_ranges(ThreadPool& pool, int64_t n, F&& fn) {
     if (n <= 0) return;
