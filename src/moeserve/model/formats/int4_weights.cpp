@@ -318,10 +318,6 @@ Int4Matrix stored_rectangle(const Int4Matrix& m, int64_t row0, int64_t rows, int
     return r;
 }
 
-int code_at(const Int4Matrix& m, int64_t j, int64_t i) {
-    return (m.codes.as<uint8_t>()[j * (m.cols() / 2) + i / 2] >> (4 * (i & 1))) & 15;
-}
-
 // The group width act_order_columns pads to: 32, 64 or a multiple of 128 columns (the widths
 // the int4 and W4A8 tiles take whole), at least `fullest`.
 int64_t padded_group_width(int64_t fullest) {
@@ -370,7 +366,7 @@ Int4Matrix act_order_columns(const Int4Matrix& m, int64_t row0, int64_t rows, in
         }
         for (int64_t j = 0; j < rows; ++j) {
             for (size_t t = 0; t < columns.size(); ++t)
-                set_code(r, j, a * width + int64_t(t), code_at(m, row0 + j, columns[t]));
+                set_code(r, j, a * width + int64_t(t), m.code(row0 + j, columns[t]));
             r.scale.as<float>()[j * ng + a] = m.scale.as<float>()[(row0 + j) * groups + g];
             r.zero.as<float>()[j * ng + a] = m.zero.as<float>()[(row0 + j) * groups + g];
         }

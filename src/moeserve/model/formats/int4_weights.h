@@ -37,6 +37,10 @@ struct Int4Matrix {
     int64_t rows() const { return codes.dim(0); }
     int64_t cols() const { return codes.dim(1) * 2; }
     int64_t in_cols() const { return input_cols > 0 ? input_cols : cols(); }
+    // The 4-bit code of row j, stored column p.
+    int code(int64_t j, int64_t p) const {
+        return (codes.as<const uint8_t>()[j * (cols() / 2) + p / 2] >> (4 * (p & 1))) & 15;
+    }
     kernels::Int4Weights view() const {
         return {codes.as<const uint8_t>(), scale.as<const float>(), zero.as<const float>(), rows(), cols(), group_size};
     }

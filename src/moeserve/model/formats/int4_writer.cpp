@@ -23,10 +23,6 @@ struct Words {
     }
 };
 
-int code_at(const Int4Matrix& m, int64_t j, int64_t p) {
-    return (m.codes.as<const uint8_t>()[j * (m.cols() / 2) + p / 2] >> (4 * (p & 1))) & 0x0F;
-}
-
 // Scales or zeros [rows, groups] as the [groups, rows] AWQ and GPTQ store.
 std::vector<float> transposed(const Tensor& t) {
     const int64_t rows = t.dim(0), groups = t.dim(1);
@@ -66,7 +62,7 @@ std::vector<std::string> add_compressed_tensors(io::SafetensorsWriter& w, const 
     const std::vector<int64_t> slot = column_slots(m);
     Words packed(rows * words, 0x88);  // padding columns hold q = 0, stored as 8
     for (int64_t j = 0; j < rows; ++j) {
-        for (int64_t p = 0; p < cols; ++p) packed.set(j * words + p / 8, int(p % 8), code_at(m, j, slot[size_t(p)]));
+        for (int64_t p = 0; p < cols; ++p) packed.set(j * words + p / 8, int(p % 8), m.code(j, slot[size_t(p)]));
     }
     w.add(prefix + ".weight_packed", DType::kI32, {rows, words}, packed.bytes.data());
     const std::vector<float> scale(m.scale.as<float>(), m.scale.as<float>() + rows * groups);
@@ -105,9 +101,9 @@ std::vector<std::string> add_awq_gptq(io::SafetensorsWriter& w, const std::strin
         const int zk = awq ? kAwqNibble[j % 8] : int(j % 8);
         for (int64_t p = 0; p < cols; ++p) {
             if (awq) {
-                qweight.set(p * (rows / 8) + j / 8, zk, code_at(m, j, p));
+                qweight.set(p * (rows / 8) + j / 8, zk, m.code(j, p));
             } else {
-                qweight.set((p / 8) * rows + j, int(p % 8), code_at(m, j, slot[size_t(p)]));
+                qweight.set((p / 8) * rows + j, int(p % 8), m.code(j, slot[size_t(p)]));
             }
         }
         for (int64_t g = 0; g < groups; ++g) {

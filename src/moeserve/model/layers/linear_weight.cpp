@@ -151,8 +151,13 @@ void run_linear(ThreadPool& pool, const LinearWeight& w, const float* x, int64_t
                                   kernels::ops().linear_int4(pool, x, rows, q.view(), out);
                                   return;
                               }
-                              // GPTQ act order: x's columns in the stored order first
-                              std::vector<float> xp(static_cast<size_t>(rows * q.matrix.cols()));
+                              // GPTQ act order: x's columns in the stored order first, into a
+                              // buffer kept per thread and grown to the largest call, not
+                              // allocated on every layer of every step
+                              thread_local std::vector<float> xp;
+                              if (xp.size() < static_cast<size_t>(rows * q.matrix.cols())) {
+                                  xp.resize(static_cast<size_t>(rows * q.matrix.cols()));
+                              }
                               gather_columns(q.matrix, x, rows, xp.data());
                               kernels::ops().linear_int4(pool, xp.data(), rows, q.view(), out);
                           }},
