@@ -19,6 +19,8 @@
 #include "moeserve/core/ggml_type.h"
 #include "moeserve/kernels/cpu/gguf_blocks.h"
 #include "moeserve/kernels/cpu/gguf_dequant.h"
+#include "moeserve/kernels/cpu/gguf_dot.h"
+#include "kernels/kernel_test_util.h"
 #include "test_support.h"
 
 namespace moeserve::kernels::cpu {
@@ -88,7 +90,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, GgufQuantizeTest,
                          [](const auto& p) { return std::string(ggml_type_name(p.param.type)); });
 
 TEST(GgufQuantizeGoldenTest, Mxfp4GivesGgufPysBytes) {
-    const auto path = test::data_dir() / "gguf" / "quant_MXFP4.bin";
+    const auto path = moeserve::test::data_dir() / "gguf" / "quant_MXFP4.bin";
     std::ifstream in(path, std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     ASSERT_TRUE(bytes.size() >= 20 && bytes.compare(0, 8, "MSGGUFQT") == 0) << path << " is missing or not a golden";
@@ -163,6 +165,47 @@ TEST(GgufQuantizeActivationsTest, Q8_0RoundsHalfToEvenLikeLlamaCppX86) {
     EXPECT_EQ(b.qs[2], -4);
     EXPECT_EQ(b.qs[3], 0);
     EXPECT_EQ(load_f16(b.d), 1.0f);
+}
+
+// The vectorized activation quantizers give quantize_gguf's bytes at every level: random rows
+// of several scales, ties of magnitude placed across vector boundaries, all-zero blocks, values
+// that round exactly half way, one huge element, unaligned destinations.
+TEST(GgufQuantizeActivationsTest, VectorizedEqualsTheReferenceAtEveryLevel) {
+    std::mt19937 rng(11);
+    std::vector<std::vector<float>> rows;
+    for (const float scale : {1e-3f, 1.0f, 37.0f}) {
+        std::normal_distribution<float> n(0.0f, scale);
+        std::vector<float> x(4 * kQK_K);
+        for (float& v : x) v = n(rng);
+        rows.push_back(x);
+    }
+    std::vector<float> ties(2 * kQK_K, 0.25f);
+    ties[9] = 2.0f;  // block 0: the first of the tie is positive, in the second vector
+    ties[3] = -2.0f;
+    ties[kQK_K + 250] = -5.0f;  // block 1: the tie at the last vector
+    ties[kQK_K + 255] = 5.0f;
+    std::fill(ties.begin(), ties.begin() + 32, 0.0f);  // q8_0's block 0 all zero
+    rows.push_back(ties);
+    std::vector<float> halves(kQK_K);
+    for (size_t i = 0; i < halves.size(); ++i) halves[i] = static_cast<float>(i % 64) - 31.5f;
+    halves[40] = 127.0f;  // q8_0 block 1 and the q8_K block: id = 1, every x.5 rounds to even
+    rows.push_back(halves);
+    std::vector<float> huge(kQK_K, 1.0f);
+    huge[100] = 3e38f;
+    rows.push_back(huge);
+    rows.push_back(std::vector<float>(kQK_K, 0.0f));
+    for (const GgmlType act : {GgmlType::kQ8_0, GgmlType::kQ8_K}) {
+        for (const std::vector<float>& x : rows) {
+            const auto n = static_cast<int64_t>(x.size());
+            const std::vector<uint8_t> want = quantize(act, x);
+            test::for_each_isa([&](Isa) {
+                std::vector<uint8_t> got(want.size() + 1);
+                quantize_gguf_activations(act, x.data(), got.data() + 1, n);  // unaligned on purpose
+                got.erase(got.begin());
+                EXPECT_EQ(got, want) << ggml_type_name(act) << " row of " << n;
+            });
+        }
+    }
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "moeserve/kernels/cpu/gguf_dot_isa.h"
 #include "moeserve/kernels/cpu/gguf_packed.h"
 #include "moeserve/kernels/cpu/gguf_packed_isa.h"
+#include "moeserve/kernels/cpu/gguf_quantize.h"
 #include "moeserve/kernels/cpu/isa.h"
 #include "moeserve/kernels/cpu/linear_int4.h"
 #include "moeserve/kernels/cpu/linear_int8.h"
@@ -226,6 +227,20 @@ GgufDotKernel gguf_dot_kernel(GgmlType type) {
                             : &detail::vec_dot_f8_f32_avx2;
         default:
             return nullptr;  // unreachable: checked above
+    }
+}
+
+void quantize_gguf_activations(GgmlType act, const float* x, void* dst, int64_t n) {
+    const GgmlTypeTraits traits = ggml_traits(act);
+    const bool vectorized = active_isa() != Isa::kRef && (act == GgmlType::kQ8_0 || act == GgmlType::kQ8_K);
+    if (!vectorized || n < 0 || n % traits.block_size != 0) {
+        quantize_gguf(act, x, dst, n);  // which also checks n
+        return;
+    }
+    if (act == GgmlType::kQ8_0) {
+        detail::quantize_q8_0_avx2(x, dst, n);
+    } else {
+        detail::quantize_q8_k_avx2(x, dst, n);
     }
 }
 

@@ -24,6 +24,10 @@ bool gguf_dot_supported(GgmlType weight);
 // The activation type llama.cpp pairs with `weight`: kQ8_0 or kQ8_K; kF32 for kF8E4M3x128
 // (checked: supported types).
 GgmlType gguf_dot_activation_type(GgmlType weight);
+// x f32 [n] -> `act` blocks at dst, as quantize_gguf (gguf_quantize.h) makes them, bit for bit:
+// the activation types (kQ8_0, kQ8_K) vectorized above the ref level, any other type by
+// quantize_gguf itself. Finite inputs only. Single-threaded.
+void quantize_gguf_activations(GgmlType act, const float* x, void* dst, int64_t n);
 
 // sum_i w_i * a_i over n elements. w: n / block_size blocks of `type` (one weight row, any
 // address); a: the same n elements quantized to gguf_dot_activation_type(type) (Q8_K blocks

@@ -9,6 +9,10 @@
 
 namespace moeserve::kernels::cpu::detail {
 
+// quantize_gguf_activations' AVX2 code (gguf_quantize_avx2.cpp): n a multiple of the block.
+void quantize_q8_0_avx2(const float* x, void* dst, int64_t n);
+void quantize_q8_k_avx2(const float* x, void* dst, int64_t n);
+
 float vec_dot_q4_0_q8_0_avx2(int64_t nb, const void* w, const void* a);
 float vec_dot_q4_1_q8_0_avx2(int64_t nb, const void* w, const void* a);
 float vec_dot_q5_0_q8_0_avx2(int64_t nb, const void* w, const void* a);

@@ -6,7 +6,6 @@
 #include "moeserve/core/error.h"
 #include "moeserve/kernels/cpu/gguf_dequant.h"
 #include "moeserve/kernels/cpu/gguf_dot.h"
-#include "moeserve/kernels/cpu/gguf_quantize.h"
 #include "moeserve/kernels/cpu/linear.h"
 #include "moeserve/kernels/cpu/moe_grouping.h"
 
@@ -14,7 +13,7 @@ namespace moeserve::kernels::cpu {
 
 namespace {
 
-size_t row_bytes(GgmlType type, int64_t n) {
+size_t gguf_row_bytes(GgmlType type, int64_t n) {
     const GgmlTypeTraits t = ggml_traits(type);
     return static_cast<size_t>(n / t.block_size) * t.type_size;
 }
@@ -25,20 +24,29 @@ float dot_f32(const float* a, const float* b, int64_t n) {
     return s;
 }
 
-// The rows the tiles take: the quantized rows themselves, or (tiles.prepared_row_bytes != 0)
-// those rows prepared into buf. row_bytes is set to the stride of the returned rows.
-const uint8_t* tile_rows(const GgufTiles& tiles, const uint8_t* quantized, size_t qrow, int64_t rows, int64_t nb,
-                         std::vector<uint8_t>& buf, size_t& row_bytes) {
+// x f32 [rows, n] -> the rows the tiles take: each row quantized to gguf_dot_activation_type
+// into qx, and where the tiles take their rows prepared (tiles.prepared_row_bytes != 0) prepared
+// from there into `prepared`. row_bytes is set to the stride of the returned rows. The rows are
+// split over the pool (a prefill's are thousands: the experts' slots, every projection's tokens).
+const uint8_t* quantized_tile_rows(ThreadPool& pool, const GgufTiles& tiles, GgmlType weight, const float* x,
+                                   int64_t rows, int64_t n, std::vector<uint8_t>& qx, std::vector<uint8_t>& prepared,
+                                   size_t& row_bytes) {
+    const GgmlType act = gguf_dot_activation_type(weight);
+    const size_t qrow = gguf_row_bytes(act, n);
+    const int64_t nb = n / ggml_traits(weight).block_size;
+    qx.resize(qrow * static_cast<size_t>(rows));
     row_bytes = tiles.prepared_row_bytes(nb);
-    if (row_bytes == 0) {
-        row_bytes = qrow;
-        return quantized;
-    }
-    buf.resize(row_bytes * static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r) {
-        tiles.prepare(quantized + qrow * static_cast<size_t>(r), nb, buf.data() + row_bytes * static_cast<size_t>(r));
-    }
-    return buf.data();
+    const bool prepare = row_bytes != 0;
+    if (prepare) prepared.resize(row_bytes * static_cast<size_t>(rows));
+    pool.parallel_for(rows, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+            uint8_t* q = qx.data() + qrow * static_cast<size_t>(r);
+            quantize_gguf_activations(act, x + r * n, q, n);
+            if (prepare) tiles.prepare(q, nb, prepared.data() + row_bytes * static_cast<size_t>(r));
+        }
+    });
+    if (!prepare) row_bytes = qrow;
+    return prepare ? prepared.data() : qx.data();
 }
 
 }  // namespace
@@ -52,16 +60,12 @@ void gguf_linear(ThreadPool& pool, const float* x, int64_t rows, const GgufMatri
     int64_t chunk = (n + threads - 1) / threads;
     if (gguf_dot_supported(w.type)) {
         // 1. activations -> q8_0 / q8_K rows (llama.cpp's pairing); 2. integer dot per block
-        const GgmlType act = gguf_dot_activation_type(w.type);
-        const size_t qrow = row_bytes(act, k);
-        scratch.qx.resize(qrow * static_cast<size_t>(rows));
-        for (int64_t r = 0; r < rows; ++r) quantize_gguf(act, x + r * k, scratch.qx.data() + qrow * r, k);
         const GgufTiles tiles(w.type, w.packed_rows);
         const int64_t nb = k / ggml_traits(w.type).block_size;
         const int step = tiles.row_step();
         chunk = (chunk + step - 1) / step * step;  // a packed group is never split between threads
         size_t arow = 0;
-        const uint8_t* qx = tile_rows(tiles, scratch.qx.data(), qrow, rows, nb, scratch.prepared, arow);
+        const uint8_t* qx = quantized_tile_rows(pool, tiles, w.type, x, rows, k, scratch.qx, scratch.prepared, arow);
         const bool widen = tiles.widens() && rows > kGgufTileCols;  // converted once for every token row
         pool.run([&](int tid) {
             const int64_t begin = tid * chunk;
@@ -161,14 +165,6 @@ bool fused_types(const GgufExperts& experts) {
     return true;
 }
 
-// rows x f32 [rows, n] -> `act` blocks at dst (row r at dst + r * row_bytes(act, n)), split over the pool.
-void quantize_rows(ThreadPool& pool, GgmlType act, const float* x, int64_t rows, int64_t n, uint8_t* dst) {
-    const size_t qrow = row_bytes(act, n);
-    pool.parallel_for(rows, [&](int64_t begin, int64_t end) {
-        for (int64_t r = begin; r < end; ++r) quantize_gguf(act, x + r * n, dst + qrow * static_cast<size_t>(r), n);
-    });
-}
-
 // Calls fn(e, j, nr, s0, nc, acts) for every tile of the active experts: nr (<= step) of an
 // expert's out_rows weight rows from j, times nc (<= kGgufTileCols) of its slots from s0, acts
 // their activation rows (slot_row(s) gives slot s's). One pool work item per (active expert,
@@ -207,17 +203,18 @@ void expert_tile(const GgufTiles& tiles, int64_t nb, const GgufMatrix& m, const 
     tiles.run_widened(nb, nr, nc, slab, m.cols, acts, out, ldo);
 }
 
-// silu(gate x) * up x of every slot into scratch.gate [slots, inter], from the tokens' quantized
-// rows (scratch.qx, qrow bytes each).
-void gate_up_stage(ThreadPool& pool, const GgufExperts& experts, int64_t num_tokens, GgufScratch& scratch,
-                   size_t qrow) {
+// silu(gate x) * up x of every slot into scratch.gate [slots, inter], from the token rows x
+// [num_tokens, hidden], each quantized once (not once per expert and projection).
+void gate_up_stage(ThreadPool& pool, const GgufExperts& experts, const float* x, int64_t num_tokens,
+                   GgufScratch& scratch) {
     const int64_t inter = experts.inter;
     const GgmlType type = experts.gate[0].type;
     const GgufTiles tiles(type, experts.gate[0].packed_rows);
     const int64_t nb = experts.hidden / ggml_traits(type).block_size;
     const int step = tiles.row_step();
     size_t arow = 0;
-    const uint8_t* rows = tile_rows(tiles, scratch.qx.data(), qrow, num_tokens, nb, scratch.prepared, arow);
+    const uint8_t* rows =
+        quantized_tile_rows(pool, tiles, type, x, num_tokens, experts.hidden, scratch.qx, scratch.prepared, arow);
     const auto token_row = [&](int64_t s) {
         return rows + arow * static_cast<size_t>(scratch.tokens[static_cast<size_t>(s)]);
     };
@@ -238,16 +235,16 @@ void gate_up_stage(ThreadPool& pool, const GgufExperts& experts, int64_t num_tok
                  });
 }
 
-// down of every slot into scratch.down [slots, hidden], from the slots' quantized rows of
-// scratch.gate (scratch.qh, qrow bytes each).
-void down_stage(ThreadPool& pool, const GgufExperts& experts, GgufScratch& scratch, size_t qrow) {
+// down of every slot into scratch.down [slots, hidden], from the slots' rows of scratch.gate.
+void down_stage(ThreadPool& pool, const GgufExperts& experts, GgufScratch& scratch) {
     const int64_t h = experts.hidden;
     const GgmlType type = experts.down[0].type;
     const GgufTiles tiles(type, experts.down[0].packed_rows);
     const int64_t nb = experts.inter / ggml_traits(type).block_size;
     size_t arow = 0;
     const auto slots = static_cast<int64_t>(scratch.tokens.size());
-    const uint8_t* rows = tile_rows(tiles, scratch.qh.data(), qrow, slots, nb, scratch.prepared, arow);
+    const uint8_t* rows = quantized_tile_rows(pool, tiles, type, scratch.gate.data(), slots, experts.inter, scratch.qh,
+                                              scratch.prepared, arow);
     const auto slot_row = [&](int64_t s) { return rows + arow * static_cast<size_t>(s); };
     expert_tiles(pool, scratch, h, tiles.row_step(), slot_row,
                  [&](size_t e, int64_t c0, int nr, int64_t s0, int nc, const uint8_t* const* acts) {
@@ -266,8 +263,6 @@ void moe_experts_fused(ThreadPool& pool, const float* x, int64_t num_tokens, con
                        GgufScratch& scratch, float* out) {
     const int64_t h = experts.hidden;
     const int64_t inter = experts.inter;
-    const GgmlType act_gu = gguf_dot_activation_type(experts.gate[0].type);
-    const GgmlType act_dn = gguf_dot_activation_type(experts.down[0].type);
     const auto slots = static_cast<int64_t>(scratch.tokens.size());
     std::vector<int32_t>& active = scratch.active;  // local ids of experts with tokens
     active.clear();
@@ -276,20 +271,13 @@ void moe_experts_fused(ThreadPool& pool, const float* x, int64_t num_tokens, con
             active.push_back(static_cast<int32_t>(e));
         }
     }
-    // 1. every token row -> act_gu once
-    const size_t qrow_gu = row_bytes(act_gu, h);
-    scratch.qx.resize(qrow_gu * static_cast<size_t>(num_tokens));
-    quantize_rows(pool, act_gu, x, num_tokens, h, scratch.qx.data());
-    // 2. silu(gate x) * up x for each slot: [slots, inter]
+    // 1. silu(gate x) * up x for each slot: [slots, inter]
     scratch.gate.resize(static_cast<size_t>(slots * inter));
-    gate_up_stage(pool, experts, num_tokens, scratch, qrow_gu);
-    // 3. those rows -> act_dn, then down for each slot: [slots, h]
-    const size_t qrow_dn = row_bytes(act_dn, inter);
-    scratch.qh.resize(qrow_dn * static_cast<size_t>(slots));
-    quantize_rows(pool, act_dn, scratch.gate.data(), slots, inter, scratch.qh.data());
+    gate_up_stage(pool, experts, x, num_tokens, scratch);
+    // 2. down for each slot: [slots, h]
     scratch.down.resize(static_cast<size_t>(slots * h));
-    down_stage(pool, experts, scratch, qrow_dn);
-    // 4. out[t] += w * down, slots in expert order; threads own column ranges
+    down_stage(pool, experts, scratch);
+    // 3. out[t] += w * down, slots in expert order; threads own column ranges
     pool.parallel_for(h, [&](int64_t c0, int64_t c1) {
         for (int64_t s = 0; s < slots; ++s) {
             float* o = out + scratch.tokens[static_cast<size_t>(s)] * h;
