@@ -40,21 +40,30 @@ echo "llama.cpp $tag at $(git -C "$src" rev-parse --short=12 HEAD)"
 
 # 2. The build. The server's web UI is neither built nor fetched (no network needed, not measured);
 #    static libraries so the binaries run from anywhere without LD_LIBRARY_PATH.
-if [ ! -f "$src/build/build.ninja" ]; then
-  cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DGGML_NATIVE=ON -DGGML_OPENMP=ON -DBUILD_SHARED_LIBS=OFF \
+#    LLAMA_ISA=avx2 builds a second copy in build-avx2 for AVX2 + FMA + F16C only (no AVX-512): the
+#    peer for moeserve's forced `MOESERVE_ISA=avx2` level on an AVX-512 machine, the same ISA on both
+#    sides.
+case "${LLAMA_ISA:-native}" in
+  native) bdir="$src/build"; log="$PEER_DIR/cmake"; isa_flags=(-DGGML_NATIVE=ON) ;;
+  avx2) bdir="$src/build-avx2"; log="$PEER_DIR/cmake-avx2"
+    isa_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+      -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF) ;;
+  *) echo "LLAMA_ISA must be native or avx2" >&2; exit 2 ;;
+esac
+if [ ! -f "$bdir/build.ninja" ]; then
+  cmake -S "$src" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    "${isa_flags[@]}" -DGGML_OPENMP=ON -DBUILD_SHARED_LIBS=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF >"$PEER_DIR/cmake-configure.log" 2>&1 ||
-    { tail -n 30 "$PEER_DIR/cmake-configure.log" >&2; exit 1; }
+    -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF >"$log-configure.log" 2>&1 ||
+    { tail -n 30 "$log-configure.log" >&2; exit 1; }
 fi
-cmake --build "$src/build" -j "$JOBS" --target llama-bench llama-server llama-quantize \
-  >"$PEER_DIR/cmake-build.log" 2>&1 ||
-  { tail -n 30 "$PEER_DIR/cmake-build.log" >&2; exit 1; }
+cmake --build "$bdir" -j "$JOBS" --target llama-bench llama-server llama-quantize >"$log-build.log" 2>&1 ||
+  { tail -n 30 "$log-build.log" >&2; exit 1; }
 
 # 3. The STREAM probe, rebuilt only when the repository's source is newer.
 if [ ! -x "$PEER_DIR/stream_read" ] || [ "$REPO/benchmarks/stream_read.c" -nt "$PEER_DIR/stream_read" ]; then
   gcc -O3 -mavx2 -fopenmp "$REPO/benchmarks/stream_read.c" -o "$PEER_DIR/stream_read"
 fi
 
-echo "binaries: $src/build/bin/{llama-bench,llama-server,llama-quantize}; gguf-py: $src/gguf-py"
+echo "binaries: $bdir/bin/{llama-bench,llama-server,llama-quantize}; gguf-py: $src/gguf-py"
 echo "STREAM probe: $PEER_DIR/stream_read (run with OMP_NUM_THREADS=N)"
