@@ -10,6 +10,7 @@
 # Run from the project root:
 #   MOESERVE_BIN=build/src/moeserve/cli/moeserve benchmarks/peer/serve_ab.sh bf16               # c8
 #   CONCURRENCY=32 PROMPTS=64 MOESERVE_BIN=build/src/moeserve/cli/moeserve benchmarks/peer/serve_ab.sh bf16
+#   LLAMA_BUILD=build-avx2 MOESERVE_ISA=avx2 benchmarks/peer/serve_ab.sh gguf-q4_k_m    # both at AVX2
 set -euo pipefail
 KIND=${1:-bf16}
 PEER_DIR=${PEER_DIR:-$HOME/.cache/moeserve-peer}
@@ -23,7 +24,8 @@ THREADS=${THREADS:-2}
 STARTUP_S=${STARTUP_S:-300}  # the longest a server may take to answer /health
 M=$PEER_DIR/models
 HF=$M/qwen3moe-bench-hf
-LS=$PEER_DIR/llama.cpp/build/bin/llama-server
+# LLAMA_BUILD=build-avx2 (build_llamacpp.sh with LLAMA_ISA=avx2) with MOESERVE_ISA=avx2: both at AVX2
+LS=$PEER_DIR/llama.cpp/${LLAMA_BUILD:-build}/bin/llama-server
 MS_MODEL=$HF
 case "$KIND" in
   bf16) GGUF=$M/qwen3moe-bench-bf16.gguf; QUANT=none ;;
