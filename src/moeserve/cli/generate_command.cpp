@@ -58,13 +58,14 @@ std::vector<int32_t> prompt_tokens(const GenerateOptions& o, const tokenizer::To
 
 // `runs` untimed runs of the request before the timed one, as llama-bench warms up: the first
 // forward of a process also grows its buffers and touches its weights' pages. Two tokens each (a
-// prefill and a decode step), under their own cache salt, so none of their KV blocks is reused.
+// prefill and a decode step), each under its own cache salt, so no run reuses another's KV blocks
+// (with one salt, runs 2..K found their prompt cached and ran no prefill) and the timed run none.
 void warm_up(OfflineEngine& e, const ipc::AddRequest& add, int runs) {
     for (int i = 0; i < runs; ++i) {
         ipc::AddRequest w = add;
         w.request_id = fmt::format("warmup-{}", i);
         w.sampling.max_tokens = std::min(w.sampling.max_tokens, 2);
-        w.sampling.cache_salt = "moeserve-generate-warmup";
+        w.sampling.cache_salt = fmt::format("moeserve-generate-warmup-{}", i);
         e.core->add_request(w);
         while (e.core->has_unfinished_requests()) e.core->step();
     }
