@@ -30,7 +30,8 @@ namespace detail {
 void matmul_tile_int4(const float* x, int64_t ldx, int64_t m, const Int4Weights& w, float* out, int64_t ldo);
 void matmul_tile_int4_ref(const float* x, int64_t ldx, int64_t m, const Int4Weights& w, float* out, int64_t ldo);
 void matmul_tile_int4_avx2(const float* x, int64_t ldx, int64_t m, const Int4Weights& w, float* out, int64_t ldo);
-// AVX-512: few rows (decode) widen 32 codes at a time; the rest is the AVX2 tile's.
+// AVX-512: few rows (decode) widen 32 codes at a time; many (prefill) run the avx512 f32 GEMM on
+// panels widened from the codes; shapes neither takes, the AVX2 tile.
 void matmul_tile_int4_avx512(const float* x, int64_t ldx, int64_t m, const Int4Weights& w, float* out, int64_t ldo);
 }  // namespace detail
 

@@ -6,8 +6,10 @@
 // through a 16-entry table per (row, group) in one register, scale * (code - zero) computed once
 // per code value (vpermps), which is the one rounding of dequantize_int4_row: only the order of
 // the f32 sums differs from the reference (as the AVX2 tile). Widening and scaling each code was
-// 0.8x of this speed. Shapes whose groups are not whole multiples of 32 columns, and many rows
-// (prefill: the AVX2 tile's widened panels into the f32 GEMM), run the AVX2 tile.
+// 0.8x of this speed. Many rows (prefill) go to the avx512 f32 GEMM, which widens 32 weight rows
+// at a time into its packed panels (gemm_int4_avx512, matmul_tile_avx512.cpp): 512-bit FMAs where
+// the AVX2 tile's panels ran the AVX2 GEMM. Shapes whose groups are not whole multiples of 32
+// columns (16 for the GEMM) run the AVX2 tile.
 // AVX-512 F/BW/VL/DQ code.
 #include <immintrin.h>
 
@@ -19,8 +21,8 @@ namespace {
 
 // Rows above this take the AVX2 tile's panel + f32 GEMM path.
 constexpr int64_t kGemvRows = 4;
-// thread_scratch slot of the reordered activation rows (the int4 tiles' slot; the AVX2 tile's panel
-// is never live at the same time: one call takes one path).
+// thread_scratch slot of the reordered activation rows or the GEMM's panels (the int4 tiles' slot;
+// the AVX2 tile's panel is never live at the same time: one call takes one path).
 constexpr int kReorderedSlot = 3;
 constexpr int64_t kChunk = 32;  // columns widened at a time
 
@@ -94,6 +96,11 @@ void gemv_rows(const float* xs, const Int4Weights& w, float* out, int64_t ldo) {
 }  // namespace
 
 void matmul_tile_int4_avx512(const float* x, int64_t ldx, int64_t m, const Int4Weights& w, float* out, int64_t ldo) {
+    if (m > kGemvRows && w.k % 16 == 0 && w.group_size % 16 == 0) {
+        auto* pack = static_cast<float*>(thread_scratch(kReorderedSlot, matmul_pack_floats_avx512() * 4));
+        gemm_int4_avx512(x, ldx, m, w.k, w.codes, w.scale, w.zero, w.group_size, w.n, out, ldo, pack);
+        return;
+    }
     if (m > kGemvRows || w.k % kChunk != 0 || w.group_size % kChunk != 0) {
         matmul_tile_int4_avx2(x, ldx, m, w, out, ldo);
         return;

@@ -358,9 +358,51 @@ constexpr MicroF32 kMicroF32ByRows[] = {micro_kernel_f32<1>,  micro_kernel_f32<2
                                         micro_kernel_f32<10>, micro_kernel_f32<11>, micro_kernel_f32<12>};
 static_assert(sizeof(kMicroF32ByRows) / sizeof(kMicroF32ByRows[0]) == kF32Mr);
 
-// pack: 64-byte aligned, kF32Kc * kF32Nc floats.
-void gemm_f32(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out, int64_t ldo,
-              float* pack) {
+// The int4 weights of gemm_int4_avx512 (matmul_tile_isa.h).
+struct Int4Codes {
+    const uint8_t* codes;
+    const float *scale, *zero;
+    int64_t k, group_size;
+};
+
+// pack_panel_f32 for int4 weights: dst[p * 32 + c] = scale * (code - zero) of row j + c, column
+// p0 + p (p0, kc multiples of 16, so each 16 columns lie in one group).
+void pack_panel_int4(const Int4Codes& w, int64_t j, int64_t rows, int64_t p0, int64_t kc, float* dst) {
+    const int64_t ng = (w.k + w.group_size - 1) / w.group_size;  // int4_groups: the last may be short
+    const __m512i shifts = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+    for (int64_t c0 = 0; c0 < kF32Nr; c0 += 16) {
+        const int64_t live = rows - c0;
+        for (int64_t p = 0; p < kc; p += 16) {
+            const int64_t col = p0 + p, g = col / w.group_size;
+            __m512 r[16];
+#pragma GCC unroll 16
+            for (int c = 0; c < 16; ++c) {
+                if (c >= live) {
+                    r[c] = _mm512_setzero_ps();
+                    continue;
+                }
+                const int64_t row = j + c0 + c;
+                // 8 bytes, each twice, one per 32-bit lane: lane 2 l + h keeps nibble h of byte l
+                const __m128i bytes =
+                    _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.codes + row * (w.k / 2) + col / 2));
+                const __m512i codes =
+                    _mm512_and_si512(_mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(bytes, bytes)), shifts),
+                                     _mm512_set1_epi32(0x0F));
+                r[c] = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(codes), _mm512_set1_ps(w.zero[row * ng + g])),
+                                     _mm512_set1_ps(w.scale[row * ng + g]));
+            }
+            transpose16(r);
+#pragma GCC unroll 16
+            for (int q = 0; q < 16; ++q) _mm512_store_ps(dst + (p + q) * kF32Nr + c0, r[q]);
+        }
+    }
+}
+
+// x [m, k] @ the n weight rows pack_rows packs (pack_rows(j, rows, p0, kc, dst): panel_f32's
+// layout), f32 FMA. pack: 64-byte aligned, kF32Kc * kF32Nc floats.
+template <class PackRows>
+void gemm_f32_panels(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t n, float* out, int64_t ldo, float* pack,
+                     PackRows pack_rows) {
     // Equal k blocks (k = 1024: four of 256; 384: two of 192) rather than a short last one.
     const int64_t num_kb = (k + kF32Kc - 1) / kF32Kc;
     const int64_t kc_even = ((k + num_kb - 1) / num_kb + 15) / 16 * 16;
@@ -370,8 +412,7 @@ void gemm_f32(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t*
         for (int64_t p0 = 0; p0 < k; p0 += kc_even) {
             const int64_t kc = imin(kc_even, k - p0);
             for (int64_t q = 0; q < num_panels; ++q) {
-                pack_panel_f32(w + (j0 + q * kF32Nr) * k, k, imin(kF32Nr, nc - q * kF32Nr), p0, kc,
-                               pack + q * kc * kF32Nr);
+                pack_rows(j0 + q * kF32Nr, imin(kF32Nr, nc - q * kF32Nr), p0, kc, pack + q * kc * kF32Nr);
             }
             for (int64_t i0 = 0; i0 < m; i0 += kF32Mr) {
                 const MicroF32 micro = kMicroF32ByRows[imin(kF32Mr, m - i0) - 1];
@@ -382,6 +423,13 @@ void gemm_f32(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t*
             }
         }
     }
+}
+
+void gemm_f32(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out, int64_t ldo,
+              float* pack) {
+    gemm_f32_panels(x, ldx, m, k, n, out, ldo, pack, [&](int64_t j, int64_t rows, int64_t p0, int64_t kc, float* dst) {
+        pack_panel_f32(w + j * k, k, rows, p0, kc, dst);
+    });
 }
 
 }  // namespace
@@ -406,6 +454,15 @@ void matmul_tile_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, const
     } else {
         gemm_f32(x, ldx, m, k, w, n, out, ldo, static_cast<float*>(align64(pack)));
     }
+}
+
+void gemm_int4_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, const uint8_t* codes, const float* scale,
+                      const float* zero, int64_t group_size, int64_t n, float* out, int64_t ldo, float* pack) {
+    if (m <= 0 || n <= 0) return;
+    const Int4Codes w{codes, scale, zero, k, group_size};
+    gemm_f32_panels(
+        x, ldx, m, k, n, out, ldo, static_cast<float*>(align64(pack)),
+        [&](int64_t j, int64_t rows, int64_t p0, int64_t kc, float* dst) { pack_panel_int4(w, j, rows, p0, kc, dst); });
 }
 
 void round_rows_bf16_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, uint16_t* xb) {

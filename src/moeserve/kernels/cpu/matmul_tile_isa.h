@@ -39,6 +39,13 @@ struct Avx512Bf16Options {
 void matmul_tile_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out,
                         int64_t ldo, float* pack, Avx512Bf16Options options);
 int64_t matmul_pack_floats_avx512();
+// The avx512 f32 GEMM (f32 FMA, the bf16 GEMM's default) over int4 weights: out[i * ldo + j] =
+// sum_p x[i * ldx + p] * W[j, p], W[j, p] = scale[j, g] * (code[j, p] - zero[j, g]) (one
+// rounding, as dequantize_int4_row), g = p / group_size; codes [n, k / 2] two per byte, low nibble
+// first; scale, zero [n, k / group_size]. k and group_size multiples of 16. pack: at least
+// matmul_pack_floats_avx512() floats.
+void gemm_int4_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, const uint8_t* codes, const float* scale,
+                      const float* zero, int64_t group_size, int64_t n, float* out, int64_t ldo, float* pack);
 // matmul_tile.h's round_rows_bf16 / matmul_tile_rounded at the avx512 level.
 void round_rows_bf16_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, uint16_t* xb);
 void matmul_tile_rounded_avx512(const uint16_t* xb, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* out,
