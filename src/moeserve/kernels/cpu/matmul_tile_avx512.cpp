@@ -398,7 +398,7 @@ void pack_panel_int4(const Int4Codes& w, int64_t j, int64_t rows, int64_t p0, in
     }
 }
 
-// x [m, k] @ the n weight rows pack_rows packs (pack_rows(j, rows, p0, kc, dst): panel_f32's
+// x [m, k] @ the n weight rows pack_rows packs (pack_rows(j, rows, p0, kc, dst): pack_panel_f32's
 // layout), f32 FMA. pack: 64-byte aligned, kF32Kc * kF32Nc floats.
 template <class PackRows>
 void gemm_f32_panels(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t n, float* out, int64_t ldo, float* pack,
