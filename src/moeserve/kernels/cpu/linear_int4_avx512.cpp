@@ -19,7 +19,7 @@
 namespace moeserve::kernels::cpu::detail {
 namespace {
 
-// Rows above this take the AVX2 tile's panel + f32 GEMM path.
+// Rows above this take a GEMM: the avx512 f32 GEMM (gemm_int4_avx512), or the AVX2 tile's panels.
 constexpr int64_t kGemvRows = 4;
 // thread_scratch slot of the reordered activation rows or the GEMM's panels (the int4 tiles' slot;
 // the AVX2 tile's panel is never live at the same time: one call takes one path).
