@@ -399,8 +399,8 @@ void tile_k4(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, fl
         q4_k_scales(pb + 32, sc, mins);
         __m512i acc[C][4];
         // Unrolled, the pairs schedule as one stretch of code: the tile ran 1.09-1.15x the rolled
-        // loop (41 -> 45-47 MACs a cycle, 64 rows through a [384, 1024] matrix, Zen5). Q6_K's
-        // tile_k16 measured no gain from the same, so it keeps its loop.
+        // loop (41 -> 45-47 MACs a cycle, 64 rows through a [384, 1024] matrix, Zen5). tile_k16
+        // measured a loss from the same with 4 rows, and unrolls only for one (decode).
 #pragma GCC unroll 4
         for (int p = 0; p < 4; ++p) {
             const uint8_t* pair = pb + 128 + kPair * p;
@@ -630,7 +630,7 @@ void tile_k16(int64_t nb, int rows, const uint8_t* w, const uint8_t* const* a, f
         };
         if constexpr (C == 1) {
             // Decode: unrolled, the four pairs' chains of products overlap. The Q6_K GEMV read at
-            // 0.91-0.97 of STREAM instead of 0.76-0.82 (gguf_dot_bench DecodePackedVsStored, Zen5,
+            // 0.84-0.92 of STREAM instead of 0.78-0.81 (gguf_dot_bench DecodePackedVsStored, Zen5,
             // 2 threads); with 4 activation rows (prefill) unrolling cost a quarter of the tile.
 #pragma GCC unroll 4
             for (int p = 0; p < 4; ++p) pair_sums(p);
