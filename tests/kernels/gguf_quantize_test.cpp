@@ -180,11 +180,11 @@ TEST(GgufQuantizeActivationsTest, VectorizedEqualsTheReferenceAtEveryLevel) {
         rows.push_back(x);
     }
     std::vector<float> ties(2 * kQK_K, 0.25f);
-    ties[9] = 2.0f;  // block 0: the first of the tie is positive, in the second vector
-    ties[3] = -2.0f;
-    ties[kQK_K + 250] = -5.0f;  // block 1: the tie at the last vector
-    ties[kQK_K + 255] = 5.0f;
     std::fill(ties.begin(), ties.begin() + 32, 0.0f);  // q8_0's block 0 all zero
+    ties[37] = 2.0f;  // block 0: the first of the tie positive, at a later lane than the second's
+    ties[42] = -2.0f;
+    ties[kQK_K + 250] = -5.0f;  // block 1: the tie in the last vector
+    ties[kQK_K + 255] = 5.0f;
     rows.push_back(ties);
     std::vector<float> halves(kQK_K);
     for (size_t i = 0; i < halves.size(); ++i) halves[i] = static_cast<float>(i % 64) - 31.5f;
