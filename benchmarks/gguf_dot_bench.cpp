@@ -14,6 +14,9 @@
 //   Q4_0: 17 against 18 bytes per 32 weights).
 // - BM_GgufDecodePackedVsStored: that GEMV on the stored rows and on the same rows packed in
 //   groups of 8 (gguf_packed.h), alternating, with the STREAM read.
+// - BM_GgufQuantizeActivations: the q8_0 / q8_K activation quantizers on 16384 elements.
+// - BM_GgufPackedTile: the packed tiles alone on the prefill expert's product (activations
+//   quantized and prepared once, outside the timing).
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -194,6 +197,58 @@ void BM_GgufExpertGemm(benchmark::State& state, GgmlType type) {
                                                   benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The packed tiles alone on BM_GgufExpertGemm's product: the activation rows quantized and
+// prepared once, then every group of 8 weight rows times every 4 token rows (GgufTiles::run, the
+// active level's tile). GMAC/s; MACs a cycle are that over the clock (docs/performance.md).
+void BM_GgufPackedTile(benchmark::State& state, GgmlType type) {
+    const ExpertProduct e = expert_product(type);
+    std::vector<uint8_t> packed_bytes(kc::gguf_packed_bytes(type, kOut, kIn));
+    ThreadPool load(1);
+    const moeserve::kernels::GgufMatrix m = kc::gguf_pack(load, e.m, packed_bytes.data());
+    const kc::GgufTiles tiles(type, m.packed_rows);
+    const GgmlType at = kc::gguf_dot_activation_type(type);
+    const size_t qrow = *moeserve::ggml_nbytes(at, kIn);
+    const int64_t nb = kIn / moeserve::ggml_traits(type).block_size;
+    const size_t prepared = tiles.prepared_row_bytes(nb);
+    const size_t arow = prepared != 0 ? prepared : qrow;
+    std::vector<uint8_t> q(qrow * kTokens), a(arow * kTokens);
+    for (int64_t t = 0; t < kTokens; ++t) {
+        kc::quantize_gguf_activations(at, e.x.data() + t * kIn, q.data() + qrow * t, kIn);
+        if (prepared != 0) tiles.prepare(q.data() + qrow * t, nb, a.data() + arow * t);
+    }
+    const std::vector<uint8_t>& rows = prepared != 0 ? a : q;
+    std::vector<float> out(static_cast<size_t>(kTokens * kOut));
+    const int step = tiles.row_step();  // 8: kOut is a multiple
+    for (auto _ : state) {
+        for (int64_t t = 0; t < kTokens; t += kc::kGgufTileCols) {
+            const uint8_t* acts[kc::kGgufTileCols];
+            for (int c = 0; c < kc::kGgufTileCols; ++c) acts[c] = rows.data() + arow * (t + c);
+            for (int64_t j = 0; j < kOut; j += step) {
+                tiles.run(nb, step, kc::kGgufTileCols, m.rows_from(j), m.row_stride, acts, out.data() + t * kOut + j,
+                          kOut);
+            }
+        }
+        benchmark::DoNotOptimize(out.data());
+    }
+    state.counters["GMACps"] = benchmark::Counter(static_cast<double>(kTokens * kIn * kOut) * 1e-9,
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// quantize_gguf_activations of 16384 elements (gguf_linear's threshold for splitting rows over
+// the pool), q8_0 or q8_K at the active level.
+void BM_GgufQuantizeActivations(benchmark::State& state, GgmlType act) {
+    constexpr int64_t kElements = 16384;
+    std::vector<float> x(kElements);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (float& v : x) v = normal(rng);
+    std::vector<uint8_t> q(*moeserve::ggml_nbytes(act, kElements));
+    for (auto _ : state) {
+        kc::quantize_gguf_activations(act, x.data(), q.data(), kElements);
+        benchmark::DoNotOptimize(q.data());
+    }
+}
+
 // BM_GgufExpertGemm's product on the stored rows and on the same rows packed, alternating:
 // GMAC/s of each and packed / stored.
 void BM_GgufExpertGemmPackedVsStored(benchmark::State& state, GgmlType type) {
@@ -230,6 +285,9 @@ BENCHMARK_CAPTURE(BM_GgufExpertGemm, Q4_K, GgmlType::kQ4_K)->Unit(benchmark::kMi
 BENCHMARK_CAPTURE(BM_GgufExpertGemm, Q6_K, GgmlType::kQ6_K)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufExpertGemm, MXFP4, GgmlType::kMXFP4)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+BENCHMARK_CAPTURE(BM_GgufQuantizeActivations, q8_0, GgmlType::kQ8_0)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_GgufQuantizeActivations, q8_K, GgmlType::kQ8_K)->Unit(benchmark::kMicrosecond);
+
 BENCHMARK_CAPTURE(BM_GgufMatvec, Q4_0, GgmlType::kQ4_0)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufMatvec, Q8_0, GgmlType::kQ8_0)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_GgufMatvec, Q2_K, GgmlType::kQ2_K)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -253,6 +311,9 @@ const int kPackedBenchmarks = [] {
     for (const auto& [name, type] : types) {
         benchmark::RegisterBenchmark((std::string("BM_GgufExpertGemmPackedVsStored/") + name).c_str(),
                                      BM_GgufExpertGemmPackedVsStored, type)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
+        benchmark::RegisterBenchmark((std::string("BM_GgufPackedTile/") + name).c_str(), BM_GgufPackedTile, type)
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
         benchmark::RegisterBenchmark((std::string("BM_GgufDecodePackedVsStored/") + name).c_str(),

@@ -39,7 +39,7 @@ const uint8_t* quantized_tile_rows(ThreadPool& pool, const GgufTiles& tiles, Ggm
     row_bytes = tiles.prepared_row_bytes(nb);
     const bool prepare = row_bytes != 0;
     if (prepare) prepared.resize(row_bytes * static_cast<size_t>(rows));
-    constexpr int64_t kElementsPerThread = 16384;  // 3-5 us of quantizing (Zen5, AVX2)
+    constexpr int64_t kElementsPerThread = 16384;  // 3-5 us of quantizing (BM_GgufQuantizeActivations)
     pool.parallel_for(
         rows,
         [&](int64_t begin, int64_t end) {

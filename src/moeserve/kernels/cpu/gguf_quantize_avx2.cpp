@@ -10,6 +10,7 @@
 
 #include "moeserve/kernels/cpu/gguf_blocks.h"
 #include "moeserve/kernels/cpu/gguf_dot_isa.h"
+#include "moeserve/kernels/cpu/simd_avx2.h"
 
 namespace moeserve::kernels::cpu::detail {
 
@@ -22,10 +23,7 @@ inline __m256 abs_ps(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), 
 inline float abs_max(const float* x, int n) {
     __m256 m = _mm256_setzero_ps();
     for (int i = 0; i < n; i += 8) m = _mm256_max_ps(abs_ps(_mm256_loadu_ps(x + i)), m);
-    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_max_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
+    return simd::hmax(m);
 }
 
 // The first element of x whose magnitude is amax (> 0, present in x): signed_absmax's pick.
